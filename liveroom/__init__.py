@@ -1,0 +1,9 @@
+"""liveroom: a long-polling live-room message server (the shared core).
+
+The core holds what every role needs: settings, the message model and its
+codecs, errors, the clock, the store interfaces and their engines, the CLI and
+the assembly of roles into a node. It imports no role; only :mod:`liveroom.cli`
+and :mod:`liveroom.node` do.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,95 @@
+"""The ``liveroom`` command.
+
+``liveroom serve`` runs every role in one process. Every option also reads an
+environment variable (shown in ``--help``), so a container can be configured
+without flags.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+
+import click
+from aiohttp import web
+
+from . import __version__
+from .node import Node, build_app
+from .settings import Settings
+
+_STORE_HELP = ("Where room logs live: 'memory' (embedded, one process, nothing to "
+               "install) or redis://HOST:PORT/DB (many processes and hosts).")
+
+
+def _announce(node: Node) -> None:
+    s = node.settings
+    click.echo(f"liveroom {__version__} node {s.name!r} listening on "
+               f"http://{s.host}:{s.port} (store: {node.store.name})")
+    for name, value in node.generated.items():
+        kept = "kept in the store" if node.store.name != "memory" else "generated"
+        click.echo(f"  {name.replace('_', ' ')} ({kept}): {value}")
+    click.echo("  stop with Ctrl-C", nl=True)
+    sys.stdout.flush()
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="liveroom")
+def main() -> None:
+    """liveroom: a long-polling live-room message server.
+
+    Listeners long-poll GET /v1/rooms/ROOM/poll, senders POST
+    /v1/rooms/ROOM/messages; important messages are never lost and huge rooms
+    are served from one cached snapshot. Start with `liveroom serve`.
+    """
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, envvar="LIVEROOM_HOST",
+              show_envvar=True, help="Address to listen on.")
+@click.option("--port", default=8080, show_default=True, envvar="LIVEROOM_PORT",
+              show_envvar=True, type=click.IntRange(0, 65535), help="Port to listen on.")
+@click.option("--store", default="memory", show_default=True, envvar="LIVEROOM_STORE",
+              show_envvar=True, help=_STORE_HELP)
+@click.option("--admin-token", envvar="LIVEROOM_ADMIN_TOKEN", show_envvar=True,
+              help="Bearer token of operators (also publishes). Made up and printed if "
+                   "unset; with Redis it is kept in the store so every node shares it.")
+@click.option("--publisher-token", envvar="LIVEROOM_PUBLISHER_TOKEN", show_envvar=True,
+              help="Bearer token the business backend uses for important messages. "
+                   "Made up and printed if unset (kept in the store with Redis).")
+@click.option("--node-id", default="", envvar="LIVEROOM_NODE_ID", show_envvar=True,
+              help="Stable id of this node among those sharing a store [default: HOST:PORT].")
+@click.option("--secret", envvar="LIVEROOM_SECRET", show_envvar=True,
+              help="Key that signs listener contexts; every node must share it. "
+                   "Kept in the store when unset.")
+@click.option("--log-level", default="info", show_default=True, envvar="LIVEROOM_LOG_LEVEL",
+              show_envvar=True,
+              type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
+def serve(host: str, port: int, store: str, admin_token: str | None,
+          publisher_token: str | None, node_id: str, secret: str | None,
+          log_level: str) -> None:
+    """Run every role (proxy, recvsvr, statsvr) in this process."""
+    logging.basicConfig(level=log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = Settings(host=host, port=port, store=store, admin_token=admin_token,
+                        publisher_token=publisher_token, node_id=node_id, secret=secret,
+                        log_level=log_level)
+    try:
+        app = build_app(settings, announce=_announce)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--store") from None
+    loop = _new_loop()
+    web.run_app(app, host=host, port=port, print=None, handler_cancellation=True,
+                keepalive_timeout=15.0, shutdown_timeout=5.0, access_log=None, loop=loop)
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency off Windows
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()  # type: ignore[no-any-return]
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

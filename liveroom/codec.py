@@ -1,0 +1,114 @@
+"""Codecs: request bodies in, messages out, and the stored form of a message.
+
+Two wire formats: JSON (orjson) and msgpack. Both decoders refuse what the
+contract refuses (invalid documents, NaN and infinities, non-string keys, binary
+or extension values, deep nesting) with a 400, so a body that was accepted can
+always be encoded in either format later.
+
+A message is encoded once per format when a recvsvr pulls it; answers are then
+built by joining those ready bytes (:func:`msgpack_array_header` lets a msgpack
+answer be concatenated the same way as a JSON one).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from typing import Any
+
+import msgpack
+import orjson
+
+from .errors import BadBody, UnsupportedMedia
+from .model import Entry
+
+JSON = "application/json"
+MSGPACK = "application/msgpack"
+_MSGPACK_TYPES = frozenset({MSGPACK, "application/x-msgpack"})
+MAX_DEPTH = 32
+"""Deepest nesting accepted in a message body."""
+
+
+def wants_msgpack(accept: str) -> bool:
+    """Whether an ``Accept`` header asks for msgpack answers."""
+    return "msgpack" in accept
+
+
+def decode_request(content_type: str, raw: bytes) -> Any:
+    """Decode a JSON or msgpack request body; refuse anything else."""
+    if content_type == JSON:
+        try:
+            value = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise BadBody(f"invalid JSON: {exc}") from None
+    elif content_type in _MSGPACK_TYPES:
+        try:
+            value = msgpack.unpackb(raw, raw=False, strict_map_key=True, max_bin_len=0,
+                                    max_ext_len=0)
+        except Exception as exc:  # msgpack raises several unrelated types
+            raise BadBody(f"invalid msgpack: {exc}") from None
+    else:
+        raise UnsupportedMedia("send application/json or application/msgpack")
+    check_value(value)
+    return value
+
+
+def check_value(value: Any, depth: int = 0) -> None:
+    """Refuse values JSON cannot carry faithfully (NaN, bytes, non-string keys)."""
+    if depth > MAX_DEPTH:
+        raise BadBody(f"nesting deeper than {MAX_DEPTH}")
+    if value is None or isinstance(value, bool | int | str):
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 2**63:
+            raise BadBody("integer out of range")
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise BadBody("NaN and infinities are not allowed")
+        return
+    if isinstance(value, list | tuple):
+        for item in value:
+            check_value(item, depth + 1)
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise BadBody("object keys must be strings")
+            check_value(item, depth + 1)
+        return
+    raise BadBody(f"values of type {type(value).__name__} are not allowed")
+
+
+def json_size(value: Any) -> int:
+    """Size of ``value`` encoded as JSON, the measure of the message size limit."""
+    return len(orjson.dumps(value))
+
+
+def pack_stored(uid: str, important: bool, ts: int, body: Any) -> bytes:
+    """The stored form of a message (the store adds seq and ic beside it)."""
+    return msgpack.packb((uid, important, ts, body), use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def unpack_stored(seq: int, ic: int, blob: bytes) -> Entry:
+    uid, important, ts, body = msgpack.unpackb(blob, raw=False)
+    return Entry(seq=seq, ic=ic, uid=uid, important=bool(important), ts=int(ts), body=body)
+
+
+def encode_message(entry: Entry) -> tuple[bytes, bytes]:
+    """The message as it appears in answers, in JSON and in msgpack."""
+    doc = {"seq": entry.seq, "uid": entry.uid, "important": entry.important,
+           "ts": entry.ts, "body": entry.body}
+    return orjson.dumps(doc), msgpack.packb(doc, use_bin_type=True)
+
+
+def msgpack_array_header(n: int) -> bytes:
+    if n < 16:
+        return bytes((0x90 | n,))
+    if n < 0x10000:
+        return b"\xdc" + struct.pack(">H", n)
+    return b"\xdd" + struct.pack(">I", n)
+
+
+def msgpack_map_header(n: int) -> bytes:
+    if n < 16:
+        return bytes((0x80 | n,))
+    return b"\xde" + struct.pack(">H", n)

@@ -1,0 +1,89 @@
+"""The one error hierarchy of liveroom.
+
+Every error a client can cause or a fault can raise is a :class:`LiveroomError`
+with a stable ``code`` (the ``error`` field of the JSON answer), an HTTP
+``status`` and whether it is ``temporary`` (worth retrying: the answer then
+carries ``Retry-After``)::
+
+    LiveroomError
+    ├── BadRequest            400  malformed names, cursors, parameters, bodies
+    │   └── BadBody           400  invalid JSON or msgpack, missing uid/body
+    ├── Unauthorized          401  token missing or wrong
+    ├── Forbidden             403  a valid token without the right
+    ├── RequestTimeout        408  a request body not received in time
+    ├── TooLarge              413  body over the limit
+    ├── UnsupportedMedia      415  neither JSON nor msgpack, or compressed
+    ├── RateLimited           429  a sender limit (temporary)
+    └── StoreUnavailable      503  the KV store cannot be reached (temporary)
+
+Engines turn their driver's connection errors into :class:`StoreUnavailable` at
+their boundary, so nothing above the store knows which engine runs. One
+middleware in the proxy turns these errors into the JSON error answer.
+"""
+
+from __future__ import annotations
+
+
+class LiveroomError(Exception):
+    """Base of every error that becomes a JSON error answer."""
+
+    code = "internal"
+    status = 500
+    temporary = False
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after = retry_after
+
+
+class BadRequest(LiveroomError):
+    code = "bad_request"
+    status = 400
+
+
+class BadBody(BadRequest):
+    code = "bad_body"
+
+
+class Unauthorized(LiveroomError):
+    code = "unauthorized"
+    status = 401
+
+
+class Forbidden(LiveroomError):
+    code = "forbidden"
+    status = 403
+
+
+class RequestTimeout(LiveroomError):
+    code = "request_timeout"
+    status = 408
+
+
+class TooLarge(LiveroomError):
+    code = "too_large"
+    status = 413
+
+
+class UnsupportedMedia(LiveroomError):
+    code = "unsupported_media_type"
+    status = 415
+
+
+class RateLimited(LiveroomError):
+    code = "rate_limited"
+    status = 429
+    temporary = True
+
+
+class StoreUnavailable(LiveroomError):
+    """The KV store could not be reached; the operation may be retried."""
+
+    code = "store_unavailable"
+    status = 503
+    temporary = True
+
+    def __init__(self, message: str = "the message store is unavailable", *,
+                 retry_after: float | None = 1.0) -> None:
+        super().__init__(message, retry_after=retry_after)

@@ -1,0 +1,76 @@
+"""The message model: names, messages as senders give them and as the store keeps them.
+
+Data crossing a boundary (proxy → store, store → recvsvr) is a frozen dataclass.
+Validation of names and integers lives here so every role refuses the same input.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import BadRequest
+
+MAX_INT = 2**53 - 1
+"""Largest integer in the HTTP contract (it survives a JavaScript client)."""
+
+_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+_CLIENT_MSG_ID = re.compile(r"[A-Za-z0-9_.:\-]{1,128}")
+_DIGITS = re.compile(r"[0-9]{1,16}")
+
+
+def check_name(kind: str, value: object) -> str:
+    """Return ``value`` if it is a valid room or uid name, else raise 400."""
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
+        raise BadRequest(f"{kind} must match [A-Za-z0-9_.-]{{1,64}}")
+    return value
+
+
+def check_client_msg_id(value: object) -> str:
+    if not isinstance(value, str) or not _CLIENT_MSG_ID.fullmatch(value):
+        raise BadRequest("client_msg_id must match [A-Za-z0-9_.:-]{1,128}")
+    return value
+
+
+def parse_count(name: str, text: str, low: int = 0, high: int = MAX_INT) -> int:
+    """Parse a decimal integer from a query string, strictly.
+
+    Python's ``int()`` also accepts ``1_000``, surrounding spaces, a sign and
+    non-ASCII digits; the contract does not, so only ASCII digits are allowed.
+    """
+    if not _DIGITS.fullmatch(text):
+        raise BadRequest(f"{name} must be an integer between {low} and {high}")
+    value = int(text)
+    if not low <= value <= high:
+        raise BadRequest(f"{name} must be an integer between {low} and {high}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    """A message as a sender posted it, before the store numbers it."""
+
+    uid: str
+    body: Any
+    important: bool
+    ts: int
+    """Milliseconds since the epoch, taken by the proxy that accepted it."""
+    client_msg_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One message of a room's log as the store keeps it.
+
+    ``ic`` is the number of important messages in the room with a ``seq`` up
+    to and including this one; with it a reader counts the normal and important
+    messages between two positions without having them (exact ``gap``/``igap``).
+    """
+
+    seq: int
+    ic: int
+    uid: str
+    important: bool
+    ts: int
+    body: Any

@@ -1,0 +1,146 @@
+"""Assembling roles into a node: one aiohttp application running proxy,
+recvsvr and statsvr in one process, calling each other directly.
+
+This module and :mod:`liveroom.cli` are the only places in the core that
+import roles. Background tasks belong to the node's lifecycle (aiohttp's
+``cleanup_ctx``): they start before the server listens and stop after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from proxy import Proxy
+from proxy.auth import Tokens
+from proxy.context import ContextSigner
+from proxy.routes import errors_middleware
+from recvsvr import RoomCache, SectLimits
+from recvsvr.build import Retention
+from statsvr import LocalPresence
+
+from .clock import Clock, SystemClock
+from .errors import StoreUnavailable
+from .metrics import Metrics
+from .settings import Settings
+from .store import Store, open_store
+
+log = logging.getLogger("liveroom.node")
+
+
+@dataclass
+class Node:
+    settings: Settings
+    clock: Clock
+    store: Store
+    metrics: Metrics
+    cache: RoomCache
+    presence: LocalPresence
+    proxy: Proxy
+    announce: Callable[[Node], None] | None = None
+    generated: dict[str, str] = field(default_factory=dict)
+    """Tokens this node made up because none was configured (to print them)."""
+
+    async def health(self) -> str | None:
+        try:
+            await asyncio.wait_for(self.store.ping(), 2.0)
+        except (StoreUnavailable, TimeoutError):
+            return "the store is unreachable"
+        if not self.store.notifier.alive:
+            return "the notify channel is down"
+        return None
+
+
+NODE = web.AppKey("node", Node)
+
+
+def build_node(settings: Settings, clock: Clock | None = None,
+               announce: Callable[[Node], None] | None = None) -> Node:
+    clock = clock or SystemClock()
+    store = open_store(settings.store, settings.log_policy(), clock, node_id=settings.name)
+    metrics = Metrics()
+    retention = Retention(
+        normal_keep=settings.normal_keep,
+        important_keep=settings.important_keep,
+        important_window_ms=int(settings.important_window * 1000),
+        index_keep=settings.index_keep,
+    )
+    limits = SectLimits(
+        fallback_interval=settings.fallback_pull_interval,
+        read_window=settings.read_window,
+        batch=settings.pull_batch,
+        concurrency=settings.pull_concurrency,
+        touch_interval=settings.touch_interval,
+    )
+    cache = RoomCache(store.log, clock, metrics, retention=retention, limits=limits)
+    presence = LocalPresence(clock, window=settings.online_window)
+    # Tokens and the context secret may live in the store: they are filled in
+    # at start-up, before the server accepts a connection.
+    proxy = Proxy(settings=settings, reader=cache, presence=presence, log=store.log,
+                  tokens=Tokens(admin="", publisher=""), signer=ContextSigner(""),
+                  clock=clock, metrics=metrics, health=lambda: node.health())
+    node = Node(settings, clock, store, metrics, cache, presence, proxy, announce)
+    return node
+
+
+async def _shared(node: Node, name: str, configured: str | None) -> str:
+    if configured:
+        return configured
+    candidate = secrets.token_urlsafe(24)
+    delay = 0.2
+    while True:
+        try:
+            value = await node.store.shared_value(name, candidate)
+            break
+        except StoreUnavailable:
+            log.warning("waiting for the store to settle %s", name)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+    if name != "secret":
+        node.generated[name] = value
+    return value
+
+
+async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
+    node = app[NODE]
+    s = node.settings
+    await node.store.start()
+    try:
+        node.proxy.tokens = Tokens(
+            admin=await _shared(node, "admin_token", s.admin_token),
+            publisher=await _shared(node, "publisher_token", s.publisher_token),
+        )
+        node.proxy.signer = ContextSigner(await _shared(node, "secret", s.secret))
+        node.store.notifier.subscribe(node.cache.on_notify, node.cache.on_resync)
+        await node.cache.start()
+        await node.presence.start()
+        if node.announce is not None:
+            node.announce(node)
+        yield
+    finally:
+        await node.proxy.holds.close()
+        await node.cache.stop()
+        await node.presence.stop()
+        await node.store.close()
+
+
+async def _release_held_polls(app: web.Application) -> None:
+    app[NODE].proxy.holds.release_all()
+
+
+def build_app(settings: Settings, clock: Clock | None = None,
+              announce: Callable[[Node], None] | None = None) -> web.Application:
+    """The aiohttp application of one node running every role."""
+    node = build_node(settings, clock, announce)
+    app = web.Application(middlewares=[errors_middleware],
+                          client_max_size=settings.max_message_bytes + 1024)
+    app[NODE] = node
+    node.proxy.add_routes(app)
+    app.cleanup_ctx.append(_lifecycle)
+    app.on_shutdown.append(_release_held_polls)
+    return app

@@ -1,0 +1,71 @@
+"""Settings of a liveroom node: one frozen dataclass, filled by the CLI from
+flags and ``LIVEROOM_*`` environment variables, with defaults that run a
+working server on one machine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .store.base import LogPolicy
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    store: str = "memory"
+    """``memory`` or a ``redis://HOST:PORT/DB`` URL."""
+    node_id: str = ""
+    """Stable id of this node among those sharing a store (default: host:port)."""
+    admin_token: str | None = None
+    publisher_token: str | None = None
+    secret: str | None = None
+    """Key that signs listener contexts; shared through the store when unset."""
+    log_level: str = "info"
+
+    # The listening contract.
+    poll_timeout: float = 25.0
+    poll_timeout_max: int = 60
+    recent_default: int = 20
+    recent_max: int = 100
+    answer_limit: int = 500
+    """Normal messages per answer; the rest of a backlog is counted in ``gap``."""
+    max_message_bytes: int = 4096
+    """Largest message ``body``, measured as JSON."""
+    request_timeout: float = 10.0
+    """Time a client has to send a request body."""
+
+    # recvsvr.
+    normal_keep: int = 2000
+    important_keep: int = 500
+    important_window: float = 600.0
+    index_keep: int = 100_000
+    """Important positions remembered for exact counting beyond the lists."""
+    fallback_pull_interval: float = 1.0
+    read_window: float = 60.0
+    """A room read within this many seconds is pulled at least once per interval."""
+    pull_batch: int = 128
+    pull_concurrency: int = 4
+    touch_interval: float = 600.0
+
+    # Store.
+    log_cap: int = 10_000
+    room_ttl: float = 86_400.0
+    dedup_ttl: float = 600.0
+
+    # Interim presence (replaced by statsvr's sharded view).
+    online_window: float = 90.0
+
+    @property
+    def name(self) -> str:
+        return self.node_id or f"{self.host}:{self.port}"
+
+    def log_policy(self) -> LogPolicy:
+        return LogPolicy(
+            log_cap=self.log_cap,
+            important_keep=self.important_keep,
+            important_window_ms=int(self.important_window * 1000),
+            room_ttl_ms=int(self.room_ttl * 1000),
+            dedup_ttl_ms=int(self.dedup_ttl * 1000),
+        )

@@ -1,0 +1,136 @@
+"""A room as a recvsvr caches it, and how a listener's cursor reads it.
+
+A :class:`Snapshot` is immutable: the recvsvr builds a new one after a pull and
+swaps the reference, so readers never lock. Reading is a binary search in a
+tuple plus a slice (:func:`read`), and every message is already encoded.
+
+Cursors. Every message of a room takes the next number of one sequence
+(``seq``). A listener holds two positions in it: ``seq``, up to which every
+*normal* message was delivered or counted, and ``iseq``, the same for
+*important* ones. Counting needs to know how many of the messages between two
+positions are important: ``I(x)``, the number of important messages with a seq
+up to ``x``. The snapshot knows it exactly from its ``anchor`` on
+(``anchor_ic`` important messages up to ``anchor_seq``, then every important
+seq in ``index``); for a cursor older than the anchor the caller may pass the
+value it signed into the listener's context, otherwise the unknown stretch is
+counted as normal messages.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import NamedTuple
+
+
+class Item(NamedTuple):
+    """One message, encoded once for every answer that carries it."""
+
+    seq: int
+    ts: int
+    json: bytes
+    mp: bytes
+
+
+_seq = attrgetter("seq")
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    room: str
+    epoch: str
+    head: int
+    """Seq of the newest message in the room (0 when empty)."""
+    head_ic: int
+    """Important messages up to ``head``."""
+    normal: tuple[Item, ...] = ()
+    """The newest normal messages, ascending seq."""
+    important: tuple[Item, ...] = ()
+    """Retained important messages, ascending seq."""
+    anchor_seq: int = 0
+    anchor_ic: int = 0
+    index: tuple[int, ...] = ()
+    """Seqs of every important message in (anchor_seq, head]."""
+    memo: dict[object, bytes] = field(default_factory=dict, compare=False, repr=False)
+    """Encoded answer parts shared by listeners at the same cursor (see proxy)."""
+
+    def important_count(self, position: int) -> int | None:
+        """``I(position)``, or ``None`` when ``position`` is before the anchor."""
+        if position < self.anchor_seq:
+            return None
+        if position >= self.head:
+            return self.head_ic
+        return self.anchor_ic + bisect_right(self.index, position)
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """What a poll answers: messages to send, what was skipped, the new cursors."""
+
+    important: tuple[Item, ...]
+    messages: tuple[Item, ...]
+    gap: int
+    igap: int
+    seq: int
+    iseq: int
+    seq_ic: int
+    """``I(seq)`` of the new cursor, for the listener's context."""
+    iseq_ic: int
+
+    @property
+    def empty(self) -> bool:
+        return not self.important and not self.messages and not self.gap and not self.igap
+
+
+def _count_at(snap: Snapshot, position: int, hint: int | None) -> int:
+    known = snap.important_count(position)
+    if known is not None:
+        return known
+    if hint is not None and 0 <= hint <= snap.anchor_ic and hint <= position:
+        # A signed count from the listener's context; it cannot exceed what
+        # the anchor says, nor the number of messages up to the position.
+        if snap.anchor_ic - hint <= snap.anchor_seq - position:
+            return hint
+    return snap.anchor_ic
+
+
+def read(snap: Snapshot, seq: int, iseq: int, *, limit: int = 500,
+         seq_ic: int | None = None, iseq_ic: int | None = None) -> Delivery:
+    """What a listener at ``(seq, iseq)`` has pending in ``snap``.
+
+    Important messages after ``iseq`` come first, all of them; then the newest
+    ``limit`` normal messages after ``seq``. Pending messages that are no longer
+    held (evicted, or beyond ``limit``) are counted in ``igap`` and ``gap``, so
+    nothing is counted twice and nothing is hidden. When something is pending
+    both cursors move to the head. Cursors past the head read as nothing pending
+    (the caller decides between waiting and a reset).
+    """
+    head = snap.head
+    if seq >= head and iseq >= head:
+        return Delivery((), (), 0, 0, seq, iseq, snap.head_ic, snap.head_ic)
+    imp = snap.important
+    important = imp[bisect_right(imp, iseq, key=_seq):] if iseq < head else ()
+    normal = snap.normal
+    messages: tuple[Item, ...] = ()
+    if seq < head:
+        start = bisect_right(normal, seq, key=_seq)
+        if len(normal) - start > limit:
+            start = len(normal) - limit
+        messages = normal[start:]
+    i_seq = _count_at(snap, min(seq, head), seq_ic)
+    i_iseq = _count_at(snap, min(iseq, head), iseq_ic)
+    pending_normal = (head - snap.head_ic) - (min(seq, head) - i_seq)
+    pending_important = snap.head_ic - i_iseq
+    gap = max(0, pending_normal - len(messages))
+    igap = max(0, pending_important - len(important))
+    if not (important or messages or gap or igap):
+        # Only the other kind was behind: nothing to deliver, cursors unchanged.
+        return Delivery((), (), 0, 0, seq, iseq, i_seq, i_iseq)
+    return Delivery(important, messages, gap, igap, head, head, snap.head_ic, snap.head_ic)
+
+
+def recent(snap: Snapshot, count: int) -> Delivery:
+    """A first poll: the last ``count`` normal messages, cursors at the head."""
+    messages = snap.normal[len(snap.normal) - count:] if count else ()
+    return Delivery((), messages, 0, 0, snap.head, snap.head, snap.head_ic, snap.head_ic)

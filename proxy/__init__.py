@@ -1,0 +1,10 @@
+"""proxy: the HTTP face of liveroom.
+
+It parses requests, holds long polls (:mod:`.hold`), answers them from the
+snapshots a :class:`~liveroom.roles.RoomReader` hands out (:mod:`.answer`), signs
+listener contexts (:mod:`.context`) and appends sends to the store.
+"""
+
+from .routes import Proxy
+
+__all__ = ["Proxy"]

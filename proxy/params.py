@@ -1,0 +1,87 @@
+"""Parsing and validating requests into frozen values; every refusal is a 4xx."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from liveroom.codec import check_value, json_size
+from liveroom.errors import BadBody, BadRequest, TooLarge
+from liveroom.model import check_client_msg_id, check_name, parse_count
+
+
+@dataclass(frozen=True, slots=True)
+class PollParams:
+    room: str
+    uid: str
+    epoch: str | None
+    seq: int | None
+    """``None`` for a first poll."""
+    iseq: int | None
+    ctx: str | None
+    timeout: float
+    recent: int
+
+
+_EPOCH_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.")
+
+
+def parse_poll(room: str, query: Mapping[str, str], *, default_timeout: float,
+               max_timeout: int, recent_default: int, recent_max: int) -> PollParams:
+    check_name("room", room)
+    uid = query.get("uid")
+    if uid is None:
+        raise BadRequest("uid is required")
+    check_name("uid", uid)
+    timeout = float(parse_count("timeout", query["timeout"], 1, max_timeout)) \
+        if "timeout" in query else default_timeout
+    recent = parse_count("recent", query["recent"], 0, recent_max) \
+        if "recent" in query else recent_default
+    raw_seq = query.get("seq")
+    epoch = query.get("epoch")
+    if epoch is not None and (not 0 < len(epoch) <= 64 or not set(epoch) <= _EPOCH_CHARS):
+        raise BadRequest("epoch must be the value of a previous answer")
+    if raw_seq is None:
+        return PollParams(room, uid, epoch, None, None, None, timeout, recent)
+    seq = parse_count("seq", raw_seq)
+    iseq = parse_count("iseq", query["iseq"]) if "iseq" in query else seq
+    if epoch is None:
+        raise BadRequest("epoch is required with seq")
+    ctx = query.get("ctx") or None
+    if ctx is not None and len(ctx) > 512:
+        raise BadRequest("ctx must be the value of a previous answer")
+    return PollParams(room, uid, epoch, seq, iseq, ctx, timeout, recent)
+
+
+@dataclass(frozen=True, slots=True)
+class SendParams:
+    uid: str
+    body: Any
+    important: bool
+    client_msg_id: str | None
+
+
+def parse_send(doc: Any, *, max_body: int) -> SendParams:
+    if not isinstance(doc, dict):
+        raise BadBody("the request body must be an object with uid and body")
+    uid = doc.get("uid")
+    if uid is None:
+        raise BadBody("uid is required")
+    check_name("uid", uid)
+    if "body" not in doc or doc["body"] is None:
+        raise BadBody("body is required")
+    body = doc["body"]
+    check_value(body)
+    if json_size(body) > max_body:
+        raise TooLarge(f"body is larger than {max_body} bytes")
+    important = doc.get("important", False)
+    if not isinstance(important, bool):
+        raise BadBody("important must be true or false")
+    cmid = doc.get("client_msg_id")
+    if cmid is not None:
+        check_client_msg_id(cmid)
+    unknown = set(doc) - {"uid", "body", "important", "client_msg_id"}
+    if unknown:
+        raise BadBody(f"unknown fields: {', '.join(sorted(unknown))}")
+    return SendParams(uid, body, important, cmid)

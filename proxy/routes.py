@@ -1,0 +1,204 @@
+"""The HTTP routes of the proxy role and the middleware that shapes errors."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from liveroom.clock import Clock
+from liveroom.codec import JSON, MSGPACK, decode_request, wants_msgpack
+from liveroom.errors import (
+    BadRequest,
+    LiveroomError,
+    RequestTimeout,
+    StoreUnavailable,
+    TooLarge,
+    UnsupportedMedia,
+)
+from liveroom.metrics import Metrics
+from liveroom.model import NewMessage, check_name
+from liveroom.roles import Presence, RoomReader
+from liveroom.settings import Settings
+from liveroom.snapshot import Delivery, Snapshot, read, recent
+from liveroom.store.base import MessageLog
+
+from . import answer
+from .auth import Right, Tokens
+from .context import Context, ContextSigner
+from .hold import Holds
+from .params import PollParams, parse_poll, parse_send
+
+log = logging.getLogger("liveroom.proxy")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def error_response(status: int, code: str, message: str,
+                   retry_after: float | None = None) -> web.Response:
+    headers = {"Retry-After": str(max(1, round(retry_after)))} if retry_after else None
+    return web.json_response({"error": code, "message": message}, status=status,
+                             headers=headers)
+
+
+@web.middleware
+async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every failure becomes ``{"error", "message"}`` with its status."""
+    try:
+        return await handler(request)
+    except LiveroomError as exc:
+        return error_response(exc.status, exc.code, exc.message,
+                              exc.retry_after if exc.temporary else None)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        code = exc.reason.lower().replace(" ", "_")
+        return error_response(exc.status, code, exc.text or exc.reason)
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("unexpected error answering %s %s", request.method, request.path)
+        return error_response(500, "internal", "internal error")
+
+
+@dataclass
+class Proxy:
+    """The proxy role: its routes, the held polls, and what it needs from others."""
+
+    settings: Settings
+    reader: RoomReader
+    presence: Presence
+    log: MessageLog
+    tokens: Tokens
+    signer: ContextSigner
+    clock: Clock
+    metrics: Metrics
+    health: Callable[[], Awaitable[str | None]]
+    """Returns None when healthy, else what is wrong."""
+
+    def __post_init__(self) -> None:
+        self.holds = Holds(self.reader)
+        self.metrics.track(self.metrics.held_polls, lambda: self.holds.count)
+
+    def add_routes(self, app: web.Application) -> None:
+        app.router.add_get("/v1/rooms/{room}/poll", self.poll)
+        app.router.add_post("/v1/rooms/{room}/messages", self.send)
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/metrics", self.render_metrics)
+
+    # -- listening -----------------------------------------------------------
+
+    async def poll(self, request: web.Request) -> web.StreamResponse:
+        s = self.settings
+        p = parse_poll(request.match_info["room"], request.query,
+                       default_timeout=s.poll_timeout, max_timeout=s.poll_timeout_max,
+                       recent_default=s.recent_default, recent_max=s.recent_max)
+        use_msgpack = wants_msgpack(request.headers.get("Accept", ""))
+        snap = await self.reader.snapshot(p.room)
+        self.presence.heartbeat(p.room, p.uid)
+        if p.seq is None or p.iseq is None or p.epoch is None:
+            return self._answer(snap, p, recent(snap, p.recent), use_msgpack, outcome="first")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + p.timeout
+        if p.epoch != snap.epoch or p.seq > snap.head or p.iseq > snap.head:
+            # This node may only lag behind the node the listener came from:
+            # confirm with a fresh pull before resetting.
+            snap = await self.reader.wait_pulled(p.room)
+            if p.epoch != snap.epoch or p.seq > snap.head or p.iseq > snap.head:
+                return self._answer(snap, p, recent(snap, p.recent), use_msgpack,
+                                    reset=True, outcome="reset")
+        ctx = self.signer.verify(p.ctx, p.room, p.uid, p.epoch, p.seq, p.iseq)
+        hint_seq = ctx.seq_ic if ctx else None
+        hint_iseq = ctx.iseq_ic if ctx else None
+        while True:
+            d = read(snap, p.seq, p.iseq, limit=s.answer_limit,
+                     seq_ic=hint_seq, iseq_ic=hint_iseq)
+            if not d.empty:
+                return self._answer(snap, p, d, use_msgpack, outcome="delivered")
+            nxt = await self.holds.wait(p.room, snap, deadline - loop.time())
+            if nxt is None:
+                return self._answer(snap, p, d, use_msgpack, outcome="empty",
+                                    keep_cursors=True, last_ms=ctx.last_ms if ctx else 0)
+            snap = nxt
+            if snap.epoch != p.epoch:
+                return self._answer(snap, p, recent(snap, p.recent), use_msgpack,
+                                    reset=True, outcome="reset")
+
+    def _answer(self, snap: Snapshot, p: PollParams, d: Delivery, use_msgpack: bool, *,
+                outcome: str, reset: bool = False, keep_cursors: bool = False,
+                last_ms: int = 0) -> web.Response:
+        self.metrics.polls.labels(outcome).inc()
+        if d.important:
+            self.metrics.deliveries.labels("important").inc(len(d.important))
+        if d.messages:
+            self.metrics.deliveries.labels("normal").inc(len(d.messages))
+        if keep_cursors:
+            # An empty answer: the listener's own cursors and epoch, unchanged.
+            assert p.epoch is not None
+            epoch, memo_snap = p.epoch, None
+        else:
+            epoch, memo_snap = snap.epoch, snap
+            if not d.empty or outcome == "first" or reset:
+                last_ms = int(self.clock.time() * 1000)
+        ctx = self.signer.sign(p.room, p.uid, epoch, d.seq, d.iseq,
+                               Context(d.seq_ic, d.iseq_ic, last_ms))
+        body = answer.encode(memo_snap, p.room, epoch, d, reset=reset,
+                             online=self.presence.online(p.room), interval_ms=0,
+                             ctx=ctx, use_msgpack=use_msgpack)
+        return web.Response(body=body, content_type=MSGPACK if use_msgpack else JSON)
+
+    # -- sending -------------------------------------------------------------
+
+    async def _read_body(self, request: web.Request) -> bytes:
+        if request.headers.get("Content-Encoding", "identity").lower() != "identity":
+            raise UnsupportedMedia("compressed bodies are not accepted")
+        limit = self.settings.max_message_bytes + 1024
+        length = request.content_length
+        if length is not None and length > limit:
+            raise TooLarge(f"request body is larger than {limit} bytes")
+        try:
+            async with asyncio.timeout(self.settings.request_timeout):
+                raw = await request.content.read(limit + 1)
+                if len(raw) > limit:
+                    raise TooLarge(f"request body is larger than {limit} bytes")
+                if length is not None and len(raw) < length:
+                    raw += await request.content.readexactly(length - len(raw))
+        except TimeoutError:
+            raise RequestTimeout("request body not received in time") from None
+        except asyncio.IncompleteReadError:
+            raise BadRequest("request body ended early") from None
+        return raw
+
+    async def send(self, request: web.Request) -> web.StreamResponse:
+        room = check_name("room", request.match_info["room"])
+        raw = await self._read_body(request)
+        doc = decode_request(request.content_type, raw)
+        sp = parse_send(doc, max_body=self.settings.max_message_bytes)
+        if sp.important:
+            self.tokens.require(request.headers.get("Authorization"), Right.PUBLISH)
+        message = NewMessage(uid=sp.uid, body=sp.body, important=sp.important,
+                             ts=int(self.clock.time() * 1000), client_msg_id=sp.client_msg_id)
+        try:
+            appended = await self.log.append(room, message)
+        except StoreUnavailable:
+            self.metrics.sends.labels("unavailable").inc()
+            self.metrics.store_errors.labels("append").inc()
+            raise
+        self.metrics.sends.labels("duplicate" if appended.duplicate else "stored").inc()
+        return web.json_response({"seq": appended.seq, "epoch": appended.epoch}, status=201)
+
+    # -- operations ----------------------------------------------------------
+
+    async def healthz(self, request: web.Request) -> web.StreamResponse:
+        problem = await self.health()
+        if problem is not None:
+            return error_response(503, "unhealthy", problem, retry_after=1)
+        return web.json_response({"status": "ok"})
+
+    async def render_metrics(self, request: web.Request) -> web.StreamResponse:
+        return web.Response(body=self.metrics.render(),
+                            content_type="text/plain", charset="utf-8",
+                            headers={"X-Content-Type": "prometheus-0.0.4"})

@@ -1,0 +1,10 @@
+"""recvsvr: the stateless room cache.
+
+It keeps no state the store does not have: per room an immutable snapshot,
+rebuilt by background pulls (on a notify, and at least once a second for rooms
+read in the last minute) and swapped in one assignment. See :mod:`.cache`.
+"""
+
+from .cache import RoomCache, SectLimits
+
+__all__ = ["RoomCache", "SectLimits"]

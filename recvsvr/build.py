@@ -1,0 +1,109 @@
+"""Building a room's next snapshot from the last one and a pull.
+
+Pure functions: given the snapshot a recvsvr holds and what the store returned,
+return the snapshot to swap in. Messages are encoded here, once each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from liveroom.codec import encode_message
+from liveroom.model import Entry
+from liveroom.snapshot import Item, Snapshot
+from liveroom.store.base import Pulled
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    normal_keep: int = 2000
+    important_keep: int = 500
+    important_window_ms: int = 600_000
+    important_hard_cap: int = 50_000
+    index_keep: int = 100_000
+
+
+def _item(entry: Entry) -> Item:
+    js, mp = encode_message(entry)
+    return Item(entry.seq, entry.ts, js, mp)
+
+
+def _contiguous_tail(entries: tuple[Entry, ...]) -> int:
+    """Index where the run of consecutive seqs that ends the entries starts."""
+    i = len(entries) - 1
+    while i > 0 and entries[i - 1].seq == entries[i].seq - 1:
+        i -= 1
+    return max(i, 0)
+
+
+def advance(old: Snapshot | None, pulled: Pulled, after: int, keep: Retention,
+            now_ms: int) -> Snapshot:
+    """The snapshot after applying ``pulled`` (a read of entries after ``after``).
+
+    ``old`` must be of the same epoch as ``pulled`` (or ``None`` to start
+    afresh, then ``after`` is 0). When the pull is complete the counting anchor
+    stays; otherwise the anchor moves to the start of the contiguous run of
+    new entries, the last stretch this node knows every message of.
+    """
+    assert pulled.epoch is not None
+    entries = pulled.entries
+    if old is not None and not entries and pulled.head == old.head:
+        return _trim_important(old, keep, now_ms)
+    new_normal = [_item(e) for e in entries if not e.important]
+    new_important = [_item(e) for e in entries if e.important]
+    if old is None:
+        normal: list[Item] = new_normal
+        important: list[Item] = new_important
+    else:
+        normal = [*old.normal, *new_normal]
+        important = [*old.important, *new_important]
+    if pulled.complete and old is not None:
+        anchor_seq, anchor_ic = old.anchor_seq, old.anchor_ic
+        index = [*old.index, *(e.seq for e in entries if e.important)]
+    elif pulled.complete:
+        anchor_seq, anchor_ic = after, pulled.head_ic - sum(e.important for e in entries)
+        index = [e.seq for e in entries if e.important]
+    elif entries:
+        start = entries[_contiguous_tail(entries)]
+        anchor_seq, anchor_ic = start.seq - 1, start.ic - start.important
+        index = [e.seq for e in entries if e.important and e.seq > anchor_seq]
+    else:  # the store's head moved but returned nothing: know nothing below it
+        anchor_seq, anchor_ic, index = pulled.head, pulled.head_ic, []
+    if len(index) > keep.index_keep:
+        drop = len(index) - keep.index_keep
+        anchor_seq, anchor_ic = index[drop - 1], anchor_ic + drop
+        index = index[drop:]
+    if len(normal) > keep.normal_keep:
+        normal = normal[len(normal) - keep.normal_keep:]
+    snap = Snapshot(
+        room=pulled.room,
+        epoch=pulled.epoch,
+        head=pulled.head,
+        head_ic=pulled.head_ic,
+        normal=tuple(normal),
+        important=tuple(important),
+        anchor_seq=anchor_seq,
+        anchor_ic=anchor_ic,
+        index=tuple(index),
+    )
+    return _trim_important(snap, keep, now_ms)
+
+
+def _trim_important(snap: Snapshot, keep: Retention, now_ms: int) -> Snapshot:
+    """Keep important messages among the newest ``important_keep`` or inside the window."""
+    imp = snap.important
+    excess = len(imp) - keep.important_keep
+    if excess <= 0:
+        return snap
+    oldest_ok = now_ms - keep.important_window_ms
+    drop = 0
+    while drop < excess and (imp[drop].ts < oldest_ok
+                             or len(imp) - drop > keep.important_hard_cap):
+        drop += 1
+    if not drop:
+        return snap
+    return Snapshot(
+        room=snap.room, epoch=snap.epoch, head=snap.head, head_ic=snap.head_ic,
+        normal=snap.normal, important=imp[drop:], anchor_seq=snap.anchor_seq,
+        anchor_ic=snap.anchor_ic, index=snap.index,
+    )

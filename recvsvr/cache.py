@@ -1,0 +1,327 @@
+"""The room cache of one sect: snapshots, background pulls, and the reader API.
+
+Pulls never run on a poll's path. Rooms that want a pull sit in one ordered
+set; ``concurrency`` workers take them in batches (one store round trip per
+batch), so many notifies for one room coalesce into one pull in flight and the
+store sees a number of reads that grows with rooms, not listeners. A fallback
+loop asks for a pull of every room read in the last ``read_window`` at least
+every ``fallback_interval``: it covers lost notifies and rebuilds the cache
+after a restart. Rooms nobody read for ``read_window`` leave memory.
+
+Each room's snapshot is replaced by one assignment; readers never lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+
+from liveroom.clock import Clock
+from liveroom.errors import StoreUnavailable
+from liveroom.metrics import Metrics
+from liveroom.snapshot import Snapshot
+from liveroom.store.base import MessageLog, Pulled, PullRequest
+
+from .build import Retention, advance
+
+log = logging.getLogger("liveroom.recvsvr")
+
+
+@dataclass(frozen=True, slots=True)
+class SectLimits:
+    """The pull budget of one sect."""
+
+    fallback_interval: float = 1.0
+    read_window: float = 60.0
+    batch: int = 128
+    concurrency: int = 4
+    touch_interval: float = 600.0
+
+
+def _same(a: Snapshot, b: Snapshot) -> bool:
+    return a.epoch == b.epoch and a.head == b.head
+
+
+def _settle(fut: asyncio.Future[Snapshot], snap: Snapshot | None,
+            error: BaseException | None = None) -> None:
+    if fut.done():
+        return
+    if error is not None:
+        fut.set_exception(error)
+        fut.exception()  # retrieved here: waiters may all have gone away
+    else:
+        assert snap is not None
+        fut.set_result(snap)
+
+
+@dataclass(eq=False)
+class _Room:
+    name: str
+    read_at: float
+    snapshot: Snapshot | None = None
+    pulled_at: float = float("-inf")
+    watchers: int = 0
+    first: asyncio.Future[Snapshot] | None = None
+    changed: asyncio.Future[Snapshot] | None = None
+    confirm_next: asyncio.Future[Snapshot] | None = None
+    """Waiters for a pull that starts after they asked."""
+    confirm_now: list[asyncio.Future[Snapshot]] = field(default_factory=list)
+    """Waiters for the pull in flight."""
+    restart: bool = False
+    """Pull from the beginning: the epoch changed under the snapshot."""
+
+
+class RoomCache:
+    """The recvsvr of one sect, implementing :class:`liveroom.roles.RoomReader`."""
+
+    def __init__(self, log_: MessageLog, clock: Clock, metrics: Metrics, *,
+                 retention: Retention = Retention(), limits: SectLimits = SectLimits(),
+                 name: str = "normal") -> None:
+        self._log = log_
+        self._clock = clock
+        self._metrics = metrics
+        self._keep = retention
+        self._limits = limits
+        self.name = name
+        self._rooms: dict[str, _Room] = {}
+        self._dirty: dict[str, None] = {}
+        self._in_flight: set[str] = set()
+        self._work = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # -- lifecycle ---------------------------------------------------------
+
+    async def start(self) -> None:
+        for i in range(self._limits.concurrency):
+            self._tasks.append(asyncio.create_task(self._pull_worker(),
+                                                   name=f"recvsvr-{self.name}-pull-{i}"))
+        self._tasks.append(asyncio.create_task(self._fallback_loop(),
+                                               name=f"recvsvr-{self.name}-fallback"))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        error = StoreUnavailable("the node is shutting down")
+        for room in self._rooms.values():
+            for fut in (room.first, room.confirm_next, *room.confirm_now):
+                if fut is not None:
+                    _settle(fut, None, error)
+            if room.changed is not None:
+                room.changed.cancel()
+
+    # -- the reader interface ------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._rooms)
+
+    def _room(self, name: str) -> _Room:
+        room = self._rooms.get(name)
+        now = self._clock.monotonic()
+        if room is None:
+            room = self._rooms[name] = _Room(name, read_at=now)
+        else:
+            room.read_at = now
+        return room
+
+    async def snapshot(self, room: str) -> Snapshot:
+        state = self._room(room)
+        if state.snapshot is not None:
+            return state.snapshot
+        if state.first is None:
+            state.first = asyncio.get_running_loop().create_future()
+            self.request_pull(room)
+        return await asyncio.shield(state.first)
+
+    async def wait_changed(self, room: str, snapshot: Snapshot) -> Snapshot:
+        state = self._room(room)
+        current = state.snapshot
+        if current is None:
+            return await self.snapshot(room)
+        if not _same(current, snapshot):
+            return current
+        if state.changed is None or state.changed.done():
+            state.changed = asyncio.get_running_loop().create_future()
+        state.watchers += 1
+        try:
+            return await asyncio.shield(state.changed)
+        finally:
+            state.watchers -= 1
+            state.read_at = self._clock.monotonic()
+
+    async def wait_pulled(self, room: str) -> Snapshot:
+        state = self._room(room)
+        if state.confirm_next is None:
+            state.confirm_next = asyncio.get_running_loop().create_future()
+        fut = state.confirm_next
+        self.request_pull(room)
+        return await asyncio.shield(fut)
+
+    def peek(self, room: str) -> Snapshot | None:
+        """The snapshot held now, without counting a read."""
+        state = self._rooms.get(room)
+        return state.snapshot if state is not None else None
+
+    # -- notifies ------------------------------------------------------------
+
+    def on_notify(self, room: str, seq: int) -> None:
+        """A hint that ``room`` reached ``seq``: pull it if we hold it and lag."""
+        self._metrics.notifies.inc()
+        state = self._rooms.get(room)
+        if state is None:
+            return
+        if state.snapshot is None or seq > state.snapshot.head:
+            self.request_pull(room)
+
+    def on_resync(self) -> None:
+        """Notifies may have been lost: pull every room at once."""
+        for room in self._rooms:
+            self.request_pull(room)
+
+    def request_pull(self, room: str) -> None:
+        self._dirty[room] = None
+        self._work.set()
+
+    # -- pulling -------------------------------------------------------------
+
+    def _take_batch(self) -> list[_Room]:
+        batch: list[_Room] = []
+        for name in list(self._dirty):
+            if name in self._in_flight:
+                continue
+            del self._dirty[name]
+            state = self._rooms.get(name)
+            if state is None:
+                continue
+            batch.append(state)
+            if len(batch) >= self._limits.batch:
+                break
+        return batch
+
+    async def _pull_worker(self) -> None:
+        while True:
+            batch = self._take_batch()
+            if not batch:
+                self._work.clear()
+                await self._work.wait()
+                continue
+            names = {s.name for s in batch}
+            self._in_flight |= names
+            try:
+                await self._pull_batch(batch)
+            except Exception:  # never let one bad batch kill the worker
+                log.exception("pull of %d rooms failed", len(batch))
+            finally:
+                self._in_flight -= names
+
+    async def _pull_batch(self, batch: list[_Room]) -> None:
+        requests = []
+        for state in batch:
+            if state.confirm_next is not None:
+                state.confirm_now.append(state.confirm_next)
+                state.confirm_next = None
+            snap = state.snapshot
+            after = 0 if snap is None or state.restart else snap.head
+            requests.append(PullRequest(state.name, after, self._keep.normal_keep))
+        self._metrics.pull_batches.inc()
+        try:
+            results = await self._log.pull(requests)
+        except StoreUnavailable as exc:
+            self._metrics.store_errors.labels("pull").inc()
+            for state in batch:
+                self._fail(state, exc)
+            return
+        self._metrics.pulls.inc(len(results))
+        now = self._clock.monotonic()
+        now_ms = int(self._clock.time() * 1000)
+        for state, request, pulled in zip(batch, requests, results, strict=True):
+            state.pulled_at = now
+            try:
+                await self._apply(state, request, pulled, now_ms)
+            except StoreUnavailable as exc:
+                self._metrics.store_errors.labels("open").inc()
+                self._fail(state, exc)
+
+    def _fail(self, state: _Room, error: StoreUnavailable) -> None:
+        if state.first is not None and state.snapshot is None:
+            _settle(state.first, None, error)
+            state.first = None
+        for fut in state.confirm_now:
+            _settle(fut, None, error)
+        state.confirm_now.clear()
+
+    async def _apply(self, state: _Room, request: PullRequest, pulled: Pulled,
+                     now_ms: int) -> None:
+        old = state.snapshot
+        if pulled.epoch is None:
+            # No log (never written, expired, or the store lost it): make one,
+            # then read it again.
+            await self._log.open_room(state.name)
+            state.restart = old is not None
+            self.request_pull(state.name)
+            return
+        if old is not None and pulled.epoch != old.epoch and request.after:
+            state.restart = True
+            self.request_pull(state.name)
+            return
+        if old is not None and pulled.epoch == old.epoch and pulled.head < old.head:
+            # The store went backwards within an epoch (a failover lost writes):
+            # never let a snapshot go back; start a new epoch instead.
+            log.warning("room %s: store head %d behind cache head %d, new epoch",
+                        state.name, pulled.head, old.head)
+            await self._log.renew_epoch(state.name, old.epoch)
+            state.restart = True
+            self.request_pull(state.name)
+            return
+        base = None if (old is None or pulled.epoch != old.epoch) else old
+        snap = advance(base, pulled, request.after, self._keep, now_ms)
+        state.restart = False
+        self._swap(state, snap)
+        for fut in state.confirm_now:
+            _settle(fut, snap)
+        state.confirm_now.clear()
+
+    def _swap(self, state: _Room, snap: Snapshot) -> None:
+        old = state.snapshot
+        state.snapshot = snap
+        if state.first is not None:
+            _settle(state.first, snap)
+            state.first = None
+        if old is not None and not _same(old, snap) and state.changed is not None:
+            _settle(state.changed, snap)
+            state.changed = None
+
+    # -- the fallback --------------------------------------------------------
+
+    async def _fallback_loop(self) -> None:
+        limits = self._limits
+        last_touch = self._clock.monotonic()
+        while True:
+            await self._clock.sleep(limits.fallback_interval)
+            now = self._clock.monotonic()
+            for name, state in list(self._rooms.items()):
+                idle = now - state.read_at > limits.read_window
+                if idle and not state.watchers and state.first is None \
+                        and state.confirm_next is None and not state.confirm_now:
+                    del self._rooms[name]
+                    self._dirty.pop(name, None)
+                elif now - state.pulled_at >= limits.fallback_interval * 0.5:
+                    self.request_pull(name)
+            self._metrics.rooms.set(len(self._rooms))
+            if now - last_touch >= limits.touch_interval:
+                last_touch = now
+                await self._touch()
+
+    async def _touch(self) -> None:
+        names = list(self._rooms)
+        for i in range(0, len(names), 1000):
+            try:
+                await self._log.touch(names[i:i + 1000])
+            except StoreUnavailable:
+                self._metrics.store_errors.labels("touch").inc()
+                return
