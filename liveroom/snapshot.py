@@ -132,5 +132,5 @@ def read(snap: Snapshot, seq: int, iseq: int, *, limit: int = 500,
 
 def recent(snap: Snapshot, count: int) -> Delivery:
     """A first poll: the last ``count`` normal messages, cursors at the head."""
-    messages = snap.normal[len(snap.normal) - count:] if count else ()
+    messages = snap.normal[max(0, len(snap.normal) - count):] if count else ()
     return Delivery((), messages, 0, 0, snap.head, snap.head, snap.head_ic, snap.head_ic)

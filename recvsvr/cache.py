@@ -90,6 +90,7 @@ class RoomCache:
         self._in_flight: set[str] = set()
         self._work = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._pull_limit = retention.normal_keep + retention.important_keep
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -227,7 +228,9 @@ class RoomCache:
                 state.confirm_next = None
             snap = state.snapshot
             after = 0 if snap is None or state.restart else snap.head
-            requests.append(PullRequest(state.name, after, self._keep.normal_keep))
+            # Read enough entries for the normal list even with important ones
+            # interleaved (those beyond the log are returned anyway).
+            requests.append(PullRequest(state.name, after, self._pull_limit))
         self._metrics.pull_batches.inc()
         try:
             results = await self._log.pull(requests)

@@ -1,0 +1,160 @@
+"""Properties of snapshot slicing: exact counting wherever the cursor stands.
+
+A room's history is replayed into the memory engine and pulled into a real
+RoomCache at random moments (so pulls skip, overlap the caps and cross epoch
+changes); then every cursor from before the floor to past the head is read and
+checked against a plain model of the history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from liveroom.clock import FakeClock
+from liveroom.metrics import Metrics
+from liveroom.model import NewMessage
+from liveroom.snapshot import Snapshot, read, recent
+from liveroom.store.base import LogPolicy
+from liveroom.store.memory import MemoryStore
+from recvsvr import RoomCache, SectLimits
+from recvsvr.build import Retention
+
+ROOM = "r"
+
+# A step: append a message (True = important), pull, or lose the log.
+steps = st.lists(
+    st.one_of(st.booleans(), st.just("pull"), st.just("lose")).filter(lambda s: True),
+    min_size=1, max_size=120,
+)
+
+
+def important_count(history: list[bool], position: int) -> int:
+    return sum(history[:position])
+
+
+async def replay(plan: list[object], keep: Retention, log_cap: int) -> tuple[Snapshot, list[bool]]:
+    clock = FakeClock()
+    store = MemoryStore(LogPolicy(log_cap=log_cap, important_keep=keep.important_keep,
+                                  important_window_ms=0), clock)
+    cache = RoomCache(store.log, clock, Metrics(), retention=keep,
+                      limits=SectLimits(concurrency=1))
+    store.notifier.subscribe(lambda room, seq: None, lambda: None)
+    await cache.start()
+    history: list[bool] = []
+    try:
+        await cache.snapshot(ROOM)
+        for step in plan:
+            if step == "pull":
+                await cache.wait_pulled(ROOM)
+            elif step == "lose":
+                store.log._rooms.pop(ROOM, None)
+                history = []
+            else:
+                assert isinstance(step, bool)
+                await store.log.append(ROOM, NewMessage("u", len(history) + 1, step, ts=0))
+                history.append(step)
+        snap = await cache.wait_pulled(ROOM)
+    finally:
+        await cache.stop()
+    return snap, history
+
+
+@settings(max_examples=150, deadline=None)
+@given(plan=steps, normal_keep=st.integers(1, 12), important_keep=st.integers(1, 6),
+       log_cap=st.integers(3, 40), limit=st.integers(1, 8), data=st.data())
+def test_reading_any_cursor_counts_exactly(plan: list[object], normal_keep: int,
+                                           important_keep: int, log_cap: int, limit: int,
+                                           data: st.DataObject) -> None:
+    keep = Retention(normal_keep=normal_keep, important_keep=important_keep,
+                     important_window_ms=0)
+    snap, history = asyncio.run(replay(plan, keep, log_cap))
+    head = len(history)
+    assert snap.head == head
+    assert snap.head_ic == sum(history)
+    # Lists hold what the retention promises, and only messages of the history.
+    assert len(snap.normal) <= normal_keep
+    assert all(not history[i.seq - 1] for i in snap.normal)
+    assert all(history[i.seq - 1] for i in snap.important)
+    assert [i.seq for i in snap.normal] == sorted(i.seq for i in snap.normal)
+    newest_normals = [s for s in range(1, head + 1) if not history[s - 1]]
+    # A pull reads the newest normal_keep + important_keep entries at most, so
+    # the newest normal message is held whenever it is among them.
+    if newest_normals and newest_normals[-1] > head - normal_keep - important_keep:
+        assert snap.normal[-1].seq == newest_normals[-1]
+
+    seq = data.draw(st.integers(0, head + 2), label="seq")
+    iseq = data.draw(st.integers(0, head + 2), label="iseq")
+    use_hint = data.draw(st.booleans(), label="hint")
+    hint_seq = important_count(history, min(seq, head)) if use_hint else None
+    hint_iseq = important_count(history, min(iseq, head)) if use_hint else None
+    if seq > head or iseq > head:
+        return  # past the head: the proxy confirms with the store, then resets
+    d = read(snap, seq, iseq, limit=limit, seq_ic=hint_seq, iseq_ic=hint_iseq)
+
+    pending_normal = [s for s in range(seq + 1, head + 1) if not history[s - 1]]
+    pending_important = [s for s in range(iseq + 1, head + 1) if history[s - 1]]
+    delivered_normal = [i.seq for i in d.messages]
+    delivered_important = [i.seq for i in d.important]
+    held_normal = [i.seq for i in snap.normal if i.seq > seq]
+    held_important = [i.seq for i in snap.important if i.seq > iseq]
+    assert delivered_important == held_important
+    assert delivered_normal == held_normal[-limit:]
+    assert set(delivered_normal) <= set(pending_normal)
+    assert set(delivered_important) <= set(pending_important)
+    exact = use_hint or (snap.important_count(seq) is not None
+                         and snap.important_count(iseq) is not None)
+    if exact:
+        assert d.gap + len(delivered_normal) == len(pending_normal)
+        assert d.igap + len(delivered_important) == len(pending_important)
+    if pending_normal or pending_important:
+        assert not d.empty or not exact
+    if not d.empty:
+        assert (d.seq, d.iseq) == (head, head)
+        assert (d.seq_ic, d.iseq_ic) == (snap.head_ic, snap.head_ic)
+    else:
+        assert (d.seq, d.iseq) == (seq, iseq)
+
+
+@given(history=st.lists(st.booleans(), max_size=60), count=st.integers(0, 100))
+@settings(deadline=None)
+def test_a_first_poll_gets_recent_normal_messages_and_the_heads(history: list[bool],
+                                                                 count: int) -> None:
+    plan: list[object] = list(history)
+    snap, _ = asyncio.run(replay(plan, Retention(normal_keep=2000), log_cap=1000))
+    d = recent(snap, count)
+    normals = [s for s in range(1, len(history) + 1) if not history[s - 1]]
+    assert [i.seq for i in d.messages] == (normals[-count:] if count else [])
+    assert d.important == ()
+    assert (d.seq, d.iseq, d.gap, d.igap) == (len(history), len(history), 0, 0)
+
+
+def test_a_cursor_at_the_head_reads_nothing() -> None:
+    snap, history = asyncio.run(replay([False, True, False], Retention(), 100))
+    d = read(snap, 3, 3)
+    assert d.empty and (d.seq, d.iseq) == (3, 3)
+
+
+def test_a_new_epoch_restarts_the_snapshot() -> None:
+    async def run() -> None:
+        clock = FakeClock()
+        store = MemoryStore(LogPolicy(), clock)
+        cache = RoomCache(store.log, clock, Metrics())
+        await cache.start()
+        try:
+            for i in range(5):
+                await store.log.append(ROOM, NewMessage("u", i, False, ts=0))
+            before = await cache.wait_pulled(ROOM)
+            store.log._rooms.pop(ROOM)
+            await store.log.append(ROOM, NewMessage("u", "again", False, ts=0))
+            after = await cache.wait_pulled(ROOM)
+            assert before.head == 5
+            assert after.epoch != before.epoch
+            assert after.head == 1
+            assert [i.seq for i in after.normal] == [1]
+        finally:
+            await cache.stop()
+
+    asyncio.run(run())
