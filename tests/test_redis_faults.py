@@ -1,0 +1,144 @@
+"""Faults with the redis engine: restarts, several nodes, lost data, Redis down."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiohttp
+import pytest
+import redis.asyncio as aioredis
+from conftest import RedisServer
+from support import Listener, running_node, send
+
+
+@pytest.fixture
+async def session() -> Any:
+    async with aiohttp.ClientSession() as s:
+        yield s
+
+
+async def test_a_restarted_node_loses_nothing_and_duplicates_nothing(redis_url: str,
+                                                                     session: Any) -> None:
+    listener = Listener(session, "live")
+    async with running_node(redis_url, node_id="a") as node:
+        await listener.poll(node.url)
+        for i in range(10):
+            await send(session, node.url, "live", i)
+        await listener.poll_until(node.url, 10)
+    # Sent while no node runs: the log keeps them.
+    async with running_node(redis_url, node_id="a") as node:
+        for i in range(10, 15):
+            await send(session, node.url, "live", i)
+        await listener.poll_until(node.url, 15)
+    assert listener.bodies() == list(range(15))
+    assert not any(a["reset"] for a in listener.answers)
+
+
+async def test_two_nodes_serve_one_listener_alternating(redis_url: str, session: Any) -> None:
+    async with running_node(redis_url, node_id="a") as a, \
+            running_node(redis_url, node_id="b") as b:
+        listener = Listener(session, "hop")
+        await listener.poll(a.url)
+        nodes = [a.url, b.url]
+        for i in range(30):
+            # Senders post to either node, the listener alternates between them.
+            await send(session, nodes[i % 2], "hop", i, important=i % 5 == 0)
+            await listener.poll(nodes[(i + 1) % 2], timeout=5)
+        async with asyncio.timeout(20):
+            while len(listener.received) < 30:
+                await listener.poll(nodes[len(listener.answers) % 2], timeout=2)
+        seqs = [m["seq"] for m in listener.received]
+        assert sorted(seqs) == list(range(1, 31)) and len(set(seqs)) == 30
+        assert not any(a["reset"] for a in listener.answers)
+
+
+async def test_flushall_resets_every_listener_to_the_new_epoch(redis_url: str,
+                                                                session: Any) -> None:
+    async with running_node(redis_url) as node:
+        listeners = [Listener(session, "f", uid=f"u{i}") for i in range(3)]
+        await send(session, node.url, "f", "before")
+        for lst in listeners:
+            await lst.poll(node.url)
+        old_epoch = listeners[0].epoch
+        held = [asyncio.create_task(lst.poll(node.url, timeout=20)) for lst in listeners]
+        async with asyncio.timeout(5):
+            while node.node.proxy.holds.count < 3:
+                await asyncio.sleep(0.01)
+        client = aioredis.from_url(redis_url)
+        await client.flushall()
+        await client.aclose()
+        answers = await asyncio.wait_for(asyncio.gather(*held), 10)
+        assert all(a["reset"] for a in answers)
+        assert all(a["epoch"] != old_epoch for a in answers)
+        after = await send(session, node.url, "f", "after")
+        assert after["epoch"] == answers[0]["epoch"] and after["seq"] == 1
+        for lst in listeners:
+            await lst.poll_until(node.url, 2)
+            assert lst.bodies() == ["before", "after"]
+
+
+async def test_with_the_pubsub_connection_killed_messages_still_arrive(redis_url: str,
+                                                                        session: Any) -> None:
+    async with running_node(redis_url) as node:
+        listener = Listener(session, "k")
+        await listener.poll(node.url)
+        client = aioredis.from_url(redis_url)
+        try:
+            for i in range(5):
+                await client.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
+                await send(session, node.url, "k", i)
+            await listener.poll_until(node.url, 5, limit=10)
+            assert listener.bodies() == list(range(5))
+            async with asyncio.timeout(10):  # the channel comes back by itself
+                while not node.node.store.notifier.alive:
+                    await asyncio.sleep(0.05)
+        finally:
+            await client.aclose()
+
+
+async def test_redis_down_degrades_and_recovers(redis_server: RedisServer, redis_url: str,
+                                                session: Any) -> None:
+    async with running_node(redis_url) as node:
+        listener = Listener(session, "down")
+        await send(session, node.url, "down", "kept")
+        await listener.poll(node.url)
+        redis_server.stop()
+        # Sends: 503 with Retry-After.
+        async with session.post(f"{node.url}/v1/rooms/down/messages",
+                                json={"uid": "s", "body": "lost?"}) as resp:
+            assert resp.status == 503
+            assert resp.headers["Retry-After"]
+            assert (await resp.json())["error"] == "store_unavailable"
+        # Health: 503.
+        async with asyncio.timeout(10):
+            while True:
+                async with session.get(f"{node.url}/healthz") as resp:
+                    if resp.status == 503:
+                        break
+                await asyncio.sleep(0.1)
+        # Polls are still answered from the cache.
+        other = Listener(session, "down", uid="newcomer")
+        answer = await other.poll(node.url)
+        assert [m["body"] for m in answer["messages"]] == ["kept"]
+        empty = await listener.poll(node.url, timeout=1)
+        assert empty["messages"] == []
+        # A room this node never saw: 503 with Retry-After.
+        async with session.get(f"{node.url}/v1/rooms/unknown/poll",
+                               params={"uid": "u"}) as resp:
+            assert resp.status == 503 and resp.headers["Retry-After"]
+        redis_server.start()
+        # Everything comes back by itself.
+        async with asyncio.timeout(15):
+            while True:
+                async with session.get(f"{node.url}/healthz") as resp:
+                    if resp.status == 200:
+                        break
+                await asyncio.sleep(0.1)
+        # The restarted Redis is empty: the room starts a new epoch and the
+        # listener resets onto it, then receives what is sent next.
+        sent = await send(session, node.url, "down", "after")
+        async with asyncio.timeout(15):
+            while "after" not in listener.bodies():
+                await listener.poll(node.url, timeout=2)
+        assert listener.epoch == sent["epoch"]
