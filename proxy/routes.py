@@ -7,6 +7,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+import msgpack
 from aiohttp import web
 
 from liveroom.clock import Clock
@@ -159,18 +160,22 @@ class Proxy:
         length = request.content_length
         if length is not None and length > limit:
             raise TooLarge(f"request body is larger than {limit} bytes")
+        # ``read(n)`` returns what has arrived so far, not n bytes: read until
+        # the end of the body (a chunked body comes in pieces of any size).
+        chunks: list[bytes] = []
+        size = 0
         try:
             async with asyncio.timeout(self.settings.request_timeout):
-                raw = await request.content.read(limit + 1)
-                if len(raw) > limit:
-                    raise TooLarge(f"request body is larger than {limit} bytes")
-                if length is not None and len(raw) < length:
-                    raw += await request.content.readexactly(length - len(raw))
+                while chunk := await request.content.read(limit + 1 - size):
+                    chunks.append(chunk)
+                    size += len(chunk)
+                    if size > limit:
+                        raise TooLarge(f"request body is larger than {limit} bytes")
         except TimeoutError:
             raise RequestTimeout("request body not received in time") from None
-        except asyncio.IncompleteReadError:
-            raise BadRequest("request body ended early") from None
-        return raw
+        if length is not None and size < length:
+            raise BadRequest("request body ended early")
+        return b"".join(chunks)
 
     async def send(self, request: web.Request) -> web.StreamResponse:
         room = check_name("room", request.match_info["room"])
@@ -188,7 +193,10 @@ class Proxy:
             self.metrics.store_errors.labels("append").inc()
             raise
         self.metrics.sends.labels("duplicate" if appended.duplicate else "stored").inc()
-        return web.json_response({"seq": appended.seq, "epoch": appended.epoch}, status=201)
+        doc = {"seq": appended.seq, "epoch": appended.epoch}
+        if wants_msgpack(request.headers.get("Accept", "")):
+            return web.Response(body=msgpack.packb(doc), status=201, content_type=MSGPACK)
+        return web.json_response(doc, status=201)
 
     # -- operations ----------------------------------------------------------
 

@@ -1,0 +1,156 @@
+"""The real ``liveroom serve`` process: disconnects, shutdown, two processes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+import aiohttp
+from conftest import free_port
+from support import ADMIN, PUBLISHER, Listener, send
+
+
+@contextmanager
+def serve(*args: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    port = free_port()
+    env = {**os.environ, "LIVEROOM_ADMIN_TOKEN": ADMIN,
+           "LIVEROOM_PUBLISHER_TOKEN": PUBLISHER, "LIVEROOM_SECRET": "shared"}
+    proc = subprocess.Popen([sys.executable, "-m", "liveroom", "serve", "--port", str(port),
+                             *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # bounded by the per-test timeout
+            if "listening on" in line:
+                break
+        else:
+            raise AssertionError(f"serve exited with {proc.wait()}")
+        yield f"http://127.0.0.1:{port}", proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+@asynccontextmanager
+async def client() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=500)) as s:
+        yield s
+
+
+async def metric(session: aiohttp.ClientSession, url: str, name: str) -> float:
+    async with session.get(f"{url}/metrics") as resp:
+        text = await resp.text()
+    found = re.search(rf"^{name} (\S+)$", text, re.M)
+    assert found, name
+    return float(found.group(1))
+
+
+async def test_clients_disconnecting_mid_hold_leave_nothing_behind() -> None:
+    with serve() as (url, _):
+        async with client() as session:
+            await Listener(session, "d").poll(url)
+            baseline = await metric(session, url, "liveroom_asyncio_tasks")
+            async with aiohttp.ClientSession(
+                    connector=aiohttp.TCPConnector(limit=300)) as quitters:
+                listeners = [Listener(quitters, "d", uid=f"q{i}") for i in range(200)]
+                await asyncio.gather(*(lst.poll(url) for lst in listeners))
+                polls = [asyncio.create_task(lst.poll(url, timeout=60)) for lst in listeners]
+                async with asyncio.timeout(10):
+                    while await metric(session, url, "liveroom_held_polls") < 200:
+                        await asyncio.sleep(0.05)
+                for poll in polls:
+                    poll.cancel()
+                await asyncio.gather(*polls, return_exceptions=True)
+            # The clients are gone: every held poll and its tasks are freed.
+            async with asyncio.timeout(10):
+                while await metric(session, url, "liveroom_held_polls") > 0:
+                    await asyncio.sleep(0.05)
+                while await metric(session, url, "liveroom_asyncio_tasks") > baseline:
+                    await asyncio.sleep(0.05)
+            # And the room still works.
+            listener = Listener(session, "d", uid="stayer")
+            await listener.poll(url)
+            await send(session, url, "d", "still works")
+            await listener.poll_until(url, 1)
+
+
+async def test_sigterm_answers_held_polls_then_exits() -> None:
+    with serve() as (url, proc):
+        async with client() as session:
+            listeners = [Listener(session, "s", uid=f"u{i}") for i in range(20)]
+            firsts = await asyncio.gather(*(lst.poll(url) for lst in listeners))
+            polls = [asyncio.create_task(lst.poll(url, timeout=60)) for lst in listeners]
+            async with asyncio.timeout(10):
+                while await metric(session, url, "liveroom_held_polls") < 20:
+                    await asyncio.sleep(0.05)
+            proc.send_signal(signal.SIGTERM)
+            answers = await asyncio.wait_for(asyncio.gather(*polls), 10)
+        for first, answer in zip(firsts, answers, strict=True):
+            assert answer["messages"] == [] and answer["important"] == []
+            assert (answer["epoch"], answer["seq"]) == (first["epoch"], first["seq"])
+        assert await asyncio.to_thread(proc.wait, 10) == 0
+
+
+async def test_two_serve_processes_over_one_redis_act_as_one(redis_url: str) -> None:
+    with serve("--store", redis_url, "--node-id", "a") as (a, _), \
+            serve("--store", redis_url, "--node-id", "b") as (b, _):
+        async with client() as session:
+            listener = Listener(session, "two")
+            await listener.poll(a)
+            for i in range(20):
+                await send(session, (a, b)[i % 3 % 2], "two", i, important=i % 4 == 0)
+                await listener.poll((b, a)[i % 2], timeout=5)
+            async with asyncio.timeout(20):
+                while len(listener.received) < 20:
+                    await listener.poll((a, b)[len(listener.answers) % 2], timeout=2)
+            assert sorted(m["seq"] for m in listener.received) == list(range(1, 21))
+            assert not any(ans["reset"] for ans in listener.answers)
+
+
+async def test_tokens_kept_in_redis_are_shared_by_every_process(redis_url: str) -> None:
+    port_env: dict[str, Any] = {k: v for k, v in os.environ.items()
+                                if not k.startswith("LIVEROOM_")}
+    procs = []
+    urls = []
+    try:
+        tokens = []
+        for _ in range(2):
+            port = free_port()
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "liveroom", "serve", "--port", str(port),
+                 "--store", redis_url], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                text=True, env=port_env)
+            procs.append(proc)
+            urls.append(f"http://127.0.0.1:{port}")
+            assert proc.stdout is not None
+            lines = []
+            for line in proc.stdout:
+                lines.append(line)
+                if "publisher token" in line:
+                    break
+            tokens.append(re.findall(r"token \(kept in the store\): (\S+)", "".join(lines)))
+        assert tokens[0] == tokens[1] and len(tokens[0]) == 2
+        publisher = tokens[0][1]
+        async with client() as session:
+            for url in urls:
+                async with session.post(f"{url}/v1/rooms/t/messages",
+                                        json={"uid": "sys", "body": "gift",
+                                              "important": True},
+                                        headers={"Authorization": f"Bearer {publisher}"}) as r:
+                    assert r.status == 201
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait(timeout=10)
+            if proc.stdout is not None:
+                proc.stdout.close()
