@@ -74,13 +74,17 @@ def serve(host: str, port: int, store: str, admin_token: str | None,
     settings = Settings(host=host, port=port, store=store, admin_token=admin_token,
                         publisher_token=publisher_token, node_id=node_id, secret=secret,
                         log_level=log_level)
+    # The node is ready once its lifecycle has started, but only listens after
+    # run_app has started its sites: announce then (run_app's print hook).
+    ready: list[Node] = []
     try:
-        app = build_app(settings, announce=_announce)
+        app = build_app(settings, announce=ready.append)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--store") from None
     loop = _new_loop()
-    web.run_app(app, host=host, port=port, print=None, handler_cancellation=True,
-                keepalive_timeout=15.0, shutdown_timeout=5.0, access_log=None, loop=loop)
+    web.run_app(app, host=host, port=port, print=lambda *_: _announce(ready[0]),
+                handler_cancellation=True, keepalive_timeout=15.0, shutdown_timeout=5.0,
+                access_log=None, loop=loop)
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
@@ -88,7 +92,8 @@ def _new_loop() -> asyncio.AbstractEventLoop:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency off Windows
         return asyncio.new_event_loop()
-    return uvloop.new_event_loop()  # type: ignore[no-any-return]
+    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+    return loop
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -87,11 +87,12 @@ def _count_at(snap: Snapshot, position: int, hint: int | None) -> int:
     known = snap.important_count(position)
     if known is not None:
         return known
-    if hint is not None and 0 <= hint <= snap.anchor_ic and hint <= position:
-        # A signed count from the listener's context; it cannot exceed what
-        # the anchor says, nor the number of messages up to the position.
-        if snap.anchor_ic - hint <= snap.anchor_seq - position:
-            return hint
+    # A signed count from the listener's context is used when it is possible:
+    # no more than the anchor's count, and no more important messages between
+    # the position and the anchor than there are messages.
+    if (hint is not None and 0 <= hint <= min(snap.anchor_ic, position)
+            and snap.anchor_ic - hint <= snap.anchor_seq - position):
+        return hint
     return snap.anchor_ic
 
 

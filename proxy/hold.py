@@ -38,9 +38,10 @@ class Holds:
         self.count = 0
         self.closing = False
 
-    async def wait(self, room: str, snapshot: Snapshot, timeout: float) -> Snapshot | None:
-        """Wait until ``room`` moves past ``snapshot``; ``None`` on timeout or shutdown."""
-        if self.closing or timeout <= 0:
+    async def wait(self, room: str, snapshot: Snapshot, within: float) -> Snapshot | None:
+        """Wait until ``room`` moves past ``snapshot``; ``None`` after ``within``
+        seconds or on shutdown."""
+        if self.closing or within <= 0:
             return None
         held = self._rooms.get(room)
         if held is None:
@@ -55,7 +56,7 @@ class Holds:
                                                name=f"proxy-hold-{room}")
         self.count += 1
         try:
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(within):
                 return await fut
         except TimeoutError:
             return None

@@ -40,6 +40,10 @@ class SectLimits:
     touch_interval: float = 600.0
 
 
+DEFAULT_RETENTION = Retention()
+DEFAULT_LIMITS = SectLimits()
+
+
 def _same(a: Snapshot, b: Snapshot) -> bool:
     return a.epoch == b.epoch and a.head == b.head
 
@@ -77,7 +81,8 @@ class RoomCache:
     """The recvsvr of one sect, implementing :class:`liveroom.roles.RoomReader`."""
 
     def __init__(self, log_: MessageLog, clock: Clock, metrics: Metrics, *,
-                 retention: Retention = Retention(), limits: SectLimits = SectLimits(),
+                 retention: Retention = DEFAULT_RETENTION,
+                 limits: SectLimits = DEFAULT_LIMITS,
                  name: str = "normal") -> None:
         self._log = log_
         self._clock = clock

@@ -8,10 +8,9 @@ from typing import Any
 
 import aiohttp
 import pytest
+from support import Listener, running_node, send
 
 from liveroom.clock import FakeClock
-
-from support import Listener, running_node, send
 
 
 @pytest.fixture
@@ -25,7 +24,9 @@ async def test_a_listener_receives_every_message_once_in_order(engine_url: str,
     async with running_node(engine_url) as node:
         listener = Listener(session, "room1")
         first = await listener.poll(node.url)
-        assert first["messages"] == [] and first["seq"] == 0 and first["reset"] is False
+        assert first["messages"] == []
+        assert first["seq"] == 0
+        assert first["reset"] is False
 
         async def sender() -> None:
             for i in range(60):
@@ -161,7 +162,8 @@ async def test_shutdown_answers_held_polls_with_their_cursors(engine_url: str,
                 await asyncio.sleep(0.01)
         await node.stop()
         answer = await asyncio.wait_for(held, 5)
-        assert answer["messages"] == [] and answer["important"] == []
+        assert answer["messages"] == []
+        assert answer["important"] == []
         assert (answer["epoch"], answer["seq"], answer["iseq"]) == (
             first["epoch"], first["seq"], first["iseq"])
 
@@ -174,7 +176,8 @@ async def test_a_timeout_answers_empty_with_the_same_cursors(session: Any) -> No
         answer = await listener.poll(node.url, timeout=1)
         assert (answer["seq"], answer["iseq"], answer["epoch"]) == (
             first["seq"], first["iseq"], first["epoch"])
-        assert answer["messages"] == [] and answer["gap"] == 0
+        assert answer["messages"] == []
+        assert answer["gap"] == 0
 
 
 async def test_a_foreign_epoch_resets_like_a_first_poll(session: Any) -> None:
@@ -197,7 +200,8 @@ async def test_a_cursor_past_the_head_resets_after_a_fresh_pull(session: Any) ->
         await listener.poll(node.url)
         listener.seq = listener.iseq = 50
         answer = await listener.poll(node.url)
-        assert answer["reset"] is True and answer["seq"] == 1
+        assert answer["reset"] is True
+        assert answer["seq"] == 1
 
 
 async def test_msgpack_answers_carry_the_same_fields(session: Any) -> None:

@@ -49,7 +49,8 @@ async def test_two_nodes_serve_one_listener_alternating(redis_url: str, session:
             while len(listener.received) < 30:
                 await listener.poll(nodes[len(listener.answers) % 2], timeout=2)
         seqs = [m["seq"] for m in listener.received]
-        assert sorted(seqs) == list(range(1, 31)) and len(set(seqs)) == 30
+        assert sorted(seqs) == list(range(1, 31))
+        assert len(set(seqs)) == 30
         assert not any(a["reset"] for a in listener.answers)
 
 
@@ -72,7 +73,8 @@ async def test_flushall_resets_every_listener_to_the_new_epoch(redis_url: str,
         assert all(a["reset"] for a in answers)
         assert all(a["epoch"] != old_epoch for a in answers)
         after = await send(session, node.url, "f", "after")
-        assert after["epoch"] == answers[0]["epoch"] and after["seq"] == 1
+        assert after["epoch"] == answers[0]["epoch"]
+        assert after["seq"] == 1
         for lst in listeners:
             await lst.poll_until(node.url, 2)
             assert lst.bodies() == ["before", "after"]
@@ -126,7 +128,8 @@ async def test_redis_down_degrades_and_recovers(redis_server: RedisServer, redis
         # A room this node never saw: 503 with Retry-After.
         async with session.get(f"{node.url}/v1/rooms/unknown/poll",
                                params={"uid": "u"}) as resp:
-            assert resp.status == 503 and resp.headers["Retry-After"]
+            assert resp.status == 503
+            assert resp.headers["Retry-After"]
         redis_server.start()
         # Everything comes back by itself.
         async with asyncio.timeout(15):

@@ -96,7 +96,8 @@ async def test_sigterm_answers_held_polls_then_exits() -> None:
             proc.send_signal(signal.SIGTERM)
             answers = await asyncio.wait_for(asyncio.gather(*polls), 10)
         for first, answer in zip(firsts, answers, strict=True):
-            assert answer["messages"] == [] and answer["important"] == []
+            assert answer["messages"] == []
+            assert answer["important"] == []
             assert (answer["epoch"], answer["seq"]) == (first["epoch"], first["seq"])
         assert await asyncio.to_thread(proc.wait, 10) == 0
 
@@ -139,7 +140,8 @@ async def test_tokens_kept_in_redis_are_shared_by_every_process(redis_url: str) 
                 if "publisher token" in line:
                     break
             tokens.append(re.findall(r"token \(kept in the store\): (\S+)", "".join(lines)))
-        assert tokens[0] == tokens[1] and len(tokens[0]) == 2
+        assert tokens[0] == tokens[1]
+        assert len(tokens[0]) == 2
         publisher = tokens[0][1]
         async with client() as session:
             for url in urls:

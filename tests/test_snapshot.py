@@ -132,9 +132,10 @@ def test_a_first_poll_gets_recent_normal_messages_and_the_heads(history: list[bo
 
 
 def test_a_cursor_at_the_head_reads_nothing() -> None:
-    snap, history = asyncio.run(replay([False, True, False], Retention(), 100))
+    snap, _history = asyncio.run(replay([False, True, False], Retention(), 100))
     d = read(snap, 3, 3)
-    assert d.empty and (d.seq, d.iseq) == (3, 3)
+    assert d.empty
+    assert (d.seq, d.iseq) == (3, 3)
 
 
 def test_a_new_epoch_restarts_the_snapshot() -> None:

@@ -122,8 +122,13 @@ class Store(Protocol):
     """An engine: the message log, the notifier and shared values, with a lifecycle."""
 
     name: str
-    log: MessageLog
-    notifier: Notifier
+
+    # Read-only members, so an engine may declare its own concrete classes.
+    @property
+    def log(self) -> MessageLog: ...
+
+    @property
+    def notifier(self) -> Notifier: ...
 
     async def start(self) -> None:
         """Connect and start background tasks (notify listener, probes, expiry)."""

@@ -1,0 +1,32 @@
+-- epoch.lua: a room's epoch, creating its (empty) log or renewing the epoch.
+-- Serves open_room (ARGV[2] = '', ARGV[4] = 1) and renew_epoch (ARGV[4] = 0).
+--
+-- KEYS[1]  lr:{R}:meta   hash: epoch, seq (head), ic (important count)
+-- KEYS[2]  lr:{R}:log    stream: the log
+-- KEYS[3]  lr:{R}:imp    stream: important entries kept beyond the log cap
+--
+-- ARGV[1]  a new random epoch (from the caller)
+-- ARGV[2]  the stale epoch to replace with ARGV[1], or '' to replace none
+-- ARGV[3]  room_ttl_ms
+-- ARGV[4]  1 to push the room's expiry back (a read of the room), else 0
+--
+-- Returns the room's current epoch. Seq and ic continue across a renewal.
+
+local meta, log, imp = KEYS[1], KEYS[2], KEYS[3]
+local epoch = redis.call('HGET', meta, 'epoch')
+if not epoch then
+  -- No log: start one at seq 0, dropping leftover streams (see append.lua).
+  epoch = ARGV[1]
+  redis.call('DEL', log, imp)
+  redis.call('HSET', meta, 'epoch', epoch, 'seq', 0, 'ic', 0)
+  redis.call('PEXPIRE', meta, ARGV[3])
+elseif ARGV[2] ~= '' and epoch == ARGV[2] then
+  epoch = ARGV[1]
+  redis.call('HSET', meta, 'epoch', epoch)
+end
+if ARGV[4] == '1' then
+  redis.call('PEXPIRE', meta, ARGV[3])
+  redis.call('PEXPIRE', log, ARGV[3])
+  redis.call('PEXPIRE', imp, ARGV[3])
+end
+return epoch
