@@ -1,0 +1,300 @@
+"""Load test for liveroom: many listeners long-poll one room while a few senders chat.
+
+Start a server first (``liveroom serve``, http://127.0.0.1:8080 by default; it
+prints the publisher token needed for important messages), then, from the repo
+root::
+
+    locust -f loadtest/locustfile.py --headless -u 200 -r 50 -t 60s \\
+        --host http://127.0.0.1:8080 --csv loadtest/results/run
+
+``-t`` bounds the run; aim it at 127.0.0.1 (or a host you own) only. Add
+``--processes N`` once one locust process saturates a core (about 1.2-1.5k
+polls/s or 5k users each). The default weights give one sender per 50
+listeners (``-u 200`` runs 4 senders, so about 4 messages a second); naming
+classes on the command line (``... ListenerUser``) or ``--class-picker`` in the
+web UI runs only some of them.
+
+Users
+    ``ListenerUser`` polls ``GET /v1/rooms/{room}/poll`` in a loop: a first poll
+    without cursors, then at once again with the ``epoch``, ``seq``, ``iseq`` and
+    ``ctx`` of the last answer, as a real client does (the server does the
+    waiting). ``SenderUser`` posts ``{"uid", "body": {"text", "sent_at"}}`` to
+    ``/v1/rooms/{room}/messages``, every Nth one important.
+
+Environment
+    ``LIVEROOM_ROOM``              room every user joins (default ``loadtest``)
+    ``LIVEROOM_POLL_TIMEOUT``      the poll's ``timeout`` in seconds, 1-60 (default 25)
+    ``LIVEROOM_SEND_RATE``         sends per second per sender (default 1)
+    ``LIVEROOM_IMPORTANT_EVERY``   every Nth send is important (default 0: never)
+    ``LIVEROOM_PUBLISHER_TOKEN``   bearer token for important sends
+    ``LIVEROOM_LISTENER_WEIGHT``   weight of ListenerUser (default 50)
+    ``LIVEROOM_SENDER_WEIGHT``     weight of SenderUser (default 1; 0 leaves senders out)
+
+Rows of the statistics (the console table, and ``run_stats.csv`` with the
+columns Type, Name, Request Count, Failure Count, Median/Average/Min/Max Response
+Time in ms, Average Content Size in bytes, Requests/s, Failures/s, then the
+percentiles):
+
+    ``GET /poll [first]``, ``GET /poll``
+        Long polls. Their response time includes the hold: an idle room answers
+        after ``timeout`` seconds, so these times measure the server's waiting,
+        not its speed. Anything but 200 is a failure.
+    ``POST /messages``, ``POST /messages [important]``
+        Sends; anything but 201 is a failure (429 means a rate limit was hit).
+    ``DELIVER normal``, ``DELIVER important``
+        One row per message a listener received, its "response time" being the
+        delivery latency: arrival at the listener minus the sender's ``sent_at``
+        (so sender and listener clocks must agree: one host, or synced hosts).
+        It includes the adaptive hold (up to the room's ``interval_ms``) on
+        purpose. Messages in first-poll and reset answers are backlog, not live
+        delivery, and are not counted.
+    ``GAP normal``, ``GAP important``
+        One row per answer whose ``gap`` / ``igap`` was above zero; "Average
+        Content Size" is the mean number of messages skipped, so the total is
+        Request Count x Average Content Size (also printed when locust quits).
+        Important messages should never show here.
+    ``RESET poll``
+        One row per answer with ``"reset": true`` (the room's log restarted, or a
+        cursor ran past the store's head); the listener goes on from the new cursors.
+
+The ``Aggregated`` row mixes all of these, so read the rows one by one.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import secrets
+import time
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from locust import FastHttpUser, constant_throughput, events, task
+from locust.env import Environment
+from locust.runners import WorkerRunner
+from locust.stats import StatsEntry
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    return int(raw) if raw else default
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    return float(raw) if raw else default
+
+
+ROOM = os.environ.get("LIVEROOM_ROOM", "").strip() or "loadtest"
+POLL_TIMEOUT = _env_int("LIVEROOM_POLL_TIMEOUT", 25)
+SEND_RATE = _env_float("LIVEROOM_SEND_RATE", 1.0)
+IMPORTANT_EVERY = _env_int("LIVEROOM_IMPORTANT_EVERY", 0)
+PUBLISHER_TOKEN = os.environ.get("LIVEROOM_PUBLISHER_TOKEN", "").strip()
+LISTENER_WEIGHT = _env_int("LIVEROOM_LISTENER_WEIGHT", 50)
+SENDER_WEIGHT = _env_int("LIVEROOM_SENDER_WEIGHT", 1)
+
+if not 1 <= POLL_TIMEOUT <= 60:
+    raise ValueError(f"LIVEROOM_POLL_TIMEOUT must be 1-60 seconds, not {POLL_TIMEOUT}")
+if SEND_RATE <= 0:
+    raise ValueError(f"LIVEROOM_SEND_RATE must be above 0, not {SEND_RATE}")
+
+ROOM_PATH = f"/v1/rooms/{quote(ROOM, safe='')}"
+MAX_BACKOFF = 10.0
+"""Longest pause after a failed poll or send (seconds), whatever Retry-After says."""
+
+_RUN = secrets.token_hex(3)
+"""Tells apart the uids of locust runs on several hosts (``--master``/``--worker``)."""
+_uid_numbers = itertools.count(1)
+
+log = logging.getLogger("liveroom.loadtest")
+
+
+def _new_uid(kind: str) -> str:
+    # The pid as well: ``--processes N`` forks after importing this file, so the
+    # forked workers share _RUN and the counter's start.
+    return f"{kind}-{_RUN}-{os.getpid()}-{next(_uid_numbers)}"
+
+
+def _retry_after(headers: Any) -> float:
+    """Seconds to wait before trying again, from a Retry-After header or 1 s."""
+    try:
+        value = float(headers.get("Retry-After") or 1.0)
+    except (TypeError, ValueError, AttributeError):
+        value = 1.0
+    return min(max(value, 0.1), MAX_BACKOFF)
+
+
+def _describe(response: Any) -> str:
+    """A short failure text, so locust groups failures by kind, not by detail."""
+    status = response.status_code
+    if not status:
+        return f"no answer: {type(getattr(response, 'error', None)).__name__}"
+    try:
+        code = response.json().get("error")
+    except Exception:  # not JSON, or not an object: the status alone says enough
+        code = None
+    return f"status {status} {code}" if isinstance(code, str) else f"status {status}"
+
+
+def _fire(
+    environment: Environment, request_type: str, name: str, time_ms: float, length: int
+) -> None:
+    """Record a figure that is not an HTTP request as a row of locust's statistics."""
+    environment.events.request.fire(  # type: ignore[no-untyped-call]
+        request_type=request_type,
+        name=name,
+        response_time=time_ms,
+        response_length=length,
+        exception=None,
+        context={},
+    )
+
+
+class ListenerUser(FastHttpUser):
+    """A viewer: long-polls the room and records how late each message arrives."""
+
+    weight = LISTENER_WEIGHT
+    # Above the hold: the poll timeout plus the adaptive hold's interval plus slack.
+    network_timeout = max(75.0, POLL_TIMEOUT + 50.0)
+
+    def __init__(self, environment: Environment) -> None:
+        super().__init__(environment)
+        self.uid = _new_uid("listener")
+        self.cursor: dict[str, str] | None = None
+        """epoch, seq, iseq and ctx of the last answer; None before the first poll."""
+        self.pause = 0.0
+
+    def wait_time(self) -> float:
+        # Poll again at once after an answer; back off only after a failure.
+        pause, self.pause = self.pause, 0.0
+        return pause
+
+    @task
+    def poll(self) -> None:
+        params: dict[str, str] = {"uid": self.uid}
+        first = self.cursor is None
+        if self.cursor is not None:
+            params.update(self.cursor)
+            params["timeout"] = str(POLL_TIMEOUT)
+        name = "/poll [first]" if first else "/poll"
+        url = f"{ROOM_PATH}/poll?{urlencode(params)}"
+        with self.client.get(url, name=name, catch_response=True) as response:
+            if response.status_code != 200:
+                response.failure(_describe(response))
+                self._after_failure(response.status_code, response.headers)
+                return
+            try:
+                answer = response.json()
+                cursor = {key: str(answer[key]) for key in ("epoch", "seq", "iseq")}
+                if answer.get("ctx") is not None:
+                    cursor["ctx"] = str(answer["ctx"])
+            except (ValueError, KeyError, TypeError) as exc:
+                response.failure(f"malformed answer: {exc!r}")
+                self.cursor = None
+                self.pause = 1.0
+                return
+            response.success()
+        self.cursor = cursor
+        self._record(answer, backlog=first)
+
+    def _after_failure(self, status: int, headers: Any) -> None:
+        if 400 <= status < 500 and status != 429:
+            # The server refused our cursors or names: start over with a first poll.
+            self.cursor = None
+            self.pause = 1.0
+        else:
+            # Connection error (status 0), 503 or the like: same cursors, a bit later.
+            self.pause = _retry_after(headers)
+
+    def _record(self, answer: dict[str, Any], *, backlog: bool) -> None:
+        environment = self.environment
+        reset = bool(answer.get("reset"))
+        if reset:
+            _fire(environment, "RESET", "poll", 0.0, 0)
+        for kind, key in (("normal", "gap"), ("important", "igap")):
+            skipped = answer.get(key)
+            if isinstance(skipped, int) and skipped > 0:
+                _fire(environment, "GAP", kind, 0.0, skipped)
+        if backlog or reset:
+            return
+        now = time.time()
+        for kind, key in (("important", "important"), ("normal", "messages")):
+            for message in answer.get(key) or ():
+                body = message.get("body") if isinstance(message, dict) else None
+                sent_at = body.get("sent_at") if isinstance(body, dict) else None
+                if isinstance(sent_at, int | float) and not isinstance(sent_at, bool):
+                    _fire(environment, "DELIVER", kind, (now - sent_at) * 1000.0, 0)
+
+
+class SenderUser(FastHttpUser):
+    """A chatter: sends at LIVEROOM_SEND_RATE, every LIVEROOM_IMPORTANT_EVERY-th important."""
+
+    weight = SENDER_WEIGHT
+    wait_time = constant_throughput(SEND_RATE)
+
+    def __init__(self, environment: Environment) -> None:
+        super().__init__(environment)
+        self.uid = _new_uid("sender")
+        self.sent = 0
+
+    @task
+    def send(self) -> None:
+        self.sent += 1
+        important = IMPORTANT_EVERY > 0 and self.sent % IMPORTANT_EVERY == 0
+        payload: dict[str, Any] = {
+            "uid": self.uid,
+            "body": {"text": f"message {self.sent} from {self.uid}", "sent_at": time.time()},
+        }
+        headers: dict[str, str] = {}
+        if important:
+            payload["important"] = True
+            headers["Authorization"] = f"Bearer {PUBLISHER_TOKEN}"
+        name = "/messages [important]" if important else "/messages"
+        with self.client.post(
+            f"{ROOM_PATH}/messages",
+            json=payload,
+            headers=headers,
+            name=name,
+            catch_response=True,
+        ) as response:
+            if response.status_code == 201:
+                response.success()
+            else:
+                response.failure(_describe(response))
+
+
+def _check_settings(environment: Environment, **_kwargs: Any) -> None:
+    if IMPORTANT_EVERY > 0 and not PUBLISHER_TOKEN:
+        log.warning(
+            "LIVEROOM_IMPORTANT_EVERY is set without LIVEROOM_PUBLISHER_TOKEN: "
+            "important sends will fail with 401"
+        )
+
+
+def _print_summary(environment: Environment, **_kwargs: Any) -> None:
+    if isinstance(environment.runner, WorkerRunner):
+        return  # the master holds the merged figures
+    entries = environment.stats.entries
+    empty = StatsEntry(environment.stats, "", "")
+    lines = [f"liveroom load test on room {ROOM!r} (poll timeout {POLL_TIMEOUT} s):"]
+    for kind in ("important", "normal"):
+        # entries.get, not stats.get: the latter would add empty rows to the CSV.
+        deliver = entries.get((kind, "DELIVER"), empty)
+        gap = entries.get((kind, "GAP"), empty)
+        line = f"  {kind:9}  delivered {deliver.num_requests}"
+        if deliver.num_requests:
+            line += (
+                f", latency ms median {deliver.get_response_time_percentile(0.5):.0f}"
+                f" p99 {deliver.get_response_time_percentile(0.99):.0f}"
+                f" max {deliver.max_response_time:.0f}"
+            )
+        line += f"; skipped (gap) {gap.total_content_length} in {gap.num_requests} answers"
+        lines.append(line)
+    resets = entries.get(("poll", "RESET"), empty)
+    lines.append(f"  resets     {resets.num_requests}")
+    print("\n".join(lines))
+
+
+events.test_start.add_listener(_check_settings)  # type: ignore[no-untyped-call]
+events.quitting.add_listener(_print_summary)  # type: ignore[no-untyped-call]
