@@ -1,0 +1,132 @@
+"""Shared fixtures: a real redis-server on a free port, the fake clock, the stores.
+
+Redis tests run against the ``redis-server`` binary (no Docker here); the
+session starts one on a free port and every test that asks for ``redis_url``
+gets it running and flushed. Fault tests stop and restart it on the same port.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from liveroom.clock import FakeClock
+from liveroom.store import LogPolicy, Store, open_store
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nobody listens on (right now)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class RedisServer:
+    """A ``redis-server`` process of the test session, on a fixed port."""
+
+    def __init__(self, binary: str, port: int, log_dir: Path) -> None:
+        self.binary = binary
+        self.port = port
+        self.url = f"redis://127.0.0.1:{port}/0"
+        self._log_path = log_dir / f"redis-{port}.log"
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def start(self, wait: float = 10.0) -> None:
+        """Start it (empty: no persistence) and wait until it answers PING."""
+        if self.running:
+            return
+        with self._log_path.open("ab") as log:
+            self._process = subprocess.Popen(
+                [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
+                 "--save", "", "--appendonly", "no", "--daemonize", "no"],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + wait
+        while True:
+            if self._process.poll() is not None:
+                raise RuntimeError(f"redis-server exited; see {self._log_path}")
+            try:
+                with redis.Redis(port=self.port, socket_connect_timeout=0.2,
+                                 socket_timeout=0.5) as client:
+                    client.ping()
+                return
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(
+                        f"redis-server did not answer; see {self._log_path}") from None
+                time.sleep(0.02)
+
+    def stop(self) -> None:
+        """Kill it and wait until it is gone (clients see their connections drop)."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+
+    def flushall(self) -> None:
+        with redis.Redis(port=self.port) as client:
+            client.flushall()
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.fail("redis-server is not on PATH: run scripts/install-test-deps")
+    with tempfile.TemporaryDirectory(prefix="liveroom-redis-") as log_dir:
+        server = RedisServer(binary, free_port(), Path(log_dir))
+        server.start()
+        try:
+            yield server
+        finally:
+            server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    """The session's Redis, running (again, if a test stopped it) and empty."""
+    redis_server.start()
+    redis_server.flushall()
+    return redis_server.url
+
+
+@pytest.fixture
+def fake_clock() -> FakeClock:
+    return FakeClock()
+
+
+TEST_POLICY = LogPolicy(log_cap=50, important_keep=5, important_window_ms=60_000,
+                        important_hard_cap=1000, room_ttl_ms=86_400_000,
+                        dedup_ttl_ms=600_000)
+
+
+@pytest.fixture(params=["memory", "redis"])
+def engine_url(request: pytest.FixtureRequest) -> str:
+    if request.param == "memory":
+        return "memory"
+    url: str = request.getfixturevalue("redis_url")
+    return url
+
+
+@pytest.fixture
+async def store(engine_url: str, fake_clock: FakeClock) -> AsyncIterator[Store]:
+    """A started store of each engine with :data:`TEST_POLICY`."""
+    engine = open_store(engine_url, TEST_POLICY, fake_clock, node_id="test")
+    await engine.start()
+    try:
+        yield engine
+    finally:
+        await engine.close()

@@ -1,0 +1,315 @@
+"""What only the redis engine faces: a store that loses its data, dies, or drops the channel.
+
+Runs against the session's real ``redis-server``; fault tests stop it and start
+it again on the same port (the ``redis_url`` fixture restarts it for the next
+test if one fails half-way). Waits on the external process are bounded polls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING
+
+import pytest
+import redis.asyncio
+
+import liveroom.store.redis as redis_engine
+from liveroom.clock import FakeClock
+from liveroom.errors import StoreUnavailable
+from liveroom.model import NewMessage
+from liveroom.store import PullRequest, Store, keys
+from liveroom.store.redis import _build_pulled
+
+if TYPE_CHECKING:
+    from conftest import RedisServer
+
+WAIT = 10.0
+"""Bound on waits for the notifier to notice a fault and recover (backoff ≤ 2 s)."""
+
+
+@pytest.fixture
+def engine_url(redis_url: str) -> str:
+    """Only the redis engine in this module (overrides the parametrized one)."""
+    return redis_url
+
+
+@pytest.fixture
+async def client(redis_url: str) -> AsyncIterator[redis.asyncio.Redis]:
+    """A plain client, beside the store, to play the operator or the fault."""
+    plain = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        yield plain
+    finally:
+        await plain.aclose()
+
+
+def message(clock: FakeClock, n: int, *, important: bool = False) -> NewMessage:
+    return NewMessage(uid="u", body=n, important=important, ts=int(clock.time() * 1000))
+
+
+async def eventually(condition: Callable[[], bool], within: float = WAIT) -> None:
+    deadline = time.monotonic() + within
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not true within {within} s")
+        await asyncio.sleep(0.02)
+
+
+class Recorder:
+    """A notifier subscriber that lets a test await a notify or a resync."""
+
+    def __init__(self) -> None:
+        self.notified: list[tuple[str, int]] = []
+        self.resyncs = 0
+        self._changed = asyncio.Event()
+
+    def on_notify(self, room: str, seq: int) -> None:
+        self.notified.append((room, seq))
+        self._changed.set()
+
+    def on_resync(self) -> None:
+        self.resyncs += 1
+        self._changed.set()
+
+    async def wait_for(self, condition: Callable[[], bool]) -> None:
+        async with asyncio.timeout(WAIT):
+            while not condition():
+                self._changed.clear()
+                await self._changed.wait()
+
+
+# --- losing the data ------------------------------------------------------------
+
+
+async def test_a_flushed_store_starts_a_new_epoch_from_seq_one(
+        store: Store, fake_clock: FakeClock, client: redis.asyncio.Redis) -> None:
+    old = await store.log.open_room("r")
+    for n in range(1, 4):
+        await store.log.append("r", message(fake_clock, n))
+    await client.flushall()
+    assert (await store.log.pull([PullRequest("r", 3, 10)]))[0].epoch is None
+    appended = await store.log.append("r", message(fake_clock, 1))
+    assert (appended.seq, appended.duplicate) == (1, False)
+    assert appended.epoch != old
+    (pulled,) = await store.log.pull([PullRequest("r", 3, 10)])
+    # A cursor from the old epoch: the new epoch tells the reader to reset.
+    assert (pulled.epoch, pulled.head, pulled.entries, pulled.complete) == (
+        appended.epoch, 1, (), True)
+    assert await store.log.open_room("r") == appended.epoch
+
+
+async def test_open_room_after_a_flush_gives_a_new_epoch(
+        store: Store, client: redis.asyncio.Redis) -> None:
+    old = await store.log.open_room("r")
+    await client.flushall()
+    assert await store.log.open_room("r") not in (old, None)
+
+
+async def test_streams_left_without_meta_are_replaced(
+        store: Store, fake_clock: FakeClock, client: redis.asyncio.Redis) -> None:
+    for n in range(1, 6):
+        await store.log.append("r", message(fake_clock, n, important=n == 2))
+    await client.delete(keys.meta("r"))  # as if evicted alone
+    appended = await store.log.append("r", message(fake_clock, 1))
+    assert appended.seq == 1
+    (pulled,) = await store.log.pull([PullRequest("r", 0, 10)])
+    assert [(e.seq, e.body) for e in pulled.entries] == [(1, 1)]
+
+
+async def test_a_client_msg_id_from_a_lost_epoch_is_forgotten(
+        store: Store, fake_clock: FakeClock, client: redis.asyncio.Redis) -> None:
+    sent = NewMessage("u", "x", False, 1, client_msg_id="m")
+    await store.log.append("r", message(fake_clock, 1))
+    assert (await store.log.append("r", sent)).seq == 2
+    await client.delete(keys.meta("r"))
+    again = await store.log.append("r", sent)
+    assert (again.seq, again.duplicate) == (1, False)
+
+
+def test_a_pull_whose_epoch_changed_underneath_is_read_again() -> None:
+    request = PullRequest("r", 0, 10)
+    assert _build_pulled(request, [[b"e1", b"3", b"0"], [], [], b"e2"]) is None
+    assert _build_pulled(request, [[None, None, None], [], [], b"e2"]) is None
+    assert _build_pulled(request, [[b"e1", b"3", b"0"], [], [], None]) is None
+
+
+async def test_pulls_stay_consistent_while_epochs_are_renewed(
+        store: Store, fake_clock: FakeClock) -> None:
+    for n in range(1, 21):
+        await store.log.append("r", message(fake_clock, n, important=n % 4 == 0))
+
+    async def renew_again_and_again() -> None:
+        epoch = await store.log.open_room("r")
+        for _ in range(200):
+            epoch = await store.log.renew_epoch("r", epoch)
+
+    renewing = asyncio.create_task(renew_again_and_again())
+    try:
+        while not renewing.done():
+            (pulled,) = await store.log.pull([PullRequest("r", 5, 4)])
+            assert [e.seq for e in pulled.entries] == [8, 12, 16, 17, 18, 19, 20]
+            assert (pulled.head, pulled.head_ic, pulled.complete) == (20, 5, False)
+    finally:
+        await renewing
+
+
+async def test_a_room_read_across_an_epoch_change_is_read_again(
+        store: Store, fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    for n in range(1, 4):
+        await store.log.append("a", message(fake_clock, n))
+        await store.log.append("b", message(fake_clock, n))
+    reads: list[str] = []
+
+    def first_read_of_b_torn(request: PullRequest, replies: list[object]) -> object:
+        reads.append(request.room)
+        if reads.count("b") == 1 and request.room == "b":
+            return None
+        return _build_pulled(request, replies)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(redis_engine, "_build_pulled", first_read_of_b_torn)
+    a, b = await store.log.pull([PullRequest("a", 1, 10), PullRequest("b", 0, 10)])
+    assert reads == ["a", "b", "b"]
+    assert ([e.seq for e in a.entries], [e.seq for e in b.entries]) == ([2, 3], [1, 2, 3])
+
+
+async def test_a_room_that_never_reads_consistently_is_unavailable(
+        store: Store, fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    await store.log.append("r", message(fake_clock, 1))
+    monkeypatch.setattr(redis_engine, "_build_pulled", lambda request, replies: None)
+    with pytest.raises(StoreUnavailable):
+        await store.log.pull([PullRequest("r", 0, 10)])
+
+
+# --- the notify channel ---------------------------------------------------------
+
+
+async def test_the_notifier_reconnects_after_its_connection_is_killed(
+        store: Store, fake_clock: FakeClock, client: redis.asyncio.Redis) -> None:
+    recorder = Recorder()
+    store.notifier.subscribe(recorder.on_notify, recorder.on_resync)
+    await store.log.append("r", message(fake_clock, 1))
+    await recorder.wait_for(lambda: ("r", 1) in recorder.notified)
+    resyncs = recorder.resyncs
+
+    assert await client.client_kill_filter(_type="pubsub") >= 1
+    await recorder.wait_for(lambda: recorder.resyncs > resyncs)
+    await eventually(lambda: store.notifier.alive)
+    await store.log.append("r", message(fake_clock, 2))
+    await recorder.wait_for(lambda: ("r", 2) in recorder.notified)
+
+
+async def test_a_silently_dead_channel_is_found_by_the_probe(
+        store: Store, fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(redis_engine, "PROBE_INTERVAL", 0.05)
+    monkeypatch.setattr(redis_engine, "PROBE_TIMEOUT", 0.2)
+    recorder = Recorder()
+    store.notifier.subscribe(recorder.on_notify, recorder.on_resync)
+    assert isinstance(store.notifier, redis_engine.RedisNotifier)
+    real_publish = store.notifier._publish_probe
+
+    async def lost(payload: bytes) -> None:
+        return None  # as if the server stopped delivering to this connection
+
+    monkeypatch.setattr(store.notifier, "_publish_probe", lost)
+    await eventually(lambda: not store.notifier.alive)
+    resyncs = recorder.resyncs
+    await recorder.wait_for(lambda: recorder.resyncs > resyncs)  # it reconnected
+
+    monkeypatch.setattr(store.notifier, "_publish_probe", real_publish)
+    await eventually(lambda: store.notifier.alive)
+    await store.log.append("r", message(fake_clock, 1))
+    await recorder.wait_for(lambda: ("r", 1) in recorder.notified)
+
+
+async def test_malformed_notifies_and_probes_are_ignored(
+        store: Store, fake_clock: FakeClock, client: redis.asyncio.Redis) -> None:
+    recorder = Recorder()
+    store.notifier.subscribe(recorder.on_notify, recorder.on_resync)
+    for junk in (b"", b"12", b"x room", b"-1 room", b"7 ", b"3 \xff\xfe", b"probe other:1"):
+        await client.publish(keys.NOTIFY_CHANNEL, junk)
+    await store.log.append("r", message(fake_clock, 1))
+    await recorder.wait_for(lambda: bool(recorder.notified))
+    assert recorder.notified == [("r", 1)]
+
+
+async def test_a_failing_subscriber_does_not_stop_the_others(
+        store: Store, fake_clock: FakeClock) -> None:
+    def broken(room: str, seq: int) -> None:
+        raise RuntimeError("a bug in one subscriber")
+
+    recorder = Recorder()
+    store.notifier.subscribe(broken, lambda: None)
+    store.notifier.subscribe(recorder.on_notify, recorder.on_resync)
+    await store.log.append("r", message(fake_clock, 1))
+    await store.log.append("r", message(fake_clock, 2))
+    await recorder.wait_for(lambda: len(recorder.notified) == 2)
+    assert store.notifier.alive
+
+
+# --- the store going down and coming back ---------------------------------------
+
+
+async def test_a_stopped_redis_is_unavailable_and_then_back(
+        store: Store, fake_clock: FakeClock, redis_server: RedisServer) -> None:
+    recorder = Recorder()
+    store.notifier.subscribe(recorder.on_notify, recorder.on_resync)
+    epoch = (await store.log.append("r", message(fake_clock, 1))).epoch
+    assert store.notifier.alive
+
+    redis_server.stop()
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable):
+        await store.log.append("r", message(fake_clock, 2))
+    with pytest.raises(StoreUnavailable):
+        await store.log.pull([PullRequest("r", 0, 10)])
+    with pytest.raises(StoreUnavailable):
+        await store.ping()
+    with pytest.raises(StoreUnavailable):
+        await store.log.open_room("r")
+    with pytest.raises(StoreUnavailable):
+        await store.log.touch(["r"])
+    with pytest.raises(StoreUnavailable):
+        await store.shared_value("x", "y")
+    assert time.monotonic() - started < 3
+    await eventually(lambda: not store.notifier.alive)
+
+    resyncs = recorder.resyncs
+    redis_server.start()  # empty: the room's log is lost
+    await store.ping()
+    appended = await store.log.append("r", message(fake_clock, 1))
+    assert appended.seq == 1
+    assert appended.epoch != epoch
+    await eventually(lambda: store.notifier.alive)
+    assert recorder.resyncs > resyncs
+    await store.log.append("r", message(fake_clock, 2))
+    await recorder.wait_for(lambda: ("r", 2) in recorder.notified)
+
+
+async def test_a_store_started_while_redis_is_down_comes_up_later(
+        redis_server: RedisServer, redis_url: str, fake_clock: FakeClock) -> None:
+    from liveroom.store import LogPolicy, open_store
+
+    redis_server.stop()
+    store = open_store(redis_url, LogPolicy(), fake_clock, node_id="late")
+    await store.start()
+    try:
+        assert not store.notifier.alive
+        redis_server.start()
+        await eventually(lambda: store.notifier.alive)
+        assert (await store.log.append("r", message(fake_clock, 1))).seq == 1
+    finally:
+        await store.close()
+
+
+async def test_close_is_clean_while_redis_is_down(
+        redis_server: RedisServer, redis_url: str, fake_clock: FakeClock) -> None:
+    from liveroom.store import LogPolicy, open_store
+
+    store = open_store(redis_url, LogPolicy(), fake_clock)
+    await store.start()
+    redis_server.stop()
+    await eventually(lambda: not store.notifier.alive)
+    await store.close()
+    await store.close()  # twice is harmless
