@@ -169,8 +169,10 @@ async def test_a_store_that_went_backwards_starts_a_new_epoch(redis_url: str,
         snap = await node.node.cache.wait_pulled("back")
         assert snap.epoch != listener.epoch  # never a snapshot going back in one epoch
         answer = await listener.poll(node.url)
-        assert answer["reset"] is True and answer["epoch"] == snap.epoch
+        assert answer["reset"] is True
+        assert answer["epoch"] == snap.epoch
         sent = await send(session, node.url, "back", "after")
-        assert sent["epoch"] == snap.epoch and sent["seq"] == 3
+        assert sent["epoch"] == snap.epoch
+        assert sent["seq"] == 3
         await listener.poll_until(node.url, 6)
         assert listener.bodies()[-1] == "after"
