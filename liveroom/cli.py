@@ -18,6 +18,7 @@ from . import __version__
 from .node import Node, build_app
 from .settings import Settings
 
+_D = Settings()
 _STORE_HELP = ("Where room logs live: 'memory' (embedded, one process, nothing to "
                "install) or redis://HOST:PORT/DB (many processes and hosts).")
 
@@ -65,15 +66,35 @@ def main() -> None:
 @click.option("--log-level", default="info", show_default=True, envvar="LIVEROOM_LOG_LEVEL",
               show_envvar=True,
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
+@click.option("--log-cap", default=_D.log_cap, show_default=True, envvar="LIVEROOM_LOG_CAP",
+              show_envvar=True, type=click.IntRange(100),
+              help="Messages kept per room log in the store (important ones are kept "
+                   "beyond it for their retention).")
+@click.option("--room-ttl", default=_D.room_ttl, show_default=True,
+              envvar="LIVEROOM_ROOM_TTL", show_envvar=True, type=click.FloatRange(60),
+              help="Seconds without a send or a read after which a room's log expires.")
+@click.option("--normal-keep", default=_D.normal_keep, show_default=True,
+              envvar="LIVEROOM_NORMAL_KEEP", show_envvar=True, type=click.IntRange(1),
+              help="Newest normal messages each room's cache keeps.")
+@click.option("--important-keep", default=_D.important_keep, show_default=True,
+              envvar="LIVEROOM_IMPORTANT_KEEP", show_envvar=True, type=click.IntRange(1),
+              help="Important messages kept at least (by count) per room.")
+@click.option("--important-window", default=_D.important_window, show_default=True,
+              envvar="LIVEROOM_IMPORTANT_WINDOW", show_envvar=True,
+              type=click.FloatRange(0),
+              help="Seconds for which important messages are kept at least.")
 def serve(host: str, port: int, store: str, admin_token: str | None,
           publisher_token: str | None, node_id: str, secret: str | None,
-          log_level: str) -> None:
+          log_level: str, log_cap: int, room_ttl: float, normal_keep: int,
+          important_keep: int, important_window: float) -> None:
     """Run every role (proxy, recvsvr, statsvr) in this process."""
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = Settings(host=host, port=port, store=store, admin_token=admin_token,
                         publisher_token=publisher_token, node_id=node_id, secret=secret,
-                        log_level=log_level)
+                        log_level=log_level, log_cap=log_cap, room_ttl=room_ttl,
+                        normal_keep=normal_keep, important_keep=important_keep,
+                        important_window=important_window)
     # The node is ready once its lifecycle has started, but only listens after
     # run_app has started its sites: announce then (run_app's print hook).
     ready: list[Node] = []

@@ -75,7 +75,8 @@ def build_node(settings: Settings, clock: Clock | None = None,
         read_window=settings.read_window,
         batch=settings.pull_batch,
         concurrency=settings.pull_concurrency,
-        touch_interval=settings.touch_interval,
+        # Reads push a room's expiry back well before it can pass.
+        touch_interval=min(settings.touch_interval, settings.room_ttl / 4),
     )
     cache = RoomCache(store.log, clock, metrics, retention=retention, limits=limits)
     presence = LocalPresence(clock, window=settings.online_window)
