@@ -7,6 +7,7 @@ gets it running and flushed. Fault tests stop and restart it on the same port.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import socket
 import subprocess
@@ -15,6 +16,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 import redis
 
@@ -121,12 +123,26 @@ def engine_url(request: pytest.FixtureRequest) -> str:
     return url
 
 
-@pytest.fixture
-async def store(engine_url: str, fake_clock: FakeClock) -> AsyncIterator[Store]:
-    """A started store of each engine with :data:`TEST_POLICY`."""
-    engine = open_store(engine_url, TEST_POLICY, fake_clock, node_id="test")
+@contextlib.asynccontextmanager
+async def opened(url: str, policy: LogPolicy, clock: FakeClock) -> AsyncIterator[Store]:
+    """A started store, closed on exit."""
+    engine = open_store(url, policy, clock, node_id="test")
     await engine.start()
     try:
         yield engine
     finally:
         await engine.close()
+
+
+@pytest.fixture
+async def store(engine_url: str, fake_clock: FakeClock) -> AsyncIterator[Store]:
+    """A started store of each engine with :data:`TEST_POLICY`."""
+    async with opened(engine_url, TEST_POLICY, fake_clock) as engine:
+        yield engine
+
+
+@pytest.fixture
+async def session() -> AsyncIterator[aiohttp.ClientSession]:
+    """An HTTP client for end-to-end tests."""
+    async with aiohttp.ClientSession() as client:
+        yield client

@@ -7,16 +7,9 @@ import re
 from typing import Any
 
 import aiohttp
-import pytest
 from support import Listener, running_node, send
 
 from liveroom.clock import FakeClock
-
-
-@pytest.fixture
-async def session() -> Any:
-    async with aiohttp.ClientSession() as s:
-        yield s
 
 
 async def test_a_listener_receives_every_message_once_in_order(engine_url: str,

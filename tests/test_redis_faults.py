@@ -5,17 +5,19 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import aiohttp
-import pytest
 import redis.asyncio as aioredis
 from conftest import RedisServer
 from support import Listener, running_node, send
 
 
-@pytest.fixture
-async def session() -> Any:
-    async with aiohttp.ClientSession() as s:
-        yield s
+async def health_becomes(session: Any, url: str, status: int, *, within: float) -> None:
+    """Wait until /healthz answers ``status`` (bounded): health is probed, not pushed."""
+    async with asyncio.timeout(within):
+        while True:
+            async with session.get(f"{url}/healthz") as resp:
+                if resp.status == status:
+                    return
+            await asyncio.sleep(0.1)
 
 
 async def test_a_restarted_node_loses_nothing_and_duplicates_nothing(redis_url: str,
@@ -113,12 +115,7 @@ async def test_redis_down_degrades_and_recovers(redis_server: RedisServer, redis
             assert resp.headers["Retry-After"]
             assert (await resp.json())["error"] == "store_unavailable"
         # Health: 503.
-        async with asyncio.timeout(10):
-            while True:
-                async with session.get(f"{node.url}/healthz") as resp:
-                    if resp.status == 503:
-                        break
-                await asyncio.sleep(0.1)
+        await health_becomes(session, node.url, 503, within=10)
         # Polls are still answered from the cache.
         other = Listener(session, "down", uid="newcomer")
         answer = await other.poll(node.url)
@@ -132,12 +129,7 @@ async def test_redis_down_degrades_and_recovers(redis_server: RedisServer, redis
             assert resp.headers["Retry-After"]
         redis_server.start()
         # Everything comes back by itself.
-        async with asyncio.timeout(15):
-            while True:
-                async with session.get(f"{node.url}/healthz") as resp:
-                    if resp.status == 200:
-                        break
-                await asyncio.sleep(0.1)
+        await health_becomes(session, node.url, 200, within=15)
         # The restarted Redis is empty: the room starts a new epoch and the
         # listener resets onto it, then receives what is sent next.
         sent = await send(session, node.url, "down", "after")

@@ -8,18 +8,17 @@ through each engine and compares every pull with a plain list model.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import pytest
 import redis.asyncio
+from conftest import opened
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from liveroom.clock import FakeClock
 from liveroom.model import Entry, NewMessage
-from liveroom.store import LogPolicy, Pulled, PullRequest, Store, keys, open_store
+from liveroom.store import LogPolicy, Pulled, PullRequest, Store, keys
 
 WAIT = 5.0
 """Bound on waits for something a real Redis delivers asynchronously."""
@@ -46,16 +45,6 @@ async def pull(store: Store, room: str, after: int, limit: int) -> Pulled:
 
 def seqs(pulled: Pulled) -> list[int]:
     return [e.seq for e in pulled.entries]
-
-
-@contextlib.asynccontextmanager
-async def opened(url: str, policy: LogPolicy, clock: FakeClock) -> AsyncIterator[Store]:
-    engine = open_store(url, policy, clock, node_id="test")
-    await engine.start()
-    try:
-        yield engine
-    finally:
-        await engine.close()
 
 
 # --- append -------------------------------------------------------------------
