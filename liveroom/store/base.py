@@ -11,11 +11,17 @@ else from the driver.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from ..model import Entry, NewMessage
+
+
+def new_epoch() -> str:
+    """A fresh opaque epoch: random, so a lost and restarted log never repeats one."""
+    return secrets.token_urlsafe(9)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,18 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..clock import Clock
 from ..model import Entry, NewMessage
-from .base import Appended, LogPolicy, OnNotify, OnResync, Pulled, PullRequest
-
-
-def new_epoch() -> str:
-    return secrets.token_urlsafe(9)
+from .base import Appended, LogPolicy, OnNotify, OnResync, Pulled, PullRequest, new_epoch
 
 
 @dataclass

@@ -47,8 +47,7 @@ from ..codec import pack_stored, unpack_stored
 from ..errors import StoreUnavailable
 from ..model import Entry, NewMessage
 from . import keys
-from .base import Appended, LogPolicy, OnNotify, OnResync, Pulled, PullRequest
-from .memory import new_epoch
+from .base import Appended, LogPolicy, OnNotify, OnResync, Pulled, PullRequest, new_epoch
 
 logger = logging.getLogger("liveroom.store.redis")
 
