@@ -136,6 +136,9 @@ class Store(Protocol):
     @property
     def notifier(self) -> Notifier: ...
 
+    @property
+    def stats(self) -> StatsStore: ...
+
     async def start(self) -> None:
         """Connect and start background tasks (notify listener, probes, expiry)."""
 
@@ -150,3 +153,131 @@ class Store(Protocol):
 
         Used for tokens and the context secret when they are not configured.
         """
+
+
+# -- statsvr's tables ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ShardWrite:
+    """One shard of one room as a statsvr node holds it, to store or refresh.
+
+    A node's shard ``index`` of ``count`` holds the room's members whose
+    shard hash (``statsvr.table.shard_of``) is ``index``. The stored value is
+    replaced whole.
+    """
+
+    room: str
+    index: int
+    count: int
+    """How many shards the node splits this room into (1, or ``vip_shards``)."""
+    version: str
+    """Changes whenever the members change; unique across node restarts."""
+    size: int
+    """Members in the shard. 0 drops the shard (key and index entry)."""
+    members: bytes | None
+    """msgpack array of the members' uids, sorted; ``None`` when the members did
+    not change since the last write: only the expiry is pushed back."""
+
+
+@dataclass(frozen=True, slots=True)
+class ShardEntry:
+    """A live shard of a room, as the room's shard index lists it."""
+
+    node: str
+    index: int
+    count: int
+    version: str
+    size: int
+    expires_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ViewersState:
+    """A room's viewers history as stored."""
+
+    exact: int
+    """Uids in the room's exact set."""
+    complete: bool
+    """False once the exact set hit its threshold and stopped growing."""
+    sketches: tuple[bytes, ...]
+    """Every node's HyperLogLog registers (empty when not asked for)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OnlineSample:
+    """One sample of a room's online count, for every tier of its series."""
+
+    room: str
+    t_ms: int
+    online: int
+
+
+SeriesRow = tuple[int, int, int, int, int]
+"""``(start, min, max, sum, count)`` of one stored bucket."""
+
+
+class StatsStore(Protocol):
+    """What statsvr keeps in the KV store: shard tables, viewers history, series.
+
+    Time given in ``*_ms`` arguments is the caller's clock (Unix ms), so every
+    node and every engine agrees on expiry even under a test's fake clock.
+    """
+
+    async def write_shards(self, node: str, writes: Sequence[ShardWrite],
+                           now_ms: int, ttl_ms: int) -> list[tuple[str, int]]:
+        """Store or refresh ``node``'s shards: one round trip for the batch.
+
+        Each written or refreshed shard's index entry says it lives until
+        ``now_ms + ttl_ms``; readers ignore it after that (and the key itself
+        is dropped some time later). Entries of any node that expired are
+        pruned from the rooms written. Returns the ``(room, index)`` of shards
+        that were only to be refreshed but are gone from the store (flushed, or
+        expired while this node stalled): the caller writes them whole again.
+        """
+
+    async def shard_index(self, rooms: Sequence[str], now_ms: int) -> list[list[ShardEntry]]:
+        """The live shards of each room (expired ones left out), one round trip."""
+
+    async def read_shards(self, room: str, entries: Sequence[ShardEntry]) -> list[bytes | None]:
+        """The members blobs of these shards of one room, one round trip;
+        ``None`` for a shard gone meanwhile."""
+
+    async def add_viewers(self, room: str, node: str, uids: Sequence[str],
+                          sketch: bytes | None, threshold: int,
+                          ttl_ms: int) -> tuple[int, bool]:
+        """Count ``uids`` as viewers of ``room`` and store ``node``'s sketch.
+
+        Atomically adds the uids to the room's exact set, in order, until it
+        would exceed ``threshold`` uids; then the set is marked incomplete and
+        never grows again. ``sketch`` (when given) replaces ``node``'s own
+        HyperLogLog registers of the room. The room's history lives ``ttl_ms``
+        after its last update. Returns the set's size and whether it is complete.
+        """
+
+    async def load_sketch(self, room: str, node: str) -> bytes | None:
+        """``node``'s stored HyperLogLog registers of ``room``, if any."""
+
+    async def viewers(self, rooms: Sequence[str], *, sketches: Sequence[bool]) -> list[ViewersState]:
+        """The viewers history of each room, one round trip; every node's sketch
+        of a room is read only where ``sketches`` says so."""
+
+    async def record_online(self, samples: Sequence[OnlineSample],
+                            tiers: Sequence[tuple[int, int]], min_gap_ms: int) -> int:
+        """Add each sample to its bucket in every tier ``(step s, retention s)``.
+
+        A bucket keeps ``(min, max, sum, count)``; buckets older than a tier's
+        retention (relative to the sample) are dropped, and the series lives as
+        long as the longest retention after its last sample. A sample less than
+        ``min_gap_ms`` after the room's last stored sample is skipped, so two
+        nodes briefly both sampling a room do not double it. One round trip;
+        returns how many samples were taken.
+        """
+
+    async def read_online(self, room: str, step: int, low: int, high: int) -> list[SeriesRow]:
+        """The ``step``-second buckets of ``room`` whose start is in ``[low, high]``,
+        oldest first."""
+
+    async def announce(self, node: str, now_ms: int, ttl_ms: int) -> list[str]:
+        """Say that statsvr ``node`` is alive until ``now_ms + ttl_ms``; return
+        every live node (sorted), this one included."""
