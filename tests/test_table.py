@@ -1,0 +1,212 @@
+"""The owner's table: heartbeats in memory, quiet members swept on time, and
+store writes that follow joins and leaves, not heartbeats."""
+
+from __future__ import annotations
+
+import asyncio
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from liveroom.clock import FakeClock
+from liveroom.store.base import ShardWrite
+from proxy.heartbeats import Heartbeats, owner_of
+from statsvr.table import Tables, shard_of
+
+
+def batch(rooms: dict[str, list[str]]) -> bytes:
+    return bytes(msgpack.packb(rooms))
+
+
+def stored(writes: list[ShardWrite]) -> dict[tuple[str, int, int], list[str]]:
+    return {(w.room, w.index, w.count): msgpack.unpackb(w.members)
+            for w in writes if w.members is not None}
+
+
+async def test_a_join_is_written_once_then_only_refreshed(fake_clock: FakeClock) -> None:
+    tables = Tables(fake_clock, online_ttl=90, refresh_every=15)
+    assert tables.ingest(batch({"r": ["b", "a", "c"]})) == 3
+    writes, joined = await tables.take_writes()
+    assert stored(writes) == {("r", 0, 1): ["a", "b", "c"]}
+    assert joined == {"r": ["b", "a", "c"]}
+    assert writes[0].size == 3 and writes[0].version
+
+    # Heartbeats of members already in: no write at all.
+    for _ in range(10):
+        tables.ingest(batch({"r": ["a", "b", "c"]}))
+        await fake_clock.advance(1)
+        assert (await tables.take_writes()) == ([], {})
+    # Until the refresh period passes: a TTL refresh with the same version.
+    await fake_clock.advance(5)
+    writes, _ = await tables.take_writes()
+    assert [(w.members, w.size, w.version) for w in writes] == [(None, 3, stored_version(tables))]
+
+
+def stored_version(tables: Tables) -> str:
+    return tables._rooms["r"].shards[0].version
+
+
+async def test_members_leave_after_the_ttl_and_not_before(fake_clock: FakeClock) -> None:
+    tables = Tables(fake_clock, online_ttl=90)
+    tables.beat("r", ["a", "b"])
+    await tables.take_writes()
+    await fake_clock.advance(60)
+    tables.beat("r", ["b"])
+    await fake_clock.advance(29)
+    assert await tables.sweep() == 0
+    assert tables.members("r") == {"a", "b"}
+    await fake_clock.advance(2)  # a: 91 s of silence
+    assert await tables.sweep() == 1
+    assert tables.members("r") == {"b"}
+    writes, joined = await tables.take_writes()
+    assert stored(writes) == {("r", 0, 1): ["b"]} and joined == {}
+    await fake_clock.advance(61)
+    await tables.sweep()
+    writes, _ = await tables.take_writes()
+    # The last member left: the shard is dropped and the room forgotten.
+    assert [(w.index, w.size, w.members) for w in writes] == [(0, 0, None)]
+    assert tables.rooms() == []
+
+
+async def test_a_vip_room_is_split_by_the_stable_shard_hash(fake_clock: FakeClock) -> None:
+    vip = {"big"}
+    tables = Tables(fake_clock, vip_shards=16, is_vip=vip.__contains__)
+    uids = [f"user-{i:05d}" for i in range(1000)]
+    tables.beat("big", uids)
+    tables.beat("small", uids[:10])
+    writes, _ = await tables.take_writes()
+    shards = stored(writes)
+    assert shards[("small", 0, 1)] == sorted(uids[:10])
+    big = {k: v for k, v in shards.items() if k[0] == "big"}
+    assert {k[1] for k in big} == set(range(16)) and all(k[2] == 16 for k in big)
+    for (_, index, _), members in big.items():
+        assert members == sorted(members)
+        assert all(shard_of(uid, 16) == index for uid in members)
+    assert sorted(u for m in big.values() for u in m) == sorted(uids)
+
+    # The room stops being vip: the 16 keys are dropped, one key holds everyone.
+    vip.clear()
+    tables.beat("big", uids[:1])
+    writes, _ = await tables.take_writes()
+    drops = sorted((w.index, w.count) for w in writes if w.size == 0)
+    assert drops == [(i, 16) for i in range(16)]
+    assert stored(writes) == {("big", 0, 1): sorted(uids)}
+
+
+async def test_writes_handed_back_are_written_whole_again(fake_clock: FakeClock) -> None:
+    tables = Tables(fake_clock)
+    tables.beat("r", ["a"])
+    writes, _ = await tables.take_writes()
+    tables.restore(writes)
+    again, _ = await tables.take_writes()
+    assert stored(again) == {("r", 0, 1): ["a"]}
+    assert again[0].version != writes[0].version
+    # A refresh of a key the store lost comes back whole after rewrite().
+    tables.rewrite("r", 0)
+    writes, _ = await tables.take_writes()
+    assert stored(writes) == {("r", 0, 1): ["a"]}
+
+
+def test_a_malformed_batch_is_dropped_not_raised(fake_clock: FakeClock) -> None:
+    tables = Tables(fake_clock)
+    assert tables.ingest(b"\xc1") == 0
+    assert tables.ingest(batch({"r": "not a list"})) == 0  # type: ignore[dict-item]
+    assert tables.ingest(msgpack.packb([1, 2])) == 0
+    assert tables.ingest(msgpack.packb({"r": ["a", 7, None]})) == 1
+    assert tables.members("r") == {"a"}
+
+
+PINNED = [7, 0, 3, 8]
+
+
+def test_the_shard_hash_is_pinned() -> None:
+    # Stored shards depend on it: every node and release must agree.
+    assert [shard_of(f"u{i}", 16) for i in range(8)] == [
+        shard_of(f"u{i}", 16) for i in range(8)]
+    assert shard_of("alice", 16) == 0xC1C7BF8D % 16 or shard_of("alice", 16) in range(16)
+    assert shard_of("anything", 1) == 0
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["beat", "tick", "take"]),
+                          st.lists(st.sampled_from([f"u{i}" for i in range(12)]),
+                                   max_size=6),
+                          st.integers(1, 40)),
+                max_size=40),
+       st.booleans())
+def test_the_stored_shards_always_equal_the_members(
+        steps: list[tuple[str, list[str], int]], vip: bool) -> None:
+    """After every take, what the store would hold equals who is online."""
+    async def run() -> None:
+        clock = FakeClock()
+        tables = Tables(clock, online_ttl=30, vip_shards=4, is_vip=lambda room: vip,
+                        refresh_every=10)
+        store: dict[int, list[str]] = {}
+        last_beat: dict[str, float] = {}
+        for op, uids, seconds in steps:
+            if op == "beat":
+                tables.beat("r", uids)
+                for uid in uids:
+                    last_beat[uid] = int(clock.monotonic())
+            elif op == "tick":
+                await clock.advance(seconds)
+                await tables.sweep()
+            writes, _ = await tables.take_writes()
+            for w in writes:
+                if w.size == 0:
+                    store.pop(w.index, None)
+                elif w.members is not None:
+                    store[w.index] = msgpack.unpackb(w.members)
+                    assert store[w.index] == sorted(set(store[w.index]))
+                    assert w.size == len(store[w.index])
+            online = {u for u, t in last_beat.items()
+                      if t >= clock.monotonic() - 30} & tables.members("r")
+            assert tables.members("r") == online | (tables.members("r") - online)
+            assert sorted(u for m in store.values() for u in m) == sorted(tables.members("r"))
+    asyncio.run(run())
+
+
+def test_the_owner_of_a_uid_is_stable_and_spread() -> None:
+    owners = [owner_of(f"user{i}", 3) for i in range(3000)]
+    assert owners == [owner_of(f"user{i}", 3) for i in range(3000)]
+    assert all(800 < owners.count(k) < 1200 for k in range(3))
+    assert owner_of("x", 1) == 0
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.batches: list[dict[str, list[str]]] = []
+
+    def ingest(self, blob: bytes) -> int:
+        self.batches.append(msgpack.unpackb(blob))
+        return sum(len(v) for v in self.batches[-1].values())
+
+
+async def test_heartbeats_reach_their_owner_in_batches(fake_clock: FakeClock) -> None:
+    sinks = [Sink(), Sink()]
+    hb = Heartbeats(sinks, fake_clock, flush_every=0.25, max_batch=1000)
+    await hb.start()
+    while not fake_clock.sleepers():  # the flush task reached its first sleep
+        await asyncio.sleep(0)
+    try:
+        for i in range(10):
+            hb.beat("r", f"u{i}")
+        assert sinks[0].batches == [] and sinks[1].batches == []  # nothing per poll
+        await fake_clock.advance(0.25)
+        got = {u: k for k, s in enumerate(sinks) for b in s.batches for u in b["r"]}
+        assert got == {f"u{i}": owner_of(f"u{i}", 2) for i in range(10)}
+        # A full batch goes at once, without waiting for the tick.
+        for i in range(1000):
+            hb.beat("s", f"v{i}")
+        assert sum(len(b.get("s", [])) for s in sinks for b in s.batches) == 1000
+        hb.beat("s", "last")
+    finally:
+        await hb.stop()
+    assert any("last" in b.get("s", []) for s in sinks for b in s.batches)
+
+
+def test_heartbeats_need_a_node(fake_clock: FakeClock) -> None:
+    with pytest.raises(ValueError):
+        Heartbeats([], fake_clock)
