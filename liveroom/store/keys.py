@@ -1,7 +1,8 @@
 """Every Redis key and channel name liveroom uses, built in one place.
 
 All keys of one room share the hash tag ``{room}`` so a Redis Cluster keeps them
-in one slot (the append script touches several of them at once).
+in one slot (the append script touches several of them at once, and so do the
+statsvr scripts).
 
 =======================  =====  ==============================================
 key                      type   holds
@@ -13,7 +14,24 @@ lr:{R}:imp               stream important entries kept beyond the log cap
 lr:{R}:cmid:<id>         string seq of a client_msg_id's first send (10 min)
 lr:shared:<name>         string values every node agrees on (tokens, secret)
 lr:notify                channel "<seq> <room>" after every append
+lr:{R}:sidx              hash   statsvr shard index: field ``<node>/<index>/<count>``,
+                                value ``"<version> <size> <expires_ms>"``
+lr:{R}:s:<node>/<i>/<n>  string one shard's members (msgpack array of uids)
+lr:{R}:vx                set    the exact set of viewers (uids), capped
+lr:{R}:vm                hash   ``complete``: ``"0"`` once the exact set is
+                                capped (absent means complete)
+lr:{R}:vh                hash   field node -> its HyperLogLog registers (16 KiB)
+lr:{R}:ts:<step>         zset   online series tier: member
+                                ``"<start>:<min>:<max>:<sum>:<count>"``,
+                                score start (Unix s)
+lr:{R}:tsl               string time of the series' last sample (Unix ms)
+lr:stats:nodes           hash   live statsvr nodes: node -> expires_ms
 =======================  =====  ==============================================
+
+Which shards and statsvr nodes are live is decided by the ``expires_ms`` stored
+in ``sidx`` and ``lr:stats:nodes``, on the caller's clock; the shard keys'
+Redis expiry (twice the shard TTL) only collects garbage. The viewers and
+series keys simply expire.
 """
 
 from __future__ import annotations
@@ -40,3 +58,40 @@ def client_msg_id(room: str, cmid: str) -> str:
 
 def shared(name: str) -> str:
     return f"{PREFIX}:shared:{name}"
+
+
+def shard_field(node: str, index: int, count: int) -> str:
+    """A shard's field in :func:`shard_index` (node names may hold ``/``: parse
+    from the right)."""
+    return f"{node}/{index}/{count}"
+
+
+def shard_index(room: str) -> str:
+    return f"{PREFIX}:{{{room}}}:sidx"
+
+
+def shard(room: str, node: str, index: int, count: int) -> str:
+    return f"{PREFIX}:{{{room}}}:s:{shard_field(node, index, count)}"
+
+
+def viewers_exact(room: str) -> str:
+    return f"{PREFIX}:{{{room}}}:vx"
+
+
+def viewers_meta(room: str) -> str:
+    return f"{PREFIX}:{{{room}}}:vm"
+
+
+def viewers_sketches(room: str) -> str:
+    return f"{PREFIX}:{{{room}}}:vh"
+
+
+def series(room: str, step: int) -> str:
+    return f"{PREFIX}:{{{room}}}:ts:{step}"
+
+
+def series_last(room: str) -> str:
+    return f"{PREFIX}:{{{room}}}:tsl"
+
+
+STATS_NODES = f"{PREFIX}:stats:nodes"

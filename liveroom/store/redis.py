@@ -6,6 +6,12 @@ contract suite runs on both); the differences are what Redis adds or takes away:
 
 - **Round trips.** ``append`` is one script call; ``pull`` is one pipeline of
   read-only commands for the whole batch; ``touch`` one pipeline.
+- **statsvr's tables** (:class:`RedisStats`: shard index and shard keys,
+  viewers set, flag and sketches, online series tiers, the live node list; see
+  :mod:`.keys`) are written by scripts sent as ``EVALSHA``, a whole batch in
+  one pipeline: one round trip, two when a script is not loaded yet. Which
+  shards and nodes are live follows the caller's clock (``expires_ms`` in the
+  index); Redis expiry of those keys only collects garbage.
 - **No retries.** The driver never retries a command: a retried append could be
   stored twice. A connection error, timeout or a server that is loading becomes
   :class:`~liveroom.errors.StoreUnavailable`, and so does anything else the
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import math
 import uuid
@@ -47,7 +54,20 @@ from ..codec import pack_stored, unpack_stored
 from ..errors import StoreUnavailable
 from ..model import Entry, NewMessage
 from . import keys
-from .base import Appended, LogPolicy, OnNotify, OnResync, Pulled, PullRequest, new_epoch
+from .base import (
+    Appended,
+    LogPolicy,
+    OnlineSample,
+    OnNotify,
+    OnResync,
+    Pulled,
+    PullRequest,
+    SeriesRow,
+    ShardEntry,
+    ShardWrite,
+    ViewersState,
+    new_epoch,
+)
 
 logger = logging.getLogger("liveroom.store.redis")
 
@@ -437,6 +457,223 @@ class RedisNotifier:
                 logger.warning("notify channel down: %s", reason)
 
 
+class _Lua:
+    """A script of ``lua/`` run by ``EVALSHA``, batched in one plain pipeline.
+
+    redis-py's own scripts cost a ``SCRIPT EXISTS`` round trip every time a
+    pipeline holding them runs; this sends ``EVALSHA`` straight away and loads
+    the script only after a ``NOSCRIPT`` reply (a fresh or flushed server), then
+    runs again just the calls refused, which did nothing.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.text = _script(name)
+        self.sha = hashlib.sha1(self.text.encode()).hexdigest()
+
+
+_Call = tuple[_Lua, Sequence[str], Sequence[Any]]
+"""One script call: the script, its KEYS and its ARGV."""
+
+
+async def _run_scripts(client: Redis, calls: Sequence[_Call]) -> list[Any]:
+    """Run script calls in one pipeline (two when a script had to be loaded).
+
+    Raises the driver's error of the first call that failed otherwise; calls of
+    the batch before and after it may have run.
+    """
+    replies: list[Any] = [None] * len(calls)
+    todo = list(range(len(calls)))
+    for attempt in range(2):
+        async with client.pipeline(transaction=False) as pipe:
+            for i in todo:
+                lua, call_keys, args = calls[i]
+                pipe.evalsha(lua.sha, len(call_keys), *call_keys, *args)
+            answers = await pipe.execute(raise_on_error=False)
+        refused = []
+        for i, answer in zip(todo, answers, strict=True):
+            if isinstance(answer, rexc.NoScriptError) and attempt == 0:
+                refused.append(i)
+            elif isinstance(answer, Exception):
+                raise answer
+            else:
+                replies[i] = answer
+        if not refused:
+            break
+        for lua in {calls[i][0] for i in refused}:
+            await client.script_load(lua.text)
+        todo = refused
+    return replies
+
+
+_MODES = {True: "w", False: "r"}
+
+
+def _blob(value: bytes | str | None) -> bytes | None:
+    """A reply as bytes: the client never decodes, but its types allow ``str``."""
+    return value.encode() if isinstance(value, str) else value
+
+
+def _shard_entry(field: bytes, value: bytes) -> ShardEntry | None:
+    """An index entry from its field and value; None when it does not parse."""
+    try:
+        node, index, count = field.decode().rsplit("/", 2)
+        version, size, expires_ms = value.decode().rsplit(" ", 2)
+        return ShardEntry(node, int(index), int(count), version, int(size), int(expires_ms))
+    except ValueError:  # UnicodeDecodeError included
+        return None
+
+
+def _series_row(member: bytes) -> SeriesRow:
+    start, low, high, total, count = (int(part) for part in member.split(b":"))
+    return start, low, high, total, count
+
+
+class RedisStats:
+    """statsvr's tables on Redis (keys in :mod:`.keys`, scripts in ``lua/``).
+
+    Every write is a script call and every batch one pipeline, so a batch costs
+    one round trip (two the first time a script runs on a fresh server).
+    Scripts touch keys of one room only (plus ``lr:stats:nodes`` alone), so
+    they run unchanged on Redis Cluster; the reads are plain pipelined commands.
+    """
+
+    def __init__(self, client: Redis) -> None:
+        self._client = client
+        self._shards = _Lua("shards.lua")
+        self._viewers = _Lua("viewers.lua")
+        self._series = _Lua("series.lua")
+        self._announce = _Lua("announce.lua")
+
+    # -- shards ------------------------------------------------------------------
+
+    async def write_shards(self, node: str, writes: Sequence[ShardWrite],
+                           now_ms: int, ttl_ms: int) -> list[tuple[str, int]]:
+        """One script call per room, all in one pipeline; see ``lua/shards.lua``."""
+        by_room: dict[str, list[ShardWrite]] = {}
+        for write in writes:
+            by_room.setdefault(write.room, []).append(write)
+        calls: list[_Call] = []
+        for room, room_writes in by_room.items():
+            call_keys = [keys.shard_index(room)]
+            args: list[Any] = [now_ms, now_ms + ttl_ms, 2 * ttl_ms]
+            for w in room_writes:
+                mode = "d" if w.size == 0 else _MODES[w.members is not None]
+                call_keys.append(keys.shard(room, node, w.index, w.count))
+                args += [mode, keys.shard_field(node, w.index, w.count), w.version,
+                         w.size, w.members if mode == "w" else b""]
+            calls.append((self._shards, call_keys, args))
+        if not calls:
+            return []
+        with _unavailable("write_shards"):
+            replies = await _run_scripts(self._client, calls)
+        gone: list[tuple[str, int]] = []
+        for room_writes, missing in zip(by_room.values(), replies, strict=True):
+            gone += [(room_writes[i - 1].room, room_writes[i - 1].index) for i in missing]
+        return gone
+
+    async def shard_index(self, rooms: Sequence[str], now_ms: int) -> list[list[ShardEntry]]:
+        if not rooms:
+            return []
+        with _unavailable("shard_index"):
+            async with self._client.pipeline(transaction=False) as pipe:
+                for room in rooms:
+                    pipe.hgetall(keys.shard_index(room))
+                replies: list[dict[bytes, bytes]] = await pipe.execute()
+        listed = []
+        for fields in replies:
+            entries = [e for e in (_shard_entry(f, v) for f, v in fields.items())
+                       if e is not None and e.expires_ms >= now_ms]
+            entries.sort(key=lambda e: (e.node, e.index, e.count))
+            listed.append(entries)
+        return listed
+
+    async def read_shards(self, room: str, entries: Sequence[ShardEntry]) -> list[bytes | None]:
+        if not entries:
+            return []
+        with _unavailable("read_shards"):
+            blobs = await self._client.mget(
+                [keys.shard(room, e.node, e.index, e.count) for e in entries])
+        return [_blob(b) for b in blobs]
+
+    # -- viewers -----------------------------------------------------------------
+
+    async def add_viewers(self, room: str, node: str, uids: Sequence[str],
+                          sketch: bytes | None, threshold: int,
+                          ttl_ms: int) -> tuple[int, bool]:
+        """One script call; see ``lua/viewers.lua``."""
+        call: _Call = (
+            self._viewers,
+            [keys.viewers_exact(room), keys.viewers_meta(room), keys.viewers_sketches(room)],
+            [threshold, ttl_ms, node, int(sketch is not None), sketch or b"", *uids])
+        with _unavailable("add_viewers"):
+            ((size, complete),) = await _run_scripts(self._client, [call])
+        return int(size), bool(complete)
+
+    async def load_sketch(self, room: str, node: str) -> bytes | None:
+        with _unavailable("load_sketch"):
+            sketch = await self._client.hget(keys.viewers_sketches(room), node)
+        return _blob(sketch)
+
+    async def viewers(self, rooms: Sequence[str], *,
+                      sketches: Sequence[bool]) -> list[ViewersState]:
+        """One pipeline; each room's sketches come ordered by node."""
+        if len(rooms) != len(sketches):
+            raise ValueError("viewers() needs one sketches flag per room")
+        if not rooms:
+            return []
+        with _unavailable("viewers"):
+            async with self._client.pipeline(transaction=False) as pipe:
+                for room, with_sketches in zip(rooms, sketches, strict=True):
+                    pipe.scard(keys.viewers_exact(room))
+                    pipe.hget(keys.viewers_meta(room), "complete")
+                    if with_sketches:
+                        pipe.hgetall(keys.viewers_sketches(room))
+                replies = iter(await pipe.execute())
+        states = []
+        for with_sketches in sketches:
+            exact, flag = next(replies), next(replies)
+            by_node: dict[bytes, bytes] = next(replies) if with_sketches else {}
+            states.append(ViewersState(int(exact), flag != b"0",
+                                       tuple(by_node[n] for n in sorted(by_node))))
+        return states
+
+    # -- series ------------------------------------------------------------------
+
+    async def record_online(self, samples: Sequence[OnlineSample],
+                            tiers: Sequence[tuple[int, int]], min_gap_ms: int) -> int:
+        """One script call per sample, all in one pipeline; see ``lua/series.lua``."""
+        if min_gap_ms < 0 or any(step <= 0 or retention < step for step, retention in tiers):
+            raise ValueError(f"bad series arguments: tiers {tiers!r}, min_gap_ms {min_gap_ms}")
+        if not samples or not tiers:
+            return 0
+        keep_ms = max(retention for _, retention in tiers) * 1000
+        tier_args = [n for tier in tiers for n in tier]
+        calls: list[_Call] = [
+            (self._series,
+             [keys.series_last(s.room), *(keys.series(s.room, step) for step, _ in tiers)],
+             [s.t_ms, s.online, min_gap_ms, keep_ms, *tier_args])
+            for s in samples]
+        with _unavailable("record_online"):
+            taken = await _run_scripts(self._client, calls)
+        return sum(int(t) for t in taken)
+
+    async def read_online(self, room: str, step: int, low: int, high: int) -> list[SeriesRow]:
+        with _unavailable("read_online"):
+            members: list[Any] = await self._client.zrangebyscore(
+                keys.series(room, step), low, high)
+        return [_series_row(m) for m in members]
+
+    # -- nodes -------------------------------------------------------------------
+
+    async def announce(self, node: str, now_ms: int, ttl_ms: int) -> list[str]:
+        """One script call; see ``lua/announce.lua``."""
+        call: _Call = (self._announce, [keys.STATS_NODES], [now_ms, now_ms + ttl_ms, node])
+        with _unavailable("announce"):
+            (live,) = await _run_scripts(self._client, [call])
+        return sorted(_text(n) for n in live)
+
+
 class RedisStore:
     """The redis engine (``--store redis://HOST:PORT/DB``)."""
 
@@ -452,6 +689,7 @@ class RedisStore:
         self._client = Redis.from_pool(pool)
         self.log = RedisLog(self._client, policy)
         self.notifier = RedisNotifier(url, self._client, node_id)
+        self.stats = RedisStats(self._client)
 
     async def start(self) -> None:
         """Start the notify channel; wait (a little) for it when Redis answers.
