@@ -4,6 +4,8 @@ Everything lives in this process's memory: a restart starts every room in a new
 epoch, and several processes cannot share it (use the redis engine for that).
 Notifies are direct calls. Expiry of idle rooms runs in a background sweep and
 is also checked when a room is touched, so a room past its TTL is never seen.
+statsvr's tables (:class:`MemoryStats`) mirror the redis engine's keys, with
+the same rules and the same expiry, measured on the store's clock.
 """
 
 from __future__ import annotations
@@ -11,12 +13,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from ..clock import Clock
 from ..model import Entry, NewMessage
-from .base import Appended, LogPolicy, OnNotify, OnResync, Pulled, PullRequest, new_epoch
+from .base import (
+    Appended,
+    LogPolicy,
+    OnlineSample,
+    OnNotify,
+    OnResync,
+    Pulled,
+    PullRequest,
+    SeriesRow,
+    ShardEntry,
+    ShardWrite,
+    ViewersState,
+    new_epoch,
+)
+
+Bucket = tuple[int, int, int, int]
+"""``(min, max, sum, count)`` of one series bucket."""
 
 
 @dataclass
@@ -148,6 +167,240 @@ class MemoryLog:
                 state.used_ms = now
 
 
+# -- statsvr's tables -----------------------------------------------------------
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class _Expiring(Generic[K, V]):
+    """Values that vanish at a deadline on the store's clock, like Redis keys with a TTL.
+
+    Expiry is checked when a value is read and by :meth:`sweep`.
+    """
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._items: dict[K, tuple[V, int]] = {}
+        """key -> (value, deadline in clock ms)"""
+
+    def _now_ms(self) -> int:
+        return int(self._clock.time() * 1000)
+
+    def get(self, key: K) -> V | None:
+        item = self._items.get(key)
+        if item is None:
+            return None
+        if self._now_ms() > item[1]:
+            del self._items[key]
+            return None
+        return item[0]
+
+    def put(self, key: K, value: V, ttl_ms: int) -> None:
+        self._items[key] = (value, self._now_ms() + ttl_ms)
+
+    def expire(self, key: K, ttl_ms: int, *, only_later: bool = False) -> bool:
+        """Set the key's deadline ``ttl_ms`` from now (never earlier with
+        ``only_later``); False when there is no such key."""
+        value = self.get(key)
+        if value is None:
+            return False
+        deadline = self._now_ms() + ttl_ms
+        if only_later:
+            deadline = max(deadline, self._items[key][1])
+        self._items[key] = (value, deadline)
+        return True
+
+    def pop(self, key: K) -> None:
+        self._items.pop(key, None)
+
+    def sweep(self) -> None:
+        now = self._now_ms()
+        for key in [k for k, (_, deadline) in self._items.items() if now > deadline]:
+            del self._items[key]
+
+
+_ShardKey = tuple[str, int, int]
+"""(node, index, count) of a shard."""
+_IndexValue = tuple[str, int, int]
+"""(version, size, expires_ms) of a shard index entry."""
+
+
+@dataclass
+class _Viewers:
+    exact: set[str] = field(default_factory=set)
+    complete: bool = True
+    sketches: dict[str, bytes] = field(default_factory=dict)
+
+
+class MemoryStats:
+    """statsvr's tables in this process, laid out like the redis engine's keys.
+
+    Times in arguments (``now_ms``, ``t_ms``) decide what is live, as on Redis;
+    the store's own clock drops what Redis would expire by itself (shard
+    blobs and indexes after twice their TTL, viewers history, idle series), so
+    memory stays bounded when the caller's clock is the store's.
+    """
+
+    def __init__(self, clock: Clock) -> None:
+        self._shard_index: _Expiring[str, dict[_ShardKey, _IndexValue]] = _Expiring(clock)
+        self._shards: _Expiring[tuple[str, str, int, int], bytes] = _Expiring(clock)
+        self._viewers: _Expiring[str, _Viewers] = _Expiring(clock)
+        self._series: _Expiring[tuple[str, int], dict[int, Bucket]] = _Expiring(clock)
+        self._series_last: _Expiring[str, int] = _Expiring(clock)
+        self._nodes: dict[str, int] = {}
+
+    def sweep(self) -> None:
+        """Drop whatever expired on the store's clock."""
+        for table in (self._shard_index, self._shards, self._viewers, self._series,
+                      self._series_last):
+            table.sweep()
+
+    # -- shards ------------------------------------------------------------------
+
+    async def write_shards(self, node: str, writes: Sequence[ShardWrite],
+                           now_ms: int, ttl_ms: int) -> list[tuple[str, int]]:
+        gc_ms = 2 * ttl_ms
+        gone: list[tuple[str, int]] = []
+        rooms: dict[str, None] = {}
+        for w in writes:
+            rooms[w.room] = None
+            shard = (node, w.index, w.count)
+            blob_key = (w.room, *shard)
+            index = self._shard_index.get(w.room)
+            if index is None:
+                index = {}
+                self._shard_index.put(w.room, index, gc_ms)
+            value = (w.version, w.size, now_ms + ttl_ms)
+            if w.size == 0:
+                self._shards.pop(blob_key)
+                index.pop(shard, None)
+            elif w.members is not None:
+                self._shards.put(blob_key, w.members, gc_ms)
+                index[shard] = value
+            elif self._shards.expire(blob_key, gc_ms):
+                index[shard] = value
+            else:
+                index.pop(shard, None)
+                gone.append((w.room, w.index))
+        for room in rooms:
+            index = self._shard_index.get(room)
+            assert index is not None
+            for shard in [s for s, (_, _, until) in index.items() if until < now_ms]:
+                del index[shard]
+            if index:
+                self._shard_index.expire(room, gc_ms, only_later=True)
+            else:
+                self._shard_index.pop(room)
+        return gone
+
+    async def shard_index(self, rooms: Sequence[str], now_ms: int) -> list[list[ShardEntry]]:
+        listed = []
+        for room in rooms:
+            index = self._shard_index.get(room) or {}
+            listed.append([ShardEntry(node, i, n, version, size, until)
+                           for (node, i, n), (version, size, until) in sorted(index.items())
+                           if until >= now_ms])
+        return listed
+
+    async def read_shards(self, room: str, entries: Sequence[ShardEntry]) -> list[bytes | None]:
+        return [self._shards.get((room, e.node, e.index, e.count)) for e in entries]
+
+    # -- viewers -----------------------------------------------------------------
+
+    async def add_viewers(self, room: str, node: str, uids: Sequence[str],
+                          sketch: bytes | None, threshold: int,
+                          ttl_ms: int) -> tuple[int, bool]:
+        state = self._viewers.get(room) or _Viewers()
+        if state.complete:
+            for uid in uids:
+                if uid in state.exact:
+                    continue
+                if len(state.exact) >= threshold:
+                    state.complete = False
+                    break
+                state.exact.add(uid)
+        if sketch is not None:
+            state.sketches[node] = sketch
+        if state.exact or not state.complete or state.sketches:
+            self._viewers.put(room, state, ttl_ms)
+        return len(state.exact), state.complete
+
+    async def load_sketch(self, room: str, node: str) -> bytes | None:
+        state = self._viewers.get(room)
+        return None if state is None else state.sketches.get(node)
+
+    async def viewers(self, rooms: Sequence[str], *,
+                      sketches: Sequence[bool]) -> list[ViewersState]:
+        """Each room's sketches come ordered by node."""
+        if len(rooms) != len(sketches):
+            raise ValueError("viewers() needs one sketches flag per room")
+        states = []
+        for room, with_sketches in zip(rooms, sketches, strict=True):
+            state = self._viewers.get(room) or _Viewers()
+            by_node = state.sketches if with_sketches else {}
+            states.append(ViewersState(len(state.exact), state.complete,
+                                       tuple(by_node[n] for n in sorted(by_node))))
+        return states
+
+    # -- series ------------------------------------------------------------------
+
+    async def record_online(self, samples: Sequence[OnlineSample],
+                            tiers: Sequence[tuple[int, int]], min_gap_ms: int) -> int:
+        if min_gap_ms < 0 or any(step <= 0 or retention < step for step, retention in tiers):
+            raise ValueError(f"bad series arguments: tiers {tiers!r}, min_gap_ms {min_gap_ms}")
+        if not tiers:
+            return 0
+        keep_ms = max(retention for _, retention in tiers) * 1000
+        taken = 0
+        for sample in samples:
+            last = self._series_last.get(sample.room)
+            if last is not None and sample.t_ms - last < min_gap_ms:
+                continue
+            taken += 1
+            self._series_last.put(sample.room, sample.t_ms, keep_ms)
+            for step, retention in tiers:
+                buckets = self._series.get((sample.room, step))
+                if buckets is None:
+                    buckets = {}
+                self._series.put((sample.room, step), _add_sample(
+                    buckets, sample, step, retention), keep_ms)
+        return taken
+
+    async def read_online(self, room: str, step: int, low: int, high: int) -> list[SeriesRow]:
+        buckets = self._series.get((room, step)) or {}
+        return [(start, *bucket) for start, bucket in sorted(buckets.items())
+                if low <= start <= high]
+
+    # -- nodes -------------------------------------------------------------------
+
+    async def announce(self, node: str, now_ms: int, ttl_ms: int) -> list[str]:
+        self._nodes[node] = now_ms + ttl_ms
+        self._nodes = {n: until for n, until in self._nodes.items() if until >= now_ms}
+        return sorted(self._nodes)
+
+
+def _add_sample(buckets: dict[int, Bucket], sample: OnlineSample,
+                step: int, retention: int) -> dict[int, Bucket]:
+    """The tier's buckets with the sample added and buckets past retention dropped
+    (the rule of ``lua/series.lua``); ascending by start."""
+    start = sample.t_ms // (1000 * step) * step
+    online = sample.online
+    have = buckets.get(start)
+    if have is None:
+        ordered = not buckets or start > next(reversed(buckets))
+        buckets[start] = (online, online, online, 1)
+        if not ordered:
+            buckets = dict(sorted(buckets.items()))
+    else:
+        buckets[start] = (min(have[0], online), max(have[1], online),
+                          have[2] + online, have[3] + 1)
+    horizon = start - (retention // step - 1) * step
+    while buckets and next(iter(buckets)) < horizon:
+        del buckets[next(iter(buckets))]
+    return buckets
+
+
 class MemoryStore:
     """The embedded engine (``--store memory``)."""
 
@@ -157,6 +410,7 @@ class MemoryStore:
         self._clock = clock
         self.notifier = MemoryNotifier()
         self.log = MemoryLog(policy, clock, self.notifier)
+        self.stats = MemoryStats(clock)
         self._values: dict[str, str] = {}
         self._sweeper: asyncio.Task[None] | None = None
 
@@ -174,6 +428,7 @@ class MemoryStore:
         while True:
             await self._clock.sleep(60.0)
             self.log.sweep()
+            self.stats.sweep()
 
     async def ping(self) -> None:
         return None
