@@ -37,12 +37,14 @@ Limits, on purpose:
   back); it does not rewrite history.
 * **One step per answer.** :meth:`SeriesState.query` answers from one tier only,
   the finest whose retention reaches back to ``since``; it does not stitch tiers.
+  :func:`choose_tier` and :func:`query_window` are that rule on their own, for
+  readers of a series kept elsewhere (``statsvr.sampler`` reads it from the store).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any, Final
@@ -146,6 +148,52 @@ def validate_tiers(tiers: Iterable[Tier]) -> tuple[Tier, ...]:
                 f"{finer.retention} (step {finer.step})"
             )
     return table
+
+
+def choose_tier(tiers: Sequence[Tier], since: float, now: float) -> tuple[int, float]:
+    """Which tier answers a query from ``since`` seen at ``now``: ``(index, since)``.
+
+    The finest tier whose retention reaches back to ``since`` (``since >= now -
+    retention``) answers, with ``since`` unchanged. If none does, the coarsest
+    tier answers and ``since`` is clamped to its ``now - retention``. A ``since``
+    in the future picks the finest tier. ``tiers`` is a valid table, finest
+    first (:func:`validate_tiers`). Every reader of a series (the in-memory
+    :class:`SeriesState` and the store-backed one) picks the step with this one
+    rule, so they answer the same step for the same range. Raises
+    :class:`ValueError` for a non-finite time.
+    """
+    since = _finite("since", since)
+    now = _finite("now", now)
+    for index, tier in enumerate(tiers):
+        if since >= now - tier.retention:
+            return index, since
+    index = len(tiers) - 1
+    return index, max(since, now - tiers[index].retention)
+
+
+def query_window(
+    tiers: Sequence[Tier], since: float, until: float, now: float
+) -> tuple[int, int, int]:
+    """The tier and bucket starts that answer ``[since, until]`` at ``now``: ``(index, low, high)``.
+
+    The tier is :func:`choose_tier`'s. Its buckets that answer are those whose
+    start is in ``[low, high]``: from the start of (clamped) ``since``'s bucket,
+    but not before the oldest bucket the tier keeps at ``now``
+    (:meth:`Tier.horizon`), up to ``until`` (floored: bucket starts are whole
+    seconds). ``low > high`` means no bucket answers (``since`` after ``until``).
+    Raises :class:`ValueError` for a non-finite time.
+    """
+    until = _finite("until", until)
+    index, since = choose_tier(tiers, since, now)
+    tier = tiers[index]
+    if since > until:
+        return index, 1, 0
+    return index, max(tier.start(since), tier.horizon(now)), math.floor(until)
+
+
+def to_point(start: int, bucket: Bucket) -> Point:
+    """The answer's ``(t, avg, max)`` of one bucket: ``avg`` rounded to :data:`AVG_DIGITS`."""
+    return (start, round(bucket[2] / bucket[3], AVG_DIGITS), bucket[1])
 
 
 def combine(a: Bucket, b: Bucket) -> Bucket:
@@ -306,7 +354,8 @@ class SeriesState:
         * **Step.** The finest tier whose retention reaches back to ``since``
           (``since >= now - retention``); if none does, ``since`` is clamped to
           ``now - retention`` of the coarsest tier and that tier answers. A
-          ``since`` in the future picks the finest tier.
+          ``since`` in the future picks the finest tier. (:func:`choose_tier`,
+          the rule the store-backed series uses too.)
         * **Points.** ``(t, avg, max)`` for every bucket of that tier that overlaps
           ``[since, until]`` (its start ``t`` is in ``[start of since's bucket,
           until]``) and is still within retention at ``now``, oldest first. ``avg``
@@ -322,26 +371,13 @@ class SeriesState:
         Raises :class:`ValueError` for a non-finite argument; the HTTP layer is
         expected to validate its parameters before.
         """
-        since = _finite("since", since)
-        until = _finite("until", until)
-        now = _finite("now", now)
-        index = len(self._tiers) - 1
-        for i, tier in enumerate(self._tiers):
-            if since >= now - tier.retention:
-                index = i
-                break
-        else:
-            since = max(since, now - self._tiers[index].retention)
-        tier = self._tiers[index]
-        if since > until:
-            return tier.step, []
-        low = max(tier.start(since), tier.horizon(now))
+        index, low, high = query_window(self._tiers, since, until, now)
         points = [
-            (start, round(bucket[2] / bucket[3], AVG_DIGITS), bucket[1])
+            to_point(start, bucket)
             for start, bucket in self._buckets[index].items()
-            if low <= start <= until
+            if low <= start <= high
         ]
-        return tier.step, points
+        return self._tiers[index].step, points
 
     # -- storage ---------------------------------------------------------------------
 

@@ -21,6 +21,8 @@ from statsvr.series import (
     DEFAULT_TIERS,
     SeriesState,
     Tier,
+    choose_tier,
+    query_window,
     rollup,
     validate_tiers,
 )
@@ -363,6 +365,26 @@ def test_stale_and_repeated_samples_are_ignored() -> None:
     assert not state.record(BASE + 10, 6)
     assert state.buckets(60) == {BASE: (5, 5, 5, 1)}
     assert state.last == BASE + 20
+
+
+def test_the_tier_rule_on_its_own() -> None:
+    now = BASE + 25.0
+    assert choose_tier(DEFAULT_TIERS, now - 3600, now) == (0, now - 3600)
+    assert choose_tier(DEFAULT_TIERS, now - DAY, now) == (0, now - DAY)
+    assert choose_tier(DEFAULT_TIERS, now - DAY - 1, now) == (1, now - DAY - 1)
+    assert choose_tier(DEFAULT_TIERS, now - 3 * DAY, now) == (1, now - 3 * DAY)
+    assert choose_tier(DEFAULT_TIERS, now - 30 * DAY, now) == (2, now - 30 * DAY)
+    assert choose_tier(DEFAULT_TIERS, now - 400 * DAY, now) == (2, now - 90 * DAY)
+    assert choose_tier(DEFAULT_TIERS, now + 50, now) == (0, now + 50)
+    # Buckets from since's own, not before the horizon, up to until floored.
+    assert query_window(DEFAULT_TIERS, now - 90, now + 0.5, now) == (0, BASE - 120, BASE + 25)
+    assert query_window(DEFAULT_TIERS, now - 400 * DAY, now, now) == (
+        2, (now // 3600 - 2159) * 3600, BASE + 25)
+    index, low, high = query_window(DEFAULT_TIERS, now, now - 1, now)
+    assert index == 0
+    assert low > high
+    with pytest.raises(ValueError, match="until"):
+        query_window(DEFAULT_TIERS, now, float("nan"), now)
 
 
 def test_since_after_until_answers_no_points() -> None:
