@@ -506,9 +506,6 @@ async def _run_scripts(client: Redis, calls: Sequence[_Call]) -> list[Any]:
     return replies
 
 
-_MODES = {True: "w", False: "r"}
-
-
 def _blob(value: bytes | str | None) -> bytes | None:
     """A reply as bytes: the client never decodes, but its types allow ``str``."""
     return value.encode() if isinstance(value, str) else value
@@ -558,7 +555,7 @@ class RedisStats:
             call_keys = [keys.shard_index(room)]
             args: list[Any] = [now_ms, now_ms + ttl_ms, 2 * ttl_ms]
             for w in room_writes:
-                mode = "d" if w.size == 0 else _MODES[w.members is not None]
+                mode = "d" if w.size == 0 else "r" if w.members is None else "w"
                 call_keys.append(keys.shard(room, node, w.index, w.count))
                 args += [mode, keys.shard_field(node, w.index, w.count), w.version,
                          w.size, w.members if mode == "w" else b""]
