@@ -281,7 +281,7 @@ class _Group:
         return self.members
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class OnlineView:
     """One room's online members as one merge saw them. Immutable; reads never wait
     on the store.
@@ -303,6 +303,10 @@ class OnlineView:
     _blobs: Mapping[Contributor, bytes]
     _resplit: frozenset[Contributor]
     _resplit_indices: frozenset[int]
+
+    def __repr__(self) -> str:
+        return (f"<OnlineView {self.room!r} online={self.online} "
+                f"nodes={sorted(self.nodes)} shards={self.shard_count}>")
 
     @classmethod
     def empty(cls, room: str) -> OnlineView:

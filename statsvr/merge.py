@@ -1,0 +1,286 @@
+"""The merge: every statsvr node's background task that keeps each wanted room's
+:class:`~statsvr.view.OnlineView` in step with the shard keys in the store
+(DESIGN.md step 8).
+
+Which rooms. A room is *wanted* while something touched it in the last
+``keep_for`` seconds (:meth:`Merge.want`: a poll, an ``/online`` or ``/stats``
+query, this node's own table). Wanted rooms are merged every ``every``
+seconds; the others leave memory. :meth:`Merge.ready` waits for a room's first
+merge, which runs at once rather than at the next tick.
+
+What a pass costs. Rooms go in batches of ``batch``: one
+:meth:`~liveroom.store.base.StatsStore.shard_index` round trip per batch, then,
+per room whose live ``(node, index, count, version)`` set differs from its
+view's, one :meth:`~liveroom.store.base.StatsStore.read_shards` of only the
+keys the view does not hold yet, and :func:`~statsvr.view.build_view` (which
+reuses unchanged groups and yields to the event loop while it works). An
+unchanged room costs a set comparison, so store reads grow with rooms and
+changes, not with members.
+
+Views are replaced by one assignment; readers never lock and never wait on
+the store (except :meth:`Merge.ready` before a room's first merge).
+
+When the store is unavailable the views held stay as they are, the outage is
+logged once (and its end once), waiters of :meth:`Merge.ready` get
+:class:`~liveroom.errors.StoreUnavailable`, and the loop tries again on its
+next tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from liveroom.clock import Clock
+from liveroom.errors import StoreUnavailable
+from liveroom.store.base import ShardEntry, StatsStore
+
+from .view import OnlineView, build_view, contributor
+
+__all__ = ["Merge", "OnMerged"]
+
+log = logging.getLogger("liveroom.statsvr")
+
+OnMerged = Callable[[OnlineView], None]
+"""Called with a room's new view right after it was swapped in."""
+
+
+@dataclass(eq=False, slots=True)
+class _Room:
+    name: str
+    wanted_at: float
+    view: OnlineView
+    merged: bool = False
+    first: asyncio.Future[OnlineView] | None = None
+    """Shared by every :meth:`Merge.ready` waiting for the first merge."""
+
+
+def _settle(fut: asyncio.Future[OnlineView] | None, view: OnlineView | None,
+            error: BaseException | None = None) -> None:
+    if fut is None or fut.done():
+        return
+    if error is not None:
+        fut.set_exception(error)
+        fut.exception()  # retrieved here: the waiters may all have gone away
+    else:
+        assert view is not None
+        fut.set_result(view)
+
+
+class Merge:
+    """The online views of the rooms this node serves, merged from the store.
+
+    ``on_merged`` (also settable as an attribute) is called with each new view
+    right after it is swapped in: not when a pass found the room unchanged. It
+    runs on the merge task and must not block; an exception it raises is
+    logged and ignored.
+    """
+
+    def __init__(self, stats: StatsStore, clock: Clock, *, every: float = 1.0,
+                 keep_for: float = 60.0, batch: int = 256,
+                 on_merged: OnMerged | None = None) -> None:
+        if batch < 1 or every <= 0:
+            raise ValueError("batch must be at least 1 and every positive")
+        self._stats = stats
+        self._clock = clock
+        self._every = every
+        self._keep_for = keep_for
+        self._batch = batch
+        self.on_merged = on_merged
+        self._rooms: dict[str, _Room] = {}
+        self._fresh: dict[str, None] = {}
+        """Rooms waiting for their first merge, merged before the next tick."""
+        self._woken = asyncio.Event()
+        self._passes = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+        self._down = False
+
+    # -- readers (memory only) ---------------------------------------------------
+
+    def want(self, room: str) -> OnlineView:
+        """Mark ``room`` wanted now and return its current view.
+
+        :meth:`OnlineView.empty` until the room's first merge. O(1), no I/O.
+        """
+        state = self._rooms.get(room)
+        now = self._clock.monotonic()
+        if state is None:
+            state = self._rooms[room] = _Room(room, now, OnlineView.empty(room))
+        else:
+            state.wanted_at = now
+        return state.view
+
+    def view(self, room: str) -> OnlineView:
+        """The current view of ``room``, without marking it wanted."""
+        state = self._rooms.get(room)
+        return state.view if state is not None else OnlineView.empty(room)
+
+    def rooms(self) -> list[str]:
+        """The rooms held (wanted in the last ``keep_for`` s, up to the next pass)."""
+        return list(self._rooms)
+
+    async def ready(self, room: str) -> OnlineView:
+        """The view of ``room`` after its first merge; at once if merged already.
+
+        Marks the room wanted. Waits for the merge task (which merges the room
+        without waiting for its next tick) or for a :meth:`merge_now` call;
+        every caller waiting on one room shares one future. Raises
+        :class:`~liveroom.errors.StoreUnavailable` when that merge could not
+        read the store, or when the merge stops.
+        """
+        self.want(room)
+        state = self._rooms[room]
+        if state.merged:
+            return state.view
+        if state.first is None:
+            state.first = asyncio.get_running_loop().create_future()
+            self._fresh[room] = None
+            self._woken.set()
+        return await asyncio.shield(state.first)
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the merge task (one pass every ``every`` seconds)."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="statsvr-merge")
+
+    async def stop(self) -> None:
+        """Cancel the merge task and fail the :meth:`ready` waiters."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        error = StoreUnavailable("the node is shutting down")
+        for state in self._rooms.values():
+            _settle(state.first, None, error)
+            state.first = None
+
+    async def _run(self) -> None:
+        while True:
+            started = self._clock.monotonic()
+            await self._pass_guarded(None)
+            while (left := started + self._every - self._clock.monotonic()) > 0:
+                if self._fresh:
+                    fresh = list(self._fresh)
+                    self._fresh.clear()
+                    await self._pass_guarded(fresh)
+                else:
+                    await self._rest(left)
+            # A pass longer than ``every`` must still let other tasks run.
+            await asyncio.sleep(0)
+
+    async def _pass_guarded(self, rooms: Sequence[str] | None) -> None:
+        try:
+            await self.merge_now(rooms)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # one bad pass must not end the merge for good
+            log.exception("merge pass failed")
+
+    async def _rest(self, seconds: float) -> None:
+        """Sleep ``seconds`` on the clock, or until a room wants its first merge."""
+        self._woken.clear()
+        if self._fresh:
+            return
+        sleeper = asyncio.ensure_future(self._clock.sleep(seconds))
+        waker = asyncio.ensure_future(self._woken.wait())
+        try:
+            await asyncio.wait((sleeper, waker), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeper.cancel()
+            waker.cancel()
+
+    # -- merging ------------------------------------------------------------------
+
+    async def merge_now(self, rooms: Sequence[str] | None = None) -> None:
+        """One pass: merge ``rooms`` (held or not: they count as wanted), or,
+        with ``None``, drop the rooms nobody wanted for ``keep_for`` s and merge
+        every other one.
+
+        Passes never overlap (a second call waits for the first). A store
+        outage ends the pass early; it never raises.
+        """
+        async with self._passes:
+            if rooms is None:
+                self._drop_unwanted()
+                self._fresh.clear()
+                states = list(self._rooms.values())
+            else:
+                states = []
+                for name in dict.fromkeys(rooms):
+                    state = self._rooms.get(name)
+                    if state is None:
+                        self.want(name)
+                        state = self._rooms[name]
+                    states.append(state)
+            for start in range(0, len(states), self._batch):
+                if not await self._merge_batch(states[start:start + self._batch]):
+                    return
+
+    def _drop_unwanted(self) -> None:
+        cutoff = self._clock.monotonic() - self._keep_for
+        for name, state in list(self._rooms.items()):
+            if state.wanted_at < cutoff and state.first is None:
+                del self._rooms[name]
+
+    async def _merge_batch(self, batch: list[_Room]) -> bool:
+        """Merge one batch; False when the store is unavailable."""
+        now_ms = int(self._clock.time() * 1000)
+        try:
+            listed = await self._stats.shard_index([state.name for state in batch], now_ms)
+            self._store_back()
+            for state, entries in zip(batch, listed, strict=True):
+                await self._merge_room(state, entries)
+        except StoreUnavailable as exc:
+            self._store_down(exc)
+            return False
+        return True
+
+    async def _merge_room(self, state: _Room, entries: Sequence[ShardEntry]) -> None:
+        view = state.view
+        live = {contributor(entry): entry for entry in entries}
+        if live.keys() == view.versions:
+            self._merged(state, view)
+            return
+        # Only keys the view does not hold are read: an unchanged key of a
+        # changed group comes from the view.
+        missing = [entry for key, entry in live.items() if view.blob(key) is None]
+        fetched = await self._stats.read_shards(state.name, missing) if missing else []
+        blobs = {contributor(e): blob for e, blob in zip(missing, fetched, strict=True)}
+        parts = []
+        for key, entry in live.items():
+            blob = blobs[key] if key in blobs else view.blob(key)
+            if blob is not None:  # None: dropped since the index was read
+                parts.append((entry, blob))
+        new = await build_view(state.name, parts, view)
+        state.view = new
+        self._merged(state, new)
+        if self.on_merged is not None:
+            try:
+                self.on_merged(new)
+            except Exception:
+                log.exception("on_merged failed for room %s", state.name)
+
+    def _merged(self, state: _Room, view: OnlineView) -> None:
+        state.merged = True
+        _settle(state.first, view)
+        state.first = None
+
+    def _store_down(self, error: StoreUnavailable) -> None:
+        if not self._down:
+            log.warning("cannot read online shards, keeping the last views: %s",
+                        error.message)
+            self._down = True
+        for state in self._rooms.values():
+            _settle(state.first, None, error)
+            state.first = None
+
+    def _store_back(self) -> None:
+        if self._down:
+            log.info("online shards readable again")
+            self._down = False
