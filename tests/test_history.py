@@ -1,0 +1,358 @@
+"""The viewers history of statsvr nodes over a real store, on both engines.
+
+Owner side (joined, flush) and reader side (refresh, figure) of
+:class:`statsvr.history.ViewersHistory`. The HyperLogLog's accuracy at a million
+and the merge rule on pure sketches are in ``tests/test_viewers.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from collections.abc import Sequence
+from typing import Any, cast
+
+import numpy as np
+import pytest
+
+from liveroom.clock import FakeClock
+from liveroom.errors import StoreUnavailable
+from liveroom.store import Store
+from liveroom.store.base import StatsStore, ViewersState
+from statsvr.history import IDLE, SKETCH_SLICE, ViewersHistory
+from statsvr.viewers import PRECISION, ViewersFigure, ViewerSketch, merge_registers
+
+ROOM = "r1"
+STANDARD_ERROR = 1.04 / math.sqrt(2**PRECISION)  # about 0.81 %
+
+
+def uids(prefix: str, start: int, stop: int) -> list[str]:
+    return [f"{prefix}{i}" for i in range(start, stop)]
+
+
+def sketch_of(members: Sequence[str]) -> ViewerSketch:
+    sketch = ViewerSketch()
+    sketch.add_many(members)
+    return sketch
+
+
+class Faulty:
+    """The engine's stats store, with calls counted and a switch to take it down."""
+
+    def __init__(self, inner: StatsStore) -> None:
+        self.inner = inner
+        self.down = False
+        self.sent: list[int] = []
+        """How many uids each add_viewers carried."""
+        self.loads = 0
+
+    def _check(self) -> None:
+        if self.down:
+            raise StoreUnavailable("the test took the store down")
+
+    async def add_viewers(self, room: str, node: str, uids: Sequence[str],
+                          sketch: bytes | None, threshold: int,
+                          ttl_ms: int) -> tuple[int, bool]:
+        self._check()
+        self.sent.append(len(uids))
+        return await self.inner.add_viewers(room, node, uids, sketch, threshold, ttl_ms)
+
+    async def load_sketch(self, room: str, node: str) -> bytes | None:
+        self._check()
+        self.loads += 1
+        return await self.inner.load_sketch(room, node)
+
+    async def viewers(self, rooms: Sequence[str], *,
+                      sketches: Sequence[bool]) -> list[ViewersState]:
+        self._check()
+        return await self.inner.viewers(rooms, sketches=sketches)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def faulty(store: Store) -> tuple[Faulty, StatsStore]:
+    wrapper = Faulty(store.stats)
+    return wrapper, cast(StatsStore, wrapper)
+
+
+async def stored(store: Store, room: str = ROOM) -> ViewersState:
+    [state] = await store.stats.viewers([room], sketches=[True])
+    return state
+
+
+# -- exact up to the threshold, and never down across it ---------------------------
+
+
+async def test_exact_at_9999_then_estimate_at_10001_never_dropping(
+        store: Store, fake_clock: FakeClock) -> None:
+    owner = ViewersHistory(store.stats, fake_clock, "a")
+    reader = ViewersHistory(store.stats, fake_clock, "b")
+    owner.joined(ROOM, uids("u", 0, 9_999))
+    await owner.flush()
+    await reader.refresh([ROOM])
+    assert reader.figure(ROOM) == ViewersFigure(9_999, True)
+
+    owner.joined(ROOM, uids("u", 9_999, 10_001))
+    await owner.flush()
+    state = await stored(store)
+    assert (state.exact, state.complete) == (10_000, False)
+
+    # The refresh that first sees the room incomplete has no sketches yet:
+    # the capped exact set is the floor.
+    await reader.refresh([ROOM])
+    assert reader.figure(ROOM) == ViewersFigure(10_000, False)
+    # The next one merges the sketches.
+    await reader.refresh([ROOM])
+    figure = reader.figure(ROOM)
+    assert figure.viewers_exact is False
+    assert figure.viewers >= 10_000
+    assert abs(figure.viewers - 10_001) <= 3 * STANDARD_ERROR * 10_001
+
+
+async def test_figure_never_drops_crossing_the_threshold_one_by_one(
+        store: Store, fake_clock: FakeClock) -> None:
+    threshold = 200
+    owner = ViewersHistory(store.stats, fake_clock, "a", threshold=threshold)
+    reader = ViewersHistory(store.stats, fake_clock, "b", threshold=threshold)
+    owner.joined(ROOM, uids("x", 0, threshold - 20))
+    shown: list[ViewersFigure] = []
+    for i in range(threshold - 20, threshold + 40):
+        owner.joined(ROOM, [f"x{i}"])
+        await owner.flush()
+        await reader.refresh([ROOM])
+        shown.append(reader.figure(ROOM))
+    counts = [figure.viewers for figure in shown]
+    assert counts == sorted(counts), "the viewers figure went down"
+    # figure k is after threshold - 19 + k distinct uids
+    assert shown[18] == ViewersFigure(threshold - 1, True)
+    assert shown[19] == ViewersFigure(threshold, True)
+    assert all(not figure.viewers_exact for figure in shown[20:])
+    assert all(figure.viewers >= threshold for figure in shown[20:])
+
+
+async def test_a_burst_past_the_threshold_sends_at_most_threshold_plus_one_uids(
+        store: Store, fake_clock: FakeClock) -> None:
+    wrapper, stats = faulty(store)
+    owner = ViewersHistory(stats, fake_clock, "a", threshold=1_000)
+    owner.joined(ROOM, uids("b", 0, 5_000))
+    await owner.flush()
+    assert wrapper.sent == [1_001]
+    state = await stored(store)
+    assert (state.exact, state.complete) == (1_000, False)
+    # Known incomplete: only the sketch goes now.
+    owner.joined(ROOM, uids("b", 5_000, 6_000))
+    await owner.flush()
+    assert wrapper.sent == [1_001, 0]
+    assert merge_registers((await stored(store)).sketches) == sketch_of(uids("b", 0, 6_000))
+
+
+async def test_a_big_burst_is_hashed_in_slices(store: Store, fake_clock: FakeClock) -> None:
+    owner = ViewersHistory(store.stats, fake_clock, "a", threshold=100)
+    burst = uids("s", 0, 3 * SKETCH_SLICE + 1)
+    owner.joined(ROOM, burst)
+    ticks = 0
+    done = False
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while not done:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(ticker())
+    await asyncio.sleep(0)
+    before = ticks
+    await owner.flush()
+    done = True
+    await task
+    # The loop ran other tasks between the slices (at least once per slice).
+    assert ticks - before >= 3
+    assert merge_registers((await stored(store)).sketches) == sketch_of(burst)
+
+
+# -- several nodes ------------------------------------------------------------------
+
+
+async def test_two_nodes_with_overlapping_uids_count_the_union(
+        store: Store, fake_clock: FakeClock) -> None:
+    a = ViewersHistory(store.stats, fake_clock, "a")
+    b = ViewersHistory(store.stats, fake_clock, "b")
+    a.joined(ROOM, uids("u", 0, 6_000))
+    b.joined(ROOM, uids("u", 3_000, 9_000))
+    await a.flush()
+    await b.flush()
+    for node in (a, b):
+        await node.refresh([ROOM])
+        assert node.figure(ROOM) == ViewersFigure(9_000, True)
+
+
+async def test_per_node_sketches_merge_to_the_sketch_of_the_union(
+        store: Store, fake_clock: FakeClock) -> None:
+    threshold = 1_000
+    nodes = [ViewersHistory(store.stats, fake_clock, name, threshold=threshold)
+             for name in ("a", "b", "c")]
+    # Overlapping ranges: 0-20k, 15k-35k, 30k-50k; a few uids on every node.
+    for k, node in enumerate(nodes):
+        node.joined(ROOM, uids("m", 15_000 * k, 15_000 * k + 20_000))
+        node.joined(ROOM, ["everywhere-1", "everywhere-2"])
+        await node.flush()
+    union = [*uids("m", 0, 50_000), "everywhere-1", "everywhere-2"]
+    state = await stored(store)
+    assert len(state.sketches) == 3
+    merged = merge_registers(state.sketches)
+    assert merged == sketch_of(union)  # register by register
+
+    reader = nodes[0]
+    await reader.refresh([ROOM])  # first sees it incomplete
+    await reader.refresh([ROOM])
+    figure = reader.figure(ROOM)
+    assert figure == ViewersFigure(merged.estimate(), False)
+    assert abs(figure.viewers - len(union)) <= 3 * STANDARD_ERROR * len(union)
+
+
+async def test_a_node_dropped_without_flushing_loses_only_its_unflushed_joins(
+        store: Store, fake_clock: FakeClock) -> None:
+    threshold = 500
+    a = ViewersHistory(store.stats, fake_clock, "a", threshold=threshold)
+    a.joined(ROOM, uids("k", 0, 300))
+    await a.flush()
+    a.joined(ROOM, uids("lost", 0, 100))
+    del a  # killed without warning: the last joins never reached the store
+
+    reader = ViewersHistory(store.stats, fake_clock, "r", threshold=threshold)
+    await reader.refresh([ROOM])
+    assert reader.figure(ROOM) == ViewersFigure(300, True)
+
+    # Beyond the threshold, what was flushed stays counted in the sketch.
+    b = ViewersHistory(store.stats, fake_clock, "b", threshold=threshold)
+    b.joined(ROOM, uids("k", 0, 2_000))
+    await b.flush()
+    b.joined(ROOM, uids("lost-too", 0, 1_000))
+    del b
+    state = await stored(store)
+    assert merge_registers(state.sketches) == sketch_of(uids("k", 0, 2_000))
+
+
+async def test_a_restarted_node_continues_its_sketch(store: Store, fake_clock: FakeClock) -> None:
+    threshold = 100
+    first = ViewersHistory(store.stats, fake_clock, "a", threshold=threshold)
+    first.joined(ROOM, uids("p", 0, 5_000))
+    await first.flush()
+    reader = ViewersHistory(store.stats, fake_clock, "r", threshold=threshold)
+    await reader.refresh([ROOM])
+    await reader.refresh([ROOM])
+    before = reader.figure(ROOM).viewers
+    stored_before = await store.stats.load_sketch(ROOM, "a")
+    assert stored_before is not None
+
+    again = ViewersHistory(store.stats, fake_clock, "a", threshold=threshold)  # same id
+    again.joined(ROOM, uids("p", 5_000, 5_010))
+    await again.flush()
+    stored_after = await store.stats.load_sketch(ROOM, "a")
+    assert stored_after is not None
+    old = np.frombuffer(stored_before, dtype=np.int8)
+    new = np.frombuffer(stored_after, dtype=np.int8)
+    assert bool(np.all(new >= old)), "the restarted node overwrote its sketch"
+    assert ViewerSketch.from_bytes(stored_after) == sketch_of(uids("p", 0, 5_010))
+    assert len((await stored(store)).sketches) == 1  # its own key, not a new one
+
+    fresh = ViewersHistory(store.stats, fake_clock, "r2", threshold=threshold)
+    await fresh.refresh([ROOM])
+    await fresh.refresh([ROOM])
+    assert fresh.figure(ROOM).viewers >= before
+
+
+# -- outages and memory ----------------------------------------------------------------
+
+
+async def test_a_store_outage_keeps_joins_pending_and_logs_once(
+        store: Store, fake_clock: FakeClock, caplog: pytest.LogCaptureFixture) -> None:
+    wrapper, stats = faulty(store)
+    node = ViewersHistory(stats, fake_clock, "a")
+    node.joined(ROOM, uids("o", 0, 10))
+    node.joined("r2", ["z"])
+    await node.flush()
+    await node.refresh([ROOM])
+    assert node.figure(ROOM) == ViewersFigure(10, True)
+
+    wrapper.down = True
+    node.joined(ROOM, uids("o", 10, 20))
+    node.joined("r2", ["y"])
+    with caplog.at_level(logging.WARNING, logger="liveroom.statsvr.history"):
+        await node.flush()
+        node.joined(ROOM, uids("o", 20, 25))
+        await node.flush()
+        await node.refresh([ROOM])
+        await node.refresh([ROOM])
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2  # one for storing, one for reading
+    assert node.pending(ROOM) == 15
+    assert node.pending("r2") == 1
+    assert node.figure(ROOM) == ViewersFigure(10, True)  # the last one, kept
+
+    wrapper.down = False
+    await node.flush()
+    assert node.pending(ROOM) == node.pending("r2") == 0
+    await node.refresh([ROOM, "r2"])
+    assert node.figure(ROOM) == ViewersFigure(25, True)
+    assert node.figure("r2") == ViewersFigure(2, True)
+
+
+async def test_a_cancelled_flush_keeps_its_joins(store: Store, fake_clock: FakeClock) -> None:
+    node = ViewersHistory(store.stats, fake_clock, "a")
+    burst = uids("c", 0, 2 * SKETCH_SLICE)
+    node.joined(ROOM, burst)
+    flush = asyncio.create_task(node.flush())
+    await asyncio.sleep(0)  # inside the flush
+    node.joined(ROOM, ["late"])
+    flush.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await flush
+    if store.name == "memory":
+        # Cancelled between two slices: nothing was stored, all is pending.
+        assert flush.cancelled()
+        assert node.pending(ROOM) == len(burst) + 1
+    else:
+        # redis-py may finish a command in flight and swallow the cancel: then the
+        # burst was stored; either way nothing is lost.
+        assert node.pending(ROOM) in (1, len(burst) + 1)
+    await node.flush()
+    assert node.pending(ROOM) == 0
+    state = await stored(store)
+    assert merge_registers(state.sketches) == sketch_of([*burst, "late"])
+    assert (state.exact, state.complete) == (10_000, False)
+
+
+async def test_unknown_rooms_and_idle_rooms(store: Store, fake_clock: FakeClock) -> None:
+    wrapper, stats = faulty(store)
+    node = ViewersHistory(stats, fake_clock, "a")
+    assert node.figure("nobody") == ViewersFigure(0, True)
+    assert not node.known("nobody")
+    await node.refresh(["nobody"])
+    assert node.known("nobody")
+    assert node.figure("nobody") == ViewersFigure(0, True)
+
+    node.joined(ROOM, ["u1"])
+    await node.flush()
+    node.joined(ROOM, ["u2"])
+    await node.flush()
+    assert wrapper.loads == 1  # the stored sketch is loaded once per room in memory
+    await node.refresh([ROOM])
+    assert node.known(ROOM)
+
+    await fake_clock.advance(IDLE + 1)
+    node.figure("nobody")  # a read keeps a room
+    await node.flush()
+    await node.refresh([])
+    assert not node.known(ROOM)
+    assert node.known("nobody")
+    node.joined(ROOM, ["u3"])
+    await node.flush()
+    assert wrapper.loads == 2  # it left memory: loaded (and continued) again
+    await node.refresh([ROOM])
+    assert node.figure(ROOM) == ViewersFigure(3, True)
+    state = await stored(store)
+    assert merge_registers(state.sketches) == sketch_of(["u1", "u2", "u3"])
