@@ -221,6 +221,8 @@ class Merge:
             for start in range(0, len(states), self._batch):
                 if not await self._merge_batch(states[start:start + self._batch]):
                     return
+                # The memory engine answers without suspending: let others run.
+                await asyncio.sleep(0)
 
     def _drop_unwanted(self) -> None:
         cutoff = self._clock.monotonic() - self._keep_for
