@@ -15,6 +15,8 @@ import click
 from aiohttp import web
 
 from . import __version__
+from .errors import BadRequest
+from .model import check_name
 from .node import Node, build_app
 from .settings import Settings
 
@@ -83,18 +85,46 @@ def main() -> None:
               envvar="LIVEROOM_IMPORTANT_WINDOW", show_envvar=True,
               type=click.FloatRange(0),
               help="Seconds for which important messages are kept at least.")
+@click.option("--online-ttl", default=_D.online_ttl, show_default=True,
+              envvar="LIVEROOM_ONLINE_TTL", show_envvar=True, type=click.FloatRange(1),
+              help="Seconds without a poll after which a listener is offline; must exceed "
+                   f"the longest poll timeout plus the longest hold interval "
+                   f"({_D.poll_timeout_max + _D.hold_interval_max:g} s).")
+@click.option("--vip-room", "vip_rooms", multiple=True, envvar="LIVEROOM_VIP_ROOMS",
+              show_envvar=True,
+              help="A room to serve as vip (repeat the flag; the variable takes a "
+                   "space-separated list). Its online list is split over --vip-shards.")
+@click.option("--vip-shards", default=_D.vip_shards, show_default=True,
+              envvar="LIVEROOM_VIP_SHARDS", show_envvar=True, type=click.IntRange(1, 256),
+              help="Shard keys a vip room's online list is split over, per statsvr node.")
+@click.option("--viewers-threshold", default=_D.viewers_threshold, show_default=True,
+              envvar="LIVEROOM_VIEWERS_THRESHOLD", show_envvar=True,
+              type=click.IntRange(0),
+              help="Distinct viewers of a room counted exactly; beyond, a HyperLogLog "
+                   "estimates them (viewers_exact: false).")
 def serve(host: str, port: int, store: str, admin_token: str | None,
           publisher_token: str | None, node_id: str, secret: str | None,
           log_level: str, log_cap: int, room_ttl: float, normal_keep: int,
-          important_keep: int, important_window: float) -> None:
+          important_keep: int, important_window: float, online_ttl: float,
+          vip_rooms: tuple[str, ...], vip_shards: int, viewers_threshold: int) -> None:
     """Run every role (proxy, recvsvr, statsvr) in this process."""
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    settings = Settings(host=host, port=port, store=store, admin_token=admin_token,
-                        publisher_token=publisher_token, node_id=node_id, secret=secret,
-                        log_level=log_level, log_cap=log_cap, room_ttl=room_ttl,
-                        normal_keep=normal_keep, important_keep=important_keep,
-                        important_window=important_window)
+    for room in vip_rooms:
+        try:
+            check_name("room", room)
+        except BadRequest as exc:
+            raise click.BadParameter(f"{room!r}: {exc.message}", param_hint="--vip-room") from None
+    try:
+        settings = Settings(host=host, port=port, store=store, admin_token=admin_token,
+                            publisher_token=publisher_token, node_id=node_id, secret=secret,
+                            log_level=log_level, log_cap=log_cap, room_ttl=room_ttl,
+                            normal_keep=normal_keep, important_keep=important_keep,
+                            important_window=important_window, online_ttl=online_ttl,
+                            vip_rooms=frozenset(vip_rooms), vip_shards=vip_shards,
+                            viewers_threshold=viewers_threshold)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--online-ttl") from None
     # The node is ready once its lifecycle has started, but only listens after
     # run_app has started its sites: announce then (run_app's print hook).
     ready: list[Node] = []

@@ -19,10 +19,11 @@ from aiohttp import web
 from proxy import Proxy
 from proxy.auth import Tokens
 from proxy.context import ContextSigner
+from proxy.heartbeats import Heartbeats
 from proxy.routes import errors_middleware
 from recvsvr import RoomCache, SectLimits
 from recvsvr.build import Retention
-from statsvr import LocalPresence
+from statsvr import StatsLimits, Statsvr
 
 from .clock import Clock, SystemClock
 from .errors import StoreUnavailable
@@ -40,7 +41,7 @@ class Node:
     store: Store
     metrics: Metrics
     cache: RoomCache
-    presence: LocalPresence
+    statsvr: Statsvr
     proxy: Proxy
     announce: Callable[[Node], None] | None = None
     generated: dict[str, str] = field(default_factory=dict)
@@ -79,13 +80,26 @@ def build_node(settings: Settings, clock: Clock | None = None,
         touch_interval=min(settings.touch_interval, settings.room_ttl / 4),
     )
     cache = RoomCache(store.log, clock, metrics, retention=retention, limits=limits)
-    presence = LocalPresence(clock, window=settings.online_window)
+    vip = settings.vip_rooms
+    statsvr = Statsvr(store.stats, clock, settings.name, is_vip=vip.__contains__,
+                      limits=StatsLimits(
+                          online_ttl=settings.online_ttl,
+                          vip_shards=settings.vip_shards,
+                          viewers_threshold=settings.viewers_threshold,
+                          history_ttl=settings.history_ttl,
+                          write_every=settings.stats_write_every,
+                          merge_every=settings.merge_every,
+                          keep_for=settings.read_window,
+                      ))
+    # One process, one statsvr node: every heartbeat is ours.
+    heartbeats = Heartbeats([statsvr], clock, flush_every=settings.heartbeat_flush)
     # Tokens and the context secret may live in the store: they are filled in
     # at start-up, before the server accepts a connection.
-    proxy = Proxy(settings=settings, reader=cache, presence=presence, log=store.log,
+    proxy = Proxy(settings=settings, reader=cache, heartbeats=heartbeats, stats=statsvr,
+                  is_vip=vip.__contains__, log=store.log,
                   tokens=Tokens(admin="", publisher=""), signer=ContextSigner(""),
                   clock=clock, metrics=metrics, health=lambda: node.health())
-    node = Node(settings, clock, store, metrics, cache, presence, proxy, announce)
+    node = Node(settings, clock, store, metrics, cache, statsvr, proxy, announce)
     return node
 
 
@@ -119,14 +133,16 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         node.proxy.signer = ContextSigner(await _shared(node, "secret", s.secret))
         node.store.notifier.subscribe(node.cache.on_notify, node.cache.on_resync)
         await node.cache.start()
-        await node.presence.start()
+        await node.statsvr.start()
+        await node.proxy.heartbeats.start()
         if node.announce is not None:
             node.announce(node)
         yield
     finally:
         await node.proxy.holds.close()
         await node.cache.stop()
-        await node.presence.stop()
+        await node.proxy.heartbeats.stop()
+        await node.statsvr.stop()
         await node.store.close()
 
 

@@ -1,13 +1,15 @@
 """The interfaces through which the roles meet.
 
 The proxy reads rooms through :class:`RoomReader` whether the recvsvr behind it
-runs in this process or (later) on another host, and reports listeners to
-:class:`Presence` whatever statsvr stands behind it. Both are value-returning:
-a reader hands out immutable :class:`~liveroom.snapshot.Snapshot` values.
+runs in this process or (later) on another host, hands heartbeats to a
+:class:`HeartbeatSink` and reads online figures through :class:`StatsReader`,
+whatever statsvr stands behind them. Readers return values: a room reader
+hands out immutable :class:`~liveroom.snapshot.Snapshot` values.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 from .snapshot import Snapshot
@@ -38,9 +40,44 @@ class RoomReader(Protocol):
         """
 
 
-class Presence(Protocol):
-    def heartbeat(self, room: str, uid: str) -> None:
-        """Record that ``uid`` polled ``room`` now. Memory only, never waits."""
+class HeartbeatSink(Protocol):
+    """A statsvr node taking heartbeats from proxies."""
+
+    def ingest(self, batch: bytes) -> int:
+        """Take a batch of heartbeats, msgpack ``{room: [uid, ...]}``, as one
+        proxy gathered them. Memory only, never waits; returns how many."""
+
+
+@dataclass(frozen=True, slots=True)
+class RoomStats:
+    """Who is in a room and how many have watched it."""
+
+    online: int
+    viewers: int
+    viewers_exact: bool
+
+
+class StatsReader(Protocol):
+    """The merged view of rooms a statsvr node serves to the proxy.
+
+    Every answer comes from memory (the merged view swapped in by the merge
+    task); none touches the store on the caller's path except the series,
+    which is history read on demand.
+    """
 
     def online(self, room: str) -> int:
-        """How many distinct listeners the room has now."""
+        """The room's online count now (0 until its first merge); also marks
+        the room as read, so the node keeps merging it."""
+
+    async def members(self, room: str, offset: int, limit: int) -> tuple[int, list[str]]:
+        """The online count and one page of the sorted online members.
+
+        Waits for the room's first merge when it has none yet (raises
+        StoreUnavailable if that fails)."""
+
+    async def stats(self, room: str) -> RoomStats:
+        """Online and viewers figures (waits for a first merge like ``members``)."""
+
+    async def online_series(self, room: str, since: float,
+                            until: float) -> tuple[int, list[tuple[int, float, int]]]:
+        """The online count over ``[since, until]`` (Unix s): ``(step, [(t, avg, max)])``."""

@@ -54,8 +54,32 @@ class Settings:
     room_ttl: float = 86_400.0
     dedup_ttl: float = 600.0
 
-    # Interim presence (replaced by statsvr's sharded view).
-    online_window: float = 90.0
+    # statsvr.
+    online_ttl: float = 90.0
+    """A listener with no poll for this long is offline. Must exceed the longest
+    poll timeout plus the longest hold interval (else a listener waiting in a
+    long poll would flicker offline)."""
+    hold_interval_max: float = 10.0
+    """The longest interval the adaptive hold may add to a poll (its tiers)."""
+    vip_shards: int = 16
+    vip_rooms: frozenset[str] = frozenset()
+    """Rooms served as vip (their online list is split over ``vip_shards``)."""
+    viewers_threshold: int = 10_000
+    """Distinct viewers counted exactly; a HyperLogLog estimates beyond."""
+    history_ttl: float = 90 * 86_400.0
+    """How long a room's viewers history outlives its last viewer."""
+    heartbeat_flush: float = 0.25
+    stats_write_every: float = 1.0
+    merge_every: float = 1.0
+
+    def __post_init__(self) -> None:
+        longest = self.poll_timeout_max + self.hold_interval_max
+        if self.online_ttl <= longest:
+            raise ValueError(
+                f"online_ttl ({self.online_ttl:g} s) must exceed the longest poll timeout "
+                f"plus the longest hold interval ({longest:g} s)")
+        if self.vip_shards < 1:
+            raise ValueError("vip_shards must be at least 1")
 
     @property
     def name(self) -> str:

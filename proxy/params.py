@@ -85,3 +85,27 @@ def parse_send(doc: Any, *, max_body: int) -> SendParams:
     if unknown:
         raise BadBody(f"unknown fields: {', '.join(sorted(unknown))}")
     return SendParams(uid, body, important, cmid)
+
+
+MEMBERS_PAGE_MAX = 1000
+"""Most members one ``/online`` answer lists."""
+
+
+def parse_members_page(room: str, query: Mapping[str, str]) -> tuple[str, int, int]:
+    """``(room, offset, limit)`` of ``GET /v1/rooms/{room}/online``."""
+    check_name("room", room)
+    offset = parse_count("offset", query["offset"]) if "offset" in query else 0
+    limit = parse_count("limit", query["limit"], 1, MEMBERS_PAGE_MAX) \
+        if "limit" in query else 100
+    return room, offset, limit
+
+
+def parse_series_range(room: str, query: Mapping[str, str], now: float) -> tuple[str, int, int]:
+    """``(room, since, until)`` of ``GET /v1/rooms/{room}/stats/online``, in Unix
+    seconds: ``until`` defaults to now, ``since`` to an hour before ``until``."""
+    check_name("room", room)
+    until = parse_count("until", query["until"]) if "until" in query else int(now)
+    since = parse_count("since", query["since"]) if "since" in query else max(0, until - 3600)
+    if since > until:
+        raise BadRequest("since must not be after until")
+    return room, since, until

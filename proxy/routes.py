@@ -22,7 +22,7 @@ from liveroom.errors import (
 )
 from liveroom.metrics import Metrics
 from liveroom.model import NewMessage, check_name
-from liveroom.roles import Presence, RoomReader
+from liveroom.roles import RoomReader, StatsReader
 from liveroom.settings import Settings
 from liveroom.snapshot import Delivery, Snapshot, read, recent
 from liveroom.store.base import MessageLog
@@ -30,8 +30,15 @@ from liveroom.store.base import MessageLog
 from . import answer
 from .auth import Right, Tokens
 from .context import Context, ContextSigner
+from .heartbeats import Heartbeats
 from .hold import Holds
-from .params import PollParams, parse_poll, parse_send
+from .params import (
+    PollParams,
+    parse_members_page,
+    parse_poll,
+    parse_send,
+    parse_series_range,
+)
 
 log = logging.getLogger("liveroom.proxy")
 
@@ -71,7 +78,9 @@ class Proxy:
 
     settings: Settings
     reader: RoomReader
-    presence: Presence
+    heartbeats: Heartbeats
+    stats: StatsReader
+    is_vip: Callable[[str], bool]
     log: MessageLog
     tokens: Tokens
     signer: ContextSigner
@@ -87,6 +96,9 @@ class Proxy:
     def add_routes(self, app: web.Application) -> None:
         app.router.add_get("/v1/rooms/{room}/poll", self.poll)
         app.router.add_post("/v1/rooms/{room}/messages", self.send)
+        app.router.add_get("/v1/rooms/{room}/online", self.online)
+        app.router.add_get("/v1/rooms/{room}/stats", self.room_stats)
+        app.router.add_get("/v1/rooms/{room}/stats/online", self.online_series)
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/metrics", self.render_metrics)
 
@@ -99,7 +111,7 @@ class Proxy:
                        recent_default=s.recent_default, recent_max=s.recent_max)
         use_msgpack = wants_msgpack(request.headers.get("Accept", ""))
         snap = await self.reader.snapshot(p.room)
-        self.presence.heartbeat(p.room, p.uid)
+        self.heartbeats.beat(p.room, p.uid)
         if p.seq is None or p.iseq is None or p.epoch is None:
             return self._answer(snap, p, recent(snap, p.recent), use_msgpack, outcome="first")
         loop = asyncio.get_running_loop()
@@ -147,7 +159,7 @@ class Proxy:
         ctx = self.signer.sign(p.room, p.uid, epoch, d.seq, d.iseq,
                                Context(d.seq_ic, d.iseq_ic, last_ms))
         body = answer.encode(memo_snap, p.room, epoch, d, reset=reset,
-                             online=self.presence.online(p.room), interval_ms=0,
+                             online=self.stats.online(p.room), interval_ms=0,
                              ctx=ctx, use_msgpack=use_msgpack)
         return web.Response(body=body, content_type=MSGPACK if use_msgpack else JSON)
 
@@ -197,6 +209,35 @@ class Proxy:
         if wants_msgpack(request.headers.get("Accept", "")):
             return web.Response(body=msgpack.packb(doc), status=201, content_type=MSGPACK)
         return web.json_response(doc, status=201)
+
+    # -- stats -----------------------------------------------------------------
+
+    def _doc(self, request: web.Request, doc: dict[str, object]) -> web.Response:
+        if wants_msgpack(request.headers.get("Accept", "")):
+            return web.Response(body=msgpack.packb(doc), content_type=MSGPACK)
+        return web.json_response(doc)
+
+    async def online(self, request: web.Request) -> web.StreamResponse:
+        room, offset, limit = parse_members_page(request.match_info["room"], request.query)
+        online, members = await self.stats.members(room, offset, limit)
+        return self._doc(request, {"room": room, "online": online, "members": members})
+
+    async def room_stats(self, request: web.Request) -> web.StreamResponse:
+        room = check_name("room", request.match_info["room"])
+        figures = await self.stats.stats(room)
+        snap = await self.reader.snapshot(room)
+        return self._doc(request, {
+            "room": room, "online": figures.online, "viewers": figures.viewers,
+            "viewers_exact": figures.viewers_exact, "vip": self.is_vip(room),
+            "seq": snap.head,
+        })
+
+    async def online_series(self, request: web.Request) -> web.StreamResponse:
+        room, since, until = parse_series_range(request.match_info["room"], request.query,
+                                                self.clock.time())
+        step, points = await self.stats.online_series(room, since, until)
+        return self._doc(request, {"room": room, "step": step,
+                                   "points": [list(p) for p in points]})
 
     # -- operations ----------------------------------------------------------
 

@@ -1,10 +1,11 @@
-"""statsvr: who is in a room.
+"""statsvr: who is in a room, and how many have watched it.
 
-For now :class:`~statsvr.presence.LocalPresence`, the interim per-node view:
-the distinct uids that polled a room on this node in the last ``window``
-seconds. The sharded, store-backed view of DESIGN.md steps 6-8 replaces it.
+:class:`~statsvr.server.Statsvr` is the role of one node: the owner's table
+(:mod:`.table`), the merged online view (:mod:`.view`, :mod:`.merge`), the
+viewers history (:mod:`.history`, :mod:`.viewers`) and the online series
+(:mod:`.sampler`, :mod:`.series`). DESIGN.md steps 6 to 8.
 """
 
-from .presence import LocalPresence
+from .server import StatsLimits, Statsvr
 
-__all__ = ["LocalPresence"]
+__all__ = ["StatsLimits", "Statsvr"]

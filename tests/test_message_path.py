@@ -129,6 +129,13 @@ async def test_1000_held_polls_are_answered_by_one_message(engine_url: str) -> N
             running_node(engine_url) as node:
         listeners = [Listener(session, "big", uid=f"u{i}") for i in range(1000)]
         await asyncio.gather(*(lst.poll(node.url) for lst in listeners))
+        # Every join shows in the merged online view within 5 s.
+        async with asyncio.timeout(5):
+            while True:
+                async with session.get(f"{node.url}/v1/rooms/big/online") as resp:
+                    if (await resp.json())["online"] == 1000:
+                        break
+                await asyncio.sleep(0.1)
         polls = [asyncio.create_task(lst.poll(node.url, timeout=30)) for lst in listeners]
         async with asyncio.timeout(20):
             while True:

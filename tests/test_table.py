@@ -31,7 +31,8 @@ async def test_a_join_is_written_once_then_only_refreshed(fake_clock: FakeClock)
     writes, joined = await tables.take_writes()
     assert stored(writes) == {("r", 0, 1): ["a", "b", "c"]}
     assert joined == {"r": ["b", "a", "c"]}
-    assert writes[0].size == 3 and writes[0].version
+    assert writes[0].size == 3
+    assert writes[0].version
 
     # Heartbeats of members already in: no write at all.
     for _ in range(10):
@@ -61,7 +62,8 @@ async def test_members_leave_after_the_ttl_and_not_before(fake_clock: FakeClock)
     assert await tables.sweep() == 1
     assert tables.members("r") == {"b"}
     writes, joined = await tables.take_writes()
-    assert stored(writes) == {("r", 0, 1): ["b"]} and joined == {}
+    assert stored(writes) == {("r", 0, 1): ["b"]}
+    assert joined == {}
     await fake_clock.advance(61)
     await tables.sweep()
     writes, _ = await tables.take_writes()
@@ -80,7 +82,8 @@ async def test_a_vip_room_is_split_by_the_stable_shard_hash(fake_clock: FakeCloc
     shards = stored(writes)
     assert shards[("small", 0, 1)] == sorted(uids[:10])
     big = {k: v for k, v in shards.items() if k[0] == "big"}
-    assert {k[1] for k in big} == set(range(16)) and all(k[2] == 16 for k in big)
+    assert {k[1] for k in big} == set(range(16))
+    assert all(k[2] == 16 for k in big)
     for (_, index, _), members in big.items():
         assert members == sorted(members)
         assert all(shard_of(uid, 16) == index for uid in members)
@@ -193,7 +196,8 @@ async def test_heartbeats_reach_their_owner_in_batches(fake_clock: FakeClock) ->
     try:
         for i in range(10):
             hb.beat("r", f"u{i}")
-        assert sinks[0].batches == [] and sinks[1].batches == []  # nothing per poll
+        assert sinks[0].batches == []
+        assert sinks[1].batches == []
         await fake_clock.advance(0.25)
         got = {u: k for k, s in enumerate(sinks) for b in s.batches for u in b["r"]}
         assert got == {f"u{i}": owner_of(f"u{i}", 2) for i in range(10)}
@@ -208,5 +212,5 @@ async def test_heartbeats_reach_their_owner_in_batches(fake_clock: FakeClock) ->
 
 
 def test_heartbeats_need_a_node(fake_clock: FakeClock) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="at least one"):
         Heartbeats([], fake_clock)

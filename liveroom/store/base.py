@@ -258,7 +258,8 @@ class StatsStore(Protocol):
     async def load_sketch(self, room: str, node: str) -> bytes | None:
         """``node``'s stored HyperLogLog registers of ``room``, if any."""
 
-    async def viewers(self, rooms: Sequence[str], *, sketches: Sequence[bool]) -> list[ViewersState]:
+    async def viewers(self, rooms: Sequence[str], *,
+                      sketches: Sequence[bool]) -> list[ViewersState]:
         """The viewers history of each room, one round trip; every node's sketch
         of a room is read only where ``sketches`` says so."""
 

@@ -1,0 +1,313 @@
+"""statsvr benchmark: heartbeat ingest, the merge of a million-member room, memory per member.
+
+Three measurements, each printed with what it counts:
+
+1. **Ingest.** Heartbeats taken per second by one statsvr node across its ingest
+   boundary: msgpack ``{room: [uid, ...]}`` batches packed by the proxy's
+   batcher (``proxy.heartbeats.Heartbeats``), unpacked and applied by
+   ``Statsvr.ingest``. The load is one vip room (16 shards) of ``--members``
+   listeners plus ``--rooms`` normal rooms, every member beating again and
+   again (steady state: no joins). The proxy's packing is timed apart.
+2. **Merge.** A vip room of ``--members`` members written by one node as 16
+   shard keys to Redis, then merged by a fresh node (cold: every shard read),
+   then again after 1 % churn (the changed shards only). A ticker task
+   measures the event loop's lag meanwhile (how late a 5 ms sleep wakes).
+3. **Memory.** ``tracemalloc`` around building the owner's table of the
+   ``--members`` room, and around the merged view built from its shards: bytes
+   per member (uids are 16 characters).
+
+    python loadtest/bench_statsvr.py                      # starts a redis-server
+    python loadtest/bench_statsvr.py --redis-url redis://127.0.0.1:6379/15
+
+Without ``--redis-url`` a throw-away ``redis-server`` is started on a free
+loopback port (it must be on PATH). The given database is flushed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import shutil
+import socket
+import statistics
+import subprocess
+import tempfile
+import time
+import tracemalloc
+from collections.abc import AsyncIterator, Iterator
+
+import msgpack
+
+from liveroom.clock import SystemClock
+from liveroom.store import LogPolicy, open_store
+from proxy.heartbeats import Heartbeats
+from statsvr import StatsLimits, Statsvr
+from statsvr.view import build_view
+
+ROOM = "bench-vip"
+
+
+def uid(i: int) -> str:
+    return f"listener{i:08d}"  # 16 characters
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def redis_server(url: str | None) -> Iterator[str]:
+    if url:
+        yield url
+        return
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise SystemExit("redis-server not found: install it or pass --redis-url")
+    port = free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.Popen(
+            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", tmp],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 10
+            while True:
+                with contextlib.suppress(OSError), socket.create_connection(
+                        ("127.0.0.1", port), timeout=0.2):
+                    break
+                if time.monotonic() > deadline:
+                    raise SystemExit("redis-server did not start")
+                time.sleep(0.05)
+            yield f"redis://127.0.0.1:{port}/0"
+        finally:
+            proc.terminate()
+            proc.wait(10)
+
+
+class LagProbe:
+    """Measures how late the event loop wakes a task sleeping ``period`` seconds."""
+
+    def __init__(self, period: float = 0.005) -> None:
+        self.period = period
+        self.lags: list[float] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            start = loop.time()
+            await asyncio.sleep(self.period)
+            self.lags.append(loop.time() - start - self.period)
+
+    async def __aenter__(self) -> LagProbe:
+        self._task = asyncio.create_task(self._run())
+        await asyncio.sleep(0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+    def summary(self) -> str:
+        if not self.lags:
+            return "no samples"
+        lags = sorted(self.lags)
+        p99 = lags[min(len(lags) - 1, int(len(lags) * 0.99))]
+        return (f"loop lag p50 {statistics.median(lags) * 1000:.1f} ms, "
+                f"p99 {p99 * 1000:.1f} ms, max {lags[-1] * 1000:.1f} ms "
+                f"({len(lags)} samples)")
+
+
+def node(stats: object, name: str, members: int) -> Statsvr:
+    del members
+    return Statsvr(stats, SystemClock(), name,  # type: ignore[arg-type]
+                   limits=StatsLimits(), is_vip=lambda room: room == ROOM)
+
+
+async def bench_ingest(members: int, rooms: int, seconds: float) -> None:
+    print(f"\n== ingest: one vip room of {members:,} + {rooms:,} rooms of 10 ==")
+    clock = SystemClock()
+    store = open_store("memory", LogPolicy(), clock)
+    target = node(store.stats, "ingest", members)
+    batches: list[bytes] = []
+
+    class Capture:
+        def ingest(self, blob: bytes) -> int:
+            batches.append(blob)
+            return 0
+
+    hb = Heartbeats([Capture()], clock, max_batch=8192)
+    t0 = time.perf_counter()
+    total = 0
+    for i in range(members):
+        hb.beat(ROOM, uid(i))
+        total += 1
+        if i % 10 == 0 and rooms:
+            r = (i // 10) % rooms
+            hb.beat(f"room{r}", uid(i))
+            total += 1
+    hb.flush()
+    pack_s = time.perf_counter() - t0
+    print(f"proxy side (beat + pack): {total / pack_s:,.0f} heartbeats/s "
+          f"({len(batches)} batches of up to 8192)")
+    # First pass: everyone joins (the table grows).
+    t0 = time.perf_counter()
+    for blob in batches:
+        target.ingest(blob)
+    join_s = time.perf_counter() - t0
+    print(f"first pass (all joins): {total / join_s:,.0f} heartbeats/s")
+    # Steady state: the same members beat again and again.
+    taken = 0
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for blob in batches:
+            taken += target.ingest(blob)
+    steady_s = time.perf_counter() - t0
+    print(f"steady state: {taken / steady_s:,.0f} heartbeats/s "
+          f"({taken:,} in {steady_s:.1f} s, msgpack unpack included)")
+
+
+@contextlib.asynccontextmanager
+async def redis_stats(url: str) -> AsyncIterator[object]:
+    store = open_store(url, LogPolicy(), SystemClock(), node_id="bench")
+    await store.start()
+    try:
+        client = store._client  # type: ignore[attr-defined]
+        await client.flushdb()
+        yield store.stats
+    finally:
+        await store.close()
+
+
+async def bench_merge(url: str, members: int) -> None:
+    print(f"\n== merge: a vip room of {members:,} over 16 shard keys on redis ==")
+    async with redis_stats(url) as stats:
+        owner = node(stats, "owner", members)
+        uids = [uid(i) for i in range(members)]
+        for i in range(0, members, 50_000):
+            owner.tables.beat(ROOM, uids[i:i + 50_000])
+        t0 = time.perf_counter()
+        await owner.write_once()
+        print(f"owner writes 16 shard keys: {time.perf_counter() - t0:.2f} s "
+              f"(sort, pack, one pipeline; history flush included)")
+        reader = node(stats, "reader", members)
+        reader.merge.want(ROOM)
+        async with LagProbe() as probe:
+            t0 = time.perf_counter()
+            await reader.merge.merge_now([ROOM])
+            cold = time.perf_counter() - t0
+        view = reader.merge.view(ROOM)
+        assert view.online == members, view.online
+        print(f"cold merge (all 16 shards read): {cold * 1000:.0f} ms, {probe.summary()}")
+        # 1 % churn: some leave, as many join.
+        churn = members // 100
+        for shard in owner.tables._rooms[ROOM].shards:
+            for u in list(shard.members)[: churn // 16]:
+                del shard.members[u]
+            shard.dirty = True
+        owner.tables.beat(ROOM, [f"newcomer{i:08d}" for i in range(churn)])
+        await owner.write_once()
+        async with LagProbe() as probe:
+            t0 = time.perf_counter()
+            await reader.merge.merge_now([ROOM])
+            warm = time.perf_counter() - t0
+        print(f"merge after 1 % churn: {warm * 1000:.0f} ms, {probe.summary()}")
+        async with LagProbe() as probe:
+            t0 = time.perf_counter()
+            await reader.merge.merge_now([ROOM])
+            same = time.perf_counter() - t0
+        print(f"merge with nothing changed: {same * 1000:.1f} ms")
+        view = reader.merge.view(ROOM)
+        async with LagProbe() as probe:
+            t0 = time.perf_counter()
+            page = await view.page(members // 2, 1000)
+            first_page = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        await view.page(members // 3, 1000)
+        later_page = time.perf_counter() - t0
+        assert len(page) == 1000
+        print(f"/online page at offset {members // 2:,}: first {first_page * 1000:.0f} ms "
+              f"(decodes the shards), then {later_page * 1000:.1f} ms; {probe.summary()}")
+
+
+def measure(build: object) -> tuple[int, object]:
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    value = build()  # type: ignore[operator]
+    gc.collect()
+    after = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    return after - before, value
+
+
+async def bench_memory(members: int) -> None:
+    print(f"\n== memory per online member ({members:,} members, 16-character uids) ==")
+    clock = SystemClock()
+    store = open_store("memory", LogPolicy(), clock)
+    owner = node(store.stats, "mem", members)
+    blobs = [msgpack.packb({ROOM: [uid(i) for i in range(j, min(j + 8192, members))]})
+             for j in range(0, members, 8192)]
+
+    def fill() -> None:
+        for blob in blobs:
+            owner.ingest(blob)
+
+    table_bytes, _ = measure(fill)
+    print(f"owner's table: {table_bytes / members:.0f} bytes/member "
+          f"(uid strings, dict slots of 16 shards; ticks are shared ints)")
+    writes, _ = await owner.tables.take_writes()
+    written_bytes = sum(len(w.members or b"") for w in writes)
+    print(f"written lists kept for the next incremental write: "
+          f"{8:.0f} bytes/member (pointers to the same strings)")
+    from liveroom.store.base import ShardEntry
+
+    parts = [(ShardEntry("mem", w.index, w.count, w.version, w.size, 0), w.members or b"")
+             for w in writes]
+    del writes
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    view = await build_view(ROOM, parts)
+    del parts
+    gc.collect()
+    view_bytes = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    print(f"merged view: {(view_bytes + written_bytes) / members:.0f} bytes/member "
+          f"(the 16 shard blobs as read from the store: {written_bytes / members:.0f}, "
+          f"view structure: {view_bytes / members:.0f})")
+    total = table_bytes + 8 * members + view_bytes + written_bytes
+    print(f"owner's table + merged view: {total / members:.0f} bytes/member")
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    await view.page(0, 10)
+    gc.collect()
+    decoded = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    print(f"after an /online page, the decoded member lists cached with the view: "
+          f"+{decoded / members:.0f} bytes/member (until the view is replaced)")
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--members", type=int, default=1_000_000)
+    parser.add_argument("--rooms", type=int, default=1000,
+                        help="normal rooms beside the vip room in the ingest test")
+    parser.add_argument("--seconds", type=float, default=5.0,
+                        help="length of the steady-state ingest run")
+    parser.add_argument("--redis-url", help="use this Redis (its database is flushed)")
+    args = parser.parse_args()
+    await bench_ingest(args.members, args.rooms, args.seconds)
+    with redis_server(args.redis_url) as url:
+        await bench_merge(url, args.members)
+    await bench_memory(args.members)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

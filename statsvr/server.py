@@ -1,0 +1,205 @@
+"""The statsvr role of one node: the owner's table, the merge, the viewers
+history and the online series, with the background tasks that join them.
+
+Data flow (DESIGN.md steps 6 to 8):
+
+- proxies hand heartbeats to :meth:`Statsvr.ingest` (memory only);
+- the **write loop** (every ``write_every`` s) sweeps quiet members, hands the
+  uids that joined to the viewers history (flushed to the store first, so a
+  member in a shard key is always already counted as a viewer), then stores
+  the shards that changed and refreshes the others now and then;
+- the **merge** (its own task) reads every shard key of the rooms this node
+  serves and swaps in each room's :class:`~statsvr.view.OnlineView`;
+- the **viewers loop** (every ``viewers_every`` s) refreshes the viewers
+  figures of those rooms;
+- the **series** task samples the online count of the rooms this node writes.
+
+A shard's index entry outlives the member's ``online_ttl`` by the refresh
+period and two write periods, so a node killed without warning loses its
+members only after their TTL, and shortly after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+
+from liveroom.clock import Clock
+from liveroom.errors import StoreUnavailable
+from liveroom.roles import RoomStats
+from liveroom.store.base import StatsStore
+
+from .history import ViewersHistory
+from .merge import Merge
+from .sampler import OnlineSeries
+from .series import DEFAULT_TIERS, SAMPLE_EVERY, Tier
+from .table import Tables
+
+log = logging.getLogger("liveroom.statsvr")
+
+
+@dataclass(frozen=True, slots=True)
+class StatsLimits:
+    """How a statsvr node paces itself."""
+
+    online_ttl: float = 90.0
+    vip_shards: int = 16
+    viewers_threshold: int = 10_000
+    history_ttl: float = 90 * 86_400.0
+    write_every: float = 1.0
+    merge_every: float = 1.0
+    viewers_every: float = 2.0
+    sweep_every: float = 5.0
+    refresh_every: float = 15.0
+    keep_for: float = 60.0
+    """A room nobody read nor heartbeat for this long is no longer merged."""
+    sample_every: float = SAMPLE_EVERY
+    tiers: tuple[Tier, ...] = DEFAULT_TIERS
+
+    @property
+    def shard_ttl(self) -> float:
+        """How long a shard's index entry lives after its last write or refresh."""
+        return self.online_ttl + self.refresh_every + 2 * self.write_every
+
+
+class Statsvr:
+    """Implements :class:`liveroom.roles.HeartbeatSink` and :class:`liveroom.roles.StatsReader`."""
+
+    def __init__(self, stats: StatsStore, clock: Clock, node: str, *,
+                 limits: StatsLimits = StatsLimits(),
+                 is_vip: Callable[[str], bool] = lambda room: False) -> None:
+        self.node = node
+        self.limits = limits
+        self._stats = stats
+        self._clock = clock
+        self.tables = Tables(clock, online_ttl=limits.online_ttl,
+                             vip_shards=limits.vip_shards, is_vip=is_vip,
+                             refresh_every=limits.refresh_every)
+        self.merge = Merge(stats, clock, every=limits.merge_every, keep_for=limits.keep_for)
+        self.history = ViewersHistory(stats, clock, node, threshold=limits.viewers_threshold,
+                                      ttl=limits.history_ttl)
+        self.series = OnlineSeries(stats, clock, node, tiers=limits.tiers,
+                                   every=limits.sample_every)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
+        self._last_sweep = clock.monotonic()
+        self._write_failing = False
+
+    # -- HeartbeatSink ---------------------------------------------------------
+
+    def ingest(self, batch: bytes) -> int:
+        return self.tables.ingest(batch)
+
+    # -- StatsReader -------------------------------------------------------------
+
+    def online(self, room: str) -> int:
+        return self.merge.want(room).online
+
+    async def members(self, room: str, offset: int, limit: int) -> tuple[int, list[str]]:
+        self.merge.want(room)
+        view = await self.merge.ready(room)
+        return view.online, await view.page(offset, limit)
+
+    async def stats(self, room: str) -> RoomStats:
+        self.merge.want(room)
+        view = await self.merge.ready(room)
+        if not self.history.known(room):
+            await self.history.refresh([room])
+        figure = self.history.figure(room)
+        # Everyone in the merged view was counted in the history before their
+        # shard was written; the figure may only lag one refresh behind.
+        if view.online > figure.viewers:
+            return RoomStats(view.online, view.online, figure.viewers_exact)
+        return RoomStats(view.online, figure.viewers, figure.viewers_exact)
+
+    async def online_series(self, room: str, since: float,
+                            until: float) -> tuple[int, list[tuple[int, float, int]]]:
+        return await self.series.query(room, since, until)
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.merge.start()
+        await self.series.start(self._sample_source)
+        self._tasks = [
+            asyncio.create_task(self._loop(self.limits.write_every, self.write_once),
+                                name="statsvr-write"),
+            asyncio.create_task(self._loop(self.limits.viewers_every, self.refresh_viewers),
+                                name="statsvr-viewers"),
+        ]
+
+    async def stop(self) -> None:
+        # redis-py may finish a command in flight despite a cancel and let the
+        # task carry on: the flag ends the loop in that case too.
+        self._stopping = True
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        await self.series.stop()
+        await self.merge.stop()
+
+    async def _loop(self, every: float, step: Callable[[], Awaitable[None]]) -> None:
+        while not self._stopping:
+            await self._clock.sleep(every)
+            try:
+                await step()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("statsvr background step failed")
+
+    # -- the background steps (tests call them directly) ----------------------------
+
+    async def write_once(self) -> None:
+        """One pass of the write loop: sweep, history, shards."""
+        now = self._clock.monotonic()
+        if now - self._last_sweep >= self.limits.sweep_every:
+            self._last_sweep = now
+            await self.tables.sweep()
+        writes, joined = await self.tables.take_writes()
+        for room, uids in joined.items():
+            self.history.joined(room, uids)
+        # A node merges the rooms it owns members of, read here or not: it may
+        # be the one that samples their series.
+        for room in self.tables.rooms():
+            self.merge.want(room)
+        await self.history.flush()
+        if not writes:
+            return
+        try:
+            missing = await self._stats.write_shards(
+                self.node, writes, int(self._clock.time() * 1000),
+                int(self.limits.shard_ttl * 1000))
+        except StoreUnavailable as exc:
+            self.tables.restore(writes)
+            if not self._write_failing:
+                log.warning("cannot store online shards, retrying: %s", exc.message)
+            self._write_failing = True
+            return
+        if self._write_failing:
+            log.info("online shards stored again")
+        self._write_failing = False
+        for room, index in missing:
+            self.tables.rewrite(room, index)
+
+    async def refresh_viewers(self) -> None:
+        """Refresh the viewers figures of every room this node merges."""
+        rooms = self.merge.rooms()
+        for chunk in _chunks(rooms, 256):
+            await self.history.refresh(chunk)
+
+    def _sample_source(self) -> Iterator[tuple[str, int, frozenset[str]]]:
+        for room in self.merge.rooms():
+            view = self.merge.view(room)
+            yield room, view.online, view.nodes
+
+
+def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
