@@ -40,6 +40,9 @@ from .table import Tables
 
 log = logging.getLogger("liveroom.statsvr")
 
+JOIN_SLICE = 50_000
+"""Joins handed to the viewers history between two turns of the event loop."""
+
 
 @dataclass(frozen=True, slots=True)
 class StatsLimits:
@@ -164,7 +167,11 @@ class Statsvr:
             await self.tables.sweep()
         writes, joined = await self.tables.take_writes()
         for room, uids in joined.items():
-            self.history.joined(room, uids)
+            # In slices: a million joins at once must not hold the loop.
+            for i in range(0, len(uids), JOIN_SLICE):
+                if i:
+                    await asyncio.sleep(0)
+                self.history.joined(room, uids[i:i + JOIN_SLICE])
         # A node merges the rooms it owns members of, read here or not: it may
         # be the one that samples their series.
         for room in self.tables.rooms():

@@ -29,6 +29,10 @@ OPTIONS = {
     "--node-id": "LIVEROOM_NODE_ID",
     "--secret": "LIVEROOM_SECRET",
     "--log-level": "LIVEROOM_LOG_LEVEL",
+    "--online-ttl": "LIVEROOM_ONLINE_TTL",
+    "--vip-room": "LIVEROOM_VIP_ROOMS",
+    "--vip-shards": "LIVEROOM_VIP_SHARDS",
+    "--viewers-threshold": "LIVEROOM_VIEWERS_THRESHOLD",
 }
 
 
@@ -93,6 +97,26 @@ def test_bad_options_are_refused(args: list[str]) -> None:
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2, result.output
     assert "Invalid value" in result.output
+
+
+@pytest.mark.parametrize(("args", "env"), [
+    pytest.param(["serve", "--online-ttl", "60"], {}, id="flag"),
+    pytest.param(["serve"], {"LIVEROOM_ONLINE_TTL": "70"}, id="env"),
+])
+def test_an_online_ttl_shorter_than_a_held_poll_is_refused(args: list[str],
+                                                           env: dict[str, str]) -> None:
+    # A listener holding a 60 s poll (plus the hold interval) must not flicker offline.
+    result = CliRunner().invoke(main, args, env=env)
+    assert result.exit_code == 2, result.output
+    assert "online_ttl" in result.output
+    assert "must exceed the longest poll timeout plus the longest hold interval (70 s)" \
+        in flat(result.output)
+
+
+def test_a_bad_vip_room_name_is_refused() -> None:
+    result = CliRunner().invoke(main, ["serve", "--vip-room", "no spaces"])
+    assert result.exit_code == 2, result.output
+    assert "--vip-room" in result.output
 
 
 def test_python_m_liveroom_help() -> None:
