@@ -25,6 +25,12 @@ class Metrics:
         self.store_errors = Counter("liveroom_store_errors", "Store operations that failed",
                                     ["op"], registry=r)
         self.rooms = Gauge("liveroom_cached_rooms", "Rooms in the recvsvr cache", registry=r)
+        self.heartbeats = Counter("liveroom_heartbeats",
+                                  "Heartbeats taken by this statsvr node", registry=r)
+        self.members = Gauge("liveroom_statsvr_members",
+                             "Online members in this statsvr node's tables", registry=r)
+        self.merged_rooms = Gauge("liveroom_statsvr_rooms",
+                                  "Rooms whose online view this node merges", registry=r)
         self.tasks = Gauge("liveroom_asyncio_tasks", "Tasks alive on the event loop",
                            registry=r)
         self.tasks.set_function(lambda: len(asyncio.all_tasks()))

@@ -82,6 +82,7 @@ def build_node(settings: Settings, clock: Clock | None = None,
     cache = RoomCache(store.log, clock, metrics, retention=retention, limits=limits)
     vip = settings.vip_rooms
     statsvr = Statsvr(store.stats, clock, settings.name, is_vip=vip.__contains__,
+                      metrics=metrics,
                       limits=StatsLimits(
                           online_ttl=settings.online_ttl,
                           vip_shards=settings.vip_shards,

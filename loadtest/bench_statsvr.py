@@ -242,6 +242,19 @@ async def bench_merge(url: str, members: int) -> None:
         print(f"/online page at offset {members // 2:,}: first {first_page * 1000:.0f} ms "
               f"(decodes the shards), then {later_page * 1000:.1f} ms; {probe.summary()}")
 
+        # The worst case: every member polls through a second node as well, so
+        # each shard has two contributors to decode and union.
+        twin = node(stats, "twin", members)
+        for i in range(0, members, 50_000):
+            twin.tables.beat(ROOM, uids[i:i + 50_000])
+        await twin.write_once()
+        async with LagProbe() as probe:
+            t0 = time.perf_counter()
+            await reader.merge.merge_now([ROOM])
+            both = time.perf_counter() - t0
+        print(f"merge when all members also poll a second node (32 keys decoded and "
+              f"unioned): {both * 1000:.0f} ms, {probe.summary()}")
+
 
 def measure(build: object) -> tuple[int, object]:
     gc.collect()

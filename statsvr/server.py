@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from liveroom.clock import Clock
 from liveroom.errors import StoreUnavailable
+from liveroom.metrics import Metrics
 from liveroom.roles import RoomStats
 from liveroom.store.base import StatsStore
 
@@ -73,7 +74,8 @@ class Statsvr:
 
     def __init__(self, stats: StatsStore, clock: Clock, node: str, *,
                  limits: StatsLimits = StatsLimits(),
-                 is_vip: Callable[[str], bool] = lambda room: False) -> None:
+                 is_vip: Callable[[str], bool] = lambda room: False,
+                 metrics: Metrics | None = None) -> None:
         self.node = node
         self.limits = limits
         self._stats = stats
@@ -90,11 +92,18 @@ class Statsvr:
         self._stopping = False
         self._last_sweep = clock.monotonic()
         self._write_failing = False
+        self._metrics = metrics
+        if metrics is not None:
+            metrics.track(metrics.members, lambda: len(self.tables))
+            metrics.track(metrics.merged_rooms, lambda: len(self.merge.rooms()))
 
     # -- HeartbeatSink ---------------------------------------------------------
 
     def ingest(self, batch: bytes) -> int:
-        return self.tables.ingest(batch)
+        taken = self.tables.ingest(batch)
+        if self._metrics is not None:
+            self._metrics.heartbeats.inc(taken)
+        return taken
 
     # -- StatsReader -------------------------------------------------------------
 
@@ -184,6 +193,8 @@ class Statsvr:
                 self.node, writes, int(self._clock.time() * 1000),
                 int(self.limits.shard_ttl * 1000))
         except StoreUnavailable as exc:
+            if self._metrics is not None:
+                self._metrics.store_errors.labels("write_shards").inc()
             self.tables.restore(writes)
             if not self._write_failing:
                 log.warning("cannot store online shards, retrying: %s", exc.message)

@@ -55,6 +55,10 @@ async def test_members_appear_within_5_s_and_leave_after_the_ttl(
         assert took <= 5.0
         doc = await get(session, node.url, "/v1/rooms/r/online")
         assert doc == {"room": "r", "online": 3, "members": ["alice", "bob", "carol"]}
+        async with session.get(f"{node.url}/metrics") as resp:
+            metrics = await resp.text()
+        assert "liveroom_heartbeats_total 3.0" in metrics
+        assert "liveroom_statsvr_members 3.0" in metrics
 
         # alice keeps polling; bob and carol went away. Nobody leaves before 90 s.
         quiet = 0.0
