@@ -65,7 +65,7 @@ HISTORY_TTL = 90 * 86_400.0
 IDLE = 600.0
 """Seconds without a join (owner) or a read (reader) before a room leaves memory."""
 
-SKETCH_SLICE = 50_000
+SKETCH_SLICE = 20_000
 """Uids hashed into a sketch between two yields to the event loop."""
 
 _UNKNOWN = ViewersFigure(0, True)

@@ -41,7 +41,7 @@ from .table import Tables
 
 log = logging.getLogger("liveroom.statsvr")
 
-JOIN_SLICE = 50_000
+JOIN_SLICE = 20_000
 """Joins handed to the viewers history between two turns of the event loop."""
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from conftest import RedisServer
 from support import Listener, running_node
 
 from liveroom.clock import FakeClock
@@ -220,3 +221,35 @@ async def test_a_node_killed_loses_its_members_only_after_the_ttl(
         assert stats["online"] == 0
         assert stats["viewers"] == 10  # viewers already counted stay counted
         assert stats["viewers_exact"] is True
+
+
+async def test_with_redis_down_stats_degrade_and_recover(
+        redis_server: RedisServer, redis_url: str, session: aiohttp.ClientSession) -> None:
+    clock = FakeClock()
+    async with running_node(redis_url, clock) as node:
+        for uid in ["a", "b"]:
+            await Listener(session, "r", uid=uid).poll(node.url)
+        await until(clock, lambda: online_is(session, node.url, "r", 2))
+        redis_server.stop()
+        # A room already merged keeps its last view; the poll path never waits.
+        for _ in range(4):
+            await clock.advance(1)
+            await asyncio.sleep(0.05)
+        assert await online_is(session, node.url, "r", 2)
+        # A room this node never merged: 503 with Retry-After, not a hang.
+        for path in ["/v1/rooms/new/online", "/v1/rooms/new/stats"]:
+            async with session.get(f"{node.url}{path}") as resp:
+                assert resp.status == 503
+                assert resp.headers["Retry-After"]
+                assert (await resp.json())["error"] == "store_unavailable"
+        redis_server.start()  # empty: every shard key is gone
+        # The listeners keep polling; the node writes its shards again by itself
+        # (at the latest when their refresh finds the keys missing).
+
+        async def back() -> bool:
+            for uid in ["a", "b"]:
+                await Listener(session, "r", uid=uid).poll(node.url)
+            return await online_is(session, node.url, "r", 2)
+
+        await until(clock, back, step=1, limit=20)
+        assert (await get(session, node.url, "/v1/rooms/new/stats"))["online"] == 0
