@@ -123,6 +123,18 @@ def engine_url(request: pytest.FixtureRequest) -> str:
     return url
 
 
+def fresh_engine_url(engine: str, request: pytest.FixtureRequest) -> str:
+    """The store URL of ``engine`` for a test that opens stores itself (a
+    hypothesis test runs many examples in one fixture scope): Redis running and
+    empty."""
+    if engine == "memory":
+        return "memory"
+    server: RedisServer = request.getfixturevalue("redis_server")
+    server.start()
+    server.flushall()
+    return server.url
+
+
 @contextlib.asynccontextmanager
 async def opened(url: str, policy: LogPolicy, clock: FakeClock) -> AsyncIterator[Store]:
     """A started store, closed on exit."""

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 import redis.asyncio
-from conftest import RedisServer, opened
+from conftest import RedisServer, fresh_engine_url, opened
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -399,13 +399,7 @@ async def test_every_stats_call_reports_redis_down_as_unavailable(
 def test_the_exact_set_follows_plan_exact_update(
         engine: str, request: pytest.FixtureRequest, threshold: int,
         batches: list[list[str]]) -> None:
-    url = "memory"
-    if engine == "redis":
-        server = request.getfixturevalue("redis_server")
-        server.start()
-        server.flushall()
-        url = server.url
-    asyncio.run(_run_exact_model(url, threshold, batches))
+    asyncio.run(_run_exact_model(fresh_engine_url(engine, request), threshold, batches))
 
 
 async def _run_exact_model(url: str, threshold: int, batches: list[list[str]]) -> None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import pytest
 import redis.asyncio
-from conftest import opened
+from conftest import fresh_engine_url, opened
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -397,13 +397,7 @@ pulls = st.tuples(st.just("pull"), st.integers(0, 30), st.integers(0, 8))
 @given(ops=st.lists(st.one_of(appends, pulls), max_size=40))
 def test_engines_match_the_model(engine: str, request: pytest.FixtureRequest,
                                  ops: list[tuple[object, ...]]) -> None:
-    url = "memory"
-    if engine == "redis":
-        server = request.getfixturevalue("redis_server")
-        server.start()
-        server.flushall()
-        url = server.url
-    asyncio.run(_run_model(url, ops))
+    asyncio.run(_run_model(fresh_engine_url(engine, request), ops))
 
 
 async def _run_model(url: str, ops: list[tuple[object, ...]]) -> None:

@@ -217,6 +217,18 @@ SeriesRow = tuple[int, int, int, int, int]
 """``(start, min, max, sum, count)`` of one stored bucket."""
 
 
+def series_horizon_ms(tiers: Sequence[tuple[int, int]], min_gap_ms: int) -> int:
+    """Check ``record_online``'s arguments; return how long a series lives after
+    its last sample (the longest retention, in ms; 0 without tiers).
+
+    Raises ``ValueError`` for a step that is not positive, a retention shorter
+    than its step, or a negative gap.
+    """
+    if min_gap_ms < 0 or any(step <= 0 or retention < step for step, retention in tiers):
+        raise ValueError(f"bad series arguments: tiers {tiers!r}, min_gap_ms {min_gap_ms}")
+    return max((retention for _, retention in tiers), default=0) * 1000
+
+
 class StatsStore(Protocol):
     """What statsvr keeps in the KV store: shard tables, viewers history, series.
 

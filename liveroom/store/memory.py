@@ -32,6 +32,7 @@ from .base import (
     ShardWrite,
     ViewersState,
     new_epoch,
+    series_horizon_ms,
 )
 
 Bucket = tuple[int, int, int, int]
@@ -347,11 +348,9 @@ class MemoryStats:
 
     async def record_online(self, samples: Sequence[OnlineSample],
                             tiers: Sequence[tuple[int, int]], min_gap_ms: int) -> int:
-        if min_gap_ms < 0 or any(step <= 0 or retention < step for step, retention in tiers):
-            raise ValueError(f"bad series arguments: tiers {tiers!r}, min_gap_ms {min_gap_ms}")
+        keep_ms = series_horizon_ms(tiers, min_gap_ms)
         if not tiers:
             return 0
-        keep_ms = max(retention for _, retention in tiers) * 1000
         taken = 0
         for sample in samples:
             last = self._series_last.get(sample.room)

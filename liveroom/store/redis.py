@@ -67,6 +67,7 @@ from .base import (
     ShardWrite,
     ViewersState,
     new_epoch,
+    series_horizon_ms,
 )
 
 logger = logging.getLogger("liveroom.store.redis")
@@ -640,11 +641,9 @@ class RedisStats:
     async def record_online(self, samples: Sequence[OnlineSample],
                             tiers: Sequence[tuple[int, int]], min_gap_ms: int) -> int:
         """One script call per sample, all in one pipeline; see ``lua/series.lua``."""
-        if min_gap_ms < 0 or any(step <= 0 or retention < step for step, retention in tiers):
-            raise ValueError(f"bad series arguments: tiers {tiers!r}, min_gap_ms {min_gap_ms}")
+        keep_ms = series_horizon_ms(tiers, min_gap_ms)
         if not samples or not tiers:
             return 0
-        keep_ms = max(retention for _, retention in tiers) * 1000
         tier_args = [n for tier in tiers for n in tier]
         calls: list[_Call] = [
             (self._series,
