@@ -89,12 +89,15 @@ def redis_server(url: str | None) -> Iterator[str]:
 
 
 class LagProbe:
-    """Measures how late the event loop wakes a task sleeping ``period`` seconds."""
+    """Times the block it wraps (``elapsed``, seconds) and measures meanwhile how
+    late the event loop wakes a task sleeping ``period`` seconds."""
 
     def __init__(self, period: float = 0.005) -> None:
         self.period = period
         self.lags: list[float] = []
+        self.elapsed = 0.0
         self._task: asyncio.Task[None] | None = None
+        self._start = 0.0
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -106,9 +109,11 @@ class LagProbe:
     async def __aenter__(self) -> LagProbe:
         self._task = asyncio.create_task(self._run())
         await asyncio.sleep(0)
+        self._start = time.perf_counter()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        self.elapsed = time.perf_counter() - self._start
         assert self._task is not None
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -124,8 +129,7 @@ class LagProbe:
                 f"({len(lags)} samples)")
 
 
-def node(stats: object, name: str, members: int) -> Statsvr:
-    del members
+def node(stats: object, name: str) -> Statsvr:
     return Statsvr(stats, SystemClock(), name,  # type: ignore[arg-type]
                    limits=StatsLimits(), is_vip=lambda room: room == ROOM)
 
@@ -134,7 +138,7 @@ async def bench_ingest(members: int, rooms: int, seconds: float) -> None:
     print(f"\n== ingest: one vip room of {members:,} + {rooms:,} rooms of 10 ==")
     clock = SystemClock()
     store = open_store("memory", LogPolicy(), clock)
-    target = node(store.stats, "ingest", members)
+    target = node(store.stats, "ingest")
     batches: list[bytes] = []
 
     class Capture:
@@ -188,22 +192,20 @@ async def redis_stats(url: str) -> AsyncIterator[object]:
 async def bench_merge(url: str, members: int) -> None:
     print(f"\n== merge: a vip room of {members:,} over 16 shard keys on redis ==")
     async with redis_stats(url) as stats:
-        owner = node(stats, "owner", members)
+        owner = node(stats, "owner")
         uids = [uid(i) for i in range(members)]
         for i in range(0, members, 50_000):
             owner.tables.beat(ROOM, uids[i:i + 50_000])
         async with LagProbe() as probe:
-            t0 = time.perf_counter()
             await owner.write_once()
-            took = time.perf_counter() - t0
+        took = probe.elapsed
         print(f"owner's first write of 16 shard keys: {took:.2f} s (sort, pack, one "
               f"pipeline, and the viewers history of 1M joins), {probe.summary()}")
-        reader = node(stats, "reader", members)
+        reader = node(stats, "reader")
         reader.merge.want(ROOM)
         async with LagProbe() as probe:
-            t0 = time.perf_counter()
             await reader.merge.merge_now([ROOM])
-            cold = time.perf_counter() - t0
+        cold = probe.elapsed
         view = reader.merge.view(ROOM)
         assert view.online == members, view.online
         print(f"cold merge (all 16 shards read): {cold * 1000:.0f} ms, {probe.summary()}")
@@ -215,26 +217,22 @@ async def bench_merge(url: str, members: int) -> None:
             shard.dirty = True
         owner.tables.beat(ROOM, [f"newcomer{i:08d}" for i in range(churn)])
         async with LagProbe() as probe:
-            t0 = time.perf_counter()
             await owner.write_once()
-            took = time.perf_counter() - t0
+        took = probe.elapsed
         print(f"owner's write after 1 % churn (16 shards changed): {took * 1000:.0f} ms, "
               f"{probe.summary()}")
         async with LagProbe() as probe:
-            t0 = time.perf_counter()
             await reader.merge.merge_now([ROOM])
-            warm = time.perf_counter() - t0
+        warm = probe.elapsed
         print(f"merge after 1 % churn: {warm * 1000:.0f} ms, {probe.summary()}")
         async with LagProbe() as probe:
-            t0 = time.perf_counter()
             await reader.merge.merge_now([ROOM])
-            same = time.perf_counter() - t0
+        same = probe.elapsed
         print(f"merge with nothing changed: {same * 1000:.1f} ms")
         view = reader.merge.view(ROOM)
         async with LagProbe() as probe:
-            t0 = time.perf_counter()
             page = await view.page(members // 2, 1000)
-            first_page = time.perf_counter() - t0
+        first_page = probe.elapsed
         t0 = time.perf_counter()
         await view.page(members // 3, 1000)
         later_page = time.perf_counter() - t0
@@ -244,14 +242,13 @@ async def bench_merge(url: str, members: int) -> None:
 
         # The worst case: every member polls through a second node as well, so
         # each shard has two contributors to decode and union.
-        twin = node(stats, "twin", members)
+        twin = node(stats, "twin")
         for i in range(0, members, 50_000):
             twin.tables.beat(ROOM, uids[i:i + 50_000])
         await twin.write_once()
         async with LagProbe() as probe:
-            t0 = time.perf_counter()
             await reader.merge.merge_now([ROOM])
-            both = time.perf_counter() - t0
+        both = probe.elapsed
         print(f"merge when all members also poll a second node (32 keys decoded and "
               f"unioned): {both * 1000:.0f} ms, {probe.summary()}")
 
@@ -271,7 +268,7 @@ async def bench_memory(members: int) -> None:
     print(f"\n== memory per online member ({members:,} members, 16-character uids) ==")
     clock = SystemClock()
     store = open_store("memory", LogPolicy(), clock)
-    owner = node(store.stats, "mem", members)
+    owner = node(store.stats, "mem")
     blobs = [msgpack.packb({ROOM: [uid(i) for i in range(j, min(j + 8192, members))]})
              for j in range(0, members, 8192)]
 
