@@ -98,3 +98,30 @@ class Listener:
         async with asyncio.timeout(limit):
             while len(self.received) < count:
                 await self.poll(url, timeout=5)
+
+
+class LoopTurns:
+    """Counts the turns another task gets on the event loop while the block
+    runs: proof that work inside the block yields (``async with LoopTurns() as t``,
+    then ``t.turns``)."""
+
+    def __init__(self) -> None:
+        self.turns = 0
+        self._done = False
+        self._task: asyncio.Task[None] | None = None
+
+    async def _count(self) -> None:
+        while not self._done:
+            self.turns += 1
+            await asyncio.sleep(0)
+
+    async def __aenter__(self) -> LoopTurns:
+        self._task = asyncio.create_task(self._count())
+        await asyncio.sleep(0)
+        self.turns = 0
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._done = True
+        assert self._task is not None
+        await self._task

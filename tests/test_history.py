@@ -16,6 +16,7 @@ from typing import Any, cast
 
 import numpy as np
 import pytest
+from support import LoopTurns
 
 from liveroom.clock import FakeClock
 from liveroom.errors import StoreUnavailable
@@ -153,23 +154,10 @@ async def test_a_big_burst_is_hashed_in_slices(store: Store, fake_clock: FakeClo
     owner = ViewersHistory(store.stats, fake_clock, "a", threshold=100)
     burst = uids("s", 0, 3 * SKETCH_SLICE + 1)
     owner.joined(ROOM, burst)
-    ticks = 0
-    done = False
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while not done:
-            ticks += 1
-            await asyncio.sleep(0)
-
-    task = asyncio.create_task(ticker())
-    await asyncio.sleep(0)
-    before = ticks
-    await owner.flush()
-    done = True
-    await task
+    async with LoopTurns() as loop:
+        await owner.flush()
     # The loop ran other tasks between the slices (at least once per slice).
-    assert ticks - before >= 3
+    assert loop.turns >= 3
     assert merge_registers((await stored(store)).sketches) == sketch_of(burst)
 
 

@@ -11,6 +11,7 @@ import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import LoopTurns
 
 from liveroom.store.base import ShardEntry
 from statsvr.table import shard_of
@@ -244,21 +245,9 @@ def test_a_big_union_lets_other_tasks_run() -> None:
     b = tuple(f"{i:08d}" for i in range(0, 200_000, 3))
 
     async def run() -> tuple[int, int]:
-        turns = 0
-        done = False
-
-        async def other() -> None:
-            nonlocal turns
-            while not done:
-                turns += 1
-                await asyncio.sleep(0)
-
-        task = asyncio.create_task(other())
-        await asyncio.sleep(0)
-        merged = await union([a, b])
-        done = True
-        await task
-        return turns, len(merged)
+        async with LoopTurns() as loop:
+            merged = await union([a, b])
+        return loop.turns, len(merged)
 
     turns, size = asyncio.run(run())
     assert size == len(set(a) | set(b))
