@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import zlib
 from collections.abc import Sequence
 
 import msgpack
 
 from liveroom.clock import Clock
+from liveroom.model import bucket_of
 from liveroom.roles import HeartbeatSink
 
 log = logging.getLogger("liveroom.proxy.heartbeats")
@@ -26,8 +26,8 @@ log = logging.getLogger("liveroom.proxy.heartbeats")
 
 def owner_of(uid: str, owners: int) -> int:
     """Index of the statsvr node that owns ``uid`` among ``owners`` nodes
-    (CRC-32 of the UTF-8 uid; the same in every proxy)."""
-    return zlib.crc32(uid.encode()) % owners if owners > 1 else 0
+    (:func:`~liveroom.model.bucket_of`; the same in every proxy)."""
+    return bucket_of(uid, owners)
 
 
 class Heartbeats:

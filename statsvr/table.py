@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import msgpack
 
 from liveroom.clock import Clock
+from liveroom.model import bucket_of
 from liveroom.store.base import ShardWrite
 
 log = logging.getLogger("liveroom.statsvr.table")
@@ -41,13 +42,10 @@ BIG_SHARD = 20_000
 
 
 def shard_of(uid: str, count: int) -> int:
-    """The shard of ``uid`` in a room split into ``count`` shards.
-
-    CRC-32 of the UTF-8 uid modulo ``count``: the same on every node and every
-    release (unlike ``hash()``), so nodes that split a room alike put a uid in
-    the same shard, and a merge can union shard by shard.
-    """
-    return zlib.crc32(uid.encode()) % count if count > 1 else 0
+    """The shard of ``uid`` in a room split into ``count`` shards
+    (:func:`~liveroom.model.bucket_of`): nodes that split a room alike put a
+    uid in the same shard, so a merge can union shard by shard."""
+    return bucket_of(uid, count)
 
 
 @dataclass(slots=True)
@@ -151,6 +149,7 @@ class Tables:
                 taken += 1
         else:
             shards = state.shards
+            # bucket_of inlined: this loop runs once per heartbeat.
             crc32 = zlib.crc32
             for uid in uids:
                 if type(uid) is not str:
