@@ -7,7 +7,45 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .ratelimit import RateLimits
 from .store.base import LogPolicy
+
+
+@dataclass(frozen=True, slots=True)
+class Tier:
+    """From ``online`` listeners on, a room answers each listener at most once per
+    ``interval`` (+ up to ``jitter``) seconds."""
+
+    online: int
+    interval: float
+    jitter: float = 0.0
+
+
+DEFAULT_RATE_LIMITS = RateLimits()
+DEFAULT_TIERS = (Tier(1_000, 1.0), Tier(10_000, 2.0), Tier(100_000, 5.0),
+                 Tier(1_000_000, 8.0, 2.0))
+
+
+def parse_tiers(text: str) -> tuple[Tier, ...]:
+    """``"1000:1,10000:2,100000:5,1000000:8+2"`` (ONLINE:INTERVAL[+JITTER], seconds);
+    ``""`` or ``"off"`` for none (every room a plain long poll)."""
+    text = text.strip()
+    if text in ("", "off", "none"):
+        return ()
+    tiers = []
+    for part in text.split(","):
+        online, sep, rest = part.strip().partition(":")
+        interval, _, jitter = rest.partition("+")
+        try:
+            tier = Tier(int(online), float(interval), float(jitter or 0))
+        except ValueError:
+            raise ValueError(f"bad tier {part.strip()!r}: write ONLINE:INTERVAL[+JITTER], "
+                             f"e.g. 1000000:8+2") from None
+        if not sep or tier.online < 1 or tier.interval <= 0 or tier.jitter < 0:
+            raise ValueError(f"bad tier {part.strip()!r}: ONLINE ≥ 1, INTERVAL > 0, "
+                             f"JITTER ≥ 0")
+        tiers.append(tier)
+    return tuple(sorted(tiers, key=lambda t: t.online))
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +74,19 @@ class Settings:
     request_timeout: float = 10.0
     """Time a client has to send a request body."""
 
+    # Traffic control.
+    tiers: tuple[Tier, ...] = DEFAULT_TIERS
+    """Minimum interval between two non-empty answers to one listener, by the
+    room's online count (under the first tier: a plain long poll)."""
+    hold_tick: float = 0.2
+    """Rooms in a tier release their due polls in room-wide ticks this far apart."""
+    cut_through_every: float = 0.5
+    """Important messages release a tiered room's held polls at most this often."""
+    rate_limits: RateLimits = DEFAULT_RATE_LIMITS
+    """Sender limits (per uid in a room, and an optional room-wide cap)."""
+    vip_refresh: float = 2.0
+    """Seconds between two reads of the vip whitelist by every node."""
+
     # recvsvr.
     normal_keep: int = 2000
     important_keep: int = 500
@@ -60,7 +111,8 @@ class Settings:
     poll timeout plus the longest hold interval (else a listener waiting in a
     long poll would flicker offline)."""
     hold_interval_max: float = 10.0
-    """The longest interval the adaptive hold may add to a poll (its tiers)."""
+    """The longest interval the adaptive hold may add to a poll (a tier's
+    interval plus jitter may not exceed it)."""
     vip_shards: int = 16
     vip_rooms: frozenset[str] = frozenset()
     """Rooms served as vip (their online list is split over ``vip_shards``)."""
@@ -78,6 +130,14 @@ class Settings:
             raise ValueError(
                 f"online_ttl ({self.online_ttl:g} s) must exceed the longest poll timeout "
                 f"plus the longest hold interval ({longest:g} s)")
+        for tier in self.tiers:
+            if tier.interval + tier.jitter > self.hold_interval_max:
+                raise ValueError(
+                    f"tier from {tier.online} online: interval plus jitter "
+                    f"({tier.interval + tier.jitter:g} s) exceeds hold_interval_max "
+                    f"({self.hold_interval_max:g} s)")
+        if not 0.05 <= self.hold_tick <= 1.0:
+            raise ValueError("hold_tick must be between 0.05 and 1 s")
         if self.vip_shards < 1:
             raise ValueError("vip_shards must be at least 1")
 

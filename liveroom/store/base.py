@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..model import Entry, NewMessage
+from ..ratelimit import RateLimits
 
 
 def new_epoch() -> str:
@@ -90,8 +91,17 @@ class MessageLog(Protocol):
     async def open_room(self, room: str) -> str:
         """The room's epoch, creating an empty log if it has none."""
 
-    async def append(self, room: str, message: NewMessage) -> Appended:
-        """Store one message and notify; a seen ``client_msg_id`` stores nothing."""
+    async def append(self, room: str, message: NewMessage,
+                     limits: RateLimits | None = None) -> Appended:
+        """Store one message and notify; a seen ``client_msg_id`` stores nothing.
+
+        With ``limits``, the sender's windows (per room and ``message.uid``) and
+        the room's cap are checked in the same round trip, at ``message.ts``:
+        over any of them nothing is stored or counted and
+        :class:`~liveroom.errors.RateLimited` is raised with ``retry_after``
+        (seconds until the first send would be accepted again). Only stored
+        sends count; a repeated ``client_msg_id`` answers as before, uncounted.
+        """
 
     async def pull(self, requests: Sequence[PullRequest]) -> list[Pulled]:
         """Read several rooms in one batch (one round trip on Redis)."""
@@ -138,6 +148,9 @@ class Store(Protocol):
 
     @property
     def stats(self) -> StatsStore: ...
+
+    @property
+    def operators(self) -> Operators: ...
 
     async def start(self) -> None:
         """Connect and start background tasks (notify listener, probes, expiry)."""
@@ -202,6 +215,8 @@ class ViewersState:
     """False once the exact set hit its threshold and stopped growing."""
     sketches: tuple[bytes, ...]
     """Every node's HyperLogLog registers (empty when not asked for)."""
+    broadcast: int = 1
+    """The room's current broadcast (see ``Operators.end_broadcast``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,3 +309,48 @@ class StatsStore(Protocol):
     async def announce(self, node: str, now_ms: int, ttl_ms: int) -> list[str]:
         """Say that statsvr ``node`` is alive until ``now_ms + ttl_ms``; return
         every live node (sorted), this one included."""
+
+
+# -- operators ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """A broadcast an operator ended."""
+
+    epoch: str
+    """The room's new epoch (every listener resets into it)."""
+    broadcast: int
+    """The number of the broadcast that starts now (the first one is 1)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PastBroadcast:
+    """An ended broadcast whose viewers history is still kept."""
+
+    broadcast: int
+    ended_ms: int
+    viewers: ViewersState
+
+
+class Operators(Protocol):
+    """What operators change: the vip whitelist and the end of a broadcast."""
+
+    async def vip_add(self, room: str) -> bool:
+        """Whitelist ``room`` into the vip sect; False if it already was."""
+
+    async def vip_remove(self, room: str) -> bool:
+        """Take ``room`` off the whitelist; False if it was not on it."""
+
+    async def vip_rooms(self) -> frozenset[str]:
+        """The whitelist (one round trip; nodes cache it, never read it per poll)."""
+
+    async def end_broadcast(self, room: str, now_ms: int, ttl_ms: int) -> Ended:
+        """End the room's broadcast: a new epoch (its log starts afresh; seqs go
+        on) and a new viewers history. The ended history stays readable
+        (:meth:`broadcasts`) for ``ttl_ms``; ``StatsStore.viewers`` and
+        ``add_viewers`` work on the new one from now on, and report the current
+        broadcast number so a statsvr node forgets whom it had counted."""
+
+    async def broadcasts(self, room: str) -> list[PastBroadcast]:
+        """The room's ended broadcasts still kept, newest first (with sketches)."""
