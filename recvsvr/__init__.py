@@ -3,8 +3,11 @@
 It keeps no state the store does not have: per room an immutable snapshot,
 rebuilt by background pulls (on a notify, and at least once a second for rooms
 read in the last minute) and swapped in one assignment. See :mod:`.cache`.
+A node runs two caches, the normal and the vip sect, behind one reader: see
+:mod:`.sects`.
 """
 
 from .cache import RoomCache, SectLimits
+from .sects import Sects
 
-__all__ = ["RoomCache", "SectLimits"]
+__all__ = ["RoomCache", "SectLimits", "Sects"]

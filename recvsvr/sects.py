@@ -1,0 +1,161 @@
+"""Sects: the room caches of one node, and which room each one serves.
+
+Every room is read from the **normal** sect unless the vip whitelist names it;
+then it is read from the **vip** sect. Each sect is a
+:class:`~recvsvr.cache.RoomCache` with its own pull workers and batch size, so
+a storm of pulls in a huge vip room waits for the vip workers only and never
+delays the pulls of the many small rooms (DESIGN.md, "Sects").
+
+:class:`Sects` is the node's :class:`~liveroom.roles.RoomReader`: it routes each
+call by the room's current sect, and notifies to the cache of the room's sect
+(a resync goes to both).
+
+**Moving a room.** When the whitelist changes, :meth:`Sects.moved` wakes every
+:meth:`Sects.wait_changed` in progress in a room that changed sect. The waiter
+pulls the room into its new sect at once (the new sect may never have held it,
+or hold a copy up to a fallback period old) and returns that snapshot if it
+moved past the one it was given; otherwise it keeps waiting, now on the new
+sect. Both caches read one store, so after a pull they agree on the room's
+epoch and head: a listener carries on without a reset and misses nothing.
+
+Limits: the old sect keeps the room until nobody read it for its
+``read_window`` and pulls it meanwhile on its fallback period (notifies go to
+the new sect only). A move costs one pull in the new sect per room with a
+waiter, and while the store is down a moved waiter retries that pull every
+``retry`` seconds of the node's clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from liveroom.clock import Clock
+from liveroom.errors import StoreUnavailable
+from liveroom.metrics import Metrics
+from liveroom.snapshot import Snapshot
+
+from .cache import RoomCache
+
+log = logging.getLogger("liveroom.recvsvr")
+
+
+@dataclass(eq=False)
+class _Waits:
+    """The waits in progress in one room, on the sect it was in when they began."""
+
+    sect: RoomCache
+    moved: asyncio.Future[None] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future())
+    count: int = 0
+
+
+def _past(snap: Snapshot, given: Snapshot) -> bool:
+    """Whether ``snap`` moved past ``given`` (another epoch, or further on)."""
+    return snap.epoch != given.epoch or snap.head > given.head
+
+
+class Sects:
+    """The normal and the vip sect of one node, implementing
+    :class:`liveroom.roles.RoomReader`."""
+
+    def __init__(self, normal: RoomCache, vip: RoomCache, is_vip: Callable[[str], bool],
+                 clock: Clock, *, metrics: Metrics | None = None,
+                 retry: float = 1.0) -> None:
+        self.normal = normal
+        self.vip = vip
+        self._is_vip = is_vip
+        self._clock = clock
+        self._retry = retry
+        self._waits: dict[str, _Waits] = {}
+        if metrics is not None:
+            # Each cache sets the gauge to its own size: report both.
+            metrics.track(metrics.rooms, lambda: len(self.normal) + len(self.vip))
+
+    def sect_of(self, room: str) -> RoomCache:
+        """The cache that serves ``room`` now."""
+        return self.vip if self._is_vip(room) else self.normal
+
+    def __len__(self) -> int:
+        return len(self.normal) + len(self.vip)
+
+    # -- lifecycle ------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.normal.start()
+        await self.vip.start()
+
+    async def stop(self) -> None:
+        # Waits in progress end as the caches cancel them (like a cache alone).
+        await self.vip.stop()
+        await self.normal.stop()
+
+    # -- the reader interface ---------------------------------------------------
+
+    async def snapshot(self, room: str) -> Snapshot:
+        return await self.sect_of(room).snapshot(room)
+
+    async def wait_pulled(self, room: str) -> Snapshot:
+        return await self.sect_of(room).wait_pulled(room)
+
+    async def wait_changed(self, room: str, snapshot: Snapshot) -> Snapshot:
+        """Wait until the room moved past ``snapshot`` in its sect, across moves
+        between sects (see the module docstring)."""
+        base = snapshot
+        while True:
+            sect = self.sect_of(room)
+            waits = self._waits.get(room)
+            if waits is None or waits.sect is not sect:
+                waits = self._waits[room] = _Waits(sect)
+            waits.count += 1
+            changed = asyncio.ensure_future(sect.wait_changed(room, base))
+            try:
+                done, _ = await asyncio.wait((changed, waits.moved),
+                                             return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waits.count -= 1
+                if not waits.count and self._waits.get(room) is waits:
+                    del self._waits[room]
+                if not changed.done():
+                    changed.cancel()
+            if changed in done:
+                got = changed.result()  # what the sect returned, or raised
+            else:
+                got = await self._pull_moved(room)
+            if _past(got, snapshot):
+                return got
+            # Not further than what the caller has (a sect that had not pulled
+            # the room yet): wait for this sect to move past its own snapshot.
+            base = got
+
+    async def _pull_moved(self, room: str) -> Snapshot:
+        failing = False
+        while True:
+            try:
+                return await self.sect_of(room).wait_pulled(room)
+            except StoreUnavailable as exc:
+                if not failing:
+                    log.warning("room %s moved sect but cannot be pulled, retrying: %s",
+                                room, exc.message)
+                failing = True
+            await self._clock.sleep(self._retry)
+
+    def moved(self, rooms: Iterable[str]) -> None:
+        """The whitelist changed for ``rooms``: wake the waits on their old sect."""
+        for room in rooms:
+            waits = self._waits.get(room)
+            if waits is not None and waits.sect is not self.sect_of(room):
+                del self._waits[room]
+                if not waits.moved.done():
+                    waits.moved.set_result(None)
+
+    # -- notifies -----------------------------------------------------------------
+
+    def on_notify(self, room: str, seq: int) -> None:
+        self.sect_of(room).on_notify(room, seq)
+
+    def on_resync(self) -> None:
+        self.normal.on_resync()
+        self.vip.on_resync()
