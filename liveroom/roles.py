@@ -57,12 +57,22 @@ class RoomStats:
     viewers_exact: bool
 
 
+@dataclass(frozen=True, slots=True)
+class BroadcastStats:
+    """An ended broadcast of a room and how many watched it."""
+
+    broadcast: int
+    ended_ms: int
+    viewers: int
+    viewers_exact: bool
+
+
 class StatsReader(Protocol):
     """The merged view of rooms a statsvr node serves to the proxy.
 
     Every answer comes from memory (the merged view swapped in by the merge
-    task); none touches the store on the caller's path except the series,
-    which is history read on demand.
+    task); none touches the store on the caller's path except the series and
+    the past broadcasts, which are history read on demand.
     """
 
     def online(self, room: str) -> int:
@@ -81,3 +91,8 @@ class StatsReader(Protocol):
     async def online_series(self, room: str, since: float,
                             until: float) -> tuple[int, list[tuple[int, float, int]]]:
         """The online count over ``[since, until]`` (Unix s): ``(step, [(t, avg, max)])``."""
+
+    async def broadcasts(self, room: str) -> list[BroadcastStats]:
+        """The room's ended broadcasts still kept, newest first, with their
+        viewers figures. Reads the store on every call (an operator's page, not
+        a poll's path); raises StoreUnavailable when it cannot."""

@@ -30,14 +30,15 @@ from dataclasses import dataclass
 from liveroom.clock import Clock
 from liveroom.errors import StoreUnavailable
 from liveroom.metrics import Metrics
-from liveroom.roles import RoomStats
-from liveroom.store.base import StatsStore
+from liveroom.roles import BroadcastStats, RoomStats
+from liveroom.store.base import Operators, StatsStore, ViewersState
 
 from .history import ViewersHistory
 from .merge import Merge
 from .sampler import OnlineSeries
 from .series import DEFAULT_TIERS, SAMPLE_EVERY, Tier
 from .table import Tables
+from .viewers import merge_registers, viewers_figure
 
 log = logging.getLogger("liveroom.statsvr")
 
@@ -75,10 +76,13 @@ class Statsvr:
     def __init__(self, stats: StatsStore, clock: Clock, node: str, *,
                  limits: StatsLimits = StatsLimits(),
                  is_vip: Callable[[str], bool] = lambda room: False,
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None,
+                 operators: Operators | None = None) -> None:
         self.node = node
         self.limits = limits
         self._stats = stats
+        self._operators = operators
+        """Where ended broadcasts are kept (none: no past broadcasts)."""
         self._clock = clock
         self.tables = Tables(clock, online_ttl=limits.online_ttl,
                              vip_shards=limits.vip_shards, is_vip=is_vip,
@@ -130,6 +134,21 @@ class Statsvr:
     async def online_series(self, room: str, since: float,
                             until: float) -> tuple[int, list[tuple[int, float, int]]]:
         return await self.series.query(room, since, until)
+
+    async def broadcasts(self, room: str) -> list[BroadcastStats]:
+        if self._operators is None:
+            return []
+        past = await self._operators.broadcasts(room)
+        out = []
+        for i, ended in enumerate(past):
+            if i and ended.viewers.sketches:
+                await asyncio.sleep(0)  # merging sketches is CPU work: let others run
+            figure = viewers_figure(ended.viewers.exact, ended.viewers.complete,
+                                    _estimate(room, ended.viewers), 0,
+                                    self.limits.viewers_threshold)
+            out.append(BroadcastStats(ended.broadcast, ended.ended_ms,
+                                      figure.viewers, figure.viewers_exact))
+        return out
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -221,3 +240,16 @@ class Statsvr:
 def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
     for i in range(0, len(items), size):
         yield items[i:i + size]
+
+
+def _estimate(room: str, stored: ViewersState) -> int:
+    """The estimate of an ended broadcast's merged sketches (0 if one is corrupt:
+    the exact count is then the figure's floor)."""
+    if not stored.sketches:
+        return 0
+    try:
+        return merge_registers(stored.sketches).estimate()
+    except ValueError as exc:
+        log.error("room %s: a stored viewers sketch of an ended broadcast is corrupt: %s",
+                  room, exc)
+        return 0

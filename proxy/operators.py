@@ -1,0 +1,124 @@
+"""The operators' HTTP API: the vip whitelist and the end of a broadcast.
+
+Every route under ``/v1/admin/`` needs the admin token (a missing or unknown
+token is 401, the publisher token 403). ``GET /v1/rooms/{room}/broadcasts`` is
+public, like the other stats.
+
+- ``PUT /v1/admin/vip/{room}`` whitelists a room into the vip sect;
+  ``DELETE`` takes it off. This node serves the room from its new sect at once;
+  other nodes over the same store within their whitelist refresh period.
+- ``GET /v1/admin/vip`` lists the whitelist (read from the store).
+- ``POST /v1/admin/rooms/{room}/end`` ends the room's broadcast: a new epoch
+  (every listener resets into it) and a new viewers history; the ended one
+  stays readable for ``history_ttl``.
+
+A store that cannot be reached answers 503 with ``Retry-After`` (the errors
+middleware shapes every failure).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import msgpack
+from aiohttp import web
+
+from liveroom.clock import Clock
+from liveroom.codec import MSGPACK, wants_msgpack
+from liveroom.errors import StoreUnavailable
+from liveroom.model import check_name
+from liveroom.roles import RoomReader, StatsReader
+from liveroom.settings import Settings
+from liveroom.store.base import Operators
+
+from .auth import Right, Tokens
+
+log = logging.getLogger("liveroom.proxy")
+
+PULL_WAIT = 2.0
+"""Seconds an end of broadcast waits for this node to pull the new epoch."""
+
+
+@dataclass
+class OperatorRoutes:
+    """The admin API of one node, and the public list of ended broadcasts."""
+
+    operators: Operators
+    tokens: Tokens
+    """Replaced at start-up with the node's tokens, like the proxy's."""
+    clock: Clock
+    settings: Settings
+    stats: StatsReader
+    reader: RoomReader
+    note_vip: Callable[[str, bool], None]
+    """Tell this node's whitelist about a change it just made in the store."""
+
+    def add_routes(self, app: web.Application) -> None:
+        app.router.add_get("/v1/admin/vip", self.vip_list)
+        app.router.add_put("/v1/admin/vip/{room}", self.vip_add)
+        app.router.add_delete("/v1/admin/vip/{room}", self.vip_remove)
+        app.router.add_post("/v1/admin/rooms/{room}/end", self.end_broadcast)
+        app.router.add_get("/v1/rooms/{room}/broadcasts", self.broadcasts)
+
+    def _admin(self, request: web.Request) -> None:
+        self.tokens.require(request.headers.get("Authorization"), Right.ADMIN)
+
+    def _doc(self, request: web.Request, doc: dict[str, object]) -> web.Response:
+        if wants_msgpack(request.headers.get("Accept", "")):
+            return web.Response(body=msgpack.packb(doc), content_type=MSGPACK)
+        return web.json_response(doc)
+
+    # -- the vip whitelist -------------------------------------------------------
+
+    async def vip_list(self, request: web.Request) -> web.StreamResponse:
+        self._admin(request)
+        rooms = await self.operators.vip_rooms()
+        return self._doc(request, {"rooms": sorted(rooms)})
+
+    async def vip_add(self, request: web.Request) -> web.StreamResponse:
+        return await self._vip(request, True)
+
+    async def vip_remove(self, request: web.Request) -> web.StreamResponse:
+        return await self._vip(request, False)
+
+    async def _vip(self, request: web.Request, vip: bool) -> web.StreamResponse:
+        self._admin(request)
+        room = check_name("room", request.match_info["room"])
+        if vip:
+            changed = await self.operators.vip_add(room)
+        else:
+            changed = await self.operators.vip_remove(room)
+        # Noted even when unchanged in the store: this node may not have read
+        # another node's change yet.
+        self.note_vip(room, vip)
+        if changed:
+            log.info("room %s %s the vip sect", room, "joined" if vip else "left")
+        return self._doc(request, {"room": room, "vip": vip, "changed": changed})
+
+    # -- broadcasts ------------------------------------------------------------------
+
+    async def end_broadcast(self, request: web.Request) -> web.StreamResponse:
+        self._admin(request)
+        room = check_name("room", request.match_info["room"])
+        ended = await self.operators.end_broadcast(
+            room, int(self.clock.time() * 1000), int(self.settings.history_ttl * 1000))
+        log.info("room %s: broadcast %d started (epoch %s)", room, ended.broadcast,
+                 ended.epoch)
+        # This node's listeners reset at once rather than at the next fallback
+        # pull; the end is stored already, so a failed pull only delays them.
+        with contextlib.suppress(StoreUnavailable, TimeoutError):
+            async with asyncio.timeout(PULL_WAIT):
+                await self.reader.wait_pulled(room)
+        return self._doc(request, {"room": room, "epoch": ended.epoch,
+                                   "broadcast": ended.broadcast})
+
+    async def broadcasts(self, request: web.Request) -> web.StreamResponse:
+        room = check_name("room", request.match_info["room"])
+        past = await self.stats.broadcasts(room)
+        return self._doc(request, {"room": room, "broadcasts": [
+            {"broadcast": b.broadcast, "ended_at": b.ended_ms, "viewers": b.viewers,
+             "viewers_exact": b.viewers_exact} for b in past]})
