@@ -8,12 +8,28 @@ bucket granularity: a send at time ``t`` counts the buckets whose index is in
 ``(t // bucket_ms - buckets, t // bucket_ms]``.
 
 The engines count these buckets under the room's keys, inside the append's one
-round trip; only accepted sends count.
+round trip; only accepted sends count. The redis engine does it in
+``store/lua/append.lua``; the memory engine, and the tests' reference, with the
+functions below over a plain dict of bucket counts (:data:`Counts`), which
+follow the same rules:
+
+- **Allowed** at ``now`` iff, for every window, the counts of the buckets it
+  reads sum to less than its ``limit``.
+- **Freed** at ``(j + buckets) * bucket_ms`` for a full window, ``j`` the
+  smallest bucket index such that dropping every bucket up to ``j`` brings the
+  sum below the limit: from then on the window no longer reads bucket ``j``.
+  A refused send waits for the latest of its full windows (``retry_after``).
+- **Pruned**: a bucket no window reads at ``now`` or later goes. Sends are
+  timed by the proxy's clock; a clock that goes back sees the buckets pruned
+  meanwhile as empty (it may allow a little more, never less).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
+
+from .errors import RateLimited
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
 
@@ -58,6 +74,11 @@ class RateLimits:
     def off(self) -> bool:
         return not self.per_uid and not self.room_per_second
 
+    @property
+    def room_windows(self) -> tuple[Window, ...]:
+        """The room's cap as windows: ``Window(room_per_second, 1)``, or none when off."""
+        return (Window(self.room_per_second, 1),) if self.room_per_second > 0 else ()
+
 
 def parse_windows(text: str) -> tuple[Window, ...]:
     """``"5/s,30/m,300/h"`` (also ``10/5m``, ``1000/d``); ``""`` or ``"off"`` for none."""
@@ -74,3 +95,86 @@ def parse_windows(text: str) -> tuple[Window, ...]:
                              f"with UNIT one of s, m, h, d (e.g. 5/s, 30/m, 100/10m)")
         windows.append(Window(int(limit), int(count) * _UNITS[unit]))
     return tuple(sorted(windows, key=lambda w: w.seconds))
+
+
+# -- counting in buckets ----------------------------------------------------------
+
+Counts = MutableMapping[tuple[int, int], int]
+"""Accepted sends of one sender (or one room): ``(window seconds, bucket index)``
+to the sends counted in that bucket. Windows of the same length share buckets."""
+
+
+def bucket_of(window: Window, now_ms: int) -> int:
+    """The index of the bucket of ``window`` that ``now_ms`` falls in."""
+    return now_ms // window.bucket_ms
+
+
+def freed_at(counts: Mapping[tuple[int, int], int], window: Window, now_ms: int) -> int | None:
+    """``None`` when ``window`` allows one more send at ``now_ms``; else the
+    time (ms) it first allows one again, if nothing else is accepted meanwhile
+    (always later than ``now_ms``)."""
+    cur = bucket_of(window, now_ms)
+    read = sorted((j, n) for (seconds, j), n in counts.items()
+                  if seconds == window.seconds and cur - window.buckets < j <= cur)
+    total = sum(n for _, n in read)
+    if total < window.limit:
+        return None
+    for j, n in read:
+        total -= n
+        if total < window.limit:
+            return (j + window.buckets) * window.bucket_ms
+    raise AssertionError("unreachable: with every bucket dropped the sum is 0 < limit")
+
+
+def refused_until(counts: Mapping[tuple[int, int], int], windows: Sequence[Window],
+                  now_ms: int) -> tuple[Window, int] | None:
+    """``None`` when every window allows a send at ``now_ms``; else the full
+    window that frees last, and when it does (ms)."""
+    worst: tuple[Window, int] | None = None
+    for window in windows:
+        free = freed_at(counts, window, now_ms)
+        if free is not None and (worst is None or free > worst[1]):
+            worst = window, free
+    return worst
+
+
+def count_send(counts: Counts, windows: Sequence[Window], now_ms: int) -> None:
+    """Count one accepted send at ``now_ms`` in every window (once per length)."""
+    for seconds, cur in {(w.seconds, bucket_of(w, now_ms)) for w in windows}:
+        counts[seconds, cur] = counts.get((seconds, cur), 0) + 1
+
+
+def prune(counts: Counts, windows: Sequence[Window], now_ms: int) -> None:
+    """Drop the buckets no window reads at ``now_ms`` or later (also those of
+    windows no longer configured), so a sender's counts stay bounded by the
+    sum of its windows' buckets."""
+    oldest: dict[int, int] = {}
+    for w in windows:
+        oldest[w.seconds] = bucket_of(w, now_ms) - w.buckets + 1
+    for key in [(s, j) for s, j in counts if s not in oldest or j < oldest[s]]:
+        del counts[key]
+
+
+def horizon_ms(windows: Sequence[Window]) -> int:
+    """How long counts matter after the last accepted send: the longest window
+    plus one of its buckets (0 without windows)."""
+    return max((w.seconds * 1000 + w.bucket_ms for w in windows), default=0)
+
+
+def span(seconds: int) -> str:
+    """A window's length for people: ``1 s``, ``90 s``, ``1 min``, ``2 h``, ``1 d``."""
+    for unit, size in (("d", 86_400), ("h", 3600), ("min", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size} {unit}"
+    return f"{seconds} s"
+
+
+def refusal(room: str, uid: str | None, window: Window, free_ms: int,
+            now_ms: int) -> RateLimited:
+    """The error of a send refused at ``now_ms`` by ``window`` (of ``uid``, or of
+    the room when ``uid`` is None), which frees at ``free_ms``."""
+    retry_after = (free_ms - now_ms) / 1000
+    limit = f"over {window.limit} sends per {span(window.seconds)}"
+    what = (f"uid {uid} {limit} in room {room}" if uid is not None
+            else f"room {room} {limit} from all senders")
+    return RateLimited(f"{what}; retry in {retry_after:g} s", retry_after=retry_after)

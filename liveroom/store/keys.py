@@ -12,6 +12,10 @@ lr:{R}:log               stream the log: id ``<seq>-0``, fields ``m`` (packed
                                 message) and ``c`` (important count at it)
 lr:{R}:imp               stream important entries kept beyond the log cap
 lr:{R}:cmid:<id>         string seq of a client_msg_id's first send (10 min)
+lr:{R}:rl:<uid>          hash   the uid's accepted sends in the room, per rate
+                                window bucket: field ``<seconds>:<bucket>``
+                                -> count (see :mod:`liveroom.ratelimit`)
+lr:{R}:rr                hash   the same for the room's cap (all senders)
 lr:shared:<name>         string values every node agrees on (tokens, secret)
 lr:notify                channel "<seq> <room>" after every append
 lr:{R}:sidx              hash   statsvr shard index: field ``<node>/<index>/<count>``,
@@ -21,6 +25,13 @@ lr:{R}:vx                set    the exact set of viewers (uids), capped
 lr:{R}:vm                hash   ``complete``: ``"0"`` once the exact set is
                                 capped (absent means complete)
 lr:{R}:vh                hash   field node -> its HyperLogLog registers (16 KiB)
+lr:{R}:bc                hash   the room's broadcasts: ``n`` the current number
+                                (absent: 1), ``e:<n>`` when broadcast n ended
+                                (Unix ms) while its history is kept
+lr:{R}:vx:<n>            set    the exact set, vm and vh of ended broadcast n
+lr:{R}:vm:<n>            hash   (renamed aside when it ended; ``vm:<n>`` always
+lr:{R}:vh:<n>            hash   exists while it is kept, with ``ended``)
+lr:vip                   set    the rooms whitelisted into the vip sect
 lr:{R}:ts:<step>         zset   online series tier: member
                                 ``"<start>:<min>:<max>:<sum>:<count>"``,
                                 score start (Unix s)
@@ -31,7 +42,10 @@ lr:stats:nodes           hash   live statsvr nodes: node -> expires_ms
 Which shards and statsvr nodes are live is decided by the ``expires_ms`` stored
 in ``sidx`` and ``lr:stats:nodes``, on the caller's clock; the shard keys'
 Redis expiry (twice the shard TTL) only collects garbage. The viewers and
-series keys simply expire.
+series keys simply expire, and so do the rate counters (the longest window
+plus a bucket after the last accepted send) and an ended broadcast's history
+(its ``ttl_ms``); ``bc`` lives at least as long as any viewers key of the room,
+so broadcast numbers never go back while a history is kept.
 """
 
 from __future__ import annotations
@@ -56,6 +70,14 @@ def client_msg_id(room: str, cmid: str) -> str:
     return f"{PREFIX}:{{{room}}}:cmid:{cmid}"
 
 
+def rate_uid(room: str, uid: str) -> str:
+    return f"{PREFIX}:{{{room}}}:rl:{uid}"
+
+
+def rate_room(room: str) -> str:
+    return f"{PREFIX}:{{{room}}}:rr"
+
+
 def shared(name: str) -> str:
     return f"{PREFIX}:shared:{name}"
 
@@ -74,16 +96,25 @@ def shard(room: str, node: str, index: int, count: int) -> str:
     return f"{PREFIX}:{{{room}}}:s:{shard_field(node, index, count)}"
 
 
-def viewers_exact(room: str) -> str:
-    return f"{PREFIX}:{{{room}}}:vx"
+def _ended(broadcast: int | None) -> str:
+    return "" if broadcast is None else f":{broadcast}"
 
 
-def viewers_meta(room: str) -> str:
-    return f"{PREFIX}:{{{room}}}:vm"
+def viewers_exact(room: str, ended: int | None = None) -> str:
+    """The current broadcast's exact set, or ended broadcast ``ended``'s."""
+    return f"{PREFIX}:{{{room}}}:vx{_ended(ended)}"
 
 
-def viewers_sketches(room: str) -> str:
-    return f"{PREFIX}:{{{room}}}:vh"
+def viewers_meta(room: str, ended: int | None = None) -> str:
+    return f"{PREFIX}:{{{room}}}:vm{_ended(ended)}"
+
+
+def viewers_sketches(room: str, ended: int | None = None) -> str:
+    return f"{PREFIX}:{{{room}}}:vh{_ended(ended)}"
+
+
+def broadcasts(room: str) -> str:
+    return f"{PREFIX}:{{{room}}}:bc"
 
 
 def series(room: str, step: int) -> str:
@@ -95,3 +126,4 @@ def series_last(room: str) -> str:
 
 
 STATS_NODES = f"{PREFIX}:stats:nodes"
+VIP = f"{PREFIX}:vip"

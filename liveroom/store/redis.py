@@ -34,12 +34,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import math
 import uuid
-from collections.abc import Iterator, Sequence
-from importlib import resources
+from collections.abc import Sequence
 from typing import Any
 
 from redis import exceptions as rexc
@@ -53,6 +51,7 @@ from ..clock import Clock
 from ..codec import pack_stored, unpack_stored
 from ..errors import StoreUnavailable
 from ..model import Entry, NewMessage
+from ..ratelimit import RateLimits, refusal
 from . import keys
 from .base import (
     Appended,
@@ -69,6 +68,7 @@ from .base import (
     new_epoch,
     series_horizon_ms,
 )
+from .redis_calls import Call, Lua, blob, run_scripts, script_text, text, unavailable
 
 logger = logging.getLogger("liveroom.store.redis")
 
@@ -89,13 +89,6 @@ START_WAIT = 3.0
 """How long ``start()`` waits for the notify channel when Redis answers."""
 _PULL_ATTEMPTS = 5
 
-# Server errors meaning "not ready now" rather than "this command is wrong":
-# redis-py maps some codes to classes (and strips the code), not the others.
-_NOT_READY = (rexc.ReadOnlyError, rexc.OutOfMemoryError, rexc.ClusterDownError,
-              rexc.TryAgainError)
-_NOT_READY_CODES = ("BUSY ", "NOREPLICAS ")
-
-
 def _pool_options() -> dict[str, Any]:
     """What every connection of this engine shares."""
     return {
@@ -108,29 +101,8 @@ def _pool_options() -> dict[str, Any]:
     }
 
 
-def _script(name: str) -> str:
-    return resources.files("liveroom.store").joinpath("lua", name).read_text("utf-8")
-
-
-@contextlib.contextmanager
-def _unavailable(what: str) -> Iterator[None]:
-    """Turn whatever the driver raises into StoreUnavailable."""
-    try:
-        yield
-    except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
-        # BusyLoadingError is a ConnectionError.
-        raise StoreUnavailable(f"redis unavailable during {what}: {exc}") from exc
-    except rexc.ResponseError as exc:
-        if not isinstance(exc, _NOT_READY) and not str(exc).startswith(_NOT_READY_CODES):
-            logger.error("redis refused %s: %s", what, exc)
-        raise StoreUnavailable(f"redis refused {what}: {exc}") from exc
-    except rexc.RedisError as exc:
-        logger.error("redis failed %s: %r", what, exc)
-        raise StoreUnavailable(f"redis failed {what}: {exc}") from exc
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+_REFUSED = 2
+"""``append.lua``'s status of a send refused by a rate window."""
 
 
 def _room_keys(room: str) -> list[str]:
@@ -151,28 +123,41 @@ class RedisLog:
     def __init__(self, client: Redis, policy: LogPolicy) -> None:
         self.policy = policy
         self._client = client
-        self._append = client.register_script(_script("append.lua"))
-        self._epoch = client.register_script(_script("epoch.lua"))
+        self._append = client.register_script(script_text("append.lua"))
+        self._epoch = client.register_script(script_text("epoch.lua"))
 
     async def open_room(self, room: str) -> str:
-        with _unavailable("open_room"):
+        with unavailable("open_room"):
             epoch = await self._epoch(
                 keys=_room_keys(room),
                 args=[new_epoch(), "", self.policy.room_ttl_ms, 1])
-        return _text(epoch)
+        return text(epoch)
 
-    async def append(self, room: str, message: NewMessage) -> Appended:
+    async def append(self, room: str, message: NewMessage,
+                     limits: RateLimits | None = None) -> Appended:
+        """One script call (``lua/append.lua``): dedup, rate windows, append, notify."""
         policy = self.policy
         cmid = message.client_msg_id
         packed = pack_stored(message.uid, message.important, message.ts, message.body)
-        with _unavailable("append"):
-            epoch, seq, duplicate = await self._append(
-                keys=[*_room_keys(room), keys.client_msg_id(room, cmid or "")],
+        per_uid = limits.per_uid if limits is not None else ()
+        per_room = limits.room_windows if limits is not None else ()
+        windows = (*per_uid, *per_room)
+        with unavailable("append"):
+            epoch, seq, status, *refused = await self._append(
+                keys=[*_room_keys(room), keys.client_msg_id(room, cmid or ""),
+                      keys.rate_uid(room, message.uid), keys.rate_room(room)],
                 args=[new_epoch(), packed, int(message.important), message.ts,
                       policy.log_cap, policy.important_keep, policy.important_window_ms,
                       policy.important_hard_cap, policy.room_ttl_ms, policy.dedup_ttl_ms,
-                      int(cmid is not None), keys.NOTIFY_CHANNEL, room])
-        return Appended(_text(epoch), int(seq), duplicate=bool(duplicate))
+                      int(cmid is not None), keys.NOTIFY_CHANNEL, room,
+                      len(per_uid), len(per_room),
+                      *(n for w in windows for n in (w.seconds, w.limit, w.bucket_ms,
+                                                     w.buckets))])
+        if status == _REFUSED:
+            position, free_ms = int(refused[0]), int(refused[1])
+            uid = message.uid if position <= len(per_uid) else None
+            raise refusal(room, uid, windows[position - 1], free_ms, message.ts)
+        return Appended(text(epoch), int(seq), duplicate=bool(status))
 
     async def pull(self, requests: Sequence[PullRequest]) -> list[Pulled]:
         """One pipeline for the whole batch: four read-only commands a room.
@@ -186,7 +171,7 @@ class RedisLog:
         for _ in range(_PULL_ATTEMPTS):
             if not todo:
                 break
-            with _unavailable("pull"):
+            with unavailable("pull"):
                 async with self._client.pipeline(transaction=False) as pipe:
                     for i in todo:
                         _queue_pull(pipe, requests[i])
@@ -209,17 +194,17 @@ class RedisLog:
         return [done[i] for i in range(len(requests))]
 
     async def renew_epoch(self, room: str, stale: str) -> str:
-        with _unavailable("renew_epoch"):
+        with unavailable("renew_epoch"):
             epoch = await self._epoch(
                 keys=_room_keys(room),
                 args=[new_epoch(), stale, self.policy.room_ttl_ms, 0])
-        return _text(epoch)
+        return text(epoch)
 
     async def touch(self, rooms: Sequence[str]) -> None:
         if not rooms:
             return
         ttl = self.policy.room_ttl_ms
-        with _unavailable("touch"):
+        with unavailable("touch"):
             async with self._client.pipeline(transaction=False) as pipe:
                 for room in rooms:
                     for key in _room_keys(room):
@@ -266,7 +251,7 @@ def _build_pulled(request: PullRequest, replies: list[Any]) -> Pulled | None:
             break
         extra.append(_entry(sid, fields))
     complete = picked[0].seq == after + 1 if picked else after >= head
-    return Pulled(request.room, _text(epoch), head, head_ic, tuple(extra + picked),
+    return Pulled(request.room, text(epoch), head, head_ic, tuple(extra + picked),
                   complete=complete)
 
 
@@ -458,60 +443,6 @@ class RedisNotifier:
                 logger.warning("notify channel down: %s", reason)
 
 
-class _Lua:
-    """A script of ``lua/`` run by ``EVALSHA``, batched in one plain pipeline.
-
-    redis-py's own scripts cost a ``SCRIPT EXISTS`` round trip every time a
-    pipeline holding them runs; this sends ``EVALSHA`` straight away and loads
-    the script only after a ``NOSCRIPT`` reply (a fresh or flushed server), then
-    runs again just the calls refused, which did nothing.
-    """
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.text = _script(name)
-        self.sha = hashlib.sha1(self.text.encode()).hexdigest()
-
-
-_Call = tuple[_Lua, Sequence[str], Sequence[Any]]
-"""One script call: the script, its KEYS and its ARGV."""
-
-
-async def _run_scripts(client: Redis, calls: Sequence[_Call]) -> list[Any]:
-    """Run script calls in one pipeline (two when a script had to be loaded).
-
-    Raises the driver's error of the first call that failed otherwise; calls of
-    the batch before and after it may have run.
-    """
-    replies: list[Any] = [None] * len(calls)
-    todo = list(range(len(calls)))
-    for attempt in range(2):
-        async with client.pipeline(transaction=False) as pipe:
-            for i in todo:
-                lua, call_keys, args = calls[i]
-                pipe.evalsha(lua.sha, len(call_keys), *call_keys, *args)
-            answers = await pipe.execute(raise_on_error=False)
-        refused = []
-        for i, answer in zip(todo, answers, strict=True):
-            if isinstance(answer, rexc.NoScriptError) and attempt == 0:
-                refused.append(i)
-            elif isinstance(answer, Exception):
-                raise answer
-            else:
-                replies[i] = answer
-        if not refused:
-            break
-        for lua in {calls[i][0] for i in refused}:
-            await client.script_load(lua.text)
-        todo = refused
-    return replies
-
-
-def _blob(value: bytes | str | None) -> bytes | None:
-    """A reply as bytes: the client never decodes, but its types allow ``str``."""
-    return value.encode() if isinstance(value, str) else value
-
-
 def _shard_entry(field: bytes, value: bytes) -> ShardEntry | None:
     """An index entry from its field and value; None when it does not parse."""
     try:
@@ -538,10 +469,10 @@ class RedisStats:
 
     def __init__(self, client: Redis) -> None:
         self._client = client
-        self._shards = _Lua("shards.lua")
-        self._viewers = _Lua("viewers.lua")
-        self._series = _Lua("series.lua")
-        self._announce = _Lua("announce.lua")
+        self._shards = Lua("shards.lua")
+        self._viewers = Lua("viewers.lua")
+        self._series = Lua("series.lua")
+        self._announce = Lua("announce.lua")
 
     # -- shards ------------------------------------------------------------------
 
@@ -551,7 +482,7 @@ class RedisStats:
         by_room: dict[str, list[ShardWrite]] = {}
         for write in writes:
             by_room.setdefault(write.room, []).append(write)
-        calls: list[_Call] = []
+        calls: list[Call] = []
         for room, room_writes in by_room.items():
             call_keys = [keys.shard_index(room)]
             args: list[Any] = [now_ms, now_ms + ttl_ms, 2 * ttl_ms]
@@ -563,8 +494,8 @@ class RedisStats:
             calls.append((self._shards, call_keys, args))
         if not calls:
             return []
-        with _unavailable("write_shards"):
-            replies = await _run_scripts(self._client, calls)
+        with unavailable("write_shards"):
+            replies = await run_scripts(self._client, calls)
         gone: list[tuple[str, int]] = []
         for room_writes, missing in zip(by_room.values(), replies, strict=True):
             gone += [(room_writes[i - 1].room, room_writes[i - 1].index) for i in missing]
@@ -573,7 +504,7 @@ class RedisStats:
     async def shard_index(self, rooms: Sequence[str], now_ms: int) -> list[list[ShardEntry]]:
         if not rooms:
             return []
-        with _unavailable("shard_index"):
+        with unavailable("shard_index"):
             async with self._client.pipeline(transaction=False) as pipe:
                 for room in rooms:
                     pipe.hgetall(keys.shard_index(room))
@@ -589,10 +520,10 @@ class RedisStats:
     async def read_shards(self, room: str, entries: Sequence[ShardEntry]) -> list[bytes | None]:
         if not entries:
             return []
-        with _unavailable("read_shards"):
+        with unavailable("read_shards"):
             blobs = await self._client.mget(
                 [keys.shard(room, e.node, e.index, e.count) for e in entries])
-        return [_blob(b) for b in blobs]
+        return [blob(b) for b in blobs]
 
     # -- viewers -----------------------------------------------------------------
 
@@ -600,18 +531,18 @@ class RedisStats:
                           sketch: bytes | None, threshold: int,
                           ttl_ms: int) -> tuple[int, bool]:
         """One script call; see ``lua/viewers.lua``."""
-        call: _Call = (
+        call: Call = (
             self._viewers,
             [keys.viewers_exact(room), keys.viewers_meta(room), keys.viewers_sketches(room)],
             [threshold, ttl_ms, node, int(sketch is not None), sketch or b"", *uids])
-        with _unavailable("add_viewers"):
-            ((size, complete),) = await _run_scripts(self._client, [call])
+        with unavailable("add_viewers"):
+            ((size, complete),) = await run_scripts(self._client, [call])
         return int(size), bool(complete)
 
     async def load_sketch(self, room: str, node: str) -> bytes | None:
-        with _unavailable("load_sketch"):
+        with unavailable("load_sketch"):
             sketch = await self._client.hget(keys.viewers_sketches(room), node)
-        return _blob(sketch)
+        return blob(sketch)
 
     async def viewers(self, rooms: Sequence[str], *,
                       sketches: Sequence[bool]) -> list[ViewersState]:
@@ -620,7 +551,7 @@ class RedisStats:
             raise ValueError("viewers() needs one sketches flag per room")
         if not rooms:
             return []
-        with _unavailable("viewers"):
+        with unavailable("viewers"):
             async with self._client.pipeline(transaction=False) as pipe:
                 for room, with_sketches in zip(rooms, sketches, strict=True):
                     pipe.scard(keys.viewers_exact(room))
@@ -645,17 +576,17 @@ class RedisStats:
         if not samples or not tiers:
             return 0
         tier_args = [n for tier in tiers for n in tier]
-        calls: list[_Call] = [
+        calls: list[Call] = [
             (self._series,
              [keys.series_last(s.room), *(keys.series(s.room, step) for step, _ in tiers)],
              [s.t_ms, s.online, min_gap_ms, keep_ms, *tier_args])
             for s in samples]
-        with _unavailable("record_online"):
-            taken = await _run_scripts(self._client, calls)
+        with unavailable("record_online"):
+            taken = await run_scripts(self._client, calls)
         return sum(int(t) for t in taken)
 
     async def read_online(self, room: str, step: int, low: int, high: int) -> list[SeriesRow]:
-        with _unavailable("read_online"):
+        with unavailable("read_online"):
             members: list[Any] = await self._client.zrangebyscore(
                 keys.series(room, step), low, high)
         return [_series_row(m) for m in members]
@@ -664,10 +595,10 @@ class RedisStats:
 
     async def announce(self, node: str, now_ms: int, ttl_ms: int) -> list[str]:
         """One script call; see ``lua/announce.lua``."""
-        call: _Call = (self._announce, [keys.STATS_NODES], [now_ms, now_ms + ttl_ms, node])
-        with _unavailable("announce"):
-            (live,) = await _run_scripts(self._client, [call])
-        return sorted(_text(n) for n in live)
+        call: Call = (self._announce, [keys.STATS_NODES], [now_ms, now_ms + ttl_ms, node])
+        with unavailable("announce"):
+            (live,) = await run_scripts(self._client, [call])
+        return sorted(text(n) for n in live)
 
 
 class RedisStore:
@@ -707,17 +638,17 @@ class RedisStore:
         await self._client.aclose()
 
     async def ping(self) -> None:
-        with _unavailable("ping"):
+        with unavailable("ping"):
             await self._client.ping()
 
     async def shared_value(self, name: str, candidate: str) -> str:
         key = keys.shared(name)
         while True:
-            with _unavailable("shared_value"):
+            with unavailable("shared_value"):
                 async with self._client.pipeline(transaction=False) as pipe:
                     pipe.set(key, candidate, nx=True)
                     pipe.get(key)
                     _, value = await pipe.execute()
             if value is not None:
-                return _text(value)
+                return text(value)
             # Deleted between the two commands (a flush): set it again.

@@ -1,37 +1,139 @@
 -- append.lua: store one message in a room's log; atomic, one round trip.
+-- In this order: a seen client_msg_id answers its first seq (never limited);
+-- then the sender's rate windows and the room's cap; then the append.
 --
 -- KEYS[1]  lr:{R}:meta        hash: epoch, seq (head), ic (important count)
 -- KEYS[2]  lr:{R}:log         stream: id <seq>-0, fields m (packed message), c (ic)
 -- KEYS[3]  lr:{R}:imp         stream: important entries, fields m, c, t (ts in ms)
 -- KEYS[4]  lr:{R}:cmid:<id>   string: seq of the first send of a client_msg_id
 --                             (an unused key of the room when ARGV[11] is 0)
+-- KEYS[5]  lr:{R}:rl:<uid>    hash: the sender's accepted sends, field
+--                             '<seconds>:<bucket index>' -> count
+-- KEYS[6]  lr:{R}:rr          hash: the same for the room's cap
 --
 -- ARGV[1]  epoch to start with when the room has no log (random, from the caller)
 -- ARGV[2]  the packed message (liveroom.codec.pack_stored)
 -- ARGV[3]  1 when the message is important, else 0
--- ARGV[4]  the message's ts in ms (the important window counts back from it)
+-- ARGV[4]  the message's ts in ms (the important window counts back from it,
+--          the rate windows too)
 -- ARGV[5]  log_cap              ARGV[6]  important_keep
 -- ARGV[7]  important_window_ms  ARGV[8]  important_hard_cap
 -- ARGV[9]  room_ttl_ms          ARGV[10] dedup_ttl_ms
 -- ARGV[11] 1 when KEYS[4] names a client_msg_id, else 0
 -- ARGV[12] the notify channel   ARGV[13] the room name
+-- ARGV[14] U: rate windows counted in KEYS[5] (the sender's; 0 for none)
+-- ARGV[15] V: rate windows counted in KEYS[6] (the room's cap: 0 or 1)
+-- ARGV[16..] U + V windows, four numbers each: seconds, limit, bucket_ms, buckets
 --
--- Returns {epoch, seq, duplicate}: duplicate is 1 when the client_msg_id was
--- seen (seq is then the first send's and nothing was stored), else 0.
+-- Returns {epoch, seq, 0} when stored; {epoch, seq, 1} when the client_msg_id
+-- was seen (seq is the first send's and nothing was stored); {epoch or '', 0,
+-- 2, w, free_ms} when refused by a full window (nothing stored or counted):
+-- w is its position in ARGV[16..] (from 1), free_ms when it first allows a
+-- send again; the full window freeing last is reported. The rule is
+-- liveroom.ratelimit's (freed_at, prune, count_send).
 
 local meta, log, imp, cmid = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local important = ARGV[3] == '1'
 local has_cmid = ARGV[11] == '1'
+local ts = tonumber(ARGV[4])
 
 local epoch = redis.call('HGET', meta, 'epoch')
-if epoch then
-  if has_cmid then
-    local seen = redis.call('GET', cmid)
-    if seen then
-      return {epoch, tonumber(seen), 1}
+if epoch and has_cmid then
+  local seen = redis.call('GET', cmid)
+  if seen then
+    return {epoch, tonumber(seen), 1}
+  end
+end
+
+-- -- rate windows ------------------------------------------------------------
+
+local counters = {}  -- {key, windows}: the sender's, then the room's
+do
+  local u, v = tonumber(ARGV[14]), tonumber(ARGV[15])
+  local at = 16
+  for c, count in ipairs({u, v}) do
+    local windows = {}
+    for _ = 1, count do
+      windows[#windows + 1] = {
+        seconds = ARGV[at], limit = tonumber(ARGV[at + 1]),
+        bucket_ms = tonumber(ARGV[at + 2]), buckets = tonumber(ARGV[at + 3]),
+        position = (at - 16) / 4 + 1}
+      at = at + 4
+    end
+    if count > 0 then
+      counters[#counters + 1] = {key = KEYS[4 + c], windows = windows}
     end
   end
-else
+end
+
+-- ts < 2^52: the division is then exact enough for floor (ms timestamps are).
+local function bucket_of(w)
+  return math.floor(ts / w.bucket_ms)
+end
+
+-- The buckets each window length reads at ts, as {index, count} lists by
+-- seconds; fields no window reads at ts or later are deleted on the way.
+local function read_counts(counter)
+  local oldest = {}
+  for _, w in ipairs(counter.windows) do
+    oldest[w.seconds] = bucket_of(w) - w.buckets + 1
+  end
+  local by_seconds, stale = {}, {}
+  local flat = redis.call('HGETALL', counter.key)
+  for i = 1, #flat, 2 do
+    local seconds, j = string.match(flat[i], '^(%d+):(%d+)$')
+    j = tonumber(j)
+    if not seconds or not oldest[seconds] or j < oldest[seconds] then
+      stale[#stale + 1] = flat[i]
+    else
+      local list = by_seconds[seconds] or {}
+      by_seconds[seconds] = list
+      list[#list + 1] = {j, tonumber(flat[i + 1])}
+    end
+  end
+  if #stale > 0 then
+    redis.call('HDEL', counter.key, unpack(stale))
+  end
+  return by_seconds
+end
+
+-- When a full window first allows a send again, or nil when it allows one now.
+local function freed_at(list, w)
+  local cur = bucket_of(w)
+  local read, total = {}, 0
+  for _, e in ipairs(list or {}) do
+    if e[1] <= cur then
+      read[#read + 1] = e
+      total = total + e[2]
+    end
+  end
+  if total < w.limit then return nil end
+  table.sort(read, function(a, b) return a[1] < b[1] end)
+  for _, e in ipairs(read) do
+    total = total - e[2]
+    if total < w.limit then
+      return (e[1] + w.buckets) * w.bucket_ms
+    end
+  end
+end
+
+local worst, worst_free = nil, nil
+for _, counter in ipairs(counters) do
+  local by_seconds = read_counts(counter)
+  for _, w in ipairs(counter.windows) do
+    local free = freed_at(by_seconds[w.seconds], w)
+    if free and (not worst_free or free > worst_free) then
+      worst, worst_free = w.position, free
+    end
+  end
+end
+if worst then
+  return {epoch or '', 0, 2, worst, string.format('%d', worst_free)}
+end
+
+-- -- the append ---------------------------------------------------------------
+
+if not epoch then
   -- No log (new, expired or lost): a new epoch from seq 0. Leftover streams
   -- (meta evicted alone) would refuse ids from 1 again, so they go too; a
   -- leftover client_msg_id belongs to the lost epoch and is overwritten below.
@@ -53,7 +155,7 @@ if important then
   -- rule as the memory engine), then cut them off with one exact XTRIM.
   local keep = tonumber(ARGV[6])
   local hard = tonumber(ARGV[8])
-  local oldest_ok = tonumber(ARGV[4]) - tonumber(ARGV[7])
+  local oldest_ok = ts - tonumber(ARGV[7])
   local n = redis.call('XLEN', imp)
   local cut = nil
   local from = '-'
@@ -87,5 +189,20 @@ redis.call('PEXPIRE', imp, ARGV[9])
 if has_cmid then
   redis.call('SET', cmid, seq, 'PX', ARGV[10])
 end
+
+-- Count the send once per window length; a counter lives the longest window
+-- plus a bucket after its last send.
+for _, counter in ipairs(counters) do
+  local done, horizon = {}, 0
+  for _, w in ipairs(counter.windows) do
+    if not done[w.seconds] then
+      done[w.seconds] = true
+      redis.call('HINCRBY', counter.key, string.format('%s:%d', w.seconds, bucket_of(w)), 1)
+    end
+    horizon = math.max(horizon, tonumber(w.seconds) * 1000 + w.bucket_ms)
+  end
+  redis.call('PEXPIRE', counter.key, string.format('%d', horizon))
+end
+
 redis.call('PUBLISH', ARGV[12], string.format('%d %s', seq, ARGV[13]))
 return {epoch, seq, 0}

@@ -1,0 +1,115 @@
+"""How the redis engine calls Redis: its Lua scripts, and driver errors as one error.
+
+Every module of the redis engine runs its scripts and wraps its commands
+through here, so they all map failures the same way:
+
+- :func:`unavailable` turns whatever the driver raises into
+  :class:`~liveroom.errors.StoreUnavailable` (a refusal that is not "not ready
+  now" is logged: it is a bug, not an outage).
+- :class:`Lua` and :func:`run_scripts` send scripts of ``lua/`` as ``EVALSHA``,
+  a batch in one pipeline, loading a script only when the server says it does
+  not know it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+from collections.abc import Iterator, Sequence
+from importlib import resources
+from typing import Any
+
+from redis import exceptions as rexc
+from redis.asyncio import Redis
+
+from ..errors import StoreUnavailable
+
+logger = logging.getLogger("liveroom.store.redis")
+
+# Server errors meaning "not ready now" rather than "this command is wrong":
+# redis-py maps some codes to classes (and strips the code), not the others.
+_NOT_READY = (rexc.ReadOnlyError, rexc.OutOfMemoryError, rexc.ClusterDownError,
+              rexc.TryAgainError)
+_NOT_READY_CODES = ("BUSY ", "NOREPLICAS ")
+
+
+def script_text(name: str) -> str:
+    """The text of ``lua/<name>``."""
+    return resources.files("liveroom.store").joinpath("lua", name).read_text("utf-8")
+
+
+@contextlib.contextmanager
+def unavailable(what: str) -> Iterator[None]:
+    """Turn whatever the driver raises into StoreUnavailable."""
+    try:
+        yield
+    except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
+        # BusyLoadingError is a ConnectionError.
+        raise StoreUnavailable(f"redis unavailable during {what}: {exc}") from exc
+    except rexc.ResponseError as exc:
+        if not isinstance(exc, _NOT_READY) and not str(exc).startswith(_NOT_READY_CODES):
+            logger.error("redis refused %s: %s", what, exc)
+        raise StoreUnavailable(f"redis refused {what}: {exc}") from exc
+    except rexc.RedisError as exc:
+        logger.error("redis failed %s: %r", what, exc)
+        raise StoreUnavailable(f"redis failed {what}: {exc}") from exc
+
+
+def text(value: Any) -> str:
+    """A reply as text."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def blob(value: bytes | str | None) -> bytes | None:
+    """A reply as bytes: the client never decodes, but its types allow ``str``."""
+    return value.encode() if isinstance(value, str) else value
+
+
+class Lua:
+    """A script of ``lua/`` run by ``EVALSHA``, batched in one plain pipeline.
+
+    redis-py's own scripts cost a ``SCRIPT EXISTS`` round trip every time a
+    pipeline holding them runs; this sends ``EVALSHA`` straight away and loads
+    the script only after a ``NOSCRIPT`` reply (a fresh or flushed server), then
+    runs again just the calls refused, which did nothing.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.text = script_text(name)
+        self.sha = hashlib.sha1(self.text.encode()).hexdigest()
+
+
+Call = tuple[Lua, Sequence[str], Sequence[Any]]
+"""One script call: the script, its KEYS and its ARGV."""
+
+
+async def run_scripts(client: Redis, calls: Sequence[Call]) -> list[Any]:
+    """Run script calls in one pipeline (two when a script had to be loaded).
+
+    Raises the driver's error of the first call that failed otherwise; calls of
+    the batch before and after it may have run.
+    """
+    replies: list[Any] = [None] * len(calls)
+    todo = list(range(len(calls)))
+    for attempt in range(2):
+        async with client.pipeline(transaction=False) as pipe:
+            for i in todo:
+                lua, call_keys, args = calls[i]
+                pipe.evalsha(lua.sha, len(call_keys), *call_keys, *args)
+            answers = await pipe.execute(raise_on_error=False)
+        refused = []
+        for i, answer in zip(todo, answers, strict=True):
+            if isinstance(answer, rexc.NoScriptError) and attempt == 0:
+                refused.append(i)
+            elif isinstance(answer, Exception):
+                raise answer
+            else:
+                replies[i] = answer
+        if not refused:
+            break
+        for lua in {calls[i][0] for i in refused}:
+            await client.script_load(lua.text)
+        todo = refused
+    return replies
