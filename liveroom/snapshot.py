@@ -55,6 +55,12 @@ class Snapshot:
     memo: dict[object, bytes] = field(default_factory=dict, compare=False, repr=False)
     """Encoded answer parts shared by listeners at the same cursor (see proxy)."""
 
+    @property
+    def last_important(self) -> int:
+        """Seq of the newest important message this snapshot knows of (0 if none)."""
+        return max(self.index[-1] if self.index else 0,
+                   self.important[-1].seq if self.important else 0)
+
     def important_count(self, position: int) -> int | None:
         """``I(position)``, or ``None`` when ``position`` is before the anchor."""
         if position < self.anchor_seq:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -15,6 +16,7 @@ from liveroom.codec import JSON, MSGPACK, decode_request, wants_msgpack
 from liveroom.errors import (
     BadRequest,
     LiveroomError,
+    RateLimited,
     RequestTimeout,
     StoreUnavailable,
     TooLarge,
@@ -39,6 +41,7 @@ from .params import (
     parse_send,
     parse_series_range,
 )
+from .tiers import Pace, TierTable
 
 log = logging.getLogger("liveroom.proxy")
 
@@ -47,7 +50,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 def error_response(status: int, code: str, message: str,
                    retry_after: float | None = None) -> web.Response:
-    headers = {"Retry-After": str(max(1, round(retry_after)))} if retry_after else None
+    # Retry-After is whole seconds: round up, so a client never comes back early.
+    headers = {"Retry-After": str(max(1, math.ceil(retry_after)))} if retry_after else None
     return web.json_response({"error": code, "message": message}, status=status,
                              headers=headers)
 
@@ -90,7 +94,9 @@ class Proxy:
     """Returns None when healthy, else what is wrong."""
 
     def __post_init__(self) -> None:
-        self.holds = Holds(self.reader)
+        self.tiers = TierTable(self.settings.tiers)
+        self.holds = Holds(self.reader, self.clock, tick=self.settings.hold_tick,
+                           cut_every=self.settings.cut_through_every)
         self.metrics.track(self.metrics.held_polls, lambda: self.holds.count)
 
     def add_routes(self, app: web.Application) -> None:
@@ -112,8 +118,11 @@ class Proxy:
         use_msgpack = wants_msgpack(request.headers.get("Accept", ""))
         snap = await self.reader.snapshot(p.room)
         self.heartbeats.beat(p.room, p.uid)
+        online = self.stats.online(p.room)
         if p.seq is None or p.iseq is None or p.epoch is None:
-            return self._answer(snap, p, recent(snap, p.recent), use_msgpack, outcome="first")
+            pace = self.tiers.pace(online, p.uid, self._now_ms())
+            return self._answer(snap, p, recent(snap, p.recent), use_msgpack, pace,
+                                outcome="first")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + p.timeout
         if p.epoch != snap.epoch or p.seq > snap.head or p.iseq > snap.head:
@@ -121,28 +130,66 @@ class Proxy:
             # confirm with a fresh pull before resetting.
             snap = await self.reader.wait_pulled(p.room)
             if p.epoch != snap.epoch or p.seq > snap.head or p.iseq > snap.head:
-                return self._answer(snap, p, recent(snap, p.recent), use_msgpack,
+                pace = self.tiers.pace(online, p.uid, self._now_ms())
+                return self._answer(snap, p, recent(snap, p.recent), use_msgpack, pace,
                                     reset=True, outcome="reset")
         ctx = self.signer.verify(p.ctx, p.room, p.uid, p.epoch, p.seq, p.iseq)
+        now_ms = self._now_ms()
+        # A missing, forged, foreign or stale context counts as an answer just
+        # now: replaying an old one gains nothing. A time ahead of ours (another
+        # node's clock) counts as now too.
+        last_ms = min(ctx.last_ms, now_ms) if ctx is not None else now_ms
+        pace = self.tiers.pace(online, p.uid, last_ms)
         hint_seq = ctx.seq_ic if ctx else None
         hint_iseq = ctx.iseq_ic if ctx else None
+        d = read(snap, p.seq, p.iseq, limit=s.answer_limit,
+                 seq_ic=hint_seq, iseq_ic=hint_iseq)
+        if pace.plain:
+            while True:
+                if not d.empty:
+                    return self._answer(snap, p, d, use_msgpack, pace, outcome="delivered")
+                nxt = await self.holds.wait(p.room, snap, deadline - loop.time())
+                if nxt is None:
+                    return self._answer(snap, p, d, use_msgpack, pace, outcome="empty",
+                                        keep_cursors=True)
+                snap = nxt
+                if snap.epoch != p.epoch:
+                    return self._answer(snap, p, recent(snap, p.recent), use_msgpack, pace,
+                                        reset=True, outcome="reset")
+                d = read(snap, p.seq, p.iseq, limit=s.answer_limit,
+                         seq_ic=hint_seq, iseq_ic=hint_iseq)
+        if not d.empty and now_ms >= pace.due_ms:
+            return self._answer(snap, p, d, use_msgpack, pace, outcome="delivered")
+        # Held by the room's ticker until due (or an important message cuts
+        # through); the clock's monotonic time bounds it.
+        mono = self.clock.monotonic()
+        due = mono + (pace.due_ms - now_ms) / 1000
+        paced_deadline = mono + p.timeout
         while True:
+            nxt = await self.holds.wait_paced(p.room, snap, epoch=p.epoch, seq=p.seq,
+                                              iseq=p.iseq, pending=not d.empty, due=due,
+                                              deadline=paced_deadline)
+            if nxt is None:
+                return self._answer(snap, p, d, use_msgpack, pace, outcome="empty",
+                                    keep_cursors=True)
+            snap = nxt
+            if snap.epoch != p.epoch:
+                return self._answer(snap, p, recent(snap, p.recent), use_msgpack, pace,
+                                    reset=True, outcome="reset")
             d = read(snap, p.seq, p.iseq, limit=s.answer_limit,
                      seq_ic=hint_seq, iseq_ic=hint_iseq)
             if not d.empty:
-                return self._answer(snap, p, d, use_msgpack, outcome="delivered")
-            nxt = await self.holds.wait(p.room, snap, deadline - loop.time())
-            if nxt is None:
-                return self._answer(snap, p, d, use_msgpack, outcome="empty",
-                                    keep_cursors=True, last_ms=ctx.last_ms if ctx else 0)
-            snap = nxt
-            if snap.epoch != p.epoch:
-                return self._answer(snap, p, recent(snap, p.recent), use_msgpack,
-                                    reset=True, outcome="reset")
+                return self._answer(snap, p, d, use_msgpack, pace, outcome="delivered")
 
-    def _answer(self, snap: Snapshot, p: PollParams, d: Delivery, use_msgpack: bool, *,
-                outcome: str, reset: bool = False, keep_cursors: bool = False,
-                last_ms: int = 0) -> web.Response:
+    def _now_ms(self) -> int:
+        return int(self.clock.time() * 1000)
+
+    def _answer(self, snap: Snapshot, p: PollParams, d: Delivery, use_msgpack: bool,
+                pace: Pace, *, outcome: str, reset: bool = False,
+                keep_cursors: bool = False) -> web.Response:
+        """Encode the answer. An empty answer keeps the listener's last
+        non-empty answer time (``pace.last_ms``) in its new context; any other
+        answer starts a new interval now."""
         self.metrics.polls.labels(outcome).inc()
         if d.important:
             self.metrics.deliveries.labels("important").inc(len(d.important))
@@ -151,15 +198,13 @@ class Proxy:
         if keep_cursors:
             # An empty answer: the listener's own cursors and epoch, unchanged.
             assert p.epoch is not None
-            epoch, memo_snap = p.epoch, None
+            epoch, memo_snap, last_ms = p.epoch, None, pace.last_ms
         else:
-            epoch, memo_snap = snap.epoch, snap
-            if not d.empty or outcome == "first" or reset:
-                last_ms = int(self.clock.time() * 1000)
+            epoch, memo_snap, last_ms = snap.epoch, snap, self._now_ms()
         ctx = self.signer.sign(p.room, p.uid, epoch, d.seq, d.iseq,
                                Context(d.seq_ic, d.iseq_ic, last_ms))
         body = answer.encode(memo_snap, p.room, epoch, d, reset=reset,
-                             online=self.stats.online(p.room), interval_ms=0,
+                             online=self.stats.online(p.room), interval_ms=pace.interval_ms,
                              ctx=ctx, use_msgpack=use_msgpack)
         return web.Response(body=body, content_type=MSGPACK if use_msgpack else JSON)
 
@@ -194,12 +239,21 @@ class Proxy:
         raw = await self._read_body(request)
         doc = decode_request(request.content_type, raw)
         sp = parse_send(doc, max_body=self.settings.max_message_bytes)
-        if sp.important:
-            self.tokens.require(request.headers.get("Authorization"), Right.PUBLISH)
+        authorization = request.headers.get("Authorization")
+        # The business backend (publisher or admin token) is not rate limited;
+        # a token that is sent must be right, even where none is needed.
+        trusted = sp.important or authorization is not None
+        if trusted:
+            self.tokens.require(authorization, Right.PUBLISH)
+        limits = self.settings.rate_limits
         message = NewMessage(uid=sp.uid, body=sp.body, important=sp.important,
-                             ts=int(self.clock.time() * 1000), client_msg_id=sp.client_msg_id)
+                             ts=self._now_ms(), client_msg_id=sp.client_msg_id)
         try:
-            appended = await self.log.append(room, message)
+            appended = await self.log.append(
+                room, message, None if trusted or limits.off else limits)
+        except RateLimited:
+            self.metrics.sends.labels("limited").inc()
+            raise
         except StoreUnavailable:
             self.metrics.sends.labels("unavailable").inc()
             self.metrics.store_errors.labels("append").inc()

@@ -1,0 +1,63 @@
+"""The tier table: from a room's online count to the minimum interval between
+two non-empty answers to one listener (the adaptive hold).
+
+A listener's next answer is due ``interval + jitter * u`` after its last
+non-empty one, with ``u`` in [0, 1) drawn from a hash of its uid and that
+answer's time: stable across polls and nodes (every node computes the same due
+time from the same signed context), different between listeners, so a cohort
+answered together spreads over the jitter instead of coming back as one burst.
+"""
+
+from __future__ import annotations
+
+import zlib
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from liveroom.settings import Tier
+
+PLAIN = Tier(0, 0.0, 0.0)
+"""Under the first tier: a plain long poll."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pace:
+    """One listener's pace in a room: its tier and when its next answer is due."""
+
+    tier: Tier
+    last_ms: int
+    """Unix ms of the listener's last non-empty answer (as its context says)."""
+    due_ms: int
+    """Unix ms before which a poll with messages pending is held."""
+
+    @property
+    def interval_ms(self) -> int:
+        """What the answer's ``interval_ms`` says: the longest the hold may add."""
+        return round((self.tier.interval + self.tier.jitter) * 1000)
+
+    @property
+    def plain(self) -> bool:
+        return self.tier.interval <= 0
+
+
+class TierTable:
+    def __init__(self, tiers: Sequence[Tier]) -> None:
+        self._tiers = sorted(tiers, key=lambda t: t.online)
+        self._thresholds = [t.online for t in self._tiers]
+
+    def tier(self, online: int) -> Tier:
+        """The tier of a room with ``online`` listeners."""
+        i = bisect_right(self._thresholds, online)
+        return self._tiers[i - 1] if i else PLAIN
+
+    def pace(self, online: int, uid: str, last_ms: int) -> Pace:
+        tier = self.tier(online)
+        if tier.interval <= 0:
+            return Pace(tier, last_ms, last_ms)
+        offset = tier.interval
+        if tier.jitter:
+            # crc32 is stable across processes (``hash`` is salted per process).
+            u = zlib.crc32(f"{uid}\x00{last_ms}".encode()) / 2**32
+            offset += tier.jitter * u
+        return Pace(tier, last_ms, last_ms + round(offset * 1000))
