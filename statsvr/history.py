@@ -16,8 +16,17 @@ DESIGN.md step 8):
 * **Reader side.** :meth:`ViewersHistory.refresh` reads the rooms' histories in
   one round trip and computes each room's figure with
   :func:`~statsvr.viewers.viewers_figure`; :meth:`ViewersHistory.figure`
-  answers from memory. The figure never goes down: the last one shown is kept
-  per room.
+  answers from memory. The figure never goes down within a broadcast: the
+  last one shown is kept per room.
+* **Broadcasts.** An operator may end a room's broadcast
+  (:meth:`~liveroom.store.base.Operators.end_broadcast`): the store then keeps
+  a new, empty history under the next broadcast number, which ``add_viewers``
+  and ``viewers`` report. A node that sees the number of a room go up, on a
+  flush or a refresh, forgets what it had counted for the room (its sketch,
+  the exact set's flag, the figure shown) and counts every member its table
+  holds now (``members``) again, so the new broadcast's history starts with who
+  is watching now. A flush that finds it wrote into a new broadcast (with the
+  old broadcast's sketch) writes the fresh state at once, replacing it.
 
 Limits and trade-offs:
 
@@ -35,6 +44,11 @@ Limits and trade-offs:
   room only once it knows the room's exact set incomplete; on the refresh that
   first sees a room incomplete, the capped exact count is the figure's floor,
   and the estimate follows on the next refresh.
+* **A race left open.** The first flush of a room since it came into memory
+  loads the node's stored sketch, then writes; a broadcast ended between the
+  two carries that sketch into the new broadcast unnoticed (the node has no
+  number to compare with yet). A reply from before an end arriving after one
+  from after it is ignored (see ``_saw_broadcast``).
 * **Memory.** An owner keeps one 16 KiB sketch per room it holds members of;
   rooms with no joins for ``idle`` seconds are dropped (their sketches are in
   the store and are loaded again if members come back). Readers drop rooms
@@ -46,7 +60,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from liveroom.clock import Clock
@@ -55,7 +69,7 @@ from liveroom.store.base import StatsStore, ViewersState
 
 from .viewers import DEFAULT_THRESHOLD, ViewersFigure, ViewerSketch, merge_registers, viewers_figure
 
-__all__ = ["HISTORY_TTL", "IDLE", "SKETCH_SLICE", "ViewersHistory"]
+__all__ = ["HISTORY_TTL", "IDLE", "SKETCH_SLICE", "MembersOf", "ViewersHistory"]
 
 log = logging.getLogger("liveroom.statsvr.history")
 
@@ -69,6 +83,13 @@ SKETCH_SLICE = 20_000
 """Uids hashed into a sketch between two yields to the event loop."""
 
 _UNKNOWN = ViewersFigure(0, True)
+
+MembersOf = Callable[[str], Iterable[str]]
+"""The members a node's table holds of a room now (counted again in a new broadcast)."""
+
+
+def _no_members(room: str) -> Iterable[str]:
+    return ()
 
 
 @dataclass(eq=False, slots=True)
@@ -119,14 +140,15 @@ class ViewersHistory:
     ``node`` is the node's stable id (it names the node's sketch keys);
     ``threshold`` the largest exact count; ``ttl`` how long (seconds) a room's
     history lives in the store after its last update; ``idle`` how long a room
-    stays in memory unused. Not thread-safe: one event loop; :meth:`flush` and
-    :meth:`refresh` may run concurrently with each other but each should have
-    one caller at a time.
+    stays in memory unused; ``members`` the members the node's table holds of
+    a room, counted again when a new broadcast starts. Not thread-safe: one
+    event loop; :meth:`flush` and :meth:`refresh` may run concurrently with
+    each other but each should have one caller at a time.
     """
 
     def __init__(self, stats: StatsStore, clock: Clock, node: str, *,
                  threshold: int = DEFAULT_THRESHOLD, ttl: float = HISTORY_TTL,
-                 idle: float = IDLE) -> None:
+                 idle: float = IDLE, members: MembersOf = _no_members) -> None:
         if threshold < 0:
             raise ValueError("threshold must be >= 0")
         self.node = node
@@ -135,8 +157,13 @@ class ViewersHistory:
         self._clock = clock
         self._ttl_ms = int(ttl * 1000)
         self._idle = idle
+        self._members = members
         self._owned: dict[str, _Owned] = {}
         self._read: dict[str, _Read] = {}
+        self._broadcast: dict[str, int] = {}
+        """The broadcast the store reported last per room in memory."""
+        self._doubted: dict[str, int] = {}
+        """A lower broadcast reported once, not believed yet."""
         self._flush_outage = _Outage("store viewers history")
         self._refresh_outage = _Outage("read viewers history")
 
@@ -173,9 +200,15 @@ class ViewersHistory:
             if not state.pending:
                 if now - state.active_at > self._idle:
                     del self._owned[room]
+                    self._forget(room)
                 continue
             try:
                 await self._flush_room(room, state)
+                fresh = self._owned.get(room)
+                if fresh is not None and fresh is not state and fresh.pending:
+                    # A new broadcast started: replace at once the old sketch
+                    # just written into it.
+                    await self._flush_room(room, fresh)
             except StoreUnavailable as exc:
                 self._flush_outage.failed(exc)
                 return
@@ -198,8 +231,10 @@ class ViewersHistory:
                     await asyncio.sleep(0)
                 state.sketch.add_many(uids[i:i + SKETCH_SLICE])
             exact = uids[:self.threshold + 1] if state.complete else []
-            _, state.complete = await self._stats.add_viewers(
+            _, complete, broadcast = await self._stats.add_viewers(
                 room, self.node, exact, state.sketch.to_bytes(), self.threshold, self._ttl_ms)
+            if self._saw_broadcast(room, broadcast):
+                state.complete = complete
         except BaseException:
             # Not stored (store down, or cancelled): keep them for the next flush.
             # Adding them to the sketch again is harmless.
@@ -248,6 +283,8 @@ class ViewersHistory:
             for i, (room, stored) in enumerate(zip(rooms, states, strict=True)):
                 if stored.sketches and i:
                     await asyncio.sleep(0)
+                if not self._saw_broadcast(room, stored.broadcast):
+                    continue  # read before an end this node already saw
                 state = self._read.get(room)
                 if state is None:
                     state = self._read[room] = _Read(read_at=now)
@@ -258,6 +295,50 @@ class ViewersHistory:
                 state.complete = stored.complete
         for room in [r for r, s in self._read.items() if now - s.read_at > self._idle]:
             del self._read[room]
+            self._forget(room)
+
+    # -- broadcasts ------------------------------------------------------------------
+
+    def _saw_broadcast(self, room: str, broadcast: int) -> bool:
+        """Note the broadcast the store reported for ``room``; start counting
+        afresh when it differs from the one known. False to ignore the reply.
+
+        A lower number is first taken for a reply from before an end this node
+        already saw (the flush and the refresh each have one call in flight,
+        so at most one such reply comes) and ignored; reported again, it is a
+        room whose every history expired and whose numbers started over.
+        """
+        known = self._broadcast.get(room)
+        if known is not None and broadcast < known and self._doubted.get(room) != broadcast:
+            self._doubted[room] = broadcast
+            return False
+        self._doubted.pop(room, None)
+        self._broadcast[room] = broadcast
+        if known is not None and broadcast != known:
+            self._restart(room)
+        return True
+
+    def _restart(self, room: str) -> None:
+        """Forget what was counted of ``room``; count its members again."""
+        log.info("room %s: a new broadcast; node %s counts its viewers again", room, self.node)
+        read = self._read.get(room)
+        if read is not None:
+            read.figure = _UNKNOWN
+            read.complete = True
+        old = self._owned.get(room)
+        pending = dict.fromkeys(self._members(room))
+        if old is None and not pending:
+            return
+        if old is not None:
+            pending.update(old.pending)  # joins not stored yet: in the new one too
+        # loaded: nothing of the old broadcast may come back from the store.
+        self._owned[room] = _Owned(active_at=self._clock.monotonic(), pending=pending,
+                                   loaded=True)
+
+    def _forget(self, room: str) -> None:
+        if room not in self._owned and room not in self._read:
+            self._broadcast.pop(room, None)
+            self._doubted.pop(room, None)
 
 
 def _estimate(room: str, stored: ViewersState) -> int:

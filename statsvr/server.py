@@ -89,7 +89,7 @@ class Statsvr:
                              refresh_every=limits.refresh_every)
         self.merge = Merge(stats, clock, every=limits.merge_every, keep_for=limits.keep_for)
         self.history = ViewersHistory(stats, clock, node, threshold=limits.viewers_threshold,
-                                      ttl=limits.history_ttl)
+                                      ttl=limits.history_ttl, members=self.tables.members)
         self.series = OnlineSeries(stats, clock, node, tiers=limits.tiers,
                                    every=limits.sample_every)
         self._tasks: list[asyncio.Task[None]] = []

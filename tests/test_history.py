@@ -55,7 +55,7 @@ class Faulty:
 
     async def add_viewers(self, room: str, node: str, uids: Sequence[str],
                           sketch: bytes | None, threshold: int,
-                          ttl_ms: int) -> tuple[int, bool]:
+                          ttl_ms: int) -> tuple[int, bool, int]:
         self._check()
         self.sent.append(len(uids))
         return await self.inner.add_viewers(room, node, uids, sketch, threshold, ttl_ms)

@@ -174,23 +174,23 @@ async def test_node_names_and_versions_may_hold_separators(
 async def test_the_exact_set_fills_to_the_threshold_then_stops(store: Store) -> None:
     stats = store.stats
     add = stats.add_viewers
-    assert await add("r", "n1", ["u1", "u2"], None, 3, TTL_MS) == (2, True)
+    assert await add("r", "n1", ["u1", "u2"], None, 3, TTL_MS) == (2, True, 1)
     # Filled exactly to the threshold: still complete.
-    assert await add("r", "n1", ["u2", "u3"], None, 3, TTL_MS) == (3, True)
-    assert await add("r", "n1", ["u1", "u3"], None, 3, TTL_MS) == (3, True)
+    assert await add("r", "n1", ["u2", "u3"], None, 3, TTL_MS) == (3, True, 1)
+    assert await add("r", "n1", ["u1", "u3"], None, 3, TTL_MS) == (3, True, 1)
     # One more distinct uid would exceed it: incomplete, size stays.
-    assert await add("r", "n1", ["u1", "u4"], None, 3, TTL_MS) == (3, False)
+    assert await add("r", "n1", ["u1", "u4"], None, 3, TTL_MS) == (3, False, 1)
     # For good: later uids are ignored, even with a larger threshold.
-    assert await add("r", "n1", ["u5"], None, 10, TTL_MS) == (3, False)
+    assert await add("r", "n1", ["u5"], None, 10, TTL_MS) == (3, False, 1)
     assert await stats.viewers(["r"], sketches=[False]) == [ViewersState(3, False, ())]
 
 
 async def test_a_batch_crossing_the_threshold_fills_it_in_order(store: Store) -> None:
     stats = store.stats
     assert await stats.add_viewers("r", "n1", ["a", "b", "a", "c", "d", "e"],
-                                   None, 3, TTL_MS) == (3, False)
-    assert await stats.add_viewers("q", "n1", ["a", "a", "b", "a"], None, 3, TTL_MS) == (2, True)
-    assert await stats.add_viewers("z", "n1", ["a"], None, 0, TTL_MS) == (0, False)
+                                   None, 3, TTL_MS) == (3, False, 1)
+    assert await stats.add_viewers("q", "n1", ["a", "a", "b", "a"], None, 3, TTL_MS) == (2, True, 1)
+    assert await stats.add_viewers("z", "n1", ["a"], None, 0, TTL_MS) == (0, False, 1)
     assert await stats.viewers(["r", "q", "z"], sketches=[False, False, False]) == [
         ViewersState(3, False, ()), ViewersState(2, True, ()), ViewersState(0, False, ())]
 
@@ -411,6 +411,6 @@ async def _run_exact_model(url: str, threshold: int, batches: list[list[str]]) -
             known.update(plan.add)
             complete = plan.complete
             got = await store.stats.add_viewers("r", "n1", batch, None, threshold, TTL_MS)
-            assert got == (len(known), complete)
+            assert got == (len(known), complete, 1)
         (state,) = await store.stats.viewers(["r"], sketches=[False])
         assert (state.exact, state.complete) == (len(known), complete)

@@ -272,23 +272,28 @@ class StatsStore(Protocol):
 
     async def add_viewers(self, room: str, node: str, uids: Sequence[str],
                           sketch: bytes | None, threshold: int,
-                          ttl_ms: int) -> tuple[int, bool]:
-        """Count ``uids`` as viewers of ``room`` and store ``node``'s sketch.
+                          ttl_ms: int) -> tuple[int, bool, int]:
+        """Count ``uids`` as viewers of ``room``'s current broadcast and store
+        ``node``'s sketch.
 
         Atomically adds the uids to the room's exact set, in order, until it
         would exceed ``threshold`` uids; then the set is marked incomplete and
         never grows again. ``sketch`` (when given) replaces ``node``'s own
         HyperLogLog registers of the room. The room's history lives ``ttl_ms``
-        after its last update. Returns the set's size and whether it is complete.
+        after its last update. Returns the set's size, whether it is complete,
+        and the broadcast written to: a caller that finds it changed wrote its
+        old broadcast's sketch into the new one, and writes a fresh one.
         """
 
     async def load_sketch(self, room: str, node: str) -> bytes | None:
-        """``node``'s stored HyperLogLog registers of ``room``, if any."""
+        """``node``'s stored HyperLogLog registers of ``room``'s current
+        broadcast, if any."""
 
     async def viewers(self, rooms: Sequence[str], *,
                       sketches: Sequence[bool]) -> list[ViewersState]:
-        """The viewers history of each room, one round trip; every node's sketch
-        of a room is read only where ``sketches`` says so."""
+        """The viewers history of each room's current broadcast (and its
+        number), one round trip; every node's sketch of a room is read only
+        where ``sketches`` says so."""
 
     async def record_online(self, samples: Sequence[OnlineSample],
                             tiers: Sequence[tuple[int, int]], min_gap_ms: int) -> int:
@@ -347,10 +352,20 @@ class Operators(Protocol):
 
     async def end_broadcast(self, room: str, now_ms: int, ttl_ms: int) -> Ended:
         """End the room's broadcast: a new epoch (its log starts afresh; seqs go
-        on) and a new viewers history. The ended history stays readable
-        (:meth:`broadcasts`) for ``ttl_ms``; ``StatsStore.viewers`` and
-        ``add_viewers`` work on the new one from now on, and report the current
-        broadcast number so a statsvr node forgets whom it had counted."""
+        on) and a new viewers history. Atomic, and always effective: ending
+        twice ends two broadcasts.
+
+        The room gets a new epoch unconditionally (a log is created if it has
+        none), so every listener resets. The broadcast number goes up by one
+        (a room never ended is in broadcast 1). The ended broadcast's viewers
+        history is set aside and stays readable (:meth:`broadcasts`) for
+        ``ttl_ms`` (on the store's clock, like every expiry of the engine);
+        ``now_ms`` is recorded as when it ended. ``StatsStore.viewers`` and
+        ``add_viewers`` work on the new, empty history from now on and report
+        the new number, so a statsvr node forgets whom it had counted. Every
+        recvsvr is notified with the room's head, as after an append.
+        """
 
     async def broadcasts(self, room: str) -> list[PastBroadcast]:
-        """The room's ended broadcasts still kept, newest first (with sketches)."""
+        """The room's ended broadcasts still kept, newest first, with their
+        viewers history as stored (sketches included, ``broadcast`` their number)."""

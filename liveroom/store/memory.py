@@ -5,7 +5,8 @@ epoch, and several processes cannot share it (use the redis engine for that).
 Notifies are direct calls. Expiry of idle rooms runs in a background sweep and
 is also checked when a room is touched, so a room past its TTL is never seen.
 statsvr's tables (:class:`MemoryStats`) mirror the redis engine's keys, with
-the same rules and the same expiry, measured on the store's clock.
+the same rules and the same expiry, measured on the store's clock; so do the
+rate counters and the ended broadcasts (:class:`MemoryOperators`).
 """
 
 from __future__ import annotations
@@ -31,10 +32,12 @@ from ..ratelimit import (
 )
 from .base import (
     Appended,
+    Ended,
     LogPolicy,
     OnlineSample,
     OnNotify,
     OnResync,
+    PastBroadcast,
     Pulled,
     PullRequest,
     SeriesRow,
@@ -254,6 +257,15 @@ class MemoryLog:
         return Pulled(request.room, state.epoch, state.seq, state.ic,
                       tuple(extra + picked), complete=complete)
 
+    def start_epoch(self, room: str) -> tuple[str, int]:
+        """Give the room a new epoch whatever its current one (creating its log
+        if it has none); return it and the room's head."""
+        state = self._room(room, create=True)
+        assert state is not None
+        state.epoch = new_epoch()
+        state.used_ms = self._now_ms()
+        return state.epoch, state.seq
+
     async def renew_epoch(self, room: str, stale: str) -> str:
         state = self._room(room, create=True)
         assert state is not None
@@ -283,6 +295,21 @@ class _Viewers:
     complete: bool = True
     sketches: dict[str, bytes] = field(default_factory=dict)
 
+    def state(self, broadcast: int, *, sketches: bool = True) -> ViewersState:
+        """As stored; sketches ordered by node."""
+        by_node = self.sketches if sketches else {}
+        return ViewersState(len(self.exact), self.complete,
+                            tuple(by_node[n] for n in sorted(by_node)), broadcast)
+
+
+@dataclass
+class _Broadcasts:
+    """A room's broadcasts (``lr:{R}:bc`` on Redis)."""
+
+    current: int = 1
+    ended: dict[int, int] = field(default_factory=dict)
+    """Ended broadcasts -> when they ended (ms), while their history may be kept."""
+
 
 class MemoryStats:
     """statsvr's tables in this process, laid out like the redis engine's keys.
@@ -297,14 +324,17 @@ class MemoryStats:
         self._shard_index: _Expiring[str, dict[_ShardKey, _IndexValue]] = _Expiring(clock)
         self._shards: _Expiring[tuple[str, str, int, int], bytes] = _Expiring(clock)
         self._viewers: _Expiring[str, _Viewers] = _Expiring(clock)
+        self._broadcasts: _Expiring[str, _Broadcasts] = _Expiring(clock)
+        self._ended: _Expiring[tuple[str, int], _Viewers] = _Expiring(clock)
+        """(room, broadcast) -> the viewers history of an ended broadcast."""
         self._series: _Expiring[tuple[str, int], dict[int, Bucket]] = _Expiring(clock)
         self._series_last: _Expiring[str, int] = _Expiring(clock)
         self._nodes: dict[str, int] = {}
 
     def sweep(self) -> None:
         """Drop whatever expired on the store's clock."""
-        for table in (self._shard_index, self._shards, self._viewers, self._series,
-                      self._series_last):
+        for table in (self._shard_index, self._shards, self._viewers, self._broadcasts,
+                      self._ended, self._series, self._series_last):
             table.sweep()
 
     # -- shards ------------------------------------------------------------------
@@ -361,7 +391,7 @@ class MemoryStats:
 
     async def add_viewers(self, room: str, node: str, uids: Sequence[str],
                           sketch: bytes | None, threshold: int,
-                          ttl_ms: int) -> tuple[int, bool]:
+                          ttl_ms: int) -> tuple[int, bool, int]:
         state = self._viewers.get(room) or _Viewers()
         if state.complete:
             for uid in uids:
@@ -375,7 +405,13 @@ class MemoryStats:
             state.sketches[node] = sketch
         if state.exact or not state.complete or state.sketches:
             self._viewers.put(room, state, ttl_ms)
-        return len(state.exact), state.complete
+        # The broadcast number outlives every viewers history of the room.
+        self._broadcasts.expire(room, ttl_ms, only_later=True)
+        return len(state.exact), state.complete, self._broadcast(room)
+
+    def _broadcast(self, room: str) -> int:
+        broadcasts = self._broadcasts.get(room)
+        return 1 if broadcasts is None else broadcasts.current
 
     async def load_sketch(self, room: str, node: str) -> bytes | None:
         state = self._viewers.get(room)
@@ -386,13 +422,40 @@ class MemoryStats:
         """Each room's sketches come ordered by node."""
         if len(rooms) != len(sketches):
             raise ValueError("viewers() needs one sketches flag per room")
-        states = []
-        for room, with_sketches in zip(rooms, sketches, strict=True):
-            state = self._viewers.get(room) or _Viewers()
-            by_node = state.sketches if with_sketches else {}
-            states.append(ViewersState(len(state.exact), state.complete,
-                                       tuple(by_node[n] for n in sorted(by_node))))
-        return states
+        return [(self._viewers.get(room) or _Viewers()).state(
+                    self._broadcast(room), sketches=with_sketches)
+                for room, with_sketches in zip(rooms, sketches, strict=True)]
+
+    # -- broadcasts ----------------------------------------------------------------
+
+    def end_broadcast(self, room: str, now_ms: int, ttl_ms: int) -> int:
+        """Set the room's viewers history aside for ``ttl_ms`` under the
+        broadcast's number; return the new broadcast's number."""
+        broadcasts = self._broadcasts.get(room)
+        if broadcasts is None:
+            broadcasts = _Broadcasts()
+            self._broadcasts.put(room, broadcasts, ttl_ms)
+        else:
+            self._broadcasts.expire(room, ttl_ms, only_later=True)
+        ended = broadcasts.current
+        self._ended.put((room, ended), self._viewers.get(room) or _Viewers(), ttl_ms)
+        self._viewers.pop(room)
+        broadcasts.ended = {n: at for n, at in broadcasts.ended.items()
+                            if self._ended.get((room, n)) is not None}
+        broadcasts.ended[ended] = now_ms
+        broadcasts.current = ended + 1
+        return broadcasts.current
+
+    def ended_broadcasts(self, room: str) -> list[PastBroadcast]:
+        broadcasts = self._broadcasts.get(room)
+        if broadcasts is None:
+            return []
+        past = []
+        for n in sorted(broadcasts.ended, reverse=True):
+            viewers = self._ended.get((room, n))
+            if viewers is not None:
+                past.append(PastBroadcast(n, broadcasts.ended[n], viewers.state(n)))
+        return past
 
     # -- series ------------------------------------------------------------------
 
@@ -450,6 +513,43 @@ def _add_sample(buckets: dict[int, Bucket], sample: OnlineSample,
     return buckets
 
 
+class MemoryOperators:
+    """The vip whitelist and the end of broadcasts, in this process.
+
+    ``end_broadcast`` never suspends, so it is atomic like the redis engine's script.
+    """
+
+    def __init__(self, log: MemoryLog, stats: MemoryStats, notifier: MemoryNotifier) -> None:
+        self._log = log
+        self._stats = stats
+        self._notifier = notifier
+        self._vip: set[str] = set()
+
+    async def vip_add(self, room: str) -> bool:
+        if room in self._vip:
+            return False
+        self._vip.add(room)
+        return True
+
+    async def vip_remove(self, room: str) -> bool:
+        if room not in self._vip:
+            return False
+        self._vip.discard(room)
+        return True
+
+    async def vip_rooms(self) -> frozenset[str]:
+        return frozenset(self._vip)
+
+    async def end_broadcast(self, room: str, now_ms: int, ttl_ms: int) -> Ended:
+        epoch, head = self._log.start_epoch(room)
+        broadcast = self._stats.end_broadcast(room, now_ms, ttl_ms)
+        self._notifier.publish(room, head)
+        return Ended(epoch, broadcast)
+
+    async def broadcasts(self, room: str) -> list[PastBroadcast]:
+        return self._stats.ended_broadcasts(room)
+
+
 class MemoryStore:
     """The embedded engine (``--store memory``)."""
 
@@ -460,6 +560,7 @@ class MemoryStore:
         self.notifier = MemoryNotifier()
         self.log = MemoryLog(policy, clock, self.notifier)
         self.stats = MemoryStats(clock)
+        self.operators = MemoryOperators(self.log, self.stats, self.notifier)
         self._values: dict[str, str] = {}
         self._sweeper: asyncio.Task[None] | None = None
 

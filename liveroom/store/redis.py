@@ -68,7 +68,8 @@ from .base import (
     new_epoch,
     series_horizon_ms,
 )
-from .redis_calls import Call, Lua, blob, run_scripts, script_text, text, unavailable
+from .redis_calls import Call, Lua, blob, run_scripts, script_text, text, unavailable, viewers_state
+from .redis_operators import RedisOperators
 
 logger = logging.getLogger("liveroom.store.redis")
 
@@ -529,15 +530,16 @@ class RedisStats:
 
     async def add_viewers(self, room: str, node: str, uids: Sequence[str],
                           sketch: bytes | None, threshold: int,
-                          ttl_ms: int) -> tuple[int, bool]:
+                          ttl_ms: int) -> tuple[int, bool, int]:
         """One script call; see ``lua/viewers.lua``."""
         call: Call = (
             self._viewers,
-            [keys.viewers_exact(room), keys.viewers_meta(room), keys.viewers_sketches(room)],
+            [keys.viewers_exact(room), keys.viewers_meta(room), keys.viewers_sketches(room),
+             keys.broadcasts(room)],
             [threshold, ttl_ms, node, int(sketch is not None), sketch or b"", *uids])
         with unavailable("add_viewers"):
-            ((size, complete),) = await run_scripts(self._client, [call])
-        return int(size), bool(complete)
+            ((size, complete, broadcast),) = await run_scripts(self._client, [call])
+        return int(size), bool(complete), int(broadcast)
 
     async def load_sketch(self, room: str, node: str) -> bytes | None:
         with unavailable("load_sketch"):
@@ -556,15 +558,15 @@ class RedisStats:
                 for room, with_sketches in zip(rooms, sketches, strict=True):
                     pipe.scard(keys.viewers_exact(room))
                     pipe.hget(keys.viewers_meta(room), "complete")
+                    pipe.hget(keys.broadcasts(room), "n")
                     if with_sketches:
                         pipe.hgetall(keys.viewers_sketches(room))
                 replies = iter(await pipe.execute())
         states = []
         for with_sketches in sketches:
-            exact, flag = next(replies), next(replies)
+            exact, flag, broadcast = next(replies), next(replies), next(replies)
             by_node: dict[bytes, bytes] = next(replies) if with_sketches else {}
-            states.append(ViewersState(int(exact), flag != b"0",
-                                       tuple(by_node[n] for n in sorted(by_node))))
+            states.append(viewers_state(exact, flag, by_node, int(broadcast or 1)))
         return states
 
     # -- series ------------------------------------------------------------------
@@ -617,6 +619,7 @@ class RedisStore:
         self.log = RedisLog(self._client, policy)
         self.notifier = RedisNotifier(url, self._client, node_id)
         self.stats = RedisStats(self._client)
+        self.operators = RedisOperators(self._client, policy)
 
     async def start(self) -> None:
         """Start the notify channel; wait (a little) for it when Redis answers.

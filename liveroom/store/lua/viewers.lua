@@ -4,6 +4,7 @@
 -- KEYS[1]  lr:{R}:vx   set: the exact set of viewers
 -- KEYS[2]  lr:{R}:vm   hash: complete = '0' once the set is capped (absent: complete)
 -- KEYS[3]  lr:{R}:vh   hash: node -> its HyperLogLog registers
+-- KEYS[4]  lr:{R}:bc   hash: n = the current broadcast (absent: 1)
 --
 -- ARGV[1]  threshold: the most uids the exact set holds
 -- ARGV[2]  ttl_ms: the room's viewers history lives this long after this call
@@ -11,9 +12,9 @@
 -- ARGV[5]  the node's registers (or '')
 -- ARGV[6..]  the uids, in order
 --
--- Returns {size of the exact set, 1 when complete else 0}.
+-- Returns {size of the exact set, 1 when complete else 0, the broadcast}.
 
-local vx, vm, vh = KEYS[1], KEYS[2], KEYS[3]
+local vx, vm, vh, bc = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local threshold = tonumber(ARGV[1])
 local complete = redis.call('HGET', vm, 'complete') ~= '0'
 
@@ -41,4 +42,11 @@ end
 redis.call('PEXPIRE', vx, ARGV[2])
 redis.call('PEXPIRE', vm, ARGV[2])
 redis.call('PEXPIRE', vh, ARGV[2])
-return {redis.call('SCARD', vx), complete and 1 or 0}
+-- The broadcast number outlives every viewers history of the room, so it
+-- never goes back while one is kept (a room never ended has no bc at all).
+local left = redis.call('PTTL', bc)
+if left >= 0 and left < tonumber(ARGV[2]) then
+  redis.call('PEXPIRE', bc, ARGV[2])
+end
+local broadcast = tonumber(redis.call('HGET', bc, 'n') or '1')
+return {redis.call('SCARD', vx), complete and 1 or 0, broadcast}

@@ -1,0 +1,75 @@
+-- end_broadcast.lua: end a room's broadcast; atomic, one script call.
+-- A new epoch, the next broadcast number, the viewers history set aside under
+-- the ended number, a record of when it ended, and the notify.
+--
+-- KEYS[1]  lr:{R}:meta    hash: epoch, seq (head), ic
+-- KEYS[2]  lr:{R}:log     stream: the log
+-- KEYS[3]  lr:{R}:imp     stream: important entries kept beyond the log cap
+-- KEYS[4]  lr:{R}:bc      hash: n = the current broadcast (absent: 1);
+--                         e:<k> = '<ended_ms> <kept until ms>' of ended ones
+-- KEYS[5]  lr:{R}:vx      KEYS[6]  lr:{R}:vm      KEYS[7]  lr:{R}:vh
+--                         the current broadcast's viewers history
+-- KEYS[8]  lr:{R}:vx:<n>  KEYS[9]  lr:{R}:vm:<n>  KEYS[10] lr:{R}:vh:<n>
+--                         where it goes, n = ARGV[1]
+--
+-- ARGV[1]  n: the current broadcast as the caller read it (names KEYS[8..10])
+-- ARGV[2]  the new epoch (random, from the caller)
+-- ARGV[3]  now_ms: when the broadcast ended (the caller's clock)
+-- ARGV[4]  ttl_ms: how long the ended history is kept
+-- ARGV[5]  room_ttl_ms (for a log created here)
+-- ARGV[6]  the notify channel   ARGV[7]  the room name
+--
+-- Returns {new epoch, new broadcast}; {'', 0} when the current broadcast is
+-- no longer ARGV[1] (ended meanwhile: the caller reads it again and retries).
+
+local meta, log, imp, bc = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local ended = tonumber(redis.call('HGET', bc, 'n') or '1')
+if ended ~= tonumber(ARGV[1]) then
+  return {'', 0}
+end
+local now, ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
+
+-- A new epoch whatever the current one: every listener resets; seq goes on.
+local epoch = ARGV[2]
+if redis.call('HGET', meta, 'epoch') then
+  redis.call('HSET', meta, 'epoch', epoch)
+else
+  -- No log: start one at seq 0, dropping leftover streams (see append.lua).
+  redis.call('DEL', log, imp)
+  redis.call('HSET', meta, 'epoch', epoch, 'seq', 0, 'ic', 0)
+  redis.call('PEXPIRE', meta, ARGV[5])
+end
+
+-- The viewers history aside; vm:<n> always exists while it is kept.
+for i = 0, 2 do
+  if redis.call('EXISTS', KEYS[5 + i]) == 1 then
+    redis.call('RENAME', KEYS[5 + i], KEYS[8 + i])
+  else
+    redis.call('DEL', KEYS[8 + i])
+  end
+end
+redis.call('HSET', KEYS[9], 'ended', ARGV[3])
+for i = 8, 10 do
+  redis.call('PEXPIRE', KEYS[i], ARGV[4])
+end
+
+-- The record: drop ended broadcasts past their keeping, add this one.
+local fields = redis.call('HGETALL', bc)
+for i = 1, #fields, 2 do
+  if string.match(fields[i], '^e:') then
+    local kept_until = tonumber(string.match(fields[i + 1], ' (%d+)$'))
+    if not kept_until or kept_until <= now then
+      redis.call('HDEL', bc, fields[i])
+    end
+  end
+end
+redis.call('HSET', bc, string.format('e:%d', ended), string.format('%d %d', now, now + ttl),
+           'n', ended + 1)
+-- bc outlives every viewers history of the room (add_viewers extends it too).
+if redis.call('PTTL', bc) < ttl then
+  redis.call('PEXPIRE', bc, ARGV[4])
+end
+
+local head = tonumber(redis.call('HGET', meta, 'seq'))
+redis.call('PUBLISH', ARGV[6], string.format('%d %s', head, ARGV[7]))
+return {epoch, ended + 1}

@@ -1,0 +1,104 @@
+"""What operators change, on Redis: the vip whitelist and the end of broadcasts.
+
+- **The whitelist** is one set, :data:`.keys.VIP` (one command a call; nodes
+  cache it and never read it per poll).
+- **Ending a broadcast** is one script, ``lua/end_broadcast.lua``: a new
+  epoch, the next broadcast number in ``lr:{R}:bc``, the viewers history
+  renamed aside as ``vx:<n>``, ``vm:<n>``, ``vh:<n>`` and kept ``ttl_ms``, the
+  record of when it ended, and the notify. The renamed keys are named by the
+  ended number, which the caller reads first (a Redis Cluster needs every key a
+  script touches declared): the script refuses when another end came in
+  between, and the call reads again. Two round trips, three the first time the
+  script runs on a fresh server.
+- **Ended broadcasts** are read with plain pipelined commands: the record in
+  ``bc``, then each kept history. One whose ``vm:<n>`` expired (Redis's own
+  clock) is left out; the record is pruned on the caller's clock by the next
+  end.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from redis.asyncio import Redis
+
+from ..errors import StoreUnavailable
+from . import keys
+from .base import Ended, LogPolicy, PastBroadcast, new_epoch
+from .redis_calls import Lua, run_scripts, text, unavailable, viewers_state
+
+_END_ATTEMPTS = 5
+"""Ends of one room racing each other: tries before giving up."""
+
+
+class RedisOperators:
+    """:class:`~liveroom.store.base.Operators` on Redis (keys in :mod:`.keys`)."""
+
+    def __init__(self, client: Redis, policy: LogPolicy) -> None:
+        self._client = client
+        self._policy = policy
+        self._end = Lua("end_broadcast.lua")
+
+    # -- the vip whitelist ---------------------------------------------------------
+
+    async def vip_add(self, room: str) -> bool:
+        with unavailable("vip_add"):
+            added: int = await self._client.sadd(keys.VIP, room)
+        return added == 1
+
+    async def vip_remove(self, room: str) -> bool:
+        with unavailable("vip_remove"):
+            removed: int = await self._client.srem(keys.VIP, room)
+        return removed == 1
+
+    async def vip_rooms(self) -> frozenset[str]:
+        with unavailable("vip_rooms"):
+            rooms = await self._client.smembers(keys.VIP)
+        return frozenset(text(room) for room in rooms)
+
+    # -- broadcasts ------------------------------------------------------------------
+
+    async def end_broadcast(self, room: str, now_ms: int, ttl_ms: int) -> Ended:
+        """Read the current broadcast, then end it in one script call."""
+        for _ in range(_END_ATTEMPTS):
+            with unavailable("end_broadcast"):
+                current = int(await self._client.hget(
+                    keys.broadcasts(room), "n") or 1)
+                ((epoch, broadcast),) = await run_scripts(self._client, [(
+                    self._end,
+                    [keys.meta(room), keys.log(room), keys.important(room),
+                     keys.broadcasts(room),
+                     keys.viewers_exact(room), keys.viewers_meta(room),
+                     keys.viewers_sketches(room),
+                     keys.viewers_exact(room, current), keys.viewers_meta(room, current),
+                     keys.viewers_sketches(room, current)],
+                    [current, new_epoch(), now_ms, ttl_ms, self._policy.room_ttl_ms,
+                     keys.NOTIFY_CHANNEL, room])])
+            if broadcast:
+                return Ended(text(epoch), int(broadcast))
+        raise StoreUnavailable(f"room {room}'s broadcast kept ending meanwhile; try again")
+
+    async def broadcasts(self, room: str) -> list[PastBroadcast]:
+        """Two round trips: the record, then the kept histories in one pipeline."""
+        with unavailable("broadcasts"):
+            record = await self._client.hgetall(keys.broadcasts(room))
+        ended = sorted(((int(field[2:]), int(value.split()[0]))
+                        for field, value in ((text(f), text(v)) for f, v in record.items())
+                        if field.startswith("e:")),
+                       reverse=True)
+        if not ended:
+            return []
+        with unavailable("broadcasts"):
+            async with self._client.pipeline(transaction=False) as pipe:
+                for n, _ in ended:
+                    pipe.scard(keys.viewers_exact(room, n))
+                    pipe.hgetall(keys.viewers_meta(room, n))
+                    pipe.hgetall(keys.viewers_sketches(room, n))
+                replies: list[Any] = await pipe.execute()
+        past = []
+        for i, (n, ended_ms) in enumerate(ended):
+            exact, meta, by_node = replies[3 * i:3 * i + 3]
+            if meta:  # else expired: vm:<n> lives exactly as long as it is kept
+                past.append(PastBroadcast(n, ended_ms, viewers_state(
+                    exact, meta.get(b"complete"), by_node, n)))
+        return past

@@ -1,0 +1,253 @@
+"""The operators' store contract: the vip whitelist and the end of a broadcast,
+alike on every engine.
+
+Each test runs once per engine (the ``store`` fixture). Where an engine
+expires keys by itself, the memory engine is driven by the fake clock and
+Redis is checked through the TTLs it holds (a real Redis keeps its own time),
+or made to expire a key at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+import redis.asyncio
+from conftest import RedisServer, opened
+
+from liveroom.clock import FakeClock
+from liveroom.errors import StoreUnavailable
+from liveroom.model import NewMessage
+from liveroom.store import LogPolicy, PullRequest, Store, keys
+from liveroom.store.base import PastBroadcast, ViewersState
+
+WAIT = 5.0
+"""Bound on waits for a notify a real Redis delivers asynchronously."""
+TTL_MS = 600_000
+"""How long an ended broadcast's history is kept in these tests."""
+HISTORY_MS = 60_000
+SKETCH_A = bytes([1]) * 16_384
+SKETCH_B = bytes([2]) * 16_384
+
+
+def now_ms(clock: FakeClock) -> int:
+    return int(clock.time() * 1000)
+
+
+async def send(store: Store, clock: FakeClock, room: str = "r") -> int:
+    message = NewMessage("u", "hi", False, now_ms(clock))
+    return (await store.log.append(room, message)).seq
+
+
+async def viewers(store: Store, room: str = "r") -> ViewersState:
+    (state,) = await store.stats.viewers([room], sketches=[True])
+    return state
+
+
+@pytest.fixture
+async def raw_redis(engine_url: str) -> AsyncIterator[redis.asyncio.Redis | None]:
+    """A plain client of the redis engine's server (None for the memory engine)."""
+    if engine_url == "memory":
+        yield None
+        return
+    client = redis.asyncio.Redis.from_url(engine_url)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+# --- the vip whitelist ---------------------------------------------------------------
+
+
+async def test_the_vip_whitelist_adds_removes_and_lists(store: Store) -> None:
+    ops = store.operators
+    assert await ops.vip_rooms() == frozenset()
+    assert await ops.vip_add("stage") is True
+    assert await ops.vip_add("stage") is False
+    assert await ops.vip_add("arena") is True
+    assert await ops.vip_rooms() == frozenset({"stage", "arena"})
+    assert await ops.vip_remove("stage") is True
+    assert await ops.vip_remove("stage") is False
+    assert await ops.vip_remove("never") is False
+    assert await ops.vip_rooms() == frozenset({"arena"})
+
+
+async def test_the_whitelist_is_shared_by_every_node_over_redis(
+        store: Store, engine_url: str, fake_clock: FakeClock) -> None:
+    if store.name != "redis":
+        pytest.skip("one process only")
+    async with opened(engine_url, LogPolicy(), fake_clock) as other:
+        await store.operators.vip_add("stage")
+        assert await other.operators.vip_rooms() == frozenset({"stage"})
+        assert await other.operators.vip_remove("stage") is True
+        assert await store.operators.vip_rooms() == frozenset()
+
+
+# --- ending a broadcast ----------------------------------------------------------------
+
+
+async def test_ending_gives_a_new_epoch_and_seq_goes_on(
+        store: Store, fake_clock: FakeClock) -> None:
+    first = await store.log.open_room("r")
+    for _ in range(3):
+        await send(store, fake_clock)
+    ended = await store.operators.end_broadcast("r", now_ms(fake_clock), TTL_MS)
+    assert ended.broadcast == 2
+    assert ended.epoch != first
+    (pulled,) = await store.log.pull([PullRequest("r", 0, 10)])
+    # The log is kept; only the epoch changed (listeners reset into it).
+    assert (pulled.epoch, pulled.head, [e.seq for e in pulled.entries]) == (
+        ended.epoch, 3, [1, 2, 3])
+    assert await send(store, fake_clock) == 4
+    again = await store.operators.end_broadcast("r", now_ms(fake_clock), TTL_MS)
+    assert again.broadcast == 3
+    assert again.epoch not in (first, ended.epoch)
+    assert await store.log.open_room("r") == again.epoch
+    assert await send(store, fake_clock) == 5
+
+
+async def test_ending_a_room_without_a_log_creates_it(store: Store, fake_clock: FakeClock) -> None:
+    ended = await store.operators.end_broadcast("new", now_ms(fake_clock), TTL_MS)
+    assert ended.broadcast == 2
+    (pulled,) = await store.log.pull([PullRequest("new", 0, 10)])
+    assert (pulled.epoch, pulled.head) == (ended.epoch, 0)
+    assert await send(store, fake_clock, "new") == 1
+
+
+async def test_rooms_have_their_own_broadcasts(store: Store, fake_clock: FakeClock) -> None:
+    await store.operators.end_broadcast("a", now_ms(fake_clock), TTL_MS)
+    await store.operators.end_broadcast("a", now_ms(fake_clock), TTL_MS)
+    assert (await store.operators.end_broadcast("b", now_ms(fake_clock), TTL_MS)).broadcast == 2
+    states = await store.stats.viewers(["a", "b", "c"], sketches=[False, False, False])
+    assert [s.broadcast for s in states] == [3, 2, 1]
+    assert await store.operators.broadcasts("c") == []
+
+
+async def test_the_viewers_history_moves_aside_and_starts_empty(
+        store: Store, fake_clock: FakeClock) -> None:
+    stats = store.stats
+    assert await stats.add_viewers("r", "n1", ["u1", "u2"], SKETCH_A, 10, HISTORY_MS) == (
+        2, True, 1)
+    await stats.add_viewers("r", "n2", ["u3"], SKETCH_B, 10, HISTORY_MS)
+    t1 = now_ms(fake_clock)
+    await store.operators.end_broadcast("r", t1, TTL_MS)
+    assert await viewers(store) == ViewersState(0, True, (), 2)
+    assert await stats.load_sketch("r", "n1") is None
+    # The new broadcast counts from nothing, and says which one it is.
+    assert await stats.add_viewers("r", "n1", ["u2"], SKETCH_B, 10, HISTORY_MS) == (1, True, 2)
+    await fake_clock.advance(5)
+    t2 = now_ms(fake_clock)
+    await store.operators.end_broadcast("r", t2, TTL_MS)
+    # An ended broadcast with no viewers at all is kept too.
+    await store.operators.end_broadcast("r", t2 + 1, TTL_MS)
+    assert await store.operators.broadcasts("r") == [
+        PastBroadcast(3, t2 + 1, ViewersState(0, True, (), 3)),
+        PastBroadcast(2, t2, ViewersState(1, True, (SKETCH_B,), 2)),
+        PastBroadcast(1, t1, ViewersState(3, True, (SKETCH_A, SKETCH_B), 1)),
+    ]
+    assert (await viewers(store)).broadcast == 4
+
+
+async def test_an_incomplete_history_stays_incomplete_aside(
+        store: Store, fake_clock: FakeClock) -> None:
+    await store.stats.add_viewers("r", "n1", ["u1", "u2", "u3"], SKETCH_A, 2, HISTORY_MS)
+    await store.operators.end_broadcast("r", now_ms(fake_clock), TTL_MS)
+    (past,) = await store.operators.broadcasts("r")
+    assert past.viewers == ViewersState(2, False, (SKETCH_A,), 1)
+    # The new broadcast's exact set is complete again.
+    assert await store.stats.add_viewers("r", "n1", ["u4"], None, 2, HISTORY_MS) == (1, True, 2)
+
+
+async def test_ended_histories_expire_after_their_ttl(
+        store: Store, fake_clock: FakeClock,
+        raw_redis: redis.asyncio.Redis | None) -> None:
+    await store.stats.add_viewers("r", "n1", ["u1"], SKETCH_A, 10, HISTORY_MS)
+    await store.operators.end_broadcast("r", now_ms(fake_clock), TTL_MS)
+    await store.stats.add_viewers("r", "n1", ["u2"], SKETCH_A, 10, HISTORY_MS)
+    if raw_redis is None:
+        await fake_clock.advance(TTL_MS / 1000 / 2)
+        await store.operators.end_broadcast("r", now_ms(fake_clock), TTL_MS)
+        assert [p.broadcast for p in await store.operators.broadcasts("r")] == [2, 1]
+        await fake_clock.advance(TTL_MS / 1000 / 2 + 1)
+        assert [p.broadcast for p in await store.operators.broadcasts("r")] == [2]
+        assert (await viewers(store)).broadcast == 3
+        await fake_clock.advance(TTL_MS / 1000 / 2)
+        assert await store.operators.broadcasts("r") == []
+        # Nothing of the room's viewers is left: the numbers start over.
+        assert (await viewers(store)).broadcast == 1
+        return
+    await store.operators.end_broadcast("r", now_ms(fake_clock), TTL_MS)
+    for n in (1, 2):
+        for key in (keys.viewers_exact("r", n), keys.viewers_meta("r", n),
+                    keys.viewers_sketches("r", n)):
+            assert TTL_MS - 5_000 < await raw_redis.pttl(key) <= TTL_MS
+    assert TTL_MS - 5_000 < await raw_redis.pttl(keys.broadcasts("r")) <= TTL_MS
+    # Broadcast 1's history expires (made to at once): it is no longer listed.
+    await raw_redis.delete(keys.viewers_meta("r", 1), keys.viewers_exact("r", 1))
+    assert [p.broadcast for p in await store.operators.broadcasts("r")] == [2]
+
+
+async def test_the_broadcast_number_outlives_the_viewers_history(
+        store: Store, fake_clock: FakeClock,
+        raw_redis: redis.asyncio.Redis | None) -> None:
+    await store.operators.end_broadcast("r", now_ms(fake_clock), 1_000)
+    long_ms = 10 * TTL_MS
+    await store.stats.add_viewers("r", "n1", ["u1"], None, 10, long_ms)
+    if raw_redis is None:
+        await fake_clock.advance(TTL_MS / 1000)
+        assert (await viewers(store)).broadcast == 2
+        await fake_clock.advance(long_ms / 1000)
+        assert await viewers(store) == ViewersState(0, True, (), 1)
+        return
+    assert long_ms - 5_000 < await raw_redis.pttl(keys.broadcasts("r")) <= long_ms
+    # A room never ended keeps no broadcast record at all.
+    await store.stats.add_viewers("q", "n1", ["u1"], None, 10, long_ms)
+    assert await raw_redis.exists(keys.broadcasts("q")) == 0
+
+
+async def test_ending_notifies_every_recvsvr_with_the_head(
+        store: Store, fake_clock: FakeClock) -> None:
+    got: list[tuple[str, int]] = []
+    arrived = asyncio.Event()
+
+    def on_notify(room: str, seq: int) -> None:
+        got.append((room, seq))
+        if len(got) == 3:
+            arrived.set()
+
+    store.notifier.subscribe(on_notify, lambda: None)
+    await send(store, fake_clock)
+    await send(store, fake_clock)
+    await store.operators.end_broadcast("r", now_ms(fake_clock), TTL_MS)
+    await asyncio.wait_for(arrived.wait(), WAIT)
+    assert got == [("r", 1), ("r", 2), ("r", 2)]
+
+
+async def test_concurrent_ends_each_end_one_broadcast(
+        store: Store, fake_clock: FakeClock) -> None:
+    await store.stats.add_viewers("r", "n1", ["u1"], None, 10, HISTORY_MS)
+    ended = await asyncio.gather(*(
+        store.operators.end_broadcast("r", now_ms(fake_clock), TTL_MS) for _ in range(4)))
+    assert sorted(e.broadcast for e in ended) == [2, 3, 4, 5]
+    assert len({e.epoch for e in ended}) == 4
+    past = await store.operators.broadcasts("r")
+    assert [p.broadcast for p in past] == [4, 3, 2, 1]
+    assert [p.viewers.exact for p in past] == [0, 0, 0, 1]
+
+
+async def test_operators_report_redis_down_as_unavailable(
+        redis_server: RedisServer, redis_url: str, fake_clock: FakeClock) -> None:
+    async with opened(redis_url, LogPolicy(), fake_clock) as store:
+        ops = store.operators
+        redis_server.stop()
+        try:
+            calls: list[Callable[[], Awaitable[object]]] = [
+                lambda: ops.vip_add("r"), lambda: ops.vip_remove("r"), ops.vip_rooms,
+                lambda: ops.end_broadcast("r", 0, TTL_MS), lambda: ops.broadcasts("r")]
+            for call in calls:
+                with pytest.raises(StoreUnavailable):
+                    await call()
+        finally:
+            redis_server.start()
