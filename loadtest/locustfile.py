@@ -29,6 +29,13 @@ Environment
     ``LIVEROOM_PUBLISHER_TOKEN``   bearer token for important sends
     ``LIVEROOM_LISTENER_WEIGHT``   weight of ListenerUser (default 50)
     ``LIVEROOM_SENDER_WEIGHT``     weight of SenderUser (default 1; 0 leaves senders out)
+    ``LIVEROOM_SENDERS``           exactly this many SenderUsers, whatever the weights
+                                   (default 0: by weight); they start first
+    ``LIVEROOM_SEND_AS_PUBLISHER`` 1: normal sends carry the publisher token too
+    ``LIVEROOM_IMPORTANT_RATE``    important messages a second sent by one extra
+                                   ``ImportantSenderUser`` (default 0: no such user)
+    ``LIVEROOM_REPORT``            write every poll's figures as JSON to this file
+                                   when locust quits (``.PID`` appended on workers)
 
 Rows of the statistics (the console table, and ``run_stats.csv`` with the
 columns Type, Name, Request Count, Failure Count, Median/Average/Min/Max Response
@@ -56,6 +63,17 @@ percentiles):
     ``RESET poll``
         One row per answer with ``"reset": true`` (the room's log restarted, or a
         cursor ran past the store's head); the listener goes on from the new cursors.
+    ``HOLD interval_ms``
+        One row per answer, its "response time" the answer's ``interval_ms``:
+        the adaptive hold's interval of the room's tier at that moment (0 for a
+        plain long poll), so the median shows which tier the room was in.
+
+With ``LIVEROOM_REPORT`` set, each locust process also keeps one record per
+poll (listener, when it was sent and answered, the pause since the listener's
+previous answer, messages and important messages carried, ``interval_ms``) and
+one per important message received (when, and its delivery latency), and writes
+them as JSON when it quits: ``loadtest/bench_hold.py`` reads them to count
+requests per listener per minute over a window of its choice.
 
 The ``Aggregated`` row mixes all of these, so read the rows one by one.
 """
@@ -63,13 +81,16 @@ The ``Aggregated`` row mixes all of these, so read the rows one by one.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import os
+import random
 import secrets
 import time
 from typing import Any
 from urllib.parse import quote, urlencode
 
+import gevent
 from locust import FastHttpUser, constant_throughput, events, task
 from locust.env import Environment
 from locust.runners import WorkerRunner
@@ -93,19 +114,33 @@ IMPORTANT_EVERY = _env_int("LIVEROOM_IMPORTANT_EVERY", 0)
 PUBLISHER_TOKEN = os.environ.get("LIVEROOM_PUBLISHER_TOKEN", "").strip()
 LISTENER_WEIGHT = _env_int("LIVEROOM_LISTENER_WEIGHT", 50)
 SENDER_WEIGHT = _env_int("LIVEROOM_SENDER_WEIGHT", 1)
+SENDERS = _env_int("LIVEROOM_SENDERS", 0)
+SEND_AS_PUBLISHER = os.environ.get("LIVEROOM_SEND_AS_PUBLISHER", "").strip() in ("1", "yes")
+IMPORTANT_RATE = _env_float("LIVEROOM_IMPORTANT_RATE", 0.0)
+REPORT = os.environ.get("LIVEROOM_REPORT", "").strip()
 
 if not 1 <= POLL_TIMEOUT <= 60:
     raise ValueError(f"LIVEROOM_POLL_TIMEOUT must be 1-60 seconds, not {POLL_TIMEOUT}")
 if SEND_RATE <= 0:
     raise ValueError(f"LIVEROOM_SEND_RATE must be above 0, not {SEND_RATE}")
+if IMPORTANT_RATE < 0 or SENDERS < 0:
+    raise ValueError("LIVEROOM_IMPORTANT_RATE and LIVEROOM_SENDERS cannot be negative")
 
 ROOM_PATH = f"/v1/rooms/{quote(ROOM, safe='')}"
 MAX_BACKOFF = 10.0
 """Longest pause after a failed poll or send (seconds), whatever Retry-After says."""
 
+_polls: list[tuple[int, float, float, float, int, int, int]] = []
+"""With LIVEROOM_REPORT: (listener, sent, answered, pause since its previous
+answer, normal messages, important messages, interval_ms) of every 200 poll
+(time.time() seconds; pause -1 for a first poll)."""
+_important: list[tuple[float, float]] = []
+"""With LIVEROOM_REPORT: (received, latency seconds) of every important delivery."""
+
 _RUN = secrets.token_hex(3)
 """Tells apart the uids of locust runs on several hosts (``--master``/``--worker``)."""
 _uid_numbers = itertools.count(1)
+_listener_numbers = itertools.count()
 
 log = logging.getLogger("liveroom.loadtest")
 
@@ -164,6 +199,9 @@ class ListenerUser(FastHttpUser):
         self.cursor: dict[str, str] | None = None
         """epoch, seq, iseq and ctx of the last answer; None before the first poll."""
         self.pause = 0.0
+        self.number = next(_listener_numbers)
+        self.answered_at = 0.0
+        """When the last answer came back (time.time()); 0 before the first."""
 
     def wait_time(self) -> float:
         # Poll again at once after an answer; back off only after a failure.
@@ -179,6 +217,7 @@ class ListenerUser(FastHttpUser):
             params["timeout"] = str(POLL_TIMEOUT)
         name = "/poll [first]" if first else "/poll"
         url = f"{ROOM_PATH}/poll?{urlencode(params)}"
+        sent = time.time()
         with self.client.get(url, name=name, catch_response=True) as response:
             if response.status_code != 200:
                 response.failure(_describe(response))
@@ -195,8 +234,19 @@ class ListenerUser(FastHttpUser):
                 self.pause = 1.0
                 return
             response.success()
+        answered = time.time()
         self.cursor = cursor
         self._record(answer, backlog=first)
+        interval_ms = answer.get("interval_ms")
+        interval_ms = interval_ms if isinstance(interval_ms, int) else -1
+        if interval_ms >= 0:
+            _fire(self.environment, "HOLD", "interval_ms", float(interval_ms), 0)
+        if REPORT:
+            pause = sent - self.answered_at if self.answered_at else -1.0
+            _polls.append((self.number, sent, answered, pause,
+                           len(answer.get("messages") or ()),
+                           len(answer.get("important") or ()), interval_ms))
+        self.answered_at = answered
 
     def _after_failure(self, status: int, headers: Any) -> None:
         if 400 <= status < 500 and status != 429:
@@ -225,23 +275,21 @@ class ListenerUser(FastHttpUser):
                 sent_at = body.get("sent_at") if isinstance(body, dict) else None
                 if isinstance(sent_at, int | float) and not isinstance(sent_at, bool):
                     _fire(environment, "DELIVER", kind, (now - sent_at) * 1000.0, 0)
+                    if REPORT and kind == "important":
+                        _important.append((now, now - sent_at))
 
 
-class SenderUser(FastHttpUser):
-    """A chatter: sends at LIVEROOM_SEND_RATE, every LIVEROOM_IMPORTANT_EVERY-th important."""
+class _Sender(FastHttpUser):
+    """What both senders share: a uid, a count, and one send."""
 
-    weight = SENDER_WEIGHT
-    wait_time = constant_throughput(SEND_RATE)
+    abstract = True
 
     def __init__(self, environment: Environment) -> None:
         super().__init__(environment)
         self.uid = _new_uid("sender")
         self.sent = 0
 
-    @task
-    def send(self) -> None:
-        self.sent += 1
-        important = IMPORTANT_EVERY > 0 and self.sent % IMPORTANT_EVERY == 0
+    def _post(self, *, important: bool) -> None:
         payload: dict[str, Any] = {
             "uid": self.uid,
             "body": {"text": f"message {self.sent} from {self.uid}", "sent_at": time.time()},
@@ -249,6 +297,7 @@ class SenderUser(FastHttpUser):
         headers: dict[str, str] = {}
         if important:
             payload["important"] = True
+        if important or SEND_AS_PUBLISHER:
             headers["Authorization"] = f"Bearer {PUBLISHER_TOKEN}"
         name = "/messages [important]" if important else "/messages"
         with self.client.post(
@@ -264,12 +313,58 @@ class SenderUser(FastHttpUser):
                 response.failure(_describe(response))
 
 
+class SenderUser(_Sender):
+    """A chatter: sends at LIVEROOM_SEND_RATE, every LIVEROOM_IMPORTANT_EVERY-th important."""
+
+    weight = SENDER_WEIGHT
+    fixed_count = SENDERS
+    wait_time = constant_throughput(SEND_RATE)
+
+    @task
+    def send(self) -> None:
+        self.sent += 1
+        important = IMPORTANT_EVERY > 0 and self.sent % IMPORTANT_EVERY == 0
+        self._post(important=important)
+
+
+class ImportantSenderUser(_Sender):
+    """The business backend's system signals: one user sending only important
+    messages at LIVEROOM_IMPORTANT_RATE a second (not run when that is 0)."""
+
+    abstract = IMPORTANT_RATE <= 0
+    fixed_count = 1
+    wait_time = constant_throughput(IMPORTANT_RATE or 1.0)
+
+    def on_start(self) -> None:
+        # Both senders start together and keep their pace: without an offset
+        # every important message would land with a normal one (one answer
+        # for two). Start a quarter to three quarters of a chat period late.
+        gevent.sleep(random.uniform(0.25, 0.75) / SEND_RATE)
+
+    @task
+    def send(self) -> None:
+        self.sent += 1
+        self._post(important=True)
+
+
 def _check_settings(environment: Environment, **_kwargs: Any) -> None:
-    if IMPORTANT_EVERY > 0 and not PUBLISHER_TOKEN:
+    if (IMPORTANT_EVERY > 0 or IMPORTANT_RATE > 0 or SEND_AS_PUBLISHER) and not PUBLISHER_TOKEN:
         log.warning(
-            "LIVEROOM_IMPORTANT_EVERY is set without LIVEROOM_PUBLISHER_TOKEN: "
-            "important sends will fail with 401"
+            "important sends (LIVEROOM_IMPORTANT_EVERY, LIVEROOM_IMPORTANT_RATE) or "
+            "LIVEROOM_SEND_AS_PUBLISHER without LIVEROOM_PUBLISHER_TOKEN: "
+            "those sends will fail with 401"
         )
+
+
+def _write_report(environment: Environment, **_kwargs: Any) -> None:
+    if not REPORT:
+        return
+    path = f"{REPORT}.{os.getpid()}" if isinstance(environment.runner, WorkerRunner) else REPORT
+    fields = ["listener", "sent", "answered", "pause", "messages", "important", "interval_ms"]
+    with open(path, "w") as out:
+        json.dump({"room": ROOM, "pid": os.getpid(), "poll_fields": fields, "polls": _polls,
+                   "important_fields": ["received", "latency"], "important": _important},
+                  out)
 
 
 def _print_summary(environment: Environment, **_kwargs: Any) -> None:
@@ -298,3 +393,4 @@ def _print_summary(environment: Environment, **_kwargs: Any) -> None:
 
 events.test_start.add_listener(_check_settings)  # type: ignore[no-untyped-call]
 events.quitting.add_listener(_print_summary)  # type: ignore[no-untyped-call]
+events.quitting.add_listener(_write_report)  # type: ignore[no-untyped-call]

@@ -579,17 +579,16 @@ def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(float(x)) for x in text.split(",") if x.strip())
 
 
+class _Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The docstring as written, and every option's default."""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        epilog="The model, its assumptions and what is measured are in the module "
-               "docstring (python -c 'import loadtest.sim_hold as m; help(m)') and "
-               "loadtest/README.md.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=_Formatter)
     room = parser.add_argument_group("room and traffic")
-    room.add_argument("--rooms", type=_ints, default=DEFAULT_ROOMS,
+    room.add_argument("--rooms", type=_ints, default=",".join(map(str, DEFAULT_ROOMS)),
                       help="room sizes (online listeners), comma-separated")
-    room.add_argument("--rates", type=_floats, default=DEFAULT_RATES,
+    room.add_argument("--rates", type=_floats, default=",".join(f"{r:g}" for r in DEFAULT_RATES),
                       help="normal messages a second, comma-separated")
     room.add_argument("--arrivals", choices=("poisson", "fixed"), default="poisson",
                       help="normal messages as a Poisson process or evenly spaced")
