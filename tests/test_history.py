@@ -1,7 +1,8 @@
 """The viewers history of statsvr nodes over a real store, on both engines.
 
 Owner side (joined, flush) and reader side (refresh, figure) of
-:class:`statsvr.history.ViewersHistory`. The HyperLogLog's accuracy at a million
+:class:`statsvr.history.ViewersHistory`, and how both start over in a new
+broadcast. The HyperLogLog's accuracy at a million
 and the merge rule on pure sketches are in ``tests/test_viewers.py``.
 """
 
@@ -344,3 +345,176 @@ async def test_unknown_rooms_and_idle_rooms(store: Store, fake_clock: FakeClock)
     assert node.figure(ROOM) == ViewersFigure(3, True)
     state = await stored(store)
     assert merge_registers(state.sketches) == sketch_of(["u1", "u2", "u3"])
+
+
+# -- broadcasts ------------------------------------------------------------------------
+
+
+TTL_MS = 3_600_000
+"""How long an ended broadcast's history is kept in these tests."""
+
+
+class Members:
+    """A node's table as the history sees it: the members of each room now."""
+
+    def __init__(self) -> None:
+        self.rooms: dict[str, set[str]] = {}
+
+    def __call__(self, room: str) -> set[str]:
+        return set(self.rooms.get(room, ()))
+
+
+async def end(store: Store, clock: FakeClock, room: str = ROOM) -> int:
+    ended = await store.operators.end_broadcast(room, int(clock.time() * 1000), TTL_MS)
+    return ended.broadcast
+
+
+async def test_a_refresh_that_sees_a_new_broadcast_counts_the_members_again(
+        store: Store, fake_clock: FakeClock) -> None:
+    members = Members()
+    node = ViewersHistory(store.stats, fake_clock, "a", members=members)
+    members.rooms[ROOM] = {"u1", "u2", "u3"}
+    node.joined(ROOM, ["u1", "u2", "u3"])
+    await node.flush()
+    await node.refresh([ROOM])
+    assert node.figure(ROOM) == ViewersFigure(3, True)
+
+    members.rooms[ROOM] = {"u2", "u3"}  # u1 left
+    assert await end(store, fake_clock) == 2
+    await node.refresh([ROOM])
+    # A new broadcast: nobody counted yet, the figure starts over.
+    assert node.figure(ROOM) == ViewersFigure(0, True)
+    assert node.pending(ROOM) == 2
+    await node.flush()
+    await node.refresh([ROOM])
+    assert node.figure(ROOM) == ViewersFigure(2, True)
+    state = await stored(store)
+    assert (state.exact, state.broadcast) == (2, 2)
+    # Its sketch starts afresh too: the old broadcast's viewers are not in it.
+    assert state.sketches == (sketch_of(["u2", "u3"]).to_bytes(),)
+    (past,) = await store.operators.broadcasts(ROOM)
+    assert (past.broadcast, past.viewers.exact) == (1, 3)
+    assert past.viewers.sketches == (sketch_of(["u1", "u2", "u3"]).to_bytes(),)
+
+
+async def test_a_flush_into_a_new_broadcast_replaces_the_old_sketch_at_once(
+        store: Store, fake_clock: FakeClock) -> None:
+    members = Members()
+    node = ViewersHistory(store.stats, fake_clock, "a", members=members)
+    members.rooms[ROOM] = {"u1", "u2", "u3"}
+    node.joined(ROOM, ["u1", "u2", "u3"])
+    await node.flush()
+    await end(store, fake_clock)
+    members.rooms[ROOM] = {"u2", "u3", "u4"}
+    node.joined(ROOM, ["u4"])
+    # This flush writes u4 with the old sketch into broadcast 2, learns it,
+    # and writes every member with a fresh sketch right after.
+    await node.flush()
+    assert node.pending(ROOM) == 0
+    state = await stored(store)
+    assert (state.exact, state.complete, state.broadcast) == (3, True, 2)
+    assert state.sketches == (sketch_of(["u2", "u3", "u4"]).to_bytes(),)
+
+
+async def test_the_figure_never_goes_down_within_a_broadcast(
+        store: Store, fake_clock: FakeClock) -> None:
+    members = Members()
+    owner = ViewersHistory(store.stats, fake_clock, "a", members=members)
+    reader = ViewersHistory(store.stats, fake_clock, "b")
+    shown: list[tuple[int, int]] = []
+
+    async def step(joined: list[str], online: set[str]) -> None:
+        members.rooms[ROOM] = online
+        owner.joined(ROOM, joined)
+        await owner.refresh([ROOM])
+        await owner.flush()
+        await reader.refresh([ROOM])
+        broadcast = (await stored(store)).broadcast
+        shown.append((broadcast, reader.figure(ROOM).viewers))
+
+    await step(["a", "b", "c"], {"a", "b", "c"})
+    await step(["d"], {"c", "d"})
+    await end(store, fake_clock)
+    await step([], {"c", "d"})
+    await step(["e"], {"d", "e"})
+    await end(store, fake_clock)
+    await step([], set())
+    await step(["f"], {"f"})
+    for broadcast in (1, 2, 3):
+        figures = [viewers for b, viewers in shown if b == broadcast]
+        assert figures == sorted(figures), f"broadcast {broadcast}: {shown}"
+    assert shown == [(1, 3), (1, 4), (2, 2), (2, 3), (3, 0), (3, 1)]
+
+
+async def test_a_read_from_before_an_end_is_not_taken_for_the_new_broadcast(
+        store: Store, fake_clock: FakeClock) -> None:
+    held = HeldReads(store.stats)
+    members = Members()
+    members.rooms[ROOM] = {"u1", "u2"}
+    node = ViewersHistory(cast(StatsStore, held), fake_clock, "a", members=members)
+    node.joined(ROOM, ["u1", "u2"])
+    await node.flush()
+    await node.refresh([ROOM])
+    assert node.figure(ROOM) == ViewersFigure(2, True)
+
+    # A refresh reads broadcast 1, and its reply is held back...
+    held.hold = True
+    refresh = asyncio.create_task(node.refresh([ROOM]))
+    await held.read.wait()
+    # ...while the broadcast ends and a flush learns of it.
+    await end(store, fake_clock)
+    members.rooms[ROOM] = {"u2"}
+    node.joined(ROOM, ["u2"])
+    await node.flush()
+    held.release.set()
+    await refresh
+    # The late reply of broadcast 1 did not bring its figure back.
+    assert node.figure(ROOM) == ViewersFigure(0, True)
+    held.hold = False
+    await node.refresh([ROOM])
+    assert node.figure(ROOM) == ViewersFigure(1, True)
+
+
+async def test_numbers_that_start_over_are_believed_when_reported_twice(
+        store: Store, fake_clock: FakeClock) -> None:
+    if store.name != "memory":
+        pytest.skip("expiry on the fake clock")
+    members = Members()
+    node = ViewersHistory(store.stats, fake_clock, "a", ttl=60.0, idle=10 * 86_400.0,
+                          members=members)
+    await store.operators.end_broadcast(ROOM, int(fake_clock.time() * 1000), 60_000)
+    node.joined(ROOM, ["u1"])
+    await node.flush()
+    await node.refresh([ROOM])
+    assert (await stored(store)).broadcast == 2
+    # Every history of the room expires: its numbers start over at 1.
+    await fake_clock.advance(61)
+    await node.refresh([ROOM])  # doubted: maybe a late reply
+    await node.refresh([ROOM])  # again: believed, a new broadcast
+    node.joined(ROOM, ["u8"])
+    await node.flush()
+    await node.refresh([ROOM])
+    state = await stored(store)
+    assert (state.exact, state.broadcast) == (1, 1)
+    assert node.figure(ROOM) == ViewersFigure(1, True)
+
+
+class HeldReads:
+    """The engine's stats store; ``viewers`` replies held back while ``hold``."""
+
+    def __init__(self, inner: StatsStore) -> None:
+        self.inner = inner
+        self.hold = False
+        self.read = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def viewers(self, rooms: Sequence[str], *,
+                      sketches: Sequence[bool]) -> list[ViewersState]:
+        states = await self.inner.viewers(rooms, sketches=sketches)
+        if self.hold:
+            self.read.set()
+            await self.release.wait()
+        return states
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
