@@ -25,7 +25,6 @@ from redis import exceptions as rexc
 from redis.asyncio import Redis
 
 from ..errors import StoreUnavailable
-from .base import ViewersState
 
 logger = logging.getLogger("liveroom.store.redis")
 
@@ -66,14 +65,6 @@ def text(value: Any) -> str:
 def blob(value: bytes | str | None) -> bytes | None:
     """A reply as bytes: the client never decodes, but its types allow ``str``."""
     return value.encode() if isinstance(value, str) else value
-
-
-def viewers_state(exact: int, flag: bytes | None, by_node: dict[bytes, bytes],
-                  broadcast: int) -> ViewersState:
-    """A viewers history from its replies: SCARD of the exact set, the
-    ``complete`` flag, the sketches by node (ordered by node)."""
-    return ViewersState(int(exact), flag != b"0", tuple(by_node[n] for n in sorted(by_node)),
-                        broadcast)
 
 
 class Lua:

@@ -25,7 +25,8 @@ from redis.asyncio import Redis
 from ..errors import StoreUnavailable
 from . import keys
 from .base import Ended, LogPolicy, PastBroadcast, new_epoch
-from .redis_calls import Lua, run_scripts, text, unavailable, viewers_state
+from .redis_calls import Lua, run_scripts, text, unavailable
+from .redis_stats import viewers_state
 
 _END_ATTEMPTS = 5
 """Ends of one room racing each other: tries before giving up."""

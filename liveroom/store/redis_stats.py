@@ -1,0 +1,188 @@
+"""statsvr's tables on Redis: shard index and shards, viewers history, online
+series, the live node list.
+
+Keys are in :mod:`.keys` (shard index and shard keys, viewers set, flag and
+sketches, the broadcast number, online series tiers, the live node list).
+Every write is a script of ``lua/`` sent as ``EVALSHA``, a whole batch in one
+pipeline: one round trip, two when a script is not loaded yet. Which shards and
+nodes are live follows the caller's clock (``expires_ms`` in the index); Redis
+expiry of those keys only collects garbage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from redis.asyncio import Redis
+
+from . import keys
+from .base import OnlineSample, SeriesRow, ShardEntry, ShardWrite, ViewersState, series_horizon_ms
+from .redis_calls import Call, Lua, blob, run_scripts, text, unavailable
+
+
+def viewers_state(exact: int, flag: bytes | None, by_node: dict[bytes, bytes],
+                  broadcast: int) -> ViewersState:
+    """A viewers history from its replies: SCARD of the exact set, the
+    ``complete`` flag, the sketches by node (ordered by node)."""
+    return ViewersState(int(exact), flag != b"0", tuple(by_node[n] for n in sorted(by_node)),
+                        broadcast)
+
+
+def _shard_entry(field: bytes, value: bytes) -> ShardEntry | None:
+    """An index entry from its field and value; None when it does not parse."""
+    try:
+        node, index, count = field.decode().rsplit("/", 2)
+        version, size, expires_ms = value.decode().rsplit(" ", 2)
+        return ShardEntry(node, int(index), int(count), version, int(size), int(expires_ms))
+    except ValueError:  # UnicodeDecodeError included
+        return None
+
+
+def _series_row(member: bytes) -> SeriesRow:
+    start, low, high, total, count = (int(part) for part in member.split(b":"))
+    return start, low, high, total, count
+
+
+class RedisStats:
+    """statsvr's tables on Redis (keys in :mod:`.keys`, scripts in ``lua/``).
+
+    Every write is a script call and every batch one pipeline, so a batch costs
+    one round trip (two the first time a script runs on a fresh server).
+    Scripts touch keys of one room only (plus ``lr:stats:nodes`` alone), so
+    they run unchanged on Redis Cluster; the reads are plain pipelined commands.
+    """
+
+    def __init__(self, client: Redis) -> None:
+        self._client = client
+        self._shards = Lua("shards.lua")
+        self._viewers = Lua("viewers.lua")
+        self._series = Lua("series.lua")
+        self._announce = Lua("announce.lua")
+
+    # -- shards ------------------------------------------------------------------
+
+    async def write_shards(self, node: str, writes: Sequence[ShardWrite],
+                           now_ms: int, ttl_ms: int) -> list[tuple[str, int]]:
+        """One script call per room, all in one pipeline; see ``lua/shards.lua``."""
+        by_room: dict[str, list[ShardWrite]] = {}
+        for write in writes:
+            by_room.setdefault(write.room, []).append(write)
+        calls: list[Call] = []
+        for room, room_writes in by_room.items():
+            call_keys = [keys.shard_index(room)]
+            args: list[Any] = [now_ms, now_ms + ttl_ms, 2 * ttl_ms]
+            for w in room_writes:
+                mode = "d" if w.size == 0 else "r" if w.members is None else "w"
+                call_keys.append(keys.shard(room, node, w.index, w.count))
+                args += [mode, keys.shard_field(node, w.index, w.count), w.version,
+                         w.size, w.members if mode == "w" else b""]
+            calls.append((self._shards, call_keys, args))
+        if not calls:
+            return []
+        with unavailable("write_shards"):
+            replies = await run_scripts(self._client, calls)
+        gone: list[tuple[str, int]] = []
+        for room_writes, missing in zip(by_room.values(), replies, strict=True):
+            gone += [(room_writes[i - 1].room, room_writes[i - 1].index) for i in missing]
+        return gone
+
+    async def shard_index(self, rooms: Sequence[str], now_ms: int) -> list[list[ShardEntry]]:
+        if not rooms:
+            return []
+        with unavailable("shard_index"):
+            async with self._client.pipeline(transaction=False) as pipe:
+                for room in rooms:
+                    pipe.hgetall(keys.shard_index(room))
+                replies: list[dict[bytes, bytes]] = await pipe.execute()
+        listed = []
+        for fields in replies:
+            entries = [e for e in (_shard_entry(f, v) for f, v in fields.items())
+                       if e is not None and e.expires_ms >= now_ms]
+            entries.sort(key=lambda e: (e.node, e.index, e.count))
+            listed.append(entries)
+        return listed
+
+    async def read_shards(self, room: str, entries: Sequence[ShardEntry]) -> list[bytes | None]:
+        if not entries:
+            return []
+        with unavailable("read_shards"):
+            blobs = await self._client.mget(
+                [keys.shard(room, e.node, e.index, e.count) for e in entries])
+        return [blob(b) for b in blobs]
+
+    # -- viewers -----------------------------------------------------------------
+
+    async def add_viewers(self, room: str, node: str, uids: Sequence[str],
+                          sketch: bytes | None, threshold: int,
+                          ttl_ms: int) -> tuple[int, bool, int]:
+        """One script call; see ``lua/viewers.lua``."""
+        call: Call = (
+            self._viewers,
+            [keys.viewers_exact(room), keys.viewers_meta(room), keys.viewers_sketches(room),
+             keys.broadcasts(room)],
+            [threshold, ttl_ms, node, int(sketch is not None), sketch or b"", *uids])
+        with unavailable("add_viewers"):
+            ((size, complete, broadcast),) = await run_scripts(self._client, [call])
+        return int(size), bool(complete), int(broadcast)
+
+    async def load_sketch(self, room: str, node: str) -> bytes | None:
+        with unavailable("load_sketch"):
+            sketch = await self._client.hget(keys.viewers_sketches(room), node)
+        return blob(sketch)
+
+    async def viewers(self, rooms: Sequence[str], *,
+                      sketches: Sequence[bool]) -> list[ViewersState]:
+        """One pipeline; each room's sketches come ordered by node."""
+        if len(rooms) != len(sketches):
+            raise ValueError("viewers() needs one sketches flag per room")
+        if not rooms:
+            return []
+        with unavailable("viewers"):
+            async with self._client.pipeline(transaction=False) as pipe:
+                for room, with_sketches in zip(rooms, sketches, strict=True):
+                    pipe.scard(keys.viewers_exact(room))
+                    pipe.hget(keys.viewers_meta(room), "complete")
+                    pipe.hget(keys.broadcasts(room), "n")
+                    if with_sketches:
+                        pipe.hgetall(keys.viewers_sketches(room))
+                replies = iter(await pipe.execute())
+        states = []
+        for with_sketches in sketches:
+            exact, flag, broadcast = next(replies), next(replies), next(replies)
+            by_node: dict[bytes, bytes] = next(replies) if with_sketches else {}
+            states.append(viewers_state(exact, flag, by_node, int(broadcast or 1)))
+        return states
+
+    # -- series ------------------------------------------------------------------
+
+    async def record_online(self, samples: Sequence[OnlineSample],
+                            tiers: Sequence[tuple[int, int]], min_gap_ms: int) -> int:
+        """One script call per sample, all in one pipeline; see ``lua/series.lua``."""
+        keep_ms = series_horizon_ms(tiers, min_gap_ms)
+        if not samples or not tiers:
+            return 0
+        tier_args = [n for tier in tiers for n in tier]
+        calls: list[Call] = [
+            (self._series,
+             [keys.series_last(s.room), *(keys.series(s.room, step) for step, _ in tiers)],
+             [s.t_ms, s.online, min_gap_ms, keep_ms, *tier_args])
+            for s in samples]
+        with unavailable("record_online"):
+            taken = await run_scripts(self._client, calls)
+        return sum(int(t) for t in taken)
+
+    async def read_online(self, room: str, step: int, low: int, high: int) -> list[SeriesRow]:
+        with unavailable("read_online"):
+            members: list[Any] = await self._client.zrangebyscore(
+                keys.series(room, step), low, high)
+        return [_series_row(m) for m in members]
+
+    # -- nodes -------------------------------------------------------------------
+
+    async def announce(self, node: str, now_ms: int, ttl_ms: int) -> list[str]:
+        """One script call; see ``lua/announce.lua``."""
+        call: Call = (self._announce, [keys.STATS_NODES], [now_ms, now_ms + ttl_ms, node])
+        with unavailable("announce"):
+            (live,) = await run_scripts(self._client, [call])
+        return sorted(text(n) for n in live)
