@@ -40,9 +40,13 @@ What is modelled, faithfully to the server's adaptive hold (``proxy``):
   (0.2 s; ticks at whole multiples from t = 0). At a tick T a held poll is
   released if it has something pending and T >= due, or if an important
   message newer than its important cursor is pending and the room's
-  cut-through fires at T. The cut-through fires at the first tick at which
-  some held poll has an important message pending and T >= last_cut +
-  ``--cut-every`` (0.5 s); then last_cut = T. A release answers everything
+  cut-through fires at T. The cut-through fires at the first tick (with some
+  poll held) at which T >= last_cut + ``--cut-every`` (0.5 s) and either an
+  important message arrived since the last cut-through or a poll that missed
+  it (its important cursor behind it: it was on its way) was held since; then
+  last_cut = T. This is ``proxy.hold.Holds._tick_once`` (commit a72640e); in
+  a big room it is the same as "some held poll has an important message
+  pending". A release answers everything
   pending (important first, then at most 500 normal, the rest in ``gap``) and
   sets last = T. A held poll with nothing pending once its timeout has passed
   answers empty at that tick (``last`` unchanged); one with messages pending
@@ -52,8 +56,10 @@ What is modelled, faithfully to the server's adaptive hold (``proxy``):
   travelling out), drawn afresh for every poll from a log-normal distribution
   given by its median and p99 (``--rtt-median``, ``--rtt-p99``; equal values
   make it constant).
-* Messages: ``RATE`` normal messages a second (Poisson arrivals, or evenly
-  spaced with ``--arrivals fixed``) plus one important message every
+* Messages: ``RATE`` normal messages a second (Poisson arrivals conditioned
+  on the expected count, i.e. RATE x duration uniform times: exponential gaps,
+  but exactly the stated rate in every run; or evenly spaced with
+  ``--arrivals fixed``) plus one important message every
   ``--important-every`` seconds (evenly spaced from a random start, each
   moved by up to half a tick either way so that they fall at different phases
   of the room's ticks, as a sender's timer and the room's ticker drift), on
@@ -71,8 +77,9 @@ How: the interval-0 room is simulated exactly, one answer per listener per
 vectorised round (the next message after a poll's arrival is a binary search);
 a tiered room steps through its ticks, handling the polls that arrive between
 two ticks (in time order, vectorised) and then the tick's releases over every
-held poll. numpy only; a run of 20 000 listeners over 170 s of room time takes
-about a second.
+held poll. numpy only. On 2 cores (``--jobs 2``) the default table (40 runs
+of 50 000 listeners over 350 s of room time) takes about a minute and a half,
+mostly the policy-off runs at 20 messages a second; ``--quick`` about a second.
 
     python loadtest/sim_hold.py                 # the full table (a few minutes)
     python loadtest/sim_hold.py --quick         # a smoke run (seconds)
@@ -230,9 +237,10 @@ def message_times(sc: Scenario, rng: np.random.Generator) -> tuple[FloatArray, F
     elif sc.arrivals == "fixed":
         normal = np.arange(rng.random() / sc.rate, end, 1.0 / sc.rate)
     else:
-        count = int(end * sc.rate * 1.2 + 10 * math.sqrt(end * sc.rate) + 10)
-        normal = np.cumsum(rng.exponential(1.0 / sc.rate, count))
-        normal = normal[normal < end]
+        # A Poisson process conditioned on its expected count: that many uniform
+        # times, sorted. Gaps stay exponential (bursts and lulls as in Poisson),
+        # but every run has exactly the stated rate, so runs compare.
+        normal = np.sort(rng.random(round(end * sc.rate)) * end)
     if sc.important_every > 0:
         important = np.arange(rng.random() * sc.important_every, end, sc.important_every)
         # Each one at its own phase of the room's ticks (a sender's timer and the
@@ -371,6 +379,8 @@ def run_tiered(sc: Scenario, tier: Tier, normal: FloatArray, important: FloatArr
     n_cur = np.zeros(n, dtype=np.int64)
     i_cur = np.zeros(n, dtype=np.int64)
     last_cut = -inf
+    cut_upto = 0  # important messages (a count) the last cut-through released
+    cut_late = False  # a poll that missed the last cut-through was held since
     cuts = 0
     at_once = 0
 
@@ -416,6 +426,8 @@ def run_tiered(sc: Scenario, tier: Tier, normal: FloatArray, important: FloatArr
             held[wait] = True
             held_since[wait] = when[~now]
             arrive[wait] = inf
+            if wait.size and bool((i_cur[wait] < cut_upto).any()):
+                cut_late = True
         hold = np.flatnonzero(held)
         if not hold.size:
             continue
@@ -423,9 +435,9 @@ def run_tiered(sc: Scenario, tier: Tier, normal: FloatArray, important: FloatArr
         i_head = int(np.searchsorted(important, t, side="right"))
         imp = i_cur[hold] < i_head
         pending = imp | (n_cur[hold] < n_head)
-        fire = bool(imp.any()) and t >= last_cut + sc.cut_every - 1e-9
+        fire = (i_head > cut_upto or cut_late) and t >= last_cut + sc.cut_every - 1e-9
         if fire:
-            last_cut = t
+            last_cut, cut_upto, cut_late = t, i_head, False
             cuts += 1
         release = (pending & (t >= due[hold])) | (imp & fire)
         expired = ~pending & (t >= held_since[hold] + sc.timeout)
