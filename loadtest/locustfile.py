@@ -70,9 +70,10 @@ percentiles):
 
 With ``LIVEROOM_REPORT`` set, each locust process also keeps one record per
 poll (listener, when it was sent and answered, the pause since the listener's
-previous answer, messages and important messages carried, ``interval_ms``) and
-one per important message received (when, and its delivery latency), and writes
-them as JSON when it quits: ``loadtest/bench_hold.py`` reads them to count
+previous answer, messages and important messages carried, ``interval_ms``), one
+per important message received (listener, when, the sender's ``sent_at``) and
+the ``sent_at`` of every important message sent, and writes them as JSON when
+it quits: ``loadtest/bench_hold.py`` reads them to count
 requests per listener per minute over a window of its choice.
 
 The ``Aggregated`` row mixes all of these, so read the rows one by one.
@@ -134,8 +135,11 @@ _polls: list[tuple[int, float, float, float, int, int, int]] = []
 """With LIVEROOM_REPORT: (listener, sent, answered, pause since its previous
 answer, normal messages, important messages, interval_ms) of every 200 poll
 (time.time() seconds; pause -1 for a first poll)."""
-_important: list[tuple[float, float]] = []
-"""With LIVEROOM_REPORT: (received, latency seconds) of every important delivery."""
+_important: list[tuple[int, float, float]] = []
+"""With LIVEROOM_REPORT: (listener, received, the sender's sent_at) of every
+important message delivered live (not in a first-poll or reset answer)."""
+_important_sent: list[float] = []
+"""With LIVEROOM_REPORT: sent_at of every important send the server took (201)."""
 
 _RUN = secrets.token_hex(3)
 """Tells apart the uids of locust runs on several hosts (``--master``/``--worker``)."""
@@ -276,7 +280,7 @@ class ListenerUser(FastHttpUser):
                 if isinstance(sent_at, int | float) and not isinstance(sent_at, bool):
                     _fire(environment, "DELIVER", kind, (now - sent_at) * 1000.0, 0)
                     if REPORT and kind == "important":
-                        _important.append((now, now - sent_at))
+                        _important.append((self.number, now, float(sent_at)))
 
 
 class _Sender(FastHttpUser):
@@ -290,9 +294,10 @@ class _Sender(FastHttpUser):
         self.sent = 0
 
     def _post(self, *, important: bool) -> None:
+        sent_at = time.time()
         payload: dict[str, Any] = {
             "uid": self.uid,
-            "body": {"text": f"message {self.sent} from {self.uid}", "sent_at": time.time()},
+            "body": {"text": f"message {self.sent} from {self.uid}", "sent_at": sent_at},
         }
         headers: dict[str, str] = {}
         if important:
@@ -309,6 +314,8 @@ class _Sender(FastHttpUser):
         ) as response:
             if response.status_code == 201:
                 response.success()
+                if REPORT and important:
+                    _important_sent.append(sent_at)
             else:
                 response.failure(_describe(response))
 
@@ -363,7 +370,8 @@ def _write_report(environment: Environment, **_kwargs: Any) -> None:
     fields = ["listener", "sent", "answered", "pause", "messages", "important", "interval_ms"]
     with open(path, "w") as out:
         json.dump({"room": ROOM, "pid": os.getpid(), "poll_fields": fields, "polls": _polls,
-                   "important_fields": ["received", "latency"], "important": _important},
+                   "important_fields": ["listener", "received", "sent_at"],
+                   "important": _important, "important_sent": _important_sent},
                   out)
 
 
