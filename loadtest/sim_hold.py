@@ -549,16 +549,16 @@ def render(results: Sequence[Result], sc: Scenario) -> str:
         "Deliveries (important: message reaching the proxy -> answer leaving; "
         "'held' = the part the server added)",
         f"{'room':>11} {'rate/s':>6} {'pol':>3} | {'important ms':^25} | "
-        f"{'lost':>4} | {'normal msgs (sample)':^29} | {'empty':>5}",
+        f"{'lost':>4} | {'normal messages x listeners (sample)':^38} | {'empty':>5}",
         f"{'':>11} {'':>6} {'':>3} | {'p50':>5} {'p99':>5} {'max':>6} {'held':>6} | "
-        f"{'':>4} | {'sent':>9} {'delivered':>10} {'gap':>8} | {'ans.':>5}",
+        f"{'':>4} | {'sent':>13} {'delivered':>13} {'gap':>10} | {'ans.':>5}",
     ]
     for r in sorted(results, key=lambda r: (r.room, r.rate, r.policy)):
         lines.append(
             f"{r.room:>11,} {r.rate:>6g} {r.policy:>3} | {r.important_p50_ms:5.0f} "
             f"{r.important_p99_ms:5.0f} {r.important_max_ms:6.0f} "
             f"{r.important_hold_max_ms:6.0f} | {r.important_lost:>4} | "
-            f"{r.normal_sent:>9,} {r.normal_delivered:>10,} {r.normal_gap:>8,} | "
+            f"{r.normal_sent:>13,} {r.normal_delivered:>13,} {r.normal_gap:>10,} | "
             f"{r.empty_share:5.1%}")
     return "\n".join(lines)
 
