@@ -539,8 +539,8 @@ def render(results: Sequence[Result], sc: Scenario) -> str:
                    if on and off and off.requests_per_listener_min else f"{'':>8}")
             lines.append(
                 f"{room:>11,} {_tier_text(ref):>7} {rate:>6g} | "
-                f"{off.requests_per_listener_min if off else math.nan:6.1f} "
-                f"{on.requests_per_listener_min if on else math.nan:6.1f} {cut} | "
+                f"{f'{off.requests_per_listener_min:.1f}' if off else '-':>6} "
+                f"{f'{on.requests_per_listener_min:.1f}' if on else '-':>6} {cut} | "
                 f"{_si(off.room_requests_per_s) if off else '-':>8} "
                 f"{_si(on.room_requests_per_s) if on else '-':>8} | "
                 f"{_si(on.room_peak_requests_per_s) if on else '-':>9}")
