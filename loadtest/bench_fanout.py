@@ -7,8 +7,14 @@ a wake-up round and the server's CPU time per answer (read from /proc, so it
 measures the server process alone, not this client).
 
     python loadtest/bench_fanout.py --listeners 2000 --rounds 10
+    python loadtest/bench_fanout.py --listeners 2000 --rounds 10 --tiers 1:1
 
-Loopback only; the run is bounded by ``--rounds``.
+The first runs plain long polls (``--tiers off``, the default here): every held
+poll is woken by the change. The second puts the room in a 1 s tier: the
+room's ticker releases the polls once they are due, all in one tick, so the
+round's wall time includes the wait for the interval and the CPU figure is the
+cost of a paced release. Sends carry the publisher token, so rate limits do not
+apply. Loopback only; the run is bounded by ``--rounds``.
 """
 
 from __future__ import annotations
@@ -37,12 +43,13 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-async def run(listeners: int, rounds: int) -> None:
+async def run(listeners: int, rounds: int, tiers: str) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     server = subprocess.Popen(  # noqa: ASYNC220 - started once, before the measured part
         [sys.executable, "-m", "liveroom", "serve", "--port", str(port),
-         "--admin-token", "a", "--publisher-token", "p", "--log-level", "warning"],
+         "--admin-token", "a", "--publisher-token", "p", "--log-level", "warning",
+         "--tiers", tiers],
         stdout=subprocess.PIPE, text=True)
     try:
         assert server.stdout is not None
@@ -59,6 +66,12 @@ async def run(listeners: int, rounds: int) -> None:
                     a = await resp.json()
                 cursors.append({"uid": f"u{i}", "epoch": a["epoch"], "seq": a["seq"],
                                 "iseq": a["iseq"], "ctx": a["ctx"], "timeout": 60})
+
+            while tiers != "off":  # wait until the room's online count puts it in its tier
+                async with session.get(f"{url}/v1/rooms/bench/stats") as resp:
+                    if (await resp.json())["online"] >= listeners:
+                        break
+                await asyncio.sleep(0.2)
 
             async def poll(i: int) -> None:
                 async with session.get(f"{url}/v1/rooms/bench/poll",
@@ -80,13 +93,14 @@ async def run(listeners: int, rounds: int) -> None:
                     await asyncio.sleep(0.05)
                 cpu0, t0 = cpu_seconds(server.pid), time.perf_counter()
                 async with session.post(f"{url}/v1/rooms/bench/messages",
-                                        json={"uid": "s", "body": {"n": n, "text": "x" * 100}}):
-                    pass
+                                        json={"uid": "s", "body": {"n": n, "text": "x" * 100}},
+                                        headers={"Authorization": "Bearer p"}) as resp:
+                    assert resp.status == 201, await resp.text()
                 await asyncio.gather(*polls)
                 walls.append(time.perf_counter() - t0)
                 cpus.append(cpu_seconds(server.pid) - cpu0)
         per_answer_us = statistics.median(cpus) / listeners * 1e6
-        print(f"listeners={listeners} rounds={rounds}")
+        print(f"listeners={listeners} rounds={rounds} tiers={tiers}")
         print(f"  wake-up round wall time: median {statistics.median(walls) * 1000:.0f} ms, "
               f"max {max(walls) * 1000:.0f} ms (includes this client's parsing)")
         print(f"  server CPU per round: median {statistics.median(cpus) * 1000:.0f} ms "
@@ -102,8 +116,11 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--listeners", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--tiers", default="off",
+                        help="the server's tier table (liveroom serve --tiers); "
+                             "'off' for plain long polls, '1:1' to pace the room at 1 s")
     args = parser.parse_args()
-    asyncio.run(run(args.listeners, args.rounds))
+    asyncio.run(run(args.listeners, args.rounds, args.tiers))
 
 
 if __name__ == "__main__":
