@@ -10,17 +10,60 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
+import aiohttp
 import click
 from aiohttp import web
 
 from . import __version__
-from .errors import BadRequest
+from .clock import SystemClock
+from .errors import BadRequest, LiveroomError
 from .model import check_name
 from .node import Node, build_app
-from .settings import Settings
+from .ratelimit import RateLimits, Window, parse_windows
+from .settings import Settings, Tier, parse_tiers
+from .store import open_store
+from .store.base import Operators
 
 _D = Settings()
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _tiers_text(tiers: tuple[Tier, ...]) -> str:
+    if not tiers:
+        return "off"
+    return ",".join(f"{t.online}:{t.interval:g}" + (f"+{t.jitter:g}" if t.jitter else "")
+                    for t in tiers)
+
+
+def _windows_text(windows: tuple[Window, ...]) -> str:
+    return ",".join(str(w) for w in windows) or "off"
+
+
+def _parse_tiers(ctx: click.Context, param: click.Parameter, value: str) -> tuple[Tier, ...]:
+    try:
+        return parse_tiers(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _parse_windows(ctx: click.Context, param: click.Parameter,
+                   value: str) -> tuple[Window, ...]:
+    try:
+        return parse_windows(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _hint(message: str) -> str:
+    """The option a Settings refusal is about."""
+    for words, option in (("online_ttl", "--online-ttl"), ("tier", "--tiers"),
+                          ("hold_tick", "--hold-tick"), ("vip_refresh", "--vip-refresh")):
+        if words in message:
+            return option
+    return "serve"
 _STORE_HELP = ("Where room logs live: 'memory' (embedded, one process, nothing to "
                "install) or redis://HOST:PORT/DB (many processes and hosts).")
 
@@ -90,10 +133,6 @@ def main() -> None:
               help="Seconds without a poll after which a listener is offline; must exceed "
                    f"the longest poll timeout plus the longest hold interval "
                    f"({_D.poll_timeout_max + _D.hold_interval_max:g} s).")
-@click.option("--vip-room", "vip_rooms", multiple=True, envvar="LIVEROOM_VIP_ROOMS",
-              show_envvar=True,
-              help="A room to serve as vip (repeat the flag; the variable takes a "
-                   "space-separated list). Its online list is split over --vip-shards.")
 @click.option("--vip-shards", default=_D.vip_shards, show_default=True,
               envvar="LIVEROOM_VIP_SHARDS", show_envvar=True, type=click.IntRange(1, 256),
               help="Shard keys a vip room's online list is split over, per statsvr node.")
@@ -102,29 +141,48 @@ def main() -> None:
               type=click.IntRange(0),
               help="Distinct viewers of a room counted exactly; beyond, a HyperLogLog "
                    "estimates them (viewers_exact: false).")
+@click.option("--tiers", "tiers", default=_tiers_text(_D.tiers), show_default=True,
+              envvar="LIVEROOM_TIERS", show_envvar=True, callback=_parse_tiers,
+              help="The adaptive hold: ONLINE:INTERVAL[+JITTER] (seconds), comma-separated. "
+                   "From ONLINE listeners on, each listener gets at most one non-empty "
+                   "answer per INTERVAL (+ up to JITTER); 'off' for plain long polls.")
+@click.option("--hold-tick", default=_D.hold_tick, show_default=True,
+              envvar="LIVEROOM_HOLD_TICK", show_envvar=True, type=click.FloatRange(0.05, 1.0),
+              help="Seconds between two room-wide releases of held polls in a tiered room.")
+@click.option("--rate-limits", "rate_limits", default=_windows_text(_D.rate_limits.per_uid),
+              show_default=True, envvar="LIVEROOM_RATE_LIMITS", show_envvar=True,
+              callback=_parse_windows,
+              help="Sends allowed per uid in a room: LIMIT/[N]UNIT windows (UNIT s, m, h "
+                   "or d), comma-separated, all enforced; 'off' for none.")
+@click.option("--room-rate-limit", default=_D.rate_limits.room_per_second, show_default=True,
+              envvar="LIVEROOM_ROOM_RATE_LIMIT", show_envvar=True, type=click.IntRange(0),
+              help="Sends accepted per second in one room, all senders together (0: off).")
+@click.option("--vip-refresh", default=_D.vip_refresh, show_default=True,
+              envvar="LIVEROOM_VIP_REFRESH", show_envvar=True, type=click.FloatRange(0.1, 60),
+              help="Seconds between two reads of the vip whitelist: a room whitelisted "
+                   "through another node moves to the vip sect here within this time.")
 def serve(host: str, port: int, store: str, admin_token: str | None,
           publisher_token: str | None, node_id: str, secret: str | None,
           log_level: str, log_cap: int, room_ttl: float, normal_keep: int,
           important_keep: int, important_window: float, online_ttl: float,
-          vip_rooms: tuple[str, ...], vip_shards: int, viewers_threshold: int) -> None:
+          vip_shards: int, viewers_threshold: int, tiers: tuple[Tier, ...],
+          hold_tick: float, rate_limits: tuple[Window, ...], room_rate_limit: int,
+          vip_refresh: float) -> None:
     """Run every role (proxy, recvsvr, statsvr) in this process."""
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for room in vip_rooms:
-        try:
-            check_name("room", room)
-        except BadRequest as exc:
-            raise click.BadParameter(f"{room!r}: {exc.message}", param_hint="--vip-room") from None
     try:
         settings = Settings(host=host, port=port, store=store, admin_token=admin_token,
                             publisher_token=publisher_token, node_id=node_id, secret=secret,
                             log_level=log_level, log_cap=log_cap, room_ttl=room_ttl,
                             normal_keep=normal_keep, important_keep=important_keep,
                             important_window=important_window, online_ttl=online_ttl,
-                            vip_rooms=frozenset(vip_rooms), vip_shards=vip_shards,
-                            viewers_threshold=viewers_threshold)
+                            vip_shards=vip_shards, viewers_threshold=viewers_threshold,
+                            tiers=tiers, hold_tick=hold_tick,
+                            rate_limits=RateLimits(rate_limits, room_rate_limit),
+                            vip_refresh=vip_refresh)
     except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--online-ttl") from None
+        raise click.BadParameter(str(exc), param_hint=_hint(str(exc))) from None
     # The node is ready once its lifecycle has started, but only listens after
     # run_app has started its sites: announce then (run_app's print hook).
     ready: list[Node] = []
@@ -136,6 +194,177 @@ def serve(host: str, port: int, store: str, admin_token: str | None,
     web.run_app(app, host=host, port=port, print=lambda *_: _announce(ready[0]),
                 handler_cancellation=True, keepalive_timeout=15.0, shutdown_timeout=5.0,
                 access_log=None, loop=loop)
+
+
+# -- operators: the vip whitelist and the end of a broadcast ----------------------
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+T = TypeVar("T")
+
+
+class _Server:
+    """The admin API of a running node, as the store's ``Operators`` would answer."""
+
+    def __init__(self, http: aiohttp.ClientSession, url: str, token: str | None) -> None:
+        self._http = http
+        self._url = url.rstrip("/")
+        self._token = token
+
+    async def _call(self, method: str, path: str) -> dict[str, Any]:
+        headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
+        try:
+            async with self._http.request(method, f"{self._url}{path}",
+                                          headers=headers) as resp:
+                try:
+                    doc = await resp.json(content_type=None)
+                except ValueError:
+                    doc = None
+                if resp.status >= 400 or not isinstance(doc, dict):
+                    message = (doc.get("message") if isinstance(doc, dict) else None) \
+                        or resp.reason or "unexpected answer"
+                    if resp.status == 401 and not self._token:
+                        message += " (give --admin-token or set LIVEROOM_ADMIN_TOKEN)"
+                    raise click.ClickException(f"{message} (HTTP {resp.status})")
+                return doc
+        except aiohttp.ClientError as exc:
+            raise click.ClickException(f"cannot reach {self._url}: {exc}") from None
+
+    async def vip_add(self, room: str) -> bool:
+        return bool((await self._call("PUT", f"/v1/admin/vip/{room}"))["changed"])
+
+    async def vip_remove(self, room: str) -> bool:
+        return bool((await self._call("DELETE", f"/v1/admin/vip/{room}"))["changed"])
+
+    async def vip_rooms(self) -> frozenset[str]:
+        return frozenset((await self._call("GET", "/v1/admin/vip"))["rooms"])
+
+    async def end_broadcast(self, room: str) -> tuple[str, int]:
+        doc = await self._call("POST", f"/v1/admin/rooms/{room}/end")
+        return str(doc["epoch"]), int(doc["broadcast"])
+
+
+def _operators_options(command: F) -> F:
+    """The options every operators' command takes: where to send the change."""
+    command = click.option(
+        "--store", "store", default=None, metavar="URL",
+        help="Change the store directly (redis://HOST:PORT/DB) instead of going "
+             "through a running server; not with the embedded memory store, which "
+             "lives inside the server.")(command)
+    command = click.option(
+        "--admin-token", envvar="LIVEROOM_ADMIN_TOKEN", show_envvar=True,
+        help="The server's admin token (not needed with --store).")(command)
+    command = click.option(
+        "--url", default=DEFAULT_URL, show_default=True, envvar="LIVEROOM_URL",
+        show_envvar=True, help="A running liveroom server (any node over the store).")(command)
+    return command
+
+
+def _room(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    try:
+        return check_name("room", value)
+    except BadRequest as exc:
+        raise click.BadParameter(f"{value!r}: {exc.message}") from None
+
+
+def _operate(url: str, admin_token: str | None, store: str | None,
+             via_server: Callable[[_Server], Awaitable[T]],
+             via_store: Callable[[Operators], Awaitable[T]]) -> T:
+    """Run one operators' call against the server at ``url``, or the store."""
+    if store is not None and store.strip() in ("memory", "memory://"):
+        raise click.BadParameter(
+            "the memory store lives inside the server process: use --url to reach "
+            "the running server instead", param_hint="--store")
+
+    async def run() -> T:
+        if store is None:
+            async with aiohttp.ClientSession(
+                    timeout=aiohttp.ClientTimeout(total=30)) as http:
+                return await via_server(_Server(http, url, admin_token))
+        try:
+            engine = open_store(store, _D.log_policy(), SystemClock(), node_id="cli")
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--store") from None
+        # No start(): a one-shot command needs no notify channel (the engine
+        # connects on the first call), and closing a started redis engine while
+        # Redis is down can hang in its reconnect loop.
+        try:
+            return await via_store(engine.operators)
+        except LiveroomError as exc:
+            raise click.ClickException(exc.message) from None
+        finally:
+            await engine.close()
+
+    return asyncio.run(run())
+
+
+@main.group()
+def vip() -> None:
+    """The vip whitelist: rooms served by the vip sect.
+
+    A vip room gets recvsvr caches and a pull budget of its own on every node
+    (a storm in it cannot slow the pulls of other rooms) and its online list is
+    split over --vip-shards keys. Every node picks a change up within its
+    --vip-refresh; the node that made it at once.
+    """
+
+
+@vip.command("add")
+@click.argument("room", callback=_room)
+@_operators_options
+def vip_add(room: str, url: str, admin_token: str | None, store: str | None) -> None:
+    """Whitelist ROOM into the vip sect."""
+    changed = _operate(url, admin_token, store, lambda s: s.vip_add(room),
+                       lambda o: o.vip_add(room))
+    click.echo(f"room {room} is now vip" if changed else f"room {room} was already vip")
+
+
+@vip.command("remove")
+@click.argument("room", callback=_room)
+@_operators_options
+def vip_remove(room: str, url: str, admin_token: str | None, store: str | None) -> None:
+    """Take ROOM off the vip whitelist (back to the normal sect)."""
+    changed = _operate(url, admin_token, store, lambda s: s.vip_remove(room),
+                       lambda o: o.vip_remove(room))
+    click.echo(f"room {room} is no longer vip" if changed else f"room {room} was not vip")
+
+
+@vip.command("list")
+@_operators_options
+def vip_list(url: str, admin_token: str | None, store: str | None) -> None:
+    """Print the whitelisted rooms, one a line (nothing when there are none)."""
+    rooms = _operate(url, admin_token, store, lambda s: s.vip_rooms(),
+                     lambda o: o.vip_rooms())
+    for room in sorted(rooms):
+        click.echo(room)
+    if not rooms:
+        click.echo("no vip rooms", err=True)
+
+
+@main.group()
+def room() -> None:
+    """Operations on one room."""
+
+
+@room.command("end")
+@click.argument("room_name", metavar="ROOM", callback=_room)
+@_operators_options
+def room_end(room_name: str, url: str, admin_token: str | None, store: str | None) -> None:
+    """End ROOM's broadcast and start the next one.
+
+    The room's log starts afresh in a new epoch (every listener resets into it,
+    seqs go on) and its viewers count starts over; the ended broadcast's
+    viewers stay readable at GET /v1/rooms/ROOM/broadcasts.
+    """
+
+    async def through_store(o: Operators) -> tuple[str, int]:
+        ended = await o.end_broadcast(room_name, int(SystemClock().time() * 1000),
+                                      int(_D.history_ttl * 1000))
+        return ended.epoch, ended.broadcast
+
+    epoch, broadcast = _operate(url, admin_token, store,
+                                lambda s: s.end_broadcast(room_name), through_store)
+    click.echo(f"room {room_name}: broadcast {broadcast - 1} ended, broadcast {broadcast} "
+               f"started (epoch {epoch})")
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:

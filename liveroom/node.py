@@ -12,7 +12,7 @@ import asyncio
 import logging
 import secrets
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from aiohttp import web
 
@@ -20,8 +20,9 @@ from proxy import Proxy
 from proxy.auth import Tokens
 from proxy.context import ContextSigner
 from proxy.heartbeats import Heartbeats
+from proxy.operators import OperatorRoutes
 from proxy.routes import errors_middleware
-from recvsvr import RoomCache, SectLimits
+from recvsvr import RoomCache, SectLimits, Sects
 from recvsvr.build import Retention
 from statsvr import StatsLimits, Statsvr
 
@@ -30,6 +31,7 @@ from .errors import StoreUnavailable
 from .metrics import Metrics
 from .settings import Settings
 from .store import Store, open_store
+from .whitelist import VipList
 
 log = logging.getLogger("liveroom.node")
 
@@ -40,9 +42,12 @@ class Node:
     clock: Clock
     store: Store
     metrics: Metrics
-    cache: RoomCache
+    vip_list: VipList
+    cache: Sects
+    """The node's recvsvr: the normal and the vip sect behind one reader."""
     statsvr: Statsvr
     proxy: Proxy
+    operators: OperatorRoutes
     announce: Callable[[Node], None] | None = None
     generated: dict[str, str] = field(default_factory=dict)
     """Tokens this node made up because none was configured (to print them)."""
@@ -71,18 +76,25 @@ def build_node(settings: Settings, clock: Clock | None = None,
         important_window_ms=int(settings.important_window * 1000),
         index_keep=settings.index_keep,
     )
-    limits = SectLimits(
+    # Reads push a room's expiry back well before it can pass.
+    touch_interval = min(settings.touch_interval, settings.room_ttl / 4)
+    normal = SectLimits(
         fallback_interval=settings.fallback_pull_interval,
         read_window=settings.read_window,
         batch=settings.pull_batch,
         concurrency=settings.pull_concurrency,
-        # Reads push a room's expiry back well before it can pass.
-        touch_interval=min(settings.touch_interval, settings.room_ttl / 4),
+        touch_interval=touch_interval,
     )
-    cache = RoomCache(store.log, clock, metrics, retention=retention, limits=limits)
-    vip = settings.vip_rooms
-    statsvr = Statsvr(store.stats, clock, settings.name, is_vip=vip.__contains__,
-                      metrics=metrics,
+    vip = replace(normal, batch=settings.vip_pull_batch,
+                  concurrency=settings.vip_pull_concurrency)
+    vip_list = VipList(store.operators, clock, refresh=settings.vip_refresh)
+    cache = Sects(RoomCache(store.log, clock, metrics, retention=retention, limits=normal),
+                  RoomCache(store.log, clock, metrics, retention=retention, limits=vip,
+                            name="vip"),
+                  vip_list.is_vip, clock, metrics=metrics)
+    vip_list.on_change(cache.moved)
+    statsvr = Statsvr(store.stats, clock, settings.name, is_vip=vip_list.is_vip,
+                      metrics=metrics, operators=store.operators,
                       limits=StatsLimits(
                           online_ttl=settings.online_ttl,
                           vip_shards=settings.vip_shards,
@@ -97,10 +109,13 @@ def build_node(settings: Settings, clock: Clock | None = None,
     # Tokens and the context secret may live in the store: they are filled in
     # at start-up, before the server accepts a connection.
     proxy = Proxy(settings=settings, reader=cache, heartbeats=heartbeats, stats=statsvr,
-                  is_vip=vip.__contains__, log=store.log,
+                  is_vip=vip_list.is_vip, log=store.log,
                   tokens=Tokens(admin="", publisher=""), signer=ContextSigner(""),
                   clock=clock, metrics=metrics, health=lambda: node.health())
-    node = Node(settings, clock, store, metrics, cache, statsvr, proxy, announce)
+    operators = OperatorRoutes(store.operators, proxy.tokens, clock, settings,
+                               stats=statsvr, reader=cache, note_vip=vip_list.note)
+    node = Node(settings, clock, store, metrics, vip_list, cache, statsvr, proxy, operators,
+                announce)
     return node
 
 
@@ -131,7 +146,10 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
             admin=await _shared(node, "admin_token", s.admin_token),
             publisher=await _shared(node, "publisher_token", s.publisher_token),
         )
+        node.operators.tokens = node.proxy.tokens
         node.proxy.signer = ContextSigner(await _shared(node, "secret", s.secret))
+        # Which sect serves a room is known before the first poll is answered.
+        await node.vip_list.start()
         node.store.notifier.subscribe(node.cache.on_notify, node.cache.on_resync)
         await node.cache.start()
         await node.statsvr.start()
@@ -141,6 +159,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         yield
     finally:
         await node.proxy.holds.close()
+        await node.vip_list.stop()
         await node.cache.stop()
         await node.proxy.heartbeats.stop()
         await node.statsvr.stop()
@@ -159,6 +178,7 @@ def build_app(settings: Settings, clock: Clock | None = None,
                           client_max_size=settings.max_message_bytes + 1024)
     app[NODE] = node
     node.proxy.add_routes(app)
+    node.operators.add_routes(app)
     app.cleanup_ctx.append(_lifecycle)
     app.on_shutdown.append(_release_held_polls)
     return app

@@ -98,6 +98,11 @@ class Settings:
     """A room read within this many seconds is pulled at least once per interval."""
     pull_batch: int = 128
     pull_concurrency: int = 4
+    """The normal sect's pull budget: rooms per store read, reads in flight."""
+    vip_pull_batch: int = 16
+    vip_pull_concurrency: int = 2
+    """The vip sect's own budget (few rooms, each hot): a storm in a vip room
+    waits for these workers only, never for the normal sect's."""
     touch_interval: float = 600.0
 
     # Store.
@@ -114,8 +119,7 @@ class Settings:
     """The longest interval the adaptive hold may add to a poll (a tier's
     interval plus jitter may not exceed it)."""
     vip_shards: int = 16
-    vip_rooms: frozenset[str] = frozenset()
-    """Rooms served as vip (their online list is split over ``vip_shards``)."""
+    """Shard keys a vip room's online list is split over, per statsvr node."""
     viewers_threshold: int = 10_000
     """Distinct viewers counted exactly; a HyperLogLog estimates beyond."""
     history_ttl: float = 90 * 86_400.0
@@ -140,6 +144,11 @@ class Settings:
             raise ValueError("hold_tick must be between 0.05 and 1 s")
         if self.vip_shards < 1:
             raise ValueError("vip_shards must be at least 1")
+        if self.vip_refresh <= 0:
+            raise ValueError("vip_refresh must be positive")
+        if min(self.pull_batch, self.pull_concurrency, self.vip_pull_batch,
+               self.vip_pull_concurrency) < 1:
+            raise ValueError("every sect needs a pull batch and concurrency of at least 1")
 
     @property
     def name(self) -> str:

@@ -15,10 +15,13 @@ from typing import Any
 
 import aiohttp
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
+from conftest import RedisServer
+from support import ADMIN, PUBLISHER, Listener, running_node
 
 from liveroom import __version__
 from liveroom.cli import main
+from liveroom.clock import FakeClock
 
 OPTIONS = {
     "--host": "LIVEROOM_HOST",
@@ -30,9 +33,13 @@ OPTIONS = {
     "--secret": "LIVEROOM_SECRET",
     "--log-level": "LIVEROOM_LOG_LEVEL",
     "--online-ttl": "LIVEROOM_ONLINE_TTL",
-    "--vip-room": "LIVEROOM_VIP_ROOMS",
     "--vip-shards": "LIVEROOM_VIP_SHARDS",
     "--viewers-threshold": "LIVEROOM_VIEWERS_THRESHOLD",
+    "--tiers": "LIVEROOM_TIERS",
+    "--hold-tick": "LIVEROOM_HOLD_TICK",
+    "--rate-limits": "LIVEROOM_RATE_LIMITS",
+    "--room-rate-limit": "LIVEROOM_ROOM_RATE_LIMIT",
+    "--vip-refresh": "LIVEROOM_VIP_REFRESH",
 }
 
 
@@ -113,10 +120,93 @@ def test_an_online_ttl_shorter_than_a_held_poll_is_refused(args: list[str],
         in flat(result.output)
 
 
-def test_a_bad_vip_room_name_is_refused() -> None:
-    result = CliRunner().invoke(main, ["serve", "--vip-room", "no spaces"])
+def test_serve_help_shows_the_traffic_defaults() -> None:
+    text = flat(CliRunner().invoke(main, ["serve", "--help"]).output)
+    assert "default: 1000:1,10000:2,100000:5,1000000:8+2" in text
+    assert "default: 5/s,30/m,300/h" in text
+
+
+@pytest.mark.parametrize(("args", "env", "mentions"), [
+    pytest.param(["serve", "--tiers", "1000"], {}, ["--tiers", "bad tier '1000'"],
+                 id="tier-without-interval"),
+    pytest.param(["serve"], {"LIVEROOM_TIERS": "x:1"}, ["--tiers", "bad tier 'x:1'"],
+                 id="tier-env"),
+    pytest.param(["serve", "--tiers", "1000:9+2"], {}, ["--tiers", "exceeds hold_interval_max"],
+                 id="tier-too-long"),
+    pytest.param(["serve", "--rate-limits", "5/w"], {}, ["--rate-limits", "bad rate window"],
+                 id="rate-unit"),
+    pytest.param(["serve"], {"LIVEROOM_RATE_LIMITS": "0/s"}, ["--rate-limits", "positive"],
+                 id="rate-env"),
+    pytest.param(["serve", "--room-rate-limit", "-1"], {}, ["--room-rate-limit"],
+                 id="room-rate"),
+    pytest.param(["serve", "--hold-tick", "2"], {}, ["--hold-tick"], id="hold-tick"),
+    pytest.param(["serve", "--vip-refresh", "0"], {}, ["--vip-refresh"], id="vip-refresh"),
+    pytest.param(["serve", "--vip-room", "stage"], {}, ["No such option"], id="vip-room-gone"),
+])
+def test_bad_traffic_settings_are_refused(args: list[str], env: dict[str, str],
+                                          mentions: list[str]) -> None:
+    result = CliRunner().invoke(main, args, env=env)
     assert result.exit_code == 2, result.output
-    assert "--vip-room" in result.output
+    for text in mentions:
+        assert text in flat(result.output), result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("args", [
+    ["vip", "--help"], ["vip", "add", "--help"], ["vip", "remove", "--help"],
+    ["vip", "list", "--help"], ["room", "end", "--help"],
+])
+def test_operators_commands_explain_themselves(args: list[str]) -> None:
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    text = flat(result.output)
+    if args[-2] in ("vip", "room"):
+        assert "add" in text or "end" in text
+    else:
+        for option, env in [("--url", "LIVEROOM_URL"),
+                            ("--admin-token", "LIVEROOM_ADMIN_TOKEN")]:
+            assert option in text
+            assert f"env var: {env}" in text
+        assert "--store" in text
+        assert "default: http://127.0.0.1:8080" in text
+
+
+def test_main_help_lists_the_operators_commands() -> None:
+    result = CliRunner().invoke(main, ["--help"])
+    for command in ("vip", "room"):
+        assert re.search(rf"^\s+{command}\b", result.output, re.MULTILINE), result.output
+
+
+@pytest.mark.parametrize("args", [
+    ["vip", "add", "no spaces"], ["vip", "remove", "x" * 65], ["room", "end", "a/b"],
+])
+def test_a_bad_room_name_is_refused_before_any_call(args: list[str]) -> None:
+    result = CliRunner().invoke(main, [*args, "--url", "http://127.0.0.1:1"])
+    assert result.exit_code == 2, result.output
+    assert "room must match" in result.output
+
+
+@pytest.mark.parametrize("store", ["memory", "memory://"])
+def test_the_memory_store_cannot_be_changed_from_outside(store: str) -> None:
+    result = CliRunner().invoke(main, ["vip", "add", "stage", "--store", store])
+    assert result.exit_code == 2, result.output
+    assert "lives inside the server" in flat(result.output)
+    assert "--url" in result.output
+
+
+def test_an_unknown_store_is_refused_by_the_operators_commands() -> None:
+    result = CliRunner().invoke(main, ["vip", "list", "--store", "bogus://x"])
+    assert result.exit_code == 2, result.output
+    assert "bogus://x" in result.output
+
+
+def test_a_server_nobody_runs_is_a_clear_failure() -> None:
+    port = free_port()
+    result = CliRunner().invoke(main, ["vip", "list", "--url", f"http://127.0.0.1:{port}"],
+                                env={"LIVEROOM_ADMIN_TOKEN": "t"})
+    assert result.exit_code == 1, result.output
+    assert f"cannot reach http://127.0.0.1:{port}" in result.output
+    assert "Traceback" not in result.output
 
 
 def test_python_m_liveroom_help() -> None:
@@ -239,3 +329,102 @@ async def test_serve_end_to_end(tmp_path: Path, how: str, sig: signal.Signals) -
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+# -- the operators' commands against a running node, and against the store ------
+
+async def liveroom(*args: str, env: dict[str, str] | None = None) -> Result:
+    """Run the command in a thread, so the node in this event loop can answer it."""
+    return await asyncio.to_thread(CliRunner().invoke, main, list(args), env=env)
+
+
+async def test_operators_commands_through_a_running_node(session: aiohttp.ClientSession) -> None:
+    async with running_node() as node:
+        env = {"LIVEROOM_URL": node.url, "LIVEROOM_ADMIN_TOKEN": ADMIN}
+        result = await liveroom("vip", "add", "stage", env=env)
+        assert (result.exit_code, result.output) == (0, "room stage is now vip\n")
+        assert node.node.vip_list.is_vip("stage")
+        async with session.get(f"{node.url}/v1/rooms/stage/stats") as resp:
+            assert (await resp.json())["vip"] is True
+        result = await liveroom("vip", "add", "stage", env=env)
+        assert result.output == "room stage was already vip\n"
+        await liveroom("vip", "add", "arena", "--url", node.url, "--admin-token", ADMIN)
+        result = await liveroom("vip", "list", env=env)
+        assert (result.exit_code, result.stdout) == (0, "arena\nstage\n")
+        result = await liveroom("vip", "remove", "stage", env=env)
+        assert result.output == "room stage is no longer vip\n"
+        result = await liveroom("vip", "remove", "stage", env=env)
+        assert result.output == "room stage was not vip\n"
+        await liveroom("vip", "remove", "arena", env=env)
+        result = await liveroom("vip", "list", env=env)
+        assert (result.exit_code, result.stdout, result.stderr) == (0, "", "no vip rooms\n")
+
+        first = await Listener(session, "show").poll(node.url)
+        result = await liveroom("room", "end", "show", env=env)
+        assert result.exit_code == 0, result.output
+        found = re.fullmatch(r"room show: broadcast 1 ended, broadcast 2 started "
+                             r"\(epoch (\S+)\)\n", result.output)
+        assert found, result.output
+        assert found.group(1) != first["epoch"]
+
+
+@pytest.mark.parametrize(("token", "message"), [
+    (None, "send Authorization: Bearer <token> (give --admin-token or set "
+           "LIVEROOM_ADMIN_TOKEN) (HTTP 401)"),
+    ("nope", "unknown token (HTTP 401)"),
+    (PUBLISHER, "the publisher token cannot do this (HTTP 403)"),
+])
+async def test_a_refused_command_exits_1_with_the_servers_message(
+        token: str | None, message: str) -> None:
+    async with running_node() as node:
+        args = ["vip", "add", "stage", "--url", node.url]
+        if token is not None:
+            args += ["--admin-token", token]
+        result = await liveroom(*args)
+        assert result.exit_code == 1, result.output
+        assert result.output == f"Error: {message}\n"
+        assert not node.node.vip_list.is_vip("stage")
+
+
+async def test_operators_commands_on_the_store_reach_every_node(redis_url: str) -> None:
+    clock = FakeClock()
+    async with running_node(redis_url, clock) as node:
+        result = await liveroom("vip", "add", "stage", "--store", redis_url)
+        assert (result.exit_code, result.output) == (0, "room stage is now vip\n")
+        # The node reads the whitelist within its refresh period.
+        async with asyncio.timeout(10):
+            while not node.node.vip_list.is_vip("stage"):
+                await clock.advance(0.5)
+                await asyncio.sleep(0.01)
+        result = await liveroom("vip", "list", "--store", redis_url)
+        assert result.stdout == "stage\n"
+        result = await liveroom("vip", "remove", "stage", "--store", redis_url)
+        assert result.output == "room stage is no longer vip\n"
+        result = await liveroom("room", "end", "show", "--store", redis_url)
+        assert result.exit_code == 0, result.output
+        assert result.output.startswith("room show: broadcast 1 ended, broadcast 2 started")
+
+
+async def test_a_store_that_is_down_is_a_clear_failure(redis_server: RedisServer,
+                                                       redis_url: str) -> None:
+    redis_server.stop()
+    try:
+        result = await liveroom("vip", "list", "--store", redis_url)
+    finally:
+        redis_server.start()
+    assert result.exit_code == 1, result.output
+    assert "Error:" in result.output
+    assert "Traceback" not in result.output
+
+
+async def test_the_real_command_against_a_node() -> None:
+    async with running_node() as node:
+        for args, out in [(["vip", "add", "stage"], "room stage is now vip\n"),
+                          (["vip", "list"], "stage\n")]:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "liveroom", *args, "--url", node.url,
+                env=clean_env(LIVEROOM_ADMIN_TOKEN=ADMIN),
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            stdout, stderr = await asyncio.wait_for(proc.communicate(), 30)
+            assert proc.returncode == 0, stderr
+            assert stdout.decode() == out

@@ -1,19 +1,24 @@
 """Sects on both engines: each room read from the cache of its sect, a wait that
-follows a room across a move, and a vip sect whose pull budget is its own."""
+follows a room across a move, a vip sect whose pull budget is its own, and the
+node's copy of the vip whitelist that routes them."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, cast
 
 import pytest
+from conftest import TEST_POLICY, RedisServer, opened
 
 from liveroom.clock import FakeClock
 from liveroom.metrics import Metrics
 from liveroom.model import NewMessage
 from liveroom.snapshot import Snapshot
 from liveroom.store import MessageLog, Pulled, PullRequest, Store
+from liveroom.store.base import Operators
+from liveroom.whitelist import VipList
 from recvsvr import RoomCache, SectLimits, Sects
 
 
@@ -229,3 +234,132 @@ async def test_a_storm_in_a_vip_room_does_not_delay_normal_pulls(
     finally:
         gated.gate.set()
         await node.sects.stop()
+
+
+# -- the whitelist cache ----------------------------------------------------------
+
+
+class GatedOperators:
+    """The engine's operators, with whitelist reads kept at a gate when closed."""
+
+    def __init__(self, inner: Operators) -> None:
+        self.inner = inner
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.reads = 0
+
+    async def vip_rooms(self) -> frozenset[str]:
+        self.reads += 1
+        rooms = await self.inner.vip_rooms()
+        await self.gate.wait()
+        return rooms
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def test_the_whitelist_is_read_at_start_and_every_refresh(
+        engine_url: str, fake_clock: FakeClock) -> None:
+    async with opened(engine_url, TEST_POLICY, fake_clock) as store:
+        await store.operators.vip_add("stage")
+        vips = VipList(store.operators, fake_clock, refresh=2.0)
+        changes: list[frozenset[str]] = []
+        vips.on_change(changes.append)
+        await vips.start()
+        try:
+            assert vips.is_vip("stage")
+            assert not vips.is_vip("small")
+            assert changes == [frozenset({"stage"})]
+            # Another node changes the store: seen within one refresh, not before.
+            await store.operators.vip_add("arena")
+            await store.operators.vip_remove("stage")
+            await fake_clock.advance(1.9)
+            assert vips.rooms == {"stage"}
+            version = vips.version
+            async with asyncio.timeout(5):
+                while vips.rooms != {"arena"}:
+                    await fake_clock.advance(0.1)
+                    await asyncio.sleep(0.01)
+            assert changes[-1] == {"arena", "stage"}
+            assert vips.version == version + 1
+            # A refresh that finds nothing new changes nothing.
+            await fake_clock.advance(2.0)
+            await asyncio.sleep(0.05)
+            assert vips.version == version + 1
+        finally:
+            await vips.stop()
+
+
+async def test_a_read_in_flight_does_not_undo_a_local_change(
+        engine_url: str, fake_clock: FakeClock) -> None:
+    async with opened(engine_url, TEST_POLICY, fake_clock) as store:
+        gated = GatedOperators(store.operators)
+        vips = VipList(cast(Operators, gated), fake_clock, refresh=2.0)
+        await vips.start()
+        try:
+            gated.gate.clear()
+            await asyncio.sleep(0.01)  # the refresh task reaches its sleep
+            await fake_clock.advance(2.0)
+            async with asyncio.timeout(5):
+                while gated.reads < 2:
+                    await asyncio.sleep(0.01)
+            # The read saw the list before this node whitelisted the room.
+            await store.operators.vip_add("stage")
+            vips.note("stage", True)
+            gated.gate.set()
+            await asyncio.sleep(0.05)
+            assert vips.is_vip("stage")
+            await fake_clock.advance(2.0)
+            await asyncio.sleep(0.05)
+            assert vips.is_vip("stage")
+        finally:
+            gated.gate.set()
+            await vips.stop()
+
+
+async def test_a_store_outage_keeps_the_last_list_and_logs_once(
+        redis_server: RedisServer, redis_url: str, fake_clock: FakeClock,
+        caplog: pytest.LogCaptureFixture) -> None:
+    async with opened(redis_url, TEST_POLICY, fake_clock) as store:
+        await store.operators.vip_add("stage")
+        vips = VipList(store.operators, fake_clock, refresh=1.0)
+        await vips.start()
+        try:
+            redis_server.stop()
+            with caplog.at_level(logging.INFO, logger="liveroom.whitelist"):
+                for _ in range(3):
+                    assert not await vips.refresh()
+                assert vips.is_vip("stage")
+                redis_server.start()
+                async with asyncio.timeout(10):
+                    while not await vips.refresh():
+                        await asyncio.sleep(0.1)
+            # The restarted Redis is empty: the whitelist is too.
+            assert not vips.is_vip("stage")
+            messages = [r.getMessage() for r in caplog.records]
+            assert sum("cannot read the vip whitelist" in m for m in messages) == 1
+            assert sum("read again" in m for m in messages) == 1
+        finally:
+            redis_server.start()
+            await vips.stop()
+
+
+async def test_start_with_the_store_down_gives_up_in_time(
+        redis_server: RedisServer, redis_url: str, fake_clock: FakeClock) -> None:
+    async with opened(redis_url, TEST_POLICY, fake_clock) as store:
+        await store.operators.vip_add("stage")
+        redis_server.stop()
+        vips = VipList(store.operators, fake_clock, refresh=1.0, start_wait=0.5)
+        try:
+            async with asyncio.timeout(5):
+                await vips.start()
+            assert vips.rooms == frozenset()  # every room normal meanwhile
+            redis_server.start()
+            await store.operators.vip_add("stage")
+            async with asyncio.timeout(10):
+                while not vips.is_vip("stage"):
+                    await fake_clock.advance(1.0)
+                    await asyncio.sleep(0.05)
+        finally:
+            redis_server.start()
+            await vips.stop()

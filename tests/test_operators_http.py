@@ -1,0 +1,263 @@
+"""The operators' API end to end, over real sockets, on both engines: the vip
+whitelist (and a room moving between sects on every node without dropping a
+listener), the end of a broadcast, and the list of ended broadcasts."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import pytest
+from conftest import RedisServer
+from support import ADMIN, PUBLISHER, Listener, running_node, send
+
+from liveroom.clock import FakeClock
+from liveroom.node import Node
+
+AUTH = {"Authorization": f"Bearer {ADMIN}"}
+
+ADMIN_ROUTES = [("PUT", "/v1/admin/vip/stage"), ("DELETE", "/v1/admin/vip/stage"),
+                ("GET", "/v1/admin/vip"), ("POST", "/v1/admin/rooms/stage/end")]
+
+
+async def call(session: aiohttp.ClientSession, method: str, url: str, *,
+               status: int = 200, headers: dict[str, str] | None = None) -> dict[str, Any]:
+    async with session.request(method, url, headers=AUTH if headers is None else headers) \
+            as resp:
+        assert resp.status == status, await resp.text()
+        doc: dict[str, Any] = await resp.json()
+        return doc
+
+
+async def until(clock: FakeClock, check: Callable[[], Awaitable[bool]], *,
+                step: float = 0.5, limit: float = 10.0) -> None:
+    """Move the fake clock by ``step`` until ``check()`` holds (bounded)."""
+    moved = 0.0
+    async with asyncio.timeout(20):
+        while not await check():
+            assert moved < limit, f"not true after {moved} fake seconds"
+            await clock.advance(step)
+            moved += step
+            await asyncio.sleep(0.01)  # store round trips are real I/O
+
+
+async def held(node: Node, count: int = 1) -> None:
+    """Wait until ``count`` polls are held by the node."""
+    async with asyncio.timeout(5):
+        while node.proxy.holds.count < count:
+            await asyncio.sleep(0.01)
+
+
+# -- the token, the names, the store -----------------------------------------------
+
+
+@pytest.mark.parametrize(("method", "path"), ADMIN_ROUTES)
+async def test_the_admin_api_needs_the_admin_token(method: str, path: str,
+                                                   session: aiohttp.ClientSession) -> None:
+    async with running_node() as node:
+        for headers, status in [({}, 401), ({"Authorization": "Bearer nope"}, 401),
+                                ({"Authorization": "Basic " + ADMIN}, 401),
+                                ({"Authorization": f"Bearer {PUBLISHER}"}, 403)]:
+            doc = await call(session, method, f"{node.url}{path}", status=status,
+                             headers=headers)
+            assert set(doc) == {"error", "message"}
+        # Nothing changed by the refused calls.
+        assert await call(session, "GET", f"{node.url}/v1/admin/vip") == {"rooms": []}
+        assert not node.node.vip_list.is_vip("stage")
+
+
+@pytest.mark.parametrize(("method", "path"), [
+    ("PUT", "/v1/admin/vip/no%20spaces"), ("DELETE", "/v1/admin/vip/bad*name"),
+    ("POST", "/v1/admin/rooms/" + "x" * 65 + "/end"), ("GET", "/v1/rooms/a%2Fb/broadcasts"),
+])
+async def test_bad_room_names_are_400(method: str, path: str,
+                                      session: aiohttp.ClientSession) -> None:
+    async with running_node() as node:
+        doc = await call(session, method, f"{node.url}{path}", status=400)
+        assert doc["error"] == "bad_request"
+        assert "room must match" in doc["message"]
+
+
+async def test_the_store_down_is_503_with_retry_after(redis_server: RedisServer, redis_url: str,
+                                                      session: aiohttp.ClientSession) -> None:
+    async with running_node(redis_url) as node:
+        redis_server.stop()
+        for method, path in [*ADMIN_ROUTES, ("GET", "/v1/rooms/stage/broadcasts")]:
+            async with session.request(method, f"{node.url}{path}", headers=AUTH) as resp:
+                assert resp.status == 503, (method, path, await resp.text())
+                assert int(resp.headers["Retry-After"]) >= 1
+                assert (await resp.json())["error"] == "store_unavailable"
+        redis_server.start()
+
+
+# -- the vip whitelist ---------------------------------------------------------------
+
+
+async def test_put_delete_and_list_the_whitelist(engine_url: str,
+                                                 session: aiohttp.ClientSession) -> None:
+    async with running_node(engine_url) as node:
+        url = node.url
+        stats = f"{url}/v1/rooms/stage/stats"
+        assert (await call(session, "GET", stats))["vip"] is False
+        assert await call(session, "PUT", f"{url}/v1/admin/vip/stage") == {
+            "room": "stage", "vip": True, "changed": True}
+        # This node sees its own change at once.
+        assert (await call(session, "GET", stats))["vip"] is True
+        assert await call(session, "PUT", f"{url}/v1/admin/vip/stage") == {
+            "room": "stage", "vip": True, "changed": False}
+        await call(session, "PUT", f"{url}/v1/admin/vip/arena")
+        assert await call(session, "GET", f"{url}/v1/admin/vip") == {
+            "rooms": ["arena", "stage"]}
+        assert await call(session, "DELETE", f"{url}/v1/admin/vip/stage") == {
+            "room": "stage", "vip": False, "changed": True}
+        assert await call(session, "DELETE", f"{url}/v1/admin/vip/stage") == {
+            "room": "stage", "vip": False, "changed": False}
+        assert (await call(session, "GET", stats))["vip"] is False
+        assert await call(session, "GET", f"{url}/v1/admin/vip") == {"rooms": ["arena"]}
+
+
+async def test_the_whitelist_outlives_a_node_restart(redis_url: str,
+                                                     session: aiohttp.ClientSession) -> None:
+    async with running_node(redis_url, node_id="a") as first:
+        await call(session, "PUT", f"{first.url}/v1/admin/vip/stage")
+    # Read at start-up, before the node listens.
+    async with running_node(redis_url, node_id="a") as again:
+        assert again.node.vip_list.is_vip("stage")
+        assert (await call(session, "GET", f"{again.url}/v1/rooms/stage/stats"))["vip"] is True
+
+
+async def test_a_room_moves_to_the_vip_sect_on_every_node_without_dropping_a_listener(
+        redis_url: str, session: aiohttp.ClientSession) -> None:
+    clock = FakeClock()
+    async with running_node(redis_url, clock, node_id="a") as a, \
+            running_node(redis_url, clock, node_id="b") as b:
+        await send(session, a.url, "stage", "before")
+        on_a = Listener(session, "stage", uid="on-a")
+        on_b = Listener(session, "stage", uid="on-b")
+        await on_a.poll(a.url)
+        await on_b.poll(b.url)
+        polls = [asyncio.create_task(on_a.poll(a.url, timeout=30)),
+                 asyncio.create_task(on_b.poll(b.url, timeout=30))]
+        await held(a.node)
+        await held(b.node)
+
+        await call(session, "PUT", f"{a.url}/v1/admin/vip/stage")
+        assert a.node.vip_list.is_vip("stage")  # at once where it was made
+        assert not b.node.vip_list.is_vip("stage")
+        async def b_knows() -> bool:
+            return b.node.vip_list.is_vip("stage")
+
+        await until(clock, b_knows, limit=b.node.settings.vip_refresh + 1)
+        await asyncio.sleep(0.2)
+        assert not any(p.done() for p in polls)  # a move alone answers nobody
+
+        sent = await send(session, b.url, "stage", "after", important=True)
+        async with asyncio.timeout(5):
+            answers = await asyncio.gather(*polls)
+        for answer in answers:
+            assert answer["reset"] is False
+            assert answer["epoch"] == sent["epoch"]
+            assert [m["body"] for m in answer["important"]] == ["after"]
+        for node in (a.node, b.node):
+            assert node.cache.vip.peek("stage") is not None
+            assert node.cache.sect_of("stage") is node.cache.vip
+        # And listeners carry on in the vip sect.
+        await send(session, a.url, "stage", "later")
+        await on_b.poll(b.url, timeout=5)
+        assert on_b.bodies() == ["before", "after", "later"]
+        assert not any(x["reset"] for x in on_a.answers + on_b.answers)
+
+
+async def test_statsvr_splits_a_room_over_vip_shards_once_it_is_vip(
+        engine_url: str, session: aiohttp.ClientSession) -> None:
+    clock = FakeClock()
+    async with running_node(engine_url, clock, vip_shards=4) as node:
+        stats = node.node.store.stats
+        uids = [f"u{i}" for i in range(64)]
+
+        async def shards() -> set[int]:
+            [entries] = await stats.shard_index(["stage"], int(clock.time() * 1000))
+            return {e.count for e in entries}
+
+        node.node.statsvr.tables.beat("stage", uids)
+        await until(clock, lambda: shards_are(shards, {1}))
+        await call(session, "PUT", f"{node.url}/v1/admin/vip/stage")
+        node.node.statsvr.tables.beat("stage", uids)
+        await until(clock, lambda: shards_are(shards, {4}))
+        doc = await call(session, "GET", f"{node.url}/v1/rooms/stage/online", headers={})
+        assert doc["online"] == 64
+
+
+async def shards_are(read: Callable[[], Awaitable[set[int]]], counts: set[int]) -> bool:
+    return await read() == counts
+
+
+# -- the end of a broadcast -------------------------------------------------------------
+
+
+async def test_ending_a_broadcast_resets_listeners_and_starts_viewers_over(
+        engine_url: str, session: aiohttp.ClientSession) -> None:
+    clock = FakeClock()
+    async with running_node(engine_url, clock) as node:
+        url = node.url
+        viewers = [Listener(session, "show", uid=f"v{i}") for i in range(3)]
+        for listener in viewers:
+            await listener.poll(url)
+        await send(session, url, "show", "one")
+
+        async def watched(n: int) -> bool:
+            doc = await call(session, "GET", f"{url}/v1/rooms/show/stats", headers={})
+            return bool(doc["viewers"] == n)
+
+        async def online(n: int) -> bool:
+            doc = await call(session, "GET", f"{url}/v1/rooms/show/stats", headers={})
+            return bool(doc["online"] == n)
+
+        await until(clock, lambda: watched(3))
+        # Two of them leave; the third keeps polling.
+        stayer = viewers[0]
+        for _ in range(25):
+            await clock.advance(5)
+            # A first poll answers at once and is a heartbeat all the same.
+            await Listener(session, "show", uid=stayer.uid).poll(url)
+            await asyncio.sleep(0.01)
+            if await online(1):
+                break
+        assert await online(1)
+        assert await watched(3)
+
+        await stayer.poll(url)
+        old_epoch = stayer.epoch
+        poll = asyncio.create_task(stayer.poll(url, timeout=30))
+        await held(node.node)
+        ended_at = int(clock.time() * 1000)
+        ended = await call(session, "POST", f"{url}/v1/admin/rooms/show/end")
+        assert set(ended) == {"room", "epoch", "broadcast"}
+        assert ended["room"] == "show"
+        assert ended["broadcast"] == 2
+        assert ended["epoch"] != old_epoch
+        # The held listener resets into the new epoch promptly (no fake time passes).
+        async with asyncio.timeout(3):
+            answer = await poll
+        assert answer["reset"] is True
+        assert answer["epoch"] == ended["epoch"]
+        # Seqs go on; what is sent next arrives in the new epoch.
+        sent = await send(session, url, "show", "two")
+        assert sent["epoch"] == ended["epoch"]
+        await stayer.poll(url, timeout=5)
+        assert stayer.bodies()[-1] == "two"
+
+        # The viewers count starts over: only the listener still here.
+        await until(clock, lambda: watched(1), limit=20)
+        doc = await call(session, "GET", f"{url}/v1/rooms/show/broadcasts", headers={})
+        assert doc == {"room": "show", "broadcasts": [
+            {"broadcast": 1, "ended_at": ended_at, "viewers": 3, "viewers_exact": True}]}
+
+
+async def test_a_room_never_ended_has_no_past_broadcasts(engine_url: str,
+                                                        session: aiohttp.ClientSession) -> None:
+    async with running_node(engine_url) as node:
+        doc = await call(session, "GET", f"{node.url}/v1/rooms/fresh/broadcasts", headers={})
+        assert doc == {"room": "fresh", "broadcasts": []}
