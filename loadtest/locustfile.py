@@ -340,13 +340,19 @@ class ImportantSenderUser(_Sender):
 
     abstract = IMPORTANT_RATE <= 0
     fixed_count = 1
-    wait_time = constant_throughput(IMPORTANT_RATE or 1.0)
 
     def on_start(self) -> None:
-        # Both senders start together and keep their pace: without an offset
-        # every important message would land with a normal one (one answer
-        # for two). Start a quarter to three quarters of a chat period late.
+        # Both senders start together and keep their pace: on the chat
+        # sender's phase every important message would land with a normal one
+        # (one answer for two). So this one keeps its own phase, a quarter to
+        # three quarters of a chat period later (constant_throughput would
+        # snap back to the user's start).
         gevent.sleep(random.uniform(0.25, 0.75) / SEND_RATE)
+        self.next_send = time.time()
+
+    def wait_time(self) -> float:
+        self.next_send += 1.0 / (IMPORTANT_RATE or 1.0)
+        return max(0.0, self.next_send - time.time())
 
     @task
     def send(self) -> None:
