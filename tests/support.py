@@ -13,11 +13,15 @@ from aiohttp import web
 
 from liveroom.clock import Clock
 from liveroom.node import NODE, Node, build_app
+from liveroom.ratelimit import RateLimits
 from liveroom.settings import Settings
 
 ADMIN = "admin-token"
 PUBLISHER = "publisher-token"
-BASE = Settings(admin_token=ADMIN, publisher_token=PUBLISHER, secret="test-secret")
+# Tests send faster than a person chats: sender rate limits are off unless a
+# test turns them on (tests/test_traffic.py, tests/test_rate_limits.py).
+BASE = Settings(admin_token=ADMIN, publisher_token=PUBLISHER, secret="test-secret",
+                rate_limits=RateLimits(per_uid=()))
 
 
 @dataclass

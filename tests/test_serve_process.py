@@ -21,7 +21,8 @@ from support import ADMIN, PUBLISHER, Listener, send
 def serve(*args: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     port = free_port()
     env = {**os.environ, "LIVEROOM_ADMIN_TOKEN": ADMIN,
-           "LIVEROOM_PUBLISHER_TOKEN": PUBLISHER, "LIVEROOM_SECRET": "shared"}
+           "LIVEROOM_PUBLISHER_TOKEN": PUBLISHER, "LIVEROOM_SECRET": "shared",
+           "LIVEROOM_RATE_LIMITS": "off"}
     proc = subprocess.Popen([sys.executable, "-m", "liveroom", "serve", "--port", str(port),
                              *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, env=env)

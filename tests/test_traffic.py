@@ -22,7 +22,7 @@ from support import PUBLISHER, Listener, Running, running_node, send
 
 from liveroom.clock import FakeClock
 from liveroom.ratelimit import RateLimits
-from liveroom.settings import Tier
+from liveroom.settings import DEFAULT_RATE_LIMITS, Tier
 from proxy.context import Context, ContextSigner
 from proxy.tiers import PLAIN, TierTable
 
@@ -373,7 +373,7 @@ async def test_held_tiered_polls_answer_empty_on_shutdown(
 
 async def test_a_publisher_is_not_rate_limited_but_a_listener_is(
         session: aiohttp.ClientSession, engine_url: str) -> None:
-    async with running_node(engine_url) as node:
+    async with running_node(engine_url, rate_limits=DEFAULT_RATE_LIMITS) as node:
         url = f"{node.url}/v1/rooms/rl/messages"
         for i in range(5):
             await send(session, node.url, "rl", i, uid="chatty")
