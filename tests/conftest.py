@@ -154,6 +154,20 @@ async def store(engine_url: str, fake_clock: FakeClock) -> AsyncIterator[Store]:
 
 
 @pytest.fixture
+async def memory_store(fake_clock: FakeClock) -> AsyncIterator[Store]:
+    """The memory engine alone, for what only it does (expiry on the fake clock)."""
+    async with opened("memory", TEST_POLICY, fake_clock) as engine:
+        yield engine
+
+
+@pytest.fixture
+async def redis_store(redis_url: str, fake_clock: FakeClock) -> AsyncIterator[Store]:
+    """The redis engine alone, for what only it does (keys, many processes)."""
+    async with opened(redis_url, TEST_POLICY, fake_clock) as engine:
+        yield engine
+
+
+@pytest.fixture
 async def session() -> AsyncIterator[aiohttp.ClientSession]:
     """An HTTP client for end-to-end tests."""
     async with aiohttp.ClientSession() as client:

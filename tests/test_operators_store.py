@@ -75,14 +75,12 @@ async def test_the_vip_whitelist_adds_removes_and_lists(store: Store) -> None:
 
 
 async def test_the_whitelist_is_shared_by_every_node_over_redis(
-        store: Store, engine_url: str, fake_clock: FakeClock) -> None:
-    if store.name != "redis":
-        pytest.skip("one process only")
-    async with opened(engine_url, LogPolicy(), fake_clock) as other:
-        await store.operators.vip_add("stage")
+        redis_store: Store, redis_url: str, fake_clock: FakeClock) -> None:
+    async with opened(redis_url, LogPolicy(), fake_clock) as other:
+        await redis_store.operators.vip_add("stage")
         assert await other.operators.vip_rooms() == frozenset({"stage"})
         assert await other.operators.vip_remove("stage") is True
-        assert await store.operators.vip_rooms() == frozenset()
+        assert await redis_store.operators.vip_rooms() == frozenset()
 
 
 # --- ending a broadcast ----------------------------------------------------------------

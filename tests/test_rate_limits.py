@@ -234,16 +234,14 @@ async def test_a_refused_send_creates_no_log(
 
 
 async def test_counters_stay_bounded_and_expire_on_redis(
-        store: Store, engine_url: str) -> None:
-    if store.name != "redis":
-        pytest.skip("Redis keys")
+        redis_store: Store, redis_url: str) -> None:
     limits = RateLimits(per_uid=(Window(5, 1), Window(30, 60)), room_per_second=100)
     # A send every 700 ms for ten minutes (the minute's limit refuses some):
     # many buckets come and go.
     for i in range(860):
         with contextlib.suppress(RateLimited):
-            await send(store, T0 + 700 * i, limits=limits)
-    client = redis.asyncio.Redis.from_url(engine_url)
+            await send(redis_store, T0 + 700 * i, limits=limits)
+    client = redis.asyncio.Redis.from_url(redis_url)
     try:
         uid_key, room_key = keys.rate_uid("r", "u1"), keys.rate_room("r")
         fields = await client.hkeys(uid_key)
@@ -259,15 +257,13 @@ async def test_counters_stay_bounded_and_expire_on_redis(
 
 
 async def test_memory_counters_expire_on_the_store_clock(
-        store: Store, fake_clock: FakeClock) -> None:
-    if store.name != "memory":
-        pytest.skip("the memory engine's expiry")
+        memory_store: Store, fake_clock: FakeClock) -> None:
     limits = RateLimits(per_uid=(Window(1, 3600),))
-    await send(store, T0, limits=limits)
-    await refused(store, T0 + 1000, limits=limits)
+    await send(memory_store, T0, limits=limits)
+    await refused(memory_store, T0 + 1000, limits=limits)
     # After the horizon the counter is gone, whatever the message's time says.
     await fake_clock.advance(horizon_ms(limits.per_uid) / 1000 + 1)
-    await send(store, T0 + 2000, limits=limits)
+    await send(memory_store, T0 + 2000, limits=limits)
 
 
 # --- the pure rule ------------------------------------------------------------------
