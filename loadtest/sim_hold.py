@@ -69,7 +69,8 @@ What is modelled, faithfully to the server's adaptive hold (``proxy``):
   ``gap`` comes only from the 500-message cap of an answer.
 
 Not modelled: the server's CPU (answers leave when the policy says, however
-many), the online count's own lag, listeners joining and leaving during the
+many; ``--release-spread`` spreads a release's answers over some time, as a
+what-if), the online count's own lag, listeners joining and leaving during the
 window (the sample joins uniformly over the first ``--join`` seconds), and
 heartbeat or stats traffic.
 
@@ -176,6 +177,9 @@ class Scenario:
     max_normal: int = 500
     rtt_median: float = 0.080
     rtt_p99: float = 0.400
+    release_spread: float = 0.0
+    """Seconds over which the answers of a whole-room release leave the server
+    (a share of the room: that share of it), uniformly; 0: all at the tick."""
     sample: int = 50_000
     join: float = 10.0
     warmup: float = 30.0
@@ -445,7 +449,10 @@ def run_tiered(sc: Scenario, tier: Tier, normal: FloatArray, important: FloatArr
         if go.any():
             idx = hold[go]
             held[idx] = False
-            answer(idx, np.full(idx.size, t), count=True)
+            at = np.full(idx.size, t)
+            if sc.release_spread > 0:
+                at += rng.random(idx.size) * sc.release_spread * idx.size / n
+            answer(idx, at, count=True)
     return {"cuts": float(cuts), "answered_on_arrival": float(at_once)}
 
 
@@ -623,6 +630,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="round trip (answer out -> next poll in), median, ms")
     cli.add_argument("--rtt-p99", type=float, default=400.0,
                      help="round trip p99, ms (log-normal; equal to the median: constant)")
+    pol.add_argument("--release-spread", type=float, default=0.0,
+                     help="what if: seconds a node takes to send the answers of a whole-room "
+                          "release (server CPU, otherwise not modelled); answers leave "
+                          "uniformly over it, a partial release over its share")
     run = parser.add_argument_group("run")
     run.add_argument("--sample", type=int, default=50_000,
                      help="listeners simulated per room at most (the rest scaled)")
@@ -648,8 +659,8 @@ def scenarios(args: argparse.Namespace) -> tuple[Scenario, list[Scenario]]:
         important_every=args.important_every, tick=args.tick, cut_every=args.cut_every,
         timeout=args.timeout, max_normal=args.max_normal,
         rtt_median=args.rtt_median / 1000, rtt_p99=args.rtt_p99 / 1000,
-        sample=args.sample, join=args.join, warmup=args.warmup, window=args.window,
-        seed=args.seed)
+        release_spread=args.release_spread, sample=args.sample, join=args.join,
+        warmup=args.warmup, window=args.window, seed=args.seed)
     if args.quick:
         base = replace(base, sample=min(base.sample, 2000), window=min(base.window, 40.0),
                        warmup=min(base.warmup, 20.0))
