@@ -20,6 +20,8 @@ Users
     ``ctx`` of the last answer, as a real client does (the server does the
     waiting). ``SenderUser`` posts ``{"uid", "body": {"text", "sent_at"}}`` to
     ``/v1/rooms/{room}/messages``, every Nth one important.
+    ``ImportantSenderUser`` (only with ``LIVEROOM_IMPORTANT_RATE``; one of it)
+    posts only important messages, evenly spaced, at its own phase.
 
 Environment
     ``LIVEROOM_ROOM``              room every user joins (default ``loadtest``)
