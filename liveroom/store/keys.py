@@ -26,8 +26,9 @@ lr:{R}:vm                hash   ``complete``: ``"0"`` once the exact set is
                                 capped (absent means complete)
 lr:{R}:vh                hash   field node -> its HyperLogLog registers (16 KiB)
 lr:{R}:bc                hash   the room's broadcasts: ``n`` the current number
-                                (absent: 1), ``e:<n>`` when broadcast n ended
-                                (Unix ms) while its history is kept
+                                (absent: 1); ``e:<n>`` ``"<ended_ms> <until_ms>"``
+                                of ended broadcast n (pruned on the caller's
+                                clock by the next end)
 lr:{R}:vx:<n>            set    the exact set, vm and vh of ended broadcast n
 lr:{R}:vm:<n>            hash   (renamed aside when it ended; ``vm:<n>`` always
 lr:{R}:vh:<n>            hash   exists while it is kept, with ``ended``)

@@ -263,7 +263,6 @@ class MemoryLog:
         state = self._room(room, create=True)
         assert state is not None
         state.epoch = new_epoch()
-        state.used_ms = self._now_ms()
         return state.epoch, state.seq
 
     async def renew_epoch(self, room: str, stale: str) -> str:
