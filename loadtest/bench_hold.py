@@ -508,6 +508,10 @@ def render(result: dict[str, object]) -> str:
     return "\n".join(lines)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 class _Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
     """The docstring as written, and every option's default."""
 
@@ -530,10 +534,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--measure", type=float, default=60.0,
                         help="seconds measured, ending 2 s before locust stops")
     parser.add_argument("--spawn-rate", type=float, default=100.0, help="locust -r")
-    parser.add_argument("--poll-timeout", type=int, default=25)
+    parser.add_argument("--poll-timeout", type=int, default=25,
+                        help="the listeners' poll timeout, seconds")
     parser.add_argument("--seeds", type=int, default=5, help="simulator runs averaged")
-    parser.add_argument("--tolerance", type=float, default=0.10)
-    parser.add_argument("--results", type=Path, default=HERE / "results")
+    parser.add_argument("--tolerance", type=float, default=0.10,
+                        help="largest relative difference real vs simulated requests "
+                             "for exit status 0")
+    parser.add_argument("--results", type=Path, default=HERE / "results",
+                        help="where locust's CSVs, the per-poll reports and logs go")
     parser.add_argument("--commit",
                         help="run the server of this commit (git archive to a temporary "
                              "directory) instead of the working tree")
@@ -553,6 +561,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             measure=args.measure, spawn_rate=args.spawn_rate, poll_timeout=args.poll_timeout,
             results=args.results, seeds=args.seeds, tolerance=args.tolerance,
             commit=args.commit))
+    # Ctrl-C and SIGTERM unwind through the context managers, which stop locust
+    # and the server (also when started in the background, where SIGINT comes
+    # in ignored).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
     results = []
     try:
         for plan in plans:
