@@ -258,11 +258,17 @@ class Holds:
                 held.ready.append(poll)
         newest = snap.last_important
         if (newest > held.cut_upto or held.cut_late) and now - held.last_cut >= self._cut_every:
-            held.last_cut, held.cut_upto, held.cut_late = now, newest, False
-            self.releases += 1
+            held.cut_upto, held.cut_late = newest, False
+            released = 0
             for poll in held.paced:
-                if poll.epoch == snap.epoch and poll.iseq < newest:
+                if poll.epoch == snap.epoch and poll.iseq < newest and not poll.fut.done():
                     _release(poll.fut, snap)
+                    released += 1
+            if released:
+                # Only a cut that answered somebody spaces the next one: a
+                # room whose polls all had the message already owes nobody.
+                held.last_cut = now
+                self.releases += 1
         deadlines = held.deadlines
         while deadlines and deadlines[0][0] <= now:
             poll = heapq.heappop(deadlines)[2]
