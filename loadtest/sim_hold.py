@@ -101,6 +101,9 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 import numpy.typing as npt
 
+from liveroom.settings import Tier, parse_tiers
+from proxy.tiers import TierTable
+
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
@@ -116,45 +119,10 @@ Z99 = 2.3263478740408408
 # -- parameters -------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Tier:
-    """From ``online`` listeners on: at most one non-empty answer per listener
-    every ``interval`` + up to ``jitter`` seconds."""
-
-    online: int
-    interval: float
-    jitter: float = 0.0
-
-
-def parse_tiers(text: str) -> tuple[Tier, ...]:
-    """The server's format (``liveroom.settings.parse_tiers``):
-    ``"1000:1,10000:2,100000:5,1000000:8+2"``; ``""``/``"off"`` for none."""
-    text = text.strip()
-    if text in ("", "off", "none"):
-        return ()
-    tiers = []
-    for part in text.split(","):
-        online, sep, rest = part.strip().partition(":")
-        interval, _, jitter = rest.partition("+")
-        try:
-            tier = Tier(int(online), float(interval), float(jitter or 0))
-        except ValueError:
-            raise ValueError(f"bad tier {part.strip()!r}: write ONLINE:INTERVAL[+JITTER], "
-                             f"e.g. 1000000:8+2") from None
-        if not sep or tier.online < 1 or tier.interval <= 0 or tier.jitter < 0:
-            raise ValueError(f"bad tier {part.strip()!r}: ONLINE >= 1, INTERVAL > 0, "
-                             f"JITTER >= 0")
-        tiers.append(tier)
-    return tuple(sorted(tiers, key=lambda t: t.online))
-
-
 def tier_for(tiers: Sequence[Tier], online: int) -> Tier:
-    """The tier a room of ``online`` listeners is in (interval 0 under the first)."""
-    chosen = Tier(0, 0.0, 0.0)
-    for tier in tiers:
-        if online >= tier.online:
-            chosen = tier
-    return chosen
+    """The tier a room of ``online`` listeners is in (interval 0 under the first),
+    by the server's own table."""
+    return TierTable(tiers).tier(online)
 
 
 @dataclass(frozen=True, slots=True)
