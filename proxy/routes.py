@@ -144,31 +144,27 @@ class Proxy:
         hint_iseq = ctx.iseq_ic if ctx else None
         d = read(snap, p.seq, p.iseq, limit=s.answer_limit,
                  seq_ic=hint_seq, iseq_ic=hint_iseq)
-        if pace.plain:
-            while True:
-                if not d.empty:
-                    return self._answer(snap, p, d, use_msgpack, pace, outcome="delivered")
-                nxt = await self.holds.wait(p.room, snap, deadline - loop.time())
-                if nxt is None:
-                    return self._answer(snap, p, d, use_msgpack, pace, outcome="empty",
-                                        keep_cursors=True)
-                snap = nxt
-                if snap.epoch != p.epoch:
-                    return self._answer(snap, p, recent(snap, p.recent), use_msgpack, pace,
-                                        reset=True, outcome="reset")
-                d = read(snap, p.seq, p.iseq, limit=s.answer_limit,
-                         seq_ic=hint_seq, iseq_ic=hint_iseq)
+        # A plain pace is due at once (its due time is its last answer's).
         if not d.empty and now_ms >= pace.due_ms:
             return self._answer(snap, p, d, use_msgpack, pace, outcome="delivered")
-        # Held by the room's ticker until due (or an important message cuts
-        # through); the clock's monotonic time bounds it.
-        mono = self.clock.monotonic()
-        due = mono + (pace.due_ms - now_ms) / 1000
-        paced_deadline = mono + p.timeout
+        hold: Callable[[Snapshot, Delivery], Awaitable[Snapshot | None]]
+        if pace.plain:
+            def hold(snap: Snapshot, d: Delivery) -> Awaitable[Snapshot | None]:
+                return self.holds.wait(p.room, snap, deadline - loop.time())
+        else:
+            # Held by the room's ticker until due (or an important message
+            # cuts through), on the clock's monotonic time.
+            mono = self.clock.monotonic()
+            due, paced_deadline = mono + (pace.due_ms - now_ms) / 1000, mono + p.timeout
+
+            epoch, seq, iseq = p.epoch, p.seq, p.iseq
+
+            def hold(snap: Snapshot, d: Delivery) -> Awaitable[Snapshot | None]:
+                return self.holds.wait_paced(p.room, snap, epoch=epoch, seq=seq, iseq=iseq,
+                                             pending=not d.empty, due=due,
+                                             deadline=paced_deadline)
         while True:
-            nxt = await self.holds.wait_paced(p.room, snap, epoch=p.epoch, seq=p.seq,
-                                              iseq=p.iseq, pending=not d.empty, due=due,
-                                              deadline=paced_deadline)
+            nxt = await hold(snap, d)
             if nxt is None:
                 return self._answer(snap, p, d, use_msgpack, pace, outcome="empty",
                                     keep_cursors=True)
