@@ -67,6 +67,17 @@ async def tiered(node: Running, session: aiohttp.ClientSession, clock: FakeClock
             await settle()
 
 
+async def counted(node: Running, session: aiohttp.ClientSession, clock: FakeClock,
+                  room: str, uid: str = "listener") -> Listener:
+    """A listener that polled ``room`` once (answered at once, as a plain room:
+    nobody was counted yet), after the node counts it online."""
+    listener = Listener(session, room, uid=uid)
+    first = await listener.poll(node.url)
+    assert first["interval_ms"] == 0
+    await tiered(node, session, clock, room, 1)
+    return listener
+
+
 class Clocked:
     """A listener polling in the background, recording the fake time of each answer."""
 
@@ -150,10 +161,7 @@ async def test_a_listener_gets_at_most_one_answer_per_interval_and_loses_nothing
         tier: Tier, session: aiohttp.ClientSession) -> None:
     clock = FakeClock()
     async with running_node(clock=clock, tiers=(tier,)) as node:
-        listener = Listener(session, "flow", uid="ann")
-        first = await listener.poll(node.url)
-        assert first["interval_ms"] == 0  # nobody counted yet: a plain room
-        await tiered(node, session, clock, "flow", 1)
+        listener = await counted(node, session, clock, "flow", uid="ann")
         clocked = Clocked(listener, node, clock)
         clocked.start()
         sent = 0
@@ -188,9 +196,7 @@ async def test_a_quiet_tiered_room_answers_empty_at_the_timeout(
         session: aiohttp.ClientSession) -> None:
     clock = FakeClock()
     async with running_node(clock=clock, tiers=(Tier(1, 2.0),)) as node:
-        listener = Listener(session, "quiet")
-        await listener.poll(node.url)
-        await tiered(node, session, clock, "quiet", 1)
+        listener = await counted(node, session, clock, "quiet")
         cursors = (listener.epoch, listener.seq, listener.iseq)
         poll = asyncio.create_task(listener.poll(node.url, timeout=3))
         await settle()
@@ -198,17 +204,14 @@ async def test_a_quiet_tiered_room_answers_empty_at_the_timeout(
         answer = poll.result()
         assert 3.0 <= took <= 3.3
         assert answer["messages"] == []
-        assert (answer["epoch"], answer["seq"],
-                                             answer["iseq"]) == cursors
+        assert (answer["epoch"], answer["seq"], answer["iseq"]) == cursors
 
 
 async def test_a_message_waiting_at_the_timeout_is_delivered_when_due(
         session: aiohttp.ClientSession) -> None:
     clock = FakeClock()
     async with running_node(clock=clock, tiers=(Tier(1, 5.0),)) as node:
-        listener = Listener(session, "late")
-        await listener.poll(node.url)
-        await tiered(node, session, clock, "late", 1)
+        listener = await counted(node, session, clock, "late")
         await clock.advance(5)
         await send(session, node.url, "late", "x")
         _, took = await answered(clock, listener.poll(node.url))
@@ -229,9 +232,7 @@ async def test_an_important_message_reaches_a_held_listener_within_a_second(
         session: aiohttp.ClientSession) -> None:
     clock = FakeClock()
     async with running_node(clock=clock, tiers=(Tier(1, 8.0, 2.0),)) as node:
-        listener = Listener(session, "top", uid="held")
-        await listener.poll(node.url)
-        await tiered(node, session, clock, "top", 1)
+        listener = await counted(node, session, clock, "top", uid="held")
         await clock.advance(10)
         await send(session, node.url, "top", "before")
         _, took = await answered(clock, listener.poll(node.url))
@@ -304,9 +305,7 @@ async def test_a_replayed_or_forged_context_counts_as_an_answer_just_now(
         forgery: str, session: aiohttp.ClientSession) -> None:
     clock = FakeClock()
     async with running_node(clock=clock, tiers=(Tier(1, 5.0),)) as node:
-        listener = Listener(session, "ctx", uid="eve")
-        await listener.poll(node.url)
-        await tiered(node, session, clock, "ctx", 1)
+        listener = await counted(node, session, clock, "ctx", uid="eve")
         old_ctx = listener.ctx
         await send(session, node.url, "ctx", "one")
         await answered(clock, listener.poll(node.url))
@@ -358,9 +357,7 @@ async def test_held_tiered_polls_answer_empty_on_shutdown(
         session: aiohttp.ClientSession) -> None:
     clock = FakeClock()
     async with running_node(clock=clock, tiers=(Tier(1, 5.0),)) as node:
-        listener = Listener(session, "bye")
-        await listener.poll(node.url)
-        await tiered(node, session, clock, "bye", 1)
+        listener = await counted(node, session, clock, "bye")
         poll = asyncio.create_task(listener.poll(node.url))
         await settle()
         async with asyncio.timeout(5):
