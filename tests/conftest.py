@@ -168,6 +168,19 @@ async def redis_store(redis_url: str, fake_clock: FakeClock) -> AsyncIterator[St
 
 
 @pytest.fixture
+async def raw_redis(engine_url: str) -> AsyncIterator[redis.asyncio.Redis | None]:
+    """A plain client of the redis engine's server (None for the memory engine)."""
+    if engine_url == "memory":
+        yield None
+        return
+    client = redis.asyncio.Redis.from_url(engine_url)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture
 async def session() -> AsyncIterator[aiohttp.ClientSession]:
     """An HTTP client for end-to-end tests."""
     async with aiohttp.ClientSession() as client:

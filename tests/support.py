@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from liveroom.clock import Clock
+from liveroom.clock import Clock, FakeClock
 from liveroom.node import NODE, Node, build_app
 from liveroom.ratelimit import RateLimits
 from liveroom.settings import Settings
@@ -129,3 +129,17 @@ class LoopTurns:
         self._done = True
         assert self._task is not None
         await self._task
+
+
+async def until(clock: FakeClock, check: Callable[[], Awaitable[bool]], *,
+                step: float = 0.5, limit: float = 10.0) -> float:
+    """Move the fake clock by ``step`` until ``check()`` holds; returns the fake
+    seconds it took. Bounded by ``limit`` fake seconds (and 20 real ones)."""
+    moved = 0.0
+    async with asyncio.timeout(20):
+        while not await check():
+            assert moved < limit, f"not true after {moved} fake seconds"
+            await clock.advance(step)
+            moved += step
+            await asyncio.sleep(0.01)  # store round trips are real I/O
+    return moved

@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 import pytest
 from conftest import RedisServer
-from support import ADMIN, PUBLISHER, Listener, running_node, send
+from support import ADMIN, PUBLISHER, Listener, running_node, send, until
 
 from liveroom.clock import FakeClock
 from liveroom.node import Node
@@ -29,18 +29,6 @@ async def call(session: aiohttp.ClientSession, method: str, url: str, *,
         assert resp.status == status, await resp.text()
         doc: dict[str, Any] = await resp.json()
         return doc
-
-
-async def until(clock: FakeClock, check: Callable[[], Awaitable[bool]], *,
-                step: float = 0.5, limit: float = 10.0) -> None:
-    """Move the fake clock by ``step`` until ``check()`` holds (bounded)."""
-    moved = 0.0
-    async with asyncio.timeout(20):
-        while not await check():
-            assert moved < limit, f"not true after {moved} fake seconds"
-            await clock.advance(step)
-            moved += step
-            await asyncio.sleep(0.01)  # store round trips are real I/O
 
 
 async def held(node: Node, count: int = 1) -> None:

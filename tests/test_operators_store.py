@@ -10,7 +10,7 @@ or made to expire a key at once.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
 import redis.asyncio
@@ -43,19 +43,6 @@ async def send(store: Store, clock: FakeClock, room: str = "r") -> int:
 async def viewers(store: Store, room: str = "r") -> ViewersState:
     (state,) = await store.stats.viewers([room], sketches=[True])
     return state
-
-
-@pytest.fixture
-async def raw_redis(engine_url: str) -> AsyncIterator[redis.asyncio.Redis | None]:
-    """A plain client of the redis engine's server (None for the memory engine)."""
-    if engine_url == "memory":
-        yield None
-        return
-    client = redis.asyncio.Redis.from_url(engine_url)
-    try:
-        yield client
-    finally:
-        await client.aclose()
 
 
 # --- the vip whitelist ---------------------------------------------------------------

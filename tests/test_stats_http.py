@@ -8,13 +8,12 @@ and then waits (bounded) for the store round trips that follow.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
 import pytest
 from conftest import RedisServer
-from support import ADMIN, Listener, running_node
+from support import ADMIN, Listener, running_node, until
 
 from liveroom.clock import FakeClock
 
@@ -25,20 +24,6 @@ async def get(session: aiohttp.ClientSession, url: str, path: str,
         assert resp.status == status, await resp.text()
         doc: dict[str, Any] = await resp.json()
         return doc
-
-
-async def until(clock: FakeClock, check: Callable[[], Awaitable[bool]], *,
-                step: float = 0.5, limit: float = 10.0) -> float:
-    """Move the fake clock by ``step`` until ``check()`` holds; returns the fake
-    seconds it took. Bounded by ``limit`` fake seconds (and 20 real ones)."""
-    moved = 0.0
-    async with asyncio.timeout(20):
-        while not await check():
-            assert moved < limit, f"not true after {moved} fake seconds"
-            await clock.advance(step)
-            moved += step
-            await asyncio.sleep(0.01)  # store round trips are real I/O
-    return moved
 
 
 async def whitelist(session: aiohttp.ClientSession, url: str, room: str) -> None:

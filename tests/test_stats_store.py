@@ -11,7 +11,7 @@ keeps its own time).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
 import redis.asyncio
@@ -37,19 +37,6 @@ def now_ms(clock: FakeClock) -> int:
 def write(room: str, index: int, version: str, members: bytes | None, *,
           count: int = 2, size: int = 1) -> ShardWrite:
     return ShardWrite(room, index, count, version, size, members)
-
-
-@pytest.fixture
-async def raw_redis(engine_url: str) -> AsyncIterator[redis.asyncio.Redis | None]:
-    """A plain client of the redis engine's server (None for the memory engine)."""
-    if engine_url == "memory":
-        yield None
-        return
-    client = redis.asyncio.Redis.from_url(engine_url)
-    try:
-        yield client
-    finally:
-        await client.aclose()
 
 
 # --- shards -------------------------------------------------------------------
