@@ -15,13 +15,12 @@ from typing import Any, TypeVar
 
 import aiohttp
 import click
-from aiohttp import web
 
 from . import __version__
 from .clock import SystemClock
 from .errors import BadRequest, LiveroomError
 from .model import check_name
-from .node import Node, build_app
+from .node import Node, run
 from .ratelimit import RateLimits, Window, parse_windows
 from .settings import Settings, Tier, parse_tiers
 from .store import open_store
@@ -183,17 +182,10 @@ def serve(host: str, port: int, store: str, admin_token: str | None,
                             vip_refresh=vip_refresh)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint=_hint(str(exc))) from None
-    # The node is ready once its lifecycle has started, but only listens after
-    # run_app has started its sites: announce then (run_app's print hook).
-    ready: list[Node] = []
     try:
-        app = build_app(settings, announce=ready.append)
+        run(settings, announce=_announce)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--store") from None
-    loop = _new_loop()
-    web.run_app(app, host=host, port=port, print=lambda *_: _announce(ready[0]),
-                handler_cancellation=True, keepalive_timeout=15.0, shutdown_timeout=5.0,
-                access_log=None, loop=loop)
 
 
 # -- operators: the vip whitelist and the end of a broadcast ----------------------
@@ -365,15 +357,6 @@ def room_end(room_name: str, url: str, admin_token: str | None, store: str | Non
                                 lambda s: s.end_broadcast(room_name), through_store)
     click.echo(f"room {room_name}: broadcast {broadcast - 1} ended, broadcast {broadcast} "
                f"started (epoch {epoch})")
-
-
-def _new_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency off Windows
-        return asyncio.new_event_loop()
-    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
-    return loop
 
 
 if __name__ == "__main__":  # pragma: no cover

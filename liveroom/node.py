@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import signal
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 
@@ -182,3 +183,54 @@ def build_app(settings: Settings, clock: Clock | None = None,
     app.cleanup_ctx.append(_lifecycle)
     app.on_shutdown.append(_release_held_polls)
     return app
+
+
+def new_loop() -> asyncio.AbstractEventLoop:
+    """A uvloop event loop (the stdlib's where uvloop is missing)."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency off Windows
+        return asyncio.new_event_loop()
+    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+    return loop
+
+
+async def serve(settings: Settings, *, announce: Callable[[Node], None] | None = None,
+                reuse_port: bool = False, stop: asyncio.Event | None = None) -> None:
+    """Serve one node on ``settings.host:settings.port`` until ``stop`` is set
+    (or SIGTERM / SIGINT arrive, when ``stop`` is not given).
+
+    ``announce`` runs once the node listens. Shutdown is graceful: the socket
+    stops accepting, held polls are answered (empty, same cursors), requests in
+    progress get ``shutdown_timeout`` seconds, then the node's tasks stop.
+    ``reuse_port`` lets several processes listen on one port (``SO_REUSEPORT``).
+    """
+    loop = asyncio.get_running_loop()
+    if stop is None:
+        stop = asyncio.Event()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+    ready: list[Node] = []
+    app = build_app(settings, announce=ready.append)
+    runner = web.AppRunner(app, handler_cancellation=True, keepalive_timeout=15.0,
+                           shutdown_timeout=5.0, access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, settings.host, settings.port, reuse_port=reuse_port)
+        await site.start()
+        if announce is not None:
+            announce(ready[0])
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def run(settings: Settings, *, announce: Callable[[Node], None] | None = None,
+        reuse_port: bool = False) -> None:
+    """:func:`serve` on a new uvloop loop, until SIGTERM or SIGINT."""
+    loop = new_loop()
+    try:
+        loop.run_until_complete(serve(settings, announce=announce, reuse_port=reuse_port))
+    finally:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
