@@ -24,6 +24,11 @@ class RoomReader(Protocol):
         that raises :class:`~liveroom.errors.StoreUnavailable`.
         """
 
+    def current(self, room: str) -> Snapshot | None:
+        """The room's snapshot held now, counted as a read; ``None`` when this
+        reader holds none yet (then :meth:`snapshot` waits for the first pull).
+        Never waits: the poll's fast path."""
+
     async def wait_changed(self, room: str, snapshot: Snapshot) -> Snapshot:
         """Wait until the room's snapshot is no longer ``snapshot``, return the new one.
 

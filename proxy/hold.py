@@ -4,8 +4,13 @@ Per room one watcher task waits on the room reader for the next change, so the
 reader sees one waiter per room (one upstream long poll per room when the
 reader is remote) whatever the number of held polls.
 
+A held poll is a callback (:class:`Held`), not a task: holding one costs a
+:class:`Ticket` in its room's structures, and waking one is a call.
+
 *Plain* polls (a room under the first tier) are all woken at every change and
-re-read; a held plain poll costs one future and one timer.
+re-read; their timeouts share one :class:`~proxy.deadlines.Deadlines` per
+loop. The watcher wakes a big room's polls in slices, letting the loop serve
+other connections between two slices.
 
 *Paced* polls (a room in a tier) are not woken one change at a time: a ticker
 task per room releases them every ``tick`` seconds, so listeners released
@@ -27,9 +32,8 @@ in heaps by due time and deadline, polls that are due but have nothing pending
 wait in a list released whole at the next change, and only a cut-through scans
 the room's held polls (at most once per ``cut_every``).
 
-On shutdown :meth:`Holds.release_all` answers every held poll (empty, same
-cursors) before the server cancels handlers; polls arriving after that are not
-held.
+On shutdown :meth:`Holds.release_all` wakes every held poll with ``None``
+(answered empty, same cursors); polls arriving after that are not held.
 """
 
 from __future__ import annotations
@@ -40,10 +44,13 @@ import heapq
 import itertools
 import logging
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from liveroom.clock import Clock
 from liveroom.roles import RoomReader
 from liveroom.snapshot import Snapshot
+
+from .deadlines import Deadlines
 
 log = logging.getLogger("liveroom.proxy")
 
@@ -52,16 +59,35 @@ _order = itertools.count()
 LINGER = 5.0
 """Seconds a paced room keeps its pacing after its last held poll left."""
 
+WAKE_SLICE = 512
+"""Plain polls woken between two turns of the loop."""
+
+
+class Held(Protocol):
+    """A held poll, as the hold sees it."""
+
+    def wake(self, snapshot: Snapshot | None) -> None:
+        """Called once: the snapshot to answer from, or ``None`` to answer
+        empty (timeout, shutdown). The poll may hold itself again."""
+
 
 @dataclass(eq=False, slots=True)
-class _Paced:
-    fut: asyncio.Future[Snapshot | None]
-    epoch: str
-    top: int
-    """The higher of the poll's cursors: a head beyond it means news."""
-    iseq: int
-    pending: bool
-    """Something was pending in the snapshot the poll was held with."""
+class Ticket:
+    """A poll held in a room; :meth:`Holds.cancel` takes it back."""
+
+    held: Held
+    name: str
+    room: _Room
+    paced: bool
+    key: int = 0
+    """A plain poll's deadline bucket."""
+    epoch: str = ""
+    top: int = 0
+    """The higher of a paced poll's cursors: a head beyond it means news."""
+    iseq: int = 0
+    pending: bool = False
+    """Something was pending in the snapshot a paced poll was held with."""
+    done: bool = False
 
     def has_news(self, snap: Snapshot) -> bool:
         return self.pending or snap.epoch != self.epoch or snap.head > self.top
@@ -70,14 +96,14 @@ class _Paced:
 @dataclass(eq=False)
 class _Room:
     snapshot: Snapshot
-    waiters: set[asyncio.Future[Snapshot | None]] = field(default_factory=set)
+    waiters: set[Ticket] = field(default_factory=set)
     """Plain polls."""
-    paced: set[_Paced] = field(default_factory=set)
-    not_due: list[tuple[float, int, _Paced]] = field(default_factory=list)
+    paced: set[Ticket] = field(default_factory=set)
+    not_due: list[tuple[float, int, Ticket]] = field(default_factory=list)
     """Heap by due time of paced polls not yet due."""
-    ready: list[_Paced] = field(default_factory=list)
+    ready: list[Ticket] = field(default_factory=list)
     """Paced polls that were due with nothing pending: released at the next change."""
-    deadlines: list[tuple[float, int, _Paced]] = field(default_factory=list)
+    deadlines: list[tuple[float, int, Ticket]] = field(default_factory=list)
     changed: bool = False
     """The snapshot changed since the last tick."""
     emptied_at: float | None = None
@@ -87,6 +113,8 @@ class _Room:
     """Newest important message a cut-through has released."""
     cut_late: bool = False
     """A poll that missed the last cut-through (it was on its way) is held."""
+    waking: bool = False
+    """The watcher is waking this room's plain polls (it must not be cancelled)."""
     watcher: asyncio.Task[None] | None = None
     ticker: asyncio.Task[None] | None = None
 
@@ -95,9 +123,9 @@ class _Room:
         return not self.waiters and not self.paced
 
 
-def _release(fut: asyncio.Future[Snapshot | None], value: Snapshot | None) -> None:
-    if not fut.done():
-        fut.set_result(value)
+def _moved_past(current: Snapshot, given: Snapshot) -> bool:
+    return current is not given and (current.epoch != given.epoch
+                                      or current.head > given.head)
 
 
 class Holds:
@@ -108,7 +136,9 @@ class Holds:
         self._tick = tick
         self._cut_every = cut_every
         self._rooms: dict[str, _Room] = {}
+        self._deadlines: Deadlines[Ticket] = Deadlines(self._expire)
         self.count = 0
+        """Polls held now."""
         self.closing = False
         self.releases = 0
         """Cut-throughs fired (all rooms), for metrics and tests."""
@@ -123,7 +153,7 @@ class Holds:
         return held
 
     def _leave(self, name: str, held: _Room) -> None:
-        if not held.empty or self._rooms.get(name) is not held:
+        if not held.empty or held.waking or self._rooms.get(name) is not held:
             return
         if held.ticker is not None and not self.closing:
             # A paced room outlives its held polls for a while: the polls it
@@ -137,65 +167,93 @@ class Holds:
             if task is not None:
                 task.cancel()
 
-    async def wait(self, room: str, snapshot: Snapshot, within: float) -> Snapshot | None:
-        """A plain poll: wait until ``room`` moves past ``snapshot``; ``None``
-        after ``within`` seconds or on shutdown."""
-        if self.closing or within <= 0:
+    def _take(self, ticket: Ticket) -> bool:
+        """Take ``ticket`` out of its room's structures (heaps are cleaned
+        lazily); False if it was already released or cancelled."""
+        if ticket.done:
+            return False
+        ticket.done = True
+        self.count -= 1
+        if ticket.paced:
+            ticket.room.paced.discard(ticket)
+        else:
+            ticket.room.waiters.discard(ticket)
+            self._deadlines.discard(ticket, ticket.key)
+        return True
+
+    def cancel(self, ticket: Ticket) -> None:
+        """The poll went away (its client left): forget it, wake nothing."""
+        if self._take(ticket):
+            self._leave(ticket.name, ticket.room)
+
+    def hold(self, room: str, snapshot: Snapshot, held: Held,
+             deadline: float) -> Ticket | Snapshot | None:
+        """Hold a plain poll read against ``snapshot`` until ``room`` moves
+        past it, or until ``deadline`` on the loop's clock.
+
+        Returns the ticket; or a newer snapshot of the room to read at once
+        instead of holding; or ``None`` when the poll is not held (shutting
+        down, or no time left): answer it empty.
+        """
+        if self.closing or deadline <= asyncio.get_running_loop().time():
             return None
-        held = self._rooms.get(room)
-        if held is not None and held.snapshot is not snapshot and (
-                held.snapshot.epoch != snapshot.epoch or held.snapshot.head > snapshot.head):
-            return held.snapshot
-        held = self._room(room, snapshot)
-        fut: asyncio.Future[Snapshot | None] = asyncio.get_running_loop().create_future()
-        held.waiters.add(fut)
+        current = self._rooms.get(room)
+        if current is not None and _moved_past(current.snapshot, snapshot):
+            return current.snapshot
+        state = self._room(room, snapshot)
+        ticket = Ticket(held, room, state, False)
+        ticket.key = self._deadlines.add(ticket, deadline)
+        state.waiters.add(ticket)
         self.count += 1
-        try:
-            async with asyncio.timeout(within):
-                return await fut
-        except TimeoutError:
-            return None
-        finally:
-            self.count -= 1
-            held.waiters.discard(fut)
-            self._leave(room, held)
+        return ticket
 
-    async def wait_paced(self, room: str, snapshot: Snapshot, *, epoch: str, seq: int,
-                         iseq: int, pending: bool, due: float,
-                         deadline: float) -> Snapshot | None:
-        """A paced poll at cursors ``(seq, iseq)`` of ``epoch``, read against
-        ``snapshot`` (``pending``: it had something to deliver there).
+    def hold_paced(self, room: str, snapshot: Snapshot, held: Held, *, epoch: str,
+                   seq: int, iseq: int, pending: bool, due: float,
+                   deadline: float) -> Ticket | None:
+        """Hold a paced poll at cursors ``(seq, iseq)`` of ``epoch``, read
+        against ``snapshot`` (``pending``: it had something to deliver there).
 
-        Returns the snapshot to answer from when the room's ticker releases the
-        poll (see the module), ``None`` at ``deadline`` with nothing pending or
-        on shutdown. ``due`` and ``deadline`` are on the clock's monotonic time.
+        The room's ticker wakes it with the snapshot to answer from (see the
+        module), or with ``None`` at ``deadline`` with nothing pending. ``due``
+        and ``deadline`` are on the clock's monotonic time. Returns ``None``
+        (not held: answer empty) when shutting down.
         """
         if self.closing:
             return None
-        held = self._room(room, snapshot)
-        current = held.snapshot
-        if current is not snapshot and (current.epoch != snapshot.epoch
-                                        or snapshot.head > current.head):
+        state = self._room(room, snapshot)
+        if _moved_past(snapshot, state.snapshot):
             # The reader's snapshot is the newest; the watcher has yet to see it.
-            held.snapshot, held.changed = snapshot, True
-        poll = _Paced(asyncio.get_running_loop().create_future(), epoch, max(seq, iseq),
-                      iseq, pending)
-        if iseq < held.cut_upto:
-            held.cut_late = True
-        held.paced.add(poll)
+            state.snapshot, state.changed = snapshot, True
+        ticket = Ticket(held, room, state, True, epoch=epoch, top=max(seq, iseq),
+                        iseq=iseq, pending=pending)
+        if iseq < state.cut_upto:
+            state.cut_late = True
+        state.paced.add(ticket)
+        state.emptied_at = None
         order = next(_order)
-        heapq.heappush(held.not_due, (due, order, poll))
-        heapq.heappush(held.deadlines, (deadline, order, poll))
-        if held.ticker is None:
-            held.ticker = asyncio.create_task(self._tick_forever(room, held),
-                                              name=f"proxy-tick-{room}")
+        heapq.heappush(state.not_due, (due, order, ticket))
+        heapq.heappush(state.deadlines, (deadline, order, ticket))
+        if state.ticker is None:
+            state.ticker = asyncio.create_task(self._tick_forever(room, state),
+                                               name=f"proxy-tick-{room}")
         self.count += 1
+        return ticket
+
+    def _expire(self, ticket: Ticket) -> None:
+        """A plain poll's deadline passed."""
+        if ticket.done:
+            return
+        ticket.done = True
+        self.count -= 1
+        ticket.room.waiters.discard(ticket)
+        self._leave(ticket.name, ticket.room)
+        self._wake(ticket, None)
+
+    def _wake(self, ticket: Ticket, snap: Snapshot | None) -> None:
         try:
-            return await poll.fut
-        finally:
-            self.count -= 1
-            held.paced.discard(poll)
-            self._leave(room, held)
+            ticket.held.wake(snap)
+        except Exception:  # one poll failing must not strand the others
+            log.exception("answering a held poll of room %s failed", ticket.name)
 
     async def _watch(self, room: str, held: _Room) -> None:
         try:
@@ -209,10 +267,31 @@ class Holds:
                     await asyncio.sleep(0.1)
                     continue
                 held.snapshot, held.changed = snap, True
-                for fut in list(held.waiters):
-                    _release(fut, snap)
+                if held.waiters:
+                    await self._wake_plain(held, snap)
         finally:
             held.watcher = None
+            if held.empty and held.ticker is None and self._rooms.get(room) is held:
+                del self._rooms[room]
+
+    async def _wake_plain(self, held: _Room, snap: Snapshot) -> None:
+        """Wake every plain poll of the room, a slice at a time."""
+        woken = list(held.waiters)
+        held.waiters = set()
+        held.waking = True
+        try:
+            for start in range(0, len(woken), WAKE_SLICE):
+                if start:
+                    await asyncio.sleep(0)
+                for ticket in woken[start:start + WAKE_SLICE]:
+                    # Taken back meanwhile (its client left)?
+                    if not ticket.done:
+                        ticket.done = True
+                        self.count -= 1
+                        self._deadlines.discard(ticket, ticket.key)
+                        self._wake(ticket, snap)
+        finally:
+            held.waking = False
 
     async def _tick_forever(self, room: str, held: _Room) -> None:
         try:
@@ -222,9 +301,15 @@ class Holds:
                 if held.paced:
                     held.emptied_at = None
                     try:
-                        self._tick_once(held, now)
+                        released = self._tick_once(held, now)
                     except Exception:  # one bad tick must not strand the room's polls
                         log.exception("releasing held polls of room %s failed", room)
+                        continue
+                    # Wake after the bookkeeping: a woken poll may hold itself again.
+                    for ticket, snap in released:
+                        self._wake(ticket, snap)
+                    if held.empty:
+                        held.emptied_at = now
                 elif held.emptied_at is None or now - held.emptied_at >= LINGER:
                     break
         finally:
@@ -234,37 +319,44 @@ class Holds:
                 if held.watcher is not None:
                     held.watcher.cancel()
 
-    def _tick_once(self, held: _Room, now: float) -> None:
+    def _tick_once(self, held: _Room, now: float) -> list[tuple[Ticket, Snapshot | None]]:
+        """Which paced polls this tick releases, taken out of the room."""
+        released: list[tuple[Ticket, Snapshot | None]] = []
+
+        def release(ticket: Ticket, snap: Snapshot | None) -> None:
+            if self._take(ticket):
+                released.append((ticket, snap))
+
         snap = held.snapshot
         if held.changed:
             held.changed = False
             waiting = []
             for poll in held.ready:
-                if poll.fut.done():
+                if poll.done:
                     continue
                 if poll.has_news(snap):
-                    _release(poll.fut, snap)
+                    release(poll, snap)
                 else:
                     waiting.append(poll)
             held.ready = waiting
         not_due = held.not_due
         while not_due and not_due[0][0] <= now:
             poll = heapq.heappop(not_due)[2]
-            if poll.fut.done():
+            if poll.done:
                 continue
             if poll.has_news(snap):
-                _release(poll.fut, snap)
+                release(poll, snap)
             else:
                 held.ready.append(poll)
         newest = snap.last_important
         if (newest > held.cut_upto or held.cut_late) and now - held.last_cut >= self._cut_every:
             held.cut_upto, held.cut_late = newest, False
-            released = 0
-            for poll in held.paced:
-                if poll.epoch == snap.epoch and poll.iseq < newest and not poll.fut.done():
-                    _release(poll.fut, snap)
-                    released += 1
-            if released:
+            cut = 0
+            for poll in list(held.paced):
+                if poll.epoch == snap.epoch and poll.iseq < newest:
+                    release(poll, snap)
+                    cut += 1
+            if cut:
                 # Only a cut that answered somebody spaces the next one: a
                 # room whose polls all had the message already owes nobody.
                 held.last_cut = now
@@ -273,22 +365,26 @@ class Holds:
         while deadlines and deadlines[0][0] <= now:
             poll = heapq.heappop(deadlines)[2]
             # With news the poll stays held until due (the heap above releases it).
-            if not poll.has_news(snap):
-                _release(poll.fut, None)
+            if not poll.done and not poll.has_news(snap):
+                release(poll, None)
+        return released
 
     def release_all(self) -> None:
-        """Answer every held poll now (empty, same cursors); hold no new ones."""
+        """Wake every held poll with ``None`` now (answered empty, same
+        cursors); hold no new ones."""
         self.closing = True
-        for held in self._rooms.values():
-            for fut in held.waiters:
-                _release(fut, None)
-            for poll in held.paced:
-                _release(poll.fut, None)
+        tickets = [t for held in self._rooms.values() for t in (*held.waiters, *held.paced)]
+        for ticket in tickets:
+            if self._take(ticket):
+                self._wake(ticket, None)
+        for name, held in list(self._rooms.items()):
+            self._leave(name, held)
 
     async def close(self) -> None:
-        self.release_all()
         tasks = [t for h in self._rooms.values() for t in (h.watcher, h.ticker)
                  if t is not None]
+        self.release_all()
+        self._deadlines.close()
         for task in tasks:
             task.cancel()
         for task in tasks:

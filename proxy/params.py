@@ -12,14 +12,21 @@ from liveroom.model import check_client_msg_id, check_name, parse_count
 
 
 @dataclass(frozen=True, slots=True)
+class Cursor:
+    """Where a listener stands, as its last answer told it."""
+
+    epoch: str
+    seq: int
+    iseq: int
+    ctx: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class PollParams:
     room: str
     uid: str
-    epoch: str | None
-    seq: int | None
+    cursor: Cursor | None
     """``None`` for a first poll."""
-    iseq: int | None
-    ctx: str | None
     timeout: float
     recent: int
 
@@ -43,7 +50,7 @@ def parse_poll(room: str, query: Mapping[str, str], *, default_timeout: float,
     if epoch is not None and (not 0 < len(epoch) <= 64 or not set(epoch) <= _EPOCH_CHARS):
         raise BadRequest("epoch must be the value of a previous answer")
     if raw_seq is None:
-        return PollParams(room, uid, epoch, None, None, None, timeout, recent)
+        return PollParams(room, uid, None, timeout, recent)
     seq = parse_count("seq", raw_seq)
     iseq = parse_count("iseq", query["iseq"]) if "iseq" in query else seq
     if epoch is None:
@@ -51,7 +58,7 @@ def parse_poll(room: str, query: Mapping[str, str], *, default_timeout: float,
     ctx = query.get("ctx") or None
     if ctx is not None and len(ctx) > 512:
         raise BadRequest("ctx must be the value of a previous answer")
-    return PollParams(room, uid, epoch, seq, iseq, ctx, timeout, recent)
+    return PollParams(room, uid, Cursor(epoch, seq, iseq, ctx), timeout, recent)
 
 
 @dataclass(frozen=True, slots=True)

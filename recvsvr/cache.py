@@ -135,6 +135,9 @@ class RoomCache:
             room.read_at = now
         return room
 
+    def current(self, room: str) -> Snapshot | None:
+        return self._room(room).snapshot
+
     async def snapshot(self, room: str) -> Snapshot:
         state = self._room(room)
         if state.snapshot is not None:

@@ -94,6 +94,9 @@ class Sects:
 
     # -- the reader interface ---------------------------------------------------
 
+    def current(self, room: str) -> Snapshot | None:
+        return self.sect_of(room).current(room)
+
     async def snapshot(self, room: str) -> Snapshot:
         return await self.sect_of(room).snapshot(room)
 

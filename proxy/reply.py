@@ -1,0 +1,54 @@
+"""What the listener path answers, before any HTTP framing: a :class:`Reply`.
+
+The front (:mod:`.front`) frames a reply with ready header bytes; aiohttp
+(:mod:`.routes`, for connections it serves) turns it into a ``web.Response``.
+Both send the same bytes in the body, so a client cannot tell which served it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+import msgpack
+
+from liveroom.codec import JSON, MSGPACK
+from liveroom.errors import LiveroomError
+
+JSON_UTF8 = "application/json; charset=utf-8"
+"""Content type of error answers and small documents (as aiohttp's
+``json_response`` labels them)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    status: int
+    body: bytes
+    content_type: str = JSON
+    retry_after: int | None = None
+    """Whole seconds for a ``Retry-After`` header."""
+
+
+def error_reply(status: int, code: str, message: str,
+                retry_after: float | None = None) -> Reply:
+    """``{"error", "message"}``, always JSON. ``Retry-After`` is whole seconds,
+    rounded up, so a client never comes back early."""
+    body = json.dumps({"error": code, "message": message}).encode()
+    return Reply(status, body, JSON_UTF8,
+                 max(1, math.ceil(retry_after)) if retry_after else None)
+
+
+def failure_reply(exc: LiveroomError) -> Reply:
+    return error_reply(exc.status, exc.code, exc.message,
+                       exc.retry_after if exc.temporary else None)
+
+
+INTERNAL = error_reply(500, "internal", "internal error")
+
+
+def document_reply(doc: dict[str, object], *, use_msgpack: bool, status: int = 200) -> Reply:
+    """A small document (a send's answer, stats) in the format asked for."""
+    if use_msgpack:
+        return Reply(status, msgpack.packb(doc), MSGPACK)
+    return Reply(status, json.dumps(doc).encode(), JSON_UTF8)

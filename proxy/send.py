@@ -1,0 +1,106 @@
+"""A send from its request to its answer, without HTTP: the sender path.
+
+A send is checked in two steps, so a server can refuse a request before
+reading its body: :meth:`Sends.check_head` (the room, a compressed body, a
+declared length over the limit), then :meth:`Sends.send` with the body read
+(its format, its fields, the token, the append). Both the front and aiohttp's
+routes call them, in that order, and answer what they return or raise.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from liveroom.clock import Clock
+from liveroom.codec import decode_request, wants_msgpack
+from liveroom.errors import (
+    LiveroomError,
+    RateLimited,
+    StoreUnavailable,
+    TooLarge,
+    UnsupportedMedia,
+)
+from liveroom.metrics import Metrics
+from liveroom.model import NewMessage, check_name
+from liveroom.settings import Settings
+from liveroom.store.base import MessageLog
+
+from .auth import Right, Tokens
+from .params import parse_send
+from .reply import INTERNAL, Reply, document_reply, failure_reply
+
+log = logging.getLogger("liveroom.proxy")
+
+
+def media_type(content_type: str | None) -> str:
+    """The media type of a ``Content-Type`` header, as aiohttp reads it
+    (parameters dropped, lower case; none is ``application/octet-stream``)."""
+    if not content_type:
+        return "application/octet-stream"
+    return content_type.partition(";")[0].strip().lower()
+
+
+class Sends:
+    """The sender path of one node."""
+
+    def __init__(self, settings: Settings, log_: MessageLog, tokens: Tokens, clock: Clock,
+                 metrics: Metrics) -> None:
+        self.settings = settings
+        self._log = log_
+        self.tokens = tokens
+        """Replaced at start-up once the shared tokens are known."""
+        self._clock = clock
+        self._metrics = metrics
+        self.body_limit = settings.max_message_bytes + 1024
+        """Most bytes a send's request body may have (a message plus its fields)."""
+
+    def check_head(self, room: str, content_encoding: str | None,
+                   content_length: int | None) -> str:
+        """The room, once the request's head is acceptable (raises a 4xx)."""
+        check_name("room", room)
+        if (content_encoding or "identity").lower() != "identity":
+            raise UnsupportedMedia("compressed bodies are not accepted")
+        if content_length is not None and content_length > self.body_limit:
+            raise TooLarge(f"request body is larger than {self.body_limit} bytes")
+        return room
+
+    def too_large(self) -> TooLarge:
+        return TooLarge(f"request body is larger than {self.body_limit} bytes")
+
+    async def send(self, room: str, content_type: str, raw: bytes,
+                   authorization: str | None, accept: str) -> Reply:
+        """Append the message in ``raw`` to ``room``; the answer (201 or an error)."""
+        try:
+            return await self._send(room, content_type, raw, authorization, accept)
+        except LiveroomError as exc:
+            return failure_reply(exc)
+        except Exception:
+            log.exception("a send to room %s failed", room)
+            return INTERNAL
+
+    async def _send(self, room: str, content_type: str, raw: bytes,
+                    authorization: str | None, accept: str) -> Reply:
+        doc = decode_request(media_type(content_type), raw)
+        sp = parse_send(doc, max_body=self.settings.max_message_bytes)
+        # The business backend (publisher or admin token) is not rate limited;
+        # a token that is sent must be right, even where none is needed.
+        trusted = sp.important or authorization is not None
+        if trusted:
+            self.tokens.require(authorization, Right.PUBLISH)
+        limits = self.settings.rate_limits
+        message = NewMessage(uid=sp.uid, body=sp.body, important=sp.important,
+                             ts=int(self._clock.time() * 1000), client_msg_id=sp.client_msg_id)
+        sends = self._metrics.sends
+        try:
+            appended = await self._log.append(
+                room, message, None if trusted or limits.off else limits)
+        except RateLimited:
+            sends.labels("limited").inc()
+            raise
+        except StoreUnavailable:
+            sends.labels("unavailable").inc()
+            self._metrics.store_errors.labels("append").inc()
+            raise
+        sends.labels("duplicate" if appended.duplicate else "stored").inc()
+        return document_reply({"seq": appended.seq, "epoch": appended.epoch},
+                              use_msgpack=wants_msgpack(accept), status=201)
