@@ -12,6 +12,7 @@ import asyncio
 import logging
 import secrets
 import signal
+import socket
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 
@@ -23,6 +24,7 @@ from proxy.context import ContextSigner
 from proxy.heartbeats import Heartbeats
 from proxy.operators import OperatorRoutes
 from proxy.routes import errors_middleware
+from proxy.site import FrontSite
 from recvsvr import RoomCache, SectLimits, Sects
 from recvsvr.build import Retention
 from statsvr import StatsLimits, Statsvr
@@ -35,6 +37,9 @@ from .store import Store, open_store
 from .whitelist import VipList
 
 log = logging.getLogger("liveroom.node")
+
+SHUTDOWN_GRACE = 5.0
+"""Seconds requests in progress get to finish when a node stops."""
 
 
 @dataclass
@@ -168,7 +173,11 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _release_held_polls(app: web.Application) -> None:
-    app[NODE].proxy.holds.release_all()
+    """Answer held polls, then let the front's requests in progress finish
+    (within the shutdown grace) and close its connections."""
+    proxy = app[NODE].proxy
+    proxy.holds.release_all()
+    await proxy.front.shutdown(SHUTDOWN_GRACE)
 
 
 def build_app(settings: Settings, clock: Clock | None = None,
@@ -183,6 +192,22 @@ def build_app(settings: Settings, clock: Clock | None = None,
     app.cleanup_ctx.append(_lifecycle)
     app.on_shutdown.append(_release_held_polls)
     return app
+
+
+def node_runner(app: web.Application) -> web.AppRunner:
+    """The runner of a node's application (the lifecycle and aiohttp's connections)."""
+    node = app[NODE]
+    return web.AppRunner(app, handler_cancellation=True,
+                         keepalive_timeout=node.settings.keepalive_timeout,
+                         shutdown_timeout=SHUTDOWN_GRACE, access_log=None)
+
+
+def node_site(runner: web.AppRunner, host: str | None, port: int, *,
+              sock: socket.socket | None = None, reuse_port: bool = False) -> FrontSite:
+    """The node's listening socket: the front, handing aiohttp what is not a
+    poll or a send (call after ``runner.setup()``, then ``start()``)."""
+    return FrontSite(runner, runner.app[NODE].proxy.front, host, port, sock=sock,
+                     reuse_port=reuse_port)
 
 
 def new_loop() -> asyncio.AbstractEventLoop:
@@ -211,13 +236,10 @@ async def serve(settings: Settings, *, announce: Callable[[Node], None] | None =
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
     ready: list[Node] = []
-    app = build_app(settings, announce=ready.append)
-    runner = web.AppRunner(app, handler_cancellation=True, keepalive_timeout=15.0,
-                           shutdown_timeout=5.0, access_log=None)
+    runner = node_runner(build_app(settings, announce=ready.append))
     await runner.setup()
     try:
-        site = web.TCPSite(runner, settings.host, settings.port, reuse_port=reuse_port)
-        await site.start()
+        await node_site(runner, settings.host, settings.port, reuse_port=reuse_port).start()
         if announce is not None:
             announce(ready[0])
         await stop.wait()

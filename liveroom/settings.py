@@ -73,6 +73,10 @@ class Settings:
     """Largest message ``body``, measured as JSON."""
     request_timeout: float = 10.0
     """Time a client has to send a request body."""
+    header_timeout: float = 10.0
+    """Time a client has to send a request's head, from its first byte."""
+    keepalive_timeout: float = 15.0
+    """Time an idle keep-alive connection stays open."""
 
     # Traffic control.
     tiers: tuple[Tier, ...] = DEFAULT_TIERS

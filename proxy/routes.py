@@ -26,6 +26,7 @@ from liveroom.store.base import MessageLog
 
 from .auth import Tokens
 from .context import ContextSigner
+from .front import Front, FrontLimits
 from .heartbeats import Heartbeats
 from .hold import Holds
 from .params import parse_members_page, parse_series_range
@@ -93,6 +94,9 @@ class Proxy:
         self.polls = Polls(settings, reader, heartbeats, stats, self.holds, self.tiers,
                            signer, clock, metrics)
         self.sends = Sends(settings, log, tokens, clock, metrics)
+        self.front = Front(self.polls, self.sends, FrontLimits(
+            header_timeout=settings.header_timeout, body_timeout=settings.request_timeout,
+            idle_timeout=settings.keepalive_timeout))
         metrics.track(metrics.held_polls, lambda: self.holds.count)
 
     @property

@@ -10,9 +10,11 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from aiohttp.test_utils import BaseTestServer
+from yarl import URL
 
 from liveroom.clock import Clock, FakeClock
-from liveroom.node import NODE, Node, build_app
+from liveroom.node import NODE, Node, build_app, node_runner, node_site
 from liveroom.ratelimit import RateLimits
 from liveroom.settings import Settings
 
@@ -34,18 +36,41 @@ class Running:
         await self.runner.cleanup()
 
 
+class FrontTestServer(BaseTestServer):
+    """pytest-aiohttp's test server, serving a node's application the way
+    ``liveroom serve`` does: on the front (polls and sends) with aiohttp behind."""
+
+    def __init__(self, app: web.Application, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.app = app
+
+    async def _make_runner(self, **kwargs: Any) -> web.AppRunner:
+        return node_runner(self.app)
+
+    async def start_server(self, loop: asyncio.AbstractEventLoop | None = None,
+                           **kwargs: Any) -> None:
+        if self.runner:
+            return
+        runner = self.runner = await self._make_runner()
+        await runner.setup()
+        site = node_site(runner, self.host, 0)
+        await site.start()
+        self.port = site.port
+        self.scheme = "http"
+        self._root = URL(f"http://{self.host}:{self.port}")
+
+
 @asynccontextmanager
 async def running_node(store: str = "memory", clock: Clock | None = None,
                        **overrides: Any) -> AsyncIterator[Running]:
     """A node serving on a free loopback port, stopped (gracefully) on exit."""
     settings = replace(BASE, store=store, **overrides)
     app = build_app(settings, clock)
-    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=5)
+    runner = node_runner(app)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    site = node_site(runner, "127.0.0.1", 0)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    running = Running(f"http://127.0.0.1:{port}", app[NODE], runner)
+    running = Running(f"http://127.0.0.1:{site.port}", app[NODE], runner)
     try:
         yield running
     finally:

@@ -2,7 +2,8 @@
 the server working with no stray handler task behind.
 
 Every table runs against a fresh node on the memory engine through a real
-socket (pytest-aiohttp's ``aiohttp_client``).
+socket, served as ``liveroom serve`` serves it (the front, aiohttp behind;
+pytest-aiohttp's ``aiohttp_client`` as the client).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import aiohttp
 import msgpack
 import pytest
 from aiohttp.test_utils import TestClient
+from support import FrontTestServer
 
 from liveroom.node import build_app
 from liveroom.settings import Settings
@@ -48,7 +50,7 @@ def make_client(aiohttp_client: Any) -> MakeClient:
         # A connection per request: nothing is kept alive between requests, so
         # the server's tasks can be counted once the requests are done.
         client: TestClient[Any, Any] = await aiohttp_client(
-            build_app(settings(**overrides)),
+            FrontTestServer(build_app(settings(**overrides))),
             connector=aiohttp.TCPConnector(force_close=True))
         return client
     return make

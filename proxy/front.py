@@ -1,0 +1,594 @@
+"""The listener front: HTTP/1.1 for polls and sends, on a bare asyncio protocol.
+
+A framework's per-request objects cost several times the whole work of a
+poll (DESIGN.md, "Principles"), so the listener path has its own HTTP/1.1
+server: one :class:`Connection` (an ``asyncio.Protocol``) per client
+connection, parsing with httptools (llhttp), answering with ready header
+bytes and the answer the poll built. Its parser callbacks only record what
+arrived; a request is acted on once complete.
+
+**Routes.** ``GET /v1/rooms/{room}/poll`` and ``POST /v1/rooms/{room}/messages``
+are served here (another method on those paths is a 405). A connection whose
+first request is anything else is handed to aiohttp (the rest of the API):
+the front gives the transport, with every byte read so far, to the protocol
+aiohttp's low-level server makes, and leaves it (later polls on it are served
+by aiohttp, through the same :mod:`.poll`). A later request on a front
+connection that is not a listener route is handed over the same way when it
+begins a read from the socket (a client waiting for each answer); one
+pipelined right behind a listener request in the same read cannot be handed
+over and is refused (400, and the connection closes).
+
+**HTTP.** Keep-alive (HTTP/1.1 by default, HTTP/1.0 when asked), pipelined
+requests answered in order (one at a time; reading pauses when too many
+wait), ``Connection: close``, ``Expect: 100-continue`` on sends, chunked
+request bodies, and limits: URL (414), header count and bytes (431), body
+(413; an oversized body is read and dropped up to :data:`DISCARD_MAX`, past
+that the connection closes after the answer). A malformed request gets a 400
+and the connection closes. Timeouts: the head of a request must arrive within
+``header_timeout`` of its first byte, a body within ``body_timeout`` of the
+head (else 408), and an idle keep-alive connection closes after
+``idle_timeout``; they are deadlines in one shared
+:class:`~proxy.deadlines.Deadlines`, not a timer per connection. A client
+that leaves mid-hold cancels its poll: nothing stays behind. Writes follow the
+transport's flow control: a client that does not read its answers is not
+read either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from email.utils import formatdate
+from functools import partial
+from typing import cast
+from http import HTTPStatus
+from urllib.parse import unquote, unquote_plus
+
+import httptools
+
+from liveroom.errors import LiveroomError
+
+from .deadlines import Deadlines
+from .poll import Poll, Polls
+from .reply import Reply, error_reply, failure_reply
+from .send import Sends
+
+log = logging.getLogger("liveroom.proxy.front")
+
+DISCARD_MAX = 64 * 1024
+"""Bytes of a refused body read and dropped to keep the connection; past
+this the connection closes after the answer."""
+
+POLL, SEND = 1, 2
+
+
+@dataclass(frozen=True, slots=True)
+class FrontLimits:
+    max_url: int = 8192
+    """Bytes of a request's URL (414 beyond)."""
+    max_headers: int = 100
+    max_header_bytes: int = 16 * 1024
+    """Header lines and their bytes (431 beyond)."""
+    header_timeout: float = 10.0
+    """Seconds from a request's first byte to the end of its head."""
+    body_timeout: float = 10.0
+    """Seconds from a request's head to the end of its body (408 beyond)."""
+    idle_timeout: float = 15.0
+    """Seconds an idle keep-alive connection stays open."""
+    max_pipelined: int = 16
+    """Complete requests waiting their turn before reading pauses."""
+
+
+def route(url: bytes) -> tuple[int, str, str] | None:
+    """``(POLL or SEND, room, raw query)`` of a listener route, else None."""
+    path, _, query = url.partition(b"?")
+    if not path.startswith(b"/v1/rooms/"):
+        return None
+    room, slash, tail = path[10:].partition(b"/")
+    if not room or not slash:
+        return None
+    if tail == b"poll":
+        kind = POLL
+    elif tail == b"messages":
+        kind = SEND
+    else:
+        return None
+    name = room.decode("latin-1")
+    if "%" in name:
+        name = unquote(name)
+    return kind, name, query.decode("latin-1")
+
+
+def parse_query(query: str) -> dict[str, str]:
+    """A query string as aiohttp reads it: ``+`` is a space, percent-escapes
+    are UTF-8, the first of repeated names wins."""
+    found: dict[str, str] = {}
+    if not query:
+        return found
+    escaped = "%" in query or "+" in query
+    for part in query.split("&"):
+        if not part:
+            continue
+        name, _, value = part.partition("=")
+        if escaped:
+            name, value = unquote_plus(name), unquote_plus(value)
+        if name not in found:
+            found[name] = value
+    return found
+
+
+class _Refuse(Exception):
+    """Stop parsing this connection: answer ``reply`` and close."""
+
+    def __init__(self, reply: Reply) -> None:
+        self.reply = reply
+
+
+class _HandOff(Exception):
+    """Stop parsing: the request is not ours, aiohttp takes the connection."""
+
+
+class _Request:
+    __slots__ = ("accept", "authorization", "body", "close_after", "content_encoding",
+                 "content_length", "content_type", "discarded", "error", "expect",
+                 "header_bytes", "headers", "keep_alive", "kind", "method", "query", "room",
+                 "url", "version", "work")
+
+    def __init__(self) -> None:
+        self.url = b""
+        self.method = b""
+        self.version = "1.1"
+        self.headers = 0
+        self.header_bytes = 0
+        self.accept = ""
+        self.content_type = ""
+        self.content_length: int | None = None
+        self.content_encoding: str | None = None
+        self.authorization: str | None = None
+        self.expect = False
+        self.kind = 0
+        self.room = ""
+        self.query = ""
+        self.keep_alive = True
+        self.close_after = False
+        self.body: bytearray | None = None
+        self.discarded = 0
+        self.error: Reply | None = None
+        self.work: Poll | asyncio.Task[Reply] | None = None
+
+
+class Front:
+    """The listener front of one node: a protocol factory for the listening
+    socket, and what its connections share."""
+
+    def __init__(self, polls: Polls, sends: Sends, limits: FrontLimits | None = None) -> None:
+        self.polls = polls
+        self.sends = sends
+        self.limits = limits or FrontLimits()
+        self.handoff: Callable[[], asyncio.Protocol] | None = None
+        """Makes aiohttp's protocol for a connection handed over (set when serving)."""
+        self.connections: set[Connection] = set()
+        self.timers: Deadlines[Connection] = Deadlines(Connection.timed_out, resolution=0.1)
+        self.closing = False
+        self._drained = asyncio.Event()
+        self._heads: dict[tuple[int, str], bytes] = {}
+        self._date_at = 0
+        self._date = b""
+
+    def __call__(self) -> Connection:
+        return Connection(self)
+
+    def head(self, status: int, content_type: str) -> bytes:
+        """The status line and fixed headers of an answer (built once)."""
+        key = (status, content_type)
+        head = self._heads.get(key)
+        if head is None:
+            phrase = HTTPStatus(status).phrase
+            head = self._heads[key] = (f"HTTP/1.1 {status} {phrase}\r\n"
+                                       f"Server: liveroom\r\n"
+                                       f"Content-Type: {content_type}\r\n").encode("latin-1")
+        return head
+
+    def date(self) -> bytes:
+        """The ``Date`` header line, rebuilt once a second."""
+        now = int(time.time())
+        if now != self._date_at:
+            self._date_at = now
+            self._date = f"Date: {formatdate(now, usegmt=True)}\r\n".encode()
+        return self._date
+
+    def forget(self, conn: Connection) -> None:
+        self.connections.discard(conn)
+        if self.closing and not self.connections:
+            self._drained.set()
+
+    async def shutdown(self, grace: float) -> None:
+        """Close idle connections now; give requests in progress ``grace``
+        seconds (held polls were answered already), then close the rest."""
+        self.closing = True
+        for conn in list(self.connections):
+            conn.close_if_idle()
+        if self.connections:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._drained.wait(), grace)
+        for conn in list(self.connections):
+            conn.abort()
+        self.timers.close()
+
+
+class Connection(asyncio.Protocol):
+    """One client connection to the front."""
+
+    def __init__(self, front: Front) -> None:
+        self._front = front
+        self._limits = front.limits
+        self._transport: asyncio.Transport | None = None
+        self._parser = httptools.HttpRequestParser(self)
+        self._req: _Request | None = None
+        """The request being parsed."""
+        self._queue: deque[_Request] = deque()
+        """Complete requests waiting their turn."""
+        self._current: _Request | None = None
+        """The request being answered."""
+        self._timer = -1
+        self._raw: list[bytes] | None = []
+        """Bytes read since a request began at the start of a read, until it is
+        routed (to hand the connection to aiohttp); None when none did."""
+        self._between = True
+        """The parser stands between two requests."""
+        self._fresh = False
+        """This read began between two requests (its bytes start a request)."""
+        self._dead = False
+        """The parser stopped (a refusal or a hand-over): read no more."""
+        self._handing_off = False
+        self._dispatching = False
+        self._reading_paused = False
+        self._writing_paused = False
+        self._closed = False
+
+    # -- the transport ---------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self._front.connections.add(self)
+        self._arm(self._limits.idle_timeout)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self._disarm()
+        self._front.forget(self)
+        current, self._current = self._current, None
+        if current is not None:
+            self._cancel(current)
+        self._queue.clear()
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+        self._pause_reading()
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        self._resume_reading()
+        self._next()
+
+    def _pause_reading(self) -> None:
+        if not self._reading_paused and self._transport is not None and not self._closed:
+            self._reading_paused = True
+            self._transport.pause_reading()
+
+    def _resume_reading(self) -> None:
+        if (self._reading_paused and not self._dead and not self._writing_paused
+                and len(self._queue) < self._limits.max_pipelined
+                and self._transport is not None and not self._closed):
+            self._reading_paused = False
+            self._transport.resume_reading()
+
+    def data_received(self, data: bytes) -> None:
+        if self._dead:
+            if self._handing_off and self._raw is not None:
+                self._raw.append(data)
+            return
+        if self._between:
+            self._raw, self._fresh = [data], True
+        elif self._raw is not None:
+            self._raw.append(data)
+        try:
+            self._feed(data)
+        except _HandOff:
+            self._dead = self._handing_off = True
+            self._pause_reading()
+            self._next()
+        except _Refuse as refusal:
+            self._refuse(refusal.reply)
+        except httptools.HttpParserCallbackError as exc:
+            cause = exc.__context__
+            if isinstance(cause, _HandOff):
+                self._dead = self._handing_off = True
+                self._pause_reading()
+                self._next()
+            elif isinstance(cause, _Refuse):
+                self._refuse(cause.reply)
+            else:
+                log.error("front callback failed", exc_info=cause)
+                self._refuse(error_reply(500, "internal", "internal error"))
+        except httptools.HttpParserError as exc:
+            self._refuse(error_reply(400, "bad_request", f"malformed HTTP request: {exc}"))
+
+    def _feed(self, data: bytes) -> None:
+        while True:
+            try:
+                self._parser.feed_data(data)
+                return
+            except httptools.HttpParserUpgrade as upgrade:
+                # A request asking to upgrade is answered as plain HTTP/1.1 (we
+                # upgrade to nothing); what follows it is parsed as such too.
+                offset = upgrade.args[0]
+                data = data[offset:]
+                if not data:
+                    return
+
+    def _refuse(self, reply: Reply) -> None:
+        """The parser stopped: answer ``reply`` in turn, then close."""
+        self._dead = True
+        self._pause_reading()
+        req = self._req or _Request()
+        self._req = None
+        req.error, req.close_after = reply, True
+        self._queue.append(req)
+        self._next()
+
+    # -- parser callbacks: record what arrived ----------------------------------
+
+    def on_message_begin(self) -> None:
+        self._req = _Request()
+        self._between = False
+        if self._fresh:
+            self._fresh = False
+        else:
+            self._raw = None  # began inside a read: its bytes cannot be told apart
+        self._arm(self._limits.header_timeout)
+
+    def on_url(self, url: bytes) -> None:
+        req = self._req
+        assert req is not None
+        req.url += url
+        if len(req.url) > self._limits.max_url:
+            raise _Refuse(error_reply(414, "uri_too_long",
+                                      f"the URL is longer than {self._limits.max_url} bytes"))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        req = self._req
+        assert req is not None
+        req.headers += 1
+        req.header_bytes += len(name) + len(value)
+        limits = self._limits
+        if req.headers > limits.max_headers or req.header_bytes > limits.max_header_bytes:
+            raise _Refuse(error_reply(
+                431, "headers_too_large",
+                f"at most {limits.max_headers} header lines and "
+                f"{limits.max_header_bytes} bytes of headers"))
+        name = name.lower()
+        if name == b"accept":
+            req.accept = value.decode("latin-1")
+        elif name == b"content-type":
+            req.content_type = value.decode("latin-1")
+        elif name == b"content-length":
+            with contextlib.suppress(ValueError):
+                req.content_length = int(value)
+        elif name == b"content-encoding":
+            req.content_encoding = value.decode("latin-1")
+        elif name == b"authorization":
+            req.authorization = value.decode("latin-1")
+        elif name == b"expect":
+            req.expect = value.lower() == b"100-continue"
+
+    def on_headers_complete(self) -> None:
+        req = self._req
+        assert req is not None
+        parser = self._parser
+        req.method = parser.get_method()
+        req.version = parser.get_http_version()
+        req.keep_alive = parser.should_keep_alive()
+        found = route(req.url)
+        if found is None:
+            if self._raw is None:
+                raise _Refuse(error_reply(
+                    400, "bad_request",
+                    "only polls and sends may be pipelined on this connection: send "
+                    "this request on a connection of its own"))
+            raise _HandOff
+        self._raw = None
+        req.kind, req.room, req.query = found
+        if req.kind == POLL:
+            if req.method != b"GET":
+                req.error = _not_allowed("GET")
+        elif req.method != b"POST":
+            req.error = _not_allowed("POST")
+        else:
+            try:
+                self._front.sends.check_head(req.room, req.content_encoding,
+                                             req.content_length)
+            except LiveroomError as exc:
+                req.error = failure_reply(exc)
+                if (req.content_length or 0) > DISCARD_MAX:
+                    req.close_after = True
+            else:
+                req.body = bytearray()
+            if req.expect and self._current is None and not self._queue:
+                if req.error is None:
+                    self._write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                else:
+                    # The client waits before sending its body: answer now.
+                    req.close_after = True
+                    raise _Refuse(req.error)
+        self._arm(self._limits.body_timeout)
+
+    def on_body(self, body: bytes) -> None:
+        req = self._req
+        assert req is not None
+        if req.body is None:
+            req.discarded += len(body)
+        else:
+            req.body += body
+            if len(req.body) > self._front.sends.body_limit:
+                req.discarded, req.body = len(req.body), None
+                req.error = failure_reply(self._front.sends.too_large())
+        if req.discarded > DISCARD_MAX:
+            req.close_after = True
+            raise _Refuse(req.error or failure_reply(self._front.sends.too_large()))
+
+    def on_message_complete(self) -> None:
+        req = self._req
+        assert req is not None
+        self._req = None
+        self._between = True
+        self._disarm()
+        self._queue.append(req)
+        if len(self._queue) >= self._limits.max_pipelined:
+            self._pause_reading()
+        self._next()
+
+    # -- answering, in order ----------------------------------------------------
+
+    def _next(self) -> None:
+        """Answer the waiting requests in order, one at a time."""
+        if self._dispatching:
+            return
+        self._dispatching = True
+        try:
+            while self._current is None and not self._closed and not self._writing_paused:
+                if not self._queue:
+                    if self._handing_off:
+                        self._hand_off()
+                    elif self._req is None and not self._dead:
+                        self._arm(self._limits.idle_timeout)
+                    break
+                req = self._current = self._queue.popleft()
+                self._resume_reading()
+                self._dispatch(req)
+        finally:
+            self._dispatching = False
+
+    def _dispatch(self, req: _Request) -> None:
+        if req.error is not None:
+            self._answer(req, req.error)
+        elif req.kind == POLL:
+            req.work = self._front.polls.start(req.room, parse_query(req.query), req.accept,
+                                               partial(self._answer, req))
+        else:
+            assert req.body is not None
+            task = asyncio.create_task(self._front.sends.send(
+                req.room, req.content_type, bytes(req.body), req.authorization, req.accept))
+            req.work = task
+            task.add_done_callback(partial(self._sent, req))
+
+    def _sent(self, req: _Request, task: asyncio.Task[Reply]) -> None:
+        if not task.cancelled():
+            self._answer(req, task.result())
+
+    def _answer(self, req: _Request, reply: Reply) -> None:
+        if req is not self._current or self._closed:
+            return
+        self._current = None
+        req.work = None
+        front = self._front
+        close = req.close_after or not req.keep_alive or front.closing
+        parts = [front.head(reply.status, reply.content_type),
+                 b"Content-Length: %d\r\n" % len(reply.body), front.date()]
+        if reply.retry_after is not None:
+            parts.append(b"Retry-After: %d\r\n" % reply.retry_after)
+        if reply.status == 405:
+            parts.append(b"Allow: GET\r\n" if req.kind == POLL else b"Allow: POST\r\n")
+        if close:
+            parts.append(b"Connection: close\r\n")
+        elif req.version == "1.0":
+            parts.append(b"Connection: keep-alive\r\n")
+        parts += (b"\r\n", reply.body)
+        self._write(b"".join(parts))
+        if close:
+            self._close()
+        else:
+            self._next()
+
+    def _write(self, data: bytes) -> None:
+        if self._transport is not None and not self._closed:
+            self._transport.write(data)
+
+    def _cancel(self, req: _Request) -> None:
+        work, req.work = req.work, None
+        if work is not None:
+            work.cancel()
+
+    # -- timeouts, closing, handing over --------------------------------------
+
+    def _arm(self, seconds: float) -> None:
+        timers = self._front.timers
+        if self._timer >= 0:
+            timers.discard(self, self._timer)
+        self._timer = timers.add(self, asyncio.get_running_loop().time() + seconds)
+
+    def _disarm(self) -> None:
+        if self._timer >= 0:
+            self._front.timers.discard(self, self._timer)
+            self._timer = -1
+
+    def timed_out(self) -> None:
+        """Its deadline passed: an idle connection closes, a slow request gets
+        a 408 when it is the next to answer (else the connection just closes)."""
+        self._timer = -1
+        if self._closed:
+            return
+        req = self._req
+        if req is not None and req.method and self._current is None and not self._queue:
+            # Its head arrived, its body did not.
+            self._req = None
+            self._dead = True
+            req.error = error_reply(408, "request_timeout", "request body not received in time")
+            req.close_after = True
+            self._queue.append(req)
+            self._next()
+            return
+        self._close()
+
+    def close_if_idle(self) -> None:
+        if self._current is None and not self._queue:
+            self._close()
+
+    def _close(self) -> None:
+        self._disarm()
+        if self._transport is not None and not self._closed:
+            self._closed = True
+            self._transport.close()
+            self._front.forget(self)
+
+    def abort(self) -> None:
+        self._disarm()
+        if self._transport is not None and not self._closed:
+            self._closed = True
+            self._transport.abort()
+
+    def _hand_off(self) -> None:
+        """Give the connection, and every byte since its request began, to aiohttp."""
+        front, transport = self._front, self._transport
+        assert transport is not None
+        assert self._raw is not None
+        assert front.handoff is not None
+        self._disarm()
+        self._closed = True  # for this protocol
+        front.forget(self)
+        protocol = front.handoff()
+        transport.set_protocol(protocol)
+        protocol.connection_made(transport)
+        if self._reading_paused:
+            transport.resume_reading()
+        protocol.data_received(b"".join(self._raw))
+        self._raw = None
+
+
+def _not_allowed(method: str) -> Reply:
+    return error_reply(405, "method_not_allowed", f"use {method} on this path")

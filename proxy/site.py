@@ -1,0 +1,59 @@
+"""One listening socket for the front and aiohttp: an aiohttp site whose
+connections start on the front (:mod:`.front`).
+
+:class:`FrontSite` takes the place of aiohttp's ``TCPSite`` (or ``SockSite``)
+in a runner: the runner still owns the application's lifecycle and its
+connections; the front hands aiohttp every connection that is not on the
+listener path, through the runner's low-level server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+from aiohttp import web
+
+from .front import Front
+
+
+class FrontSite(web.BaseSite):
+    """Serve ``front`` on ``host:port`` (or an already bound ``sock``)."""
+
+    __slots__ = ("_front", "_host", "_port", "_reuse_port", "_sock")
+
+    def __init__(self, runner: web.BaseRunner, front: Front, host: str | None = None,
+                 port: int = 0, *, sock: socket.socket | None = None,
+                 reuse_port: bool = False, backlog: int = 1024) -> None:
+        super().__init__(runner, backlog=backlog)
+        self._front = front
+        self._host = host
+        self._port = port
+        self._sock = sock
+        self._reuse_port = reuse_port
+
+    @property
+    def name(self) -> str:
+        return f"http://{self._host or '0.0.0.0'}:{self.port}"
+
+    @property
+    def port(self) -> int:
+        """The port it listens on (the one the system chose for port 0)."""
+        sockets = getattr(self._server, "sockets", None)  # an asyncio.Server's
+        if sockets:
+            return int(sockets[0].getsockname()[1])
+        return self._port
+
+    async def start(self) -> None:
+        await super().start()
+        handoff = self._runner.server
+        assert handoff is not None
+        self._front.handoff = handoff
+        loop = asyncio.get_running_loop()
+        if self._sock is not None:
+            self._server = await loop.create_server(self._front, sock=self._sock,
+                                                    backlog=self._backlog)
+        else:
+            self._server = await loop.create_server(
+                self._front, self._host, self._port, backlog=self._backlog,
+                reuse_address=True, reuse_port=self._reuse_port or None)
