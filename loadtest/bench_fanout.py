@@ -1,40 +1,122 @@
-"""Fan-out benchmark: what one message costs a node holding N polls in one room.
+"""Fan-out benchmark: the whole long-poll cycle in one room, liveroom against nginx + Nchan.
 
-Starts ``liveroom serve`` (memory engine) as a child process, holds N long polls
-in one room from this process, sends one message, and waits until every poll
-has answered; then polls again at once and repeats. It reports the wall time of
-a wake-up round and the server's CPU time per answer (read from /proc, so it
-measures the server process alone, not this client).
+For each server asked (``--against liveroom``, ``nchan`` or ``both``) it
 
-    python loadtest/bench_fanout.py --listeners 2000 --rounds 10
-    python loadtest/bench_fanout.py --listeners 2000 --rounds 10 --tiers 1:1
+1. starts the server as a child process on a free 127.0.0.1 port:
+   ``python -m liveroom serve ... --tiers T [--store URL] [--workers N]``, or
+   nginx with the nchan module, one worker, from ``loadtest/nchan.conf``
+   filled into a temporary directory (Nchan has no tiers: always a plain
+   hold);
+2. measures the server's RSS (its process and all descendants), then connects
+   ``--listeners`` long polls to one room from ``--client-procs`` client
+   processes (``fanout_client.py``: uvloop + httptools, one keep-alive
+   connection per listener, polling again at once after every answer);
+3. warms up until every listener holds a poll (and, for a tiered liveroom,
+   until the room's online count has reached the listeners, so the room is in
+   its tier), waits for the server to go quiet, and measures the RSS again:
+   **RSS per held poll** = (RSS now - RSS before the listeners) / listeners;
+4. publishes ``--rate`` messages a second for ``--seconds`` seconds, evenly
+   spaced, each carrying its send time (``time.time_ns()``); liveroom sends
+   carry the publisher token, so rate limits stay out;
+5. waits until every listener has every message (or ``--drain`` seconds) and
+   closes the measured window.
 
-The first runs plain long polls (``--tiers off``, the default here): every held
-poll is woken by the change. The second puts the room in a 1 s tier: the
-room's ticker releases the polls once they are due, all in one tick, so the
-round's wall time includes the wait for the interval and the CPU figure is the
-cost of a paced release. Sends carry the publisher token, so rate limits do not
-apply. Loopback only; the run is bounded by ``--rounds``.
+Measured over the window (first send to last delivery), per server:
+
+- deliveries: messages received, over all listeners (a liveroom answer may
+  carry several: each counts); deliveries per second;
+- server CPU: utime + stime from /proc of the server process and all its
+  descendants (nginx master + worker; liveroom and any workers), receiving and
+  parsing included, and **µs of server CPU per delivery**;
+- **delivery latency** p50 / p99 / max: arrival at the listener minus the send
+  time in the message (one host, one clock), and the time each message took to
+  reach every listener (the slowest listener's latency; median and max over
+  the messages);
+- **requests per delivery**: poll answers received / deliveries (below 1 when
+  answers batch);
+- the client processes' CPU: a client near 100 % of a core sets the pace
+  itself, and then the latencies are the client's, not the server's; the
+  report says so.
+
+Presets (``--scenario``) match the targets of issue 9; any free flag overrides
+the preset's value:
+
+- ``plain``: 2 000 listeners x 2 msg/s for 30 s, ``--tiers off``;
+- ``tiers``: 5 000 listeners x 10 msg/s for 30 s, liveroom's default tiers;
+- ``held``: 20 000 held polls (2 client processes), one message every 5 s for
+  25 s: the time a message takes to reach all of them, and RSS per held poll.
+  Where the open-files limit cannot be raised (``ulimit -Hn``), a single
+  server process cannot hold more polls than that: the run says so and holds
+  as many as it can.
+
+    python loadtest/bench_fanout.py --scenario plain
+    python loadtest/bench_fanout.py --scenario tiers --against liveroom
+    python loadtest/bench_fanout.py --listeners 500 --rate 5 --seconds 10
+    python loadtest/bench_fanout.py --scenario plain --workers 2 --store redis://127.0.0.1:6379/0
+
+Every run stops by itself; Ctrl-C or SIGTERM stop the servers and the client
+processes. Loopback only. The table at the end is stamped with the command,
+the commit and the date.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import contextlib
+import ctypes
+import datetime
+import http.client
+import json
+import math
+import multiprocessing
 import os
+import platform
+import shlex
+import shutil
+import signal
 import socket
-import statistics
 import subprocess
 import sys
+import tempfile
 import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
 
-import aiohttp
+import numpy as np
+import psutil
+from fanout_client import ClientConfig, raise_nofile, run_client
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+NCHAN_MODULE = Path("/usr/lib/nginx/modules/ngx_nchan_module.so")
+ROOM = "bench"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+FD_RESERVE = 100
+"""Descriptors a server process needs besides its held polls (listen socket, logs, ...)."""
 
 
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+@dataclass(frozen=True)
+class Scenario:
+    listeners: int
+    rate: float
+    seconds: float
+    tiers: str | None
+    """liveroom's --tiers; None: the server's default table."""
+    client_procs: int = 1
+
+
+SCENARIOS = {
+    "plain": Scenario(listeners=2000, rate=2, seconds=30, tiers="off"),
+    "tiers": Scenario(listeners=5000, rate=10, seconds=30, tiers=None),
+    "held": Scenario(listeners=20000, rate=0.2, seconds=25, tiers="off", client_procs=2),
+}
+
+
+# -- processes and what they cost ------------------------------------------------
 
 
 def free_port() -> int:
@@ -43,85 +125,619 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-async def run(listeners: int, rounds: int, tiers: str) -> None:
+def cpu_seconds(pids: list[int]) -> float:
+    """utime + stime of these processes (those gone meanwhile count as 0)."""
+    ticks = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])
+    return ticks / CLK_TCK
+
+
+def child_setup(nofile: int) -> Callable[[], None]:
+    """preexec_fn of a server: its open-files limit, and death with this process."""
+
+    def setup() -> None:
+        raise_nofile(nofile)
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+    return setup
+
+
+class Server:
+    """A server under test: a process group this benchmark started and stops."""
+
+    def __init__(self, name: str, proc: subprocess.Popen[bytes], port: int, log: Path) -> None:
+        self.name = name
+        self.proc = proc
+        self.port = port
+        self.log = log
+
+    def pids(self) -> list[int]:
+        try:
+            root = psutil.Process(self.proc.pid)
+            return [self.proc.pid, *(c.pid for c in root.children(recursive=True))]
+        except psutil.NoSuchProcess:
+            return []
+
+    def cpu(self) -> float:
+        return cpu_seconds(self.pids())
+
+    def rss(self) -> int:
+        total = 0
+        for pid in self.pids():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                total += psutil.Process(pid).memory_info().rss
+        return total
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def check_alive(self) -> None:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"{self.name} exited with status {self.proc.returncode}:\n"
+                               f"{self.log_tail()}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)  # anything it left behind
+
+
+def wait_until(what: str, done: Callable[[], bool], timeout: float, server: Server,
+               step: float = 0.1) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        server.check_alive()
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{server.name}: {what} not within {timeout:.0f} s:\n"
+                               f"{server.log_tail()}")
+        time.sleep(step)
+
+
+def accepts(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+@contextlib.contextmanager
+def liveroom_server(args: argparse.Namespace, tmp: Path, nofile: int) -> Iterator[Server]:
     port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen(  # noqa: ASYNC220 - started once, before the measured part
-        [sys.executable, "-m", "liveroom", "serve", "--port", str(port),
-         "--admin-token", "a", "--publisher-token", "p", "--log-level", "warning",
-         "--tiers", tiers],
-        stdout=subprocess.PIPE, text=True)
+    cmd = [sys.executable, "-m", "liveroom", "serve", "--port", str(port),
+           "--admin-token", "a", "--publisher-token", "p", "--log-level", "warning"]
+    if args.tiers is not None:
+        cmd += ["--tiers", args.tiers]
+    if args.store:
+        cmd += ["--store", args.store]
+    if args.workers > 1:
+        cmd += ["--workers", str(args.workers)]
+    log = tmp / "liveroom.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
+                                start_new_session=True, preexec_fn=child_setup(nofile))
+    server = Server("liveroom", proc, port, log)
     try:
-        assert server.stdout is not None
-        for line in server.stdout:
-            if "listening on" in line:
-                break
-        connector = aiohttp.TCPConnector(limit=listeners + 10)
-        timeout = aiohttp.ClientTimeout(total=90)
-        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-            cursors: list[dict[str, object]] = []
-            for i in range(listeners):
-                async with session.get(f"{url}/v1/rooms/bench/poll",
-                                       params={"uid": f"u{i}"}) as resp:
-                    a = await resp.json()
-                cursors.append({"uid": f"u{i}", "epoch": a["epoch"], "seq": a["seq"],
-                                "iseq": a["iseq"], "ctx": a["ctx"], "timeout": 60})
-
-            while tiers != "off":  # wait until the room's online count puts it in its tier
-                async with session.get(f"{url}/v1/rooms/bench/stats") as resp:
-                    if (await resp.json())["online"] >= listeners:
-                        break
-                await asyncio.sleep(0.2)
-
-            async def poll(i: int) -> None:
-                async with session.get(f"{url}/v1/rooms/bench/poll",
-                                       params=cursors[i]) as resp:
-                    a = await resp.json()
-                assert len(a["messages"]) == 1, a
-                cursors[i].update(seq=a["seq"], iseq=a["iseq"], ctx=a["ctx"])
-
-            walls, cpus = [], []
-            for n in range(rounds):
-                polls = [asyncio.create_task(poll(i)) for i in range(listeners)]
-                while True:  # wait until the server holds them all
-                    async with session.get(f"{url}/metrics") as resp:
-                        text = await resp.text()
-                    held = [ln for ln in text.splitlines()
-                            if ln.startswith("liveroom_held_polls ")]
-                    if held and float(held[0].split()[1]) >= listeners:
-                        break
-                    await asyncio.sleep(0.05)
-                cpu0, t0 = cpu_seconds(server.pid), time.perf_counter()
-                async with session.post(f"{url}/v1/rooms/bench/messages",
-                                        json={"uid": "s", "body": {"n": n, "text": "x" * 100}},
-                                        headers={"Authorization": "Bearer p"}) as resp:
-                    assert resp.status == 201, await resp.text()
-                await asyncio.gather(*polls)
-                walls.append(time.perf_counter() - t0)
-                cpus.append(cpu_seconds(server.pid) - cpu0)
-        per_answer_us = statistics.median(cpus) / listeners * 1e6
-        print(f"listeners={listeners} rounds={rounds} tiers={tiers}")
-        print(f"  wake-up round wall time: median {statistics.median(walls) * 1000:.0f} ms, "
-              f"max {max(walls) * 1000:.0f} ms (includes this client's parsing)")
-        print(f"  server CPU per round: median {statistics.median(cpus) * 1000:.0f} ms "
-              f"= {per_answer_us:.0f} µs per answered poll "
-              f"(~{1e6 / per_answer_us:,.0f} answers per server CPU-second)")
+        wait_until("the line 'listening on'",
+                   lambda: "listening on" in log.read_text(errors="replace"), 60, server)
+        yield server
     finally:
-        server.terminate()
-        server.wait(timeout=10)
+        server.stop()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--listeners", type=int, default=2000)
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--tiers", default="off",
-                        help="the server's tier table (liveroom serve --tiers); "
-                             "'off' for plain long polls, '1:1' to pace the room at 1 s")
-    args = parser.parse_args()
-    asyncio.run(run(args.listeners, args.rounds, args.tiers))
+def nchan_available() -> bool:
+    return shutil.which("nginx") is not None and NCHAN_MODULE.exists()
+
+
+def nginx_config(tmp: Path, port: int, nofile: int, multipart: bool) -> str:
+    text = (HERE / "nchan.conf").read_text()
+    for name, value in {"DIR": str(tmp), "PORT": str(port),
+                        "CONNECTIONS": str(max(1024, nofile - 10)), "NOFILE": str(nofile),
+                        "MULTIPART": "on" if multipart else "off"}.items():
+        text = text.replace(f"@{name}@", value)
+    return text
+
+
+@contextlib.contextmanager
+def nchan_server(args: argparse.Namespace, tmp: Path, nofile: int) -> Iterator[Server]:
+    port = free_port()
+    conf = tmp / "nginx.conf"
+    conf.write_text(nginx_config(tmp, port, nofile, args.nchan_multipart))
+    log = tmp / "error.log"
+    cmd = ["nginx", "-p", f"{tmp}/", "-c", str(conf), "-e", str(log)]
+    with (tmp / "nginx.out").open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True, preexec_fn=child_setup(nofile))
+    server = Server("nchan", proc, port, log)
+    try:
+        wait_until("accepting connections with a worker",
+                   lambda: accepts(port) and len(server.pids()) >= 2, 30, server)
+        yield server
+    finally:
+        server.stop()
+
+
+# -- the client processes --------------------------------------------------------
+
+
+class Clients:
+    """The client processes and their pipes: the listeners' counts and samples."""
+
+    def __init__(self, kind: str, port: int, listeners: int, procs: int, budget: float):
+        ctx = multiprocessing.get_context("fork")
+        self.conns: list[Connection] = []
+        self.procs: list[multiprocessing.process.BaseProcess] = []
+        share, extra = divmod(listeners, procs)
+        first = 0
+        for i in range(procs):
+            count = share + (1 if i < extra else 0)
+            parent, child = ctx.Pipe()
+            cfg = ClientConfig(kind=kind, port=port, room=ROOM, first=first, count=count,
+                               budget=budget)
+            proc = ctx.Process(target=run_client, args=(child, cfg), daemon=True,
+                               name=f"fanout-client-{i}")
+            proc.start()
+            child.close()
+            self.conns.append(parent)
+            self.procs.append(proc)
+            first += count
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs if p.pid is not None]
+
+    def ask(self, command: str, timeout: float = 30) -> list[dict[str, Any]]:
+        for conn in self.conns:
+            conn.send(command)
+        answers = []
+        for conn, proc in zip(self.conns, self.procs, strict=True):
+            try:
+                if not conn.poll(timeout):
+                    raise RuntimeError(f"{proc.name} did not answer {command!r} in {timeout} s")
+                answers.append(conn.recv())
+            except (EOFError, OSError):
+                raise RuntimeError(f"{proc.name} is gone (exit code {proc.exitcode})") from None
+        return answers
+
+    def status(self) -> dict[str, Any]:
+        total: dict[str, Any] = {"last_error": ""}
+        for counts in self.ask("status"):
+            for k, v in counts.items():
+                if k == "last_error":
+                    total[k] = v or total[k]
+                else:
+                    total[k] = total.get(k, 0) + v
+        return total
+
+    def cpu(self) -> list[float]:
+        return [cpu_seconds([pid]) for pid in self.pids()]
+
+    def stop(self) -> None:
+        for conn in self.conns:
+            with contextlib.suppress(OSError):
+                conn.send("stop")
+        for proc in self.procs:
+            proc.join(5)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        for conn in self.conns:
+            conn.close()
+
+
+# -- the publisher ---------------------------------------------------------------
+
+
+class Publisher:
+    """Sends messages carrying their send time over one keep-alive connection."""
+
+    def __init__(self, kind: str, port: int) -> None:
+        self.kind = kind
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        self.pad = "x" * 64
+        self.sent = 0
+        self.failed = 0
+
+    def send(self) -> None:
+        sent_ns = time.time_ns()
+        if self.kind == "liveroom":
+            body = json.dumps({"uid": "publisher",
+                               "body": {"sent_ns": sent_ns, "text": self.pad}},
+                              separators=(",", ":")).encode()
+            path = f"/v1/rooms/{ROOM}/messages"
+            headers = {"Content-Type": "application/json", "Authorization": "Bearer p"}
+        else:
+            body = json.dumps({"sent_ns": sent_ns, "text": self.pad},
+                              separators=(",", ":")).encode()
+            path = f"/pub/{ROOM}"
+            headers = {"Content-Type": "application/json"}
+        try:
+            self.conn.request("POST", path, body=body, headers=headers)
+            resp = self.conn.getresponse()
+            resp.read()
+            ok = resp.status in (200, 201, 202)
+        except (OSError, http.client.HTTPException):
+            self.conn.close()
+            ok = False
+        if ok:
+            self.sent += 1
+        else:
+            self.failed += 1
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def room_online(port: int) -> int:
+    url = f"http://127.0.0.1:{port}/v1/rooms/{ROOM}/stats"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return int(json.load(resp)["online"])
+    except (OSError, ValueError, KeyError):
+        return -1
+
+
+# -- one run ---------------------------------------------------------------------
+
+
+def say(server: str, phase: str, text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {server:8} {phase:8} {text}", flush=True)
+
+
+def wait_quiet(server: Server, timeout: float = 15, idle: float = 0.05) -> None:
+    """Until the server spends under ``idle`` of a core over half a second."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        c0, t0 = server.cpu(), time.monotonic()
+        time.sleep(0.5)
+        if (server.cpu() - c0) / (time.monotonic() - t0) < idle:
+            return
+
+
+def run_one(kind: str, args: argparse.Namespace, listeners: int, client_procs: int,
+            nofile: int) -> dict[str, Any]:
+    tiers = "off" if kind == "nchan" else args.tiers
+    messages = max(1, round(args.rate * args.seconds))
+    connect_timeout = 30 + listeners / 200
+    budget = connect_timeout + 60 + args.seconds + args.drain + 120
+    with contextlib.ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"fanout-{kind}-")))
+        starter = liveroom_server if kind == "liveroom" else nchan_server
+        say(kind, "start", "starting the server")
+        server = stack.enter_context(starter(args, tmp, nofile))
+        time.sleep(1.0)
+        wait_quiet(server)
+        rss_before = server.rss()
+        say(kind, "start", f"port {server.port}, pids {server.pids()}, "
+                           f"RSS {rss_before / 2**20:.1f} MiB")
+
+        clients = Clients(kind, server.port, listeners, client_procs, budget)
+        stack.callback(clients.stop)
+        say(kind, "connect", f"{listeners} listeners from {client_procs} client process(es)")
+        deadline = time.monotonic() + connect_timeout
+        last_print = 0.0
+        while True:
+            server.check_alive()
+            st = clients.status()
+            if st["holding"] >= listeners:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{kind}: only {st['holding']} of {listeners} polls held "
+                                   f"after {connect_timeout:.0f} s ({st})")
+            if time.monotonic() - last_print >= 2:
+                last_print = time.monotonic()
+                say(kind, "connect", f"connected {st['connected']}, holding {st['holding']}, "
+                                     f"connect errors {st['connect_errors']}")
+            time.sleep(0.2)
+        say(kind, "warm-up", f"all {listeners} polls held")
+        if kind == "liveroom" and tiers != "off":
+            say(kind, "warm-up", "waiting for the room's online count (the tier follows it)")
+            wait_until(f"online count {listeners}",
+                       lambda: room_online(server.port) >= listeners, 90, server, step=0.5)
+        wait_quiet(server)
+        rss_held = server.rss()
+        say(kind, "warm-up", f"RSS {rss_held / 2**20:.1f} MiB with {listeners} polls held")
+
+        publisher = Publisher(kind, server.port)
+        stack.callback(publisher.close)
+        start = clients.status()
+        cpu0, ccpu0, t0 = server.cpu(), clients.cpu(), time.monotonic()
+        say(kind, "measure", f"{messages} messages at {args.rate:g}/s")
+        last_print = t0
+        for k in range(messages):
+            due = t0 + k / args.rate
+            while (pause := due - time.monotonic()) > 0:
+                time.sleep(min(pause, 0.5))
+                if time.monotonic() - last_print >= 2:
+                    last_print = time.monotonic()
+                    st = clients.status()
+                    say(kind, "measure", f"sent {publisher.sent}, deliveries "
+                                         f"{st['deliveries'] - start['deliveries']}")
+            publisher.send()
+        expected = listeners * publisher.sent
+        drain_end = time.monotonic() + args.drain
+        while True:
+            st = clients.status()
+            got = st["deliveries"] + st["gaps"] - start["deliveries"] - start["gaps"]
+            if got >= expected or time.monotonic() > drain_end:
+                break
+            time.sleep(0.05)
+        cpu1, ccpu1, t1 = server.cpu(), clients.cpu(), time.monotonic()
+        server.check_alive()
+        say(kind, "drain", f"deliveries {got} of {expected}")
+        reports = clients.ask("report", timeout=120)
+
+    window = t1 - t0
+    lat = np.concatenate([np.frombuffer(r["latencies_us"], dtype=np.int64) for r in reports]) \
+        / 1000.0
+    reach: dict[int, list[int]] = {}
+    for r in reports:
+        for sent_ns, (n, worst) in r["reach"].items():
+            mine = reach.setdefault(sent_ns, [0, 0])
+            mine[0] += n
+            mine[1] = max(mine[1], worst)
+    reach_all = np.array([worst / 1000.0 for n, worst in reach.values() if n >= listeners])
+    deliveries = sum(r["deliveries"] for r in reports) - start["deliveries"]
+    answers = sum(r["answers"] for r in reports) - start["answers"]
+    cpu = cpu1 - cpu0
+    client_cpu = [(b - a) / window for a, b in zip(ccpu0, ccpu1, strict=True)]
+
+    def q(values: np.ndarray, p: float) -> float:
+        return float(np.percentile(values, p)) if len(values) else math.nan
+
+    return {
+        "server": kind, "tiers": tiers, "listeners": listeners, "messages": publisher.sent,
+        "send_failures": publisher.failed, "window_s": window,
+        "deliveries": deliveries, "expected": expected,
+        "gaps": sum(r["gaps"] for r in reports) - start["gaps"],
+        "deliveries_per_s": deliveries / window,
+        "server_cpu_s": cpu, "server_cpu_pct": 100 * cpu / window,
+        "us_per_delivery": cpu / deliveries * 1e6 if deliveries else math.nan,
+        "p50_ms": q(lat, 50), "p99_ms": q(lat, 99), "max_ms": q(lat, 100),
+        "reach_all_p50_ms": q(reach_all, 50), "reach_all_max_ms": q(reach_all, 100),
+        "messages_reaching_all": len(reach_all),
+        "requests_per_delivery": answers / deliveries if deliveries else math.nan,
+        "rss_before_mib": rss_before / 2**20, "rss_held_mib": rss_held / 2**20,
+        "rss_per_held_poll_b": (rss_held - rss_before) / listeners,
+        "client_cpu_pct": [100 * c for c in client_cpu],
+        "errors": sum(r["errors"] for r in reports),
+        "resets": sum(r["resets"] for r in reports),
+        "reconnects": sum(r["reconnects"] for r in reports),
+        "connect_errors": sum(r["connect_errors"] for r in reports),
+        "last_error": next((r["last_error"] for r in reports if r["last_error"]), ""),
+    }
+
+
+# -- the report ------------------------------------------------------------------
+
+
+def commit() -> str:
+    def git(*a: str) -> str:
+        return subprocess.run(["git", *a], cwd=REPO, capture_output=True, text=True,
+                              check=False).stdout.strip()
+
+    sha = git("rev-parse", "--short", "HEAD") or "unknown"
+    return sha + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def versions() -> str:
+    nginx = subprocess.run(["nginx", "-v"], capture_output=True, text=True, check=False) \
+        .stderr.strip().removeprefix("nginx version: ") if shutil.which("nginx") else "-"
+    return (f"Python {platform.python_version()}, {os.cpu_count()} cores, "
+            f"kernel {platform.release()}, {nginx}")
+
+
+COLUMNS = [
+    ("server", lambda r: r["server"] + ("" if r["server"] == "nchan"
+                                        else f" (tiers {r['tiers'] or 'default'})")),
+    ("listeners", lambda r: f"{r['listeners']:,}"),
+    ("msgs", lambda r: f"{r['messages']}"),
+    ("deliveries", lambda r: f"{r['deliveries']:,}"),
+    ("deliv/s", lambda r: f"{r['deliveries_per_s']:,.0f}"),
+    ("server CPU", lambda r: f"{r['server_cpu_pct']:.0f} %"),
+    ("µs CPU/deliv", lambda r: f"{r['us_per_delivery']:.1f}"),
+    ("p50 ms", lambda r: f"{r['p50_ms']:.1f}"),
+    ("p99 ms", lambda r: f"{r['p99_ms']:.1f}"),
+    ("reach all p50/max ms", lambda r: f"{r['reach_all_p50_ms']:.0f} / "
+                                       f"{r['reach_all_max_ms']:.0f}"),
+    ("req/deliv", lambda r: f"{r['requests_per_delivery']:.2f}"),
+    ("RSS/held poll", lambda r: f"{r['rss_per_held_poll_b'] / 1024:.1f} KiB"),
+    ("client CPU", lambda r: " + ".join(f"{c:.0f}" for c in r["client_cpu_pct"]) + " %"),
+]
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    rows = [[name for name, _ in COLUMNS], ["---"] * len(COLUMNS)]
+    rows += [[cell(r) for _, cell in COLUMNS] for r in results]
+    return "\n".join("| " + " | ".join(row) + " |" for row in rows)
+
+
+def ratios(lr: dict[str, Any], nc: dict[str, Any]) -> str:
+    def ratio(key: str) -> str:
+        return f"{lr[key] / nc[key]:.2f}" if nc[key] else "-"
+
+    return (f"liveroom / nchan: µs CPU per delivery {ratio('us_per_delivery')}, "
+            f"p50 {ratio('p50_ms')}, p99 {ratio('p99_ms')}, "
+            f"reach-all max {ratio('reach_all_max_ms')}, "
+            f"requests per delivery {ratio('requests_per_delivery')}, "
+            f"RSS per held poll {ratio('rss_per_held_poll_b')}, "
+            f"deliveries/s {ratio('deliveries_per_s')}")
+
+
+def notes(r: dict[str, Any]) -> list[str]:
+    out = []
+    busy = [c for c in r["client_cpu_pct"] if c >= 90]
+    if busy:
+        out.append(f"{r['server']}: a client process used {max(busy):.0f} % of a core: "
+                   "the client is saturated, so the latencies (and deliveries/s) are "
+                   "partly the client's")
+    if r["server_cpu_pct"] >= 90 * (1 if r["server"] == "nchan" else max(1, r["workers"])):
+        out.append(f"{r['server']}: the server used {r['server_cpu_pct']:.0f} % of a core: "
+                   "saturated")
+    missing = r["expected"] - r["deliveries"] - r["gaps"]
+    if missing > 0:
+        out.append(f"{r['server']}: {missing:,} deliveries missing at the end of the drain "
+                   f"({r['expected']:,} expected)")
+    if r["gaps"]:
+        out.append(f"{r['server']}: {r['gaps']:,} messages skipped by the server (gap)")
+    for key in ("send_failures", "errors", "resets", "reconnects", "connect_errors"):
+        if r[key]:
+            out.append(f"{r['server']}: {key.replace('_', ' ')}: {r[key]:,}")
+    if r["last_error"]:
+        out.append(f"{r['server']}: a client's last connection error: {r['last_error']}")
+    return out
+
+
+# -- command line ----------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--scenario", choices=sorted(SCENARIOS), default="plain",
+                   help="a preset of listeners, rate, seconds, tiers and client processes "
+                        "(default: plain); the flags below override it")
+    p.add_argument("--against", choices=["liveroom", "nchan", "both"],
+                   help="the server(s) to measure, with the same load (default: both when "
+                        "nginx with the nchan module is installed, else liveroom)")
+    p.add_argument("--listeners", type=int,
+                   help="long polls held in the room, each polling again at once after "
+                        "every answer")
+    p.add_argument("--rate", type=float, help="messages sent a second (evenly spaced)")
+    p.add_argument("--seconds", type=float,
+                   help="how long the publisher sends; the measured window runs from the "
+                        "first send until every listener has every message (or --drain)")
+    p.add_argument("--tiers",
+                   help="liveroom's --tiers ('off' for a plain hold, 'default' for the "
+                        "server's own table); Nchan always runs plain")
+    p.add_argument("--client-procs", type=int,
+                   help="client processes the listeners are split over (each one core at "
+                        "most); raised if one process cannot open its share of sockets")
+    p.add_argument("--workers", type=int, default=1,
+                   help="liveroom serve --workers N (passed only when above 1; needs --store "
+                        "redis://...)")
+    p.add_argument("--store", help="liveroom serve --store URL (default: the server's, memory)")
+    p.add_argument("--drain", type=float, default=10.0,
+                   help="seconds to wait after the last send for the last deliveries "
+                        "(default 10)")
+    p.add_argument("--nchan-multipart", action="store_true",
+                   help="Nchan answers every pending message in one multipart answer "
+                        "(nchan_longpoll_multipart_response on; default: one message per "
+                        "answer, Nchan's default)")
+    p.add_argument("--json", type=Path, help="also write the results to this JSON file")
+    args = p.parse_args(argv)
+    preset = SCENARIOS[args.scenario]
+    if args.tiers == "default":
+        args.tiers = None
+    elif args.tiers is None:
+        args.tiers = preset.tiers
+    for name in ("listeners", "rate", "seconds", "client_procs"):
+        if getattr(args, name) is None:
+            setattr(args, name, getattr(preset, name))
+    if args.listeners < 1 or args.rate <= 0 or args.seconds <= 0 or args.client_procs < 1:
+        p.error("--listeners, --rate, --seconds and --client-procs must be positive")
+    if args.workers < 1:
+        p.error("--workers must be at least 1")
+    return args
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
+    command = shlex.join([Path(sys.executable).name, *sys.argv])
+    notes_out: list[str] = []
+    if args.against is None:
+        if nchan_available():
+            args.against = "both"
+        else:
+            args.against = "liveroom"
+            notes_out.append(f"nginx with the nchan module ({NCHAN_MODULE}) not found: "
+                             "liveroom only (apt-get install nginx libnginx-mod-nchan)")
+    elif args.against != "liveroom" and not nchan_available():
+        print(f"nginx with the nchan module ({NCHAN_MODULE}) not found", file=sys.stderr)
+        return 2
+    kinds = ["liveroom", "nchan"] if args.against == "both" else [args.against]
+
+    # One process holds at most (open-files limit - a reserve) polls, servers and
+    # clients alike; root may raise the limit unless the host forbids it.
+    nofile = raise_nofile(args.listeners + FD_RESERVE)
+    listeners = args.listeners
+    server_procs = 1 if args.workers == 1 or kinds == ["nchan"] else args.workers
+    if listeners > nofile - FD_RESERVE and server_procs == 1:
+        listeners = nofile - FD_RESERVE
+        notes_out.append(f"the open-files limit is {nofile} and cannot be raised here "
+                         f"(ulimit -Hn): one server process holds at most {listeners:,} "
+                         f"polls, so {listeners:,} listeners instead of {args.listeners:,}")
+    client_procs = max(args.client_procs, math.ceil(listeners / (nofile - FD_RESERVE)))
+    if client_procs != args.client_procs:
+        notes_out.append(f"{client_procs} client processes instead of {args.client_procs}: "
+                         f"one opens at most {nofile - FD_RESERVE:,} sockets here")
+    for n in notes_out:
+        print(f"note: {n}", flush=True)
+
+    started = datetime.datetime.now().astimezone()
+    results = []
+    try:
+        for kind in kinds:
+            r = run_one(kind, args, listeners, client_procs, nofile)
+            r["workers"] = args.workers if kind == "liveroom" else 1
+            results.append(r)
+    except KeyboardInterrupt:
+        print("interrupted: servers and clients stopped", file=sys.stderr)
+        return 130
+    except RuntimeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+    print()
+    print(f"command: {command}")
+    print(f"commit:  {commit()}    date: {started:%Y-%m-%d %H:%M %Z}")
+    print(f"machine: {versions()}")
+    print(f"load:    {listeners:,} listeners in one room, {args.rate:g} msg/s for "
+          f"{args.seconds:g} s, liveroom tiers {args.tiers or 'default'}"
+          + (f", {args.workers} workers" if args.workers > 1 else "")
+          + (f", store {args.store}" if args.store else "")
+          + f", {client_procs} client process(es)"
+          + (", nchan multipart" if args.nchan_multipart else ""))
+    print()
+    print(table(results))
+    by = {r["server"]: r for r in results}
+    if "liveroom" in by and "nchan" in by:
+        print()
+        print(ratios(by["liveroom"], by["nchan"]))
+    extra = notes_out + [n for r in results for n in notes(r)]
+    if extra:
+        print()
+        for n in extra:
+            print(f"note: {n}")
+    if args.json:
+        args.json.write_text(json.dumps({
+            "command": command, "commit": commit(), "date": started.isoformat(),
+            "machine": versions(), "args": {k: (str(v) if isinstance(v, Path) else v)
+                                            for k, v in vars(args).items()},
+            "results": results}, indent=2))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

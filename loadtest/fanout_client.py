@@ -1,0 +1,375 @@
+"""The listeners of bench_fanout.py: long polls that cost the client as little as possible.
+
+On 2 cores the client shares the machine with the server it measures, so every
+microsecond it spends is one the server does not get. Each listener is an
+``asyncio.Protocol`` on uvloop with one keep-alive connection, parsing answers
+with ``httptools.HttpResponseParser`` (llhttp) and writing the next poll from
+prebuilt bytes at once after every answer: no aiohttp, no task per poll, no
+per-request objects beyond the parser's callbacks.
+
+Two kinds of listener, speaking only each server's public HTTP contract:
+
+- ``liveroom``: ``GET /v1/rooms/ROOM/poll?uid=U&timeout=60``, then the same
+  with ``epoch``, ``seq``, ``iseq`` and ``ctx`` from the last answer. Every
+  message in ``important`` and ``messages`` is one delivery; ``gap`` and
+  ``igap`` are counted apart (messages the server skipped).
+- ``nchan``: ``GET /sub/ROOM``, then the same with ``If-Modified-Since`` and
+  ``If-None-Match`` set from the last answer's ``Last-Modified`` and ``Etag``.
+  A 200 carries one message (or several in a multipart/mixed answer); a 408 is
+  an idle poll that timed out.
+
+The publisher puts its send time in every message (``"sent_ns":
+time.time_ns()``); a listener records ``arrival - sent`` for every message it
+finds in an answer (one clock: the same host).
+
+One client process runs ``count`` listeners and obeys its parent over a pipe:
+``status`` (answer the counts), ``report`` (answer the counts, every latency
+sample and the per-message reach) and ``stop``. It also stops by itself when
+the pipe closes or its time budget runs out, so it never outlives the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import resource
+import signal
+import time
+from array import array
+from collections.abc import Iterator
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+from urllib.parse import quote
+
+import httptools
+import orjson
+import uvloop
+
+SENT = re.compile(rb'"sent_ns": ?(\d+)')
+"""The publisher's send time inside a message body, in any answer's bytes."""
+
+RETRY = 1.0
+"""Seconds before a listener polls again after an error answer."""
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    kind: str
+    """``liveroom`` or ``nchan``."""
+    port: int
+    room: str
+    first: int
+    """Index of this process's first listener (uids ``u<first>`` ...)."""
+    count: int
+    poll_timeout: int = 60
+    budget: float = 600.0
+    """Seconds after which the process stops whatever happens."""
+    connect_parallel: int = 256
+    """Connections being opened at once (the server's accept backlog is finite)."""
+
+
+def raise_nofile(need: int) -> int:
+    """Raise RLIMIT_NOFILE to ``need`` if allowed, else the soft limit to the hard one.
+
+    Returns the soft limit now in force. Root may raise the hard limit up to
+    ``fs.nr_open`` unless the host forbids it (some VMs and containers do).
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if need > hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (need, need))
+            return need
+        except (ValueError, OSError):
+            pass
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return hard
+
+
+class Tally:
+    """What one client process saw: counts, latency samples, each message's reach."""
+
+    def __init__(self) -> None:
+        self.connected = 0
+        self.holding = 0
+        """Listeners whose poll carrying a position waits for an answer."""
+        self.answers = 0
+        self.deliveries = 0
+        self.gaps = 0
+        self.resets = 0
+        self.errors = 0
+        self.connect_errors = 0
+        self.reconnects = 0
+        self.last_error = ""
+        self.latencies_us = array("q")
+        self.reach: dict[int, list[int]] = {}
+        """sent_ns -> [listeners reached, latest arrival latency in µs]."""
+
+    def deliver(self, sent_ns: int, now_ns: int) -> None:
+        lat = (now_ns - sent_ns) // 1000
+        self.deliveries += 1
+        self.latencies_us.append(lat)
+        r = self.reach.get(sent_ns)
+        if r is None:
+            self.reach[sent_ns] = [1, lat]
+        else:
+            r[0] += 1
+            if lat > r[1]:
+                r[1] = lat
+
+    def counts(self) -> dict[str, Any]:
+        return {"connected": self.connected, "holding": self.holding,
+                "answers": self.answers, "deliveries": self.deliveries, "gaps": self.gaps,
+                "resets": self.resets, "errors": self.errors,
+                "connect_errors": self.connect_errors, "reconnects": self.reconnects,
+                "last_error": self.last_error}
+
+
+class Listener(asyncio.Protocol):
+    """One keep-alive connection polling again at once after every answer."""
+
+    def __init__(self, client: Client, index: int) -> None:
+        self.client = client
+        self.tally = client.tally
+        self.uid = f"u{index}"
+        # Any rather than Optional: no None checks on the answer's path.
+        self.transport: Any = None
+        self.parser: Any = None
+        self.body: list[bytes] = []
+        self.next = b""
+        self.in_flight_held = False
+        self.fails = 0
+        """Connections lost in a row without an answer (backs the reconnects off)."""
+
+    # -- what a kind of listener decides ---------------------------------
+
+    def holds(self) -> bool:
+        """Whether the poll about to be sent is one the server should hold."""
+        raise NotImplementedError
+
+    def answer(self, status: int, body: bytes, now_ns: int) -> bool:
+        """Take an answer in; False when it was an error (poll again later)."""
+        raise NotImplementedError
+
+    # -- the connection ----------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        self.parser = httptools.HttpResponseParser(self)
+        self.tally.connected += 1
+        self.send()
+
+    def send(self) -> None:
+        if self.transport is None or self.transport.is_closing():
+            return
+        if self.holds():
+            self.in_flight_held = True
+            self.tally.holding += 1
+        self.transport.write(self.next)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            self.tally.errors += 1
+            self.transport.close()
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        now = time.time_ns()
+        if self.in_flight_held:
+            self.in_flight_held = False
+            self.tally.holding -= 1
+        self.tally.answers += 1
+        self.fails = 0
+        body = b"".join(self.body)
+        self.body.clear()
+        ok = self.answer(self.parser.get_status_code(), body, now)
+        if not self.parser.should_keep_alive():
+            self.transport.close()  # connection_lost reconnects
+        elif ok:
+            self.send()
+        else:
+            self.tally.errors += 1
+            asyncio.get_running_loop().call_later(RETRY, self.send)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.tally.connected -= 1
+        if self.in_flight_held:
+            self.in_flight_held = False
+            self.tally.holding -= 1
+        self.transport = None
+        self.body.clear()
+        if exc is not None:
+            self.tally.last_error = repr(exc)
+        if not self.client.stopping:
+            self.tally.reconnects += 1
+            self.client.reconnect(self, min(2.0, 0.05 * 2 ** self.fails))
+            self.fails += 1
+
+
+class LiveroomListener(Listener):
+    """``GET /v1/rooms/ROOM/poll`` with the cursors of the last answer."""
+
+    def __init__(self, client: Client, index: int) -> None:
+        super().__init__(client, index)
+        cfg = client.cfg
+        self.base = (f"GET /v1/rooms/{cfg.room}/poll?uid={self.uid}"
+                     f"&timeout={cfg.poll_timeout}").encode()
+        self.tail = f" HTTP/1.1\r\nHost: 127.0.0.1:{cfg.port}\r\n\r\n".encode()
+        self.next = self.base + self.tail
+        self.epoch = ""
+        self.prefix = b""
+
+    def holds(self) -> bool:
+        return bool(self.epoch)
+
+    def answer(self, status: int, body: bytes, now_ns: int) -> bool:
+        if status != 200:
+            return False
+        a: dict[str, Any] = orjson.loads(body)
+        deliver = self.tally.deliver
+        for m in a["important"]:
+            b = m["body"]
+            if type(b) is dict and "sent_ns" in b:
+                deliver(b["sent_ns"], now_ns)
+        for m in a["messages"]:
+            b = m["body"]
+            if type(b) is dict and "sent_ns" in b:
+                deliver(b["sent_ns"], now_ns)
+        self.tally.gaps += a["gap"] + a["igap"]
+        if a["reset"]:
+            self.tally.resets += 1
+        if a["epoch"] != self.epoch:
+            self.epoch = a["epoch"]
+            self.prefix = self.base + b"&epoch=" + quote(self.epoch, safe="").encode()
+        self.next = b"%s&seq=%d&iseq=%d&ctx=%s%s" % (
+            self.prefix, a["seq"], a["iseq"], quote(a["ctx"], safe="").encode(), self.tail)
+        return True
+
+
+class NchanListener(Listener):
+    """``GET /sub/ROOM`` with ``If-Modified-Since`` / ``If-None-Match`` of the last answer."""
+
+    def __init__(self, client: Client, index: int) -> None:
+        super().__init__(client, index)
+        cfg = client.cfg
+        self.head = (f"GET /sub/{cfg.room} HTTP/1.1\r\n"
+                     f"Host: 127.0.0.1:{cfg.port}\r\n").encode()
+        self.next = self.head + b"\r\n"
+        self.last_modified = b""
+        self.etag = b""
+
+    def holds(self) -> bool:
+        return True
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        n = name.lower()
+        if n == b"last-modified":
+            self.last_modified = value
+        elif n == b"etag":
+            self.etag = value
+
+    def answer(self, status: int, body: bytes, now_ns: int) -> bool:
+        if status == 200:
+            deliver = self.tally.deliver
+            for m in SENT.finditer(body):
+                deliver(int(m.group(1)), now_ns)
+            self.next = b"%sIf-Modified-Since: %s\r\nIf-None-Match: %s\r\n\r\n" % (
+                self.head, self.last_modified, self.etag)
+            return True
+        return status in (304, 408)  # an idle poll timed out: same position again
+
+
+KINDS: dict[str, type[Listener]] = {"liveroom": LiveroomListener, "nchan": NchanListener}
+
+
+class Client:
+    """One process's listeners, and its side of the pipe to the parent."""
+
+    def __init__(self, conn: Connection, cfg: ClientConfig) -> None:
+        self.conn = conn
+        self.cfg = cfg
+        self.tally = Tally()
+        self.stopping = False
+        self.listeners: list[Listener] = []
+        self.done: asyncio.Future[None] | None = None
+
+    async def main(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.done = loop.create_future()
+        loop.add_reader(self.conn.fileno(), self.on_command)
+        loop.call_later(self.cfg.budget, self.stop)
+        kind = KINDS[self.cfg.kind]
+        self.listeners = [kind(self, self.cfg.first + i) for i in range(self.cfg.count)]
+        todo = iter(self.listeners)
+        openers = [loop.create_task(self.open_each(todo))
+                   for _ in range(min(self.cfg.connect_parallel, self.cfg.count))]
+        try:
+            await self.done
+        finally:
+            self.stopping = True
+            for t in openers:
+                t.cancel()
+            for listener in self.listeners:
+                if listener.transport is not None:
+                    listener.transport.close()
+            loop.remove_reader(self.conn.fileno())
+            await asyncio.sleep(0.1)  # let the transports close
+
+    async def open_each(self, todo: Iterator[Listener]) -> None:
+        for listener in todo:
+            await self.open(listener)
+
+    async def open(self, listener: Listener) -> None:
+        loop = asyncio.get_running_loop()
+        for attempt in range(50):
+            if self.stopping:
+                return
+            try:
+                await loop.create_connection(lambda: listener, "127.0.0.1", self.cfg.port)
+                return
+            except OSError as e:
+                self.tally.connect_errors += 1
+                self.tally.last_error = repr(e)
+                await asyncio.sleep(min(0.05 * 2 ** attempt, 2.0))
+
+    def reconnect(self, listener: Listener, delay: float) -> None:
+        loop = asyncio.get_running_loop()
+        loop.call_later(delay, lambda: loop.create_task(self.open(listener)))
+
+    def on_command(self) -> None:
+        # The loop made the pipe non-blocking; a report is larger than the
+        # pipe's buffer, and the parent is reading it.
+        os.set_blocking(self.conn.fileno(), True)
+        try:
+            while self.conn.poll():
+                command = self.conn.recv()
+                if command == "status":
+                    self.conn.send(self.tally.counts())
+                elif command == "report":
+                    self.conn.send({**self.tally.counts(),
+                                    "latencies_us": self.tally.latencies_us.tobytes(),
+                                    "reach": self.tally.reach})
+                elif command == "stop":
+                    self.stop()
+                    return
+        except (EOFError, OSError):  # the parent is gone
+            self.stop()
+
+    def stop(self) -> None:
+        if self.done is not None and not self.done.done():
+            self.done.set_result(None)
+
+
+def run_client(conn: Connection, cfg: ClientConfig) -> None:
+    """A client process's entry point (multiprocessing target)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us, also on Ctrl-C
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    raise_nofile(cfg.count + 64)
+    uvloop.run(Client(conn, cfg).main())
+    conn.close()
