@@ -1,20 +1,76 @@
-"""Prometheus metrics of one node, in a registry of its own (several nodes can
-live in one test process without clashing)."""
+"""Prometheus metrics of one node, in one process or summed over the workers of
+``liveroom serve --workers N``.
+
+**One process** (the default): every node has a registry of its own, so several
+nodes can live in one test process without clashing, and a tracked gauge reads
+its value (held polls, cached rooms, ...) when it is rendered.
+
+**Workers** (prometheus-client's multiprocess mode: ``PROMETHEUS_MULTIPROC_DIR``
+set before ``prometheus_client`` is imported, as the supervisor does for each
+worker): values live in files of that directory, one per process, and
+``GET /metrics`` on any worker renders every worker's. Counters are summed over
+every worker that ran, the dead included, so a total never goes back when a
+worker is restarted; gauges are summed over the live workers (``livesum``: the
+supervisor marks a dead worker's files dead). A file cannot call back into the
+process that wrote it, so a tracked gauge is written from its read function
+instead: whenever its own worker renders, and every :meth:`Metrics.refresh_every`
+seconds (the other workers' figures are at most that old). Limits of the mode:
+one :class:`Metrics` per process (two would write the same values of one file),
+no ``_created`` series, no per-worker breakdown.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest, values
+from prometheus_client.multiprocess import MultiProcessCollector
+
+
+def multiprocess() -> bool:
+    """Whether prometheus-client chose its multiprocess mode when imported."""
+    return bool(getattr(values.ValueClass, "_multiprocess", False))
+
+
+class TrackedGauge(Gauge):
+    """A gauge whose value is read from a function.
+
+    One process: ``set_function``, read when rendered. Multiprocess: the value
+    is written by :meth:`refresh`; as with ``set_function``, other writes are
+    ignored once the gauge is tracked (a cache that sets its own size to a gauge
+    that sums two caches must not overwrite the sum).
+    """
+
+    _read: Callable[[], float] | None = None
+
+    def track(self, read: Callable[[], float]) -> None:
+        if multiprocess():
+            self._read = read
+        else:
+            self.set_function(read)
+
+    def set(self, value: float) -> None:
+        if self._read is None:
+            super().set(value)
+
+    def refresh(self) -> None:
+        if self._read is not None:
+            super().set(self._read())
 
 
 class Metrics:
     def __init__(self) -> None:
+        self.multiprocess = multiprocess()
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.held_polls = Gauge("liveroom_held_polls", "Polls held waiting for messages",
-                                registry=r)
+        self._tracked: list[TrackedGauge] = []
+        self._refresh: asyncio.TimerHandle | None = None
+
+        def gauge(name: str, documentation: str) -> TrackedGauge:
+            return TrackedGauge(name, documentation, registry=r, multiprocess_mode="livesum")
+
+        self.held_polls = gauge("liveroom_held_polls", "Polls held waiting for messages")
         self.polls = Counter("liveroom_polls", "Polls answered", ["outcome"], registry=r)
         self.deliveries = Counter("liveroom_delivered_messages",
                                   "Messages delivered in poll answers", ["kind"], registry=r)
@@ -24,19 +80,55 @@ class Metrics:
         self.notifies = Counter("liveroom_notifies", "Notifies received", registry=r)
         self.store_errors = Counter("liveroom_store_errors", "Store operations that failed",
                                     ["op"], registry=r)
-        self.rooms = Gauge("liveroom_cached_rooms", "Rooms in the recvsvr cache", registry=r)
+        self.rooms = gauge("liveroom_cached_rooms", "Rooms in the recvsvr cache")
         self.heartbeats = Counter("liveroom_heartbeats",
                                   "Heartbeats taken by this statsvr node", registry=r)
-        self.members = Gauge("liveroom_statsvr_members",
-                             "Online members in this statsvr node's tables", registry=r)
-        self.merged_rooms = Gauge("liveroom_statsvr_rooms",
-                                  "Rooms whose online view this node merges", registry=r)
-        self.tasks = Gauge("liveroom_asyncio_tasks", "Tasks alive on the event loop",
-                           registry=r)
-        self.tasks.set_function(lambda: len(asyncio.all_tasks()))
+        self.members = gauge("liveroom_statsvr_members",
+                             "Online members in this statsvr node's tables")
+        self.merged_rooms = gauge("liveroom_statsvr_rooms",
+                                  "Rooms whose online view this node merges")
+        self.tasks = gauge("liveroom_asyncio_tasks", "Tasks alive on the event loop")
+        self.track(self.tasks, lambda: len(asyncio.all_tasks()))
+        self.workers = gauge("liveroom_workers",
+                             "Worker processes alive (1 without serve --workers)")
+        self.workers.set(1)
 
     def track(self, gauge: Gauge, read: Callable[[], float]) -> None:
-        gauge.set_function(read)
+        """Make ``gauge`` (one of this object's) report ``read()``."""
+        if not isinstance(gauge, TrackedGauge):
+            raise TypeError(f"{gauge!r} is not a gauge of Metrics")
+        gauge.track(read)
+        self._tracked.append(gauge)
+
+    def refresh(self) -> None:
+        """Write every tracked gauge's value (multiprocess mode; harmless otherwise).
+        Runs on the event loop: a read function may look at loop state."""
+        if self.multiprocess:
+            for gauge in self._tracked:
+                gauge.refresh()
+
+    def refresh_every(self, seconds: float) -> None:
+        """Refresh the tracked gauges every ``seconds`` on the running loop (a loop
+        timer, not a task, so ``liveroom_asyncio_tasks`` does not count it), until
+        :meth:`stop_refreshing` or the loop closes. Only multiprocess mode needs it."""
+        loop = asyncio.get_running_loop()
+
+        def tick() -> None:
+            self._refresh = loop.call_later(seconds, tick)
+            self.refresh()
+
+        self.stop_refreshing()
+        tick()
+
+    def stop_refreshing(self) -> None:
+        if self._refresh is not None:
+            self._refresh.cancel()
+            self._refresh = None
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        if not self.multiprocess:
+            return generate_latest(self.registry)
+        self.refresh()
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        return generate_latest(registry)
