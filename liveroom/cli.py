@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -25,6 +26,7 @@ from .ratelimit import RateLimits, Window, parse_windows
 from .settings import Settings, Tier, parse_tiers
 from .store import open_store
 from .store.base import Operators
+from .workers import CannotListen, Refused, supervise
 
 _D = Settings()
 F = TypeVar("F", bound=Callable[..., Any])
@@ -54,6 +56,22 @@ def _parse_windows(ctx: click.Context, param: click.Parameter,
         return parse_windows(value)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
+
+
+MAX_WORKERS = 256
+
+
+def _parse_workers(ctx: click.Context, param: click.Parameter, value: str) -> int:
+    text = str(value).strip().lower()
+    if text == "auto":
+        return os.cpu_count() or 1
+    try:
+        count = int(text)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is neither a number nor 'auto'") from None
+    if not 1 <= count <= MAX_WORKERS:
+        raise click.BadParameter(f"{count} is not between 1 and {MAX_WORKERS}")
+    return count
 
 
 def _hint(message: str) -> str:
@@ -160,14 +178,21 @@ def main() -> None:
               envvar="LIVEROOM_VIP_REFRESH", show_envvar=True, type=click.FloatRange(0.1, 60),
               help="Seconds between two reads of the vip whitelist: a room whitelisted "
                    "through another node moves to the vip sect here within this time.")
+@click.option("--workers", default="1", show_default=True, envvar="LIVEROOM_WORKERS",
+              show_envvar=True, metavar="N|auto", callback=_parse_workers,
+              help="Worker processes sharing the port (SO_REUSEPORT), each a node over the "
+                   "store with the node id NODE-ID#1 ... NODE-ID#N; 'auto' is one per core. "
+                   "More than one needs a shared store (Redis). A worker that dies is "
+                   "restarted; /metrics on any worker sums over all of them.")
 def serve(host: str, port: int, store: str, admin_token: str | None,
           publisher_token: str | None, node_id: str, secret: str | None,
           log_level: str, log_cap: int, room_ttl: float, normal_keep: int,
           important_keep: int, important_window: float, online_ttl: float,
           vip_shards: int, viewers_threshold: int, tiers: tuple[Tier, ...],
           hold_tick: float, rate_limits: tuple[Window, ...], room_rate_limit: int,
-          vip_refresh: float) -> None:
-    """Run every role (proxy, recvsvr, statsvr) in this process."""
+          vip_refresh: float, workers: int) -> None:
+    """Run every role (proxy, recvsvr, statsvr) in this process, or in each of
+    --workers processes on one port."""
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -182,10 +207,24 @@ def serve(host: str, port: int, store: str, admin_token: str | None,
                             vip_refresh=vip_refresh)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint=_hint(str(exc))) from None
+    if workers > 1:
+        _supervise(settings, workers, log_level)
+        return
     try:
         run(settings, announce=_announce)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--store") from None
+
+
+def _supervise(settings: Settings, workers: int, log_level: str) -> None:
+    try:
+        code = supervise(settings, workers, log_level=log_level)
+    except Refused as exc:
+        raise click.BadParameter(exc.reason, param_hint=exc.option) from None
+    except CannotListen as exc:
+        raise click.ClickException(str(exc)) from None
+    if code:
+        raise SystemExit(code)
 
 
 # -- operators: the vip whitelist and the end of a broadcast ----------------------
