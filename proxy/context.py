@@ -1,69 +1,71 @@
 """The listener's context (``ctx``): what the server tells itself across polls.
 
-A ``ctx`` is ``base64url(msgpack payload) "." base64url(HMAC-SHA256[:16])``
-under a secret every node over one store shares. It binds the room, uid, epoch
-and the answer's cursors, and carries the important counts at those cursors
-(so ``gap``/``igap`` stay exact for a listener older than what a node keeps)
-and the time of the last non-empty answer (for the adaptive hold). A context
-that fails its signature or does not match the request is ignored.
+A ``ctx`` is 55 characters of base64url: a version byte, three 64-bit
+integers (the important counts at the answer's cursors, so ``gap``/``igap``
+stay exact for a listener older than what a node keeps, and the time of the
+last non-empty answer, for the adaptive hold) and a 16-byte MAC: keyed
+BLAKE2b over those bytes and what the context is bound to (room, uid, epoch,
+and the answer's cursors), under a secret every node over one store shares.
+The bound values are in the request already, so they are not repeated in the
+context. A context that fails its MAC or does not match the request is
+ignored. Signing and checking one cost about a microsecond each (an HMAC
+through OpenSSL costs three).
 """
 
 from __future__ import annotations
 
-import base64
+import binascii
 import hashlib
 import hmac
-from dataclasses import dataclass
+import struct
+from typing import NamedTuple
 
-import msgpack
+_VERSION = 2
+_FIELDS = struct.Struct(">BQQQ")
+_MAC = 16
+_SIZE = _FIELDS.size + _MAC
+_LENGTH = (_SIZE * 4 + 2) // 3
+"""Characters of a context (base64url, no padding)."""
+_TO_URL = bytes.maketrans(b"+/", b"-_")
+_FROM_URL = bytes.maketrans(b"-_", b"+/")
+_PAD = "=" * (-_LENGTH % 4)
 
-_VERSION = 1
 
-
-@dataclass(frozen=True, slots=True)
-class Context:
+class Context(NamedTuple):
     seq_ic: int
     iseq_ic: int
     last_ms: int
     """When this listener last got a non-empty answer (ms since the epoch)."""
 
 
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
 class ContextSigner:
     def __init__(self, secret: str) -> None:
         self._key = hashlib.sha256(secret.encode()).digest()
 
-    def _mac(self, payload: bytes) -> bytes:
-        return hmac.digest(self._key, payload, "sha256")[:16]
+    def _mac(self, fields: bytes, room: str, uid: str, epoch: str, seq: int,
+             iseq: int) -> bytes:
+        bound = f"{room}\x00{uid}\x00{epoch}\x00{seq}\x00{iseq}".encode()
+        return hashlib.blake2b(fields + bound, key=self._key, digest_size=_MAC).digest()
 
     def sign(self, room: str, uid: str, epoch: str, seq: int, iseq: int,
              ctx: Context) -> str:
-        payload = msgpack.packb((_VERSION, room, uid, epoch, seq, iseq,
-                                 ctx.seq_ic, ctx.iseq_ic, ctx.last_ms))
-        return f"{_b64(payload)}.{_b64(self._mac(payload))}"
+        fields = _FIELDS.pack(_VERSION, ctx.seq_ic, ctx.iseq_ic, ctx.last_ms)
+        raw = fields + self._mac(fields, room, uid, epoch, seq, iseq)
+        return binascii.b2a_base64(raw, newline=False).translate(_TO_URL).decode()[:_LENGTH]
 
     def verify(self, token: str | None, room: str, uid: str, epoch: str, seq: int,
                iseq: int) -> Context | None:
         """The context in ``token`` if it is genuine and for exactly this request."""
-        if not token:
+        if not token or len(token) != _LENGTH:
             return None
         try:
-            body, _, mac = token.partition(".")
-            payload = _unb64(body)
-            if not hmac.compare_digest(self._mac(payload), _unb64(mac)):
-                return None
-            fields = msgpack.unpackb(payload)
-            version, c_room, c_uid, c_epoch, c_seq, c_iseq, seq_ic, iseq_ic, last_ms = fields
-        except Exception:  # anything malformed is simply not a context of ours
+            raw = binascii.a2b_base64((token + _PAD).encode().translate(_FROM_URL),
+                                      strict_mode=True)
+        except (binascii.Error, UnicodeEncodeError):
             return None
-        if version != _VERSION or (c_room, c_uid, c_epoch, c_seq, c_iseq) != (
-                room, uid, epoch, seq, iseq):
+        fields = raw[:_FIELDS.size]
+        if raw[0] != _VERSION or not hmac.compare_digest(
+                raw[_FIELDS.size:], self._mac(fields, room, uid, epoch, seq, iseq)):
             return None
-        return Context(int(seq_ic), int(iseq_ic), int(last_ms))
+        _, seq_ic, iseq_ic, last_ms = _FIELDS.unpack(fields)
+        return Context(seq_ic, iseq_ic, last_ms)

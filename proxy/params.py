@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from liveroom.codec import check_value, json_size
 from liveroom.errors import BadBody, BadRequest, TooLarge
 from liveroom.model import check_client_msg_id, check_name, parse_count
 
 
-@dataclass(frozen=True, slots=True)
-class Cursor:
+class Cursor(NamedTuple):
     """Where a listener stands, as its last answer told it."""
 
     epoch: str
@@ -21,8 +21,9 @@ class Cursor:
     ctx: str | None
 
 
-@dataclass(frozen=True, slots=True)
-class PollParams:
+class PollParams(NamedTuple):
+    """A poll's parameters (named tuples: one is made per poll)."""
+
     room: str
     uid: str
     cursor: Cursor | None
@@ -31,7 +32,7 @@ class PollParams:
     recent: int
 
 
-_EPOCH_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.")
+_EPOCH = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 
 
 def parse_poll(room: str, query: Mapping[str, str], *, default_timeout: float,
@@ -47,7 +48,7 @@ def parse_poll(room: str, query: Mapping[str, str], *, default_timeout: float,
         if "recent" in query else recent_default
     raw_seq = query.get("seq")
     epoch = query.get("epoch")
-    if epoch is not None and (not 0 < len(epoch) <= 64 or not set(epoch) <= _EPOCH_CHARS):
+    if epoch is not None and not _EPOCH.fullmatch(epoch):
         raise BadRequest("epoch must be the value of a previous answer")
     if raw_seq is None:
         return PollParams(room, uid, None, timeout, recent)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from liveroom.clock import Clock
 from liveroom.codec import JSON, MSGPACK, wants_msgpack
@@ -52,8 +52,7 @@ OUTCOMES = ("first", "reset", "delivered", "empty")
 """What a poll's answer was, as the ``liveroom_polls`` metric counts it."""
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
+class Decision(NamedTuple):
     """What a poll at known cursors does now (:func:`decide`)."""
 
     delivery: Delivery

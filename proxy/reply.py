@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import msgpack
 
@@ -21,8 +21,7 @@ JSON_UTF8 = "application/json; charset=utf-8"
 ``json_response`` labels them)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Reply:
+class Reply(NamedTuple):
     status: int
     body: bytes
     content_type: str = JSON

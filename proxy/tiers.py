@@ -13,7 +13,7 @@ from __future__ import annotations
 import zlib
 from bisect import bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from liveroom.settings import Tier
 
@@ -21,9 +21,9 @@ PLAIN = Tier(0, 0.0, 0.0)
 """Under the first tier: a plain long poll."""
 
 
-@dataclass(frozen=True, slots=True)
-class Pace:
-    """One listener's pace in a room: its tier and when its next answer is due."""
+class Pace(NamedTuple):
+    """One listener's pace in a room: its tier and when its next answer is due
+    (a named tuple: one is made per poll)."""
 
     tier: Tier
     last_ms: int
