@@ -64,8 +64,21 @@ def _stat(pid: int) -> tuple[str, int] | None:
 
 
 def alive(pid: int) -> bool:
-    stat = _stat(pid)
-    return stat is not None and stat[0] != "Z"
+    """Whether any thread of a process still runs. A thread group's leader shows
+    as a zombie as soon as it exits, while other threads may still be running
+    (and holding the process's sockets open)."""
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in threads:
+        try:
+            text = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        except OSError:
+            continue
+        if text.rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
+            return True
+    return False
 
 
 def workers_of(supervisor: int) -> dict[str, int]:
