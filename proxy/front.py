@@ -45,8 +45,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from email.utils import formatdate
 from functools import partial
-from typing import cast
 from http import HTTPStatus
+from typing import cast
 from urllib.parse import unquote, unquote_plus
 
 import httptools
@@ -65,6 +65,7 @@ DISCARD_MAX = 64 * 1024
 this the connection closes after the answer."""
 
 POLL, SEND = 1, 2
+_NONE, _IDLE, _HEAD, _BODY = 0, 1, 2, 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,32 +135,29 @@ class _HandOff(Exception):
 
 
 class _Request:
-    __slots__ = ("accept", "authorization", "body", "close_after", "content_encoding",
-                 "content_length", "content_type", "discarded", "error", "expect",
-                 "header_bytes", "headers", "keep_alive", "kind", "method", "query", "room",
-                 "url", "version", "work")
+    """One request as it arrives. Class attributes are the defaults, so a
+    request only pays for what it sets (most carry three headers)."""
 
-    def __init__(self) -> None:
-        self.url = b""
-        self.method = b""
-        self.version = "1.1"
-        self.headers = 0
-        self.header_bytes = 0
-        self.accept = ""
-        self.content_type = ""
-        self.content_length: int | None = None
-        self.content_encoding: str | None = None
-        self.authorization: str | None = None
-        self.expect = False
-        self.kind = 0
-        self.room = ""
-        self.query = ""
-        self.keep_alive = True
-        self.close_after = False
-        self.body: bytearray | None = None
-        self.discarded = 0
-        self.error: Reply | None = None
-        self.work: Poll | asyncio.Task[Reply] | None = None
+    url = b""
+    method = b""
+    version = "1.1"
+    headers = 0
+    header_bytes = 0
+    accept = ""
+    content_type = ""
+    content_length: int | None = None
+    content_encoding: str | None = None
+    authorization: str | None = None
+    expect = False
+    kind = 0
+    room = ""
+    query = ""
+    keep_alive = True
+    close_after = False
+    body: bytearray | None = None
+    discarded = 0
+    error: Reply | None = None
+    work: Poll | asyncio.Task[Reply] | None = None
 
 
 class Front:
@@ -236,6 +234,9 @@ class Connection(asyncio.Protocol):
         self._current: _Request | None = None
         """The request being answered."""
         self._timer = -1
+        """Key of this connection's deadline in the front's timers (-1: none)."""
+        self._timing = _NONE
+        """What the deadline is for: idle, a request's head, or its body."""
         self._raw: list[bytes] | None = []
         """Bytes read since a request began at the start of a read, until it is
         routed (to hand the connection to aiohttp); None when none did."""
@@ -256,7 +257,7 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         self._front.connections.add(self)
-        self._arm(self._limits.idle_timeout)
+        self._arm(_IDLE, self._limits.idle_timeout)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
@@ -293,12 +294,23 @@ class Connection(asyncio.Protocol):
             if self._handing_off and self._raw is not None:
                 self._raw.append(data)
             return
+        if self._timing == _IDLE:
+            self._disarm()
         if self._between:
             self._raw, self._fresh = [data], True
         elif self._raw is not None:
             self._raw.append(data)
         try:
             self._feed(data)
+            req = self._req
+            if req is not None:
+                # A request is still arriving: its head (or body) has a deadline
+                # from now. One whole in this read needs no timer at all.
+                if not req.method:
+                    if self._timing != _HEAD:
+                        self._arm(_HEAD, self._limits.header_timeout)
+                elif self._timing != _BODY:
+                    self._arm(_BODY, self._limits.body_timeout)
         except _HandOff:
             self._dead = self._handing_off = True
             self._pause_reading()
@@ -351,7 +363,6 @@ class Connection(asyncio.Protocol):
             self._fresh = False
         else:
             self._raw = None  # began inside a read: its bytes cannot be told apart
-        self._arm(self._limits.header_timeout)
 
     def on_url(self, url: bytes) -> None:
         req = self._req
@@ -426,7 +437,6 @@ class Connection(asyncio.Protocol):
                     # The client waits before sending its body: answer now.
                     req.close_after = True
                     raise _Refuse(req.error)
-        self._arm(self._limits.body_timeout)
 
     def on_body(self, body: bytes) -> None:
         req = self._req
@@ -447,7 +457,8 @@ class Connection(asyncio.Protocol):
         assert req is not None
         self._req = None
         self._between = True
-        self._disarm()
+        if self._timing != _NONE:
+            self._disarm()
         self._queue.append(req)
         if len(self._queue) >= self._limits.max_pipelined:
             self._pause_reading()
@@ -466,7 +477,7 @@ class Connection(asyncio.Protocol):
                     if self._handing_off:
                         self._hand_off()
                     elif self._req is None and not self._dead:
-                        self._arm(self._limits.idle_timeout)
+                        self._arm(_IDLE, self._limits.idle_timeout)
                     break
                 req = self._current = self._queue.popleft()
                 self._resume_reading()
@@ -526,21 +537,22 @@ class Connection(asyncio.Protocol):
 
     # -- timeouts, closing, handing over --------------------------------------
 
-    def _arm(self, seconds: float) -> None:
+    def _arm(self, timing: int, seconds: float) -> None:
         timers = self._front.timers
         if self._timer >= 0:
             timers.discard(self, self._timer)
+        self._timing = timing
         self._timer = timers.add(self, asyncio.get_running_loop().time() + seconds)
 
     def _disarm(self) -> None:
         if self._timer >= 0:
             self._front.timers.discard(self, self._timer)
-            self._timer = -1
+            self._timer, self._timing = -1, _NONE
 
     def timed_out(self) -> None:
         """Its deadline passed: an idle connection closes, a slow request gets
         a 408 when it is the next to answer (else the connection just closes)."""
-        self._timer = -1
+        self._timer, self._timing = -1, _NONE
         if self._closed:
             return
         req = self._req
