@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import datetime
 import http.client
 import json
@@ -74,13 +73,11 @@ import platform
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -89,14 +86,19 @@ from typing import Any
 import numpy as np
 import psutil
 from fanout_client import ClientConfig, raise_nofile, run_client
+from fanout_servers import (
+    FD_RESERVE,
+    NCHAN_MODULE,
+    Server,
+    cpu_seconds,
+    liveroom_server,
+    nchan_available,
+    nchan_server,
+    wait_until,
+)
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-NCHAN_MODULE = Path("/usr/lib/nginx/modules/ngx_nchan_module.so")
+REPO = Path(__file__).resolve().parent.parent
 ROOM = "bench"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-FD_RESERVE = 100
-"""Descriptors a server process needs besides its held polls (listen socket, logs, ...)."""
 
 
 @dataclass(frozen=True)
@@ -114,160 +116,6 @@ SCENARIOS = {
     "tiers": Scenario(listeners=5000, rate=10, seconds=30, tiers=None),
     "held": Scenario(listeners=20000, rate=0.2, seconds=25, tiers="off", client_procs=2),
 }
-
-
-# -- processes and what they cost ------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """utime + stime of these processes (those gone meanwhile count as 0)."""
-    ticks = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        ticks += int(fields[11]) + int(fields[12])
-    return ticks / CLK_TCK
-
-
-def child_setup(nofile: int) -> Callable[[], None]:
-    """preexec_fn of a server: its open-files limit, and death with this process."""
-
-    def setup() -> None:
-        raise_nofile(nofile)
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-    return setup
-
-
-class Server:
-    """A server under test: a process group this benchmark started and stops."""
-
-    def __init__(self, name: str, proc: subprocess.Popen[bytes], port: int, log: Path) -> None:
-        self.name = name
-        self.proc = proc
-        self.port = port
-        self.log = log
-
-    def pids(self) -> list[int]:
-        try:
-            root = psutil.Process(self.proc.pid)
-            return [self.proc.pid, *(c.pid for c in root.children(recursive=True))]
-        except psutil.NoSuchProcess:
-            return []
-
-    def cpu(self) -> float:
-        return cpu_seconds(self.pids())
-
-    def rss(self) -> int:
-        total = 0
-        for pid in self.pids():
-            with contextlib.suppress(psutil.NoSuchProcess):
-                total += psutil.Process(pid).memory_info().rss
-        return total
-
-    def log_tail(self, lines: int = 15) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
-    def check_alive(self) -> None:
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"{self.name} exited with status {self.proc.returncode}:\n"
-                               f"{self.log_tail()}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)  # anything it left behind
-
-
-def wait_until(what: str, done: Callable[[], bool], timeout: float, server: Server,
-               step: float = 0.1) -> None:
-    deadline = time.monotonic() + timeout
-    while not done():
-        server.check_alive()
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{server.name}: {what} not within {timeout:.0f} s:\n"
-                               f"{server.log_tail()}")
-        time.sleep(step)
-
-
-def accepts(port: int) -> bool:
-    with socket.socket() as sock:
-        return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
-@contextlib.contextmanager
-def liveroom_server(args: argparse.Namespace, tmp: Path, nofile: int) -> Iterator[Server]:
-    port = free_port()
-    cmd = [sys.executable, "-m", "liveroom", "serve", "--port", str(port),
-           "--admin-token", "a", "--publisher-token", "p", "--log-level", "warning"]
-    if args.tiers is not None:
-        cmd += ["--tiers", args.tiers]
-    if args.store:
-        cmd += ["--store", args.store]
-    if args.workers > 1:
-        cmd += ["--workers", str(args.workers)]
-    log = tmp / "liveroom.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
-                                start_new_session=True, preexec_fn=child_setup(nofile))
-    server = Server("liveroom", proc, port, log)
-    try:
-        wait_until("the line 'listening on'",
-                   lambda: "listening on" in log.read_text(errors="replace"), 60, server)
-        yield server
-    finally:
-        server.stop()
-
-
-def nchan_available() -> bool:
-    return shutil.which("nginx") is not None and NCHAN_MODULE.exists()
-
-
-def nginx_config(tmp: Path, port: int, nofile: int, multipart: bool) -> str:
-    text = (HERE / "nchan.conf").read_text()
-    for name, value in {"DIR": str(tmp), "PORT": str(port),
-                        "CONNECTIONS": str(max(1024, nofile - 10)), "NOFILE": str(nofile),
-                        "MULTIPART": "on" if multipart else "off"}.items():
-        text = text.replace(f"@{name}@", value)
-    return text
-
-
-@contextlib.contextmanager
-def nchan_server(args: argparse.Namespace, tmp: Path, nofile: int) -> Iterator[Server]:
-    port = free_port()
-    conf = tmp / "nginx.conf"
-    conf.write_text(nginx_config(tmp, port, nofile, args.nchan_multipart))
-    log = tmp / "error.log"
-    cmd = ["nginx", "-p", f"{tmp}/", "-c", str(conf), "-e", str(log)]
-    with (tmp / "nginx.out").open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True, preexec_fn=child_setup(nofile))
-    server = Server("nchan", proc, port, log)
-    try:
-        wait_until("accepting connections with a worker",
-                   lambda: accepts(port) and len(server.pids()) >= 2, 30, server)
-        yield server
-    finally:
-        server.stop()
 
 
 # -- the client processes --------------------------------------------------------
@@ -395,6 +243,17 @@ def room_online(port: int) -> int:
 # -- one run ---------------------------------------------------------------------
 
 
+def machine_busy() -> float:
+    """CPU seconds the whole machine spent busy (all cores, all processes, the kernel)."""
+    t = psutil.cpu_times()
+    return float(sum(t) - t.idle - getattr(t, "iowait", 0.0))
+
+
+def own_cpu() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
 def say(server: str, phase: str, text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {server:8} {phase:8} {text}", flush=True)
 
@@ -414,12 +273,13 @@ def run_one(kind: str, args: argparse.Namespace, listeners: int, client_procs: i
     tiers = "off" if kind == "nchan" else args.tiers
     messages = max(1, round(args.rate * args.seconds))
     connect_timeout = 30 + listeners / 200
-    budget = connect_timeout + 60 + args.seconds + args.drain + 120
+    budget = connect_timeout + 90 + 30 + args.seconds + args.drain + 120  # every wait, and some
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"fanout-{kind}-")))
-        starter = liveroom_server if kind == "liveroom" else nchan_server
         say(kind, "start", "starting the server")
-        server = stack.enter_context(starter(args, tmp, nofile))
+        server = stack.enter_context(
+            liveroom_server(tmp, nofile, args.tiers, args.store, args.workers)
+            if kind == "liveroom" else nchan_server(tmp, nofile, args.nchan_multipart))
         time.sleep(1.0)
         wait_quiet(server)
         rss_before = server.rss()
@@ -438,7 +298,8 @@ def run_one(kind: str, args: argparse.Namespace, listeners: int, client_procs: i
                 break
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{kind}: only {st['holding']} of {listeners} polls held "
-                                   f"after {connect_timeout:.0f} s ({st})")
+                                   f"after {connect_timeout:.0f} s ({st}); the server's log:\n"
+                                   f"{server.log_tail()}")
             if time.monotonic() - last_print >= 2:
                 last_print = time.monotonic()
                 say(kind, "connect", f"connected {st['connected']}, holding {st['holding']}, "
@@ -457,6 +318,7 @@ def run_one(kind: str, args: argparse.Namespace, listeners: int, client_procs: i
         stack.callback(publisher.close)
         start = clients.status()
         cpu0, ccpu0, t0 = server.cpu(), clients.cpu(), time.monotonic()
+        busy0, own0 = machine_busy(), own_cpu()
         say(kind, "measure", f"{messages} messages at {args.rate:g}/s")
         last_print = t0
         for k in range(messages):
@@ -478,6 +340,7 @@ def run_one(kind: str, args: argparse.Namespace, listeners: int, client_procs: i
                 break
             time.sleep(0.05)
         cpu1, ccpu1, t1 = server.cpu(), clients.cpu(), time.monotonic()
+        busy1, own1 = machine_busy(), own_cpu()
         server.check_alive()
         say(kind, "drain", f"deliveries {got} of {expected}")
         reports = clients.ask("report", timeout=120)
@@ -515,6 +378,10 @@ def run_one(kind: str, args: argparse.Namespace, listeners: int, client_procs: i
         "rss_before_mib": rss_before / 2**20, "rss_held_mib": rss_held / 2**20,
         "rss_per_held_poll_b": (rss_held - rss_before) / listeners,
         "client_cpu_pct": [100 * c for c in client_cpu],
+        "machine_busy_pct": 100 * (busy1 - busy0) / window,
+        "own_cpu_pct": 100 * (own1 - own0) / window,
+        "others_cpu_pct": 100 * ((busy1 - busy0) - cpu - sum(ccpu1) + sum(ccpu0)
+                                 - (own1 - own0)) / window,
         "errors": sum(r["errors"] for r in reports),
         "resets": sum(r["resets"] for r in reports),
         "reconnects": sum(r["reconnects"] for r in reports),
@@ -577,6 +444,14 @@ def ratios(lr: dict[str, Any], nc: dict[str, Any]) -> str:
             f"requests per delivery {ratio('requests_per_delivery')}, "
             f"RSS per held poll {ratio('rss_per_held_poll_b')}, "
             f"deliveries/s {ratio('deliveries_per_s')}")
+
+
+def cpu_line(r: dict[str, Any]) -> str:
+    cores = 100 * (os.cpu_count() or 1)
+    return (f"{r['server']}: CPU over the window, % of one core: machine "
+            f"{r['machine_busy_pct']:.0f} (of {cores}) = server {r['server_cpu_pct']:.0f}"
+            f" + clients {sum(r['client_cpu_pct']):.0f} + publisher {r['own_cpu_pct']:.0f}"
+            f" + everything else {r['others_cpu_pct']:.0f} (other processes, the kernel)")
 
 
 def notes(r: dict[str, Any]) -> list[str]:
@@ -725,6 +600,9 @@ def main(argv: list[str] | None = None) -> int:
     if "liveroom" in by and "nchan" in by:
         print()
         print(ratios(by["liveroom"], by["nchan"]))
+    print()
+    for r in results:
+        print(cpu_line(r))
     extra = notes_out + [n for r in results for n in notes(r)]
     if extra:
         print()

@@ -31,6 +31,8 @@ the pipe closes or its time budget runs out, so it never outlives the run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
 import os
 import re
 import resource
@@ -86,6 +88,12 @@ def raise_nofile(need: int) -> int:
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     return hard
+
+
+def die_with_parent() -> None:
+    """Have the kernel send SIGTERM to this process when its parent dies (Linux)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 class Tally:
@@ -358,7 +366,8 @@ class Client:
                 elif command == "stop":
                     self.stop()
                     return
-        except (EOFError, OSError):  # the parent is gone
+        except (EOFError, OSError) as e:  # the parent is gone
+            self.tally.last_error = repr(e)
             self.stop()
 
     def stop(self) -> None:
@@ -370,6 +379,7 @@ def run_client(conn: Connection, cfg: ClientConfig) -> None:
     """A client process's entry point (multiprocessing target)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us, also on Ctrl-C
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    die_with_parent()  # even if the parent is killed outright
     raise_nofile(cfg.count + 64)
     uvloop.run(Client(conn, cfg).main())
     conn.close()

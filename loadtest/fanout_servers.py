@@ -1,0 +1,187 @@
+"""The servers bench_fanout.py measures: started, watched from /proc, stopped.
+
+Each server is a child process in a session of its own (Ctrl-C in the
+terminal reaches only the benchmark, which stops it), with its open-files
+limit raised and a parent-death signal, so it never outlives the benchmark;
+``Server.stop`` sends SIGTERM, waits, then kills whatever is left of its
+process group. ``Server.cpu`` and ``Server.rss`` sum the process and all its
+descendants (nginx master + worker; liveroom and its workers), so nothing the
+server does escapes the figures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+from fanout_client import die_with_parent, raise_nofile
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+NCHAN_MODULE = Path("/usr/lib/nginx/modules/ngx_nchan_module.so")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+FD_RESERVE = 100
+"""Descriptors a server process needs besides its held polls (listen socket, logs, ...)."""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """utime + stime of these processes (those gone meanwhile count as 0)."""
+    ticks = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])
+    return ticks / CLK_TCK
+
+
+def child_setup(nofile: int) -> Callable[[], None]:
+    """preexec_fn of a server: its open-files limit, and death with this process."""
+
+    def setup() -> None:
+        raise_nofile(nofile)
+        die_with_parent()
+
+    return setup
+
+
+class Server:
+    """A server under test: a process group this benchmark started and stops."""
+
+    def __init__(self, name: str, proc: subprocess.Popen[bytes], port: int, log: Path) -> None:
+        self.name = name
+        self.proc = proc
+        self.port = port
+        self.log = log
+
+    def pids(self) -> list[int]:
+        try:
+            root = psutil.Process(self.proc.pid)
+            return [self.proc.pid, *(c.pid for c in root.children(recursive=True))]
+        except psutil.NoSuchProcess:
+            return []
+
+    def cpu(self) -> float:
+        return cpu_seconds(self.pids())
+
+    def rss(self) -> int:
+        total = 0
+        for pid in self.pids():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                total += psutil.Process(pid).memory_info().rss
+        return total
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def check_alive(self) -> None:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"{self.name} exited with status {self.proc.returncode}:\n"
+                               f"{self.log_tail()}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)  # anything it left behind
+
+
+def wait_until(what: str, done: Callable[[], bool], timeout: float, server: Server,
+               step: float = 0.1) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        server.check_alive()
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{server.name}: {what} not within {timeout:.0f} s:\n"
+                               f"{server.log_tail()}")
+        time.sleep(step)
+
+
+def accepts(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+@contextlib.contextmanager
+def liveroom_server(tmp: Path, nofile: int, tiers: str | None, store: str | None,
+                    workers: int) -> Iterator[Server]:
+    """``python -m liveroom serve`` from this checkout, ready once it says 'listening on'."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "liveroom", "serve", "--port", str(port),
+           "--admin-token", "a", "--publisher-token", "p", "--log-level", "warning"]
+    if tiers is not None:
+        cmd += ["--tiers", tiers]
+    if store:
+        cmd += ["--store", store]
+    if workers > 1:
+        cmd += ["--workers", str(workers)]
+    log = tmp / "liveroom.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
+                                start_new_session=True, preexec_fn=child_setup(nofile))
+    server = Server("liveroom", proc, port, log)
+    try:
+        wait_until("the line 'listening on'",
+                   lambda: "listening on" in log.read_text(errors="replace"), 60, server)
+        yield server
+    finally:
+        server.stop()
+
+
+def nchan_available() -> bool:
+    return shutil.which("nginx") is not None and NCHAN_MODULE.exists()
+
+
+def nginx_config(tmp: Path, port: int, nofile: int, multipart: bool) -> str:
+    """``nchan.conf`` with its @NAMES@ filled in."""
+    text = (HERE / "nchan.conf").read_text()
+    for name, value in {"DIR": str(tmp), "PORT": str(port),
+                        "CONNECTIONS": str(max(1024, nofile * 3 // 2)), "NOFILE": str(nofile),
+                        "MULTIPART": "on" if multipart else "off"}.items():
+        text = text.replace(f"@{name}@", value)
+    return text
+
+
+@contextlib.contextmanager
+def nchan_server(tmp: Path, nofile: int, multipart: bool) -> Iterator[Server]:
+    """nginx + Nchan from ``nchan.conf``, ready once it accepts and its worker runs."""
+    port = free_port()
+    conf = tmp / "nginx.conf"
+    conf.write_text(nginx_config(tmp, port, nofile, multipart))
+    log = tmp / "error.log"
+    cmd = ["nginx", "-p", f"{tmp}/", "-c", str(conf), "-e", str(log)]
+    with (tmp / "nginx.out").open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True, preexec_fn=child_setup(nofile))
+    server = Server("nchan", proc, port, log)
+    try:
+        wait_until("accepting connections with a worker",
+                   lambda: accepts(port) and len(server.pids()) >= 2, 30, server)
+        yield server
+    finally:
+        server.stop()
