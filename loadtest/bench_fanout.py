@@ -52,7 +52,7 @@ the preset's value:
     python loadtest/bench_fanout.py --scenario plain
     python loadtest/bench_fanout.py --scenario tiers --against liveroom
     python loadtest/bench_fanout.py --listeners 500 --rate 5 --seconds 10
-    python loadtest/bench_fanout.py --scenario plain --workers 2 --store redis://127.0.0.1:6379/0
+    python loadtest/bench_fanout.py --scenario plain --workers 2 --store redis-server
 
 Every run stops by itself; Ctrl-C or SIGTERM stop the servers and the client
 processes. Loopback only. The table at the end is stamped with the command,
@@ -94,6 +94,7 @@ from fanout_servers import (
     liveroom_server,
     nchan_available,
     nchan_server,
+    redis_server,
     wait_until,
 )
 
@@ -276,9 +277,15 @@ def run_one(kind: str, args: argparse.Namespace, listeners: int, client_procs: i
     budget = connect_timeout + 90 + 30 + args.seconds + args.drain + 120  # every wait, and some
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"fanout-{kind}-")))
+        store: Server | None = None
+        store_url = args.store
+        if kind == "liveroom" and args.store == "redis-server":
+            store = stack.enter_context(redis_server(tmp))
+            store_url = f"redis://127.0.0.1:{store.port}/0"
+            say(kind, "start", f"a throw-away redis-server at {store_url}")
         say(kind, "start", "starting the server")
         server = stack.enter_context(
-            liveroom_server(tmp, nofile, args.tiers, args.store, args.workers)
+            liveroom_server(tmp, nofile, args.tiers, store_url, args.workers)
             if kind == "liveroom" else nchan_server(tmp, nofile, args.nchan_multipart))
         time.sleep(1.0)
         wait_quiet(server)
@@ -319,6 +326,7 @@ def run_one(kind: str, args: argparse.Namespace, listeners: int, client_procs: i
         start = clients.status()
         cpu0, ccpu0, t0 = server.cpu(), clients.cpu(), time.monotonic()
         busy0, own0 = machine_busy(), own_cpu()
+        store0 = store.cpu() if store else 0.0
         say(kind, "measure", f"{messages} messages at {args.rate:g}/s")
         last_print = t0
         for k in range(messages):
@@ -341,6 +349,7 @@ def run_one(kind: str, args: argparse.Namespace, listeners: int, client_procs: i
             time.sleep(0.05)
         cpu1, ccpu1, t1 = server.cpu(), clients.cpu(), time.monotonic()
         busy1, own1 = machine_busy(), own_cpu()
+        store1 = store.cpu() if store else 0.0
         server.check_alive()
         say(kind, "drain", f"deliveries {got} of {expected}")
         reports = clients.ask("report", timeout=120)
@@ -380,8 +389,9 @@ def run_one(kind: str, args: argparse.Namespace, listeners: int, client_procs: i
         "client_cpu_pct": [100 * c for c in client_cpu],
         "machine_busy_pct": 100 * (busy1 - busy0) / window,
         "own_cpu_pct": 100 * (own1 - own0) / window,
+        "store_cpu_pct": 100 * (store1 - store0) / window,
         "others_cpu_pct": 100 * ((busy1 - busy0) - cpu - sum(ccpu1) + sum(ccpu0)
-                                 - (own1 - own0)) / window,
+                                 - (own1 - own0) - (store1 - store0)) / window,
         "errors": sum(r["errors"] for r in reports),
         "resets": sum(r["resets"] for r in reports),
         "reconnects": sum(r["reconnects"] for r in reports),
@@ -411,7 +421,9 @@ def versions() -> str:
 
 COLUMNS = [
     ("server", lambda r: r["server"] + ("" if r["server"] == "nchan"
-                                        else f" (tiers {r['tiers'] or 'default'})")),
+                                        else f" (tiers {r['tiers'] or 'default'}"
+                                        + (f", {r['workers']} workers" if r["workers"] > 1
+                                           else "") + ")")),
     ("listeners", lambda r: f"{r['listeners']:,}"),
     ("msgs", lambda r: f"{r['messages']}"),
     ("deliveries", lambda r: f"{r['deliveries']:,}"),
@@ -450,7 +462,8 @@ def cpu_line(r: dict[str, Any]) -> str:
     cores = 100 * (os.cpu_count() or 1)
     return (f"{r['server']}: CPU over the window, % of one core: machine "
             f"{r['machine_busy_pct']:.0f} (of {cores}) = server {r['server_cpu_pct']:.0f}"
-            f" + clients {sum(r['client_cpu_pct']):.0f} + publisher {r['own_cpu_pct']:.0f}"
+            + (f" + redis-server {r['store_cpu_pct']:.0f}" if r["store_cpu_pct"] else "")
+            + f" + clients {sum(r['client_cpu_pct']):.0f} + publisher {r['own_cpu_pct']:.0f}"
             f" + everything else {r['others_cpu_pct']:.0f} (other processes, the kernel)")
 
 
@@ -468,6 +481,9 @@ def notes(r: dict[str, Any]) -> list[str]:
     if missing > 0:
         out.append(f"{r['server']}: {missing:,} deliveries missing at the end of the drain "
                    f"({r['expected']:,} expected)")
+    if r["messages_reaching_all"] < r["messages"]:
+        out.append(f"{r['server']}: only {r['messages_reaching_all']} of {r['messages']} "
+                   "messages reached every listener (the reach-all figures are theirs)")
     if r["gaps"]:
         out.append(f"{r['server']}: {r['gaps']:,} messages skipped by the server (gap)")
     for key in ("send_failures", "errors", "resets", "reconnects", "connect_errors"):
@@ -504,9 +520,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="client processes the listeners are split over (each one core at "
                         "most); raised if one process cannot open its share of sockets")
     p.add_argument("--workers", type=int, default=1,
-                   help="liveroom serve --workers N (passed only when above 1; needs --store "
-                        "redis://...)")
-    p.add_argument("--store", help="liveroom serve --store URL (default: the server's, memory)")
+                   help="liveroom serve --workers N (passed only when above 1; needs a redis "
+                        "store, e.g. --store redis-server)")
+    p.add_argument("--store",
+                   help="liveroom serve --store URL (default: the server's, memory); "
+                        "'redis-server' starts a throw-away redis-server on a free port for "
+                        "the run (its CPU is reported apart, not in the server's)")
     p.add_argument("--drain", type=float, default=10.0,
                    help="seconds to wait after the last send for the last deliveries "
                         "(default 10)")

@@ -185,3 +185,22 @@ def nchan_server(tmp: Path, nofile: int, multipart: bool) -> Iterator[Server]:
         yield server
     finally:
         server.stop()
+
+
+@contextlib.contextmanager
+def redis_server(tmp: Path) -> Iterator[Server]:
+    """A throw-away ``redis-server`` on a free loopback port, no persistence."""
+    if shutil.which("redis-server") is None:
+        raise RuntimeError("redis-server not found (apt-get install redis-server)")
+    port = free_port()
+    log = tmp / "redis.log"
+    cmd = ["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "",
+           "--appendonly", "no", "--dir", str(tmp), "--logfile", str(log)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                            start_new_session=True, preexec_fn=die_with_parent)
+    server = Server("redis", proc, port, log)
+    try:
+        wait_until("accepting connections", lambda: accepts(port), 30, server)
+        yield server
+    finally:
+        server.stop()
