@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-import time
+import time as _time
 from typing import Protocol
 
 
@@ -25,11 +25,9 @@ class Clock(Protocol):
 
 
 class SystemClock:
-    def time(self) -> float:
-        return time.time()
-
-    def monotonic(self) -> float:
-        return time.monotonic()
+    # The functions themselves, not methods calling them: read on every poll.
+    time = staticmethod(_time.time)
+    monotonic = staticmethod(_time.monotonic)
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)

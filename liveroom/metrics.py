@@ -65,6 +65,7 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self._tracked: list[TrackedGauge] = []
+        self._before_render: list[Callable[[], None]] = []
         self._refresh: asyncio.TimerHandle | None = None
 
         def gauge(name: str, documentation: str) -> TrackedGauge:
@@ -100,9 +101,16 @@ class Metrics:
         gauge.track(read)
         self._tracked.append(gauge)
 
+    def before_render(self, flush: Callable[[], None]) -> None:
+        """Call ``flush`` before every render and refresh: counts kept in plain
+        integers on a hot path are added to their counters then."""
+        self._before_render.append(flush)
+
     def refresh(self) -> None:
         """Write every tracked gauge's value (multiprocess mode; harmless otherwise).
         Runs on the event loop: a read function may look at loop state."""
+        for flush in self._before_render:
+            flush()
         if self.multiprocess:
             for gauge in self._tracked:
                 gauge.refresh()
@@ -127,6 +135,8 @@ class Metrics:
 
     def render(self) -> bytes:
         if not self.multiprocess:
+            for flush in self._before_render:
+                flush()
             return generate_latest(self.registry)
         self.refresh()
         registry = CollectorRegistry()

@@ -52,8 +52,10 @@ class Snapshot:
     anchor_ic: int = 0
     index: tuple[int, ...] = ()
     """Seqs of every important message in (anchor_seq, head]."""
-    memo: dict[object, bytes] = field(default_factory=dict, compare=False, repr=False)
-    """Encoded answer parts shared by listeners at the same cursor (see proxy)."""
+    memo: dict[object, tuple[Delivery, bytes]] = field(default_factory=dict, compare=False,
+                                                       repr=False)
+    """What listeners at one cursor read, and their answer's encoded head,
+    shared by all of them (see ``proxy.poll``)."""
 
     @property
     def last_important(self) -> int:

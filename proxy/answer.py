@@ -1,8 +1,9 @@
 """Encoding poll answers by joining ready bytes.
 
-Messages come encoded from the snapshot. Listeners answered from the same
-snapshot at the same cursor share one encoded answer (memoised on the
-snapshot); only the per-listener ``ctx`` is spliced in at the end. JSON and
+Messages come encoded from the snapshot. An answer is its :func:`head`
+(everything before the per-listener ``ctx``), which listeners answered from
+the same snapshot at the same cursor share (:mod:`.poll` keeps it in the
+snapshot's memo), then the ``ctx`` spliced in by :func:`finish`. JSON and
 msgpack answers are built the same way (msgpack maps and arrays concatenate).
 """
 
@@ -12,9 +13,8 @@ import msgpack
 import orjson
 
 from liveroom.codec import msgpack_array_header, msgpack_map_header
-from liveroom.snapshot import Delivery, Snapshot
+from liveroom.snapshot import Delivery
 
-_MEMO_MAX = 256
 _FIELDS = 12
 
 
@@ -50,21 +50,15 @@ def _msgpack_head(room: str, epoch: str, d: Delivery, reset: bool, online: int,
     return b"".join(parts)
 
 
-def encode(snap: Snapshot | None, room: str, epoch: str, d: Delivery, *, reset: bool,
-           online: int, interval_ms: int, ctx: str, use_msgpack: bool) -> bytes:
-    """The whole answer; the part before ``ctx`` is shared through ``snap.memo``."""
-    key = (use_msgpack, epoch, reset, d.seq, d.iseq, d.gap, d.igap, online, interval_ms,
-           len(d.important), d.important[0].seq if d.important else 0,
-           len(d.messages), d.messages[0].seq if d.messages else 0)
-    head = snap.memo.get(key) if snap is not None else None
-    if head is None:
-        build = _msgpack_head if use_msgpack else _json_head
-        head = build(room, epoch, d, reset, online, interval_ms)
-        if snap is not None and d.seq == snap.head:
-            memo = snap.memo
-            if len(memo) >= _MEMO_MAX:
-                memo.clear()
-            memo[key] = head
+def head(room: str, epoch: str, d: Delivery, *, reset: bool, online: int,
+         interval_ms: int, use_msgpack: bool) -> bytes:
+    """The answer up to its ``ctx``."""
+    build = _msgpack_head if use_msgpack else _json_head
+    return build(room, epoch, d, reset, online, interval_ms)
+
+
+def finish(head: bytes, ctx: str, use_msgpack: bool) -> bytes:
+    """The whole answer: ``head`` and the listener's ``ctx``."""
     if use_msgpack:
         return head + _pack(ctx)
     return head + ctx.encode() + b'"}'

@@ -47,9 +47,10 @@ class ContextSigner:
         bound = f"{room}\x00{uid}\x00{epoch}\x00{seq}\x00{iseq}".encode()
         return hashlib.blake2b(fields + bound, key=self._key, digest_size=_MAC).digest()
 
-    def sign(self, room: str, uid: str, epoch: str, seq: int, iseq: int,
-             ctx: Context) -> str:
-        fields = _FIELDS.pack(_VERSION, ctx.seq_ic, ctx.iseq_ic, ctx.last_ms)
+    def sign(self, room: str, uid: str, epoch: str, seq: int, iseq: int, seq_ic: int,
+             iseq_ic: int, last_ms: int) -> str:
+        """The context of an answer at ``(seq, iseq)`` of ``epoch`` (see :class:`Context`)."""
+        fields = _FIELDS.pack(_VERSION, seq_ic, iseq_ic, last_ms)
         raw = fields + self._mac(fields, room, uid, epoch, seq, iseq)
         return binascii.b2a_base64(raw, newline=False).translate(_TO_URL).decode()[:_LENGTH]
 

@@ -27,8 +27,9 @@ that the connection closes after the answer). A malformed request gets a 400
 and the connection closes. Timeouts: the head of a request must arrive within
 ``header_timeout`` of its first byte, a body within ``body_timeout`` of the
 head (else 408), and an idle keep-alive connection closes after
-``idle_timeout``; they are deadlines in one shared
-:class:`~proxy.deadlines.Deadlines`, not a timer per connection. A client
+``idle_timeout`` (idle connections are found by one sweep a second; the
+deadlines of requests still arriving are kept in one shared
+:class:`~proxy.deadlines.Deadlines`): never a timer per connection. A client
 that leaves mid-hold cancels its poll: nothing stays behind. Writes follow the
 transport's flow control: a client that does not read its answers is not
 read either.
@@ -46,6 +47,7 @@ from dataclasses import dataclass
 from email.utils import formatdate
 from functools import partial
 from http import HTTPStatus
+from time import monotonic as _monotonic
 from typing import cast
 from urllib.parse import unquote, unquote_plus
 
@@ -65,7 +67,9 @@ DISCARD_MAX = 64 * 1024
 this the connection closes after the answer."""
 
 POLL, SEND = 1, 2
-_NONE, _IDLE, _HEAD, _BODY = 0, 1, 2, 3
+_NONE, _HEAD, _BODY = 0, 1, 2
+SWEEP_EVERY = 1.0
+"""Seconds between two sweeps for idle connections."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +176,7 @@ class Front:
         """Makes aiohttp's protocol for a connection handed over (set when serving)."""
         self.connections: set[Connection] = set()
         self.timers: Deadlines[Connection] = Deadlines(Connection.timed_out, resolution=0.1)
+        self._sweeper: asyncio.TimerHandle | None = None
         self.closing = False
         self._drained = asyncio.Event()
         self._heads: dict[tuple[int, str], bytes] = {}
@@ -217,6 +222,27 @@ class Front:
         for conn in list(self.connections):
             conn.abort()
         self.timers.close()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+
+    def opened(self, conn: Connection) -> None:
+        self.connections.add(conn)
+        if self._sweeper is None and not self.closing:
+            self._sweep()
+
+    def _sweep(self) -> None:
+        """Close connections idle for ``idle_timeout``; again in a second while
+        there are connections. A flag check per connection: cheaper than
+        arming a deadline after every answer."""
+        if not self.connections:
+            self._sweeper = None
+            return
+        self._sweeper = asyncio.get_running_loop().call_later(SWEEP_EVERY, self._sweep)
+        before = _monotonic() - self.limits.idle_timeout
+        stale = [c for c in self.connections if 0 < c.idle_since <= before]
+        for conn in stale:
+            conn.close_if_idle()
 
 
 class Connection(asyncio.Protocol):
@@ -233,6 +259,8 @@ class Connection(asyncio.Protocol):
         """Complete requests waiting their turn."""
         self._current: _Request | None = None
         """The request being answered."""
+        self.idle_since = 0.0
+        """When the connection last fell idle (monotonic; 0 while busy)."""
         self._timer = -1
         """Key of this connection's deadline in the front's timers (-1: none)."""
         self._timing = _NONE
@@ -256,8 +284,8 @@ class Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-        self._front.connections.add(self)
-        self._arm(_IDLE, self._limits.idle_timeout)
+        self.idle_since = _monotonic()
+        self._front.opened(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
@@ -294,8 +322,7 @@ class Connection(asyncio.Protocol):
             if self._handing_off and self._raw is not None:
                 self._raw.append(data)
             return
-        if self._timing == _IDLE:
-            self._disarm()
+        self.idle_since = 0.0
         if self._between:
             self._raw, self._fresh = [data], True
         elif self._raw is not None:
@@ -477,10 +504,11 @@ class Connection(asyncio.Protocol):
                     if self._handing_off:
                         self._hand_off()
                     elif self._req is None and not self._dead:
-                        self._arm(_IDLE, self._limits.idle_timeout)
+                        self.idle_since = _monotonic()
                     break
                 req = self._current = self._queue.popleft()
-                self._resume_reading()
+                if self._reading_paused:
+                    self._resume_reading()
                 self._dispatch(req)
         finally:
             self._dispatching = False
@@ -509,18 +537,18 @@ class Connection(asyncio.Protocol):
         req.work = None
         front = self._front
         close = req.close_after or not req.keep_alive or front.closing
-        parts = [front.head(reply.status, reply.content_type),
-                 b"Content-Length: %d\r\n" % len(reply.body), front.date()]
+        extra = b""
         if reply.retry_after is not None:
-            parts.append(b"Retry-After: %d\r\n" % reply.retry_after)
+            extra += b"Retry-After: %d\r\n" % reply.retry_after
         if reply.status == 405:
-            parts.append(b"Allow: GET\r\n" if req.kind == POLL else b"Allow: POST\r\n")
+            extra += b"Allow: GET\r\n" if req.kind == POLL else b"Allow: POST\r\n"
         if close:
-            parts.append(b"Connection: close\r\n")
+            extra += b"Connection: close\r\n"
         elif req.version == "1.0":
-            parts.append(b"Connection: keep-alive\r\n")
-        parts += (b"\r\n", reply.body)
-        self._write(b"".join(parts))
+            extra += b"Connection: keep-alive\r\n"
+        body = reply.body
+        self._write(b"%sContent-Length: %d\r\n%s%s\r\n%s" % (
+            front.head(reply.status, reply.content_type), len(body), front.date(), extra, body))
         if close:
             self._close()
         else:
@@ -568,7 +596,7 @@ class Connection(asyncio.Protocol):
         self._close()
 
     def close_if_idle(self) -> None:
-        if self._current is None and not self._queue:
+        if self._current is None and not self._queue and self._req is None:
             self._close()
 
     def _close(self) -> None:

@@ -16,8 +16,18 @@ What a poll does, in order (DESIGN.md, "Listening"):
 3. count a heartbeat, read the online count;
 4. a first poll is answered at once with the recent messages;
 5. a cursor this node cannot place (another epoch, past the head) is checked
-   with a fresh pull, then reset or read (the slow path);
-6. otherwise :func:`decide`: deliver now, or hold (plain or paced).
+   with a fresh pull, then reset or read (the slow path, :func:`places`);
+6. otherwise its pace (:mod:`.tiers`) and what it has pending decide
+   (:func:`decide`): deliver now, or hold, plain or paced.
+
+**Work per message, not per listener.** What a poll reads at a cursor, and
+the answer's bytes up to the listener's ``ctx``, depend only on the snapshot
+and the cursor (and the format, the online count, the interval): they are
+kept in the snapshot's memo, so the listeners a message wakes at one cursor
+read and encode it once, and each adds only its signed ``ctx``. In a plain
+room a listener's ``ctx`` is checked only when its answer needs it (an empty
+answer carries the time of its last non-empty one; a cursor older than the
+snapshot's counting anchor needs its important counts).
 
 Only the slow paths create a task; a held poll is a :class:`Poll` in its
 room's hold structures, woken by a call.
@@ -28,7 +38,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from typing import NamedTuple
 
 from liveroom.clock import Clock
 from liveroom.codec import JSON, MSGPACK, wants_msgpack
@@ -39,7 +48,7 @@ from liveroom.settings import Settings
 from liveroom.snapshot import Delivery, Snapshot, read, recent
 
 from . import answer
-from .context import Context, ContextSigner
+from .context import ContextSigner
 from .heartbeats import Heartbeats
 from .hold import Holds, Ticket
 from .params import Cursor, PollParams, parse_poll
@@ -50,35 +59,28 @@ log = logging.getLogger("liveroom.proxy")
 
 OUTCOMES = ("first", "reset", "delivered", "empty")
 """What a poll's answer was, as the ``liveroom_polls`` metric counts it."""
+_FIRST, _RESET, _DELIVERED, _EMPTY, _IMPORTANT, _NORMAL = range(6)
 
+MEMO_MAX = 64
+"""Answers kept per snapshot (distinct cursors and formats)."""
+MEMO_BYTES_MAX = 64 * 1024
+"""Answers larger than this (a far-behind listener's catch-up) are not kept."""
 
-class Decision(NamedTuple):
-    """What a poll at known cursors does now (:func:`decide`)."""
-
-    delivery: Delivery
-    pace: Pace
-    deliver: bool
-    """Answer with ``delivery`` now; otherwise hold (plain or paced by ``pace``)."""
-
-
-def decide(snap: Snapshot, uid: str, cursor: Cursor, ctx: Context | None, tiers: TierTable,
-           online: int, now_ms: int, answer_limit: int) -> Decision:
-    """The decision for a later poll whose cursor this snapshot can place.
-
-    A missing, forged, foreign or stale context counts as an answer just now:
-    replaying an old one gains nothing. A time ahead of ours (another node's
-    clock) counts as now too. A plain pace is due at once.
-    """
-    last_ms = min(ctx.last_ms, now_ms) if ctx is not None else now_ms
-    pace = tiers.pace(online, uid, last_ms)
-    d = read(snap, cursor.seq, cursor.iseq, limit=answer_limit,
-             seq_ic=ctx.seq_ic if ctx else None, iseq_ic=ctx.iseq_ic if ctx else None)
-    return Decision(d, pace, not d.empty and now_ms >= pace.due_ms)
+DELIVER, HOLD_PLAIN, HOLD_PACED = range(3)
 
 
 def places(snap: Snapshot, cursor: Cursor) -> bool:
     """Whether ``snap`` can place ``cursor`` (same epoch, not past the head)."""
     return cursor.epoch == snap.epoch and cursor.seq <= snap.head and cursor.iseq <= snap.head
+
+
+def decide(d: Delivery, pace: Pace, now_ms: int) -> int:
+    """What a poll whose cursor the snapshot placed does now: :data:`DELIVER`
+    what it has pending (``d``) once its pace is due, else hold it
+    (:data:`HOLD_PLAIN` or :data:`HOLD_PACED`). A plain pace is due at once."""
+    if not d.empty and now_ms >= pace.due_ms:
+        return DELIVER
+    return HOLD_PLAIN if pace.plain else HOLD_PACED
 
 
 class Polls:
@@ -96,10 +98,21 @@ class Polls:
         self.signer = signer
         """Replaced at start-up once the shared secret is known."""
         self.clock = clock
-        # Metric children bound once: ``.labels()`` is a look-up and a lock.
-        self.outcomes = {o: metrics.polls.labels(o) for o in OUTCOMES}
-        self.delivered_important = metrics.deliveries.labels("important")
-        self.delivered_normal = metrics.deliveries.labels("normal")
+        self.limit = settings.answer_limit
+        # Counted in plain integers and added to the metrics when they are
+        # rendered or refreshed: a Prometheus increment takes a lock.
+        self.tally = [0] * 6
+        self._counters = [*(metrics.polls.labels(o) for o in OUTCOMES),
+                          metrics.deliveries.labels("important"),
+                          metrics.deliveries.labels("normal")]
+        metrics.before_render(self.flush_tally)
+
+    def flush_tally(self) -> None:
+        tally = self.tally
+        for i, counter in enumerate(self._counters):
+            if tally[i]:
+                counter.inc(tally[i])
+                tally[i] = 0
 
     def start(self, room: str, query: Mapping[str, str], accept: str,
               reply: Callable[[Reply], None]) -> Poll | None:
@@ -121,15 +134,16 @@ class Polls:
         if snap is None:
             poll.task = asyncio.create_task(poll.first_pull(), name=f"proxy-poll-{p.room}")
             return poll
-        poll.guard(lambda: poll.begin(snap))
+        poll.run(poll.begin, snap)
         return None if poll.done else poll
 
 
 class Poll:
     """One poll in flight; the hold wakes it (:class:`~proxy.hold.Held`)."""
 
-    __slots__ = ("_polls", "_reply", "deadline", "done", "due", "hint_iseq", "hint_seq",
-                 "last", "p", "pace", "paced_deadline", "task", "ticket", "use_msgpack")
+    __slots__ = ("_polls", "_reply", "checked", "deadline", "done", "due", "hint_iseq",
+                 "hint_seq", "last", "online", "p", "pace", "paced_deadline", "task",
+                 "ticket", "use_msgpack")
 
     def __init__(self, polls: Polls, p: PollParams, use_msgpack: bool,
                  reply: Callable[[Reply], None]) -> None:
@@ -140,9 +154,12 @@ class Poll:
         self.ticket: Ticket | None = None
         self.task: asyncio.Task[None] | None = None
         self.done = False
+        self.online = 0
         self.deadline = 0.0
         """When a plain hold answers empty, on the loop's clock."""
         self.pace: Pace | None = None
+        self.checked = False
+        """The listener's ``ctx`` was checked (and ``pace`` counts from it)."""
         self.last: Delivery | None = None
         """The last read, empty (an empty answer carries its counts)."""
         self.hint_seq: int | None = None
@@ -153,10 +170,10 @@ class Poll:
 
     # -- performing ------------------------------------------------------------
 
-    def guard(self, step: Callable[[], None]) -> None:
+    def run(self, step: Callable[[Snapshot], None], snap: Snapshot) -> None:
         """Run one step; a failure answers the poll instead of stranding it."""
         try:
-            step()
+            step(snap)
         except LiveroomError as exc:
             self._finish(failure_reply(exc))
         except Exception:
@@ -172,27 +189,26 @@ class Poll:
             return
         finally:
             self.task = None
-        self.guard(lambda: self.begin(snap))
+        self.run(self.begin, snap)
 
     def begin(self, snap: Snapshot) -> None:
         polls, p = self._polls, self.p
         polls.heartbeats.beat(p.room, p.uid)
-        online = polls.stats.online(p.room)
+        self.online = polls.stats.online(p.room)
         cursor = p.cursor
         if cursor is None:
-            pace = polls.tiers.pace(online, p.uid, self._now_ms())
-            self._answer(snap, recent(snap, p.recent), pace, "first")
+            self._recent(snap, _FIRST)
             return
         self.deadline = asyncio.get_running_loop().time() + p.timeout
         if places(snap, cursor):
-            self.settle(snap, cursor, online)
+            self._settle(snap)
         else:
             # This node may only lag behind the node the listener came from:
             # confirm with a fresh pull before resetting.
-            self.task = asyncio.create_task(self._confirm(cursor, online),
+            self.task = asyncio.create_task(self._confirm(cursor),
                                             name=f"proxy-poll-{p.room}")
 
-    async def _confirm(self, cursor: Cursor, online: int) -> None:
+    async def _confirm(self, cursor: Cursor) -> None:
         try:
             snap = await self._polls.reader.wait_pulled(self.p.room)
         except LiveroomError as exc:
@@ -200,29 +216,44 @@ class Poll:
             return
         finally:
             self.task = None
-        if places(snap, cursor):
-            self.guard(lambda: self.settle(snap, cursor, online))
-        else:
-            self.guard(lambda: self._answer(
-                snap, recent(snap, self.p.recent),
-                self._polls.tiers.pace(online, self.p.uid, self._now_ms()), "reset",
-                reset=True))
+        self.run(self._settle if places(snap, cursor) else self._reset, snap)
 
-    def settle(self, snap: Snapshot, cursor: Cursor, online: int) -> None:
-        """Decide, and deliver or hold."""
+    def _reset(self, snap: Snapshot) -> None:
+        self._recent(snap, _RESET)
+
+    def _check(self, cursor: Cursor, now_ms: int) -> int:
+        """Check the listener's ``ctx``: the time of its last non-empty answer
+        (and its important counts, as hints). A missing, forged, foreign or
+        stale context counts as an answer just now: replaying an old one gains
+        nothing; a time ahead of ours (another node's clock) counts as now."""
         polls, p = self._polls, self.p
+        self.checked = True
         ctx = polls.signer.verify(cursor.ctx, p.room, p.uid, cursor.epoch, cursor.seq,
                                   cursor.iseq)
-        now_ms = self._now_ms()
-        decision = decide(snap, p.uid, cursor, ctx, polls.tiers, online, now_ms,
-                          polls.settings.answer_limit)
-        pace = self.pace = decision.pace
-        self.last = decision.delivery
-        if ctx is not None:
-            self.hint_seq, self.hint_iseq = ctx.seq_ic, ctx.iseq_ic
-        if decision.deliver:
-            self._answer(snap, decision.delivery, pace, "delivered")
-        elif pace.plain:
+        if ctx is None:
+            return now_ms
+        self.hint_seq, self.hint_iseq = ctx.seq_ic, ctx.iseq_ic
+        return min(ctx.last_ms, now_ms)
+
+    def _settle(self, snap: Snapshot) -> None:
+        """Pace, read, decide, and deliver or hold."""
+        polls, p = self._polls, self.p
+        cursor = p.cursor
+        assert cursor is not None
+        now_ms = int(polls.clock.time() * 1000)
+        tiers = polls.tiers
+        tier = tiers.tier(self.online)
+        if tier.interval > 0 or snap.anchor_seq > min(cursor.seq, cursor.iseq):
+            pace = self.pace = tiers.pace_in(tier, p.uid, self._check(cursor, now_ms))
+        else:
+            pace = self.pace = tiers.pace_in(tier, p.uid, now_ms)
+        d, head = self._read(snap, cursor, self.online)
+        action = decide(d, pace, now_ms)
+        if action == DELIVER:
+            self._send(snap.epoch, d, head, now_ms, _DELIVERED)
+            return
+        self.last = d
+        if action == HOLD_PLAIN:
             self._hold_plain(snap)
         else:
             # Held by the room's ticker until due (or an important message
@@ -230,7 +261,49 @@ class Poll:
             mono = polls.clock.monotonic()
             self.due = mono + (pace.due_ms - now_ms) / 1000
             self.paced_deadline = mono + p.timeout
-            self._hold_paced(snap, cursor, pending=not decision.delivery.empty)
+            self._hold_paced(snap, cursor, pending=not d.empty)
+
+    def _read(self, snap: Snapshot, cursor: Cursor, online: int) -> tuple[Delivery, bytes]:
+        """What the cursor has pending in ``snap`` and the answer's head,
+        shared through the snapshot's memo."""
+        pace = self.pace
+        assert pace is not None
+        key = (cursor.seq, cursor.iseq, self.hint_seq, self.hint_iseq, self.use_msgpack,
+               online, pace.interval_ms)
+        memo = snap.memo
+        found = memo.get(key)
+        if found is not None:
+            return found
+        d = read(snap, cursor.seq, cursor.iseq, limit=self._polls.limit,
+                 seq_ic=self.hint_seq, iseq_ic=self.hint_iseq)
+        head = b"" if d.empty else answer.head(
+            snap.room, snap.epoch, d, reset=False, online=online,
+            interval_ms=pace.interval_ms, use_msgpack=self.use_msgpack)
+        return self._keep(memo, key, d, head)
+
+    def _recent(self, snap: Snapshot, outcome: int) -> None:
+        """A first poll's answer, or a reset's: the recent messages, cursors at the heads."""
+        polls, p = self._polls, self.p
+        now_ms = int(polls.clock.time() * 1000)
+        pace = polls.tiers.pace(self.online, p.uid, now_ms)
+        reset = outcome == _RESET
+        key = ("recent", p.recent, reset, self.use_msgpack, self.online, pace.interval_ms)
+        found = snap.memo.get(key)
+        if found is None:
+            d = recent(snap, p.recent)
+            found = self._keep(snap.memo, key, d, answer.head(
+                snap.room, snap.epoch, d, reset=reset, online=self.online,
+                interval_ms=pace.interval_ms, use_msgpack=self.use_msgpack))
+        self._send(snap.epoch, found[0], found[1], now_ms, outcome)
+
+    @staticmethod
+    def _keep(memo: dict[object, tuple[Delivery, bytes]], key: object, d: Delivery,
+              head: bytes) -> tuple[Delivery, bytes]:
+        if len(head) <= MEMO_BYTES_MAX:
+            if len(memo) >= MEMO_MAX:
+                memo.clear()
+            memo[key] = (d, head)
+        return d, head
 
     def _hold_plain(self, snap: Snapshot) -> None:
         held = self._polls.holds.hold(self.p.room, snap, self, self.deadline)
@@ -239,7 +312,7 @@ class Poll:
         elif held is None:
             self._empty()
         else:  # the room already moved on: read the newer snapshot
-            self.wake(held)
+            self._reread(held)
 
     def _hold_paced(self, snap: Snapshot, cursor: Cursor, *, pending: bool) -> None:
         self.ticket = self._polls.holds.hold_paced(
@@ -253,23 +326,27 @@ class Poll:
         self.ticket = None
         if self.done:
             return
-        if snapshot is None:
-            self.guard(self._empty)
-        else:
-            self.guard(lambda: self._reread(snapshot))
+        try:
+            if snapshot is None:
+                self._empty()
+            else:
+                self._reread(snapshot)
+        except LiveroomError as exc:
+            self._finish(failure_reply(exc))
+        except Exception:
+            log.exception("answering a poll of room %s failed", self.p.room)
+            self._finish(INTERNAL)
 
     def _reread(self, snap: Snapshot) -> None:
-        p, pace = self.p, self.pace
-        cursor = p.cursor
+        cursor, pace = self.p.cursor, self.pace
         assert cursor is not None
         assert pace is not None
         if snap.epoch != cursor.epoch:
-            self._answer(snap, recent(snap, p.recent), pace, "reset", reset=True)
+            self._recent(snap, _RESET)
             return
-        d = read(snap, cursor.seq, cursor.iseq, limit=self._polls.settings.answer_limit,
-                 seq_ic=self.hint_seq, iseq_ic=self.hint_iseq)
+        d, head = self._read(snap, cursor, self._polls.stats.online(self.p.room))
         if not d.empty:
-            self._answer(snap, d, pace, "delivered")
+            self._send(snap.epoch, d, head, int(self._polls.clock.time() * 1000), _DELIVERED)
             return
         self.last = d
         if pace.plain:
@@ -291,38 +368,39 @@ class Poll:
 
     # -- answering -------------------------------------------------------------
 
-    def _now_ms(self) -> int:
-        return int(self._polls.clock.time() * 1000)
+    def _send(self, epoch: str, d: Delivery, head: bytes, now_ms: int, outcome: int) -> None:
+        """A non-empty answer (or a first one): a new interval starts now."""
+        polls, p = self._polls, self.p
+        tally = polls.tally
+        tally[outcome] += 1
+        if d.important:
+            tally[_IMPORTANT] += len(d.important)
+        if d.messages:
+            tally[_NORMAL] += len(d.messages)
+        ctx = polls.signer.sign(p.room, p.uid, epoch, d.seq, d.iseq, d.seq_ic, d.iseq_ic,
+                                now_ms)
+        use_msgpack = self.use_msgpack
+        self._finish(Reply(200, answer.finish(head, ctx, use_msgpack),
+                           MSGPACK if use_msgpack else JSON))
 
     def _empty(self) -> None:
-        """An empty answer: the listener's own cursors and epoch, unchanged."""
-        assert self.last is not None
-        assert self.pace is not None
-        self._answer(None, self.last, self.pace, "empty", keep_cursors=True)
-
-    def _answer(self, snap: Snapshot | None, d: Delivery, pace: Pace, outcome: str, *,
-                reset: bool = False, keep_cursors: bool = False) -> None:
-        """Encode and send the answer. An empty answer keeps the listener's
-        last non-empty answer time (``pace.last_ms``) in its new context; any
-        other answer starts a new interval now."""
+        """An empty answer: the listener's own cursors and epoch, unchanged, and
+        the time of its last non-empty answer kept in its new ``ctx``."""
         polls, p = self._polls, self.p
-        polls.outcomes[outcome].inc()
-        if d.important:
-            polls.delivered_important.inc(len(d.important))
-        if d.messages:
-            polls.delivered_normal.inc(len(d.messages))
-        if keep_cursors:
-            assert p.cursor is not None
-            epoch, memo_snap, last_ms = p.cursor.epoch, None, pace.last_ms
-        else:
-            assert snap is not None
-            epoch, memo_snap, last_ms = snap.epoch, snap, self._now_ms()
-        ctx = polls.signer.sign(p.room, p.uid, epoch, d.seq, d.iseq,
-                                Context(d.seq_ic, d.iseq_ic, last_ms))
-        body = answer.encode(memo_snap, p.room, epoch, d, reset=reset,
-                             online=polls.stats.online(p.room), interval_ms=pace.interval_ms,
-                             ctx=ctx, use_msgpack=self.use_msgpack)
-        self._finish(Reply(200, body, MSGPACK if self.use_msgpack else JSON))
+        cursor, d, pace = p.cursor, self.last, self.pace
+        assert cursor is not None
+        assert d is not None
+        assert pace is not None
+        last_ms = pace.last_ms if self.checked else self._check(
+            cursor, int(polls.clock.time() * 1000))
+        polls.tally[_EMPTY] += 1
+        ctx = polls.signer.sign(p.room, p.uid, cursor.epoch, d.seq, d.iseq, d.seq_ic,
+                                d.iseq_ic, last_ms)
+        head = answer.head(p.room, cursor.epoch, d, reset=False,
+                           online=polls.stats.online(p.room), interval_ms=pace.interval_ms,
+                           use_msgpack=self.use_msgpack)
+        self._finish(Reply(200, answer.finish(head, ctx, self.use_msgpack),
+                           MSGPACK if self.use_msgpack else JSON))
 
     def _finish(self, reply: Reply) -> None:
         if self.done:

@@ -30,11 +30,8 @@ class Pace(NamedTuple):
     """Unix ms of the listener's last non-empty answer (as its context says)."""
     due_ms: int
     """Unix ms before which a poll with messages pending is held."""
-
-    @property
-    def interval_ms(self) -> int:
-        """What the answer's ``interval_ms`` says: the longest the hold may add."""
-        return round((self.tier.interval + self.tier.jitter) * 1000)
+    interval_ms: int
+    """What the answer's ``interval_ms`` says: the longest the hold may add."""
 
     @property
     def plain(self) -> bool:
@@ -45,6 +42,7 @@ class TierTable:
     def __init__(self, tiers: Sequence[Tier]) -> None:
         self._tiers = sorted(tiers, key=lambda t: t.online)
         self._thresholds = [t.online for t in self._tiers]
+        self._spans = {t: round((t.interval + t.jitter) * 1000) for t in (PLAIN, *tiers)}
 
     def tier(self, online: int) -> Tier:
         """The tier of a room with ``online`` listeners."""
@@ -52,12 +50,16 @@ class TierTable:
         return self._tiers[i - 1] if i else PLAIN
 
     def pace(self, online: int, uid: str, last_ms: int) -> Pace:
-        tier = self.tier(online)
+        return self.pace_in(self.tier(online), uid, last_ms)
+
+    def pace_in(self, tier: Tier, uid: str, last_ms: int) -> Pace:
+        """The pace of ``uid`` in a room of ``tier``, its last non-empty answer
+        at ``last_ms``."""
         if tier.interval <= 0:
-            return Pace(tier, last_ms, last_ms)
+            return Pace(tier, last_ms, last_ms, 0)
         offset = tier.interval
         if tier.jitter:
             # crc32 is stable across processes (``hash`` is salted per process).
             u = zlib.crc32(f"{uid}\x00{last_ms}".encode()) / 2**32
             offset += tier.jitter * u
-        return Pace(tier, last_ms, last_ms + round(offset * 1000))
+        return Pace(tier, last_ms, last_ms + round(offset * 1000), self._spans[tier])

@@ -23,7 +23,7 @@ from support import PUBLISHER, Listener, Running, running_node, send
 from liveroom.clock import FakeClock
 from liveroom.ratelimit import RateLimits
 from liveroom.settings import DEFAULT_RATE_LIMITS, Tier
-from proxy.context import Context, ContextSigner
+from proxy.context import ContextSigner
 from proxy.tiers import PLAIN, TierTable
 
 STEP = 0.05
@@ -321,7 +321,7 @@ async def test_a_replayed_or_forged_context_counts_as_an_answer_just_now(
         fake = {
             "replayed": old_ctx,
             "other secret": ContextSigner("not-the-secret").sign(
-                "ctx", "eve", listener.epoch, listener.seq, listener.iseq, Context(0, 0, 0)),
+                "ctx", "eve", listener.epoch, listener.seq, listener.iseq, 0, 0, 0),
             "none": "",
             "garbage": "xx.yy",
         }[forgery]
