@@ -9,6 +9,7 @@ hands out immutable :class:`~liveroom.snapshot.Snapshot` values.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -51,6 +52,10 @@ class HeartbeatSink(Protocol):
     def ingest(self, batch: bytes) -> int:
         """Take a batch of heartbeats, msgpack ``{room: [uid, ...]}``, as one
         proxy gathered them. Memory only, never waits; returns how many."""
+
+    def take(self, batch: Mapping[str, Sequence[str]]) -> int:
+        """:meth:`ingest` for a proxy in the same process: the batch as it
+        is, no bytes in between."""
 
 
 @dataclass(frozen=True, slots=True)

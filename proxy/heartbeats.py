@@ -2,7 +2,8 @@
 
 A poll only appends its uid to a list in memory. A flush task hands the lists
 to the statsvr nodes every ``flush_every`` seconds (sooner when ``max_batch``
-heartbeats are waiting), one msgpack ``{room: [uid, ...]}`` batch per node. Each
+heartbeats are waiting), one ``{room: [uid, ...]}`` batch per node (as it is
+to a node in this process; msgpack on the wire, ``HeartbeatSink.ingest``). Each
 uid goes to the node that owns it: a stable hash of the uid over the nodes, so
 a listener's heartbeats always reach the same node while the set of nodes
 holds still. Nothing here touches the store.
@@ -14,8 +15,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Sequence
-
-import msgpack
 
 from liveroom.clock import Clock
 from liveroom.model import bucket_of
@@ -74,7 +73,7 @@ class Heartbeats:
 
     def _hand(self, index: int, part: dict[str, list[str]]) -> None:
         try:
-            self.owners[index].ingest(msgpack.packb(part))
+            self.owners[index].take(part)
         except Exception:
             # A statsvr failing must not fail polls: its members age out.
             log.exception("statsvr node %d refused a heartbeat batch", index)

@@ -283,13 +283,14 @@ class Holds:
             for start in range(0, len(woken), WAKE_SLICE):
                 if start:
                     await asyncio.sleep(0)
+                discard = self._deadlines.discard
                 for ticket in woken[start:start + WAKE_SLICE]:
                     # Taken back meanwhile (its client left)?
                     if not ticket.done:
                         ticket.done = True
                         self.count -= 1
-                        self._deadlines.discard(ticket, ticket.key)
-                        self._wake(ticket, snap)
+                        discard(ticket, ticket.key)
+                        ticket.held.wake(snap)  # a poll's wake answers its own failures
         finally:
             held.waking = False
 

@@ -51,6 +51,9 @@ class Sends:
         """Replaced at start-up once the shared tokens are known."""
         self._clock = clock
         self._metrics = metrics
+        self._outcomes = {o: metrics.sends.labels(o)
+                          for o in ("stored", "duplicate", "limited", "unavailable")}
+        self._append_errors = metrics.store_errors.labels("append")
         self.body_limit = settings.max_message_bytes + 1024
         """Most bytes a send's request body may have (a message plus its fields)."""
 
@@ -90,17 +93,17 @@ class Sends:
         limits = self.settings.rate_limits
         message = NewMessage(uid=sp.uid, body=sp.body, important=sp.important,
                              ts=int(self._clock.time() * 1000), client_msg_id=sp.client_msg_id)
-        sends = self._metrics.sends
+        outcomes = self._outcomes
         try:
             appended = await self._log.append(
                 room, message, None if trusted or limits.off else limits)
         except RateLimited:
-            sends.labels("limited").inc()
+            outcomes["limited"].inc()
             raise
         except StoreUnavailable:
-            sends.labels("unavailable").inc()
-            self._metrics.store_errors.labels("append").inc()
+            outcomes["unavailable"].inc()
+            self._append_errors.inc()
             raise
-        sends.labels("duplicate" if appended.duplicate else "stored").inc()
+        outcomes["duplicate" if appended.duplicate else "stored"].inc()
         return document_reply({"seq": appended.seq, "epoch": appended.epoch},
                               use_msgpack=wants_msgpack(accept), status=201)

@@ -136,7 +136,11 @@ class RoomCache:
         return room
 
     def current(self, room: str) -> Snapshot | None:
-        return self._room(room).snapshot
+        state = self._rooms.get(room)
+        if state is None:
+            return self._room(room).snapshot
+        state.read_at = self._clock.monotonic()  # ``_room``, inlined: every poll asks
+        return state.snapshot
 
     async def snapshot(self, room: str) -> Snapshot:
         state = self._room(room)

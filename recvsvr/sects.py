@@ -95,7 +95,7 @@ class Sects:
     # -- the reader interface ---------------------------------------------------
 
     def current(self, room: str) -> Snapshot | None:
-        return self.sect_of(room).current(room)
+        return (self.vip if self._is_vip(room) else self.normal).current(room)
 
     async def snapshot(self, room: str) -> Snapshot:
         return await self.sect_of(room).snapshot(room)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from liveroom.clock import Clock
@@ -105,6 +105,13 @@ class Statsvr:
 
     def ingest(self, batch: bytes) -> int:
         taken = self.tables.ingest(batch)
+        if self._metrics is not None:
+            self._metrics.heartbeats.inc(taken)
+        return taken
+
+    def take(self, batch: Mapping[str, Sequence[str]]) -> int:
+        beat = self.tables.beat
+        taken = sum(beat(room, uids) for room, uids in batch.items())
         if self._metrics is not None:
             self._metrics.heartbeats.inc(taken)
         return taken
