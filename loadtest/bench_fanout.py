@@ -387,6 +387,9 @@ def run_one(kind: str, args: argparse.Namespace, listeners: int, client_procs: i
         "rss_before_mib": rss_before / 2**20, "rss_held_mib": rss_held / 2**20,
         "rss_per_held_poll_b": (rss_held - rss_before) / listeners,
         "client_cpu_pct": [100 * c for c in client_cpu],
+        "client_us_per_delivery": (sum(ccpu1) - sum(ccpu0)) / deliveries * 1e6
+        if deliveries else math.nan,
+        "client_procs": client_procs,
         "machine_busy_pct": 100 * (busy1 - busy0) / window,
         "own_cpu_pct": 100 * (own1 - own0) / window,
         "store_cpu_pct": 100 * (store1 - store0) / window,
@@ -464,7 +467,10 @@ def cpu_line(r: dict[str, Any]) -> str:
             f"{r['machine_busy_pct']:.0f} (of {cores}) = server {r['server_cpu_pct']:.0f}"
             + (f" + redis-server {r['store_cpu_pct']:.0f}" if r["store_cpu_pct"] else "")
             + f" + clients {sum(r['client_cpu_pct']):.0f} + publisher {r['own_cpu_pct']:.0f}"
-            f" + everything else {r['others_cpu_pct']:.0f} (other processes, the kernel)")
+            f" + everything else {r['others_cpu_pct']:.0f} (other processes, the kernel); "
+            f"clients {r['client_us_per_delivery']:.1f} µs per delivery, so reading one "
+            f"message's answers takes each client process at least "
+            f"{r['client_us_per_delivery'] * r['listeners'] / r['client_procs'] / 1000:.0f} ms")
 
 
 def notes(r: dict[str, Any]) -> list[str]:
@@ -477,6 +483,10 @@ def notes(r: dict[str, Any]) -> list[str]:
     if r["server_cpu_pct"] >= 90 * (1 if r["server"] == "nchan" else max(1, r["workers"])):
         out.append(f"{r['server']}: the server used {r['server_cpu_pct']:.0f} % of a core: "
                    "saturated")
+    cores = os.cpu_count() or 1
+    if r["machine_busy_pct"] >= 90 * cores:
+        out.append(f"{r['server']}: the machine was {r['machine_busy_pct'] / cores:.0f} % busy: "
+                   "server and clients waited for a core, and the latencies include that wait")
     missing = r["expected"] - r["deliveries"] - r["gaps"]
     if missing > 0:
         out.append(f"{r['server']}: {missing:,} deliveries missing at the end of the drain "
@@ -608,7 +618,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"commit:  {commit()}    date: {started:%Y-%m-%d %H:%M %Z}")
     print(f"machine: {versions()}")
     print(f"load:    {listeners:,} listeners in one room, {args.rate:g} msg/s for "
-          f"{args.seconds:g} s, liveroom tiers {args.tiers or 'default'}"
+          f"{args.seconds:g} s"
+          + (f", liveroom tiers {args.tiers or 'default'}" if "liveroom" in kinds else "")
           + (f", {args.workers} workers" if args.workers > 1 else "")
           + (f", store {args.store}" if args.store else "")
           + f", {client_procs} client process(es)"
