@@ -4,6 +4,7 @@ store writes that follow joins and leaves, not heartbeats."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping, Sequence
 
 import msgpack
 import pytest
@@ -183,8 +184,11 @@ class Sink:
         self.batches: list[dict[str, list[str]]] = []
 
     def ingest(self, blob: bytes) -> int:
-        self.batches.append(msgpack.unpackb(blob))
-        return sum(len(v) for v in self.batches[-1].values())
+        return self.take(msgpack.unpackb(blob))
+
+    def take(self, batch: Mapping[str, Sequence[str]]) -> int:
+        self.batches.append({room: list(uids) for room, uids in batch.items()})
+        return sum(len(v) for v in batch.values())
 
 
 async def test_heartbeats_reach_their_owner_in_batches(fake_clock: FakeClock) -> None:
