@@ -600,6 +600,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"note: {n}", flush=True)
 
     started = datetime.datetime.now().astimezone()
+    stamp = commit()  # at the start: others may commit while it runs
     results = []
     try:
         for kind in kinds:
@@ -615,7 +616,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print()
     print(f"command: {command}")
-    print(f"commit:  {commit()}    date: {started:%Y-%m-%d %H:%M %Z}")
+    print(f"commit:  {stamp}    date: {started:%Y-%m-%d %H:%M %Z}")
     print(f"machine: {versions()}")
     print(f"load:    {listeners:,} listeners in one room, {args.rate:g} msg/s for "
           f"{args.seconds:g} s"
@@ -640,7 +641,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"note: {n}")
     if args.json:
         args.json.write_text(json.dumps({
-            "command": command, "commit": commit(), "date": started.isoformat(),
+            "command": command, "commit": stamp, "date": started.isoformat(),
             "machine": versions(), "args": {k: (str(v) if isinstance(v, Path) else v)
                                             for k, v in vars(args).items()},
             "results": results}, indent=2))
