@@ -41,7 +41,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from email.utils import formatdate
@@ -246,7 +245,13 @@ class Front:
 
 
 class Connection(asyncio.Protocol):
-    """One client connection to the front."""
+    """One client connection to the front (slotted: a held poll's connection
+    is most of what holding it costs in memory)."""
+
+    __slots__ = ("_between", "_closed", "_current", "_dead", "_dispatching", "_fresh",
+                 "_front", "_handing_off", "_limits", "_parser", "_queue", "_raw",
+                 "_reading_paused", "_req", "_timer", "_timing", "_transport",
+                 "_writing_paused", "idle_since")
 
     def __init__(self, front: Front) -> None:
         self._front = front
@@ -255,7 +260,7 @@ class Connection(asyncio.Protocol):
         self._parser = httptools.HttpRequestParser(self)
         self._req: _Request | None = None
         """The request being parsed."""
-        self._queue: deque[_Request] = deque()
+        self._queue: list[_Request] = []
         """Complete requests waiting their turn."""
         self._current: _Request | None = None
         """The request being answered."""
@@ -506,7 +511,7 @@ class Connection(asyncio.Protocol):
                     elif self._req is None and not self._dead:
                         self.idle_since = _monotonic()
                     break
-                req = self._current = self._queue.popleft()
+                req = self._current = self._queue.pop(0)
                 if self._reading_paused:
                     self._resume_reading()
                 self._dispatch(req)
@@ -517,7 +522,8 @@ class Connection(asyncio.Protocol):
         if req.error is not None:
             self._answer(req, req.error)
         elif req.kind == POLL:
-            req.work = self._front.polls.start(req.room, parse_query(req.query), req.accept,
+            query, req.query, req.url = req.query, "", b""  # a held poll keeps neither
+            req.work = self._front.polls.start(req.room, parse_query(query), req.accept,
                                                partial(self._answer, req))
         else:
             assert req.body is not None
