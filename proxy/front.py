@@ -248,7 +248,7 @@ class Connection(asyncio.Protocol):
     """One client connection to the front (slotted: a held poll's connection
     is most of what holding it costs in memory)."""
 
-    __slots__ = ("_between", "_closed", "_current", "_dead", "_dispatching", "_fresh",
+    __slots__ = ("_between", "_closed", "_current", "_dead", "_dispatching", "_feeding", "_fresh",
                  "_front", "_handing_off", "_limits", "_parser", "_queue", "_raw",
                  "_reading_paused", "_req", "_timer", "_timing", "_transport",
                  "_writing_paused", "idle_since")
@@ -257,7 +257,9 @@ class Connection(asyncio.Protocol):
         self._front = front
         self._limits = front.limits
         self._transport: asyncio.Transport | None = None
-        self._parser = httptools.HttpRequestParser(self)
+        self._parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
+        """None between two requests while one is held (a parser costs more
+        memory than the rest of a held poll); made again when bytes arrive."""
         self._req: _Request | None = None
         """The request being parsed."""
         self._queue: list[_Request] = []
@@ -281,6 +283,7 @@ class Connection(asyncio.Protocol):
         """The parser stopped (a refusal or a hand-over): read no more."""
         self._handing_off = False
         self._dispatching = False
+        self._feeding = False
         self._reading_paused = False
         self._writing_paused = False
         self._closed = False
@@ -363,10 +366,27 @@ class Connection(asyncio.Protocol):
         except httptools.HttpParserError as exc:
             self._refuse(error_reply(400, "bad_request", f"malformed HTTP request: {exc}"))
 
+    def _rest(self) -> None:
+        """Held between two requests: let the parser go (see ``_parser``)."""
+        if (self._current is not None and self._req is None and not self._queue
+                and not self._feeding):
+            self._parser = None
+
     def _feed(self, data: bytes) -> None:
+        parser = self._parser
+        if parser is None:
+            parser = self._parser = httptools.HttpRequestParser(self)
+        self._feeding = True
+        try:
+            self._feed_to(parser, data)
+        finally:
+            self._feeding = False
+        self._rest()
+
+    def _feed_to(self, parser: httptools.HttpRequestParser, data: bytes) -> None:
         while True:
             try:
-                self._parser.feed_data(data)
+                parser.feed_data(data)
                 return
             except httptools.HttpParserUpgrade as upgrade:
                 # A request asking to upgrade is answered as plain HTTP/1.1 (we
@@ -434,6 +454,7 @@ class Connection(asyncio.Protocol):
         req = self._req
         assert req is not None
         parser = self._parser
+        assert parser is not None
         req.method = parser.get_method()
         req.version = parser.get_http_version()
         req.keep_alive = parser.should_keep_alive()
@@ -515,6 +536,7 @@ class Connection(asyncio.Protocol):
                 if self._reading_paused:
                     self._resume_reading()
                 self._dispatch(req)
+            self._rest()
         finally:
             self._dispatching = False
 
@@ -524,7 +546,7 @@ class Connection(asyncio.Protocol):
         elif req.kind == POLL:
             query, req.query, req.url = req.query, "", b""  # a held poll keeps neither
             req.work = self._front.polls.start(req.room, parse_query(query), req.accept,
-                                               partial(self._answer, req))
+                                               self._answer_current)
         else:
             assert req.body is not None
             task = asyncio.create_task(self._front.sends.send(
@@ -535,6 +557,12 @@ class Connection(asyncio.Protocol):
     def _sent(self, req: _Request, task: asyncio.Task[Reply]) -> None:
         if not task.cancelled():
             self._answer(req, task.result())
+
+    def _answer_current(self, reply: Reply) -> None:
+        """A poll's answer: the request being answered is its own (requests
+        are answered one at a time, and a poll cancelled never answers)."""
+        if self._current is not None:
+            self._answer(self._current, reply)
 
     def _answer(self, req: _Request, reply: Reply) -> None:
         if req is not self._current or self._closed:
