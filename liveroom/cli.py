@@ -178,6 +178,19 @@ def main() -> None:
               envvar="LIVEROOM_VIP_REFRESH", show_envvar=True, type=click.FloatRange(0.1, 60),
               help="Seconds between two reads of the vip whitelist: a room whitelisted "
                    "through another node moves to the vip sect here within this time.")
+@click.option("--keepalive-timeout", default=_D.keepalive_timeout, show_default=True,
+              envvar="LIVEROOM_KEEPALIVE_TIMEOUT", show_envvar=True,
+              type=click.FloatRange(1, 300),
+              help="Seconds an idle keep-alive connection stays open.")
+@click.option("--header-timeout", default=_D.header_timeout, show_default=True,
+              envvar="LIVEROOM_HEADER_TIMEOUT", show_envvar=True, type=click.FloatRange(1, 60),
+              help="Seconds a client has to send a request's head once it began (a slow "
+                   "client is cut off: slowloris).")
+@click.option("--request-timeout", default=_D.request_timeout, show_default=True,
+              envvar="LIVEROOM_REQUEST_TIMEOUT", show_envvar=True,
+              type=click.FloatRange(1, 60),
+              help="Seconds a client has to send a request's body once its head arrived "
+                   "(else 408).")
 @click.option("--workers", default="1", show_default=True, envvar="LIVEROOM_WORKERS",
               show_envvar=True, metavar="N|auto", callback=_parse_workers,
               help="Worker processes sharing the port (SO_REUSEPORT), each a node over the "
@@ -190,7 +203,8 @@ def serve(host: str, port: int, store: str, admin_token: str | None,
           important_keep: int, important_window: float, online_ttl: float,
           vip_shards: int, viewers_threshold: int, tiers: tuple[Tier, ...],
           hold_tick: float, rate_limits: tuple[Window, ...], room_rate_limit: int,
-          vip_refresh: float, workers: int) -> None:
+          vip_refresh: float, keepalive_timeout: float, header_timeout: float,
+          request_timeout: float, workers: int) -> None:
     """Run every role (proxy, recvsvr, statsvr) in this process, or in each of
     --workers processes on one port."""
     logging.basicConfig(level=log_level.upper(),
@@ -204,7 +218,8 @@ def serve(host: str, port: int, store: str, admin_token: str | None,
                             vip_shards=vip_shards, viewers_threshold=viewers_threshold,
                             tiers=tiers, hold_tick=hold_tick,
                             rate_limits=RateLimits(rate_limits, room_rate_limit),
-                            vip_refresh=vip_refresh)
+                            vip_refresh=vip_refresh, keepalive_timeout=keepalive_timeout,
+                            header_timeout=header_timeout, request_timeout=request_timeout)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint=_hint(str(exc))) from None
     if workers > 1:
@@ -214,6 +229,9 @@ def serve(host: str, port: int, store: str, admin_token: str | None,
         run(settings, announce=_announce)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--store") from None
+    except OSError as exc:  # the port: in use, or not ours to take
+        raise click.ClickException(
+            f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}") from None
 
 
 def _supervise(settings: Settings, workers: int, log_level: str) -> None:

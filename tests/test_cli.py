@@ -40,6 +40,10 @@ OPTIONS = {
     "--rate-limits": "LIVEROOM_RATE_LIMITS",
     "--room-rate-limit": "LIVEROOM_ROOM_RATE_LIMIT",
     "--vip-refresh": "LIVEROOM_VIP_REFRESH",
+    "--keepalive-timeout": "LIVEROOM_KEEPALIVE_TIMEOUT",
+    "--header-timeout": "LIVEROOM_HEADER_TIMEOUT",
+    "--request-timeout": "LIVEROOM_REQUEST_TIMEOUT",
+    "--workers": "LIVEROOM_WORKERS",
 }
 
 

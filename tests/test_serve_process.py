@@ -157,3 +157,14 @@ async def test_tokens_kept_in_redis_are_shared_by_every_process(redis_url: str) 
             proc.wait(timeout=10)
             if proc.stdout is not None:
                 proc.stdout.close()
+
+
+def test_a_port_in_use_is_a_clear_failure() -> None:
+    with serve() as (url, _):
+        port = url.rsplit(":", 1)[1]
+        second = subprocess.run([sys.executable, "-m", "liveroom", "serve", "--port", port],
+                                capture_output=True, text=True, timeout=30,
+                                env={**os.environ, "LIVEROOM_RATE_LIMITS": "off"})
+    assert second.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in second.stderr
+    assert "Traceback" not in second.stderr + second.stdout
