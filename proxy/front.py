@@ -408,17 +408,19 @@ class Connection(asyncio.Protocol):
 
     # -- parser callbacks: record what arrived ----------------------------------
 
-    def on_message_begin(self) -> None:
-        self._req = _Request()
+    def _begin(self) -> _Request:
+        """A request begins (at its URL: one callback fewer than at llhttp's
+        message begin, which every request would pay)."""
+        req = self._req = _Request()
         self._between = False
         if self._fresh:
             self._fresh = False
         else:
             self._raw = None  # began inside a read: its bytes cannot be told apart
+        return req
 
     def on_url(self, url: bytes) -> None:
-        req = self._req
-        assert req is not None
+        req = self._req or self._begin()
         req.url += url
         if len(req.url) > self._limits.max_url:
             raise _Refuse(error_reply(414, "uri_too_long",

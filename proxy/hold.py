@@ -193,14 +193,17 @@ class Holds:
 
         Returns the ticket; or a newer snapshot of the room to read at once
         instead of holding; or ``None`` when the poll is not held (shutting
-        down, or no time left): answer it empty.
+        down): answer it empty.
         """
-        if self.closing or deadline <= asyncio.get_running_loop().time():
+        if self.closing:
             return None
-        current = self._rooms.get(room)
-        if current is not None and _moved_past(current.snapshot, snapshot):
-            return current.snapshot
-        state = self._room(room, snapshot)
+        state = self._rooms.get(room)
+        if state is None or state.watcher is None:
+            state = self._room(room, snapshot)
+        elif _moved_past(state.snapshot, snapshot):
+            return state.snapshot
+        # A deadline already passed (a poll held again right at its end) fires
+        # at the next turn of the deadlines' timer.
         ticket = Ticket(held, room, state, False)
         ticket.key = self._deadlines.add(ticket, deadline)
         state.waiters.add(ticket)
