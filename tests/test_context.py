@@ -1,0 +1,53 @@
+"""The listener context: genuine only for exactly what it was signed for."""
+
+from __future__ import annotations
+
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from proxy.context import Context, ContextSigner
+
+names = st.from_regex(r"[A-Za-z0-9_.\-]{1,64}", fullmatch=True)
+counts = st.integers(0, 2**53 - 1)
+SIGNER = ContextSigner("secret")
+
+
+@given(room=names, uid=names, epoch=names, seq=counts, iseq=counts, seq_ic=counts,
+       iseq_ic=counts, last_ms=counts)
+def test_a_context_reads_back_what_was_signed(room: str, uid: str, epoch: str, seq: int,
+                                              iseq: int, seq_ic: int, iseq_ic: int,
+                                              last_ms: int) -> None:
+    token = SIGNER.sign(room, uid, epoch, seq, iseq, seq_ic, iseq_ic, last_ms)
+    assert len(token) == 55
+    assert set(token) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                             "0123456789-_")
+    assert SIGNER.verify(token, room, uid, epoch, seq, iseq) == Context(seq_ic, iseq_ic,
+                                                                       last_ms)
+
+
+@given(bound=st.tuples(names, names, names, counts, counts), which=st.integers(0, 4),
+       other=st.one_of(names, counts))
+def test_a_context_is_ignored_for_anything_else(bound: tuple[str, str, str, int, int],
+                                                which: int, other: str | int) -> None:
+    token = SIGNER.sign(*bound, 1, 2, 3)
+    changed = list(bound)
+    changed[which] = other
+    assume(type(other) is type(bound[which]) and tuple(changed) != bound)
+    room, uid, epoch, seq, iseq = changed
+    assert SIGNER.verify(token, str(room), str(uid), str(epoch), int(seq), int(iseq)) is None
+
+
+@given(position=st.integers(0, 54), char=st.sampled_from("AZaz09-_"))
+def test_a_changed_character_or_another_secret_is_refused(position: int, char: str) -> None:
+    token = SIGNER.sign("r", "u", "e", 5, 4, 1, 0, 1_700_000_000_000)
+    forged = token[:position] + char + token[position + 1:]
+    if forged != token:
+        assert SIGNER.verify(forged, "r", "u", "e", 5, 4) is None
+    assert ContextSigner("other").verify(token, "r", "u", "e", 5, 4) is None
+
+
+def test_malformed_contexts_are_refused() -> None:
+    token = SIGNER.sign("r", "u", "e", 5, 4, 1, 0, 7)
+    for bad in ("", "x", token[:-1], token + "A", "=" * 55, "é" * 55, "+" * 55,
+                "\udcff" * 55, token.replace(token[0], "!", 1)):
+        assert SIGNER.verify(bad, "r", "u", "e", 5, 4) is None
