@@ -9,8 +9,13 @@ A held poll is a callback (:class:`Held`), not a task: holding one costs a
 
 *Plain* polls (a room under the first tier) are all woken at every change and
 re-read; their timeouts share one :class:`~proxy.deadlines.Deadlines` per
-loop. The watcher wakes a big room's polls in slices, letting the loop serve
-other connections between two slices.
+loop. The watcher wakes all of a room's plain polls in one go, as a paced
+room's ticker releases its due polls: a message reaches every listener before
+the loop reads their next polls. (Letting the loop run between slices of a
+wake-up lets the polls that come back be read in between, and the last
+listener then waits for both: measured with 20 000 held polls, the last
+answer went out twice as late.) The loop is held for about 10 µs per answer;
+rooms big enough for that to matter are paced by the default tiers.
 
 *Paced* polls (a room in a tier) are not woken one change at a time: a ticker
 task per room releases them every ``tick`` seconds, so listeners released
@@ -59,8 +64,6 @@ _order = itertools.count()
 LINGER = 5.0
 """Seconds a paced room keeps its pacing after its last held poll left."""
 
-WAKE_SLICE = 512
-"""Plain polls woken between two turns of the loop."""
 
 
 class Held(Protocol):
@@ -271,29 +274,24 @@ class Holds:
                     continue
                 held.snapshot, held.changed = snap, True
                 if held.waiters:
-                    await self._wake_plain(held, snap)
+                    self._wake_plain(held, snap)
         finally:
             held.watcher = None
             if held.empty and held.ticker is None and self._rooms.get(room) is held:
                 del self._rooms[room]
 
-    async def _wake_plain(self, held: _Room, snap: Snapshot) -> None:
-        """Wake every plain poll of the room, a slice at a time."""
-        woken = list(held.waiters)
-        held.waiters = set()
+    def _wake_plain(self, held: _Room, snap: Snapshot) -> None:
+        """Wake every plain poll of the room."""
+        woken, held.waiters = held.waiters, set()
         held.waking = True
+        discard = self._deadlines.discard
         try:
-            for start in range(0, len(woken), WAKE_SLICE):
-                if start:
-                    await asyncio.sleep(0)
-                discard = self._deadlines.discard
-                for ticket in woken[start:start + WAKE_SLICE]:
-                    # Taken back meanwhile (its client left)?
-                    if not ticket.done:
-                        ticket.done = True
-                        self.count -= 1
-                        discard(ticket, ticket.key)
-                        ticket.held.wake(snap)  # a poll's wake answers its own failures
+            for ticket in woken:
+                if not ticket.done:  # taken back meanwhile (a wake-up may close others)
+                    ticket.done = True
+                    self.count -= 1
+                    discard(ticket, ticket.key)
+                    ticket.held.wake(snap)  # a poll's wake answers its own failures
         finally:
             held.waking = False
 
