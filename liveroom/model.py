@@ -20,6 +20,12 @@ _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _CLIENT_MSG_ID = re.compile(r"[A-Za-z0-9_.:\-]{1,128}")
 _DIGITS = re.compile(r"[0-9]{1,16}")
 
+is_name = _NAME.fullmatch
+"""A match when a string is a valid room or uid name (no error: for hot paths
+that call :func:`check_name` only to raise)."""
+is_digits = _DIGITS.fullmatch
+"""A match when a string is what :func:`parse_count` parses (range apart)."""
+
 
 def bucket_of(name: str, count: int) -> int:
     """Which of ``count`` buckets ``name`` falls in: CRC-32 of its UTF-8 bytes

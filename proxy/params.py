@@ -9,7 +9,14 @@ from typing import Any, NamedTuple
 
 from liveroom.codec import check_value, json_size
 from liveroom.errors import BadBody, BadRequest, TooLarge
-from liveroom.model import check_client_msg_id, check_name, parse_count
+from liveroom.model import (
+    MAX_INT,
+    check_client_msg_id,
+    check_name,
+    is_digits,
+    is_name,
+    parse_count,
+)
 
 
 class Cursor(NamedTuple):
@@ -37,11 +44,15 @@ _EPOCH = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 
 def parse_poll(room: str, query: Mapping[str, str], *, default_timeout: float,
                max_timeout: int, recent_default: int, recent_max: int) -> PollParams:
-    check_name("room", room)
+    # The checks of check_name and parse_count, made inline on every poll;
+    # those functions only raise the refusals.
+    if not is_name(room):
+        check_name("room", room)
     uid = query.get("uid")
     if uid is None:
         raise BadRequest("uid is required")
-    check_name("uid", uid)
+    if not is_name(uid):
+        check_name("uid", uid)
     timeout = float(parse_count("timeout", query["timeout"], 1, max_timeout)) \
         if "timeout" in query else default_timeout
     recent = parse_count("recent", query["recent"], 0, recent_max) \
@@ -52,8 +63,16 @@ def parse_poll(room: str, query: Mapping[str, str], *, default_timeout: float,
         raise BadRequest("epoch must be the value of a previous answer")
     if raw_seq is None:
         return PollParams(room, uid, None, timeout, recent)
-    seq = parse_count("seq", raw_seq)
-    iseq = parse_count("iseq", query["iseq"]) if "iseq" in query else seq
+    seq = int(raw_seq) if is_digits(raw_seq) else parse_count("seq", raw_seq)
+    if seq > MAX_INT:
+        parse_count("seq", raw_seq)
+    raw_iseq = query.get("iseq")
+    if raw_iseq is None:
+        iseq = seq
+    else:
+        iseq = int(raw_iseq) if is_digits(raw_iseq) else parse_count("iseq", raw_iseq)
+        if iseq > MAX_INT:
+            parse_count("iseq", raw_iseq)
     if epoch is None:
         raise BadRequest("epoch is required with seq")
     ctx = query.get("ctx") or None
