@@ -8,6 +8,7 @@ gets it running and flushed. Fault tests stop and restart it on the same port.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import socket
 import subprocess
@@ -103,6 +104,14 @@ def redis_url(redis_server: RedisServer) -> str:
     redis_server.start()
     redis_server.flushall()
     return redis_server.url
+
+
+@pytest.fixture
+def no_liveroom_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No ``LIVEROOM_*`` variable of the machine leaks into the test."""
+    for name in list(os.environ):
+        if name.startswith("LIVEROOM_"):
+            monkeypatch.delenv(name)
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
@@ -127,6 +128,29 @@ class Listener:
         async with asyncio.timeout(limit):
             while len(self.received) < count:
                 await self.poll(url, timeout=5)
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without ``LIVEROOM_*``, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LIVEROOM_")}
+    env.update(extra)
+    return env
+
+
+async def read_response(reader: asyncio.StreamReader,
+                        within: float = 5.0) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP/1.1 response off a raw socket: status, headers (lower-case
+    names), body (by its Content-Length)."""
+    async with asyncio.timeout(within):
+        status_line = await reader.readline()
+        assert status_line.startswith(b"HTTP/1.1 "), status_line
+        status = int(status_line.split()[1])
+        headers: dict[str, str] = {}
+        while (line := await reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.decode("latin-1").partition(":")
+            headers[name.strip().lower()] = value.strip()
+        body = await reader.readexactly(int(headers.get("content-length", "0")))
+    return status, headers, body
 
 
 class LoopTurns:

@@ -19,7 +19,7 @@ import aiohttp
 import msgpack
 import pytest
 from aiohttp.test_utils import TestClient
-from support import FrontTestServer
+from support import FrontTestServer, read_response
 
 from liveroom.node import build_app
 from liveroom.settings import Settings
@@ -454,18 +454,6 @@ async def test_server_survives_bad_input_without_leaking_tasks(
     assert_answer(doc)
     assert [(m["seq"], m["body"]) for m in doc["messages"]] == [(seq, "still here")]
     assert await settle_tasks(baseline) == baseline
-
-
-async def read_response(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
-    status_line = await reader.readline()
-    assert status_line.startswith(b"HTTP/1.1 "), status_line
-    status = int(status_line.split()[1])
-    headers: dict[str, str] = {}
-    while (line := await reader.readline()) not in (b"\r\n", b""):
-        name, _, value = line.decode("latin-1").partition(":")
-        headers[name.strip().lower()] = value.strip()
-    body = await reader.readexactly(int(headers.get("content-length", "0")))
-    return status, headers, body
 
 
 async def test_half_sent_body_times_out(make_client: MakeClient) -> None:

@@ -4,7 +4,6 @@ serving, announcing its tokens and stopping cleanly on a signal."""
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import signal
 import socket
@@ -17,7 +16,7 @@ import aiohttp
 import pytest
 from click.testing import CliRunner, Result
 from conftest import RedisServer
-from support import ADMIN, PUBLISHER, Listener, running_node
+from support import ADMIN, PUBLISHER, Listener, clean_env, running_node
 
 from liveroom import __version__
 from liveroom.cli import main
@@ -47,17 +46,7 @@ OPTIONS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _no_liveroom_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        if name.startswith("LIVEROOM_"):
-            monkeypatch.delenv(name)
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LIVEROOM_")}
-    env.update(extra)
-    return env
+pytestmark = pytest.mark.usefixtures("no_liveroom_env")
 
 
 def flat(text: str) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from support import Listener, Running, running_node
+from support import Listener, Running, read_response, running_node
 
 from liveroom.clock import FakeClock
 from liveroom.settings import Settings
@@ -33,21 +33,6 @@ async def connect(node: Running) -> AsyncIterator[Raw]:
     finally:
         writer.close()
         await writer.wait_closed()
-
-
-async def read_response(reader: asyncio.StreamReader,
-                        within: float = 5.0) -> tuple[int, dict[str, str], bytes]:
-    """One response: status, headers (lower-case names), body."""
-    async with asyncio.timeout(within):
-        status_line = await reader.readline()
-        assert status_line.startswith(b"HTTP/1.1 "), status_line
-        status = int(status_line.split()[1])
-        headers: dict[str, str] = {}
-        while (line := await reader.readline()) not in (b"\r\n", b""):
-            name, _, value = line.decode("latin-1").partition(":")
-            headers[name.strip().lower()] = value.strip()
-        body = await reader.readexactly(int(headers.get("content-length", "0")))
-    return status, headers, body
 
 
 async def closed_by_server(reader: asyncio.StreamReader, within: float = 5.0) -> bool:

@@ -26,7 +26,7 @@ import pytest
 import redis.asyncio
 from click.testing import CliRunner
 from prometheus_client.multiprocess import MultiProcessCollector
-from support import ADMIN, PUBLISHER, Listener, send
+from support import ADMIN, PUBLISHER, Listener, clean_env, send
 
 from liveroom.cli import main
 from liveroom.settings import Settings
@@ -35,17 +35,7 @@ from liveroom.workers import Supervisor
 WORKER = re.compile(r"-m liveroom\.workers (\S+)$")
 
 
-@pytest.fixture(autouse=True)
-def _no_liveroom_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        if name.startswith("LIVEROOM_"):
-            monkeypatch.delenv(name)
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LIVEROOM_")}
-    env.update(extra)
-    return env
+pytestmark = pytest.mark.usefixtures("no_liveroom_env")
 
 
 SECRETS = {"admin_token": ADMIN, "publisher_token": PUBLISHER, "secret": "shared"}
