@@ -128,8 +128,13 @@ class Proxy:
 
     async def poll(self, request: web.Request) -> web.StreamResponse:
         answered: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+
+        def reply(answer: Reply) -> None:
+            if not answered.done():  # cancelled: the client left first
+                answered.set_result(answer)
+
         poll = self.polls.start(request.match_info["room"], request.query,
-                                request.headers.get("Accept", ""), answered.set_result)
+                                request.headers.get("Accept", ""), reply)
         try:
             return response(await answered)
         finally:
