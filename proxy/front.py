@@ -482,7 +482,7 @@ class Connection(asyncio.Protocol):
             except LiveroomError as exc:
                 req.error = failure_reply(exc)
                 if (req.content_length or 0) > DISCARD_MAX:
-                    req.close_after = True
+                    raise _Refuse(req.error) from None  # not worth reading to keep the connection
             else:
                 req.body = bytearray()
             if req.expect and self._current is None and not self._queue:
