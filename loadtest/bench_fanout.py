@@ -1,16 +1,22 @@
 """Fan-out benchmark: the whole long-poll cycle in one room, liveroom against nginx + Nchan.
 
-For each server asked (``--against liveroom``, ``nchan`` or ``both``) it
+For each server asked (``--against liveroom``, ``nchan``, ``both`` for the two,
+``floor``, or ``all`` for liveroom, Nchan when installed, and the floor) it
 
 1. starts the server as a child process on a free 127.0.0.1 port:
-   ``python -m liveroom serve ... --tiers T [--store URL] [--workers N]``, or
+   ``python -m liveroom serve ... --tiers T [--store URL] [--workers N]``;
    nginx with the nchan module, one worker, from ``loadtest/nchan.conf``
-   filled into a temporary directory (Nchan has no tiers: always a plain
+   filled into a temporary directory; or ``floor_server.py``, the Python
+   floor: the smallest uvloop + httptools long-poll server speaking just
+   enough of liveroom's poll contract for these listeners, no validation,
+   context, statistics or store, to show what a bare asyncio protocol costs
+   per delivery here (Nchan and the floor have no tiers: always a plain
    hold);
 2. measures the server's RSS (its process and all descendants), then connects
    ``--listeners`` long polls to one room from ``--client-procs`` client
    processes (``fanout_client.py``: uvloop + httptools, one keep-alive
-   connection per listener, polling again at once after every answer);
+   connection per listener, polling again at once after every answer; the
+   floor gets liveroom's listeners and publisher);
 3. warms up until every listener holds a poll (and, for a tiered liveroom,
    until the room's online count has reached the listeners, so the room is in
    its tier), waits for the server to go quiet, and measures the RSS again:
@@ -38,6 +44,9 @@ Measured over the window (first send to last delivery), per server:
   itself, and then the latencies are the client's, not the server's; the
   report says so.
 
+Below the table, the ratios of each pair of rows present: liveroom / nchan,
+liveroom / floor and floor / nchan.
+
 Presets (``--scenario``) match the targets of issue 9; any free flag overrides
 the preset's value:
 
@@ -51,6 +60,7 @@ the preset's value:
 
     python loadtest/bench_fanout.py --scenario plain
     python loadtest/bench_fanout.py --scenario tiers --against liveroom
+    python loadtest/bench_fanout.py --scenario plain --against all
     python loadtest/bench_fanout.py --listeners 500 --rate 5 --seconds 10
     python loadtest/bench_fanout.py --scenario plain --workers 2 --store redis-server
 
@@ -91,6 +101,7 @@ from fanout_servers import (
     NCHAN_MODULE,
     Server,
     cpu_seconds,
+    floor_server,
     liveroom_server,
     nchan_available,
     nchan_server,
@@ -100,6 +111,8 @@ from fanout_servers import (
 
 REPO = Path(__file__).resolve().parent.parent
 ROOM = "bench"
+SPEAKS = {"liveroom": "liveroom", "nchan": "nchan", "floor": "liveroom"}
+"""The HTTP contract each server speaks (the listeners' and the publisher's kind)."""
 
 
 @dataclass(frozen=True)
@@ -271,7 +284,7 @@ def wait_quiet(server: Server, timeout: float = 15, idle: float = 0.05) -> None:
 
 def run_one(kind: str, args: argparse.Namespace, listeners: int, client_procs: int,
             nofile: int) -> dict[str, Any]:
-    tiers = "off" if kind == "nchan" else args.tiers
+    tiers = args.tiers if kind == "liveroom" else "off"
     messages = max(1, round(args.rate * args.seconds))
     connect_timeout = 30 + listeners / 200
     budget = connect_timeout + 90 + 30 + args.seconds + args.drain + 120  # every wait, and some
@@ -284,16 +297,20 @@ def run_one(kind: str, args: argparse.Namespace, listeners: int, client_procs: i
             store_url = f"redis://127.0.0.1:{store.port}/0"
             say(kind, "start", f"a throw-away redis-server at {store_url}")
         say(kind, "start", "starting the server")
-        server = stack.enter_context(
-            liveroom_server(tmp, nofile, args.tiers, store_url, args.workers)
-            if kind == "liveroom" else nchan_server(tmp, nofile, args.nchan_multipart))
+        if kind == "liveroom":
+            server = stack.enter_context(
+                liveroom_server(tmp, nofile, args.tiers, store_url, args.workers))
+        elif kind == "nchan":
+            server = stack.enter_context(nchan_server(tmp, nofile, args.nchan_multipart))
+        else:
+            server = stack.enter_context(floor_server(tmp, nofile))
         time.sleep(1.0)
         wait_quiet(server)
         rss_before = server.rss()
         say(kind, "start", f"port {server.port}, pids {server.pids()}, "
                            f"RSS {rss_before / 2**20:.1f} MiB")
 
-        clients = Clients(kind, server.port, listeners, client_procs, budget)
+        clients = Clients(SPEAKS[kind], server.port, listeners, client_procs, budget)
         stack.callback(clients.stop)
         say(kind, "connect", f"{listeners} listeners from {client_procs} client process(es)")
         deadline = time.monotonic() + connect_timeout
@@ -321,7 +338,7 @@ def run_one(kind: str, args: argparse.Namespace, listeners: int, client_procs: i
         rss_held = server.rss()
         say(kind, "warm-up", f"RSS {rss_held / 2**20:.1f} MiB with {listeners} polls held")
 
-        publisher = Publisher(kind, server.port)
+        publisher = Publisher(SPEAKS[kind], server.port)
         stack.callback(publisher.close)
         start = clients.status()
         cpu0, ccpu0, t0 = server.cpu(), clients.cpu(), time.monotonic()
@@ -422,11 +439,17 @@ def versions() -> str:
             f"kernel {platform.release()}, {nginx}")
 
 
+def label(r: dict[str, Any]) -> str:
+    if r["server"] == "nchan":
+        return "nchan"
+    if r["server"] == "floor":
+        return "floor (uvloop + httptools, no contract)"
+    return (f"liveroom (tiers {r['tiers'] or 'default'}"
+            + (f", {r['workers']} workers" if r["workers"] > 1 else "") + ")")
+
+
 COLUMNS = [
-    ("server", lambda r: r["server"] + ("" if r["server"] == "nchan"
-                                        else f" (tiers {r['tiers'] or 'default'}"
-                                        + (f", {r['workers']} workers" if r["workers"] > 1
-                                           else "") + ")")),
+    ("server", label),
     ("listeners", lambda r: f"{r['listeners']:,}"),
     ("msgs", lambda r: f"{r['messages']}"),
     ("deliveries", lambda r: f"{r['deliveries']:,}"),
@@ -449,11 +472,15 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join("| " + " | ".join(row) + " |" for row in rows)
 
 
-def ratios(lr: dict[str, Any], nc: dict[str, Any]) -> str:
-    def ratio(key: str) -> str:
-        return f"{lr[key] / nc[key]:.2f}" if nc[key] else "-"
+RATIOS = [("liveroom", "nchan"), ("liveroom", "floor"), ("floor", "nchan")]
+"""The pairs of rows compared below the table, when both rows are there."""
 
-    return (f"liveroom / nchan: µs CPU per delivery {ratio('us_per_delivery')}, "
+
+def ratios(a: dict[str, Any], b: dict[str, Any]) -> str:
+    def ratio(key: str) -> str:
+        return f"{a[key] / b[key]:.2f}" if b[key] else "-"
+
+    return (f"{a['server']} / {b['server']}: µs CPU per delivery {ratio('us_per_delivery')}, "
             f"p50 {ratio('p50_ms')}, p99 {ratio('p99_ms')}, "
             f"reach-all max {ratio('reach_all_max_ms')}, "
             f"requests per delivery {ratio('requests_per_delivery')}, "
@@ -480,7 +507,7 @@ def notes(r: dict[str, Any]) -> list[str]:
         out.append(f"{r['server']}: a client process used {max(busy):.0f} % of a core: "
                    "the client is saturated, so the latencies (and deliveries/s) are "
                    "partly the client's")
-    if r["server_cpu_pct"] >= 90 * (1 if r["server"] == "nchan" else max(1, r["workers"])):
+    if r["server_cpu_pct"] >= 90 * max(1, r["workers"]):
         out.append(f"{r['server']}: the server used {r['server_cpu_pct']:.0f} % of a core: "
                    "saturated")
     cores = os.cpu_count() or 1
@@ -513,8 +540,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--scenario", choices=sorted(SCENARIOS), default="plain",
                    help="a preset of listeners, rate, seconds, tiers and client processes "
                         "(default: plain); the flags below override it")
-    p.add_argument("--against", choices=["liveroom", "nchan", "both"],
-                   help="the server(s) to measure, with the same load (default: both when "
+    p.add_argument("--against", choices=["liveroom", "nchan", "both", "floor", "all"],
+                   help="the server(s) to measure, with the same load: both = liveroom and "
+                        "nchan; floor = floor_server.py, the Python floor (uvloop + "
+                        "httptools, just enough of the poll contract, plain hold); all = "
+                        "liveroom, nchan (when installed) and floor (default: both when "
                         "nginx with the nchan module is installed, else liveroom)")
     p.add_argument("--listeners", type=int,
                    help="long polls held in the room, each polling again at once after "
@@ -525,7 +555,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "first send until every listener has every message (or --drain)")
     p.add_argument("--tiers",
                    help="liveroom's --tiers ('off' for a plain hold, 'default' for the "
-                        "server's own table); Nchan always runs plain")
+                        "server's own table); Nchan and the floor always run plain")
     p.add_argument("--client-procs", type=int,
                    help="client processes the listeners are split over (each one core at "
                         "most); raised if one process cannot open its share of sockets")
@@ -577,16 +607,21 @@ def main(argv: list[str] | None = None) -> int:
             args.against = "liveroom"
             notes_out.append(f"nginx with the nchan module ({NCHAN_MODULE}) not found: "
                              "liveroom only (apt-get install nginx libnginx-mod-nchan)")
-    elif args.against != "liveroom" and not nchan_available():
+    elif args.against in ("nchan", "both") and not nchan_available():
         print(f"nginx with the nchan module ({NCHAN_MODULE}) not found", file=sys.stderr)
         return 2
-    kinds = ["liveroom", "nchan"] if args.against == "both" else [args.against]
+    kinds = {"both": ["liveroom", "nchan"],
+             "all": ["liveroom", "nchan", "floor"]}.get(args.against, [args.against])
+    if "floor" in kinds and "nchan" in kinds and not nchan_available():
+        kinds.remove("nchan")
+        notes_out.append(f"nginx with the nchan module ({NCHAN_MODULE}) not found: "
+                         "liveroom and the floor only")
 
     # One process holds at most (open-files limit - a reserve) polls, servers and
     # clients alike; root may raise the limit unless the host forbids it.
     nofile = raise_nofile(args.listeners + FD_RESERVE)
     listeners = args.listeners
-    server_procs = 1 if args.workers == 1 or kinds == ["nchan"] else args.workers
+    server_procs = args.workers if "liveroom" in kinds else 1
     if listeners > nofile - FD_RESERVE and server_procs == 1:
         listeners = nofile - FD_RESERVE
         notes_out.append(f"the open-files limit is {nofile} and cannot be raised here "
@@ -628,9 +663,10 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(table(results))
     by = {r["server"]: r for r in results}
-    if "liveroom" in by and "nchan" in by:
+    lines = [ratios(by[a], by[b]) for a, b in RATIOS if a in by and b in by]
+    if lines:
         print()
-        print(ratios(by["liveroom"], by["nchan"]))
+        print("\n".join(lines))
     print()
     for r in results:
         print(cpu_line(r))

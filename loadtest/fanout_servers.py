@@ -1,5 +1,8 @@
 """The servers bench_fanout.py measures: started, watched from /proc, stopped.
 
+liveroom (``python -m liveroom serve``), nginx + Nchan, and the Python floor
+(``floor_server.py``); a throw-away redis-server for liveroom's redis store.
+
 Each server is a child process in a session of its own (Ctrl-C in the
 terminal reaches only the benchmark, which stops it), with its open-files
 limit raised and a parent-death signal, so it never outlives the benchmark;
@@ -145,6 +148,24 @@ def liveroom_server(tmp: Path, nofile: int, tiers: str | None, store: str | None
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
                                 start_new_session=True, preexec_fn=child_setup(nofile))
     server = Server("liveroom", proc, port, log)
+    try:
+        wait_until("the line 'listening on'",
+                   lambda: "listening on" in log.read_text(errors="replace"), 60, server)
+        yield server
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def floor_server(tmp: Path, nofile: int) -> Iterator[Server]:
+    """``floor_server.py``, the Python floor, ready once it says 'listening on'."""
+    port = free_port()
+    cmd = [sys.executable, str(HERE / "floor_server.py"), "--port", str(port)]
+    log = tmp / "floor.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
+                                start_new_session=True, preexec_fn=child_setup(nofile))
+    server = Server("floor", proc, port, log)
     try:
         wait_until("the line 'listening on'",
                    lambda: "listening on" in log.read_text(errors="replace"), 60, server)
