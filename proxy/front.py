@@ -68,7 +68,7 @@ this the connection closes after the answer."""
 POLL, SEND = 1, 2
 _NONE, _HEAD, _BODY = 0, 1, 2
 SWEEP_EVERY = 1.0
-"""Seconds between two sweeps for idle connections."""
+"""Seconds between two sweeps for idle connections (at most half the idle timeout)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,7 +237,8 @@ class Front:
         if not self.connections:
             self._sweeper = None
             return
-        self._sweeper = asyncio.get_running_loop().call_later(SWEEP_EVERY, self._sweep)
+        self._sweeper = asyncio.get_running_loop().call_later(
+            min(SWEEP_EVERY, self.limits.idle_timeout / 2), self._sweep)
         before = _monotonic() - self.limits.idle_timeout
         stale = [c for c in self.connections if 0 < c.idle_since <= before]
         for conn in stale:

@@ -241,16 +241,16 @@ async def test_a_slow_head_is_cut_off() -> None:
                 except ConnectionError:
                     break
                 await asyncio.sleep(0.1)
-        assert loop.time() - started < 1.5
+        assert loop.time() - started < 3  # cut at 0.5 s; the client would go on for 5
 
 
 async def test_an_idle_connection_is_closed() -> None:
     async with quick_timeouts() as node, connect(node) as (reader, writer):
         writer.write(get("/v1/rooms/i/poll?uid=u"))
         assert (await read_response(reader))[0] == 200
-        assert await closed_by_server(reader, within=2)
+        assert await closed_by_server(reader, within=3)
     async with quick_timeouts() as node, connect(node) as (reader, _):
-        assert await closed_by_server(reader, within=2)  # never sent a byte
+        assert await closed_by_server(reader, within=3)  # never sent a byte
 
 
 async def test_a_slow_body_gets_408() -> None:
