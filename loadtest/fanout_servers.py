@@ -131,47 +131,44 @@ def accepts(port: int) -> bool:
 
 
 @contextlib.contextmanager
+def announcing_server(name: str, args: list[str], port: int, tmp: Path,
+                      nofile: int) -> Iterator[Server]:
+    """A Python child process run from this checkout, ready once its log says
+    'listening on'; stopped on exit."""
+    log = tmp / f"{name}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, *args], stdout=out, stderr=subprocess.STDOUT,
+                                cwd=REPO, start_new_session=True,
+                                preexec_fn=child_setup(nofile))
+    server = Server(name, proc, port, log)
+    try:
+        wait_until("the line 'listening on'",
+                   lambda: "listening on" in log.read_text(errors="replace"), 60, server)
+        yield server
+    finally:
+        server.stop()
+
+
 def liveroom_server(tmp: Path, nofile: int, tiers: str | None, store: str | None,
-                    workers: int) -> Iterator[Server]:
-    """``python -m liveroom serve`` from this checkout, ready once it says 'listening on'."""
+                    workers: int) -> contextlib.AbstractContextManager[Server]:
+    """``python -m liveroom serve`` from this checkout."""
     port = free_port()
-    cmd = [sys.executable, "-m", "liveroom", "serve", "--port", str(port),
-           "--admin-token", "a", "--publisher-token", "p", "--log-level", "warning"]
+    args = ["-m", "liveroom", "serve", "--port", str(port),
+            "--admin-token", "a", "--publisher-token", "p", "--log-level", "warning"]
     if tiers is not None:
-        cmd += ["--tiers", tiers]
+        args += ["--tiers", tiers]
     if store:
-        cmd += ["--store", store]
+        args += ["--store", store]
     if workers > 1:
-        cmd += ["--workers", str(workers)]
-    log = tmp / "liveroom.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
-                                start_new_session=True, preexec_fn=child_setup(nofile))
-    server = Server("liveroom", proc, port, log)
-    try:
-        wait_until("the line 'listening on'",
-                   lambda: "listening on" in log.read_text(errors="replace"), 60, server)
-        yield server
-    finally:
-        server.stop()
+        args += ["--workers", str(workers)]
+    return announcing_server("liveroom", args, port, tmp, nofile)
 
 
-@contextlib.contextmanager
-def floor_server(tmp: Path, nofile: int) -> Iterator[Server]:
-    """``floor_server.py``, the Python floor, ready once it says 'listening on'."""
+def floor_server(tmp: Path, nofile: int) -> contextlib.AbstractContextManager[Server]:
+    """``floor_server.py``, the Python floor."""
     port = free_port()
-    cmd = [sys.executable, str(HERE / "floor_server.py"), "--port", str(port)]
-    log = tmp / "floor.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
-                                start_new_session=True, preexec_fn=child_setup(nofile))
-    server = Server("floor", proc, port, log)
-    try:
-        wait_until("the line 'listening on'",
-                   lambda: "listening on" in log.read_text(errors="replace"), 60, server)
-        yield server
-    finally:
-        server.stop()
+    return announcing_server("floor", [str(HERE / "floor_server.py"), "--port", str(port)],
+                             port, tmp, nofile)
 
 
 def nchan_available() -> bool:
