@@ -246,14 +246,10 @@ class Holds:
         return ticket
 
     def _expire(self, ticket: Ticket) -> None:
-        """A plain poll's deadline passed."""
-        if ticket.done:
-            return
-        ticket.done = True
-        self.count -= 1
-        ticket.room.waiters.discard(ticket)
-        self._leave(ticket.name, ticket.room)
-        self._wake(ticket, None)
+        """A plain poll's deadline passed (the deadlines forgot it already)."""
+        if self._take(ticket):
+            self._leave(ticket.name, ticket.room)
+            self._wake(ticket, None)
 
     def _wake(self, ticket: Ticket, snap: Snapshot | None) -> None:
         try:
