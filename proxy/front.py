@@ -347,13 +347,8 @@ class Connection(asyncio.Protocol):
                         self._arm(_HEAD, self._limits.header_timeout)
                 elif self._timing != _BODY:
                     self._arm(_BODY, self._limits.body_timeout)
-        except _HandOff:
-            self._dead = self._handing_off = True
-            self._pause_reading()
-            self._next()
-        except _Refuse as refusal:
-            self._refuse(refusal.reply)
         except httptools.HttpParserCallbackError as exc:
+            # httptools raises what a callback raised as this error's context.
             cause = exc.__context__
             if isinstance(cause, _HandOff):
                 self._dead = self._handing_off = True
