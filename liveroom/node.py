@@ -194,7 +194,7 @@ def build_app(settings: Settings, clock: Clock | None = None,
     """The aiohttp application of one node running every role."""
     node = build_node(settings, clock, announce)
     app = web.Application(middlewares=[errors_middleware],
-                          client_max_size=settings.max_message_bytes + 1024)
+                          client_max_size=node.proxy.sends.body_limit)
     app[NODE] = node
     node.proxy.add_routes(app)
     node.operators.add_routes(app)
@@ -237,7 +237,7 @@ async def serve(settings: Settings, *, announce: Callable[[Node], None] | None =
 
     ``announce`` runs once the node listens. Shutdown is graceful: the socket
     stops accepting, held polls are answered (empty, same cursors), requests in
-    progress get ``shutdown_timeout`` seconds, then the node's tasks stop.
+    progress get :data:`SHUTDOWN_GRACE` seconds, then the node's tasks stop.
     ``reuse_port`` lets several processes listen on one port (``SO_REUSEPORT``).
     ``freeze`` moves what start-up built out of the collector's sight
     (``gc.freeze``): the process's own server, not a test's.
