@@ -14,7 +14,8 @@ carries ``Retry-After``)::
     ├── TooLarge              413  body over the limit
     ├── UnsupportedMedia      415  neither JSON nor msgpack, or compressed
     ├── RateLimited           429  a sender limit (temporary)
-    └── StoreUnavailable      503  the KV store cannot be reached (temporary)
+    ├── StoreUnavailable      503  the KV store cannot be reached (temporary)
+    └── Overloaded            503  the node holds all the polls it may (temporary)
 
 Engines turn their driver's connection errors into :class:`StoreUnavailable` at
 their boundary, so nothing above the store knows which engine runs. One
@@ -86,4 +87,16 @@ class StoreUnavailable(LiveroomError):
 
     def __init__(self, message: str = "the message store is unavailable", *,
                  retry_after: float | None = 1.0) -> None:
+        super().__init__(message, retry_after=retry_after)
+
+
+class Overloaded(LiveroomError):
+    """The node holds as many polls as it may: this one was not held."""
+
+    code = "overloaded"
+    status = 503
+    temporary = True
+
+    def __init__(self, message: str = "this node holds all the polls it can; retry later",
+                 *, retry_after: float | None = 2.0) -> None:
         super().__init__(message, retry_after=retry_after)

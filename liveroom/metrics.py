@@ -75,6 +75,13 @@ class Metrics:
         self.polls = Counter("liveroom_polls", "Polls answered", ["outcome"], registry=r)
         self.deliveries = Counter("liveroom_delivered_messages",
                                   "Messages delivered in poll answers", ["kind"], registry=r)
+        self.refused_polls = Counter("liveroom_polls_refused",
+                                     "Polls answered 503 instead of held", ["reason"],
+                                     registry=r)
+        self.superseded_polls = Counter(
+            "liveroom_polls_superseded",
+            "Held polls answered empty because a newer poll of the same listener came",
+            registry=r)
         self.sends = Counter("liveroom_sends", "Sends", ["outcome"], registry=r)
         self.pulls = Counter("liveroom_pulls", "Room pulls from the store", registry=r)
         self.pull_batches = Counter("liveroom_pull_batches", "Batched store reads", registry=r)

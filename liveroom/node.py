@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import resource
 import secrets
 import signal
 import socket
@@ -262,11 +263,26 @@ async def serve(settings: Settings, *, announce: Callable[[Node], None] | None =
         await runner.cleanup()
 
 
+def raise_open_files() -> int:
+    """Raise this process's open-file limit to its hard limit (every held
+    poll keeps a connection open); return the limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):  # some systems cap it below RLIM_INFINITY
+            log.warning("could not raise the open-file limit above %d", soft)
+    return soft
+
+
 def run(settings: Settings, *, announce: Callable[[Node], None] | None = None,
         reuse_port: bool = False) -> None:
     """:func:`serve` on a new uvloop loop, until SIGTERM or SIGINT, with the
-    collector tuned for a server (:data:`GC_THRESHOLDS`)."""
+    collector tuned for a server (:data:`GC_THRESHOLDS`) and the open-file
+    limit raised to the hard limit."""
     gc.set_threshold(*GC_THRESHOLDS)
+    raise_open_files()
     loop = new_loop()
     try:
         loop.run_until_complete(serve(settings, announce=announce, reuse_port=reuse_port,

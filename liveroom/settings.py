@@ -78,6 +78,18 @@ class Settings:
     keepalive_timeout: float = 15.0
     """Time an idle keep-alive connection stays open."""
 
+    # Bounds.
+    answer_bytes_max: int = 256 * 1024
+    """Messages per answer, in encoded bytes (also for ``recent``); what does
+    not fit stays pending and comes in the next answer."""
+    holds_per_listener: int = 4
+    """Polls held at once per (room, uid); a newer one answers the oldest at
+    once, empty (a reconnecting client never waits on its own ghost)."""
+    held_max: int = 0
+    """Polls held at once by the node; beyond, a poll is answered 503 with
+    ``Retry-After``. 0: the open-file limit minus a reserve (see
+    :func:`proxy.hold.held_capacity`)."""
+
     # Traffic control.
     tiers: tuple[Tier, ...] = DEFAULT_TIERS
     """Minimum interval between two non-empty answers to one listener, by the
@@ -146,6 +158,10 @@ class Settings:
                     f"({self.hold_interval_max:g} s)")
         if not 0.05 <= self.hold_tick <= 1.0:
             raise ValueError("hold_tick must be between 0.05 and 1 s")
+        if self.answer_bytes_max < 1024:
+            raise ValueError("answer_bytes_max must be at least 1024 bytes")
+        if self.holds_per_listener < 1 or self.held_max < 0:
+            raise ValueError("holds_per_listener must be at least 1, held_max at least 0")
         if self.vip_shards < 1:
             raise ValueError("vip_shards must be at least 1")
         if self.vip_refresh <= 0:

@@ -107,7 +107,8 @@ def _count_at(snap: Snapshot, position: int, hint: int | None) -> int:
 
 
 def read(snap: Snapshot, seq: int, iseq: int, *, limit: int = 500,
-         seq_ic: int | None = None, iseq_ic: int | None = None) -> Delivery:
+         seq_ic: int | None = None, iseq_ic: int | None = None,
+         budget: int | None = None) -> Delivery:
     """What a listener at ``(seq, iseq)`` has pending in ``snap``.
 
     Important messages after ``iseq`` come first, all of them; then the newest
@@ -116,6 +117,11 @@ def read(snap: Snapshot, seq: int, iseq: int, *, limit: int = 500,
     nothing is counted twice and nothing is hidden. When something is pending
     both cursors move to the head. Cursors past the head read as nothing pending
     (the caller decides between waiting and a reset).
+
+    ``budget`` bounds the encoded messages of the answer in bytes (JSON, the
+    larger encoding): what does not fit stays pending, oldest first delivered,
+    and the cursors stop at the last message delivered (see :func:`_within`).
+    At least one message is always delivered, so a listener always advances.
     """
     head = snap.head
     if seq >= head and iseq >= head:
@@ -138,10 +144,65 @@ def read(snap: Snapshot, seq: int, iseq: int, *, limit: int = 500,
     if not (important or messages or gap or igap):
         # Only the other kind was behind: nothing to deliver, cursors unchanged.
         return Delivery((), (), 0, 0, seq, iseq, i_seq, i_iseq)
+    if budget is not None and _size(important) + _size(messages) > budget:
+        return _within(snap, budget, important, messages, gap, igap, seq, i_seq, i_iseq)
     return Delivery(important, messages, gap, igap, head, head, snap.head_ic, snap.head_ic)
 
 
-def recent(snap: Snapshot, count: int) -> Delivery:
-    """A first poll: the last ``count`` normal messages, cursors at the head."""
+def _size(items: tuple[Item, ...]) -> int:
+    """Bytes of ``items`` in a JSON answer (each with its separator)."""
+    return sum(len(i.json) for i in items) + len(items)
+
+
+def _fit(items: tuple[Item, ...], budget: int, *, at_least_one: bool) -> int:
+    """How many of ``items``, oldest first, fit in ``budget`` bytes."""
+    n = 0
+    for item in items:
+        budget -= len(item.json) + 1
+        if budget < 0 and (n or not at_least_one):
+            break
+        n += 1
+    return n
+
+
+def _within(snap: Snapshot, budget: int, important: tuple[Item, ...],
+            messages: tuple[Item, ...], gap: int, igap: int, seq: int, i_seq: int,
+            i_iseq: int) -> Delivery:
+    """A delivery cut to ``budget`` bytes; what does not fit stays pending.
+
+    Evicted messages (``gap``, ``igap``) are all older than every held one,
+    so they are counted now and never again. Important messages go first,
+    oldest first; the important cursor stops at the last one delivered, and
+    its count is exact: those evicted plus those delivered. Normal messages
+    get what is left, oldest first (no room left: the normal cursor stays
+    and nothing of them is counted yet); the normal cursor's count is the
+    snapshot's (a position before its counting anchor falls back like any
+    unknown stretch, counted as normal).
+    """
+    head = snap.head
+    k = _fit(important, budget, at_least_one=True)
+    if k < len(important):
+        sent = important[:k]
+        return Delivery(sent, (), 0, igap, seq, sent[-1].seq, i_seq, i_iseq + igap + k)
+    budget -= _size(important)
+    if not messages:  # only lost normal messages were pending: count them now
+        return Delivery(important, (), gap, igap, head, head, snap.head_ic, snap.head_ic)
+    n = _fit(messages, budget, at_least_one=not important)
+    if n == 0:
+        return Delivery(important, (), 0, igap, seq, head, i_seq, snap.head_ic)
+    if n == len(messages):
+        return Delivery(important, messages, gap, igap, head, head, snap.head_ic,
+                        snap.head_ic)
+    last = messages[n - 1].seq
+    return Delivery(important, messages[:n], gap, igap, last, head,
+                    _count_at(snap, last, None), snap.head_ic)
+
+
+def recent(snap: Snapshot, count: int, budget: int | None = None) -> Delivery:
+    """A first poll: the last ``count`` normal messages (as many of the newest
+    as fit in ``budget`` bytes), cursors at the head."""
     messages = snap.normal[max(0, len(snap.normal) - count):] if count else ()
+    if budget is not None and _size(messages) > budget:
+        keep = _fit(messages[::-1], budget, at_least_one=True)
+        messages = messages[len(messages) - keep:]
     return Delivery((), messages, 0, 0, snap.head, snap.head, snap.head_ic, snap.head_ic)

@@ -37,6 +37,13 @@ in heaps by due time and deadline, polls that are due but have nothing pending
 wait in a list released whole at the next change, and only a cut-through scans
 the room's held polls (at most once per ``cut_every``).
 
+**Bounds.** A listener (room, uid) has at most ``per_listener`` polls held
+of each kind: a newer one answers the oldest at once, empty, so a client that
+reconnects never waits on its own ghost and one uid cannot pile up held
+connections. The node holds at most ``capacity`` polls: beyond, a new hold
+raises :class:`~liveroom.errors.Overloaded` (503 with ``Retry-After``) instead
+of taking a file descriptor the node needs for everybody else.
+
 On shutdown :meth:`Holds.release_all` wakes every held poll with ``None``
 (answered empty, same cursors); polls arriving after that are not held.
 """
@@ -48,10 +55,12 @@ import contextlib
 import heapq
 import itertools
 import logging
+import resource
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from liveroom.clock import Clock
+from liveroom.errors import Overloaded
 from liveroom.roles import RoomReader
 from liveroom.snapshot import Snapshot
 
@@ -63,6 +72,20 @@ _order = itertools.count()
 
 LINGER = 5.0
 """Seconds a paced room keeps its pacing after its last held poll left."""
+
+FD_RESERVE = 256
+"""Open files a node keeps for everything but held polls (at least; a
+twentieth of a large limit): store connections, requests being read,
+``/healthz``, the admin API."""
+
+
+def held_capacity() -> int:
+    """Polls this process may hold: its open-file limit less the reserve
+    (each held poll keeps its connection open)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 20
+    return max(64, soft - max(FD_RESERVE, soft // 20))
 
 
 
@@ -82,6 +105,7 @@ class Ticket:
     name: str
     room: _Room
     paced: bool
+    uid: str
     key: int = 0
     """A plain poll's deadline bucket."""
     epoch: str = ""
@@ -101,7 +125,11 @@ class _Room:
     snapshot: Snapshot
     waiters: set[Ticket] = field(default_factory=set)
     """Plain polls."""
+    plain_by_uid: dict[str, list[Ticket]] = field(default_factory=dict)
+    """Plain polls by listener, oldest first (all of them are woken at once,
+    so this is replaced whole then)."""
     paced: set[Ticket] = field(default_factory=set)
+    paced_by_uid: dict[str, list[Ticket]] = field(default_factory=dict)
     not_due: list[tuple[float, int, Ticket]] = field(default_factory=list)
     """Heap by due time of paced polls not yet due."""
     ready: list[Ticket] = field(default_factory=list)
@@ -133,11 +161,19 @@ def _moved_past(current: Snapshot, given: Snapshot) -> bool:
 
 class Holds:
     def __init__(self, reader: RoomReader, clock: Clock, *, tick: float = 0.2,
-                 cut_every: float = 0.5) -> None:
+                 cut_every: float = 0.5, per_listener: int = 4,
+                 capacity: int = 1 << 62) -> None:
         self._reader = reader
         self._clock = clock
         self._tick = tick
         self._cut_every = cut_every
+        self.per_listener = per_listener
+        self.capacity = capacity
+        """Polls the node may hold at once; set once the open-file limit is known."""
+        self.superseded = 0
+        """Held polls answered early because a newer poll of their listener came."""
+        self.refused = 0
+        """Polls not held because the node held all it may."""
         self._rooms: dict[str, _Room] = {}
         self._deadlines: Deadlines[Ticket] = Deadlines(self._expire)
         self.count = 0
@@ -177,29 +213,63 @@ class Holds:
             return False
         ticket.done = True
         self.count -= 1
+        room = ticket.room
         if ticket.paced:
-            ticket.room.paced.discard(ticket)
+            room.paced.discard(ticket)
+            by_uid = room.paced_by_uid
         else:
-            ticket.room.waiters.discard(ticket)
+            room.waiters.discard(ticket)
             self._deadlines.discard(ticket, ticket.key)
+            by_uid = room.plain_by_uid
+        mine = by_uid.get(ticket.uid)
+        if mine is not None and ticket in mine:
+            mine.remove(ticket)
+            if not mine:
+                del by_uid[ticket.uid]
         return True
+
+    def _admit(self, by_uid: dict[str, list[Ticket]], ticket: Ticket) -> Ticket | None:
+        """Count ``ticket`` among its listener's; return the oldest one it
+        supersedes (to be answered empty by the caller, once ``ticket`` is in)."""
+        mine = by_uid.get(ticket.uid)
+        if mine is None:
+            by_uid[ticket.uid] = [ticket]
+            return None
+        mine.append(ticket)
+        if len(mine) <= self.per_listener:
+            return None
+        oldest = mine[0]
+        return oldest if self._take(oldest) else None
+
+    def _supersede(self, oldest: Ticket | None) -> None:
+        if oldest is not None:
+            self.superseded += 1
+            self._leave(oldest.name, oldest.room)
+            self._wake(oldest, None)
+
+    def _check_capacity(self) -> None:
+        if self.count >= self.capacity:
+            self.refused += 1
+            raise Overloaded()
 
     def cancel(self, ticket: Ticket) -> None:
         """The poll went away (its client left): forget it, wake nothing."""
         if self._take(ticket):
             self._leave(ticket.name, ticket.room)
 
-    def hold(self, room: str, snapshot: Snapshot, held: Held,
+    def hold(self, room: str, uid: str, snapshot: Snapshot, held: Held,
              deadline: float) -> Ticket | Snapshot | None:
-        """Hold a plain poll read against ``snapshot`` until ``room`` moves
-        past it, or until ``deadline`` on the loop's clock.
+        """Hold listener ``uid``'s plain poll read against ``snapshot`` until
+        ``room`` moves past it, or until ``deadline`` on the loop's clock.
 
         Returns the ticket; or a newer snapshot of the room to read at once
         instead of holding; or ``None`` when the poll is not held (shutting
-        down): answer it empty.
+        down): answer it empty. Raises :class:`Overloaded` when the node holds
+        all it may.
         """
         if self.closing:
             return None
+        self._check_capacity()
         state = self._rooms.get(room)
         if state is None or state.watcher is None:
             state = self._room(room, snapshot)
@@ -207,30 +277,34 @@ class Holds:
             return state.snapshot
         # A deadline already passed (a poll held again right at its end) fires
         # at the next turn of the deadlines' timer.
-        ticket = Ticket(held, room, state, False)
+        ticket = Ticket(held, room, state, False, uid)
         ticket.key = self._deadlines.add(ticket, deadline)
         state.waiters.add(ticket)
         self.count += 1
+        self._supersede(self._admit(state.plain_by_uid, ticket))
         return ticket
 
-    def hold_paced(self, room: str, snapshot: Snapshot, held: Held, *, epoch: str,
-                   seq: int, iseq: int, pending: bool, due: float,
+    def hold_paced(self, room: str, uid: str, snapshot: Snapshot, held: Held, *,
+                   epoch: str, seq: int, iseq: int, pending: bool, due: float,
                    deadline: float) -> Ticket | None:
-        """Hold a paced poll at cursors ``(seq, iseq)`` of ``epoch``, read
-        against ``snapshot`` (``pending``: it had something to deliver there).
+        """Hold listener ``uid``'s paced poll at cursors ``(seq, iseq)`` of
+        ``epoch``, read against ``snapshot`` (``pending``: it had something to
+        deliver there).
 
         The room's ticker wakes it with the snapshot to answer from (see the
         module), or with ``None`` at ``deadline`` with nothing pending. ``due``
         and ``deadline`` are on the clock's monotonic time. Returns ``None``
-        (not held: answer empty) when shutting down.
+        (not held: answer empty) when shutting down; raises
+        :class:`Overloaded` when the node holds all it may.
         """
         if self.closing:
             return None
+        self._check_capacity()
         state = self._room(room, snapshot)
         if _moved_past(snapshot, state.snapshot):
             # The reader's snapshot is the newest; the watcher has yet to see it.
             state.snapshot, state.changed = snapshot, True
-        ticket = Ticket(held, room, state, True, epoch=epoch, top=max(seq, iseq),
+        ticket = Ticket(held, room, state, True, uid, epoch=epoch, top=max(seq, iseq),
                         iseq=iseq, pending=pending)
         if iseq < state.cut_upto:
             state.cut_late = True
@@ -243,6 +317,7 @@ class Holds:
             state.ticker = asyncio.create_task(self._tick_forever(room, state),
                                                name=f"proxy-tick-{room}")
         self.count += 1
+        self._supersede(self._admit(state.paced_by_uid, ticket))
         return ticket
 
     def _expire(self, ticket: Ticket) -> None:
@@ -279,6 +354,7 @@ class Holds:
     def _wake_plain(self, held: _Room, snap: Snapshot) -> None:
         """Wake every plain poll of the room."""
         woken, held.waiters = held.waiters, set()
+        held.plain_by_uid = {}
         held.waking = True
         discard = self._deadlines.discard
         try:

@@ -14,7 +14,9 @@ What a poll does, in order (DESIGN.md, "Listening"):
 2. read the room's snapshot from memory (a room this node holds no snapshot
    of waits for its first pull, the slow path);
 3. count a heartbeat, read the online count;
-4. a first poll is answered at once with the recent messages;
+4. a first poll is answered with the recent messages: at once in a plain
+   room, once due in a tiered one (a reset too: skipping the cursor must not
+   skip the pace);
 5. a cursor this node cannot place (another epoch, past the head) is checked
    with a fresh pull, then reset or read (the slow path, :func:`places`);
 6. otherwise its pace (:mod:`.tiers`) and what it has pending decide
@@ -99,6 +101,7 @@ class Polls:
         """Replaced at start-up once the shared secret is known."""
         self.clock = clock
         self.limit = settings.answer_limit
+        self.budget = settings.answer_bytes_max
         self._loop: asyncio.AbstractEventLoop | None = None
         # Counted in plain integers and added to the metrics when they are
         # rendered or refreshed: a Prometheus increment takes a lock.
@@ -106,6 +109,8 @@ class Polls:
         self._counters = [*(metrics.polls.labels(o) for o in OUTCOMES),
                           metrics.deliveries.labels("important"),
                           metrics.deliveries.labels("normal")]
+        self._refused = metrics.refused_polls.labels("node_full")
+        self._superseded = metrics.superseded_polls
         metrics.before_render(self.flush_tally)
 
     def loop_time(self) -> float:
@@ -121,6 +126,13 @@ class Polls:
             if tally[i]:
                 counter.inc(tally[i])
                 tally[i] = 0
+        holds = self.holds
+        if holds.refused:
+            self._refused.inc(holds.refused)
+            holds.refused = 0
+        if holds.superseded:
+            self._superseded.inc(holds.superseded)
+            holds.superseded = 0
 
     def start(self, room: str, query: Mapping[str, str], accept: str,
               reply: Callable[[Reply], None]) -> Poll | None:
@@ -156,8 +168,8 @@ class Poll:
     """One poll in flight; the hold wakes it (:class:`~proxy.hold.Held`)."""
 
     __slots__ = ("_polls", "_reply", "checked", "deadline", "done", "due", "hint_iseq",
-                 "hint_seq", "last", "online", "p", "pace", "paced_deadline", "task",
-                 "ticket", "use_msgpack")
+                 "hint_seq", "last", "online", "p", "pace", "paced_deadline", "recent",
+                 "task", "ticket", "use_msgpack")
 
     def __init__(self, polls: Polls, p: PollParams, use_msgpack: bool,
                  reply: Callable[[Reply], None]) -> None:
@@ -181,6 +193,8 @@ class Poll:
         self.due = 0.0
         self.paced_deadline = 0.0
         """When a paced poll is due and when it times out, on the clock's monotonic time."""
+        self.recent: tuple[int, Snapshot] | None = None
+        """A first poll or a reset held until due: its outcome and snapshot."""
 
     # -- performing ------------------------------------------------------------
 
@@ -289,22 +303,42 @@ class Poll:
         if found is not None:
             return found
         d = read(snap, cursor.seq, cursor.iseq, limit=self._polls.limit,
-                 seq_ic=self.hint_seq, iseq_ic=self.hint_iseq)
+                 seq_ic=self.hint_seq, iseq_ic=self.hint_iseq, budget=self._polls.budget)
         head = b"" if d.empty else answer.head(
             snap.room, snap.epoch, d, reset=False, online=online,
             interval_ms=pace.interval_ms, use_msgpack=self.use_msgpack)
         return self._keep(memo, key, d, head)
 
-    def _recent(self, snap: Snapshot, outcome: int) -> None:
-        """A first poll's answer, or a reset's: the recent messages, cursors at the heads."""
+    def _recent(self, snap: Snapshot, outcome: int, count: int | None = None) -> None:
+        """A first poll's answer, or a reset's: the recent messages, cursors at
+        the heads. In a tiered room a poll coming in this way is paced like
+        any other (a listener's own ``ctx`` counts; none, or a forged one, is
+        an answer just now): held until due, then answered from the newest
+        snapshot."""
         polls, p = self._polls, self.p
         now_ms = int(polls.clock.time() * 1000)
-        pace = polls.tiers.pace(self.online, p.uid, now_ms)
+        tier = polls.tiers.tier(self.online)
+        if tier.interval > 0 and self.pace is None:
+            cursor = p.cursor
+            last_ms = now_ms if cursor is None else self._check(cursor, now_ms)
+            pace = self.pace = polls.tiers.pace_in(tier, p.uid, last_ms)
+            if now_ms < pace.due_ms:
+                self.recent = (outcome, snap)
+                due = polls.clock.monotonic() + (pace.due_ms - now_ms) / 1000
+                self.ticket = polls.holds.hold_paced(
+                    p.room, p.uid, snap, self, epoch=snap.epoch, seq=snap.head,
+                    iseq=snap.head, pending=True, due=due, deadline=due)
+                if self.ticket is None:  # shutting down: answer now
+                    self.recent = None
+                else:
+                    return
+        pace = polls.tiers.pace_in(tier, p.uid, now_ms)
         reset = outcome == _RESET
-        key = ("recent", p.recent, reset, self.use_msgpack, self.online, pace.interval_ms)
+        count = p.recent if count is None else count
+        key = ("recent", count, reset, self.use_msgpack, self.online, pace.interval_ms)
         found = snap.memo.get(key)
         if found is None:
-            d = recent(snap, p.recent)
+            d = recent(snap, count, polls.budget)
             found = self._keep(snap.memo, key, d, answer.head(
                 snap.room, snap.epoch, d, reset=reset, online=self.online,
                 interval_ms=pace.interval_ms, use_msgpack=self.use_msgpack))
@@ -320,7 +354,7 @@ class Poll:
         return d, head
 
     def _hold_plain(self, snap: Snapshot) -> None:
-        held = self._polls.holds.hold(self.p.room, snap, self, self.deadline)
+        held = self._polls.holds.hold(self.p.room, self.p.uid, snap, self, self.deadline)
         if isinstance(held, Ticket):
             self.ticket = held
         elif held is None:
@@ -330,8 +364,8 @@ class Poll:
 
     def _hold_paced(self, snap: Snapshot, cursor: Cursor, *, pending: bool) -> None:
         self.ticket = self._polls.holds.hold_paced(
-            self.p.room, snap, self, epoch=cursor.epoch, seq=cursor.seq, iseq=cursor.iseq,
-            pending=pending, due=self.due, deadline=self.paced_deadline)
+            self.p.room, self.p.uid, snap, self, epoch=cursor.epoch, seq=cursor.seq,
+            iseq=cursor.iseq, pending=pending, due=self.due, deadline=self.paced_deadline)
         if self.ticket is None:
             self._empty()
 
@@ -341,7 +375,16 @@ class Poll:
         if self.done:
             return
         try:
-            if snapshot is None:
+            if self.recent is not None:
+                # A first poll or a reset, due now: answer it. Released early
+                # (a newer poll of its listener, shutdown): answer it without
+                # messages, which only says where the room stands.
+                outcome, held = self.recent
+                if snapshot is None:
+                    self._recent(held, outcome, 0)
+                else:
+                    self._recent(snapshot, outcome)
+            elif snapshot is None:
                 self._empty()
             else:
                 self._reread(snapshot)

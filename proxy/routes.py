@@ -28,7 +28,7 @@ from .auth import Tokens
 from .context import ContextSigner
 from .front import Front, FrontLimits
 from .heartbeats import Heartbeats
-from .hold import Holds
+from .hold import Holds, held_capacity
 from .params import parse_members_page, parse_series_range
 from .poll import Polls
 from .reply import Reply, document_reply, error_reply, failure_reply
@@ -90,7 +90,9 @@ class Proxy:
         """Returns None when healthy, else what is wrong."""
         self.tiers = TierTable(settings.tiers)
         self.holds = Holds(reader, clock, tick=settings.hold_tick,
-                           cut_every=settings.cut_through_every)
+                           cut_every=settings.cut_through_every,
+                           per_listener=settings.holds_per_listener,
+                           capacity=settings.held_max or held_capacity())
         self.polls = Polls(settings, reader, heartbeats, stats, self.holds, self.tiers,
                            signer, clock, metrics)
         self.sends = Sends(settings, log, tokens, clock, metrics)

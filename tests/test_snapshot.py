@@ -161,3 +161,69 @@ def test_a_new_epoch_restarts_the_snapshot() -> None:
             await cache.stop()
 
     asyncio.run(run())
+
+
+@settings(max_examples=150, deadline=None)
+@given(plan=steps, normal_keep=st.integers(1, 12), important_keep=st.integers(1, 6),
+       log_cap=st.integers(3, 40), limit=st.integers(1, 8), budget=st.integers(0, 400),
+       data=st.data())
+def test_an_answer_over_the_byte_budget_leaves_the_rest_pending(
+        plan: list[object], normal_keep: int, important_keep: int, log_cap: int, limit: int,
+        budget: int, data: st.DataObject) -> None:
+    """Reading in answers of at most ``budget`` bytes, following each answer's
+    cursors, delivers what one unbounded read would have (the important
+    messages all, the normal ones at least the unbounded answer's), counts
+    exactly the same messages as lost, and never one twice."""
+    keep = Retention(normal_keep=normal_keep, important_keep=important_keep,
+                     important_window_ms=0)
+    snap, history = asyncio.run(replay(plan, keep, log_cap))
+    head = len(history)
+    seq = data.draw(st.integers(0, head), label="seq")
+    iseq = data.draw(st.integers(0, head), label="iseq")
+    seq_ic, iseq_ic = important_count(history, seq), important_count(history, iseq)
+    whole = read(snap, seq, iseq, limit=limit, seq_ic=seq_ic, iseq_ic=iseq_ic)
+    important: list[int] = []
+    normal: list[int] = []
+    gap = igap = 0
+    for _ in range(head + 2):
+        d = read(snap, seq, iseq, limit=limit, seq_ic=seq_ic, iseq_ic=iseq_ic, budget=budget)
+        if d.empty:
+            break
+        size = sum(len(i.json) + 1 for i in (*d.important, *d.messages))
+        assert size <= budget or len(d.important) + len(d.messages) == 1
+        important += [i.seq for i in d.important]
+        normal += [i.seq for i in d.messages]
+        gap, igap = gap + d.gap, igap + d.igap
+        assert d.seq >= seq
+        assert d.iseq >= iseq
+        seq, iseq, seq_ic, iseq_ic = d.seq, d.iseq, d.seq_ic, d.iseq_ic
+        # The counts a listener carries in its context are the history's own.
+        assert (seq_ic, iseq_ic) == (important_count(history, seq),
+                                     important_count(history, iseq))
+    else:
+        raise AssertionError("the reads never caught up")
+    assert (seq, iseq) == ((whole.seq, whole.iseq) if not whole.empty else (seq, iseq))
+    assert important == [i.seq for i in whole.important]
+    assert igap == whole.igap
+    # The unbounded answer's normal messages all come, after older ones it
+    # had counted as lost; none comes twice.
+    tail = [i.seq for i in whole.messages]
+    assert normal[len(normal) - len(tail):] == tail
+    assert normal == sorted(set(normal))
+    assert gap + len(normal) == whole.gap + len(whole.messages)
+
+
+@given(history=st.lists(st.booleans(), max_size=60), count=st.integers(0, 100),
+       budget=st.integers(0, 600))
+@settings(deadline=None)
+def test_recent_messages_fit_the_byte_budget(history: list[bool], count: int,
+                                             budget: int) -> None:
+    snap, _ = asyncio.run(replay(list(history), Retention(normal_keep=2000), log_cap=1000))
+    d = recent(snap, count, budget)
+    every = recent(snap, count)
+    newest = [i.seq for i in every.messages]
+    assert [i.seq for i in d.messages] == newest[len(newest) - len(d.messages):]
+    assert d.messages or not every.messages
+    size = sum(len(i.json) + 1 for i in d.messages)
+    assert size <= budget or len(d.messages) == 1
+    assert (d.seq, d.iseq) == (every.seq, every.iseq)
