@@ -192,3 +192,32 @@ async def until(clock: FakeClock, check: Callable[[], Awaitable[bool]], *,
             moved += step
             await asyncio.sleep(0.01)  # store round trips are real I/O
     return moved
+
+
+STEP = 0.05
+
+
+async def settle() -> None:
+    """Let real I/O that a step of fake time set off happen."""
+    await asyncio.sleep(0.005)
+
+
+async def advance_until(clock: FakeClock, done: Callable[[], bool], *, limit: float) -> float:
+    """Move the fake clock in small steps until ``done()``; the fake seconds it took."""
+    moved = 0.0
+    async with asyncio.timeout(30):
+        while not done():
+            assert moved <= limit, f"not done after {moved:.2f} fake seconds"
+            await clock.advance(STEP)
+            moved += STEP
+            await settle()
+    return moved
+
+
+async def answered(clock: FakeClock, poll: Awaitable[dict[str, Any]], *,
+                   limit: float = 12) -> tuple[dict[str, Any], float]:
+    """The answer to ``poll`` and the fake seconds it was held."""
+    task = asyncio.ensure_future(poll)
+    await settle()
+    took = await advance_until(clock, task.done, limit=limit)
+    return task.result(), took

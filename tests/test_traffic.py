@@ -11,48 +11,29 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from support import PUBLISHER, Listener, Running, running_node, send
+from support import (
+    PUBLISHER,
+    STEP,
+    Listener,
+    Running,
+    advance_until,
+    answered,
+    running_node,
+    send,
+    settle,
+)
 
 from liveroom.clock import FakeClock
 from liveroom.ratelimit import RateLimits
 from liveroom.settings import DEFAULT_RATE_LIMITS, Tier
 from proxy.context import ContextSigner
 from proxy.tiers import PLAIN, TierTable
-
-STEP = 0.05
-
-
-async def settle() -> None:
-    """Let real I/O that a step of fake time set off happen."""
-    await asyncio.sleep(0.005)
-
-
-async def advance_until(clock: FakeClock, done: Callable[[], bool], *, limit: float) -> float:
-    """Move the fake clock in small steps until ``done()``; the fake seconds it took."""
-    moved = 0.0
-    async with asyncio.timeout(30):
-        while not done():
-            assert moved <= limit, f"not done after {moved:.2f} fake seconds"
-            await clock.advance(STEP)
-            moved += STEP
-            await settle()
-    return moved
-
-
-async def answered(clock: FakeClock, poll: Awaitable[dict[str, Any]], *,
-                   limit: float = 12) -> tuple[dict[str, Any], float]:
-    """The answer to ``poll`` and the fake seconds it was held."""
-    task = asyncio.ensure_future(poll)
-    await settle()
-    took = await advance_until(clock, task.done, limit=limit)
-    return task.result(), took
 
 
 async def tiered(node: Running, session: aiohttp.ClientSession, clock: FakeClock,
