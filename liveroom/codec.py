@@ -1,9 +1,10 @@
 """Codecs: request bodies in, messages out, and the stored form of a message.
 
 Two wire formats: JSON (orjson) and msgpack. Both decoders refuse what the
-contract refuses (invalid documents, NaN and infinities, non-string keys, binary
-or extension values, deep nesting) with a 400, so a body that was accepted can
-always be encoded in either format later.
+contract refuses (invalid documents, NaN and infinities, non-string keys,
+duplicate keys, binary or extension values, deep nesting) with a 400, so a body
+that was accepted can always be encoded in either format later, and means one
+thing (with a key twice, which one counts would be the parser's choice).
 
 A message is encoded once per format when a recvsvr pulls it; answers are then
 built by joining those ready bytes (:func:`msgpack_array_header` lets a msgpack
@@ -12,6 +13,7 @@ answer be concatenated the same way as a JSON one).
 
 from __future__ import annotations
 
+import json
 import math
 import struct
 from typing import Any
@@ -34,6 +36,22 @@ def wants_msgpack(accept: str) -> bool:
     return "msgpack" in accept
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
+    """A decoded object's pairs as a dict, refusing a key given twice."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[Any] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(f"duplicate key {key!r}")
+            seen.add(key)
+    return obj
+
+
 def decode_request(content_type: str, raw: bytes) -> Any:
     """Decode a JSON or msgpack request body; refuse anything else."""
     if content_type == JSON:
@@ -41,16 +59,24 @@ def decode_request(content_type: str, raw: bytes) -> Any:
             value = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             raise BadBody(f"invalid JSON: {exc}") from None
-    elif content_type in _MSGPACK_TYPES:
+        check_value(value)
+        # orjson keeps the last of duplicate keys silently; the standard
+        # parser can say so. Bodies are small (4 KiB) and already valid.
+        if isinstance(value, dict | list):
+            try:
+                json.loads(raw, object_pairs_hook=_unique)
+            except _DuplicateKey as exc:
+                raise BadBody(f"invalid JSON: {exc}") from None
+        return value
+    if content_type in _MSGPACK_TYPES:
         try:
             value = msgpack.unpackb(raw, raw=False, strict_map_key=True, max_bin_len=0,
-                                    max_ext_len=0)
+                                    max_ext_len=0, object_pairs_hook=_unique)
         except Exception as exc:  # msgpack raises several unrelated types
             raise BadBody(f"invalid msgpack: {exc}") from None
-    else:
-        raise UnsupportedMedia("send application/json or application/msgpack")
-    check_value(value)
-    return value
+        check_value(value)
+        return value
+    raise UnsupportedMedia("send application/json or application/msgpack")
 
 
 def check_value(value: Any, depth: int = 0) -> None:

@@ -33,6 +33,7 @@ from statsvr import StatsLimits, Statsvr
 
 from .clock import Clock, SystemClock
 from .errors import StoreUnavailable
+from .lograte import ServerLog
 from .metrics import Metrics
 from .settings import Settings
 from .store import Store, open_store
@@ -207,9 +208,14 @@ def build_app(settings: Settings, clock: Clock | None = None,
 def node_runner(app: web.Application) -> web.AppRunner:
     """The runner of a node's application (the lifecycle and aiohttp's connections)."""
     node = app[NODE]
+    # No automatic decompression: a compressed body is refused (415) before
+    # anything of it is inflated. aiohttp's own errors (a malformed request
+    # after the front handed the connection over) are one throttled line.
     return web.AppRunner(app, handler_cancellation=True,
                          keepalive_timeout=node.settings.keepalive_timeout,
-                         shutdown_timeout=SHUTDOWN_GRACE, access_log=None)
+                         shutdown_timeout=SHUTDOWN_GRACE, access_log=None,
+                         auto_decompress=False,
+                         logger=ServerLog(logging.getLogger("aiohttp.server")))
 
 
 def node_site(runner: web.AppRunner, host: str | None, port: int, *,

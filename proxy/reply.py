@@ -8,13 +8,15 @@ Both send the same bytes in the body, so a client cannot tell which served it.
 from __future__ import annotations
 
 import json
+import logging
 import math
 from typing import NamedTuple
 
 import msgpack
 
 from liveroom.codec import JSON, MSGPACK
-from liveroom.errors import LiveroomError
+from liveroom.errors import LiveroomError, StoreUnavailable
+from liveroom.lograte import Throttled
 
 JSON_UTF8 = "application/json; charset=utf-8"
 """Content type of error answers and small documents (as aiohttp's
@@ -38,8 +40,19 @@ def error_reply(status: int, code: str, message: str,
                  max(1, math.ceil(retry_after)) if retry_after else None)
 
 
+STORE_UNAVAILABLE = "store unavailable"
+"""What a 503 of the store says to a client; the detail (which store, where,
+what failed) goes to the log, once in a while."""
+
+_store_log = Throttled(logging.getLogger("liveroom.store"))
+
+
 def failure_reply(exc: LiveroomError) -> Reply:
-    return error_reply(exc.status, exc.code, exc.message,
+    message = exc.message
+    if isinstance(exc, StoreUnavailable):
+        _store_log.warning("unavailable", "answered 503: %s", message)
+        message = STORE_UNAVAILABLE
+    return error_reply(exc.status, exc.code, message,
                        exc.retry_after if exc.temporary else None)
 
 

@@ -268,6 +268,13 @@ BAD_SENDS: list[Any] = [
                  id="client-msg-id-number"),
     pytest.param(json.dumps({"uid": "u", "body": nested(40)}).encode(), JSON_CT, 400,
                  id="json-nested-40"),
+    # Which of two keys counts would be the parser's choice: a sender naming
+    # itself twice ("uid":"me","uid":"host") is refused, at any depth.
+    pytest.param(b'{"uid":"u","uid":"host","body":1}', JSON_CT, 400, id="json-duplicate-key"),
+    pytest.param(b'{"uid":"u","body":{"k":1,"k":2}}', JSON_CT, 400,
+                 id="json-duplicate-key-nested"),
+    pytest.param(b"\x83\xa3uid\xa1u\xa3uid\xa4host\xa4body\x01", MP_CT, 400,
+                 id="msgpack-duplicate-key"),
     pytest.param(b"\xc1", MP_CT, 400, id="msgpack-invalid-byte"),
     pytest.param(mp({"uid": "u", "body": "x"})[:-1], MP_CT, 400, id="msgpack-truncated"),
     pytest.param(mp({"uid": "u", "body": 1}) + b"\x01", MP_CT, 400, id="msgpack-extra-data"),
@@ -506,3 +513,48 @@ async def test_body_cut_by_disconnect_leaves_no_task(make_client: MakeClient) ->
     assert await settle_tasks(baseline) == baseline
     doc = await (await client.get(poll_path(uid="u"))).json()
     assert doc["seq"] == 0
+
+
+async def handed_over(client: TestClient[Any, Any]) -> tuple[asyncio.StreamReader,
+                                                              asyncio.StreamWriter]:
+    """A raw connection aiohttp serves (its first request was not a poll or a send)."""
+    assert client.host is not None
+    reader, writer = await asyncio.open_connection(client.host, client.port)
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+    status, _, _ = await read_response(reader)
+    assert status == 200
+    return reader, writer
+
+
+async def test_a_compressed_send_is_refused_without_inflating_it(
+        client: TestClient[Any, Any]) -> None:
+    """A gzip bomb (64 KiB that inflate to 64 MiB) on a connection aiohttp
+    serves: 415 at once, nothing stored."""
+    bomb = gzip.compress(b'{"uid":"u","body":"' + b"x" * (64 << 20) + b'"}')
+    reader, writer = await handed_over(client)
+    writer.write(b"POST /v1/rooms/r/messages HTTP/1.1\r\nHost: t\r\n"
+                 b"Content-Type: application/json\r\nContent-Encoding: gzip\r\n"
+                 b"Content-Length: " + str(len(bomb)).encode() + b"\r\n\r\n" + bomb)
+    status, _, body = await read_response(reader)
+    writer.close()
+    assert status == 415
+    assert json.loads(body)["error"] == "unsupported_media_type"
+    doc = await (await client.get(poll_path(uid="u"))).json()
+    assert doc["seq"] == 0
+
+
+async def test_malformed_requests_log_one_line_not_tracebacks(
+        client: TestClient[Any, Any], caplog: pytest.LogCaptureFixture) -> None:
+    """Twenty malformed requests after a hand-over: one warning line (the
+    rest counted into the next one), no traceback, each answered 400."""
+    for _ in range(20):
+        reader, writer = await handed_over(client)
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: t\r\nBad Header\r\n\r\n")
+        status_line = await asyncio.wait_for(reader.readline(), 5)
+        assert status_line.split()[1] == b"400"
+        writer.close()
+    lines = [r for r in caplog.records if r.name == "aiohttp.server"]
+    assert len(lines) == 1
+    assert lines[0].levelname == "WARNING"
+    assert lines[0].exc_info is None
+    assert "BadHttpMessage" in lines[0].getMessage()
