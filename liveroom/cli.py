@@ -191,6 +191,20 @@ def main() -> None:
               type=click.FloatRange(1, 60),
               help="Seconds a client has to send a request's body once its head arrived "
                    "(else 408).")
+@click.option("--answer-bytes-max", default=_D.answer_bytes_max, show_default=True,
+              envvar="LIVEROOM_ANSWER_BYTES_MAX", show_envvar=True,
+              type=click.IntRange(1024),
+              help="Bytes of messages in one poll answer (and in a first poll's recent "
+                   "ones); what does not fit stays pending and comes in the next answer.")
+@click.option("--holds-per-listener", default=_D.holds_per_listener, show_default=True,
+              envvar="LIVEROOM_HOLDS_PER_LISTENER", show_envvar=True,
+              type=click.IntRange(1),
+              help="Polls held at once per room and uid; a newer one answers the oldest "
+                   "at once, empty.")
+@click.option("--held-max", default=_D.held_max, show_default=True,
+              envvar="LIVEROOM_HELD_MAX", show_envvar=True, type=click.IntRange(0),
+              help="Polls this node holds at once; beyond, 503 with Retry-After. 0: the "
+                   "open-file limit (raised to its hard limit at start) less a reserve.")
 @click.option("--workers", default="1", show_default=True, envvar="LIVEROOM_WORKERS",
               show_envvar=True, metavar="N|auto", callback=_parse_workers,
               help="Worker processes sharing the port (SO_REUSEPORT), each a node over the "
@@ -204,7 +218,8 @@ def serve(host: str, port: int, store: str, admin_token: str | None,
           vip_shards: int, viewers_threshold: int, tiers: tuple[Tier, ...],
           hold_tick: float, rate_limits: tuple[Window, ...], room_rate_limit: int,
           vip_refresh: float, keepalive_timeout: float, header_timeout: float,
-          request_timeout: float, workers: int) -> None:
+          request_timeout: float, answer_bytes_max: int, holds_per_listener: int,
+          held_max: int, workers: int) -> None:
     """Run every role (proxy, recvsvr, statsvr) in this process, or in each of
     --workers processes on one port."""
     logging.basicConfig(level=log_level.upper(),
@@ -219,7 +234,9 @@ def serve(host: str, port: int, store: str, admin_token: str | None,
                             tiers=tiers, hold_tick=hold_tick,
                             rate_limits=RateLimits(rate_limits, room_rate_limit),
                             vip_refresh=vip_refresh, keepalive_timeout=keepalive_timeout,
-                            header_timeout=header_timeout, request_timeout=request_timeout)
+                            header_timeout=header_timeout, request_timeout=request_timeout,
+                            answer_bytes_max=answer_bytes_max,
+                            holds_per_listener=holds_per_listener, held_max=held_max)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint=_hint(str(exc))) from None
     if workers > 1:
