@@ -153,8 +153,11 @@ def liveroom_server(tmp: Path, nofile: int, tiers: str | None, store: str | None
                     workers: int) -> contextlib.AbstractContextManager[Server]:
     """``python -m liveroom serve`` from this checkout."""
     port = free_port()
+    # The bench sizes the server's descriptors for its listeners: the cap on
+    # held polls is that budget, not the default's reserve below it.
     args = ["-m", "liveroom", "serve", "--port", str(port),
-            "--admin-token", "a", "--publisher-token", "p", "--log-level", "warning"]
+            "--admin-token", "a", "--publisher-token", "p", "--log-level", "warning",
+            "--held-max", str(nofile)]
     if tiers is not None:
         args += ["--tiers", tiers]
     if store:
