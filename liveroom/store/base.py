@@ -291,7 +291,11 @@ class StatsStore(Protocol):
         Atomically adds the uids to the room's exact set, in order, until it
         would exceed ``threshold`` uids; then the set is marked incomplete and
         never grows again. ``sketch`` (when given) replaces ``node``'s own
-        HyperLogLog registers of the room. The room's history lives ``ttl_ms``
+        HyperLogLog registers of the room, but only once the set is incomplete
+        (this call or an earlier one made it so): below the threshold the exact
+        set is the whole truth, and no 16 KiB sketch is stored. Callers keep
+        their sketch fed from the start and pass it every time, so the first
+        one stored covers every uid the node saw. The room's history lives ``ttl_ms``
         after its last update. Returns the set's size, whether it is complete,
         and the broadcast written to: a caller that finds it changed wrote its
         old broadcast's sketch into the new one, and writes a fresh one.

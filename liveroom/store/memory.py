@@ -409,7 +409,7 @@ class MemoryStats:
                     state.complete = False
                     break
                 state.exact.add(uid)
-        if sketch is not None:
+        if sketch is not None and not state.complete:  # see StatsStore.add_viewers
             state.sketches[node] = sketch
         if state.exact or not state.complete or state.sketches:
             self._viewers.put(room, state, ttl_ms)
