@@ -308,8 +308,8 @@ def rss_bytes() -> int:
     return int(match.group(1)) * 1024
 
 
-async def poll_names(port: int, names: range, prefix: str, *, connections: int = 16,
-                     depth: int = 200) -> int:
+async def poll_names(port: int, names: range, prefix: str, *, connections: int = 50,
+                     depth: int = 16) -> int:
     """First polls of ``prefix<i>`` for every i, pipelined on keep-alive
     connections; returns how many answered 200."""
     ok = 0
