@@ -15,7 +15,6 @@ import signal
 import time
 import tracemalloc
 
-
 import aiohttp
 import pytest
 import redis.asyncio as aioredis
@@ -118,7 +117,8 @@ async def test_a_listener_at_the_start_of_the_absent_epoch_reads_a_new_room_from
         # Every normal message was delivered or counted in gap, none twice.
         normal = [b for b in listener.bodies() if b != "alert"]
         gaps = sum(a["gap"] for a in listener.answers)
-        assert normal == sorted(set(normal)) and normal[-1] == 4
+        assert normal == sorted(set(normal))
+        assert normal[-1] == 4
         assert len(normal) + gaps == 5
         assert not any(a["reset"] for a in listener.answers)
 
@@ -184,7 +184,8 @@ async def test_the_cache_evicts_the_least_recently_read_never_a_room_with_held_p
             await cache.snapshot(f"junk-{i}")
         assert len(cache) == 3
         assert cache.peek("watched") is not None  # held: never evicted
-        assert cache.peek("junk-19") is not None and cache.peek("junk-0") is None
+        assert cache.peek("junk-19") is not None
+        assert cache.peek("junk-0") is None
         assert count(metrics, "liveroom_cache_evictions_total") == 18
         await store.log.append("watched", NewMessage("u", "now", False, 1))
         async with asyncio.timeout(5):
