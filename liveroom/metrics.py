@@ -89,6 +89,12 @@ class Metrics:
         self.store_errors = Counter("liveroom_store_errors", "Store operations that failed",
                                     ["op"], registry=r)
         self.rooms = gauge("liveroom_cached_rooms", "Rooms in the recvsvr cache")
+        self.evictions = Counter("liveroom_cache_evictions",
+                                 "Rooms evicted from a full recvsvr cache (rooms_max)",
+                                 registry=r)
+        self.undecodable = Counter("liveroom_undecodable_entries",
+                                   "Store entries recvsvr could not decode and skipped",
+                                   registry=r)
         self.heartbeats = Counter("liveroom_heartbeats",
                                   "Heartbeats taken by this statsvr node", registry=r)
         self.members = gauge("liveroom_statsvr_members",

@@ -101,6 +101,8 @@ def build_node(settings: Settings, clock: Clock | None = None,
         batch=settings.pull_batch,
         concurrency=settings.pull_concurrency,
         touch_interval=touch_interval,
+        rooms_max=settings.rooms_max,
+        first_pull_timeout=settings.first_pull_timeout,
     )
     vip = replace(normal, batch=settings.vip_pull_batch,
                   concurrency=settings.vip_pull_concurrency)

@@ -126,6 +126,17 @@ class Settings:
     room_ttl: float = 86_400.0
     dedup_ttl: float = 600.0
 
+    # Room cost.
+    rooms_max: int = 10_000
+    """Rooms each sect's cache holds at most (least recently read evicted first,
+    never one with held polls). A cached room that does not exist costs about
+    0.6 KiB, a small room its messages (see README, "What a room costs")."""
+    empty_room_ttl: float = 300.0
+    """Seconds a log created by an operator action lives without a message
+    (reads do not extend it; the first message extends it to ``room_ttl``)."""
+    first_pull_timeout: float = 5.0
+    """Longest wait of a poll for a pull of its room (then 503, ``Retry-After``)."""
+
     # statsvr.
     online_ttl: float = 90.0
     """A listener with no poll for this long is offline. Must exceed the longest
@@ -166,6 +177,8 @@ class Settings:
             raise ValueError("vip_shards must be at least 1")
         if self.vip_refresh <= 0:
             raise ValueError("vip_refresh must be positive")
+        if self.rooms_max < 1 or self.empty_room_ttl <= 0 or self.first_pull_timeout <= 0:
+            raise ValueError("rooms_max, empty_room_ttl and first_pull_timeout must be positive")
         if min(self.pull_batch, self.pull_concurrency, self.vip_pull_batch,
                self.vip_pull_concurrency) < 1:
             raise ValueError("every sect needs a pull batch and concurrency of at least 1")
@@ -180,5 +193,6 @@ class Settings:
             important_keep=self.important_keep,
             important_window_ms=int(self.important_window * 1000),
             room_ttl_ms=int(self.room_ttl * 1000),
+            empty_room_ttl_ms=int(self.empty_room_ttl * 1000),
             dedup_ttl_ms=int(self.dedup_ttl * 1000),
         )

@@ -35,6 +35,13 @@ class Item(NamedTuple):
 
 _seq = attrgetter("seq")
 
+ABSENT_EPOCH = "0"
+"""The epoch of a room that does not exist (no log in the store: never sent to,
+expired, or lost). Real epochs are 12-character random tokens, so this one never
+collides with them; it is still a well-formed epoch a listener can pass back.
+A listener whose cursor is in it reads a room that came to exist from the
+beginning of its epoch (see ``proxy.poll.places``)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
@@ -70,6 +77,18 @@ class Snapshot:
         if position >= self.head:
             return self.head_ic
         return self.anchor_ic + bisect_right(self.index, position)
+
+
+def absent(room: str) -> Snapshot:
+    """The snapshot of a room that does not exist: empty, in :data:`ABSENT_EPOCH`.
+
+    Costs one small object (its lists are the shared empty tuple): polls of
+    made-up names keep nothing else, and nothing in the store."""
+    return Snapshot(room, ABSENT_EPOCH, 0, 0)
+
+
+def is_absent(snap: Snapshot) -> bool:
+    return snap.epoch == ABSENT_EPOCH
 
 
 class Delivery(NamedTuple):

@@ -47,7 +47,7 @@ from liveroom.errors import LiveroomError
 from liveroom.metrics import Metrics
 from liveroom.roles import RoomReader, StatsReader
 from liveroom.settings import Settings
-from liveroom.snapshot import Delivery, Snapshot, read, recent
+from liveroom.snapshot import ABSENT_EPOCH, Delivery, Snapshot, read, recent
 
 from . import answer
 from .context import ContextSigner
@@ -71,9 +71,21 @@ MEMO_BYTES_MAX = 64 * 1024
 DELIVER, HOLD_PLAIN, HOLD_PACED = range(3)
 
 
+def _same_epoch(snap: Snapshot, cursor: Cursor) -> bool:
+    """Whether ``cursor`` reads ``snap``'s epoch. A cursor at the start of the
+    absent epoch (a listener that waited on a room before it existed) reads a
+    room that came to exist from the beginning of its epoch, as if it were
+    ``(snap.epoch, 0, 0)``: important messages first, the evicted counted in
+    ``gap``, so nothing sent at the room's creation is lost (a reset would
+    answer only the recent normal messages)."""
+    return cursor.epoch == snap.epoch or (
+        cursor.epoch == ABSENT_EPOCH and cursor.seq == 0 and cursor.iseq == 0)
+
+
 def places(snap: Snapshot, cursor: Cursor) -> bool:
-    """Whether ``snap`` can place ``cursor`` (same epoch, not past the head)."""
-    return cursor.epoch == snap.epoch and cursor.seq <= snap.head and cursor.iseq <= snap.head
+    """Whether ``snap`` can place ``cursor`` (same epoch, or the start of the
+    absent one, see :func:`_same_epoch`; not past the head)."""
+    return _same_epoch(snap, cursor) and cursor.seq <= snap.head and cursor.iseq <= snap.head
 
 
 def decide(d: Delivery, pace: Pace, now_ms: int) -> int:
@@ -221,8 +233,11 @@ class Poll:
 
     def begin(self, snap: Snapshot) -> None:
         polls, p = self._polls, self.p
-        polls.heartbeats.beat(p.room, p.uid)
-        self.online = polls.stats.online(p.room)
+        if snap.epoch != ABSENT_EPOCH:
+            # A room that does not exist counts no heartbeat: statsvr keeps no
+            # presence, viewers or series for made-up names (online stays 0).
+            polls.heartbeats.beat(p.room, p.uid)
+            self.online = polls.stats.online(p.room)
         cursor = p.cursor
         if cursor is None:
             self._recent(snap, _FIRST)
@@ -398,7 +413,7 @@ class Poll:
         cursor, pace = self.p.cursor, self.pace
         assert cursor is not None
         assert pace is not None
-        if snap.epoch != cursor.epoch:
+        if not _same_epoch(snap, cursor):
             self._recent(snap, _RESET)
             return
         d, head = self._read(snap, cursor, self._polls.stats.online(self.p.room))

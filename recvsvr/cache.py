@@ -4,9 +4,29 @@ Pulls never run on a poll's path. Rooms that want a pull sit in one ordered
 set; ``concurrency`` workers take them in batches (one store round trip per
 batch), so many notifies for one room coalesce into one pull in flight and the
 store sees a number of reads that grows with rooms, not listeners. A fallback
-loop asks for a pull of every room read in the last ``read_window`` at least
-every ``fallback_interval``: it covers lost notifies and rebuilds the cache
-after a restart. Rooms nobody read for ``read_window`` leave memory.
+loop asks for a pull at least every ``fallback_interval`` of every room with
+held polls (a watcher in :meth:`RoomCache.wait_changed`) or read in the last
+two fallback intervals: it covers lost notifies and rebuilds the cache after a
+restart. A room read longer ago is not pulled by the fallback (idle names cost
+no store reads and no CPU), but a read of it asks for a pull at once, and
+notifies still pull it. Rooms nobody read for ``read_window`` leave memory.
+
+**A room that does not exist** (no log in the store) is cached as the
+:func:`~liveroom.snapshot.absent` snapshot, epoch ``"0"``: a pull never
+creates a log (only sends and operator actions do), so polls of made-up names
+write nothing to the store. When the room comes to exist its snapshot moves to
+the real epoch and held polls wake.
+
+**Bounds.** At most ``rooms_max`` rooms per cache: beyond, the least recently
+read room is evicted, never one with held polls or waiting for a pull (then the
+cache may exceed the bound by those; held polls have bounds of their own).
+Every wait for a pull (:meth:`RoomCache.snapshot`, :meth:`RoomCache.wait_pulled`)
+ends after ``first_pull_timeout`` with
+:class:`~liveroom.errors.StoreUnavailable` (a 503 with ``Retry-After``).
+
+**Faults stay local.** An entry the store could not decode is left out of the
+snapshot (readers count it in ``gap``), counted in a metric and logged once per
+room while the room is cached.
 
 Each room's snapshot is replaced by one assignment; readers never lock.
 """
@@ -16,12 +36,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from liveroom.clock import Clock
 from liveroom.errors import StoreUnavailable
 from liveroom.metrics import Metrics
-from liveroom.snapshot import Snapshot
+from liveroom.snapshot import Snapshot, absent, is_absent
 from liveroom.store.base import MessageLog, Pulled, PullRequest
 
 from .build import Retention, advance
@@ -38,6 +59,10 @@ class SectLimits:
     batch: int = 128
     concurrency: int = 4
     touch_interval: float = 600.0
+    rooms_max: int = 10_000
+    """Rooms cached at most (least recently read evicted first, never one in use)."""
+    first_pull_timeout: float = 5.0
+    """Longest wait for a pull a reader asked for, then StoreUnavailable."""
 
 
 DEFAULT_RETENTION = Retention()
@@ -75,6 +100,13 @@ class _Room:
     """Waiters for the pull in flight."""
     restart: bool = False
     """Pull from the beginning: the epoch changed under the snapshot."""
+    warned: bool = False
+    """An undecodable entry of this room was logged already."""
+
+    def busy(self) -> bool:
+        """Held polls or pull waiters depend on it: never evicted."""
+        return bool(self.watchers or self.first is not None or self.confirm_next is not None
+                    or self.confirm_now)
 
 
 class RoomCache:
@@ -90,7 +122,10 @@ class RoomCache:
         self._keep = retention
         self._limits = limits
         self.name = name
-        self._rooms: dict[str, _Room] = {}
+        self._rooms: OrderedDict[str, _Room] = OrderedDict()
+        """Least recently read first."""
+        self._recent = 2 * limits.fallback_interval
+        """A room read within this long (or with held polls) gets fallback pulls."""
         self._dirty: dict[str, None] = {}
         self._in_flight: set[str] = set()
         self._work = asyncio.Event()
@@ -127,20 +162,50 @@ class RoomCache:
         return len(self._rooms)
 
     def _room(self, name: str) -> _Room:
-        room = self._rooms.get(name)
+        rooms = self._rooms
+        room = rooms.get(name)
         now = self._clock.monotonic()
         if room is None:
-            room = self._rooms[name] = _Room(name, read_at=now)
+            room = rooms[name] = _Room(name, read_at=now)
+            if len(rooms) > self._limits.rooms_max:
+                self._evict()
         else:
             room.read_at = now
+            rooms.move_to_end(name)
         return room
+
+    def _evict(self) -> None:
+        """Drop the least recently read room not in use (never the newest)."""
+        rooms = self._rooms
+        for _ in range(len(rooms) - 1):
+            name, state = next(iter(rooms.items()))
+            if state.busy():
+                rooms.move_to_end(name)  # in use now: as good as read
+                continue
+            del rooms[name]
+            self._dirty.pop(name, None)
+            self._metrics.evictions.inc()
+            return
 
     def current(self, room: str) -> Snapshot | None:
         state = self._rooms.get(room)
         if state is None:
             return self._room(room).snapshot
-        state.read_at = self._clock.monotonic()  # ``_room``, inlined: every poll asks
+        # ``_room``, inlined: every poll asks.
+        now = state.read_at = self._clock.monotonic()
+        self._rooms.move_to_end(room)
+        if now - state.pulled_at > self._recent:
+            # Not pulled by the fallback while nobody read it: catch up now.
+            self.request_pull(room)
         return state.snapshot
+
+    async def _wait_pull(self, room: str, fut: asyncio.Future[Snapshot]) -> Snapshot:
+        timeout = self._limits.first_pull_timeout
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), timeout)
+        except TimeoutError:
+            raise StoreUnavailable(
+                f"no pull of room {room} within {timeout:g} s") from None
 
     async def snapshot(self, room: str) -> Snapshot:
         state = self._room(room)
@@ -149,7 +214,7 @@ class RoomCache:
         if state.first is None:
             state.first = asyncio.get_running_loop().create_future()
             self.request_pull(room)
-        return await asyncio.shield(state.first)
+        return await self._wait_pull(room, state.first)
 
     async def wait_changed(self, room: str, snapshot: Snapshot) -> Snapshot:
         state = self._room(room)
@@ -173,7 +238,7 @@ class RoomCache:
             state.confirm_next = asyncio.get_running_loop().create_future()
         fut = state.confirm_next
         self.request_pull(room)
-        return await asyncio.shield(fut)
+        return await self._wait_pull(room, fut)
 
     def peek(self, room: str) -> Snapshot | None:
         """The snapshot held now, without counting a read."""
@@ -274,12 +339,19 @@ class RoomCache:
                      now_ms: int) -> None:
         old = state.snapshot
         if pulled.epoch is None:
-            # No log (never written, expired, or the store lost it): make one,
-            # then read it again.
-            await self._log.open_room(state.name)
-            state.restart = old is not None
-            self.request_pull(state.name)
+            # No log (never written, expired, or the store lost it): the room
+            # does not exist. Reading never creates it: sends and operators do.
+            state.restart = False
+            self._install(state, old if old is not None and is_absent(old)
+                          else absent(state.name))
             return
+        if pulled.undecodable:
+            self._metrics.undecodable.inc(pulled.undecodable)
+            if not state.warned:
+                state.warned = True
+                log.warning("room %s: skipped %d log entries the store could not decode "
+                            "(listeners see them in gap; not logged again for this room)",
+                            state.name, pulled.undecodable)
         if old is not None and pulled.epoch != old.epoch and request.after:
             state.restart = True
             self.request_pull(state.name)
@@ -296,6 +368,9 @@ class RoomCache:
         base = None if (old is None or pulled.epoch != old.epoch) else old
         snap = advance(base, pulled, request.after, self._keep, now_ms)
         state.restart = False
+        self._install(state, snap)
+
+    def _install(self, state: _Room, snap: Snapshot) -> None:
         self._swap(state, snap)
         for fut in state.confirm_now:
             _settle(fut, snap)
@@ -319,13 +394,14 @@ class RoomCache:
         while True:
             await self._clock.sleep(limits.fallback_interval)
             now = self._clock.monotonic()
+            due = now - limits.fallback_interval * 0.5
             for name, state in list(self._rooms.items()):
-                idle = now - state.read_at > limits.read_window
-                if idle and not state.watchers and state.first is None \
-                        and state.confirm_next is None and not state.confirm_now:
+                since_read = now - state.read_at
+                if since_read > limits.read_window and not state.busy():
                     del self._rooms[name]
                     self._dirty.pop(name, None)
-                elif now - state.pulled_at >= limits.fallback_interval * 0.5:
+                elif (state.watchers or since_read <= self._recent) \
+                        and state.pulled_at <= due:
                     self.request_pull(name)
             self._metrics.rooms.set(len(self._rooms))
             if now - last_touch >= limits.touch_interval:
@@ -333,7 +409,9 @@ class RoomCache:
                 await self._touch()
 
     async def _touch(self) -> None:
-        names = list(self._rooms)
+        # Rooms that do not exist have nothing to push back (and must not get a log).
+        names = [name for name, state in self._rooms.items()
+                 if state.snapshot is not None and not is_absent(state.snapshot)]
         for i in range(0, len(names), 1000):
             try:
                 await self._log.touch(names[i:i + 1000])

@@ -344,7 +344,8 @@ async def test_unknown_rooms_and_idle_rooms(store: Store, fake_clock: FakeClock)
     await node.refresh([ROOM])
     assert node.figure(ROOM) == ViewersFigure(3, True)
     state = await stored(store)
-    assert merge_registers(state.sketches) == sketch_of(["u1", "u2", "u3"])
+    # Below the threshold the exact set is the whole truth: no sketch is stored.
+    assert state.sketches == ()
 
 
 # -- broadcasts ------------------------------------------------------------------------
@@ -390,17 +391,19 @@ async def test_a_refresh_that_sees_a_new_broadcast_counts_the_members_again(
     assert node.figure(ROOM) == ViewersFigure(2, True)
     state = await stored(store)
     assert (state.exact, state.broadcast) == (2, 2)
-    # Its sketch starts afresh too: the old broadcast's viewers are not in it.
-    assert state.sketches == (sketch_of(["u2", "u3"]).to_bytes(),)
+    # Below the threshold no sketch is stored, in either broadcast (that the
+    # sketch starts afresh is shown with a capped set in the next test).
+    assert state.sketches == ()
     (past,) = await store.operators.broadcasts(ROOM)
     assert (past.broadcast, past.viewers.exact) == (1, 3)
-    assert past.viewers.sketches == (sketch_of(["u1", "u2", "u3"]).to_bytes(),)
+    assert past.viewers.sketches == ()
 
 
 async def test_a_flush_into_a_new_broadcast_replaces_the_old_sketch_at_once(
         store: Store, fake_clock: FakeClock) -> None:
     members = Members()
-    node = ViewersHistory(store.stats, fake_clock, "a", members=members)
+    # Threshold 2: three members cap the exact set, so sketches are stored.
+    node = ViewersHistory(store.stats, fake_clock, "a", members=members, threshold=2)
     members.rooms[ROOM] = {"u1", "u2", "u3"}
     node.joined(ROOM, ["u1", "u2", "u3"])
     await node.flush()
@@ -412,7 +415,7 @@ async def test_a_flush_into_a_new_broadcast_replaces_the_old_sketch_at_once(
     await node.flush()
     assert node.pending(ROOM) == 0
     state = await stored(store)
-    assert (state.exact, state.complete, state.broadcast) == (3, True, 2)
+    assert (state.exact, state.complete, state.broadcast) == (2, False, 2)
     assert state.sketches == (sketch_of(["u2", "u3", "u4"]).to_bytes(),)
 
 

@@ -127,6 +127,9 @@ async def test_1000_held_polls_are_answered_by_one_message(engine_url: str) -> N
     connector = aiohttp.TCPConnector(limit=1200)
     async with aiohttp.ClientSession(connector=connector) as session, \
             running_node(engine_url) as node:
+        # The room exists from its first send: polls of a room that does not
+        # exist count nobody online.
+        await send(session, node.url, "big", "welcome")
         listeners = [Listener(session, "big", uid=f"u{i}") for i in range(1000)]
         await asyncio.gather(*(lst.poll(node.url) for lst in listeners))
         # Every join shows in the merged online view within 5 s.

@@ -196,10 +196,11 @@ async def test_ending_a_broadcast_resets_listeners_and_starts_viewers_over(
     clock = FakeClock()
     async with running_node(engine_url, clock) as node:
         url = node.url
+        # The room exists from its first send; polls before it count no one.
+        await send(session, url, "show", "one")
         viewers = [Listener(session, "show", uid=f"v{i}") for i in range(3)]
         for listener in viewers:
             await listener.poll(url)
-        await send(session, url, "show", "one")
 
         async def watched(n: int) -> bool:
             doc = await call(session, "GET", f"{url}/v1/rooms/show/stats", headers={})

@@ -41,6 +41,7 @@ async def test_members_appear_within_5_s_and_leave_after_the_ttl(
         engine_url: str, session: aiohttp.ClientSession) -> None:
     clock = FakeClock()
     async with running_node(engine_url, clock) as node:
+        await node.node.store.log.open_room("r")  # polls count only in a room that exists
         listeners = {uid: Listener(session, "r", uid=uid) for uid in ["carol", "alice", "bob"]}
         for listener in listeners.values():
             await listener.poll(node.url)
@@ -166,6 +167,7 @@ async def test_two_nodes_over_one_redis_report_the_same_members(
     clock = FakeClock()
     async with running_node(redis_url, clock, node_id="a") as a, \
             running_node(redis_url, clock, node_id="b") as b:
+        await a.node.store.log.open_room("r")  # polls count only in a room that exists
         for i in range(20):
             # Listeners spread over both nodes; u0..u4 poll through both.
             await Listener(session, "r", uid=f"u{i}").poll(a.url if i % 2 else b.url)
@@ -194,6 +196,7 @@ async def test_a_node_killed_loses_its_members_only_after_the_ttl(
     async with running_node(redis_url, clock, node_id="survivor") as survivor:
         doomed = running_node(redis_url, clock, node_id="doomed")
         victim = await doomed.__aenter__()
+        await survivor.node.store.log.open_room("r")  # polls count only in a room that exists
         try:
             for i in range(10):
                 await Listener(session, "r", uid=f"u{i}").poll(victim.url)
@@ -221,6 +224,7 @@ async def test_with_redis_down_stats_degrade_and_recover(
         redis_server: RedisServer, redis_url: str, session: aiohttp.ClientSession) -> None:
     clock = FakeClock()
     async with running_node(redis_url, clock) as node:
+        await node.node.store.log.open_room("r")  # polls count only in a room that exists
         for uid in ["a", "b"]:
             await Listener(session, "r", uid=uid).poll(node.url)
         await until(clock, lambda: online_is(session, node.url, "r", 2))

@@ -184,21 +184,40 @@ async def test_a_batch_crossing_the_threshold_fills_it_in_order(store: Store) ->
 
 async def test_each_nodes_sketch_is_kept_and_read_back(store: Store) -> None:
     stats = store.stats
-    await stats.add_viewers("r", "n2", ["u1"], SKETCH_B, 100, TTL_MS)
-    await stats.add_viewers("r", "n1", ["u2"], bytes(16_384), 100, TTL_MS)
+    # The exact set (threshold 2) is capped by the third uid: sketches are kept from then.
+    await stats.add_viewers("r", "n2", ["u1"], SKETCH_B, 2, TTL_MS)
+    await stats.add_viewers("r", "n1", ["u2", "u0"], bytes(16_384), 2, TTL_MS)
+    await stats.add_viewers("r", "n2", [], SKETCH_B, 2, TTL_MS)
     # A new sketch replaces the node's own; None leaves it as it is.
-    await stats.add_viewers("r", "n1", ["u3"], SKETCH_A, 100, TTL_MS)
-    await stats.add_viewers("r", "n1", ["u4"], None, 100, TTL_MS)
+    await stats.add_viewers("r", "n1", ["u3"], SKETCH_A, 2, TTL_MS)
+    await stats.add_viewers("r", "n1", ["u4"], None, 2, TTL_MS)
     assert await stats.load_sketch("r", "n1") == SKETCH_A
     assert await stats.load_sketch("r", "n2") == SKETCH_B
     assert await stats.load_sketch("r", "n3") is None
     assert await stats.load_sketch("never-written", "n1") is None
     with_sketches, without, never = await stats.viewers(
         ["r", "r", "never-written"], sketches=[True, False, True])
-    assert with_sketches == ViewersState(4, True, (SKETCH_A, SKETCH_B))
-    assert without == ViewersState(4, True, ())
+    assert with_sketches == ViewersState(2, False, (SKETCH_A, SKETCH_B))
+    assert without == ViewersState(2, False, ())
     assert never == ViewersState(0, True, ())
     assert await stats.viewers([], sketches=[]) == []
+
+
+async def test_no_sketch_is_stored_while_the_exact_set_is_the_whole_truth(
+        store: Store, raw_redis: redis.asyncio.Redis | None) -> None:
+    """The attack: many small rooms, each costing a 16 KiB sketch a node. The
+    answer: below the threshold only the exact set is stored."""
+    stats = store.stats
+    for i in range(3):
+        assert await stats.add_viewers("r", "n1", [f"u{i}"], SKETCH_A, 3, TTL_MS) == (
+            i + 1, True, 1)
+    assert await stats.load_sketch("r", "n1") is None
+    assert await stats.viewers(["r"], sketches=[True]) == [ViewersState(3, True, ())]
+    if raw_redis is not None:
+        assert not await raw_redis.exists(keys.viewers_sketches("r"))
+    # The uid that would exceed the threshold caps the set: the sketch is stored.
+    assert await stats.add_viewers("r", "n1", ["u9"], SKETCH_A, 3, TTL_MS) == (3, False, 1)
+    assert await stats.load_sketch("r", "n1") == SKETCH_A
 
 
 async def test_viewers_history_expires_after_its_last_update(

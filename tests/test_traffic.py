@@ -48,10 +48,17 @@ async def tiered(node: Running, session: aiohttp.ClientSession, clock: FakeClock
             await settle()
 
 
+async def exists(node: Running, room: str) -> None:
+    """Make ``room`` exist (an empty log, as an operator action does): polls of
+    a room that does not exist count nobody online, so it never gets a tier."""
+    await node.node.store.log.open_room(room)
+
+
 async def counted(node: Running, session: aiohttp.ClientSession, clock: FakeClock,
                   room: str, uid: str = "listener") -> Listener:
     """A listener that polled ``room`` once (answered at once, as a plain room:
     nobody was counted yet), after the node counts it online."""
+    await exists(node, room)
     listener = Listener(session, room, uid=uid)
     first = await listener.poll(node.url)
     assert first["interval_ms"] == 0
@@ -238,6 +245,7 @@ async def test_a_flood_of_important_messages_releases_a_room_about_twice_a_secon
     clock = FakeClock()
     async with running_node(clock=clock, tiers=(Tier(1, 8.0, 2.0),),
                             rate_limits=RateLimits(per_uid=())) as node:
+        await exists(node, "flood")
         listeners = [Listener(session, "flood", uid=f"l{i}") for i in range(5)]
         for listener in listeners:
             await listener.poll(node.url)
@@ -322,6 +330,7 @@ async def test_rooms_move_between_tiers_as_their_online_count_crosses_thresholds
             # A first poll in a tiered room is paced: move time until it is due.
             answer, _ = await answered(clock, Listener(session, "grow", uid=uid).poll(node.url))
             return int(answer["interval_ms"])
+        await exists(node, "grow")
         assert await interval("a") == 0
         await tiered(node, session, clock, "grow", 1)
         assert await interval("b") == 0  # counts 1 until b's heartbeat is merged

@@ -38,6 +38,10 @@ class LogPolicy:
     important_hard_cap: int = 50_000
     room_ttl_ms: int = 86_400_000
     """A room with no send and no read for this long expires."""
+    empty_room_ttl_ms: int = 300_000
+    """A log an operator created (or opened) with no message yet expires this
+    long after its creation, reads or not: a made-up name costs minutes, not
+    days. Its first message extends it to ``room_ttl_ms``."""
     dedup_ttl_ms: int = 600_000
     """How long a ``client_msg_id`` is remembered."""
 
@@ -74,6 +78,10 @@ class Pulled:
     log entries, plus every retained important entry after ``after``."""
     complete: bool
     """True when no entry in ``(after, head]`` is missing from ``entries``."""
+    undecodable: int = 0
+    """Entries in ``(after, head]`` the engine read but could not decode (a
+    corrupt stream entry): left out of ``entries``, so readers count them in
+    ``gap`` like evicted ones."""
 
 
 class MessageLog(Protocol):
@@ -89,7 +97,10 @@ class MessageLog(Protocol):
     """
 
     async def open_room(self, room: str) -> str:
-        """The room's epoch, creating an empty log if it has none."""
+        """The room's epoch, creating an empty log if it has none.
+
+        Only operator actions call it (a vip add): a poll never creates a log.
+        A log created here lives ``empty_room_ttl_ms`` until its first message."""
 
     async def append(self, room: str, message: NewMessage,
                      limits: RateLimits | None = None) -> Appended:
@@ -110,7 +121,8 @@ class MessageLog(Protocol):
         """Give the room a new epoch if it is still ``stale``; return the current one."""
 
     async def touch(self, rooms: Sequence[str]) -> None:
-        """Count a read of these rooms: push their expiry back."""
+        """Count a read of these rooms: push their expiry back (a room with no
+        message yet by ``empty_room_ttl_ms`` at most); never creates a log."""
 
 
 OnNotify = Callable[[str, int], None]
@@ -279,7 +291,11 @@ class StatsStore(Protocol):
         Atomically adds the uids to the room's exact set, in order, until it
         would exceed ``threshold`` uids; then the set is marked incomplete and
         never grows again. ``sketch`` (when given) replaces ``node``'s own
-        HyperLogLog registers of the room. The room's history lives ``ttl_ms``
+        HyperLogLog registers of the room, but only once the set is incomplete
+        (this call or an earlier one made it so): below the threshold the exact
+        set is the whole truth, and no 16 KiB sketch is stored. Callers keep
+        their sketch fed from the start and pass it every time, so the first
+        one stored covers every uid the node saw. The room's history lives ``ttl_ms``
         after its last update. Returns the set's size, whether it is complete,
         and the broadcast written to: a caller that finds it changed wrote its
         old broadcast's sketch into the new one, and writes a fresh one.

@@ -60,6 +60,9 @@ _Counted = tuple[str, str | None]
 class _Room:
     epoch: str
     used_ms: int
+    """When it was created, last sent to or read: with messages, it expires
+    ``room_ttl_ms`` after; with none yet, ``empty_room_ttl_ms`` after its creation
+    (reads do not move this then, like ``lua/touch.lua``)."""
     seq: int = 0
     ic: int = 0
     log: deque[Entry] = field(default_factory=deque)
@@ -148,10 +151,15 @@ class MemoryLog:
     def _now_ms(self) -> int:
         return int(self._clock.time() * 1000)
 
+    def _expired(self, state: _Room, now: int) -> bool:
+        policy = self.policy
+        ttl = policy.room_ttl_ms if state.seq else policy.empty_room_ttl_ms
+        return now - state.used_ms > ttl
+
     def _room(self, room: str, *, create: bool) -> _Room | None:
         now = self._now_ms()
         state = self._rooms.get(room)
-        if state is not None and now - state.used_ms > self.policy.room_ttl_ms:
+        if state is not None and self._expired(state, now):
             del self._rooms[room]
             state = None
         if state is None and create:
@@ -160,15 +168,16 @@ class MemoryLog:
 
     def sweep(self) -> None:
         """Drop every room idle past its TTL."""
-        cutoff = self._now_ms() - self.policy.room_ttl_ms
-        for room in [r for r, s in self._rooms.items() if s.used_ms < cutoff]:
+        now = self._now_ms()
+        for room in [r for r, s in self._rooms.items() if self._expired(s, now)]:
             del self._rooms[room]
         self._counts.sweep()
 
     async def open_room(self, room: str) -> str:
         state = self._room(room, create=True)
         assert state is not None
-        state.used_ms = self._now_ms()
+        if state.seq:
+            state.used_ms = self._now_ms()
         return state.epoch
 
     async def append(self, room: str, message: NewMessage,
@@ -276,7 +285,7 @@ class MemoryLog:
         now = self._now_ms()
         for room in rooms:
             state = self._room(room, create=False)
-            if state is not None:
+            if state is not None and state.seq:
                 state.used_ms = now
 
 
@@ -400,7 +409,7 @@ class MemoryStats:
                     state.complete = False
                     break
                 state.exact.add(uid)
-        if sketch is not None:
+        if sketch is not None and not state.complete:  # see StatsStore.add_viewers
             state.sketches[node] = sketch
         if state.exact or not state.complete or state.sketches:
             self._viewers.put(room, state, ttl_ms)
@@ -525,6 +534,9 @@ class MemoryOperators:
         self._vip: set[str] = set()
 
     async def vip_add(self, room: str) -> bool:
+        # An operator action makes the room exist (an empty log, short-lived
+        # until its first message), as on Redis.
+        await self._log.open_room(room)
         if room in self._vip:
             return False
         self._vip.add(room)

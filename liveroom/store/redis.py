@@ -62,7 +62,7 @@ from .base import (
     PullRequest,
     new_epoch,
 )
-from .redis_calls import script_text, text, unavailable
+from .redis_calls import Lua, run_scripts, script_text, text, unavailable
 from .redis_operators import RedisOperators
 from .redis_stats import RedisStats
 
@@ -109,8 +109,13 @@ def _seq_of(stream_id: bytes) -> int:
     return int(stream_id.partition(b"-")[0])
 
 
-def _entry(stream_id: bytes, fields: dict[bytes, bytes]) -> Entry:
-    return unpack_stored(_seq_of(stream_id), int(fields[b"c"]), fields[b"m"])
+def _entry(stream_id: bytes, fields: dict[bytes, bytes]) -> Entry | None:
+    """The entry, or None when it cannot be decoded (written by something else,
+    or corrupt): one bad entry must cost its own message, never the room."""
+    try:
+        return unpack_stored(_seq_of(stream_id), int(fields[b"c"]), fields[b"m"])
+    except Exception:  # whatever garbage raises: msgpack, int(), a missing field
+        return None
 
 
 class RedisLog:
@@ -121,12 +126,14 @@ class RedisLog:
         self._client = client
         self._append = client.register_script(script_text("append.lua"))
         self._epoch = client.register_script(script_text("epoch.lua"))
+        self._touch = Lua("touch.lua")
 
     async def open_room(self, room: str) -> str:
         with unavailable("open_room"):
             epoch = await self._epoch(
                 keys=_room_keys(room),
-                args=[new_epoch(), "", self.policy.room_ttl_ms, 1])
+                args=[new_epoch(), "", self.policy.room_ttl_ms, 1,
+                      self.policy.empty_room_ttl_ms])
         return text(epoch)
 
     async def append(self, room: str, message: NewMessage,
@@ -193,19 +200,20 @@ class RedisLog:
         with unavailable("renew_epoch"):
             epoch = await self._epoch(
                 keys=_room_keys(room),
-                args=[new_epoch(), stale, self.policy.room_ttl_ms, 0])
+                args=[new_epoch(), stale, self.policy.room_ttl_ms, 0,
+                      self.policy.empty_room_ttl_ms])
         return text(epoch)
 
     async def touch(self, rooms: Sequence[str]) -> None:
+        """One pipeline of ``lua/touch.lua`` calls: a room with no message yet
+        keeps the short expiry it was created with, a room with no log stays
+        without one."""
         if not rooms:
             return
-        ttl = self.policy.room_ttl_ms
+        args = [self.policy.room_ttl_ms]
         with unavailable("touch"):
-            async with self._client.pipeline(transaction=False) as pipe:
-                for room in rooms:
-                    for key in _room_keys(room):
-                        pipe.pexpire(key, ttl)
-                await pipe.execute()
+            await run_scripts(self._client, [(self._touch, _room_keys(room), args)
+                                             for room in rooms])
 
 
 def _queue_pull(pipe: Pipeline, request: PullRequest) -> None:
@@ -235,7 +243,9 @@ def _build_pulled(request: PullRequest, replies: list[Any]) -> Pulled | None:
         return Pulled(request.room, None, 0, 0, (), complete=True)
     head = int(meta_seq or 0)
     head_ic = int(meta_ic or 0)
-    picked = [_entry(sid, fields) for sid, fields in reversed(newest_first)]
+    decoded = [_entry(sid, fields) for sid, fields in reversed(newest_first)]
+    picked = [e for e in decoded if e is not None]
+    undecodable = len(decoded) - len(picked)
     if picked and picked[-1].seq >= head:
         # Appends that landed after the meta was read: the log is newer.
         head, head_ic = picked[-1].seq, picked[-1].ic
@@ -243,12 +253,19 @@ def _build_pulled(request: PullRequest, replies: list[Any]) -> Pulled | None:
     floor = picked[0].seq if picked else head + 1
     extra = []
     for sid, fields in important:
-        if _seq_of(sid) >= floor:
+        entry = _entry(sid, fields)
+        if entry is None:
+            undecodable += 1
+            continue
+        if entry.seq >= floor:
             break
-        extra.append(_entry(sid, fields))
-    complete = picked[0].seq == after + 1 if picked else after >= head
+        extra.append(entry)
+    # An undecodable entry is missing from the answer like a trimmed one: the
+    # pull is not complete, and readers count it in ``gap``.
+    complete = (picked[0].seq == after + 1 if picked else after >= head) \
+        and not undecodable
     return Pulled(request.room, text(epoch), head, head_ic, tuple(extra + picked),
-                  complete=complete)
+                  complete=complete, undecodable=undecodable)
 
 
 class _ChannelLost(Exception):
@@ -455,7 +472,7 @@ class RedisStore:
         self.log = RedisLog(self._client, policy)
         self.notifier = RedisNotifier(url, self._client, node_id)
         self.stats = RedisStats(self._client)
-        self.operators = RedisOperators(self._client, policy)
+        self.operators = RedisOperators(self._client, policy, self.log)
 
     async def start(self) -> None:
         """Start the notify channel; wait (a little) for it when Redis answers.

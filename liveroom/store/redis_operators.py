@@ -24,7 +24,7 @@ from redis.asyncio import Redis
 
 from ..errors import StoreUnavailable
 from . import keys
-from .base import Ended, LogPolicy, PastBroadcast, new_epoch
+from .base import Ended, LogPolicy, MessageLog, PastBroadcast, new_epoch
 from .redis_calls import Lua, run_scripts, text, unavailable
 from .redis_stats import viewers_state
 
@@ -35,14 +35,18 @@ _END_ATTEMPTS = 5
 class RedisOperators:
     """:class:`~liveroom.store.base.Operators` on Redis (keys in :mod:`.keys`)."""
 
-    def __init__(self, client: Redis, policy: LogPolicy) -> None:
+    def __init__(self, client: Redis, policy: LogPolicy, log: MessageLog) -> None:
         self._client = client
         self._policy = policy
+        self._log = log
         self._end = Lua("end_broadcast.lua")
 
     # -- the vip whitelist ---------------------------------------------------------
 
     async def vip_add(self, room: str) -> bool:
+        """Whitelist the room; an operator action makes it exist (an empty log
+        that lives ``empty_room_ttl_ms`` until its first message)."""
+        await self._log.open_room(room)
         with unavailable("vip_add"):
             added: int = await self._client.sadd(keys.VIP, room)
         return added == 1
@@ -73,7 +77,7 @@ class RedisOperators:
                      keys.viewers_sketches(room),
                      keys.viewers_exact(room, current), keys.viewers_meta(room, current),
                      keys.viewers_sketches(room, current)],
-                    [current, new_epoch(), now_ms, ttl_ms, self._policy.room_ttl_ms,
+                    [current, new_epoch(), now_ms, ttl_ms, self._policy.empty_room_ttl_ms,
                      keys.NOTIFY_CHANNEL, room])])
             if broadcast:
                 return Ended(text(epoch), int(broadcast))

@@ -16,7 +16,7 @@
 -- ARGV[2]  the new epoch (random, from the caller)
 -- ARGV[3]  now_ms: when the broadcast ended (the caller's clock)
 -- ARGV[4]  ttl_ms: how long the ended history is kept
--- ARGV[5]  room_ttl_ms (for a log created here)
+-- ARGV[5]  empty_room_ttl_ms (for a log created here: it has no message yet)
 -- ARGV[6]  the notify channel   ARGV[7]  the room name
 --
 -- Returns {new epoch, new broadcast}; {'', 0} when the current broadcast is

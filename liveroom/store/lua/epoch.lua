@@ -9,8 +9,12 @@
 -- ARGV[2]  the stale epoch to replace with ARGV[1], or '' to replace none
 -- ARGV[3]  room_ttl_ms
 -- ARGV[4]  1 to push the room's expiry back (a read of the room), else 0
+-- ARGV[5]  empty_room_ttl_ms: the expiry of a log with no message yet
 --
 -- Returns the room's current epoch. Seq and ic continue across a renewal.
+-- A log created here has no message: it lives ARGV[5] from its creation, and
+-- a read of a room with no message (seq 0) does not push its expiry back
+-- (append.lua extends it to ARGV[3] with the first message).
 
 local meta, log, imp = KEYS[1], KEYS[2], KEYS[3]
 local epoch = redis.call('HGET', meta, 'epoch')
@@ -19,12 +23,13 @@ if not epoch then
   epoch = ARGV[1]
   redis.call('DEL', log, imp)
   redis.call('HSET', meta, 'epoch', epoch, 'seq', 0, 'ic', 0)
-  redis.call('PEXPIRE', meta, ARGV[3])
+  redis.call('PEXPIRE', meta, ARGV[5])
+  return epoch
 elseif ARGV[2] ~= '' and epoch == ARGV[2] then
   epoch = ARGV[1]
   redis.call('HSET', meta, 'epoch', epoch)
 end
-if ARGV[4] == '1' then
+if ARGV[4] == '1' and redis.call('HGET', meta, 'seq') ~= '0' then
   redis.call('PEXPIRE', meta, ARGV[3])
   redis.call('PEXPIRE', log, ARGV[3])
   redis.call('PEXPIRE', imp, ARGV[3])

@@ -8,7 +8,8 @@
 --
 -- ARGV[1]  threshold: the most uids the exact set holds
 -- ARGV[2]  ttl_ms: the room's viewers history lives this long after this call
--- ARGV[3]  the node            ARGV[4]  1 when ARGV[5] is a sketch to store, else 0
+-- ARGV[3]  the node            ARGV[4]  1 when ARGV[5] is a sketch to store (once
+--          the set is capped, see below), else 0
 -- ARGV[5]  the node's registers (or '')
 -- ARGV[6..]  the uids, in order
 --
@@ -36,7 +37,9 @@ if complete then
   end
 end
 
-if ARGV[4] == '1' then
+-- The sketch is kept only once the exact set is capped: below the threshold
+-- the exact set is the whole truth, and 16 KiB a node a room would be waste.
+if ARGV[4] == '1' and not complete then
   redis.call('HSET', vh, ARGV[3], ARGV[5])
 end
 redis.call('PEXPIRE', vx, ARGV[2])

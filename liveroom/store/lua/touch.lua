@@ -1,0 +1,24 @@
+-- touch.lua: count a read of a room: push its expiry back, never create it.
+--
+-- KEYS[1]  lr:{R}:meta   hash: epoch, seq (head), ic
+-- KEYS[2]  lr:{R}:log    KEYS[3]  lr:{R}:imp
+--
+-- ARGV[1]  room_ttl_ms
+--
+-- A room with no message yet (seq 0) keeps the expiry it was created with
+-- (empty_room_ttl_ms, see epoch.lua): reads never keep a made-up name alive.
+-- Returns 1 when the expiry was pushed back, else 0.
+
+local meta, log, imp = KEYS[1], KEYS[2], KEYS[3]
+local seq = redis.call('HGET', meta, 'seq')
+if not seq then
+  return 0
+end
+if seq == '0' then
+  return 0
+end
+local ttl = ARGV[1]
+redis.call('PEXPIRE', meta, ttl)
+redis.call('PEXPIRE', log, ttl)
+redis.call('PEXPIRE', imp, ttl)
+return 1
