@@ -64,7 +64,9 @@ class Settings:
     admin_token: str | None = None
     publisher_token: str | None = None
     secret: str | None = None
-    """Key that signs listener contexts; shared through the store when unset."""
+    """Key that signs listener contexts. These three are made up when unset on
+    the memory store only; a node over a shared store needs them configured
+    (:meth:`unset_secrets`)."""
     log_level: str = "info"
 
     # Identity.
