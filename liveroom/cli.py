@@ -17,13 +17,15 @@ from typing import Any, TypeVar
 import aiohttp
 import click
 
+from proxy.tickets import DEFAULT_TTL, mint
+
 from . import __version__
 from .clock import SystemClock
 from .errors import BadRequest, LiveroomError
 from .model import check_name
 from .node import Node, run
 from .ratelimit import RateLimits, Window, parse_windows
-from .settings import Settings, Tier, parse_tiers
+from .settings import TICKET_KEY_MIN, Settings, Tier, parse_tiers
 from .store import open_store
 from .store.base import Operators
 from .workers import CannotListen, Refused, supervise
@@ -77,7 +79,9 @@ def _parse_workers(ctx: click.Context, param: click.Parameter, value: str) -> in
 def _hint(message: str) -> str:
     """The option a Settings refusal is about."""
     for words, option in (("online_ttl", "--online-ttl"), ("tier", "--tiers"),
-                          ("hold_tick", "--hold-tick"), ("vip_refresh", "--vip-refresh")):
+                          ("hold_tick", "--hold-tick"), ("vip_refresh", "--vip-refresh"),
+                          ("ticket key", "--ticket-key"), ("auth", "--auth"),
+                          ("metrics_token", "--metrics-token")):
         if words in message:
             return option
     return "serve"
@@ -89,11 +93,46 @@ def _announce(node: Node) -> None:
     s = node.settings
     click.echo(f"liveroom {__version__} node {s.name!r} listening on "
                f"http://{s.host}:{s.port} (store: {node.store.name})")
+    click.echo(f"  auth: {s.auth}" + (f" ({len(s.ticket_keys)} ticket keys)"
+                                      if s.auth == "ticket" else
+                                      " (clients name their own uid)"))
     for name, value in node.generated.items():
-        kept = "kept in the store" if node.store.name != "memory" else "generated"
-        click.echo(f"  {name.replace('_', ' ')} ({kept}): {value}")
+        click.echo(f"  {name.replace('_', ' ')} (generated): {value}")
     click.echo("  stop with Ctrl-C", nl=True)
     sys.stdout.flush()
+
+
+class _KeyList(click.types.StringParamType):
+    """Ticket keys: each ``--ticket-key`` one, the environment variable a
+    comma-separated list."""
+
+    name = "KEY"
+    envvar_list_splitter = ","
+
+
+def _refuse(message: str) -> None:
+    """Stop ``serve`` before it starts: one line, exit status 2 (a usage error)."""
+    click.echo(f"Error: {message}", err=True)
+    raise SystemExit(2)
+
+
+def _check_shared_store(settings: Settings, auth_given: bool) -> None:
+    """What a node over a shared store (Redis: a deployment, not a demo) must
+    be told rather than default to."""
+    if not settings.shared_store:
+        return
+    if not auth_given:
+        _refuse(f"a shared store ({settings.store}) is a deployment: say who may "
+                f"speak with --auth ticket --ticket-key KEY (signed tickets name the uid) "
+                f"or, knowingly, --auth open (clients name their own uid); or set "
+                f"LIVEROOM_AUTH")
+    missing = settings.unset_secrets()
+    if missing:
+        flags = ", ".join(f"--{name.replace('_', '-')}" for name in missing)
+        envs = ", ".join(f"LIVEROOM_{name.upper()}" for name in missing)
+        _refuse(f"every node over a shared store must be given the same tokens and "
+                f"secret (made-up ones would differ between nodes): give {flags} "
+                f"(or {envs})")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -115,16 +154,30 @@ def main() -> None:
 @click.option("--store", default="memory", show_default=True, envvar="LIVEROOM_STORE",
               show_envvar=True, help=_STORE_HELP)
 @click.option("--admin-token", envvar="LIVEROOM_ADMIN_TOKEN", show_envvar=True,
-              help="Bearer token of operators (also publishes). Made up and printed if "
-                   "unset; with Redis it is kept in the store so every node shares it.")
+              help="Bearer token of operators (also publishes). Required with Redis "
+                   "(the same on every node); with the memory store made up and printed "
+                   "if unset.")
 @click.option("--publisher-token", envvar="LIVEROOM_PUBLISHER_TOKEN", show_envvar=True,
               help="Bearer token the business backend uses for important messages. "
-                   "Made up and printed if unset (kept in the store with Redis).")
+                   "Required with Redis; with the memory store made up and printed if unset.")
 @click.option("--node-id", default="", envvar="LIVEROOM_NODE_ID", show_envvar=True,
               help="Stable id of this node among those sharing a store [default: HOST:PORT].")
 @click.option("--secret", envvar="LIVEROOM_SECRET", show_envvar=True,
               help="Key that signs listener contexts; every node must share it. "
-                   "Kept in the store when unset.")
+                   "Required with Redis; made up if unset with the memory store.")
+@click.option("--auth", type=click.Choice(["open", "ticket"]), default=None,
+              envvar="LIVEROOM_AUTH", show_envvar=True,
+              help="Who names a listener's or sender's uid: 'ticket', a ticket signed by "
+                   "your backend (Authorization: Bearer, or ?ticket= on polls); 'open', "
+                   "the request itself (demos, tests). [default: open with the memory "
+                   "store; required with Redis]")
+@click.option("--ticket-key", "ticket_keys", multiple=True, type=_KeyList(),
+              envvar="LIVEROOM_TICKET_KEYS", show_envvar=True,
+              help="HS256 key tickets are signed with, at least 32 bytes; repeat it (or "
+                   "comma-separate the env var) to accept several while rotating. "
+                   "Required with --auth ticket.")
+@click.option("--metrics-token", envvar="LIVEROOM_METRICS_TOKEN", show_envvar=True,
+              help="When set, /metrics answers only Authorization: Bearer <this token>.")
 @click.option("--log-level", default="info", show_default=True, envvar="LIVEROOM_LOG_LEVEL",
               show_envvar=True,
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
@@ -213,6 +266,7 @@ def main() -> None:
                    "restarted; /metrics on any worker sums over all of them.")
 def serve(host: str, port: int, store: str, admin_token: str | None,
           publisher_token: str | None, node_id: str, secret: str | None,
+          auth: str | None, ticket_keys: tuple[str, ...], metrics_token: str | None,
           log_level: str, log_cap: int, room_ttl: float, normal_keep: int,
           important_keep: int, important_window: float, online_ttl: float,
           vip_shards: int, viewers_threshold: int, tiers: tuple[Tier, ...],
@@ -227,7 +281,9 @@ def serve(host: str, port: int, store: str, admin_token: str | None,
     try:
         settings = Settings(host=host, port=port, store=store, admin_token=admin_token,
                             publisher_token=publisher_token, node_id=node_id, secret=secret,
-                            log_level=log_level, log_cap=log_cap, room_ttl=room_ttl,
+                            auth=auth or "open", ticket_keys=ticket_keys,
+                            metrics_token=metrics_token, log_level=log_level,
+                            log_cap=log_cap, room_ttl=room_ttl,
                             normal_keep=normal_keep, important_keep=important_keep,
                             important_window=important_window, online_ttl=online_ttl,
                             vip_shards=vip_shards, viewers_threshold=viewers_threshold,
@@ -239,6 +295,7 @@ def serve(host: str, port: int, store: str, admin_token: str | None,
                             holds_per_listener=holds_per_listener, held_max=held_max)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint=_hint(str(exc))) from None
+    _check_shared_store(settings, auth_given=auth is not None)
     if workers > 1:
         _supervise(settings, workers, log_level)
         return
@@ -260,6 +317,50 @@ def _supervise(settings: Settings, workers: int, log_level: str) -> None:
         raise click.ClickException(str(exc)) from None
     if code:
         raise SystemExit(code)
+
+
+# -- tickets ------------------------------------------------------------------------
+
+def _uid(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    try:
+        return check_name("uid", value)
+    except BadRequest as exc:
+        raise click.BadParameter(f"{value!r}: {exc.message}") from None
+
+
+def _rooms(ctx: click.Context, param: click.Parameter,
+           value: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(_room(ctx, param, room) for room in value)
+
+
+@main.command()
+@click.option("--uid", required=True, callback=_uid,
+              help="The uid the ticket names (its sub claim).")
+@click.option("--room", "rooms", multiple=True, callback=_rooms, metavar="ROOM",
+              help="A room the ticket is good for; repeat for several. None: every room.")
+@click.option("--ttl", default=DEFAULT_TTL, show_default=True, type=click.IntRange(1),
+              help="Seconds the ticket is valid.")
+@click.option("--publish", is_flag=True,
+              help="The holder may send important messages in its rooms.")
+@click.option("--key", default=None,
+              help="The HS256 key to sign with [default: the first of "
+                   "LIVEROOM_TICKET_KEYS].")
+def ticket(uid: str, rooms: tuple[str, ...], ttl: int, publish: bool,
+           key: str | None) -> None:
+    """Print one ticket for UID, signed as your backend would sign it.
+
+    For trying things out: a server started with --auth ticket and the same
+    key takes the uid from it. Pass it as Authorization: Bearer TICKET, or as
+    ?ticket=TICKET on a poll.
+    """
+    if key is None:
+        key = os.environ.get("LIVEROOM_TICKET_KEYS", "").split(",")[0].strip() or None
+    if key is None:
+        raise click.UsageError("give --key or set LIVEROOM_TICKET_KEYS")
+    if len(key.encode()) < TICKET_KEY_MIN:
+        raise click.BadParameter(f"a ticket key must be at least {TICKET_KEY_MIN} bytes",
+                                 param_hint="--key")
+    click.echo(mint(key, uid, rooms=rooms or None, ttl=ttl, publish=publish))
 
 
 # -- operators: the vip whitelist and the end of a broadcast ----------------------

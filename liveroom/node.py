@@ -125,8 +125,8 @@ def build_node(settings: Settings, clock: Clock | None = None,
                       ))
     # One process, one statsvr node: every heartbeat is ours.
     heartbeats = Heartbeats([statsvr], clock, flush_every=settings.heartbeat_flush)
-    # Tokens and the context secret may live in the store: they are filled in
-    # at start-up, before the server accepts a connection.
+    # Tokens and the context secret are filled in at start-up (made up, for
+    # the memory engine), before the server accepts a connection.
     proxy = Proxy(settings=settings, reader=cache, heartbeats=heartbeats, stats=statsvr,
                   is_vip=vip_list.is_vip, log=store.log,
                   tokens=Tokens(admin="", publisher=""), signer=ContextSigner(""),
@@ -138,19 +138,18 @@ def build_node(settings: Settings, clock: Clock | None = None,
     return node
 
 
-async def _shared(node: Node, name: str, configured: str | None) -> str:
+def _configured(node: Node, name: str, configured: str | None) -> str:
+    """A token or the context secret: as configured, or made up for the memory
+    engine alone (one process: nobody else needs to know it; tokens made up
+    are printed). Every node over a shared store must be given the same ones:
+    values kept in the store split the nodes when the store loses them (a
+    restart without persistence) and the next node makes up new ones."""
     if configured:
         return configured
-    candidate = secrets.token_urlsafe(24)
-    delay = 0.2
-    while True:
-        try:
-            value = await node.store.shared_value(name, candidate)
-            break
-        except StoreUnavailable:
-            log.warning("waiting for the store to settle %s", name)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
+    if node.settings.shared_store:
+        raise ValueError(f"a node over a shared store needs {name} configured "
+                         f"(--{name.replace('_', '-')} or LIVEROOM_{name.upper()})")
+    value = secrets.token_urlsafe(24)
     if name != "secret":
         node.generated[name] = value
     return value
@@ -159,14 +158,13 @@ async def _shared(node: Node, name: str, configured: str | None) -> str:
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     node = app[NODE]
     s = node.settings
+    node.proxy.tokens = Tokens(admin=_configured(node, "admin_token", s.admin_token),
+                               publisher=_configured(node, "publisher_token",
+                                                     s.publisher_token))
+    node.operators.tokens = node.proxy.tokens
+    node.proxy.signer = ContextSigner(_configured(node, "secret", s.secret))
     await node.store.start()
     try:
-        node.proxy.tokens = Tokens(
-            admin=await _shared(node, "admin_token", s.admin_token),
-            publisher=await _shared(node, "publisher_token", s.publisher_token),
-        )
-        node.operators.tokens = node.proxy.tokens
-        node.proxy.signer = ContextSigner(await _shared(node, "secret", s.secret))
         # Which sect serves a room is known before the first poll is answered.
         await node.vip_list.start()
         node.store.notifier.subscribe(node.cache.on_notify, node.cache.on_resync)

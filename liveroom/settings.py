@@ -21,6 +21,11 @@ class Tier:
     jitter: float = 0.0
 
 
+AUTH_MODES = ("open", "ticket")
+TICKET_KEY_MIN = 32
+"""Bytes a ticket key has at least: the size of HS256's hash (RFC 7518, 3.2;
+PyJWT warns below it)."""
+
 DEFAULT_RATE_LIMITS = RateLimits()
 DEFAULT_TIERS = (Tier(1_000, 1.0), Tier(10_000, 2.0), Tier(100_000, 5.0),
                  Tier(1_000_000, 8.0, 2.0))
@@ -59,8 +64,22 @@ class Settings:
     admin_token: str | None = None
     publisher_token: str | None = None
     secret: str | None = None
-    """Key that signs listener contexts; shared through the store when unset."""
+    """Key that signs listener contexts. These three are made up when unset on
+    the memory store only; a node over a shared store needs them configured
+    (:meth:`unset_secrets`)."""
     log_level: str = "info"
+
+    # Identity.
+    auth: str = "open"
+    """``open``: a request names its own uid (the embedded demo, tests).
+    ``ticket``: the uid comes from a signed ticket (:mod:`proxy.tickets`)."""
+    ticket_keys: tuple[str, ...] = ()
+    """HS256 keys tickets may be signed with; every one is accepted (so a key
+    can be rotated in before the old one is dropped), the first one signs."""
+    ticket_leeway: float = 5.0
+    """Seconds of clock skew allowed on a ticket's ``exp`` (and ``nbf``)."""
+    metrics_token: str | None = None
+    """When set, ``/metrics`` needs ``Authorization: Bearer <it>``."""
 
     # The listening contract.
     poll_timeout: float = 25.0
@@ -156,6 +175,18 @@ class Settings:
     merge_every: float = 1.0
 
     def __post_init__(self) -> None:
+        if self.auth not in AUTH_MODES:
+            raise ValueError(f"auth must be one of {', '.join(AUTH_MODES)}, not {self.auth!r}")
+        if self.auth == "ticket" and not self.ticket_keys:
+            raise ValueError("auth 'ticket' needs at least one ticket key")
+        for key in self.ticket_keys:
+            if len(key.encode()) < TICKET_KEY_MIN:
+                raise ValueError(f"a ticket key must be at least {TICKET_KEY_MIN} bytes "
+                                 f"(HS256 with a shorter key can be brute-forced)")
+        if self.ticket_leeway < 0:
+            raise ValueError("ticket_leeway must not be negative")
+        if self.metrics_token is not None and not self.metrics_token:
+            raise ValueError("metrics_token must not be empty")
         longest = self.poll_timeout_max + self.hold_interval_max
         if self.online_ttl <= longest:
             raise ValueError(
@@ -182,6 +213,18 @@ class Settings:
         if min(self.pull_batch, self.pull_concurrency, self.vip_pull_batch,
                self.vip_pull_concurrency) < 1:
             raise ValueError("every sect needs a pull batch and concurrency of at least 1")
+
+    @property
+    def shared_store(self) -> bool:
+        """The store is shared by processes (Redis), not one process's memory."""
+        return self.store not in ("memory", "memory://")
+
+    def unset_secrets(self) -> tuple[str, ...]:
+        """The settings of ``admin_token``, ``publisher_token`` and ``secret``
+        that are not configured (a node over a shared store needs all three:
+        made-up ones would differ between nodes)."""
+        return tuple(name for name in ("admin_token", "publisher_token", "secret")
+                     if not getattr(self, name))
 
     @property
     def name(self) -> str:

@@ -17,8 +17,8 @@ The supervisor (the process the user started):
   shows), each in a session of its own so a terminal's Ctrl-C reaches only the
   supervisor, which decides; the settings go down the worker's stdin, and each
   worker reports on its stdout when it listens (other output is passed through);
-- prints one announcement once every worker listens (tokens the first worker
-  generated are kept in the store, so every worker reports the same ones);
+- prints one announcement once every worker listens (the tokens and secret are
+  configured: over a shared store no node makes them up);
 - restarts a worker that dies, after 0.5 s, doubling up to 30 s while it keeps
   dying within 10 s of its start; a worker that dies before the first
   announcement stops everything instead (exit status 1): a broken setting fails

@@ -161,7 +161,7 @@ def liveroom_server(tmp: Path, nofile: int, tiers: str | None, store: str | None
     if tiers is not None:
         args += ["--tiers", tiers]
     if store:
-        args += ["--store", store]
+        args += ["--store", store, "--secret", "fanout", "--auth", "open"]
     if workers > 1:
         args += ["--workers", str(workers)]
     return announcing_server("liveroom", args, port, tmp, nofile)

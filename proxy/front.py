@@ -150,7 +150,8 @@ class _Request:
     content_type = ""
     content_length: int | None = None
     content_encoding: str | None = None
-    authorization: str | None = None
+    authorization: bytes | None = None
+    """As it arrived: decoded only by a route that reads it."""
     expect = False
     kind = 0
     room = ""
@@ -444,7 +445,7 @@ class Connection(asyncio.Protocol):
         elif name == b"content-encoding":
             req.content_encoding = value.decode("latin-1")
         elif name == b"authorization":
-            req.authorization = value.decode("latin-1")
+            req.authorization = value
         elif name == b"expect":
             req.expect = value.lower() == b"100-continue"
 
@@ -542,9 +543,11 @@ class Connection(asyncio.Protocol):
         if req.error is not None:
             self._answer(req, req.error)
         elif req.kind == POLL:
-            query, req.query, req.url = req.query, "", b""  # a held poll keeps neither
+            # A held poll keeps none of its URL, query or ticket.
+            query, req.query, req.url = req.query, "", b""
+            authorization, req.authorization = req.authorization, None
             req.work = self._front.polls.start(req.room, parse_query(query), req.accept,
-                                               self._answer_current)
+                                               self._answer_current, authorization)
         else:
             assert req.body is not None
             task = asyncio.create_task(self._front.sends.send(

@@ -83,19 +83,24 @@ def parse_poll(room: str, query: Mapping[str, str], *, default_timeout: float,
 
 @dataclass(frozen=True, slots=True)
 class SendParams:
-    uid: str
+    uid: str | None
+    """``None`` only where the uid may come from elsewhere (a ticket)."""
     body: Any
     important: bool
     client_msg_id: str | None
 
 
-def parse_send(doc: Any, *, max_body: int) -> SendParams:
+def parse_send(doc: Any, *, max_body: int, uid_required: bool = True) -> SendParams:
+    """A send's fields; ``uid_required=False`` lets the body name no uid (in
+    ``ticket`` mode, where the ticket names it)."""
     if not isinstance(doc, dict):
         raise BadBody("the request body must be an object with uid and body")
     uid = doc.get("uid")
     if uid is None:
-        raise BadBody("uid is required")
-    check_name("uid", uid)
+        if uid_required:
+            raise BadBody("uid is required")
+    else:
+        check_name("uid", uid)
     if "body" not in doc or doc["body"] is None:
         raise BadBody("body is required")
     body = doc["body"]

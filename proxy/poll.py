@@ -55,6 +55,7 @@ from .heartbeats import Heartbeats
 from .hold import Holds, Ticket
 from .params import Cursor, PollParams, parse_poll
 from .reply import INTERNAL, Reply, failure_reply
+from .tickets import Tickets
 from .tiers import Pace, TierTable
 
 log = logging.getLogger("liveroom.proxy")
@@ -112,6 +113,8 @@ class Polls:
         self.signer = signer
         """Replaced at start-up once the shared secret is known."""
         self.clock = clock
+        self.tickets: Tickets | None = None
+        """The ticket verifier in ``ticket`` mode (set by the proxy); None: open."""
         self.limit = settings.answer_limit
         self.budget = settings.answer_bytes_max
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -147,14 +150,20 @@ class Polls:
             holds.superseded = 0
 
     def start(self, room: str, query: Mapping[str, str], accept: str,
-              reply: Callable[[Reply], None]) -> Poll | None:
+              reply: Callable[[Reply], None],
+              authorization: str | bytes | None = None) -> Poll | None:
         """Start one poll; ``reply`` gets its answer, maybe before this returns.
 
         Returns the poll while it is in flight (cancel it when its client
-        leaves), ``None`` once answered.
+        leaves), ``None`` once answered. In ``ticket`` mode the poll's uid is
+        its ticket's (``authorization``, the raw ``Authorization`` header, or
+        the ``ticket`` parameter): a poll without a good one is refused (401)
+        before anything is read, held or counted.
         """
         s = self.settings
         try:
+            if self.tickets is not None:
+                query = self.tickets.admit_poll(room, query, authorization)
             p = parse_poll(room, query, default_timeout=s.poll_timeout,
                            max_timeout=s.poll_timeout_max, recent_default=s.recent_default,
                            recent_max=s.recent_max)

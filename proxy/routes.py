@@ -10,6 +10,7 @@ request was not a poll or a send), through the same :mod:`.poll` and
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -17,14 +18,14 @@ from aiohttp import web
 
 from liveroom.clock import Clock
 from liveroom.codec import wants_msgpack
-from liveroom.errors import BadRequest, LiveroomError, RequestTimeout
+from liveroom.errors import BadRequest, LiveroomError, RequestTimeout, Unauthorized
 from liveroom.metrics import Metrics
 from liveroom.model import check_name
 from liveroom.roles import RoomReader, StatsReader
 from liveroom.settings import Settings
 from liveroom.store.base import MessageLog
 
-from .auth import Tokens
+from .auth import Right, Tokens, bearer
 from .context import ContextSigner
 from .front import Front, FrontLimits
 from .heartbeats import Heartbeats
@@ -33,6 +34,7 @@ from .params import parse_members_page, parse_series_range
 from .poll import Polls
 from .reply import Reply, document_reply, error_reply, failure_reply
 from .send import Sends
+from .tickets import Tickets
 from .tiers import TierTable
 
 log = logging.getLogger("liveroom.proxy")
@@ -96,6 +98,10 @@ class Proxy:
         self.polls = Polls(settings, reader, heartbeats, stats, self.holds, self.tiers,
                            signer, clock, metrics)
         self.sends = Sends(settings, log, tokens, clock, metrics)
+        self.tickets = Tickets(settings.ticket_keys, clock, leeway=settings.ticket_leeway) \
+            if settings.auth == "ticket" else None
+        """One verifier (one cache) for polls, sends and member lists; None: open."""
+        self.polls.tickets = self.sends.tickets = self.tickets
         self.front = Front(self.polls, self.sends, FrontLimits(
             header_timeout=settings.header_timeout, body_timeout=settings.request_timeout,
             idle_timeout=settings.keepalive_timeout))
@@ -135,8 +141,9 @@ class Proxy:
             if not answered.done():  # cancelled: the client left first
                 answered.set_result(answer)
 
+        headers = request.headers
         poll = self.polls.start(request.match_info["room"], request.query,
-                                request.headers.get("Accept", ""), reply)
+                                headers.get("Accept", ""), reply, headers.get("Authorization"))
         try:
             return response(await answered)
         finally:
@@ -179,7 +186,18 @@ class Proxy:
             doc, use_msgpack=wants_msgpack(request.headers.get("Accept", ""))))
 
     async def online(self, request: web.Request) -> web.StreamResponse:
+        """A room's members. In ``ticket`` mode only for a ticket good for the
+        room (any uid: a listener may see who listens with it) or the admin
+        token, in the ``Authorization`` header or the ``ticket`` parameter."""
         room, offset, limit = parse_members_page(request.match_info["room"], request.query)
+        if self.tickets is not None:
+            header = request.headers.get("Authorization")
+            token = bearer(header) if header is not None else request.query.get("ticket")
+            if not token:
+                raise Unauthorized("a member list needs a ticket for the room or the "
+                                   "admin token: send Authorization: Bearer <ticket>")
+            if self.tokens.right_of(token) is not Right.ADMIN:
+                self.tickets.verify(token, room)
         online, members = await self.stats.members(room, offset, limit)
         return self._doc(request, {"room": room, "online": online, "members": members})
 
@@ -209,6 +227,12 @@ class Proxy:
         return web.json_response({"status": "ok"})
 
     async def render_metrics(self, request: web.Request) -> web.StreamResponse:
+        """Prometheus' text; with ``metrics_token`` set, only for its bearer."""
+        expected = self.settings.metrics_token
+        if expected is not None:
+            token = bearer(request.headers.get("Authorization"))
+            if not hmac.compare_digest(token.encode(), expected.encode()):
+                raise Unauthorized("unknown token")
         return web.Response(body=self.metrics.render(),
                             content_type="text/plain", charset="utf-8",
                             headers={"X-Content-Type": "prometheus-0.0.4"})

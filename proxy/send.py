@@ -5,6 +5,15 @@ reading its body: :meth:`Sends.check_head` (the room, a compressed body, a
 declared length over the limit), then :meth:`Sends.send` with the body read
 (its format, its fields, the token, the append). Both the front and aiohttp's
 routes call them, in that order, and answer what they return or raise.
+
+**Who sends.** In ``open`` mode the body names the uid, and a bearer token
+(publisher or admin) is needed for an important message only. In ``ticket``
+mode every send carries ``Authorization: Bearer``: the publisher or admin
+token (the business backend, speaking for the uid its body names: a user or
+"system"), or a ticket good for the room, whose ``sub`` is the uid (a body
+naming another uid is refused, 401) and whose ``publish`` claim allows an
+important message (403 without it). Ticket holders are rate limited like any
+sender, per their ticket's uid; the backend's tokens are not.
 """
 
 from __future__ import annotations
@@ -14,10 +23,12 @@ import logging
 from liveroom.clock import Clock
 from liveroom.codec import decode_request, wants_msgpack
 from liveroom.errors import (
+    Forbidden,
     LiveroomError,
     RateLimited,
     StoreUnavailable,
     TooLarge,
+    Unauthorized,
     UnsupportedMedia,
 )
 from liveroom.metrics import Metrics
@@ -25,9 +36,10 @@ from liveroom.model import NewMessage, check_name
 from liveroom.settings import Settings
 from liveroom.store.base import MessageLog
 
-from .auth import Right, Tokens
+from .auth import Right, Tokens, bearer
 from .params import parse_send
 from .reply import INTERNAL, Reply, document_reply, failure_reply
+from .tickets import UID_MISMATCH, Tickets
 
 log = logging.getLogger("liveroom.proxy")
 
@@ -49,6 +61,8 @@ class Sends:
         self._log = log_
         self.tokens = tokens
         """Replaced at start-up once the shared tokens are known."""
+        self.tickets: Tickets | None = None
+        """The ticket verifier in ``ticket`` mode (set by the proxy); None: open."""
         self._clock = clock
         self._metrics = metrics
         self._outcomes = {o: metrics.sends.labels(o)
@@ -71,7 +85,7 @@ class Sends:
         return TooLarge(f"request body is larger than {self.body_limit} bytes")
 
     async def send(self, room: str, content_type: str, raw: bytes,
-                   authorization: str | None, accept: str) -> Reply:
+                   authorization: str | bytes | None, accept: str) -> Reply:
         """Append the message in ``raw`` to ``room``; the answer (201 or an error)."""
         try:
             return await self._send(room, content_type, raw, authorization, accept)
@@ -82,16 +96,36 @@ class Sends:
             return INTERNAL
 
     async def _send(self, room: str, content_type: str, raw: bytes,
-                    authorization: str | None, accept: str) -> Reply:
-        doc = decode_request(media_type(content_type), raw)
-        sp = parse_send(doc, max_body=self.settings.max_message_bytes)
-        # The business backend (publisher or admin token) is not rate limited;
-        # a token that is sent must be right, even where none is needed.
-        trusted = sp.important or authorization is not None
-        if trusted:
-            self.tokens.require(authorization, Right.PUBLISH)
+                    authorization: str | bytes | None, accept: str) -> Reply:
+        tickets = self.tickets
+        if tickets is None:
+            doc = decode_request(media_type(content_type), raw)
+            sp = parse_send(doc, max_body=self.settings.max_message_bytes)
+            # The business backend (publisher or admin token) is not rate limited;
+            # a token that is sent must be right, even where none is needed.
+            trusted = sp.important or authorization is not None
+            if trusted:
+                self.tokens.require(authorization, Right.PUBLISH)
+            uid = sp.uid
+        else:
+            # The credential first: a sender without one costs no body decoding.
+            token = bearer(authorization)
+            trusted = self.tokens.right_of(token) is not None
+            claims = None if trusted else tickets.admit(room, token, None)
+            doc = decode_request(media_type(content_type), raw)
+            sp = parse_send(doc, max_body=self.settings.max_message_bytes,
+                            uid_required=trusted)
+            uid = sp.uid
+            if claims is not None:
+                if uid is not None and uid != claims.uid:
+                    raise Unauthorized(UID_MISMATCH)
+                if sp.important and not claims.publish:
+                    raise Forbidden("this ticket cannot send important messages "
+                                    "(it has no publish right)")
+                uid = claims.uid
+        assert uid is not None  # parse_send required it where no ticket names it
         limits = self.settings.rate_limits
-        message = NewMessage(uid=sp.uid, body=sp.body, important=sp.important,
+        message = NewMessage(uid=uid, body=sp.body, important=sp.important,
                              ts=int(self._clock.time() * 1000), client_msg_id=sp.client_msg_id)
         outcomes = self._outcomes
         try:

@@ -43,6 +43,9 @@ OPTIONS = {
     "--header-timeout": "LIVEROOM_HEADER_TIMEOUT",
     "--request-timeout": "LIVEROOM_REQUEST_TIMEOUT",
     "--workers": "LIVEROOM_WORKERS",
+    "--auth": "LIVEROOM_AUTH",
+    "--ticket-key": "LIVEROOM_TICKET_KEYS",
+    "--metrics-token": "LIVEROOM_METRICS_TOKEN",
 }
 
 
