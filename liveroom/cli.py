@@ -258,6 +258,19 @@ def main() -> None:
               envvar="LIVEROOM_HELD_MAX", show_envvar=True, type=click.IntRange(0),
               help="Polls this node holds at once; beyond, 503 with Retry-After. 0: the "
                    "open-file limit (raised to its hard limit at start) less a reserve.")
+@click.option("--rooms-max", default=_D.rooms_max, show_default=True,
+              envvar="LIVEROOM_ROOMS_MAX", show_envvar=True, type=click.IntRange(1),
+              help="Rooms each sect's cache holds at most; the least recently read is "
+                   "evicted first, never one with held polls.")
+@click.option("--empty-room-ttl", default=_D.empty_room_ttl, show_default=True,
+              envvar="LIVEROOM_EMPTY_ROOM_TTL", show_envvar=True, type=click.FloatRange(1),
+              help="Seconds a room an operator created lives without a message (reads do "
+                   "not extend it; its first message extends it to --room-ttl).")
+@click.option("--first-pull-timeout", default=_D.first_pull_timeout, show_default=True,
+              envvar="LIVEROOM_FIRST_PULL_TIMEOUT", show_envvar=True,
+              type=click.FloatRange(0.1, 60),
+              help="Longest a poll waits for the first pull of its room (then 503 with "
+                   "Retry-After).")
 @click.option("--workers", default="1", show_default=True, envvar="LIVEROOM_WORKERS",
               show_envvar=True, metavar="N|auto", callback=_parse_workers,
               help="Worker processes sharing the port (SO_REUSEPORT), each a node over the "
@@ -273,7 +286,8 @@ def serve(host: str, port: int, store: str, admin_token: str | None,
           hold_tick: float, rate_limits: tuple[Window, ...], room_rate_limit: int,
           vip_refresh: float, keepalive_timeout: float, header_timeout: float,
           request_timeout: float, answer_bytes_max: int, holds_per_listener: int,
-          held_max: int, workers: int) -> None:
+          held_max: int, rooms_max: int, empty_room_ttl: float, first_pull_timeout: float,
+          workers: int) -> None:
     """Run every role (proxy, recvsvr, statsvr) in this process, or in each of
     --workers processes on one port."""
     logging.basicConfig(level=log_level.upper(),
@@ -292,7 +306,9 @@ def serve(host: str, port: int, store: str, admin_token: str | None,
                             vip_refresh=vip_refresh, keepalive_timeout=keepalive_timeout,
                             header_timeout=header_timeout, request_timeout=request_timeout,
                             answer_bytes_max=answer_bytes_max,
-                            holds_per_listener=holds_per_listener, held_max=held_max)
+                            holds_per_listener=holds_per_listener, held_max=held_max,
+                            rooms_max=rooms_max, empty_room_ttl=empty_room_ttl,
+                            first_pull_timeout=first_pull_timeout)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint=_hint(str(exc))) from None
     _check_shared_store(settings, auth_given=auth is not None)

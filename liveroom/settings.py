@@ -149,7 +149,7 @@ class Settings:
     rooms_max: int = 10_000
     """Rooms each sect's cache holds at most (least recently read evicted first,
     never one with held polls). A cached room that does not exist costs about
-    0.6 KiB, a small room its messages (see README, "What a room costs")."""
+    1.3 KiB, a small room its messages (see README, "What a room costs")."""
     empty_room_ttl: float = 300.0
     """Seconds a log created by an operator action lives without a message
     (reads do not extend it; the first message extends it to ``room_ttl``)."""
