@@ -245,6 +245,16 @@ class Publisher:
         self.conn.close()
 
 
+def open_room(port: int) -> None:
+    """Make the room exist before its listeners come, as a broadcast does (a
+    room that does not exist counts nobody online, so it never gets a tier):
+    an operator's "end broadcast" opens it empty, with nothing to deliver."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/admin/rooms/{ROOM}/end",
+                                     method="POST", headers={"Authorization": "Bearer a"})
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        resp.read()
+
+
 def room_online(port: int) -> int:
     url = f"http://127.0.0.1:{port}/v1/rooms/{ROOM}/stats"
     try:
@@ -310,6 +320,8 @@ def run_one(kind: str, args: argparse.Namespace, listeners: int, client_procs: i
         say(kind, "start", f"port {server.port}, pids {server.pids()}, "
                            f"RSS {rss_before / 2**20:.1f} MiB")
 
+        if kind == "liveroom":
+            open_room(server.port)
         clients = Clients(SPEAKS[kind], server.port, listeners, client_procs, budget)
         stack.callback(clients.stop)
         say(kind, "connect", f"{listeners} listeners from {client_procs} client process(es)")
