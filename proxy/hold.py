@@ -269,12 +269,14 @@ class Holds:
         """
         if self.closing:
             return None
-        self._check_capacity()
         state = self._rooms.get(room)
         if state is None or state.watcher is None:
+            self._check_capacity()
             state = self._room(room, snapshot)
         elif _moved_past(state.snapshot, snapshot):
             return state.snapshot
+        else:
+            self._check_capacity()
         # A deadline already passed (a poll held again right at its end) fires
         # at the next turn of the deadlines' timer.
         ticket = Ticket(held, room, state, False, uid)
