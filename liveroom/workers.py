@@ -241,8 +241,6 @@ class Supervisor:
         lines = [f"liveroom {__version__}: {self.count} workers (nodes {first.node_id!r} to "
                  f"{last.node_id!r}) listening on http://{s.host}:{s.port} "
                  f"(store: {report.get('store', '?')})"]
-        for name, value in report.get("generated", {}).items():
-            lines.append(f"  {name.replace('_', ' ')} (kept in the store): {value}")
         lines.append("  stop with Ctrl-C")
         sys.stdout.write("\n".join(lines) + "\n")
         sys.stdout.flush()
@@ -326,10 +324,6 @@ class Supervisor:
                     sys.stdout.write(line)
                     sys.stdout.flush()
                 continue
-            first = self._slots[0].report
-            if first is not None and report.get("generated") != first.get("generated"):
-                log.error("worker %s uses other tokens than worker %s: was the store "
-                          "flushed?", slot.node_id, self._slots[0].node_id)
             if slot.report is None:
                 slot.report = report
             if self._announced:
@@ -353,8 +347,7 @@ def _stop_with_supervisor() -> None:
 
 def _report_listening(node: Node) -> None:
     node.metrics.refresh_every(1.0)
-    report = {"node": node.settings.name, "pid": os.getpid(), "store": node.store.name,
-              "generated": node.generated}
+    report = {"node": node.settings.name, "pid": os.getpid(), "store": node.store.name}
     sys.stdout.write(READY + json.dumps(report) + "\n")
     sys.stdout.flush()
 

@@ -325,13 +325,7 @@ async def test_an_idle_room_expires_and_touch_keeps_it(
         await client.aclose()
 
 
-# --- shared values and health -------------------------------------------------
-
-
-async def test_the_first_shared_value_wins(store: Store) -> None:
-    assert await store.shared_value("secret", "one") == "one"
-    assert await store.shared_value("secret", "two") == "one"
-    assert await store.shared_value("other", "three") == "three"
+# --- health ---------------------------------------------------------------------
 
 
 async def test_ping_answers(store: Store) -> None:

@@ -270,8 +270,6 @@ async def test_a_stopped_redis_is_unavailable_and_then_back(
         await store.log.open_room("r")
     with pytest.raises(StoreUnavailable):
         await store.log.touch(["r"])
-    with pytest.raises(StoreUnavailable):
-        await store.shared_value("x", "y")
     assert time.monotonic() - started < 3
     await eventually(lambda: not store.notifier.alive)
 

@@ -173,12 +173,6 @@ class Store(Protocol):
     async def ping(self) -> None:
         """Raise StoreUnavailable unless the store answers now."""
 
-    async def shared_value(self, name: str, candidate: str) -> str:
-        """A value every node over this store agrees on: the first one set wins.
-
-        Used for tokens and the context secret when they are not configured.
-        """
-
 
 # -- statsvr's tables ---------------------------------------------------------
 

@@ -16,7 +16,6 @@ lr:{R}:rl:<uid>          hash   the uid's accepted sends in the room, per rate
                                 window bucket: field ``<seconds>:<bucket>``
                                 -> count (see :mod:`liveroom.ratelimit`)
 lr:{R}:rr                hash   the same for the room's cap (all senders)
-lr:shared:<name>         string values every node agrees on (tokens, secret)
 lr:notify                channel "<seq> <room>" after every append
 lr:{R}:sidx              hash   statsvr shard index: field ``<node>/<index>/<count>``,
                                 value ``"<version> <size> <expires_ms>"``
@@ -77,10 +76,6 @@ def rate_uid(room: str, uid: str) -> str:
 
 def rate_room(room: str) -> str:
     return f"{PREFIX}:{{{room}}}:rr"
-
-
-def shared(name: str) -> str:
-    return f"{PREFIX}:shared:{name}"
 
 
 def shard_field(node: str, index: int, count: int) -> str:

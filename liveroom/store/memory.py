@@ -572,7 +572,6 @@ class MemoryStore:
         self.log = MemoryLog(policy, clock, self.notifier)
         self.stats = MemoryStats(clock)
         self.operators = MemoryOperators(self.log, self.stats, self.notifier)
-        self._values: dict[str, str] = {}
         self._sweeper: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -593,6 +592,3 @@ class MemoryStore:
 
     async def ping(self) -> None:
         return None
-
-    async def shared_value(self, name: str, candidate: str) -> str:
-        return self._values.setdefault(name, candidate)

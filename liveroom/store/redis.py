@@ -496,15 +496,3 @@ class RedisStore:
     async def ping(self) -> None:
         with unavailable("ping"):
             await self._client.ping()
-
-    async def shared_value(self, name: str, candidate: str) -> str:
-        key = keys.shared(name)
-        while True:
-            with unavailable("shared_value"):
-                async with self._client.pipeline(transaction=False) as pipe:
-                    pipe.set(key, candidate, nx=True)
-                    pipe.get(key)
-                    _, value = await pipe.execute()
-            if value is not None:
-                return text(value)
-            # Deleted between the two commands (a flush): set it again.
