@@ -30,7 +30,9 @@ What is modelled, faithfully to the server's adaptive hold (``proxy``):
 * Every listener carries ``last``, the time of its last non-empty answer (the
   server signs it into ``ctx``); its due time is ``last + interval + jitter*u``,
   ``u`` uniform in [0, 1) drawn afresh whenever ``last`` changes (the server
-  hashes uid and last_ms). A first poll answers at once and sets ``last``.
+  hashes uid and last_ms). A first poll answers at once in a plain room; in a
+  tiered one it is paced like any other (no context: answered just now), held
+  until ``arrival + interval + jitter*u``, then answered; either sets ``last``.
 * Interval 0: a poll that finds messages newer than its cursors answers at
   once; else it waits and answers at the first message (so messages that come
   while a listener's next poll is on its way are batched into one answer), or
@@ -44,7 +46,9 @@ What is modelled, faithfully to the server's adaptive hold (``proxy``):
   poll held) at which T >= last_cut + ``--cut-every`` (0.5 s) and either an
   important message arrived since the last cut-through or a poll that missed
   it (its important cursor behind it: it was on its way) was held since; then
-  last_cut = T. This is ``proxy.hold.Holds._tick_once`` (commit a72640e); in
+  last_cut = T if the cut released somebody (a cut that answered nobody does
+  not space the next one). This is ``proxy.hold.Holds._tick_once``: the
+  decision is the server's own function (``proxy.hold.cut_fires``); in
   a big room it is the same as "some held poll has an important message
   pending". A release answers everything
   pending (important first, then at most 500 normal, the rest in ``gap``) and
@@ -102,6 +106,7 @@ import numpy as np
 import numpy.typing as npt
 
 from liveroom.settings import Tier, parse_tiers
+from proxy.hold import cut_fires
 from proxy.tiers import TierTable
 
 FloatArray = npt.NDArray[np.float64]
@@ -344,6 +349,7 @@ def run_tiered(sc: Scenario, tier: Tier, normal: FloatArray, important: FloatArr
     inf = math.inf
     arrive = joins.copy()  # next poll's arrival; inf while held (or done)
     first = np.ones(n, dtype=bool)
+    opening = np.zeros(n, dtype=bool)  # a first poll held until its pace is due
     held = np.zeros(n, dtype=bool)
     held_since = np.zeros(n)
     arrived_at = np.zeros(n)
@@ -362,7 +368,7 @@ def run_tiered(sc: Scenario, tier: Tier, normal: FloatArray, important: FloatArr
         if count:
             tally.answered(at, arrived_at[idx], n_cur[idx], n_new, i_cur[idx], i_new)
             nonempty = (n_new > n_cur[idx]) | (i_new > i_cur[idx])
-        else:  # a first poll: answered at once, and it sets ``last``
+        else:  # a first poll's answer: it sets ``last``
             nonempty = np.ones(idx.size, dtype=bool)
         moved = idx[nonempty]
         due[moved] = at[nonempty] + tier.interval + tier.jitter * rng.random(moved.size)
@@ -386,14 +392,24 @@ def run_tiered(sc: Scenario, tier: Tier, normal: FloatArray, important: FloatArr
             is_first = first[idx]
             pending = ((np.searchsorted(normal, when, side="right") > n_cur[idx])
                        | (np.searchsorted(important, when, side="right") > i_cur[idx]))
-            now = is_first | (pending & (when >= due[idx]))
-            at_once += int((now & ~is_first).sum())
+            now = ~is_first & pending & (when >= due[idx])
+            at_once += int(now.sum())
             if is_first.any():
-                answer(idx[is_first], when[is_first], count=False)
-                first[idx[is_first]] = False
-            plain = now & ~is_first
-            if plain.any():
-                answer(idx[plain], when[plain], count=True)
+                # A first poll is paced like any other: with no context it
+                # counts as answered just now, so it is held one interval and
+                # then answered (the recent messages, cursors at the heads).
+                f, w = idx[is_first], when[is_first]
+                first[f] = False
+                opening[f] = True
+                held[f] = True
+                held_since[f] = w
+                arrive[f] = inf
+                due[f] = w + tier.interval + tier.jitter * rng.random(f.size)
+                n_cur[f] = np.searchsorted(normal, w, side="right")
+                i_cur[f] = np.searchsorted(important, w, side="right")
+                idx, when, now = idx[~is_first], when[~is_first], now[~is_first]
+            if now.any():
+                answer(idx[now], when[now], count=True)
             wait = idx[~now]
             held[wait] = True
             held_since[wait] = when[~now]
@@ -407,12 +423,20 @@ def run_tiered(sc: Scenario, tier: Tier, normal: FloatArray, important: FloatArr
         i_head = int(np.searchsorted(important, t, side="right"))
         imp = i_cur[hold] < i_head
         pending = imp | (n_cur[hold] < n_head)
-        fire = (i_head > cut_upto or cut_late) and t >= last_cut + sc.cut_every - 1e-9
+        # The server's own rule; ticks are exact multiples here, so a hair of
+        # slack keeps float rounding from skipping a tick the server would take.
+        fire = cut_fires(i_head, cut_upto, cut_late, t + 1e-9, last_cut, sc.cut_every)
         if fire:
-            last_cut, cut_upto, cut_late = t, i_head, False
-            cuts += 1
-        release = (pending & (t >= due[hold])) | (imp & fire)
-        expired = ~pending & (t >= held_since[hold] + sc.timeout)
+            cut_upto, cut_late = i_head, False
+            # Only a cut that answers somebody spaces the next one (as the
+            # server's ticker does): a room whose polls all had the message
+            # already owes nobody.
+            if bool(imp.any()):
+                last_cut = t
+                cuts += 1
+        opens = opening[hold]
+        release = ((pending | opens) & (t >= due[hold])) | (imp & fire)
+        expired = ~pending & ~opens & (t >= held_since[hold] + sc.timeout)
         go = release | expired
         if go.any():
             idx = hold[go]
@@ -420,7 +444,12 @@ def run_tiered(sc: Scenario, tier: Tier, normal: FloatArray, important: FloatArr
             at = np.full(idx.size, t)
             if sc.release_spread > 0:
                 at += rng.random(idx.size) * sc.release_spread * idx.size / n
-            answer(idx, at, count=True)
+            first_answer = opens[go]
+            opening[idx] = False
+            if first_answer.any():
+                answer(idx[first_answer], at[first_answer], count=False)
+            if not first_answer.all():
+                answer(idx[~first_answer], at[~first_answer], count=True)
     return {"cuts": float(cuts), "answered_on_arrival": float(at_once)}
 
 

@@ -154,6 +154,20 @@ class _Room:
         return not self.waiters and not self.paced
 
 
+def cut_fires(newest: int, cut_upto: int, cut_late: bool, now: float, last_cut: float,
+              cut_every: float) -> bool:
+    """Whether a paced room's important messages cut through at this tick.
+
+    They do when an important message newer than the last cut-through's
+    (``newest`` > ``cut_upto``, in any monotonic count) arrived, or a poll
+    that missed the last cut-through (it was on its way) is held
+    (``cut_late``), and the last cut-through that released somebody was at
+    least ``cut_every`` seconds ago. ``loadtest/sim_hold.py`` calls this too,
+    so the simulator paces important messages by the server's own rule.
+    """
+    return (newest > cut_upto or cut_late) and now - last_cut >= cut_every
+
+
 def _moved_past(current: Snapshot, given: Snapshot) -> bool:
     return current is not given and (current.epoch != given.epoch
                                       or current.head > given.head)
@@ -425,7 +439,7 @@ class Holds:
             else:
                 held.ready.append(poll)
         newest = snap.last_important
-        if (newest > held.cut_upto or held.cut_late) and now - held.last_cut >= self._cut_every:
+        if cut_fires(newest, held.cut_upto, held.cut_late, now, held.last_cut, self._cut_every):
             held.cut_upto, held.cut_late = newest, False
             cut = 0
             for poll in list(held.paced):
