@@ -132,7 +132,5 @@ class VipList:
             await self._clock.sleep(self._refresh)
             try:
                 await self.refresh()
-            except asyncio.CancelledError:
-                raise
             except Exception:  # keep refreshing whatever one read did
                 log.exception("reading the vip whitelist failed")

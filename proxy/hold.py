@@ -353,8 +353,6 @@ class Holds:
             while not held.empty or held.ticker is not None:
                 try:
                     snap = await self._reader.wait_changed(room, held.snapshot)
-                except asyncio.CancelledError:
-                    raise
                 except Exception:  # a reader failing must not strand held polls
                     log.exception("watching room %s failed", room)
                     await asyncio.sleep(0.1)

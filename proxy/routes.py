@@ -67,8 +67,6 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
             raise
         code = exc.reason.lower().replace(" ", "_")
         return error_response(exc.status, code, exc.text or exc.reason)
-    except asyncio.CancelledError:
-        raise
     except Exception:
         log.exception("unexpected error answering %s %s", request.method, request.path)
         return error_response(500, "internal", "internal error")

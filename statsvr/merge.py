@@ -177,8 +177,6 @@ class Merge:
     async def _pass_guarded(self, rooms: Sequence[str] | None) -> None:
         try:
             await self.merge_now(rooms)
-        except asyncio.CancelledError:
-            raise
         except Exception:  # one bad pass must not end the merge for good
             log.exception("merge pass failed")
 

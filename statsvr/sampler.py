@@ -149,8 +149,6 @@ class OnlineSeries:
             due = max(due + every, (self._clock.time() // every + 1) * every)
             try:
                 await self.sample(source())
-            except asyncio.CancelledError:
-                raise
             except Exception:  # one bad pass must not end the series
                 log.exception("sampling online counts failed")
 

@@ -187,8 +187,6 @@ class Statsvr:
             await self._clock.sleep(every)
             try:
                 await step()
-            except asyncio.CancelledError:
-                raise
             except Exception:
                 log.exception("statsvr background step failed")
 
