@@ -170,7 +170,7 @@ class RedisLog:
         room read across an epoch change is read again in a further pipeline.
         """
         done: dict[int, Pulled] = {}
-        todo = list(range(len(requests)))
+        todo = await self._drop_absent(requests, done)
         for _ in range(_PULL_ATTEMPTS):
             if not todo:
                 break
@@ -195,6 +195,29 @@ class RedisLog:
             # Only a room whose log is replaced again and again gets here.
             raise StoreUnavailable("room logs kept changing during a pull; try again")
         return [done[i] for i in range(len(requests))]
+
+    async def _drop_absent(self, requests: Sequence[PullRequest],
+                           done: dict[int, Pulled]) -> list[int]:
+        """Answer the first pulls (``after`` 0) of rooms with no log from one
+        read of their meta each, into ``done``; return the requests left.
+
+        A node pulls a room from 0 once when it starts serving it, and a
+        name nobody ever sent to (a made-up one) would otherwise cost the
+        four reads of a full pull. A room created between this read and the
+        full pull is seen by the notify of its creation.
+        """
+        fresh = [i for i, r in enumerate(requests) if r.after == 0]
+        if not fresh:
+            return list(range(len(requests)))
+        with unavailable("pull"):
+            async with self._client.pipeline(transaction=False) as pipe:
+                for i in fresh:
+                    pipe.exists(keys.meta(requests[i].room))
+                found = await pipe.execute()
+        for i, exists in zip(fresh, found, strict=True):
+            if not exists:
+                done[i] = Pulled(requests[i].room, None, 0, 0, (), complete=True)
+        return [i for i in range(len(requests)) if i not in done]
 
     async def renew_epoch(self, room: str, stale: str) -> str:
         with unavailable("renew_epoch"):
