@@ -10,14 +10,18 @@ one exception, a Redis TTL, says so.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import aiohttp
+import pytest
 import redis.asyncio
-from support import Listener, Running, running_node, send
+from support import BASE, Listener, Running, answered, running_node, send, settle
 
 from liveroom.clock import FakeClock
 from liveroom.model import NewMessage
+from liveroom.settings import Tier
 from liveroom.store import keys
+from proxy.context import ContextSigner
 
 # -- the recvsvr's important list ---------------------------------------------------
 
@@ -126,3 +130,93 @@ async def test_after_its_window_a_client_msg_id_stores_a_new_message(
         assert later == {"seq": first["seq"] + 1, "epoch": first["epoch"]}
         # Remembered again from this send on.
         assert await send(session, node.url, "dd", "hello", client_msg_id="m-1") == later
+
+
+# -- the adaptive hold and the listener's context ----------------------------------------
+
+
+async def counted(node: Running, session: aiohttp.ClientSession, clock: FakeClock,
+                  room: str, uid: str) -> Listener:
+    """A listener that polled ``room`` once (an existing room: polls of a room
+    that does not exist count nobody), once the node counts it online."""
+    await node.node.store.log.open_room(room)
+    listener = Listener(session, room, uid=uid)
+    await listener.poll(node.url)
+
+    async def online() -> int:
+        async with session.get(f"{node.url}/v1/rooms/{room}/stats") as resp:
+            return int((await resp.json())["online"])
+    async with asyncio.timeout(30):
+        while await online() < 1:
+            await clock.advance(0.5)
+            await settle()
+    return listener
+
+
+async def test_an_empty_answer_does_not_restart_the_interval(
+        session: aiohttp.ClientSession) -> None:
+    """The interval counts from the last non-empty answer: three empty answers
+    after it (timeouts) leave the next message due 5 s after that answer, not
+    5 s after the last empty one."""
+    clock = FakeClock()
+    async with running_node(clock=clock, tiers=(Tier(1, 5.0),)) as node:
+        listener = await counted(node, session, clock, "pace", "ann")
+        await clock.advance(5)
+        await send(session, node.url, "pace", "x")
+        answer, took = await answered(clock, listener.poll(node.url))
+        assert [m["body"] for m in answer["messages"]] == ["x"]
+        assert took <= 0.2  # due long ago
+        started = clock.monotonic() - took
+        for _ in range(3):
+            answer, took = await answered(clock, listener.poll(node.url, timeout=1))
+            assert answer["messages"] == []
+            assert 1.0 <= took <= 1.3
+        await send(session, node.url, "pace", "y")
+        answer, _ = await answered(clock, listener.poll(node.url), limit=10)
+        assert [m["body"] for m in answer["messages"]] == ["y"]
+        assert 5.0 <= clock.monotonic() - started <= 5.3
+
+
+@pytest.mark.parametrize("ctx_of", ["this poll", "another room", "another uid",
+                                    "an hour ahead"])
+async def test_a_context_counts_only_for_its_room_and_uid_and_never_ahead_of_now(
+        ctx_of: str, session: aiohttp.ClientSession) -> None:
+    """A genuine context (signed with the nodes' secret) of another room or
+    another uid is ignored: an answer just now, so a poll with messages pending
+    waits the whole interval. A context whose time is ahead of the server's
+    clock counts as now, not as a wait until then."""
+    clock = FakeClock()
+    async with running_node(clock=clock, tiers=(Tier(1, 5.0),)) as node:
+        listener = await counted(node, session, clock, "ctx", "eve")
+        await clock.advance(6)
+        await send(session, node.url, "ctx", "one")
+        await answered(clock, listener.poll(node.url))
+        last_ms = int(clock.time() * 1000)
+        await clock.advance(6)  # the interval since that answer has passed
+        await send(session, node.url, "ctx", "two")
+        assert listener.epoch is not None
+        assert listener.seq is not None
+        assert listener.iseq is not None
+        room, uid, when = {
+            "this poll": ("ctx", "eve", last_ms),
+            "another room": ("other", "eve", last_ms),
+            "another uid": ("ctx", "bob", last_ms),
+            "an hour ahead": ("ctx", "eve", int(clock.time() * 1000) + 3_600_000),
+        }[ctx_of]
+        assert BASE.secret is not None
+        ctx = ContextSigner(BASE.secret).sign(room, uid, listener.epoch, listener.seq,
+                                              listener.iseq, 0, 0, when)
+        params: dict[str, Any] = {"uid": "eve", "epoch": listener.epoch,
+                                  "seq": listener.seq, "iseq": listener.iseq, "ctx": ctx}
+
+        async def poll() -> dict[str, Any]:
+            async with session.get(f"{node.url}/v1/rooms/ctx/poll", params=params) as resp:
+                assert resp.status == 200
+                doc: dict[str, Any] = await resp.json()
+                return doc
+        answer, took = await answered(clock, poll())
+        assert [m["body"] for m in answer["messages"]] == ["two"]
+        if ctx_of == "this poll":
+            assert took <= 0.2  # due: the interval since ``last_ms`` has passed
+        else:
+            assert 5.0 <= took <= 5.3
