@@ -10,12 +10,25 @@ one exception, a Redis TTL, says so.
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 import redis.asyncio
-from support import BASE, Listener, Running, answered, running_node, send, settle
+from support import (
+    BASE,
+    Listener,
+    Running,
+    answered,
+    clean_env,
+    running_node,
+    send,
+    settle,
+)
 
 from liveroom.clock import FakeClock
 from liveroom.model import NewMessage
@@ -220,3 +233,59 @@ async def test_a_context_counts_only_for_its_room_and_uid_and_never_ahead_of_now
             assert took <= 0.2  # due: the interval since ``last_ms`` has passed
         else:
             assert 5.0 <= took <= 5.3
+
+
+# -- the jitter, drawn the same on every process ---------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+DUE_TIMES = """
+import json
+from liveroom.settings import Tier
+from proxy.tiers import TierTable
+tier = Tier(1, 8.0, 2.0)
+table = TierTable((tier,))
+print(json.dumps([table.pace_in(tier, f"u{i}", 1_700_000_000_000 + 7 * i).due_ms
+                  for i in range(200)]))
+"""
+
+
+def due_times_in_a_process(hash_seed: str) -> list[int]:
+    """Due times of 200 listeners computed by a new Python process (a node),
+    its ``str`` hashes salted with ``hash_seed``."""
+    done = subprocess.run([sys.executable, "-c", DUE_TIMES], cwd=ROOT,
+                          env=clean_env(PYTHONHASHSEED=hash_seed), capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    dues: list[int] = json.loads(done.stdout)
+    return dues
+
+
+def test_the_jitter_is_drawn_the_same_in_two_processes() -> None:
+    """Two nodes compute the same due time from the same signed context: two
+    processes (with different hash salts, as two nodes have) agree on every
+    listener, and the jitter still spreads them over the tier's 2 s."""
+    one, other = due_times_in_a_process("1"), due_times_in_a_process("2")
+    assert one == other
+    offsets = [due - (1_700_000_000_000 + 7 * i) for i, due in enumerate(one)]
+    assert all(8_000 <= offset < 10_000 for offset in offsets)
+    assert len(set(offsets)) > 150
+
+
+# -- recent messages of a first poll ------------------------------------------------------
+
+
+async def test_a_first_poll_gets_20_recent_messages_by_default_and_at_most_100(
+        session: aiohttp.ClientSession) -> None:
+    async with running_node() as node:
+        for i in range(1, 121):
+            await send(session, node.url, "rc", i)
+        await node.node.cache.wait_pulled("rc")
+        default = await Listener(session, "rc", uid="a").poll(node.url)
+        assert [m["body"] for m in default["messages"]] == list(range(101, 121))
+        most = await Listener(session, "rc", uid="b").poll(node.url, recent=100)
+        assert [m["body"] for m in most["messages"]] == list(range(21, 121))
+        async with session.get(f"{node.url}/v1/rooms/rc/poll",
+                               params={"uid": "c", "recent": 101}) as resp:
+            assert resp.status == 400
+            doc = await resp.json()
+        assert "recent" in doc["message"]
