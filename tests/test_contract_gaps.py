@@ -178,16 +178,19 @@ async def test_an_empty_answer_does_not_restart_the_interval(
         await send(session, node.url, "pace", "x")
         answer, took = await answered(clock, listener.poll(node.url))
         assert [m["body"] for m in answer["messages"]] == ["x"]
-        assert took <= 0.2  # due long ago
-        started = clock.monotonic() - took
+        # Due long ago: answered at once (the fake seconds it took are real I/O
+        # of a loaded machine; the interval starts somewhere in them).
+        assert took < 1.0
+        started, slack = clock.monotonic() - took, took
         for _ in range(3):
             answer, took = await answered(clock, listener.poll(node.url, timeout=1))
             assert answer["messages"] == []
-            assert 1.0 <= took <= 1.3
+            assert 1.0 <= took < 2.0
         await send(session, node.url, "pace", "y")
         answer, _ = await answered(clock, listener.poll(node.url), limit=10)
         assert [m["body"] for m in answer["messages"]] == ["y"]
-        assert 5.0 <= clock.monotonic() - started <= 5.3
+        # Restarted by the empty answers, it would be due 8 s or more after it.
+        assert 5.0 <= clock.monotonic() - started <= 5.5 + slack
 
 
 @pytest.mark.parametrize("ctx_of", ["this poll", "another room", "another uid",
@@ -230,9 +233,9 @@ async def test_a_context_counts_only_for_its_room_and_uid_and_never_ahead_of_now
         answer, took = await answered(clock, poll())
         assert [m["body"] for m in answer["messages"]] == ["two"]
         if ctx_of == "this poll":
-            assert took <= 0.2  # due: the interval since ``last_ms`` has passed
+            assert took < 2.0  # due: the interval since ``last_ms`` has passed
         else:
-            assert 5.0 <= took <= 5.3
+            assert 5.0 <= took <= 6.0
 
 
 # -- the jitter, drawn the same on every process ---------------------------------------
