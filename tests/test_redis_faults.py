@@ -200,3 +200,25 @@ async def test_a_lagging_node_answers_a_cursor_ahead_of_it_from_a_pull_not_a_res
         assert answer["reset"] is False
         assert [m["body"] for m in answer["messages"]] == [3]
         assert (answer["seq"], answer["epoch"]) == (3, listener.epoch)
+
+
+async def test_healthz_is_503_while_the_notify_channel_is_dead(redis_url: str,
+                                                                session: Any) -> None:
+    """The store answers commands but its notify channel cannot be used (no
+    channel is allowed to the user: Redis drops the subscribed connection and
+    refuses to subscribe again): /healthz says 503; channels allowed again, 200."""
+    client = aioredis.from_url(redis_url)
+    try:
+        async with running_node(redis_url) as node:
+            await health_becomes(session, node.url, 200, within=5)
+            await client.execute_command("ACL", "SETUSER", "default", "resetchannels")
+            await client.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
+            await health_becomes(session, node.url, 503, within=10)
+            async with session.get(f"{node.url}/healthz") as resp:
+                assert (await resp.json())["message"] == "the notify channel is down"
+            await client.ping()  # the store itself still answers
+            await client.execute_command("ACL", "SETUSER", "default", "allchannels")
+            await health_becomes(session, node.url, 200, within=10)
+    finally:
+        await client.execute_command("ACL", "SETUSER", "default", "allchannels")
+        await client.aclose()
