@@ -195,7 +195,8 @@ async def test_a_lagging_node_answers_a_cursor_ahead_of_it_from_a_pull_not_a_res
         assert listener.seq == 2
         await send(session, a.url, "lag", 3)
         held = b.node.cache.normal.peek("lag")
-        assert held is not None and held.head == 1  # b lags behind the cursor
+        assert held is not None
+        assert held.head == 1  # b lags behind the cursor
         answer = await listener.poll(b.url, timeout=5)
         assert answer["reset"] is False
         assert [m["body"] for m in answer["messages"]] == [3]
