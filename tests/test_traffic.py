@@ -23,6 +23,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from support import (
+    IO_MARGIN,
     PUBLISHER,
     STEP,
     Listener,
@@ -219,7 +220,7 @@ async def test_a_quiet_tiered_room_answers_empty_at_the_timeout(
         await settle()
         took = await advance_until(clock, poll.done, limit=5)
         answer = poll.result()
-        assert 3.0 <= took <= 3.3
+        assert 3.0 <= took <= 3.0 + IO_MARGIN
         assert answer["messages"] == []
         assert (answer["epoch"], answer["seq"], answer["iseq"]) == cursors
 
@@ -232,13 +233,13 @@ async def test_a_message_waiting_at_the_timeout_is_delivered_when_due(
         await clock.advance(5)
         await send(session, node.url, "late", "x")
         _, took = await answered(clock, listener.poll(node.url))
-        assert took == 0  # due long ago: at once
+        assert took <= IO_MARGIN  # due long ago: at once
         poll = asyncio.create_task(listener.poll(node.url, timeout=1))
         await settle()
         await send(session, node.url, "late", "y")
         answer, took = await answered(clock, poll, limit=7)
         # Not empty at the 1 s timeout: held past it until due, 5 s after the last answer.
-        assert 5.0 <= took <= 5.3
+        assert 5.0 <= took <= 5.0 + IO_MARGIN
         assert [m["body"] for m in answer["messages"]] == ["y"]
 
 
@@ -253,7 +254,7 @@ async def test_an_important_message_reaches_a_held_listener_within_a_second(
         await clock.advance(10)
         await send(session, node.url, "top", "before")
         _, took = await answered(clock, listener.poll(node.url))
-        assert took == 0  # a non-empty answer: the 8-10 s interval starts
+        assert took <= IO_MARGIN  # a non-empty answer: the 8-10 s interval starts
         poll = asyncio.create_task(listener.poll(node.url))
         await settle()
         await send(session, node.url, "top", "chat")
@@ -263,7 +264,7 @@ async def test_an_important_message_reaches_a_held_listener_within_a_second(
         assert not poll.done()
         await send(session, node.url, "top", "co-host joined", important=True)
         took = await advance_until(clock, poll.done, limit=2)
-        assert took <= 1.0
+        assert took <= 1.0 + IO_MARGIN  # within a second, not the 8-10 s interval
         answer = poll.result()
         assert [m["body"] for m in answer["important"]] == ["co-host joined"]
         assert [m["body"] for m in answer["messages"]] == ["chat"]
@@ -332,7 +333,8 @@ async def test_a_replayed_or_forged_context_counts_as_an_answer_just_now(
         base = {"uid": "eve", "epoch": listener.epoch, "seq": listener.seq,
                 "iseq": listener.iseq, "timeout": 25}
         # With its genuine context the poll is due: answered at once.
-        assert await _held_for(session, node, clock, {**base, "ctx": listener.ctx}) == 0
+        took = await _held_for(session, node, clock, {**base, "ctx": listener.ctx})
+        assert took <= IO_MARGIN
         assert listener.seq is not None
         assert listener.iseq is not None
         assert listener.epoch is not None
@@ -345,7 +347,7 @@ async def test_a_replayed_or_forged_context_counts_as_an_answer_just_now(
         }[forgery]
         assert fake is not None
         took = await _held_for(session, node, clock, {**base, "ctx": fake})
-        assert 5.0 <= took <= 5.3
+        assert 5.0 <= took <= 5.0 + IO_MARGIN
 
 
 # -- tiers follow the online count -------------------------------------------------
