@@ -196,6 +196,12 @@ async def until(clock: FakeClock, check: Callable[[], Awaitable[bool]], *,
 
 STEP = 0.05
 
+IO_MARGIN = 0.75
+"""Fake seconds a fake-time check allows for real I/O: the helpers below move
+the clock one STEP per 5 ms of real time, so 15 steps leave a loopback round
+trip (request, store, answer) 75 ms or more, which a loaded 2-core machine keeps;
+every interval these tests tell apart differs by more than that."""
+
 
 async def settle() -> None:
     """Let real I/O that a step of fake time set off happen."""

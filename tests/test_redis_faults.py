@@ -9,6 +9,7 @@ import redis.asyncio as aioredis
 from conftest import RedisServer
 from support import Listener, running_node, send
 
+from liveroom.clock import FakeClock
 from liveroom.snapshot import ABSENT_EPOCH
 
 
@@ -174,3 +175,51 @@ async def test_a_store_that_went_backwards_starts_a_new_epoch(redis_url: str,
         assert sent["seq"] == 3
         await listener.poll_until(node.url, 6)
         assert listener.bodies()[-1] == "after"
+
+
+async def test_a_lagging_node_answers_a_cursor_ahead_of_it_from_a_pull_not_a_reset(
+        redis_url: str, session: Any) -> None:
+    """Node b gets no notify (its channel is closed) and no fallback pull (its
+    clock stands still): only the pull a poll asks for can show it what the
+    listener already read on node a. It answers the next message, no reset."""
+    lagging_clock = FakeClock()
+    async with running_node(redis_url, node_id="a") as a, \
+            running_node(redis_url, node_id="b", clock=lagging_clock) as b:
+        await send(session, a.url, "lag", 1)
+        listener = Listener(session, "lag")
+        await listener.poll(b.url)  # b holds a snapshot at seq 1
+        assert listener.seq == 1
+        await b.node.store.notifier.close()  # b's notifies never come
+        await send(session, a.url, "lag", 2)
+        await listener.poll_until(a.url, 2)  # read on a: the cursor is at 2
+        assert listener.seq == 2
+        await send(session, a.url, "lag", 3)
+        held = b.node.cache.normal.peek("lag")
+        assert held is not None
+        assert held.head == 1  # b lags behind the cursor
+        answer = await listener.poll(b.url, timeout=5)
+        assert answer["reset"] is False
+        assert [m["body"] for m in answer["messages"]] == [3]
+        assert (answer["seq"], answer["epoch"]) == (3, listener.epoch)
+
+
+async def test_healthz_is_503_while_the_notify_channel_is_dead(redis_url: str,
+                                                                session: Any) -> None:
+    """The store answers commands but its notify channel cannot be used (no
+    channel is allowed to the user: Redis drops the subscribed connection and
+    refuses to subscribe again): /healthz says 503; channels allowed again, 200."""
+    client = aioredis.from_url(redis_url)
+    try:
+        async with running_node(redis_url) as node:
+            await health_becomes(session, node.url, 200, within=5)
+            await client.execute_command("ACL", "SETUSER", "default", "resetchannels")
+            await client.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
+            await health_becomes(session, node.url, 503, within=10)
+            async with session.get(f"{node.url}/healthz") as resp:
+                assert (await resp.json())["message"] == "the notify channel is down"
+            await client.ping()  # the store itself still answers
+            await client.execute_command("ACL", "SETUSER", "default", "allchannels")
+            await health_becomes(session, node.url, 200, within=10)
+    finally:
+        await client.execute_command("ACL", "SETUSER", "default", "allchannels")
+        await client.aclose()

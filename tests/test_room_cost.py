@@ -224,6 +224,43 @@ async def test_fallback_pulls_skip_rooms_nobody_reads(store: Store,
         await cache.stop()
 
 
+async def test_the_cache_forgets_rooms_nobody_read_for_its_read_window(
+        memory_store: Store, fake_clock: FakeClock) -> None:
+    """A room nobody read for ``read_window`` leaves memory at the next fallback
+    pass, not before; a room read meanwhile or with a held poll stays."""
+    cache = RoomCache(memory_store.log, fake_clock, Metrics(),
+                      limits=SectLimits(fallback_interval=1.0, read_window=10.0))
+    await cache.start()
+    try:
+        for name in ("idle", "read", "held"):
+            await memory_store.log.append(name, NewMessage("u", "hi", False, 1))
+            await cache.snapshot(name)
+        held = await cache.snapshot("held")
+        waiting = asyncio.create_task(cache.wait_changed("held", held))
+
+        async def seconds(n: int) -> None:
+            for _ in range(n):
+                await fake_clock.advance(1.0)
+                await asyncio.sleep(0.01)  # the fallback pass and its pulls
+                cache.current("read")  # read every second
+
+        await seconds(9)
+        assert cache.peek("idle") is not None  # read 9 s ago: kept
+        await seconds(3)
+        assert cache.peek("idle") is None  # read 12 s ago: forgotten
+        assert cache.peek("read") is not None
+        assert cache.peek("held") is not None  # a held poll keeps it
+        assert len(cache) == 2
+        waiting.cancel()
+        await seconds(12)  # the watcher went 12 s ago
+        assert cache.peek("held") is None
+        assert len(cache) == 1
+        # A forgotten room is read again from the store, like a new one.
+        assert (await cache.snapshot("idle")).head == 1
+    finally:
+        await cache.stop()
+
+
 # -- memory that matches the data ---------------------------------------------------------
 
 

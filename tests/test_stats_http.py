@@ -12,6 +12,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import redis.asyncio as aioredis
 from conftest import RedisServer
 from support import ADMIN, Listener, running_node, until
 
@@ -218,6 +219,44 @@ async def test_a_node_killed_loses_its_members_only_after_the_ttl(
         assert stats["online"] == 0
         assert stats["viewers"] == 10  # viewers already counted stay counted
         assert stats["viewers_exact"] is True
+
+
+async def test_viewers_never_go_down_after_the_stored_history_is_lost(
+        redis_url: str, session: aiohttp.ClientSession) -> None:
+    """Redis loses every key (a restart without persistence, a FLUSHALL) while
+    the node shows 5 viewers, none of them online any more: the figure it
+    shows stays at 5 or more, through its refreshes and the joins after."""
+    clock = FakeClock()
+    async with running_node(redis_url, clock) as node:
+        await node.node.store.log.open_room("r")  # polls count only in a room that exists
+        for i in range(5):
+            await Listener(session, "r", uid=f"u{i}").poll(node.url)
+
+        async def viewers() -> int:
+            return int((await get(session, node.url, "/v1/rooms/r/stats"))["viewers"])
+
+        async def five() -> bool:
+            return await viewers() == 5
+
+        await until(clock, five)
+        # They leave: from now on only the history holds the figure up.
+        await until(clock, lambda: online_is(session, node.url, "r", 0), step=5, limit=150)
+        assert await five()
+        client = aioredis.from_url(redis_url)
+        try:
+            await client.flushall()
+        finally:
+            await client.aclose()
+        await node.node.store.log.open_room("r")
+        shown = []
+        for i in range(12):  # a dozen refreshes, a newcomer at every other
+            if i % 2:
+                await Listener(session, "r", uid=f"late{i}").poll(node.url)
+            await clock.advance(1)
+            await asyncio.sleep(0.05)
+            shown.append(await viewers())
+        assert min(shown) >= 5, shown
+        assert shown == sorted(shown), shown
 
 
 async def test_with_redis_down_stats_degrade_and_recover(

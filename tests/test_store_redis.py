@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 import redis.asyncio
+from conftest import TEST_POLICY
 
 import liveroom.store.redis as redis_engine
 from liveroom.clock import FakeClock
@@ -311,3 +312,30 @@ async def test_close_is_clean_while_redis_is_down(
     await eventually(lambda: not store.notifier.alive)
     await store.close()
     await store.close()  # twice is harmless
+
+
+async def test_a_user_allowed_only_read_commands_can_serve_pulls(
+        redis_store: Store, client: redis.asyncio.Redis, redis_url: str,
+        fake_clock: FakeClock) -> None:
+    """Pulls use read-only commands: a user with nothing but ``@read`` (and the
+    connection commands) reads what the writer reads, so a replica or a
+    read-only account can serve them."""
+    for i in range(1, 13):
+        await redis_store.log.append("ro", message(fake_clock, i, important=i % 4 == 0))
+    await redis_store.log.append("ro2", message(fake_clock, 1))
+    await client.execute_command("ACL", "SETUSER", "reader", "reset", "on", ">pw", "~*",
+                                 "+@read", "+@connection")
+    reader = redis.asyncio.Redis.from_url(redis_url.replace("redis://", "redis://reader:pw@"))
+    try:
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            await reader.set("lr:{ro}:meta", "x")  # the user really cannot write
+        log = redis_engine.RedisLog(reader, TEST_POLICY)
+        requests = [PullRequest("ro", 0, 5), PullRequest("ro", 6, 0), PullRequest("ro2", 0, 5),
+                    PullRequest("none", 0, 5)]
+        assert await log.pull(requests) == await redis_store.log.pull(requests)
+        pulled = await log.pull([PullRequest("ro", 0, 5)])
+        assert pulled[0].head == 12
+        assert [e.seq for e in pulled[0].entries] == [4, 8, 9, 10, 11, 12]
+    finally:
+        await reader.aclose()
+        await client.execute_command("ACL", "DELUSER", "reader")

@@ -11,6 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -18,6 +23,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from support import (
+    IO_MARGIN,
     PUBLISHER,
     STEP,
     Listener,
@@ -122,7 +128,7 @@ def test_the_default_tiers() -> None:
 
 @given(online=st.integers(0, 10**8), uid=st.text(min_size=1, max_size=8),
        last_ms=st.integers(0, 2**50))
-def test_a_pace_is_due_within_its_tier_and_the_same_on_every_node(
+def test_a_pace_is_due_within_its_tier_whatever_order_the_tiers_are_given_in(
         online: int, uid: str, last_ms: int) -> None:
     tiers = (Tier(10, 1.0), Tier(1_000, 8.0, 2.0))
     pace = TierTable(tiers).pace(online, uid, last_ms)
@@ -131,6 +137,30 @@ def test_a_pace_is_due_within_its_tier_and_the_same_on_every_node(
     low = round(pace.tier.interval * 1000)
     assert last_ms + low <= pace.due_ms <= last_ms + pace.interval_ms
     assert pace.tier == (tiers[1] if online >= 1_000 else tiers[0] if online >= 10 else PLAIN)
+
+
+_PACES = """
+import json, sys
+from liveroom.settings import Tier
+from proxy.tiers import TierTable
+table = TierTable((Tier(1, 8.0, 2.0),))
+print(json.dumps([table.pace(5, uid, last).due_ms for uid, last in json.loads(sys.argv[1])]))
+"""
+
+
+def test_a_pace_is_the_same_on_every_node() -> None:
+    """Nodes are processes: two of them, each with its own hash salt, draw the
+    same jitter for the same listener and answer."""
+    cases = [(f"u{i}", 1_700_000_000_000 + 37 * i) for i in range(50)]
+    dues = []
+    for salt in ("1", "2"):
+        out = subprocess.run([sys.executable, "-c", _PACES, json.dumps(cases)],
+                             capture_output=True, check=True, timeout=60,
+                             env={**os.environ, "PYTHONHASHSEED": salt},
+                             cwd=Path(__file__).resolve().parent.parent)
+        dues.append(json.loads(out.stdout))
+    assert dues[0] == dues[1]
+    assert len(set(dues[0])) > 40  # and it is a jitter: listeners differ
 
 
 def test_jitter_spreads_listeners_answered_together() -> None:
@@ -190,7 +220,7 @@ async def test_a_quiet_tiered_room_answers_empty_at_the_timeout(
         await settle()
         took = await advance_until(clock, poll.done, limit=5)
         answer = poll.result()
-        assert 3.0 <= took <= 3.3
+        assert 3.0 <= took <= 3.0 + IO_MARGIN
         assert answer["messages"] == []
         assert (answer["epoch"], answer["seq"], answer["iseq"]) == cursors
 
@@ -203,13 +233,13 @@ async def test_a_message_waiting_at_the_timeout_is_delivered_when_due(
         await clock.advance(5)
         await send(session, node.url, "late", "x")
         _, took = await answered(clock, listener.poll(node.url))
-        assert took == 0  # due long ago: at once
+        assert took <= IO_MARGIN  # due long ago: at once
         poll = asyncio.create_task(listener.poll(node.url, timeout=1))
         await settle()
         await send(session, node.url, "late", "y")
         answer, took = await answered(clock, poll, limit=7)
         # Not empty at the 1 s timeout: held past it until due, 5 s after the last answer.
-        assert 5.0 <= took <= 5.3
+        assert 5.0 <= took <= 5.0 + IO_MARGIN
         assert [m["body"] for m in answer["messages"]] == ["y"]
 
 
@@ -224,7 +254,7 @@ async def test_an_important_message_reaches_a_held_listener_within_a_second(
         await clock.advance(10)
         await send(session, node.url, "top", "before")
         _, took = await answered(clock, listener.poll(node.url))
-        assert took == 0  # a non-empty answer: the 8-10 s interval starts
+        assert took <= IO_MARGIN  # a non-empty answer: the 8-10 s interval starts
         poll = asyncio.create_task(listener.poll(node.url))
         await settle()
         await send(session, node.url, "top", "chat")
@@ -234,7 +264,7 @@ async def test_an_important_message_reaches_a_held_listener_within_a_second(
         assert not poll.done()
         await send(session, node.url, "top", "co-host joined", important=True)
         took = await advance_until(clock, poll.done, limit=2)
-        assert took <= 1.0
+        assert took <= 1.0 + IO_MARGIN  # within a second, not the 8-10 s interval
         answer = poll.result()
         assert [m["body"] for m in answer["important"]] == ["co-host joined"]
         assert [m["body"] for m in answer["messages"]] == ["chat"]
@@ -303,7 +333,8 @@ async def test_a_replayed_or_forged_context_counts_as_an_answer_just_now(
         base = {"uid": "eve", "epoch": listener.epoch, "seq": listener.seq,
                 "iseq": listener.iseq, "timeout": 25}
         # With its genuine context the poll is due: answered at once.
-        assert await _held_for(session, node, clock, {**base, "ctx": listener.ctx}) == 0
+        took = await _held_for(session, node, clock, {**base, "ctx": listener.ctx})
+        assert took <= IO_MARGIN
         assert listener.seq is not None
         assert listener.iseq is not None
         assert listener.epoch is not None
@@ -316,7 +347,7 @@ async def test_a_replayed_or_forged_context_counts_as_an_answer_just_now(
         }[forgery]
         assert fake is not None
         took = await _held_for(session, node, clock, {**base, "ctx": fake})
-        assert 5.0 <= took <= 5.3
+        assert 5.0 <= took <= 5.0 + IO_MARGIN
 
 
 # -- tiers follow the online count -------------------------------------------------

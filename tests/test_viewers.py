@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import numpy as np
@@ -9,6 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from liveroom.clock import FakeClock
+from liveroom.store.base import LogPolicy
+from liveroom.store.memory import MemoryStore
+from statsvr.history import ViewersHistory
 from statsvr.viewers import (
     PRECISION,
     SKETCH_BYTES,
@@ -169,28 +174,29 @@ def test_small_rooms_are_nearly_exact() -> None:
 
 
 def _simulate(total: int, threshold: int, prefix: str, bulk_until: int) -> list[ViewersFigure]:
-    """Add ``total`` distinct uids, one by one after ``bulk_until``, as a merge
-    task would: grow the exact set by plan, feed the sketch, show the figure."""
-    known: set[str] = set()
-    complete = True
-    sketch = ViewerSketch()
-    last_shown = 0
-    figures: list[ViewersFigure] = []
+    """Add ``total`` distinct uids, one by one after ``bulk_until``, through the
+    product: an owner node's :class:`ViewersHistory` stores them (exact set and
+    sketch, in the memory engine), another node's reads the figure it shows."""
 
-    def step(batch: list[str]) -> None:
-        nonlocal complete, last_shown
-        plan = plan_exact_update(known, complete, batch, threshold)
-        known.update(plan.add)
-        complete = plan.complete
-        sketch.add_many(batch)
-        figure = viewers_figure(len(known), complete, sketch.estimate(), last_shown, threshold)
-        last_shown = figure.viewers
-        figures.append(figure)
+    async def run() -> list[ViewersFigure]:
+        clock = FakeClock()
+        store = MemoryStore(LogPolicy(), clock)
+        owner = ViewersHistory(store.stats, clock, "owner", threshold=threshold)
+        reader = ViewersHistory(store.stats, clock, "reader", threshold=threshold)
+        figures: list[ViewersFigure] = []
 
-    step([f"{prefix}{i}" for i in range(bulk_until)])
-    for i in range(bulk_until, total):
-        step([f"{prefix}{i}"])
-    return figures
+        async def step(batch: list[str]) -> None:
+            owner.joined("r", batch)
+            await owner.flush()
+            await reader.refresh(["r"])
+            figures.append(reader.figure("r"))
+
+        await step([f"{prefix}{i}" for i in range(bulk_until)])
+        for i in range(bulk_until, total):
+            await step([f"{prefix}{i}"])
+        return figures
+
+    return asyncio.run(run())
 
 
 @pytest.mark.parametrize("prefix", ["a-", "b-", "c-"])
