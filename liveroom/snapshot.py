@@ -189,14 +189,18 @@ def _within(snap: Snapshot, budget: int, important: tuple[Item, ...],
             i_iseq: int) -> Delivery:
     """A delivery cut to ``budget`` bytes; what does not fit stays pending.
 
-    Evicted messages (``gap``, ``igap``) are all older than every held one,
-    so they are counted now and never again. Important messages go first,
-    oldest first; the important cursor stops at the last one delivered, and
-    its count is exact: those evicted plus those delivered. Normal messages
-    get what is left, oldest first (no room left: the normal cursor stays
-    and nothing of them is counted yet); the normal cursor's count is the
-    snapshot's (a position before its counting anchor falls back like any
-    unknown stretch, counted as normal).
+    Important messages go first, oldest first; the important cursor stops at
+    the last one delivered. Those no longer held are all older than every
+    held one (the list is trimmed from its oldest), so ``igap`` is counted
+    now, whole, and the cursor's count is exact: those lost plus those sent.
+
+    Normal messages get what is left, oldest first (no room left: the normal
+    cursor stays, nothing of them counted yet). The normal list may have
+    holes (messages the log's cap dropped between two pulls), so what is
+    counted lost is what lies up to the last message sent, exactly: there the
+    snapshot counts positions from its anchor on. A cut before the anchor,
+    where the snapshot cannot count, sends the newest messages that fit
+    instead, the older ones counted in ``gap`` like those beyond ``limit``.
     """
     head = snap.head
     k = _fit(important, budget, at_least_one=True)
@@ -209,12 +213,17 @@ def _within(snap: Snapshot, budget: int, important: tuple[Item, ...],
     n = _fit(messages, budget, at_least_one=not important)
     if n == 0:
         return Delivery(important, (), 0, igap, seq, head, i_seq, snap.head_ic)
-    if n == len(messages):
-        return Delivery(important, messages, gap, igap, head, head, snap.head_ic,
-                        snap.head_ic)
-    last = messages[n - 1].seq
-    return Delivery(important, messages[:n], gap, igap, last, head,
-                    _count_at(snap, last, None), snap.head_ic)
+    if n < len(messages):
+        last = messages[n - 1].seq
+        known = snap.important_count(last)
+        if known is not None:
+            lost = max(0, (last - known) - (seq - i_seq) - n)
+            return Delivery(important, messages[:n], lost, igap, last, head, known,
+                            snap.head_ic)
+        n = _fit(messages[::-1], budget, at_least_one=not important)
+        gap += len(messages) - n
+        messages = messages[len(messages) - n:]
+    return Delivery(important, messages, gap, igap, head, head, snap.head_ic, snap.head_ic)
 
 
 def recent(snap: Snapshot, count: int, budget: int | None = None) -> Delivery:
