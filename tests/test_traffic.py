@@ -124,6 +124,9 @@ def test_the_default_tiers() -> None:
     assert table.tier(1_000_000) == Tier(1_000_000, 8.0, 2.0)
     assert table.pace(1_000_000, "u", 0).interval_ms == 10_000
     assert table.pace(5, "u", 123).plain
+    # A plain pace keeps the listener's last answer: an empty answer signs it
+    # into the ctx, and the room's tier may rise before the next poll.
+    assert table.pace(5, "u", 123) == (PLAIN, 123, 123, 0)
 
 
 @given(online=st.integers(0, 10**8), uid=st.text(min_size=1, max_size=8),
