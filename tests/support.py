@@ -130,6 +130,16 @@ class Listener:
                 await self.poll(url, timeout=5)
 
 
+async def poll_once(session: aiohttp.ClientSession, url: str, room: str,
+                    params: dict[str, Any]) -> dict[str, Any]:
+    """One poll of ``room`` with exactly ``params`` (a made-up or replayed
+    cursor, unlike :class:`Listener`, which keeps its own): its 200 answer."""
+    async with session.get(f"{url}/v1/rooms/{room}/poll", params=params) as resp:
+        assert resp.status == 200, await resp.text()
+        answer: dict[str, Any] = await resp.json()
+        return answer
+
+
 def clean_env(**extra: str) -> dict[str, str]:
     """This process's environment without ``LIVEROOM_*``, plus ``extra``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LIVEROOM_")}

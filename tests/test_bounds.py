@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-from support import ADMIN, Listener, answered, running_node, send
+from support import ADMIN, Listener, answered, poll_once, running_node, send
 
 from liveroom.clock import FakeClock
 from liveroom.settings import Tier
@@ -46,14 +46,9 @@ async def test_one_uid_cannot_pile_up_held_polls(engine_url: str) -> None:
         cursor = {"epoch": first.epoch, "seq": first.seq, "iseq": first.iseq}
         holds = node.node.proxy.holds
 
-        async def poll() -> dict[str, Any]:
-            params = {"uid": "one", "timeout": 20, **cursor}
-            async with session.get(f"{node.url}/v1/rooms/ghosts/poll", params=params) as resp:
-                assert resp.status == 200
-                doc: dict[str, Any] = await resp.json()
-                return doc
-
-        polls = [asyncio.create_task(poll()) for _ in range(260)]
+        params = {"uid": "one", "timeout": 20, **cursor}
+        polls = [asyncio.create_task(poll_once(session, node.url, "ghosts", params))
+                 for _ in range(260)]
         async with asyncio.timeout(20):
             while sum(p.done() for p in polls) < 256:
                 await asyncio.sleep(0.01)

@@ -25,6 +25,7 @@ from support import (
     Running,
     answered,
     clean_env,
+    poll_once,
     running_node,
     send,
     settle,
@@ -225,12 +226,7 @@ async def test_a_context_counts_only_for_its_room_and_uid_and_never_ahead_of_now
         params: dict[str, Any] = {"uid": "eve", "epoch": listener.epoch,
                                   "seq": listener.seq, "iseq": listener.iseq, "ctx": ctx}
 
-        async def poll() -> dict[str, Any]:
-            async with session.get(f"{node.url}/v1/rooms/ctx/poll", params=params) as resp:
-                assert resp.status == 200
-                doc: dict[str, Any] = await resp.json()
-                return doc
-        answer, took = await answered(clock, poll())
+        answer, took = await answered(clock, poll_once(session, node.url, "ctx", params))
         assert [m["body"] for m in answer["messages"]] == ["two"]
         if ctx_of == "this poll":
             assert took < 2.0  # due: the interval since ``last_ms`` has passed

@@ -30,6 +30,7 @@ from support import (
     Running,
     advance_until,
     answered,
+    poll_once,
     running_node,
     send,
     settle,
@@ -312,12 +313,7 @@ async def test_a_flood_of_important_messages_releases_a_room_about_twice_a_secon
 
 async def _held_for(session: aiohttp.ClientSession, node: Running, clock: FakeClock,
                     params: dict[str, Any]) -> float:
-    async def poll() -> dict[str, Any]:
-        async with session.get(f"{node.url}/v1/rooms/ctx/poll", params=params) as resp:
-            assert resp.status == 200
-            doc: dict[str, Any] = await resp.json()
-            return doc
-    answer, took = await answered(clock, poll())
+    answer, took = await answered(clock, poll_once(session, node.url, "ctx", params))
     assert answer["messages"]
     return took
 
