@@ -37,13 +37,14 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from liveroom.clock import Clock
 from liveroom.errors import StoreUnavailable
 from liveroom.metrics import Metrics
 from liveroom.snapshot import Snapshot, absent, is_absent
-from liveroom.store.base import MessageLog, Pulled, PullRequest
+from liveroom.store.base import MessageLog, Notifier, Pulled, PullRequest
 
 from .build import Retention, advance
 
@@ -115,8 +116,10 @@ class RoomCache:
     def __init__(self, log_: MessageLog, clock: Clock, metrics: Metrics, *,
                  retention: Retention = DEFAULT_RETENTION,
                  limits: SectLimits = DEFAULT_LIMITS,
-                 name: str = "normal") -> None:
+                 name: str = "normal", notifier: Notifier | None = None) -> None:
         self._log = log_
+        self._notifier = notifier
+        """Told which rooms this cache holds (a cluster subscribes their notifies)."""
         self._clock = clock
         self._metrics = metrics
         self._keep = retention
@@ -167,6 +170,8 @@ class RoomCache:
         now = self._clock.monotonic()
         if room is None:
             room = rooms[name] = _Room(name, read_at=now)
+            if self._notifier is not None:
+                self._notifier.watch(name)
             if len(rooms) > self._limits.rooms_max:
                 self._evict()
         else:
@@ -182,10 +187,15 @@ class RoomCache:
             if state.busy():
                 rooms.move_to_end(name)  # in use now: as good as read
                 continue
-            del rooms[name]
-            self._dirty.pop(name, None)
+            self._forget(name)
             self._metrics.evictions.inc()
             return
+
+    def _forget(self, name: str) -> None:
+        del self._rooms[name]
+        self._dirty.pop(name, None)
+        if self._notifier is not None:
+            self._notifier.unwatch(name)
 
     def current(self, room: str) -> Snapshot | None:
         state = self._rooms.get(room)
@@ -256,9 +266,11 @@ class RoomCache:
         if state.snapshot is None or seq > state.snapshot.head:
             self.request_pull(room)
 
-    def on_resync(self) -> None:
-        """Notifies may have been lost: pull every room at once."""
-        for room in self._rooms:
+    def on_resync(self, rooms: Collection[str] | None = None) -> None:
+        """Notifies of ``rooms`` (None: every room) may have been lost: pull
+        those this cache holds at once."""
+        held = self._rooms
+        for room in held if rooms is None else (r for r in rooms if r in held):
             self.request_pull(room)
 
     def request_pull(self, room: str) -> None:
@@ -398,8 +410,7 @@ class RoomCache:
             for name, state in list(self._rooms.items()):
                 since_read = now - state.read_at
                 if since_read > limits.read_window and not state.busy():
-                    del self._rooms[name]
-                    self._dirty.pop(name, None)
+                    self._forget(name)
                 elif (state.watchers or since_read <= self._recent) \
                         and state.pulled_at <= due:
                     self.request_pull(name)

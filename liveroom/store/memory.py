@@ -133,6 +133,15 @@ class MemoryNotifier:
     def alive(self) -> bool:
         return True
 
+    def watch(self, room: str) -> None:
+        """Every notify reaches every reader in one process: nothing to do."""
+
+    def unwatch(self, room: str) -> None:
+        """See :meth:`watch`."""
+
+    def hears(self, room: str) -> bool:
+        return True
+
     def publish(self, room: str, seq: int) -> None:
         for on_notify, _ in self._subscribers:
             on_notify(room, seq)
