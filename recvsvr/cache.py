@@ -86,6 +86,11 @@ def _settle(fut: asyncio.Future[Snapshot], snap: Snapshot | None,
         fut.set_result(snap)
 
 
+BEHIND_PATIENCE = 5.0
+"""Seconds a log that reads replicas may read behind a room's snapshot before
+it counts as lost writes (a new epoch), rather than a lagging replica."""
+
+
 @dataclass(eq=False)
 class _Room:
     name: str
@@ -99,6 +104,9 @@ class _Room:
     """Waiters for a pull that starts after they asked."""
     confirm_now: list[asyncio.Future[Snapshot]] = field(default_factory=list)
     """Waiters for the pull in flight."""
+    behind_since: float | None = None
+    """When pulls of a log that reads replicas first came back behind the
+    snapshot (a lagging replica, unless it lasts)."""
     restart: bool = False
     """Pull from the beginning: the epoch changed under the snapshot."""
     warned: bool = False
@@ -369,6 +377,15 @@ class RoomCache:
             self.request_pull(state.name)
             return
         if old is not None and pulled.epoch == old.epoch and pulled.head < old.head:
+            if self._log.reads_replicas:
+                # A replica behind the one read before catches up within
+                # moments: keep the snapshot and pull again at the fallback.
+                now = self._clock.monotonic()
+                if state.behind_since is None:
+                    state.behind_since = now
+                if now - state.behind_since < BEHIND_PATIENCE:
+                    return
+            state.behind_since = None
             # The store went backwards within an epoch (a failover lost writes):
             # never let a snapshot go back; start a new epoch instead.
             log.warning("room %s: store head %d behind cache head %d, new epoch",
@@ -377,6 +394,7 @@ class RoomCache:
             state.restart = True
             self.request_pull(state.name)
             return
+        state.behind_since = None
         base = None if (old is None or pulled.epoch != old.epoch) else old
         snap = advance(base, pulled, request.after, self._keep, now_ms)
         state.restart = False

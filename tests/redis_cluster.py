@@ -77,7 +77,10 @@ class LocalCluster:
                  "--dir", str(folder), "--cluster-enabled", "yes",
                  "--cluster-config-file", "nodes.conf",
                  "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
-                 "--appendonly", "yes", "--save", "", "--daemonize", "no"],
+                 "--appendonly", "yes", "--save", "", "--daemonize", "no",
+                 # A replica that rejoins syncs at once (the default waits 5 s
+                 # for more replicas to share one transfer).
+                 "--repl-diskless-sync-delay", "0"],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 10
         while True:

@@ -100,8 +100,11 @@ class MessageLog(Protocol):
     - A room's ``epoch`` changes when its log was lost (a store restarted empty,
       expiry) and on :meth:`renew_epoch`; seqs restart from 1 in a new epoch
       only when the log was lost.
-    - ``pull`` only reads.
+    - ``pull`` only reads. With ``reads_replicas`` it reads replicas, which
+      may lag behind each other: a pull may then see less than one before it.
     """
+
+    reads_replicas: bool
 
     async def open_room(self, room: str) -> str:
         """The room's epoch, creating an empty log if it has none.

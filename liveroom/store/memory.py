@@ -148,6 +148,8 @@ class MemoryNotifier:
 
 
 class MemoryLog:
+    reads_replicas = False
+
     def __init__(self, policy: LogPolicy, clock: Clock, notifier: MemoryNotifier) -> None:
         self.policy = policy
         self._clock = clock

@@ -51,6 +51,7 @@ from typing import Any
 from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
 from redis.asyncio.client import Pipeline
 from redis.asyncio.cluster import ClusterNode, ClusterPipeline
+from redis.cluster import LoadBalancingStrategy
 
 from ..clock import Clock
 from ..codec import pack_stored, unpack_stored
@@ -107,10 +108,15 @@ def _entry(stream_id: bytes, fields: dict[bytes, bytes]) -> Entry | None:
 class RedisLog:
     """The message log on Redis: a meta hash and two streams per room."""
 
-    def __init__(self, client: Client, policy: LogPolicy, *, sharded: bool = False) -> None:
+    def __init__(self, client: Client, policy: LogPolicy, *, sharded: bool = False,
+                 reader: Client | None = None) -> None:
         self.policy = policy
         self.sharded = sharded
         self._client = client
+        self._reader = reader or client
+        self.reads_replicas = reader is not None
+        """Where pulls read: the replicas, when appends wait for them (see
+        :class:`RedisStore`)."""
         self._append = Lua("append.lua")
         self._epoch = Lua("epoch.lua")
         self._touch = Lua("touch.lua")
@@ -180,7 +186,7 @@ class RedisLog:
             if not todo:
                 break
             with unavailable("pull"):
-                async with self._client.pipeline(transaction=False) as pipe:
+                async with self._reader.pipeline(transaction=False) as pipe:
                     for i in todo:
                         _queue_pull(pipe, requests[i])
                     replies = await pipe.execute()
@@ -215,7 +221,7 @@ class RedisLog:
         if not fresh:
             return list(range(len(requests)))
         with unavailable("pull"):
-            async with self._client.pipeline(transaction=False) as pipe:
+            async with self._reader.pipeline(transaction=False) as pipe:
                 for i in fresh:
                     pipe.exists(keys.meta(requests[i].room))
                 found = await pipe.execute()
@@ -304,11 +310,15 @@ def cluster_nodes(url: str) -> list[tuple[str, int]]:
     return nodes
 
 
-def _cluster_client(url: str) -> RedisCluster:
+def _cluster_client(url: str, *, replicas: bool = False) -> RedisCluster:
     """A cluster client that never retries a command (like the pool of one
-    Redis) but follows ``MOVED``/``ASK``: a redirected command was not run."""
+    Redis) but follows ``MOVED``/``ASK``: a redirected command was not run.
+    With ``replicas``, it reads from a replica of each slot (its master when
+    it has none)."""
     options = pool_options()
     return RedisCluster(
+        load_balancing_strategy=LoadBalancingStrategy.ROUND_ROBIN_REPLICAS if replicas
+        else None,
         startup_nodes=[ClusterNode(host, port) for host, port in cluster_nodes(url)],
         socket_timeout=COMMAND_TIMEOUT, max_connections=MAX_CONNECTIONS,
         socket_connect_timeout=options["socket_connect_timeout"], retry=options["retry"],
@@ -319,7 +329,15 @@ def _cluster_client(url: str) -> RedisCluster:
 
 class RedisStore:
     """The redis engine: ``--store redis://HOST:PORT/DB`` (one Redis) or
-    ``redis+cluster://HOST:PORT[,...]`` (a Redis Cluster, 7 or later)."""
+    ``redis+cluster://HOST:PORT[,...]`` (a Redis Cluster, 7 or later).
+
+    On a cluster whose appends wait for replicas (``durable_replicas``), pulls
+    read from the replicas: a listener then never sees a message that a
+    failover could still lose (a master's write not yet replicated, its seq
+    then reused by the next send through the promoted replica). A notify can
+    reach a node before the replica applied its write; the fallback pull
+    covers that (within ``fallback_interval``).
+    """
 
     name = "redis"
 
@@ -336,7 +354,10 @@ class RedisStore:
                 socket_timeout=COMMAND_TIMEOUT, **pool_options())
             client = Redis.from_pool(pool)
         self._client = client
-        self.log = RedisLog(client, policy, sharded=self.cluster)
+        self._reader: RedisCluster | None = None
+        if self.cluster and policy.durable_replicas:
+            self._reader = _cluster_client(url, replicas=True)
+        self.log = RedisLog(client, policy, sharded=self.cluster, reader=self._reader)
         self.notifier: RedisNotifier | ShardedNotifier
         if isinstance(client, RedisCluster):
             self.notifier = ShardedNotifier(client, node_id)
@@ -373,6 +394,8 @@ class RedisStore:
     async def close(self) -> None:
         await self.notifier.close()
         await self._client.aclose()
+        if self._reader is not None:
+            await self._reader.aclose()
 
     async def ping(self) -> None:
         """On a cluster, every master must answer (a shard failing over is down)."""
