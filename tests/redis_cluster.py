@@ -141,6 +141,41 @@ class LocalCluster:
                     return int(master[1])
         raise RuntimeError(f"no master serves {key!r}")
 
+    def replica_of(self, master: int) -> int:
+        """The port of ``master``'s (first) replica."""
+        with _client(master) as client:
+            replica = client.info("replication")["slave0"]
+        return int(replica["port"])
+
+    def node_id(self, port: int) -> str:
+        with _client(port) as client:
+            return str(client.execute_command("CLUSTER", "MYID").decode())
+
+    def move_slot(self, slot: int, target: int) -> None:
+        """Move ``slot`` with its keys to master ``target``, the way
+        ``redis-cli --cluster reshard`` does (clients see ``ASK`` while keys
+        move, then ``MOVED``)."""
+        source = next(p for p in self.masters()
+                      if any(start <= slot <= end for start, end in self._slots_of(p)))
+        source_id, target_id = self.node_id(source), self.node_id(target)
+        with _client(source) as src, _client(target) as dst:
+            dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+            src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+            while True:
+                names = src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 10)
+                if not names:
+                    break
+                src.execute_command("MIGRATE", "127.0.0.1", target, "", 0, 5000,
+                                    "KEYS", *names)
+            for port in self.masters():
+                with _client(port) as client:
+                    client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+
+    def _slots_of(self, master: int) -> list[tuple[int, int]]:
+        with _client(master) as client:
+            layout = client.execute_command("CLUSTER", "SLOTS")
+        return [(start, end) for start, end, owner, *_ in layout if int(owner[1]) == master]
+
     def healthy(self) -> bool:
         """Every node up, the cluster ok on each, 3 masters with a synced replica each."""
         try:
