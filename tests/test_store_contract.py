@@ -271,6 +271,26 @@ async def test_a_subscriber_is_notified_of_appends(
     assert got == [("r", 1), ("other", 1)]
 
 
+async def test_a_failing_subscriber_does_not_stop_the_others(
+        store: Store, fake_clock: FakeClock) -> None:
+    got: list[tuple[str, int]] = []
+    arrived = asyncio.Event()
+
+    def failing(room: str, seq: int) -> None:
+        raise RuntimeError("a subscriber with a bug")
+
+    def on_notify(room: str, seq: int) -> None:
+        got.append((room, seq))
+        arrived.set()
+
+    store.notifier.subscribe(failing, lambda: None)
+    store.notifier.subscribe(on_notify, lambda: None)
+    await hearing(store, "r")
+    assert (await store.log.append("r", message(fake_clock, 1))).seq == 1
+    await asyncio.wait_for(arrived.wait(), WAIT)
+    assert got == [("r", 1)]
+
+
 async def test_a_duplicate_is_not_notified(store: Store, fake_clock: FakeClock) -> None:
     got: list[tuple[str, int]] = []
     second = asyncio.Event()
