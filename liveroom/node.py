@@ -107,9 +107,10 @@ def build_node(settings: Settings, clock: Clock | None = None,
     vip = replace(normal, batch=settings.vip_pull_batch,
                   concurrency=settings.vip_pull_concurrency)
     vip_list = VipList(store.operators, clock, refresh=settings.vip_refresh)
-    cache = Sects(RoomCache(store.log, clock, metrics, retention=retention, limits=normal),
+    cache = Sects(RoomCache(store.log, clock, metrics, retention=retention, limits=normal,
+                            notifier=store.notifier),
                   RoomCache(store.log, clock, metrics, retention=retention, limits=vip,
-                            name="vip"),
+                            name="vip", notifier=store.notifier),
                   vip_list.is_vip, clock, metrics=metrics)
     vip_list.on_change(cache.moved)
     statsvr = Statsvr(store.stats, clock, settings.name, is_vip=vip_list.is_vip,

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import BaseTestServer
+from conftest import free_port
 from yarl import URL
 
 from liveroom.clock import Clock, FakeClock
@@ -237,3 +240,30 @@ async def answered(clock: FakeClock, poll: Awaitable[dict[str, Any]], *,
     await settle()
     took = await advance_until(clock, task.done, limit=limit)
     return task.result(), took
+
+
+@contextmanager
+def serve(*args: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """A real ``liveroom serve`` process on a free port (killed on exit): its
+    URL and process. Tokens, secret and open auth come from the environment."""
+    port = free_port()
+    env = {**os.environ, "LIVEROOM_ADMIN_TOKEN": ADMIN,
+           "LIVEROOM_PUBLISHER_TOKEN": PUBLISHER, "LIVEROOM_SECRET": "shared",
+           "LIVEROOM_RATE_LIMITS": "off", "LIVEROOM_AUTH": "open"}
+    proc = subprocess.Popen([sys.executable, "-m", "liveroom", "serve", "--port", str(port),
+                             *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # bounded by the per-test timeout
+            if "listening on" in line:
+                break
+        else:
+            raise AssertionError(f"serve exited with {proc.wait()}")
+        yield f"http://127.0.0.1:{port}", proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+        if proc.stdout is not None:
+            proc.stdout.close()
