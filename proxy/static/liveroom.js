@@ -1,0 +1,2 @@
+// liveroom.js: the poll loop (coming next).
+export {};
