@@ -25,6 +25,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 import redis
+from browser import browser, served  # noqa: F401  (fixtures for every test module)
 from redis_cluster import LocalCluster
 
 from liveroom.clock import FakeClock
