@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -27,17 +26,10 @@ import pytest
 import redis
 from browser import browser, served  # noqa: F401  (fixtures for every test module)
 from redis_cluster import LocalCluster
+from support import free_port
 
 from liveroom.clock import FakeClock
 from liveroom.store import LogPolicy, Store, open_store
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 nobody listens on (right now)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class RedisServer:

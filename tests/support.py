@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -14,13 +15,21 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import BaseTestServer
-from conftest import free_port
 from yarl import URL
 
 from liveroom.clock import Clock, FakeClock
 from liveroom.node import NODE, Node, build_app, node_runner, node_site
 from liveroom.ratelimit import RateLimits
 from liveroom.settings import Settings
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nobody listens on (right now)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
 
 ADMIN = "admin-token"
 PUBLISHER = "publisher-token"
