@@ -5,8 +5,9 @@ Every module of the redis engine runs its scripts and wraps its commands
 through here, so they all map failures the same way:
 
 - :func:`unavailable` turns whatever the driver raises into
-  :class:`~liveroom.errors.StoreUnavailable` (a refusal that is not "not ready
-  now" is logged: it is a bug, not an outage).
+  :class:`~liveroom.errors.StoreUnavailable`; a refusal that is not "not ready
+  now" (a script's error, a wrong type) becomes its
+  :class:`~liveroom.errors.StoreRefused`, logged: a bug, not an outage.
 - :class:`Lua` and :func:`run_scripts` send scripts of ``lua/`` as ``EVALSHA``,
   a batch in one pipeline, loading a script only when the server says it does
   not know it.
@@ -24,7 +25,7 @@ from typing import Any
 from redis import exceptions as rexc
 from redis.asyncio import Redis, RedisCluster
 
-from ..errors import StoreUnavailable
+from ..errors import StoreRefused, StoreUnavailable
 
 logger = logging.getLogger("liveroom.store.redis")
 
@@ -59,9 +60,10 @@ def unavailable(what: str) -> Iterator[None]:
         # RedisError, the first of them.
         raise StoreUnavailable(f"redis cluster unavailable during {what}: {exc}") from exc
     except rexc.ResponseError as exc:
-        if not isinstance(exc, _NOT_READY) and not str(exc).startswith(_NOT_READY_CODES):
-            logger.error("redis refused %s: %s", what, exc)
-        raise StoreUnavailable(f"redis refused {what}: {exc}") from exc
+        if isinstance(exc, _NOT_READY) or str(exc).startswith(_NOT_READY_CODES):
+            raise StoreUnavailable(f"redis not ready for {what}: {exc}") from exc
+        logger.error("redis refused %s: %s", what, exc)
+        raise StoreRefused(f"redis refused {what}: {exc}") from exc
     except rexc.RedisError as exc:
         logger.error("redis failed %s: %r", what, exc)
         raise StoreUnavailable(f"redis failed {what}: {exc}") from exc
