@@ -33,7 +33,7 @@ from recvsvr.build import Retention
 from statsvr import StatsLimits, Statsvr
 
 from .clock import Clock, SystemClock
-from .errors import StoreUnavailable
+from .errors import ConfigError, StoreUnavailable
 from .lograte import ServerLog
 from .metrics import Metrics
 from .settings import Settings
@@ -149,8 +149,8 @@ def _configured(node: Node, name: str, configured: str | None) -> str:
     if configured:
         return configured
     if node.settings.shared_store:
-        raise ValueError(f"a node over a shared store needs {name} configured "
-                         f"(--{name.replace('_', '-')} or LIVEROOM_{name.upper()})")
+        raise ConfigError(name, f"a node over a shared store needs {name} configured "
+                                f"(--{name.replace('_', '-')} or LIVEROOM_{name.upper()})")
     value = secrets.token_urlsafe(24)
     if name != "secret":
         node.generated[name] = value
