@@ -25,6 +25,7 @@ from proxy.auth import Tokens
 from proxy.context import ContextSigner
 from proxy.heartbeats import Heartbeats
 from proxy.operators import OperatorRoutes
+from proxy.pages import Pages
 from proxy.routes import errors_middleware
 from proxy.site import FrontSite
 from recvsvr import RoomCache, SectLimits, Sects
@@ -210,6 +211,7 @@ def build_app(settings: Settings, clock: Clock | None = None,
     app[NODE] = node
     node.proxy.add_routes(app)
     node.operators.add_routes(app)
+    Pages().add_routes(app)
     app.cleanup_ctx.append(_lifecycle)
     app.on_shutdown.append(_release_held_polls)
     return app

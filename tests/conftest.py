@@ -20,6 +20,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 import redis
+from browser import browser, served  # noqa: F401  (fixtures for every test module)
 
 from liveroom.clock import FakeClock
 from liveroom.store import LogPolicy, Store, open_store
