@@ -22,8 +22,11 @@ listeners, so it holds the room's messages); ``None`` when it holds none.
 **Rooms that go empty.** A room whose last listener left has no shard and no
 writer: it leaves the next announcement of the node that listed it (its
 members leave the merged view ``online_ttl`` after their last poll, as
-everywhere). A node that stops or dies stops announcing; its entry and its
-rooms leave the registry ``3 * every`` seconds after its last announcement.
+everywhere). A node that stops takes itself out of the registry; one that dies
+stops announcing, and its entry and its rooms leave the registry ``3 * every``
+seconds after its last announcement. The rooms it sampled are then listed by
+no node until its shards expire (``shard_ttl``, about two minutes): their
+series has the same gap (:mod:`statsvr.sampler`).
 """
 
 from __future__ import annotations
@@ -53,6 +56,9 @@ log = logging.getLogger("liveroom.statsvr.registry")
 
 ANNOUNCE_EVERY = 5.0
 """Seconds between two announcements of a node; it counts as live three times that."""
+
+WITHDRAW_WAIT = 1.0
+"""Seconds a stopping node gives the store to take it out of the registry."""
 
 
 def ranked_rooms(node: str, rooms: Iterable[tuple[str, int, Collection[str]]],
@@ -112,13 +118,23 @@ class NodeRegistry:
             self._stopping = False
             self._task = asyncio.create_task(self._loop(), name="statsvr-announce")
 
-    async def stop(self) -> None:
+    async def stop(self, *, withdraw: bool = True) -> None:
+        """Stop announcing and, with ``withdraw``, leave the registry at once
+        (given :data:`WITHDRAW_WAIT` s; else the entry expires by itself)."""
         task, self._task = self._task, None
-        if task is not None:
-            self._stopping = True
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if task is None:
+            return
+        self._stopping = True
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        if withdraw:
+            try:
+                async with asyncio.timeout(WITHDRAW_WAIT):
+                    await self._stats.withdraw(self.node)
+            except (StoreUnavailable, TimeoutError) as exc:
+                log.info("could not leave the node registry (the entry expires by itself): %s",
+                         exc)
 
     async def _loop(self) -> None:
         # The flag as well as the cancel: redis-py may finish a command in

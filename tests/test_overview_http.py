@@ -143,13 +143,18 @@ async def test_two_nodes_over_one_redis_see_one_registry(
         assert sum(s["rooms_listed"] for s in states) == 3
         assert [(s["members"], s["rooms_merged"]) for s in states] == [(2, 2), (4, 2)]
         assert (await admin_get(session, two.url, "/v1/admin/nodes"))["nodes"] == states
-    async with running_node(redis_url, clock, node_id="n3") as three:
-        # n1 and n2 stopped: they leave the registry 15 s after their last word.
-        async def alone() -> bool:
-            doc = await admin_get(session, three.url, "/v1/admin/nodes")
-            return [s["node"] for s in doc["nodes"]] == ["n3"]
-        took = await until(clock, alone, limit=20)
+        # A node that dies stops announcing: it leaves 15 s after its last word.
+        await two.node.statsvr.registry.stop(withdraw=False)
+
+        async def nodes_are(*names: str) -> bool:
+            doc = await admin_get(session, one.url, "/v1/admin/nodes")
+            return [s["node"] for s in doc["nodes"]] == list(names)
+        took = await until(clock, lambda: nodes_are("n1"), limit=20)
         assert 10 <= took <= 16
+    async with running_node(redis_url, clock, node_id="n3") as three:
+        # n1 stopped: it took itself out at once.
+        doc = await admin_get(session, three.url, "/v1/admin/nodes")
+        assert [s["node"] for s in doc["nodes"]] == ["n3"]
 
 
 @pytest.mark.parametrize("limit", ["0", "101", "-1", "ten", "1.5", ""])

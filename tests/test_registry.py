@@ -62,10 +62,13 @@ async def test_the_loop_says_once_that_the_store_is_down_and_carries_on(
                     while not await store.stats.nodes(int(clock.time() * 1000)):
                         await clock.advance(5)
                         await asyncio.sleep(0.05)
+            assert await registry.biggest_rooms(5) == [RankedRoom("r", 2, None)]
+            await registry.stop()
+            # Stopped: out of the registry at once.
+            assert await registry.nodes() == []
         finally:
             await registry.stop()
             redis_server.start()
         messages = [r.getMessage() for r in caplog.records]
         assert sum("cannot announce" in m for m in messages) == 1
         assert sum("announcing this node again" in m for m in messages) == 1
-        assert await registry.biggest_rooms(5) == [RankedRoom("r", 2, None)]

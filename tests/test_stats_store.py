@@ -384,6 +384,11 @@ async def test_announcements_are_kept_with_their_node_and_replaced_whole(
     await stats.announce("c", t0 + 3_000, 10_000)
     state = (await stats.nodes(t0 + 3_000))[-1]
     assert (state.node, state.announcement) == ("c", Announcement())
+    # A node that stops withdraws: gone at once, with its rooms.
+    await stats.withdraw("a")
+    await stats.withdraw("nobody")
+    assert [n.node for n in await stats.nodes(t0 + 3_000)] == ["b", "c"]
+    assert await stats.biggest_rooms(t0 + 3_000, 10) == [*ranked(("mid", 20))]
 
 
 async def test_a_room_two_nodes_list_counts_once_with_the_larger_figure(
@@ -460,6 +465,7 @@ async def test_every_stats_call_reports_redis_down_as_unavailable(
                 lambda: stats.read_online("r", 60, 0, 1),
                 lambda: stats.announce("n1", 0, TTL_MS),
                 lambda: stats.nodes(0),
+                lambda: stats.withdraw("n1"),
                 lambda: stats.biggest_rooms(0, 10),
             ]
             for call in calls:

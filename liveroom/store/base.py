@@ -395,6 +395,10 @@ class StatsStore(Protocol):
         whose time passed are dropped, with their announcements. One round trip.
         """
 
+    async def withdraw(self, node: str) -> None:
+        """Take ``node`` and its announcement out of the registry at once (a
+        node that stops; one that dies just stops announcing)."""
+
     async def nodes(self, now_ms: int) -> list[NodeState]:
         """The live nodes (expiring at or after ``now_ms``) with their last
         announcement, sorted by node. One round trip; read-only."""

@@ -506,6 +506,9 @@ class MemoryStats:
                        if state.expires_ms >= now_ms}
         return sorted(self._nodes)
 
+    async def withdraw(self, node: str) -> None:
+        self._nodes.pop(node, None)
+
     async def nodes(self, now_ms: int) -> list[NodeState]:
         return [self._nodes[n] for n in sorted(self._nodes)
                 if self._nodes[n].expires_ms >= now_ms]

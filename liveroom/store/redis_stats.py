@@ -202,6 +202,10 @@ class RedisStats:
             (live,) = await run_scripts(self._client, [call])
         return sorted(text(n) for n in live)
 
+    async def withdraw(self, node: str) -> None:
+        with unavailable("withdraw"):
+            await self._client.hdel(keys.STATS_NODES, node)
+
     async def nodes(self, now_ms: int) -> list[NodeState]:
         with unavailable("nodes"):
             registry = await self._client.hgetall(keys.STATS_NODES)
