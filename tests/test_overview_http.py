@@ -134,9 +134,17 @@ async def test_two_nodes_over_one_redis_see_one_registry(
         await Listener(session, "only1", uid="x").poll(one.url)
         for uid in ("p", "q"):
             await Listener(session, "only2", uid=uid).poll(two.url)
+        for i in range(4):
+            await send(session, one.url, "only2", i)  # sent through n1, read through n2
         want = [("both", 3), ("only2", 2), ("only1", 1)]
         await until(clock, listed(session, one.url, want), limit=15)
         await until(clock, listed(session, two.url, want), limit=15)
+        # Messages a minute from the node that lists the room, which serves
+        # its listeners (n2 for only2), wherever they were sent.
+        async def counted() -> bool:
+            rooms = await rooms_now(session, one.url)
+            return [r["messages_per_minute"] for r in rooms] == [0.0, 4.0, 0.0]
+        await until(clock, counted, limit=10)
         # Every room is listed by exactly one node, the one that samples it.
         states = (await admin_get(session, one.url, "/v1/admin/nodes"))["nodes"]
         assert [s["node"] for s in states] == ["n1", "n2"]
