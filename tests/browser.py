@@ -101,6 +101,18 @@ def screenshot(driver: WebDriver, folder: Path, name: str) -> Path:
     return path
 
 
+@contextmanager
+def window(driver: WebDriver, width: int, height: int) -> Iterator[None]:
+    """The browser's window at ``width`` x ``height`` (a phone, for a
+    screenshot), back to the session's size on exit."""
+    before = driver.get_window_size()
+    driver.set_window_size(width, height)
+    try:
+        yield
+    finally:
+        driver.set_window_size(before["width"], before["height"])
+
+
 @dataclass
 class Served:
     """A node serving on a loop in a background thread."""

@@ -31,7 +31,8 @@ async def test_liveroom_js_from_node(tmp_path: Path) -> None:
     module = tmp_path / "liveroom.mjs"
     shutil.copyfile(STATIC / "liveroom.js", module)
     async with running_node(rate_limits=RateLimits(per_uid=(Window(1, 1),)),
-                            normal_keep=20) as main, running_node(held_max=1) as full:
+                            normal_keep=20, important_keep=5,
+                            important_window=0.001) as main, running_node(held_max=1) as full:
         env = {**os.environ, "LIVEROOM_JS": module.as_uri(), "LIVEROOM_URL": main.url,
                "LIVEROOM_FULL_URL": full.url, "LIVEROOM_ADMIN_TOKEN": ADMIN,
                "LIVEROOM_PUBLISHER_TOKEN": PUBLISHER, "NODE_NO_WARNINGS": "1"}

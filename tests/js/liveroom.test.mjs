@@ -2,8 +2,8 @@
 //
 // Run by tests/test_liveroom_js.py, which starts the servers and passes:
 //   LIVEROOM_JS       path of liveroom.js (copied to a .mjs file)
-//   LIVEROOM_URL      a node with a sender rate limit of 1 a second per uid and
-//                     20 normal messages cached per room
+//   LIVEROOM_URL      a node with a sender rate limit of 1 a second per uid,
+//                     20 normal and 5 important messages cached per room
 //   LIVEROOM_FULL_URL a node that holds at most one poll (503 beyond)
 //   LIVEROOM_ADMIN_TOKEN, LIVEROOM_PUBLISHER_TOKEN
 // Every wait is on an event of the client (a callback, a promise), bounded by
@@ -123,6 +123,28 @@ test("a gap is reported when more was sent than the room's cache keeps", { timeo
   assert.deepEqual(missed, { gap: 10, igap: 0 });  // 30 sent, 20 cached
   assert.equal(answer.messages.length, 20);
   assert.equal(answer.messages[0].body, "m11");
+});
+
+test("missed important messages are reported as igap, before the ones that came", { timeout: 15_000 }, async () => {
+  const room = freshRoom("igap");
+  await send(room, "m0", { base: BASE, ticket: PUBLISHER, uid: "burst" });
+  const first = signal();
+  const calls = [];
+  const gap = watch((missed) => missed);
+  const listener = listen(room, {
+    base: BASE, uid: "listener", onAnswer: () => first.resolve(),
+    onGap: (...args) => { calls.push("gap"); gap.callback(...args); },
+    onImportant: () => calls.push("important"),
+  });
+  await first.promise;
+  listener.stop();
+  for (let i = 1; i <= 8; i += 1) {
+    await send(room, { signal: i }, { base: BASE, ticket: PUBLISHER, uid: "system", important: true });
+  }
+  listener.start();
+  assert.deepEqual(await gap.promise, { gap: 0, igap: 3 });  // 8 sent, 5 cached
+  listener.stop();
+  assert.deepEqual(calls, ["gap", "important"]);
 });
 
 test("a reset carries on in the new epoch", { timeout: 15_000 }, async () => {
