@@ -22,12 +22,11 @@ import os
 import shutil
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from browser import Served, call, screenshot, send_message, served_node
+from browser import Served, call, screenshot, send_message, served_node, window
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
@@ -94,16 +93,6 @@ def populated() -> Iterator[Populated]:
         send_message(served, "cooking", "more salt", uid="chef")
         world.live(0.5, step=5)
         yield world
-
-
-@contextmanager
-def window(driver: WebDriver, width: int, height: int) -> Iterator[None]:
-    before = driver.get_window_size()
-    driver.set_window_size(width, height)
-    try:
-        yield
-    finally:
-        driver.set_window_size(before["width"], before["height"])
 
 
 def open_dashboard(browser: WebDriver, served: Served, token: str = ADMIN) -> None:
