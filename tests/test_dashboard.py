@@ -273,6 +273,15 @@ def test_the_dashboard_for_the_readme(browser: WebDriver, populated: Populated,
         width: int = browser.execute_script("return document.documentElement.scrollWidth")
         assert width <= 400  # nothing wider than a phone: tables scroll inside their card
         screenshot(browser, tmp_path, "phone")
+        # A room picked on a phone comes into view, its curve as wide as the screen.
+        browser.find_element(By.CSS_SELECTOR, '#rooms tbody tr[data-room="cooking"]').click()
+        WebDriverWait(browser, 10).until(
+            lambda b: b.find_element(By.ID, "room-name").text == "cooking"
+            and b.execute_script(
+                "return document.getElementById('room').getBoundingClientRect().top") < 100)
+        WebDriverWait(browser, 10).until(lambda b: stroke_pixels(b) > 100)
+        assert browser.execute_script("return document.documentElement.scrollWidth") <= 400
+        screenshot(browser, tmp_path, "phone-room")
     target = os.environ.get("LIVEROOM_SCREENSHOT_DIR")
     if target:
         shutil.copyfile(shot, Path(target) / "dashboard.png")

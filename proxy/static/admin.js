@@ -221,6 +221,14 @@ function onRoomRow(event) {
   if (!row) return;
   if (event.type === "keydown" && event.key !== "Enter") return;
   choose(row.dataset.room);
+  reveal();
+}
+
+/** On a narrow screen the room's panel is below the list: bring it into view. */
+function reveal() {
+  if (!matchMedia("(min-width: 900px)").matches) {
+    $("room").scrollIntoView({ block: "start" });
+  }
 }
 
 // -- one room -------------------------------------------------------------------------------
@@ -433,7 +441,10 @@ function main() {
   $("pick").addEventListener("submit", (event) => {
     event.preventDefault();
     const room = $("pick-room").value.trim();
-    if (NAME.test(room)) choose(room);
+    if (NAME.test(room)) {
+      choose(room);
+      reveal();
+    }
   });
   $("vip-toggle").addEventListener("click", toggleVip);
   $("end-broadcast").addEventListener("click", askEnd);
