@@ -22,6 +22,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
 from liveroom.settings import Tier
+from proxy.tickets import mint
 
 PACE_MS = 3000
 """The tiered node's interval, from 1 listener on: after an answer with
@@ -43,13 +44,18 @@ def have_watched(browser: WebDriver) -> bool:
     return shown.isdigit() and int(shown) >= 1
 
 
-def open_room(browser: WebDriver, served: Served, room: str, uid: str = "viewer") -> None:
-    """Open the room page as ``uid`` and wait until it listens (its first
-    poll answered: the next one is on its way)."""
+def open_room_page(browser: WebDriver, served: Served, room: str, uid: str) -> None:
+    """Open the room page as ``uid``, with no ticket kept from another test."""
     browser.get(f"{served.url}/")
     browser.execute_script("localStorage.setItem('liveroom.uid', arguments[0]);"
                            "sessionStorage.clear();", uid)
     browser.get(f"{served.url}/rooms/{room}")
+
+
+def open_room(browser: WebDriver, served: Served, room: str, uid: str = "viewer") -> None:
+    """Open the room page as ``uid`` and wait until it listens (its first
+    poll answered: the next one is on its way)."""
+    open_room_page(browser, served, room, uid)
     WebDriverWait(browser, 10).until(
         lambda b: b.find_element(By.ID, "status").get_attribute("data-state") == "live")
 
@@ -181,17 +187,35 @@ def test_a_refused_send_is_explained(browser: WebDriver, served: Served,
     assert browser.find_element(By.ID, "text").get_attribute("value") == "let me be important"
 
 
-def test_a_stopped_listener_says_why(browser: WebDriver, tmp_path: Path) -> None:
+def test_a_ticket_server_says_what_is_missing_then_takes_a_ticket(
+        browser: WebDriver, tmp_path: Path) -> None:
     """A server in ticket mode refuses a page without a ticket: the page says
-    so and how to fix it, instead of staying blank."""
-    with served_node(auth="ticket", ticket_keys=("k" * 32,)) as node:
-        browser.get(f"{node.url}/rooms/locked")
+    so and how to fix it, instead of staying blank. With a ticket pasted it
+    listens, and sends as the ticket's uid."""
+    key = "k" * 32
+    with served_node(auth="ticket", ticket_keys=(key,)) as node:
+        open_room_page(browser, node, "locked", uid="guest")
         WebDriverWait(browser, 10).until(
             lambda b: b.find_element(By.ID, "status").get_attribute("data-state") == "stopped")
         screenshot(browser, tmp_path, "stopped")
         assert browser.find_element(By.ID, "error").is_displayed()
         assert "ticket" in text_of(browser, "#error-text")
         assert browser.find_element(By.ID, "retry").is_displayed()
+
+        browser.find_element(By.CSS_SELECTOR, "#who summary").click()
+        field = browser.find_element(By.ID, "ticket")
+        field.send_keys(mint(key, "frank", rooms=["locked"]))
+        browser.find_element(By.ID, "text").click()  # the field's change event
+        WebDriverWait(browser, 10).until(
+            lambda b: b.find_element(By.ID, "status").get_attribute("data-state") == "live")
+        assert not browser.find_element(By.ID, "error").is_displayed()
+        assert text_of(browser, "#who-uid") == "the ticket's uid"
+        browser.find_element(By.ID, "text").send_keys("signed in")
+        browser.find_element(By.CSS_SELECTOR, "#send button[type=submit]").click()
+        WebDriverWait(browser, 5).until(lambda b: "signed in" in bodies(b, "#chat"))
+        sender = browser.find_elements(By.CSS_SELECTOR, "#chat .message .uid")[-1]
+        assert sender.text == "frank"
+        screenshot(browser, tmp_path, "ticket")
 
 
 def test_the_room_page_for_the_readme(browser: WebDriver, tmp_path: Path) -> None:

@@ -223,9 +223,8 @@ export class Listener {
     const o = this.options;
     if (o.uid) params.set("uid", o.uid);
     params.set("timeout", String(this.timeout));
-    if (this.cursor === null) {
-      if (o.recent !== undefined) params.set("recent", String(o.recent));
-    } else {
+    if (o.recent !== undefined) params.set("recent", String(o.recent)); // first poll or reset
+    if (this.cursor !== null) {
       params.set("epoch", this.cursor.epoch);
       params.set("seq", String(this.cursor.seq));
       params.set("iseq", String(this.cursor.iseq));

@@ -252,5 +252,5 @@ if (!/^[A-Za-z0-9_.-]{1,64}$/.test(room)) {
   showWho();
   startListening();
   refreshStats();
-  setInterval(refreshStats, STATS_EVERY_MS);
+  setInterval(() => { if (!document.hidden) refreshStats(); }, STATS_EVERY_MS);
 }
