@@ -50,6 +50,7 @@ const state = {
   vip: null, // the shown room's vip flag, as last read
   busy: false,
   failure: null, // what went wrong since the last refresh began
+  window: [0, 0], // the curve's time axis: the whole range asked for, [since, until]
 };
 
 // -- calling the API -----------------------------------------------------------------
@@ -247,6 +248,7 @@ function choose(room) {
   $("room").hidden = false;
   $("room-name").textContent = room;
   $("room-page").href = `/rooms/${encodeURIComponent(room)}`;
+  $("vip-toggle").disabled = state.vip === null;
   history.replaceState(null, "", `#room=${encodeURIComponent(room)}`);
   for (const row of $("rooms").tBodies[0].rows) {
     row.classList.toggle("chosen", row.dataset.room === room);
@@ -257,7 +259,8 @@ function choose(room) {
 async function refreshRoom() {
   const room = state.room;
   const path = `/v1/rooms/${encodeURIComponent(room)}`;
-  const since = Math.max(0, Math.floor(Date.now() / 1000) - state.range);
+  const until = Math.floor(Date.now() / 1000);
+  const since = Math.max(0, until - state.range);
   const [stats, series, past] = await Promise.all([
     guarded(() => api("GET", `${path}/stats`)),
     guarded(() => api("GET", `${path}/stats/online`, { since })),
@@ -265,7 +268,10 @@ async function refreshRoom() {
   ]);
   if (room !== state.room) return; // another room was chosen meanwhile
   if (stats) showStats(stats);
-  if (series) drawSeries(series);
+  if (series) {
+    state.window = [since, until];
+    drawSeries(series);
+  }
   if (past) showBroadcasts(past.broadcasts);
 }
 
@@ -280,6 +286,7 @@ function showStats(stats) {
   state.vip = stats.vip;
   const toggle = $("vip-toggle");
   toggle.textContent = stats.vip ? "Remove from vip" : "Make vip";
+  toggle.disabled = false;
   toggle.dataset.vip = String(stats.vip);
 }
 
@@ -371,6 +378,10 @@ function clock(ms) {
   return `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
 }
 
+function stepText(seconds) {
+  return seconds % 3600 === 0 ? `${seconds / 3600} h` : `${seconds / 60} min`;
+}
+
 function drawSeries(series) {
   const points = series.points;
   $("chart-empty").hidden = points.length > 0;
@@ -383,14 +394,18 @@ function drawSeries(series) {
   const opts = {
     width: chartWidth(),
     height: 240,
-    scales: { y: { range: (u, min, max) => [0, Math.max(1, Math.ceil(max * 1.1))] } },
+    scales: {
+      // The whole range asked for, even where the room has no samples yet.
+      x: { time: true, range: (u, min, max) => [state.window[0], Math.max(state.window[1], max)] },
+      y: { range: (u, min, max) => [0, Math.max(1, Math.ceil(max * 1.1))] },
+    },
     axes: [
       { values: (u, ticks) => ticks.map(axisTime), stroke: "#5d6677" },
       { stroke: "#5d6677", values: (u, ticks) => ticks.map((t) => t.toLocaleString("en")) },
     ],
     series: [
       { value: (u, t) => (t == null ? "–" : new Date(t * 1000).toLocaleString("en")) },
-      { label: `average per ${series.step / 60} min`, stroke: "#2b6cd4", width: 2,
+      { label: `average per ${stepText(series.step)}`, stroke: "#2b6cd4", width: 2,
         fill: "rgba(43,108,212,0.12)" },
       { label: "peak", stroke: "#e4572e", width: 1, dash: [4, 3] },
     ],
