@@ -24,13 +24,15 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import pytest
 from browser import Served, call, screenshot, send_message, served_node, window
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
-from support import ADMIN, PUBLISHER
+from support import ADMIN, PUBLISHER, Listener
 
 from liveroom.clock import FakeClock
 
@@ -48,9 +50,6 @@ class Populated:
     clock: FakeClock
     lived: float = 0.0
     """Fake seconds lived so far (the swing's phase)."""
-
-    def run(self, work: object) -> object:
-        return self.served.run(work)  # type: ignore[arg-type]
 
     def live(self, minutes: float, step: float = 10.0) -> None:
         """Move the fake clock ``minutes`` on in ``step`` s, every room's
@@ -74,6 +73,34 @@ class Populated:
                 for _ in range(5):  # flush, shard writes, merge, samples: memory only
                     await asyncio.sleep(0)
         self.served.run(work(), timeout=120)
+
+
+class HeldPolls:
+    """Long polls held by a node, from a client session on the node's loop."""
+
+    def __init__(self, session: aiohttp.ClientSession, polls: list[asyncio.Future[Any]]) -> None:
+        self.session = session
+        self.polls = polls
+
+    async def stop(self) -> None:
+        for poll in self.polls:
+            poll.cancel()
+        await asyncio.gather(*self.polls, return_exceptions=True)
+        await self.session.close()
+
+
+async def hold_polls(served: Served, room: str, uids: list[str]) -> HeldPolls:
+    """A first poll for each of ``uids``, then a second one the node holds."""
+    session = aiohttp.ClientSession()
+    polls = []
+    for uid in uids:
+        listener = Listener(session, room, uid=uid)
+        await listener.poll(served.url)
+        polls.append(asyncio.ensure_future(listener.poll(served.url, timeout=60)))
+    async with asyncio.timeout(10):
+        while served.node.proxy.holds.count < len(uids):
+            await asyncio.sleep(0.01)
+    return HeldPolls(session, polls)
 
 
 @pytest.fixture
@@ -255,19 +282,21 @@ def test_a_token_that_stops_working_brings_the_form_back(
     screenshot(browser, tmp_path, "stale")
 
 
-def test_the_dashboard_for_the_readme(browser: WebDriver, populated: Populated,
-                                      tmp_path: Path) -> None:
-    """The dashboard with a room chosen, at a laptop's and a phone's size: the
-    README's ``docs/dashboard.png`` when ``LIVEROOM_SCREENSHOT_DIR`` is set."""
-    served = populated.served
-    with window(browser, 1280, 900):
-        open_dashboard(browser, served)
-        WebDriverWait(browser, 15).until(lambda b: room_rows(b) == list(ROOMS))
-        browser.find_element(By.CSS_SELECTOR, '#rooms tbody tr[data-room="finals"]').click()
-        WebDriverWait(browser, 10).until(lambda b: stroke_pixels(b) > 200)
-        WebDriverWait(browser, 10).until(
-            lambda b: b.find_element(By.ID, "room-viewers").text not in ("\u2013", "0"))
-        shot = screenshot(browser, tmp_path, "dashboard")
+def readme_shot(browser: WebDriver, tmp_path: Path) -> None:
+    """The finals chosen, its curve drawn: ``dashboard.png``, copied to
+    ``LIVEROOM_SCREENSHOT_DIR`` when set."""
+    browser.find_element(By.CSS_SELECTOR, '#rooms tbody tr[data-room="finals"]').click()
+    WebDriverWait(browser, 10).until(lambda b: stroke_pixels(b) > 200)
+    WebDriverWait(browser, 10).until(
+        lambda b: b.find_element(By.ID, "room-viewers").text not in ("\u2013", "0"))
+    shot = screenshot(browser, tmp_path, "dashboard")
+    target = os.environ.get("LIVEROOM_SCREENSHOT_DIR")
+    if target:
+        shutil.copyfile(shot, Path(target) / "dashboard.png")
+
+
+def phone_shots(browser: WebDriver, tmp_path: Path) -> None:
+    """The same page at a phone's width, then another room picked there."""
     with window(browser, 400, 860):
         WebDriverWait(browser, 10).until(lambda b: stroke_pixels(b) > 100)
         width: int = browser.execute_script("return document.documentElement.scrollWidth")
@@ -282,6 +311,25 @@ def test_the_dashboard_for_the_readme(browser: WebDriver, populated: Populated,
         WebDriverWait(browser, 10).until(lambda b: stroke_pixels(b) > 100)
         assert browser.execute_script("return document.documentElement.scrollWidth") <= 400
         screenshot(browser, tmp_path, "phone-room")
-    target = os.environ.get("LIVEROOM_SCREENSHOT_DIR")
-    if target:
-        shutil.copyfile(shot, Path(target) / "dashboard.png")
+
+
+def test_the_dashboard_for_the_readme(browser: WebDriver, populated: Populated,
+                                      tmp_path: Path) -> None:
+    """The dashboard with a room chosen, at a laptop's and a phone's size: the
+    README's ``docs/dashboard.png`` when ``LIVEROOM_SCREENSHOT_DIR`` is set."""
+    served = populated.served
+    # Polls held by the node (listeners of the plain room "chess", waiting for
+    # its next message) show in the live nodes' table.
+    holding = served.run(hold_polls(served, "chess", [f"chess-u{j}" for j in range(7)]))
+    populated.live(0.1, step=5)
+    try:
+        with window(browser, 1280, 900):
+            open_dashboard(browser, served)
+            WebDriverWait(browser, 15).until(lambda b: room_rows(b) == list(ROOMS))
+            WebDriverWait(browser, 10).until(
+                lambda b: b.find_element(By.CSS_SELECTOR, "#nodes tbody td:nth-child(3)").text
+                == "7")
+            readme_shot(browser, tmp_path)
+        phone_shots(browser, tmp_path)
+    finally:
+        served.run(holding.stop())
