@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgpack
 from aiohttp import web
@@ -66,6 +66,9 @@ class OperatorRoutes:
     reader: RoomReader
     note_vip: Callable[[str, bool], None]
     """Tell this node's whitelist about a change it just made in the store."""
+
+    tiers: TierTable = field(init=False)
+    """The hold's tiers, to say which a room's online count gets."""
 
     def __post_init__(self) -> None:
         self.tiers = TierTable(self.settings.tiers)
