@@ -37,6 +37,7 @@ from .errors import ConfigError, StoreUnavailable
 from .lograte import ServerLog
 from .metrics import Metrics
 from .settings import Settings
+from .snapshot import Snapshot, sent_per_minute
 from .store import Store, open_store
 from .whitelist import VipList
 
@@ -124,7 +125,9 @@ def build_node(settings: Settings, clock: Clock | None = None,
                           write_every=settings.stats_write_every,
                           merge_every=settings.merge_every,
                           keep_for=settings.read_window,
-                      ))
+                      ),
+                      holding=lambda: (len(cache), proxy.holds.count),
+                      rate=lambda room: _rate(cache.peek(room), clock, settings.normal_keep))
     # One process, one statsvr node: every heartbeat is ours.
     heartbeats = Heartbeats([statsvr], clock, flush_every=settings.heartbeat_flush)
     # Tokens and the context secret are filled in at start-up (made up, for
@@ -138,6 +141,13 @@ def build_node(settings: Settings, clock: Clock | None = None,
     node = Node(settings, clock, store, metrics, vip_list, cache, statsvr, proxy, operators,
                 announce)
     return node
+
+
+def _rate(snap: Snapshot | None, clock: Clock, normal_keep: int) -> float | None:
+    """A room's messages a minute from the snapshot this node holds, if any."""
+    if snap is None:
+        return None
+    return round(sent_per_minute(snap, int(clock.time() * 1000), normal_keep), 1)
 
 
 def _configured(node: Node, name: str, configured: str | None) -> str:
