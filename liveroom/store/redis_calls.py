@@ -161,7 +161,11 @@ async def run_durable(client: Client, call: Call, replicas: int,
         if isinstance(reply, Exception):
             raise reply
         if isinstance(acked, Exception):
-            raise acked
+            # The call ran; only its durability is unknown: the node the WAIT
+            # went to stopped being the master meanwhile (a failover answers
+            # "WAIT cannot be used with replica instances" or "UNBLOCKED").
+            logger.info("WAIT after %s failed: %s", lua.name, acked)
+            return reply, 0
         if isinstance(client, RedisCluster) and node is not None:
             now = client.get_node_from_key(call_keys[0])
             if now is None or now.name != node.name:
