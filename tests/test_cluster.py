@@ -26,7 +26,8 @@ from support import Listener, send, serve
 from liveroom.clock import FakeClock
 from liveroom.errors import StoreUnavailable
 from liveroom.model import NewMessage
-from liveroom.store import PullRequest, keys
+from liveroom.store import PullRequest
+from liveroom.store.redis import keys
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -34,7 +34,7 @@ from support import (
 from liveroom.clock import FakeClock
 from liveroom.model import NewMessage
 from liveroom.settings import Tier
-from liveroom.store import keys
+from liveroom.store.redis import keys
 from proxy.context import ContextSigner
 
 # -- the recvsvr's important list ---------------------------------------------------

@@ -19,8 +19,9 @@ from conftest import RedisServer, hearing, opened
 from liveroom.clock import FakeClock
 from liveroom.errors import StoreUnavailable
 from liveroom.model import NewMessage
-from liveroom.store import LogPolicy, PullRequest, Store, keys
+from liveroom.store import LogPolicy, PullRequest, Store
 from liveroom.store.base import PastBroadcast, ViewersState
+from liveroom.store.redis import keys
 
 WAIT = 5.0
 """Bound on waits for a notify a real Redis delivers asynchronously."""

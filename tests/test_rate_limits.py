@@ -32,7 +32,8 @@ from liveroom.ratelimit import (
     refused_until,
     span,
 )
-from liveroom.store import LogPolicy, PullRequest, Store, keys
+from liveroom.store import LogPolicy, PullRequest, Store
+from liveroom.store.redis import keys
 
 T0 = 1_699_999_200_000
 """A timestamp on a whole hour (a boundary of every bucket below)."""

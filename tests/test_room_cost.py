@@ -26,9 +26,9 @@ from liveroom.errors import StoreUnavailable
 from liveroom.metrics import Metrics
 from liveroom.model import Entry, NewMessage
 from liveroom.snapshot import ABSENT_EPOCH
-from liveroom.store import keys
 from liveroom.store.base import Pulled, PullRequest, Store
 from liveroom.store.memory import MemoryStore
+from liveroom.store.redis import keys
 from recvsvr.build import Retention, advance
 from recvsvr.cache import RoomCache, SectLimits
 
@@ -329,7 +329,7 @@ async def test_a_first_pull_has_a_deadline_then_503_with_retry_after(
                                    params={"uid": "u"}) as resp:
                 assert resp.status == 503
                 assert resp.headers["Retry-After"]
-            assert time.monotonic() - started < 2.5
+            assert time.monotonic() - started < 4.0  # the default would be 5 s
             with pytest.raises(StoreUnavailable):
                 await node.node.cache.normal.wait_pulled("stalled-too")
         finally:

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from liveroom.clock import FakeClock
 from liveroom.errors import StoreUnavailable
-from liveroom.store import LogPolicy, Store, keys
+from liveroom.store import LogPolicy, Store
 from liveroom.store.base import (
     Announcement,
     NodeLoad,
@@ -31,6 +31,7 @@ from liveroom.store.base import (
     ShardWrite,
     ViewersState,
 )
+from liveroom.store.redis import keys
 from statsvr.viewers import plan_exact_update
 
 TTL_MS = 30_000

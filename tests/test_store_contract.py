@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from liveroom.clock import FakeClock
 from liveroom.model import Entry, NewMessage
-from liveroom.store import LogPolicy, Pulled, PullRequest, Store, keys
+from liveroom.store import LogPolicy, Pulled, PullRequest, Store
+from liveroom.store.redis import keys
 
 WAIT = 5.0
 """Bound on waits for something a real Redis delivers asynchronously."""

@@ -16,13 +16,14 @@ import pytest
 import redis.asyncio
 from conftest import TEST_POLICY
 
-import liveroom.store.redis as redis_engine
-import liveroom.store.redis_notify as redis_notify
+import liveroom.store.redis.log as redis_engine
+import liveroom.store.redis.notify as redis_notify
 from liveroom.clock import FakeClock
 from liveroom.errors import StoreUnavailable
 from liveroom.model import NewMessage
-from liveroom.store import PullRequest, Store, keys
-from liveroom.store.redis import _build_pulled
+from liveroom.store import PullRequest, Store
+from liveroom.store.redis import keys
+from liveroom.store.redis.log import _build_pulled
 
 if TYPE_CHECKING:
     from conftest import RedisServer

@@ -1,7 +1,8 @@
 """The KV store: interfaces in :mod:`.base`, engines beside them, picked by URL.
 
-``memory`` (or ``memory://``) is the embedded engine; ``redis://``, ``rediss://``
-and ``unix://`` URLs pick the redis engine (imported only then, so the memory
+``memory`` (or ``memory://``) is the embedded engine (:mod:`.memory`); ``redis://``,
+``rediss://``, ``unix://`` and ``redis+cluster://`` URLs pick the redis engine
+(:mod:`.redis`, imported only then, so the memory
 engine runs without Redis installed). An unknown scheme fails at start-up.
 """
 

@@ -16,8 +16,7 @@ from typing import Any
 
 import msgpack
 
-from . import keys
-from .base import (
+from ..base import (
     Announcement,
     NodeLoad,
     NodeState,
@@ -30,7 +29,8 @@ from .base import (
     biggest,
     series_horizon_ms,
 )
-from .redis_calls import Call, Client, Lua, blob, run_scripts, text, unavailable
+from . import keys
+from .calls import Call, Client, Lua, blob, run_scripts, text, unavailable
 
 
 def viewers_state(exact: int, flag: bytes | None, by_node: dict[bytes, bytes],

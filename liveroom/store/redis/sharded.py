@@ -41,9 +41,9 @@ from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
 from redis.crc import key_slot
 
+from ..base import OnNotify, OnResync
 from . import keys
-from .base import OnNotify, OnResync
-from .redis_notify import (
+from .notify import (
     BACKOFF_MAX,
     BACKOFF_MIN,
     PROBE_INTERVAL,
@@ -209,7 +209,7 @@ class ShardedNotifier:
     pub/sub (see the module docstring).
 
     ``alive`` once every master's connection answered its probe. Probes and
-    backoff run on real time, like :class:`.redis_notify.RedisNotifier`'s.
+    backoff run on real time, like :class:`.notify.RedisNotifier`'s.
     """
 
     def __init__(self, cluster: RedisCluster, node_id: str) -> None:

@@ -1,7 +1,7 @@
 """How nodes over one Redis hear of appends: one pub/sub channel, probed.
 
 :class:`RedisNotifier` serves a single Redis; the cluster's sharded channels
-are in :mod:`.redis_sharded`, which shares the payload rules and the
+are in :mod:`.sharded`, which shares the payload rules and the
 connection options kept here.
 """
 
@@ -21,8 +21,8 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.maint_notifications import MaintNotificationsConfig
 
+from ..base import OnNotify, OnResync
 from . import keys
-from .base import OnNotify, OnResync
 
 logger = logging.getLogger("liveroom.store.redis")
 

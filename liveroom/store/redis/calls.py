@@ -25,7 +25,7 @@ from typing import Any
 from redis import exceptions as rexc
 from redis.asyncio import Redis, RedisCluster
 
-from ..errors import StoreRefused, StoreUnavailable
+from ...errors import StoreRefused, StoreUnavailable
 
 logger = logging.getLogger("liveroom.store.redis")
 
@@ -43,7 +43,7 @@ one batch per cluster node, in parallel)."""
 
 def script_text(name: str) -> str:
     """The text of ``lua/<name>``."""
-    return resources.files("liveroom.store").joinpath("lua", name).read_text("utf-8")
+    return resources.files("liveroom.store.redis").joinpath("lua", name).read_text("utf-8")
 
 
 @contextlib.contextmanager

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import StoreUnavailable
+from ...errors import StoreUnavailable
+from ..base import Ended, LogPolicy, MessageLog, PastBroadcast, new_epoch
 from . import keys
-from .base import Ended, LogPolicy, MessageLog, PastBroadcast, new_epoch
-from .redis_calls import Client, Lua, run_scripts, text, unavailable
-from .redis_stats import viewers_state
+from .calls import Client, Lua, run_scripts, text, unavailable
+from .stats import viewers_state
 
 _END_ATTEMPTS = 5
 """Ends of one room racing each other: tries before giving up."""

@@ -1,0 +1,58 @@
+"""The memory engine: the embedded default, one process, nothing to install.
+
+Everything lives in this process's memory: a restart starts every room in a new
+epoch, and several processes cannot share it (use the redis engine for that).
+Notifies are direct calls. Expiry of idle rooms runs in a background sweep and
+is also checked when a room is touched, so a room past its TTL is never seen.
+statsvr's tables (:class:`MemoryStats`) mirror the redis engine's keys, with
+the same rules and the same expiry, measured on the store's clock; so do the
+rate counters and the ended broadcasts (:class:`MemoryOperators`).
+"""
+
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from ...clock import Clock
+from ..base import LogPolicy
+from .log import MemoryLog
+from .notifier import MemoryNotifier
+from .operators import MemoryOperators
+from .stats import MemoryStats
+
+__all__ = ["MemoryLog", "MemoryNotifier", "MemoryOperators", "MemoryStats", "MemoryStore"]
+
+
+class MemoryStore:
+    """The embedded engine (``--store memory``)."""
+
+    name = "memory"
+
+    def __init__(self, policy: LogPolicy, clock: Clock) -> None:
+        self._clock = clock
+        self.notifier = MemoryNotifier()
+        self.log = MemoryLog(policy, clock, self.notifier)
+        self.stats = MemoryStats(clock)
+        self.operators = MemoryOperators(self.log, self.stats, self.notifier)
+        self._sweeper: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._sweeper = asyncio.create_task(self._sweep_forever(), name="memory-store-sweep")
+
+    async def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await self._clock.sleep(60.0)
+            self.log.sweep()
+            self.stats.sweep()
+
+    async def ping(self) -> None:
+        return None

@@ -1,0 +1,198 @@
+"""The message log in memory: one :class:`_Room` per room, expired on the
+store's clock, and the rate counters beside it."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ...clock import Clock
+from ...model import Entry, NewMessage
+from ...ratelimit import (
+    Counts,
+    RateLimits,
+    Window,
+    count_send,
+    horizon_ms,
+    prune,
+    refusal,
+    refused_until,
+)
+from ..base import Appended, LogPolicy, Pulled, PullRequest, new_epoch
+from .expiring import Expiring
+from .notifier import MemoryNotifier
+
+_Counted = tuple[str, str | None]
+"""Whose sends a :data:`~liveroom.ratelimit.Counts` holds: (room, uid), or
+(room, None) for the room's cap."""
+
+@dataclass
+class _Room:
+    epoch: str
+    used_ms: int
+    """When it was created, last sent to or read: with messages, it expires
+    ``room_ttl_ms`` after; with none yet, ``empty_room_ttl_ms`` after its creation
+    (reads do not move this then, like ``lua/touch.lua``)."""
+    seq: int = 0
+    ic: int = 0
+    log: deque[Entry] = field(default_factory=deque)
+    important: deque[Entry] = field(default_factory=deque)
+    dedup: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """client_msg_id -> (seq, expires_ms)"""
+
+
+class MemoryLog:
+    reads_replicas = False
+
+    def __init__(self, policy: LogPolicy, clock: Clock, notifier: MemoryNotifier) -> None:
+        self.policy = policy
+        self._clock = clock
+        self._notifier = notifier
+        self._rooms: dict[str, _Room] = {}
+        # Apart from the rooms, like Redis's own keys: they expire on their own
+        # horizon, not the room's TTL.
+        self._counts: Expiring[_Counted, Counts] = Expiring(clock)
+
+    def _now_ms(self) -> int:
+        return int(self._clock.time() * 1000)
+
+    def _expired(self, state: _Room, now: int) -> bool:
+        policy = self.policy
+        ttl = policy.room_ttl_ms if state.seq else policy.empty_room_ttl_ms
+        return now - state.used_ms > ttl
+
+    def _room(self, room: str, *, create: bool) -> _Room | None:
+        now = self._now_ms()
+        state = self._rooms.get(room)
+        if state is not None and self._expired(state, now):
+            del self._rooms[room]
+            state = None
+        if state is None and create:
+            state = self._rooms[room] = _Room(epoch=new_epoch(), used_ms=now)
+        return state
+
+    def sweep(self) -> None:
+        """Drop every room idle past its TTL."""
+        now = self._now_ms()
+        for room in [r for r, s in self._rooms.items() if self._expired(s, now)]:
+            del self._rooms[room]
+        self._counts.sweep()
+
+    async def open_room(self, room: str) -> str:
+        state = self._room(room, create=True)
+        assert state is not None
+        if state.seq:
+            state.used_ms = self._now_ms()
+        return state.epoch
+
+    async def append(self, room: str, message: NewMessage,
+                     limits: RateLimits | None = None) -> Appended:
+        """The order of ``append.lua``: a seen client_msg_id, then the limits
+        (a refused send creates no log), then the append and its counts."""
+        now = self._now_ms()
+        cmid = message.client_msg_id
+        state = self._room(room, create=False)
+        if state is not None and cmid is not None:
+            seen = state.dedup.get(cmid)
+            if seen is not None and seen[1] > now:
+                return Appended(state.epoch, seen[0], duplicate=True)
+        counted = self._check_limits(room, message, limits) if limits is not None else []
+        if state is None:
+            state = self._room(room, create=True)
+            assert state is not None
+        policy = self.policy
+        state.seq += 1
+        state.ic += message.important
+        entry = Entry(seq=state.seq, ic=state.ic, uid=message.uid,
+                      important=message.important, ts=message.ts, body=message.body)
+        state.log.append(entry)
+        if len(state.log) > policy.log_cap:
+            state.log.popleft()
+        if message.important:
+            kept = state.important
+            kept.append(entry)
+            oldest_ok = message.ts - policy.important_window_ms
+            while len(kept) > policy.important_keep and (
+                kept[0].ts < oldest_ok or len(kept) > policy.important_hard_cap
+            ):
+                kept.popleft()
+        if cmid is not None:
+            if len(state.dedup) > 4 * policy.log_cap:
+                state.dedup = {k: v for k, v in state.dedup.items() if v[1] > now}
+            state.dedup[cmid] = (state.seq, now + policy.dedup_ttl_ms)
+        state.used_ms = now
+        for key, windows in counted:
+            counts = self._counts.get(key)
+            if counts is None:
+                counts = {}
+            count_send(counts, windows, message.ts)
+            self._counts.put(key, counts, horizon_ms(windows))
+        self._notifier.publish(room, state.seq)
+        return Appended(state.epoch, state.seq, duplicate=False)
+
+    def _check_limits(self, room: str, message: NewMessage, limits: RateLimits,
+                      ) -> list[tuple[_Counted, tuple[Window, ...]]]:
+        """Raise RateLimited when a window of the sender or of the room is full
+        at ``message.ts`` (the one freeing last names the error); else return
+        the counts the send will go to."""
+        ts = message.ts
+        checked = [((room, message.uid), limits.per_uid), ((room, None), limits.room_windows)]
+        worst: tuple[str | None, Window, int] | None = None
+        for key, windows in checked:
+            counts = self._counts.get(key)
+            if counts is None or not windows:
+                continue
+            prune(counts, windows, ts)
+            full = refused_until(counts, windows, ts)
+            if full is not None and (worst is None or full[1] > worst[2]):
+                worst = key[1], *full
+        if worst is not None:
+            raise refusal(room, worst[0], worst[1], worst[2], ts)
+        return [(key, windows) for key, windows in checked if windows]
+
+    async def pull(self, requests: Sequence[PullRequest]) -> list[Pulled]:
+        return [self._pull_one(request) for request in requests]
+
+    def _pull_one(self, request: PullRequest) -> Pulled:
+        state = self._room(request.room, create=False)
+        if state is None:
+            return Pulled(request.room, None, 0, 0, (), complete=True)
+        after = request.after
+        log = state.log
+        # The log is dense: the entry with seq s sits at index s - first.
+        first = log[0].seq if log else state.seq + 1
+        start = max(0, after + 1 - first)
+        newer = max(0, len(log) - start)
+        take = min(newer, request.limit)
+        picked = [log[i] for i in range(len(log) - take, len(log))]
+        complete = take == newer and first <= after + 1
+        floor = picked[0].seq if picked else state.seq + 1
+        extra = [e for e in state.important if after < e.seq < floor]
+        return Pulled(request.room, state.epoch, state.seq, state.ic,
+                      tuple(extra + picked), complete=complete)
+
+    def start_epoch(self, room: str) -> tuple[str, int]:
+        """Give the room a new epoch whatever its current one (creating its log
+        if it has none); return it and the room's head."""
+        state = self._room(room, create=True)
+        assert state is not None
+        state.epoch = new_epoch()
+        return state.epoch, state.seq
+
+    async def renew_epoch(self, room: str, stale: str) -> str:
+        state = self._room(room, create=True)
+        assert state is not None
+        if state.epoch == stale:
+            state.epoch = new_epoch()
+        return state.epoch
+
+    async def touch(self, rooms: Sequence[str]) -> None:
+        now = self._now_ms()
+        for room in rooms:
+            state = self._room(room, create=False)
+            if state is not None and state.seq:
+                state.used_ms = now
+
+
+# -- statsvr's tables -----------------------------------------------------------
