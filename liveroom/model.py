@@ -27,7 +27,7 @@ is_digits = _DIGITS.fullmatch
 """A match when a string is what :func:`parse_count` parses (range apart)."""
 
 
-def bucket_of(name: str, count: int) -> int:
+def name_slot(name: str, count: int) -> int:
     """Which of ``count`` buckets ``name`` falls in: CRC-32 of its UTF-8 bytes
     modulo ``count``.
 

@@ -41,7 +41,7 @@ from .snapshot import Snapshot, sent_per_minute
 from .store import Store, open_store
 from .whitelist import VipList
 
-log = logging.getLogger("liveroom.node")
+logger = logging.getLogger("liveroom.node")
 
 SHUTDOWN_GRACE = 5.0
 """Seconds requests in progress get to finish when a node stops."""
@@ -291,7 +291,7 @@ def raise_open_files() -> int:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
             soft = hard
         except (ValueError, OSError):  # some systems cap it below RLIM_INFINITY
-            log.warning("could not raise the open-file limit above %d", soft)
+            logger.warning("could not raise the open-file limit above %d", soft)
     return soft
 
 

@@ -30,7 +30,7 @@ from .clock import Clock
 from .errors import StoreUnavailable
 from .store.base import Operators
 
-log = logging.getLogger("liveroom.whitelist")
+logger = logging.getLogger("liveroom.whitelist")
 
 OnChange = Callable[[frozenset[str]], None]
 """Called with the rooms that entered or left the whitelist."""
@@ -82,7 +82,7 @@ class VipList:
             try:
                 listener(changed)
             except Exception:  # one listener failing must not stop the others
-                log.exception("a vip whitelist listener failed")
+                logger.exception("a vip whitelist listener failed")
 
     async def refresh(self) -> bool:
         """Read the whitelist from the store once; False if the store is down
@@ -92,12 +92,12 @@ class VipList:
             rooms = await self._operators.vip_rooms()
         except StoreUnavailable as exc:
             if not self._down:
-                log.warning("cannot read the vip whitelist, keeping the last one "
+                logger.warning("cannot read the vip whitelist, keeping the last one "
                             "(%d rooms): %s", len(self.rooms), exc.message)
             self._down = True
             return False
         if self._down:
-            log.info("vip whitelist read again (%d rooms)", len(rooms))
+            logger.info("vip whitelist read again (%d rooms)", len(rooms))
         self._down = False
         if noted == self._noted:
             self._apply(frozenset(rooms))
@@ -116,7 +116,7 @@ class VipList:
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 1.0)
         if not read:
-            log.warning("starting without the vip whitelist: every room is in the "
+            logger.warning("starting without the vip whitelist: every room is in the "
                         "normal sect until the store answers")
         self._task = asyncio.create_task(self._refresh_forever(), name="vip-whitelist")
 
@@ -133,4 +133,4 @@ class VipList:
             try:
                 await self.refresh()
             except Exception:  # keep refreshing whatever one read did
-                log.exception("reading the vip whitelist failed")
+                logger.exception("reading the vip whitelist failed")

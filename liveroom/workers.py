@@ -59,7 +59,7 @@ from .node import Node, run
 from .settings import Settings
 from .store import open_store
 
-log = logging.getLogger("liveroom.workers")
+logger = logging.getLogger("liveroom.workers")
 
 READY = "liveroom-worker-ready "
 """Starts the one line a worker writes to its stdout once it listens (JSON follows)."""
@@ -201,10 +201,10 @@ class Supervisor:
 
     def _on_signal(self) -> None:
         if not self._stopping.is_set():
-            log.info("stopping %d workers", self.count)
+            logger.info("stopping %d workers", self.count)
             self._stopping.set()
             return
-        log.warning("second signal: killing the workers")
+        logger.warning("second signal: killing the workers")
         self._signal_all(signal.SIGKILL)
 
     def _signal_all(self, signum: int) -> None:
@@ -242,7 +242,7 @@ class Supervisor:
         self._signal_all(signal.SIGTERM)
         _, late = await asyncio.wait(keepers, timeout=self.stop_timeout)
         if late:
-            log.warning("workers still running after %g s: killing them", self.stop_timeout)
+            logger.warning("workers still running after %g s: killing them", self.stop_timeout)
             self._signal_all(signal.SIGKILL)
             await asyncio.wait(keepers)
 
@@ -256,7 +256,7 @@ class Supervisor:
             try:
                 code = await self._run_once(slot)
             except OSError as exc:
-                log.error("cannot start worker %s: %s", slot.node_id, exc)
+                logger.error("cannot start worker %s: %s", slot.node_id, exc)
                 code = None
             if self._stopping.is_set():
                 return
@@ -270,7 +270,7 @@ class Supervisor:
                 slot.backoff = self.min_backoff
             else:
                 slot.backoff = min(max(slot.backoff * 2, self.min_backoff), self.max_backoff)
-            log.warning("worker %s %s after %.1f s; restarting it in %g s",
+            logger.warning("worker %s %s after %.1f s; restarting it in %g s",
                         slot.node_id, status, lived, slot.backoff)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), slot.backoff)
@@ -320,7 +320,7 @@ class Supervisor:
             if slot.report is None:
                 slot.report = report
             if self._announced:
-                log.info("worker %s (pid %d) listening again", slot.node_id, proc.pid)
+                logger.info("worker %s (pid %d) listening again", slot.node_id, proc.pid)
             slot.listening.set()
 
 

@@ -148,7 +148,7 @@ _RUN = secrets.token_hex(3)
 _uid_numbers = itertools.count(1)
 _listener_numbers = itertools.count()
 
-log = logging.getLogger("liveroom.loadtest")
+logger = logging.getLogger("liveroom.loadtest")
 
 
 def _new_uid(kind: str) -> str:
@@ -364,7 +364,7 @@ class ImportantSenderUser(_Sender):
 
 def _check_settings(environment: Environment, **_kwargs: Any) -> None:
     if (IMPORTANT_EVERY > 0 or IMPORTANT_RATE > 0 or SEND_AS_PUBLISHER) and not PUBLISHER_TOKEN:
-        log.warning(
+        logger.warning(
             "important sends (LIVEROOM_IMPORTANT_EVERY, LIVEROOM_IMPORTANT_RATE) or "
             "LIVEROOM_SEND_AS_PUBLISHER without LIVEROOM_PUBLISHER_TOKEN: "
             "those sends will fail with 401"

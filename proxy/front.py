@@ -59,7 +59,7 @@ from .poll import Poll, Polls
 from .reply import Reply, error_reply, failure_reply
 from .send import Sends
 
-log = logging.getLogger("liveroom.proxy.front")
+logger = logging.getLogger("liveroom.proxy.front")
 
 DISCARD_MAX = 64 * 1024
 """Bytes of a refused body read and dropped to keep the connection; past
@@ -358,7 +358,7 @@ class Connection(asyncio.Protocol):
             elif isinstance(cause, _Refuse):
                 self._refuse(cause.reply)
             else:
-                log.error("front callback failed", exc_info=cause)
+                logger.error("front callback failed", exc_info=cause)
                 self._refuse(error_reply(500, "internal", "internal error"))
         except httptools.HttpParserError as exc:
             self._refuse(error_reply(400, "bad_request", f"malformed HTTP request: {exc}"))

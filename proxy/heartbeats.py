@@ -17,16 +17,16 @@ import logging
 from collections.abc import Sequence
 
 from liveroom.clock import Clock
-from liveroom.model import bucket_of
+from liveroom.model import name_slot
 from liveroom.roles import HeartbeatSink
 
-log = logging.getLogger("liveroom.proxy.heartbeats")
+logger = logging.getLogger("liveroom.proxy.heartbeats")
 
 
 def owner_of(uid: str, owners: int) -> int:
     """Index of the statsvr node that owns ``uid`` among ``owners`` nodes
-    (:func:`~liveroom.model.bucket_of`; the same in every proxy)."""
-    return bucket_of(uid, owners)
+    (:func:`~liveroom.model.name_slot`; the same in every proxy)."""
+    return name_slot(uid, owners)
 
 
 class Heartbeats:
@@ -76,7 +76,7 @@ class Heartbeats:
             self.owners[index].take(part)
         except Exception:
             # A statsvr failing must not fail polls: its members age out.
-            log.exception("statsvr node %d refused a heartbeat batch", index)
+            logger.exception("statsvr node %d refused a heartbeat batch", index)
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._flush_forever(), name="proxy-heartbeats")

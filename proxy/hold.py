@@ -66,7 +66,7 @@ from liveroom.snapshot import Snapshot
 
 from .deadlines import Deadlines
 
-log = logging.getLogger("liveroom.proxy")
+logger = logging.getLogger("liveroom.proxy")
 
 _order = itertools.count()
 
@@ -346,7 +346,7 @@ class Holds:
         try:
             ticket.held.wake(snap)
         except Exception:  # one poll failing must not strand the others
-            log.exception("answering a held poll of room %s failed", ticket.name)
+            logger.exception("answering a held poll of room %s failed", ticket.name)
 
     async def _watch(self, room: str, held: _Room) -> None:
         try:
@@ -354,7 +354,7 @@ class Holds:
                 try:
                     snap = await self._reader.wait_changed(room, held.snapshot)
                 except Exception:  # a reader failing must not strand held polls
-                    log.exception("watching room %s failed", room)
+                    logger.exception("watching room %s failed", room)
                     await asyncio.sleep(0.1)
                     continue
                 held.snapshot, held.changed = snap, True
@@ -391,7 +391,7 @@ class Holds:
                     try:
                         released = self._tick_once(held, now)
                     except Exception:  # one bad tick must not strand the room's polls
-                        log.exception("releasing held polls of room %s failed", room)
+                        logger.exception("releasing held polls of room %s failed", room)
                         continue
                     # Wake after the bookkeeping: a woken poll may hold itself again.
                     for ticket, snap in released:

@@ -44,7 +44,7 @@ from liveroom.store.base import RANKED_ROOMS_MAX, Operators
 from .auth import Right, Tokens
 from .tiers import TierTable
 
-log = logging.getLogger("liveroom.proxy")
+logger = logging.getLogger("liveroom.proxy")
 
 ROOMS_DEFAULT = 20
 """Rooms ``GET /v1/admin/rooms`` lists without a ``limit``."""
@@ -114,7 +114,7 @@ class OperatorRoutes:
         # another node's change yet.
         self.note_vip(room, vip)
         if changed:
-            log.info("room %s %s the vip sect", room, "joined" if vip else "left")
+            logger.info("room %s %s the vip sect", room, "joined" if vip else "left")
         return self._doc(request, {"room": room, "vip": vip, "changed": changed})
 
     # -- broadcasts ------------------------------------------------------------------
@@ -124,7 +124,7 @@ class OperatorRoutes:
         room = check_name("room", request.match_info["room"])
         ended = await self.operators.end_broadcast(
             room, int(self.clock.time() * 1000), int(self.settings.history_ttl * 1000))
-        log.info("room %s: broadcast %d started (epoch %s)", room, ended.broadcast,
+        logger.info("room %s: broadcast %d started (epoch %s)", room, ended.broadcast,
                  ended.epoch)
         # This node's listeners reset at once rather than at the next fallback
         # pull; the end is stored already, so a failed pull only delays them.

@@ -58,7 +58,7 @@ from .reply import INTERNAL, Reply, failure_reply
 from .tickets import Tickets
 from .tiers import Pace, TierTable
 
-log = logging.getLogger("liveroom.proxy")
+logger = logging.getLogger("liveroom.proxy")
 
 OUTCOMES = ("first", "reset", "delivered", "empty")
 """What a poll's answer was, as the ``liveroom_polls`` metric counts it."""
@@ -180,7 +180,7 @@ class Polls:
         except LiveroomError as exc:
             poll.finish(failure_reply(exc))
         except Exception:
-            log.exception("answering a poll of room %s failed", p.room)
+            logger.exception("answering a poll of room %s failed", p.room)
             poll.finish(INTERNAL)
         return None if poll.done else poll
 
@@ -226,7 +226,7 @@ class Poll:
         except LiveroomError as exc:
             self.finish(failure_reply(exc))
         except Exception:
-            log.exception("answering a poll of room %s failed", self.p.room)
+            logger.exception("answering a poll of room %s failed", self.p.room)
             self.finish(INTERNAL)
 
     async def first_pull(self) -> None:
@@ -415,7 +415,7 @@ class Poll:
         except LiveroomError as exc:
             self.finish(failure_reply(exc))
         except Exception:
-            log.exception("answering a poll of room %s failed", self.p.room)
+            logger.exception("answering a poll of room %s failed", self.p.room)
             self.finish(INTERNAL)
 
     def _reread(self, snap: Snapshot) -> None:

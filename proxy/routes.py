@@ -37,7 +37,7 @@ from .send import Sends
 from .tickets import Tickets
 from .tiers import TierTable
 
-log = logging.getLogger("liveroom.proxy")
+logger = logging.getLogger("liveroom.proxy")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -68,7 +68,7 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         code = exc.reason.lower().replace(" ", "_")
         return error_response(exc.status, code, exc.text or exc.reason)
     except Exception:
-        log.exception("unexpected error answering %s %s", request.method, request.path)
+        logger.exception("unexpected error answering %s %s", request.method, request.path)
         return error_response(500, "internal", "internal error")
 
 

@@ -41,7 +41,7 @@ from .params import parse_send
 from .reply import INTERNAL, Reply, document_reply, failure_reply
 from .tickets import UID_MISMATCH, Tickets
 
-log = logging.getLogger("liveroom.proxy")
+logger = logging.getLogger("liveroom.proxy")
 
 
 def media_type(content_type: str | None) -> str:
@@ -92,7 +92,7 @@ class Sends:
         except LiveroomError as exc:
             return failure_reply(exc)
         except Exception:
-            log.exception("a send to room %s failed", room)
+            logger.exception("a send to room %s failed", room)
             return INTERNAL
 
     async def _send(self, room: str, content_type: str, raw: bytes,

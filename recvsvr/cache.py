@@ -48,7 +48,7 @@ from liveroom.store.base import MessageLog, Notifier, Pulled, PullRequest
 
 from .build import Retention, advance
 
-log = logging.getLogger("liveroom.recvsvr")
+logger = logging.getLogger("liveroom.recvsvr")
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,7 +313,7 @@ class RoomCache:
             try:
                 await self._pull_batch(batch)
             except Exception:  # never let one bad batch kill the worker
-                log.exception("pull of %d rooms failed", len(batch))
+                logger.exception("pull of %d rooms failed", len(batch))
             finally:
                 self._in_flight -= names
 
@@ -369,7 +369,7 @@ class RoomCache:
             self._metrics.undecodable.inc(pulled.undecodable)
             if not state.warned:
                 state.warned = True
-                log.warning("room %s: skipped %d log entries the store could not decode "
+                logger.warning("room %s: skipped %d log entries the store could not decode "
                             "(listeners see them in gap; not logged again for this room)",
                             state.name, pulled.undecodable)
         if old is not None and pulled.epoch != old.epoch and request.after:
@@ -388,7 +388,7 @@ class RoomCache:
             state.behind_since = None
             # The store went backwards within an epoch (a failover lost writes):
             # never let a snapshot go back; start a new epoch instead.
-            log.warning("room %s: store head %d behind cache head %d, new epoch",
+            logger.warning("room %s: store head %d behind cache head %d, new epoch",
                         state.name, pulled.head, old.head)
             await self._log.renew_epoch(state.name, old.epoch)
             state.restart = True

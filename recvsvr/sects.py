@@ -39,7 +39,7 @@ from liveroom.snapshot import Snapshot
 
 from .cache import RoomCache
 
-log = logging.getLogger("liveroom.recvsvr")
+logger = logging.getLogger("liveroom.recvsvr")
 
 
 @dataclass(eq=False)
@@ -144,7 +144,7 @@ class Sects:
                 return await self.sect_of(room).wait_pulled(room)
             except StoreUnavailable as exc:
                 if not failing:
-                    log.warning("room %s moved sect but cannot be pulled, retrying: %s",
+                    logger.warning("room %s moved sect but cannot be pulled, retrying: %s",
                                 room, exc.message)
                 failing = True
             await self._clock.sleep(self._retry)

@@ -71,7 +71,7 @@ from .viewers import DEFAULT_THRESHOLD, ViewersFigure, ViewerSketch, merge_regis
 
 __all__ = ["HISTORY_TTL", "IDLE", "SKETCH_SLICE", "MembersOf", "ViewersHistory"]
 
-log = logging.getLogger("liveroom.statsvr.history")
+logger = logging.getLogger("liveroom.statsvr.history")
 
 HISTORY_TTL = 90 * 86_400.0
 """Seconds a room's history lives in the store after its last update."""
@@ -125,12 +125,12 @@ class _Outage:
 
     def failed(self, exc: StoreUnavailable) -> None:
         if not self.down:
-            log.warning("cannot %s, will retry: %s", self._what, exc.message)
+            logger.warning("cannot %s, will retry: %s", self._what, exc.message)
         self.down = True
 
     def succeeded(self) -> None:
         if self.down:
-            log.info("can %s again", self._what)
+            logger.info("can %s again", self._what)
         self.down = False
 
 
@@ -223,7 +223,7 @@ class ViewersHistory:
                     try:
                         state.sketch.merge(ViewerSketch.from_bytes(stored))
                     except ValueError as exc:
-                        log.error("room %s: stored viewers sketch of node %s is corrupt, "
+                        logger.error("room %s: stored viewers sketch of node %s is corrupt, "
                                   "starting it again: %s", room, self.node, exc)
                 state.loaded = True
             for i in range(0, len(uids), SKETCH_SLICE):
@@ -320,7 +320,7 @@ class ViewersHistory:
 
     def _restart(self, room: str) -> None:
         """Forget what was counted of ``room``; count its members again."""
-        log.info("room %s: a new broadcast; node %s counts its viewers again", room, self.node)
+        logger.info("room %s: a new broadcast; node %s counts its viewers again", room, self.node)
         read = self._read.get(room)
         if read is not None:
             read.figure = _UNKNOWN
@@ -353,7 +353,7 @@ def _estimate(room: str, stored: ViewersState) -> int:
             try:
                 merge_registers([blob])
             except ValueError as exc:
-                log.error("room %s: a stored viewers sketch is corrupt, left out: %s", room, exc)
+                logger.error("room %s: a stored viewers sketch is corrupt, left out: %s", room, exc)
             else:
                 good.append(blob)
         return merge_registers(good).estimate()

@@ -42,7 +42,7 @@ from .view import OnlineView, build_view, contributor
 
 __all__ = ["Merge", "OnMerged"]
 
-log = logging.getLogger("liveroom.statsvr")
+logger = logging.getLogger("liveroom.statsvr")
 
 OnMerged = Callable[[OnlineView], None]
 """Called with a room's new view right after it was swapped in."""
@@ -178,7 +178,7 @@ class Merge:
         try:
             await self.merge_now(rooms)
         except Exception:  # one bad pass must not end the merge for good
-            log.exception("merge pass failed")
+            logger.exception("merge pass failed")
 
     async def _rest(self, seconds: float) -> None:
         """Sleep ``seconds`` on the clock, or until a room wants its first merge."""
@@ -264,7 +264,7 @@ class Merge:
             try:
                 self.on_merged(new)
             except Exception:
-                log.exception("on_merged failed for room %s", state.name)
+                logger.exception("on_merged failed for room %s", state.name)
 
     def _merged(self, state: _Room, view: OnlineView) -> None:
         state.merged = True
@@ -273,7 +273,7 @@ class Merge:
 
     def _store_down(self, error: StoreUnavailable) -> None:
         if not self._down:
-            log.warning("cannot read online shards, keeping the last views: %s",
+            logger.warning("cannot read online shards, keeping the last views: %s",
                         error.message)
             self._down = True
         for state in self._rooms.values():
@@ -282,5 +282,5 @@ class Merge:
 
     def _store_back(self) -> None:
         if self._down:
-            log.info("online shards readable again")
+            logger.info("online shards readable again")
             self._down = False

@@ -52,7 +52,7 @@ from .sampler import writer_of
 
 __all__ = ["ANNOUNCE_EVERY", "NodeRegistry", "ranked_rooms"]
 
-log = logging.getLogger("liveroom.statsvr.registry")
+logger = logging.getLogger("liveroom.statsvr.registry")
 
 ANNOUNCE_EVERY = 5.0
 """Seconds between two announcements of a node; it counts as live three times that."""
@@ -133,7 +133,7 @@ class NodeRegistry:
                 async with asyncio.timeout(WITHDRAW_WAIT):
                     await self._stats.withdraw(self.node)
             except (StoreUnavailable, TimeoutError) as exc:
-                log.info("could not leave the node registry (the entry expires by itself): %s",
+                logger.info("could not leave the node registry (the entry expires by itself): %s",
                          exc)
 
     async def _loop(self) -> None:
@@ -144,13 +144,13 @@ class NodeRegistry:
                 await self.announce_once()
             except StoreUnavailable as exc:
                 if not self._store_down:
-                    log.warning("cannot announce this node, will retry: %s", exc.message)
+                    logger.warning("cannot announce this node, will retry: %s", exc.message)
                 self._store_down = True
             except Exception:  # one bad pass must not end the announcements
-                log.exception("announcing this node failed")
+                logger.exception("announcing this node failed")
             else:
                 if self._store_down:
-                    log.info("announcing this node again")
+                    logger.info("announcing this node again")
                 self._store_down = False
             await self._clock.sleep(self.every)
 

@@ -35,11 +35,19 @@ from liveroom.clock import Clock
 from liveroom.errors import StoreUnavailable
 from liveroom.store.base import OnlineSample, StatsStore
 
-from .series import DEFAULT_TIERS, SAMPLE_EVERY, Point, Tier, query_window, to_point, validate_tiers
+from .series import (
+    DEFAULT_TIERS,
+    SAMPLE_EVERY,
+    Point,
+    Resolution,
+    query_window,
+    to_point,
+    validate_tiers,
+)
 
 __all__ = ["OnlineSeries", "SampleSource", "writer_of"]
 
-log = logging.getLogger("liveroom.statsvr.sampler")
+logger = logging.getLogger("liveroom.statsvr.sampler")
 
 SampleSource = Callable[[], Iterable[tuple[str, int, Collection[str]]]]
 """What the sampling loop asks each time: ``(room, online, nodes)`` of the rooms
@@ -77,7 +85,7 @@ class OnlineSeries:
     """
 
     def __init__(self, stats: StatsStore, clock: Clock, node: str, *,
-                 tiers: Sequence[Tier] = DEFAULT_TIERS, every: float = SAMPLE_EVERY) -> None:
+                 tiers: Sequence[Resolution] = DEFAULT_TIERS, every: float = SAMPLE_EVERY) -> None:
         if not every > 0:
             raise ValueError(f"the sampling interval must be positive, not {every!r}")
         self.node = node
@@ -114,11 +122,11 @@ class OnlineSeries:
             taken = await self._stats.record_online(samples, self._pairs, self._min_gap_ms)
         except StoreUnavailable as exc:
             if not self._store_down:
-                log.warning("cannot record online samples, will retry: %s", exc.message)
+                logger.warning("cannot record online samples, will retry: %s", exc.message)
             self._store_down = True
             return 0
         if self._store_down:
-            log.info("recording online samples again")
+            logger.info("recording online samples again")
         self._store_down = False
         return taken
 
@@ -150,7 +158,7 @@ class OnlineSeries:
             try:
                 await self.sample(source())
             except Exception:  # one bad pass must not end the series
-                log.exception("sampling online counts failed")
+                logger.exception("sampling online counts failed")
 
     # -- reading -----------------------------------------------------------------
 

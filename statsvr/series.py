@@ -2,7 +2,7 @@
 
 Issue 3 item 5, after the Datadog design of ``shared/seeds/001``: a room's online
 count is sampled (every :data:`SAMPLE_EVERY` seconds) and each sample is added to
-the bucket that holds it in *every* tier of a :class:`Tier` table. By default:
+the bucket that holds it in *every* tier of a :class:`Resolution` table. By default:
 
 =========  ===========  ======================
 step       retention    buckets kept at most
@@ -76,7 +76,7 @@ def _finite(name: str, value: float) -> float:
 
 
 @dataclass(frozen=True, slots=True)
-class Tier:
+class Resolution:
     """One resolution of a series: buckets of ``step`` seconds kept for ``retention``.
 
     ``retention`` is a positive multiple of ``step``; the tier keeps
@@ -116,15 +116,15 @@ class Tier:
         return self.start(now) - (self.keep - 1) * self.step
 
 
-DEFAULT_TIERS: Final[tuple[Tier, ...]] = (
-    Tier(step=60, retention=86_400),
-    Tier(step=300, retention=7 * 86_400),
-    Tier(step=3_600, retention=90 * 86_400),
+DEFAULT_TIERS: Final[tuple[Resolution, ...]] = (
+    Resolution(step=60, retention=86_400),
+    Resolution(step=300, retention=7 * 86_400),
+    Resolution(step=3_600, retention=90 * 86_400),
 )
 """1-minute buckets for a day, 5-minute buckets for a week, 1-hour buckets for 90 days."""
 
 
-def validate_tiers(tiers: Iterable[Tier]) -> tuple[Tier, ...]:
+def validate_tiers(tiers: Iterable[Resolution]) -> tuple[Resolution, ...]:
     """Check a tier table and return it as a tuple, finest first.
 
     A table needs at least one tier; steps strictly increasing, each a multiple of
@@ -135,8 +135,8 @@ def validate_tiers(tiers: Iterable[Tier]) -> tuple[Tier, ...]:
     if not table:
         raise ValueError("a series needs at least one tier")
     for tier in table:
-        if not isinstance(tier, Tier):
-            raise ValueError(f"not a Tier: {tier!r}")
+        if not isinstance(tier, Resolution):
+            raise ValueError(f"not a Resolution: {tier!r}")
     for finer, coarser in pairwise(table):
         if coarser.step <= finer.step or coarser.step % finer.step:
             raise ValueError(
@@ -150,7 +150,7 @@ def validate_tiers(tiers: Iterable[Tier]) -> tuple[Tier, ...]:
     return table
 
 
-def choose_tier(tiers: Sequence[Tier], since: float, now: float) -> tuple[int, float]:
+def choose_tier(tiers: Sequence[Resolution], since: float, now: float) -> tuple[int, float]:
     """Which tier answers a query from ``since`` seen at ``now``: ``(index, since)``.
 
     The finest tier whose retention reaches back to ``since`` (``since >= now -
@@ -172,14 +172,14 @@ def choose_tier(tiers: Sequence[Tier], since: float, now: float) -> tuple[int, f
 
 
 def query_window(
-    tiers: Sequence[Tier], since: float, until: float, now: float
+    tiers: Sequence[Resolution], since: float, until: float, now: float
 ) -> tuple[int, int, int]:
     """The tier and bucket starts that answer ``[since, until]`` at ``now``: ``(index, low, high)``.
 
     The tier is :func:`choose_tier`'s. Its buckets that answer are those whose
     start is in ``[low, high]``: from the start of (clamped) ``since``'s bucket,
     but not before the oldest bucket the tier keeps at ``now``
-    (:meth:`Tier.horizon`), up to ``until`` (floored: bucket starts are whole
+    (:meth:`Resolution.horizon`), up to ``until`` (floored: bucket starts are whole
     seconds). ``low > high`` means no bucket answers (``since`` after ``until``).
     Raises :class:`ValueError` for a non-finite time.
     """
@@ -219,7 +219,7 @@ def rollup(buckets: Mapping[int, Bucket], step: int) -> dict[int, Bucket]:
 
 
 class SeriesState:
-    """One room's online count over time, in every tier of a :class:`Tier` table.
+    """One room's online count over time, in every tier of a :class:`Resolution` table.
 
     Feed it with :meth:`record` (or :meth:`merge` for a batch), drop old buckets
     with :meth:`expire`, read it with :meth:`query`, store it with
@@ -229,7 +229,7 @@ class SeriesState:
 
     __slots__ = ("_buckets", "_last", "_tiers")
 
-    def __init__(self, tiers: Iterable[Tier] = DEFAULT_TIERS) -> None:
+    def __init__(self, tiers: Iterable[Resolution] = DEFAULT_TIERS) -> None:
         self._tiers = validate_tiers(tiers)
         # One dict per tier, bucket start -> bucket, always in ascending key order
         # (record() only ever appends a newer key; from_dict() sorts), so expiry
@@ -240,7 +240,7 @@ class SeriesState:
     # -- reading the state -------------------------------------------------------
 
     @property
-    def tiers(self) -> tuple[Tier, ...]:
+    def tiers(self) -> tuple[Resolution, ...]:
         """The tier table, finest first."""
         return self._tiers
 
@@ -400,7 +400,8 @@ class SeriesState:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], tiers: Iterable[Tier] | None = None) -> SeriesState:
+    def from_dict(cls, data: Mapping[str, Any],
+                  tiers: Iterable[Resolution] | None = None) -> SeriesState:
         """Rebuild a state from :meth:`to_dict`'s output (lists or tuples both accepted).
 
         The state keeps the tier table it was stored with. When ``tiers`` is given
@@ -417,7 +418,7 @@ class SeriesState:
             isinstance(pair, list | tuple) and len(pair) == 2 for pair in pairs
         ):
             raise ValueError("malformed series: tiers must be [[step, retention], ...]")
-        stored = validate_tiers(Tier(step, retention) for step, retention in pairs)
+        stored = validate_tiers(Resolution(step, retention) for step, retention in pairs)
         if tiers is not None and validate_tiers(tiers) != stored:
             raise ValueError("the stored series was built with another tier table")
         state = cls(stored)
@@ -445,7 +446,7 @@ class SeriesState:
         return state
 
     @staticmethod
-    def _bucket_from_row(tier: Tier, row: object) -> tuple[int, Bucket]:
+    def _bucket_from_row(tier: Resolution, row: object) -> tuple[int, Bucket]:
         if not isinstance(row, list | tuple) or len(row) != 5 or not all(map(_is_int, row)):
             raise ValueError(f"malformed bucket of the {tier.step}s tier: {row!r}")
         start, low, high, total, count = row

@@ -46,11 +46,11 @@ from .history import ViewersHistory
 from .merge import Merge
 from .registry import ANNOUNCE_EVERY, NodeRegistry
 from .sampler import OnlineSeries
-from .series import DEFAULT_TIERS, SAMPLE_EVERY, Tier
+from .series import DEFAULT_TIERS, SAMPLE_EVERY, Resolution
 from .table import Tables
 from .viewers import merge_registers, viewers_figure
 
-log = logging.getLogger("liveroom.statsvr")
+logger = logging.getLogger("liveroom.statsvr")
 
 JOIN_SLICE = 20_000
 """Joins handed to the viewers history between two turns of the event loop."""
@@ -72,7 +72,7 @@ class StatsLimits:
     keep_for: float = 60.0
     """A room nobody read nor heartbeat for this long is no longer merged."""
     sample_every: float = SAMPLE_EVERY
-    tiers: tuple[Tier, ...] = DEFAULT_TIERS
+    tiers: tuple[Resolution, ...] = DEFAULT_TIERS
     announce_every: float = ANNOUNCE_EVERY
 
     @property
@@ -217,7 +217,7 @@ class Statsvr:
             try:
                 await step()
             except Exception:
-                log.exception("statsvr background step failed")
+                logger.exception("statsvr background step failed")
 
     # -- the background steps (tests call them directly) ----------------------------
 
@@ -250,11 +250,11 @@ class Statsvr:
                 self._metrics.store_errors.labels("write_shards").inc()
             self.tables.restore(writes)
             if not self._write_failing:
-                log.warning("cannot store online shards, retrying: %s", exc.message)
+                logger.warning("cannot store online shards, retrying: %s", exc.message)
             self._write_failing = True
             return
         if self._write_failing:
-            log.info("online shards stored again")
+            logger.info("online shards stored again")
         self._write_failing = False
         for room, index in missing:
             self.tables.rewrite(room, index)
@@ -289,6 +289,6 @@ def _estimate(room: str, stored: ViewersState) -> int:
     try:
         return merge_registers(stored.sketches).estimate()
     except ValueError as exc:
-        log.error("room %s: a stored viewers sketch of an ended broadcast is corrupt: %s",
+        logger.error("room %s: a stored viewers sketch of an ended broadcast is corrupt: %s",
                   room, exc)
         return 0

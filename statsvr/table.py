@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 import msgpack
 
 from liveroom.clock import Clock
-from liveroom.model import bucket_of
+from liveroom.model import name_slot
 from liveroom.store.base import ShardWrite
 
-log = logging.getLogger("liveroom.statsvr.table")
+logger = logging.getLogger("liveroom.statsvr.table")
 
 BIG_SHARD = 20_000
 """Packing a shard of more members than this yields to the event loop after it."""
@@ -43,9 +43,9 @@ BIG_SHARD = 20_000
 
 def shard_of(uid: str, count: int) -> int:
     """The shard of ``uid`` in a room split into ``count`` shards
-    (:func:`~liveroom.model.bucket_of`): nodes that split a room alike put a
+    (:func:`~liveroom.model.name_slot`): nodes that split a room alike put a
     uid in the same shard, so a merge can union shard by shard."""
-    return bucket_of(uid, count)
+    return name_slot(uid, count)
 
 
 @dataclass(slots=True)
@@ -112,10 +112,10 @@ class Tables:
         try:
             rooms = msgpack.unpackb(batch, use_list=False)
         except (ValueError, msgpack.UnpackException) as exc:
-            log.warning("dropped a heartbeat batch that is not msgpack: %s", exc)
+            logger.warning("dropped a heartbeat batch that is not msgpack: %s", exc)
             return 0
         if not isinstance(rooms, dict):
-            log.warning("dropped a heartbeat batch that is not a map")
+            logger.warning("dropped a heartbeat batch that is not a map")
             return 0
         taken = 0
         for room, uids in rooms.items():
@@ -149,7 +149,7 @@ class Tables:
                 taken += 1
         else:
             shards = state.shards
-            # bucket_of inlined: this loop runs once per heartbeat.
+            # name_slot inlined: this loop runs once per heartbeat.
             crc32 = zlib.crc32
             for uid in uids:
                 if type(uid) is not str:

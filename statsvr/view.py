@@ -57,7 +57,7 @@ from .table import shard_of
 
 __all__ = ["SLICE", "Contributor", "OnlineView", "build_view", "contributor"]
 
-log = logging.getLogger("liveroom.statsvr")
+logger = logging.getLogger("liveroom.statsvr")
 
 SLICE = 20_000
 """Uids handled between two yields to the event loop (about 2-4 ms of work)."""
@@ -92,7 +92,7 @@ def _report(room: str, source: Contributor, problem: str) -> None:
     if len(_reported) > _REPORTED_KEEP:
         del _reported[next(iter(_reported))]
     node, index, count, version = source
-    log.warning("room %s: shard %d/%d of node %s (version %s) %s; counted as empty",
+    logger.warning("room %s: shard %d/%d of node %s (version %s) %s; counted as empty",
                 room, index, count, node, version, problem)
 
 

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from statsvr.series import (
     DEFAULT_TIERS,
+    Resolution,
     SeriesState,
-    Tier,
     choose_tier,
     query_window,
     rollup,
@@ -43,7 +43,7 @@ def exact_start(t: float, step: int) -> int:
     return (Fraction(t) // step) * step
 
 
-def oracle(samples: list[Sample], tier: Tier, now: float) -> dict[int, tuple[int, int, int, int]]:
+def oracle(samples: list[Sample], tier: Resolution, now: float) -> dict[int, tuple[int, int, int, int]]:
     """Raw samples rolled up into ``tier``'s buckets, kept if within retention at ``now``."""
     horizon = exact_start(now, tier.step) - (tier.retention // tier.step - 1) * tier.step
     groups: dict[int, list[int]] = {}
@@ -60,24 +60,24 @@ def oracle(samples: list[Sample], tier: Tier, now: float) -> dict[int, tuple[int
 
 
 @st.composite
-def tier_tables(draw: st.DrawFn) -> tuple[Tier, ...]:
+def tier_tables(draw: st.DrawFn) -> tuple[Resolution, ...]:
     """The default table, or a small random valid one (so retention bites often)."""
     if draw(st.booleans()):
         return DEFAULT_TIERS
     steps = [draw(st.integers(1, 6))]
     for _ in range(draw(st.integers(0, 2))):
         steps.append(steps[-1] * draw(st.integers(2, 4)))
-    tiers: list[Tier] = []
+    tiers: list[Resolution] = []
     retention = 0
     for step in steps:
         keep = max(1, -(-retention // step)) + draw(st.integers(0, 6))
         retention = keep * step
-        tiers.append(Tier(step, retention))
+        tiers.append(Resolution(step, retention))
     return validate_tiers(tiers)
 
 
 @st.composite
-def streams(draw: st.DrawFn) -> tuple[tuple[Tier, ...], list[Sample]]:
+def streams(draw: st.DrawFn) -> tuple[tuple[Resolution, ...], list[Sample]]:
     """A tier table and increasing sample times with random online counts.
 
     Gaps mix sub-step floats, exact multiples of the finest step (boundaries), and
@@ -99,7 +99,7 @@ def streams(draw: st.DrawFn) -> tuple[tuple[Tier, ...], list[Sample]]:
     return tiers, samples
 
 
-def fed(tiers: tuple[Tier, ...], samples: list[Sample]) -> SeriesState:
+def fed(tiers: tuple[Resolution, ...], samples: list[Sample]) -> SeriesState:
     state = SeriesState(tiers)
     for t, online in samples:
         assert state.record(t, online)
@@ -112,7 +112,7 @@ def fed(tiers: tuple[Tier, ...], samples: list[Sample]) -> SeriesState:
 @settings(max_examples=300, deadline=None)
 @given(streams())
 def test_every_tier_is_the_rollup_of_the_raw_samples_within_retention(
-    stream: tuple[tuple[Tier, ...], list[Sample]],
+    stream: tuple[tuple[Resolution, ...], list[Sample]],
 ) -> None:
     tiers, samples = stream
     state = fed(tiers, samples)
@@ -132,7 +132,7 @@ def test_every_tier_is_the_rollup_of_the_raw_samples_within_retention(
 @settings(max_examples=200, deadline=None)
 @given(streams(), st.floats(0, 200 * DAY))
 def test_expire_keeps_exactly_the_retention_window(
-    stream: tuple[tuple[Tier, ...], list[Sample]], later: float
+    stream: tuple[tuple[Resolution, ...], list[Sample]], later: float
 ) -> None:
     tiers, samples = stream
     state = fed(tiers, samples)
@@ -147,7 +147,7 @@ def test_expire_keeps_exactly_the_retention_window(
 @settings(max_examples=200, deadline=None)
 @given(streams())
 def test_coarser_tiers_equal_the_rollup_of_the_finer(
-    stream: tuple[tuple[Tier, ...], list[Sample]],
+    stream: tuple[tuple[Resolution, ...], list[Sample]],
 ) -> None:
     tiers, samples = stream
     state = fed(tiers, samples)
@@ -176,7 +176,7 @@ def test_coarser_tiers_equal_the_rollup_of_the_finer(
 @settings(max_examples=150, deadline=None)
 @given(streams())
 def test_to_dict_from_dict_round_trip_through_msgpack_and_json(
-    stream: tuple[tuple[Tier, ...], list[Sample]],
+    stream: tuple[tuple[Resolution, ...], list[Sample]],
 ) -> None:
     tiers, samples = stream
     half = len(samples) // 2
@@ -199,7 +199,7 @@ def test_to_dict_from_dict_round_trip_through_msgpack_and_json(
 @settings(max_examples=150, deadline=None)
 @given(streams(), st.randoms(use_true_random=False))
 def test_merge_sorts_a_batch_and_a_replay_changes_nothing(
-    stream: tuple[tuple[Tier, ...], list[Sample]], rnd: random.Random
+    stream: tuple[tuple[Resolution, ...], list[Sample]], rnd: random.Random
 ) -> None:
     tiers, samples = stream
     shuffled = list(samples)
@@ -219,7 +219,7 @@ def test_merge_sorts_a_batch_and_a_replay_changes_nothing(
     st.floats(0, 2 * DAY),
 )
 def test_query_answers_one_tier_within_the_range(
-    stream: tuple[tuple[Tier, ...], list[Sample]], since_off: float, length: float, late: float
+    stream: tuple[tuple[Resolution, ...], list[Sample]], since_off: float, length: float, late: float
 ) -> None:
     tiers, samples = stream
     state = fed(tiers, samples)
@@ -415,12 +415,12 @@ def test_bad_samples_are_refused(t: float, online: int) -> None:
     "tiers",
     [
         [],
-        [Tier(60, 600), Tier(90, 900)],  # 90 is not a multiple of 60
-        [Tier(300, 600), Tier(60, 600)],  # not finest first
-        [Tier(60, 6000), Tier(300, 3000)],  # coarser keeps less
+        [Resolution(60, 600), Resolution(90, 900)],  # 90 is not a multiple of 60
+        [Resolution(300, 600), Resolution(60, 600)],  # not finest first
+        [Resolution(60, 6000), Resolution(300, 3000)],  # coarser keeps less
     ],
 )
-def test_bad_tier_tables_are_refused(tiers: list[Tier]) -> None:
+def test_bad_tier_tables_are_refused(tiers: list[Resolution]) -> None:
     with pytest.raises(ValueError):  # noqa: PT011
         SeriesState(tiers)
 
@@ -428,7 +428,7 @@ def test_bad_tier_tables_are_refused(tiers: list[Tier]) -> None:
 @pytest.mark.parametrize(("step", "retention"), [(0, 60), (60, 30), (60, 90), (60.0, 600)])
 def test_bad_tiers_are_refused(step: int, retention: int) -> None:
     with pytest.raises(ValueError):  # noqa: PT011
-        Tier(step, retention)
+        Resolution(step, retention)
 
 
 def test_from_dict_refuses_malformed_data_and_another_table() -> None:
@@ -450,7 +450,7 @@ def test_from_dict_refuses_malformed_data_and_another_table() -> None:
         with pytest.raises(ValueError):  # noqa: PT011
             SeriesState.from_dict(data)
     with pytest.raises(ValueError, match="another tier table"):
-        SeriesState.from_dict(good, tiers=[Tier(60, 3600)])
+        SeriesState.from_dict(good, tiers=[Resolution(60, 3600)])
     assert SeriesState.from_dict(good, tiers=DEFAULT_TIERS).to_dict() == good
 
 
