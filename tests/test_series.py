@@ -43,7 +43,8 @@ def exact_start(t: float, step: int) -> int:
     return (Fraction(t) // step) * step
 
 
-def oracle(samples: list[Sample], tier: Resolution, now: float) -> dict[int, tuple[int, int, int, int]]:
+def oracle(samples: list[Sample], tier: Resolution,
+           now: float) -> dict[int, tuple[int, int, int, int]]:
     """Raw samples rolled up into ``tier``'s buckets, kept if within retention at ``now``."""
     horizon = exact_start(now, tier.step) - (tier.retention // tier.step - 1) * tier.step
     groups: dict[int, list[int]] = {}
@@ -219,7 +220,8 @@ def test_merge_sorts_a_batch_and_a_replay_changes_nothing(
     st.floats(0, 2 * DAY),
 )
 def test_query_answers_one_tier_within_the_range(
-    stream: tuple[tuple[Resolution, ...], list[Sample]], since_off: float, length: float, late: float
+    stream: tuple[tuple[Resolution, ...], list[Sample]], since_off: float, length: float,
+    late: float,
 ) -> None:
     tiers, samples = stream
     state = fed(tiers, samples)
