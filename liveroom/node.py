@@ -62,7 +62,7 @@ class Node:
     store: Store
     metrics: Metrics
     vip_list: VipList
-    cache: Sects
+    recvsvr: Sects
     """The node's recvsvr: the normal and the vip sect behind one reader."""
     statsvr: Statsvr
     proxy: Proxy
@@ -179,8 +179,8 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     try:
         # Which sect serves a room is known before the first poll is answered.
         await node.vip_list.start()
-        node.store.notifier.subscribe(node.cache.on_notify, node.cache.on_resync)
-        await node.cache.start()
+        node.store.notifier.subscribe(node.recvsvr.on_notify, node.recvsvr.on_resync)
+        await node.recvsvr.start()
         await node.statsvr.start()
         await node.proxy.heartbeats.start()
         if node.announce is not None:
@@ -189,7 +189,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     finally:
         await node.proxy.holds.close()
         await node.vip_list.stop()
-        await node.cache.stop()
+        await node.recvsvr.stop()
         await node.proxy.heartbeats.stop()
         await node.statsvr.stop()
         await node.store.close()

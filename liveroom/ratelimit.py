@@ -1,4 +1,4 @@
-"""Sender rate limits: multi-level time-bucket windows (seed 001's method).
+"""Sender rate limits: multi-level time-bucket windows.
 
 A window allows ``limit`` accepted sends per ``seconds``. It is counted in
 buckets of ``bucket_ms`` (a tenth of windows under a minute, a sixtieth of longer

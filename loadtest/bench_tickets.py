@@ -103,7 +103,7 @@ async def _poll_cost(app: web.Application, auth: str, calls: int, rounds: int) -
     for i in range(20):
         await node.store.log.append(ROOM, NewMessage(uid="s", body=f"message {i}",
                                                      important=False, ts=0), None)
-    await node.cache.snapshot(ROOM)
+    await node.recvsvr.snapshot(ROOM)
     polls = node.proxy.polls
     answers: list[Reply] = []
     if auth == "open":

@@ -1,7 +1,6 @@
 """The viewers history of the rooms a node sees: "N people have watched".
 
-One :class:`ViewersHistory` per statsvr node has two sides (issue 3 item 4,
-DESIGN.md step 8):
+One :class:`ViewersHistory` per statsvr node has two sides:
 
 * **Owner side.** The table writer hands over the uids that joined this node's
   table (:meth:`ViewersHistory.joined`, memory only); :meth:`ViewersHistory.flush`

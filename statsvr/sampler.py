@@ -1,6 +1,6 @@
 """The online count over time, kept in the store: who samples a room, and the query.
 
-Issue 3 item 5. Every :data:`~statsvr.series.SAMPLE_EVERY` seconds the statsvr
+Every :data:`~statsvr.series.SAMPLE_EVERY` seconds the statsvr
 node that writes a room's series records one sample of its online count into
 every tier of the room's series in the store (``StatsStore.record_online``:
 buckets of ``(min, max, sum, count)``, the rule of :mod:`statsvr.series`).

@@ -1,6 +1,7 @@
 """Online count over time: one room's series in 1-minute, 5-minute and 1-hour buckets.
 
-Issue 3 item 5, after the Datadog design of ``shared/seeds/001``: a room's online
+Rolled up as a metrics store does (every tier keeps min, max, sum and count of
+its buckets, so coarser tiers are exact rollups of finer ones): a room's online
 count is sampled (every :data:`SAMPLE_EVERY` seconds) and each sample is added to
 the bucket that holds it in *every* tier of a :class:`Resolution` table. By default:
 

@@ -1,7 +1,7 @@
 """Viewers history: "N people have watched", exact while small, HyperLogLog beyond.
 
 Pure logic, no I/O: the statsvr merge task keeps the state in the store and calls
-these functions (DESIGN.md step 8, issue 3 item 4).
+these functions.
 
 State per room, as the merge task keeps it:
 

@@ -44,7 +44,7 @@ MINUTE_MS = 60_000
 
 async def important_seqs(node: Running, room: str) -> list[int]:
     """The seqs of the important list in the recvsvr's snapshot after a fresh pull."""
-    snap = await node.node.cache.wait_pulled(room)
+    snap = await node.node.recvsvr.wait_pulled(room)
     return [item.seq for item in snap.important]
 
 
@@ -100,7 +100,7 @@ async def test_a_client_msg_id_is_remembered_ten_minutes_on_the_memory_engine(
         # After it: a new message.
         later = await send(session, node.url, "dd", "hello", client_msg_id="m-1")
         assert later == {"seq": first["seq"] + 1, "epoch": first["epoch"]}
-        await node.node.cache.wait_pulled("dd")
+        await node.node.recvsvr.wait_pulled("dd")
         answer = await Listener(session, "dd").poll(node.url)
         assert [m["seq"] for m in answer["messages"]] == [1, 2]
 
@@ -278,7 +278,7 @@ async def test_a_first_poll_gets_20_recent_messages_by_default_and_at_most_100(
     async with running_node() as node:
         for i in range(1, 121):
             await send(session, node.url, "rc", i)
-        await node.node.cache.wait_pulled("rc")
+        await node.node.recvsvr.wait_pulled("rc")
         default = await Listener(session, "rc", uid="a").poll(node.url)
         assert [m["body"] for m in default["messages"]] == list(range(101, 121))
         most = await Listener(session, "rc", uid="b").poll(node.url, recent=100)

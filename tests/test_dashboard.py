@@ -68,7 +68,7 @@ class Populated:
                         if room == "finals" else 0.6 + 0.4 * math.sin(4 * t + len(room))
                     count = max(1, round(peak * share))
                     node.statsvr.tables.beat(room, [f"{room}-u{j}" for j in range(count)])
-                    node.cache.current(room)  # their polls read the room here
+                    node.recvsvr.current(room)  # their polls read the room here
                 await self.clock.advance(step)
                 for _ in range(5):  # flush, shard writes, merge, samples: memory only
                     await asyncio.sleep(0)

@@ -52,7 +52,7 @@ async def test_important_messages_come_first(engine_url: str, session: Any) -> N
         for i in range(3):
             await send(session, node.url, "room1", f"chat {i}")
         await send(session, node.url, "room1", "co-host joined", important=True)
-        await node.node.cache.wait_pulled("room1")  # the node has seen all four
+        await node.node.recvsvr.wait_pulled("room1")  # the node has seen all four
         answer = await listener.poll(node.url)
         raw = await (await session.get(
             f"{node.url}/v1/rooms/room1/poll",
@@ -78,7 +78,7 @@ async def test_a_burst_of_2500_gives_an_exact_gap_and_keeps_important(engine_url
         for i in range(3):
             await send(session, node.url, "burst", f"gift {i}", important=True)
         await asyncio.gather(*(one(i) for i in range(1250, 2500)))
-        await node.node.cache.wait_pulled("burst")
+        await node.node.recvsvr.wait_pulled("burst")
         answer = await listener.poll(node.url)
         assert [m["body"] for m in answer["important"]] == ["gift 0", "gift 1", "gift 2"]
         assert len(answer["messages"]) == 500

@@ -150,8 +150,8 @@ async def test_a_room_moves_to_the_vip_sect_on_every_node_without_dropping_a_lis
             assert answer["epoch"] == sent["epoch"]
             assert [m["body"] for m in answer["important"]] == ["after"]
         for node in (a.node, b.node):
-            assert node.cache.vip.peek("stage") is not None
-            assert node.cache.sect_of("stage") is node.cache.vip
+            assert node.recvsvr.vip.peek("stage") is not None
+            assert node.recvsvr.sect_of("stage") is node.recvsvr.vip
         # And listeners carry on in the vip sect.
         await send(session, a.url, "stage", "later")
         await on_b.poll(b.url, timeout=5)

@@ -164,8 +164,8 @@ async def test_a_store_that_went_backwards_starts_a_new_epoch(redis_url: str,
             await client.hset("lr:{back}:meta", "seq", 2)
         finally:
             await client.aclose()
-        snap = await node.node.cache.wait_pulled("back")
-        snap = await node.node.cache.wait_pulled("back")
+        snap = await node.node.recvsvr.wait_pulled("back")
+        snap = await node.node.recvsvr.wait_pulled("back")
         assert snap.epoch != listener.epoch  # never a snapshot going back in one epoch
         answer = await listener.poll(node.url)
         assert answer["reset"] is True
@@ -194,7 +194,7 @@ async def test_a_lagging_node_answers_a_cursor_ahead_of_it_from_a_pull_not_a_res
         await listener.poll_until(a.url, 2)  # read on a: the cursor is at 2
         assert listener.seq == 2
         await send(session, a.url, "lag", 3)
-        held = b.node.cache.normal.peek("lag")
+        held = b.node.recvsvr.normal.peek("lag")
         assert held is not None
         assert held.head == 1  # b lags behind the cursor
         answer = await listener.poll(b.url, timeout=5)

@@ -312,7 +312,7 @@ async def test_a_corrupt_entry_is_skipped_counted_in_gap_and_logged_once(
         fresh = await Listener(session, "bad", uid="late").poll(node.url)
         assert [m["body"] for m in fresh["messages"]] == ["one", "three"]
         for _ in range(3):
-            await node.node.cache.normal.wait_pulled("bad")
+            await node.node.recvsvr.normal.wait_pulled("bad")
     warnings = [r for r in caplog.records if "could not decode" in r.getMessage()]
     assert len(warnings) == 1
 
@@ -331,7 +331,7 @@ async def test_a_first_pull_has_a_deadline_then_503_with_retry_after(
                 assert resp.headers["Retry-After"]
             assert time.monotonic() - started < 4.0  # the default would be 5 s
             with pytest.raises(StoreUnavailable):
-                await node.node.cache.normal.wait_pulled("stalled-too")
+                await node.node.recvsvr.normal.wait_pulled("stalled-too")
         finally:
             process.send_signal(signal.SIGCONT)
 
@@ -395,7 +395,7 @@ async def test_100000_made_up_rooms_leave_store_and_process_memory_bounded(
             gc.collect()
             store_after = (await client.info("memory"))["used_memory"]
             rss_after = rss_bytes()
-            assert len(node.node.cache) <= node.node.settings.rooms_max
+            assert len(node.node.recvsvr) <= node.node.settings.rooms_max
         print(f"100000 first polls of made-up rooms in {took:.1f} s; store "
               f"{(store_after - store_before) / 1e6:+.2f} MB, RSS "
               f"{(rss_after - rss_before) / 1e6:+.1f} MB")
