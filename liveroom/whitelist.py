@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 from .clock import Clock
 from .errors import StoreUnavailable
+from .lifecycle import Outage, Periodic
 from .store.base import Operators
 
 logger = logging.getLogger("liveroom.whitelist")
@@ -44,14 +45,12 @@ class VipList:
         if refresh <= 0:
             raise ValueError("the vip whitelist refresh period must be positive")
         self._operators = operators
-        self._clock = clock
-        self._refresh = refresh
         self._start_wait = start_wait
         self._listeners: list[OnChange] = []
-        self._task: asyncio.Task[None] | None = None
+        self._refresher = Periodic("vip-whitelist", refresh, self.refresh, clock, logger)
         self._noted = 0
         """Changes noted locally: a reread started before the last one is stale."""
-        self._down = False
+        self._outage = Outage(logger)
         self.rooms: frozenset[str] = frozenset()
         self.version = 0
         """Goes up by one every time the list changes."""
@@ -91,14 +90,10 @@ class VipList:
         try:
             rooms = await self._operators.vip_rooms()
         except StoreUnavailable as exc:
-            if not self._down:
-                logger.warning("cannot read the vip whitelist, keeping the last one "
-                            "(%d rooms): %s", len(self.rooms), exc.message)
-            self._down = True
+            self._outage.failed("cannot read the vip whitelist, keeping the last one "
+                                "(%d rooms): %s", len(self.rooms), exc.message)
             return False
-        if self._down:
-            logger.info("vip whitelist read again (%d rooms)", len(rooms))
-        self._down = False
+        self._outage.worked("vip whitelist read again (%d rooms)", len(rooms))
         if noted == self._noted:
             self._apply(frozenset(rooms))
         return True
@@ -118,19 +113,7 @@ class VipList:
         if not read:
             logger.warning("starting without the vip whitelist: every room is in the "
                         "normal sect until the store answers")
-        self._task = asyncio.create_task(self._refresh_forever(), name="vip-whitelist")
+        self._refresher.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def _refresh_forever(self) -> None:
-        while True:
-            await self._clock.sleep(self._refresh)
-            try:
-                await self.refresh()
-            except Exception:  # keep refreshing whatever one read did
-                logger.exception("reading the vip whitelist failed")
+        await self._refresher.stop()

@@ -11,12 +11,11 @@ holds still. Nothing here touches the store.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Sequence
 
 from liveroom.clock import Clock
+from liveroom.lifecycle import Periodic
 from liveroom.model import name_slot
 from liveroom.roles import HeartbeatSink
 
@@ -42,7 +41,8 @@ class Heartbeats:
         self.max_batch = max_batch
         self._pending: dict[str, list[str]] = {}
         self._count = 0
-        self._task: asyncio.Task[None] | None = None
+        self._flusher = Periodic("proxy-heartbeats", flush_every, self._flush_async, clock,
+                                 logger)
 
     def beat(self, room: str, uid: str) -> None:
         """Count a poll of ``uid`` in ``room``: one list append."""
@@ -79,17 +79,11 @@ class Heartbeats:
             logger.exception("statsvr node %d refused a heartbeat batch", index)
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._flush_forever(), name="proxy-heartbeats")
+        self._flusher.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._flusher.stop()
         self.flush()
 
-    async def _flush_forever(self) -> None:
-        while True:
-            await self._clock.sleep(self.flush_every)
-            self.flush()
+    async def _flush_async(self) -> None:
+        self.flush()

@@ -64,6 +64,7 @@ from dataclasses import dataclass, field
 
 from liveroom.clock import Clock
 from liveroom.errors import StoreUnavailable
+from liveroom.lifecycle import Outage
 from liveroom.store.base import StatsStore, ViewersState
 
 from .viewers import DEFAULT_THRESHOLD, ViewersFigure, ViewerSketch, merge_registers, viewers_figure
@@ -115,24 +116,6 @@ class _Read:
     """The exact set's flag at the last refresh: sketches are read once it is False."""
 
 
-class _Outage:
-    """Logs a store outage once when it starts and once when it ends."""
-
-    def __init__(self, what: str) -> None:
-        self._what = what
-        self.down = False
-
-    def failed(self, exc: StoreUnavailable) -> None:
-        if not self.down:
-            logger.warning("cannot %s, will retry: %s", self._what, exc.message)
-        self.down = True
-
-    def succeeded(self) -> None:
-        if self.down:
-            logger.info("can %s again", self._what)
-        self.down = False
-
-
 class ViewersHistory:
     """The viewers history of one statsvr node (owner and reader sides).
 
@@ -163,8 +146,8 @@ class ViewersHistory:
         """The broadcast the store reported last per room in memory."""
         self._doubted: dict[str, int] = {}
         """A lower broadcast reported once, not believed yet."""
-        self._flush_outage = _Outage("store viewers history")
-        self._refresh_outage = _Outage("read viewers history")
+        self._flush_outage = Outage(logger)
+        self._refresh_outage = Outage(logger)
 
     # -- owner side ----------------------------------------------------------------
 
@@ -209,9 +192,10 @@ class ViewersHistory:
                     # just written into it.
                     await self._flush_room(room, fresh)
             except StoreUnavailable as exc:
-                self._flush_outage.failed(exc)
+                self._flush_outage.failed("cannot store viewers history, will retry: %s",
+                                          exc.message)
                 return
-            self._flush_outage.succeeded()
+            self._flush_outage.worked("can store viewers history again")
 
     async def _flush_room(self, room: str, state: _Owned) -> None:
         uids, state.pending = list(state.pending), {}
@@ -276,9 +260,10 @@ class ViewersHistory:
             try:
                 states = await self._stats.viewers(rooms, sketches=want)
             except StoreUnavailable as exc:
-                self._refresh_outage.failed(exc)
+                self._refresh_outage.failed("cannot read viewers history, will retry: %s",
+                                            exc.message)
                 return
-            self._refresh_outage.succeeded()
+            self._refresh_outage.worked("can read viewers history again")
             for i, (room, stored) in enumerate(zip(rooms, states, strict=True)):
                 if stored.sketches and i:
                     await asyncio.sleep(0)

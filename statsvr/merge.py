@@ -29,13 +29,13 @@ next tick.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from liveroom.clock import Clock
 from liveroom.errors import StoreUnavailable
+from liveroom.lifecycle import Outage, stop_task
 from liveroom.store.base import ShardEntry, StatsStore
 
 from .view import OnlineView, build_view, contributor
@@ -96,7 +96,7 @@ class Merge:
         self._woken = asyncio.Event()
         self._passes = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
-        self._down = False
+        self._outage = Outage(logger)
 
     # -- readers (memory only) ---------------------------------------------------
 
@@ -151,10 +151,7 @@ class Merge:
     async def stop(self) -> None:
         """Cancel the merge task and fail the :meth:`ready` waiters."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await stop_task(task)
         error = StoreUnavailable("the node is shutting down")
         for state in self._rooms.values():
             _settle(state.first, None, error)
@@ -272,15 +269,11 @@ class Merge:
         state.first = None
 
     def _store_down(self, error: StoreUnavailable) -> None:
-        if not self._down:
-            logger.warning("cannot read online shards, keeping the last views: %s",
-                        error.message)
-            self._down = True
+        self._outage.failed("cannot read online shards, keeping the last views: %s",
+                            error.message)
         for state in self._rooms.values():
             _settle(state.first, None, error)
             state.first = None
 
     def _store_back(self) -> None:
-        if self._down:
-            logger.info("online shards readable again")
-            self._down = False
+        self._outage.worked("online shards readable again")

@@ -32,13 +32,13 @@ series has the same gap (:mod:`statsvr.sampler`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import heapq
 import logging
 from collections.abc import Callable, Collection, Iterable
 
 from liveroom.clock import Clock
 from liveroom.errors import StoreUnavailable
+from liveroom.lifecycle import Outage, stop_task
 from liveroom.store.base import (
     RANKED_ROOMS_MAX,
     Announcement,
@@ -96,7 +96,7 @@ class NodeRegistry:
         self._rate = rate
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
-        self._store_down = False
+        self._outage = Outage(logger)
 
     def _now_ms(self) -> int:
         return int(self._clock.time() * 1000)
@@ -125,9 +125,7 @@ class NodeRegistry:
         if task is None:
             return
         self._stopping = True
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await stop_task(task)
         if withdraw:
             try:
                 async with asyncio.timeout(WITHDRAW_WAIT):
@@ -143,15 +141,11 @@ class NodeRegistry:
             try:
                 await self.announce_once()
             except StoreUnavailable as exc:
-                if not self._store_down:
-                    logger.warning("cannot announce this node, will retry: %s", exc.message)
-                self._store_down = True
+                self._outage.failed("cannot announce this node, will retry: %s", exc.message)
             except Exception:  # one bad pass must not end the announcements
                 logger.exception("announcing this node failed")
             else:
-                if self._store_down:
-                    logger.info("announcing this node again")
-                self._store_down = False
+                self._outage.worked("announcing this node again")
             await self._clock.sleep(self.every)
 
     # -- reading -----------------------------------------------------------------------

@@ -24,13 +24,13 @@ members only after their TTL, and shortly after it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from liveroom.clock import Clock
 from liveroom.errors import StoreUnavailable
+from liveroom.lifecycle import Outage, Periodic
 from liveroom.metrics import Metrics
 from liveroom.roles import BroadcastStats, RoomStats
 from liveroom.store.base import (
@@ -113,10 +113,12 @@ class Statsvr:
         self.registry = NodeRegistry(stats, clock, node, rooms=self._sample_source,
                                      load=self._load, rate=rate,
                                      every=limits.announce_every)
-        self._tasks: list[asyncio.Task[None]] = []
-        self._stopping = False
+        self._jobs = (
+            Periodic("statsvr-write", limits.write_every, self.write_once, clock, logger),
+            Periodic("statsvr-viewers", limits.viewers_every, self.refresh_viewers, clock,
+                     logger))
         self._last_sweep = clock.monotonic()
-        self._write_failing = False
+        self._writes = Outage(logger)
         self._metrics = metrics
         if metrics is not None:
             metrics.track(metrics.members, lambda: len(self.tables))
@@ -190,34 +192,15 @@ class Statsvr:
         await self.merge.start()
         await self.series.start(self._sample_source)
         await self.registry.start()
-        self._tasks = [
-            asyncio.create_task(self._loop(self.limits.write_every, self.write_once),
-                                name="statsvr-write"),
-            asyncio.create_task(self._loop(self.limits.viewers_every, self.refresh_viewers),
-                                name="statsvr-viewers"),
-        ]
+        for job in self._jobs:
+            job.start()
 
     async def stop(self) -> None:
-        # redis-py may finish a command in flight despite a cancel and let the
-        # task carry on: the flag ends the loop in that case too.
-        self._stopping = True
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks = []
+        for job in self._jobs:
+            await job.stop()
         await self.registry.stop()
         await self.series.stop()
         await self.merge.stop()
-
-    async def _loop(self, every: float, step: Callable[[], Awaitable[None]]) -> None:
-        while not self._stopping:
-            await self._clock.sleep(every)
-            try:
-                await step()
-            except Exception:
-                logger.exception("statsvr background step failed")
 
     # -- the background steps (tests call them directly) ----------------------------
 
@@ -249,13 +232,9 @@ class Statsvr:
             if self._metrics is not None:
                 self._metrics.store_errors.labels("write_shards").inc()
             self.tables.restore(writes)
-            if not self._write_failing:
-                logger.warning("cannot store online shards, retrying: %s", exc.message)
-            self._write_failing = True
+            self._writes.failed("cannot store online shards, retrying: %s", exc.message)
             return
-        if self._write_failing:
-            logger.info("online shards stored again")
-        self._write_failing = False
+        self._writes.worked("online shards stored again")
         for room, index in missing:
             self.tables.rewrite(room, index)
 

@@ -26,13 +26,13 @@ samples line up and fall at the same place in their buckets.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 from collections.abc import Callable, Collection, Iterable, Sequence
 
 from liveroom.clock import Clock
 from liveroom.errors import StoreUnavailable
+from liveroom.lifecycle import Outage, stop_task
 from liveroom.store.base import OnlineSample, StatsStore
 
 from .series import (
@@ -95,7 +95,7 @@ class OnlineSeries:
         self._clock = clock
         self._pairs = [(tier.step, tier.retention) for tier in self.tiers]
         self._min_gap_ms = int(every * 500)
-        self._store_down = False
+        self._outage = Outage(logger)
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
 
@@ -121,13 +121,9 @@ class OnlineSeries:
         try:
             taken = await self._stats.record_online(samples, self._pairs, self._min_gap_ms)
         except StoreUnavailable as exc:
-            if not self._store_down:
-                logger.warning("cannot record online samples, will retry: %s", exc.message)
-            self._store_down = True
+            self._outage.failed("cannot record online samples, will retry: %s", exc.message)
             return 0
-        if self._store_down:
-            logger.info("recording online samples again")
-        self._store_down = False
+        self._outage.worked("recording online samples again")
         return taken
 
     async def start(self, source: SampleSource) -> None:
@@ -140,9 +136,7 @@ class OnlineSeries:
         task, self._task = self._task, None
         if task is not None:
             self._stopping = True
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await stop_task(task)
             self._stopping = False
 
     async def _loop(self, source: SampleSource) -> None:

@@ -12,15 +12,17 @@ rate counters and the ended broadcasts (:class:`MemoryOperators`).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
+import logging
 
 from ...clock import Clock
+from ...lifecycle import Periodic
 from ..base import LogPolicy
 from .log import MemoryLog
 from .notifier import MemoryNotifier
 from .operators import MemoryOperators
 from .stats import MemoryStats
+
+logger = logging.getLogger("liveroom.store.memory")
 
 __all__ = ["MemoryLog", "MemoryNotifier", "MemoryOperators", "MemoryStats", "MemoryStore"]
 
@@ -36,23 +38,17 @@ class MemoryStore:
         self.log = MemoryLog(policy, clock, self.notifier)
         self.stats = MemoryStats(clock)
         self.operators = MemoryOperators(self.log, self.stats, self.notifier)
-        self._sweeper: asyncio.Task[None] | None = None
+        self._sweeper = Periodic("memory-store-sweep", 60.0, self._sweep, clock, logger)
 
     async def start(self) -> None:
-        self._sweeper = asyncio.create_task(self._sweep_forever(), name="memory-store-sweep")
+        self._sweeper.start()
 
     async def close(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
-            self._sweeper = None
+        await self._sweeper.stop()
 
-    async def _sweep_forever(self) -> None:
-        while True:
-            await self._clock.sleep(60.0)
-            self.log.sweep()
-            self.stats.sweep()
+    async def _sweep(self) -> None:
+        self.log.sweep()
+        self.stats.sweep()
 
     async def ping(self) -> None:
         return None
