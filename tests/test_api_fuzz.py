@@ -1,0 +1,105 @@
+"""A property-based fuzz run of the v1 API from its OpenAPI document
+(schemathesis): against a real ``liveroom serve`` (memory engine) over real
+sockets, no answer is a 5xx, every answer's status is one the document lists
+for its route, and every answer's body and content type are what the document
+says. Negative data (values outside the schemas) must be refused with a 4xx.
+
+The number of examples per operation is bounded (:data:`EXAMPLES`) so the
+whole run stays well under a minute on 2 cores. Polls are held up to their
+``timeout``: the run caps it at 1 s (a cursor at a room's head is held that
+long), the only change made to a generated case besides the admin token on
+the operators' routes (without it they would all be 401).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import msgpack
+import pytest
+import requests
+import schemathesis
+from conftest import free_port
+from hypothesis import HealthCheck, settings
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    negative_data_rejection,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+from support import ADMIN, PUBLISHER, clean_env
+
+from proxy.routes import OPENAPI
+
+EXAMPLES = int(os.environ.get("LIVEROOM_FUZZ_EXAMPLES", "30"))
+"""Examples per operation (and generation mode); more with the environment variable."""
+
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
+          response_headers_conformance, response_schema_conformance,
+          negative_data_rejection]
+
+
+@schemathesis.serializer("application/msgpack")
+def _msgpack(ctx: schemathesis.SerializationContext, value: Any) -> bytes:
+    packed: bytes = msgpack.packb(value)
+    return packed
+
+
+schema = schemathesis.openapi.from_dict(json.loads(OPENAPI.read_text()),
+                                        config=schemathesis.Config())
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    """``liveroom serve`` on a free port (memory engine, open mode, no rate limits)."""
+    port = free_port()
+    env = clean_env(LIVEROOM_ADMIN_TOKEN=ADMIN, LIVEROOM_PUBLISHER_TOKEN=PUBLISHER,
+                    LIVEROOM_RATE_LIMITS="off", LIVEROOM_LOG_LEVEL="warning")
+    proc = subprocess.Popen([sys.executable, "-m", "liveroom", "serve", "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env)
+    try:
+        assert proc.stdout is not None
+        lines = []
+        for line in proc.stdout:  # bounded by the per-test timeout
+            lines.append(line)
+            if "stop with Ctrl-C" in line:
+                break
+        else:
+            raise AssertionError(f"serve exited with {proc.wait()}: {''.join(lines)}")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=20)
+        assert "Traceback" not in out, out
+        assert "unexpected error" not in out, out
+
+
+@pytest.fixture(scope="module")
+def http() -> Iterator[requests.Session]:
+    with requests.Session() as session:
+        yield session
+
+
+@pytest.mark.timeout(300)
+@schema.parametrize()
+@settings(max_examples=EXAMPLES, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
+                                 HealthCheck.function_scoped_fixture])
+def test_the_api_keeps_its_document(case: schemathesis.Case, server: str,
+                                    http: requests.Session) -> None:
+    if case.operation.path.startswith("/v1/admin/"):
+        case.headers = {**(case.headers or {}), "Authorization": f"Bearer {ADMIN}"}
+    if case.operation.path.endswith("/poll"):
+        case.query = dict(case.query or {})
+        timeout = str(case.query.get("timeout", 25))
+        if timeout.isdigit() and 1 < int(timeout) <= 60:
+            case.query["timeout"] = 1
+    case.call_and_validate(base_url=server, session=http, checks=CHECKS, timeout=10)
