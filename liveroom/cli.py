@@ -645,7 +645,7 @@ def listen(room_name: str, uid: str | None, ticket: str | None, url: str,
     try:
         asyncio.run(run())
     except ClientError as exc:
-        raise _clear(exc) from None
+        raise _clear(exc, None if ticket else "give --ticket or set LIVEROOM_TICKET") from None
 
 
 @main.command()
@@ -698,10 +698,10 @@ def send(room_name: str, text: str, uid: str | None, important: bool, as_json: b
 
     try:
         seq = asyncio.run(run())
-    except ValueError as exc:  # a client_msg_id the client refuses
-        raise click.BadParameter(str(exc)) from None
     except ClientError as exc:
-        raise _clear(exc) from None
+        hint = ("give --token or set LIVEROOM_PUBLISHER_TOKEN" if important and not token
+                else None if ticket or token else "give --ticket or set LIVEROOM_TICKET")
+        raise _clear(exc, hint) from None
     click.echo(seq)
 
 
