@@ -129,6 +129,9 @@ BAD_POLLS: list[Any] = [
     pytest.param(poll_path(uid="u", epoch="e" * 65, seq="0"), "epoch", id="epoch-too-long"),
     pytest.param(poll_path(uid="u", epoch=EPOCH, seq="0", ctx="c" * 513), "ctx",
                  id="ctx-513-chars"),
+    # Found by the schemathesis run (tests/test_api_fuzz.py): a first poll
+    # took any ctx, where its document (and a later poll) allows 512 chars.
+    pytest.param(poll_path(uid="u", ctx="c" * 513), "ctx", id="ctx-513-chars-first-poll"),
 ]
 for _bad in NOT_COUNTS:
     _tag = _bad.encode("unicode_escape").decode() or "empty"
@@ -268,6 +271,16 @@ BAD_SENDS: list[Any] = [
                  id="client-msg-id-number"),
     pytest.param(json.dumps({"uid": "u", "body": nested(40)}).encode(), JSON_CT, 400,
                  id="json-nested-40"),
+    # An integer beyond 64 bits was read as a float and delivered changed
+    # (2**70 as 1.1805916207174113e21), while 2**64 - 1 was refused.
+    pytest.param(b'{"uid":"u","body":1180591620717411303424}', JSON_CT, 400,
+                 id="json-int-beyond-64-bits"),
+    pytest.param(b'{"uid":"u","body":-9223372036854775809}', JSON_CT, 400,
+                 id="json-int-below-64-bits"),
+    pytest.param(b'{"uid":"u","body":{"n":[1,99999999999999999999999]}}', JSON_CT, 400,
+                 id="json-int-beyond-64-bits-nested"),
+    pytest.param(b'{"uid":"u","body":18446744073709551615}', JSON_CT, 400,
+                 id="json-int-2-64"),
     # Which of two keys counts would be the parser's choice: a sender naming
     # itself twice ("uid":"me","uid":"host") is refused, at any depth.
     pytest.param(b'{"uid":"u","uid":"host","body":1}', JSON_CT, 400, id="json-duplicate-key"),
@@ -355,6 +368,9 @@ async def test_send_to_bad_room_is_400(client: TestClient[Any, Any], room: str) 
     pytest.param(b'{"uid":"u","body":1}', {"Content-Type": "application/json; charset=utf-8"},
                  id="json-charset"),
     pytest.param(b'{"uid":"u","body":false}', JSON_CT, id="json-false-body"),
+    pytest.param(b'{"uid":"u","body":[9223372036854775808,-9223372036854775808]}', JSON_CT,
+                 id="json-int-64-bit-bounds"),
+    pytest.param(b'{"uid":"u","body":1e300}', JSON_CT, id="json-big-float"),
     pytest.param(b'{"uid":"u","body":""}', JSON_CT, id="json-empty-string-body"),
     pytest.param(b'{"uid":"u","body":1,"important":false}', JSON_CT, id="json-not-important"),
     pytest.param(b'{"uid":"u","body":1,"client_msg_id":"A-z_0.9:x"}', JSON_CT,
