@@ -436,7 +436,7 @@ class Client:
             SeriesPoint(int(t), float(avg), int(top)) for t, avg, top in doc["points"]))
 
     async def broadcasts(self, room: str) -> tuple[Broadcast, ...]:
-        """The room's ended broadcasts, oldest first, with their viewers."""
+        """The room's ended broadcasts, newest first, with their viewers."""
         doc = await self._call("GET", self._room_path(room, "broadcasts"))
         return tuple(Broadcast(int(b["broadcast"]), int(b["ended_at"]), int(b["viewers"]),
                                bool(b["viewers_exact"])) for b in doc["broadcasts"])

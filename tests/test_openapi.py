@@ -117,7 +117,8 @@ def test_every_error_code_is_listed() -> None:
     described = document()["components"]["schemas"]["Error"]["description"]
     codes = {cls.code for cls in vars(errors).values()
              if isinstance(cls, type) and issubclass(cls, errors.LiveroomError)}
-    for code in codes | {"not_found", "method_not_allowed", "unhealthy"}:
+    for code in codes | {"not_found", "method_not_allowed", "unhealthy", "uri_too_long",
+                         "headers_too_large"}:
         assert f"`{code}`" in described, code
 
 
