@@ -132,6 +132,14 @@ BAD_POLLS: list[Any] = [
     # Found by the schemathesis run (tests/test_api_fuzz.py): a first poll
     # took any ctx, where its document (and a later poll) allows 512 chars.
     pytest.param(poll_path(uid="u", ctx="c" * 513), "ctx", id="ctx-513-chars-first-poll"),
+    # Found by the schemathesis run: without seq, iseq was not read at all
+    # (iseq=null was a first poll), where the contract checks cursors on every
+    # poll and refuses seq or iseq without an epoch.
+    pytest.param(poll_path(uid="u", epoch=EPOCH, iseq="null"), "iseq",
+                 id="iseq-null-first-poll"),
+    pytest.param(poll_path(uid="u", epoch=EPOCH, iseq=str(MAX_INT + 1)), "iseq",
+                 id="iseq-too-big-first-poll"),
+    pytest.param(poll_path(uid="u", iseq="0"), "epoch", id="iseq-without-epoch"),
 ]
 for _bad in NOT_COUNTS:
     _tag = _bad.encode("unicode_escape").decode() or "empty"
@@ -139,6 +147,8 @@ for _bad in NOT_COUNTS:
         pytest.param(poll_path(uid="u", epoch=EPOCH, seq=_bad), "seq", id=f"seq-{_tag}"),
         pytest.param(poll_path(uid="u", epoch=EPOCH, seq="0", iseq=_bad), "iseq",
                      id=f"iseq-{_tag}"),
+        pytest.param(poll_path(uid="u", epoch=EPOCH, iseq=_bad), "iseq",
+                     id=f"iseq-first-poll-{_tag}"),
         pytest.param(poll_path(uid="u", timeout=_bad), "timeout", id=f"timeout-{_tag}"),
         pytest.param(poll_path(uid="u", recent=_bad), "recent", id=f"recent-{_tag}"),
     ]
@@ -171,6 +181,7 @@ async def test_wrong_method_is_json_405(client: TestClient[Any, Any]) -> None:
     poll_path(uid="u", recent="0"),
     poll_path(uid="u", recent="100"),
     poll_path(uid="u", epoch=EPOCH),  # an epoch without seq is still a first poll
+    poll_path(uid="u", epoch=EPOCH, iseq="7"),  # and so is one with iseq alone
 ])
 async def test_valid_first_poll(client: TestClient[Any, Any], path: str) -> None:
     resp = await client.get(path)
