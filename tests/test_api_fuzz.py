@@ -3,6 +3,9 @@
 sockets, no answer is a 5xx, every answer's status is one the document lists
 for its route, and every answer's body and content type are what the document
 says. Negative data (values outside the schemas) must be refused with a 4xx.
+Each operation is fuzzed alone, then sequences of generated sends followed by
+polls along the answers' cursors (what the document's ``pollAgain`` link
+says) check that what was accepted is delivered once and unchanged.
 
 The number of examples per operation is bounded (:data:`EXAMPLES`) so the
 whole run stays well under a minute on 2 cores, and fixed (derandomized) so
@@ -15,6 +18,7 @@ the operators' routes (without it they would all be 401).
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -27,7 +31,8 @@ import pytest
 import requests
 import schemathesis
 from conftest import free_port
-from hypothesis import HealthCheck, reject, settings
+from hypothesis import HealthCheck, given, reject, settings
+from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
@@ -44,6 +49,9 @@ EXPLORE = os.environ.get("LIVEROOM_FUZZ_EXAMPLES")
 """Set, it asks for that many examples per operation, fresh random ones each
 run (a search for bugs); unset, the suite runs a fixed, reproducible set."""
 EXAMPLES = int(EXPLORE or 30)
+SEQUENCES = max(1, EXAMPLES // 3)
+"""Sequences of sends and polls (each up to 4 sends)."""
+ROOMS = itertools.count()
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
           response_headers_conformance, response_schema_conformance,
@@ -54,7 +62,7 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
 def _msgpack(ctx: schemathesis.SerializationContext, value: Any) -> bytes:
     try:
         packed: bytes = msgpack.packb(value)
-    except OverflowError:  # an integer beyond 64 bits: no msgpack body holds it
+    except (OverflowError, UnicodeEncodeError):  # beyond 64 bits; a lone surrogate
         reject()
     return packed
 
@@ -95,13 +103,8 @@ def http() -> Iterator[requests.Session]:
         yield session
 
 
-@pytest.mark.timeout(300 if EXPLORE is None else 3600)
-@schema.parametrize()
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=EXPLORE is None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
-                                 HealthCheck.function_scoped_fixture])
-def test_the_api_keeps_its_document(case: schemathesis.Case, server: str,
-                                    http: requests.Session) -> None:
+def prepare(case: schemathesis.Case) -> None:
+    """The admin token on the operators' routes; a poll's hold capped at 1 s."""
     if case.operation.path.startswith("/v1/admin/"):
         case.headers = {**(case.headers or {}), "Authorization": f"Bearer {ADMIN}"}
     if case.operation.path.endswith("/poll"):
@@ -109,4 +112,71 @@ def test_the_api_keeps_its_document(case: schemathesis.Case, server: str,
         timeout = str(case.query.get("timeout", 25))
         if timeout.isdigit() and 1 < int(timeout) <= 60:
             case.query["timeout"] = 1
+
+
+@pytest.mark.timeout(300 if EXPLORE is None else 3600)
+@schema.parametrize()
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=EXPLORE is None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
+                                 HealthCheck.function_scoped_fixture])
+def test_the_api_keeps_its_document(case: schemathesis.Case, server: str,
+                                    http: requests.Session) -> None:
+    prepare(case)
     case.call_and_validate(base_url=server, session=http, checks=CHECKS, timeout=10)
+
+
+SEND = schema["/v1/rooms/{room}/messages"]["POST"]
+POLL = schema["/v1/rooms/{room}/poll"]["GET"]
+
+
+def body_of(response: schemathesis.Response) -> dict[str, Any]:
+    doc: dict[str, Any] = response.json()
+    return doc
+
+
+@pytest.mark.timeout(300 if EXPLORE is None else 3600)
+@settings(max_examples=SEQUENCES, deadline=None, derandomize=EXPLORE is None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
+                                 HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_what_is_accepted_is_delivered_unchanged(data: st.DataObject, server: str,
+                                                 http: requests.Session) -> None:
+    """Generated sends to a fresh room, then polls along the answers' cursors
+    and ``ctx`` (the link ``pollAgain``): every answer keeps the document, and
+    every accepted message is delivered once, unchanged, important ones before
+    the chat of their answer."""
+    room = f"seq-{next(ROOMS)}"
+    call = {"base_url": server, "session": http, "checks": CHECKS, "timeout": 10}
+    answer = body_of(POLL.Case(path_parameters={"room": room},
+                               query={"uid": "fuzz", "recent": 0}).call_and_validate(**call))
+    expected: dict[int, Any] = {}
+    important: set[int] = set()
+    for _ in range(data.draw(st.integers(0, 4), label="sends")):
+        case = data.draw(SEND.as_strategy(path_parameters={"room": room}), label="send")
+        if isinstance(case.body, dict):
+            case.body.setdefault("uid", "sender")  # open mode: the body names the sender
+            if case.body.get("important") is True:
+                case.headers = {**(case.headers or {}), "Authorization": f"Bearer {PUBLISHER}"}
+        response = case.call_and_validate(**call)
+        if response.status_code == 201:
+            seq = body_of(response)["seq"]
+            expected.setdefault(seq, case.body["body"])  # a repeated client_msg_id
+            if case.body.get("important"):
+                important.add(seq)
+    delivered: dict[int, Any] = {}
+    while len(delivered) < len(expected) or not delivered:
+        query = {"uid": "fuzz", "epoch": answer["epoch"], "seq": answer["seq"],
+                 "iseq": answer["iseq"], "ctx": answer["ctx"], "timeout": 1}
+        answer = body_of(POLL.Case(path_parameters={"room": room},
+                                   query=query).call_and_validate(**call))
+        got = answer["important"] + answer["messages"]
+        if not got:
+            break
+        assert all(m["important"] for m in answer["important"])
+        assert not any(m["important"] for m in answer["messages"])
+        for message in got:
+            assert message["seq"] not in delivered, "delivered twice"
+            delivered[message["seq"]] = message["body"]
+        assert (answer["gap"], answer["igap"], answer["reset"]) == (0, 0, False)
+    assert delivered == expected
+    assert {seq for seq in delivered if seq in important} == important
