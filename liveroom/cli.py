@@ -145,7 +145,9 @@ def main() -> None:
 
     Listeners long-poll GET /v1/rooms/ROOM/poll, senders POST
     /v1/rooms/ROOM/messages; important messages are never lost and huge rooms
-    are served from one cached snapshot. Start with `liveroom serve`.
+    are served from one cached snapshot. Start with `liveroom serve`, then
+    watch a room with `liveroom listen ROOM` and talk in it with `liveroom
+    send ROOM TEXT`. The API is described at /openapi.json on every server.
     """
 
 
@@ -596,7 +598,7 @@ def _notes(answer: Answer, first: bool) -> list[str]:
               help="Seconds the server holds each poll when nothing happens.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print each message as one JSON object a line (seq, uid, important, "
-                   "ts, body), and notes as JSON too.")
+                   "ts, body), and each note on stderr as {\"note\": TEXT}.")
 def listen(room_name: str, uid: str | None, ticket: str | None, url: str,
            recent: int | None, timeout: int, as_json: bool) -> None:
     """Print ROOM's messages as they arrive, until Ctrl-C.
