@@ -84,12 +84,14 @@ def _hint(message: str) -> str:
     for words, option in (("online_ttl", "--online-ttl"), ("tier", "--tiers"),
                           ("hold_tick", "--hold-tick"), ("vip_refresh", "--vip-refresh"),
                           ("ticket key", "--ticket-key"), ("auth", "--auth"),
-                          ("metrics_token", "--metrics-token")):
+                          ("metrics_token", "--metrics-token"),
+                          ("durable_replicas", "--durable-replicas")):
         if words in message:
             return option
     return "serve"
 _STORE_HELP = ("Where room logs live: 'memory' (embedded, one process, nothing to "
-               "install) or redis://HOST:PORT/DB (many processes and hosts).")
+               "install), redis://HOST:PORT/DB (many processes and hosts) or "
+               "redis+cluster://HOST:PORT[,HOST:PORT...] (a Redis Cluster, 7 or later).")
 
 
 def _announce(node: Node) -> None:
@@ -276,6 +278,16 @@ def main() -> None:
               type=click.FloatRange(0.1, 60),
               help="Longest a poll waits for the first pull of its room (then 503 with "
                    "Retry-After).")
+@click.option("--durable-replicas", default=_D.durable_replicas, show_default=True,
+              envvar="LIVEROOM_DURABLE_REPLICAS", show_envvar=True, type=click.IntRange(0),
+              help="Replicas a message must reach (Redis WAIT) before its send is answered "
+                   "201; short of them within --durable-timeout, 503. With 1 or more, a "
+                   "failover loses no acknowledged message. 0: acknowledged once the "
+                   "master stored it (Redis replicates asynchronously).")
+@click.option("--durable-timeout", default=_D.durable_timeout, show_default=True,
+              envvar="LIVEROOM_DURABLE_TIMEOUT", show_envvar=True,
+              type=click.FloatRange(0.01, 30),
+              help="Seconds a send waits for --durable-replicas.")
 @click.option("--workers", default="1", show_default=True, envvar="LIVEROOM_WORKERS",
               show_envvar=True, metavar="N|auto", callback=_parse_workers,
               help="Worker processes sharing the port (SO_REUSEPORT), each a node over the "
@@ -292,7 +304,7 @@ def serve(host: str, port: int, store: str, admin_token: str | None,
           vip_refresh: float, keepalive_timeout: float, header_timeout: float,
           request_timeout: float, answer_bytes_max: int, holds_per_listener: int,
           held_max: int, rooms_max: int, empty_room_ttl: float, first_pull_timeout: float,
-          workers: int) -> None:
+          durable_replicas: int, durable_timeout: float, workers: int) -> None:
     """Run every role (proxy, recvsvr, statsvr) in this process, or in each of
     --workers processes on one port."""
     logging.basicConfig(level=log_level.upper(),
@@ -313,7 +325,9 @@ def serve(host: str, port: int, store: str, admin_token: str | None,
                             answer_bytes_max=answer_bytes_max,
                             holds_per_listener=holds_per_listener, held_max=held_max,
                             rooms_max=rooms_max, empty_room_ttl=empty_room_ttl,
-                            first_pull_timeout=first_pull_timeout)
+                            first_pull_timeout=first_pull_timeout,
+                            durable_replicas=durable_replicas,
+                            durable_timeout=durable_timeout)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint=_hint(str(exc))) from None
     _check_shared_store(settings, auth_given=auth is not None)

@@ -90,6 +90,20 @@ class StoreUnavailable(LiveroomError):
         super().__init__(message, retry_after=retry_after)
 
 
+class StoreRefused(StoreUnavailable):
+    """The store refused a command as wrong (a script's error, a key of the
+    wrong type): a bug or a foreign write, not an outage. Background loops that
+    ride out outages ride this out too (it is a StoreUnavailable); a client is
+    answered 500, not 503 with ``Retry-After``: retrying will not help."""
+
+    code = "internal"
+    status = 500
+    temporary = False
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retry_after=None)
+
+
 class Overloaded(LiveroomError):
     """The node holds as many polls as it may: this one was not held."""
 

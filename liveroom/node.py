@@ -25,6 +25,7 @@ from proxy.auth import Tokens
 from proxy.context import ContextSigner
 from proxy.heartbeats import Heartbeats
 from proxy.operators import OperatorRoutes
+from proxy.pages import Pages
 from proxy.routes import errors_middleware
 from proxy.site import FrontSite
 from recvsvr import RoomCache, SectLimits, Sects
@@ -107,9 +108,10 @@ def build_node(settings: Settings, clock: Clock | None = None,
     vip = replace(normal, batch=settings.vip_pull_batch,
                   concurrency=settings.vip_pull_concurrency)
     vip_list = VipList(store.operators, clock, refresh=settings.vip_refresh)
-    cache = Sects(RoomCache(store.log, clock, metrics, retention=retention, limits=normal),
+    cache = Sects(RoomCache(store.log, clock, metrics, retention=retention, limits=normal,
+                            notifier=store.notifier),
                   RoomCache(store.log, clock, metrics, retention=retention, limits=vip,
-                            name="vip"),
+                            name="vip", notifier=store.notifier),
                   vip_list.is_vip, clock, metrics=metrics)
     vip_list.on_change(cache.moved)
     statsvr = Statsvr(store.stats, clock, settings.name, is_vip=vip_list.is_vip,
@@ -200,6 +202,7 @@ def build_app(settings: Settings, clock: Clock | None = None,
     app[NODE] = node
     node.proxy.add_routes(app)
     node.operators.add_routes(app)
+    Pages().add_routes(app)
     app.cleanup_ctx.append(_lifecycle)
     app.on_shutdown.append(_release_held_polls)
     return app

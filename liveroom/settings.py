@@ -151,6 +151,11 @@ class Settings:
     never one with held polls). A cached room that does not exist costs about
     1.3 KiB, a small room its messages (see README, "What a room costs")."""
     empty_room_ttl: float = 300.0
+    durable_replicas: int = 0
+    """Replicas a message must reach before its send is answered 201 (redis
+    engine: ``WAIT``). 0 acknowledges once the master stored it."""
+    durable_timeout: float = 1.0
+    """Seconds an append waits for ``durable_replicas`` before answering 503."""
     """Seconds a log created by an operator action lives without a message
     (reads do not extend it; the first message extends it to ``room_ttl``)."""
     first_pull_timeout: float = 5.0
@@ -208,6 +213,11 @@ class Settings:
             raise ValueError("vip_shards must be at least 1")
         if self.vip_refresh <= 0:
             raise ValueError("vip_refresh must be positive")
+        if self.durable_replicas < 0 or self.durable_timeout <= 0:
+            raise ValueError("durable_replicas must be 0 or more and durable_timeout positive")
+        if self.durable_replicas and not self.shared_store:
+            raise ValueError("durable_replicas needs the redis engine: the memory engine "
+                             "has no replicas")
         if self.rooms_max < 1 or self.empty_room_ttl <= 0 or self.first_pull_timeout <= 0:
             raise ValueError("rooms_max, empty_room_ttl and first_pull_timeout must be positive")
         if min(self.pull_batch, self.pull_concurrency, self.vip_pull_batch,
@@ -238,4 +248,6 @@ class Settings:
             room_ttl_ms=int(self.room_ttl * 1000),
             empty_room_ttl_ms=int(self.empty_room_ttl * 1000),
             dedup_ttl_ms=int(self.dedup_ttl * 1000),
+            durable_replicas=self.durable_replicas,
+            durable_timeout_ms=int(self.durable_timeout * 1000),
         )

@@ -15,7 +15,7 @@ from typing import NamedTuple
 import msgpack
 
 from liveroom.codec import JSON, MSGPACK
-from liveroom.errors import LiveroomError, StoreUnavailable
+from liveroom.errors import LiveroomError, StoreRefused, StoreUnavailable
 from liveroom.lograte import Throttled
 
 JSON_UTF8 = "application/json; charset=utf-8"
@@ -49,7 +49,9 @@ _store_log = Throttled(logging.getLogger("liveroom.store"))
 
 def failure_reply(exc: LiveroomError) -> Reply:
     message = exc.message
-    if isinstance(exc, StoreUnavailable):
+    if isinstance(exc, StoreRefused):
+        message = "internal error"  # logged where it was raised
+    elif isinstance(exc, StoreUnavailable):
         _store_log.warning("unavailable", "answered 503: %s", message)
         message = STORE_UNAVAILABLE
     return error_reply(exc.status, exc.code, message,

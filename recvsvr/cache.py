@@ -37,13 +37,14 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from liveroom.clock import Clock
 from liveroom.errors import StoreUnavailable
 from liveroom.metrics import Metrics
 from liveroom.snapshot import Snapshot, absent, is_absent
-from liveroom.store.base import MessageLog, Pulled, PullRequest
+from liveroom.store.base import MessageLog, Notifier, Pulled, PullRequest
 
 from .build import Retention, advance
 
@@ -85,6 +86,11 @@ def _settle(fut: asyncio.Future[Snapshot], snap: Snapshot | None,
         fut.set_result(snap)
 
 
+BEHIND_PATIENCE = 5.0
+"""Seconds a log that reads replicas may read behind a room's snapshot before
+it counts as lost writes (a new epoch), rather than a lagging replica."""
+
+
 @dataclass(eq=False)
 class _Room:
     name: str
@@ -98,6 +104,9 @@ class _Room:
     """Waiters for a pull that starts after they asked."""
     confirm_now: list[asyncio.Future[Snapshot]] = field(default_factory=list)
     """Waiters for the pull in flight."""
+    behind_since: float | None = None
+    """When pulls of a log that reads replicas first came back behind the
+    snapshot (a lagging replica, unless it lasts)."""
     restart: bool = False
     """Pull from the beginning: the epoch changed under the snapshot."""
     warned: bool = False
@@ -115,8 +124,10 @@ class RoomCache:
     def __init__(self, log_: MessageLog, clock: Clock, metrics: Metrics, *,
                  retention: Retention = DEFAULT_RETENTION,
                  limits: SectLimits = DEFAULT_LIMITS,
-                 name: str = "normal") -> None:
+                 name: str = "normal", notifier: Notifier | None = None) -> None:
         self._log = log_
+        self._notifier = notifier
+        """Told which rooms this cache holds (a cluster subscribes their notifies)."""
         self._clock = clock
         self._metrics = metrics
         self._keep = retention
@@ -167,6 +178,8 @@ class RoomCache:
         now = self._clock.monotonic()
         if room is None:
             room = rooms[name] = _Room(name, read_at=now)
+            if self._notifier is not None:
+                self._notifier.watch(name)
             if len(rooms) > self._limits.rooms_max:
                 self._evict()
         else:
@@ -182,10 +195,15 @@ class RoomCache:
             if state.busy():
                 rooms.move_to_end(name)  # in use now: as good as read
                 continue
-            del rooms[name]
-            self._dirty.pop(name, None)
+            self._forget(name)
             self._metrics.evictions.inc()
             return
+
+    def _forget(self, name: str) -> None:
+        del self._rooms[name]
+        self._dirty.pop(name, None)
+        if self._notifier is not None:
+            self._notifier.unwatch(name)
 
     def current(self, room: str) -> Snapshot | None:
         state = self._rooms.get(room)
@@ -256,9 +274,11 @@ class RoomCache:
         if state.snapshot is None or seq > state.snapshot.head:
             self.request_pull(room)
 
-    def on_resync(self) -> None:
-        """Notifies may have been lost: pull every room at once."""
-        for room in self._rooms:
+    def on_resync(self, rooms: Collection[str] | None = None) -> None:
+        """Notifies of ``rooms`` (None: every room) may have been lost: pull
+        those this cache holds at once."""
+        held = self._rooms
+        for room in held if rooms is None else (r for r in rooms if r in held):
             self.request_pull(room)
 
     def request_pull(self, room: str) -> None:
@@ -357,6 +377,15 @@ class RoomCache:
             self.request_pull(state.name)
             return
         if old is not None and pulled.epoch == old.epoch and pulled.head < old.head:
+            if self._log.reads_replicas:
+                # A replica behind the one read before catches up within
+                # moments: keep the snapshot and pull again at the fallback.
+                now = self._clock.monotonic()
+                if state.behind_since is None:
+                    state.behind_since = now
+                if now - state.behind_since < BEHIND_PATIENCE:
+                    return
+            state.behind_since = None
             # The store went backwards within an epoch (a failover lost writes):
             # never let a snapshot go back; start a new epoch instead.
             log.warning("room %s: store head %d behind cache head %d, new epoch",
@@ -365,6 +394,7 @@ class RoomCache:
             state.restart = True
             self.request_pull(state.name)
             return
+        state.behind_since = None
         base = None if (old is None or pulled.epoch != old.epoch) else old
         snap = advance(base, pulled, request.after, self._keep, now_ms)
         state.restart = False
@@ -398,8 +428,7 @@ class RoomCache:
             for name, state in list(self._rooms.items()):
                 since_read = now - state.read_at
                 if since_read > limits.read_window and not state.busy():
-                    del self._rooms[name]
-                    self._dirty.pop(name, None)
+                    self._forget(name)
                 elif (state.watchers or since_read <= self._recent) \
                         and state.pulled_at <= due:
                     self.request_pull(name)

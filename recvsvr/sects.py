@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 
 from liveroom.clock import Clock
@@ -159,6 +159,6 @@ class Sects:
     def on_notify(self, room: str, seq: int) -> None:
         self.sect_of(room).on_notify(room, seq)
 
-    def on_resync(self) -> None:
-        self.normal.on_resync()
-        self.vip.on_resync()
+    def on_resync(self, rooms: Collection[str] | None = None) -> None:
+        self.normal.on_resync(rooms)
+        self.vip.on_resync(rooms)

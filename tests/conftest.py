@@ -1,16 +1,20 @@
-"""Shared fixtures: a real redis-server on a free port, the fake clock, the stores.
+"""Shared fixtures: a real redis-server on a free port, a real Redis Cluster,
+the fake clock, the stores.
 
 Redis tests run against the ``redis-server`` binary (no Docker here); the
 session starts one on a free port and every test that asks for ``redis_url``
 gets it running and flushed. Fault tests stop and restart it on the same port.
+The store contract suites (:data:`CLUSTER_SUITES`) also run on a local
+cluster of six nodes (:mod:`redis_cluster`), started once when first asked
+for and flushed before each test.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -20,17 +24,12 @@ from pathlib import Path
 import aiohttp
 import pytest
 import redis
+from browser import browser, served  # noqa: F401  (fixtures for every test module)
+from redis_cluster import LocalCluster
+from support import free_port
 
 from liveroom.clock import FakeClock
 from liveroom.store import LogPolicy, Store, open_store
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 nobody listens on (right now)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class RedisServer:
@@ -124,24 +123,73 @@ TEST_POLICY = LogPolicy(log_cap=50, important_keep=5, important_window_ms=60_000
                         dedup_ttl_ms=600_000)
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[LocalCluster]:
+    """A Redis Cluster of 3 masters and 3 replicas for the session."""
+    with tempfile.TemporaryDirectory(prefix="liveroom-cluster-") as folder:
+        cluster = LocalCluster(Path(folder))
+        try:
+            cluster.start()
+            yield cluster
+        finally:
+            cluster.stop()
+
+
+@pytest.fixture
+def cluster_url(redis_cluster: LocalCluster) -> str:
+    """The session's cluster, healthy (again, if a test failed a master over) and empty."""
+    redis_cluster.wait_healthy()
+    redis_cluster.flushall()
+    return redis_cluster.url
+
+
+ENGINES = ("memory", "redis", "cluster")
+"""Every engine: ``cluster`` is the redis engine on a Redis Cluster."""
+CLUSTER_SUITES = frozenset({"test_store_contract", "test_stats_store",
+                            "test_operators_store", "test_rate_limits"})
+"""The store contract suites: they run on all :data:`ENGINES`, every other
+test that takes ``engine_url`` on memory and one Redis."""
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "engine_url" in metafunc.fixturenames:
+        suite = metafunc.module.__name__.rpartition(".")[2]
+        engines = ENGINES if suite in CLUSTER_SUITES else ENGINES[:2]
+        metafunc.parametrize("engine_url", engines, indirect=True)
+
+
+@pytest.fixture
 def engine_url(request: pytest.FixtureRequest) -> str:
-    if request.param == "memory":
-        return "memory"
-    url: str = request.getfixturevalue("redis_url")
-    return url
+    return fresh_engine_url(request.param, request)
 
 
 def fresh_engine_url(engine: str, request: pytest.FixtureRequest) -> str:
-    """The store URL of ``engine`` for a test that opens stores itself (a
-    hypothesis test runs many examples in one fixture scope): Redis running and
-    empty."""
+    """The store URL of ``engine``, running and empty; also for a test that
+    opens stores itself (a hypothesis test runs many examples in one fixture
+    scope)."""
     if engine == "memory":
         return "memory"
+    if engine == "cluster":
+        cluster: LocalCluster = request.getfixturevalue("redis_cluster")
+        cluster.wait_healthy()
+        cluster.flushall()
+        return cluster.url
     server: RedisServer = request.getfixturevalue("redis_server")
     server.start()
     server.flushall()
     return server.url
+
+
+async def hearing(engine: Store, *rooms: str, within: float = 5.0) -> None:
+    """Watch ``rooms`` and wait until their notifies reach this store's node (a
+    cluster subscribes each room's channel; other engines hear every room)."""
+    for room in rooms:
+        engine.notifier.watch(room)
+    deadline = time.monotonic() + within
+    while not all(engine.notifier.hears(room) for room in rooms):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"rooms {rooms} not heard within {within} s")
+        await asyncio.sleep(0.01)
 
 
 @contextlib.asynccontextmanager
@@ -176,13 +224,22 @@ async def redis_store(redis_url: str, fake_clock: FakeClock) -> AsyncIterator[St
         yield engine
 
 
+def raw_client(url: str) -> redis.asyncio.Redis:
+    """A plain client of a redis engine's server, or of its cluster."""
+    if url.startswith("redis+cluster://"):
+        host, _, port = url.removeprefix("redis+cluster://").split(",")[0].partition(":")
+        # Typed as the plain client: the tests' commands name one room's keys.
+        return redis.asyncio.RedisCluster(host=host, port=int(port))  # type: ignore[return-value]
+    return redis.asyncio.Redis.from_url(url)
+
+
 @pytest.fixture
 async def raw_redis(engine_url: str) -> AsyncIterator[redis.asyncio.Redis | None]:
     """A plain client of the redis engine's server (None for the memory engine)."""
     if engine_url == "memory":
         yield None
         return
-    client = redis.asyncio.Redis.from_url(engine_url)
+    client = raw_client(engine_url)
     try:
         yield client
     finally:

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -18,6 +21,15 @@ from liveroom.clock import Clock, FakeClock
 from liveroom.node import NODE, Node, build_app, node_runner, node_site
 from liveroom.ratelimit import RateLimits
 from liveroom.settings import Settings
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nobody listens on (right now)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
 
 ADMIN = "admin-token"
 PUBLISHER = "publisher-token"
@@ -237,3 +249,30 @@ async def answered(clock: FakeClock, poll: Awaitable[dict[str, Any]], *,
     await settle()
     took = await advance_until(clock, task.done, limit=limit)
     return task.result(), took
+
+
+@contextmanager
+def serve(*args: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """A real ``liveroom serve`` process on a free port (killed on exit): its
+    URL and process. Tokens, secret and open auth come from the environment."""
+    port = free_port()
+    env = {**os.environ, "LIVEROOM_ADMIN_TOKEN": ADMIN,
+           "LIVEROOM_PUBLISHER_TOKEN": PUBLISHER, "LIVEROOM_SECRET": "shared",
+           "LIVEROOM_RATE_LIMITS": "off", "LIVEROOM_AUTH": "open"}
+    proc = subprocess.Popen([sys.executable, "-m", "liveroom", "serve", "--port", str(port),
+                             *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # bounded by the per-test timeout
+            if "listening on" in line:
+                break
+        else:
+            raise AssertionError(f"serve exited with {proc.wait()}")
+        yield f"http://127.0.0.1:{port}", proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+        if proc.stdout is not None:
+            proc.stdout.close()

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 import redis.asyncio
-from conftest import RedisServer, opened
+from conftest import RedisServer, hearing, opened
 
 from liveroom.clock import FakeClock
 from liveroom.errors import StoreUnavailable
@@ -204,6 +204,7 @@ async def test_ending_notifies_every_recvsvr_with_the_head(
             arrived.set()
 
     store.notifier.subscribe(on_notify, lambda: None)
+    await hearing(store, "r")
     await send(store, fake_clock)
     await send(store, fake_clock)
     await store.operators.end_broadcast("r", now_ms(fake_clock), TTL_MS)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import pytest
 import redis.asyncio
-from conftest import TEST_POLICY, fresh_engine_url, opened
+from conftest import ENGINES, TEST_POLICY, fresh_engine_url, opened, raw_client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -222,7 +222,7 @@ async def test_a_refused_send_creates_no_log(
     if store.name == "memory":
         await fake_clock.advance(TEST_POLICY.room_ttl_ms / 1000 + 1)
     else:
-        client = redis.asyncio.Redis.from_url(engine_url)
+        client = raw_client(engine_url)
         try:
             await client.delete(keys.meta("r"), keys.log("r"), keys.important("r"))
         finally:
@@ -366,7 +366,7 @@ def test_the_bucket_functions_match_the_accepted_times_model(
             assert len(counts[who]) <= sum(w.buckets for w in its_windows)
 
 
-@pytest.mark.parametrize("engine", ["memory", "redis"])
+@pytest.mark.parametrize("engine", ENGINES)
 @settings(max_examples=40, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(per_uid=windows, room_cap=st.sampled_from([0, 0, 1, 3]),

@@ -223,3 +223,20 @@ async def test_healthz_is_503_while_the_notify_channel_is_dead(redis_url: str,
     finally:
         await client.execute_command("ACL", "SETUSER", "default", "allchannels")
         await client.aclose()
+
+
+async def test_a_key_of_the_wrong_type_is_a_500_not_an_outage(
+        redis_url: str, session: Any, caplog: Any) -> None:
+    """A foreign write (a room's meta as a string): Redis refuses the append's
+    script. Retrying would not help, so it is no 503 with Retry-After; the
+    other rooms go on."""
+    async with aioredis.Redis.from_url(redis_url) as client:
+        await client.set("lr:{spoilt}:meta", "not a hash")
+    async with running_node(redis_url) as node:
+        async with session.post(f"{node.url}/v1/rooms/spoilt/messages",
+                                json={"uid": "u", "body": "x"}) as resp:
+            assert resp.status == 500
+            assert "Retry-After" not in resp.headers
+            assert await resp.json() == {"error": "internal", "message": "internal error"}
+        assert "redis refused append" in caplog.text
+        assert (await send(session, node.url, "fine", "y"))["seq"] == 1

@@ -8,37 +8,11 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import aiohttp
-from conftest import free_port
-from support import ADMIN, PUBLISHER, Listener, send
-
-
-@contextmanager
-def serve(*args: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    port = free_port()
-    env = {**os.environ, "LIVEROOM_ADMIN_TOKEN": ADMIN,
-           "LIVEROOM_PUBLISHER_TOKEN": PUBLISHER, "LIVEROOM_SECRET": "shared",
-           "LIVEROOM_RATE_LIMITS": "off", "LIVEROOM_AUTH": "open"}
-    proc = subprocess.Popen([sys.executable, "-m", "liveroom", "serve", "--port", str(port),
-                             *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=env)
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:  # bounded by the per-test timeout
-            if "listening on" in line:
-                break
-        else:
-            raise AssertionError(f"serve exited with {proc.wait()}")
-        yield f"http://127.0.0.1:{port}", proc
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=10)
-        if proc.stdout is not None:
-            proc.stdout.close()
+from support import Listener, send, serve
 
 
 @asynccontextmanager

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 import redis.asyncio
-from conftest import RedisServer, fresh_engine_url, opened
+from conftest import ENGINES, RedisServer, fresh_engine_url, opened
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -397,7 +397,7 @@ async def test_every_stats_call_reports_redis_down_as_unavailable(
 # --- property: the exact set follows statsvr's rule ------------------------------
 
 
-@pytest.mark.parametrize("engine", ["memory", "redis"])
+@pytest.mark.parametrize("engine", ENGINES)
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(threshold=st.integers(0, 4),

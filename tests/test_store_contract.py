@@ -11,8 +11,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 import pytest
-import redis.asyncio
-from conftest import fresh_engine_url, opened
+from conftest import ENGINES, fresh_engine_url, hearing, opened, raw_client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -265,10 +264,31 @@ async def test_a_subscriber_is_notified_of_appends(
 
     store.notifier.subscribe(on_notify, lambda: None)
     assert store.notifier.alive
+    await hearing(store, "r", "other")
     await store.log.append("r", message(fake_clock, 1))
     await store.log.append("other", message(fake_clock, 1, important=True))
     await asyncio.wait_for(arrived.wait(), WAIT)
     assert got == [("r", 1), ("other", 1)]
+
+
+async def test_a_failing_subscriber_does_not_stop_the_others(
+        store: Store, fake_clock: FakeClock) -> None:
+    got: list[tuple[str, int]] = []
+    arrived = asyncio.Event()
+
+    def failing(room: str, seq: int) -> None:
+        raise RuntimeError("a subscriber with a bug")
+
+    def on_notify(room: str, seq: int) -> None:
+        got.append((room, seq))
+        arrived.set()
+
+    store.notifier.subscribe(failing, lambda: None)
+    store.notifier.subscribe(on_notify, lambda: None)
+    await hearing(store, "r")
+    assert (await store.log.append("r", message(fake_clock, 1))).seq == 1
+    await asyncio.wait_for(arrived.wait(), WAIT)
+    assert got == [("r", 1)]
 
 
 async def test_a_duplicate_is_not_notified(store: Store, fake_clock: FakeClock) -> None:
@@ -281,6 +301,7 @@ async def test_a_duplicate_is_not_notified(store: Store, fake_clock: FakeClock) 
             second.set()
 
     store.notifier.subscribe(on_notify, lambda: None)
+    await hearing(store, "r")
     await store.log.append("r", message(fake_clock, 1, cmid="x"))
     await store.log.append("r", message(fake_clock, 1, cmid="x"))
     await store.log.append("r", message(fake_clock, 2))
@@ -310,7 +331,7 @@ async def test_an_idle_room_expires_and_touch_keeps_it(
         assert (await store.log.append("idle", message(fake_clock, 1))).seq == 1
         return
     # A real Redis keeps its own time: check the TTLs it holds instead.
-    client = redis.asyncio.Redis.from_url(engine_url)
+    client = raw_client(engine_url)
     try:
         room_keys = [keys.meta("kept"), keys.log("kept"), keys.important("kept")]
         for key in room_keys:
@@ -385,7 +406,7 @@ appends = st.tuples(st.just("append"), st.booleans(), st.integers(-100, 800),
 pulls = st.tuples(st.just("pull"), st.integers(0, 30), st.integers(0, 8))
 
 
-@pytest.mark.parametrize("engine", ["memory", "redis"])
+@pytest.mark.parametrize("engine", ENGINES)
 @settings(max_examples=30, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(st.one_of(appends, pulls), max_size=40))

@@ -17,6 +17,7 @@ import redis.asyncio
 from conftest import TEST_POLICY
 
 import liveroom.store.redis as redis_engine
+import liveroom.store.redis_notify as redis_notify
 from liveroom.clock import FakeClock
 from liveroom.errors import StoreUnavailable
 from liveroom.model import NewMessage
@@ -203,11 +204,11 @@ async def test_the_notifier_reconnects_after_its_connection_is_killed(
 
 async def test_a_silently_dead_channel_is_found_by_the_probe(
         store: Store, fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(redis_engine, "PROBE_INTERVAL", 0.05)
-    monkeypatch.setattr(redis_engine, "PROBE_TIMEOUT", 0.2)
+    monkeypatch.setattr(redis_notify, "PROBE_INTERVAL", 0.05)
+    monkeypatch.setattr(redis_notify, "PROBE_TIMEOUT", 0.2)
     recorder = Recorder()
     store.notifier.subscribe(recorder.on_notify, recorder.on_resync)
-    assert isinstance(store.notifier, redis_engine.RedisNotifier)
+    assert isinstance(store.notifier, redis_notify.RedisNotifier)
     real_publish = store.notifier._publish_probe
 
     async def lost(payload: bytes) -> None:

@@ -12,7 +12,7 @@ else from the driver.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -44,6 +44,13 @@ class LogPolicy:
     days. Its first message extends it to ``room_ttl_ms``."""
     dedup_ttl_ms: int = 600_000
     """How long a ``client_msg_id`` is remembered."""
+    durable_replicas: int = 0
+    """Replicas that must hold a message before its send is acknowledged (the
+    redis engine's ``WAIT``; 0: the master alone, replicated asynchronously).
+    The memory engine has no replicas and ignores it."""
+    durable_timeout_ms: int = 1_000
+    """How long an append waits for ``durable_replicas``; a send still short
+    of them is answered 503 (stored or not: retry with its client_msg_id)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,8 +100,11 @@ class MessageLog(Protocol):
     - A room's ``epoch`` changes when its log was lost (a store restarted empty,
       expiry) and on :meth:`renew_epoch`; seqs restart from 1 in a new epoch
       only when the log was lost.
-    - ``pull`` only reads.
+    - ``pull`` only reads. With ``reads_replicas`` it reads replicas, which
+      may lag behind each other: a pull may then see less than one before it.
     """
+
+    reads_replicas: bool
 
     async def open_room(self, room: str) -> str:
         """The room's epoch, creating an empty log if it has none.
@@ -127,7 +137,12 @@ class MessageLog(Protocol):
 
 OnNotify = Callable[[str, int], None]
 """Called with (room, seq) when a room reached seq."""
-OnResync = Callable[[], None]
+
+
+class OnResync(Protocol):
+    """Notifies of ``rooms`` (None: of every room) may have been lost: pull them."""
+
+    def __call__(self, rooms: Collection[str] | None = None) -> None: ...
 """Called when notifies may have been lost (after the channel reconnected)."""
 
 
@@ -140,6 +155,18 @@ class Notifier(Protocol):
     """
 
     def subscribe(self, on_notify: OnNotify, on_resync: OnResync) -> None: ...
+
+    def watch(self, room: str) -> None:
+        """This node reads ``room`` from now on: an engine that delivers a
+        room's notifies only where asked (a cluster's sharded channels)
+        subscribes it. Counted: each call is undone by one :meth:`unwatch`."""
+
+    def unwatch(self, room: str) -> None:
+        """This node no longer reads ``room`` (see :meth:`watch`)."""
+
+    def hears(self, room: str) -> bool:
+        """Whether notifies of ``room`` reach this node now (watched, and
+        the subscription confirmed where an engine subscribes per room)."""
 
     @property
     def alive(self) -> bool:

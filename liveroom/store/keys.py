@@ -16,7 +16,10 @@ lr:{R}:rl:<uid>          hash   the uid's accepted sends in the room, per rate
                                 window bucket: field ``<seconds>:<bucket>``
                                 -> count (see :mod:`liveroom.ratelimit`)
 lr:{R}:rr                hash   the same for the room's cap (all senders)
-lr:notify                channel "<seq> <room>" after every append
+lr:notify                channel "<seq> <room>" after every append (one Redis)
+lr:{R}:n                 sh.ch. the same for one room, on Redis Cluster: a
+                                sharded channel (``SPUBLISH``), so a notify
+                                travels within the room's shard only
 lr:{R}:sidx              hash   statsvr shard index: field ``<node>/<index>/<count>``,
                                 value ``"<version> <size> <expires_ms>"``
 lr:{R}:s:<node>/<i>/<n>  string one shard's members (msgpack array of uids)
@@ -31,13 +34,16 @@ lr:{R}:bc                hash   the room's broadcasts: ``n`` the current number
 lr:{R}:vx:<n>            set    the exact set, vm and vh of ended broadcast n
 lr:{R}:vm:<n>            hash   (renamed aside when it ended; ``vm:<n>`` always
 lr:{R}:vh:<n>            hash   exists while it is kept, with ``ended``)
-lr:vip                   set    the rooms whitelisted into the vip sect
+lr:{lr}:vip              set    the rooms whitelisted into the vip sect
 lr:{R}:ts:<step>         zset   online series tier: member
                                 ``"<start>:<min>:<max>:<sum>:<count>"``,
                                 score start (Unix s)
 lr:{R}:tsl               string time of the series' last sample (Unix ms)
-lr:stats:nodes           hash   live statsvr nodes: node -> expires_ms
+lr:{lr}:stats:nodes      hash   live statsvr nodes: node -> expires_ms
 =======================  =====  ==============================================
+
+What spans rooms lives under the one fixed hash tag ``{lr}`` (:data:`GLOBAL`),
+so on a Redis Cluster those keys share a slot like a room's do.
 
 Which shards and statsvr nodes are live is decided by the ``expires_ms`` stored
 in ``sidx`` and ``lr:stats:nodes``, on the caller's clock; the shard keys'
@@ -51,7 +57,22 @@ so broadcast numbers never go back while a history is kept.
 from __future__ import annotations
 
 PREFIX = "lr"
+GLOBAL = f"{PREFIX}:{{{PREFIX}}}"
+"""The prefix of every key that spans rooms: one hash tag, one slot."""
 NOTIFY_CHANNEL = f"{PREFIX}:notify"
+
+
+def notify_channel(room: str) -> str:
+    """The room's sharded notify channel (Redis Cluster), in the room's slot."""
+    return f"{PREFIX}:{{{room}}}:n"
+
+
+def notify_how(room: str, *, sharded: bool) -> str:
+    """How a script notifies a room's append: ``PUBLISH`` on the one channel
+    of a single Redis, ``SPUBLISH`` on the room's own channel on a cluster."""
+    if sharded:
+        return f"SPUBLISH {notify_channel(room)}"
+    return f"PUBLISH {NOTIFY_CHANNEL}"
 
 
 def meta(room: str) -> str:
@@ -121,5 +142,8 @@ def series_last(room: str) -> str:
     return f"{PREFIX}:{{{room}}}:tsl"
 
 
-STATS_NODES = f"{PREFIX}:stats:nodes"
-VIP = f"{PREFIX}:vip"
+STATS_NODES = f"{GLOBAL}:stats:nodes"
+VIP = f"{GLOBAL}:vip"
+VIP_BEFORE = f"{PREFIX}:vip"
+"""Where the whitelist was kept before it moved under :data:`GLOBAL`: a
+one-Redis store renames it at start (see ``RedisStore.start``)."""

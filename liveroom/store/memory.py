@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import deque
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
@@ -54,6 +55,8 @@ Bucket = tuple[int, int, int, int]
 _Counted = tuple[str, str | None]
 """Whose sends a :data:`~liveroom.ratelimit.Counts` holds: (room, uid), or
 (room, None) for the room's cap."""
+
+logger = logging.getLogger("liveroom.store.memory")
 
 
 @dataclass
@@ -133,12 +136,28 @@ class MemoryNotifier:
     def alive(self) -> bool:
         return True
 
+    def watch(self, room: str) -> None:
+        """Every notify reaches every reader in one process: nothing to do."""
+
+    def unwatch(self, room: str) -> None:
+        """See :meth:`watch`."""
+
+    def hears(self, room: str) -> bool:
+        return True
+
     def publish(self, room: str, seq: int) -> None:
+        """Call every subscriber; one that raises is logged and the others still
+        hear (the append that notifies has succeeded whatever they do)."""
         for on_notify, _ in self._subscribers:
-            on_notify(room, seq)
+            try:
+                on_notify(room, seq)
+            except Exception:
+                logger.exception("notify subscriber failed")
 
 
 class MemoryLog:
+    reads_replicas = False
+
     def __init__(self, policy: LogPolicy, clock: Clock, notifier: MemoryNotifier) -> None:
         self.policy = policy
         self._clock = clock

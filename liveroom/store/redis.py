@@ -19,33 +19,39 @@ contract suite runs on both); the differences are what Redis adds or takes away:
   reads the room's epoch before and after; when it changed (the log was lost or
   renewed meanwhile) that room is read again. Appends landing between the
   reads only make the answer newer, never wrong.
-- **Notify.** One pub/sub connection per process on :data:`.keys.NOTIFY_CHANNEL`
-  (see :class:`RedisNotifier`); at-most-once, like every Redis pub/sub.
+- **Notify.** On one Redis, one pub/sub connection per process on
+  :data:`.keys.NOTIFY_CHANNEL` (:mod:`.redis_notify`); on a cluster, sharded
+  channels per room, subscribed for the rooms this node reads
+  (:mod:`.redis_sharded`). At most once, like every Redis pub/sub.
 - **Operators** (the vip whitelist, ending a broadcast) are in
   :mod:`.redis_operators`; how scripts run and driver errors are mapped, for
   every module of the engine, in :mod:`.redis_calls`.
-- **Durability** is what the server's persistence setting promises.
+- **Durability** is what the server's persistence setting promises, and with
+  ``LogPolicy.durable_replicas`` N > 0 an append also waits (``WAIT``) until N
+  replicas hold it before it is acknowledged: a failover then loses no
+  acknowledged message.
+- **Redis Cluster** (``redis+cluster://``, Redis 7): every script and pipeline
+  touches one room's slot (keys hash-tagged by room); what spans rooms is under
+  one fixed tag (:data:`.keys.GLOBAL`). A pull batch is one round trip per
+  cluster node (a cluster pipeline sends each node its part, in parallel).
+  ``MOVED``/``ASK`` are followed; a command to a failed master is not retried
+  and answers 503 until the cluster has promoted its replica.
 
-Redis ≥ 6.2 (exclusive stream ranges, ``XTRIM MINID``). Redis Cluster is not
-wired in yet: ``redis+cluster://`` fails at start-up with a clear message.
+Redis ≥ 6.2 (exclusive stream ranges, ``XTRIM MINID``); a cluster needs 7
+(sharded pub/sub).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-import math
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from redis import exceptions as rexc
-from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
+from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
 from redis.asyncio.client import Pipeline
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.maint_notifications import MaintNotificationsConfig
+from redis.asyncio.cluster import ClusterNode, ClusterPipeline
+from redis.cluster import LoadBalancingStrategy
 
 from ..clock import Clock
 from ..codec import pack_stored, unpack_stored
@@ -56,14 +62,14 @@ from . import keys
 from .base import (
     Appended,
     LogPolicy,
-    OnNotify,
-    OnResync,
     Pulled,
     PullRequest,
     new_epoch,
 )
-from .redis_calls import Lua, run_scripts, script_text, text, unavailable
+from .redis_calls import Client, Lua, run_durable, run_scripts, text, unavailable
+from .redis_notify import RedisNotifier, pool_options
 from .redis_operators import RedisOperators
+from .redis_sharded import ShardedNotifier
 from .redis_stats import RedisStats
 
 logger = logging.getLogger("liveroom.store.redis")
@@ -72,30 +78,11 @@ MAX_CONNECTIONS = 64
 """Command connections per process; more callers wait for a free one."""
 POOL_TIMEOUT = 3.0
 """How long a command waits for a free connection before the store counts as down."""
-CONNECT_TIMEOUT = 1.0
 COMMAND_TIMEOUT = 5.0
 
-PROBE_INTERVAL = 1.0
-"""Seconds between two probes of the notify channel."""
-PROBE_TIMEOUT = 2.0
-"""A probe (or the subscribe confirmation) not back within this kills the channel."""
-BACKOFF_MIN = 0.05
-BACKOFF_MAX = 2.0
 START_WAIT = 3.0
 """How long ``start()`` waits for the notify channel when Redis answers."""
 _PULL_ATTEMPTS = 5
-
-def _pool_options() -> dict[str, Any]:
-    """What every connection of this engine shares."""
-    return {
-        "socket_connect_timeout": CONNECT_TIMEOUT,
-        # Never retry: a retried append could be stored twice.
-        "retry": Retry(NoBackoff(), 0),
-        # A plain Redis has no maintenance notifications: spare the round trip
-        # redis-py spends asking for them on every new connection.
-        "maint_notifications_config": MaintNotificationsConfig(enabled=False),
-    }
-
 
 _REFUSED = 2
 """``append.lua``'s status of a send refused by a rate window."""
@@ -121,20 +108,29 @@ def _entry(stream_id: bytes, fields: dict[bytes, bytes]) -> Entry | None:
 class RedisLog:
     """The message log on Redis: a meta hash and two streams per room."""
 
-    def __init__(self, client: Redis, policy: LogPolicy) -> None:
+    def __init__(self, client: Client, policy: LogPolicy, *, sharded: bool = False,
+                 reader: Client | None = None) -> None:
         self.policy = policy
+        self.sharded = sharded
         self._client = client
-        self._append = client.register_script(script_text("append.lua"))
-        self._epoch = client.register_script(script_text("epoch.lua"))
+        self._reader = reader or client
+        self.reads_replicas = reader is not None
+        """Where pulls read: the replicas, when appends wait for them (see
+        :class:`RedisStore`)."""
+        self._append = Lua("append.lua")
+        self._epoch = Lua("epoch.lua")
         self._touch = Lua("touch.lua")
 
-    async def open_room(self, room: str) -> str:
-        with unavailable("open_room"):
-            epoch = await self._epoch(
-                keys=_room_keys(room),
-                args=[new_epoch(), "", self.policy.room_ttl_ms, 1,
-                      self.policy.empty_room_ttl_ms])
+    async def _room_epoch(self, what: str, room: str, stale: str, extend: int) -> str:
+        with unavailable(what):
+            (epoch,) = await run_scripts(self._client, [(
+                self._epoch, _room_keys(room),
+                [new_epoch(), stale, self.policy.room_ttl_ms, extend,
+                 self.policy.empty_room_ttl_ms])])
         return text(epoch)
+
+    async def open_room(self, room: str) -> str:
+        return await self._room_epoch("open_room", room, "", 1)
 
     async def append(self, room: str, message: NewMessage,
                      limits: RateLimits | None = None) -> Appended:
@@ -145,17 +141,32 @@ class RedisLog:
         per_uid = limits.per_uid if limits is not None else ()
         per_room = limits.room_windows if limits is not None else ()
         windows = (*per_uid, *per_room)
+        call = (self._append,
+                [*_room_keys(room), keys.client_msg_id(room, cmid or ""),
+                 keys.rate_uid(room, message.uid), keys.rate_room(room)],
+                [new_epoch(), packed, int(message.important), message.ts,
+                 policy.log_cap, policy.important_keep, policy.important_window_ms,
+                 policy.important_hard_cap, policy.room_ttl_ms, policy.dedup_ttl_ms,
+                 int(cmid is not None), keys.notify_how(room, sharded=self.sharded), room,
+                 len(per_uid), len(per_room),
+                 *(n for w in windows for n in (w.seconds, w.limit, w.bucket_ms,
+                                                w.buckets))])
+        replicas = policy.durable_replicas
         with unavailable("append"):
-            epoch, seq, status, *refused = await self._append(
-                keys=[*_room_keys(room), keys.client_msg_id(room, cmid or ""),
-                      keys.rate_uid(room, message.uid), keys.rate_room(room)],
-                args=[new_epoch(), packed, int(message.important), message.ts,
-                      policy.log_cap, policy.important_keep, policy.important_window_ms,
-                      policy.important_hard_cap, policy.room_ttl_ms, policy.dedup_ttl_ms,
-                      int(cmid is not None), keys.NOTIFY_CHANNEL, room,
-                      len(per_uid), len(per_room),
-                      *(n for w in windows for n in (w.seconds, w.limit, w.bucket_ms,
-                                                     w.buckets))])
+            if replicas:
+                reply, acked = await run_durable(self._client, call, replicas,
+                                                 policy.durable_timeout_ms)
+            else:
+                (reply,), acked = await run_scripts(self._client, [call]), 0
+        epoch, seq, status, *refused = reply
+        if status != _REFUSED and acked < replicas:
+            # Stored on the master (or seen before), not yet on enough replicas:
+            # a failover now could lose it, so it is not acknowledged. The
+            # sender retries with its client_msg_id and is answered its seq once
+            # the replicas have it.
+            raise StoreUnavailable(
+                f"the message reached {acked} of {replicas} replicas within "
+                f"{policy.durable_timeout_ms} ms; retry with its client_msg_id")
         if status == _REFUSED:
             position, free_ms = int(refused[0]), int(refused[1])
             uid = message.uid if position <= len(per_uid) else None
@@ -175,7 +186,7 @@ class RedisLog:
             if not todo:
                 break
             with unavailable("pull"):
-                async with self._client.pipeline(transaction=False) as pipe:
+                async with self._reader.pipeline(transaction=False) as pipe:
                     for i in todo:
                         _queue_pull(pipe, requests[i])
                     replies = await pipe.execute()
@@ -210,7 +221,7 @@ class RedisLog:
         if not fresh:
             return list(range(len(requests)))
         with unavailable("pull"):
-            async with self._client.pipeline(transaction=False) as pipe:
+            async with self._reader.pipeline(transaction=False) as pipe:
                 for i in fresh:
                     pipe.exists(keys.meta(requests[i].room))
                 found = await pipe.execute()
@@ -220,12 +231,7 @@ class RedisLog:
         return [i for i in range(len(requests)) if i not in done]
 
     async def renew_epoch(self, room: str, stale: str) -> str:
-        with unavailable("renew_epoch"):
-            epoch = await self._epoch(
-                keys=_room_keys(room),
-                args=[new_epoch(), stale, self.policy.room_ttl_ms, 0,
-                      self.policy.empty_room_ttl_ms])
-        return text(epoch)
+        return await self._room_epoch("renew_epoch", room, stale, 0)
 
     async def touch(self, rooms: Sequence[str]) -> None:
         """One pipeline of ``lua/touch.lua`` calls: a room with no message yet
@@ -239,7 +245,7 @@ class RedisLog:
                                              for room in rooms])
 
 
-def _queue_pull(pipe: Pipeline, request: PullRequest) -> None:
+def _queue_pull(pipe: Pipeline | ClusterPipeline, request: PullRequest) -> None:
     """Queue the reads of one room: 3 commands, 4 when ``limit`` > 0."""
     room = request.room
     after = f"({request.after}-0"
@@ -291,211 +297,74 @@ def _build_pulled(request: PullRequest, replies: list[Any]) -> Pulled | None:
                   complete=complete, undecodable=undecodable)
 
 
-class _ChannelLost(Exception):
-    """The notify channel stopped answering (no subscribe confirmation or probe)."""
+def cluster_nodes(url: str) -> list[tuple[str, int]]:
+    """The seed nodes of a ``redis+cluster://HOST:PORT[,HOST:PORT...]`` URL."""
+    rest = url.removeprefix("redis+cluster://").partition("/")[0].partition("?")[0]
+    nodes = []
+    for part in rest.split(","):
+        host, sep, port = part.strip().rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"bad cluster node {part!r} in {url!r}: use "
+                             f"redis+cluster://HOST:PORT[,HOST:PORT...]")
+        nodes.append((host.strip("[]"), int(port)))
+    return nodes
 
 
-class RedisNotifier:
-    """Notifies over one pub/sub connection per process, probed and reconnected.
-
-    A background task subscribes to :data:`.keys.NOTIFY_CHANNEL` on a connection
-    of its own and calls every subscriber's ``on_notify(room, seq)`` for each
-    ``"<seq> <room>"`` message (malformed ones are ignored). After every
-    subscribe, the first one included, it calls every ``on_resync``: notifies
-    sent while it was away are gone.
-
-    A pub/sub connection can die silently (a proxy or NAT drops it, the server
-    stops sending), so every :data:`PROBE_INTERVAL` it publishes a probe of its
-    own from the command connections and expects it back within
-    :data:`PROBE_TIMEOUT`; otherwise it drops the connection and reconnects, for
-    ever, with a backoff from :data:`BACKOFF_MIN` doubling to :data:`BACKOFF_MAX`.
-    The probe and backoff run on real time, not the injected clock: they watch a
-    real connection.
-
-    Limits: at most once; a notify published during a reconnect is lost.
-    """
-
-    def __init__(self, url: str, publisher: Redis, node_id: str) -> None:
-        self._url = url
-        self._publisher = publisher
-        self._subscribers: list[tuple[OnNotify, OnResync]] = []
-        self._probe_prefix = f"probe {node_id or 'node'}:{uuid.uuid4().hex[:12]}:"
-        self._probe_count = 0
-        self._alive = False
-        self._alive_event = asyncio.Event()
-        self._reported: bool | None = None
-        self._client: Redis | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._subscribed = False
-        self._probes: set[asyncio.Task[None]] = set()
-
-    def subscribe(self, on_notify: OnNotify, on_resync: OnResync) -> None:
-        self._subscribers.append((on_notify, on_resync))
-
-    @property
-    def alive(self) -> bool:
-        return self._alive
-
-    async def start(self) -> None:
-        if self._task is not None:
-            return
-        # Its own connection: a subscribed connection cannot run commands, and
-        # it must not wait behind (or time out like) the command pool.
-        pool = ConnectionPool.from_url(self._url, socket_timeout=None, **_pool_options())
-        self._client = Redis.from_pool(pool)
-        self._task = asyncio.create_task(self._run(), name="redis-notify")
-
-    async def wait_alive(self, within: float) -> bool:
-        """Wait until the channel answered a probe; False if it did not ``within`` s."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._alive_event.wait(), within)
-        return self._alive
-
-    async def close(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        client, self._client = self._client, None
-        if client is not None:
-            await client.aclose()
-        self._set_alive(False, "closed", log=False)
-
-    async def _run(self) -> None:
-        backoff = BACKOFF_MIN
-        while True:
-            self._subscribed = False
-            try:
-                await self._session()
-            except (rexc.RedisError, OSError, _ChannelLost) as exc:
-                self._set_alive(False, str(exc) or type(exc).__name__)
-            except Exception:
-                logger.exception("notify channel failed unexpectedly")
-                self._set_alive(False, "unexpected error")
-            # A session that got subscribed was healthy until now: reconnect at once.
-            if self._subscribed:
-                backoff = BACKOFF_MIN
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, BACKOFF_MAX)
-
-    async def _session(self) -> None:
-        """Subscribe and serve the channel until it fails (it always raises)."""
-        assert self._client is not None
-        loop = asyncio.get_running_loop()
-        pubsub = self._client.pubsub()
-        try:
-            # The handshake reads without a socket timeout: bound it here.
-            await asyncio.wait_for(pubsub.subscribe(keys.NOTIFY_CHANNEL), PROBE_TIMEOUT)
-            outstanding: bytes | None = None
-            sent_at = 0.0
-            deadline = loop.time() + PROBE_TIMEOUT  # for the subscribe confirmation
-            next_probe = math.inf
-            while True:
-                wake = min(deadline if outstanding or not self._subscribed else math.inf,
-                           next_probe) - loop.time()
-                message = await pubsub.get_message(timeout=min(max(wake, 0.01), 1.0))
-                now = loop.time()
-                if message is not None:
-                    kind, data = message["type"], message["data"]
-                    if kind == "subscribe":
-                        self._subscribed = True
-                        next_probe = now  # probe at once: alive soon after a reconnect
-                        self._resync()
-                    elif kind == "message" and isinstance(data, bytes):
-                        if data == outstanding:
-                            outstanding = None
-                            next_probe = sent_at + PROBE_INTERVAL
-                            self._set_alive(True, "")
-                        else:
-                            self._notify(data)
-                if not self._subscribed:
-                    if now > deadline:
-                        raise _ChannelLost("no subscribe confirmation")
-                elif outstanding is not None:
-                    if now > deadline:
-                        raise _ChannelLost(f"probe not back within {PROBE_TIMEOUT} s")
-                elif now >= next_probe:
-                    outstanding = self._send_probe()
-                    sent_at = now
-                    deadline = now + PROBE_TIMEOUT
-        finally:
-            self._alive = False
-            self._alive_event.clear()
-            for task in list(self._probes):
-                task.cancel()
-            for task in list(self._probes):
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-            await pubsub.aclose()  # type: ignore[no-untyped-call]  # untyped in redis-py
-
-    def _send_probe(self) -> bytes:
-        self._probe_count += 1
-        payload = f"{self._probe_prefix}{self._probe_count}".encode()
-        task = asyncio.create_task(self._publish_probe(payload), name="redis-notify-probe")
-        self._probes.add(task)
-        task.add_done_callback(self._probes.discard)
-        return payload
-
-    async def _publish_probe(self, payload: bytes) -> None:
-        # A failed publish is a probe that never comes back: the deadline acts.
-        with contextlib.suppress(rexc.RedisError, OSError):
-            await self._publisher.publish(keys.NOTIFY_CHANNEL, payload)
-
-    def _notify(self, data: bytes) -> None:
-        seq_text, sep, room_bytes = data.partition(b" ")
-        if not sep or not room_bytes or not seq_text.isdigit():
-            return  # a probe (ours was matched before) or garbage
-        try:
-            room = room_bytes.decode()
-        except UnicodeDecodeError:
-            return
-        seq = int(seq_text)
-        for on_notify, _ in self._subscribers:
-            try:
-                on_notify(room, seq)
-            except Exception:
-                logger.exception("notify subscriber failed")
-
-    def _resync(self) -> None:
-        for _, on_resync in self._subscribers:
-            try:
-                on_resync()
-            except Exception:
-                logger.exception("resync subscriber failed")
-
-    def _set_alive(self, alive: bool, reason: str, *, log: bool = True) -> None:
-        self._alive = alive
-        if alive:
-            self._alive_event.set()
-        else:
-            self._alive_event.clear()
-        # Log state changes only: a Redis that stays down must not flood the log.
-        if log and self._reported is not alive:
-            self._reported = alive
-            if alive:
-                logger.info("notify channel up")
-            else:
-                logger.warning("notify channel down: %s", reason)
+def _cluster_client(url: str, *, replicas: bool = False) -> RedisCluster:
+    """A cluster client that never retries a command (like the pool of one
+    Redis) but follows ``MOVED``/``ASK``: a redirected command was not run.
+    With ``replicas``, it reads from a replica of each slot (its master when
+    it has none)."""
+    options = pool_options()
+    return RedisCluster(
+        load_balancing_strategy=LoadBalancingStrategy.ROUND_ROBIN_REPLICAS if replicas
+        else None,
+        startup_nodes=[ClusterNode(host, port) for host, port in cluster_nodes(url)],
+        socket_timeout=COMMAND_TIMEOUT, max_connections=MAX_CONNECTIONS,
+        socket_connect_timeout=options["socket_connect_timeout"], retry=options["retry"],
+        # Answer for the slots that are served while another shard fails over.
+        require_full_coverage=False,
+        maint_notifications_config=options["maint_notifications_config"])
 
 
 class RedisStore:
-    """The redis engine (``--store redis://HOST:PORT/DB``)."""
+    """The redis engine: ``--store redis://HOST:PORT/DB`` (one Redis) or
+    ``redis+cluster://HOST:PORT[,...]`` (a Redis Cluster, 7 or later).
+
+    On a cluster whose appends wait for replicas (``durable_replicas``), pulls
+    read from the replicas: a listener then never sees a message that a
+    failover could still lose (a master's write not yet replicated, its seq
+    then reused by the next send through the promoted replica). A notify can
+    reach a node before the replica applied its write; the fallback pull
+    covers that (within ``fallback_interval``).
+    """
 
     name = "redis"
 
     def __init__(self, url: str, policy: LogPolicy, clock: Clock, node_id: str = "") -> None:
-        if url.startswith("redis+cluster://"):
-            raise ValueError("redis+cluster:// is not supported yet: use redis://")
         self._clock = clock
-        pool = BlockingConnectionPool.from_url(
-            url, max_connections=MAX_CONNECTIONS, timeout=POOL_TIMEOUT,
-            socket_timeout=COMMAND_TIMEOUT, **_pool_options())
-        self._client = Redis.from_pool(pool)
-        self.log = RedisLog(self._client, policy)
-        self.notifier = RedisNotifier(url, self._client, node_id)
-        self.stats = RedisStats(self._client)
-        self.operators = RedisOperators(self._client, policy, self.log)
+        self.cluster = url.startswith("redis+cluster://")
+        client: Client
+        if self.cluster:
+            self.name = "redis-cluster"
+            client = _cluster_client(url)
+        else:
+            pool = BlockingConnectionPool.from_url(
+                url, max_connections=MAX_CONNECTIONS, timeout=POOL_TIMEOUT,
+                socket_timeout=COMMAND_TIMEOUT, **pool_options())
+            client = Redis.from_pool(pool)
+        self._client = client
+        self._reader: RedisCluster | None = None
+        if self.cluster and policy.durable_replicas:
+            self._reader = _cluster_client(url, replicas=True)
+        self.log = RedisLog(client, policy, sharded=self.cluster, reader=self._reader)
+        self.notifier: RedisNotifier | ShardedNotifier
+        if isinstance(client, RedisCluster):
+            self.notifier = ShardedNotifier(client, node_id)
+        else:
+            self.notifier = RedisNotifier(url, client, node_id)
+        self.stats = RedisStats(client)
+        self.operators = RedisOperators(client, policy, self.log, sharded=self.cluster)
 
     async def start(self) -> None:
         """Start the notify channel; wait (a little) for it when Redis answers.
@@ -509,13 +378,29 @@ class RedisStore:
         except StoreUnavailable as exc:
             logger.warning("redis not reachable at start: %s", exc.message)
             return
+        if not self.cluster:
+            await self._move_whitelist()
         if not await self.notifier.wait_alive(START_WAIT):
             logger.warning("notify channel not up after %s s; still trying", START_WAIT)
+
+    async def _move_whitelist(self) -> None:
+        """Rename the vip whitelist kept under its name of before :data:`.keys.GLOBAL`
+        (one Redis: both names are on the one server)."""
+        with contextlib.suppress(StoreUnavailable), unavailable("start"):
+            if await self._client.exists(keys.VIP_BEFORE) and \
+                    await self._client.renamenx(keys.VIP_BEFORE, keys.VIP):
+                logger.info("vip whitelist moved from %s to %s", keys.VIP_BEFORE, keys.VIP)
 
     async def close(self) -> None:
         await self.notifier.close()
         await self._client.aclose()
+        if self._reader is not None:
+            await self._reader.aclose()
 
     async def ping(self) -> None:
+        """On a cluster, every master must answer (a shard failing over is down)."""
         with unavailable("ping"):
-            await self._client.ping()
+            if isinstance(self._client, RedisCluster):
+                await self._client.ping(target_nodes=RedisCluster.PRIMARIES)
+            else:
+                await self._client.ping()

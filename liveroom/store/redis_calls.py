@@ -5,8 +5,9 @@ Every module of the redis engine runs its scripts and wraps its commands
 through here, so they all map failures the same way:
 
 - :func:`unavailable` turns whatever the driver raises into
-  :class:`~liveroom.errors.StoreUnavailable` (a refusal that is not "not ready
-  now" is logged: it is a bug, not an outage).
+  :class:`~liveroom.errors.StoreUnavailable`; a refusal that is not "not ready
+  now" (a script's error, a wrong type) becomes its
+  :class:`~liveroom.errors.StoreRefused`, logged: a bug, not an outage.
 - :class:`Lua` and :func:`run_scripts` send scripts of ``lua/`` as ``EVALSHA``,
   a batch in one pipeline, loading a script only when the server says it does
   not know it.
@@ -22,9 +23,9 @@ from importlib import resources
 from typing import Any
 
 from redis import exceptions as rexc
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 
-from ..errors import StoreUnavailable
+from ..errors import StoreRefused, StoreUnavailable
 
 logger = logging.getLogger("liveroom.store.redis")
 
@@ -33,6 +34,11 @@ logger = logging.getLogger("liveroom.store.redis")
 _NOT_READY = (rexc.ReadOnlyError, rexc.OutOfMemoryError, rexc.ClusterDownError,
               rexc.TryAgainError)
 _NOT_READY_CODES = ("BUSY ", "NOREPLICAS ")
+
+Client = Redis | RedisCluster
+"""A client of one Redis or of a Redis Cluster: the engine speaks to both alike
+(every script and pipeline touches one room's slot; a cluster pipeline sends
+one batch per cluster node, in parallel)."""
 
 
 def script_text(name: str) -> str:
@@ -48,10 +54,16 @@ def unavailable(what: str) -> Iterator[None]:
     except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
         # BusyLoadingError is a ConnectionError.
         raise StoreUnavailable(f"redis unavailable during {what}: {exc}") from exc
+    except (rexc.RedisClusterException, rexc.ClusterError) as exc:
+        # A cluster between layouts (a slot not covered during a failover, no
+        # node reachable, redirections exhausted): an outage, not a bug. Not a
+        # RedisError, the first of them.
+        raise StoreUnavailable(f"redis cluster unavailable during {what}: {exc}") from exc
     except rexc.ResponseError as exc:
-        if not isinstance(exc, _NOT_READY) and not str(exc).startswith(_NOT_READY_CODES):
-            logger.error("redis refused %s: %s", what, exc)
-        raise StoreUnavailable(f"redis refused {what}: {exc}") from exc
+        if isinstance(exc, _NOT_READY) or str(exc).startswith(_NOT_READY_CODES):
+            raise StoreUnavailable(f"redis not ready for {what}: {exc}") from exc
+        logger.error("redis refused %s: %s", what, exc)
+        raise StoreRefused(f"redis refused {what}: {exc}") from exc
     except rexc.RedisError as exc:
         logger.error("redis failed %s: %r", what, exc)
         raise StoreUnavailable(f"redis failed {what}: {exc}") from exc
@@ -86,7 +98,7 @@ Call = tuple[Lua, Sequence[str], Sequence[Any]]
 """One script call: the script, its KEYS and its ARGV."""
 
 
-async def run_scripts(client: Redis, calls: Sequence[Call]) -> list[Any]:
+async def run_scripts(client: Client, calls: Sequence[Call]) -> list[Any]:
     """Run script calls in one pipeline (two when a script had to be loaded).
 
     Raises the driver's error of the first call that failed otherwise; calls of
@@ -98,7 +110,9 @@ async def run_scripts(client: Redis, calls: Sequence[Call]) -> list[Any]:
         async with client.pipeline(transaction=False) as pipe:
             for i in todo:
                 lua, call_keys, args = calls[i]
-                pipe.evalsha(lua.sha, len(call_keys), *call_keys, *args)
+                # EVALSHA by name: a cluster pipeline blocks its evalsha()
+                # method, not the command (which routes by its first key).
+                pipe.execute_command("EVALSHA", lua.sha, len(call_keys), *call_keys, *args)
             answers = await pipe.execute(raise_on_error=False)
         refused = []
         for i, answer in zip(todo, answers, strict=True):
@@ -114,3 +128,43 @@ async def run_scripts(client: Redis, calls: Sequence[Call]) -> list[Any]:
             await client.script_load(lua.text)
         todo = refused
     return replies
+
+
+async def run_durable(client: Client, call: Call, replicas: int,
+                      timeout_ms: int) -> tuple[Any, int]:
+    """Run one script call and ``WAIT replicas timeout_ms`` right behind it on
+    the same connection; return its reply and how many replicas acknowledged
+    every write of that connection so far (the call's included).
+
+    On a cluster the ``WAIT`` goes to the node the call's first key routes to
+    (a pipeline sends one batch per node, on one connection). When the call
+    was redirected meanwhile (a slot moved), the ``WAIT`` counted on the old
+    node: the call then reports 0 replicas, so the caller never claims a
+    durability it did not see.
+    """
+    lua, call_keys, args = call
+    for attempt in range(2):
+        node = client.get_node_from_key(call_keys[0]) \
+            if isinstance(client, RedisCluster) else None
+        async with client.pipeline(transaction=False) as pipe:
+            # EVALSHA by name: a cluster pipeline blocks its evalsha() method, not
+            # the command (which routes by its first key).
+            pipe.execute_command("EVALSHA", lua.sha, len(call_keys), *call_keys, *args)
+            if node is not None:
+                pipe.execute_command("WAIT", replicas, timeout_ms, target_nodes=node)
+            else:
+                pipe.execute_command("WAIT", replicas, timeout_ms)
+            reply, acked = await pipe.execute(raise_on_error=False)
+        if isinstance(reply, rexc.NoScriptError) and attempt == 0:
+            await client.script_load(lua.text)
+            continue
+        if isinstance(reply, Exception):
+            raise reply
+        if isinstance(acked, Exception):
+            raise acked
+        if isinstance(client, RedisCluster) and node is not None:
+            now = client.get_node_from_key(call_keys[0])
+            if now is None or now.name != node.name:
+                return reply, 0
+        return reply, int(acked)
+    raise AssertionError("unreachable: the second attempt returns or raises")

@@ -20,12 +20,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from redis.asyncio import Redis
-
 from ..errors import StoreUnavailable
 from . import keys
 from .base import Ended, LogPolicy, MessageLog, PastBroadcast, new_epoch
-from .redis_calls import Lua, run_scripts, text, unavailable
+from .redis_calls import Client, Lua, run_scripts, text, unavailable
 from .redis_stats import viewers_state
 
 _END_ATTEMPTS = 5
@@ -35,8 +33,10 @@ _END_ATTEMPTS = 5
 class RedisOperators:
     """:class:`~liveroom.store.base.Operators` on Redis (keys in :mod:`.keys`)."""
 
-    def __init__(self, client: Redis, policy: LogPolicy, log: MessageLog) -> None:
+    def __init__(self, client: Client, policy: LogPolicy, log: MessageLog, *,
+                 sharded: bool = False) -> None:
         self._client = client
+        self._sharded = sharded
         self._policy = policy
         self._log = log
         self._end = Lua("end_broadcast.lua")
@@ -78,7 +78,7 @@ class RedisOperators:
                      keys.viewers_exact(room, current), keys.viewers_meta(room, current),
                      keys.viewers_sketches(room, current)],
                     [current, new_epoch(), now_ms, ttl_ms, self._policy.empty_room_ttl_ms,
-                     keys.NOTIFY_CHANNEL, room])])
+                     keys.notify_how(room, sharded=self._sharded), room])])
             if broadcast:
                 return Ended(text(epoch), int(broadcast))
         raise StoreUnavailable(f"room {room}'s broadcast kept ending meanwhile; try again")

@@ -14,11 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from redis.asyncio import Redis
-
 from . import keys
 from .base import OnlineSample, SeriesRow, ShardEntry, ShardWrite, ViewersState, series_horizon_ms
-from .redis_calls import Call, Lua, blob, run_scripts, text, unavailable
+from .redis_calls import Call, Client, Lua, blob, run_scripts, text, unavailable
 
 
 def viewers_state(exact: int, flag: bytes | None, by_node: dict[bytes, bytes],
@@ -53,7 +51,7 @@ class RedisStats:
     they run unchanged on Redis Cluster; the reads are plain pipelined commands.
     """
 
-    def __init__(self, client: Redis) -> None:
+    def __init__(self, client: Client) -> None:
         self._client = client
         self._shards = Lua("shards.lua")
         self._viewers = Lua("viewers.lua")

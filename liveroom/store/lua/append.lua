@@ -20,7 +20,9 @@
 -- ARGV[7]  important_window_ms  ARGV[8]  important_hard_cap
 -- ARGV[9]  room_ttl_ms          ARGV[10] dedup_ttl_ms
 -- ARGV[11] 1 when KEYS[4] names a client_msg_id, else 0
--- ARGV[12] the notify channel   ARGV[13] the room name
+-- ARGV[12] how to notify: 'PUBLISH <channel>' (one Redis) or 'SPUBLISH
+--          <channel>' (a cluster: the room's own, in its slot)
+-- ARGV[13] the room name
 -- ARGV[14] U: rate windows counted in KEYS[5] (the sender's; 0 for none)
 -- ARGV[15] V: rate windows counted in KEYS[6] (the room's cap: 0 or 1)
 -- ARGV[16..] U + V windows, four numbers each: seconds, limit, bucket_ms, buckets
@@ -41,6 +43,10 @@ local epoch = redis.call('HGET', meta, 'epoch')
 if epoch and has_cmid then
   local seen = redis.call('GET', cmid)
   if seen then
+    -- A write, unchanged: it follows the first send in the replication
+    -- stream, so a WAIT after this call also covers the first send (a
+    -- retried send is acknowledged only once that one is replicated).
+    redis.call('SET', cmid, seen, 'KEEPTTL')
     return {epoch, tonumber(seen), 1}
   end
 end
@@ -204,5 +210,6 @@ for _, counter in ipairs(counters) do
   redis.call('PEXPIRE', counter.key, string.format('%d', horizon))
 end
 
-redis.call('PUBLISH', ARGV[12], string.format('%d %s', seq, ARGV[13]))
+local how, channel = string.match(ARGV[12], '^(%u+) (.+)$')
+redis.call(how, channel, string.format('%d %s', seq, ARGV[13]))
 return {epoch, seq, 0}

@@ -17,7 +17,7 @@
 -- ARGV[3]  now_ms: when the broadcast ended (the caller's clock)
 -- ARGV[4]  ttl_ms: how long the ended history is kept
 -- ARGV[5]  empty_room_ttl_ms (for a log created here: it has no message yet)
--- ARGV[6]  the notify channel   ARGV[7]  the room name
+-- ARGV[6]  how to notify, as append.lua's ARGV[12]   ARGV[7]  the room name
 --
 -- Returns {new epoch, new broadcast}; {'', 0} when the current broadcast is
 -- no longer ARGV[1] (ended meanwhile: the caller reads it again and retries).
@@ -71,5 +71,6 @@ if redis.call('PTTL', bc) < ttl then
 end
 
 local head = tonumber(redis.call('HGET', meta, 'seq'))
-redis.call('PUBLISH', ARGV[6], string.format('%d %s', head, ARGV[7]))
+local how, channel = string.match(ARGV[6], '^(%u+) (.+)$')
+redis.call(how, channel, string.format('%d %s', head, ARGV[7]))
 return {epoch, ended + 1}

@@ -1,0 +1,263 @@
+"""How nodes over one Redis hear of appends: one pub/sub channel, probed.
+
+:class:`RedisNotifier` serves a single Redis; the cluster's sharded channels
+are in :mod:`.redis_sharded`, which shares the payload rules and the
+connection options kept here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import uuid
+from collections.abc import Collection
+from typing import Any
+
+from redis import exceptions as rexc
+from redis.asyncio import ConnectionPool, Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.maint_notifications import MaintNotificationsConfig
+
+from . import keys
+from .base import OnNotify, OnResync
+
+logger = logging.getLogger("liveroom.store.redis")
+
+CONNECT_TIMEOUT = 1.0
+PROBE_INTERVAL = 1.0
+"""Seconds between two probes of the notify channel."""
+PROBE_TIMEOUT = 2.0
+"""A probe (or the subscribe confirmation) not back within this kills the channel."""
+BACKOFF_MIN = 0.05
+BACKOFF_MAX = 2.0
+
+def pool_options() -> dict[str, Any]:
+    """What every connection of this engine shares."""
+    return {
+        "socket_connect_timeout": CONNECT_TIMEOUT,
+        # Never retry: a retried append could be stored twice.
+        "retry": Retry(NoBackoff(), 0),
+        # A plain Redis has no maintenance notifications: spare the round trip
+        # redis-py spends asking for them on every new connection.
+        "maint_notifications_config": MaintNotificationsConfig(enabled=False),
+    }
+
+
+
+class ChannelLost(Exception):
+    """The notify channel stopped answering (no subscribe confirmation or probe)."""
+
+
+Subscribers = list[tuple[OnNotify, OnResync]]
+
+
+def notify(subscribers: Subscribers, data: bytes) -> None:
+    """Call every ``on_notify`` for a ``"<seq> <room>"`` payload; anything
+    else (a probe, garbage) is ignored."""
+    seq_text, sep, room_bytes = data.partition(b" ")
+    if not sep or not room_bytes or not seq_text.isdigit():
+        return
+    try:
+        room = room_bytes.decode()
+    except UnicodeDecodeError:
+        return
+    seq = int(seq_text)
+    for on_notify, _ in subscribers:
+        try:
+            on_notify(room, seq)
+        except Exception:
+            logger.exception("notify subscriber failed")
+
+
+def resync(subscribers: Subscribers, rooms: Collection[str] | None) -> None:
+    """Call every ``on_resync``: notifies of ``rooms`` (None: every room) may be lost."""
+    for _, on_resync in subscribers:
+        try:
+            if rooms is None:
+                on_resync()
+            else:
+                on_resync(rooms)
+        except Exception:
+            logger.exception("resync subscriber failed")
+
+
+class RedisNotifier:
+    """Notifies over one pub/sub connection per process, probed and reconnected.
+
+    A background task subscribes to :data:`.keys.NOTIFY_CHANNEL` on a connection
+    of its own and calls every subscriber's ``on_notify(room, seq)`` for each
+    ``"<seq> <room>"`` message (malformed ones are ignored). After every
+    subscribe, the first one included, it calls every ``on_resync``: notifies
+    sent while it was away are gone.
+
+    A pub/sub connection can die silently (a proxy or NAT drops it, the server
+    stops sending), so every :data:`PROBE_INTERVAL` it publishes a probe of its
+    own from the command connections and expects it back within
+    :data:`PROBE_TIMEOUT`; otherwise it drops the connection and reconnects, for
+    ever, with a backoff from :data:`BACKOFF_MIN` doubling to :data:`BACKOFF_MAX`.
+    The probe and backoff run on real time, not the injected clock: they watch a
+    real connection.
+
+    Limits: at most once; a notify published during a reconnect is lost.
+    """
+
+    def __init__(self, url: str, publisher: Redis, node_id: str) -> None:
+        self._url = url
+        self._publisher = publisher
+        self._subscribers: Subscribers = []
+        self._probe_prefix = f"probe {node_id or 'node'}:{uuid.uuid4().hex[:12]}:"
+        self._probe_count = 0
+        self._alive = False
+        self._alive_event = asyncio.Event()
+        self._reported: bool | None = None
+        self._client: Redis | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._subscribed = False
+        self._probes: set[asyncio.Task[None]] = set()
+
+    def subscribe(self, on_notify: OnNotify, on_resync: OnResync) -> None:
+        self._subscribers.append((on_notify, on_resync))
+
+    @property
+    def alive(self) -> bool:
+        return self._alive
+
+    async def start(self) -> None:
+        if self._task is not None:
+            return
+        # Its own connection: a subscribed connection cannot run commands, and
+        # it must not wait behind (or time out like) the command pool.
+        pool = ConnectionPool.from_url(self._url, socket_timeout=None, **pool_options())
+        self._client = Redis.from_pool(pool)
+        self._task = asyncio.create_task(self._run(), name="redis-notify")
+
+    async def wait_alive(self, within: float) -> bool:
+        """Wait until the channel answered a probe; False if it did not ``within`` s."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._alive_event.wait(), within)
+        return self._alive
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+        self._set_alive(False, "closed", log=False)
+
+    async def _run(self) -> None:
+        backoff = BACKOFF_MIN
+        while True:
+            self._subscribed = False
+            try:
+                await self._session()
+            except (rexc.RedisError, OSError, ChannelLost) as exc:
+                self._set_alive(False, str(exc) or type(exc).__name__)
+            except Exception:
+                logger.exception("notify channel failed unexpectedly")
+                self._set_alive(False, "unexpected error")
+            # A session that got subscribed was healthy until now: reconnect at once.
+            if self._subscribed:
+                backoff = BACKOFF_MIN
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, BACKOFF_MAX)
+
+    async def _session(self) -> None:
+        """Subscribe and serve the channel until it fails (it always raises)."""
+        assert self._client is not None
+        loop = asyncio.get_running_loop()
+        pubsub = self._client.pubsub()
+        try:
+            # The handshake reads without a socket timeout: bound it here.
+            await asyncio.wait_for(pubsub.subscribe(keys.NOTIFY_CHANNEL), PROBE_TIMEOUT)
+            outstanding: bytes | None = None
+            sent_at = 0.0
+            deadline = loop.time() + PROBE_TIMEOUT  # for the subscribe confirmation
+            next_probe = math.inf
+            while True:
+                wake = min(deadline if outstanding or not self._subscribed else math.inf,
+                           next_probe) - loop.time()
+                message = await pubsub.get_message(timeout=min(max(wake, 0.01), 1.0))
+                now = loop.time()
+                if message is not None:
+                    kind, data = message["type"], message["data"]
+                    if kind == "subscribe":
+                        self._subscribed = True
+                        next_probe = now  # probe at once: alive soon after a reconnect
+                        self._resync()
+                    elif kind == "message" and isinstance(data, bytes):
+                        if data == outstanding:
+                            outstanding = None
+                            next_probe = sent_at + PROBE_INTERVAL
+                            self._set_alive(True, "")
+                        else:
+                            self._notify(data)
+                if not self._subscribed:
+                    if now > deadline:
+                        raise ChannelLost("no subscribe confirmation")
+                elif outstanding is not None:
+                    if now > deadline:
+                        raise ChannelLost(f"probe not back within {PROBE_TIMEOUT} s")
+                elif now >= next_probe:
+                    outstanding = self._send_probe()
+                    sent_at = now
+                    deadline = now + PROBE_TIMEOUT
+        finally:
+            self._alive = False
+            self._alive_event.clear()
+            for task in list(self._probes):
+                task.cancel()
+            for task in list(self._probes):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            await pubsub.aclose()  # type: ignore[no-untyped-call]  # untyped in redis-py
+
+    def _send_probe(self) -> bytes:
+        self._probe_count += 1
+        payload = f"{self._probe_prefix}{self._probe_count}".encode()
+        task = asyncio.create_task(self._publish_probe(payload), name="redis-notify-probe")
+        self._probes.add(task)
+        task.add_done_callback(self._probes.discard)
+        return payload
+
+    async def _publish_probe(self, payload: bytes) -> None:
+        # A failed publish is a probe that never comes back: the deadline acts.
+        with contextlib.suppress(rexc.RedisError, OSError):
+            await self._publisher.publish(keys.NOTIFY_CHANNEL, payload)
+
+    def _notify(self, data: bytes) -> None:
+        notify(self._subscribers, data)
+
+    def _resync(self) -> None:
+        resync(self._subscribers, None)
+
+    def watch(self, room: str) -> None:
+        """Every notify reaches every node on one Redis: nothing to do."""
+
+    def unwatch(self, room: str) -> None:
+        """See :meth:`watch`."""
+
+    def hears(self, room: str) -> bool:
+        return self._alive
+
+    def _set_alive(self, alive: bool, reason: str, *, log: bool = True) -> None:
+        self._alive = alive
+        if alive:
+            self._alive_event.set()
+        else:
+            self._alive_event.clear()
+        # Log state changes only: a Redis that stays down must not flood the log.
+        if log and self._reported is not alive:
+            self._reported = alive
+            if alive:
+                logger.info("notify channel up")
+            else:
+                logger.warning("notify channel down: %s", reason)
+
+

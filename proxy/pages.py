@@ -1,0 +1,135 @@
+"""The pages and static files: what a person opening liveroom in a browser gets.
+
+- ``GET /`` what liveroom is, what to do, and a form to pick a room
+  (``static/index.html``);
+- ``GET /rooms/{room}`` the room page (``static/room.html``; its script reads
+  the room from the address); a name that is not a room name is a 400 JSON
+  error, like every other route taking a room;
+- ``GET /admin`` the operators' dashboard (``static/admin.html``);
+- ``GET /static/{name}`` the files of ``proxy/static/`` (``liveroom.js``, the
+  pages' scripts and styles).
+
+**Only what is there.** The directory is read once, when the routes are
+built: every regular file directly in it (no sub-folders, no dot-files) with a
+known type becomes an entry of one dict, and a request is a look-up in that
+dict. Nothing a client sends is ever joined to a path, so no name
+(``..``, an encoded slash, a symlink added later) reaches another file: any
+name not in the dict is a 404 JSON error. The price: a file changed on disk
+is served from the next start on.
+
+**Caching.** Every file is sent with a strong ``ETag`` (a hash of its bytes)
+and ``Cache-Control: no-cache``: a browser keeps its copy and revalidates it
+(a ``304`` without the body), so a page loads from its cache yet never runs
+a script of another version than the server's after an upgrade. Text files
+that shrink are also kept gzipped, sent to clients that accept gzip.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiohttp import web
+
+from liveroom.model import check_name
+
+STATIC = Path(__file__).parent / "static"
+"""The files served under ``/static/``, kept in the package (package data)."""
+
+TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".mjs": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".ts": "text/plain; charset=utf-8",
+    ".json": "application/json",
+    ".svg": "image/svg+xml",
+    ".png": "image/png",
+    ".ico": "image/x-icon",
+    ".txt": "text/plain; charset=utf-8",
+}
+"""Content type by file suffix; a file of another suffix is not served."""
+
+COMPRESSIBLE = ("text/", "application/json", "image/svg+xml")
+"""Types kept gzipped too (when that saves a tenth); images are compressed already."""
+
+PAGE_POLICY = ("default-src 'self'; script-src 'self'; style-src 'self'; "
+               "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; "
+               "base-uri 'none'; form-action 'self'")
+"""The ``Content-Security-Policy`` of the pages written here (index and room):
+scripts, styles and requests of this origin only, so a message body can never
+run as code even if a rendering bug let it into the page as markup."""
+
+
+@dataclass(frozen=True, slots=True)
+class StaticFile:
+    """One file as it is sent: its bytes (and gzipped bytes, when smaller)."""
+
+    body: bytes
+    gzipped: bytes | None
+    content_type: str
+    etag: str
+
+
+def load_static(directory: Path) -> dict[str, StaticFile]:
+    """Every servable file directly in ``directory``, by name."""
+    files: dict[str, StaticFile] = {}
+    for path in sorted(directory.iterdir()):
+        content_type = TYPES.get(path.suffix)
+        if content_type is None or path.name.startswith(".") or not path.is_file():
+            continue
+        body = path.read_bytes()
+        gzipped: bytes | None = None
+        if content_type.startswith(COMPRESSIBLE):
+            packed = gzip.compress(body, compresslevel=9, mtime=0)
+            if len(packed) < len(body) * 0.9:
+                gzipped = packed
+        etag = '"' + hashlib.sha256(body).hexdigest()[:20] + '"'
+        files[path.name] = StaticFile(body, gzipped, content_type, etag)
+    return files
+
+
+class Pages:
+    """The routes of the pages and of ``/static/``, over one loaded directory."""
+
+    def __init__(self, directory: Path = STATIC) -> None:
+        self.files = load_static(directory)
+
+    def add_routes(self, app: web.Application) -> None:
+        app.router.add_get("/", self.index)
+        app.router.add_get("/rooms/{room}", self.room)
+        app.router.add_get("/admin", self.admin)
+        app.router.add_get("/static/{name}", self.static)
+
+    async def index(self, request: web.Request) -> web.StreamResponse:
+        return self._file(request, "index.html", policy=PAGE_POLICY)
+
+    async def room(self, request: web.Request) -> web.StreamResponse:
+        check_name("room", request.match_info["room"])
+        return self._file(request, "room.html", policy=PAGE_POLICY)
+
+    async def admin(self, request: web.Request) -> web.StreamResponse:
+        return self._file(request, "admin.html")
+
+    async def static(self, request: web.Request) -> web.StreamResponse:
+        return self._file(request, request.match_info["name"])
+
+    def _file(self, request: web.Request, name: str,
+              policy: str | None = None) -> web.StreamResponse:
+        found = self.files.get(name)
+        if found is None:
+            raise web.HTTPNotFound(text=f"no file {name!r} here")
+        headers = {"ETag": found.etag, "Cache-Control": "no-cache",
+                   "X-Content-Type-Options": "nosniff", "Vary": "Accept-Encoding"}
+        if policy is not None:
+            headers["Content-Security-Policy"] = policy
+        if found.etag in request.headers.get("If-None-Match", ""):
+            return web.Response(status=304, headers=headers)
+        body = found.body
+        if found.gzipped is not None and "gzip" in request.headers.get("Accept-Encoding", ""):
+            body = found.gzipped
+            headers["Content-Encoding"] = "gzip"
+        headers["Content-Type"] = found.content_type
+        return web.Response(body=body, headers=headers)

@@ -1,0 +1,139 @@
+// Typings of liveroom.js, the client of liveroom's HTTP API (v1).
+
+/** A message as a poll answers it. */
+export interface Message {
+  /** Its place in the room's one sequence (normal and important together). */
+  seq: number;
+  uid: string;
+  important: boolean;
+  /** When it was stored, in ms since the epoch. */
+  ts: number;
+  /** Any JSON value the sender sent. */
+  body: unknown;
+}
+
+/** A poll's answer (README, "Listening"). */
+export interface PollAnswer {
+  room: string;
+  epoch: string;
+  seq: number;
+  iseq: number;
+  important: Message[];
+  messages: Message[];
+  /** Normal messages missed (evicted, or beyond the 500 of one answer). */
+  gap: number;
+  /** Important messages missed. */
+  igap: number;
+  /** The cursors no longer fitted the room: this answer is like a first poll. */
+  reset: boolean;
+  ctx: string;
+  online: number;
+  /** The longest the server may hold a poll to pace this room (its tier). */
+  interval_ms: number;
+}
+
+/** The listener's place in the room; passed back on every poll. */
+export interface Cursor {
+  epoch: string;
+  seq: number;
+  iseq: number;
+  ctx: string;
+}
+
+/** A room's figures (GET /v1/rooms/{room}/stats). */
+export interface RoomStats {
+  room: string;
+  online: number;
+  viewers: number;
+  viewers_exact: boolean;
+  vip: boolean;
+  seq: number;
+}
+
+/** A ticket (or token) sent as `Authorization: Bearer`; a function is asked before every request. */
+export type Ticket = string | null | undefined | (() => string | null | undefined | Promise<string | null | undefined>);
+
+/** What every call may take. */
+export interface ClientOptions {
+  /** The server's URL, like "http://127.0.0.1:8080". Default: the page's own origin. */
+  base?: string;
+  /** Open mode: the uid to speak as. With a ticket, leave it out (or name the ticket's). */
+  uid?: string;
+  /** A ticket your backend signed; to send important messages, the publisher token. */
+  ticket?: Ticket;
+  /** The fetch to use (default: globalThis.fetch). */
+  fetch?: typeof fetch;
+}
+
+export interface ListenOptions extends ClientOptions {
+  /** Seconds the server holds a poll with nothing to say (1-60, default 25). */
+  timeout?: number;
+  /** Normal messages a first poll (or a reset) brings (0-100, server default 20). */
+  recent?: number;
+  /** Important messages of an answer; runs before onMessages. */
+  onImportant?: (messages: Message[], answer: PollAnswer) => void;
+  /** Normal messages of an answer. */
+  onMessages?: (messages: Message[], answer: PollAnswer) => void;
+  /** Messages were missed (before the ones of this answer). */
+  onGap?: (missed: { gap: number; igap: number }, answer: PollAnswer) => void;
+  /** The room's log restarted (a new epoch) or the cursor no longer fitted. */
+  onReset?: (answer: PollAnswer) => void;
+  /** Every answer, after the callbacks above. */
+  onAnswer?: (answer: PollAnswer) => void;
+  /** A failure; retryInMs is when the next try comes, null when the loop stopped. */
+  onError?: (error: LiveroomError, retryInMs: number | null) => void;
+}
+
+export interface SendOptions extends ClientOptions {
+  /** Needs the publisher token, or a ticket with "publish". */
+  important?: boolean;
+  /** Makes a retried send safe; made up when retries > 0 and none is given. */
+  clientMsgId?: string;
+  /** Tries after the first, for network errors, 5xx, 429 and 503 (default 2). */
+  retries?: number;
+  /** Longest Retry-After (seconds) worth waiting for; beyond, the error is thrown (default 10). */
+  maxWait?: number;
+  /** Seconds to wait for an answer (default 15). */
+  readTimeout?: number;
+  signal?: AbortSignal;
+}
+
+export interface StatsOptions {
+  base?: string;
+  fetch?: typeof fetch;
+  readTimeout?: number;
+  signal?: AbortSignal;
+}
+
+export class LiveroomError extends Error {
+  constructor(status: number, code: string, message: string, retryAfter?: number | null);
+  /** HTTP status; 0 when no answer came. */
+  readonly status: number;
+  /** The server's error code ("rate_limited", "unauthorized", ...), or "network", "timeout", "bad_answer". */
+  readonly code: string;
+  /** Seconds from Retry-After, when the server sent it. */
+  readonly retryAfter: number | null;
+  /** No answer, 408, 429 or a 5xx. */
+  readonly temporary: boolean;
+}
+
+export class Listener {
+  constructor(room: string, options?: ListenOptions);
+  readonly room: string;
+  readonly options: ListenOptions;
+  /** Null before the first answer. */
+  readonly cursor: Cursor | null;
+  /** The room's interval_ms from the last answer. */
+  readonly intervalMs: number | null;
+  /** The room's online count from the last answer. */
+  readonly online: number | null;
+  readonly running: boolean;
+  /** Resolves when the loop ends: null after stop(), else the error that stopped it. */
+  readonly closed: Promise<LiveroomError | null>;
+  start(): this;
+  stop(): void;
+}
+
+export function listen(room: string, options?: ListenOptions): Listener;
+export function send(room: string, body: unknown, options?: SendOptions): Promise<{ seq: number; epoch: string }>;
+export function roomStats(room: string, options?: StatsOptions): Promise<RoomStats>;

@@ -1,0 +1,256 @@
+// The room page (/rooms/{room}): listens with liveroom.js and shows the room.
+//
+// Important messages go to their own box above the chat, highlighted, and are
+// drawn before the chat of the same answer (liveroom.js calls onImportant
+// first). Every message element carries data-order, the order it was drawn
+// in. Gaps and resets are notices in the chat. Failures are shown, never a
+// blank page: the listener's in a banner (with the retry it is waiting for),
+// a send's under the box. Bodies are shown as text, never as markup.
+
+import { Listener, LiveroomError, roomStats, send } from "/static/liveroom.js";
+
+const CHAT_KEEP = 500;       // messages drawn in the chat; older ones are removed
+const IMPORTANT_KEEP = 50;
+const STATS_EVERY_MS = 5000;
+
+const $ = (id) => document.getElementById(id);
+const room = decodeURIComponent(location.pathname.split("/").filter(Boolean).pop() ?? "");
+let drawn = 0;
+let listener = null;
+
+// -- who is speaking: the uid (remembered), the ticket or token (this tab only) --
+
+function guestUid() {
+  const bytes = new Uint8Array(3);
+  crypto.getRandomValues(bytes);
+  return "guest-" + Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+const uidField = $("uid");
+const ticketField = $("ticket");
+uidField.value = localStorage.getItem("liveroom.uid") || guestUid();
+ticketField.value = sessionStorage.getItem("liveroom.ticket") || "";
+
+/** A ticket is a JWT (three dotted parts); anything else is a token, for sends only. */
+const isTicket = (value) => value.split(".").length === 3;
+const ticket = () => ticketField.value.trim();
+
+function showWho() {
+  const t = ticket();
+  $("who-uid").textContent = t && isTicket(t) ? "the ticket's uid" : uidField.value;
+}
+
+// -- drawing -------------------------------------------------------------
+
+function bodyText(body) {
+  if (typeof body === "string") return body;
+  if (body && typeof body === "object" && typeof body.text === "string") return body.text;
+  return JSON.stringify(body);
+}
+
+function clock(ms) {
+  return new Date(ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+}
+
+function messageItem(message) {
+  const item = document.createElement("li");
+  item.className = message.important ? "message important" : "message";
+  if (message.uid === uidField.value) item.classList.add("mine");
+  item.dataset.seq = String(message.seq);
+  item.dataset.order = String((drawn += 1));
+  const who = document.createElement("span");
+  who.className = "uid";
+  who.textContent = message.uid;
+  const when = document.createElement("time");
+  when.dateTime = new Date(message.ts).toISOString();
+  when.textContent = clock(message.ts);
+  const text = document.createElement("span");
+  text.className = "body";
+  text.textContent = bodyText(message.body);
+  item.append(who, when, text);
+  return item;
+}
+
+function append(list, items, keep) {
+  const chat = $("chat").parentElement;
+  const atBottom = chat.scrollHeight - chat.scrollTop - chat.clientHeight < 40;
+  list.append(...items);
+  while (list.children.length > keep) list.firstElementChild.remove();
+  $("empty").hidden = $("chat").children.length > 0;
+  if (atBottom) chat.scrollTop = chat.scrollHeight;
+}
+
+function notice(text, kind) {
+  const item = document.createElement("li");
+  item.className = `notice ${kind}`;
+  item.dataset.order = String((drawn += 1));
+  item.textContent = text;
+  append($("chat"), [item], CHAT_KEEP);
+}
+
+const plural = (n, one, many) => `${n.toLocaleString()} ${n === 1 ? one : many}`;
+
+// -- state shown in the bar ----------------------------------------------------
+
+function status(state, text) {
+  const el = $("status");
+  el.dataset.state = state;
+  el.textContent = text;
+}
+
+function problem(text, canRetry = false) {
+  $("error-text").textContent = text;
+  $("retry").hidden = !canRetry;
+  $("error").hidden = false;
+}
+
+function clearProblem() {
+  $("error").hidden = true;
+}
+
+function pace(intervalMs) {
+  if (intervalMs === 0) return "every message at once";
+  return `1 answer / ${(intervalMs / 1000).toLocaleString()} s`;
+}
+
+function explain(error) {
+  const why = {
+    unauthorized: "This server wants a ticket: paste one under “as …” below.",
+    forbidden: "This ticket or token may not do that.",
+    rate_limited: "Slow down a little.",
+    store_unavailable: "The server cannot reach its store right now.",
+    overloaded: "The server is full right now.",
+    network: "The server cannot be reached.",
+  }[error.code];
+  return `${error.message}${why ? ` — ${why}` : ""}`;
+}
+
+// -- listening -----------------------------------------------------------------
+
+function startListening() {
+  listener?.stop();
+  clearProblem();
+  status("connecting", "connecting…");
+  const t = ticket();
+  listener = new Listener(room, {
+    uid: t && isTicket(t) ? undefined : uidField.value, // a ticket names its uid
+    ticket: t && isTicket(t) ? t : null, // the listener restarts when it changes
+    onReset: (answer) => {
+      if (drawn > 0) notice(`The room started over (epoch ${answer.epoch}); carrying on from here.`, "reset");
+    },
+    onGap: ({ gap, igap }) => {
+      const parts = [];
+      if (igap > 0) parts.push(plural(igap, "important message", "important messages"));
+      if (gap > 0) parts.push(plural(gap, "message", "messages"));
+      notice(`${parts.join(" and ")} missed: the room moved faster than its cache.`, "gap");
+    },
+    onImportant: (messages) => {
+      $("important-box").hidden = false;
+      append($("important"), messages.map(messageItem), IMPORTANT_KEEP);
+    },
+    onMessages: (messages) => append($("chat"), messages.map(messageItem), CHAT_KEEP),
+    onAnswer: (answer) => {
+      clearProblem();
+      status("live", "live");
+      $("online").textContent = answer.online.toLocaleString();
+      if (answer.online > viewersShown) refreshStatsSoon(); // a new listener is a new viewer
+      $("interval").textContent = pace(answer.interval_ms);
+      $("interval").dataset.ms = String(answer.interval_ms);
+    },
+    onError: (error, retryInMs) => {
+      if (retryInMs === null) {
+        status("stopped", "stopped");
+        problem(`Listening stopped: ${explain(error)}`, true);
+      } else {
+        const seconds = Math.max(1, Math.round(retryInMs / 1000));
+        status("retrying", `retrying in ${seconds} s`);
+        problem(`${explain(error)} Trying again in ${seconds} s.`);
+      }
+    },
+  });
+  listener.start();
+}
+
+let viewersShown = 0;
+let refreshing = null;
+
+/** Stats again within a second, once however often it is asked. */
+function refreshStatsSoon() {
+  refreshing ??= setTimeout(() => { refreshing = null; refreshStats(); }, 1000);
+}
+
+async function refreshStats() {
+  try {
+    const stats = await roomStats(room);
+    viewersShown = stats.viewers;
+    $("online").textContent = stats.online.toLocaleString();
+    $("viewers").textContent = stats.viewers.toLocaleString() + (stats.viewers_exact ? "" : " (about)");
+    $("vip").hidden = !stats.vip;
+  } catch (error) {
+    if (!(error instanceof LiveroomError)) throw error;
+    // The listener's banner says what is wrong with the server; stats just wait.
+  }
+}
+
+// -- sending -------------------------------------------------------------------
+
+$("send").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const field = $("text");
+  const text = field.value.trim();
+  const out = $("send-error");
+  if (!text) return;
+  if (!uidField.checkValidity()) {
+    $("who").open = true;
+    uidField.reportValidity();
+    return;
+  }
+  const t = ticket();
+  const button = event.submitter ?? $("send").querySelector("button");
+  button.disabled = true;
+  out.textContent = "";
+  try {
+    await send(room, { text }, {
+      uid: t && isTicket(t) ? undefined : uidField.value,
+      ticket: t || null,
+      important: $("important-flag").checked,
+    });
+    field.value = "";
+  } catch (error) {
+    if (!(error instanceof LiveroomError)) throw error;
+    out.textContent = `Not sent: ${explain(error)}`;
+  } finally {
+    button.disabled = false;
+    field.focus();
+  }
+});
+
+uidField.addEventListener("change", () => {
+  if (!uidField.checkValidity()) return;
+  localStorage.setItem("liveroom.uid", uidField.value);
+  showWho();
+  startListening(); // the online count counts uids: listen as the new one
+});
+
+ticketField.addEventListener("change", () => {
+  sessionStorage.setItem("liveroom.ticket", ticket());
+  showWho();
+  startListening();
+});
+
+$("retry").addEventListener("click", () => startListening());
+
+// -- start -----------------------------------------------------------------------
+
+if (!/^[A-Za-z0-9_.-]{1,64}$/.test(room)) {
+  status("stopped", "no room");
+  problem(`“${room}” is not a room name: letters, digits, _ . - (up to 64).`);
+} else {
+  document.title = `${room} · liveroom`;
+  $("title").textContent = room;
+  localStorage.setItem("liveroom.uid", uidField.value);
+  showWho();
+  startListening();
+  refreshStats();
+  setInterval(() => { if (!document.hidden) refreshStats(); }, STATS_EVERY_MS);
+}

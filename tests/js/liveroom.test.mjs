@@ -1,0 +1,292 @@
+// The poll loop of liveroom.js against a running server (node --test).
+//
+// Run by tests/test_liveroom_js.py, which starts the servers and passes:
+//   LIVEROOM_JS       path of liveroom.js (copied to a .mjs file)
+//   LIVEROOM_URL      a node with a sender rate limit of 1 a second per uid,
+//                     20 normal and 5 important messages cached per room
+//   LIVEROOM_FULL_URL a node that holds at most one poll (503 beyond)
+//   LIVEROOM_ADMIN_TOKEN, LIVEROOM_PUBLISHER_TOKEN
+// Every wait is on an event of the client (a callback, a promise), bounded by
+// the test's own timeout; fetch is the real one, wrapped only to record what
+// was asked and when.
+
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+const { listen, send, roomStats, Listener, LiveroomError } = await import(process.env.LIVEROOM_JS);
+const BASE = process.env.LIVEROOM_URL;
+const FULL = process.env.LIVEROOM_FULL_URL;
+const ADMIN = process.env.LIVEROOM_ADMIN_TOKEN;
+const PUBLISHER = process.env.LIVEROOM_PUBLISHER_TOKEN;
+
+let rooms = 0;
+const freshRoom = (name) => `${name}-${process.pid}-${(rooms += 1)}`;
+
+/** The real fetch, recording each request's URL and start time. */
+function recordingFetch() {
+  const calls = [];
+  const fetcher = (url, init) => {
+    calls.push({ url: new URL(url), at: performance.now(), init });
+    return fetch(url, init);
+  };
+  return { calls, fetcher };
+}
+
+/** A promise and the function that resolves it. */
+function signal() {
+  let resolve;
+  const promise = new Promise((r) => { resolve = r; });
+  return { promise, resolve };
+}
+
+/** Resolves with the first value `pick` returns (not undefined) among calls of a callback. */
+function watch(pick) {
+  const { promise, resolve } = signal();
+  return { promise, callback: (...args) => { const v = pick(...args); if (v !== undefined) resolve(v); } };
+}
+
+test("a first poll without a cursor, then at once with the answer's cursor", { timeout: 15_000 }, async () => {
+  const room = freshRoom("cursor");
+  await send(room, "before", { base: BASE, uid: "c1" });
+  const { calls, fetcher } = recordingFetch();
+  const answers = [];
+  const got = watch((messages) => messages.some((m) => m.body === "after") ? true : undefined);
+  const first = signal();
+  const listener = listen(room, {
+    base: BASE, uid: "listener", fetch: fetcher, timeout: 10,
+    onAnswer: (answer) => { answers.push(answer); first.resolve(); },
+    onMessages: got.callback,
+  });
+  await first.promise;
+  await send(room, "after", { base: BASE, uid: "c2" });
+  await got.promise;
+  const stopping = performance.now();
+  listener.stop();  // between an answer and the next poll: that poll never goes out
+  assert.equal(await listener.closed, null);
+  assert.ok(performance.now() - stopping < 1000);
+
+  const [one, two] = calls.map((c) => c.url.searchParams);
+  assert.equal(one.get("epoch"), null);
+  assert.equal(one.get("seq"), null);
+  assert.equal(one.get("uid"), "listener");
+  assert.deepEqual(answers[0].messages.map((m) => m.body), ["before"]);
+  for (const name of ["epoch", "seq", "iseq", "ctx"]) {
+    assert.equal(two.get(name), String(answers[0][name]), name);
+  }
+  assert.deepEqual(listener.cursor, {
+    epoch: answers.at(-1).epoch, seq: answers.at(-1).seq, iseq: answers.at(-1).iseq, ctx: answers.at(-1).ctx });
+  assert.equal(listener.intervalMs, 0);
+  assert.equal(typeof listener.online, "number");
+});
+
+test("onImportant runs before onMessages, for chat sent earlier in the same answer", { timeout: 15_000 }, async () => {
+  const room = freshRoom("order");
+  await send(room, "opening", { base: BASE, uid: "o1" });
+  const order = [];
+  const first = signal();
+  const both = signal();
+  const listener = new Listener(room, {
+    base: BASE, uid: "listener", timeout: 10,
+    onAnswer: () => first.resolve(),
+    onImportant: (messages) => order.push(["important", messages.map((m) => m.body)]),
+    onMessages: (messages, answer) => {
+      order.push(["messages", messages.map((m) => m.body)]);
+      if (answer.important.length > 0) both.resolve(answer);
+    },
+  }).start();
+  await first.promise;
+  listener.stop();  // so that both messages wait for one answer
+  order.length = 0;
+  await send(room, "chat first", { base: BASE, uid: "o2" });
+  await send(room, { event: "gift" }, { base: BASE, uid: "host", important: true, ticket: PUBLISHER });
+  listener.start();
+  const answer = await both.promise;
+  listener.stop();
+  assert.deepEqual(order, [["important", [{ event: "gift" }]], ["messages", ["chat first"]]]);
+  assert.ok(answer.important[0].seq > answer.messages[0].seq);
+});
+
+test("a gap is reported when more was sent than the room's cache keeps", { timeout: 15_000 }, async () => {
+  const room = freshRoom("gap");
+  await send(room, "m0", { base: BASE, ticket: PUBLISHER, uid: "burst" });
+  const first = signal();
+  const gap = watch((missed, answer) => ({ missed, answer }));
+  const listener = listen(room, { base: BASE, uid: "listener", onAnswer: () => first.resolve(), onGap: gap.callback });
+  await first.promise;
+  listener.stop();
+  for (let i = 1; i <= 30; i += 1) {
+    await send(room, `m${i}`, { base: BASE, ticket: PUBLISHER, uid: "burst" });
+  }
+  listener.start();
+  const { missed, answer } = await gap.promise;
+  listener.stop();
+  assert.deepEqual(missed, { gap: 10, igap: 0 });  // 30 sent, 20 cached
+  assert.equal(answer.messages.length, 20);
+  assert.equal(answer.messages[0].body, "m11");
+});
+
+test("missed important messages are reported as igap, before the ones that came", { timeout: 15_000 }, async () => {
+  const room = freshRoom("igap");
+  await send(room, "m0", { base: BASE, ticket: PUBLISHER, uid: "burst" });
+  const first = signal();
+  const calls = [];
+  const gap = watch((missed) => missed);
+  const listener = listen(room, {
+    base: BASE, uid: "listener", onAnswer: () => first.resolve(),
+    onGap: (...args) => { calls.push("gap"); gap.callback(...args); },
+    onImportant: () => calls.push("important"),
+  });
+  await first.promise;
+  listener.stop();
+  for (let i = 1; i <= 8; i += 1) {
+    await send(room, { signal: i }, { base: BASE, ticket: PUBLISHER, uid: "system", important: true });
+  }
+  listener.start();
+  assert.deepEqual(await gap.promise, { gap: 0, igap: 3 });  // 8 sent, 5 cached
+  listener.stop();
+  assert.deepEqual(calls, ["gap", "important"]);
+});
+
+test("a reset carries on in the new epoch", { timeout: 15_000 }, async () => {
+  const room = freshRoom("reset");
+  await send(room, "old", { base: BASE, uid: "r1" });
+  const first = signal();
+  const reset = watch((answer) => answer);
+  const later = watch((messages) => messages.find((m) => m.body === "new") ? messages : undefined);
+  const listener = listen(room, {
+    base: BASE, uid: "listener", timeout: 10, onAnswer: () => first.resolve(), onReset: reset.callback,
+    onMessages: later.callback,
+  });
+  await first.promise;
+  const before = listener.cursor.epoch;
+  const ended = await fetch(`${BASE}/v1/admin/rooms/${room}/end`,
+    { method: "POST", headers: { Authorization: `Bearer ${ADMIN}` } });
+  assert.equal(ended.status, 200);
+  const { epoch } = await ended.json();
+  const answer = await reset.promise;
+  assert.equal(answer.reset, true);
+  assert.equal(answer.epoch, epoch);
+  assert.notEqual(epoch, before);
+  await send(room, "new", { base: BASE, uid: "r2" });
+  await later.promise;
+  listener.stop();
+  assert.equal(listener.cursor.epoch, epoch);
+});
+
+test("a 429 on a send is retried no sooner than Retry-After, with the same client_msg_id", { timeout: 15_000 }, async () => {
+  const room = freshRoom("limited");
+  await send(room, "one", { base: BASE, uid: "chatty" });
+  const { calls, fetcher } = recordingFetch();
+  const sent = await send(room, "two", { base: BASE, uid: "chatty", fetch: fetcher });
+  assert.equal(calls.length, 2, "the first try is refused (1 a second), the second stored");
+  const waited = calls[1].at - calls[0].at;
+  assert.ok(waited >= 1000, `retried after ${waited} ms, Retry-After was 1 s`);
+  const ids = calls.map((c) => JSON.parse(c.init.body).client_msg_id);
+  assert.equal(ids[0], ids[1]);
+  assert.equal(sent.seq, 2);
+  // Beyond maxWait the refusal is the caller's to show.
+  await assert.rejects(send(room, "three", { base: BASE, uid: "chatty", maxWait: 0 }),
+    (error) => error instanceof LiveroomError && error.status === 429
+      && error.code === "rate_limited" && error.retryAfter >= 1);
+});
+
+test("a 503 on a poll is retried no sooner than Retry-After", { timeout: 20_000 }, async () => {
+  // The full node holds one poll: this one, held as long as the test runs.
+  const holder = new AbortController();
+  const first = await (await fetch(`${FULL}/v1/rooms/hold/poll?uid=h`)).json();
+  const held = fetch(`${FULL}/v1/rooms/hold/poll?uid=h&epoch=${first.epoch}&seq=${first.seq}`
+    + `&iseq=${first.iseq}&ctx=${encodeURIComponent(first.ctx)}&timeout=60`, { signal: holder.signal })
+    .catch(() => null);
+  const { calls, fetcher } = recordingFetch();
+  const refusals = [];
+  const twice = signal();
+  const listener = listen("busy", {
+    base: FULL, uid: "listener", fetch: fetcher, timeout: 10,
+    onError: (error, retryInMs) => {
+      refusals.push({ error, retryInMs, at: performance.now() });
+      if (refusals.length === 2) twice.resolve();
+    },
+  });
+  await twice.promise;
+  listener.stop();
+  holder.abort();
+  await held;
+  for (const { error, retryInMs } of refusals) {
+    assert.equal(error.status, 503);
+    assert.equal(error.code, "overloaded");
+    assert.equal(error.retryAfter, 2);
+    assert.ok(retryInMs >= 2000, `${retryInMs} ms`);
+  }
+  // calls: the first poll (answered), the refused cursor poll, its retry (refused).
+  assert.equal(calls.length, 3);
+  assert.ok(calls[2].at - calls[1].at >= 2000, `retried after ${calls[2].at - calls[1].at} ms`);
+});
+
+test("stop() aborts the held poll at once and nothing runs after it", { timeout: 15_000 }, async () => {
+  const room = freshRoom("stop");
+  const { calls, fetcher } = recordingFetch();
+  const first = signal();
+  let after = 0;
+  let stopped = false;
+  const listener = listen(room, {
+    base: BASE, uid: "listener", fetch: fetcher, timeout: 60,
+    onAnswer: () => { if (stopped) after += 1; first.resolve(); },
+    onMessages: () => { if (stopped) after += 1; },
+    onError: () => { if (stopped) after += 1; },
+  });
+  await first.promise;
+  // Wait until the second poll is on its way (held by the server).
+  while (calls.length < 2) await new Promise((r) => setImmediate(r));
+  const start = performance.now();
+  stopped = true;
+  listener.stop();
+  assert.equal(listener.running, false);
+  assert.equal(await listener.closed, null);
+  assert.ok(performance.now() - start < 1000);
+  assert.equal(calls[1].init.signal.aborted, true);
+  await send(room, "too late", { base: BASE, uid: "s1" });
+  const stats = await roomStats(room, { base: BASE });
+  assert.equal(stats.room, room);
+  assert.equal(stats.seq, 1);
+  assert.equal(stats.vip, false);
+  assert.equal(after, 0);
+  assert.equal(calls.length, 2);
+});
+
+test("a bad request stops the loop with the server's error", { timeout: 15_000 }, async () => {
+  const failed = watch((error, retryInMs) => ({ error, retryInMs }));
+  const listener = listen(freshRoom("bad"), { base: BASE, uid: "listener", recent: 1000, onError: failed.callback });
+  const { error, retryInMs } = await failed.promise;
+  assert.equal(retryInMs, null);
+  assert.equal(error.status, 400);
+  assert.equal(error.code, "bad_request");
+  assert.match(error.message, /recent/);
+  assert.equal(await listener.closed, error);
+  assert.equal(listener.running, false);
+});
+
+test("a network error is retried after a growing backoff", { timeout: 15_000 }, async () => {
+  const delays = [];
+  const three = signal();
+  // Nobody listens on port 9 of the loopback (discard): connections are refused.
+  const listener = listen("nowhere", {
+    base: "http://127.0.0.1:9", uid: "listener",
+    onError: (error, retryInMs) => {
+      assert.equal(error.code, "network");
+      delays.push(retryInMs);
+      if (delays.length === 3) three.resolve();
+    },
+  });
+  await three.promise;
+  listener.stop();
+  assert.ok(delays[0] >= 250 && delays[0] <= 500, `${delays}`);
+  assert.ok(delays[1] >= 500 && delays[1] <= 1000, `${delays}`);
+  assert.ok(delays[2] >= 1000 && delays[2] <= 2000, `${delays}`);
+});
+
+test("names are checked before anything is sent", () => {
+  assert.throws(() => new Listener("bad name", { base: BASE }), TypeError);
+  assert.throws(() => new Listener("room", { base: BASE, uid: "a/b" }), TypeError);
+  assert.throws(() => new Listener("room", { base: BASE, timeout: 0 }), RangeError);
+  assert.throws(() => new Listener("room", {}), /base/);
+});

@@ -1,0 +1,245 @@
+"""The room page in headless Chromium, against a node over real sockets:
+messages arrive live, important ones apart and first, gaps are told, and
+what goes wrong is shown. Waits are on the page's DOM (WebDriverWait), never
+sleeps; each test saves screenshots under its ``tmp_path``.
+
+``LIVEROOM_SCREENSHOT_DIR`` set (``scripts/screenshots`` sets it to ``docs/``):
+the README's screenshot of the room page is written there as ``room.png``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from browser import Served, call, screenshot, send_message, served_node, window
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import WebDriverWait
+
+from liveroom.settings import Tier
+from proxy.tickets import mint
+
+PACE_MS = 3000
+"""The tiered node's interval, from 1 listener on: after an answer with
+messages the page's next one comes no sooner, so what is sent meanwhile
+arrives in one answer."""
+
+
+def text_of(browser: WebDriver, css: str) -> str:
+    return str(browser.find_element(By.CSS_SELECTOR, css).text)
+
+
+def bodies(browser: WebDriver, css: str) -> list[str]:
+    return [str(e.text) for e in browser.find_elements(By.CSS_SELECTOR, f"{css} .body")]
+
+
+def have_watched(browser: WebDriver) -> bool:
+    """The page shows at least one viewer (the stats it reads every few seconds)."""
+    shown = text_of(browser, "#viewers")
+    return shown.isdigit() and int(shown) >= 1
+
+
+def open_room_page(browser: WebDriver, served: Served, room: str, uid: str) -> None:
+    """Open the room page as ``uid``, with no ticket kept from another test."""
+    browser.get(f"{served.url}/")
+    browser.execute_script("localStorage.setItem('liveroom.uid', arguments[0]);"
+                           "sessionStorage.clear();", uid)
+    browser.get(f"{served.url}/rooms/{room}")
+
+
+def open_room(browser: WebDriver, served: Served, room: str, uid: str = "viewer") -> None:
+    """Open the room page as ``uid`` and wait until it listens (its first
+    poll answered: the next one is on its way)."""
+    open_room_page(browser, served, room, uid)
+    WebDriverWait(browser, 10).until(
+        lambda b: b.find_element(By.ID, "status").get_attribute("data-state") == "live")
+
+
+def open_paced_room(browser: WebDriver, served: Served, room: str,
+                    chatter: tuple[tuple[str, str], ...] = (("warm", "warm-up"),)) -> None:
+    """Open the room on the tiered node and wait until the page shows the
+    room's pace: the room counts its listener within seconds, and the page
+    learns the pace from the next answer, so messages (``chatter``, in turn)
+    are sent, one each time the condition is checked, until an answer says it."""
+    sent = [0]
+
+    def say() -> None:
+        uid, text = chatter[sent[0] % len(chatter)]
+        sent[0] += 1
+        send_message(served, room, text, uid=uid)
+
+    say()  # the room exists from its first message
+    open_room(browser, served, room)
+
+    def paced(driver: WebDriver) -> bool:
+        if driver.find_element(By.ID, "interval").get_attribute("data-ms") == str(PACE_MS):
+            return True
+        say()
+        return False
+
+    WebDriverWait(browser, 20, poll_frequency=0.5).until(paced)
+
+
+@pytest.fixture
+def paced() -> Iterator[Served]:
+    """A node whose rooms are paced from their first listener on, caching 20
+    normal messages a room."""
+    with served_node(tiers=(Tier(1, PACE_MS / 1000),), normal_keep=20) as node:
+        yield node
+
+
+def test_a_message_sent_through_the_api_shows_within_a_second(
+        browser: WebDriver, served: Served, tmp_path: Path) -> None:
+    send_message(served, "live", "already here", uid="early")
+    open_room(browser, served, "live")
+    assert bodies(browser, "#chat") == ["already here"]  # the first poll's recent ones
+    started = time.monotonic()
+    send_message(served, "live", {"text": "hello from the API"}, uid="bob")
+    WebDriverWait(browser, 1.0, poll_frequency=0.02).until(
+        lambda b: "hello from the API" in bodies(b, "#chat"))
+    assert time.monotonic() - started < 1.0
+    screenshot(browser, tmp_path, "live")
+    item = browser.find_elements(By.CSS_SELECTOR, "#chat .message")[-1]
+    assert item.find_element(By.CSS_SELECTOR, ".uid").text == "bob"
+    assert text_of(browser, "#interval") == "every message at once"
+    assert int(text_of(browser, "#online")) >= 0
+    # The listener counts among the viewers once its heartbeat is merged.
+    WebDriverWait(browser, 15).until(have_watched)
+    assert int(text_of(browser, "#viewers")) >= 1
+    assert browser.find_element(By.ID, "error").get_attribute("hidden") is not None
+
+
+def test_an_important_message_shows_apart_before_chat_sent_earlier(
+        browser: WebDriver, paced: Served, tmp_path: Path) -> None:
+    open_paced_room(browser, paced, "stage")
+    # Both wait for one answer: the chat is held by the pace, the important
+    # message cuts through and releases it with the chat.
+    chat = send_message(paced, "stage", "chat sent first", uid="carol")
+    signal = send_message(paced, "stage", {"event": "cohost_joined"}, uid="host",
+                          important=True)
+    WebDriverWait(browser, 5, poll_frequency=0.05).until(
+        lambda b: "chat sent first" in bodies(b, "#chat"))
+    screenshot(browser, tmp_path, "important")
+    important = browser.find_element(By.CSS_SELECTOR, "#important .message")
+    assert important.find_element(By.CSS_SELECTOR, ".body").text == '{"event":"cohost_joined"}'
+    assert "important" in str(important.get_attribute("class"))
+    assert important.is_displayed()
+    assert browser.find_elements(By.CSS_SELECTOR, "#chat .message.important") == []
+    earlier = browser.find_elements(By.CSS_SELECTOR, "#chat .message")[-1]
+    assert earlier.find_element(By.CSS_SELECTOR, ".body").text == "chat sent first"
+    # Sent later, shown first: drawn before the chat and placed above it.
+    assert int(str(important.get_attribute("data-seq"))) == signal["seq"] > chat["seq"]
+    assert int(str(important.get_attribute("data-order"))) < int(
+        str(earlier.get_attribute("data-order")))
+    box = browser.find_element(By.ID, "important-box")
+    assert box.location["y"] < browser.find_element(By.ID, "chat").location["y"]
+
+
+def test_a_burst_beyond_the_cache_shows_a_gap_notice(
+        browser: WebDriver, paced: Served, tmp_path: Path) -> None:
+    open_paced_room(browser, paced, "flood")
+    for i in range(30):  # within the pace: one answer, 20 cached, the rest missed
+        send_message(paced, "flood", f"burst {i}", uid="flood")
+    WebDriverWait(browser, 10, poll_frequency=0.05).until(
+        lambda b: b.find_elements(By.CSS_SELECTOR, "#chat .notice.gap"))
+    screenshot(browser, tmp_path, "gap")
+    notice = browser.find_element(By.CSS_SELECTOR, "#chat .notice.gap")
+    assert "messages missed" in notice.text
+    missed = int(notice.text.split()[0])
+    assert missed >= 10
+    WebDriverWait(browser, 5).until(lambda b: "burst 29" in bodies(b, "#chat"))
+    shown = [b for b in bodies(browser, "#chat") if b.startswith("burst")]
+    assert shown[-1] == "burst 29"
+    assert "burst 0" not in shown
+
+
+def test_sending_from_the_page(browser: WebDriver, served: Served, tmp_path: Path) -> None:
+    open_room(browser, served, "talk", uid="dave")
+    browser.find_element(By.ID, "text").send_keys("typed in the page")
+    browser.find_element(By.CSS_SELECTOR, "#send button[type=submit]").click()
+    WebDriverWait(browser, 5).until(lambda b: "typed in the page" in bodies(b, "#chat"))
+    mine = browser.find_elements(By.CSS_SELECTOR, "#chat .message.mine")
+    assert [m.find_element(By.CSS_SELECTOR, ".uid").text for m in mine] == ["dave"]
+    assert browser.find_element(By.ID, "text").get_attribute("value") == ""
+    status, page = call(f"{served.url}/v1/rooms/talk/poll?uid=x")
+    assert status == 200
+    assert page["messages"][-1]["body"] == {"text": "typed in the page"}
+    assert page["messages"][-1]["uid"] == "dave"
+    screenshot(browser, tmp_path, "sent")
+
+
+def test_a_refused_send_is_explained(browser: WebDriver, served: Served,
+                                     tmp_path: Path) -> None:
+    """An important message without the publisher token: 401, said under the box."""
+    open_room(browser, served, "strict", uid="eve")
+    browser.find_element(By.CSS_SELECTOR, "#who summary").click()
+    browser.find_element(By.ID, "important-flag").click()
+    browser.find_element(By.ID, "text").send_keys("let me be important")
+    browser.find_element(By.CSS_SELECTOR, "#send button[type=submit]").click()
+    WebDriverWait(browser, 5).until(lambda b: text_of(b, "#send-error") != "")
+    screenshot(browser, tmp_path, "refused")
+    assert text_of(browser, "#send-error").startswith("Not sent:")
+    assert browser.find_element(By.ID, "text").get_attribute("value") == "let me be important"
+
+
+def test_a_ticket_server_says_what_is_missing_then_takes_a_ticket(
+        browser: WebDriver, tmp_path: Path) -> None:
+    """A server in ticket mode refuses a page without a ticket: the page says
+    so and how to fix it, instead of staying blank. With a ticket pasted it
+    listens, and sends as the ticket's uid."""
+    key = "k" * 32
+    with served_node(auth="ticket", ticket_keys=(key,)) as node:
+        open_room_page(browser, node, "locked", uid="guest")
+        WebDriverWait(browser, 10).until(
+            lambda b: b.find_element(By.ID, "status").get_attribute("data-state") == "stopped")
+        screenshot(browser, tmp_path, "stopped")
+        assert browser.find_element(By.ID, "error").is_displayed()
+        assert "ticket" in text_of(browser, "#error-text")
+        assert browser.find_element(By.ID, "retry").is_displayed()
+
+        browser.find_element(By.CSS_SELECTOR, "#who summary").click()
+        field = browser.find_element(By.ID, "ticket")
+        field.send_keys(mint(key, "frank", rooms=["locked"]))
+        browser.find_element(By.ID, "text").click()  # the field's change event
+        WebDriverWait(browser, 10).until(
+            lambda b: b.find_element(By.ID, "status").get_attribute("data-state") == "live")
+        assert not browser.find_element(By.ID, "error").is_displayed()
+        assert text_of(browser, "#who-uid") == "the ticket's uid"
+        browser.find_element(By.ID, "text").send_keys("signed in")
+        browser.find_element(By.CSS_SELECTOR, "#send button[type=submit]").click()
+        WebDriverWait(browser, 5).until(lambda b: "signed in" in bodies(b, "#chat"))
+        sender = browser.find_elements(By.CSS_SELECTOR, "#chat .message .uid")[-1]
+        assert sender.text == "frank"
+        screenshot(browser, tmp_path, "ticket")
+
+
+def test_the_room_page_for_the_readme(browser: WebDriver, tmp_path: Path) -> None:
+    """A room with chat, an important message and a gap notice, at a phone's
+    size: the README's ``docs/room.png`` when ``LIVEROOM_SCREENSHOT_DIR`` is set."""
+    # Five messages cached a room: a short burst makes the gap notice.
+    with served_node(tiers=(Tier(1, PACE_MS / 1000),), normal_keep=5) as paced, \
+            window(browser, 430, 860):
+        open_paced_room(browser, paced, "launch", chatter=(
+            ("mei", "the stream is up!"), ("ravi", "hello from Pune"),
+            ("lena", "sound is a bit low"), ("mei", "better now"),
+            ("lena", "so many people here"), ("mei", "what's the song?")))
+        send_message(paced, "launch", {"text": "co-host joined: Ana"}, uid="system",
+                     important=True)
+        WebDriverWait(browser, 5).until(lambda b: bodies(b, "#important"))
+        for i in range(8):
+            send_message(paced, "launch", ["clap", "wow", "hi Ana!", "yay"][i % 4],
+                         uid=f"fan{i}")
+        WebDriverWait(browser, 10).until(
+            lambda b: b.find_elements(By.CSS_SELECTOR, "#chat .notice.gap"))
+        send_message(paced, "launch", "what a launch", uid="lena")
+        WebDriverWait(browser, 10).until(lambda b: "what a launch" in bodies(b, "#chat"))
+        WebDriverWait(browser, 15).until(have_watched)
+        shot = screenshot(browser, tmp_path, "room")
+    target = os.environ.get("LIVEROOM_SCREENSHOT_DIR")
+    if target:
+        shutil.copyfile(shot, Path(target) / "room.png")
