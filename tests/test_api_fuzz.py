@@ -30,7 +30,6 @@ import msgpack
 import pytest
 import requests
 import schemathesis
-from conftest import free_port
 from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
@@ -41,7 +40,7 @@ from schemathesis.specs.openapi.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
-from support import ADMIN, PUBLISHER, clean_env
+from support import ADMIN, PUBLISHER, clean_env, free_port
 
 from proxy.routes import OPENAPI
 

@@ -12,8 +12,7 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
-from conftest import free_port
-from support import ADMIN, PUBLISHER, Listener, clean_env, running_node
+from support import ADMIN, PUBLISHER, Listener, clean_env, free_port, running_node
 
 from liveroom.client import (
     BACKOFF_FIRST,
