@@ -5,6 +5,7 @@ calls; and ``liveroom listen`` / ``liveroom send`` as real processes."""
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import sys
 import time
@@ -124,6 +125,30 @@ async def test_breaking_out_of_the_loop_and_a_context_manager() -> None:
                 assert [m.body for m in answer.messages] == ["hi"]
                 break
         assert listening.stopped
+
+
+async def test_a_listener_resumes_from_its_cursor() -> None:
+    async with running_node() as node, Client(node.url) as client:
+        async with client.listen("hall", uid="ann", timeout=5) as listening:
+            await next_answer(listening)
+        cursor = listening.cursor
+        assert cursor is not None
+        await client.send("hall", "while away", uid="bob")
+        resumed = client.listen("hall", uid="ann", timeout=5, cursor=cursor)
+        answer = await next_answer(resumed)
+        assert not answer.reset
+        assert [m.body for m in answer.messages] == ["while away"]
+        resumed.stop()
+
+
+async def test_empty_answers_only_when_asked() -> None:
+    async with running_node() as node, Client(node.url) as client:
+        listening = client.listen("hall", uid="ann", timeout=1, empty=True)
+        first = await next_answer(listening)
+        answer = await next_answer(listening)  # the hold timed out
+        assert answer.empty
+        assert (answer.epoch, answer.seq, answer.iseq) == (first.epoch, first.seq, first.iseq)
+        listening.stop()
 
 
 async def test_a_rate_limit_is_waited_out_for_its_retry_after() -> None:
@@ -293,6 +318,31 @@ async def test_the_listen_and_send_commands() -> None:
                 assert await proc.wait() == 0
             rest = await proc.stderr.read()
             assert b"Traceback" not in rest, rest
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+
+async def test_the_listen_command_prints_json_lines() -> None:
+    async with running_node() as node, Client(node.url) as client:
+        await client.send("hall", {"text": "hi"}, uid="bob")
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "liveroom", "listen", "hall", "--json", "--recent", "5",
+            "--url", node.url, env=clean_env(),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        try:
+            assert proc.stdout is not None
+            assert proc.stderr is not None
+            async with asyncio.timeout(15):
+                note = json.loads(await proc.stderr.readline())
+                line = json.loads(await proc.stdout.readline())
+            assert note["note"].startswith("listening to hall")
+            assert {k: line[k] for k in ("seq", "uid", "important", "body")} == {
+                "seq": 1, "uid": "bob", "important": False, "body": {"text": "hi"}}
+            proc.send_signal(signal.SIGTERM)
+            async with asyncio.timeout(5):
+                assert await proc.wait() == 0
         finally:
             if proc.returncode is None:
                 proc.kill()
