@@ -24,14 +24,14 @@ from proxy.tickets import DEFAULT_TTL, mint
 from . import __version__
 from .client import Answer, ApiError, Client, ClientError, Message, Retry, VipChange
 from .clock import SystemClock
-from .errors import BadRequest, LiveroomError
+from .errors import BadRequest, ConfigError, LiveroomError
 from .model import check_name
 from .node import Node, run
 from .ratelimit import RateLimits, Window, parse_windows
 from .settings import TICKET_KEY_MIN, Settings, Tier, parse_tiers
 from .store import open_store
 from .store.base import Operators
-from .workers import CannotListen, Refused, supervise
+from .workers import CannotListen, supervise
 
 _D = Settings()
 F = TypeVar("F", bound=Callable[..., Any])
@@ -79,16 +79,6 @@ def _parse_workers(ctx: click.Context, param: click.Parameter, value: str) -> in
     return count
 
 
-def _hint(message: str) -> str:
-    """The option a Settings refusal is about."""
-    for words, option in (("online_ttl", "--online-ttl"), ("tier", "--tiers"),
-                          ("hold_tick", "--hold-tick"), ("vip_refresh", "--vip-refresh"),
-                          ("ticket key", "--ticket-key"), ("auth", "--auth"),
-                          ("metrics_token", "--metrics-token"),
-                          ("durable_replicas", "--durable-replicas")):
-        if words in message:
-            return option
-    return "serve"
 _STORE_HELP = ("Where room logs live: 'memory' (embedded, one process, nothing to "
                "install), redis://HOST:PORT/DB (many processes and hosts) or "
                "redis+cluster://HOST:PORT[,HOST:PORT...] (a Redis Cluster, 7 or later).")
@@ -328,16 +318,16 @@ def serve(host: str, port: int, store: str, admin_token: str | None,
                             first_pull_timeout=first_pull_timeout,
                             durable_replicas=durable_replicas,
                             durable_timeout=durable_timeout)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint=_hint(str(exc))) from None
+    except ConfigError as exc:
+        raise click.BadParameter(exc.message, param_hint=exc.option) from None
     _check_shared_store(settings, auth_given=auth is not None)
     if workers > 1:
         _supervise(settings, workers, log_level)
         return
     try:
         run(settings, announce=_announce)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--store") from None
+    except ConfigError as exc:
+        raise click.BadParameter(exc.message, param_hint=exc.option) from None
     except OSError as exc:  # the port: in use, or not ours to take
         raise click.ClickException(
             f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}") from None
@@ -346,8 +336,8 @@ def serve(host: str, port: int, store: str, admin_token: str | None,
 def _supervise(settings: Settings, workers: int, log_level: str) -> None:
     try:
         code = supervise(settings, workers, log_level=log_level)
-    except Refused as exc:
-        raise click.BadParameter(exc.reason, param_hint=exc.option) from None
+    except ConfigError as exc:
+        raise click.BadParameter(exc.message, param_hint=exc.option) from None
     except CannotListen as exc:
         raise click.ClickException(str(exc)) from None
     if code:

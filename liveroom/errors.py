@@ -114,3 +114,22 @@ class Overloaded(LiveroomError):
     def __init__(self, message: str = "this node holds all the polls it can; retry later",
                  *, retry_after: float | None = 2.0) -> None:
         super().__init__(message, retry_after=retry_after)
+
+
+class ConfigError(ValueError):
+    """A setting that cannot run: ``setting`` names it (a field of
+    :class:`~liveroom.settings.Settings`), :attr:`option` the ``serve`` flag
+    that sets it."""
+
+    def __init__(self, setting: str, message: str) -> None:
+        super().__init__(message)
+        self.setting = setting
+        self.message = message
+
+    @property
+    def option(self) -> str:
+        return _FLAGS.get(self.setting) or "--" + self.setting.replace("_", "-")
+
+
+_FLAGS = {"ticket_keys": "--ticket-key", "rate_limits": "--rate-limits"}
+"""Settings whose ``serve`` flag is not their name in kebab case."""

@@ -33,10 +33,11 @@ from recvsvr.build import Retention
 from statsvr import StatsLimits, Statsvr
 
 from .clock import Clock, SystemClock
-from .errors import StoreUnavailable
+from .errors import ConfigError, StoreUnavailable
 from .lograte import ServerLog
 from .metrics import Metrics
 from .settings import Settings
+from .snapshot import Snapshot, sent_per_minute
 from .store import Store, open_store
 from .whitelist import VipList
 
@@ -124,7 +125,9 @@ def build_node(settings: Settings, clock: Clock | None = None,
                           write_every=settings.stats_write_every,
                           merge_every=settings.merge_every,
                           keep_for=settings.read_window,
-                      ))
+                      ),
+                      holding=lambda: (len(cache), proxy.holds.count),
+                      rate=lambda room: _rate(cache.peek(room), clock, settings.normal_keep))
     # One process, one statsvr node: every heartbeat is ours.
     heartbeats = Heartbeats([statsvr], clock, flush_every=settings.heartbeat_flush)
     # Tokens and the context secret are filled in at start-up (made up, for
@@ -140,6 +143,13 @@ def build_node(settings: Settings, clock: Clock | None = None,
     return node
 
 
+def _rate(snap: Snapshot | None, clock: Clock, normal_keep: int) -> float | None:
+    """A room's messages a minute from the snapshot this node holds, if any."""
+    if snap is None:
+        return None
+    return round(sent_per_minute(snap, int(clock.time() * 1000), normal_keep), 1)
+
+
 def _configured(node: Node, name: str, configured: str | None) -> str:
     """A token or the context secret: as configured, or made up for the memory
     engine alone (one process: nobody else needs to know it; tokens made up
@@ -149,8 +159,8 @@ def _configured(node: Node, name: str, configured: str | None) -> str:
     if configured:
         return configured
     if node.settings.shared_store:
-        raise ValueError(f"a node over a shared store needs {name} configured "
-                         f"(--{name.replace('_', '-')} or LIVEROOM_{name.upper()})")
+        raise ConfigError(name, f"a node over a shared store needs {name} configured "
+                                f"(--{name.replace('_', '-')} or LIVEROOM_{name.upper()})")
     value = secrets.token_urlsafe(24)
     if name != "secret":
         node.generated[name] = value

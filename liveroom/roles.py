@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from .snapshot import Snapshot
+from .store.base import NodeState, RankedRoom
 
 
 class RoomReader(Protocol):
@@ -81,8 +82,8 @@ class StatsReader(Protocol):
     """The merged view of rooms a statsvr node serves to the proxy.
 
     Every answer comes from memory (the merged view swapped in by the merge
-    task); none touches the store on the caller's path except the series and
-    the past broadcasts, which are history read on demand.
+    task); none touches the store on the caller's path except the series,
+    the past broadcasts and the registry's figures, read on demand.
     """
 
     def online(self, room: str) -> int:
@@ -101,6 +102,16 @@ class StatsReader(Protocol):
     async def online_series(self, room: str, since: float,
                             until: float) -> tuple[int, list[tuple[int, float, int]]]:
         """The online count over ``[since, until]`` (Unix s): ``(step, [(t, avg, max)])``."""
+
+    async def biggest_rooms(self, limit: int) -> list[RankedRoom]:
+        """The ``limit`` biggest rooms now by online count, over every node of
+        the store, as the nodes last announced them (a few seconds old). One
+        store read (an operator's page, not a poll's path); raises
+        StoreUnavailable when it cannot."""
+
+    async def nodes(self) -> list[NodeState]:
+        """The live nodes over the store and what each announced it holds. One
+        store read; raises StoreUnavailable when it cannot."""
 
     async def broadcasts(self, room: str) -> list[BroadcastStats]:
         """The room's ended broadcasts still kept, newest first, with their

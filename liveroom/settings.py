@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .errors import ConfigError
 from .ratelimit import RateLimits
 from .store.base import LogPolicy
 
@@ -44,11 +45,11 @@ def parse_tiers(text: str) -> tuple[Tier, ...]:
         try:
             tier = Tier(int(online), float(interval), float(jitter or 0))
         except ValueError:
-            raise ValueError(f"bad tier {part.strip()!r}: write ONLINE:INTERVAL[+JITTER], "
-                             f"e.g. 1000000:8+2") from None
+            raise ConfigError("tiers", f"bad tier {part.strip()!r}: write "
+                                       f"ONLINE:INTERVAL[+JITTER], e.g. 1000000:8+2") from None
         if not sep or tier.online < 1 or tier.interval <= 0 or tier.jitter < 0:
-            raise ValueError(f"bad tier {part.strip()!r}: ONLINE ≥ 1, INTERVAL > 0, "
-                             f"JITTER ≥ 0")
+            raise ConfigError("tiers", f"bad tier {part.strip()!r}: ONLINE ≥ 1, "
+                                       f"INTERVAL > 0, JITTER ≥ 0")
         tiers.append(tier)
     return tuple(sorted(tiers, key=lambda t: t.online))
 
@@ -181,48 +182,56 @@ class Settings:
 
     def __post_init__(self) -> None:
         if self.auth not in AUTH_MODES:
-            raise ValueError(f"auth must be one of {', '.join(AUTH_MODES)}, not {self.auth!r}")
+            raise ConfigError("auth", f"auth must be one of {', '.join(AUTH_MODES)}, "
+                                      f"not {self.auth!r}")
         if self.auth == "ticket" and not self.ticket_keys:
-            raise ValueError("auth 'ticket' needs at least one ticket key")
+            raise ConfigError("ticket_keys", "auth 'ticket' needs at least one ticket key")
         for key in self.ticket_keys:
             if len(key.encode()) < TICKET_KEY_MIN:
-                raise ValueError(f"a ticket key must be at least {TICKET_KEY_MIN} bytes "
-                                 f"(HS256 with a shorter key can be brute-forced)")
+                raise ConfigError("ticket_keys",
+                                  f"a ticket key must be at least {TICKET_KEY_MIN} bytes "
+                                  f"(HS256 with a shorter key can be brute-forced)")
         if self.ticket_leeway < 0:
-            raise ValueError("ticket_leeway must not be negative")
+            raise ConfigError("ticket_leeway", "ticket_leeway must not be negative")
         if self.metrics_token is not None and not self.metrics_token:
-            raise ValueError("metrics_token must not be empty")
+            raise ConfigError("metrics_token", "metrics_token must not be empty")
         longest = self.poll_timeout_max + self.hold_interval_max
         if self.online_ttl <= longest:
-            raise ValueError(
-                f"online_ttl ({self.online_ttl:g} s) must exceed the longest poll timeout "
-                f"plus the longest hold interval ({longest:g} s)")
+            raise ConfigError(
+                "online_ttl", f"online_ttl ({self.online_ttl:g} s) must exceed the longest "
+                f"poll timeout plus the longest hold interval ({longest:g} s)")
         for tier in self.tiers:
             if tier.interval + tier.jitter > self.hold_interval_max:
-                raise ValueError(
-                    f"tier from {tier.online} online: interval plus jitter "
+                raise ConfigError(
+                    "tiers", f"tier from {tier.online} online: interval plus jitter "
                     f"({tier.interval + tier.jitter:g} s) exceeds hold_interval_max "
                     f"({self.hold_interval_max:g} s)")
         if not 0.05 <= self.hold_tick <= 1.0:
-            raise ValueError("hold_tick must be between 0.05 and 1 s")
+            raise ConfigError("hold_tick", "hold_tick must be between 0.05 and 1 s")
         if self.answer_bytes_max < 1024:
-            raise ValueError("answer_bytes_max must be at least 1024 bytes")
-        if self.holds_per_listener < 1 or self.held_max < 0:
-            raise ValueError("holds_per_listener must be at least 1, held_max at least 0")
+            raise ConfigError("answer_bytes_max", "answer_bytes_max must be at least 1024 bytes")
+        if self.holds_per_listener < 1:
+            raise ConfigError("holds_per_listener", "holds_per_listener must be at least 1")
+        if self.held_max < 0:
+            raise ConfigError("held_max", "held_max must be at least 0")
         if self.vip_shards < 1:
-            raise ValueError("vip_shards must be at least 1")
+            raise ConfigError("vip_shards", "vip_shards must be at least 1")
         if self.vip_refresh <= 0:
-            raise ValueError("vip_refresh must be positive")
-        if self.durable_replicas < 0 or self.durable_timeout <= 0:
-            raise ValueError("durable_replicas must be 0 or more and durable_timeout positive")
+            raise ConfigError("vip_refresh", "vip_refresh must be positive")
+        if self.durable_replicas < 0:
+            raise ConfigError("durable_replicas", "durable_replicas must be 0 or more")
+        if self.durable_timeout <= 0:
+            raise ConfigError("durable_timeout", "durable_timeout must be positive")
         if self.durable_replicas and not self.shared_store:
-            raise ValueError("durable_replicas needs the redis engine: the memory engine "
-                             "has no replicas")
-        if self.rooms_max < 1 or self.empty_room_ttl <= 0 or self.first_pull_timeout <= 0:
-            raise ValueError("rooms_max, empty_room_ttl and first_pull_timeout must be positive")
+            raise ConfigError("durable_replicas", "durable_replicas needs the redis engine: "
+                                                  "the memory engine has no replicas")
+        for name in ("rooms_max", "empty_room_ttl", "first_pull_timeout"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(name, f"{name} must be positive")
         if min(self.pull_batch, self.pull_concurrency, self.vip_pull_batch,
                self.vip_pull_concurrency) < 1:
-            raise ValueError("every sect needs a pull batch and concurrency of at least 1")
+            raise ConfigError("pull_batch", "every sect needs a pull batch and concurrency "
+                                            "of at least 1")
 
     @property
     def shared_store(self) -> bool:

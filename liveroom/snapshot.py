@@ -234,3 +234,49 @@ def recent(snap: Snapshot, count: int, budget: int | None = None) -> Delivery:
         keep = _fit(messages[::-1], budget, at_least_one=True)
         messages = messages[len(messages) - keep:]
     return Delivery((), messages, 0, 0, snap.head, snap.head, snap.head_ic, snap.head_ic)
+
+
+_ts = attrgetter("ts")
+
+MINUTE_MS = 60_000
+
+
+def sent_per_minute(snap: Snapshot, now_ms: int, normal_keep: int) -> float:
+    """Messages (normal and important) sent to the room in the minute before
+    ``now_ms``, as far as this snapshot's messages tell; ``normal_keep`` is
+    how many normal messages the cache keeps (when its list is that long,
+    older ones were evicted).
+
+    Seqs are dense within an epoch, so the messages after the newest held one
+    that is a minute old or more number exactly ``head`` minus its seq. When
+    every held message is younger than a minute:
+
+    - the normal list is not full: every message of the epoch the store still
+      keeps is held, so the count from the oldest held one on is exact (a
+      broadcast that began less than a minute ago counts only its own);
+    - it is full (more than ``normal_keep`` messages a minute): an estimate,
+      the held messages over the time since the oldest of them, scaled to a
+      minute.
+
+    Times are the messages' ``ts``, taken by the proxies that accepted them
+    (clocks of several hosts: a skew of a second moves the figure a little).
+    """
+    cutoff = now_ms - MINUTE_MS
+    oldest: Item | None = None
+    base = -1
+    for items in (snap.normal, snap.important):
+        if not items:
+            continue
+        i = bisect_right(items, cutoff, key=_ts)
+        if i:
+            base = max(base, items[i - 1].seq)
+        if oldest is None or items[0].seq < oldest.seq:
+            oldest = items[0]
+    if base >= 0:
+        return float(snap.head - base)
+    if oldest is None:
+        return 0.0
+    count = snap.head - oldest.seq + 1
+    if len(snap.normal) < normal_keep:
+        return float(count)
+    return count * MINUTE_MS / max(now_ms - oldest.ts, 1000)

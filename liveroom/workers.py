@@ -54,6 +54,7 @@ from prometheus_client.multiprocess import mark_process_dead
 
 from . import __version__
 from .clock import SystemClock
+from .errors import ConfigError
 from .node import Node, run
 from .settings import Settings
 from .store import open_store
@@ -64,15 +65,6 @@ READY = "liveroom-worker-ready "
 """Starts the one line a worker writes to its stdout once it listens (JSON follows)."""
 _SOURCE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 """Where this liveroom was imported from: workers import the same one."""
-
-
-class Refused(ValueError):
-    """A setting ``--workers`` cannot run with; ``option`` names the one to change."""
-
-    def __init__(self, option: str, reason: str) -> None:
-        super().__init__(reason)
-        self.option = option
-        self.reason = reason
 
 
 class CannotListen(Exception):
@@ -159,8 +151,9 @@ class Supervisor:
 
     async def run(self) -> int:
         """Serve until told to stop; the exit status (0, or 1 when a worker could
-        not start). Raises :class:`Refused` for settings workers cannot run with
-        and :class:`CannotListen` when the port cannot be bound."""
+        not start). Raises :class:`~liveroom.errors.ConfigError` for settings
+        workers cannot run with and :class:`CannotListen` when the port cannot
+        be bound."""
         await self._check_store()
         s = self.settings
         try:
@@ -196,10 +189,10 @@ class Supervisor:
             engine = open_store(self.settings.store, self.settings.log_policy(),
                                 SystemClock(), node_id=self.settings.name)
         except ValueError as exc:
-            raise Refused("--store", str(exc)) from None
+            raise ConfigError("store", str(exc)) from None
         try:
             if engine.name == "memory":
-                raise Refused("--workers", (
+                raise ConfigError("workers", (
                     f"{self.count} workers need a store they can share: the memory store "
                     f"lives inside one process (use --store redis://HOST:PORT/DB, or "
                     f"--workers 1)"))

@@ -11,6 +11,12 @@ public, like the other stats.
 - ``POST /v1/admin/rooms/{room}/end`` ends the room's broadcast: a new epoch
   (every listener resets into it) and a new viewers history; the ended one
   stays readable for ``history_ttl``.
+- ``GET /v1/admin/rooms?limit=N`` lists the biggest rooms now over every node
+  (1 to 100, default 20), each with its online count, the hold's
+  ``interval_ms`` for that count (as a poll answer says it), its vip flag and
+  its messages a minute; ``GET /v1/admin/nodes`` the live nodes and what each
+  holds. Both read the node registry (``statsvr.registry``: one store read,
+  the figures a few seconds old) and, for the rooms, the whitelist.
 
 A store that cannot be reached answers 503 with ``Retry-After`` (the errors
 middleware shapes every failure).
@@ -22,7 +28,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgpack
 from aiohttp import web
@@ -30,14 +36,18 @@ from aiohttp import web
 from liveroom.clock import Clock
 from liveroom.codec import MSGPACK, wants_msgpack
 from liveroom.errors import StoreUnavailable
-from liveroom.model import check_name
+from liveroom.model import check_name, parse_count
 from liveroom.roles import RoomReader, StatsReader
 from liveroom.settings import Settings
-from liveroom.store.base import Operators
+from liveroom.store.base import RANKED_ROOMS_MAX, Operators
 
 from .auth import Right, Tokens
+from .tiers import TierTable
 
 log = logging.getLogger("liveroom.proxy")
+
+ROOMS_DEFAULT = 20
+"""Rooms ``GET /v1/admin/rooms`` lists without a ``limit``."""
 
 PULL_WAIT = 2.0
 """Seconds an end of broadcast waits for this node to pull the new epoch."""
@@ -57,12 +67,20 @@ class OperatorRoutes:
     note_vip: Callable[[str, bool], None]
     """Tell this node's whitelist about a change it just made in the store."""
 
+    tiers: TierTable = field(init=False)
+    """The hold's tiers, to say which a room's online count gets."""
+
+    def __post_init__(self) -> None:
+        self.tiers = TierTable(self.settings.tiers)
+
     def add_routes(self, app: web.Application) -> None:
         app.router.add_get("/v1/admin/vip", self.vip_list)
         app.router.add_put("/v1/admin/vip/{room}", self.vip_add)
         app.router.add_delete("/v1/admin/vip/{room}", self.vip_remove)
         app.router.add_post("/v1/admin/rooms/{room}/end", self.end_broadcast)
         app.router.add_get("/v1/rooms/{room}/broadcasts", self.broadcasts)
+        app.router.add_get("/v1/admin/rooms", self.biggest_rooms)
+        app.router.add_get("/v1/admin/nodes", self.nodes)
 
     def _admin(self, request: web.Request) -> None:
         self.tokens.require(request.headers.get("Authorization"), Right.ADMIN)
@@ -122,3 +140,29 @@ class OperatorRoutes:
         return self._doc(request, {"room": room, "broadcasts": [
             {"broadcast": b.broadcast, "ended_at": b.ended_ms, "viewers": b.viewers,
              "viewers_exact": b.viewers_exact} for b in past]})
+
+    # -- the overview ------------------------------------------------------------------
+
+    async def biggest_rooms(self, request: web.Request) -> web.StreamResponse:
+        self._admin(request)
+        limit = parse_count("limit", request.query["limit"], 1, RANKED_ROOMS_MAX) \
+            if "limit" in request.query else ROOMS_DEFAULT
+        ranked = await self.stats.biggest_rooms(limit)
+        vip = await self.operators.vip_rooms() if ranked else frozenset()
+        return self._doc(request, {"rooms": [
+            {"room": r.room, "online": r.online,
+             "interval_ms": self.tiers.pace(r.online, "", 0).interval_ms,
+             "vip": r.room in vip, "messages_per_minute": r.per_minute}
+            for r in ranked]})
+
+    async def nodes(self, request: web.Request) -> web.StreamResponse:
+        self._admin(request)
+        states = await self.stats.nodes()
+        return self._doc(request, {"nodes": [
+            {"node": n.node, "announced_at": n.announced_ms, "expires_at": n.expires_ms,
+             "rooms_cached": n.announcement.load.rooms_cached,
+             "held_polls": n.announcement.load.held_polls,
+             "members": n.announcement.load.members,
+             "rooms_merged": n.announcement.load.rooms_merged,
+             "rooms_listed": len(n.announcement.rooms)}
+            for n in states]})

@@ -7,7 +7,10 @@
   error, like every other route taking a room;
 - ``GET /admin`` the operators' dashboard (``static/admin.html``);
 - ``GET /static/{name}`` the files of ``proxy/static/`` (``liveroom.js``, the
-  pages' scripts and styles).
+  pages' scripts and styles);
+- ``GET /static/vendor/{lib}/{name}`` the files of a vendored library,
+  directly in ``proxy/static/vendor/{lib}/`` (uPlot, with its license), by
+  the same rules: one dict per library, loaded once.
 
 **Only what is there.** The directory is read once, when the routes are
 built: every regular file directly in it (no sub-folders, no dot-files) with a
@@ -58,7 +61,7 @@ COMPRESSIBLE = ("text/", "application/json", "image/svg+xml")
 PAGE_POLICY = ("default-src 'self'; script-src 'self'; style-src 'self'; "
                "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; "
                "base-uri 'none'; form-action 'self'")
-"""The ``Content-Security-Policy`` of the pages written here (index and room):
+"""The ``Content-Security-Policy`` of the pages written here (index, room and admin):
 scripts, styles and requests of this origin only, so a message body can never
 run as code even if a rendering bug let it into the page as markup."""
 
@@ -96,12 +99,18 @@ class Pages:
 
     def __init__(self, directory: Path = STATIC) -> None:
         self.files = load_static(directory)
+        vendor = directory / "vendor"
+        self.vendored = {lib.name: load_static(lib) for lib in sorted(vendor.iterdir())
+                         if lib.is_dir() and not lib.name.startswith(".")} \
+            if vendor.is_dir() else {}
+        """Each vendored library's files, by library then name."""
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_get("/", self.index)
         app.router.add_get("/rooms/{room}", self.room)
         app.router.add_get("/admin", self.admin)
         app.router.add_get("/static/{name}", self.static)
+        app.router.add_get("/static/vendor/{lib}/{name}", self.vendor)
 
     async def index(self, request: web.Request) -> web.StreamResponse:
         return self._file(request, "index.html", policy=PAGE_POLICY)
@@ -111,14 +120,18 @@ class Pages:
         return self._file(request, "room.html", policy=PAGE_POLICY)
 
     async def admin(self, request: web.Request) -> web.StreamResponse:
-        return self._file(request, "admin.html")
+        return self._file(request, "admin.html", policy=PAGE_POLICY)
 
     async def static(self, request: web.Request) -> web.StreamResponse:
         return self._file(request, request.match_info["name"])
 
-    def _file(self, request: web.Request, name: str,
-              policy: str | None = None) -> web.StreamResponse:
-        found = self.files.get(name)
+    async def vendor(self, request: web.Request) -> web.StreamResponse:
+        lib, name = request.match_info["lib"], request.match_info["name"]
+        return self._file(request, name, files=self.vendored.get(lib, {}))
+
+    def _file(self, request: web.Request, name: str, policy: str | None = None,
+              files: dict[str, StaticFile] | None = None) -> web.StreamResponse:
+        found = (self.files if files is None else files).get(name)
         if found is None:
             raise web.HTTPNotFound(text=f"no file {name!r} here")
         headers = {"ETag": found.etag, "Cache-Control": "no-cache",

@@ -100,6 +100,10 @@ class Sects:
     async def snapshot(self, room: str) -> Snapshot:
         return await self.sect_of(room).snapshot(room)
 
+    def peek(self, room: str) -> Snapshot | None:
+        """The room's snapshot held now in its sect, without counting a read."""
+        return self.sect_of(room).peek(room)
+
     async def wait_pulled(self, room: str) -> Snapshot:
         return await self.sect_of(room).wait_pulled(room)
 

@@ -12,7 +12,9 @@ Data flow (DESIGN.md steps 6 to 8):
   serves and swaps in each room's :class:`~statsvr.view.OnlineView`;
 - the **viewers loop** (every ``viewers_every`` s) refreshes the viewers
   figures of those rooms;
-- the **series** task samples the online count of the rooms this node writes.
+- the **series** task samples the online count of the rooms this node writes;
+- the **registry** task announces the node (what it holds, the biggest of
+  those rooms) every few seconds (:mod:`statsvr.registry`).
 
 A shard's index entry outlives the member's ``online_ttl`` by the refresh
 period and two write periods, so a node killed without warning loses its
@@ -31,10 +33,18 @@ from liveroom.clock import Clock
 from liveroom.errors import StoreUnavailable
 from liveroom.metrics import Metrics
 from liveroom.roles import BroadcastStats, RoomStats
-from liveroom.store.base import Operators, StatsStore, ViewersState
+from liveroom.store.base import (
+    NodeLoad,
+    NodeState,
+    Operators,
+    RankedRoom,
+    StatsStore,
+    ViewersState,
+)
 
 from .history import ViewersHistory
 from .merge import Merge
+from .registry import ANNOUNCE_EVERY, NodeRegistry
 from .sampler import OnlineSeries
 from .series import DEFAULT_TIERS, SAMPLE_EVERY, Tier
 from .table import Tables
@@ -63,6 +73,7 @@ class StatsLimits:
     """A room nobody read nor heartbeat for this long is no longer merged."""
     sample_every: float = SAMPLE_EVERY
     tiers: tuple[Tier, ...] = DEFAULT_TIERS
+    announce_every: float = ANNOUNCE_EVERY
 
     @property
     def shard_ttl(self) -> float:
@@ -77,7 +88,13 @@ class Statsvr:
                  limits: StatsLimits = StatsLimits(),
                  is_vip: Callable[[str], bool] = lambda room: False,
                  metrics: Metrics | None = None,
-                 operators: Operators | None = None) -> None:
+                 operators: Operators | None = None,
+                 holding: Callable[[], tuple[int, int]] = lambda: (0, 0),
+                 rate: Callable[[str], float | None] = lambda room: None) -> None:
+        """``holding`` says what the node's other roles hold, ``(rooms cached,
+        held polls)``, and ``rate`` a room's messages a minute from its cached
+        messages (``None`` when not cached); both read memory only, for the
+        node's announcements."""
         self.node = node
         self.limits = limits
         self._stats = stats
@@ -92,6 +109,10 @@ class Statsvr:
                                       ttl=limits.history_ttl, members=self.tables.members)
         self.series = OnlineSeries(stats, clock, node, tiers=limits.tiers,
                                    every=limits.sample_every)
+        self._holding = holding
+        self.registry = NodeRegistry(stats, clock, node, rooms=self._sample_source,
+                                     load=self._load, rate=rate,
+                                     every=limits.announce_every)
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         self._last_sweep = clock.monotonic()
@@ -142,6 +163,12 @@ class Statsvr:
                             until: float) -> tuple[int, list[tuple[int, float, int]]]:
         return await self.series.query(room, since, until)
 
+    async def biggest_rooms(self, limit: int) -> list[RankedRoom]:
+        return await self.registry.biggest_rooms(limit)
+
+    async def nodes(self) -> list[NodeState]:
+        return await self.registry.nodes()
+
     async def broadcasts(self, room: str) -> list[BroadcastStats]:
         if self._operators is None:
             return []
@@ -162,6 +189,7 @@ class Statsvr:
     async def start(self) -> None:
         await self.merge.start()
         await self.series.start(self._sample_source)
+        await self.registry.start()
         self._tasks = [
             asyncio.create_task(self._loop(self.limits.write_every, self.write_once),
                                 name="statsvr-write"),
@@ -179,6 +207,7 @@ class Statsvr:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
+        await self.registry.stop()
         await self.series.stop()
         await self.merge.stop()
 
@@ -235,6 +264,11 @@ class Statsvr:
         rooms = self.merge.rooms()
         for chunk in _chunks(rooms, 256):
             await self.history.refresh(chunk)
+
+    def _load(self) -> NodeLoad:
+        rooms_cached, held_polls = self._holding()
+        return NodeLoad(rooms_cached=rooms_cached, held_polls=held_polls,
+                        members=len(self.tables), rooms_merged=len(self.merge.rooms()))
 
     def _sample_source(self) -> Iterator[tuple[str, int, frozenset[str]]]:
         for room in self.merge.rooms():

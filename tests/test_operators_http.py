@@ -19,7 +19,8 @@ from liveroom.node import Node
 AUTH = {"Authorization": f"Bearer {ADMIN}"}
 
 ADMIN_ROUTES = [("PUT", "/v1/admin/vip/stage"), ("DELETE", "/v1/admin/vip/stage"),
-                ("GET", "/v1/admin/vip"), ("POST", "/v1/admin/rooms/stage/end")]
+                ("GET", "/v1/admin/vip"), ("POST", "/v1/admin/rooms/stage/end"),
+                ("GET", "/v1/admin/rooms"), ("GET", "/v1/admin/nodes")]
 
 
 async def call(session: aiohttp.ClientSession, method: str, url: str, *,

@@ -22,7 +22,15 @@ from hypothesis import strategies as st
 from liveroom.clock import FakeClock
 from liveroom.errors import StoreUnavailable
 from liveroom.store import LogPolicy, Store, keys
-from liveroom.store.base import OnlineSample, ShardEntry, ShardWrite, ViewersState
+from liveroom.store.base import (
+    Announcement,
+    NodeLoad,
+    OnlineSample,
+    RankedRoom,
+    ShardEntry,
+    ShardWrite,
+    ViewersState,
+)
 from statsvr.viewers import plan_exact_update
 
 TTL_MS = 30_000
@@ -347,7 +355,77 @@ async def test_announce_lists_the_live_nodes(store: Store, fake_clock: FakeClock
     assert await announce("a", t0, 10_000) == ["a", "c"]
 
 
+def ranked(*pairs: tuple[str, int]) -> tuple[RankedRoom, ...]:
+    return tuple(RankedRoom(room, online, float(online) / 10) for room, online in pairs)
+
+
+async def test_announcements_are_kept_with_their_node_and_replaced_whole(
+        store: Store, fake_clock: FakeClock) -> None:
+    stats = store.stats
+    t0 = now_ms(fake_clock)
+    load_a = NodeLoad(rooms_cached=3, held_polls=7, members=5, rooms_merged=2)
+    await stats.announce("a", t0, 10_000, Announcement(load_a, ranked(("big", 50), ("x", 2))))
+    await stats.announce("b", t0 + 1_000, 10_000,
+                         Announcement(NodeLoad(held_polls=1), ranked(("mid", 20))))
+    nodes = await stats.nodes(t0 + 1_000)
+    assert [(n.node, n.announced_ms, n.expires_ms) for n in nodes] == [
+        ("a", t0, t0 + 10_000), ("b", t0 + 1_000, t0 + 11_000)]
+    assert nodes[0].announcement == Announcement(load_a, ranked(("big", 50), ("x", 2)))
+    assert await stats.biggest_rooms(t0 + 1_000, 10) == [
+        *ranked(("big", 50), ("mid", 20), ("x", 2))]
+    assert await stats.biggest_rooms(t0 + 1_000, 2) == [*ranked(("big", 50), ("mid", 20))]
+    # A node's next announcement replaces its rooms whole: x went empty.
+    await stats.announce("a", t0 + 2_000, 10_000, Announcement(load_a, ranked(("big", 40))))
+    assert await stats.biggest_rooms(t0 + 2_000, 10) == [*ranked(("big", 40), ("mid", 20))]
+    # b's time passes: its rooms go with it, unread and unannounced.
+    assert [n.node for n in await stats.nodes(t0 + 11_001)] == ["a"]
+    assert await stats.biggest_rooms(t0 + 11_001, 10) == [*ranked(("big", 40))]
+    # Announced without an announcement: live, with nothing held and no rooms.
+    await stats.announce("c", t0 + 3_000, 10_000)
+    state = (await stats.nodes(t0 + 3_000))[-1]
+    assert (state.node, state.announcement) == ("c", Announcement())
+    # A node that stops withdraws: gone at once, with its rooms.
+    await stats.withdraw("a")
+    await stats.withdraw("nobody")
+    assert [n.node for n in await stats.nodes(t0 + 3_000)] == ["b", "c"]
+    assert await stats.biggest_rooms(t0 + 3_000, 10) == [*ranked(("mid", 20))]
+
+
+async def test_a_room_two_nodes_list_counts_once_with_the_larger_figure(
+        store: Store, fake_clock: FakeClock) -> None:
+    stats = store.stats
+    t0 = now_ms(fake_clock)
+    unknown = RankedRoom("hop", 30, None)
+    await stats.announce("a", t0, 10_000, Announcement(rooms=(unknown, *ranked(("b", 30)))))
+    await stats.announce("b", t0, 10_000, Announcement(rooms=ranked(("hop", 29), ("c", 31))))
+    assert await stats.biggest_rooms(t0, 10) == [*ranked(("c", 31), ("b", 30)), unknown]
+    assert await stats.biggest_rooms(t0, 1) == [*ranked(("c", 31))]
+    assert await stats.biggest_rooms(t0 + 10_001, 10) == []
+
+
 # --- redis specifics ----------------------------------------------------------
+
+
+async def test_the_registry_is_one_hash_and_tolerates_a_bad_entry(
+        redis_store: Store, redis_url: str, fake_clock: FakeClock) -> None:
+    t0 = now_ms(fake_clock)
+    client = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        # An entry of an older node (plain expires_ms) and one that is garbage.
+        await client.hset(keys.STATS_NODES, mapping={"old": str(t0 + 10_000),
+                                                     "junk": "not a time"})
+        assert await redis_store.stats.announce(
+            "new", t0, 10_000, Announcement(rooms=ranked(("r", 3)))) == ["new", "old"]
+        assert await client.hkeys(keys.STATS_NODES) == [b"old", b"new"]
+        value = await client.hget(keys.STATS_NODES, "new")
+        assert value.startswith(f"{t0 + 10_000} ".encode())
+        nodes = await redis_store.stats.nodes(t0)
+        assert [(n.node, n.announcement) for n in nodes] == [
+            ("new", Announcement(rooms=ranked(("r", 3)))), ("old", Announcement())]
+        assert await redis_store.stats.biggest_rooms(t0, 5) == [*ranked(("r", 3))]
+    finally:
+        await client.aclose()
+
 
 
 async def test_scripts_are_loaded_again_after_a_script_flush(
@@ -386,6 +464,9 @@ async def test_every_stats_call_reports_redis_down_as_unavailable(
                 lambda: stats.record_online([sample("r", 0, 1)], TIERS, 0),
                 lambda: stats.read_online("r", 60, 0, 1),
                 lambda: stats.announce("n1", 0, TTL_MS),
+                lambda: stats.nodes(0),
+                lambda: stats.withdraw("n1"),
+                lambda: stats.biggest_rooms(0, 10),
             ]
             for call in calls:
                 with pytest.raises(StoreUnavailable):

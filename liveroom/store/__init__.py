@@ -8,6 +8,7 @@ engine runs without Redis installed). An unknown scheme fails at start-up.
 from __future__ import annotations
 
 from ..clock import Clock
+from ..errors import ConfigError
 from .base import Appended, LogPolicy, MessageLog, Notifier, Pulled, PullRequest, Store
 
 __all__ = ["Appended", "LogPolicy", "MessageLog", "Notifier", "PullRequest", "Pulled",
@@ -26,6 +27,6 @@ def open_store(url: str, policy: LogPolicy, clock: Clock, *, node_id: str = "") 
         from .redis import RedisStore
 
         return RedisStore(url, policy, clock, node_id=node_id)
-    raise ValueError(
-        f"unknown store {url!r}: use 'memory' or a redis://HOST:PORT/DB URL"
-    )
+    raise ConfigError(
+        "store", f"unknown store {url!r}: use 'memory', a redis://HOST:PORT/DB URL or "
+                 f"redis+cluster://HOST:PORT[,HOST:PORT...]")

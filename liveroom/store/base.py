@@ -11,8 +11,9 @@ else from the driver.
 
 from __future__ import annotations
 
+import heapq
 import secrets
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -261,6 +262,55 @@ class OnlineSample:
     online: int
 
 
+RANKED_ROOMS_MAX = 100
+"""Rooms one node lists in an announcement, at most (its biggest)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RankedRoom:
+    """A room in a node's announcement of its biggest rooms."""
+
+    room: str
+    online: int
+    per_minute: float | None
+    """Messages sent a minute lately (see ``liveroom.snapshot.sent_per_minute``);
+    ``None`` when the announcing node did not hold the room's messages."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLoad:
+    """What a node holds, as it announces it."""
+
+    rooms_cached: int = 0
+    """Rooms in its recvsvr caches (both sects)."""
+    held_polls: int = 0
+    """Polls its proxy holds now."""
+    members: int = 0
+    """Online listeners whose heartbeats its statsvr keeps."""
+    rooms_merged: int = 0
+    """Rooms whose online view its statsvr merges."""
+
+
+@dataclass(frozen=True, slots=True)
+class Announcement:
+    """What a statsvr node tells the node registry each time it announces itself."""
+
+    load: NodeLoad = NodeLoad()
+    rooms: tuple[RankedRoom, ...] = ()
+    """Its biggest rooms (at most :data:`RANKED_ROOMS_MAX`), each listed by the
+    one node that samples its online series (``statsvr.sampler.writer_of``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    """A live node as the registry holds it."""
+
+    node: str
+    announced_ms: int
+    expires_ms: int
+    announcement: Announcement
+
+
 SeriesRow = tuple[int, int, int, int, int]
 """``(start, min, max, sum, count)`` of one stored bucket."""
 
@@ -275,6 +325,19 @@ def series_horizon_ms(tiers: Sequence[tuple[int, int]], min_gap_ms: int) -> int:
     if min_gap_ms < 0 or any(step <= 0 or retention < step for step, retention in tiers):
         raise ValueError(f"bad series arguments: tiers {tiers!r}, min_gap_ms {min_gap_ms}")
     return max((retention for _, retention in tiers), default=0) * 1000
+
+
+def biggest(announcements: Iterable[Announcement], limit: int) -> list[RankedRoom]:
+    """The ``limit`` biggest rooms listed in ``announcements``: online
+    descending, then room name; a room listed twice counts once, with its
+    larger figure (the rule of ``StatsStore.biggest_rooms`` on every engine)."""
+    best: dict[str, RankedRoom] = {}
+    for announcement in announcements:
+        for ranked in announcement.rooms:
+            held = best.get(ranked.room)
+            if held is None or ranked.online > held.online:
+                best[ranked.room] = ranked
+    return heapq.nsmallest(limit, best.values(), key=lambda r: (-r.online, r.room))
 
 
 class StatsStore(Protocol):
@@ -348,9 +411,32 @@ class StatsStore(Protocol):
         """The ``step``-second buckets of ``room`` whose start is in ``[low, high]``,
         oldest first."""
 
-    async def announce(self, node: str, now_ms: int, ttl_ms: int) -> list[str]:
+    async def announce(self, node: str, now_ms: int, ttl_ms: int,
+                       announcement: Announcement | None = None) -> list[str]:
         """Say that statsvr ``node`` is alive until ``now_ms + ttl_ms``; return
-        every live node (sorted), this one included."""
+        every live node (sorted), this one included.
+
+        ``announcement`` (what the node holds, its biggest rooms) replaces the
+        one the node made before, whole: a room it no longer lists is gone
+        from :meth:`biggest_rooms` at once. ``None`` stores an empty one. Nodes
+        whose time passed are dropped, with their announcements. One round trip.
+        """
+
+    async def withdraw(self, node: str) -> None:
+        """Take ``node`` and its announcement out of the registry at once (a
+        node that stops; one that dies just stops announcing)."""
+
+    async def nodes(self, now_ms: int) -> list[NodeState]:
+        """The live nodes (expiring at or after ``now_ms``) with their last
+        announcement, sorted by node. One round trip; read-only."""
+
+    async def biggest_rooms(self, now_ms: int, limit: int) -> list[RankedRoom]:
+        """The ``limit`` biggest rooms by online count over every live node's
+        announcement: online descending, then room name. A room two nodes list
+        (its writer changing hands) appears once, with the larger count. One
+        round trip; read-only; costs the live nodes times what each lists
+        (at most :data:`RANKED_ROOMS_MAX`), never a walk over rooms.
+        """
 
 
 # -- operators ------------------------------------------------------------------

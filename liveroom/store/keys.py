@@ -39,14 +39,20 @@ lr:{R}:ts:<step>         zset   online series tier: member
                                 ``"<start>:<min>:<max>:<sum>:<count>"``,
                                 score start (Unix s)
 lr:{R}:tsl               string time of the series' last sample (Unix ms)
-lr:{lr}:stats:nodes      hash   live statsvr nodes: node -> expires_ms
+lr:{lr}:stats:nodes      hash   the node registry: node -> ``"<expires_ms> "``
+                                then its last announcement, msgpack
+                                ``[announced_ms, [rooms_cached, held_polls,
+                                members, rooms_merged], [[room, online,
+                                per_minute or nil], ...]]`` (its biggest rooms,
+                                at most 100, online descending)
 =======================  =====  ==============================================
 
 What spans rooms lives under the one fixed hash tag ``{lr}`` (:data:`GLOBAL`),
 so on a Redis Cluster those keys share a slot like a room's do.
 
 Which shards and statsvr nodes are live is decided by the ``expires_ms`` stored
-in ``sidx`` and ``lr:stats:nodes``, on the caller's clock; the shard keys'
+in ``sidx`` and ``lr:{lr}:stats:nodes``, on the caller's clock (an announcement
+lives in its node's entry); the shard keys'
 Redis expiry (twice the shard TTL) only collects garbage. The viewers and
 series keys simply expire, and so do the rate counters (the longest window
 plus a bucket after the last accepted send) and an ended broadcast's history

@@ -32,19 +32,23 @@ from ..ratelimit import (
     refused_until,
 )
 from .base import (
+    Announcement,
     Appended,
     Ended,
     LogPolicy,
+    NodeState,
     OnlineSample,
     OnNotify,
     OnResync,
     PastBroadcast,
     Pulled,
     PullRequest,
+    RankedRoom,
     SeriesRow,
     ShardEntry,
     ShardWrite,
     ViewersState,
+    biggest,
     new_epoch,
     series_horizon_ms,
 )
@@ -356,7 +360,7 @@ class MemoryStats:
         """(room, broadcast) -> the viewers history of an ended broadcast."""
         self._series: _Expiring[tuple[str, int], dict[int, Bucket]] = _Expiring(clock)
         self._series_last: _Expiring[str, int] = _Expiring(clock)
-        self._nodes: dict[str, int] = {}
+        self._nodes: dict[str, NodeState] = {}
 
     def sweep(self) -> None:
         """Drop whatever expired on the store's clock."""
@@ -513,10 +517,23 @@ class MemoryStats:
 
     # -- nodes -------------------------------------------------------------------
 
-    async def announce(self, node: str, now_ms: int, ttl_ms: int) -> list[str]:
-        self._nodes[node] = now_ms + ttl_ms
-        self._nodes = {n: until for n, until in self._nodes.items() if until >= now_ms}
+    async def announce(self, node: str, now_ms: int, ttl_ms: int,
+                       announcement: Announcement | None = None) -> list[str]:
+        self._nodes[node] = NodeState(node, now_ms, now_ms + ttl_ms,
+                                      announcement or Announcement())
+        self._nodes = {n: state for n, state in self._nodes.items()
+                       if state.expires_ms >= now_ms}
         return sorted(self._nodes)
+
+    async def withdraw(self, node: str) -> None:
+        self._nodes.pop(node, None)
+
+    async def nodes(self, now_ms: int) -> list[NodeState]:
+        return [self._nodes[n] for n in sorted(self._nodes)
+                if self._nodes[n].expires_ms >= now_ms]
+
+    async def biggest_rooms(self, now_ms: int, limit: int) -> list[RankedRoom]:
+        return biggest((state.announcement for state in await self.nodes(now_ms)), limit)
 
 
 def _add_sample(buckets: dict[int, Bucket], sample: OnlineSample,

@@ -55,7 +55,7 @@ from redis.cluster import LoadBalancingStrategy
 
 from ..clock import Clock
 from ..codec import pack_stored, unpack_stored
-from ..errors import StoreUnavailable
+from ..errors import ConfigError, StoreUnavailable
 from ..model import Entry, NewMessage
 from ..ratelimit import RateLimits, refusal
 from . import keys
@@ -304,8 +304,8 @@ def cluster_nodes(url: str) -> list[tuple[str, int]]:
     for part in rest.split(","):
         host, sep, port = part.strip().rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"bad cluster node {part!r} in {url!r}: use "
-                             f"redis+cluster://HOST:PORT[,HOST:PORT...]")
+            raise ConfigError("store", f"bad cluster node {part!r} in {url!r}: use "
+                                       f"redis+cluster://HOST:PORT[,HOST:PORT...]")
         nodes.append((host.strip("[]"), int(port)))
     return nodes
 

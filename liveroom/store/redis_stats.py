@@ -1,5 +1,5 @@
 """statsvr's tables on Redis: shard index and shards, viewers history, online
-series, the live node list.
+series, the node registry (live nodes and what each announced).
 
 Keys are in :mod:`.keys` (shard index and shard keys, viewers set, flag and
 sketches, the broadcast number, online series tiers, the live node list).
@@ -14,8 +14,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import msgpack
+
 from . import keys
-from .base import OnlineSample, SeriesRow, ShardEntry, ShardWrite, ViewersState, series_horizon_ms
+from .base import (
+    Announcement,
+    NodeLoad,
+    NodeState,
+    OnlineSample,
+    RankedRoom,
+    SeriesRow,
+    ShardEntry,
+    ShardWrite,
+    ViewersState,
+    biggest,
+    series_horizon_ms,
+)
 from .redis_calls import Call, Client, Lua, blob, run_scripts, text, unavailable
 
 
@@ -47,7 +61,7 @@ class RedisStats:
 
     Every write is a script call and every batch one pipeline, so a batch costs
     one round trip (two the first time a script runs on a fresh server).
-    Scripts touch keys of one room only (plus ``lr:stats:nodes`` alone), so
+    Scripts touch keys of one room only (plus ``lr:{lr}:stats:nodes`` alone), so
     they run unchanged on Redis Cluster; the reads are plain pipelined commands.
     """
 
@@ -178,9 +192,56 @@ class RedisStats:
 
     # -- nodes -------------------------------------------------------------------
 
-    async def announce(self, node: str, now_ms: int, ttl_ms: int) -> list[str]:
+    async def announce(self, node: str, now_ms: int, ttl_ms: int,
+                       announcement: Announcement | None = None) -> list[str]:
         """One script call; see ``lua/announce.lua``."""
-        call: Call = (self._announce, [keys.STATS_NODES], [now_ms, now_ms + ttl_ms, node])
+        packed = pack_announcement(now_ms, announcement or Announcement())
+        call: Call = (self._announce, [keys.STATS_NODES], [now_ms, now_ms + ttl_ms, node, packed])
         with unavailable("announce"):
             (live,) = await run_scripts(self._client, [call])
         return sorted(text(n) for n in live)
+
+    async def withdraw(self, node: str) -> None:
+        with unavailable("withdraw"):
+            await self._client.hdel(keys.STATS_NODES, node)
+
+    async def nodes(self, now_ms: int) -> list[NodeState]:
+        with unavailable("nodes"):
+            registry = await self._client.hgetall(keys.STATS_NODES)
+        states = []
+        for field, value in registry.items():
+            expires, _, packed = (blob(value) or b"").partition(b" ")
+            if not expires.isdigit() or int(expires) < now_ms:
+                continue
+            at, announcement = unpack_announcement(packed)
+            states.append(NodeState(text(field), at, int(expires), announcement))
+        states.sort(key=lambda state: state.node)
+        return states
+
+    async def biggest_rooms(self, now_ms: int, limit: int) -> list[RankedRoom]:
+        states = await self.nodes(now_ms)
+        return biggest((state.announcement for state in states), limit)
+
+
+def pack_announcement(now_ms: int, announcement: Announcement) -> bytes:
+    """An announcement as ``lr:{lr}:stats:nodes`` keeps it after the expiry (see :mod:`.keys`)."""
+    load = announcement.load
+    packed: bytes = msgpack.packb([
+        now_ms, [load.rooms_cached, load.held_polls, load.members, load.rooms_merged],
+        [[r.room, r.online, r.per_minute] for r in announcement.rooms]])
+    return packed
+
+
+def unpack_announcement(value: bytes) -> tuple[int, Announcement]:
+    """``(announced_ms, announcement)`` from a stored value; an empty one (at 0)
+    for a value that does not parse (an older node's plain ``expires_ms``), so
+    one bad entry never hides the others."""
+    try:
+        at, load, rooms = msgpack.unpackb(value)
+        return int(at), Announcement(
+            NodeLoad(*(int(n) for n in load)),
+            tuple(RankedRoom(str(room), int(online),
+                             None if per_minute is None else float(per_minute))
+                  for room, online, per_minute in rooms))
+    except (ValueError, TypeError, msgpack.UnpackException):
+        return 0, Announcement()

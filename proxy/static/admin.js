@@ -1,0 +1,481 @@
+// admin.js: the operators' dashboard at /admin (a plain ES module, no build step).
+//
+// Every figure and every action goes through the HTTP API with the admin
+// token (README, "Operators" and "The operators' overview"):
+//   GET  /v1/admin/rooms?limit=N           the biggest rooms now
+//   GET  /v1/admin/nodes                   the live nodes and what each holds
+//   GET  /v1/rooms/{room}/stats            a room's figures
+//   GET  /v1/rooms/{room}/stats/online     its online curve (hour, day, week, 90 days)
+//   GET  /v1/rooms/{room}/broadcasts       its ended broadcasts
+//   PUT|DELETE /v1/admin/vip/{room}        the vip toggle
+//   POST /v1/admin/rooms/{room}/end        end a broadcast (after a confirmation)
+//
+// The token is asked once and kept in sessionStorage: this tab only, gone
+// when it closes. A refused token (401, or 403 for the publisher token)
+// brings the form back with the server's reason; any other failure shows a
+// banner and the last figures stay, refreshed again on the next tick.
+// Figures refresh every REFRESH_MS while the tab is visible. Charts are drawn
+// with uPlot (vendored in /static/vendor/uplot/, loaded by admin.html as a
+// classic script: the global `uPlot`). Nothing from the server is ever put
+// into the page as markup: text only.
+
+const TOKEN_KEY = "liveroom.admin.token";
+const REFRESH_MS = 5000;
+const ROOMS_LIMIT = 20;
+const NAME = /^[A-Za-z0-9_.-]{1,64}$/;
+
+const $ = (id) => document.getElementById(id);
+
+/** A failed call: the server's {"error", "message"}, or what the network did. */
+class ApiError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+
+  /** What a person reads: the reason and the status it came with. */
+  get explained() {
+    if (this.status === 0) return `Cannot reach the server: ${this.message}`;
+    return `${this.message} (${this.status} ${this.code})`;
+  }
+}
+
+const state = {
+  token: sessionStorage.getItem(TOKEN_KEY),
+  room: null, // the room shown in the room panel
+  range: 3600, // seconds of online curve shown
+  timer: null,
+  plot: null,
+  vip: null, // the shown room's vip flag, as last read
+  busy: false,
+  failure: null, // what went wrong since the last refresh began
+  window: [0, 0], // the curve's time axis: the whole range asked for, [since, until]
+};
+
+// -- calling the API -----------------------------------------------------------------
+
+async function api(method, path, query = null) {
+  const url = query ? `${path}?${new URLSearchParams(query)}` : path;
+  let resp;
+  try {
+    resp = await fetch(url, {
+      method,
+      headers: { Authorization: `Bearer ${state.token}`, Accept: "application/json" },
+      cache: "no-store",
+    });
+  } catch (error) {
+    throw new ApiError(0, "network", error.message || String(error));
+  }
+  let doc = null;
+  try {
+    doc = await resp.json();
+  } catch {
+    // Not JSON (a proxy's error page): the status says enough.
+  }
+  if (!resp.ok) {
+    const code = doc?.error ?? "http_error";
+    const message = doc?.message ?? resp.statusText ?? "request failed";
+    throw new ApiError(resp.status, code, message);
+  }
+  return doc;
+}
+
+/** Run a call; null when it failed: a refused token signs out with the
+ * reason, any other failure shows in the banner (until a refresh succeeds). */
+async function guarded(work) {
+  try {
+    return await work();
+  } catch (error) {
+    if (!(error instanceof ApiError)) throw error;
+    if (error.status === 401 || error.status === 403) {
+      state.failure = refusal(error);
+      signOut(state.failure);
+    } else {
+      state.failure = `${error.explained}. Figures refresh every ${REFRESH_MS / 1000} s.`;
+      showError(state.failure);
+    }
+    return null;
+  }
+}
+
+function refusal(error) {
+  if (error.status === 403) {
+    return `That token cannot run the admin API (${error.message}): use the admin token, ` +
+      "not the publisher token.";
+  }
+  return `The admin token was refused: ${error.explained}.`;
+}
+
+function showError(text) {
+  const banner = $("error");
+  banner.hidden = !text;
+  banner.textContent = text ?? "";
+}
+
+// -- signing in and out ----------------------------------------------------------------
+
+function signOut(reason) {
+  sessionStorage.removeItem(TOKEN_KEY);
+  state.token = null;
+  clearInterval(state.timer);
+  state.timer = null;
+  $("dashboard").hidden = true;
+  $("sign-out").hidden = true;
+  $("login").hidden = false;
+  $("status").textContent = "";
+  showError(reason);
+  $("token").focus();
+}
+
+async function signIn(event) {
+  event.preventDefault();
+  const token = $("token").value.trim();
+  if (!token) return;
+  state.token = token;
+  const button = event.submitter ?? $("login-form").querySelector("button");
+  button.disabled = true;
+  try {
+    await api("GET", "/v1/admin/nodes");
+  } catch (error) {
+    if (!(error instanceof ApiError)) throw error;
+    state.token = null;
+    showError(error.status === 401 || error.status === 403 ? refusal(error)
+      : `Cannot check the token: ${error.explained}.`);
+    return;
+  } finally {
+    button.disabled = false;
+  }
+  sessionStorage.setItem(TOKEN_KEY, token);
+  $("token").value = "";
+  start();
+}
+
+function start() {
+  showError(null);
+  $("login").hidden = true;
+  $("dashboard").hidden = false;
+  $("sign-out").hidden = false;
+  const wanted = new URLSearchParams(location.hash.slice(1)).get("room");
+  if (wanted && NAME.test(wanted)) choose(wanted);
+  refresh();
+  state.timer = setInterval(() => {
+    if (!document.hidden) refresh();
+  }, REFRESH_MS);
+}
+
+async function refresh() {
+  if (state.busy || !state.token) return;
+  state.busy = true;
+  state.failure = null;
+  try {
+    await Promise.all([refreshRooms(), refreshNodes(), state.room && refreshRoom()]);
+    showError(state.failure);
+    if (state.token && !state.failure) $("status").textContent = `updated ${clock(Date.now())}`;
+  } finally {
+    state.busy = false;
+  }
+}
+
+// -- the biggest rooms -------------------------------------------------------------------
+
+function tierText(intervalMs) {
+  return intervalMs > 0 ? `${+(intervalMs / 1000).toFixed(1)} s` : "plain";
+}
+
+function cell(row, text, className = "") {
+  const td = row.insertCell();
+  td.textContent = text;
+  if (className) td.className = className;
+  return td;
+}
+
+async function refreshRooms() {
+  const doc = await guarded(() => api("GET", "/v1/admin/rooms", { limit: ROOMS_LIMIT }));
+  if (!doc) return;
+  const body = $("rooms").tBodies[0];
+  body.replaceChildren();
+  for (const r of doc.rooms) {
+    const row = body.insertRow();
+    row.dataset.room = r.room;
+    row.tabIndex = 0;
+    row.classList.toggle("chosen", r.room === state.room);
+    cell(row, r.room, "room");
+    cell(row, r.online.toLocaleString("en"), "n");
+    cell(row, tierText(r.interval_ms), "n");
+    const vip = cell(row, "");
+    if (r.vip) {
+      const badge = document.createElement("span");
+      badge.className = "badge";
+      badge.textContent = "vip";
+      vip.append(badge);
+    }
+    cell(row, r.messages_per_minute === null ? "–" : r.messages_per_minute.toLocaleString("en"),
+      "n");
+  }
+  $("rooms-empty").hidden = doc.rooms.length > 0;
+  $("rooms-updated").textContent = `${doc.rooms.length} shown, by online count`;
+}
+
+function onRoomRow(event) {
+  const row = event.target.closest("tr[data-room]");
+  if (!row) return;
+  if (event.type === "keydown" && event.key !== "Enter") return;
+  choose(row.dataset.room);
+  reveal();
+}
+
+/** On a narrow screen the room's panel is below the list: bring it into view. */
+function reveal() {
+  if (!matchMedia("(min-width: 900px)").matches) {
+    $("room").scrollIntoView({ block: "start" });
+  }
+}
+
+// -- one room -------------------------------------------------------------------------------
+
+function choose(room) {
+  if (room !== state.room) {
+    state.room = room;
+    state.vip = null;
+    destroyPlot();
+    $("broadcasts").replaceChildren();
+    for (const id of ["room-online", "room-viewers", "room-tier", "room-seq", "room-vip"]) {
+      $(id).textContent = "–";
+    }
+    note(null);
+  }
+  $("room").hidden = false;
+  $("room-name").textContent = room;
+  $("room-page").href = `/rooms/${encodeURIComponent(room)}`;
+  $("vip-toggle").disabled = state.vip === null;
+  history.replaceState(null, "", `#room=${encodeURIComponent(room)}`);
+  for (const row of $("rooms").tBodies[0].rows) {
+    row.classList.toggle("chosen", row.dataset.room === room);
+  }
+  refreshRoom();
+}
+
+async function refreshRoom() {
+  const room = state.room;
+  const path = `/v1/rooms/${encodeURIComponent(room)}`;
+  const until = Math.floor(Date.now() / 1000);
+  const since = Math.max(0, until - state.range);
+  const [stats, series, past] = await Promise.all([
+    guarded(() => api("GET", `${path}/stats`)),
+    guarded(() => api("GET", `${path}/stats/online`, { since })),
+    guarded(() => api("GET", `${path}/broadcasts`)),
+  ]);
+  if (room !== state.room) return; // another room was chosen meanwhile
+  if (stats) showStats(stats);
+  if (series) {
+    state.window = [since, until];
+    drawSeries(series);
+  }
+  if (past) showBroadcasts(past.broadcasts);
+}
+
+function showStats(stats) {
+  $("room-online").textContent = stats.online.toLocaleString("en");
+  $("room-viewers").textContent = (stats.viewers_exact ? "" : "≈ ") +
+    stats.viewers.toLocaleString("en");
+  $("room-seq").textContent = stats.seq.toLocaleString("en");
+  $("room-vip").textContent = stats.vip ? "yes" : "no";
+  const row = [...$("rooms").tBodies[0].rows].find((r) => r.dataset.room === stats.room);
+  $("room-tier").textContent = row ? row.cells[2].textContent : "–";
+  state.vip = stats.vip;
+  const toggle = $("vip-toggle");
+  toggle.textContent = stats.vip ? "Remove from vip" : "Make vip";
+  toggle.disabled = false;
+  toggle.dataset.vip = String(stats.vip);
+}
+
+function showBroadcasts(broadcasts) {
+  const list = $("broadcasts");
+  list.replaceChildren();
+  if (!broadcasts.length) {
+    const li = document.createElement("li");
+    li.className = "hint";
+    li.textContent = "none kept";
+    list.append(li);
+  }
+  for (const b of broadcasts) {
+    const li = document.createElement("li");
+    const viewers = (b.viewers_exact ? "" : "≈ ") + b.viewers.toLocaleString("en");
+    li.textContent = `#${b.broadcast}, ended ${new Date(b.ended_at).toLocaleString("en")}: ` +
+      `${viewers} watched`;
+    list.append(li);
+  }
+}
+
+function note(text) {
+  const p = $("room-note");
+  p.hidden = !text;
+  p.textContent = text ?? "";
+}
+
+async function toggleVip() {
+  const room = state.room;
+  if (!room || state.vip === null) return;
+  const button = $("vip-toggle");
+  button.disabled = true;
+  try {
+    const doc = await guarded(() => api(state.vip ? "DELETE" : "PUT",
+      `/v1/admin/vip/${encodeURIComponent(room)}`));
+    if (doc) {
+      note(doc.vip ? `${room} is in the vip sect now (other nodes follow within seconds).`
+        : `${room} is back in the normal sect.`);
+      await refresh();
+    }
+  } finally {
+    button.disabled = false;
+  }
+}
+
+function askEnd() {
+  if (!state.room) return;
+  $("confirm-room").textContent = state.room;
+  $("confirm-end").returnValue = "";
+  $("confirm-end").showModal();
+}
+
+async function onConfirmClosed() {
+  if ($("confirm-end").returnValue !== "end" || !state.room) return;
+  const room = state.room;
+  const doc = await guarded(() => api("POST", `/v1/admin/rooms/${encodeURIComponent(room)}/end`));
+  if (doc) {
+    note(`Broadcast ${doc.broadcast} of ${room} started (epoch ${doc.epoch}); ` +
+      "its listeners reset into it.");
+    await refresh();
+  }
+}
+
+// -- the online curve -------------------------------------------------------------------------
+
+function destroyPlot() {
+  if (state.plot) {
+    state.plot.destroy();
+    state.plot = null;
+  }
+}
+
+function chartWidth() {
+  return Math.max(240, $("chart").clientWidth);
+}
+
+function axisTime(seconds) {
+  const d = new Date(seconds * 1000);
+  if (state.range <= 86400) return `${pad(d.getHours())}:${pad(d.getMinutes())}`;
+  return `${d.getMonth() + 1}/${d.getDate()}`;
+}
+
+function pad(n) {
+  return String(n).padStart(2, "0");
+}
+
+function clock(ms) {
+  const d = new Date(ms);
+  return `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+}
+
+function stepText(seconds) {
+  return seconds % 3600 === 0 ? `${seconds / 3600} h` : `${seconds / 60} min`;
+}
+
+function drawSeries(series) {
+  const points = series.points;
+  $("chart-empty").hidden = points.length > 0;
+  const data = [points.map((p) => p[0]), points.map((p) => p[1]), points.map((p) => p[2])];
+  if (state.plot && state.plot.liveroomStep === series.step) {
+    state.plot.setData(data);
+    return;
+  }
+  destroyPlot();
+  const opts = {
+    width: chartWidth(),
+    height: 240,
+    scales: {
+      // The whole range asked for, even where the room has no samples yet.
+      x: { time: true, range: (u, min, max) => [state.window[0], Math.max(state.window[1], max)] },
+      y: { range: (u, min, max) => [0, Math.max(1, Math.ceil(max * 1.1))] },
+    },
+    axes: [
+      { values: (u, ticks) => ticks.map(axisTime), stroke: "#5d6677" },
+      { stroke: "#5d6677", values: (u, ticks) => ticks.map((t) => t.toLocaleString("en")) },
+    ],
+    series: [
+      { value: (u, t) => (t == null ? "–" : new Date(t * 1000).toLocaleString("en")) },
+      { label: `average per ${stepText(series.step)}`, stroke: "#2b6cd4", width: 2,
+        fill: "rgba(43,108,212,0.12)" },
+      { label: "peak", stroke: "#e4572e", width: 1, dash: [4, 3] },
+    ],
+  };
+  state.plot = new globalThis.uPlot(opts, data, $("chart"));
+  state.plot.liveroomStep = series.step;
+}
+
+function chooseRange(event) {
+  const button = event.target.closest("button[data-range]");
+  if (!button) return;
+  state.range = Number(button.dataset.range);
+  for (const b of $("ranges").querySelectorAll("button")) {
+    b.setAttribute("aria-pressed", String(b === button));
+  }
+  destroyPlot();
+  if (state.room) refreshRoom();
+}
+
+// -- the live nodes ----------------------------------------------------------------------------
+
+async function refreshNodes() {
+  const doc = await guarded(() => api("GET", "/v1/admin/nodes"));
+  if (!doc) return;
+  const body = $("nodes").tBodies[0];
+  body.replaceChildren();
+  const now = Date.now();
+  for (const n of doc.nodes) {
+    const row = body.insertRow();
+    row.dataset.node = n.node;
+    cell(row, n.node, "room");
+    for (const figure of [n.rooms_cached, n.held_polls, n.members, n.rooms_merged]) {
+      cell(row, figure.toLocaleString("en"), "n");
+    }
+    const ago = Math.max(0, Math.round((now - n.announced_at) / 1000));
+    cell(row, ago <= 1 ? "now" : `${ago} s ago`, "n");
+  }
+  $("nodes-updated").textContent = `${doc.nodes.length} over this store`;
+}
+
+// -- wiring -----------------------------------------------------------------------------------
+
+function main() {
+  $("login-form").addEventListener("submit", signIn);
+  $("sign-out").addEventListener("click", () => signOut(null));
+  $("rooms").addEventListener("click", onRoomRow);
+  $("rooms").addEventListener("keydown", onRoomRow);
+  $("pick").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const room = $("pick-room").value.trim();
+    if (NAME.test(room)) {
+      choose(room);
+      reveal();
+    }
+  });
+  $("vip-toggle").addEventListener("click", toggleVip);
+  $("end-broadcast").addEventListener("click", askEnd);
+  $("confirm-end").addEventListener("close", onConfirmClosed);
+  $("ranges").addEventListener("click", chooseRange);
+  new ResizeObserver(() => state.plot?.setSize({ width: chartWidth(), height: 240 }))
+    .observe($("chart"));
+  if (typeof globalThis.uPlot !== "function") {
+    showError("The chart library did not load (/static/vendor/uplot/uPlot.iife.min.js).");
+  }
+  if (state.token) {
+    start();
+  } else {
+    $("login").hidden = false;
+    $("token").focus();
+  }
+}
+
+main();

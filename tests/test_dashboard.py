@@ -1,0 +1,335 @@
+"""The operators' dashboard (/admin) in headless Chromium, against a node over
+real sockets: it lists the rooms that have listeners, draws a room's online
+curve, toggles vip through the admin API, ends a broadcast after a
+confirmation, and says so when the token is wrong. Waits are on the page's
+DOM (WebDriverWait), never sleeps; each test saves screenshots under its
+``tmp_path``.
+
+The node runs on a fake clock started an hour and half a minute in the past: the
+test moves it on (``Populated.live``), beating heartbeats into the statsvr
+table at every step, so the real sampler, merge and announcements produce an
+hour of online series in a few seconds, ending at the browser's now.
+
+``LIVEROOM_SCREENSHOT_DIR`` set (``scripts/screenshots`` sets it to ``docs/``):
+the README's screenshot of the dashboard is written there as ``dashboard.png``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from browser import Served, call, screenshot, send_message, served_node, window
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import WebDriverWait
+from support import ADMIN, PUBLISHER, Listener
+
+from liveroom.clock import FakeClock
+
+ROOMS = {"finals": 1500, "cooking": 240, "lobby": 35, "chess": 12}
+"""Rooms and their listeners at their peak in the simulated hour (the
+finals' at its end: a tier of its own)."""
+
+SERIES_STROKE = (43, 108, 212)
+"""The average's line colour in admin.js (#2b6cd4)."""
+
+
+@dataclass
+class Populated:
+    served: Served
+    clock: FakeClock
+    lived: float = 0.0
+    """Fake seconds lived so far (the swing's phase)."""
+
+    def live(self, minutes: float, step: float = 10.0) -> None:
+        """Move the fake clock ``minutes`` on in ``step`` s, every room's
+        listeners beating at each step (their number swinging over the hour)
+        and reading the room through this node, as their polls would."""
+        steps = int(minutes * 60 / step)
+        node = self.served.node
+
+        async def work() -> None:
+            for _ in range(steps):
+                self.lived += step
+                t = min(1.0, self.lived / 3630)
+                for room, peak in ROOMS.items():
+                    # The finals fill up towards kick-off; the others come and go.
+                    share = 0.25 + 0.7 * t ** 1.5 + 0.05 * math.sin(40 * t) \
+                        if room == "finals" else 0.6 + 0.4 * math.sin(4 * t + len(room))
+                    count = max(1, round(peak * share))
+                    node.statsvr.tables.beat(room, [f"{room}-u{j}" for j in range(count)])
+                    node.cache.current(room)  # their polls read the room here
+                await self.clock.advance(step)
+                for _ in range(5):  # flush, shard writes, merge, samples: memory only
+                    await asyncio.sleep(0)
+        self.served.run(work(), timeout=120)
+
+
+class HeldPolls:
+    """Long polls held by a node, from a client session on the node's loop."""
+
+    def __init__(self, session: aiohttp.ClientSession, polls: list[asyncio.Future[Any]]) -> None:
+        self.session = session
+        self.polls = polls
+
+    async def stop(self) -> None:
+        for poll in self.polls:
+            poll.cancel()
+        await asyncio.gather(*self.polls, return_exceptions=True)
+        await self.session.close()
+
+
+async def hold_polls(served: Served, room: str, uids: list[str]) -> HeldPolls:
+    """A first poll for each of ``uids``, then a second one the node holds."""
+    session = aiohttp.ClientSession()
+    polls = []
+    for uid in uids:
+        listener = Listener(session, room, uid=uid)
+        await listener.poll(served.url)
+        polls.append(asyncio.ensure_future(listener.poll(served.url, timeout=60)))
+    async with asyncio.timeout(10):
+        while served.node.proxy.holds.count < len(uids):
+            await asyncio.sleep(0.01)
+    return HeldPolls(session, polls)
+
+
+@pytest.fixture
+def populated() -> Iterator[Populated]:
+    """A node on a fake clock, rooms open with messages, an hour of listeners."""
+    clock = FakeClock(start=time.time() - 3630)
+    with served_node(clock=clock) as served:
+        for room in ROOMS:
+            served.run(served.node.store.log.open_room(room))
+            # A first poll: this node caches the room (its messages a minute).
+            status, _ = call(f"{served.url}/v1/rooms/{room}/poll?uid=watcher")
+            assert status == 200
+        world = Populated(served, clock)
+        world.live(60)
+        for i in range(12):
+            send_message(served, "finals", {"text": f"goal {i}"}, uid=f"fan{i}")
+        send_message(served, "cooking", "more salt", uid="chef")
+        world.live(0.5, step=5)
+        yield world
+
+
+def open_dashboard(browser: WebDriver, served: Served, token: str = ADMIN) -> None:
+    """Open /admin in a fresh tab state and give it ``token``."""
+    browser.get(f"{served.url}/admin")
+    browser.execute_script("sessionStorage.clear()")
+    browser.get(f"{served.url}/admin")
+    field = WebDriverWait(browser, 10).until(lambda b: b.find_element(By.ID, "token"))
+    WebDriverWait(browser, 10).until(lambda b: field.is_displayed())
+    field.send_keys(token)
+    browser.find_element(By.CSS_SELECTOR, "#login-form button").click()
+
+
+def room_rows(browser: WebDriver) -> list[str]:
+    return [str(r.get_attribute("data-room"))
+            for r in browser.find_elements(By.CSS_SELECTOR, "#rooms tbody tr")]
+
+
+def row_cells(browser: WebDriver, room: str) -> list[str]:
+    row = browser.find_element(By.CSS_SELECTOR, f'#rooms tbody tr[data-room="{room}"]')
+    return [str(td.text) for td in row.find_elements(By.TAG_NAME, "td")]
+
+
+def stroke_pixels(browser: WebDriver) -> int:
+    """Pixels of the plot's canvas in the average's colour (0 without a canvas)."""
+    count: int = browser.execute_script("""
+        const canvas = document.querySelector('#chart canvas');
+        if (!canvas || !canvas.width || !canvas.height) return 0;
+        const [r, g, b] = arguments[0];
+        const data = canvas.getContext('2d')
+            .getImageData(0, 0, canvas.width, canvas.height).data;
+        let n = 0;
+        for (let i = 0; i < data.length; i += 4) {
+            if (Math.abs(data[i] - r) < 12 && Math.abs(data[i + 1] - g) < 12
+                && Math.abs(data[i + 2] - b) < 12 && data[i + 3] > 200) n++;
+        }
+        return n;
+    """, list(SERIES_STROKE))
+    return count
+
+
+def test_the_dashboard_lists_rooms_with_listeners_and_draws_a_curve(
+        browser: WebDriver, populated: Populated, tmp_path: Path) -> None:
+    served = populated.served
+    open_dashboard(browser, served)
+    WebDriverWait(browser, 15).until(lambda b: room_rows(b) == list(ROOMS))
+    finals = row_cells(browser, "finals")
+    assert finals[0] == "finals"
+    assert 1 <= int(finals[1].replace(",", "")) <= ROOMS["finals"]
+    assert finals[2] == ("1 s" if int(finals[1].replace(",", "")) >= 1000 else "plain")
+    assert finals[4] == "12"
+    assert row_cells(browser, "chess")[4] == "0"
+    nodes = browser.find_elements(By.CSS_SELECTOR, "#nodes tbody tr")
+    assert [n.get_attribute("data-node") for n in nodes] == [served.node.settings.name]
+    screenshot(browser, tmp_path, "rooms")
+
+    browser.find_element(By.CSS_SELECTOR, '#rooms tbody tr[data-room="finals"]').click()
+    WebDriverWait(browser, 10).until(
+        lambda b: b.find_element(By.ID, "room-name").text == "finals")
+    WebDriverWait(browser, 10).until(lambda b: stroke_pixels(b) > 200)
+    assert not browser.find_element(By.ID, "chart-empty").is_displayed()
+    # The hour shows about 60 one-minute points; the day the same hour, coarser.
+    screenshot(browser, tmp_path, "hour")
+    browser.find_element(By.CSS_SELECTOR, '#ranges button[data-range="86400"]').click()
+    WebDriverWait(browser, 10).until(lambda b: stroke_pixels(b) > 50)
+    browser.find_element(By.CSS_SELECTOR, '#ranges button[data-range="7776000"]').click()
+    WebDriverWait(browser, 10).until(lambda b: stroke_pixels(b) > 0)
+    screenshot(browser, tmp_path, "90-days")
+    # The canvas holds a picture, not a blank: its PNG is far from an empty one's.
+    data_url: str = browser.execute_script(
+        "return document.querySelector('#chart canvas').toDataURL()")
+    assert len(data_url) > 5000
+
+
+def test_vip_toggles_through_the_admin_api(browser: WebDriver, populated: Populated,
+                                          tmp_path: Path) -> None:
+    served = populated.served
+    open_dashboard(browser, served)
+    WebDriverWait(browser, 15).until(lambda b: "cooking" in room_rows(b))
+    browser.find_element(By.CSS_SELECTOR, '#rooms tbody tr[data-room="cooking"]').click()
+    toggle = WebDriverWait(browser, 10).until(
+        lambda b: b.find_element(By.CSS_SELECTOR, '#vip-toggle[data-vip="false"]'))
+    toggle.click()
+    WebDriverWait(browser, 10).until(
+        lambda b: b.find_elements(By.CSS_SELECTOR, '#vip-toggle[data-vip="true"]'))
+    assert call(f"{served.url}/v1/admin/vip", token=ADMIN) == (200, {"rooms": ["cooking"]})
+    WebDriverWait(browser, 10).until(lambda b: row_cells(b, "cooking")[3] == "vip")
+    screenshot(browser, tmp_path, "vip")
+    browser.find_element(By.ID, "vip-toggle").click()
+    WebDriverWait(browser, 10).until(
+        lambda b: b.find_elements(By.CSS_SELECTOR, '#vip-toggle[data-vip="false"]'))
+    assert call(f"{served.url}/v1/admin/vip", token=ADMIN) == (200, {"rooms": []})
+
+
+def test_ending_a_broadcast_asks_first(browser: WebDriver, populated: Populated,
+                                      tmp_path: Path) -> None:
+    served = populated.served
+    open_dashboard(browser, served)
+    WebDriverWait(browser, 15).until(lambda b: "lobby" in room_rows(b))
+    browser.find_element(By.CSS_SELECTOR, '#rooms tbody tr[data-room="lobby"]').click()
+    WebDriverWait(browser, 10).until(lambda b: b.find_element(By.ID, "room-seq").text == "0")
+    dialog = browser.find_element(By.ID, "confirm-end")
+    # Cancelled: nothing ends.
+    browser.find_element(By.ID, "end-broadcast").click()
+    WebDriverWait(browser, 5).until(lambda b: dialog.is_displayed())
+    screenshot(browser, tmp_path, "confirm")
+    browser.find_element(By.ID, "confirm-end-no").click()
+    WebDriverWait(browser, 5).until(lambda b: not dialog.is_displayed())
+    assert call(f"{served.url}/v1/rooms/lobby/broadcasts") == (
+        200, {"room": "lobby", "broadcasts": []})
+    # Confirmed: broadcast 2 starts, the first one is listed as ended.
+    browser.find_element(By.ID, "end-broadcast").click()
+    WebDriverWait(browser, 5).until(lambda b: dialog.is_displayed())
+    browser.find_element(By.ID, "confirm-end-yes").click()
+    WebDriverWait(browser, 10).until(
+        lambda b: "Broadcast 2 of lobby started" in b.find_element(By.ID, "room-note").text)
+    WebDriverWait(browser, 10).until(
+        lambda b: b.find_element(By.ID, "broadcasts").text.startswith("#1, ended"))
+    status, doc = call(f"{served.url}/v1/rooms/lobby/broadcasts")
+    assert status == 200
+    assert [b["broadcast"] for b in doc["broadcasts"]] == [1]
+    screenshot(browser, tmp_path, "ended")
+
+
+@pytest.mark.parametrize(("token", "says"), [
+    ("not-the-token", "The admin token was refused: unknown token (401 unauthorized)"),
+    (PUBLISHER, "use the admin token, not the publisher token"),
+])
+def test_a_wrong_token_shows_an_error(browser: WebDriver, served: Served, tmp_path: Path,
+                                      token: str, says: str) -> None:
+    open_dashboard(browser, served, token)
+    error = browser.find_element(By.ID, "error")
+    WebDriverWait(browser, 10).until(lambda b: error.is_displayed())
+    assert says in error.text
+    assert browser.find_element(By.ID, "token").is_displayed()
+    assert not browser.find_element(By.ID, "dashboard").is_displayed()
+    assert browser.execute_script("return sessionStorage.length") == 0
+    screenshot(browser, tmp_path, "refused")
+    # The right one opens it.
+    field = browser.find_element(By.ID, "token")
+    field.clear()
+    field.send_keys(ADMIN)
+    browser.find_element(By.CSS_SELECTOR, "#login-form button").click()
+    WebDriverWait(browser, 10).until(
+        lambda b: b.find_element(By.ID, "dashboard").is_displayed())
+    assert not error.is_displayed()
+
+
+def test_a_token_that_stops_working_brings_the_form_back(
+        browser: WebDriver, served: Served, tmp_path: Path) -> None:
+    open_dashboard(browser, served)
+    WebDriverWait(browser, 10).until(
+        lambda b: b.find_element(By.ID, "dashboard").is_displayed())
+    # The tab's token is replaced behind the page's back (as if rotated on
+    # the server): the next refresh is refused and says so.
+    browser.execute_script("sessionStorage.setItem('liveroom.admin.token', 'stale')")
+    browser.refresh()
+    WebDriverWait(browser, 10).until(lambda b: b.find_element(By.ID, "token").is_displayed())
+    assert "refused" in browser.find_element(By.ID, "error").text
+    screenshot(browser, tmp_path, "stale")
+
+
+def readme_shot(browser: WebDriver, tmp_path: Path) -> None:
+    """The finals chosen, its curve drawn: ``dashboard.png``, copied to
+    ``LIVEROOM_SCREENSHOT_DIR`` when set."""
+    browser.find_element(By.CSS_SELECTOR, '#rooms tbody tr[data-room="finals"]').click()
+    WebDriverWait(browser, 10).until(lambda b: stroke_pixels(b) > 200)
+    WebDriverWait(browser, 10).until(
+        lambda b: b.find_element(By.ID, "room-viewers").text not in ("\u2013", "0"))
+    shot = screenshot(browser, tmp_path, "dashboard")
+    target = os.environ.get("LIVEROOM_SCREENSHOT_DIR")
+    if target:
+        shutil.copyfile(shot, Path(target) / "dashboard.png")
+
+
+def phone_shots(browser: WebDriver, tmp_path: Path) -> None:
+    """The same page at a phone's width, then another room picked there."""
+    with window(browser, 400, 860):
+        WebDriverWait(browser, 10).until(lambda b: stroke_pixels(b) > 100)
+        width: int = browser.execute_script("return document.documentElement.scrollWidth")
+        assert width <= 400  # nothing wider than a phone: tables scroll inside their card
+        screenshot(browser, tmp_path, "phone")
+        # A room picked on a phone comes into view, its curve as wide as the screen.
+        browser.find_element(By.CSS_SELECTOR, '#rooms tbody tr[data-room="cooking"]').click()
+        WebDriverWait(browser, 10).until(
+            lambda b: b.find_element(By.ID, "room-name").text == "cooking"
+            and b.execute_script(
+                "return document.getElementById('room').getBoundingClientRect().top") < 100)
+        WebDriverWait(browser, 10).until(lambda b: stroke_pixels(b) > 100)
+        assert browser.execute_script("return document.documentElement.scrollWidth") <= 400
+        screenshot(browser, tmp_path, "phone-room")
+
+
+def test_the_dashboard_for_the_readme(browser: WebDriver, populated: Populated,
+                                      tmp_path: Path) -> None:
+    """The dashboard with a room chosen, at a laptop's and a phone's size: the
+    README's ``docs/dashboard.png`` when ``LIVEROOM_SCREENSHOT_DIR`` is set."""
+    served = populated.served
+    # Polls held by the node (listeners of the plain room "chess", waiting for
+    # its next message) show in the live nodes' table.
+    holding = served.run(hold_polls(served, "chess", [f"chess-u{j}" for j in range(7)]))
+    populated.live(0.1, step=5)
+    try:
+        with window(browser, 1280, 900):
+            open_dashboard(browser, served)
+            WebDriverWait(browser, 15).until(lambda b: room_rows(b) == list(ROOMS))
+            WebDriverWait(browser, 10).until(
+                lambda b: b.find_element(By.CSS_SELECTOR, "#nodes tbody td:nth-child(3)").text
+                == "7")
+            readme_shot(browser, tmp_path)
+        phone_shots(browser, tmp_path)
+    finally:
+        served.run(holding.stop())

@@ -1,0 +1,81 @@
+"""Messages a minute from a snapshot (``liveroom.snapshot.sent_per_minute``):
+exact while the cache holds a minute of the room, an estimate beyond."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from liveroom.snapshot import MINUTE_MS, Item, Snapshot, sent_per_minute
+
+NOW = 1_700_000_000_000
+
+
+def snapshot(times: list[int], important: set[int], normal_keep: int,
+             first_seq: int = 1) -> Snapshot:
+    """A room whose messages were sent at ``times`` (ms, ascending), seqs from
+    ``first_seq``, those at the indexes in ``important`` important; the cache
+    holds the newest ``normal_keep`` normal ones and every important one."""
+    items = [Item(first_seq + i, t, b"{}", b"\x80") for i, t in enumerate(times)]
+    normal = tuple(it for i, it in enumerate(items) if i not in important)
+    kept = normal[-normal_keep:] if normal_keep else ()
+    head = first_seq + len(times) - 1 if times else 0
+    return Snapshot("r", "e", head, len(important), normal=kept,
+                    important=tuple(it for i, it in enumerate(items) if i in important))
+
+
+def test_an_empty_room_sends_nothing() -> None:
+    assert sent_per_minute(Snapshot("r", "0", 0, 0), NOW, 2000) == 0.0
+
+
+def test_messages_older_than_a_minute_are_not_counted() -> None:
+    times = [NOW - 120_000, NOW - 61_000, NOW - 60_000, NOW - 30_000, NOW - 1]
+    # The one exactly a minute old is out: 2 in the last minute.
+    assert sent_per_minute(snapshot(times, set(), 2000), NOW, 2000) == 2.0
+    # Important ones count like the others (one shared sequence).
+    assert sent_per_minute(snapshot(times, {3}, 2000), NOW, 2000) == 2.0
+
+
+def test_a_new_broadcast_counts_only_its_own_messages() -> None:
+    # Seqs go on from 501 (an ended broadcast), all sent in the last 10 s.
+    snap = snapshot([NOW - 10_000, NOW - 5_000, NOW - 1_000], set(), 2000, first_seq=501)
+    assert sent_per_minute(snap, NOW, 2000) == 3.0
+
+
+def test_the_seqs_between_two_held_messages_count_when_the_cache_dropped_them() -> None:
+    # 3000 messages in the last 30 s, the cache keeps 100 normal ones and one
+    # important one from two minutes ago: the seqs in between are exact.
+    times = [NOW - 120_000] + [NOW - 30_000 + 10 * i for i in range(3000)]
+    snap = snapshot(times, {0}, 100)
+    assert sent_per_minute(snap, NOW, 100) == 3000.0
+
+
+def test_a_full_list_younger_than_a_minute_is_scaled_to_one() -> None:
+    # 100 a second, the list of 200 spans the last 2 s: about 6000 a minute.
+    times = [NOW - 2_000 + 10 * i for i in range(200)]
+    rate = sent_per_minute(snapshot(times, set(), 200), NOW, 200)
+    assert 5900 <= rate <= 6100
+
+
+@given(gaps=st.lists(st.integers(0, 20_000), min_size=1, max_size=300),
+       flags=st.lists(st.booleans(), min_size=300, max_size=300),
+       normal_keep=st.integers(1, 400))
+def test_exact_whenever_the_cache_reaches_back_a_minute(gaps: list[int], flags: list[bool],
+                                                        normal_keep: int) -> None:
+    times: list[int] = []
+    t = NOW
+    for gap in reversed(gaps):
+        times.insert(0, t)
+        t -= gap
+    important = {i for i in range(len(times)) if flags[i]}
+    snap = snapshot(times, important, normal_keep)
+    truth = sum(1 for t in times if t > NOW - MINUTE_MS)
+    rate = sent_per_minute(snap, NOW, normal_keep)
+    held = (*snap.normal, *snap.important)
+    reaches_back = any(item.ts <= NOW - MINUTE_MS for item in held)
+    if reaches_back or len(snap.normal) < normal_keep:
+        assert rate == truth
+    else:
+        # Every held message is in the last minute and older ones were
+        # dropped: an estimate, never below what is held.
+        assert rate >= len(held)
