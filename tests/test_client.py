@@ -263,6 +263,16 @@ async def test_the_operators_calls() -> None:
         assert series.step > 0
         assert all(p.max == 0 for p in series.points)
         assert await client.broadcasts("nobody") == ()
+        listening = client.listen("stage", uid="ann", timeout=5)
+        await next_answer(listening)
+        async with asyncio.timeout(20):  # the node announces itself every few seconds
+            while not (rooms := await client.biggest_rooms(limit=5)):
+                await asyncio.sleep(0.1)
+        assert [(r.room, r.online, r.vip) for r in rooms] == [("stage", 1, False)]
+        nodes = await client.nodes()
+        assert len(nodes) == 1
+        assert nodes[0].rooms_listed == 1
+        listening.stop()
     async with running_node() as node, Client(node.url, token=PUBLISHER) as client:
         with pytest.raises(ApiError) as refused:
             await client.vip_add("stage")
