@@ -52,6 +52,7 @@ EXAMPLES = int(EXPLORE or 30)
 SEQUENCES = max(1, EXAMPLES // 3)
 """Sequences of sends and polls (each up to 4 sends)."""
 ROOMS = itertools.count()
+MSGPACK = "application/msgpack"
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
           response_headers_conformance, response_schema_conformance,
@@ -65,6 +66,11 @@ def _msgpack(ctx: schemathesis.SerializationContext, value: Any) -> bytes:
     except (OverflowError, UnicodeEncodeError):  # beyond 64 bits; a lone surrogate
         reject()
     return packed
+
+
+@schemathesis.deserializer("application/msgpack")
+def _unpack(ctx: schemathesis.DeserializationContext, response: schemathesis.Response) -> Any:
+    return msgpack.unpackb(response.content, raw=False)
 
 
 schema = schemathesis.openapi.from_dict(json.loads(OPENAPI.read_text()),
@@ -130,7 +136,11 @@ POLL = schema["/v1/rooms/{room}/poll"]["GET"]
 
 
 def body_of(response: schemathesis.Response) -> dict[str, Any]:
-    doc: dict[str, Any] = response.json()
+    """An answer's document, JSON or msgpack as its content type says."""
+    if response.headers.get("content-type", [""])[0].startswith(MSGPACK):
+        doc: dict[str, Any] = msgpack.unpackb(response.content, raw=False)
+    else:
+        doc = response.json()
     return doc
 
 
@@ -142,11 +152,14 @@ def body_of(response: schemathesis.Response) -> dict[str, Any]:
 def test_what_is_accepted_is_delivered_unchanged(data: st.DataObject, server: str,
                                                  http: requests.Session) -> None:
     """Generated sends to a fresh room, then polls along the answers' cursors
-    and ``ctx`` (the link ``pollAgain``): every answer keeps the document, and
-    every accepted message is delivered once, unchanged, important ones before
-    the chat of their answer."""
+    and ``ctx`` (the link ``pollAgain``), all asking for JSON or all for
+    msgpack answers: every answer keeps the document, and every accepted
+    message is delivered once, unchanged, important ones before the chat of
+    their answer."""
     room = f"seq-{next(ROOMS)}"
-    call = {"base_url": server, "session": http, "checks": CHECKS, "timeout": 10}
+    accept = data.draw(st.sampled_from(["application/json", MSGPACK]), label="accept")
+    call = {"base_url": server, "session": http, "checks": CHECKS, "timeout": 10,
+            "headers": {"Accept": accept}}
     answer = body_of(POLL.Case(path_parameters={"room": room},
                                query={"uid": "fuzz", "recent": 0}).call_and_validate(**call))
     expected: dict[int, tuple[Any, bool]] = {}
