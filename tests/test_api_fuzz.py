@@ -12,8 +12,10 @@ whole run stays well under a minute on 2 cores, and fixed (derandomized) so
 the suite is reproducible; ``LIVEROOM_FUZZ_EXAMPLES=N`` explores N fresh
 random examples per operation instead. Polls are held up to their
 ``timeout``: the run caps it at 1 s (a cursor at a room's head is held that
-long), the only change made to a generated case besides the admin token on
-the operators' routes (without it they would all be 401).
+long). The other changes made to a generated case: the admin token on the
+operators' routes (without it they would all be 401), and ``Accept:
+application/msgpack`` on every other case (msgpack answers are checked
+against the document too, decoded by a deserializer registered here).
 """
 
 from __future__ import annotations
@@ -109,8 +111,14 @@ def http() -> Iterator[requests.Session]:
         yield session
 
 
+ACCEPTS = itertools.cycle(["application/json", MSGPACK])
+"""Every other case asks for msgpack answers."""
+
+
 def prepare(case: schemathesis.Case) -> None:
-    """The admin token on the operators' routes; a poll's hold capped at 1 s."""
+    """The admin token on the operators' routes; a poll's hold capped at 1 s;
+    every other case asks for msgpack answers."""
+    case.headers = {**(case.headers or {}), "Accept": next(ACCEPTS)}
     if case.operation.path.startswith("/v1/admin/"):
         case.headers = {**(case.headers or {}), "Authorization": f"Bearer {ADMIN}"}
     if case.operation.path.endswith("/poll"):
