@@ -43,8 +43,10 @@ log = logging.getLogger("liveroom.proxy")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 OPENAPI = importlib.resources.files(__package__).joinpath("openapi.json")
-"""The OpenAPI 3.1 document of the v1 API, served at ``/openapi.json``
-(tests/test_openapi.py checks it against the routes both ways)."""
+"""The OpenAPI 3.1 document of the v1 API, served at ``/openapi.json``. A
+plain file, not generated: what people and tools read, reviewed as the API's
+change; tests/test_openapi.py checks it against the routes both ways and
+tests/test_api_fuzz.py the server against it."""
 
 
 def response(reply: Reply) -> web.Response:
