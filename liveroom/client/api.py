@@ -26,7 +26,7 @@ from .answers import (
     VipChange,
 )
 from .errors import ApiError, Unreachable, checked_name, refusal
-from .listening import BACKOFF_MAX, Backoff, Listening
+from .listening import Backoff, Listening
 
 CALL_TIMEOUT = 30.0
 """Seconds any call but a poll may take."""
@@ -163,7 +163,7 @@ class Client:
                 wait = Retry(backoff.next(), None, exc.reason)
             if on_retry is not None:
                 on_retry(wait)
-            await asyncio.sleep(min(wait.delay, BACKOFF_MAX))
+            await asyncio.sleep(wait.delay)
         raise AssertionError("unreachable")  # pragma: no cover
 
     # -- stats (public, but member lists in ticket mode) --------------------------------

@@ -23,7 +23,8 @@ before the client gives up on it and polls again."""
 BACKOFF_FIRST = 0.5
 """Seconds before the first retry after a network error."""
 BACKOFF_MAX = 30.0
-"""Longest wait between two retries (network errors, or a ``Retry-After``)."""
+"""Longest wait between two retries after network errors (a ``Retry-After``
+is honoured as the server gives it: never sooner)."""
 
 
 class Backoff:
@@ -128,8 +129,7 @@ class Listening:
         return poll.result()
 
     async def _wait(self, retry: Retry) -> None:
-        """Wait ``retry.delay`` seconds (capped), or until stopped."""
-        retry = Retry(min(retry.delay, BACKOFF_MAX), retry.status, retry.reason)
+        """Wait ``retry.delay`` seconds, or until stopped."""
         if self.on_retry is not None:
             self.on_retry(retry)
         with contextlib.suppress(TimeoutError):
