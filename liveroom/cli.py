@@ -8,18 +8,21 @@ without flags.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
+import secrets
+import signal
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-import aiohttp
 import click
 
 from proxy.tickets import DEFAULT_TTL, mint
 
 from . import __version__
+from .client import Answer, ApiError, Client, ClientError, Message, Retry, VipChange
 from .clock import SystemClock
 from .errors import BadRequest, ConfigError, LiveroomError
 from .model import check_name
@@ -134,7 +137,9 @@ def main() -> None:
 
     Listeners long-poll GET /v1/rooms/ROOM/poll, senders POST
     /v1/rooms/ROOM/messages; important messages are never lost and huge rooms
-    are served from one cached snapshot. Start with `liveroom serve`.
+    are served from one cached snapshot. Start with `liveroom serve`, then
+    watch a room with `liveroom listen ROOM` and talk in it with `liveroom
+    send ROOM TEXT`. The API is described at /openapi.json on every server.
     """
 
 
@@ -389,45 +394,14 @@ DEFAULT_URL = "http://127.0.0.1:8080"
 T = TypeVar("T")
 
 
-class _Server:
-    """The admin API of a running node, as the store's ``Operators`` would answer."""
-
-    def __init__(self, http: aiohttp.ClientSession, url: str, token: str | None) -> None:
-        self._http = http
-        self._url = url.rstrip("/")
-        self._token = token
-
-    async def _call(self, method: str, path: str) -> dict[str, Any]:
-        headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
-        try:
-            async with self._http.request(method, f"{self._url}{path}",
-                                          headers=headers) as resp:
-                try:
-                    doc = await resp.json(content_type=None)
-                except ValueError:
-                    doc = None
-                if resp.status >= 400 or not isinstance(doc, dict):
-                    message = (doc.get("message") if isinstance(doc, dict) else None) \
-                        or resp.reason or "unexpected answer"
-                    if resp.status == 401 and not self._token:
-                        message += " (give --admin-token or set LIVEROOM_ADMIN_TOKEN)"
-                    raise click.ClickException(f"{message} (HTTP {resp.status})")
-                return doc
-        except aiohttp.ClientError as exc:
-            raise click.ClickException(f"cannot reach {self._url}: {exc}") from None
-
-    async def vip_add(self, room: str) -> bool:
-        return bool((await self._call("PUT", f"/v1/admin/vip/{room}"))["changed"])
-
-    async def vip_remove(self, room: str) -> bool:
-        return bool((await self._call("DELETE", f"/v1/admin/vip/{room}"))["changed"])
-
-    async def vip_rooms(self) -> frozenset[str]:
-        return frozenset((await self._call("GET", "/v1/admin/vip"))["rooms"])
-
-    async def end_broadcast(self, room: str) -> tuple[str, int]:
-        doc = await self._call("POST", f"/v1/admin/rooms/{room}/end")
-        return str(doc["epoch"]), int(doc["broadcast"])
+def _clear(exc: ClientError, token_hint: str | None = None) -> click.ClickException:
+    """A client error as the command's one-line failure (exit status 1)."""
+    if isinstance(exc, ApiError):
+        message = exc.message or exc.code
+        if exc.status == 401 and token_hint:
+            message += f" ({token_hint})"
+        return click.ClickException(f"{message} (HTTP {exc.status})")
+    return click.ClickException(str(exc))
 
 
 def _operators_options(command: F) -> F:
@@ -454,7 +428,7 @@ def _room(ctx: click.Context, param: click.Parameter, value: str) -> str:
 
 
 def _operate(url: str, admin_token: str | None, store: str | None,
-             via_server: Callable[[_Server], Awaitable[T]],
+             via_server: Callable[[Client], Awaitable[T]],
              via_store: Callable[[Operators], Awaitable[T]]) -> T:
     """Run one operators' call against the server at ``url``, or the store."""
     if store is not None and store.strip() in ("memory", "memory://"):
@@ -464,9 +438,12 @@ def _operate(url: str, admin_token: str | None, store: str | None,
 
     async def run() -> T:
         if store is None:
-            async with aiohttp.ClientSession(
-                    timeout=aiohttp.ClientTimeout(total=30)) as http:
-                return await via_server(_Server(http, url, admin_token))
+            async with Client(url, token=admin_token) as client:
+                try:
+                    return await via_server(client)
+                except ClientError as exc:
+                    raise _clear(exc, None if admin_token else
+                                 "give --admin-token or set LIVEROOM_ADMIN_TOKEN") from None
         try:
             engine = open_store(store, _D.log_policy(), SystemClock(), node_id="cli")
         except ValueError as exc:
@@ -482,6 +459,14 @@ def _operate(url: str, admin_token: str | None, store: str | None,
             await engine.close()
 
     return asyncio.run(run())
+
+
+async def _changed(call: Awaitable[VipChange]) -> bool:
+    return (await call).changed
+
+
+async def _vip_rooms(client: Client) -> frozenset[str]:
+    return frozenset(await client.vip_rooms())
 
 
 @main.group()
@@ -500,7 +485,7 @@ def vip() -> None:
 @_operators_options
 def vip_add(room: str, url: str, admin_token: str | None, store: str | None) -> None:
     """Whitelist ROOM into the vip sect."""
-    changed = _operate(url, admin_token, store, lambda s: s.vip_add(room),
+    changed = _operate(url, admin_token, store, lambda c: _changed(c.vip_add(room)),
                        lambda o: o.vip_add(room))
     click.echo(f"room {room} is now vip" if changed else f"room {room} was already vip")
 
@@ -510,7 +495,7 @@ def vip_add(room: str, url: str, admin_token: str | None, store: str | None) -> 
 @_operators_options
 def vip_remove(room: str, url: str, admin_token: str | None, store: str | None) -> None:
     """Take ROOM off the vip whitelist (back to the normal sect)."""
-    changed = _operate(url, admin_token, store, lambda s: s.vip_remove(room),
+    changed = _operate(url, admin_token, store, lambda c: _changed(c.vip_remove(room)),
                        lambda o: o.vip_remove(room))
     click.echo(f"room {room} is no longer vip" if changed else f"room {room} was not vip")
 
@@ -519,8 +504,7 @@ def vip_remove(room: str, url: str, admin_token: str | None, store: str | None) 
 @_operators_options
 def vip_list(url: str, admin_token: str | None, store: str | None) -> None:
     """Print the whitelisted rooms, one a line (nothing when there are none)."""
-    rooms = _operate(url, admin_token, store, lambda s: s.vip_rooms(),
-                     lambda o: o.vip_rooms())
+    rooms = _operate(url, admin_token, store, _vip_rooms, lambda o: o.vip_rooms())
     for room in sorted(rooms):
         click.echo(room)
     if not rooms:
@@ -548,10 +532,183 @@ def room_end(room_name: str, url: str, admin_token: str | None, store: str | Non
                                       int(_D.history_ttl * 1000))
         return ended.epoch, ended.broadcast
 
-    epoch, broadcast = _operate(url, admin_token, store,
-                                lambda s: s.end_broadcast(room_name), through_store)
+    async def through_server(c: Client) -> tuple[str, int]:
+        ended = await c.end_broadcast(room_name)
+        return ended.epoch, ended.broadcast
+
+    epoch, broadcast = _operate(url, admin_token, store, through_server, through_store)
     click.echo(f"room {room_name}: broadcast {broadcast - 1} ended, broadcast {broadcast} "
                f"started (epoch {epoch})")
+
+
+# -- a room from a terminal: listen and send --------------------------------------
+
+def _url_option(command: F) -> F:
+    return click.option(
+        "--url", default=DEFAULT_URL, show_default=True, envvar="LIVEROOM_URL",
+        show_envvar=True, help="A running liveroom server (any node).")(command)
+
+
+def _ticket_option(command: F) -> F:
+    return click.option(
+        "--ticket", envvar="LIVEROOM_TICKET", show_envvar=True,
+        help="A ticket your backend signed (servers run with --auth ticket): it names "
+             "the uid; see `liveroom ticket`.")(command)
+
+
+def _optional_uid(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    return None if value is None else _uid(ctx, param, value)
+
+
+def _body_text(body: Any) -> str:
+    return body if isinstance(body, str) else json.dumps(body, ensure_ascii=False)
+
+
+def _message_line(message: Message) -> str:
+    mark = " [important]" if message.important else ""
+    return f"{message.seq}{mark} {message.uid}: {_body_text(message.body)}"
+
+
+def _notes(answer: Answer, first: bool) -> list[str]:
+    """What an answer says besides its messages, as ``--`` lines (stderr)."""
+    notes = []
+    if first:
+        notes.append(f"-- listening to {answer.room} (epoch {answer.epoch}, seq {answer.seq}, "
+                     f"{answer.online} online)")
+    elif answer.reset:
+        notes.append(f"-- reset: the room goes on in epoch {answer.epoch} from seq "
+                     f"{answer.seq} (a broadcast ended, or its log restarted)")
+    if answer.gap or answer.igap:
+        missed = [f"{answer.gap} message{'s' * (answer.gap != 1)}"] if answer.gap else []
+        if answer.igap:
+            missed.append(f"{answer.igap} important")
+        notes.append(f"-- gap: missed {' and '.join(missed)} (gone before this listener "
+                     f"read them)")
+    return notes
+
+
+@main.command()
+@click.argument("room_name", metavar="ROOM", callback=_room)
+@click.option("--uid", callback=_optional_uid, envvar="LIVEROOM_UID", show_envvar=True,
+              help="Who listens (open mode) [default: a made-up listener-XXXXXX; with "
+                   "--ticket, the ticket's].")
+@_ticket_option
+@_url_option
+@click.option("--recent", type=click.IntRange(0, _D.recent_max), default=None,
+              help=f"Normal messages to show from before now (0-{_D.recent_max}) "
+                   f"[default: the server's, {_D.recent_default}].")
+@click.option("--timeout", type=click.IntRange(1, _D.poll_timeout_max),
+              default=int(_D.poll_timeout), show_default=True,
+              help="Seconds the server holds each poll when nothing happens.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print each message as one JSON object a line (seq, uid, important, "
+                   "ts, body), and each note on stderr as {\"note\": TEXT}.")
+def listen(room_name: str, uid: str | None, ticket: str | None, url: str,
+           recent: int | None, timeout: int, as_json: bool) -> None:
+    """Print ROOM's messages as they arrive, until Ctrl-C.
+
+    Each message is one line on stdout, `SEQ UID: BODY` (a body that is not a
+    string printed as JSON), important ones marked `[important]` and printed
+    before the chat of the same answer. Lines starting with `--` on stderr say
+    where listening began, when the room was reset (a broadcast ended) and how
+    many messages were missed (gap). Network errors and busy servers (429,
+    503) are retried; a refusal (a bad ticket) exits with status 1. Ctrl-C or
+    SIGTERM stops at once, exit status 0.
+    """
+    if uid is None and ticket is None:
+        uid = f"listener-{secrets.token_hex(3)}"
+
+    def note(line: str) -> None:
+        if as_json:
+            click.echo(json.dumps({"note": line.removeprefix("-- ")}), err=True)
+        else:
+            click.echo(line, err=True)
+
+    def retrying(retry: Retry) -> None:
+        why = f"HTTP {retry.status}" if retry.status else "network"
+        note(f"-- {why}: {retry.reason}; again in {retry.delay:.1f} s")
+
+    async def run() -> None:
+        async with Client(url, ticket=ticket) as client:
+            listening = client.listen(room_name, uid=uid, timeout=timeout, recent=recent,
+                                      on_retry=retrying)
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(signum, listening.stop)
+            first = True
+            async for answer in listening:
+                for line in _notes(answer, first):
+                    note(line)
+                first = False
+                for message in answer.delivered:
+                    click.echo(json.dumps({"seq": message.seq, "uid": message.uid,
+                                           "important": message.important,
+                                           "ts": message.ts, "body": message.body},
+                                          ensure_ascii=False)
+                               if as_json else _message_line(message))
+                sys.stdout.flush()
+
+    try:
+        asyncio.run(run())
+    except ClientError as exc:
+        raise _clear(exc, None if ticket else "give --ticket or set LIVEROOM_TICKET") from None
+
+
+@main.command()
+@click.argument("room_name", metavar="ROOM", callback=_room)
+@click.argument("text")
+@click.option("--uid", callback=_optional_uid, envvar="LIVEROOM_UID", show_envvar=True,
+              help="Who sends (open mode, or for the --token holder). Needed unless "
+                   "--ticket names the sender.")
+@click.option("--important", is_flag=True,
+              help="An important message (a system signal: never lost, delivered first); "
+                   "needs --token or a ticket minted with --publish.")
+@click.option("--json", "as_json", is_flag=True,
+              help="TEXT is a JSON value (an object, a number...), sent as the body as is.")
+@click.option("--client-msg-id", default=None, metavar="ID",
+              help="Sending twice with one id within 10 minutes stores it once "
+                   "[default: made up].")
+@_ticket_option
+@click.option("--token", envvar="LIVEROOM_PUBLISHER_TOKEN", show_envvar=True,
+              help="The publisher (or admin) token: your backend speaking for --uid, not "
+                   "rate limited; needed for --important without a publishing ticket.")
+@_url_option
+def send(room_name: str, text: str, uid: str | None, important: bool, as_json: bool,
+         client_msg_id: str | None, ticket: str | None, token: str | None,
+         url: str) -> None:
+    """Send TEXT to ROOM and print its seq.
+
+    The body is TEXT as a string (or, with --json, the JSON value TEXT is). A
+    rate limit (429) or a busy server (503) is waited out (its Retry-After) and
+    the send tried again, up to 3 times, with one client_msg_id, so it is
+    stored once. A refusal exits with status 1 and the server's message.
+    """
+    if uid is None and ticket is None:
+        raise click.UsageError("give --uid (or a --ticket, which names the sender)")
+    body: Any = text
+    if as_json:
+        try:
+            body = json.loads(text)
+        except ValueError as exc:
+            raise click.BadParameter(f"not JSON: {exc}", param_hint="TEXT") from None
+
+    def retrying(retry: Retry) -> None:
+        why = f"HTTP {retry.status}" if retry.status else "network"
+        click.echo(f"-- {why}: {retry.reason}; again in {retry.delay:.1f} s", err=True)
+
+    async def run() -> int:
+        async with Client(url, ticket=ticket, token=token) as client:
+            sent = await client.send(room_name, body, uid=uid, important=important,
+                                     client_msg_id=client_msg_id, on_retry=retrying)
+            return sent.seq
+
+    try:
+        seq = asyncio.run(run())
+    except ClientError as exc:
+        hint = ("give --token or set LIVEROOM_PUBLISHER_TOKEN" if important and not token
+                else None if ticket or token else "give --ticket or set LIVEROOM_TICKET")
+        raise _clear(exc, hint) from None
+    click.echo(seq)
 
 
 if __name__ == "__main__":  # pragma: no cover

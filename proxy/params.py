@@ -61,7 +61,17 @@ def parse_poll(room: str, query: Mapping[str, str], *, default_timeout: float,
     epoch = query.get("epoch")
     if epoch is not None and not _EPOCH.fullmatch(epoch):
         raise BadRequest("epoch must be the value of a previous answer")
+    # Checked on first polls too, like the epoch: the parameter means the same
+    # on every poll, whether or not this one uses it.
+    ctx = query.get("ctx") or None
+    if ctx is not None and len(ctx) > 512:
+        raise BadRequest("ctx must be the value of a previous answer")
     if raw_seq is None:
+        raw_iseq = query.get("iseq")
+        if raw_iseq is not None:  # a cursor, checked on a first poll too
+            parse_count("iseq", raw_iseq)
+            if epoch is None:
+                raise BadRequest("epoch is required with iseq")
         return PollParams(room, uid, None, timeout, recent)
     seq = int(raw_seq) if is_digits(raw_seq) else parse_count("seq", raw_seq)
     if seq > MAX_INT:
@@ -75,9 +85,6 @@ def parse_poll(room: str, query: Mapping[str, str], *, default_timeout: float,
             parse_count("iseq", raw_iseq)
     if epoch is None:
         raise BadRequest("epoch is required with seq")
-    ctx = query.get("ctx") or None
-    if ctx is not None and len(ctx) > 512:
-        raise BadRequest("ctx must be the value of a previous answer")
     return PollParams(room, uid, Cursor(epoch, seq, iseq, ctx), timeout, recent)
 
 

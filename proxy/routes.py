@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import importlib.resources
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -40,6 +41,12 @@ from .tiers import TierTable
 logger = logging.getLogger("liveroom.proxy")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+OPENAPI = importlib.resources.files(__package__).joinpath("openapi.json")
+"""The OpenAPI 3.1 document of the v1 API, served at ``/openapi.json``. A
+plain file, not generated: what people and tools read, reviewed as the API's
+change; tests/test_openapi.py checks it against the routes both ways and
+tests/test_api_fuzz.py the server against it."""
 
 
 def response(reply: Reply) -> web.Response:
@@ -104,6 +111,7 @@ class Proxy:
             header_timeout=settings.header_timeout, body_timeout=settings.request_timeout,
             idle_timeout=settings.keepalive_timeout))
         metrics.track(metrics.held_polls, lambda: self.holds.count)
+        self._openapi: bytes | None = None
 
     @property
     def tokens(self) -> Tokens:
@@ -129,6 +137,7 @@ class Proxy:
         app.router.add_get("/v1/rooms/{room}/stats/online", self.online_series)
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/metrics", self.render_metrics)
+        app.router.add_get("/openapi.json", self.openapi)
 
     # -- the listener path, for connections aiohttp serves ---------------------
 
@@ -223,6 +232,13 @@ class Proxy:
         if problem is not None:
             return error_response(503, "unhealthy", problem, retry_after=1)
         return web.json_response({"status": "ok"})
+
+    async def openapi(self, request: web.Request) -> web.StreamResponse:
+        """The API's OpenAPI document (read once, kept as bytes)."""
+        if self._openapi is None:
+            self._openapi = OPENAPI.read_bytes()
+        return web.Response(body=self._openapi, content_type="application/json",
+                            charset="utf-8")
 
     async def render_metrics(self, request: web.Request) -> web.StreamResponse:
         """Prometheus' text; with ``metrics_token`` set, only for its bearer."""

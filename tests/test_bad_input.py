@@ -129,6 +129,17 @@ BAD_POLLS: list[Any] = [
     pytest.param(poll_path(uid="u", epoch="e" * 65, seq="0"), "epoch", id="epoch-too-long"),
     pytest.param(poll_path(uid="u", epoch=EPOCH, seq="0", ctx="c" * 513), "ctx",
                  id="ctx-513-chars"),
+    # Found by the schemathesis run (tests/test_api_fuzz.py): a first poll
+    # took any ctx, where its document (and a later poll) allows 512 chars.
+    pytest.param(poll_path(uid="u", ctx="c" * 513), "ctx", id="ctx-513-chars-first-poll"),
+    # Found by the schemathesis run: without seq, iseq was not read at all
+    # (iseq=null was a first poll), where the contract checks cursors on every
+    # poll and refuses seq or iseq without an epoch.
+    pytest.param(poll_path(uid="u", epoch=EPOCH, iseq="null"), "iseq",
+                 id="iseq-null-first-poll"),
+    pytest.param(poll_path(uid="u", epoch=EPOCH, iseq=str(MAX_INT + 1)), "iseq",
+                 id="iseq-too-big-first-poll"),
+    pytest.param(poll_path(uid="u", iseq="0"), "epoch", id="iseq-without-epoch"),
 ]
 for _bad in NOT_COUNTS:
     _tag = _bad.encode("unicode_escape").decode() or "empty"
@@ -136,6 +147,8 @@ for _bad in NOT_COUNTS:
         pytest.param(poll_path(uid="u", epoch=EPOCH, seq=_bad), "seq", id=f"seq-{_tag}"),
         pytest.param(poll_path(uid="u", epoch=EPOCH, seq="0", iseq=_bad), "iseq",
                      id=f"iseq-{_tag}"),
+        pytest.param(poll_path(uid="u", epoch=EPOCH, iseq=_bad), "iseq",
+                     id=f"iseq-first-poll-{_tag}"),
         pytest.param(poll_path(uid="u", timeout=_bad), "timeout", id=f"timeout-{_tag}"),
         pytest.param(poll_path(uid="u", recent=_bad), "recent", id=f"recent-{_tag}"),
     ]
@@ -168,6 +181,7 @@ async def test_wrong_method_is_json_405(client: TestClient[Any, Any]) -> None:
     poll_path(uid="u", recent="0"),
     poll_path(uid="u", recent="100"),
     poll_path(uid="u", epoch=EPOCH),  # an epoch without seq is still a first poll
+    poll_path(uid="u", epoch=EPOCH, iseq="7"),  # and so is one with iseq alone
 ])
 async def test_valid_first_poll(client: TestClient[Any, Any], path: str) -> None:
     resp = await client.get(path)
@@ -268,6 +282,16 @@ BAD_SENDS: list[Any] = [
                  id="client-msg-id-number"),
     pytest.param(json.dumps({"uid": "u", "body": nested(40)}).encode(), JSON_CT, 400,
                  id="json-nested-40"),
+    # An integer beyond 64 bits was read as a float and delivered changed
+    # (2**70 as 1.1805916207174113e21), while 2**64 - 1 was refused.
+    pytest.param(b'{"uid":"u","body":1180591620717411303424}', JSON_CT, 400,
+                 id="json-int-beyond-64-bits"),
+    pytest.param(b'{"uid":"u","body":-9223372036854775809}', JSON_CT, 400,
+                 id="json-int-below-64-bits"),
+    pytest.param(b'{"uid":"u","body":{"n":[1,99999999999999999999999]}}', JSON_CT, 400,
+                 id="json-int-beyond-64-bits-nested"),
+    pytest.param(b'{"uid":"u","body":18446744073709551615}', JSON_CT, 400,
+                 id="json-int-2-64"),
     # Which of two keys counts would be the parser's choice: a sender naming
     # itself twice ("uid":"me","uid":"host") is refused, at any depth.
     pytest.param(b'{"uid":"u","uid":"host","body":1}', JSON_CT, 400, id="json-duplicate-key"),
@@ -355,6 +379,9 @@ async def test_send_to_bad_room_is_400(client: TestClient[Any, Any], room: str) 
     pytest.param(b'{"uid":"u","body":1}', {"Content-Type": "application/json; charset=utf-8"},
                  id="json-charset"),
     pytest.param(b'{"uid":"u","body":false}', JSON_CT, id="json-false-body"),
+    pytest.param(b'{"uid":"u","body":[9223372036854775808,-9223372036854775808]}', JSON_CT,
+                 id="json-int-64-bit-bounds"),
+    pytest.param(b'{"uid":"u","body":1e300}', JSON_CT, id="json-big-float"),
     pytest.param(b'{"uid":"u","body":""}', JSON_CT, id="json-empty-string-body"),
     pytest.param(b'{"uid":"u","body":1,"important":false}', JSON_CT, id="json-not-important"),
     pytest.param(b'{"uid":"u","body":1,"client_msg_id":"A-z_0.9:x"}', JSON_CT,

@@ -1,0 +1,84 @@
+"""A Python client of the v1 HTTP API (aiohttp): listen to a room, send to it,
+and the operators' calls.
+
+::
+
+    async with Client("http://127.0.0.1:8080") as client:
+        await client.send("demo", {"text": "hello"}, uid="bob")
+        async for answer in client.listen("demo", uid="alice"):
+            for message in answer.delivered:      # important ones first
+                print(message.seq, message.body)
+
+**The listening loop** follows the contract (DESIGN.md, "Listening"): a first
+poll without cursors, then at once another with the ``epoch``, ``seq``,
+``iseq`` and ``ctx`` of the last answer. It never sleeps between answers: in a
+big room the server paces the listener (``interval_ms``) by holding its poll,
+so polling again at once is right. Each answer it yields carries the important
+messages before the normal ones, and says when cursors were reset (``reset``:
+the log restarted, an ended broadcast) and how many messages the listener
+missed (``gap``, ``igap``). A network error or a read that outlasts
+``timeout`` + ``interval_ms`` + :data:`READ_MARGIN` is retried with the same
+cursors after an exponential, jittered backoff (:data:`BACKOFF_FIRST` up to
+:data:`BACKOFF_MAX` seconds); a 429 or 503 after its ``Retry-After``. Any other
+refusal (a bad name, a missing ticket) ends the loop with :class:`ApiError`:
+retrying it would fail the same way.
+
+**Stopping.** ``break`` out of the ``async for``, call :meth:`Listening.stop`
+from elsewhere (the poll in flight is abandoned and its connection closed;
+the iteration ends without an error), or cancel the task.
+
+This package is part of the core: it imports no role, and nothing of the
+server beyond the name rule. :mod:`.api` holds :class:`Client` (one call a
+method), :mod:`.listening` the loop, :mod:`.answers` the typed answers
+(frozen dataclasses) and :mod:`.errors` :class:`ApiError` and
+:class:`Unreachable`; everything is importable from ``liveroom.client``.
+"""
+
+from __future__ import annotations
+
+from .answers import (
+    Answer,
+    Broadcast,
+    BroadcastEnded,
+    Cursor,
+    LiveNode,
+    LiveRoom,
+    Members,
+    Message,
+    OnlineSeries,
+    Retry,
+    RoomStats,
+    Sent,
+    SeriesPoint,
+    VipChange,
+)
+from .api import CALL_TIMEOUT, Client
+from .errors import ApiError, ClientError, Unreachable
+from .listening import BACKOFF_FIRST, BACKOFF_MAX, READ_MARGIN, Backoff, Listening
+
+__all__ = [
+    "BACKOFF_FIRST",
+    "BACKOFF_MAX",
+    "CALL_TIMEOUT",
+    "READ_MARGIN",
+    "Answer",
+    "ApiError",
+    "Backoff",
+    "Broadcast",
+    "BroadcastEnded",
+    "Client",
+    "ClientError",
+    "Cursor",
+    "Listening",
+    "LiveNode",
+    "LiveRoom",
+    "Members",
+    "Message",
+    "OnlineSeries",
+    "Retry",
+    "RoomStats",
+    "Sent",
+    "SeriesPoint",
+    "Unreachable",
+    "VipChange",
+]

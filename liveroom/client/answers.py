@@ -1,0 +1,193 @@
+"""What the server answers, as frozen dataclasses (each built from the
+answer's JSON document by the client)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One message of a room, as a poll delivers it."""
+
+    seq: int
+    uid: str
+    important: bool
+    ts: int
+    """Milliseconds since the Unix epoch, when the server accepted it."""
+    body: Any
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any]) -> Message:
+        return cls(int(doc["seq"]), str(doc["uid"]), bool(doc["important"]),
+                   int(doc["ts"]), doc["body"])
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One poll's answer."""
+
+    room: str
+    epoch: str
+    seq: int
+    """The last normal position delivered or counted."""
+    iseq: int
+    """The last important position delivered or counted."""
+    important: tuple[Message, ...]
+    messages: tuple[Message, ...]
+    gap: int
+    """Normal messages this listener had not read that are gone (evicted or skipped)."""
+    igap: int
+    """Important messages likewise gone."""
+    reset: bool
+    """The cursors did not fit the room (a new epoch, an ended broadcast): this
+    answer is like a first poll."""
+    ctx: str
+    online: int
+    interval_ms: int
+    """Longest the server's pacing may hold this listener's next poll now."""
+
+    @property
+    def delivered(self) -> tuple[Message, ...]:
+        """Every message of the answer in delivery order: important ones first."""
+        return self.important + self.messages
+
+    @property
+    def empty(self) -> bool:
+        """Nothing to report: no message, no gap, no reset (a timed-out hold)."""
+        return not (self.important or self.messages or self.gap or self.igap or self.reset)
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any]) -> Answer:
+        return cls(
+            room=str(doc["room"]), epoch=str(doc["epoch"]), seq=int(doc["seq"]),
+            iseq=int(doc["iseq"]),
+            important=tuple(Message.from_doc(m) for m in doc["important"]),
+            messages=tuple(Message.from_doc(m) for m in doc["messages"]),
+            gap=int(doc["gap"]), igap=int(doc["igap"]), reset=bool(doc["reset"]),
+            ctx=str(doc["ctx"]), online=int(doc["online"]),
+            interval_ms=int(doc["interval_ms"]))
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    """Where a listener stands: pass it to :meth:`Client.listen` to resume."""
+
+    epoch: str
+    seq: int
+    iseq: int
+    ctx: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """A send's answer: the message's place in the room's log."""
+
+    seq: int
+    epoch: str
+
+
+@dataclass(frozen=True, slots=True)
+class RoomStats:
+    room: str
+    online: int
+    viewers: int
+    """Distinct listeners of the current broadcast (never goes down)."""
+    viewers_exact: bool
+    """False once the viewers are estimated (a HyperLogLog)."""
+    vip: bool
+    seq: int
+    """The room's head: the seq of its last message."""
+
+
+@dataclass(frozen=True, slots=True)
+class Members:
+    room: str
+    online: int
+    members: tuple[str, ...]
+    """One page of the online uids, sorted."""
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesPoint:
+    t: int
+    """Start of the step, Unix seconds."""
+    avg: float
+    max: int
+
+
+@dataclass(frozen=True, slots=True)
+class OnlineSeries:
+    room: str
+    step: int
+    """Seconds each point covers."""
+    points: tuple[SeriesPoint, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Broadcast:
+    """An ended broadcast of a room."""
+
+    broadcast: int
+    ended_at: int
+    """Milliseconds since the Unix epoch."""
+    viewers: int
+    viewers_exact: bool
+
+
+@dataclass(frozen=True, slots=True)
+class VipChange:
+    room: str
+    vip: bool
+    changed: bool
+    """False when the whitelist already said so."""
+
+
+@dataclass(frozen=True, slots=True)
+class BroadcastEnded:
+    room: str
+    epoch: str
+    """The epoch the room's log goes on in."""
+    broadcast: int
+    """The number of the broadcast that started."""
+
+
+@dataclass(frozen=True, slots=True)
+class LiveRoom:
+    """One of the biggest rooms now (``GET /v1/admin/rooms``)."""
+
+    room: str
+    online: int
+    interval_ms: int
+    """The adaptive hold's interval for this many listeners (0: plain long polls)."""
+    vip: bool
+    messages_per_minute: float | None
+    """None when the node listing the room did not hold its messages."""
+
+
+@dataclass(frozen=True, slots=True)
+class LiveNode:
+    """A node over the store, as it last announced itself (``GET /v1/admin/nodes``)."""
+
+    node: str
+    announced_at: int
+    """Milliseconds since the Unix epoch."""
+    expires_at: int
+    rooms_cached: int
+    held_polls: int
+    members: int
+    rooms_merged: int
+    rooms_listed: int
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """Why the client waits before trying again (see ``on_retry``)."""
+
+    delay: float
+    """Seconds it waits."""
+    status: int | None
+    """The HTTP status (429, 503), or None for a network error."""
+    reason: str

@@ -1,0 +1,249 @@
+"""The client of the v1 API: :class:`Client`, one call a method."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+
+from .answers import (
+    Broadcast,
+    BroadcastEnded,
+    Cursor,
+    LiveNode,
+    LiveRoom,
+    Members,
+    OnlineSeries,
+    Retry,
+    RoomStats,
+    Sent,
+    SeriesPoint,
+    VipChange,
+)
+from .errors import ApiError, Unreachable, checked_name, refusal
+from .listening import Backoff, Listening
+
+CALL_TIMEOUT = 30.0
+"""Seconds any call but a poll may take."""
+
+
+def _segment(room: str) -> str:
+    """``room``, checked, as one segment of a URL path."""
+    return quote(checked_name("room", room), safe="")
+
+
+class Client:
+    """The v1 API of a liveroom server at ``url``.
+
+    ``ticket`` (a ticket signed by your backend, for ``--auth ticket``
+    servers) goes as ``Authorization: Bearer`` on polls, sends and member
+    lists; ``token`` (the admin or the publisher token) on the operators'
+    calls and on sends, where it takes precedence over the ticket (the backend
+    speaking for the ``uid`` it names; needed for important messages). In
+    ``open`` mode neither is needed except for those.
+
+    Use it as ``async with Client(...) as client`` (or call :meth:`close`); it
+    makes its own ``aiohttp.ClientSession`` unless given one (which it then
+    leaves open).
+    """
+
+    def __init__(self, url: str, *, ticket: str | None = None, token: str | None = None,
+                 session: aiohttp.ClientSession | None = None) -> None:
+        self.url = url.rstrip("/")
+        self.ticket = ticket
+        self.token = token
+        self._session = session
+        self._own_session = session is None
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._own_session and self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        return self._session
+
+    def _bearer(self, *prefer: str | None) -> dict[str, str]:
+        for token in prefer:
+            if token:
+                return {"Authorization": f"Bearer {token}"}
+        return {}
+
+    async def _call(self, method: str, path: str, *, params: Mapping[str, str] | None = None,
+                    json: object = None, headers: Mapping[str, str] | None = None,
+                    read_for: float = CALL_TIMEOUT) -> Any:
+        """One call; its JSON document, or :class:`ApiError` / :class:`Unreachable`."""
+        try:
+            async with self.session.request(
+                    method, f"{self.url}{path}", params=params, json=json,
+                    headers=headers, timeout=aiohttp.ClientTimeout(total=read_for)) as resp:
+                if resp.status >= 400:
+                    raise await refusal(resp)
+                try:
+                    return await resp.json(content_type=None)
+                except ValueError:
+                    raise ApiError(resp.status, "bad_answer",
+                                   "the answer is not JSON") from None
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise Unreachable(self.url, str(exc) or type(exc).__name__) from None
+
+    # -- listening --------------------------------------------------------------
+
+    def listen(self, room: str, *, uid: str | None = None, timeout: int = 25,
+               recent: int | None = None, cursor: Cursor | None = None,
+               empty: bool = False,
+               on_retry: Callable[[Retry], None] | None = None) -> Listening:
+        """Listen to ``room``: ``async for answer in client.listen(room)``.
+
+        ``uid`` names the listener in ``open`` mode (in ``ticket`` mode the
+        ticket does). ``timeout`` is the poll's hold (1-60 s), ``recent`` how
+        many normal messages a first poll (or a reset) brings (0-100, the
+        server's default 20). ``cursor`` resumes where an earlier listener
+        stopped (:attr:`Listening.cursor`). Answers with nothing to report
+        (a hold that timed out) are skipped unless ``empty``; the first
+        answer is always yielded. ``on_retry`` is told before each wait after
+        a network error, a 429 or a 503.
+        """
+        return Listening(self, checked_name("room", room),
+                         uid=None if uid is None else checked_name("uid", uid), timeout=timeout,
+                         recent=recent, cursor=cursor, empty=empty, on_retry=on_retry)
+
+    # -- sending --------------------------------------------------------------------
+
+    async def send(self, room: str, body: Any, *, uid: str | None = None,
+                   important: bool = False, client_msg_id: str | None = None,
+                   retries: int = 3,
+                   on_retry: Callable[[Retry], None] | None = None) -> Sent:
+        """Send ``body`` (any JSON value up to the server's limit, 4 KiB by
+        default) to ``room``; the message's ``seq`` and ``epoch``.
+
+        ``uid`` names the sender (in ``ticket`` mode it may be left out: the
+        ticket names it). ``important`` needs the publisher or admin token
+        (``token``), or a ticket with ``publish``. A 429 (a rate limit) or a
+        503 is retried after its ``Retry-After``, a network error after a
+        backoff, up to ``retries`` times; every try carries the same
+        ``client_msg_id`` (made up when not given), so a send the server
+        stored before the connection dropped is not stored twice. Then the
+        last failure is raised (:class:`ApiError`, :class:`Unreachable`).
+        """
+        doc: dict[str, Any] = {"body": body, "important": important,
+                               "client_msg_id": client_msg_id or secrets.token_urlsafe(16)}
+        if uid is not None:
+            doc["uid"] = checked_name("uid", uid)
+        path = f"/v1/rooms/{_segment(room)}/messages"
+        headers = self._bearer(self.token, self.ticket)
+        backoff = Backoff()
+        for attempt in range(retries + 1):
+            try:
+                sent = await self._call("POST", path, json=doc, headers=headers)
+                return Sent(int(sent["seq"]), str(sent["epoch"]))
+            except ApiError as exc:
+                if attempt == retries or exc.status not in (429, 503):
+                    raise
+                wait = Retry(exc.retry_after if exc.retry_after is not None
+                             else backoff.next(), exc.status, exc.message)
+            except Unreachable as exc:
+                if attempt == retries:
+                    raise
+                wait = Retry(backoff.next(), None, exc.reason)
+            if on_retry is not None:
+                on_retry(wait)
+            await asyncio.sleep(wait.delay)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # -- stats (public, but member lists in ticket mode) --------------------------------
+
+    def _room_path(self, room: str, tail: str) -> str:
+        return f"/v1/rooms/{_segment(room)}/{tail}"
+
+    async def room_stats(self, room: str) -> RoomStats:
+        doc = await self._call("GET", self._room_path(room, "stats"))
+        return RoomStats(str(doc["room"]), int(doc["online"]), int(doc["viewers"]),
+                         bool(doc["viewers_exact"]), bool(doc["vip"]), int(doc["seq"]))
+
+    async def members(self, room: str, *, offset: int = 0, limit: int = 100) -> Members:
+        """One page of who is online in ``room`` (a ticket for the room or the
+        admin token in ``ticket`` mode)."""
+        doc = await self._call("GET", self._room_path(room, "online"),
+                               params={"offset": str(offset), "limit": str(limit)},
+                               headers=self._bearer(self.ticket, self.token))
+        return Members(str(doc["room"]), int(doc["online"]),
+                       tuple(str(m) for m in doc["members"]))
+
+    async def online_series(self, room: str, *, since: int | None = None,
+                            until: int | None = None) -> OnlineSeries:
+        """The online count over time (Unix seconds; the server's default is
+        the last hour)."""
+        params = {k: str(v) for k, v in (("since", since), ("until", until)) if v is not None}
+        doc = await self._call("GET", self._room_path(room, "stats/online"), params=params)
+        return OnlineSeries(str(doc["room"]), int(doc["step"]), tuple(
+            SeriesPoint(int(t), float(avg), int(top)) for t, avg, top in doc["points"]))
+
+    async def broadcasts(self, room: str) -> tuple[Broadcast, ...]:
+        """The room's ended broadcasts, newest first, with their viewers."""
+        doc = await self._call("GET", self._room_path(room, "broadcasts"))
+        return tuple(Broadcast(int(b["broadcast"]), int(b["ended_at"]), int(b["viewers"]),
+                               bool(b["viewers_exact"])) for b in doc["broadcasts"])
+
+    # -- operators (the admin token) --------------------------------------------------
+
+    def _admin(self) -> dict[str, str]:
+        return self._bearer(self.token)
+
+    async def _vip(self, method: str, room: str) -> VipChange:
+        doc = await self._call(method, f"/v1/admin/vip/{_segment(room)}",
+                               headers=self._admin())
+        return VipChange(str(doc["room"]), bool(doc["vip"]), bool(doc["changed"]))
+
+    async def vip_add(self, room: str) -> VipChange:
+        """Whitelist ``room`` into the vip sect."""
+        return await self._vip("PUT", room)
+
+    async def vip_remove(self, room: str) -> VipChange:
+        """Take ``room`` off the vip whitelist."""
+        return await self._vip("DELETE", room)
+
+    async def vip_rooms(self) -> tuple[str, ...]:
+        """The whitelisted rooms, sorted."""
+        doc = await self._call("GET", "/v1/admin/vip", headers=self._admin())
+        return tuple(str(r) for r in doc["rooms"])
+
+    async def end_broadcast(self, room: str) -> BroadcastEnded:
+        """End ``room``'s broadcast: its log goes on in a new epoch (listeners
+        reset into it) and its viewers count starts over."""
+        doc = await self._call(
+            "POST", f"/v1/admin/rooms/{_segment(room)}/end",
+            headers=self._admin())
+        return BroadcastEnded(str(doc["room"]), str(doc["epoch"]), int(doc["broadcast"]))
+
+    async def biggest_rooms(self, *, limit: int = 20) -> tuple[LiveRoom, ...]:
+        """The rooms with the most listeners over every node, largest first
+        (``limit`` 1-100), as the nodes last announced them (every few seconds)."""
+        doc = await self._call("GET", "/v1/admin/rooms", params={"limit": str(limit)},
+                               headers=self._admin())
+        return tuple(LiveRoom(str(r["room"]), int(r["online"]), int(r["interval_ms"]),
+                              bool(r["vip"]), None if r["messages_per_minute"] is None
+                              else float(r["messages_per_minute"])) for r in doc["rooms"])
+
+    async def nodes(self) -> tuple[LiveNode, ...]:
+        """The live nodes over the store and what each holds."""
+        doc = await self._call("GET", "/v1/admin/nodes", headers=self._admin())
+        return tuple(LiveNode(str(n["node"]), int(n["announced_at"]), int(n["expires_at"]),
+                              int(n["rooms_cached"]), int(n["held_polls"]), int(n["members"]),
+                              int(n["rooms_merged"]), int(n["rooms_listed"]))
+                     for n in doc["nodes"])

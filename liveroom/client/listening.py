@@ -1,0 +1,161 @@
+"""The listening loop: :class:`Listening`, an async iterator of answers,
+and the :class:`Backoff` between retries."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import AsyncIterator, Callable, Coroutine
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from .answers import Answer, Cursor, Retry
+from .errors import ApiError, Unreachable
+
+if TYPE_CHECKING:
+    from .api import Client
+
+READ_MARGIN = 10.0
+"""Seconds a poll's read may take beyond its ``timeout`` and ``interval_ms``
+before the client gives up on it and polls again."""
+BACKOFF_FIRST = 0.5
+"""Seconds before the first retry after a network error."""
+BACKOFF_MAX = 30.0
+"""Longest wait between two retries after network errors (a ``Retry-After``
+is honoured as the server gives it: never sooner)."""
+
+
+class Backoff:
+    """Exponential backoff with full jitter: the n-th wait is uniform in
+    ``[d/2, d]`` with ``d = min(BACKOFF_MAX, BACKOFF_FIRST * 2**n)``."""
+
+    def __init__(self) -> None:
+        self.tries = 0
+
+    def next(self) -> float:
+        ceiling = min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** min(self.tries, 16))
+        self.tries += 1
+        return random.uniform(ceiling / 2, ceiling)
+
+    def reset(self) -> None:
+        self.tries = 0
+
+
+class Listening:
+    """A room being listened to: an async iterator of :class:`Answer`.
+
+    Made by :meth:`Client.listen`. :meth:`stop` ends it from anywhere (the
+    poll in flight is abandoned); ``async with`` stops it on exit.
+    """
+
+    def __init__(self, client: Client, room: str, *, uid: str | None, timeout: int,
+                 recent: int | None, cursor: Cursor | None, empty: bool,
+                 on_retry: Callable[[Retry], None] | None) -> None:
+        self.client = client
+        self.room = room
+        self.uid = uid
+        self.timeout = timeout
+        self.recent = recent
+        self.cursor = cursor
+        """Where the listener stands (None before the first answer)."""
+        self.interval_ms = 0
+        self.empty = empty
+        self.on_retry = on_retry
+        self._stopped = asyncio.Event()
+        self._backoff = Backoff()
+
+    def stop(self) -> None:
+        """End the iteration: a poll in flight is abandoned (its connection
+        closed), a wait cut short; the next ``__anext__`` ends it."""
+        self._stopped.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped.is_set()
+
+    def __aiter__(self) -> AsyncIterator[Answer]:
+        return self
+
+    async def __aenter__(self) -> Listening:
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        self.stop()
+
+    async def __anext__(self) -> Answer:
+        while not self._stopped.is_set():
+            first = self.cursor is None
+            try:
+                answer = await self._until_stopped(self._poll())
+            except _Stopped:
+                break
+            except ApiError as exc:
+                if exc.status not in (429, 503):
+                    raise
+                delay = exc.retry_after if exc.retry_after is not None else self._backoff.next()
+                await self._wait(Retry(delay, exc.status, exc.message))
+                continue
+            except Unreachable as exc:
+                await self._wait(Retry(self._backoff.next(), None, exc.reason))
+                continue
+            self._backoff.reset()
+            self.cursor = Cursor(answer.epoch, answer.seq, answer.iseq, answer.ctx)
+            self.interval_ms = answer.interval_ms
+            if first or self.empty or not answer.empty:
+                return answer
+        raise StopAsyncIteration
+
+    async def _until_stopped(self, call: Coroutine[Any, Any, Answer]) -> Answer:
+        """``await call``, unless :meth:`stop` comes first (then :class:`_Stopped`)."""
+        poll: asyncio.Task[Answer] = asyncio.ensure_future(call)
+        stopped = asyncio.ensure_future(self._stopped.wait())
+        try:
+            await asyncio.wait((poll, stopped), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (poll, stopped):
+                if not task.done():
+                    task.cancel()
+            # Let the cancelled poll close its connection before going on.
+            with contextlib.suppress(asyncio.CancelledError):
+                await stopped
+            if not poll.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await poll
+        if poll.cancelled():
+            raise _Stopped
+        return poll.result()
+
+    async def _wait(self, retry: Retry) -> None:
+        """Wait ``retry.delay`` seconds, or until stopped."""
+        if self.on_retry is not None:
+            self.on_retry(retry)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopped.wait(), retry.delay)
+
+    async def _poll(self) -> Answer:
+        params: dict[str, str] = {"timeout": str(self.timeout)}
+        if self.uid is not None:
+            params["uid"] = self.uid
+        cursor = self.cursor
+        if cursor is None:
+            if self.recent is not None:
+                params["recent"] = str(self.recent)
+        else:
+            params.update(epoch=cursor.epoch, seq=str(cursor.seq), iseq=str(cursor.iseq))
+            if cursor.ctx:
+                params["ctx"] = cursor.ctx
+            if self.recent is not None:  # what a reset brings
+                params["recent"] = str(self.recent)
+        client = self.client
+        read_for = self.timeout + self.interval_ms / 1000 + READ_MARGIN
+        doc = await client._call("GET", f"/v1/rooms/{quote(self.room, safe='')}/poll",
+                                 params=params, headers=client._bearer(client.ticket),
+                                 read_for=read_for)
+        return Answer.from_doc(doc)
+
+
+class _Stopped(Exception):
+    """The listening was stopped while a poll was in flight."""

@@ -1,0 +1,387 @@
+"""The Python client (:mod:`liveroom.client`) against a real node over real
+sockets: the listening loop's rules, sends and their retries, the operators'
+calls; and ``liveroom listen`` / ``liveroom send`` as real processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+from support import ADMIN, PUBLISHER, Listener, clean_env, free_port, running_node
+
+from liveroom.client import (
+    BACKOFF_FIRST,
+    Answer,
+    ApiError,
+    Client,
+    Listening,
+    Retry,
+    Unreachable,
+)
+from liveroom.ratelimit import RateLimits, Window
+from proxy.tickets import mint
+
+TICKET_KEY = "k" * 32
+
+
+async def next_answer(listening: Listening, within: float = 10.0) -> Answer:
+    async with asyncio.timeout(within):
+        return await anext(listening)
+
+
+async def until_head(client: Client, room: str, seq: int) -> None:
+    """Until the node's snapshot of ``room`` reaches ``seq`` (a poll then sees
+    every message up to it in one answer)."""
+    async with asyncio.timeout(10):
+        while (await client.room_stats(room)).seq < seq:
+            await asyncio.sleep(0.01)
+
+
+async def test_listen_delivers_in_order_important_first() -> None:
+    async with running_node() as node, Client(node.url, token=PUBLISHER) as client:
+        listening = client.listen("hall", uid="ann", timeout=5)
+        first = await next_answer(listening)
+        assert (first.epoch, first.seq, first.important, first.messages) == ("0", 0, (), ())
+        assert not first.reset
+        await client.send("hall", "one", uid="bob")
+        await client.send("hall", {"text": "two"}, uid="bob")
+        await client.send("hall", {"event": "cohost"}, uid="host", important=True)
+        await until_head(client, "hall", 3)
+        answer = await next_answer(listening)
+        assert [m.body for m in answer.delivered] == [{"event": "cohost"}, "one", {"text": "two"}]
+        assert [m.seq for m in answer.important] == [3]
+        assert [m.seq for m in answer.messages] == [1, 2]
+        assert answer.important[0].important
+        assert answer.important[0].uid == "host"
+        assert (answer.seq, answer.iseq, answer.gap, answer.igap) == (3, 3, 0, 0)
+        assert listening.cursor is not None
+        assert listening.cursor.seq == 3
+        for n in range(4, 7):
+            await client.send("hall", n, uid="bob")
+        bodies: list[object] = []
+        while len(bodies) < 3:
+            bodies += [m.body for m in (await next_answer(listening)).delivered]
+        assert bodies == [4, 5, 6]
+        listening.stop()
+        with pytest.raises(StopAsyncIteration):
+            await next_answer(listening)
+
+
+async def test_a_reset_after_the_end_of_a_broadcast() -> None:
+    async with running_node() as node, Client(node.url, token=ADMIN) as client:
+        await client.send("show", "before", uid="bob")
+        listening = client.listen("show", uid="ann", timeout=5)
+        first = await next_answer(listening)
+        assert [m.body for m in first.messages] == ["before"]
+        waiting = asyncio.ensure_future(next_answer(listening))
+        ended = await client.end_broadcast("show")
+        answer = await waiting
+        assert answer.reset
+        assert answer.epoch == ended.epoch != first.epoch
+        assert ended.broadcast == 2
+        await client.send("show", "after", uid="bob")
+        answer = await next_answer(listening)
+        assert not answer.reset
+        assert [m.body for m in answer.messages] == ["after"]
+        assert [b.broadcast for b in await client.broadcasts("show")] == [1]
+        listening.stop()
+
+
+async def test_stop_ends_a_held_poll_at_once_and_the_node_lets_it_go() -> None:
+    async with running_node() as node, Client(node.url) as client:
+        listening = client.listen("quiet", uid="ann", timeout=30)
+        await next_answer(listening)
+        got: list[Answer] = []
+
+        async def consume() -> None:
+            async for answer in listening:
+                got.append(answer)
+
+        task = asyncio.ensure_future(consume())
+        async with asyncio.timeout(5):
+            while node.node.proxy.holds.count == 0:
+                await asyncio.sleep(0.01)
+        started = time.monotonic()
+        listening.stop()
+        await asyncio.wait_for(task, 2)
+        assert time.monotonic() - started < 1
+        assert got == []
+        async with asyncio.timeout(5):
+            while node.node.proxy.holds.count:
+                await asyncio.sleep(0.01)
+
+
+async def test_breaking_out_of_the_loop_and_a_context_manager() -> None:
+    async with running_node() as node, Client(node.url) as client:
+        await client.send("hall", "hi", uid="bob")
+        async with client.listen("hall", uid="ann", recent=1) as listening:
+            async for answer in listening:
+                assert [m.body for m in answer.messages] == ["hi"]
+                break
+        assert listening.stopped
+
+
+async def test_a_listener_resumes_from_its_cursor() -> None:
+    async with running_node() as node, Client(node.url) as client:
+        async with client.listen("hall", uid="ann", timeout=5) as listening:
+            await next_answer(listening)
+        cursor = listening.cursor
+        assert cursor is not None
+        await client.send("hall", "while away", uid="bob")
+        resumed = client.listen("hall", uid="ann", timeout=5, cursor=cursor)
+        answer = await next_answer(resumed)
+        assert not answer.reset
+        assert [m.body for m in answer.messages] == ["while away"]
+        resumed.stop()
+
+
+async def test_empty_answers_only_when_asked() -> None:
+    async with running_node() as node, Client(node.url) as client:
+        listening = client.listen("hall", uid="ann", timeout=1, empty=True)
+        first = await next_answer(listening)
+        answer = await next_answer(listening)  # the hold timed out
+        assert answer.empty
+        assert (answer.epoch, answer.seq, answer.iseq) == (first.epoch, first.seq, first.iseq)
+        listening.stop()
+
+
+async def test_a_rate_limit_is_waited_out_for_its_retry_after() -> None:
+    limits = RateLimits(per_uid=(Window(1, 1),))
+    async with running_node(rate_limits=limits) as node, Client(node.url) as client:
+        await client.send("hall", "first", uid="bob")
+        with pytest.raises(ApiError) as refused:
+            await client.send("hall", "second", uid="bob", retries=0)
+        assert (refused.value.status, refused.value.code) == (429, "rate_limited")
+        assert refused.value.retry_after == 1
+        assert "over 1 sends per 1 s" in refused.value.message
+        waits: list[Retry] = []
+        started = time.monotonic()
+        sent = await client.send("hall", "third", uid="bob", on_retry=waits.append)
+        took = time.monotonic() - started
+        assert waits
+        assert all((w.status, w.delay) == (429, 1) for w in waits)
+        assert took >= 0.9 * len(waits)
+        assert sent.seq == 2
+
+
+async def test_a_busy_node_is_waited_out_for_its_retry_after(
+        session: aiohttp.ClientSession) -> None:
+    # The node holds one poll at most: a second listener's poll is refused
+    # with 503 and Retry-After 2, and polls again once that has passed.
+    async with running_node(held_max=1) as node, Client(node.url) as client:
+        other = Listener(session, "hall", uid="other")
+        await other.poll(node.url)
+        held = asyncio.ensure_future(other.poll(node.url, timeout=30))
+        async with asyncio.timeout(5):
+            while node.node.proxy.holds.count == 0:
+                await asyncio.sleep(0.01)
+        waits: list[Retry] = []
+        listening = client.listen("hall", uid="ann", timeout=5, on_retry=waits.append)
+        await next_answer(listening)
+        waiting = asyncio.ensure_future(next_answer(listening))
+        async with asyncio.timeout(5):
+            while not waits:
+                await asyncio.sleep(0.01)
+        assert (waits[0].status, waits[0].delay, waits[0].reason) == (
+            503, 2, "this node holds all the polls it can; retry later")
+        started = time.monotonic()
+        await client.send("hall", "hello", uid="bob")
+        await held  # the other listener's poll is answered: room for ours
+        answer = await waiting
+        assert [m.body for m in answer.messages] == ["hello"]
+        assert time.monotonic() - started > 1  # it waited, not polled again at once
+        listening.stop()
+
+
+async def test_network_errors_back_off_and_stop_ends_the_wait() -> None:
+    waits: list[Retry] = []
+    async with Client(f"http://127.0.0.1:{free_port()}") as client:
+        listening = client.listen("hall", uid="ann", on_retry=waits.append)
+        task = asyncio.ensure_future(anext(listening))
+        async with asyncio.timeout(10):
+            while len(waits) < 2:
+                await asyncio.sleep(0.01)
+        listening.stop()
+        with pytest.raises(StopAsyncIteration):
+            await asyncio.wait_for(task, 2)
+    assert waits[0].status is None
+    assert BACKOFF_FIRST / 2 <= waits[0].delay <= BACKOFF_FIRST
+    assert BACKOFF_FIRST <= waits[1].delay <= 2 * BACKOFF_FIRST
+
+
+async def test_a_refusal_ends_the_loop_with_the_servers_error() -> None:
+    async with running_node() as node, Client(node.url) as client:
+        with pytest.raises(ApiError) as refused:
+            await next_answer(client.listen("hall", uid="ann", timeout=61))
+        assert (refused.value.status, refused.value.code) == (400, "bad_request")
+        assert "timeout" in refused.value.message
+        with pytest.raises(ValueError, match="room must match"):
+            client.listen("no/room")
+    async with Client(f"http://127.0.0.1:{free_port()}") as client:
+        with pytest.raises(Unreachable, match="cannot reach"):
+            await client.send("hall", "x", uid="bob", retries=0)
+
+
+async def test_tickets_name_the_listener_and_the_sender() -> None:
+    async with running_node(auth="ticket", ticket_keys=(TICKET_KEY,)) as node:
+        async with Client(node.url) as anonymous:
+            with pytest.raises(ApiError) as refused:
+                await next_answer(anonymous.listen("hall"))
+            assert refused.value.status == 401
+        ann = mint(TICKET_KEY, "ann", rooms=["hall"])
+        async with Client(node.url, ticket=ann) as client:
+            listening = client.listen("hall")
+            await next_answer(listening)
+            await client.send("hall", "mine")
+            answer = await next_answer(listening)
+            assert [(m.uid, m.body) for m in answer.messages] == [("ann", "mine")]
+            async with asyncio.timeout(10):  # heartbeats are merged in the background
+                while (members := await client.members("hall")).online == 0:
+                    await asyncio.sleep(0.05)
+            assert (members.online, members.members) == (1, ("ann",))
+            listening.stop()
+
+
+async def test_the_operators_calls() -> None:
+    async with running_node() as node, Client(node.url, token=ADMIN) as client:
+        change = await client.vip_add("stage")
+        assert (change.room, change.vip, change.changed) == ("stage", True, True)
+        assert (await client.vip_add("stage")).changed is False
+        assert await client.vip_rooms() == ("stage",)
+        assert (await client.room_stats("stage")).vip
+        assert (await client.vip_remove("stage")).changed
+        assert await client.vip_rooms() == ()
+        stats = await client.room_stats("nobody")
+        assert (stats.online, stats.viewers, stats.seq) == (0, 0, 0)
+        series = await client.online_series("nobody")
+        assert series.step > 0
+        assert all(p.max == 0 for p in series.points)
+        assert await client.broadcasts("nobody") == ()
+        listening = client.listen("stage", uid="ann", timeout=5)
+        await next_answer(listening)
+        async with asyncio.timeout(20):  # the node announces itself every few seconds
+            while not (rooms := await client.biggest_rooms(limit=5)):
+                await asyncio.sleep(0.1)
+        assert [(r.room, r.online, r.vip) for r in rooms] == [("stage", 1, False)]
+        nodes = await client.nodes()
+        assert len(nodes) == 1
+        assert nodes[0].rooms_listed == 1
+        listening.stop()
+    async with running_node() as node, Client(node.url, token=PUBLISHER) as client:
+        with pytest.raises(ApiError) as refused:
+            await client.vip_add("stage")
+        assert (refused.value.status, refused.value.code) == (403, "forbidden")
+
+
+# -- liveroom listen / liveroom send, real processes ---------------------------------
+
+async def liveroom(*args: str, **env: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "liveroom", *args, env=clean_env(**env),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    stdout, stderr = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode is not None
+    return proc.returncode, stdout.decode(), stderr.decode()
+
+
+async def lines_of(stream: asyncio.StreamReader) -> AsyncIterator[str]:
+    while raw := await stream.readline():
+        yield raw.decode().rstrip("\n")
+
+
+async def test_the_listen_and_send_commands() -> None:
+    async with running_node() as node, Client(node.url, token=ADMIN) as client:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "liveroom", "listen", "hall", "--uid", "ann",
+            env=clean_env(LIVEROOM_URL=node.url),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        try:
+            assert proc.stdout is not None
+            assert proc.stderr is not None
+            notes = lines_of(proc.stderr)
+            async with asyncio.timeout(15):
+                note = await anext(notes)
+            assert note.startswith("-- listening to hall (epoch 0, seq 0, ")
+            code, out, err = await liveroom("send", "hall", "hello there", "--uid", "bob",
+                                            LIVEROOM_URL=node.url)
+            assert (code, out, err) == (0, "1\n", "")
+            code, out, err = await liveroom(
+                "send", "hall", '{"event": "cohost"}', "--json", "--important",
+                "--uid", "host", "--url", node.url, LIVEROOM_PUBLISHER_TOKEN=PUBLISHER)
+            assert (code, out) == (0, "2\n"), err
+            messages = lines_of(proc.stdout)
+            async with asyncio.timeout(10):
+                assert await anext(messages) == "1 bob: hello there"
+                assert await anext(messages) == '2 [important] host: {"event": "cohost"}'
+            await client.end_broadcast("hall")
+            async with asyncio.timeout(10):
+                note = await anext(notes)
+            assert note.startswith("-- reset: the room goes on in epoch "), note
+            proc.send_signal(signal.SIGINT)
+            async with asyncio.timeout(5):
+                assert await proc.wait() == 0
+            rest = await proc.stderr.read()
+            assert b"Traceback" not in rest, rest
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+
+async def test_the_listen_command_prints_json_lines() -> None:
+    async with running_node() as node, Client(node.url) as client:
+        await client.send("hall", {"text": "hi"}, uid="bob")
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "liveroom", "listen", "hall", "--json", "--recent", "5",
+            "--url", node.url, env=clean_env(),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        try:
+            assert proc.stdout is not None
+            assert proc.stderr is not None
+            async with asyncio.timeout(15):
+                note = json.loads(await proc.stderr.readline())
+                line = json.loads(await proc.stdout.readline())
+            assert note["note"].startswith("listening to hall")
+            assert {k: line[k] for k in ("seq", "uid", "important", "body")} == {
+                "seq": 1, "uid": "bob", "important": False, "body": {"text": "hi"}}
+            proc.send_signal(signal.SIGTERM)
+            async with asyncio.timeout(5):
+                assert await proc.wait() == 0
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+
+async def test_the_send_command_refused() -> None:
+    async with running_node() as node:
+        code, out, err = await liveroom("send", "hall", "x", "--uid", "bob", "--important",
+                                        "--url", node.url)
+        assert code == 1
+        assert out == ""
+        assert err == ("Error: send Authorization: Bearer <token> (give --token or set "
+                       "LIVEROOM_PUBLISHER_TOKEN) (HTTP 401)\n")
+        code, _, err = await liveroom("send", "hall", "x", "--url", node.url)
+        assert code == 2
+        assert "give --uid" in err
+        code, _, err = await liveroom("listen", "no/room", "--url", node.url)
+        assert code == 2
+        assert "room must match" in err
+
+
+@pytest.mark.parametrize("command", ["listen", "send"])
+async def test_the_commands_explain_themselves(command: str) -> None:
+    code, out, _ = await liveroom(command, "--help")
+    assert code == 0
+    text = " ".join(out.split())
+    for option, env in [("--url", "LIVEROOM_URL"), ("--ticket", "LIVEROOM_TICKET"),
+                        ("--uid", "LIVEROOM_UID")]:
+        assert option in text
+        assert f"env var: {env}" in text
+    assert ("Ctrl-C" if command == "listen" else "print its seq") in text
