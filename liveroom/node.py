@@ -130,16 +130,18 @@ def build_node(settings: Settings, clock: Clock | None = None,
                       rate=lambda room: _rate(cache.peek(room), clock, settings.normal_keep))
     # One process, one statsvr node: every heartbeat is ours.
     heartbeats = Heartbeats([statsvr], clock, flush_every=settings.heartbeat_flush)
-    # Tokens and the context secret are filled in at start-up (made up, for
-    # the memory engine), before the server accepts a connection.
+    generated: dict[str, str] = {}
+    tokens = Tokens(admin=_configured(settings, generated, "admin_token", settings.admin_token),
+                    publisher=_configured(settings, generated, "publisher_token",
+                                          settings.publisher_token))
+    signer = ContextSigner(_configured(settings, generated, "secret", settings.secret))
     proxy = Proxy(settings=settings, reader=cache, heartbeats=heartbeats, stats=statsvr,
-                  is_vip=vip_list.is_vip, log=store.log,
-                  tokens=Tokens(admin="", publisher=""), signer=ContextSigner(""),
+                  is_vip=vip_list.is_vip, log=store.log, tokens=tokens, signer=signer,
                   clock=clock, metrics=metrics, health=lambda: node.health())
-    operators = OperatorRoutes(store.operators, proxy.tokens, clock, settings,
+    operators = OperatorRoutes(store.operators, tokens, clock, settings,
                                stats=statsvr, reader=cache, note_vip=vip_list.note)
     node = Node(settings, clock, store, metrics, vip_list, cache, statsvr, proxy, operators,
-                announce)
+                announce, generated)
     return node
 
 
@@ -150,7 +152,8 @@ def _rate(snap: Snapshot | None, clock: Clock, normal_keep: int) -> float | None
     return round(sent_per_minute(snap, int(clock.time() * 1000), normal_keep), 1)
 
 
-def _configured(node: Node, name: str, configured: str | None) -> str:
+def _configured(settings: Settings, generated: dict[str, str], name: str,
+                configured: str | None) -> str:
     """A token or the context secret: as configured, or made up for the memory
     engine alone (one process: nobody else needs to know it; tokens made up
     are printed). Every node over a shared store must be given the same ones:
@@ -158,23 +161,17 @@ def _configured(node: Node, name: str, configured: str | None) -> str:
     restart without persistence) and the next node makes up new ones."""
     if configured:
         return configured
-    if node.settings.shared_store:
+    if settings.shared_store:
         raise ConfigError(name, f"a node over a shared store needs {name} configured "
                                 f"(--{name.replace('_', '-')} or LIVEROOM_{name.upper()})")
     value = secrets.token_urlsafe(24)
     if name != "secret":
-        node.generated[name] = value
+        generated[name] = value
     return value
 
 
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     node = app[NODE]
-    s = node.settings
-    node.proxy.tokens = Tokens(admin=_configured(node, "admin_token", s.admin_token),
-                               publisher=_configured(node, "publisher_token",
-                                                     s.publisher_token))
-    node.operators.tokens = node.proxy.tokens
-    node.proxy.signer = ContextSigner(_configured(node, "secret", s.secret))
     await node.store.start()
     try:
         # Which sect serves a room is known before the first poll is answered.
@@ -182,15 +179,14 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         node.store.notifier.subscribe(node.recvsvr.on_notify, node.recvsvr.on_resync)
         await node.recvsvr.start()
         await node.statsvr.start()
-        await node.proxy.heartbeats.start()
+        await node.proxy.start()
         if node.announce is not None:
             node.announce(node)
         yield
     finally:
-        await node.proxy.holds.close()
+        await node.proxy.stop()
         await node.vip_list.stop()
         await node.recvsvr.stop()
-        await node.proxy.heartbeats.stop()
         await node.statsvr.stop()
         await node.store.close()
 

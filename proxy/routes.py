@@ -117,17 +117,14 @@ class Proxy:
     def tokens(self) -> Tokens:
         return self.sends.tokens
 
-    @tokens.setter
-    def tokens(self, tokens: Tokens) -> None:
-        self.sends.tokens = tokens
+    async def start(self) -> None:
+        """Start handing heartbeats to statsvr (before the first poll)."""
+        await self.heartbeats.start()
 
-    @property
-    def signer(self) -> ContextSigner:
-        return self.polls.signer
-
-    @signer.setter
-    def signer(self, signer: ContextSigner) -> None:
-        self.polls.signer = signer
+    async def stop(self) -> None:
+        """Answer and drop every held poll, then hand over the last heartbeats."""
+        await self.holds.close()
+        await self.heartbeats.stop()
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_get("/v1/rooms/{room}/poll", self.poll)
