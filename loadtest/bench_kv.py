@@ -92,6 +92,9 @@ HOUSEKEEPING = {"replconf", "info"}
 """Commands left out everywhere: replication's own acks and this benchmark's reads."""
 REPLICA_HOUSEKEEPING = {"ping"}
 """Left out on replicas: their master's replication ping (liveroom pings masters only)."""
+ENOUGH_HOLDING = 0.95
+"""Share of a phase's listeners that must hold a poll before it measures (all
+of them, or this share once the connect time is up)."""
 SAMPLE_EVERY = 10.0
 """statsvr's sampling period (``statsvr.series.SAMPLE_EVERY``): windows are
 whole multiples of it."""
@@ -308,6 +311,12 @@ class Result:
     def all_per_room(self) -> float:
         return self.all_per_s / self.phase.rooms
 
+    @property
+    def pulls_per_room(self) -> float:
+        """Pulls of a room a second, over every node: each pull reads the room's
+        meta with one ``HMGET`` (at least one a second per node reading it)."""
+        return self.masters.get("hmget", 0) / self.window_s / self.phase.rooms
+
 
 def cached_rooms(port: int) -> int:
     """``liveroom_cached_rooms`` from a node's /metrics (-1 if unreadable)."""
@@ -333,6 +342,7 @@ def run_phase(n: int, phase: Phase, cluster: LocalCluster, stats: CommandStats,
     connect_timeout = 60 + phase.listeners / 100
     budget = connect_timeout + args.warmup + args.window + 180
     cluster.flushall()
+    notes: list[str] = []
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"kv-{n}-")))
         say(name, f"{phase.label}: starting {phase.nodes} node(s)")
@@ -356,8 +366,11 @@ def run_phase(n: int, phase: Phase, cluster: LocalCluster, stats: CommandStats,
         say(name, f"{len(rooms):,} room(s) opened with one message each "
                   f"in {time.monotonic() - t:.1f} s")
 
+        # Fewer connections opened at once than bench_fanout's: a node busy
+        # with thousands of rooms accepts slowly, and an overflowing accept
+        # queue resets connections.
         clients = Clients("liveroom", entry, phase.listeners, 1, budget, room=prefix,
-                          rooms=phase.rooms)
+                          rooms=phase.rooms, connect_parallel=64)
         stack.callback(clients.stop)
         deadline = time.monotonic() + connect_timeout
         last_print = 0.0
@@ -368,6 +381,10 @@ def run_phase(n: int, phase: Phase, cluster: LocalCluster, stats: CommandStats,
             if st["holding"] >= phase.listeners:
                 break
             if time.monotonic() > deadline:
+                if st["holding"] >= ENOUGH_HOLDING * phase.listeners:
+                    notes.append(f"only {st['holding']:,} of {phase.listeners:,} listeners "
+                                 f"held a poll after {connect_timeout:.0f} s; measured so")
+                    break
                 raise RuntimeError(f"{name}: only {st['holding']} of {phase.listeners} polls "
                                    f"held after {connect_timeout:.0f} s ({st})")
             if time.monotonic() - last_print >= 3:
@@ -375,7 +392,8 @@ def run_phase(n: int, phase: Phase, cluster: LocalCluster, stats: CommandStats,
                 say(name, f"connecting: {st['connected']:,} connected, "
                           f"{st['holding']:,} holding")
             time.sleep(0.2)
-        say(name, f"all {phase.listeners:,} listeners connected and holding a poll")
+        say(name, f"{st['holding']:,} of {phase.listeners:,} listeners connected and "
+                  "holding a poll")
 
         publisher = Publisher(entry, rooms, phase.rate, budget)
         publisher.start()
@@ -398,7 +416,6 @@ def run_phase(n: int, phase: Phase, cluster: LocalCluster, stats: CommandStats,
         after, t1 = stats.read(), time.monotonic()
         st = clients.status()
         caches = [cached_rooms(s.port) for s in servers]
-        notes = []
         if set(cluster.masters()) != masters:
             notes.append("the cluster's masters changed during the window")
         messages = publisher.sent_between(t0, t1)
@@ -459,14 +476,15 @@ def top_commands(counts: dict[str, int], window: float, rooms: int, top: int) ->
 def table(results: list[Result], top: int) -> str:
     head = ["scenario", "phase", "nodes", "rooms", "listeners", "msg/s",
             "cmd/s masters", "**cmd/s/room masters**", "cmd/s all nodes", "cmd/s/room all",
-            "rooms cached per node", f"per room per s, masters (top {top})"]
-    rows = [head, ["---"] * 2 + ["---:"] * 9 + ["---"]]
+            "pulls/room/s", "rooms cached per node", f"per room per s, masters (top {top})"]
+    rows = [head, ["---"] * 2 + ["---:"] * 10 + ["---"]]
     for r in results:
         p = r.phase
         rows.append([p.scenario, p.label, str(p.nodes), f"{p.rooms:,}", f"{p.listeners:,}",
                      f"{r.messages / r.window_s:.2f}", f"{r.masters_per_s:,.1f}",
                      f"**{r.per_room:,.2f}**", f"{r.all_per_s:,.1f}",
-                     f"{r.all_per_room:,.2f}", " / ".join(map(str, r.cached_rooms)),
+                     f"{r.all_per_room:,.2f}", f"{r.pulls_per_room:.2f}",
+                     " / ".join(map(str, r.cached_rooms)),
                      top_commands(r.masters, r.window_s, p.rooms, top)])
     return "\n".join("| " + " | ".join(row) + " |" for row in rows)
 
@@ -593,6 +611,7 @@ def main(argv: list[str] | None = None) -> int:
     started = datetime.datetime.now().astimezone()
     stamp = commit()
     results: list[Result] = []
+    failed: list[str] = []
     with contextlib.ExitStack() as stack:
         try:
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-kv-")))
@@ -610,7 +629,11 @@ def main(argv: list[str] | None = None) -> int:
             say("cluster", f"idle, no liveroom: {sum(idle.values()) / 5:.1f} commands/s "
                            f"counted on the masters {idle or ''}")
             for n, phase in enumerate(todo, 1):
-                results.append(run_phase(n, phase, cluster, stats, args, nofile))
+                try:
+                    results.append(run_phase(n, phase, cluster, stats, args, nofile))
+                except (RuntimeError, OSError, redis.RedisError) as e:
+                    say(f"{n}:{phase.scenario}", f"FAILED: {e}")
+                    failed.append(f"{phase.label}: {str(e).splitlines()[0]}")
         except KeyboardInterrupt:
             print("interrupted: the cluster, servers, nginx and clients are stopped",
                   file=sys.stderr)
@@ -636,15 +659,19 @@ def main(argv: list[str] | None = None) -> int:
     notes = [f"{r.phase.label}: {n}" for r in results for n in r.notes]
     for n in notes:
         print(f"note: {n}")
+    for f in failed:
+        print(f"FAILED: {f}")
     if args.json:
         args.json.write_text(json.dumps({
             "command": command, "commit": stamp, "date": started.isoformat(),
             "machine": versions(), "args": {k: (str(v) if isinstance(v, Path) else v)
                                             for k, v in vars(args).items()},
+            "failed": failed,
             "results": [{**asdict(r), "masters_per_s": r.masters_per_s,
+                         "pulls_per_room": r.pulls_per_room,
                          "all_per_s": r.all_per_s, "per_room": r.per_room,
                          "all_per_room": r.all_per_room} for r in results]}, indent=2))
-    return 0
+    return 1 if failed else 0
 
 
 def redis_version() -> str:
