@@ -92,6 +92,9 @@ HOUSEKEEPING = {"replconf", "info"}
 """Commands left out everywhere: replication's own acks and this benchmark's reads."""
 REPLICA_HOUSEKEEPING = {"ping"}
 """Left out on replicas: their master's replication ping (liveroom pings masters only)."""
+FALLBACK_SHORT = 0.9
+"""Pulls a second per cached room under which a node is said not to keep up
+(the fallback pulls every room with held polls once a second)."""
 ENOUGH_HOLDING = 0.95
 """Share of a phase's listeners that must hold a poll before it measures (all
 of them, or this share once the connect time is up)."""
@@ -290,6 +293,8 @@ class Result:
     everything: dict[str, int]
     cached_rooms: list[int]
     """Rooms in each node's recvsvr cache at the window's end."""
+    node_cpu: list[float]
+    """Each node's CPU over the window, % of one core."""
     notes: list[str] = field(default_factory=list)
 
     def per_s(self, counts: dict[str, int]) -> float:
@@ -316,6 +321,12 @@ class Result:
         """Pulls of a room a second, over every node: each pull reads the room's
         meta with one ``HMGET`` (at least one a second per node reading it)."""
         return self.masters.get("hmget", 0) / self.window_s / self.phase.rooms
+
+    @property
+    def pulls_per_pair(self) -> float:
+        """Pulls a second of a room by one node that has it cached."""
+        pairs = sum(self.cached_rooms)
+        return self.pulls_per_room * self.phase.rooms / pairs if pairs > 0 else math.nan
 
 
 def cached_rooms(port: int) -> int:
@@ -407,6 +418,7 @@ def run_phase(n: int, phase: Phase, cluster: LocalCluster, stats: CommandStats,
         time.sleep((SAMPLE_PHASE - time.time()) % SAMPLE_EVERY)
         masters = set(cluster.masters())
         holding0 = clients.status()["holding"]
+        cpu0 = [s.cpu() for s in servers]
         before, t0 = stats.read(), time.monotonic()
         say(name, f"measuring {args.window:g} s")
         while (left := t0 + args.window - time.monotonic()) > 0:
@@ -414,6 +426,7 @@ def run_phase(n: int, phase: Phase, cluster: LocalCluster, stats: CommandStats,
             for s in watched:
                 s.check_alive()
         after, t1 = stats.read(), time.monotonic()
+        cpu = [100 * (s.cpu() - c) / (t1 - t0) for s, c in zip(servers, cpu0, strict=True)]
         st = clients.status()
         caches = [cached_rooms(s.port) for s in servers]
         if set(cluster.masters()) != masters:
@@ -426,12 +439,19 @@ def run_phase(n: int, phase: Phase, cluster: LocalCluster, stats: CommandStats,
                 notes.append(f"listeners' {key.replace('_', ' ')}: {st[key]:,}")
     on_masters, on_all = counted(before, after, masters)
     result = Result(phase, t1 - t0, messages, (holding0, st["holding"]), on_masters, on_all,
-                    caches, notes)
+                    caches, cpu, notes)
+    if result.pulls_per_pair < FALLBACK_SHORT:
+        result.notes.append(
+            f"each node reading a room pulled it {result.pulls_per_pair:.2f} times a second, "
+            "under the fallback's once a second: the node could not keep up (its CPU: "
+            + " / ".join(f"{c:.0f} %" for c in cpu) + " of a core): a floor, not the "
+            "design's figure")
     say(name, f"window {result.window_s:.1f} s: {messages} messages "
               f"({messages / result.window_s:.2f}/s), holding {holding0:,} -> "
               f"{st['holding']:,}; {result.masters_per_s:,.1f} commands/s on the masters "
               f"({result.per_room:,.2f} per room), {result.all_per_s:,.1f} on every node; "
-              f"rooms cached per node {caches}")
+              f"rooms cached per node {caches}, node CPU "
+              + " / ".join(f"{c:.0f} %" for c in cpu))
     say(name, "per room per s, masters: " + top_commands(
         on_masters, result.window_s, phase.rooms, len(on_masters)))
     for note in notes:
@@ -476,8 +496,9 @@ def top_commands(counts: dict[str, int], window: float, rooms: int, top: int) ->
 def table(results: list[Result], top: int) -> str:
     head = ["scenario", "phase", "nodes", "rooms", "listeners", "msg/s",
             "cmd/s masters", "**cmd/s/room masters**", "cmd/s all nodes", "cmd/s/room all",
-            "pulls/room/s", "rooms cached per node", f"per room per s, masters (top {top})"]
-    rows = [head, ["---"] * 2 + ["---:"] * 10 + ["---"]]
+            "pulls/room/s", "rooms cached per node", "node CPU",
+            f"per room per s, masters (top {top})"]
+    rows = [head, ["---"] * 2 + ["---:"] * 11 + ["---"]]
     for r in results:
         p = r.phase
         rows.append([p.scenario, p.label, str(p.nodes), f"{p.rooms:,}", f"{p.listeners:,}",
@@ -485,6 +506,7 @@ def table(results: list[Result], top: int) -> str:
                      f"**{r.per_room:,.2f}**", f"{r.all_per_s:,.1f}",
                      f"{r.all_per_room:,.2f}", f"{r.pulls_per_room:.2f}",
                      " / ".join(map(str, r.cached_rooms)),
+                     " / ".join(f"{c:.0f}" for c in r.node_cpu) + " %",
                      top_commands(r.masters, r.window_s, p.rooms, top)])
     return "\n".join("| " + " | ".join(row) + " |" for row in rows)
 
@@ -649,8 +671,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"window:  {args.window:g} s after {args.warmup:g} s of warm-up per phase; "
           "commands counted by INFO commandstats, script-run commands included, "
           "replconf / replication ping / info left out; headline: the masters' sum")
-    print("rooms:   a fixed rate per room in the rooms scenario "
-          f"({args.room_rate:g} msg/s per room), so the rows compare room for room")
+    if "rooms" in args.scenarios:
+        print("rooms:   a fixed rate per room in the rooms scenario "
+              f"({args.room_rate:g} msg/s per room), so the rows compare room for room")
     print()
     print(table(results, args.top))
     print()
