@@ -39,7 +39,7 @@ to a master (no ``--durable-replicas`` here, so pulls read masters too); the
 replicas only replay the masters' writes, a count the replication layout
 sets, not liveroom. The whole sum, replicas included, is printed beside it.
 
-    python loadtest/bench_kv.py                 # every scenario, 10-13 minutes on 2 cores
+    python loadtest/bench_kv.py                 # every scenario, 9-13 minutes on 2 cores
     python loadtest/bench_kv.py --quick         # a smoke run with small sizes, 2-3 minutes
     python loadtest/bench_kv.py --rooms 100,1000   # without the 10 000-room phase (3-4 min of it)
     python loadtest/bench_kv.py --scenarios nodes --window 30
