@@ -703,8 +703,8 @@ def main(argv: list[str] | None = None) -> int:
     for line in summary(results):
         print(line)
     notes = [f"{r.phase.label}: {n}" for r in results for n in r.notes]
-    for n in notes:
-        print(f"note: {n}")
+    for note in notes:
+        print(f"note: {note}")
     for f in failed:
         print(f"FAILED: {f}")
     if args.json:
