@@ -138,7 +138,8 @@ SCENARIOS = {
 class Clients:
     """The client processes and their pipes: the listeners' counts and samples."""
 
-    def __init__(self, kind: str, port: int, listeners: int, procs: int, budget: float):
+    def __init__(self, kind: str, port: int, listeners: int, procs: int, budget: float,
+                 room: str = ROOM, rooms: int = 1, connect_parallel: int = 256):
         ctx = multiprocessing.get_context("fork")
         self.conns: list[Connection] = []
         self.procs: list[multiprocessing.process.BaseProcess] = []
@@ -147,8 +148,9 @@ class Clients:
         for i in range(procs):
             count = share + (1 if i < extra else 0)
             parent, child = ctx.Pipe()
-            cfg = ClientConfig(kind=kind, port=port, room=ROOM, first=first, count=count,
-                               budget=budget)
+            cfg = ClientConfig(kind=kind, port=port, room=room, first=first, count=count,
+                               budget=budget, rooms=rooms,
+                               connect_parallel=connect_parallel)
             proc = ctx.Process(target=run_client, args=(child, cfg), daemon=True,
                                name=f"fanout-client-{i}")
             proc.start()

@@ -70,6 +70,14 @@ class ClientConfig:
     """Seconds after which the process stops whatever happens."""
     connect_parallel: int = 256
     """Connections being opened at once (the server's accept backlog is finite)."""
+    rooms: int = 1
+    """Rooms the listeners are spread over: with more than one, listener ``i``
+    polls room ``f"{room}-{i % rooms}"`` (liveroom listeners only)."""
+
+
+def listener_room(cfg: ClientConfig, index: int) -> str:
+    """The room listener ``index`` polls."""
+    return cfg.room if cfg.rooms <= 1 else f"{cfg.room}-{index % cfg.rooms}"
 
 
 def raise_nofile(need: int) -> int:
@@ -226,7 +234,7 @@ class LiveroomListener(Listener):
     def __init__(self, client: Client, index: int) -> None:
         super().__init__(client, index)
         cfg = client.cfg
-        self.base = (f"GET /v1/rooms/{cfg.room}/poll?uid={self.uid}"
+        self.base = (f"GET /v1/rooms/{listener_room(cfg, index)}/poll?uid={self.uid}"
                      f"&timeout={cfg.poll_timeout}").encode()
         self.tail = f" HTTP/1.1\r\nHost: 127.0.0.1:{cfg.port}\r\n\r\n".encode()
         self.next = self.base + self.tail

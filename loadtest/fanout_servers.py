@@ -22,7 +22,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import psutil
@@ -150,8 +150,10 @@ def announcing_server(name: str, args: list[str], port: int, tmp: Path,
 
 
 def liveroom_server(tmp: Path, nofile: int, tiers: str | None, store: str | None,
-                    workers: int) -> contextlib.AbstractContextManager[Server]:
-    """``python -m liveroom serve`` from this checkout."""
+                    workers: int, name: str = "liveroom",
+                    extra: Sequence[str] = ()) -> contextlib.AbstractContextManager[Server]:
+    """``python -m liveroom serve`` from this checkout, with ``extra`` arguments
+    (its log is ``tmp/<name>.log``)."""
     port = free_port()
     # The bench sizes the server's descriptors for its listeners: the cap on
     # held polls is that budget, not the default's reserve below it.
@@ -164,7 +166,8 @@ def liveroom_server(tmp: Path, nofile: int, tiers: str | None, store: str | None
         args += ["--store", store, "--secret", "fanout", "--auth", "open"]
     if workers > 1:
         args += ["--workers", str(workers)]
-    return announcing_server("liveroom", args, port, tmp, nofile)
+    args += extra
+    return announcing_server(name, args, port, tmp, nofile)
 
 
 def floor_server(tmp: Path, nofile: int) -> contextlib.AbstractContextManager[Server]:
