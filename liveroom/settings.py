@@ -6,10 +6,42 @@ working server on one machine.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .errors import ConfigError
 from .ratelimit import RateLimits
-from .store.base import LogPolicy
+
+if TYPE_CHECKING:
+    from .store.base import LogPolicy
+
+# -- defaults every layer shares, written once ----------------------------------
+# Settings starts from them, and so do the store's LogPolicy and the roles' own
+# limits for whoever builds those without a Settings (tests, benchmarks).
+
+NORMAL_KEEP = 2000
+"""Newest normal messages each room's cache keeps."""
+IMPORTANT_KEEP = 500
+"""Important messages kept at least, by count (cache and store)."""
+IMPORTANT_WINDOW = 600.0
+"""Seconds important messages are kept at least (cache and store)."""
+IMPORTANT_HARD_CAP = 50_000
+"""Important messages kept at most, whatever the window."""
+INDEX_KEEP = 100_000
+LOG_CAP = 10_000
+ROOM_TTL = 86_400.0
+EMPTY_ROOM_TTL = 300.0
+DEDUP_TTL = 600.0
+FALLBACK_INTERVAL = 1.0
+READ_WINDOW = 60.0
+PULL_BATCH = 128
+PULL_CONCURRENCY = 4
+TOUCH_INTERVAL = 600.0
+ROOMS_MAX = 10_000
+FIRST_PULL_TIMEOUT = 5.0
+ONLINE_TTL = 90.0
+VIP_SHARDS = 16
+VIEWERS_THRESHOLD = 10_000
+HISTORY_TTL = 90 * 86_400.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,34 +156,34 @@ class Settings:
     """Seconds between two reads of the vip whitelist by every node."""
 
     # recvsvr.
-    normal_keep: int = 2000
-    important_keep: int = 500
-    important_window: float = 600.0
-    index_keep: int = 100_000
+    normal_keep: int = NORMAL_KEEP
+    important_keep: int = IMPORTANT_KEEP
+    important_window: float = IMPORTANT_WINDOW
+    index_keep: int = INDEX_KEEP
     """Important positions remembered for exact counting beyond the lists."""
-    fallback_pull_interval: float = 1.0
-    read_window: float = 60.0
+    fallback_pull_interval: float = FALLBACK_INTERVAL
+    read_window: float = READ_WINDOW
     """A room read within this many seconds is pulled at least once per interval."""
-    pull_batch: int = 128
-    pull_concurrency: int = 4
+    pull_batch: int = PULL_BATCH
+    pull_concurrency: int = PULL_CONCURRENCY
     """The normal sect's pull budget: rooms per store read, reads in flight."""
     vip_pull_batch: int = 16
     vip_pull_concurrency: int = 2
     """The vip sect's own budget (few rooms, each hot): a storm in a vip room
     waits for these workers only, never for the normal sect's."""
-    touch_interval: float = 600.0
+    touch_interval: float = TOUCH_INTERVAL
 
     # Store.
-    log_cap: int = 10_000
-    room_ttl: float = 86_400.0
-    dedup_ttl: float = 600.0
+    log_cap: int = LOG_CAP
+    room_ttl: float = ROOM_TTL
+    dedup_ttl: float = DEDUP_TTL
 
     # Room cost.
-    rooms_max: int = 10_000
+    rooms_max: int = ROOMS_MAX
     """Rooms each sect's cache holds at most (least recently read evicted first,
     never one with held polls). A cached room that does not exist costs about
     1.3 KiB, a small room its messages (see README, "What a room costs")."""
-    empty_room_ttl: float = 300.0
+    empty_room_ttl: float = EMPTY_ROOM_TTL
     durable_replicas: int = 0
     """Replicas a message must reach before its send is answered 201 (redis
     engine: ``WAIT``). 0 acknowledges once the master stored it."""
@@ -159,22 +191,22 @@ class Settings:
     """Seconds an append waits for ``durable_replicas`` before answering 503."""
     """Seconds a log created by an operator action lives without a message
     (reads do not extend it; the first message extends it to ``room_ttl``)."""
-    first_pull_timeout: float = 5.0
+    first_pull_timeout: float = FIRST_PULL_TIMEOUT
     """Longest wait of a poll for a pull of its room (then 503, ``Retry-After``)."""
 
     # statsvr.
-    online_ttl: float = 90.0
+    online_ttl: float = ONLINE_TTL
     """A listener with no poll for this long is offline. Must exceed the longest
     poll timeout plus the longest hold interval (else a listener waiting in a
     long poll would flicker offline)."""
     hold_interval_max: float = 10.0
     """The longest interval the adaptive hold may add to a poll (a tier's
     interval plus jitter may not exceed it)."""
-    vip_shards: int = 16
+    vip_shards: int = VIP_SHARDS
     """Shard keys a vip room's online list is split over, per statsvr node."""
-    viewers_threshold: int = 10_000
+    viewers_threshold: int = VIEWERS_THRESHOLD
     """Distinct viewers counted exactly; a HyperLogLog estimates beyond."""
-    history_ttl: float = 90 * 86_400.0
+    history_ttl: float = HISTORY_TTL
     """How long a room's viewers history outlives its last viewer."""
     heartbeat_flush: float = 0.25
     stats_write_every: float = 1.0
@@ -250,6 +282,8 @@ class Settings:
         return self.node_id or f"{self.host}:{self.port}"
 
     def log_policy(self) -> LogPolicy:
+        from .store.base import LogPolicy  # the store's base imports these defaults
+
         return LogPolicy(
             log_cap=self.log_cap,
             important_keep=self.important_keep,

@@ -10,17 +10,24 @@ from dataclasses import dataclass
 
 from liveroom.codec import encode_message
 from liveroom.model import Entry
+from liveroom.settings import (
+    IMPORTANT_HARD_CAP,
+    IMPORTANT_KEEP,
+    IMPORTANT_WINDOW,
+    INDEX_KEEP,
+    NORMAL_KEEP,
+)
 from liveroom.snapshot import Item, Snapshot
 from liveroom.store.base import Pulled
 
 
 @dataclass(frozen=True, slots=True)
 class Retention:
-    normal_keep: int = 2000
-    important_keep: int = 500
-    important_window_ms: int = 600_000
-    important_hard_cap: int = 50_000
-    index_keep: int = 100_000
+    normal_keep: int = NORMAL_KEEP
+    important_keep: int = IMPORTANT_KEEP
+    important_window_ms: int = int(IMPORTANT_WINDOW * 1000)
+    important_hard_cap: int = IMPORTANT_HARD_CAP
+    index_keep: int = INDEX_KEEP
 
 
 def _item(entry: Entry) -> Item:

@@ -43,6 +43,15 @@ from dataclasses import dataclass, field
 from liveroom.clock import Clock
 from liveroom.errors import StoreUnavailable
 from liveroom.metrics import Metrics
+from liveroom.settings import (
+    FALLBACK_INTERVAL,
+    FIRST_PULL_TIMEOUT,
+    PULL_BATCH,
+    PULL_CONCURRENCY,
+    READ_WINDOW,
+    ROOMS_MAX,
+    TOUCH_INTERVAL,
+)
 from liveroom.snapshot import Snapshot, absent, is_absent
 from liveroom.store.base import MessageLog, Notifier, Pulled, PullRequest
 
@@ -55,14 +64,14 @@ logger = logging.getLogger("liveroom.recvsvr")
 class SectLimits:
     """The pull budget of one sect."""
 
-    fallback_interval: float = 1.0
-    read_window: float = 60.0
-    batch: int = 128
-    concurrency: int = 4
-    touch_interval: float = 600.0
-    rooms_max: int = 10_000
+    fallback_interval: float = FALLBACK_INTERVAL
+    read_window: float = READ_WINDOW
+    batch: int = PULL_BATCH
+    concurrency: int = PULL_CONCURRENCY
+    touch_interval: float = TOUCH_INTERVAL
+    rooms_max: int = ROOMS_MAX
     """Rooms cached at most (least recently read evicted first, never one in use)."""
-    first_pull_timeout: float = 5.0
+    first_pull_timeout: float = FIRST_PULL_TIMEOUT
     """Longest wait for a pull a reader asked for, then StoreUnavailable."""
 
 

@@ -33,6 +33,7 @@ from liveroom.errors import StoreUnavailable
 from liveroom.lifecycle import Outage, Periodic
 from liveroom.metrics import Metrics
 from liveroom.roles import BroadcastStats, RoomStats
+from liveroom.settings import HISTORY_TTL, ONLINE_TTL, VIEWERS_THRESHOLD, VIP_SHARDS
 from liveroom.store.base import (
     NodeLoad,
     NodeState,
@@ -60,10 +61,10 @@ JOIN_SLICE = 20_000
 class StatsLimits:
     """How a statsvr node paces itself."""
 
-    online_ttl: float = 90.0
-    vip_shards: int = 16
-    viewers_threshold: int = 10_000
-    history_ttl: float = 90 * 86_400.0
+    online_ttl: float = ONLINE_TTL
+    vip_shards: int = VIP_SHARDS
+    viewers_threshold: int = VIEWERS_THRESHOLD
+    history_ttl: float = HISTORY_TTL
     write_every: float = 1.0
     merge_every: float = 1.0
     viewers_every: float = 2.0

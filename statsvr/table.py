@@ -33,6 +33,7 @@ import msgpack
 
 from liveroom.clock import Clock
 from liveroom.model import name_slot
+from liveroom.settings import ONLINE_TTL, VIP_SHARDS
 from liveroom.store.base import ShardWrite
 
 logger = logging.getLogger("liveroom.statsvr.table")
@@ -82,7 +83,8 @@ class Tables:
     Not thread-safe: heartbeats, sweeps and takes all run on the event loop.
     """
 
-    def __init__(self, clock: Clock, *, online_ttl: float = 90.0, vip_shards: int = 16,
+    def __init__(self, clock: Clock, *, online_ttl: float = ONLINE_TTL,
+                 vip_shards: int = VIP_SHARDS,
                  is_vip: Callable[[str], bool] = lambda room: False,
                  refresh_every: float = 15.0) -> None:
         if vip_shards < 1:

@@ -49,6 +49,8 @@ import numpy as np
 import numpy.typing as npt
 from datasketch import HyperLogLogPlusPlus
 
+from liveroom.settings import VIEWERS_THRESHOLD
+
 __all__ = [
     "DEFAULT_THRESHOLD",
     "PRECISION",
@@ -68,8 +70,8 @@ PRECISION = 14
 SKETCH_BYTES = 1 << PRECISION
 """Size of :meth:`ViewerSketch.to_bytes`: one byte per register, 16 KiB."""
 
-DEFAULT_THRESHOLD = 10_000
-"""Largest number of distinct viewers counted exactly."""
+DEFAULT_THRESHOLD = VIEWERS_THRESHOLD
+"""Largest number of distinct viewers counted exactly (the setting's default)."""
 
 _M = SKETCH_BYTES
 _INDEX_MASK = np.uint64(_M - 1)

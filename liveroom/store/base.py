@@ -19,6 +19,15 @@ from typing import Protocol
 
 from ..model import Entry, NewMessage
 from ..ratelimit import RateLimits
+from ..settings import (
+    DEDUP_TTL,
+    EMPTY_ROOM_TTL,
+    IMPORTANT_HARD_CAP,
+    IMPORTANT_KEEP,
+    IMPORTANT_WINDOW,
+    LOG_CAP,
+    ROOM_TTL,
+)
 
 
 def new_epoch() -> str:
@@ -30,20 +39,20 @@ def new_epoch() -> str:
 class LogPolicy:
     """How much of a room's log the store keeps, and for how long."""
 
-    log_cap: int = 10_000
+    log_cap: int = LOG_CAP
     """Messages kept per room log (the newest; older ones are trimmed)."""
-    important_keep: int = 500
-    important_window_ms: int = 600_000
+    important_keep: int = IMPORTANT_KEEP
+    important_window_ms: int = int(IMPORTANT_WINDOW * 1000)
     """Important messages are kept while among the newest ``important_keep`` *or*
     younger than this, beyond ``log_cap`` (bounded by ``important_hard_cap``)."""
-    important_hard_cap: int = 50_000
-    room_ttl_ms: int = 86_400_000
+    important_hard_cap: int = IMPORTANT_HARD_CAP
+    room_ttl_ms: int = int(ROOM_TTL * 1000)
     """A room with no send and no read for this long expires."""
-    empty_room_ttl_ms: int = 300_000
+    empty_room_ttl_ms: int = int(EMPTY_ROOM_TTL * 1000)
     """A log an operator created (or opened) with no message yet expires this
     long after its creation, reads or not: a made-up name costs minutes, not
     days. Its first message extends it to ``room_ttl_ms``."""
-    dedup_ttl_ms: int = 600_000
+    dedup_ttl_ms: int = int(DEDUP_TTL * 1000)
     """How long a ``client_msg_id`` is remembered."""
     durable_replicas: int = 0
     """Replicas that must hold a message before its send is acknowledged (the
