@@ -34,7 +34,6 @@ Each room's snapshot is replaced by one assignment; readers never lock.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import OrderedDict
 from collections.abc import Collection
@@ -42,6 +41,7 @@ from dataclasses import dataclass, field
 
 from liveroom.clock import Clock
 from liveroom.errors import StoreUnavailable
+from liveroom.lifecycle import stop_task
 from liveroom.metrics import Metrics
 from liveroom.settings import (
     FALLBACK_INTERVAL,
@@ -150,11 +150,15 @@ class RoomCache:
         self._in_flight: set[str] = set()
         self._work = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
+        """Set by ``stop``: redis-py may finish a pull in flight despite a
+        cancel and swallow it, and a worker must not take the next batch."""
         self._pull_limit = retention.normal_keep + retention.important_keep
 
     # -- lifecycle ---------------------------------------------------------
 
     async def start(self) -> None:
+        self._stopping = False
         for i in range(self._limits.concurrency):
             self._tasks.append(asyncio.create_task(self._pull_worker(),
                                                    name=f"recvsvr-{self.name}-pull-{i}"))
@@ -162,11 +166,10 @@ class RoomCache:
                                                name=f"recvsvr-{self.name}-fallback"))
 
     async def stop(self) -> None:
+        self._stopping = True
+        self._work.set()
         for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await stop_task(task)
         self._tasks.clear()
         error = StoreUnavailable("the node is shutting down")
         for room in self._rooms.values():
@@ -311,7 +314,7 @@ class RoomCache:
         return batch
 
     async def _pull_worker(self) -> None:
-        while True:
+        while not self._stopping:
             batch = self._take_batch()
             if not batch:
                 self._work.clear()
@@ -430,7 +433,7 @@ class RoomCache:
     async def _fallback_loop(self) -> None:
         limits = self._limits
         last_touch = self._clock.monotonic()
-        while True:
+        while not self._stopping:
             await self._clock.sleep(limits.fallback_interval)
             now = self._clock.monotonic()
             due = now - limits.fallback_interval * 0.5

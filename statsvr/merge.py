@@ -97,6 +97,7 @@ class Merge:
         self._passes = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self._outage = Outage(logger)
+        self._stopping = False
 
     # -- readers (memory only) ---------------------------------------------------
 
@@ -146,11 +147,13 @@ class Merge:
     async def start(self) -> None:
         """Start the merge task (one pass every ``every`` seconds)."""
         if self._task is None:
+            self._stopping = False
             self._task = asyncio.create_task(self._run(), name="statsvr-merge")
 
     async def stop(self) -> None:
         """Cancel the merge task and fail the :meth:`ready` waiters."""
         task, self._task = self._task, None
+        self._stopping = True
         await stop_task(task)
         error = StoreUnavailable("the node is shutting down")
         for state in self._rooms.values():
@@ -158,7 +161,9 @@ class Merge:
             state.first = None
 
     async def _run(self) -> None:
-        while True:
+        # The flag as well as the cancel: redis-py may finish a read in flight
+        # and swallow the cancel.
+        while not self._stopping:
             started = self._clock.monotonic()
             await self._pass_guarded(None)
             while (left := started + self._every - self._clock.monotonic()) > 0:

@@ -364,3 +364,41 @@ async def test_start_with_the_store_down_gives_up_in_time(
         finally:
             redis_server.start()
             await vips.stop()
+
+
+class SwallowingLog:
+    """The engine's message log, whose pulls finish even when cancelled and
+    swallow the cancel: what redis-py does to a command in flight."""
+
+    def __init__(self, inner: MessageLog) -> None:
+        self.inner = inner
+        self.pulls = 0
+        self.pulling = asyncio.Event()
+
+    async def pull(self, requests: Sequence[PullRequest]) -> list[Pulled]:
+        self.pulls += 1
+        self.pulling.set()
+        try:
+            await asyncio.sleep(0.01)
+        except asyncio.CancelledError:
+            pass  # the cancel is lost; the pull goes on
+        return await self.inner.pull(requests)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def test_a_cache_stops_when_its_store_swallows_the_cancel(
+        store: Store, fake_clock: FakeClock) -> None:
+    """A swallowed cancel must not keep a pull worker taking batch after batch
+    (a node with many rooms to pull took minutes to stop)."""
+    log = SwallowingLog(store.log)
+    cache = RoomCache(cast(MessageLog, log), fake_clock, Metrics(),
+                      limits=SectLimits(batch=1, concurrency=1))
+    await cache.start()
+    for i in range(200):
+        cache.request_pull(f"room-{i}")
+        cache.current(f"room-{i}")  # held by the cache, so pulls are due
+    await asyncio.wait_for(log.pulling.wait(), 5)
+    await asyncio.wait_for(cache.stop(), 5)
+    assert log.pulls < 200  # it stopped, not pulled everything first

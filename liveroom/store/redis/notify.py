@@ -21,6 +21,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.maint_notifications import MaintNotificationsConfig
 
+from ...lifecycle import stop_task
 from ..base import OnNotify, OnResync
 from . import keys
 
@@ -142,10 +143,7 @@ class RedisNotifier:
 
     async def close(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await stop_task(task)
         client, self._client = self._client, None
         if client is not None:
             await client.aclose()
@@ -153,7 +151,8 @@ class RedisNotifier:
 
     async def _run(self) -> None:
         backoff = BACKOFF_MIN
-        while True:
+        # Until closed: redis-py may swallow the cancel of a read in flight.
+        while self._task is not None:
             self._subscribed = False
             try:
                 await self._session()

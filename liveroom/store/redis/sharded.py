@@ -41,6 +41,7 @@ from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
 from redis.crc import key_slot
 
+from ...lifecycle import stop_task
 from ..base import OnNotify, OnResync
 from . import keys
 from .notify import (
@@ -285,10 +286,7 @@ class ShardedNotifier:
 
     async def close(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await stop_task(task)
         for probe in list(self._probes):
             probe.cancel()
         self._set_alive(False, "closed", log=False)
@@ -296,7 +294,8 @@ class ShardedNotifier:
     async def _run(self) -> None:
         backoff = BACKOFF_MIN
         first = True
-        while True:
+        # Until closed: redis-py may swallow the cancel of a read in flight.
+        while self._task is not None:
             healthy = False
             try:
                 shards = await self._layout(fresh=not first)
