@@ -5,6 +5,7 @@ node's copy of the vip whitelist that routes them."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, cast
@@ -378,10 +379,8 @@ class SwallowingLog:
     async def pull(self, requests: Sequence[PullRequest]) -> list[Pulled]:
         self.pulls += 1
         self.pulling.set()
-        try:
+        with contextlib.suppress(asyncio.CancelledError):  # lost: the pull goes on
             await asyncio.sleep(0.01)
-        except asyncio.CancelledError:
-            pass  # the cancel is lost; the pull goes on
         return await self.inner.pull(requests)
 
     def __getattr__(self, name: str) -> Any:
