@@ -67,7 +67,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,11 +80,9 @@ from fanout_client import raise_nofile
 from fanout_servers import (
     FD_RESERVE,
     Server,
-    accepts,
-    child_setup,
     free_port,
     liveroom_server,
-    wait_until,
+    nginx_server,
 )
 from redis_cluster import LocalCluster
 
@@ -169,25 +167,13 @@ def nginx_rooms_config(tmp: Path, port: int, upstreams: Sequence[int], affinity:
     return text
 
 
-@contextlib.contextmanager
 def nginx_rooms(tmp: Path, upstreams: Sequence[int], affinity: bool, nofile: int,
-                listeners: int) -> Iterator[Server]:
+                listeners: int) -> contextlib.AbstractContextManager[Server]:
     """nginx from ``nginx_rooms.conf``, ready once it accepts and its worker runs."""
     port = free_port()
-    conf = tmp / "nginx.conf"
-    conf.write_text(nginx_rooms_config(tmp, port, upstreams, affinity, nofile, listeners))
-    log = tmp / "error.log"
-    cmd = ["nginx", "-p", f"{tmp}/", "-c", str(conf), "-e", str(log)]
-    with (tmp / "nginx.out").open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True, preexec_fn=child_setup(nofile))
-    server = Server("nginx", proc, port, log)
-    try:
-        wait_until("accepting connections with a worker",
-                   lambda: accepts(port) and len(server.pids()) >= 2, 30, server)
-        yield server
-    finally:
-        server.stop()
+    return nginx_server(tmp, "nginx", port,
+                        nginx_rooms_config(tmp, port, upstreams, affinity, nofile, listeners),
+                        nofile)
 
 
 # -- the publisher -----------------------------------------------------------------

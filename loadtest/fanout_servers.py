@@ -191,18 +191,25 @@ def nginx_config(tmp: Path, port: int, nofile: int, multipart: bool) -> str:
     return text
 
 
-@contextlib.contextmanager
-def nchan_server(tmp: Path, nofile: int, multipart: bool) -> Iterator[Server]:
+def nchan_server(tmp: Path, nofile: int,
+                 multipart: bool) -> contextlib.AbstractContextManager[Server]:
     """nginx + Nchan from ``nchan.conf``, ready once it accepts and its worker runs."""
     port = free_port()
+    return nginx_server(tmp, "nchan", port, nginx_config(tmp, port, nofile, multipart), nofile)
+
+
+@contextlib.contextmanager
+def nginx_server(tmp: Path, name: str, port: int, config: str, nofile: int) -> Iterator[Server]:
+    """nginx running ``config`` (which listens on ``port``) from ``tmp``, ready
+    once it accepts and its worker runs; stopped on exit."""
     conf = tmp / "nginx.conf"
-    conf.write_text(nginx_config(tmp, port, nofile, multipart))
+    conf.write_text(config)
     log = tmp / "error.log"
     cmd = ["nginx", "-p", f"{tmp}/", "-c", str(conf), "-e", str(log)]
     with (tmp / "nginx.out").open("wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True, preexec_fn=child_setup(nofile))
-    server = Server("nchan", proc, port, log)
+    server = Server(name, proc, port, log)
     try:
         wait_until("accepting connections with a worker",
                    lambda: accepts(port) and len(server.pids()) >= 2, 30, server)
