@@ -6,9 +6,10 @@ these functions.
 State per room, as the merge task keeps it:
 
 * **One exact set per room** (in the store): the distinct uids seen, holding at
-  most ``threshold`` uids (default 10 000). :func:`plan_exact_update` says which
-  uids to add; once a new uid would make it exceed ``threshold`` it stops growing
-  for good and is marked incomplete (``complete=False``).
+  most ``threshold`` uids (default 10 000). The engines keep it
+  (``StatsStore.add_viewers``): once a new uid would make it exceed
+  ``threshold`` it stops growing for good and is marked incomplete
+  (``complete=False``); ``tests/models.py`` holds the rule's reference.
 * **One HyperLogLog per node per room** (in the store, key named by the node's
   stable id, so nodes never read-modify-write each other's key):
   :class:`ViewerSketch`, a datasketch ``HyperLogLogPlusPlus(p=14)`` fed from the
@@ -42,7 +43,7 @@ uids take about 20 ms) or from a worker thread.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection, Iterable
+from collections.abc import Iterable
 from typing import NamedTuple
 
 import numpy as np
@@ -55,11 +56,9 @@ __all__ = [
     "DEFAULT_THRESHOLD",
     "PRECISION",
     "SKETCH_BYTES",
-    "ExactSetUpdate",
     "ViewerSketch",
     "ViewersFigure",
     "merge_registers",
-    "plan_exact_update",
     "uid_hash",
     "viewers_figure",
 ]
@@ -214,48 +213,6 @@ def merge_registers(blobs: Iterable[bytes | bytearray | memoryview]) -> ViewerSk
     return ViewerSketch(acc)
 
 
-class ExactSetUpdate(NamedTuple):
-    """What to do to a room's exact set: add ``add`` to it and store ``complete``."""
-
-    add: tuple[str, ...]
-    """Uids to add to the stored set (new ones only, in first-seen order)."""
-    complete: bool
-    """False once the set is capped: it no longer holds every viewer."""
-
-
-def plan_exact_update(
-    known: Collection[str],
-    complete: bool,
-    uids: Iterable[str],
-    threshold: int = DEFAULT_THRESHOLD,
-) -> ExactSetUpdate:
-    """Decide how a room's exact set grows with a batch of ``uids``.
-
-    ``known`` is the stored set (anything with ``in`` and ``len``) and
-    ``complete`` its stored flag. While the set plus the batch's new uids fit
-    in ``threshold``, all new uids are added and the set stays complete. When
-    they would exceed it, the set is filled up to exactly ``threshold`` (so its
-    size is a floor for the figure) and marked incomplete; an incomplete set
-    never grows again. ``threshold`` must be at least 0.
-
-    In a store shared by several nodes, applying the plan must be atomic with
-    reading ``known`` (e.g. one Lua script doing the same); this function is the
-    rule, not the concurrency control.
-    """
-    if threshold < 0:
-        raise ValueError("threshold must be >= 0")
-    if not complete:
-        return ExactSetUpdate((), False)
-    room = threshold - len(known)
-    new: dict[str, None] = {}
-    for uid in uids:
-        if uid not in known and uid not in new:
-            if len(new) >= room:
-                return ExactSetUpdate(tuple(new), False)
-            new[uid] = None
-    return ExactSetUpdate(tuple(new), len(known) <= threshold)
-
-
 class ViewersFigure(NamedTuple):
     """The answer's ``viewers`` and ``viewers_exact``."""
 
@@ -274,7 +231,7 @@ def viewers_figure(
 
     * ``exact_count``: size of the room's exact set, or ``None`` when there is
       none (then only the estimate counts).
-    * ``exact_complete``: the set's flag from :func:`plan_exact_update`.
+    * ``exact_complete``: the set's flag (``StatsStore.add_viewers``).
     * ``sketch_estimate``: the estimate of the merged per-node sketches.
     * ``last_shown``: the last figure shown for the room (0 at first).
 

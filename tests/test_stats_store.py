@@ -18,6 +18,7 @@ import redis.asyncio
 from conftest import ENGINES, RedisServer, fresh_engine_url, opened
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from models import plan_exact_update
 
 from liveroom.clock import FakeClock
 from liveroom.errors import StoreUnavailable
@@ -32,7 +33,6 @@ from liveroom.store.base import (
     ViewersState,
 )
 from liveroom.store.redis import keys
-from statsvr.viewers import plan_exact_update
 
 TTL_MS = 30_000
 SKETCH_A = bytes([1]) * 16_384

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from models import plan_exact_update
 
 from liveroom.clock import FakeClock
 from liveroom.store.base import LogPolicy
@@ -20,7 +21,6 @@ from statsvr.viewers import (
     ViewersFigure,
     ViewerSketch,
     merge_registers,
-    plan_exact_update,
     uid_hash,
     viewers_figure,
 )

@@ -1,5 +1,6 @@
 -- viewers.lua: count uids as viewers of a room and store a node's sketch;
--- atomic, one round trip. The rule is statsvr.viewers.plan_exact_update.
+-- atomic, one round trip. The rule's reference is tests/models.py
+-- (plan_exact_update); the memory engine keeps the same rule.
 --
 -- KEYS[1]  lr:{R}:vx   set: the exact set of viewers
 -- KEYS[2]  lr:{R}:vm   hash: complete = '0' once the set is capped (absent: complete)
