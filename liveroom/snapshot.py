@@ -248,8 +248,12 @@ def sent_per_minute(snap: Snapshot, now_ms: int, normal_keep: int) -> float:
     older ones were evicted).
 
     Seqs are dense within an epoch, so the messages after the newest held one
-    that is a minute old or more number exactly ``head`` minus its seq. When
-    every held message is younger than a minute:
+    that is a minute old or more number exactly ``head`` minus its seq, when
+    the cache holds every message after it: always after a normal one (the
+    cache drops the oldest first), after an important one only when no normal
+    message in between was dropped; otherwise the figure is an estimate, at
+    most that count, as below. When every held message is younger than a
+    minute:
 
     - the normal list is not full: every message of the epoch the store still
       keeps is held, so the count from the oldest held one on is exact (a
@@ -262,21 +266,38 @@ def sent_per_minute(snap: Snapshot, now_ms: int, normal_keep: int) -> float:
     (clocks of several hosts: a skew of a second moves the figure a little).
     """
     cutoff = now_ms - MINUTE_MS
-    oldest: Item | None = None
-    base = -1
-    for items in (snap.normal, snap.important):
-        if not items:
-            continue
-        i = bisect_right(items, cutoff, key=_ts)
-        if i:
-            base = max(base, items[i - 1].seq)
-        if oldest is None or items[0].seq < oldest.seq:
-            oldest = items[0]
-    if base >= 0:
+    normal, important = snap.normal, snap.important
+    full = len(normal) >= normal_keep
+    old_normal = bisect_right(normal, cutoff, key=_ts)
+    old_important = bisect_right(important, cutoff, key=_ts)
+    if old_normal:
+        # Every normal message after a held one is held (evictions drop the
+        # oldest), and every important one: the count after it is exact.
+        base = normal[old_normal - 1].seq
+        if old_important:
+            base = max(base, important[old_important - 1].seq)
         return float(snap.head - base)
+    young = len(normal) + len(important) - old_important
+    if old_important:
+        base = important[old_important - 1].seq
+        if not full or not normal:
+            return float(snap.head - base)
+        # Normal messages between that important one and the oldest held
+        # normal one may have been evicted, older than a minute or not.
+        between = normal[0].seq - base - 1 - sum(
+            1 for item in important[old_important:] if item.seq < normal[0].seq)
+        if not between:
+            return float(snap.head - base)
+        return float(max(young, min(snap.head - base, _scaled(snap, normal[0], now_ms))))
+    oldest = min((items[0] for items in (normal, important) if items),
+                 key=lambda item: item.seq, default=None)
     if oldest is None:
         return 0.0
-    count = snap.head - oldest.seq + 1
-    if len(snap.normal) < normal_keep:
-        return float(count)
-    return count * MINUTE_MS / max(now_ms - oldest.ts, 1000)
+    if not full:
+        return float(snap.head - oldest.seq + 1)
+    return _scaled(snap, oldest, now_ms)
+
+
+def _scaled(snap: Snapshot, oldest: Item, now_ms: int) -> float:
+    """The messages from ``oldest`` on, over the time since it, scaled to a minute."""
+    return (snap.head - oldest.seq + 1) * MINUTE_MS / max(now_ms - oldest.ts, 1000)

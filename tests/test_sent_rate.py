@@ -72,10 +72,30 @@ def test_exact_whenever_the_cache_reaches_back_a_minute(gaps: list[int], flags: 
     truth = sum(1 for t in times if t > NOW - MINUTE_MS)
     rate = sent_per_minute(snap, NOW, normal_keep)
     held = (*snap.normal, *snap.important)
-    reaches_back = any(item.ts <= NOW - MINUTE_MS for item in held)
-    if reaches_back or len(snap.normal) < normal_keep:
+    held_seqs = {item.seq for item in held}
+    # Exact when the cache holds every message from the newest one a minute
+    # old or more on; with none that old, when its normal list is not full
+    # (a full one may have dropped older messages: it cannot tell).
+    old = [i for i, t in enumerate(times) if t <= NOW - MINUTE_MS]
+    first = old[-1] if old else 0
+    knowable = bool(old) or len(snap.normal) < normal_keep
+    if knowable and all(i + 1 in held_seqs for i in range(first, len(times))):
         assert rate == truth
     else:
-        # Every held message is in the last minute and older ones were
-        # dropped: an estimate, never below what is held.
-        assert rate >= len(held)
+        # Messages the cache dropped may or may not be in the last minute:
+        # an estimate, never below the held messages of the last minute.
+        assert rate >= sum(1 for item in held if item.ts > NOW - MINUTE_MS)
+
+
+def test_an_old_important_message_does_not_make_dropped_ones_count_as_recent() -> None:
+    # An important message 2 minutes ago, 900 normal ones between 110 and 61 s
+    # ago that the cache (keeping 100) dropped, 100 in the last 10 s. Counting
+    # every seq since the important one (1000) would call all 900 recent: the
+    # cache cannot know when they were sent, so the figure is an estimate from
+    # what it holds, at least the 100 it holds of the last minute.
+    times = ([NOW - 120_000] + [NOW - 110_000 + 54 * i for i in range(900)]
+             + [NOW - 10_000 + 100 * i for i in range(100)])
+    rate = sent_per_minute(snapshot(times, {0}, 100), NOW, 100)
+    assert 100 <= rate < 1000
+    # With the cache keeping them all, it is exact.
+    assert sent_per_minute(snapshot(times, {0}, 1000), NOW, 1000) == 100.0
