@@ -82,7 +82,6 @@ import os
 import platform
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -102,6 +101,7 @@ from fanout_servers import (
     Server,
     cpu_seconds,
     floor_server,
+    interrupt_on_signals,
     liveroom_server,
     nchan_available,
     nchan_server,
@@ -604,14 +604,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _interrupt)
+    interrupt_on_signals()
     command = shlex.join([Path(sys.executable).name, *sys.argv])
     notes_out: list[str] = []
     if args.against is None:

@@ -61,7 +61,6 @@ import http.client
 import json
 import math
 import shlex
-import signal
 import subprocess
 import sys
 import tempfile
@@ -81,6 +80,7 @@ from fanout_servers import (
     FD_RESERVE,
     Server,
     free_port,
+    interrupt_on_signals,
     liveroom_server,
     nginx_server,
 )
@@ -620,14 +620,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _interrupt)
+    interrupt_on_signals()
     command = shlex.join([Path(sys.executable).name, *sys.argv])
     todo = phases(args)
     biggest = max(max(p.listeners for p in todo), 1)

@@ -36,6 +36,17 @@ FD_RESERVE = 100
 """Descriptors a server process needs besides its held polls (listen socket, logs, ...)."""
 
 
+def interrupt_on_signals() -> None:
+    """Ctrl-C and SIGTERM both raise KeyboardInterrupt in the main thread, so a
+    benchmark's ``finally`` blocks stop every child it started."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
