@@ -21,9 +21,10 @@ kept at fine grain"). Buckets start at multiples of their step counted from the
 Unix epoch, so hour buckets start on the hour (UTC).
 
 This module is pure logic: no clock reads, no I/O, no locks. Every time is passed
-in as Unix seconds, so callers (and tests) drive time. :class:`SeriesState` is
-one room's series; it serializes to a msgpack- and JSON-friendly dict with
-:meth:`SeriesState.to_dict` and back with :meth:`SeriesState.from_dict`.
+in as Unix seconds, so callers (and tests) drive time. The series itself is kept
+by the store: each engine adds a sample with this bucket rule (the memory engine
+in Python, the redis engine in ``series.lua``), and the tests hold both to one
+reference model (``SeriesState`` in ``tests/models.py``).
 
 Limits, on purpose:
 
@@ -33,10 +34,10 @@ Limits, on purpose:
   with the default table. The price: the bucket holding ``now - retention`` itself
   is gone, so a range starting right at a tier's retention edge lacks its first
   (partial) step.
-* **Samples in time order.** :meth:`SeriesState.record` ignores a sample that is
+* **Samples in time order.** The store ignores a sample that is
   not newer than the last one it took (a replayed batch, a clock that stepped
   back); it does not rewrite history.
-* **One step per answer.** :meth:`SeriesState.query` answers from one tier only,
+* **One step per answer.** A query answers from one tier only,
   the finest whose retention reaches back to ``since``; it does not stitch tiers.
   :func:`choose_tier` and :func:`query_window` are that rule on their own, for
   readers of a series kept elsewhere (``statsvr.sampler`` reads it from the store).
@@ -48,7 +49,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import Any, Final
+from typing import Final
 
 Bucket = tuple[int, int, int, int]
 """``(min, max, sum, count)`` of the samples in one bucket; ``count >= 1``."""
@@ -57,13 +58,10 @@ Point = tuple[int, float, int]
 """``(t, avg, max)``: bucket start (Unix s), mean of its samples, their maximum."""
 
 SAMPLE_EVERY: Final = 10.0
-"""Seconds between two samples of a room's online count (see :meth:`SeriesState.due`)."""
+"""Seconds between two samples of a room's online count (by ``statsvr.sampler``)."""
 
 AVG_DIGITS: Final = 2
 """Decimal places of the ``avg`` in a :data:`Point`."""
-
-FORMAT_VERSION: Final = 1
-"""The ``"v"`` of :meth:`SeriesState.to_dict`; :meth:`SeriesState.from_dict` refuses others."""
 
 
 def _is_int(value: object) -> bool:
@@ -158,9 +156,8 @@ def choose_tier(tiers: Sequence[Resolution], since: float, now: float) -> tuple[
     retention``) answers, with ``since`` unchanged. If none does, the coarsest
     tier answers and ``since`` is clamped to its ``now - retention``. A ``since``
     in the future picks the finest tier. ``tiers`` is a valid table, finest
-    first (:func:`validate_tiers`). Every reader of a series (the in-memory
-    :class:`SeriesState` and the store-backed one) picks the step with this one
-    rule, so they answer the same step for the same range. Raises
+    first (:func:`validate_tiers`). Every reader of a series picks the step
+    with this one rule, so they answer the same step for the same range. Raises
     :class:`ValueError` for a non-finite time.
     """
     since = _finite("since", since)
@@ -217,242 +214,3 @@ def rollup(buckets: Mapping[int, Bucket], step: int) -> dict[int, Bucket]:
         have = out.get(key)
         out[key] = buckets[start] if have is None else combine(have, buckets[start])
     return out
-
-
-class SeriesState:
-    """One room's online count over time, in every tier of a :class:`Resolution` table.
-
-    Feed it with :meth:`record` (or :meth:`merge` for a batch), drop old buckets
-    with :meth:`expire`, read it with :meth:`query`, store it with
-    :meth:`to_dict`. Not thread-safe; one writer per room (DESIGN.md picks one
-    statsvr node per room).
-    """
-
-    __slots__ = ("_buckets", "_last", "_tiers")
-
-    def __init__(self, tiers: Iterable[Resolution] = DEFAULT_TIERS) -> None:
-        self._tiers = validate_tiers(tiers)
-        # One dict per tier, bucket start -> bucket, always in ascending key order
-        # (record() only ever appends a newer key; from_dict() sorts), so expiry
-        # pops from the front.
-        self._buckets: tuple[dict[int, Bucket], ...] = tuple({} for _ in self._tiers)
-        self._last: float | None = None
-
-    # -- reading the state -------------------------------------------------------
-
-    @property
-    def tiers(self) -> tuple[Resolution, ...]:
-        """The tier table, finest first."""
-        return self._tiers
-
-    @property
-    def last(self) -> float | None:
-        """Time of the newest sample taken, or ``None`` before the first."""
-        return self._last
-
-    def buckets(self, step: int) -> dict[int, Bucket]:
-        """A copy of the buckets of the tier with this ``step``, keyed by start, oldest first.
-
-        Raises :class:`KeyError` for a step that is not in the table.
-        """
-        for tier, buckets in zip(self._tiers, self._buckets, strict=True):
-            if tier.step == step:
-                return dict(buckets)
-        raise KeyError(step)
-
-    def __len__(self) -> int:
-        """Buckets held over all tiers."""
-        return sum(len(buckets) for buckets in self._buckets)
-
-    def __repr__(self) -> str:
-        sizes = ", ".join(
-            f"{tier.step}s:{len(buckets)}"
-            for tier, buckets in zip(self._tiers, self._buckets, strict=True)
-        )
-        return f"SeriesState(last={self._last!r}, buckets=[{sizes}])"
-
-    def due(self, now: float, every: float = SAMPLE_EVERY) -> bool:
-        """Whether a new sample is due at ``now``: none yet, or ``every`` s since the last."""
-        return self._last is None or now - self._last >= every
-
-    # -- writing -------------------------------------------------------------------
-
-    def record(self, t: float, online: int) -> bool:
-        """Add the sample ``online`` at time ``t`` to its bucket in every tier.
-
-        A time exactly on a bucket boundary (``t == k * step``) belongs to the bucket
-        that starts there. Returns ``False`` and changes nothing when ``t`` is not
-        newer than the last sample taken (a replay or a clock step back). Opening a
-        new bucket drops the buckets of that tier that fell out of its retention as
-        seen from ``t``, so memory stays bounded even if :meth:`expire` is never
-        called. Raises :class:`ValueError` for a non-finite ``t`` or a negative or
-        non-integer ``online``.
-        """
-        t = _finite("t", t)
-        if not _is_int(online) or online < 0:
-            raise ValueError(f"online must be a non-negative integer, not {online!r}")
-        if self._last is not None and t <= self._last:
-            return False
-        self._last = t
-        for tier, buckets in zip(self._tiers, self._buckets, strict=True):
-            start = tier.start(t)
-            have = buckets.get(start)
-            if have is None:
-                buckets[start] = (online, online, online, 1)
-                self._trim(buckets, tier.horizon(t))
-            else:
-                buckets[start] = (
-                    min(have[0], online),
-                    max(have[1], online),
-                    have[2] + online,
-                    have[3] + 1,
-                )
-        return True
-
-    def merge(self, samples: Iterable[tuple[float, int]]) -> int:
-        """Record a batch of ``(t, online)`` samples in time order; returns how many were taken.
-
-        The batch is sorted by time first, so it may come in any order; samples not
-        newer than the newest already taken (including repeats within the batch) are
-        skipped, which makes replaying a batch harmless.
-        """
-        taken = 0
-        for t, online in sorted(samples, key=lambda sample: sample[0]):
-            if self.record(t, online):
-                taken += 1
-        return taken
-
-    def expire(self, now: float) -> int:
-        """Drop every bucket that fell out of its tier's retention at ``now``; returns how many.
-
-        This is the "rollup" step of the design: since each sample already went into
-        every tier, dropping a fine bucket leaves its data only in the coarser ones.
-        A later sample older than ``now`` is still taken; :meth:`query` hides what is
-        past retention either way.
-        """
-        now = _finite("now", now)
-        dropped = 0
-        for tier, buckets in zip(self._tiers, self._buckets, strict=True):
-            dropped += self._trim(buckets, tier.horizon(now))
-        return dropped
-
-    @staticmethod
-    def _trim(buckets: dict[int, Bucket], horizon: int) -> int:
-        dropped = 0
-        while buckets:
-            oldest = next(iter(buckets))
-            if oldest >= horizon:
-                break
-            del buckets[oldest]
-            dropped += 1
-        return dropped
-
-    # -- querying ------------------------------------------------------------------
-
-    def query(self, since: float, until: float, now: float) -> tuple[int, list[Point]]:
-        """The series from ``since`` to ``until`` (Unix s) as seen at ``now``: ``(step, points)``.
-
-        * **Step.** The finest tier whose retention reaches back to ``since``
-          (``since >= now - retention``); if none does, ``since`` is clamped to
-          ``now - retention`` of the coarsest tier and that tier answers. A
-          ``since`` in the future picks the finest tier. (:func:`choose_tier`,
-          the rule the store-backed series uses too.)
-        * **Points.** ``(t, avg, max)`` for every bucket of that tier that overlaps
-          ``[since, until]`` (its start ``t`` is in ``[start of since's bucket,
-          until]``) and is still within retention at ``now``, oldest first. ``avg``
-          is ``sum / count`` rounded to :data:`AVG_DIGITS` places. Buckets with no
-          sample are omitted, not zero-filled. At most ``keep`` points
-          (1 440 / 2 016 / 2 160 with the default table).
-        * ``since > until`` (after clamping) answers no points with the step
-          ``since`` picks. ``until`` is not clamped to ``now``: there are simply no
-          buckets after the newest sample.
-
-        ``now`` should not be older than the newest sample: buckets that
-        :meth:`record` already dropped relative to a newer sample do not come back.
-        Raises :class:`ValueError` for a non-finite argument; the HTTP layer is
-        expected to validate its parameters before.
-        """
-        index, low, high = query_window(self._tiers, since, until, now)
-        points = [
-            to_point(start, bucket)
-            for start, bucket in self._buckets[index].items()
-            if low <= start <= high
-        ]
-        return self._tiers[index].step, points
-
-    # -- storage ---------------------------------------------------------------------
-
-    def to_dict(self) -> dict[str, Any]:
-        """The whole state as plain data for msgpack or JSON.
-
-        ``{"v": 1, "tiers": [[step, retention], ...], "last": t | None,
-        "buckets": [[[start, min, max, sum, count], ...] per tier]}``: integer keys
-        become lists (msgpack maps with int keys do not survive JSON), buckets
-        oldest first. With the default table that is at most 5 616 buckets, about
-        100 KB of msgpack for a room with a full 90 days.
-        """
-        return {
-            "v": FORMAT_VERSION,
-            "tiers": [[tier.step, tier.retention] for tier in self._tiers],
-            "last": self._last,
-            "buckets": [
-                [[start, *bucket] for start, bucket in buckets.items()] for buckets in self._buckets
-            ],
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any],
-                  tiers: Iterable[Resolution] | None = None) -> SeriesState:
-        """Rebuild a state from :meth:`to_dict`'s output (lists or tuples both accepted).
-
-        The state keeps the tier table it was stored with. When ``tiers`` is given
-        and differs from the stored table, raises :class:`ValueError` (finer data
-        cannot be rebuilt from coarser; start a new series instead). Malformed data
-        (wrong version, unaligned or duplicate bucket starts, impossible buckets)
-        raises :class:`ValueError`. Buckets past retention relative to ``last``
-        are dropped on load, so the memory bound holds for any input.
-        """
-        if not isinstance(data, Mapping) or data.get("v") != FORMAT_VERSION:
-            raise ValueError(f"not a version {FORMAT_VERSION} series")
-        pairs = data.get("tiers")
-        if not isinstance(pairs, list | tuple) or not all(
-            isinstance(pair, list | tuple) and len(pair) == 2 for pair in pairs
-        ):
-            raise ValueError("malformed series: tiers must be [[step, retention], ...]")
-        stored = validate_tiers(Resolution(step, retention) for step, retention in pairs)
-        if tiers is not None and validate_tiers(tiers) != stored:
-            raise ValueError("the stored series was built with another tier table")
-        state = cls(stored)
-        last = data.get("last")
-        if last is not None:
-            state._last = _finite("last", last)
-        rows = data.get("buckets")
-        if not isinstance(rows, list | tuple) or len(rows) != len(stored):
-            raise ValueError("malformed series: need one bucket list per tier")
-        for tier, buckets, tier_rows in zip(stored, state._buckets, rows, strict=True):
-            if not isinstance(tier_rows, list | tuple):
-                raise ValueError(f"malformed buckets of the {tier.step}s tier")
-            loaded: dict[int, Bucket] = {}
-            for row in tier_rows:
-                start, bucket = cls._bucket_from_row(tier, row)
-                if start in loaded:
-                    raise ValueError(f"bucket {start} of the {tier.step}s tier appears twice")
-                if state._last is None or start > tier.start(state._last):
-                    raise ValueError(f"bucket {start} of the {tier.step}s tier is after 'last'")
-                loaded[start] = bucket
-            for start in sorted(loaded):
-                buckets[start] = loaded[start]
-            if state._last is not None:
-                cls._trim(buckets, tier.horizon(state._last))
-        return state
-
-    @staticmethod
-    def _bucket_from_row(tier: Resolution, row: object) -> tuple[int, Bucket]:
-        if not isinstance(row, list | tuple) or len(row) != 5 or not all(map(_is_int, row)):
-            raise ValueError(f"malformed bucket of the {tier.step}s tier: {row!r}")
-        start, low, high, total, count = row
-        if start % tier.step:
-            raise ValueError(f"bucket {start} is not aligned to the {tier.step}s step")
-        if count < 1 or not 0 <= low <= high or not low * count <= total <= high * count:
-            raise ValueError(f"impossible bucket {row!r} in the {tier.step}s tier")
-        return start, (low, high, total, count)

@@ -17,13 +17,14 @@ from typing import Any, cast
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from models import SeriesState
 
 from liveroom.clock import FakeClock
 from liveroom.errors import StoreUnavailable
 from liveroom.store import Store
 from liveroom.store.base import OnlineSample, StatsStore
 from statsvr.sampler import OnlineSeries, writer_of
-from statsvr.series import SeriesState, rollup
+from statsvr.series import rollup
 
 ROOM = "r1"
 DAY = 86_400

@@ -1,4 +1,6 @@
-"""The online-count time series (issue 3 item 5): tiers, rollup, expiry, query, storage.
+"""The online-count time series: the bucket rule and query window of
+``statsvr.series``, and the reference model the engines are held to
+(``SeriesState`` in ``tests/models.py``): tiers, rollup, expiry, query, storage.
 
 Pure logic, driven by explicit times. The properties compare the series with an
 independent oracle: the raw samples grouped into each tier's buckets with exact
@@ -16,11 +18,11 @@ import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from models import SeriesState
 
 from statsvr.series import (
     DEFAULT_TIERS,
     Resolution,
-    SeriesState,
     choose_tier,
     query_window,
     rollup,

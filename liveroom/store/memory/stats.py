@@ -249,8 +249,10 @@ class MemoryStats:
 
 def _add_sample(buckets: dict[int, Bucket], sample: OnlineSample,
                 step: int, retention: int) -> dict[int, Bucket]:
-    """The tier's buckets with the sample added and buckets past retention dropped
-    (the rule of ``lua/series.lua``); ascending by start."""
+    """The tier's buckets with the sample added and buckets past retention dropped,
+    ascending by start: the bucket rule of ``statsvr.series`` (``Resolution.start``
+    and ``horizon``, on integer ms), as ``series.lua`` does it in Redis; the
+    tests hold both engines to one reference model."""
     start = sample.t_ms // (1000 * step) * step
     online = sample.online
     have = buckets.get(start)
