@@ -121,6 +121,30 @@ async def test_streams_left_without_meta_are_replaced(
     assert [(e.seq, e.body) for e in pulled.entries] == [(1, 1)]
 
 
+@pytest.mark.parametrize("creates", ["open_room", "renew_epoch", "end_broadcast"])
+async def test_every_script_that_creates_a_log_drops_leftover_streams(
+        store: Store, fake_clock: FakeClock, client: redis.asyncio.Redis, creates: str) -> None:
+    """The no-log rule (``new_log.lua``) runs in each script that may create a
+    room's log: with the meta evicted alone, the old streams go and seqs
+    start from 1 in a new epoch."""
+    old = (await store.log.append("r", message(fake_clock, 1, important=True))).epoch
+    await store.log.append("r", message(fake_clock, 2))
+    await client.delete(keys.meta("r"))
+    if creates == "open_room":
+        epoch = await store.log.open_room("r")
+    elif creates == "renew_epoch":
+        epoch = await store.log.renew_epoch("r", old)
+    else:
+        epoch = (await store.operators.end_broadcast("r", int(fake_clock.time() * 1000),
+                                                     60_000)).epoch
+    assert epoch != old
+    assert await client.exists(keys.log("r"), keys.important("r")) == 0
+    appended = await store.log.append("r", message(fake_clock, 3))
+    assert (appended.epoch, appended.seq) == (epoch, 1)
+    (pulled,) = await store.log.pull([PullRequest("r", 0, 10)])
+    assert [(e.seq, e.body) for e in pulled.entries] == [(1, 3)]
+
+
 async def test_a_client_msg_id_from_a_lost_epoch_is_forgotten(
         store: Store, fake_clock: FakeClock, client: redis.asyncio.Redis) -> None:
     sent = NewMessage("u", "x", False, 1, client_msg_id="m")

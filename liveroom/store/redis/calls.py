@@ -86,11 +86,14 @@ class Lua:
     pipeline holding them runs; this sends ``EVALSHA`` straight away and loads
     the script only after a ``NOSCRIPT`` reply (a fresh or flushed server), then
     runs again just the calls refused, which did nothing.
+
+    ``uses`` names scripts of shared rules (``local function`` definitions)
+    sent in front of this one, so a rule several scripts apply is written once.
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *, uses: Sequence[str] = ()) -> None:
         self.name = name
-        self.text = script_text(name)
+        self.text = "".join([*map(script_text, uses), script_text(name)])
         self.sha = hashlib.sha1(self.text.encode()).hexdigest()
 
 

@@ -56,8 +56,8 @@ class RedisLog:
         self.reads_replicas = reader is not None
         """Where pulls read: the replicas, when appends wait for them (see
         :class:`RedisStore`)."""
-        self._append = Lua("append.lua")
-        self._epoch = Lua("epoch.lua")
+        self._append = Lua("append.lua", uses=["new_log.lua"])
+        self._epoch = Lua("epoch.lua", uses=["new_log.lua"])
         self._touch = Lua("touch.lua")
 
     async def _room_epoch(self, what: str, room: str, stale: str, extend: int) -> str:

@@ -39,7 +39,7 @@ class RedisOperators:
         self._sharded = sharded
         self._policy = policy
         self._log = log
-        self._end = Lua("end_broadcast.lua")
+        self._end = Lua("end_broadcast.lua", uses=["new_log.lua"])
 
     # -- the vip whitelist ---------------------------------------------------------
 

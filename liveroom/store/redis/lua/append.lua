@@ -140,12 +140,10 @@ end
 -- -- the append ---------------------------------------------------------------
 
 if not epoch then
-  -- No log (new, expired or lost): a new epoch from seq 0. Leftover streams
-  -- (meta evicted alone) would refuse ids from 1 again, so they go too; a
-  -- leftover client_msg_id belongs to the lost epoch and is overwritten below.
+  -- No log: a new epoch from seq 0 (new_log.lua). A leftover client_msg_id
+  -- belongs to the lost epoch and is overwritten below.
   epoch = ARGV[1]
-  redis.call('DEL', log, imp)
-  redis.call('HSET', meta, 'epoch', epoch, 'seq', 0, 'ic', 0)
+  new_log(meta, log, imp, epoch)
 end
 
 local seq = redis.call('HINCRBY', meta, 'seq', 1)

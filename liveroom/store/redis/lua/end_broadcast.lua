@@ -34,9 +34,8 @@ local epoch = ARGV[2]
 if redis.call('HGET', meta, 'epoch') then
   redis.call('HSET', meta, 'epoch', epoch)
 else
-  -- No log: start one at seq 0, dropping leftover streams (see append.lua).
-  redis.call('DEL', log, imp)
-  redis.call('HSET', meta, 'epoch', epoch, 'seq', 0, 'ic', 0)
+  -- No log: start one at seq 0 (new_log.lua).
+  new_log(meta, log, imp, epoch)
   redis.call('PEXPIRE', meta, ARGV[5])
 end
 

@@ -19,10 +19,9 @@
 local meta, log, imp = KEYS[1], KEYS[2], KEYS[3]
 local epoch = redis.call('HGET', meta, 'epoch')
 if not epoch then
-  -- No log: start one at seq 0, dropping leftover streams (see append.lua).
+  -- No log: start one at seq 0 (new_log.lua).
   epoch = ARGV[1]
-  redis.call('DEL', log, imp)
-  redis.call('HSET', meta, 'epoch', epoch, 'seq', 0, 'ic', 0)
+  new_log(meta, log, imp, epoch)
   redis.call('PEXPIRE', meta, ARGV[5])
   return epoch
 elseif ARGV[2] ~= '' and epoch == ARGV[2] then
