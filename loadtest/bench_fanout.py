@@ -47,8 +47,8 @@ Measured over the window (first send to last delivery), per server:
 Below the table, the ratios of each pair of rows present: liveroom / nchan,
 liveroom / floor and floor / nchan.
 
-Presets (``--scenario``) match the targets of issue 9; any free flag overrides
-the preset's value:
+Presets (``--scenario``) match the fan-out targets in the README
+("Benchmarks"); any free flag overrides the preset's value:
 
 - ``plain``: 2 000 listeners x 2 msg/s for 30 s, ``--tiers off``;
 - ``tiers``: 5 000 listeners x 10 msg/s for 30 s, liveroom's default tiers;

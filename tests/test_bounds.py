@@ -1,5 +1,5 @@
-"""Bounded state per node, tried as a hostile client would (issue: safe on the
-open internet). Each test is an attack and the answer a user relies on:
+"""Bounded state per node, tried as a hostile client would. Each test is an
+attack and the answer a user relies on:
 
 - one uid holding hundreds of polls keeps a few of them, and the node still
   answers everybody else;

@@ -1,4 +1,4 @@
-"""What a room costs (issue 10): each test is an attack and the expected answer.
+"""What a room costs: each test is an attack and the expected answer.
 
 A room exists from its first accepted send or an operator action; polls of
 made-up names write nothing and keep (almost) nothing; recvsvr's state is
