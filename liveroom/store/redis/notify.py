@@ -85,6 +85,37 @@ def resync(subscribers: Subscribers, rooms: Collection[str] | None) -> None:
             logger.exception("resync subscriber failed")
 
 
+class ChannelState:
+    """Whether a notify channel is up, for callers that wait on it, told in the
+    log only when it changes: a Redis that stays down must not flood the log."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.up = False
+        self._event = asyncio.Event()
+        self._reported: bool | None = None
+
+    def set(self, up: bool, reason: str = "", *, log: bool = True) -> None:
+        """The channel is ``up`` (or down, for ``reason``); ``log=False`` for a
+        quiet change (a close, a session ending that its caller reports)."""
+        self.up = up
+        if up:
+            self._event.set()
+        else:
+            self._event.clear()
+        if log and self._reported is not up:
+            self._reported = up
+            if up:
+                logger.info("%s up", self.name)
+            else:
+                logger.warning("%s down: %s", self.name, reason)
+
+    async def wait_up(self, within: float) -> None:
+        """Return once the channel is up, or after ``within`` s."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._event.wait(), within)
+
+
 class RedisNotifier:
     """Notifies over one pub/sub connection per process, probed and reconnected.
 
@@ -111,9 +142,7 @@ class RedisNotifier:
         self._subscribers: Subscribers = []
         self._probe_prefix = f"probe {node_id or 'node'}:{uuid.uuid4().hex[:12]}:"
         self._probe_count = 0
-        self._alive = False
-        self._alive_event = asyncio.Event()
-        self._reported: bool | None = None
+        self._state = ChannelState("notify channel")
         self._client: Redis | None = None
         self._task: asyncio.Task[None] | None = None
         self._subscribed = False
@@ -124,7 +153,7 @@ class RedisNotifier:
 
     @property
     def alive(self) -> bool:
-        return self._alive
+        return self._state.up
 
     async def start(self) -> None:
         if self._task is not None:
@@ -137,9 +166,8 @@ class RedisNotifier:
 
     async def wait_alive(self, within: float) -> bool:
         """Wait until the channel answered a probe; False if it did not ``within`` s."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._alive_event.wait(), within)
-        return self._alive
+        await self._state.wait_up(within)
+        return self._state.up
 
     async def close(self) -> None:
         task, self._task = self._task, None
@@ -147,7 +175,7 @@ class RedisNotifier:
         client, self._client = self._client, None
         if client is not None:
             await client.aclose()
-        self._set_alive(False, "closed", log=False)
+        self._state.set(False, log=False)
 
     async def _run(self) -> None:
         backoff = BACKOFF_MIN
@@ -157,10 +185,10 @@ class RedisNotifier:
             try:
                 await self._session()
             except (rexc.RedisError, OSError, ChannelLost) as exc:
-                self._set_alive(False, str(exc) or type(exc).__name__)
+                self._state.set(False, str(exc) or type(exc).__name__)
             except Exception:
                 logger.exception("notify channel failed unexpectedly")
-                self._set_alive(False, "unexpected error")
+                self._state.set(False, "unexpected error")
             # A session that got subscribed was healthy until now: reconnect at once.
             if self._subscribed:
                 backoff = BACKOFF_MIN
@@ -194,7 +222,7 @@ class RedisNotifier:
                         if data == outstanding:
                             outstanding = None
                             next_probe = sent_at + PROBE_INTERVAL
-                            self._set_alive(True, "")
+                            self._state.set(True)
                         else:
                             self._notify(data)
                 if not self._subscribed:
@@ -208,8 +236,7 @@ class RedisNotifier:
                     sent_at = now
                     deadline = now + PROBE_TIMEOUT
         finally:
-            self._alive = False
-            self._alive_event.clear()
+            self._state.set(False, log=False)
             for task in list(self._probes):
                 task.cancel()
             for task in list(self._probes):
@@ -243,20 +270,6 @@ class RedisNotifier:
         """See :meth:`watch`."""
 
     def hears(self, room: str) -> bool:
-        return self._alive
-
-    def _set_alive(self, alive: bool, reason: str, *, log: bool = True) -> None:
-        self._alive = alive
-        if alive:
-            self._alive_event.set()
-        else:
-            self._alive_event.clear()
-        # Log state changes only: a Redis that stays down must not flood the log.
-        if log and self._reported is not alive:
-            self._reported = alive
-            if alive:
-                logger.info("notify channel up")
-            else:
-                logger.warning("notify channel down: %s", reason)
+        return self._state.up
 
 

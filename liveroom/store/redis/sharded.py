@@ -50,6 +50,7 @@ from .notify import (
     PROBE_INTERVAL,
     PROBE_TIMEOUT,
     ChannelLost,
+    ChannelState,
     Subscribers,
     notify,
     pool_options,
@@ -221,8 +222,7 @@ class ShardedNotifier:
         """By master name; empty while the layout is being read."""
         self._probe_prefix = f"probe {node_id or 'node'}:{uuid.uuid4().hex[:12]}:"
         self._probe_count = 0
-        self._alive_event = asyncio.Event()
-        self._reported: bool | None = None
+        self._state = ChannelState("sharded notify channels")
         self._task: asyncio.Task[None] | None = None
         self._relayout = asyncio.Event()
         self._probes: set[asyncio.Task[None]] = set()
@@ -280,8 +280,7 @@ class ShardedNotifier:
             self._task = asyncio.create_task(self._run(), name="redis-sharded-notify")
 
     async def wait_alive(self, within: float) -> bool:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._alive_event.wait(), within)
+        await self._state.wait_up(within)
         return self.alive
 
     async def close(self) -> None:
@@ -289,7 +288,7 @@ class ShardedNotifier:
         await stop_task(task)
         for probe in list(self._probes):
             probe.cancel()
-        self._set_alive(False, "closed", log=False)
+        self._state.set(False, log=False)
 
     async def _run(self) -> None:
         backoff = BACKOFF_MIN
@@ -303,10 +302,10 @@ class ShardedNotifier:
                 healthy = await self._serve(shards)
             except (rexc.RedisError, rexc.RedisClusterException, OSError, ChannelLost,
                     _Moved) as exc:
-                self._set_alive(False, str(exc) or type(exc).__name__)
+                self._state.set(False, str(exc) or type(exc).__name__)
             except Exception:
                 logger.exception("sharded notify channel failed unexpectedly")
-                self._set_alive(False, "unexpected error")
+                self._state.set(False, "unexpected error")
             finally:
                 self._shards = {}
             if healthy:
@@ -357,13 +356,14 @@ class ShardedNotifier:
             for task in [*tasks, watcher]:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
-            self._set_alive(False, "layout changed")
+            self._state.set(False, "layout changed")
             # Every room subscribes again: notifies meanwhile are lost.
             resync(self.subscribers, None)
 
     def shard_alive(self) -> None:
-        if self.alive:
-            self._set_alive(True, "")
+        if self.alive and not self._state.up:
+            logger.info("sharded notify channels: %d masters", len(self._shards))
+            self._state.set(True)
 
     def send_probe(self, channel: str) -> bytes:
         self._probe_count += 1
@@ -378,15 +378,3 @@ class ShardedNotifier:
         # A failed publish is a probe that never comes back: the deadline acts.
         with contextlib.suppress(rexc.RedisError, rexc.RedisClusterException, OSError):
             await self._cluster.execute_command("SPUBLISH", channel, payload)
-
-    def _set_alive(self, alive: bool, reason: str, *, log: bool = True) -> None:
-        if alive:
-            self._alive_event.set()
-        else:
-            self._alive_event.clear()
-        if log and self._reported is not alive:
-            self._reported = alive
-            if alive:
-                logger.info("notify channels up (%d masters)", len(self._shards))
-            else:
-                logger.warning("notify channels down: %s", reason)
