@@ -85,6 +85,62 @@ def resync(subscribers: Subscribers, rooms: Collection[str] | None) -> None:
             logger.exception("resync subscriber failed")
 
 
+class Probe:
+    """The liveness probe of one pub/sub connection, on the loop's time.
+
+    The subscription must be confirmed within :data:`PROBE_TIMEOUT` of the
+    start; then a probe goes out at once, and again :data:`PROBE_INTERVAL`
+    after the previous one was sent once it came back; each must come back
+    within :data:`PROBE_TIMEOUT`. :meth:`due` raises :class:`ChannelLost` when
+    a deadline is missed.
+    """
+
+    __slots__ = ("deadline", "next", "outstanding", "sent_at", "subscribed")
+
+    def __init__(self, now: float) -> None:
+        self.subscribed = False
+        self.outstanding: bytes | None = None
+        self.sent_at = 0.0
+        self.deadline = now + PROBE_TIMEOUT  # for the subscribe confirmation
+        self.next = math.inf
+
+    def wait(self, now: float, most: float) -> float:
+        """How long to wait for a message before :meth:`due` may act (0.01 to ``most`` s)."""
+        wake = min(self.deadline if self.outstanding or not self.subscribed else math.inf,
+                   self.next) - now
+        return min(max(wake, 0.01), most)
+
+    def confirmed(self, now: float) -> None:
+        """The subscription is confirmed: probe at once (alive soon after a reconnect)."""
+        self.subscribed = True
+        self.next = now
+
+    def answered(self, data: bytes) -> bool:
+        """Whether ``data`` is the probe in flight (then it is back)."""
+        if self.outstanding is None or data != self.outstanding:
+            return False
+        self.outstanding = None
+        self.next = self.sent_at + PROBE_INTERVAL
+        return True
+
+    def due(self, now: float) -> bool:
+        """Whether a probe goes out now (send it, then :meth:`sent`)."""
+        if not self.subscribed:
+            if now > self.deadline:
+                raise ChannelLost("no subscribe confirmation")
+        elif self.outstanding is not None:
+            if now > self.deadline:
+                raise ChannelLost(f"probe not back within {PROBE_TIMEOUT} s")
+        elif now >= self.next:
+            return True
+        return False
+
+    def sent(self, payload: bytes, now: float) -> None:
+        self.outstanding = payload
+        self.sent_at = now
+        self.deadline = now + PROBE_TIMEOUT
+
+
 class ChannelState:
     """Whether a notify channel is up, for callers that wait on it, told in the
     log only when it changes: a Redis that stays down must not flood the log."""
@@ -203,38 +259,23 @@ class RedisNotifier:
         try:
             # The handshake reads without a socket timeout: bound it here.
             await asyncio.wait_for(pubsub.subscribe(keys.NOTIFY_CHANNEL), PROBE_TIMEOUT)
-            outstanding: bytes | None = None
-            sent_at = 0.0
-            deadline = loop.time() + PROBE_TIMEOUT  # for the subscribe confirmation
-            next_probe = math.inf
+            probe = Probe(loop.time())
             while True:
-                wake = min(deadline if outstanding or not self._subscribed else math.inf,
-                           next_probe) - loop.time()
-                message = await pubsub.get_message(timeout=min(max(wake, 0.01), 1.0))
+                message = await pubsub.get_message(timeout=probe.wait(loop.time(), 1.0))
                 now = loop.time()
                 if message is not None:
                     kind, data = message["type"], message["data"]
                     if kind == "subscribe":
                         self._subscribed = True
-                        next_probe = now  # probe at once: alive soon after a reconnect
+                        probe.confirmed(now)
                         self._resync()
                     elif kind == "message" and isinstance(data, bytes):
-                        if data == outstanding:
-                            outstanding = None
-                            next_probe = sent_at + PROBE_INTERVAL
+                        if probe.answered(data):
                             self._state.set(True)
                         else:
                             self._notify(data)
-                if not self._subscribed:
-                    if now > deadline:
-                        raise ChannelLost("no subscribe confirmation")
-                elif outstanding is not None:
-                    if now > deadline:
-                        raise ChannelLost(f"probe not back within {PROBE_TIMEOUT} s")
-                elif now >= next_probe:
-                    outstanding = self._send_probe()
-                    sent_at = now
-                    deadline = now + PROBE_TIMEOUT
+                if probe.due(now):
+                    probe.sent(self._send_probe(), now)
         finally:
             self._state.set(False, log=False)
             for task in list(self._probes):

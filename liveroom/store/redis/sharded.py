@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import uuid
 from collections import defaultdict
 from collections.abc import Collection
@@ -47,10 +46,10 @@ from . import keys
 from .notify import (
     BACKOFF_MAX,
     BACKOFF_MIN,
-    PROBE_INTERVAL,
     PROBE_TIMEOUT,
     ChannelLost,
     ChannelState,
+    Probe,
     Subscribers,
     notify,
     pool_options,
@@ -131,32 +130,25 @@ class _Shard:
             await asyncio.wait_for(pubsub.ssubscribe(probe), PROBE_TIMEOUT)
             self.changes = dict.fromkeys(self.rooms, True)
             await self._apply(pubsub)
-            outstanding: bytes | None = None
-            sent_at = 0.0
-            deadline = loop.time() + PROBE_TIMEOUT
-            next_probe = math.inf
+            alive = Probe(loop.time())
             confirmed: list[str] = []
             while True:
-                wake = min(deadline if outstanding or not self.subscribed else math.inf,
-                           next_probe) - loop.time()
                 message = await pubsub.get_message(
-                    timeout=min(max(wake, 0.01), _CHANGES_EVERY))
+                    timeout=alive.wait(loop.time(), _CHANGES_EVERY))
                 now = loop.time()
                 while message is not None:
                     kind, channel, data = message["type"], message["channel"], message["data"]
                     if kind == "ssubscribe":
                         if channel == probe.encode():
                             self.subscribed = True
-                            next_probe = now
+                            alive.confirmed(now)
                         else:
                             room = _room_of(channel)
                             if room is not None and room in self.rooms:
                                 self.confirmed.add(room)
                                 confirmed.append(room)
                     elif kind == "smessage" and isinstance(data, bytes):
-                        if data == outstanding:
-                            outstanding = None
-                            next_probe = sent_at + PROBE_INTERVAL
+                        if alive.answered(data):
                             self.alive = True
                             self.owner.shard_alive()
                         else:
@@ -173,16 +165,8 @@ class _Shard:
                     confirmed = []
                 if self.changes:
                     await self._apply(pubsub)
-                if not self.subscribed:
-                    if now > deadline:
-                        raise ChannelLost("no subscribe confirmation")
-                elif outstanding is not None:
-                    if now > deadline:
-                        raise ChannelLost(f"probe not back within {PROBE_TIMEOUT} s")
-                elif now >= next_probe:
-                    outstanding = self.owner.send_probe(probe)
-                    sent_at = now
-                    deadline = now + PROBE_TIMEOUT
+                if alive.due(now):
+                    alive.sent(self.owner.send_probe(probe), now)
         finally:
             self.alive = False
             with contextlib.suppress(Exception):
