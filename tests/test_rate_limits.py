@@ -28,6 +28,7 @@ from liveroom.ratelimit import (
     count_send,
     freed_at,
     horizon_ms,
+    parse_windows,
     prune,
     refused_until,
     span,
@@ -287,6 +288,45 @@ def test_the_rule_over_plain_counts() -> None:
     assert horizon_ms([]) == 0
     assert [span(s) for s in (1, 45, 60, 90, 7200, 86_400)] == [
         "1 s", "45 s", "1 min", "90 s", "2 h", "1 d"]
+
+
+# --- the windows as operators write them -----------------------------------------------
+
+
+def test_windows_are_read_as_written_and_sorted_by_length() -> None:
+    assert parse_windows("5/s,30/m,300/h") == (Window(5, 1), Window(30, 60), Window(300, 3600))
+    assert parse_windows(" 1000/d , 100/10m ") == (Window(100, 600), Window(1000, 86_400))
+    assert parse_windows("3/2h,1/s,7/45s") == (Window(1, 1), Window(7, 45), Window(3, 7200))
+    for none in ("", "  ", "off", "none", " off "):
+        assert parse_windows(none) == ()
+
+
+@pytest.mark.parametrize("bad", [
+    "5", "5/", "/s", "5/x", "5/10", "a/s", "5/1.5m", "-1/s", "5/s,", "5/ms", "5/s;3/m",
+    "5 /s", "5/s/m", "5/m5",
+])
+def test_a_malformed_window_is_refused_by_name(bad: str) -> None:
+    with pytest.raises(ValueError, match=r"bad rate window .*LIMIT/\[N\]UNIT"):
+        parse_windows(bad)
+
+
+@pytest.mark.parametrize("bad", ["0/s", "5/0m"])
+def test_an_empty_window_is_refused(bad: str) -> None:
+    with pytest.raises(ValueError, match="positive limit and length"):
+        parse_windows(bad)
+
+
+def test_a_window_is_written_in_its_largest_whole_unit() -> None:
+    assert [str(w) for w in (Window(5, 1), Window(5, 60), Window(100, 600), Window(2, 90),
+                             Window(3, 7200), Window(1, 86_400), Window(4, 172_800),
+                             Window(9, 45))] == [
+        "5/s", "5/m", "100/10m", "2/90s", "3/2h", "1/d", "4/2d", "9/45s"]
+
+
+@given(limit=st.integers(1, 10**6), seconds=st.integers(1, 10 * 86_400))
+def test_a_window_reads_back_from_its_written_form(limit: int, seconds: int) -> None:
+    window = Window(limit, seconds)
+    assert parse_windows(str(window)) == (window,)
 
 
 # --- property: every engine against a list of accepted timestamps ---------------------
