@@ -14,13 +14,14 @@ What a poll does, in order (DESIGN.md, "Listening"):
 2. read the room's snapshot from memory (a room this node holds no snapshot
    of waits for its first pull, the slow path);
 3. count a heartbeat, read the online count;
-4. a first poll is answered with the recent messages: at once in a plain
-   room, once due in a tiered one (a reset too: skipping the cursor must not
-   skip the pace);
-5. a cursor this node cannot place (another epoch, past the head) is checked
-   with a fresh pull, then reset or read (the slow path, :func:`places`);
-6. otherwise its pace (:mod:`.tiers`) and what it has pending decide
-   (:func:`decide`): deliver now, or hold, plain or paced.
+4. pace the poll (:mod:`.tiers`), checking the listener's ``ctx`` only when
+   :func:`.cursor.needs_ctx` says so;
+5. do what :func:`.cursor.step` says, asking it again with each thing learnt
+   (what the cursor has pending, a confirming pull, a wake-up): answer the
+   recent messages (a first poll, a reset) or hold them until due, pull to
+   confirm a cursor this node cannot place, read, deliver, hold plain or
+   paced. Every rule is in :mod:`.cursor`; this module only reads, pulls,
+   holds and answers.
 
 **Work per message, not per listener.** What a poll reads at a cursor, and
 the answer's bytes up to the listener's ``ctx``, depend only on the snapshot
@@ -51,6 +52,21 @@ from liveroom.snapshot import ABSENT_EPOCH, Delivery, Snapshot, read, recent
 
 from . import answer
 from .context import ContextSigner
+from .cursor import (
+    CONFIRM,
+    DELIVER,
+    EMPTY,
+    HOLD_PACED,
+    HOLD_PLAIN,
+    HOLD_RECENT,
+    READ,
+    RECENT,
+    RESET,
+    STAND_FIRST,
+    Step,
+    needs_ctx,
+    step,
+)
 from .heartbeats import Heartbeats
 from .hold import Holds, Ticket
 from .params import Cursor, PollParams, parse_poll
@@ -68,35 +84,6 @@ MEMO_MAX = 64
 """Answers kept per snapshot (distinct cursors and formats)."""
 MEMO_BYTES_MAX = 64 * 1024
 """Answers larger than this (a far-behind listener's catch-up) are not kept."""
-
-DELIVER, HOLD_PLAIN, HOLD_PACED = range(3)
-
-
-def _same_epoch(snap: Snapshot, cursor: Cursor) -> bool:
-    """Whether ``cursor`` reads ``snap``'s epoch. A cursor at the start of the
-    absent epoch (a listener that waited on a room before it existed) reads a
-    room that came to exist from the beginning of its epoch, as if it were
-    ``(snap.epoch, 0, 0)``: important messages first, the evicted counted in
-    ``gap``, so nothing sent at the room's creation is lost (a reset would
-    answer only the recent normal messages)."""
-    return cursor.epoch == snap.epoch or (
-        cursor.epoch == ABSENT_EPOCH and cursor.seq == 0 and cursor.iseq == 0)
-
-
-def places(snap: Snapshot, cursor: Cursor) -> bool:
-    """Whether ``snap`` can place ``cursor`` (same epoch, or the start of the
-    absent one, see :func:`_same_epoch`; not past the head)."""
-    return _same_epoch(snap, cursor) and cursor.seq <= snap.head and cursor.iseq <= snap.head
-
-
-def decide(d: Delivery, pace: Pace, now_ms: int) -> int:
-    """What a poll whose cursor the snapshot placed does now: :data:`DELIVER`
-    what it has pending (``d``) once its pace is due, else hold it
-    (:data:`HOLD_PLAIN` or :data:`HOLD_PACED`). A plain pace is due at once."""
-    if not d.empty and now_ms >= pace.due_ms:
-        return DELIVER
-    return HOLD_PLAIN if pace.plain else HOLD_PACED
-
 
 class Polls:
     """The listener path of one node."""
@@ -188,9 +175,9 @@ class Polls:
 class Poll:
     """One poll in flight; the hold wakes it (:class:`~proxy.hold.Held`)."""
 
-    __slots__ = ("_polls", "_reply", "checked", "deadline", "done", "due", "hint_iseq",
-                 "hint_seq", "last", "online", "p", "pace", "paced_deadline", "recent",
-                 "task", "ticket", "use_msgpack")
+    __slots__ = ("_polls", "_reply", "checked", "deadline", "done", "due", "held",
+                 "hint_iseq", "hint_seq", "last", "online", "p", "pace", "paced_deadline",
+                 "recent", "task", "ticket", "use_msgpack")
 
     def __init__(self, polls: Polls, p: PollParams, use_msgpack: bool,
                  reply: Callable[[Reply], None]) -> None:
@@ -214,15 +201,17 @@ class Poll:
         self.due = 0.0
         self.paced_deadline = 0.0
         """When a paced poll is due and when it times out, on the clock's monotonic time."""
-        self.recent: tuple[int, Snapshot] | None = None
-        """A first poll or a reset held until due: its outcome and snapshot."""
+        self.held: Step | None = None
+        """How the poll was last held (the step that held it); None: never."""
+        self.recent: Snapshot | None = None
+        """The snapshot a first poll or a reset held until due was held with."""
 
     # -- performing ------------------------------------------------------------
 
-    def run(self, step: Callable[[Snapshot], None], snap: Snapshot) -> None:
-        """Run one step; a failure answers the poll instead of stranding it."""
+    def run(self, action: Callable[[Snapshot], None], snap: Snapshot) -> None:
+        """Run one action; a failure answers the poll instead of stranding it."""
         try:
-            step(snap)
+            action(snap)
         except LiveroomError as exc:
             self.finish(failure_reply(exc))
         except Exception:
@@ -247,20 +236,11 @@ class Poll:
             # presence, viewers or series for made-up names (online stays 0).
             polls.heartbeats.beat(p.room, p.uid)
             self.online = polls.stats.online(p.room)
-        cursor = p.cursor
-        if cursor is None:
-            self._recent(snap, _FIRST)
-            return
+        # The timeout counts from the poll's arrival, a confirming pull included.
         self.deadline = polls.loop_time() + p.timeout
-        if places(snap, cursor):
-            self._settle(snap)
-        else:
-            # This node may only lag behind the node the listener came from:
-            # confirm with a fresh pull before resetting.
-            self.task = asyncio.create_task(self._confirm(cursor),
-                                            name=f"proxy-poll-{p.room}")
+        self._settle(snap, False)
 
-    async def _confirm(self, cursor: Cursor) -> None:
+    async def _confirm(self) -> None:
         try:
             snap = await self._polls.reader.wait_pulled(self.p.room)
         except LiveroomError as exc:
@@ -268,10 +248,10 @@ class Poll:
             return
         finally:
             self.task = None
-        self.run(self._settle if places(snap, cursor) else self._reset, snap)
+        self.run(self._confirmed, snap)
 
-    def _reset(self, snap: Snapshot) -> None:
-        self._recent(snap, _RESET)
+    def _confirmed(self, snap: Snapshot) -> None:
+        self._settle(snap, True)
 
     def _check(self, cursor: Cursor, now_ms: int) -> int:
         """Check the listener's ``ctx``: the time of its last non-empty answer
@@ -287,33 +267,58 @@ class Poll:
         self.hint_seq, self.hint_iseq = ctx.seq_ic, ctx.iseq_ic
         return min(ctx.last_ms, now_ms)
 
-    def _settle(self, snap: Snapshot) -> None:
-        """Pace, read, decide, and deliver or hold."""
+    def _settle(self, snap: Snapshot, confirmed: bool) -> None:
+        """Pace the poll in ``snap``'s room, then do what :func:`.cursor.step`
+        says (``confirmed``: a fresh pull brought ``snap``)."""
         polls, p = self._polls, self.p
         cursor = p.cursor
-        assert cursor is not None
         now_ms = int(polls.clock.time() * 1000)
         tiers = polls.tiers
         tier = tiers.tier(self.online)
-        if tier.interval > 0 or snap.anchor_seq > min(cursor.seq, cursor.iseq):
-            pace = self.pace = tiers.pace_in(tier, p.uid, self._check(cursor, now_ms))
-        else:
-            pace = self.pace = tiers.pace_in(tier, p.uid, now_ms)
-        d, head = self._read(snap, cursor, self.online)
-        action = decide(d, pace, now_ms)
-        if action == DELIVER:
-            self._send(snap.epoch, d, head, now_ms, _DELIVERED)
-            return
-        self.last = d
-        if action == HOLD_PLAIN:
+        pace = self.pace = tiers.pace_in(
+            tier, p.uid, self._check(cursor, now_ms) if needs_ctx(cursor, tier, snap) else now_ms)
+        self._take(step(snap, cursor, pace, now_ms, confirmed=confirmed), snap, now_ms, None)
+
+    def _take(self, s: Step, snap: Snapshot | None, now_ms: int, held: Step | None) -> None:
+        """Do what ``s`` says: read (and step again with what was read), pull,
+        hold or answer. ``held`` is what :func:`.cursor.step` was given."""
+        p = self.p
+        cursor, pace = p.cursor, self.pace
+        assert pace is not None
+        d: Delivery | None = None
+        if s == READ:
+            assert snap is not None
+            assert cursor is not None
+            d, head = self._read(snap, cursor, self.online)
+            s = step(snap, cursor, pace, now_ms, d, held=held)
+            if s == DELIVER:
+                self._send(snap.epoch, d, head, now_ms, _DELIVERED)
+                return
+            self.last = d
+        if s == HOLD_PLAIN:
+            assert snap is not None
             self._hold_plain(snap)
-        else:
-            # Held by the room's ticker until due (or an important message
-            # cuts through), on the clock's monotonic time.
-            mono = polls.clock.monotonic()
-            self.due = mono + (pace.due_ms - now_ms) / 1000
-            self.paced_deadline = mono + p.timeout
-            self._hold_paced(snap, cursor, pending=not d.empty)
+        elif s == HOLD_PACED:
+            assert snap is not None
+            assert cursor is not None
+            assert d is not None
+            self._hold_paced(snap, cursor, pace, now_ms, pending=not d.empty)
+        elif s == RECENT:
+            assert snap is not None
+            self._recent(snap, _FIRST, p.recent, now_ms)
+        elif s == RESET:
+            assert snap is not None
+            self._recent(snap, _RESET, p.recent, now_ms)
+        elif s == HOLD_RECENT:
+            assert snap is not None
+            self._hold_recent(snap, pace, now_ms)
+        elif s == CONFIRM:
+            self.task = asyncio.create_task(self._confirm(), name=f"proxy-poll-{p.room}")
+        elif s == EMPTY:
+            self._empty()
+        else:  # STAND_FIRST, STAND_RESET: from the snapshot it was held with
+            assert self.recent is not None
+            self._recent(self.recent, _FIRST if s == STAND_FIRST else _RESET, 0, now_ms)
 
     def _read(self, snap: Snapshot, cursor: Cursor, online: int) -> tuple[Delivery, bytes]:
         """What the cursor has pending in ``snap`` and the answer's head,
@@ -333,37 +338,18 @@ class Poll:
             interval_ms=pace.interval_ms, use_msgpack=self.use_msgpack)
         return self._keep(memo, key, d, head)
 
-    def _recent(self, snap: Snapshot, outcome: int, count: int | None = None) -> None:
-        """A first poll's answer, or a reset's: the recent messages, cursors at
-        the heads. In a tiered room a poll coming in this way is paced like
-        any other (a listener's own ``ctx`` counts; none, or a forged one, is
-        an answer just now): held until due, then answered from the newest
-        snapshot."""
-        polls, p = self._polls, self.p
-        now_ms = int(polls.clock.time() * 1000)
-        tier = polls.tiers.tier(self.online)
-        if tier.interval > 0 and self.pace is None:
-            cursor = p.cursor
-            last_ms = now_ms if cursor is None else self._check(cursor, now_ms)
-            pace = self.pace = polls.tiers.pace_in(tier, p.uid, last_ms)
-            if now_ms < pace.due_ms:
-                self.recent = (outcome, snap)
-                due = polls.clock.monotonic() + (pace.due_ms - now_ms) / 1000
-                self.ticket = polls.holds.hold_paced(
-                    p.room, p.uid, snap, self, epoch=snap.epoch, seq=snap.head,
-                    iseq=snap.head, pending=True, due=due, deadline=due)
-                if self.ticket is None:  # shutting down: answer now
-                    self.recent = None
-                else:
-                    return
-        pace = polls.tiers.pace_in(tier, p.uid, now_ms)
+    def _recent(self, snap: Snapshot, outcome: int, count: int, now_ms: int) -> None:
+        """A first poll's answer, or a reset's: the last ``count`` messages,
+        cursors at the heads."""
+        pace = self.pace
+        assert pace is not None
         reset = outcome == _RESET
-        count = p.recent if count is None else count
+        memo = snap.memo
         key = ("recent", count, reset, self.use_msgpack, self.online, pace.interval_ms)
-        found = snap.memo.get(key)
+        found = memo.get(key)
         if found is None:
-            d = recent(snap, count, polls.budget)
-            found = self._keep(snap.memo, key, d, answer.head(
+            d = recent(snap, count, self._polls.budget)
+            found = self._keep(memo, key, d, answer.head(
                 snap.room, snap.epoch, d, reset=reset, online=self.online,
                 interval_ms=pace.interval_ms, use_msgpack=self.use_msgpack))
         self._send(snap.epoch, found[0], found[1], now_ms, outcome)
@@ -377,21 +363,45 @@ class Poll:
             memo[key] = (d, head)
         return d, head
 
+    def _hold_recent(self, snap: Snapshot, pace: Pace, now_ms: int) -> None:
+        """Hold a first poll or a reset in the room's ticker until due, at the
+        snapshot's heads (on the clock's monotonic time)."""
+        polls, p = self._polls, self.p
+        self.held, self.recent = HOLD_RECENT, snap
+        due = polls.clock.monotonic() + (pace.due_ms - now_ms) / 1000
+        self.ticket = polls.holds.hold_paced(
+            p.room, p.uid, snap, self, epoch=snap.epoch, seq=snap.head, iseq=snap.head,
+            pending=True, due=due, deadline=due)
+        if self.ticket is None:  # not held (shutting down): released at once
+            self._released(snap)
+
     def _hold_plain(self, snap: Snapshot) -> None:
+        self.held = HOLD_PLAIN
         held = self._polls.holds.hold(self.p.room, self.p.uid, snap, self, self.deadline)
         if isinstance(held, Ticket):
             self.ticket = held
-        elif held is None:
-            self._empty()
-        else:  # the room already moved on: read the newer snapshot
-            self._reread(held)
+        else:
+            # Released at once: with the room's newer snapshot (it moved on
+            # since ``snap``), or without one (not held: shutting down).
+            self._released(held)
 
-    def _hold_paced(self, snap: Snapshot, cursor: Cursor, *, pending: bool) -> None:
-        self.ticket = self._polls.holds.hold_paced(
-            self.p.room, self.p.uid, snap, self, epoch=cursor.epoch, seq=cursor.seq,
+    def _hold_paced(self, snap: Snapshot, cursor: Cursor, pace: Pace, now_ms: int, *,
+                    pending: bool) -> None:
+        """Hold in the room's ticker until due (or an important message cuts
+        through), on the clock's monotonic time."""
+        polls, p = self._polls, self.p
+        if self.held is None:
+            # Held the first time: due and the timeout count from now; held
+            # again after a wake-up, the poll keeps them.
+            mono = polls.clock.monotonic()
+            self.due = mono + (pace.due_ms - now_ms) / 1000
+            self.paced_deadline = mono + p.timeout
+        self.held = HOLD_PACED
+        self.ticket = polls.holds.hold_paced(
+            p.room, p.uid, snap, self, epoch=cursor.epoch, seq=cursor.seq,
             iseq=cursor.iseq, pending=pending, due=self.due, deadline=self.paced_deadline)
-        if self.ticket is None:
-            self._empty()
+        if self.ticket is None:  # not held (shutting down): released at once
+            self._released(None)
 
     def wake(self, snapshot: Snapshot | None) -> None:
         """The hold released this poll: answer it, or hold it again."""
@@ -399,41 +409,23 @@ class Poll:
         if self.done:
             return
         try:
-            if self.recent is not None:
-                # A first poll or a reset, due now: answer it. Released early
-                # (a newer poll of its listener, shutdown): answer it without
-                # messages, which only says where the room stands.
-                outcome, held = self.recent
-                if snapshot is None:
-                    self._recent(held, outcome, 0)
-                else:
-                    self._recent(snapshot, outcome)
-            elif snapshot is None:
-                self._empty()
-            else:
-                self._reread(snapshot)
+            self._released(snapshot)
         except LiveroomError as exc:
             self.finish(failure_reply(exc))
         except Exception:
             logger.exception("answering a poll of room %s failed", self.p.room)
             self.finish(INTERNAL)
 
-    def _reread(self, snap: Snapshot) -> None:
-        cursor, pace = self.p.cursor, self.pace
-        assert cursor is not None
+    def _released(self, snap: Snapshot | None) -> None:
+        """The hold released the poll with the room's snapshot to answer from,
+        or without one; its answer counts who is online now."""
+        polls, p = self._polls, self.p
+        pace = self.pace
         assert pace is not None
-        if not _same_epoch(snap, cursor):
-            self._recent(snap, _RESET)
-            return
-        d, head = self._read(snap, cursor, self._polls.stats.online(self.p.room))
-        if not d.empty:
-            self._send(snap.epoch, d, head, int(self._polls.clock.time() * 1000), _DELIVERED)
-            return
-        self.last = d
-        if pace.plain:
-            self._hold_plain(snap)
-        else:
-            self._hold_paced(snap, cursor, pending=False)
+        self.online = polls.stats.online(p.room)
+        now_ms = int(polls.clock.time() * 1000)
+        held = self.held
+        self._take(step(snap, p.cursor, pace, now_ms, held=held), snap, now_ms, held)
 
     def cancel(self) -> None:
         """The client left: forget the poll, answer nothing."""
@@ -478,7 +470,7 @@ class Poll:
         ctx = polls.signer.sign(p.room, p.uid, cursor.epoch, d.seq, d.iseq, d.seq_ic,
                                 d.iseq_ic, last_ms)
         head = answer.head(p.room, cursor.epoch, d, reset=False,
-                           online=polls.stats.online(p.room), interval_ms=pace.interval_ms,
+                           online=self.online, interval_ms=pace.interval_ms,
                            use_msgpack=self.use_msgpack)
         self.finish(Reply(200, answer.finish(head, ctx, self.use_msgpack),
                            MSGPACK if self.use_msgpack else JSON))
