@@ -284,6 +284,11 @@ def test_the_rule_over_plain_counts() -> None:
     assert refused_until(counts, [minute], T0 + 300) is None
     prune(counts, [minute], T0 + 60_000)
     assert counts == {}
+    # A window reads only its own length's buckets, and only its last
+    # ``buckets`` of them: the one just before is already out.
+    cur = T0 // 100
+    assert freed_at({(60, cur): 9, (1, cur - 10): 9, (1, cur - 99): 9}, second, T0) is None
+    assert freed_at({(1, cur - 9): 3}, second, T0) == (cur + 1) * 100
     assert horizon_ms([second, minute]) == 61_000
     assert horizon_ms([]) == 0
     assert [span(s) for s in (1, 45, 60, 90, 7200, 86_400)] == [

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from liveroom.clock import FakeClock
 from liveroom.metrics import Metrics
 from liveroom.model import NewMessage
-from liveroom.snapshot import Snapshot, read, recent
+from liveroom.snapshot import ABSENT_EPOCH, Snapshot, _fit, absent, read, recent
 from liveroom.store.base import LogPolicy
 from liveroom.store.memory import MemoryStore
 from recvsvr import RoomCache, SectLimits
@@ -35,7 +35,10 @@ def important_count(history: list[bool], position: int) -> int:
     return sum(history[:position])
 
 
-async def replay(plan: list[object], keep: Retention, log_cap: int) -> tuple[Snapshot, list[bool]]:
+async def replay(plan: list[object], keep: Retention, log_cap: int,
+                 bodies: dict[int, object] | None = None) -> tuple[Snapshot, list[bool]]:
+    """Run ``plan`` against the memory engine and a real RoomCache; message
+    ``n`` (from 1) has the body ``bodies[n]``, else ``n``."""
     clock = FakeClock()
     store = MemoryStore(LogPolicy(log_cap=log_cap, important_keep=keep.important_keep,
                                   important_window_ms=0), clock)
@@ -54,7 +57,9 @@ async def replay(plan: list[object], keep: Retention, log_cap: int) -> tuple[Sna
                 history = []
             else:
                 assert isinstance(step, bool)
-                await store.log.append(ROOM, NewMessage("u", len(history) + 1, step, ts=0))
+                n = len(history) + 1
+                body = n if bodies is None else bodies.get(n, n)
+                await store.log.append(ROOM, NewMessage("u", body, step, ts=0))
                 history.append(step)
         snap = await cache.wait_pulled(ROOM)
     finally:
@@ -251,6 +256,45 @@ def test_a_hole_in_the_normal_list_is_counted_once_across_budgeted_answers() -> 
     assert snap.anchor_seq == 2
     assert sent == [5]
     assert gap + len(sent) == whole.gap + len(whole.messages) == 5
+
+
+def test_a_cut_before_the_anchor_sends_the_newest_messages_that_fit() -> None:
+    """Before the counting anchor a budgeted answer is the newest messages
+    that fit, counted from the newest back: the two short ones, though the
+    oldest pending message alone would fill the budget. The anchor itself is
+    a position the snapshot counts; one before it is not."""
+    plan: list[object] = [False, "pull", False, False, False, False]
+    keep = Retention(normal_keep=4, important_keep=1, important_window_ms=0)
+    long = "x" * 200
+    snap, _ = asyncio.run(replay(plan, keep, log_cap=3, bodies={1: long, 2: long, 3: long}))
+    assert [i.seq for i in snap.normal] == [1, 3, 4, 5]
+    assert (snap.anchor_seq, snap.important_count(2), snap.important_count(1)) == (2, 0, None)
+    short = sum(len(i.json) + 1 for i in snap.normal[2:])
+    d = read(snap, 0, 0, limit=4, seq_ic=0, iseq_ic=0, budget=short)
+    assert [i.seq for i in d.messages] == [4, 5]
+    assert (d.gap, d.seq, d.iseq) == (3, 5, 5)  # 1 and 3 not sent, 2 lost
+
+
+def test_fitting_counts_each_message_and_its_separator() -> None:
+    """``_fit`` counts a message's JSON and one separator byte: messages of 9
+    bytes take 10 each, so 30 bytes fit three and 29 fit two; a first message
+    over the budget goes alone only when one is required."""
+    snap, _ = asyncio.run(replay([False] * 4, Retention(normal_keep=4, important_keep=1,
+                                                        important_window_ms=0), log_cap=9))
+    items = snap.normal[:3]
+    size = len(items[0].json)
+    assert {len(i.json) for i in items} == {size}
+    assert _fit(items, 3 * (size + 1), at_least_one=False) == 3
+    assert _fit(items, 3 * (size + 1) - 1, at_least_one=False) == 2
+    assert _fit(items, size, at_least_one=True) == 1
+    assert _fit(items, size, at_least_one=False) == 0
+
+
+def test_a_room_that_does_not_exist_reads_as_its_own_empty_snapshot() -> None:
+    snap = absent("made-up")
+    assert (snap.room, snap.epoch, snap.head, snap.head_ic) == ("made-up", ABSENT_EPOCH, 0, 0)
+    assert read(snap, 0, 0).empty
+    assert recent(snap, 20).messages == ()
 
 
 @given(history=st.lists(st.booleans(), max_size=60), count=st.integers(0, 100),
