@@ -10,6 +10,7 @@ independent oracle: the raw samples grouped into each tier's buckets with exact
 from __future__ import annotations
 
 import json
+import math
 import random
 from fractions import Fraction
 from itertools import pairwise
@@ -464,3 +465,19 @@ def test_from_dict_drops_buckets_past_retention() -> None:
     data["buckets"][0] = [[BASE, 1, 1, 1, 1], [BASE + 2 * DAY, 2, 2, 2, 1]]
     state = SeriesState.from_dict(data)
     assert state.buckets(60) == {BASE + 2 * DAY: (2, 2, 2, 1)}
+
+
+@pytest.mark.parametrize("name", ["since", "until", "now"])
+def test_a_time_that_is_not_finite_is_refused_by_name(name: str) -> None:
+    times = {"since": 0.0, "until": 60.0, "now": 60.0, name: math.inf}
+    with pytest.raises(ValueError, match=rf"^{name} must be a finite number"):
+        query_window(DEFAULT_TIERS, times["since"], times["until"], times["now"])
+
+
+def test_rollup_takes_a_positive_whole_step_of_seconds() -> None:
+    fine = {0: (1, 1, 1, 1), 1: (3, 3, 3, 1)}
+    assert rollup(fine, 1) == fine
+    assert rollup(fine, 2) == {0: (1, 3, 4, 2)}
+    for bad in (0, -60, 1.5):
+        with pytest.raises(ValueError, match="step must be a positive integer"):
+            rollup(fine, bad)  # type: ignore[arg-type]

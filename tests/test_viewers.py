@@ -274,3 +274,21 @@ def test_plan_fills_to_threshold_then_stops_for_good() -> None:
     assert plan_exact_update({"a", "b"}, True, [], threshold=1) == ((), False)
     with pytest.raises(ValueError, match="threshold"):
         plan_exact_update(set(), True, [], threshold=-1)
+
+
+def test_a_sketch_with_a_viewer_is_not_empty() -> None:
+    sketch = ViewerSketch()
+    assert sketch.is_empty()
+    sketch.add("u1")
+    assert not sketch.is_empty()
+    assert not ViewerSketch.from_bytes(sketch.to_bytes()).is_empty()
+
+
+def test_a_stored_sketch_keeps_registers_up_to_the_highest_rank_and_no_higher() -> None:
+    registers = bytearray(SKETCH_BYTES)
+    highest = 64 - PRECISION + 1  # the rank of a hash whose remaining bits are all 0
+    registers[7] = highest
+    assert not ViewerSketch.from_bytes(bytes(registers)).is_empty()
+    registers[7] = highest + 1
+    with pytest.raises(ValueError, match="register is out of"):
+        ViewerSketch.from_bytes(bytes(registers))
