@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from liveroom.clock import FakeClock
 from liveroom.metrics import Metrics
 from liveroom.model import NewMessage
-from liveroom.snapshot import ABSENT_EPOCH, Snapshot, _fit, absent, read, recent
+from liveroom.snapshot import ABSENT_EPOCH, Item, Snapshot, _fit, absent, read, recent
 from liveroom.store.base import LogPolicy
 from liveroom.store.memory import MemoryStore
 from recvsvr import RoomCache, SectLimits
@@ -125,6 +125,9 @@ def test_reading_any_cursor_counts_exactly(plan: list[object], normal_keep: int,
     if exact:
         assert d.gap + len(delivered_normal) == len(pending_normal)
         assert d.igap + len(delivered_important) == len(pending_important)
+        # The counts signed into the listener's context for its new cursors.
+        assert d.seq_ic == important_count(history, d.seq)
+        assert d.iseq_ic == important_count(history, d.iseq)
     if pending_normal or pending_important:
         assert not d.empty or not exact
     if not d.empty:
@@ -310,4 +313,64 @@ def test_recent_messages_fit_the_byte_budget(history: list[bool], count: int,
     assert d.messages or not every.messages
     size = sum(len(i.json) + 1 for i in d.messages)
     assert size <= budget or len(d.messages) == 1
+    if len(d.messages) < len(newest):  # as many as fit: the next older one does not
+        older = every.messages[len(newest) - len(d.messages) - 1]
+        assert size + len(older.json) + 1 > budget
     assert (d.seq, d.iseq) == (every.seq, every.iseq)
+
+
+def held(*sizes: int, first_seq: int = 1) -> tuple[Item, ...]:
+    """Messages from ``first_seq`` on whose JSON takes ``sizes`` bytes."""
+    return tuple(Item(first_seq + n, 0, b"x" * size, b"") for n, size in enumerate(sizes))
+
+
+def test_a_first_poll_over_the_budget_gets_the_newest_messages_that_fit() -> None:
+    # 100 + 10 + 10 + 10 bytes with separators: 25 bytes fit the newest two,
+    # not the first (oldest) one alone, nor every other one.
+    snap = Snapshot("r", "e", 4, 0, normal=held(99, 9, 9, 9))
+    assert [i.seq for i in recent(snap, 4, budget=25).messages] == [3, 4]
+    assert [i.seq for i in recent(snap, 4, budget=35).messages] == [2, 3, 4]
+
+
+def test_an_answer_over_the_budget_counts_each_message_and_its_separator() -> None:
+    # Four messages of 9 bytes take 40 with their separators: 39 bytes send
+    # three, the cursor stops after the third, the fourth stays pending.
+    snap = Snapshot("r", "e", 4, 0, normal=held(9, 9, 9, 9))
+    d = read(snap, 0, 4, budget=39)
+    assert ([i.seq for i in d.messages], d.gap, d.seq) == ([1, 2, 3], 0, 3)
+    assert len(read(snap, 0, 4, budget=40).messages) == 4
+
+
+def test_lost_normal_messages_alone_are_counted_and_move_the_cursor() -> None:
+    # 1 and 2 normal, no longer held; 3, 4, 5 important and already read.
+    snap = Snapshot("r", "e", 5, 3, important=held(9, 9, 9, first_seq=3), index=(3, 4, 5))
+    d = read(snap, 0, 5)
+    assert (d.messages, d.important, d.gap, d.igap) == ((), (), 2, 0)
+    assert (d.seq, d.iseq, d.seq_ic, d.iseq_ic) == (5, 5, 3, 3)
+
+
+def test_a_signed_count_is_used_only_when_it_is_possible() -> None:
+    # The snapshot knows counts from seq 10 on (5 important up to it), and 11
+    # is important, 12 normal. Before 10 it takes the listener's signed count
+    # when the stretch up to 10 could hold that many important messages.
+    snap = Snapshot("r", "e", 12, 6, normal=held(9, first_seq=12), anchor_seq=10, anchor_ic=5,
+                    index=(11,))
+    # 3 up to 8: 9 and 10 both important, possible; only 12 was normal.
+    d = read(snap, 8, 12, seq_ic=3)
+    assert ([i.seq for i in d.messages], d.gap, d.seq_ic) == ([12], 0, 6)
+    # 0 up to 9 would make 5 important messages of the one at 10: ignored,
+    # the unknown stretch (10) counts as normal, in the gap.
+    d = read(snap, 9, 12, seq_ic=0)
+    assert ([i.seq for i in d.messages], d.gap) == ([12], 1)
+
+
+def test_a_cursor_with_only_the_other_kind_behind_it_keeps_its_place_and_counts() -> None:
+    # 1-3 normal, 4 and 5 important. The normal cursor at 3 has nothing
+    # pending (only important messages came after it) and the important one is
+    # at the head: nothing to send, the cursors stay where they are, with
+    # their counts for the empty answer's context.
+    snap = Snapshot("r", "e", 5, 2, normal=held(9, 9, 9), important=held(9, 9, first_seq=4),
+                    index=(4, 5))
+    d = read(snap, 3, 5)
+    assert d.empty
+    assert (d.seq, d.iseq, d.seq_ic, d.iseq_ic) == (3, 5, 0, 2)
