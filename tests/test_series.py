@@ -417,22 +417,33 @@ def test_bad_samples_are_refused(t: float, online: int) -> None:
 
 
 @pytest.mark.parametrize(
-    "tiers",
+    ("tiers", "message"),
     [
-        [],
-        [Resolution(60, 600), Resolution(90, 900)],  # 90 is not a multiple of 60
-        [Resolution(300, 600), Resolution(60, 600)],  # not finest first
-        [Resolution(60, 6000), Resolution(300, 3000)],  # coarser keeps less
+        ([], "^a series needs at least one tier$"),
+        ([Resolution(60, 600), "60/600"], "not a Resolution: '60/600'"),
+        ([Resolution(60, 600), Resolution(90, 900)],  # 90 is not a multiple of 60
+         "step 90 must be a larger multiple of the finer step 60"),
+        ([Resolution(60, 600), Resolution(60, 900)],  # the same step twice
+         "step 60 must be a larger multiple of the finer step 60"),
+        ([Resolution(300, 600), Resolution(60, 600)],  # not finest first
+         "step 60 must be a larger multiple of the finer step 300"),
+        ([Resolution(60, 6000), Resolution(300, 3000)],  # coarser keeps less
+         r"retention 3000 \(step 300\) is shorter than 6000 \(step 60\)"),
     ],
 )
-def test_bad_tier_tables_are_refused(tiers: list[Resolution]) -> None:
-    with pytest.raises(ValueError):  # noqa: PT011
+def test_bad_tier_tables_are_refused_saying_why(tiers: list[Resolution], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
         SeriesState(tiers)
 
 
-@pytest.mark.parametrize(("step", "retention"), [(0, 60), (60, 30), (60, 90), (60.0, 600)])
-def test_bad_tiers_are_refused(step: int, retention: int) -> None:
-    with pytest.raises(ValueError):  # noqa: PT011
+@pytest.mark.parametrize(("step", "retention", "message"), [
+    (0, 60, "step must be a positive integer of seconds, not 0"),
+    (60.0, 600, "step must be a positive integer of seconds, not 60.0"),
+    (60, 30, "retention must be an integer of seconds >= step 60, not 30"),
+    (60, 90, "retention 90 is not a multiple of its step 60"),
+])
+def test_bad_tiers_are_refused_saying_why(step: int, retention: int, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
         Resolution(step, retention)
 
 
