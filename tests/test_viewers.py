@@ -230,6 +230,8 @@ def test_figure_never_drops_when_estimate_is_low() -> None:
     # No exact set at all (e.g. lost): estimate, never below what was shown.
     assert viewers_figure(None, True, 120, 0) == (120, False)
     assert viewers_figure(None, True, 120, 130) == (130, False)
+    # ... and a room nobody watched yet shows 0, not 1.
+    assert viewers_figure(None, False, 0, 0) == (0, False)
     # A complete exact set smaller than what was shown (history lost): not exact.
     assert viewers_figure(5, True, 5, 7) == (7, False)
     # Threshold lowered below a room's exact count: the room goes to the estimate.
