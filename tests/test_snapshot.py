@@ -376,3 +376,13 @@ def test_a_cursor_with_only_the_other_kind_behind_it_keeps_its_place_and_counts(
     d = read(snap, 3, 5)
     assert d.empty
     assert (d.seq, d.iseq, d.seq_ic, d.iseq_ic) == (3, 5, 0, 2)
+
+
+def test_an_important_message_over_the_budget_goes_alone_with_the_lost_normal_count() -> None:
+    # 1 and 2 normal, no longer held; 3 important, larger than the budget. It
+    # goes (an answer always carries one message) and the two lost normal
+    # messages are counted with it: both cursors move to the head.
+    snap = Snapshot("r", "e", 3, 1, important=held(20, first_seq=3), index=(3,))
+    d = read(snap, 0, 0, budget=10)
+    assert ([i.seq for i in d.important], d.messages, d.gap, d.igap) == ([3], (), 2, 0)
+    assert (d.seq, d.iseq, d.seq_ic, d.iseq_ic) == (3, 3, 1, 1)
