@@ -152,8 +152,9 @@ class ChannelState:
         self._reported: bool | None = None
 
     def set(self, up: bool, reason: str = "", *, log: bool = True) -> None:
-        """The channel is ``up`` (or down, for ``reason``); ``log=False`` for a
-        quiet change (a close, a session ending that its caller reports)."""
+        """The channel is ``up`` (``reason``: a detail for the log) or down
+        (``reason``: why); ``log=False`` for a quiet change (a close, a session
+        ending that its caller reports)."""
         self.up = up
         if up:
             self._event.set()
@@ -162,7 +163,7 @@ class ChannelState:
         if log and self._reported is not up:
             self._reported = up
             if up:
-                logger.info("%s up", self.name)
+                logger.info("%s up%s", self.name, f" ({reason})" if reason else "")
             else:
                 logger.warning("%s down: %s", self.name, reason)
 

@@ -345,9 +345,8 @@ class ShardedNotifier:
             resync(self.subscribers, None)
 
     def shard_alive(self) -> None:
-        if self.alive and not self._state.up:
-            logger.info("sharded notify channels: %d masters", len(self._shards))
-            self._state.set(True)
+        if not self._state.up and self.alive:
+            self._state.set(True, f"{len(self._shards)} masters")
 
     def send_probe(self, channel: str) -> bytes:
         self._probe_count += 1
