@@ -277,7 +277,6 @@ def sent_per_minute(snap: Snapshot, now_ms: int, normal_keep: int) -> float:
         if old_important:
             base = max(base, important[old_important - 1].seq)
         return float(snap.head - base)
-    young = len(normal) + len(important) - old_important
     if old_important:
         base = important[old_important - 1].seq
         if not full or not normal:
@@ -288,6 +287,7 @@ def sent_per_minute(snap: Snapshot, now_ms: int, normal_keep: int) -> float:
             1 for item in important[old_important:] if item.seq < normal[0].seq)
         if not between:
             return float(snap.head - base)
+        young = len(normal) + len(important) - old_important
         return float(max(young, min(snap.head - base, _scaled(snap, normal[0], now_ms))))
     oldest = min((items[0] for items in (normal, important) if items),
                  key=lambda item: item.seq, default=None)
