@@ -72,6 +72,11 @@ class Metrics:
             return TrackedGauge(name, documentation, registry=r, multiprocess_mode="livesum")
 
         self.held_polls = gauge("liveroom_held_polls", "Polls held waiting for messages")
+        self.connections = gauge("liveroom_connections",
+                                 "Client connections open (listener front and aiohttp)")
+        self.refused_connections = Counter(
+            "liveroom_connections_refused",
+            "Connections refused past --connections-max (answered 503)", registry=r)
         self.polls = Counter("liveroom_polls", "Polls answered", ["outcome"], registry=r)
         self.deliveries = Counter("liveroom_delivered_messages",
                                   "Messages delivered in poll answers", ["kind"], registry=r)

@@ -19,20 +19,39 @@ pipelined right behind a listener request in the same read cannot be handed
 over and is refused (400, and the connection closes).
 
 **HTTP.** Keep-alive (HTTP/1.1 by default, HTTP/1.0 when asked), pipelined
-requests answered in order (one at a time; reading pauses when too many
-wait), ``Connection: close``, ``Expect: 100-continue`` on sends, chunked
-request bodies, and limits: URL (414), header count and bytes (431), body
-(413; an oversized body is read and dropped up to :data:`DISCARD_MAX`, past
-that the connection closes after the answer). A malformed request gets a 400
-and the connection closes. Timeouts: the head of a request must arrive within
-``header_timeout`` of its first byte, a body within ``body_timeout`` of the
-head (else 408), and an idle keep-alive connection closes after
-``idle_timeout`` (idle connections are found by one sweep a second; the
-deadlines of requests still arriving are kept in one shared
+requests answered in order (one at a time; reading pauses when
+``max_pipelined`` wait, and a request beginning past them is refused: 400
+after the waiting ones are answered, then the connection closes),
+``Connection: close``, ``Expect: 100-continue`` on sends, chunked request
+bodies, and limits: URL (414), header count and bytes (431), body (413; an
+oversized body is read and dropped up to :data:`DISCARD_MAX`, past that the
+connection closes after the answer), and every byte read for one request,
+framing and chunk extensions included (``max_request_bytes``, 413 and close).
+A malformed request gets a 400 and the connection closes; so does a request
+asking to upgrade the protocol (``Upgrade``, ``CONNECT``): llhttp would skip
+its body and hand what follows back as a new request (request smuggling), so
+nothing after it on the connection is parsed. A header that decides how a
+request is framed or who sends it (``Authorization``, ``Content-Type``,
+``Content-Encoding``, ``Content-Length``, ``Transfer-Encoding``, ``Expect``)
+given twice is a 400: two readers could pick different copies.
+
+**Timeouts.** The head of a request must arrive within ``header_timeout`` of
+its first byte (bytes that begin no request, like bare CRLFs, do not count as
+activity), a body within ``body_timeout`` of the head (else 408), and a
+connection with no request in progress closes ``idle_timeout`` after its last
+answer (idle connections are found by one sweep a second; the deadlines of
+requests still arriving are kept in one shared
 :class:`~proxy.deadlines.Deadlines`): never a timer per connection. A client
-that leaves mid-hold cancels its poll: nothing stays behind. Writes follow the
-transport's flow control: a client that does not read its answers is not
-read either.
+that leaves mid-hold cancels its poll: nothing stays behind. A client that
+half-closes (sends its FIN) right after its requests still gets their answers
+(a held poll is answered at once, empty), then the connection closes. Writes
+follow the transport's flow control: a client that does not read its answers
+is not read either.
+
+**Connections.** At most ``connections_max`` open connections per node,
+those handed to aiohttp included (default: the open-file limit less a
+reserve, :func:`connection_capacity`); one past it is answered 503
+``overloaded`` with ``Retry-After`` and closed.
 """
 
 from __future__ import annotations
@@ -40,6 +59,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import resource
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -65,8 +85,16 @@ DISCARD_MAX = 64 * 1024
 """Bytes of a refused body read and dropped to keep the connection; past
 this the connection closes after the answer."""
 
+CONNECTION_RESERVE = 64
+"""Open files a node keeps beyond its connections (at least; a hundredth of a
+large limit): store connections, log files, the metrics directory."""
+
 POLL, SEND = 1, 2
-_NONE, _HEAD, _BODY = 0, 1, 2
+_NONE, _HEAD, _BODY, _LINGER = 0, 1, 2, 3
+LINGER = 2.0
+"""Seconds a connection closed after a refusal keeps reading (and dropping)
+what the client still sends: closing a socket with unread bytes makes the
+kernel send a reset, which can destroy the answer before the client reads it."""
 SWEEP_EVERY = 1.0
 """Seconds between two sweeps for idle connections (at most half the idle timeout)."""
 
@@ -85,7 +113,23 @@ class FrontLimits:
     idle_timeout: float = 15.0
     """Seconds an idle keep-alive connection stays open."""
     max_pipelined: int = 16
-    """Complete requests waiting their turn before reading pauses."""
+    """Complete requests waiting their turn before reading pauses; a request
+    beginning past them is refused and the connection closes."""
+    max_request_bytes: int = 128 * 1024
+    """Bytes read for one request, head, body and framing together (413 and
+    close beyond): bounds what chunk extensions and padding can make a node
+    read, since llhttp reports neither."""
+    connections_max: int = 0
+    """Open connections per node (0: :func:`connection_capacity`)."""
+
+
+def connection_capacity() -> int:
+    """Connections this process may keep open: its open-file limit less the
+    reserve."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 20
+    return max(16, soft - max(CONNECTION_RESERVE, soft // 100))
 
 
 def route(url: bytes) -> tuple[int, str, str] | None:
@@ -126,6 +170,13 @@ def parse_query(query: str) -> dict[str, str]:
     return found
 
 
+_ONCE = {b"authorization": 1, b"content-type": 2, b"content-encoding": 4,
+         b"content-length": 8, b"transfer-encoding": 16, b"expect": 32}
+"""Headers a request may carry once: a second copy is a 400, so that no two
+readers of the same bytes (the front, aiohttp, a proxy in front) can take
+different ones."""
+
+
 class _Refuse(Exception):
     """Stop parsing this connection: answer ``reply`` and close."""
 
@@ -153,6 +204,8 @@ class _Request:
     authorization: bytes | None = None
     """As it arrived: decoded only by a route that reads it."""
     expect = False
+    seen = 0
+    """The framing and identity headers met so far (bits of :data:`_ONCE`)."""
     kind = 0
     room = ""
     query = ""
@@ -172,8 +225,15 @@ class Front:
         self.polls = polls
         self.sends = sends
         self.limits = limits or FrontLimits()
+        self.connections_max = self.limits.connections_max or connection_capacity()
         self.handoff: Callable[[], asyncio.Protocol] | None = None
         """Makes aiohttp's protocol for a connection handed over (set when serving)."""
+        self.handed: Callable[[], int] = lambda: 0
+        """How many connections handed over are still open (set when serving)."""
+        self.refused = 0
+        """Connections refused past ``connections_max`` since start."""
+        self.on_refused: Callable[[], None] | None = None
+        """Called for each connection refused (a metric)."""
         self.connections: set[Connection] = set()
         self.timers: Deadlines[Connection] = Deadlines(Connection.timed_out, resolution=0.1)
         self._sweeper: asyncio.TimerHandle | None = None
@@ -226,6 +286,21 @@ class Front:
             self._sweeper.cancel()
             self._sweeper = None
 
+    @property
+    def open_connections(self) -> int:
+        """Connections open on this node: the front's and aiohttp's."""
+        return len(self.connections) + self.handed()
+
+    def admits(self) -> bool:
+        """Whether one more connection fits under ``connections_max``; counts
+        the refusal when it does not."""
+        if len(self.connections) + self.handed() < self.connections_max:
+            return True
+        self.refused += 1
+        if self.on_refused is not None:
+            self.on_refused()
+        return False
+
     def opened(self, conn: Connection) -> None:
         self.connections.add(conn)
         if self._sweeper is None and not self.closing:
@@ -250,8 +325,9 @@ class Connection(asyncio.Protocol):
     """One client connection to the front (slotted: a held poll's connection
     is most of what holding it costs in memory)."""
 
-    __slots__ = ("_between", "_closed", "_current", "_dead", "_dispatching", "_feeding", "_fresh",
-                 "_front", "_handing_off", "_limits", "_parser", "_queue", "_raw",
+    __slots__ = ("_between", "_closed", "_current", "_dead", "_dispatching", "_eof", "_feeding",
+                 "_fresh", "_front", "_handing_off", "_inflow", "_limits", "_parser", "_queue",
+                 "_raw",
                  "_reading_paused", "_req", "_timer", "_timing", "_transport",
                  "_writing_paused", "idle_since")
 
@@ -284,6 +360,10 @@ class Connection(asyncio.Protocol):
         self._dead = False
         """The parser stopped (a refusal or a hand-over): read no more."""
         self._handing_off = False
+        self._eof = False
+        """The client half-closed: answer what arrived, then close."""
+        self._inflow = 0
+        """Bytes read since the last request was complete."""
         self._dispatching = False
         self._feeding = False
         self._reading_paused = False
@@ -294,8 +374,16 @@ class Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        front = self._front
+        if not front.admits():
+            # Past the cap: one answer, read nothing. (Pausing accept would leave
+            # the clients waiting in the backlog with no word of why.)
+            self._closed = self._dead = True
+            self._transport.write(_FULL % front.date())
+            self._transport.close()
+            return
         self.idle_since = _monotonic()
-        self._front.opened(self)
+        front.opened(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
@@ -332,22 +420,31 @@ class Connection(asyncio.Protocol):
             if self._handing_off and self._raw is not None:
                 self._raw.append(data)
             return
-        self.idle_since = 0.0
+        # Not activity by itself: a connection stays idle (see ``idle_since``)
+        # until a request is complete, so bytes that begin none keep nothing open.
         if self._between:
             self._raw, self._fresh = [data], True
         elif self._raw is not None:
             self._raw.append(data)
+        self._inflow += len(data)
         try:
             self._feed(data)
             req = self._req
             if req is not None:
                 # A request is still arriving: its head (or body) has a deadline
                 # from now. One whole in this read needs no timer at all.
+                if self._inflow > self._limits.max_request_bytes:
+                    raise _Refuse(error_reply(
+                        413, "too_large",
+                        f"more than {self._limits.max_request_bytes} bytes read for one "
+                        "request"))
                 if not req.method:
                     if self._timing != _HEAD:
                         self._arm(_HEAD, self._limits.header_timeout)
                 elif self._timing != _BODY:
                     self._arm(_BODY, self._limits.body_timeout)
+        except _Refuse as refusal:
+            self._refuse(refusal.reply)
         except httptools.HttpParserCallbackError as exc:
             # httptools raises what a callback raised as this error's context.
             cause = exc.__context__
@@ -380,18 +477,14 @@ class Connection(asyncio.Protocol):
             self._feeding = False
         self._rest()
 
-    def _feed_to(self, parser: httptools.HttpRequestParser, data: bytes) -> None:
-        while True:
-            try:
-                parser.feed_data(data)
-                return
-            except httptools.HttpParserUpgrade as upgrade:
-                # A request asking to upgrade is answered as plain HTTP/1.1 (we
-                # upgrade to nothing); what follows it is parsed as such too.
-                offset = upgrade.args[0]
-                data = data[offset:]
-                if not data:
-                    return
+    @staticmethod
+    def _feed_to(parser: httptools.HttpRequestParser, data: bytes) -> None:
+        try:
+            parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            # Upgrades are refused when their head completes (_UPGRADE); should
+            # llhttp still stop at one, what follows is never parsed as HTTP.
+            raise _Refuse(_UPGRADE) from None
 
     def _refuse(self, reply: Reply) -> None:
         """The parser stopped: answer ``reply`` in turn, then close."""
@@ -405,19 +498,24 @@ class Connection(asyncio.Protocol):
 
     # -- parser callbacks: record what arrived ----------------------------------
 
-    def _begin(self) -> _Request:
-        """A request begins (at its URL: one callback fewer than at llhttp's
-        message begin, which every request would pay)."""
-        req = self._req = _Request()
+    def on_message_begin(self) -> None:
+        """A request begins, at its first byte: its head deadline runs from
+        here, and past ``max_pipelined`` waiting requests it is refused."""
+        if len(self._queue) >= self._limits.max_pipelined:
+            raise _Refuse(error_reply(
+                400, "bad_request",
+                f"more than {self._limits.max_pipelined} requests pipelined ahead of their "
+                "answers: read the answers before sending more"))
+        self._req = _Request()
         self._between = False
         if self._fresh:
             self._fresh = False
         else:
             self._raw = None  # began inside a read: its bytes cannot be told apart
-        return req
 
     def on_url(self, url: bytes) -> None:
-        req = self._req or self._begin()
+        req = self._req
+        assert req is not None
         req.url += url
         if len(req.url) > self._limits.max_url:
             raise _Refuse(error_reply(414, "uri_too_long",
@@ -435,6 +533,13 @@ class Connection(asyncio.Protocol):
                 f"at most {limits.max_headers} header lines and "
                 f"{limits.max_header_bytes} bytes of headers"))
         name = name.lower()
+        once = _ONCE.get(name)
+        if once is not None:
+            if req.seen & once:
+                raise _Refuse(error_reply(
+                    400, "bad_request",
+                    f"repeated header: {name.decode('latin-1').title()} (send it once)"))
+            req.seen |= once
         if name == b"accept":
             req.accept = value.decode("latin-1")
         elif name == b"content-type":
@@ -454,8 +559,13 @@ class Connection(asyncio.Protocol):
         assert req is not None
         parser = self._parser
         assert parser is not None
+        if parser.should_upgrade():
+            raise _Refuse(_UPGRADE)
         req.method = parser.get_method()
-        req.version = parser.get_http_version()
+        version = req.version = parser.get_http_version()
+        if version != "1.1" and version != "1.0":
+            raise _Refuse(error_reply(505, "http_version_not_supported",
+                                      f"HTTP/{version} is not served here: use HTTP/1.1"))
         req.keep_alive = parser.should_keep_alive()
         found = route(req.url)
         if found is None:
@@ -509,6 +619,8 @@ class Connection(asyncio.Protocol):
         assert req is not None
         self._req = None
         self._between = True
+        self._inflow = 0
+        self.idle_since = 0.0
         if self._timing != _NONE:
             self._disarm()
         self._queue.append(req)
@@ -528,6 +640,8 @@ class Connection(asyncio.Protocol):
                 if not self._queue:
                     if self._handing_off:
                         self._hand_off()
+                    elif self._eof:
+                        self._close()
                     elif self._req is None and not self._dead:
                         self.idle_since = _monotonic()
                     break
@@ -546,14 +660,34 @@ class Connection(asyncio.Protocol):
             # A held poll keeps none of its URL, query or ticket.
             query, req.query, req.url = req.query, "", b""
             authorization, req.authorization = req.authorization, None
-            req.work = self._front.polls.start(req.room, parse_query(query), req.accept,
-                                               self._answer_current, authorization)
+            poll = req.work = self._front.polls.start(req.room, parse_query(query), req.accept,
+                                                      self._answer_current, authorization)
+            if self._eof and poll is not None:
+                poll.release()
         else:
             assert req.body is not None
             task = asyncio.create_task(self._front.sends.send(
                 req.room, req.content_type, bytes(req.body), req.authorization, req.accept))
             req.work = task
             task.add_done_callback(partial(self._sent, req))
+
+    def eof_received(self) -> bool | None:
+        """The client half-closed: nothing more arrives. Requests already
+        complete are answered (a held poll at once, as if its hold ran out),
+        then the connection closes; a request half-arrived is dropped. A client
+        that closed for good cannot be told from one that half-closed, so
+        nothing is kept for it past these answers."""
+        if self._handing_off or self._closed:
+            return None  # (closed: a lingering close, over now)
+        self._eof = self._dead = True
+        self._req = None
+        self._disarm()
+        if self._current is None and not self._queue:
+            return None  # nothing to answer: the transport closes
+        work = self._current.work if self._current is not None else None
+        if isinstance(work, Poll):
+            work.release()
+        return True
 
     def _sent(self, req: _Request, task: asyncio.Task[Reply]) -> None:
         if not task.cancelled():
@@ -615,7 +749,11 @@ class Connection(asyncio.Protocol):
     def timed_out(self) -> None:
         """Its deadline passed: an idle connection closes, a slow request gets
         a 408 when it is the next to answer (else the connection just closes)."""
+        lingering = self._timing == _LINGER
         self._timer, self._timing = -1, _NONE
+        if lingering and self._transport is not None:
+            self._transport.close()
+            return
         if self._closed:
             return
         req = self._req
@@ -636,10 +774,22 @@ class Connection(asyncio.Protocol):
 
     def _close(self) -> None:
         self._disarm()
-        if self._transport is not None and not self._closed:
+        transport = self._transport
+        if transport is not None and not self._closed:
             self._closed = True
-            self._transport.close()
             self._front.forget(self)
+            if self._dead and not self._eof and not self._handing_off \
+                    and transport.can_write_eof():
+                # Refused with bytes perhaps still coming: a lingering close (as
+                # nginx's): the answer and a FIN now, the rest read and dropped
+                # until the client closes too or LINGER runs out.
+                transport.write_eof()
+                self._arm(_LINGER, LINGER)
+                if self._reading_paused:
+                    self._reading_paused = False
+                    transport.resume_reading()
+                return
+            transport.close()
 
     def abort(self) -> None:
         self._disarm()
@@ -663,6 +813,15 @@ class Connection(asyncio.Protocol):
             transport.resume_reading()
         protocol.data_received(b"".join(self._raw))
         self._raw = None
+
+
+_UPGRADE = error_reply(400, "bad_request",
+                       "protocol upgrades (Upgrade, CONNECT) are not served here; nothing "
+                       "after this request is read")
+_FULL = (b"HTTP/1.1 503 Service Unavailable\r\nServer: liveroom\r\n"
+         b"Content-Type: application/json\r\nContent-Length: 75\r\n%sRetry-After: 1\r\n"
+         b"Connection: close\r\n\r\n"
+         b'{"error":"overloaded","message":"too many connections to this node: retry"}')
 
 
 def _not_allowed(method: str) -> Reply:

@@ -427,6 +427,14 @@ class Poll:
         held = self.held
         self._take(step(snap, p.cursor, pace, now_ms, held=held), snap, now_ms, held)
 
+    def release(self) -> None:
+        """Answer now what the hold would answer when it ran out (a poll not
+        held is left to finish on its own): its client half-closed and
+        waits for nothing more."""
+        if self.ticket is not None and not self.done:
+            self._polls.holds.cancel(self.ticket)
+            self.wake(None)
+
     def cancel(self) -> None:
         """The client left: forget the poll, answer nothing."""
         if self.done:

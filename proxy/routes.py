@@ -109,7 +109,9 @@ class Proxy:
         self.polls.tickets = self.sends.tickets = self.tickets
         self.front = Front(self.polls, self.sends, FrontLimits(
             header_timeout=settings.header_timeout, body_timeout=settings.request_timeout,
-            idle_timeout=settings.keepalive_timeout))
+            idle_timeout=settings.keepalive_timeout, connections_max=settings.connections_max))
+        self.front.on_refused = metrics.refused_connections.inc
+        metrics.track(metrics.connections, lambda: self.front.open_connections)
         metrics.track(metrics.held_polls, lambda: self.holds.count)
         self._openapi: bytes | None = None
 

@@ -49,6 +49,10 @@ class FrontSite(web.BaseSite):
         handoff = self._runner.server
         assert handoff is not None
         self._front.handoff = handoff
+        # aiohttp's server keeps its connections in a dict; its public
+        # ``connections`` copies them into a list, too dear for every accept.
+        handed = handoff._connections
+        self._front.handed = lambda: len(handed)
         loop = asyncio.get_running_loop()
         if self._sock is not None:
             self._server = await loop.create_server(self._front, sock=self._sock,

@@ -207,12 +207,15 @@ async def test_wrong_methods_on_listener_paths_are_405(node: Running) -> None:
             assert json.loads(body)["error"] == "method_not_allowed"
 
 
-async def test_an_upgrade_request_is_answered_as_plain_http(node: Running) -> None:
+async def test_an_upgrade_request_is_refused_and_nothing_after_it_is_read(
+        node: Running) -> None:
     async with connect(node) as (reader, writer):
         writer.write(get("/v1/rooms/u/poll?uid=u", "Connection: Upgrade", "Upgrade: h2c")
                      + get("/v1/rooms/u/poll?uid=v"))
-        assert (await read_response(reader))[0] == 200
-        assert (await read_response(reader))[0] == 200
+        status, headers, body = await read_response(reader)
+        assert (status, headers["connection"]) == (400, "close")
+        assert "upgrade" in json.loads(body)["message"]
+        assert await closed_by_server(reader)  # the second request was never answered
 
 
 @asynccontextmanager
