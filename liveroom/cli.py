@@ -255,6 +255,11 @@ def main() -> None:
               envvar="LIVEROOM_HELD_MAX", show_envvar=True, type=click.IntRange(0),
               help="Polls this node holds at once; beyond, 503 with Retry-After. 0: the "
                    "open-file limit (raised to its hard limit at start) less a reserve.")
+@click.option("--connections-max", default=_D.connections_max, show_default=True,
+              envvar="LIVEROOM_CONNECTIONS_MAX", show_envvar=True, type=click.IntRange(0),
+              help="Connections this node keeps open at once; one more is answered 503 "
+                   "with Retry-After and closed. 0: the open-file limit less a reserve "
+                   "of 1 % (at least 64).")
 @click.option("--rooms-max", default=_D.rooms_max, show_default=True,
               envvar="LIVEROOM_ROOMS_MAX", show_envvar=True, type=click.IntRange(1),
               help="Rooms each sect's cache holds at most; the least recently read is "
@@ -293,7 +298,8 @@ def serve(host: str, port: int, store: str, admin_token: str | None,
           hold_tick: float, rate_limits: tuple[Window, ...], room_rate_limit: int,
           vip_refresh: float, keepalive_timeout: float, header_timeout: float,
           request_timeout: float, answer_bytes_max: int, holds_per_listener: int,
-          held_max: int, rooms_max: int, empty_room_ttl: float, first_pull_timeout: float,
+          held_max: int, connections_max: int, rooms_max: int, empty_room_ttl: float,
+          first_pull_timeout: float,
           durable_replicas: int, durable_timeout: float, workers: int) -> None:
     """Run every role (proxy, recvsvr, statsvr) in this process, or in each of
     --workers processes on one port."""
@@ -314,6 +320,7 @@ def serve(host: str, port: int, store: str, admin_token: str | None,
                             header_timeout=header_timeout, request_timeout=request_timeout,
                             answer_bytes_max=answer_bytes_max,
                             holds_per_listener=holds_per_listener, held_max=held_max,
+                            connections_max=connections_max,
                             rooms_max=rooms_max, empty_room_ttl=empty_room_ttl,
                             first_pull_timeout=first_pull_timeout,
                             durable_replicas=durable_replicas,

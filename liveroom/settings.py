@@ -141,6 +141,11 @@ class Settings:
     """Polls held at once by the node; beyond, a poll is answered 503 with
     ``Retry-After``. 0: the open-file limit minus a reserve (see
     :func:`proxy.hold.held_capacity`)."""
+    connections_max: int = 0
+    """Connections open at once on the node (the listener front's and those it
+    handed to aiohttp); one more is answered 503 ``overloaded`` with
+    ``Retry-After`` and closed. 0: the open-file limit minus a reserve (see
+    :func:`proxy.front.connection_capacity`)."""
 
     # Traffic control.
     tiers: tuple[Tier, ...] = DEFAULT_TIERS
@@ -246,6 +251,8 @@ class Settings:
             raise ConfigError("holds_per_listener", "holds_per_listener must be at least 1")
         if self.held_max < 0:
             raise ConfigError("held_max", "held_max must be at least 0")
+        if self.connections_max < 0:
+            raise ConfigError("connections_max", "connections_max must be at least 0")
         if self.vip_shards < 1:
             raise ConfigError("vip_shards", "vip_shards must be at least 1")
         if self.vip_refresh <= 0:

@@ -4,6 +4,7 @@ socket: the exact answers, in order, and whether the connection closes."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import AsyncIterator
 
@@ -44,10 +45,8 @@ async def exchange(node: Running, case: Case) -> tuple[list[int], bool]:
         writer.write(case.raw)
         if case.half_close:
             writer.write_eof()
-        try:
-            await writer.drain()
-        except ConnectionError:
-            pass  # refused while still sending: its answer is read below
+        with contextlib.suppress(ConnectionError):
+            await writer.drain()  # refused while still sending: its answer is read below
         if case.closes:
             async with asyncio.timeout(5):
                 received = await reader.read(-1)  # to the server's FIN
