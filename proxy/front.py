@@ -81,6 +81,12 @@ from .send import Sends
 
 logger = logging.getLogger("liveroom.proxy.front")
 
+MIN_REQUEST = 16
+"""Bytes of the shortest request llhttp accepts (``GET / HTTP/1.1`` and
+CRLFs is 18): two requests cannot begin closer than this."""
+BACKLOG_MAX = 32 * 1024
+"""Bytes read and kept unparsed while requests wait their turn; a client
+pipelining more than this ahead of its answers is refused."""
 DISCARD_MAX = 64 * 1024
 """Bytes of a refused body read and dropped to keep the connection; past
 this the connection closes after the answer."""
@@ -325,10 +331,9 @@ class Connection(asyncio.Protocol):
     """One client connection to the front (slotted: a held poll's connection
     is most of what holding it costs in memory)."""
 
-    __slots__ = ("_between", "_closed", "_current", "_dead", "_dispatching", "_eof", "_feeding",
-                 "_fresh", "_front", "_handing_off", "_inflow", "_limits", "_parser", "_queue",
-                 "_raw",
-                 "_reading_paused", "_req", "_timer", "_timing", "_transport",
+    __slots__ = ("_backlog", "_between", "_closed", "_current", "_dead", "_dispatching", "_eof",
+                 "_feeding", "_fresh", "_front", "_handing_off", "_inflow", "_limits", "_parser",
+                 "_queue", "_raw", "_reading_paused", "_req", "_timer", "_timing", "_transport",
                  "_writing_paused", "idle_since")
 
     def __init__(self, front: Front) -> None:
@@ -342,6 +347,8 @@ class Connection(asyncio.Protocol):
         """The request being parsed."""
         self._queue: list[_Request] = []
         """Complete requests waiting their turn."""
+        self._backlog: bytes | None = None
+        """Bytes read but not parsed while ``max_pipelined`` requests wait."""
         self._current: _Request | None = None
         """The request being answered."""
         self.idle_since = 0.0
@@ -410,7 +417,7 @@ class Connection(asyncio.Protocol):
 
     def _resume_reading(self) -> None:
         if (self._reading_paused and not self._dead and not self._writing_paused
-                and len(self._queue) < self._limits.max_pipelined
+                and self._backlog is None and len(self._queue) < self._limits.max_pipelined
                 and self._transport is not None and not self._closed):
             self._reading_paused = False
             self._transport.resume_reading()
@@ -427,6 +434,11 @@ class Connection(asyncio.Protocol):
         elif self._raw is not None:
             self._raw.append(data)
         self._inflow += len(data)
+        self._take_in(data)
+
+    def _take_in(self, data: bytes) -> None:
+        """Parse ``data`` (read now, or kept from an earlier read) and act on
+        what it holds: deadlines, refusals, a hand-over."""
         try:
             self._feed(data)
             req = self._req
@@ -463,8 +475,13 @@ class Connection(asyncio.Protocol):
     def _rest(self) -> None:
         """Held between two requests: let the parser go (see ``_parser``)."""
         if (self._current is not None and self._req is None and not self._queue
-                and not self._feeding):
+                and not self._feeding and self._backlog is None):
             self._parser = None
+
+    def _places(self) -> int:
+        """Requests that may still begin before ``max_pipelined`` wait."""
+        return (self._limits.max_pipelined - len(self._queue)
+                - (self._req is not None))
 
     def _feed(self, data: bytes) -> None:
         parser = self._parser
@@ -472,10 +489,41 @@ class Connection(asyncio.Protocol):
             parser = self._parser = httptools.HttpRequestParser(self)
         self._feeding = True
         try:
-            self._feed_to(parser, data)
+            places = self._places()
+            # Each request line names its version once: a read with no more of
+            # them than free places cannot fill the queue (a header that says
+            # " HTTP/" only sends it the slow way).
+            if data.count(b" HTTP/") <= places:
+                self._feed_to(parser, data)
+            else:
+                self._feed_pieces(parser, data, places)
         finally:
             self._feeding = False
         self._rest()
+
+    def _feed_pieces(self, parser: httptools.HttpRequestParser, data: bytes,
+                     places: int) -> None:
+        """Feed a read that holds more requests than may wait, a piece at a
+        time: a piece of ``places`` times :data:`MIN_REQUEST` bytes cannot begin
+        more requests than there are places. What is left when no place is
+        kept (at most :data:`BACKLOG_MAX` bytes, else the client is refused)
+        and reading pauses until answers free places."""
+        at, size = 0, len(data)
+        while at < size:
+            if places <= 0:
+                rest = data[at:]
+                if len(rest) > BACKLOG_MAX:
+                    raise _Refuse(error_reply(
+                        400, "bad_request",
+                        f"more than {BACKLOG_MAX} bytes of requests pipelined ahead of their "
+                        "answers: read the answers before sending more"))
+                self._backlog = rest
+                self._pause_reading()
+                return
+            end = at + places * MIN_REQUEST
+            self._feed_to(parser, data[at:end])
+            at = end
+            places = self._places()
 
     @staticmethod
     def _feed_to(parser: httptools.HttpRequestParser, data: bytes) -> None:
@@ -499,13 +547,7 @@ class Connection(asyncio.Protocol):
     # -- parser callbacks: record what arrived ----------------------------------
 
     def on_message_begin(self) -> None:
-        """A request begins, at its first byte: its head deadline runs from
-        here, and past ``max_pipelined`` waiting requests it is refused."""
-        if len(self._queue) >= self._limits.max_pipelined:
-            raise _Refuse(error_reply(
-                400, "bad_request",
-                f"more than {self._limits.max_pipelined} requests pipelined ahead of their "
-                "answers: read the answers before sending more"))
+        """A request begins, at its first byte: its head deadline runs from here."""
         self._req = _Request()
         self._between = False
         if self._fresh:
@@ -652,6 +694,13 @@ class Connection(asyncio.Protocol):
             self._rest()
         finally:
             self._dispatching = False
+        backlog = self._backlog
+        if (backlog is not None and not self._feeding and not self._dead and not self._closed
+                and self._places() > 0):
+            # Answers freed places: parse what was kept, then read again.
+            self._backlog = None
+            self._take_in(backlog)
+            self._resume_reading()
 
     def _dispatch(self, req: _Request) -> None:
         if req.error is not None:
