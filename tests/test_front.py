@@ -16,7 +16,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from support import Listener, Running, read_response, running_node
+from support import Listener, Running, read_response, running_node, send
 
 from liveroom.clock import FakeClock
 from liveroom.settings import Settings
@@ -128,11 +128,13 @@ async def test_expect_100_continue(node: Running) -> None:
         writer.write(body)
         status, _, answer = await read_response(reader)
         assert (status, json.loads(answer)["seq"]) == (201, 1)
-    # Too large by its declared length: refused at once, no 100, the body unread.
+    # Too large by its declared length (over the 4 KiB message limit, under
+    # what would be read and dropped without the header): refused at once, no
+    # 100, the body unread. Without Expect the same head waits for its body.
     async with connect(node) as (reader, writer):
         writer.write("\r\n".join(["POST /v1/rooms/e/messages HTTP/1.1", "Host: t",
                                   "Content-Type: application/json",
-                                  "Content-Length: 100000", "Expect: 100-continue",
+                                  "Content-Length: 6000", "Expect: 100-continue",
                                   "", ""]).encode())
         status, headers, answer = await read_response(reader)
         assert status == 413
@@ -263,6 +265,80 @@ async def test_a_slow_body_gets_408() -> None:
         assert status == 408
         assert headers["connection"] == "close"
         assert json.loads(body)["error"] == "request_timeout"
+
+
+async def test_a_byte_after_an_answered_poll_does_not_keep_the_connection() -> None:
+    async with quick_timeouts() as node, connect(node) as (reader, writer):
+        writer.write(get("/v1/rooms/tb/poll?uid=u"))
+        assert (await read_response(reader))[0] == 200
+        writer.write(b"G")  # a request's first byte: its head is due in 0.5 s
+        assert await closed_by_server(reader, within=3)
+    async with quick_timeouts() as node, connect(node) as (reader, writer):
+        writer.write(get("/v1/rooms/tb/poll?uid=u"))
+        assert (await read_response(reader))[0] == 200
+        for _ in range(30):  # bare CRLFs begin no request: still idle
+            writer.write(b"\r\n")
+            await writer.drain()
+        assert await closed_by_server(reader, within=3)
+
+
+async def test_connections_past_the_cap_are_answered_503_and_closed() -> None:
+    async with running_node(connections_max=3) as node:
+        front = node.node.proxy.front
+        async with connect(node) as (r1, w1), connect(node) as (r2, w2):
+            w1.write(get("/healthz"))  # handed to aiohttp: still counted
+            assert (await read_response(r1))[0] == 200
+            w2.write(get("/v1/rooms/cap/poll?uid=u"))
+            assert (await read_response(r2))[0] == 200
+            async with connect(node) as (_r3, _):
+                async with connect(node) as (r4, _w4):
+                    status, headers, body = await read_response(r4)
+                    assert (status, headers["connection"], headers["retry-after"]) == (
+                        503, "close", "1")
+                    assert json.loads(body)["error"] == "overloaded"
+                    assert await closed_by_server(r4)
+                assert front.refused == 1
+                assert front.open_connections == 3
+            # One left: the next is served.
+            async with asyncio.timeout(5):
+                while front.open_connections > 2:
+                    await asyncio.sleep(0.01)
+            async with connect(node) as (r5, w5):
+                w5.write(get("/v1/rooms/cap/poll?uid=v"))
+                assert (await read_response(r5))[0] == 200
+        async with aiohttp.ClientSession() as session, session.get(
+                f"{node.url}/metrics") as resp:
+            text = await resp.text()
+        assert "liveroom_connections_refused_total 1.0" in text
+
+
+async def test_a_pipelining_client_that_does_not_read_is_not_read_either(
+        node: Running) -> None:
+    async with aiohttp.ClientSession() as session:
+        for i in range(20):
+            await send(session, node.url, "bp", "x" * 3000 + str(i))
+    async with connect(node) as (_reader, writer):
+        batch = get("/v1/rooms/bp/poll?uid=u&recent=20", "X-Pad: " + "p" * 4000) * 8
+        blocked = False
+        for _ in range(2000):  # at most 66 MB: far past any socket buffer
+            writer.write(batch)
+            try:
+                async with asyncio.timeout(1):
+                    await writer.drain()
+            except TimeoutError:
+                blocked = True  # the server stopped reading us
+                break
+        assert blocked
+        (conn,) = node.node.proxy.front.connections
+        transport = conn._transport
+        assert transport is not None
+        # What the server keeps for this client is bounded: the answers it
+        # could not write (about one past the high-water mark), the requests
+        # waiting their turn, and the bytes it read but did not parse.
+        assert transport.get_write_buffer_size() < 256 * 1024
+        assert len(conn._queue) <= 16
+        assert conn._backlog is None or len(conn._backlog) <= 32 * 1024
+        writer.transport.abort()  # its unsent megabytes would never drain
 
 
 async def test_a_held_poll_is_not_cut_by_the_idle_timeout() -> None:
