@@ -138,6 +138,8 @@ CASES: tuple[Case, ...] = (
     Case("http-0.9", b"GET /v1/rooms/h09/poll?uid=u\r\n\r\n", (505,), closes=True),
     Case("http-2.0-version", _head("GET /v1/rooms/h2/poll?uid=u HTTP/2.0", "Host: t"),
          (505,), closes=True),
+    Case("absolute-form", _head("GET http://t/v1/rooms/abs/poll?uid=u HTTP/1.1", "Host: t"),
+         (200,), closes=False),
     Case("connection-close", _poll("cc", "Connection: close") + _poll("cc"),
          (200,), closes=True),
     Case("tls-client-hello", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", (400,),
