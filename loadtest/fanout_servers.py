@@ -167,10 +167,11 @@ def liveroom_server(tmp: Path, nofile: int, tiers: str | None, store: str | None
     (its log is ``tmp/<name>.log``)."""
     port = free_port()
     # The bench sizes the server's descriptors for its listeners: the cap on
-    # held polls is that budget, not the default's reserve below it.
+    # held polls and on connections is that budget, not the defaults' reserves
+    # below it.
     args = ["-m", "liveroom", "serve", "--port", str(port),
             "--admin-token", "a", "--publisher-token", "p", "--log-level", "warning",
-            "--held-max", str(nofile)]
+            "--held-max", str(nofile), "--connections-max", str(nofile)]
     if tiers is not None:
         args += ["--tiers", tiers]
     if store:
