@@ -19,9 +19,10 @@ pipelined right behind a listener request in the same read cannot be handed
 over and is refused (400, and the connection closes).
 
 **HTTP.** Keep-alive (HTTP/1.1 by default, HTTP/1.0 when asked), pipelined
-requests answered in order (one at a time; reading pauses when
-``max_pipelined`` wait, and a request beginning past them is refused: 400
-after the waiting ones are answered, then the connection closes),
+requests answered in order (one at a time; at most ``max_pipelined`` wait,
+the rest of a read stays unparsed and reading pauses until answers free
+places; a client more than :data:`BACKLOG_MAX` bytes ahead of its answers
+gets a 400 after the waiting ones are answered, then the connection closes),
 ``Connection: close``, ``Expect: 100-continue`` on sends, chunked request
 bodies, and limits: URL (414), header count and bytes (431), body (413; an
 oversized body is read and dropped up to :data:`DISCARD_MAX`, past that the
@@ -33,7 +34,11 @@ its body and hand what follows back as a new request (request smuggling), so
 nothing after it on the connection is parsed. A header that decides how a
 request is framed or who sends it (``Authorization``, ``Content-Type``,
 ``Content-Encoding``, ``Content-Length``, ``Transfer-Encoding``, ``Expect``)
-given twice is a 400: two readers could pick different copies.
+given twice is a 400: two readers could pick different copies. HTTP
+versions other than 1.0 and 1.1 get a 505. A connection closed after a
+refusal first sends its answer and a FIN, then reads and drops what the
+client still sends for :data:`LINGER` seconds: closing with unread bytes
+would make the kernel send a reset that can destroy the answer.
 
 **Timeouts.** The head of a request must arrive within ``header_timeout`` of
 its first byte (bytes that begin no request, like bare CRLFs, do not count as
@@ -119,8 +124,8 @@ class FrontLimits:
     idle_timeout: float = 15.0
     """Seconds an idle keep-alive connection stays open."""
     max_pipelined: int = 16
-    """Complete requests waiting their turn before reading pauses; a request
-    beginning past them is refused and the connection closes."""
+    """Complete requests waiting their turn; past them, what was read stays
+    unparsed and reading pauses."""
     max_request_bytes: int = 128 * 1024
     """Bytes read for one request, head, body and framing together (413 and
     close beyond): bounds what chunk extensions and padding can make a node
