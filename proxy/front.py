@@ -687,7 +687,7 @@ class Connection(asyncio.Protocol):
                 if not self._queue:
                     if self._handing_off:
                         self._hand_off()
-                    elif self._eof:
+                    elif self._eof and self._backlog is None:
                         self._close()
                     elif self._req is None and not self._dead:
                         self.idle_since = _monotonic()
@@ -733,11 +733,15 @@ class Connection(asyncio.Protocol):
         nothing is kept for it past these answers."""
         if self._handing_off or self._closed:
             return None  # (closed: a lingering close, over now)
-        self._eof = self._dead = True
-        self._req = None
-        self._disarm()
-        if self._current is None and not self._queue:
-            return None  # nothing to answer: the transport closes
+        self._eof = True
+        if self._backlog is None:
+            # Else the backlog still holds requests (and the rest of the one
+            # half-parsed): they are parsed as places free, and answered too.
+            self._dead = True
+            self._req = None
+            self._disarm()
+            if self._current is None and not self._queue:
+                return None  # nothing to answer: the transport closes
         work = self._current.work if self._current is not None else None
         if isinstance(work, Poll):
             work.release()

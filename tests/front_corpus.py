@@ -91,6 +91,8 @@ CASES: tuple[Case, ...] = (
     Case("send-then-fin", _send("fin"), (201,), closes=True, half_close=True),
     Case("two-sends-then-fin", _send("fin2") * 2, (201, 201), closes=True, half_close=True),
     Case("poll-then-fin", _poll("fin3"), (200,), closes=True, half_close=True),
+    Case("forty-pipelined-polls-then-fin", _poll("fin5") * 40, (200,) * 40, closes=True,
+         half_close=True),
     Case("half-a-request-then-fin", _send("fin4")[:30], (), closes=True, half_close=True),
     # -- 10: headers that decide framing or identity, given twice ---------------
     Case("two-authorizations",
