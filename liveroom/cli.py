@@ -251,6 +251,10 @@ def main() -> None:
               type=click.IntRange(1),
               help="Polls held at once per room and uid; a newer one answers the oldest "
                    "at once, empty.")
+@click.option("--holds-per-uid", default=_D.holds_per_uid, show_default=True,
+              envvar="LIVEROOM_HOLDS_PER_UID", show_envvar=True, type=click.IntRange(1),
+              help="Polls held at once per uid over all rooms; a newer one answers the "
+                   "oldest at once, empty.")
 @click.option("--held-max", default=_D.held_max, show_default=True,
               envvar="LIVEROOM_HELD_MAX", show_envvar=True, type=click.IntRange(0),
               help="Polls this node holds at once; beyond, 503 with Retry-After. 0: the "
@@ -262,7 +266,8 @@ def main() -> None:
                    "of 1 % (at least 64).")
 @click.option("--rooms-max", default=_D.rooms_max, show_default=True,
               envvar="LIVEROOM_ROOMS_MAX", show_envvar=True, type=click.IntRange(1),
-              help="Rooms each sect's cache holds at most; the least recently read is "
+              help="Rooms each sect's cache holds at most (past this many with held polls, a "
+                   "poll for a new room gets 503); the least recently read is "
                    "evicted first, never one with held polls.")
 @click.option("--empty-room-ttl", default=_D.empty_room_ttl, show_default=True,
               envvar="LIVEROOM_EMPTY_ROOM_TTL", show_envvar=True, type=click.FloatRange(1),
@@ -298,8 +303,8 @@ def serve(host: str, port: int, store: str, admin_token: str | None,
           hold_tick: float, rate_limits: tuple[Window, ...], room_rate_limit: int,
           vip_refresh: float, keepalive_timeout: float, header_timeout: float,
           request_timeout: float, answer_bytes_max: int, holds_per_listener: int,
-          held_max: int, connections_max: int, rooms_max: int, empty_room_ttl: float,
-          first_pull_timeout: float,
+          holds_per_uid: int, held_max: int, connections_max: int, rooms_max: int,
+          empty_room_ttl: float, first_pull_timeout: float,
           durable_replicas: int, durable_timeout: float, workers: int) -> None:
     """Run every role (proxy, recvsvr, statsvr) in this process, or in each of
     --workers processes on one port."""
@@ -319,7 +324,8 @@ def serve(host: str, port: int, store: str, admin_token: str | None,
                             vip_refresh=vip_refresh, keepalive_timeout=keepalive_timeout,
                             header_timeout=header_timeout, request_timeout=request_timeout,
                             answer_bytes_max=answer_bytes_max,
-                            holds_per_listener=holds_per_listener, held_max=held_max,
+                            holds_per_listener=holds_per_listener,
+                            holds_per_uid=holds_per_uid, held_max=held_max,
                             connections_max=connections_max,
                             rooms_max=rooms_max, empty_room_ttl=empty_room_ttl,
                             first_pull_timeout=first_pull_timeout,

@@ -38,6 +38,15 @@ class RoomReader(Protocol):
         (the proxy's hold fans the change out to its held polls).
         """
 
+    def pin(self, room: str) -> None:
+        """Keep ``room`` cached until as many :meth:`unpin`: the proxy's hold
+        pins a room while it holds polls in it (a count the hold owns). A
+        pinned room is never evicted; past the cache's bound in pinned rooms,
+        reading a new room raises :class:`~liveroom.errors.Overloaded`."""
+
+    def unpin(self, room: str) -> None:
+        """One :meth:`pin` of ``room`` less."""
+
     async def wait_pulled(self, room: str) -> Snapshot:
         """Pull the room now and return the snapshot after that pull.
 

@@ -137,6 +137,10 @@ class Settings:
     holds_per_listener: int = 4
     """Polls held at once per (room, uid); a newer one answers the oldest at
     once, empty (a reconnecting client never waits on its own ghost)."""
+    holds_per_uid: int = 16
+    """Polls held at once per uid over all rooms; a newer one answers the
+    oldest at once, empty (one listener cannot take the node's capacity with
+    polls on made-up rooms)."""
     held_max: int = 0
     """Polls held at once by the node; beyond, a poll is answered 503 with
     ``Retry-After``. 0: the open-file limit minus a reserve (see
@@ -249,6 +253,8 @@ class Settings:
             raise ConfigError("answer_bytes_max", "answer_bytes_max must be at least 1024 bytes")
         if self.holds_per_listener < 1:
             raise ConfigError("holds_per_listener", "holds_per_listener must be at least 1")
+        if self.holds_per_uid < 1:
+            raise ConfigError("holds_per_uid", "holds_per_uid must be at least 1")
         if self.held_max < 0:
             raise ConfigError("held_max", "held_max must be at least 0")
         if self.connections_max < 0:

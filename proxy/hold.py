@@ -175,13 +175,17 @@ def _moved_past(current: Snapshot, given: Snapshot) -> bool:
 
 class Holds:
     def __init__(self, reader: RoomReader, clock: Clock, *, tick: float = 0.2,
-                 cut_every: float = 0.5, per_listener: int = 4,
+                 cut_every: float = 0.5, per_listener: int = 4, per_uid: int = 16,
                  capacity: int = 1 << 62) -> None:
         self._reader = reader
         self._clock = clock
         self._tick = tick
         self._cut_every = cut_every
         self.per_listener = per_listener
+        self.per_uid = per_uid
+        """Polls held at once per uid over all rooms; a newer one supersedes the oldest."""
+        self._by_uid: dict[str, list[Ticket]] = {}
+        """Every held poll by uid, oldest first."""
         self.capacity = capacity
         """Polls the node may hold at once; set once the open-file limit is known."""
         self.superseded = 0
@@ -200,6 +204,7 @@ class Holds:
         held = self._rooms.get(name)
         if held is None:
             held = self._rooms[name] = _Room(snapshot)
+            self._reader.pin(name)  # cached for as long as it is in _rooms
         if held.watcher is None:
             held.watcher = asyncio.create_task(self._watch(name, held),
                                                name=f"proxy-hold-{name}")
@@ -215,10 +220,15 @@ class Holds:
             # drops it after LINGER.
             held.emptied_at = self._clock.monotonic()
             return
-        del self._rooms[name]
+        self._drop(name)
         for task in (held.watcher, held.ticker):
             if task is not None:
                 task.cancel()
+
+    def _drop(self, name: str) -> None:
+        """The room holds no poll any more (nor lingers): forget it, unpin it."""
+        del self._rooms[name]
+        self._reader.unpin(name)
 
     def _take(self, ticket: Ticket) -> bool:
         """Take ``ticket`` out of its room's structures (heaps are cleaned
@@ -235,11 +245,12 @@ class Holds:
             room.waiters.discard(ticket)
             self._deadlines.discard(ticket, ticket.key)
             by_uid = room.plain_by_uid
-        mine = by_uid.get(ticket.uid)
-        if mine is not None and ticket in mine:
-            mine.remove(ticket)
-            if not mine:
-                del by_uid[ticket.uid]
+        for lists in (by_uid, self._by_uid):
+            mine = lists.get(ticket.uid)
+            if mine is not None and ticket in mine:
+                mine.remove(ticket)
+                if not mine:
+                    del lists[ticket.uid]
         return True
 
     def _admit(self, by_uid: dict[str, list[Ticket]], ticket: Ticket) -> Ticket | None:
@@ -251,6 +262,20 @@ class Holds:
             return None
         mine.append(ticket)
         if len(mine) <= self.per_listener:
+            return None
+        oldest = mine[0]
+        return oldest if self._take(oldest) else None
+
+    def _admit_uid(self, ticket: Ticket) -> Ticket | None:
+        """Count ``ticket`` among every held poll of its uid; return the oldest
+        one it supersedes past ``per_uid`` (made-up rooms must not let one
+        listener take the node's capacity)."""
+        mine = self._by_uid.get(ticket.uid)
+        if mine is None:
+            self._by_uid[ticket.uid] = [ticket]
+            return None
+        mine.append(ticket)
+        if len(mine) <= self.per_uid:
             return None
         oldest = mine[0]
         return oldest if self._take(oldest) else None
@@ -298,6 +323,7 @@ class Holds:
         state.waiters.add(ticket)
         self.count += 1
         self._supersede(self._admit(state.plain_by_uid, ticket))
+        self._supersede(self._admit_uid(ticket))
         return ticket
 
     def hold_paced(self, room: str, uid: str, snapshot: Snapshot, held: Held, *,
@@ -334,6 +360,7 @@ class Holds:
                                                name=f"proxy-tick-{room}")
         self.count += 1
         self._supersede(self._admit(state.paced_by_uid, ticket))
+        self._supersede(self._admit_uid(ticket))
         return ticket
 
     def _expire(self, ticket: Ticket) -> None:
@@ -363,7 +390,7 @@ class Holds:
         finally:
             held.watcher = None
             if held.empty and held.ticker is None and self._rooms.get(room) is held:
-                del self._rooms[room]
+                self._drop(room)
 
     def _wake_plain(self, held: _Room, snap: Snapshot) -> None:
         """Wake every plain poll of the room."""
@@ -403,7 +430,7 @@ class Holds:
         finally:
             held.ticker = None
             if held.empty and self._rooms.get(room) is held:
-                del self._rooms[room]
+                self._drop(room)
                 if held.watcher is not None:
                     held.watcher.cancel()
 

@@ -158,7 +158,11 @@ class Polls:
             reply(failure_reply(exc))
             return None
         poll = Poll(self, p, wants_msgpack(accept), reply)
-        snap = self.reader.current(p.room)
+        try:
+            snap = self.reader.current(p.room)
+        except LiveroomError as exc:  # a new room past the cache's bound: 503
+            poll.finish(failure_reply(exc))
+            return None
         if snap is None:
             poll.task = asyncio.create_task(poll.first_pull(), name=f"proxy-poll-{p.room}")
             return poll

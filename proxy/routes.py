@@ -99,6 +99,7 @@ class Proxy:
         self.holds = Holds(reader, clock, tick=settings.hold_tick,
                            cut_every=settings.cut_through_every,
                            per_listener=settings.holds_per_listener,
+                           per_uid=settings.holds_per_uid,
                            capacity=settings.held_max or held_capacity())
         self.polls = Polls(settings, reader, heartbeats, stats, self.holds, self.tiers,
                            signer, clock, metrics)

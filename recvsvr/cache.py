@@ -18,8 +18,19 @@ write nothing to the store. When the room comes to exist its snapshot moves to
 the real epoch and held polls wake.
 
 **Bounds.** At most ``rooms_max`` rooms per cache: beyond, the least recently
-read room is evicted, never one with held polls or waiting for a pull (then the
-cache may exceed the bound by those; held polls have bounds of their own).
+read room is evicted. A room with held polls is **pinned** by the proxy's hold
+(:meth:`RoomCache.pin`, a count the hold owns) and leaves the eviction order
+while pinned, so eviction takes the oldest idle room in O(1) (a room waiting
+for a pull is skipped: those are few and brief). Past ``rooms_max`` pinned
+rooms, a read of a room not cached raises
+:class:`~liveroom.errors.Overloaded` (a 503 with ``Retry-After``) instead of
+passing the bound.
+
+**Absent rooms are not pulled by the fallback** every interval: a room that
+does not exist comes to exist through a send, whose notify pulls it; the
+fallback only confirms an absence every :data:`ABSENT_RECHECK` seconds (in
+the same batched pulls as other rooms), so thousands of held polls on made-up
+names cost the store almost nothing.
 Every wait for a pull (:meth:`RoomCache.snapshot`, :meth:`RoomCache.wait_pulled`)
 ends after ``first_pull_timeout`` with
 :class:`~liveroom.errors.StoreUnavailable` (a 503 with ``Retry-After``).
@@ -40,7 +51,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from liveroom.clock import Clock
-from liveroom.errors import StoreUnavailable
+from liveroom.errors import Overloaded, StoreUnavailable
 from liveroom.lifecycle import stop_task
 from liveroom.metrics import Metrics
 from liveroom.settings import (
@@ -95,6 +106,10 @@ def _settle(fut: asyncio.Future[Snapshot], snap: Snapshot | None,
         fut.set_result(snap)
 
 
+ABSENT_RECHECK = 5.0
+"""Seconds between two fallback pulls of a room found absent (a lost notify
+delays its first messages by at most this)."""
+
 BEHIND_PATIENCE = 5.0
 """Seconds a log that reads replicas may read behind a room's snapshot before
 it counts as lost writes (a new epoch), rather than a lagging replica."""
@@ -107,6 +122,8 @@ class _Room:
     snapshot: Snapshot | None = None
     pulled_at: float = float("-inf")
     watchers: int = 0
+    pins: int = 0
+    """Pins by the proxy's hold: while any, the room is out of the eviction order."""
     first: asyncio.Future[Snapshot] | None = None
     changed: asyncio.Future[Snapshot] | None = None
     confirm_next: asyncio.Future[Snapshot] | None = None
@@ -123,8 +140,8 @@ class _Room:
 
     def busy(self) -> bool:
         """Held polls or pull waiters depend on it: never evicted."""
-        return bool(self.watchers or self.first is not None or self.confirm_next is not None
-                    or self.confirm_now)
+        return bool(self.pins or self.watchers or self.first is not None
+                    or self.confirm_next is not None or self.confirm_now)
 
 
 class RoomCache:
@@ -143,7 +160,9 @@ class RoomCache:
         self._limits = limits
         self.name = name
         self._rooms: OrderedDict[str, _Room] = OrderedDict()
-        """Least recently read first."""
+        """Rooms not pinned, least recently read first: the eviction order."""
+        self._pinned: dict[str, _Room] = {}
+        """Rooms pinned by held polls: never evicted."""
         self._recent = 2 * limits.fallback_interval
         """A room read within this long (or with held polls) gets fallback pulls."""
         self._dirty: dict[str, None] = {}
@@ -172,7 +191,7 @@ class RoomCache:
             await stop_task(task)
         self._tasks.clear()
         error = StoreUnavailable("the node is shutting down")
-        for room in self._rooms.values():
+        for room in (*self._rooms.values(), *self._pinned.values()):
             for fut in (room.first, room.confirm_next, *room.confirm_now):
                 if fut is not None:
                     _settle(fut, None, error)
@@ -182,34 +201,85 @@ class RoomCache:
     # -- the reader interface ------------------------------------------------
 
     def __len__(self) -> int:
-        return len(self._rooms)
+        return len(self._rooms) + len(self._pinned)
+
+    @property
+    def pinned(self) -> int:
+        """Rooms pinned by held polls now."""
+        return len(self._pinned)
+
+    def _get(self, name: str) -> _Room | None:
+        room = self._rooms.get(name)
+        return room if room is not None else self._pinned.get(name)
 
     def _room(self, name: str) -> _Room:
         rooms = self._rooms
         room = rooms.get(name)
         now = self._clock.monotonic()
-        if room is None:
-            room = rooms[name] = _Room(name, read_at=now)
-            if self._notifier is not None:
-                self._notifier.watch(name)
-            if len(rooms) > self._limits.rooms_max:
-                self._evict()
-        else:
+        if room is not None:
             room.read_at = now
             rooms.move_to_end(name)
+            return room
+        room = self._pinned.get(name)
+        if room is not None:
+            room.read_at = now
+            return room
+        if len(self._pinned) >= self._limits.rooms_max:
+            raise Overloaded(f"this node holds polls in {len(self._pinned)} rooms, as many as "
+                             "it may cache; retry later", retry_after=5.0)
+        room = rooms[name] = _Room(name, read_at=now)
+        if self._notifier is not None:
+            self._notifier.watch(name)
+        if len(rooms) + len(self._pinned) > self._limits.rooms_max:
+            self._evict()
         return room
 
     def _evict(self) -> None:
-        """Drop the least recently read room not in use (never the newest)."""
+        """Drop the least recently read idle room (never the newest). Rooms
+        waiting for a pull are passed over (moved to the end: as good as read)."""
         rooms = self._rooms
         for _ in range(len(rooms) - 1):
             name, state = next(iter(rooms.items()))
             if state.busy():
-                rooms.move_to_end(name)  # in use now: as good as read
+                rooms.move_to_end(name)
                 continue
             self._forget(name)
             self._metrics.evictions.inc()
             return
+
+    def pin(self, room: str) -> None:
+        """The proxy holds polls in ``room``: keep it cached (and out of the
+        eviction order) until as many :meth:`unpin`. Never refuses: the bound
+        is checked when a read brings a new room in."""
+        state = self._rooms.pop(room, None)
+        if state is None:
+            state = self._pinned.get(room)
+            if state is None:  # evicted between the read and the hold (rare)
+                state = _Room(room, read_at=self._clock.monotonic())
+                if self._notifier is not None:
+                    self._notifier.watch(room)
+                self.request_pull(room)
+        state.pins += 1
+        self._pinned[room] = state
+
+    def pins_of(self, room: str) -> int:
+        state = self._pinned.get(room)
+        return state.pins if state is not None else 0
+
+    def unpin(self, room: str) -> None:
+        """One pin of ``room`` less; the last puts it back in the eviction
+        order as just read."""
+        state = self._pinned.get(room)
+        if state is None:
+            return
+        state.pins -= 1
+        if state.pins > 0:
+            return
+        del self._pinned[room]
+        state.read_at = self._clock.monotonic()
+        self._rooms[room] = state
+        if len(self._rooms) + len(self._pinned) > self._limits.rooms_max:
+            self._evict()
 
     def _forget(self, name: str) -> None:
         del self._rooms[name]
@@ -220,13 +290,19 @@ class RoomCache:
     def current(self, room: str) -> Snapshot | None:
         state = self._rooms.get(room)
         if state is None:
-            return self._room(room).snapshot
+            state = self._pinned.get(room)
+            if state is None:
+                return self._room(room).snapshot
+        else:
+            self._rooms.move_to_end(room)
         # ``_room``, inlined: every poll asks.
         now = state.read_at = self._clock.monotonic()
-        self._rooms.move_to_end(room)
         if now - state.pulled_at > self._recent:
-            # Not pulled by the fallback while nobody read it: catch up now.
-            self.request_pull(room)
+            snap = state.snapshot
+            # Not pulled by the fallback while nobody read it: catch up now
+            # (an absent room only once its absence is old enough to recheck).
+            if snap is None or not is_absent(snap) or now - state.pulled_at > ABSENT_RECHECK:
+                self.request_pull(room)
         return state.snapshot
 
     async def _wait_pull(self, room: str, fut: asyncio.Future[Snapshot]) -> Snapshot:
@@ -272,7 +348,7 @@ class RoomCache:
 
     def peek(self, room: str) -> Snapshot | None:
         """The snapshot held now, without counting a read."""
-        state = self._rooms.get(room)
+        state = self._get(room)
         return state.snapshot if state is not None else None
 
     # -- notifies ------------------------------------------------------------
@@ -280,7 +356,7 @@ class RoomCache:
     def on_notify(self, room: str, seq: int) -> None:
         """A hint that ``room`` reached ``seq``: pull it if we hold it and lag."""
         self._metrics.notifies.inc()
-        state = self._rooms.get(room)
+        state = self._get(room)
         if state is None:
             return
         if state.snapshot is None or seq > state.snapshot.head:
@@ -289,9 +365,9 @@ class RoomCache:
     def on_resync(self, rooms: Collection[str] | None = None) -> None:
         """Notifies of ``rooms`` (None: every room) may have been lost: pull
         those this cache holds at once."""
-        held = self._rooms
-        for room in held if rooms is None else (r for r in rooms if r in held):
-            self.request_pull(room)
+        for held in (self._rooms, self._pinned):
+            for room in list(held) if rooms is None else [r for r in rooms if r in held]:
+                self.request_pull(room)
 
     def request_pull(self, room: str) -> None:
         self._dirty[room] = None
@@ -305,7 +381,7 @@ class RoomCache:
             if name in self._in_flight:
                 continue
             del self._dirty[name]
-            state = self._rooms.get(name)
+            state = self._get(name)
             if state is None:
                 continue
             batch.append(state)
@@ -437,21 +513,34 @@ class RoomCache:
             await self._clock.sleep(limits.fallback_interval)
             now = self._clock.monotonic()
             due = now - limits.fallback_interval * 0.5
+            recheck = now - ABSENT_RECHECK
             for name, state in list(self._rooms.items()):
                 since_read = now - state.read_at
                 if since_read > limits.read_window and not state.busy():
                     self._forget(name)
                 elif (state.watchers or since_read <= self._recent) \
-                        and state.pulled_at <= due:
+                        and self._fallback_due(state, due, recheck):
                     self.request_pull(name)
-            self._metrics.rooms.set(len(self._rooms))
+            for name, state in self._pinned.items():
+                if self._fallback_due(state, due, recheck):
+                    self.request_pull(name)
+            self._metrics.rooms.set(len(self))
             if now - last_touch >= limits.touch_interval:
                 last_touch = now
                 await self._touch()
 
+    @staticmethod
+    def _fallback_due(state: _Room, due: float, recheck: float) -> bool:
+        """Whether the fallback pulls ``state`` now: last pulled before ``due``,
+        or before ``recheck`` for a room found absent."""
+        snap = state.snapshot
+        if snap is not None and is_absent(snap):
+            return state.pulled_at <= recheck
+        return state.pulled_at <= due
+
     async def _touch(self) -> None:
         # Rooms that do not exist have nothing to push back (and must not get a log).
-        names = [name for name, state in self._rooms.items()
+        names = [name for held in (self._rooms, self._pinned) for name, state in held.items()
                  if state.snapshot is not None and not is_absent(state.snapshot)]
         for i in range(0, len(names), 1000):
             try:

@@ -70,6 +70,8 @@ class Sects:
         self._clock = clock
         self._retry = retry
         self._waits: dict[str, _Waits] = {}
+        self._pins: dict[str, RoomCache] = {}
+        """The sect each pinned room is pinned in (a move re-pins it)."""
         if metrics is not None:
             # Each cache sets the gauge to its own size: report both.
             metrics.track(metrics.rooms, lambda: len(self.normal) + len(self.vip))
@@ -106,6 +108,20 @@ class Sects:
 
     async def wait_pulled(self, room: str) -> Snapshot:
         return await self.sect_of(room).wait_pulled(room)
+
+    def pin(self, room: str) -> None:
+        sect = self._pins.get(room)
+        if sect is None:
+            sect = self._pins[room] = self.sect_of(room)
+        sect.pin(room)
+
+    def unpin(self, room: str) -> None:
+        sect = self._pins.get(room)
+        if sect is None:
+            return
+        sect.unpin(room)
+        if sect.pins_of(room) == 0:
+            del self._pins[room]
 
     async def wait_changed(self, room: str, snapshot: Snapshot) -> Snapshot:
         """Wait until the room moved past ``snapshot`` in its sect, across moves
@@ -152,6 +168,13 @@ class Sects:
     def moved(self, rooms: Iterable[str]) -> None:
         """The whitelist changed for ``rooms``: wake the waits on their old sect."""
         for room in rooms:
+            pinned_in = self._pins.get(room)
+            if pinned_in is not None and pinned_in is not self.sect_of(room):
+                # The pins follow the room to its new sect.
+                new = self._pins[room] = self.sect_of(room)
+                for _ in range(pinned_in.pins_of(room)):
+                    pinned_in.unpin(room)
+                    new.pin(room)
             waits = self._waits.get(room)
             if waits is not None and waits.sect is not self.sect_of(room):
                 del self._waits[room]

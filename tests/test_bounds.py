@@ -119,6 +119,69 @@ async def test_beyond_the_nodes_capacity_a_poll_gets_503_with_retry_after(
             assert (await asyncio.wait_for(task, 5))["messages"][0]["body"] == 2
 
 
+async def test_rooms_with_held_polls_are_pinned_and_past_rooms_max_a_new_room_gets_503(
+        engine_url: str) -> None:
+    """Held rooms are never evicted and never let the cache pass its bound: with
+    every cached place held, a poll for a new room is refused (503), a poll of
+    a held room is still answered, and once a room's polls leave, new rooms
+    come in again."""
+    async with aiohttp.ClientSession() as session, \
+            running_node(engine_url, rooms_max=3, held_max=100) as node:
+        reader = node.node.recvsvr
+        listeners = [Listener(session, f"held-{i}", uid=f"u{i}") for i in range(3)]
+        for listener in listeners:
+            await listener.poll(node.url)
+        waiting = [asyncio.create_task(x.poll(node.url, timeout=20)) for x in listeners]
+        await held(node.node.proxy.holds, 3)
+        assert reader.normal.pinned == 3
+        async with session.get(f"{node.url}/v1/rooms/new-room/poll",
+                               params={"uid": "n"}) as resp:
+            assert resp.status == 503
+            assert int(resp.headers["Retry-After"]) >= 1
+            assert (await resp.json())["error"] == "overloaded"
+        assert len(reader) == 3
+        # A held room still answers, and wakes its listener.
+        assert (await Listener(session, "held-0", uid="x").poll(node.url))["room"] == "held-0"
+        await send(session, node.url, "held-0", "hello")
+        assert (await asyncio.wait_for(waiting[0], 5))["messages"][0]["body"] == "hello"
+        async with asyncio.timeout(5):
+            while reader.normal.pinned != 2:
+                await asyncio.sleep(0.01)
+        assert (await Listener(session, "new-room", uid="n").poll(node.url))["seq"] == 0
+        assert len(reader) <= 3
+        for task in waiting[1:]:
+            task.cancel()
+
+
+async def test_one_uid_holds_at_most_holds_per_uid_polls_across_rooms(
+        engine_url: str) -> None:
+    """Made-up rooms cannot turn one listener into the node's whole capacity:
+    its newest polls are held, each older one answered at once (empty)."""
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as session, \
+            running_node(engine_url, holds_per_uid=5, held_max=8) as node:
+        holds = node.node.proxy.holds
+        spread = [Listener(session, f"r{i}", uid="greedy") for i in range(12)]
+        for listener in spread:
+            await listener.poll(node.url)
+        polls = [asyncio.create_task(x.poll(node.url, timeout=20)) for x in spread]
+        async with asyncio.timeout(10):
+            while sum(p.done() for p in polls) < 7:
+                await asyncio.sleep(0.01)
+        assert holds.count == 5
+        early = [p.result() for p in polls if p.done()]
+        assert all(a["messages"] == [] for a in early)
+        # Another listener still gets held: the node is not full.
+        other = Listener(session, "r0", uid="modest")
+        await other.poll(node.url)
+        theirs = asyncio.create_task(other.poll(node.url, timeout=20))
+        await held(holds, 6)
+        await send(session, node.url, "r0", "for both")
+        assert (await asyncio.wait_for(theirs, 5))["messages"][0]["body"] == "for both"
+        for task in polls:
+            task.cancel()
+
+
 async def test_a_far_behind_listener_gets_its_backlog_in_bounded_answers(
         engine_url: str) -> None:
     """60 messages of 4 KB behind, and a signal: no answer carries more than

@@ -10,6 +10,7 @@ import aiohttp
 from support import Listener, running_node, send
 
 from liveroom.clock import FakeClock
+from recvsvr.cache import ABSENT_RECHECK
 
 
 async def test_a_listener_receives_every_message_once_in_order(engine_url: str,
@@ -108,19 +109,30 @@ async def test_a_repeated_client_msg_id_stores_one_message(engine_url: str,
 async def test_the_fallback_pull_delivers_without_notifies(session: Any) -> None:
     clock = FakeClock()
     async with running_node("memory", clock) as node:
+        await send(session, node.url, "quiet", "first")
         listener = Listener(session, "quiet")
         await listener.poll(node.url)
+        absent = Listener(session, "unborn")  # a room that does not exist yet
+        await absent.poll(node.url)
         node.node.store.notifier._subscribers.clear()  # the notify channel is lost
         held = asyncio.create_task(listener.poll(node.url, timeout=20))
+        held_absent = asyncio.create_task(absent.poll(node.url, timeout=20))
         async with asyncio.timeout(5):
-            while node.node.proxy.holds.count < 1:
+            while node.node.proxy.holds.count < 2:
                 await asyncio.sleep(0.01)
         await send(session, node.url, "quiet", "still here")
+        await send(session, node.url, "unborn", "born")
         await asyncio.sleep(0.2)
         assert not held.done()  # no notify: nothing pulled yet
         await clock.advance(1.0)  # the fallback pull's second passes
         answer = await asyncio.wait_for(held, 5)
         assert [m["body"] for m in answer["messages"]] == ["still here"]
+        # A room known to be absent is rechecked every ABSENT_RECHECK seconds.
+        await asyncio.sleep(0.2)
+        assert not held_absent.done()
+        await clock.advance(ABSENT_RECHECK)
+        answer = await asyncio.wait_for(held_absent, 5)
+        assert [m["body"] for m in answer["messages"]] == ["born"]
 
 
 async def test_1000_held_polls_are_answered_by_one_message(engine_url: str) -> None:

@@ -30,7 +30,7 @@ from liveroom.store.base import Pulled, PullRequest, Store
 from liveroom.store.memory import MemoryStore
 from liveroom.store.redis import keys
 from recvsvr.build import Retention, advance
-from recvsvr.cache import RoomCache, SectLimits
+from recvsvr.cache import ABSENT_RECHECK, RoomCache, SectLimits
 
 
 def count(metrics: Metrics, name: str) -> float:
@@ -204,6 +204,7 @@ async def test_fallback_pulls_skip_rooms_nobody_reads(store: Store,
     try:
         for i in range(100):
             await cache.snapshot(f"idle-{i}")
+        await store.log.append("watched", NewMessage("u", "here", False, 1))
         watched = await cache.snapshot("watched")
         waiting = asyncio.create_task(cache.wait_changed("watched", watched))
 
@@ -220,6 +221,40 @@ async def test_fallback_pulls_skip_rooms_nobody_reads(store: Store,
         assert 5 <= at_rest <= 12  # the held room only, about once a second
         waiting.cancel()
         assert len(cache) == 101  # kept for read_window, but not pulled
+    finally:
+        await cache.stop()
+
+
+async def test_rooms_that_do_not_exist_are_rechecked_every_few_seconds_not_every_second(
+        store: Store, fake_clock: FakeClock) -> None:
+    """Held polls on made-up names cost the store one batched pull per room
+    every ABSENT_RECHECK seconds, not every fallback interval; a send still
+    reaches them at once through its notify."""
+    metrics = Metrics()
+    cache = RoomCache(store.log, fake_clock, metrics,
+                      limits=SectLimits(fallback_interval=1.0, read_window=60.0))
+    await cache.start()
+    try:
+        waits = []
+        for i in range(50):
+            snap = await cache.snapshot(f"junk-{i}")
+            cache.pin(f"junk-{i}")
+            waits.append(asyncio.create_task(cache.wait_changed(f"junk-{i}", snap)))
+
+        async def pulls_over(seconds: int) -> float:
+            start = count(metrics, "liveroom_pulls_total")
+            for _ in range(seconds):
+                await fake_clock.advance(1.0)
+                for _ in range(5):
+                    await asyncio.sleep(0.01)  # let the pull workers run
+            return count(metrics, "liveroom_pulls_total") - start
+
+        await pulls_over(5)
+        pulls = await pulls_over(20)
+        assert pulls <= 50 * (20 / ABSENT_RECHECK + 1)  # not 50 a second (1000)
+        assert pulls >= 50 * (20 / ABSENT_RECHECK - 1)  # but rechecked
+        for task in waits:
+            task.cancel()
     finally:
         await cache.stop()
 
