@@ -128,6 +128,9 @@ def _check_shared_store(settings: Settings, auth_given: bool) -> None:
         _refuse(f"every node over a shared store must be given the same tokens and "
                 f"secret (made-up ones would differ between nodes): give {flags} "
                 f"(or {envs})")
+    weak = settings.weak_secrets()
+    if weak:
+        _refuse("secrets over a shared store must mean something: " + "; ".join(weak))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -174,7 +177,11 @@ def main() -> None:
                    "comma-separate the env var) to accept several while rotating. "
                    "Required with --auth ticket.")
 @click.option("--metrics-token", envvar="LIVEROOM_METRICS_TOKEN", show_envvar=True,
-              help="When set, /metrics answers only Authorization: Bearer <this token>.")
+              help="Bearer token that reads /metrics (Authorization: Bearer <it>); unset, "
+                   "/metrics needs the admin token.")
+@click.option("--metrics-public", is_flag=True, envvar="LIVEROOM_METRICS_PUBLIC",
+              show_envvar=True,
+              help="/metrics answers anybody (when the network keeps it private).")
 @click.option("--log-level", default="info", show_default=True, envvar="LIVEROOM_LOG_LEVEL",
               show_envvar=True,
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
@@ -297,6 +304,7 @@ def main() -> None:
 def serve(host: str, port: int, store: str, admin_token: str | None,
           publisher_token: str | None, node_id: str, secret: str | None,
           auth: str | None, ticket_keys: tuple[str, ...], metrics_token: str | None,
+          metrics_public: bool,
           log_level: str, log_cap: int, room_ttl: float, normal_keep: int,
           important_keep: int, important_window: float, online_ttl: float,
           vip_shards: int, viewers_threshold: int, tiers: tuple[Tier, ...],
@@ -314,7 +322,8 @@ def serve(host: str, port: int, store: str, admin_token: str | None,
         settings = Settings(host=host, port=port, store=store, admin_token=admin_token,
                             publisher_token=publisher_token, node_id=node_id, secret=secret,
                             auth=auth or "open", ticket_keys=ticket_keys,
-                            metrics_token=metrics_token, log_level=log_level,
+                            metrics_token=metrics_token, metrics_public=metrics_public,
+                            log_level=log_level,
                             log_cap=log_cap, room_ttl=room_ttl,
                             normal_keep=normal_keep, important_keep=important_keep,
                             important_window=important_window, online_ttl=online_ttl,

@@ -54,6 +54,10 @@ class Tier:
     jitter: float = 0.0
 
 
+SECRET_MIN = 32
+"""Bytes a token or the ctx secret has at least over a shared store: a
+shorter ctx key can be brute-forced from any answer's ``ctx``."""
+
 AUTH_MODES = ("open", "ticket")
 TICKET_KEY_MIN = 32
 """Bytes a ticket key has at least: the size of HS256's hash (RFC 7518, 3.2;
@@ -112,7 +116,10 @@ class Settings:
     ticket_leeway: float = 5.0
     """Seconds of clock skew allowed on a ticket's ``exp`` (and ``nbf``)."""
     metrics_token: str | None = None
-    """When set, ``/metrics`` needs ``Authorization: Bearer <it>``."""
+    """When set, ``/metrics`` needs ``Authorization: Bearer <it>``; unset, it
+    needs the admin token (unless ``metrics_public``)."""
+    metrics_public: bool = False
+    """``/metrics`` answers anybody (behind a network that keeps it private)."""
 
     # The listening contract.
     poll_timeout: float = 25.0
@@ -282,6 +289,20 @@ class Settings:
     def shared_store(self) -> bool:
         """The store is shared by processes (Redis), not one process's memory."""
         return self.store not in ("memory", "memory://")
+
+    def weak_secrets(self) -> list[str]:
+        """What makes the configured secrets guessable or confusable, one
+        sentence each: over a shared store every token and the secret have at
+        least :data:`SECRET_MIN` bytes, and the admin and publisher tokens
+        differ (else a publisher could act as an operator)."""
+        problems = [f"--{name.replace('_', '-')} has {len(value.encode())} bytes: give at "
+                    f"least {SECRET_MIN} (e.g. from `openssl rand -hex 32`)"
+                    for name in ("admin_token", "publisher_token", "secret", "metrics_token")
+                    if (value := getattr(self, name)) and len(value.encode()) < SECRET_MIN]
+        if self.admin_token and self.admin_token == self.publisher_token:
+            problems.append("--admin-token and --publisher-token are the same: the "
+                            "publisher would be an operator; give them different values")
+        return problems
 
     def unset_secrets(self) -> tuple[str, ...]:
         """The settings of ``admin_token``, ``publisher_token`` and ``secret``

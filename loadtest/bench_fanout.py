@@ -96,8 +96,10 @@ import numpy as np
 import psutil
 from fanout_client import ClientConfig, raise_nofile, run_client
 from fanout_servers import (
+    ADMIN_TOKEN,
     FD_RESERVE,
     NCHAN_MODULE,
+    PUBLISHER_TOKEN,
     Server,
     cpu_seconds,
     floor_server,
@@ -224,7 +226,8 @@ class Publisher:
                                "body": {"sent_ns": sent_ns, "text": self.pad}},
                               separators=(",", ":")).encode()
             path = f"/v1/rooms/{ROOM}/messages"
-            headers = {"Content-Type": "application/json", "Authorization": "Bearer p"}
+            headers = {"Content-Type": "application/json",
+                       "Authorization": f"Bearer {PUBLISHER_TOKEN}"}
         else:
             body = json.dumps({"sent_ns": sent_ns, "text": self.pad},
                               separators=(",", ":")).encode()
@@ -252,7 +255,8 @@ def open_room(port: int) -> None:
     room that does not exist counts nobody online, so it never gets a tier):
     an operator's "end broadcast" opens it empty, with nothing to deliver."""
     request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/admin/rooms/{ROOM}/end",
-                                     method="POST", headers={"Authorization": "Bearer a"})
+                                     method="POST",
+                                     headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
     with urllib.request.urlopen(request, timeout=10) as resp:
         resp.read()
 

@@ -77,7 +77,9 @@ import redis
 from bench_fanout import Clients, commit, versions
 from fanout_client import raise_nofile
 from fanout_servers import (
+    ADMIN_TOKEN,
     FD_RESERVE,
+    PUBLISHER_TOKEN,
     Server,
     free_port,
     interrupt_on_signals,
@@ -189,7 +191,7 @@ def send(conn: http.client.HTTPConnection, room: str, text: str) -> bool:
     try:
         conn.request("POST", f"/v1/rooms/{room}/messages", body=body,
                      headers={"Content-Type": "application/json",
-                              "Authorization": "Bearer p"})
+                              "Authorization": f"Bearer {PUBLISHER_TOKEN}"})
         resp = conn.getresponse()
         resp.read()
         return resp.status == 201
@@ -329,7 +331,7 @@ def cached_rooms(port: int) -> int:
     """``liveroom_cached_rooms`` from a node's /metrics (-1 if unreadable)."""
     try:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        conn.request("GET", "/metrics")
+        conn.request("GET", "/metrics", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
         text = conn.getresponse().read().decode()
         conn.close()
     except (OSError, http.client.HTTPException):

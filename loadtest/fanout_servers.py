@@ -32,6 +32,10 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 NCHAN_MODULE = Path("/usr/lib/nginx/modules/ngx_nchan_module.so")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+ADMIN_TOKEN = "bench-admin-token-0123456789abcdef"
+PUBLISHER_TOKEN = "bench-publisher-token-0123456789ab"
+SECRET = "bench-ctx-secret-0123456789abcdef"
+"""Over a shared store, tokens and the secret have at least 32 bytes."""
 FD_RESERVE = 100
 """Descriptors a server process needs besides its held polls (listen socket, logs, ...)."""
 
@@ -170,12 +174,13 @@ def liveroom_server(tmp: Path, nofile: int, tiers: str | None, store: str | None
     # held polls and on connections is that budget, not the defaults' reserves
     # below it.
     args = ["-m", "liveroom", "serve", "--port", str(port),
-            "--admin-token", "a", "--publisher-token", "p", "--log-level", "warning",
+            "--admin-token", ADMIN_TOKEN, "--publisher-token", PUBLISHER_TOKEN,
+            "--log-level", "warning",
             "--held-max", str(nofile), "--connections-max", str(nofile)]
     if tiers is not None:
         args += ["--tiers", tiers]
     if store:
-        args += ["--store", store, "--secret", "fanout", "--auth", "open"]
+        args += ["--store", store, "--secret", SECRET, "--auth", "open"]
     if workers > 1:
         args += ["--workers", str(workers)]
     args += extra

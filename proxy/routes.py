@@ -19,7 +19,7 @@ from aiohttp import web
 
 from liveroom.clock import Clock
 from liveroom.codec import wants_msgpack
-from liveroom.errors import BadRequest, LiveroomError, RequestTimeout, Unauthorized
+from liveroom.errors import BadRequest, Forbidden, LiveroomError, RequestTimeout, Unauthorized
 from liveroom.metrics import Metrics
 from liveroom.model import check_name
 from liveroom.roles import RoomReader, StatsReader
@@ -43,6 +43,9 @@ logger = logging.getLogger("liveroom.proxy")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 OPENAPI = importlib.resources.files(__package__).joinpath("openapi.json")
+HEALTH_EVERY = 1.0
+"""Seconds a ``/healthz`` answer is reused: a flood of health checks costs the
+store one round trip a second."""
 """The OpenAPI 3.1 document of the v1 API, served at ``/openapi.json``. A
 plain file, not generated: what people and tools read, reviewed as the API's
 change; tests/test_openapi.py checks it against the routes both ways and
@@ -115,6 +118,9 @@ class Proxy:
         metrics.track(metrics.connections, lambda: self.front.open_connections)
         metrics.track(metrics.held_polls, lambda: self.holds.count)
         self._openapi: bytes | None = None
+        self._health: str | None = None
+        self._health_at = float("-inf")
+        self._health_check: asyncio.Future[str | None] | None = None
 
     @property
     def tokens(self) -> Tokens:
@@ -204,7 +210,10 @@ class Proxy:
                 raise Unauthorized("a member list needs a ticket for the room or the "
                                    "admin token: send Authorization: Bearer <ticket>")
             if self.tokens.right_of(token) is not Right.ADMIN:
-                self.tickets.verify(token, room)
+                claims = self.tickets.claims(token)
+                if claims.rooms is None or room not in claims.rooms:
+                    raise Forbidden("a member list needs a ticket that names this room (an "
+                                    "any-room ticket does not) or the admin token")
         online, members = await self.stats.members(room, offset, limit)
         return self._doc(request, {"room": room, "online": online, "members": members})
 
@@ -227,8 +236,28 @@ class Proxy:
 
     # -- operations ----------------------------------------------------------
 
+    async def _health_now(self) -> str | None:
+        """The node's health, checked at most once every :data:`HEALTH_EVERY`
+        seconds (a check is a store round trip, one per master on a cluster):
+        requests meanwhile share the last answer, or the check in flight."""
+        now = asyncio.get_running_loop().time()
+        if now - self._health_at < HEALTH_EVERY:
+            return self._health
+        check = self._health_check
+        if check is None:
+            check = self._health_check = asyncio.ensure_future(self._check_health())
+        return await asyncio.shield(check)
+
+    async def _check_health(self) -> str | None:
+        try:
+            problem = await self.health()
+        finally:
+            self._health_check = None
+        self._health, self._health_at = problem, asyncio.get_running_loop().time()
+        return problem
+
     async def healthz(self, request: web.Request) -> web.StreamResponse:
-        problem = await self.health()
+        problem = await self._health_now()
         if problem is not None:
             return error_response(503, "unhealthy", problem, retry_after=1)
         return web.json_response({"status": "ok"})
@@ -241,12 +270,14 @@ class Proxy:
                             charset="utf-8")
 
     async def render_metrics(self, request: web.Request) -> web.StreamResponse:
-        """Prometheus' text; with ``metrics_token`` set, only for its bearer."""
-        expected = self.settings.metrics_token
-        if expected is not None:
+        """Prometheus' text, for the bearer of ``metrics_token`` (unset: of the
+        admin token); for anybody with ``metrics_public``."""
+        if not self.settings.metrics_public:
+            expected = self.settings.metrics_token or self.tokens.admin
             token = bearer(request.headers.get("Authorization"))
             if not hmac.compare_digest(token.encode(), expected.encode()):
-                raise Unauthorized("unknown token")
+                raise Unauthorized("/metrics needs Authorization: Bearer <the metrics token "
+                                   "(--metrics-token), or the admin token when none is set>")
         return web.Response(body=self.metrics.render(),
                             content_type="text/plain", charset="utf-8",
                             headers={"X-Content-Type": "prometheus-0.0.4"})

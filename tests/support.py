@@ -31,8 +31,12 @@ def free_port() -> int:
         return port
 
 
-ADMIN = "admin-token"
-PUBLISHER = "publisher-token"
+ADMIN = "admin-token-of-the-tests-0123456789"
+PUBLISHER = "publisher-token-of-the-tests-012345"
+SHARED_SECRET = "secret-every-test-node-shares-0123456789"
+"""Over a shared store, tokens and the secret have at least 32 bytes."""
+ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN}"}
+"""What reads ``/metrics`` (no metrics token set: the admin token)."""
 # Tests send faster than a person chats: sender rate limits are off unless a
 # test turns them on (tests/test_traffic.py, tests/test_rate_limits.py).
 BASE = Settings(admin_token=ADMIN, publisher_token=PUBLISHER, secret="test-secret",
@@ -257,7 +261,7 @@ def serve(*args: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     URL and process. Tokens, secret and open auth come from the environment."""
     port = free_port()
     env = {**os.environ, "LIVEROOM_ADMIN_TOKEN": ADMIN,
-           "LIVEROOM_PUBLISHER_TOKEN": PUBLISHER, "LIVEROOM_SECRET": "shared",
+           "LIVEROOM_PUBLISHER_TOKEN": PUBLISHER, "LIVEROOM_SECRET": SHARED_SECRET,
            "LIVEROOM_RATE_LIMITS": "off", "LIVEROOM_AUTH": "open"}
     proc = subprocess.Popen([sys.executable, "-m", "liveroom", "serve", "--port", str(port),
                              *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-from support import ADMIN, Listener, answered, poll_once, running_node, send
+from support import ADMIN, ADMIN_HEADERS, Listener, answered, poll_once, running_node, send
 
 from liveroom.clock import FakeClock
 from liveroom.settings import Tier
@@ -60,7 +60,8 @@ async def test_one_uid_cannot_pile_up_held_polls(engine_url: str) -> None:
         await send(session, node.url, "ghosts", "after")
         last = await asyncio.gather(*(p for p in polls if not p.done()))
         assert [a["messages"][0]["body"] for a in last] == ["after"] * 4
-        metrics = await (await session.get(f"{node.url}/metrics")).text()
+        metrics = await (await session.get(f"{node.url}/metrics",
+                                           headers=ADMIN_HEADERS)).text()
         assert "liveroom_polls_superseded_total 256.0" in metrics
 
 
@@ -112,7 +113,8 @@ async def test_beyond_the_nodes_capacity_a_poll_gets_503_with_retry_after(
         assert (await Listener(session, "full", uid="new").poll(node.url))["seq"] == 1
         async with session.get(f"{node.url}/healthz") as resp:
             assert resp.status == 200
-        metrics = await (await session.get(f"{node.url}/metrics")).text()
+        metrics = await (await session.get(f"{node.url}/metrics",
+                                           headers=ADMIN_HEADERS)).text()
         assert 'liveroom_polls_refused_total{reason="node_full"} 1.0' in metrics
         await send(session, node.url, "full", 2)
         for task in waiting:

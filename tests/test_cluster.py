@@ -147,7 +147,8 @@ def test_serve_refuses_durable_replicas_on_the_memory_engine() -> None:
 def test_serve_refuses_a_malformed_cluster_url() -> None:
     done = subprocess.run([sys.executable, "-m", "liveroom", "serve", "--store",
                            "redis+cluster://127.0.0.1:7000,nohost", "--auth", "open",
-                           "--admin-token", "a", "--publisher-token", "p", "--secret", "s"],
+                           "--admin-token", "a" * 32, "--publisher-token", "p" * 32,
+                           "--secret", "s" * 32],
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 2
     assert "bad cluster node 'nohost'" in done.stderr

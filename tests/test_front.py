@@ -16,7 +16,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from support import Listener, Running, read_response, running_node, send
+from support import ADMIN_HEADERS, Listener, Running, read_response, running_node, send
 
 from liveroom.clock import FakeClock
 from liveroom.settings import Settings
@@ -307,7 +307,7 @@ async def test_connections_past_the_cap_are_answered_503_and_closed() -> None:
                 w5.write(get("/v1/rooms/cap/poll?uid=v"))
                 assert (await read_response(r5))[0] == 200
         async with aiohttp.ClientSession() as session, session.get(
-                f"{node.url}/metrics") as resp:
+                f"{node.url}/metrics", headers=ADMIN_HEADERS) as resp:
             text = await resp.text()
         assert "liveroom_connections_refused_total 1.0" in text
 

@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 import aiohttp
-from support import Listener, running_node, send
+from support import ADMIN_HEADERS, Listener, running_node, send
 
 from liveroom.clock import FakeClock
 from recvsvr.cache import ABSENT_RECHECK
@@ -156,7 +156,7 @@ async def test_1000_held_polls_are_answered_by_one_message(engine_url: str) -> N
         polls = [asyncio.create_task(lst.poll(node.url, timeout=30)) for lst in listeners]
         async with asyncio.timeout(20):
             while True:
-                async with session.get(f"{node.url}/metrics") as resp:
+                async with session.get(f"{node.url}/metrics", headers=ADMIN_HEADERS) as resp:
                     text = await resp.text()
                 held = re.search(r"^liveroom_held_polls (\S+)$", text, re.M)
                 if held and float(held.group(1)) == 1000:

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import aiohttp
-from support import Listener, send, serve
+from support import ADMIN_HEADERS, Listener, send, serve
 
 
 @asynccontextmanager
@@ -22,7 +22,7 @@ async def client() -> AsyncIterator[aiohttp.ClientSession]:
 
 
 async def metric(session: aiohttp.ClientSession, url: str, name: str) -> float:
-    async with session.get(f"{url}/metrics") as resp:
+    async with session.get(f"{url}/metrics", headers=ADMIN_HEADERS) as resp:
         text = await resp.text()
     found = re.search(rf"^{name} (\S+)$", text, re.M)
     assert found, name

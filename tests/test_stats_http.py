@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 import redis.asyncio as aioredis
 from conftest import RedisServer
-from support import ADMIN, Listener, running_node, until
+from support import ADMIN, ADMIN_HEADERS, Listener, running_node, until
 
 from liveroom.clock import FakeClock
 
@@ -50,7 +50,7 @@ async def test_members_appear_within_5_s_and_leave_after_the_ttl(
         assert took <= 5.0
         doc = await get(session, node.url, "/v1/rooms/r/online")
         assert doc == {"room": "r", "online": 3, "members": ["alice", "bob", "carol"]}
-        async with session.get(f"{node.url}/metrics") as resp:
+        async with session.get(f"{node.url}/metrics", headers=ADMIN_HEADERS) as resp:
             metrics = await resp.text()
         assert "liveroom_heartbeats_total 3.0" in metrics
         assert "liveroom_statsvr_members 3.0" in metrics

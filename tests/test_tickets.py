@@ -25,7 +25,16 @@ import aiohttp
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from support import ADMIN, PUBLISHER, Running, clean_env, read_response, running_node, until
+from support import (
+    ADMIN,
+    PUBLISHER,
+    SHARED_SECRET,
+    Running,
+    clean_env,
+    read_response,
+    running_node,
+    until,
+)
 
 from liveroom.clock import FakeClock
 from liveroom.errors import Unauthorized
@@ -270,9 +279,13 @@ async def test_member_lists_need_a_ticket_for_the_room(engine_url: str, path: st
         now = fake_clock.time()
         here = mint(KEY, "bob", rooms=[ROOM], now=now)
         there = mint(KEY, "bob", rooms=["elsewhere"], now=now)
+        anywhere = mint(KEY, "bob", now=now)  # good for every room, naming none
         online = f"/v1/rooms/{ROOM}/online"
         assert (await client.get(online))[0] == 401
-        assert (await client.get(online, token=there))[0] == 401
+        assert (await client.get(online, token=there))[0] == 403
+        status, doc = await client.get(online, token=anywhere)
+        assert (status, doc["error"]) == (403, "forbidden")
+        assert "names this room" in doc["message"]
         assert (await client.get(online, token=PUBLISHER))[0] == 401
         assert (await client.get(online, token=here))[0] == 200
         assert (await client.get(online, ticket=here))[0] == 200
@@ -486,7 +499,7 @@ def serve_refused(*args: str, **env: str) -> str:
     return " ".join(done.stderr.split())
 
 
-SECRETS = ("--admin-token", ADMIN, "--publisher-token", PUBLISHER, "--secret", "s")
+SECRETS = ("--admin-token", ADMIN, "--publisher-token", PUBLISHER, "--secret", SHARED_SECRET)
 
 
 def test_redis_without_an_explicit_auth_mode_is_refused(redis_url: str) -> None:
@@ -503,6 +516,24 @@ def test_redis_without_tokens_and_secret_is_refused(redis_url: str) -> None:
                          LIVEROOM_AUTH="ticket", LIVEROOM_TICKET_KEYS=KEY,
                          LIVEROOM_ADMIN_TOKEN=ADMIN)
     assert "give --publisher-token (or LIVEROOM_PUBLISHER_TOKEN)" in text
+
+
+@pytest.mark.parametrize(("given", "said"), [
+    pytest.param({"--secret": "s"}, "--secret has 1 bytes: give at least 32", id="short-secret"),
+    pytest.param({"--admin-token": "a"}, "--admin-token has 1 bytes", id="short-admin"),
+    pytest.param({"--publisher-token": "p" * 31}, "--publisher-token has 31 bytes",
+                 id="publisher-31"),
+    pytest.param({"--publisher-token": ADMIN},
+                 "--admin-token and --publisher-token are the same", id="same-tokens"),
+])
+def test_redis_refuses_weak_or_equal_secrets_saying_which(redis_url: str,
+                                                          given: dict[str, str],
+                                                          said: str) -> None:
+    flags = dict(zip(SECRETS[::2], SECRETS[1::2], strict=True)) | given
+    text = serve_refused("--store", redis_url, "--auth", "open",
+                         *(x for pair in flags.items() for x in pair))
+    assert said in text
+    assert text.count("Error:") == 1
 
 
 def test_ticket_mode_without_keys_is_refused() -> None:

@@ -26,7 +26,7 @@ import pytest
 import redis.asyncio
 from click.testing import CliRunner
 from prometheus_client.multiprocess import MultiProcessCollector
-from support import ADMIN, PUBLISHER, Listener, clean_env, send
+from support import ADMIN, ADMIN_HEADERS, PUBLISHER, SHARED_SECRET, Listener, clean_env, send
 
 from liveroom.cli import main
 from liveroom.settings import Settings
@@ -38,9 +38,10 @@ WORKER = re.compile(r"-m liveroom\.workers (\S+)$")
 pytestmark = pytest.mark.usefixtures("no_liveroom_env")
 
 
-SECRETS = {"admin_token": ADMIN, "publisher_token": PUBLISHER, "secret": "shared"}
+SECRETS = {"admin_token": ADMIN, "publisher_token": PUBLISHER, "secret": SHARED_SECRET}
 TOKENS = {"LIVEROOM_ADMIN_TOKEN": ADMIN, "LIVEROOM_PUBLISHER_TOKEN": PUBLISHER,
-          "LIVEROOM_SECRET": "shared", "LIVEROOM_RATE_LIMITS": "off", "LIVEROOM_AUTH": "open"}
+          "LIVEROOM_SECRET": SHARED_SECRET, "LIVEROOM_RATE_LIMITS": "off",
+          "LIVEROOM_AUTH": "open"}
 
 
 def _stat(pid: int) -> tuple[str, int] | None:
@@ -177,7 +178,7 @@ async def fresh() -> AsyncIterator[aiohttp.ClientSession]:
 
 
 async def scrape(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
-    async with session.get(f"{url}/metrics") as resp:
+    async with session.get(f"{url}/metrics", headers=ADMIN_HEADERS) as resp:
         assert resp.status == 200
         text = await resp.text()
     samples = {}
