@@ -21,6 +21,9 @@ _CLIENT_MSG_ID = re.compile(r"[A-Za-z0-9_.:\-]{1,128}")
 _DIGITS = re.compile(r"[0-9]{1,16}")
 
 is_name = _NAME.fullmatch
+_ROOM = re.compile(r"(?!\.+\Z)[A-Za-z0-9_.\-]{1,64}")
+is_room = _ROOM.fullmatch
+"""A valid room name: a name not made only of dots."""
 """A match when a string is a valid room or uid name (no error: for hot paths
 that call :func:`check_name` only to raise)."""
 is_digits = _DIGITS.fullmatch
@@ -42,6 +45,10 @@ def check_name(kind: str, value: object) -> str:
     """Return ``value`` if it is a valid room or uid name, else raise 400."""
     if not isinstance(value, str) or not _NAME.fullmatch(value):
         raise BadRequest(f"{kind} must match [A-Za-z0-9_.-]{{1,64}}")
+    if kind == "room" and not value.strip("."):
+        # "." and ".." are path segments: no browser, proxy or dashboard link
+        # can address such a room, so none may exist.
+        raise BadRequest("room must not be made only of dots")
     return value
 
 

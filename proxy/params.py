@@ -15,6 +15,7 @@ from liveroom.model import (
     check_name,
     is_digits,
     is_name,
+    is_room,
     parse_count,
 )
 
@@ -46,7 +47,7 @@ def parse_poll(room: str, query: Mapping[str, str], *, default_timeout: float,
                max_timeout: int, recent_default: int, recent_max: int) -> PollParams:
     # The checks of check_name and parse_count, made inline on every poll;
     # those functions only raise the refusals.
-    if not is_name(room):
+    if not is_room(room):
         check_name("room", room)
     uid = query.get("uid")
     if uid is None:

@@ -5,13 +5,14 @@ listener), the end of a broadcast, and the list of ended broadcasts."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
 import pytest
 from conftest import RedisServer
-from support import ADMIN, PUBLISHER, Listener, running_node, send, until
+from support import ADMIN, PUBLISHER, Listener, read_response, running_node, send, until
 
 from liveroom.clock import FakeClock
 from liveroom.node import Node
@@ -67,6 +68,36 @@ async def test_bad_room_names_are_400(method: str, path: str,
         doc = await call(session, method, f"{node.url}{path}", status=400)
         assert doc["error"] == "bad_request"
         assert "room must match" in doc["message"]
+
+
+@pytest.mark.parametrize("room", [".", "..", "..."])
+async def test_rooms_made_only_of_dots_are_400_on_every_path(room: str) -> None:
+    """No link can address them (``.`` and ``..`` are path segments), so no
+    request may create or read one: the front and aiohttp refuse alike."""
+    escaped = room.replace(".", "%2E")
+    async with running_node() as node:
+        host, port = node.url.removeprefix("http://").split(":")
+        for raw in (f"GET /v1/rooms/{room}/poll?uid=u HTTP/1.1\r\nHost: t\r\n\r\n",
+                    f"POST /v1/rooms/{room}/messages HTTP/1.1\r\nHost: t\r\n"
+                    "Content-Type: application/json\r\nContent-Length: 25\r\n\r\n"
+                    '{"uid": "u", "body": "x"}'):
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(raw.encode())
+            status, _, body = await read_response(reader)
+            writer.close()
+            assert (status, json.loads(body)["error"]) == (400, "bad_request"), raw
+            assert "dots" in json.loads(body)["message"]
+        # aiohttp's routes, escaped (a client would resolve the dots away).
+        for method, path in [("GET", f"/v1/rooms/{escaped}/stats"),
+                             ("GET", f"/v1/rooms/{escaped}/online"),
+                             ("PUT", f"/v1/admin/vip/{escaped}")]:
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(f"{method} {path} HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer "
+                         f"{ADMIN}\r\nContent-Length: 0\r\n\r\n".encode())
+            status, _, body = await read_response(reader)
+            writer.close()
+            assert status == 400, (method, path, body)
+            assert "dots" in json.loads(body)["message"], (method, path)
 
 
 async def test_the_store_down_is_503_with_retry_after(redis_server: RedisServer, redis_url: str,

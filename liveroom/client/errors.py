@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 import aiohttp
 
-from liveroom.model import is_name
+from liveroom.model import is_name, is_room
 
 
 class ClientError(Exception):
@@ -69,4 +69,6 @@ def checked_name(kind: str, value: str) -> str:
     """A room or uid, checked before it goes into a URL."""
     if not isinstance(value, str) or not is_name(value):
         raise ValueError(f"{kind} must match [A-Za-z0-9_.-]{{1,64}}, not {value!r}")
+    if kind == "room" and not is_room(value):
+        raise ValueError(f"room must not be made only of dots, not {value!r}")
     return value
