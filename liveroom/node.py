@@ -211,7 +211,13 @@ def build_app(settings: Settings, clock: Clock | None = None,
     Pages().add_routes(app)
     app.cleanup_ctx.append(_lifecycle)
     app.on_shutdown.append(_release_held_polls)
+    app.on_response_prepare.append(_our_server_header)
     return app
+
+
+async def _our_server_header(request: web.Request, response: web.StreamResponse) -> None:
+    """aiohttp's answers name liveroom, as the front's do (not Python's version)."""
+    response.headers["Server"] = "liveroom"
 
 
 def node_runner(app: web.Application) -> web.AppRunner:

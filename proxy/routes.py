@@ -65,9 +65,20 @@ def error_response(status: int, code: str, message: str,
     return response(error_reply(status, code, message, retry_after))
 
 
+ONCE = ("Authorization", "Content-Type", "Content-Encoding", "Content-Length",
+        "Transfer-Encoding", "Expect")
+"""Headers a request may carry once (as on the front: two readers of the same
+bytes could take different copies)."""
+
+
 @web.middleware
 async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Every failure becomes ``{"error", "message"}`` with its status."""
+    """Every failure becomes ``{"error", "message"}`` with its status; a
+    request repeating a header of :data:`ONCE` is a 400 before any handler."""
+    headers = request.headers
+    for name in ONCE:
+        if len(headers.getall(name, ())) > 1:
+            return error_response(400, "bad_request", f"repeated header: {name} (send it once)")
     try:
         return await handler(request)
     except LiveroomError as exc:

@@ -11,10 +11,41 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from http import HTTPStatus
 
+import orjson
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_request import BaseRequest
 
 from .front import Front
+
+
+class _Handler(RequestHandler):
+    """aiohttp's protocol for a connection the front handed over. aiohttp
+    answers a request it cannot parse before any handler or middleware runs,
+    as plain text with its own ``Server`` header; here that answer is JSON
+    ``{"error", "message"}`` with liveroom's, like every other."""
+
+    def handle_error(self, request: BaseRequest, status: int = 500,
+                     exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        # aiohttp's own does the logging and refuses when an answer began.
+        super().handle_error(request, status, exc, message)
+        phrase = HTTPStatus(status).phrase
+        text = "internal error" if status >= 500 else (message or phrase)
+        answer = web.Response(
+            status=status, content_type="application/json", headers={"Server": "liveroom"},
+            body=orjson.dumps({"error": phrase.lower().replace(" ", "_"), "message": text}))
+        answer.force_close()
+        return answer
+
+
+def handler_of(server: web.Server) -> RequestHandler:
+    """The protocol ``server`` would make for a connection, answering its
+    parse errors as :class:`_Handler` does."""
+    # What web.Server.__call__ does, with our class.
+    return _Handler(server, loop=server._loop, **server._kwargs)
 
 
 class FrontSite(web.BaseSite):
@@ -48,7 +79,7 @@ class FrontSite(web.BaseSite):
         await super().start()
         handoff = self._runner.server
         assert handoff is not None
-        self._front.handoff = handoff
+        self._front.handoff = lambda: handler_of(handoff)
         # aiohttp's server keeps its connections in a dict; its public
         # ``connections`` copies them into a list, too dear for every accept.
         handed = handoff._connections

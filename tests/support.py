@@ -169,7 +169,7 @@ async def read_response(reader: asyncio.StreamReader,
     names), body (by its Content-Length)."""
     async with asyncio.timeout(within):
         status_line = await reader.readline()
-        assert status_line.startswith(b"HTTP/1.1 "), status_line
+        assert status_line.startswith((b"HTTP/1.1 ", b"HTTP/1.0 ")), status_line
         status = int(status_line.split()[1])
         headers: dict[str, str] = {}
         while (line := await reader.readline()) not in (b"\r\n", b""):

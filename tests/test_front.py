@@ -378,12 +378,18 @@ async def test_other_routes_are_handed_to_aiohttp_on_the_same_port(node: Running
         # First request elsewhere: aiohttp serves the connection, polls included.
         writer.write(get("/healthz"))
         status, headers, _ = await read_response(reader)
-        assert status == 200
-        assert "aiohttp" in headers["server"]
+        assert (status, headers["server"]) == (200, "liveroom")
+        assert not node.node.proxy.front.connections  # aiohttp's now
         writer.write(get("/v1/rooms/ho/poll?uid=u"))
         status, headers, body = await read_response(reader)
         assert (status, json.loads(body)["room"]) == (200, "ho")
-        assert "aiohttp" in headers["server"]
+        assert headers["server"] == "liveroom"
+        # aiohttp's own refusals are JSON too, with liveroom's Server header.
+        writer.write(b"GET /v1/rooms/ho/stats HTTP/1.1\r\nHost t\r\n\r\n")
+        status, headers, body = await read_response(reader)
+        assert (status, headers["server"]) == (400, "liveroom")
+        assert set(json.loads(body)) == {"error", "message"}
+        assert await closed_by_server(reader)
     async with connect(node) as (reader, writer):
         # A poll first, then (after its answer) a stats request: handed over.
         writer.write(get("/v1/rooms/ho/poll?uid=u"))
@@ -391,7 +397,7 @@ async def test_other_routes_are_handed_to_aiohttp_on_the_same_port(node: Running
         writer.write(get("/v1/rooms/ho/stats"))
         status, headers, body = await read_response(reader)
         assert (status, json.loads(body)["room"]) == (200, "ho")
-        assert "aiohttp" in headers["server"]
+        assert not node.node.proxy.front.connections
     async with connect(node) as (reader, writer):
         # Pipelined right behind a poll in one write: cannot be handed over.
         writer.write(get("/v1/rooms/ho/poll?uid=u") + get("/v1/rooms/ho/stats"))
@@ -399,6 +405,26 @@ async def test_other_routes_are_handed_to_aiohttp_on_the_same_port(node: Running
         status, headers, body = await read_response(reader)
         assert (status, headers["connection"]) == (400, "close")
         assert "connection of its own" in json.loads(body)["message"]
+
+
+@pytest.mark.parametrize("twice", ["Authorization: Bearer a", "Content-Type: application/json",
+                                   "Content-Encoding: identity", "Expect: 100-continue"])
+async def test_repeated_framing_headers_are_400_on_aiohttp_too(node: Running,
+                                                              twice: str) -> None:
+    """The same refusal as the front's (tests/front_corpus.py), on a
+    connection aiohttp serves: no two readers take different copies."""
+    async with connect(node) as (reader, writer):
+        writer.write(get("/healthz"))  # aiohttp's connection from now on
+        assert (await read_response(reader))[0] == 200
+        writer.write(post("/v1/rooms/twice/messages", message("x"), twice, twice))
+        status, headers, body = await read_response(reader)
+        while status == 100:  # aiohttp answers Expect before anything else
+            status, headers, body = await read_response(reader)
+        assert (status, headers["server"]) == (400, "liveroom")
+        doc = json.loads(body)
+        assert doc["error"] == "bad_request"
+        # aiohttp's parser refuses some repeats itself, in its words.
+        assert "repeated header" in doc["message"] or "Duplicate" in doc["message"]
 
 
 async def test_the_front_and_aiohttp_answer_the_same_bytes() -> None:
