@@ -71,16 +71,61 @@ class CannotListen(Exception):
     """The port cannot be bound (another program holds it, a bad address)."""
 
 
+METRICS_PREFIX = "liveroom-metrics-"
+"""A supervisor's metrics directory, in the system's temporary directory, is
+named ``liveroom-metrics-<its pid>-<random>``."""
+
+
+def sweep_metrics_dirs() -> list[str]:
+    """Remove the metrics directories of supervisors that died without
+    cleaning up (killed with SIGKILL, a crash); returns what was removed. A
+    directory whose pid is alive (or not ours to signal) is left alone."""
+    removed = []
+    base = tempfile.gettempdir()
+    with contextlib.suppress(OSError):
+        for name in os.listdir(base):
+            pid_text = name.removeprefix(METRICS_PREFIX).split("-", 1)[0]
+            if not name.startswith(METRICS_PREFIX) or not pid_text.isdigit():
+                continue
+            try:
+                os.kill(int(pid_text), 0)
+            except ProcessLookupError:
+                path = os.path.join(base, name)
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(path)
+            except OSError:
+                pass  # alive, under another user
+    if removed:
+        logger.info("removed %d metrics directories of dead supervisors", len(removed))
+    return removed
+
+
 def node_id(settings: Settings, index: int) -> str:
     """The node id of worker ``index`` (from 1), the same at every restart."""
     return f"{settings.name}#{index}"
 
 
+def _probe(family: int, kind: int, proto: int, address: tuple[Any, ...], port: int) -> None:
+    """Bind ``address`` on ``port`` *without* ``SO_REUSEPORT`` and let it go:
+    raises ``OSError`` when anybody listens there, even another supervisor's
+    workers (binding with ``SO_REUSEPORT`` would silently join their group,
+    and traffic would split between two stores)."""
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        probe.bind((address[0], port, *address[2:]))
+
+
 def reserve(host: str, port: int) -> tuple[int, list[socket.socket]]:
     """Bind every address of ``host`` on one port (``port``, or one the system
     picks when 0) with ``SO_REUSEPORT``, without listening; returns the port and
-    the sockets to keep open. Raises ``OSError`` when the port is taken."""
+    the sockets to keep open. Raises ``OSError`` when the port is taken,
+    whether or not its owner shares it with ``SO_REUSEPORT``."""
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    if port:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            _probe(family, kind, proto, address, port)
     sockets: list[socket.socket] = []
     try:
         for family, kind, proto, _, address in dict.fromkeys(infos):
@@ -163,7 +208,8 @@ class Supervisor:
                                f"{exc.strerror or exc}") from None
         self.settings = s = replace(s, port=port)
         self._slots = [_Slot(i, node_id(s, i)) for i in range(1, self.count + 1)]
-        self._metrics_dir = tempfile.mkdtemp(prefix="liveroom-metrics-")
+        sweep_metrics_dirs()
+        self._metrics_dir = tempfile.mkdtemp(prefix=f"{METRICS_PREFIX}{os.getpid()}-")
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._on_signal)

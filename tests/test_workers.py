@@ -14,6 +14,7 @@ import re
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Collection
 from contextlib import asynccontextmanager, suppress
@@ -457,6 +458,47 @@ def test_a_port_in_use_is_a_clear_failure(redis_url: str) -> None:
     assert result.exit_code == 1, result.output
     assert f"cannot listen on 127.0.0.1:{port}" in result.output
     assert "Traceback" not in result.output
+
+
+async def test_a_port_served_by_another_supervisors_workers_is_refused(
+        tmp_path: Path, redis_url: str) -> None:
+    """Their sockets share the port with SO_REUSEPORT: joining them would split
+    traffic silently between two stores. The second supervisor refuses."""
+    async with supervisor(tmp_path, "--store", redis_url) as running:
+        second = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "liveroom", "serve", "--workers", "2",
+            "--port", str(running.port), "--store", redis_url,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env=clean_env(**TOKENS))
+        stdout, stderr = await asyncio.wait_for(second.communicate(), 30)
+        assert second.returncode == 1, stderr
+        assert f"cannot listen on 127.0.0.1:{running.port}" in stderr.decode()
+        assert b"listening on" not in stdout
+        async with fresh() as session, session.get(f"{running.url}/healthz") as resp:
+            assert resp.status == 200  # the first is untouched
+
+
+async def test_metrics_directories_of_dead_supervisors_are_swept_at_start(
+        tmp_path: Path, redis_url: str) -> None:
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = temp / f"liveroom-metrics-{dead.pid}-abcd"
+    alive = temp / f"liveroom-metrics-{os.getpid()}-efgh"
+    other = temp / "something-else"
+    for path in (stale, alive, other):
+        path.mkdir()
+        (path / "counter_1.db").write_bytes(b"x")
+    env = clean_env(**TOKENS, TMPDIR=str(temp))
+    async with supervisor(tmp_path, "--store", redis_url, env=env):
+        assert not stale.exists()
+        assert alive.exists()
+        assert other.exists()
+        ours = [p for p in temp.iterdir() if p.name.startswith("liveroom-metrics-")
+                and p != alive]
+        assert len(ours) == 1  # the running supervisor's own
+    assert not ours[0].exists()  # removed when it stopped
 
 
 async def test_the_real_command_refuses_the_memory_store() -> None:
