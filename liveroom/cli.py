@@ -228,6 +228,17 @@ def main() -> None:
               callback=_parse_windows,
               help="Sends allowed per uid in a room: LIMIT/[N]UNIT windows (UNIT s, m, h "
                    "or d), comma-separated, all enforced; 'off' for none.")
+@click.option("--rooms-per-uid", "rooms_per_uid", default=_windows_text(_D.rooms_per_uid),
+              show_default=True, envvar="LIVEROOM_ROOMS_PER_UID", show_envvar=True,
+              callback=_parse_windows,
+              help="New rooms a uid's sends may create on this node: LIMIT/[N]UNIT windows; "
+                   "past them its sends still reach rooms that exist (429 for a new one); "
+                   "'off' for none. The backend's tokens are not limited.")
+@click.option("--rooms-per-node", "rooms_per_node", default=_windows_text(_D.rooms_per_node),
+              show_default=True, envvar="LIVEROOM_ROOMS_PER_NODE", show_envvar=True,
+              callback=_parse_windows,
+              help="New rooms all sends together may create on this node: LIMIT/[N]UNIT "
+                   "windows; 'off' for none.")
 @click.option("--room-rate-limit", default=_D.rate_limits.room_per_second, show_default=True,
               envvar="LIVEROOM_ROOM_RATE_LIMIT", show_envvar=True, type=click.IntRange(0),
               help="Sends accepted per second in one room, all senders together (0: off).")
@@ -308,7 +319,9 @@ def serve(host: str, port: int, store: str, admin_token: str | None,
           log_level: str, log_cap: int, room_ttl: float, normal_keep: int,
           important_keep: int, important_window: float, online_ttl: float,
           vip_shards: int, viewers_threshold: int, tiers: tuple[Tier, ...],
-          hold_tick: float, rate_limits: tuple[Window, ...], room_rate_limit: int,
+          hold_tick: float, rate_limits: tuple[Window, ...],
+          rooms_per_uid: tuple[Window, ...], rooms_per_node: tuple[Window, ...],
+          room_rate_limit: int,
           vip_refresh: float, keepalive_timeout: float, header_timeout: float,
           request_timeout: float, answer_bytes_max: int, holds_per_listener: int,
           holds_per_uid: int, held_max: int, connections_max: int, rooms_max: int,
@@ -330,6 +343,7 @@ def serve(host: str, port: int, store: str, admin_token: str | None,
                             vip_shards=vip_shards, viewers_threshold=viewers_threshold,
                             tiers=tiers, hold_tick=hold_tick,
                             rate_limits=RateLimits(rate_limits, room_rate_limit),
+                            rooms_per_uid=rooms_per_uid, rooms_per_node=rooms_per_node,
                             vip_refresh=vip_refresh, keepalive_timeout=keepalive_timeout,
                             header_timeout=header_timeout, request_timeout=request_timeout,
                             answer_bytes_max=answer_bytes_max,
@@ -384,7 +398,11 @@ def _rooms(ctx: click.Context, param: click.Parameter,
 @click.option("--uid", required=True, callback=_uid,
               help="The uid the ticket names (its sub claim).")
 @click.option("--room", "rooms", multiple=True, callback=_rooms, metavar="ROOM",
-              help="A room the ticket is good for; repeat for several. None: every room.")
+              help="A room the ticket is good for; repeat for several. Required unless "
+                   "--any-room.")
+@click.option("--any-room", is_flag=True,
+              help="Mint a ticket good for every room (it can create rooms by sending, "
+                   "within --rooms-per-uid; it cannot read member lists).")
 @click.option("--ttl", default=DEFAULT_TTL, show_default=True, type=click.IntRange(1),
               help="Seconds the ticket is valid.")
 @click.option("--publish", is_flag=True,
@@ -392,7 +410,7 @@ def _rooms(ctx: click.Context, param: click.Parameter,
 @click.option("--key", default=None,
               help="The HS256 key to sign with [default: the first of "
                    "LIVEROOM_TICKET_KEYS].")
-def ticket(uid: str, rooms: tuple[str, ...], ttl: int, publish: bool,
+def ticket(uid: str, rooms: tuple[str, ...], any_room: bool, ttl: int, publish: bool,
            key: str | None) -> None:
     """Print one ticket for UID, signed as your backend would sign it.
 
@@ -407,7 +425,12 @@ def ticket(uid: str, rooms: tuple[str, ...], ttl: int, publish: bool,
     if len(key.encode()) < TICKET_KEY_MIN:
         raise click.BadParameter(f"a ticket key must be at least {TICKET_KEY_MIN} bytes",
                                  param_hint="--key")
-    click.echo(mint(key, uid, rooms=rooms or None, ttl=ttl, publish=publish))
+    if not rooms and not any_room:
+        raise click.UsageError("name the rooms the ticket is good for with --room ROOM "
+                               "(repeat it), or mint one for every room with --any-room")
+    if rooms and any_room:
+        raise click.UsageError("--room and --any-room exclude each other")
+    click.echo(mint(key, uid, rooms=None if any_room else rooms, ttl=ttl, publish=publish))
 
 
 # -- operators: the vip whitelist and the end of a broadcast ----------------------

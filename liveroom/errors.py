@@ -14,6 +14,7 @@ carries ``Retry-After``)::
     ├── TooLarge              413  body over the limit
     ├── UnsupportedMedia      415  neither JSON nor msgpack, or compressed
     ├── RateLimited           429  a sender limit (temporary)
+    │   └── NewRoomRefused    429  a send that would create a room may not
     ├── StoreUnavailable      503  the KV store cannot be reached (temporary)
     └── Overloaded            503  the node holds all the polls it may (temporary)
 
@@ -76,6 +77,15 @@ class RateLimited(LiveroomError):
     code = "rate_limited"
     status = 429
     temporary = True
+
+
+class NewRoomRefused(RateLimited):
+    """The store refused a send that would have created its room (the caller
+    said it may not create one); nothing was stored or counted."""
+
+    def __init__(self, message: str = "this send would create a room", *,
+                 retry_after: float | None = 60.0) -> None:
+        super().__init__(message, retry_after=retry_after)
 
 
 class StoreUnavailable(LiveroomError):

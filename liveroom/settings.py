@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .errors import ConfigError
-from .ratelimit import RateLimits
+from .ratelimit import RateLimits, Window, parse_windows
 
 if TYPE_CHECKING:
     from .store.base import LogPolicy
@@ -64,6 +64,8 @@ TICKET_KEY_MIN = 32
 PyJWT warns below it)."""
 
 DEFAULT_RATE_LIMITS = RateLimits()
+ROOMS_PER_UID = parse_windows("10/m,100/h")
+ROOMS_PER_NODE = parse_windows("600/m")
 DEFAULT_TIERS = (Tier(1_000, 1.0), Tier(10_000, 2.0), Tier(100_000, 5.0),
                  Tier(1_000_000, 8.0, 2.0))
 
@@ -168,6 +170,11 @@ class Settings:
     """Important messages release a tiered room's held polls at most this often."""
     rate_limits: RateLimits = DEFAULT_RATE_LIMITS
     """Sender limits (per uid in a room, and an optional room-wide cap)."""
+    rooms_per_uid: tuple[Window, ...] = ROOMS_PER_UID
+    """Rooms a uid's sends may create, per window, on this node (sends to rooms
+    that exist are not counted); the backend's tokens are not limited."""
+    rooms_per_node: tuple[Window, ...] = ROOMS_PER_NODE
+    """Rooms all sends together may create on this node, per window."""
     vip_refresh: float = 2.0
     """Seconds between two reads of the vip whitelist by every node."""
 

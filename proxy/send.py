@@ -25,6 +25,7 @@ from liveroom.codec import decode_request, wants_msgpack
 from liveroom.errors import (
     Forbidden,
     LiveroomError,
+    NewRoomRefused,
     RateLimited,
     StoreUnavailable,
     TooLarge,
@@ -37,6 +38,7 @@ from liveroom.settings import Settings
 from liveroom.store.base import MessageLog
 
 from .auth import Right, Tokens, bearer
+from .new_rooms import NewRooms
 from .params import parse_send
 from .reply import INTERNAL, Reply, document_reply, failure_reply
 from .tickets import UID_MISMATCH, Tickets
@@ -68,6 +70,7 @@ class Sends:
         self._outcomes = {o: metrics.sends.labels(o)
                           for o in ("stored", "duplicate", "limited", "unavailable")}
         self._append_errors = metrics.store_errors.labels("append")
+        self.new_rooms = NewRooms(settings.rooms_per_uid, settings.rooms_per_node)
         self.body_limit = settings.max_message_bytes + 1024
         """Most bytes a send's request body may have (a message plus its fields)."""
 
@@ -128,9 +131,15 @@ class Sends:
         message = NewMessage(uid=uid, body=sp.body, important=sp.important,
                              ts=int(self._clock.time() * 1000), client_msg_id=sp.client_msg_id)
         outcomes = self._outcomes
+        refusal = None if trusted else self.new_rooms.refusal(uid, message.ts)
         try:
             appended = await self._log.append(
-                room, message, None if trusted or limits.off else limits)
+                room, message, None if trusted or limits.off else limits,
+                may_create=refusal is None)
+        except NewRoomRefused:
+            outcomes["limited"].inc()
+            assert refusal is not None
+            raise refusal from None
         except RateLimited:
             outcomes["limited"].inc()
             raise
@@ -139,5 +148,7 @@ class Sends:
             self._append_errors.inc()
             raise
         outcomes["duplicate" if appended.duplicate else "stored"].inc()
+        if appended.created and not trusted:
+            self.new_rooms.created(uid, message.ts)
         return document_reply({"seq": appended.seq, "epoch": appended.epoch},
                               use_msgpack=wants_msgpack(accept), status=201)

@@ -166,6 +166,11 @@ class RoomCache:
         self._recent = 2 * limits.fallback_interval
         """A room read within this long (or with held polls) gets fallback pulls."""
         self._dirty: dict[str, None] = {}
+        self._touch_soon: dict[str, None] = {}
+        """Rooms this cache just found to exist: their first read is pushed to
+        the store at the next fallback pass (a room of one sender, with its
+        short expiry, becomes a room like any other once somebody reads it),
+        not only at the next ``touch_interval``."""
         self._in_flight: set[str] = set()
         self._work = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -484,6 +489,8 @@ class RoomCache:
             return
         state.behind_since = None
         base = None if (old is None or pulled.epoch != old.epoch) else old
+        if old is None or is_absent(old):
+            self._touch_soon[state.name] = None
         snap = advance(base, pulled, request.after, self._keep, now_ms)
         state.restart = False
         self._install(state, snap)
@@ -527,7 +534,12 @@ class RoomCache:
             self._metrics.rooms.set(len(self))
             if now - last_touch >= limits.touch_interval:
                 last_touch = now
+                self._touch_soon.clear()
                 await self._touch()
+            elif self._touch_soon:
+                names = list(self._touch_soon)
+                self._touch_soon.clear()
+                await self._touch_names(names)
 
     @staticmethod
     def _fallback_due(state: _Room, due: float, recheck: float) -> bool:
@@ -542,6 +554,9 @@ class RoomCache:
         # Rooms that do not exist have nothing to push back (and must not get a log).
         names = [name for held in (self._rooms, self._pinned) for name, state in held.items()
                  if state.snapshot is not None and not is_absent(state.snapshot)]
+        await self._touch_names(names)
+
+    async def _touch_names(self, names: list[str]) -> None:
         for i in range(0, len(names), 1000):
             try:
                 await self._log.touch(names[i:i + 1000])

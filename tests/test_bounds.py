@@ -18,9 +18,19 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-from support import ADMIN, ADMIN_HEADERS, Listener, answered, poll_once, running_node, send
+from support import (
+    ADMIN,
+    ADMIN_HEADERS,
+    PUBLISHER,
+    Listener,
+    answered,
+    poll_once,
+    running_node,
+    send,
+)
 
 from liveroom.clock import FakeClock
+from liveroom.ratelimit import parse_windows
 from liveroom.settings import Tier
 
 LARGE = "x" * 4000
@@ -270,3 +280,33 @@ async def test_first_polls_and_made_up_epochs_wait_for_the_pace_of_a_tiered_room
         answer, took = await answered(clock, member.poll(node.url))
         assert answer["reset"] is True
         assert took < 1
+
+
+async def test_sends_may_create_only_so_many_rooms_per_uid_and_per_node() -> None:
+    """Past its new-room windows a uid still sends to rooms that exist; a new
+    room gets 429 with Retry-After (and the node has a window of its own).
+    The backend's tokens are not limited."""
+    async with running_node(rooms_per_uid=parse_windows("3/m"),
+                            rooms_per_node=parse_windows("5/m")) as node, \
+            aiohttp.ClientSession() as session:
+        async def post(room: str, uid: str, token: str | None = None) -> aiohttp.ClientResponse:
+            headers = {"Authorization": f"Bearer {token}"} if token else {}
+            async with session.post(f"{node.url}/v1/rooms/{room}/messages",
+                                    json={"uid": uid, "body": "hi"}, headers=headers) as r:
+                await r.read()
+                return r
+
+        for i in range(3):
+            assert (await post(f"new-{i}", "maker")).status == 201
+        refused = await post("new-3", "maker")
+        assert refused.status == 429
+        assert 0 < int(refused.headers["Retry-After"]) <= 60
+        assert (await post("new-0", "maker")).status == 201  # a room that exists
+        assert (await post("new-3", "other")).status == 201  # another uid
+        assert (await post("new-4", "third")).status == 201  # the node's 5th
+        refused = await post("new-5", "fourth")
+        assert refused.status == 429  # the node's window, whoever sends
+        assert (await post("new-5", "backend", PUBLISHER)).status == 201
+        assert (await post("never", "maker")).status == 429
+        async with session.get(f"{node.url}/v1/rooms/never/stats") as r:
+            assert (await r.json())["seq"] == 0  # a refused send created nothing

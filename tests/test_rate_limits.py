@@ -447,3 +447,4 @@ async def _run_model(url: str, limits: RateLimits, now: int,
                     await store.log.append("r", msg(now, uid, "refused"), limits)
                 assert caught.value.retry_after == retry
                 assert caught.value.retry_after > 0
+

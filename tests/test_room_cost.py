@@ -22,7 +22,7 @@ from conftest import TEST_POLICY, RedisServer
 from support import Listener, running_node, send
 
 from liveroom.clock import FakeClock
-from liveroom.errors import StoreUnavailable
+from liveroom.errors import NewRoomRefused, StoreUnavailable
 from liveroom.metrics import Metrics
 from liveroom.model import Entry, NewMessage
 from liveroom.snapshot import ABSENT_EPOCH
@@ -161,10 +161,54 @@ async def test_an_operator_created_empty_room_expires_within_empty_room_ttl(
         pulled = await store.log.pull([PullRequest("made", 0, 10),
                                        PullRequest("ended", 0, 10)])
         assert [p.epoch for p in pulled] == [None, None]
-    # The first message makes it a room like any: room_ttl.
-    await store.log.append("made2", NewMessage("u", "hi", False, 1))
+    # The first message in a room an operator opened makes it a room like any.
+    await store.log.open_room("opened")
+    await store.log.append("opened", NewMessage("u", "hi", False, 1))
     if raw_redis is not None:
-        assert await raw_redis.pttl(keys.meta("made2")) > ttl_ms
+        assert await raw_redis.pttl(keys.meta("opened")) > ttl_ms
+
+
+async def test_a_room_one_send_created_lives_empty_room_ttl_until_a_second_sender_or_a_read(
+        store: Store, fake_clock: FakeClock, raw_redis: aioredis.Redis | None) -> None:
+    """Sends may create rooms, but a room nobody else spoke in or read costs
+    the store empty_room_ttl, not room_ttl."""
+    ttl_ms = TEST_POLICY.empty_room_ttl_ms
+
+    async def lives(room: str, seconds: float) -> bool:
+        """Whether ``room`` still has its log ``seconds`` from now (memory: the
+        fake clock; Redis: its keys' TTL)."""
+        if raw_redis is not None:
+            return bool(await raw_redis.pttl(keys.meta(room)) > seconds * 1000)
+        await fake_clock.advance(seconds)
+        (pulled,) = await store.log.pull([PullRequest(room, 0, 10)])
+        return pulled.epoch is not None
+
+    now = int(fake_clock.time() * 1000)
+    created = await store.log.append("lonely", NewMessage("u", "hi", False, now))
+    assert created.created
+    again = await store.log.append("lonely", NewMessage("u", "me again", False, now))
+    assert not again.created
+    assert not await lives("lonely", ttl_ms / 1000 + 1)
+
+    await store.log.append("chat", NewMessage("u", "hi", False, now))
+    await store.log.append("chat", NewMessage("v", "hello", False, now))  # a second sender
+    assert await lives("chat", ttl_ms / 1000 + 1)
+
+    now = int(fake_clock.time() * 1000)
+    await store.log.append("watched", NewMessage("u", "hi", False, now))
+    await store.log.touch(["watched"])  # somebody reads it
+    assert await lives("watched", ttl_ms / 1000 + 1)
+
+
+async def test_a_send_that_may_not_create_a_room_stores_nothing(store: Store) -> None:
+    with pytest.raises(NewRoomRefused):
+        await store.log.append("nope", NewMessage("u", "hi", False, 1), may_create=False)
+    (pulled,) = await store.log.pull([PullRequest("nope", 0, 10)])
+    assert pulled.epoch is None
+    await store.log.append("exists", NewMessage("u", "hi", False, 1))
+    appended = await store.log.append("exists", NewMessage("v", "hi", False, 1),
+                                      may_create=False)
+    assert (appended.seq, appended.created) == (2, False)
 
 
 # -- bounded recvsvr state ------------------------------------------------------------

@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+import jwt
 import pytest
+from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 from support import (
@@ -36,6 +38,7 @@ from support import (
     until,
 )
 
+from liveroom.cli import main
 from liveroom.clock import FakeClock
 from liveroom.errors import Unauthorized
 from liveroom.settings import Settings
@@ -557,6 +560,21 @@ async def test_the_ticket_command_mints_what_the_server_takes(engine_url: str) -
         assert status == 200, answer
         assert [m["uid"] for m in answer["messages"]] == ["carol"]
         assert (await client.poll(room="other", bearer=ticket))[0] == 401
+
+
+def test_the_ticket_command_mints_room_scoped_tickets_unless_told_otherwise() -> None:
+    runner = CliRunner()
+    refused = runner.invoke(main, ["ticket", "--uid", "a", "--key", KEY])
+    assert refused.exit_code == 2
+    assert "--room ROOM" in refused.output
+    assert "--any-room" in refused.output
+    scoped = runner.invoke(main, ["ticket", "--uid", "a", "--room", "r1", "--key", KEY])
+    assert jwt.decode(scoped.output.strip(), KEY, algorithms=["HS256"])["rooms"] == ["r1"]
+    anywhere = runner.invoke(main, ["ticket", "--uid", "a", "--any-room", "--key", KEY])
+    assert "rooms" not in jwt.decode(anywhere.output.strip(), KEY, algorithms=["HS256"])
+    both = runner.invoke(main, ["ticket", "--uid", "a", "--room", "r", "--any-room",
+                                "--key", KEY])
+    assert both.exit_code == 2
 
 
 def test_the_ticket_command_needs_a_key_of_32_bytes() -> None:

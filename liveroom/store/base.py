@@ -69,6 +69,8 @@ class Appended:
     seq: int
     duplicate: bool
     """True when the ``client_msg_id`` was seen: nothing was stored."""
+    created: bool = False
+    """This send created the room's log."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,8 +125,14 @@ class MessageLog(Protocol):
         A log created here lives ``empty_room_ttl_ms`` until its first message."""
 
     async def append(self, room: str, message: NewMessage,
-                     limits: RateLimits | None = None) -> Appended:
+                     limits: RateLimits | None = None, *, may_create: bool = True) -> Appended:
         """Store one message and notify; a seen ``client_msg_id`` stores nothing.
+
+        A send that creates the room's log (``Appended.created``) makes it a
+        room of one sender: it expires ``empty_room_ttl_ms`` after its last
+        send until another uid sends to it or a reader touches it (then
+        ``room_ttl_ms``). With ``may_create`` false, a send to a room with no
+        log raises :class:`~liveroom.errors.NewRoomRefused` and stores nothing.
 
         With ``limits``, the sender's windows (per room and ``message.uid``) and
         the room's cap are checked in the same round trip, at ``message.ts``:

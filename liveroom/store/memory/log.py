@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ...clock import Clock
+from ...errors import NewRoomRefused
 from ...model import Entry, NewMessage
 from ...ratelimit import (
     Counts,
@@ -40,6 +41,9 @@ class _Room:
     important: deque[Entry] = field(default_factory=deque)
     dedup: dict[str, tuple[int, int]] = field(default_factory=dict)
     """client_msg_id -> (seq, expires_ms)"""
+    by: str | None = None
+    """The uid whose send created it, while nobody else sent or read: it then
+    expires ``empty_room_ttl_ms`` after its last send (``lua/append.lua``)."""
 
 
 class MemoryLog:
@@ -59,7 +63,8 @@ class MemoryLog:
 
     def _expired(self, state: _Room, now: int) -> bool:
         policy = self.policy
-        ttl = policy.room_ttl_ms if state.seq else policy.empty_room_ttl_ms
+        ttl = policy.room_ttl_ms if state.seq and state.by is None \
+            else policy.empty_room_ttl_ms
         return now - state.used_ms > ttl
 
     def _room(self, room: str, *, create: bool) -> _Room | None:
@@ -87,7 +92,7 @@ class MemoryLog:
         return state.epoch
 
     async def append(self, room: str, message: NewMessage,
-                     limits: RateLimits | None = None) -> Appended:
+                     limits: RateLimits | None = None, *, may_create: bool = True) -> Appended:
         """The order of ``append.lua``: a seen client_msg_id, then the limits
         (a refused send creates no log), then the append and its counts."""
         now = self._now_ms()
@@ -97,10 +102,16 @@ class MemoryLog:
             seen = state.dedup.get(cmid)
             if seen is not None and seen[1] > now:
                 return Appended(state.epoch, seen[0], duplicate=True)
+        if state is None and not may_create:
+            raise NewRoomRefused()
         counted = self._check_limits(room, message, limits) if limits is not None else []
+        created = state is None
         if state is None:
             state = self._room(room, create=True)
             assert state is not None
+            state.by = message.uid
+        elif state.by is not None and state.by != message.uid:
+            state.by = None  # a second sender: a room like any other
         policy = self.policy
         state.seq += 1
         state.ic += message.important
@@ -129,7 +140,7 @@ class MemoryLog:
             count_send(counts, windows, message.ts)
             self._counts.put(key, counts, horizon_ms(windows))
         self._notifier.publish(room, state.seq)
-        return Appended(state.epoch, state.seq, duplicate=False)
+        return Appended(state.epoch, state.seq, duplicate=False, created=created)
 
     def _check_limits(self, room: str, message: NewMessage, limits: RateLimits,
                       ) -> list[tuple[_Counted, tuple[Window, ...]]]:
@@ -193,6 +204,7 @@ class MemoryLog:
             state = self._room(room, create=False)
             if state is not None and state.seq:
                 state.used_ms = now
+                state.by = None  # read: a room like any other
 
 
 # -- statsvr's tables -----------------------------------------------------------

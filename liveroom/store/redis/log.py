@@ -12,7 +12,7 @@ from redis.asyncio.client import Pipeline
 from redis.asyncio.cluster import ClusterPipeline
 
 from ...codec import pack_stored, unpack_stored
-from ...errors import StoreUnavailable
+from ...errors import NewRoomRefused, StoreUnavailable
 from ...model import Entry, NewMessage
 from ...ratelimit import RateLimits, refusal
 from ..base import Appended, LogPolicy, Pulled, PullRequest, new_epoch
@@ -24,6 +24,7 @@ logger = logging.getLogger("liveroom.store.redis")
 _PULL_ATTEMPTS = 5
 
 _REFUSED = 2
+_NOT_CREATED = 3
 """``append.lua``'s status of a send refused by a rate window."""
 
 
@@ -72,22 +73,24 @@ class RedisLog:
         return await self._room_epoch("open_room", room, "", 1)
 
     async def append(self, room: str, message: NewMessage,
-                     limits: RateLimits | None = None) -> Appended:
+                     limits: RateLimits | None = None, *, may_create: bool = True) -> Appended:
         """One script call (``lua/append.lua``): dedup, rate windows, append, notify."""
         policy = self.policy
         cmid = message.client_msg_id
         packed = pack_stored(message.uid, message.important, message.ts, message.body)
+        proposed = new_epoch()
         per_uid = limits.per_uid if limits is not None else ()
         per_room = limits.room_windows if limits is not None else ()
         windows = (*per_uid, *per_room)
         call = (self._append,
                 [*_room_keys(room), keys.client_msg_id(room, cmid or ""),
                  keys.rate_uid(room, message.uid), keys.rate_room(room)],
-                [new_epoch(), packed, int(message.important), message.ts,
+                [proposed, packed, int(message.important), message.ts,
                  policy.log_cap, policy.important_keep, policy.important_window_ms,
                  policy.important_hard_cap, policy.room_ttl_ms, policy.dedup_ttl_ms,
                  int(cmid is not None), keys.notify_how(room, sharded=self.sharded), room,
-                 len(per_uid), len(per_room),
+                 len(per_uid), len(per_room), int(may_create), policy.empty_room_ttl_ms,
+                 message.uid,
                  *(n for w in windows for n in (w.seconds, w.limit, w.bucket_ms,
                                                 w.buckets))])
         replicas = policy.durable_replicas
@@ -98,6 +101,8 @@ class RedisLog:
             else:
                 (reply,), acked = await run_scripts(self._client, [call]), 0
         epoch, seq, status, *refused = reply
+        if status == _NOT_CREATED:
+            raise NewRoomRefused()
         if status != _REFUSED and acked < replicas:
             # Stored on the master (or seen before), not yet on enough replicas:
             # a failover now could lose it, so it is not acknowledged. The
@@ -110,7 +115,8 @@ class RedisLog:
             position, free_ms = int(refused[0]), int(refused[1])
             uid = message.uid if position <= len(per_uid) else None
             raise refusal(room, uid, windows[position - 1], free_ms, message.ts)
-        return Appended(text(epoch), int(seq), duplicate=bool(status))
+        epoch = text(epoch)
+        return Appended(epoch, int(seq), duplicate=bool(status), created=epoch == proposed)
 
     async def pull(self, requests: Sequence[PullRequest]) -> list[Pulled]:
         """One pipeline for the whole batch: four read-only commands a room.

@@ -25,19 +25,27 @@
 -- ARGV[13] the room name
 -- ARGV[14] U: rate windows counted in KEYS[5] (the sender's; 0 for none)
 -- ARGV[15] V: rate windows counted in KEYS[6] (the room's cap: 0 or 1)
--- ARGV[16..] U + V windows, four numbers each: seconds, limit, bucket_ms, buckets
+-- ARGV[16] 1 when this send may create the room's log, else 0
+-- ARGV[17] empty_room_ttl_ms    ARGV[18] the sender's uid
+-- ARGV[19..] U + V windows, four numbers each: seconds, limit, bucket_ms, buckets
+--
+-- A log this send creates belongs to its sender alone (meta field 'by'): it
+-- expires empty_room_ttl_ms after that sender's last send, until another uid
+-- sends (or a reader touches it, touch.lua); then room_ttl_ms.
 --
 -- Returns {epoch, seq, 0} when stored; {epoch, seq, 1} when the client_msg_id
 -- was seen (seq is the first send's and nothing was stored); {epoch or '', 0,
 -- 2, w, free_ms} when refused by a full window (nothing stored or counted):
--- w is its position in ARGV[16..] (from 1), free_ms when it first allows a
+-- w is its position in ARGV[19..] (from 1), free_ms when it first allows a
 -- send again; the full window freeing last is reported. The rule is
--- liveroom.ratelimit's (freed_at, prune, count_send).
+-- liveroom.ratelimit's (freed_at, prune, count_send). {'', 0, 3} when the
+-- room has no log and ARGV[16] is 0 (nothing stored or counted).
 
 local meta, log, imp, cmid = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local important = ARGV[3] == '1'
 local has_cmid = ARGV[11] == '1'
 local ts = tonumber(ARGV[4])
+local uid = ARGV[18]
 
 local epoch = redis.call('HGET', meta, 'epoch')
 if epoch and has_cmid then
@@ -51,19 +59,23 @@ if epoch and has_cmid then
   end
 end
 
+if not epoch and ARGV[16] ~= '1' then
+  return {'', 0, 3}
+end
+
 -- -- rate windows ------------------------------------------------------------
 
 local counters = {}  -- {key, windows}: the sender's, then the room's
 do
   local u, v = tonumber(ARGV[14]), tonumber(ARGV[15])
-  local at = 16
+  local at = 19
   for c, count in ipairs({u, v}) do
     local windows = {}
     for _ = 1, count do
       windows[#windows + 1] = {
         seconds = ARGV[at], limit = tonumber(ARGV[at + 1]),
         bucket_ms = tonumber(ARGV[at + 2]), buckets = tonumber(ARGV[at + 3]),
-        position = (at - 16) / 4 + 1}
+        position = (at - 19) / 4 + 1}
       at = at + 4
     end
     if count > 0 then
@@ -139,11 +151,21 @@ end
 
 -- -- the append ---------------------------------------------------------------
 
+local ttl = ARGV[9]
 if not epoch then
   -- No log: a new epoch from seq 0 (new_log.lua). A leftover client_msg_id
   -- belongs to the lost epoch and is overwritten below.
   epoch = ARGV[1]
   new_log(meta, log, imp, epoch)
+  redis.call('HSET', meta, 'by', uid)
+  ttl = ARGV[17]
+else
+  local by = redis.call('HGET', meta, 'by')
+  if by == uid then
+    ttl = ARGV[17]
+  elseif by then
+    redis.call('HDEL', meta, 'by')  -- a second sender: a room like any other
+  end
 end
 
 local seq = redis.call('HINCRBY', meta, 'seq', 1)
@@ -187,9 +209,9 @@ if important then
   end
 end
 
-redis.call('PEXPIRE', meta, ARGV[9])
-redis.call('PEXPIRE', log, ARGV[9])
-redis.call('PEXPIRE', imp, ARGV[9])
+redis.call('PEXPIRE', meta, ttl)
+redis.call('PEXPIRE', log, ttl)
+redis.call('PEXPIRE', imp, ttl)
 if has_cmid then
   redis.call('SET', cmid, seq, 'PX', ARGV[10])
 end

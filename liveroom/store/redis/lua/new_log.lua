@@ -8,5 +8,6 @@
 local function new_log(meta, log, imp, epoch)
   redis.call('DEL', log, imp)
   redis.call('HSET', meta, 'epoch', epoch, 'seq', 0, 'ic', 0)
+  redis.call('HDEL', meta, 'by')  -- whose room it is, append.lua says
 end
 

@@ -7,6 +7,8 @@
 --
 -- A room with no message yet (seq 0) keeps the expiry it was created with
 -- (empty_room_ttl_ms, see epoch.lua): reads never keep a made-up name alive.
+-- A room of one sender (field 'by', see append.lua) becomes a room like any
+-- other once read.
 -- Returns 1 when the expiry was pushed back, else 0.
 
 local meta, log, imp = KEYS[1], KEYS[2], KEYS[3]
@@ -18,6 +20,7 @@ if seq == '0' then
   return 0
 end
 local ttl = ARGV[1]
+redis.call('HDEL', meta, 'by')  -- read: no longer a room of its sender alone
 redis.call('PEXPIRE', meta, ttl)
 redis.call('PEXPIRE', log, ttl)
 redis.call('PEXPIRE', imp, ttl)
