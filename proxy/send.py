@@ -135,7 +135,7 @@ class Sends:
         try:
             appended = await self._log.append(
                 room, message, None if trusted or limits.off else limits,
-                may_create=refusal is None)
+                may_create=refusal is None, provisional=not trusted)
         except NewRoomRefused:
             outcomes["limited"].inc()
             assert refusal is not None

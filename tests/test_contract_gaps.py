@@ -91,7 +91,9 @@ async def test_a_client_msg_id_is_remembered_ten_minutes_on_the_memory_engine(
         session: aiohttp.ClientSession) -> None:
     """The memory engine's window runs on the fake clock: the default ten minutes."""
     clock = FakeClock()
-    async with running_node(clock=clock) as node:
+    # A room of one sender nobody reads expires sooner than ten minutes
+    # (empty_room_ttl): this test is about the dedup window only.
+    async with running_node(clock=clock, empty_room_ttl=3600) as node:
         first = await send(session, node.url, "dd", "hello", client_msg_id="m-1")
         await clock.advance(599.5)
         # Within the window: the first send's seq, and nothing stored.

@@ -19,7 +19,7 @@ import aiohttp
 import pytest
 import redis.asyncio as aioredis
 from conftest import TEST_POLICY, RedisServer
-from support import Listener, running_node, send
+from support import Listener, running_node, send, settle
 
 from liveroom.clock import FakeClock
 from liveroom.errors import NewRoomRefused, StoreUnavailable
@@ -184,20 +184,48 @@ async def test_a_room_one_send_created_lives_empty_room_ttl_until_a_second_sende
         return pulled.epoch is not None
 
     now = int(fake_clock.time() * 1000)
-    created = await store.log.append("lonely", NewMessage("u", "hi", False, now))
+    created = await store.log.append("lonely", NewMessage("u", "hi", False, now),
+                                     provisional=True)
     assert created.created
-    again = await store.log.append("lonely", NewMessage("u", "me again", False, now))
+    again = await store.log.append("lonely", NewMessage("u", "me again", False, now),
+                                   provisional=True)
     assert not again.created
     assert not await lives("lonely", ttl_ms / 1000 + 1)
 
-    await store.log.append("chat", NewMessage("u", "hi", False, now))
+    await store.log.append("chat", NewMessage("u", "hi", False, now), provisional=True)
     await store.log.append("chat", NewMessage("v", "hello", False, now))  # a second sender
     assert await lives("chat", ttl_ms / 1000 + 1)
 
     now = int(fake_clock.time() * 1000)
-    await store.log.append("watched", NewMessage("u", "hi", False, now))
+    await store.log.append("watched", NewMessage("u", "hi", False, now), provisional=True)
     await store.log.touch(["watched"])  # somebody reads it
     assert await lives("watched", ttl_ms / 1000 + 1)
+
+
+async def test_a_listener_makes_a_room_of_one_sender_a_room_like_any(engine_url: str) -> None:
+    """The first read of a room by a node's cache reaches the store at the next
+    fallback pass (not at the ten-minute touch): a room somebody listens to
+    keeps its log past empty_room_ttl."""
+    clock = FakeClock()
+    async with running_node(engine_url, clock) as node, aiohttp.ClientSession() as session:
+        ttl = node.node.settings.empty_room_ttl
+        await send(session, node.url, "heard", "hi", uid="u")
+        await send(session, node.url, "unheard", "hi", uid="u")
+        await Listener(session, "heard").poll(node.url)
+        await clock.advance(1.0)  # the fallback pass pushes the read to the store
+        await settle()
+        await clock.advance(ttl + 1)
+        pulled = await node.node.store.log.pull([PullRequest("heard", 0, 10),
+                                                 PullRequest("unheard", 0, 10)])
+        if engine_url == "memory":
+            assert [p.epoch is not None for p in pulled] == [True, False]
+        else:  # Redis expires on its own clock: read the TTLs
+            client = aioredis.from_url(engine_url)
+            try:
+                assert await client.pttl(keys.meta("heard")) > ttl * 1000
+                assert await client.pttl(keys.meta("unheard")) <= ttl * 1000
+            finally:
+                await client.aclose()
 
 
 async def test_a_send_that_may_not_create_a_room_stores_nothing(store: Store) -> None:

@@ -125,14 +125,16 @@ class MessageLog(Protocol):
         A log created here lives ``empty_room_ttl_ms`` until its first message."""
 
     async def append(self, room: str, message: NewMessage,
-                     limits: RateLimits | None = None, *, may_create: bool = True) -> Appended:
+                     limits: RateLimits | None = None, *, may_create: bool = True,
+                     provisional: bool = False) -> Appended:
         """Store one message and notify; a seen ``client_msg_id`` stores nothing.
 
-        A send that creates the room's log (``Appended.created``) makes it a
-        room of one sender: it expires ``empty_room_ttl_ms`` after its last
-        send until another uid sends to it or a reader touches it (then
-        ``room_ttl_ms``). With ``may_create`` false, a send to a room with no
-        log raises :class:`~liveroom.errors.NewRoomRefused` and stores nothing.
+        With ``may_create`` false, a send to a room with no log raises
+        :class:`~liveroom.errors.NewRoomRefused` and stores nothing. With
+        ``provisional``, a log this send creates (``Appended.created``) is its
+        sender's alone: it expires ``empty_room_ttl_ms`` after that sender's
+        last send until another uid sends to it or a reader touches it (then
+        ``room_ttl_ms``, as any room).
 
         With ``limits``, the sender's windows (per room and ``message.uid``) and
         the room's cap are checked in the same round trip, at ``message.ts``:

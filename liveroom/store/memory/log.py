@@ -92,7 +92,8 @@ class MemoryLog:
         return state.epoch
 
     async def append(self, room: str, message: NewMessage,
-                     limits: RateLimits | None = None, *, may_create: bool = True) -> Appended:
+                     limits: RateLimits | None = None, *, may_create: bool = True,
+                     provisional: bool = False) -> Appended:
         """The order of ``append.lua``: a seen client_msg_id, then the limits
         (a refused send creates no log), then the append and its counts."""
         now = self._now_ms()
@@ -109,7 +110,7 @@ class MemoryLog:
         if state is None:
             state = self._room(room, create=True)
             assert state is not None
-            state.by = message.uid
+            state.by = message.uid if provisional else None
         elif state.by is not None and state.by != message.uid:
             state.by = None  # a second sender: a room like any other
         policy = self.policy

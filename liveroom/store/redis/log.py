@@ -73,7 +73,8 @@ class RedisLog:
         return await self._room_epoch("open_room", room, "", 1)
 
     async def append(self, room: str, message: NewMessage,
-                     limits: RateLimits | None = None, *, may_create: bool = True) -> Appended:
+                     limits: RateLimits | None = None, *, may_create: bool = True,
+                     provisional: bool = False) -> Appended:
         """One script call (``lua/append.lua``): dedup, rate windows, append, notify."""
         policy = self.policy
         cmid = message.client_msg_id
@@ -89,7 +90,8 @@ class RedisLog:
                  policy.log_cap, policy.important_keep, policy.important_window_ms,
                  policy.important_hard_cap, policy.room_ttl_ms, policy.dedup_ttl_ms,
                  int(cmid is not None), keys.notify_how(room, sharded=self.sharded), room,
-                 len(per_uid), len(per_room), int(may_create), policy.empty_room_ttl_ms,
+                 len(per_uid), len(per_room),
+                 (2 if provisional else 1) if may_create else 0, policy.empty_room_ttl_ms,
                  message.uid,
                  *(n for w in windows for n in (w.seconds, w.limit, w.bucket_ms,
                                                 w.buckets))])

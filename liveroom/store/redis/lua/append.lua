@@ -25,11 +25,12 @@
 -- ARGV[13] the room name
 -- ARGV[14] U: rate windows counted in KEYS[5] (the sender's; 0 for none)
 -- ARGV[15] V: rate windows counted in KEYS[6] (the room's cap: 0 or 1)
--- ARGV[16] 1 when this send may create the room's log, else 0
+-- ARGV[16] 0 when this send may not create the room's log, 1 when it may, 2
+--          when it may create a provisional one (its sender's alone, below)
 -- ARGV[17] empty_room_ttl_ms    ARGV[18] the sender's uid
 -- ARGV[19..] U + V windows, four numbers each: seconds, limit, bucket_ms, buckets
 --
--- A log this send creates belongs to its sender alone (meta field 'by'): it
+-- A provisional log belongs to its sender alone (meta field 'by'): it
 -- expires empty_room_ttl_ms after that sender's last send, until another uid
 -- sends (or a reader touches it, touch.lua); then room_ttl_ms.
 --
@@ -59,7 +60,7 @@ if epoch and has_cmid then
   end
 end
 
-if not epoch and ARGV[16] ~= '1' then
+if not epoch and ARGV[16] == '0' then
   return {'', 0, 3}
 end
 
@@ -157,8 +158,10 @@ if not epoch then
   -- belongs to the lost epoch and is overwritten below.
   epoch = ARGV[1]
   new_log(meta, log, imp, epoch)
-  redis.call('HSET', meta, 'by', uid)
-  ttl = ARGV[17]
+  if ARGV[16] == '2' then
+    redis.call('HSET', meta, 'by', uid)
+    ttl = ARGV[17]
+  end
 else
   local by = redis.call('HGET', meta, 'by')
   if by == uid then
