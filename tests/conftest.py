@@ -137,7 +137,9 @@ def redis_cluster() -> Iterator[LocalCluster]:
 
 @pytest.fixture
 def cluster_url(redis_cluster: LocalCluster) -> str:
-    """The session's cluster, healthy (again, if a test failed a master over) and empty."""
+    """The session's cluster, healthy (again, if a test failed a master over or
+    left a node dead) and empty."""
+    redis_cluster.revive()
     redis_cluster.wait_healthy()
     redis_cluster.flushall()
     return redis_cluster.url

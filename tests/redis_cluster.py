@@ -102,6 +102,15 @@ class LocalCluster:
             process.kill()
             process.wait(timeout=10)
 
+    def revive(self) -> list[int]:
+        """Start again every node that is not running (a test that killed one
+        and failed before restarting it); returns their ports."""
+        dead = [p for p in self.ports
+                if p not in self._processes or self._processes[p].poll() is not None]
+        for port in dead:
+            self.start_node(port)
+        return dead
+
     def start(self) -> None:
         """Start the six nodes and join them: masters first, one replica each."""
         for port in self.ports:

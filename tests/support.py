@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -108,6 +109,15 @@ async def send(session: aiohttp.ClientSession, url: str, room: str, body: Any, *
         return answer
 
 
+class PollRefused(AssertionError):
+    """A poll answered with another status than 200 (an assertion failure
+    for any test that does not expect one)."""
+
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(f"{status}: {text}")
+        self.status = status
+
+
 @dataclass
 class Listener:
     """A client that long-polls one room and passes its cursors back."""
@@ -128,7 +138,8 @@ class Listener:
             params.update(epoch=self.epoch, seq=self.seq, iseq=self.iseq, ctx=self.ctx or "")
         async with self.session.get(f"{url}/v1/rooms/{self.room}/poll", params=params,
                                     timeout=aiohttp.ClientTimeout(total=timeout + 15)) as resp:
-            assert resp.status == 200, await resp.text()
+            if resp.status != 200:
+                raise PollRefused(resp.status, await resp.text())
             answer: dict[str, Any] = await resp.json()
         self.epoch, self.seq, self.iseq = answer["epoch"], answer["seq"], answer["iseq"]
         self.ctx = answer["ctx"]
@@ -256,16 +267,22 @@ async def answered(clock: FakeClock, poll: Awaitable[dict[str, Any]], *,
 
 
 @contextmanager
-def serve(*args: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+def serve(*args: str, nofile: int | None = None) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     """A real ``liveroom serve`` process on a free port (killed on exit): its
-    URL and process. Tokens, secret and open auth come from the environment."""
+    URL and process. Tokens, secret and open auth come from the environment;
+    ``nofile``: its open-file limit, soft and hard."""
+
+    def limit() -> None:
+        if nofile is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
     port = free_port()
     env = {**os.environ, "LIVEROOM_ADMIN_TOKEN": ADMIN,
            "LIVEROOM_PUBLISHER_TOKEN": PUBLISHER, "LIVEROOM_SECRET": SHARED_SECRET,
            "LIVEROOM_RATE_LIMITS": "off", "LIVEROOM_AUTH": "open"}
     proc = subprocess.Popen([sys.executable, "-m", "liveroom", "serve", "--port", str(port),
                              *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=env)
+                            text=True, env=env, preexec_fn=limit)
     try:
         assert proc.stdout is not None
         for line in proc.stdout:  # bounded by the per-test timeout

@@ -21,7 +21,7 @@ import redis
 from conftest import TEST_POLICY, hearing, opened
 from redis.crc import key_slot
 from redis_cluster import LocalCluster
-from support import Listener, send, serve
+from support import Listener, PollRefused, send, serve
 
 from liveroom.clock import FakeClock
 from liveroom.errors import StoreUnavailable
@@ -171,6 +171,8 @@ class Traffic:
     accepted: list[tuple[float, float]] = field(default_factory=list)
     """When each acknowledged send's last attempt started, and when its 201 came."""
     refused: int = 0
+    poll_refusals: int = 0
+    """Polls answered 503 or cut while the store failed over."""
     listeners: list[Listener] = field(default_factory=list)
 
     async def publish(self, session: aiohttp.ClientSession, name: str, count: int,
@@ -210,8 +212,16 @@ class Traffic:
             turn += 1
             try:
                 await listener.poll(self.nodes[turn % len(self.nodes)], timeout=1)
-            except (AssertionError, aiohttp.ClientError, TimeoutError):
-                await asyncio.sleep(0.05)  # a 503 while the store fails over
+            except PollRefused as refused:
+                # A 503 (with Retry-After) while the store fails over; any
+                # other refusal is a failure of the test.
+                if refused.status != 503:
+                    raise
+                self.poll_refusals += 1
+                await asyncio.sleep(0.05)
+            except (aiohttp.ClientError, TimeoutError):
+                self.poll_refusals += 1
+                await asyncio.sleep(0.05)
 
 
 @asynccontextmanager
@@ -250,13 +260,16 @@ async def test_a_master_killed_under_traffic_loses_no_acknowledged_message(
         master = redis_cluster.master_of(keys.meta(room))
         redis_cluster.kill(master)
         killed_at = time.monotonic()
-        # A supervisor restarts the dead node once its replica took over; it
-        # rejoins as the new master's replica, and durable sends pass again.
-        async with asyncio.timeout(30):
-            while redis_cluster.master_of(keys.meta(room)) == master:
-                await asyncio.sleep(0.05)
-        took_over = time.monotonic() - killed_at
-        await asyncio.to_thread(redis_cluster.start_node, master)
+        try:
+            # A supervisor restarts the dead node once its replica took over; it
+            # rejoins as the new master's replica, and durable sends pass again.
+            async with asyncio.timeout(30):
+                while redis_cluster.master_of(keys.meta(room)) == master:
+                    await asyncio.sleep(0.05)
+            took_over = time.monotonic() - killed_at
+        finally:
+            # Even when the failover failed: no later test waits on a dead node.
+            await asyncio.to_thread(redis_cluster.revive)
         async with asyncio.timeout(60):
             await asyncio.gather(*publishing)
         # The first send begun after the kill and accepted (one in flight at the
@@ -301,17 +314,23 @@ async def test_a_slot_moved_under_traffic_loses_nothing(
         async with asyncio.timeout(30):
             while any(lst.seq is None or lst.seq < head for lst in traffic.listeners):
                 await asyncio.sleep(0.05)
-        # Notifies follow the room to its new master: a send now is heard at once.
-        started = time.monotonic()
-        await send(session, nodes[0], room, "after")
-        async with asyncio.timeout(10):
-            while not any(m["body"] == "after" for m in traffic.listeners[0].received):
-                await asyncio.sleep(0.01)
-        heard_in = time.monotonic() - started
+        # Notifies follow the room to its new master: a send now is heard at
+        # once. One send heard within a second could be the fallback pull (once a
+        # second, at any phase); five sends at spread phases each heard within
+        # 0.4 s are a notify (by the fallback alone: 0.4^5, 1 %).
+        heard_in = []
+        for i in range(5):
+            started = time.monotonic()
+            await send(session, nodes[0], room, f"after-{i}")
+            async with asyncio.timeout(10):
+                while not any(m["body"] == f"after-{i}"
+                              for m in traffic.listeners[0].received):
+                    await asyncio.sleep(0.01)
+            heard_in.append(time.monotonic() - started)
+            await asyncio.sleep(0.23 * (i + 1) % 1)  # another phase of the fallback
         stop.set()
         await asyncio.gather(*listening)
     assert sorted(traffic.acknowledged.values()) == list(range(1, 61))
     check_caught_up(traffic)
-    # Within one fallback pull (1 s) means the notify may have been missed.
-    assert heard_in < 0.9, f"heard after {heard_in:.2f} s: by the fallback pull, not a notify"
+    assert max(heard_in) < 0.4, f"heard after {heard_in} s: by the fallback pull, not a notify"
 

@@ -29,6 +29,32 @@ async def metric(session: aiohttp.ClientSession, url: str, name: str) -> float:
     return float(found.group(1))
 
 
+async def test_held_max_0_holds_what_the_open_file_limit_allows() -> None:
+    """--held-max 0 (the default) is the open-file limit less its reserve:
+    under a limit of 400 files a node holds 144 polls (400 - 256), and the
+    next one gets 503 overloaded with Retry-After, never a failed accept."""
+    capacity = 400 - 256
+    with serve("--held-max", "0", nofile=400) as (url, _):
+        async with client() as session:
+            await send(session, url, "cap", "first")
+            first = Listener(session, "cap")
+            await first.poll(url)
+            cursor = {"epoch": first.epoch, "seq": first.seq, "iseq": first.iseq}
+            held = [asyncio.create_task(Listener(session, "cap", uid=f"u{i}", **cursor)
+                                        .poll(url, timeout=30)) for i in range(capacity)]
+            async with asyncio.timeout(20):
+                while await metric(session, url, "liveroom_held_polls") < capacity:
+                    await asyncio.sleep(0.05)
+            async with session.get(f"{url}/v1/rooms/cap/poll",
+                                   params={"uid": "extra", "timeout": 30, **cursor}) as resp:
+                assert resp.status == 503
+                assert int(resp.headers["Retry-After"]) >= 1
+                assert (await resp.json())["error"] == "overloaded"
+            await send(session, url, "cap", "for all")
+            answers = await asyncio.gather(*held)
+            assert all(a["messages"][0]["body"] == "for all" for a in answers)
+
+
 async def test_clients_disconnecting_mid_hold_leave_nothing_behind() -> None:
     with serve() as (url, _):
         async with client() as session:
