@@ -379,6 +379,61 @@ async def test_sigterm_answers_held_polls_and_stops_every_worker(tmp_path: Path,
         assert "Traceback" not in running.stderr.read_text()
 
 
+async def test_sigint_stops_like_sigterm(tmp_path: Path, redis_url: str) -> None:
+    async with supervisor(tmp_path, "--store", redis_url) as running:
+        workers = running.workers()
+        running.proc.send_signal(signal.SIGINT)  # Ctrl-C
+        assert await asyncio.wait_for(running.proc.wait(), 30) == 0
+        assert not any(alive(pid) for pid in workers.values())
+        assert "Traceback" not in running.stderr.read_text()
+
+
+async def test_a_second_signal_kills_workers_that_do_not_stop(tmp_path: Path,
+                                                              redis_url: str) -> None:
+    """A worker that does not stop (here frozen with SIGSTOP) holds the stop up
+    to the 15 s deadline; a second Ctrl-C kills it at once."""
+    async with supervisor(tmp_path, "--store", redis_url) as running:
+        workers = running.workers()
+        frozen = next(iter(workers.values()))
+        os.kill(frozen, signal.SIGSTOP)
+        try:
+            running.proc.send_signal(signal.SIGINT)
+            with pytest.raises(TimeoutError):  # held up by the frozen worker
+                await asyncio.wait_for(asyncio.shield(running.proc.wait()), 2)
+            assert alive(frozen)
+            running.proc.send_signal(signal.SIGINT)
+            assert await asyncio.wait_for(running.proc.wait(), 5) == 0
+            assert not any(alive(pid) for pid in workers.values())
+            assert "second signal: killing the workers" in running.stderr.read_text()
+        finally:
+            with suppress(ProcessLookupError):
+                os.kill(frozen, signal.SIGKILL)
+
+
+async def test_workers_that_do_not_stop_are_killed_after_the_deadline(
+        redis_url: str) -> None:
+    """The supervisor waits ``stop_timeout`` (15 s by default; 1 s here) for
+    its workers, then kills what is left and returns."""
+    sup = Supervisor(Settings(port=0, store=redis_url, **SECRETS), 2, stop_timeout=1.0)
+    running = asyncio.create_task(sup.run())
+    try:
+        async with asyncio.timeout(30):
+            while not sup._announced:
+                await asyncio.sleep(0.05)
+        pids = [slot.proc.pid for slot in sup._slots if slot.proc is not None]
+        os.kill(pids[0], signal.SIGSTOP)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        sup._on_signal()  # what SIGTERM does
+        assert await asyncio.wait_for(running, 10) == 0
+        took = loop.time() - started
+        assert 1.0 <= took < 5, took  # the deadline, then the kill
+        assert not any(alive(pid) for pid in pids)
+    finally:
+        if not running.done():
+            running.cancel()
+
+
 async def test_workers_stop_when_the_supervisor_is_killed(tmp_path: Path,
                                                           redis_url: str) -> None:
     async with supervisor(tmp_path, "--store", redis_url) as running:
