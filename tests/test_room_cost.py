@@ -505,7 +505,15 @@ async def test_100000_made_up_rooms_leave_store_and_process_memory_bounded(
             started = time.monotonic()
             assert await poll_names(port, range(100_000), "junk-") == 100_000
             took = time.monotonic() - started
-            await asyncio.sleep(0.5)  # heartbeat flushes and merges, if any
+            # Wait for the heartbeat flush and the merge to have run since (a
+            # witness of a room that exists is counted online), not for a time.
+            async with aiohttp.ClientSession() as session:
+                await send(session, node.url, "witnessed", "here")
+                await Listener(session, "witnessed", uid="witness").poll(node.url)
+                async with asyncio.timeout(20):
+                    while (await (await session.get(
+                            f"{node.url}/v1/rooms/witnessed/stats")).json())["online"] != 1:
+                        await asyncio.sleep(0.05)
             gc.collect()
             store_after = (await client.info("memory"))["used_memory"]
             rss_after = rss_bytes()
