@@ -253,29 +253,17 @@ class Holds:
                     del lists[ticket.uid]
         return True
 
-    def _admit(self, by_uid: dict[str, list[Ticket]], ticket: Ticket) -> Ticket | None:
-        """Count ``ticket`` among its listener's; return the oldest one it
-        supersedes (to be answered empty by the caller, once ``ticket`` is in)."""
+    def _admit(self, by_uid: dict[str, list[Ticket]], ticket: Ticket,
+               most: int) -> Ticket | None:
+        """Count ``ticket`` among its listener's in ``by_uid`` (a room's, or the
+        node's over all rooms); return the oldest one it supersedes past
+        ``most`` (to be answered empty by the caller, once ``ticket`` is in)."""
         mine = by_uid.get(ticket.uid)
         if mine is None:
             by_uid[ticket.uid] = [ticket]
             return None
         mine.append(ticket)
-        if len(mine) <= self.per_listener:
-            return None
-        oldest = mine[0]
-        return oldest if self._take(oldest) else None
-
-    def _admit_uid(self, ticket: Ticket) -> Ticket | None:
-        """Count ``ticket`` among every held poll of its uid; return the oldest
-        one it supersedes past ``per_uid`` (made-up rooms must not let one
-        listener take the node's capacity)."""
-        mine = self._by_uid.get(ticket.uid)
-        if mine is None:
-            self._by_uid[ticket.uid] = [ticket]
-            return None
-        mine.append(ticket)
-        if len(mine) <= self.per_uid:
+        if len(mine) <= most:
             return None
         oldest = mine[0]
         return oldest if self._take(oldest) else None
@@ -322,8 +310,9 @@ class Holds:
         ticket.key = self._deadlines.add(ticket, deadline)
         state.waiters.add(ticket)
         self.count += 1
-        self._supersede(self._admit(state.plain_by_uid, ticket))
-        self._supersede(self._admit_uid(ticket))
+        self._supersede(self._admit(state.plain_by_uid, ticket, self.per_listener))
+        # Made-up rooms must not let one listener take the node's capacity.
+        self._supersede(self._admit(self._by_uid, ticket, self.per_uid))
         return ticket
 
     def hold_paced(self, room: str, uid: str, snapshot: Snapshot, held: Held, *,
@@ -359,8 +348,8 @@ class Holds:
             state.ticker = asyncio.create_task(self._tick_forever(room, state),
                                                name=f"proxy-tick-{room}")
         self.count += 1
-        self._supersede(self._admit(state.paced_by_uid, ticket))
-        self._supersede(self._admit_uid(ticket))
+        self._supersede(self._admit(state.paced_by_uid, ticket, self.per_listener))
+        self._supersede(self._admit(self._by_uid, ticket, self.per_uid))
         return ticket
 
     def _expire(self, ticket: Ticket) -> None:

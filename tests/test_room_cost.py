@@ -274,6 +274,16 @@ async def test_the_cache_evicts_the_least_recently_read_never_a_room_with_held_p
         await cache.stop()
 
 
+async def pulls_over(clock: FakeClock, metrics: Metrics, seconds: int) -> float:
+    """Pulls made while ``clock`` advances ``seconds``, one second at a time."""
+    start = count(metrics, "liveroom_pulls_total")
+    for _ in range(seconds):
+        await clock.advance(1.0)
+        for _ in range(5):
+            await asyncio.sleep(0.01)  # let the pull workers run
+    return count(metrics, "liveroom_pulls_total") - start
+
+
 async def test_fallback_pulls_skip_rooms_nobody_reads(store: Store,
                                                       fake_clock: FakeClock) -> None:
     metrics = Metrics()
@@ -287,16 +297,8 @@ async def test_fallback_pulls_skip_rooms_nobody_reads(store: Store,
         watched = await cache.snapshot("watched")
         waiting = asyncio.create_task(cache.wait_changed("watched", watched))
 
-        async def pulls_over(seconds: int) -> float:
-            start = count(metrics, "liveroom_pulls_total")
-            for _ in range(seconds):
-                await fake_clock.advance(1.0)
-                for _ in range(5):
-                    await asyncio.sleep(0.01)  # let the pull workers run
-            return count(metrics, "liveroom_pulls_total") - start
-
-        await pulls_over(3)  # read 3 s ago: no longer recent
-        at_rest = await pulls_over(10)
+        await pulls_over(fake_clock, metrics, 3)  # read 3 s ago: no longer recent
+        at_rest = await pulls_over(fake_clock, metrics, 10)
         assert 5 <= at_rest <= 12  # the held room only, about once a second
         waiting.cancel()
         assert len(cache) == 101  # kept for read_window, but not pulled
@@ -320,16 +322,8 @@ async def test_rooms_that_do_not_exist_are_rechecked_every_few_seconds_not_every
             cache.pin(f"junk-{i}")
             waits.append(asyncio.create_task(cache.wait_changed(f"junk-{i}", snap)))
 
-        async def pulls_over(seconds: int) -> float:
-            start = count(metrics, "liveroom_pulls_total")
-            for _ in range(seconds):
-                await fake_clock.advance(1.0)
-                for _ in range(5):
-                    await asyncio.sleep(0.01)  # let the pull workers run
-            return count(metrics, "liveroom_pulls_total") - start
-
-        await pulls_over(5)
-        pulls = await pulls_over(20)
+        await pulls_over(fake_clock, metrics, 5)
+        pulls = await pulls_over(fake_clock, metrics, 20)
         assert pulls <= 50 * (20 / ABSENT_RECHECK + 1)  # not 50 a second (1000)
         assert pulls >= 50 * (20 / ABSENT_RECHECK - 1)  # but rechecked
         for task in waits:
