@@ -31,13 +31,13 @@ import gc
 import json
 import shlex
 import socket
-import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
+from bench_fanout import commit
 from fanout_client import raise_nofile
 from fanout_servers import liveroom_server
 
@@ -100,8 +100,6 @@ def main(argv: list[str] | None = None) -> int:
     nofile = raise_nofile(2 * args.connections + 200)
     command = "python loadtest/bench_front.py " + shlex.join(sys.argv[1:] if argv is None
                                                              else argv)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True, cwd=Path(__file__).parent).stdout.strip()
     with tempfile.TemporaryDirectory() as tmp, \
             liveroom_server(Path(tmp), nofile, "off", None, 1) as server:
         cursor = head(server.port)
@@ -144,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     verdict = "meets" if per <= 64 else "misses"
     print(f"\n{per:.1f} KiB per pipelining connection above a held poll "
           f"({verdict} the 64 KiB target)")
-    print(f"command: {command}\ncommit: {commit}, "
+    print(f"command: {command}\ncommit: {commit()}, "
           f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC")
     return 0
 

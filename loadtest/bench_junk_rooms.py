@@ -40,6 +40,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from bench_fanout import commit
 from fanout_client import raise_nofile
 from fanout_servers import Server, liveroom_server, redis_server
 
@@ -120,8 +121,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     command = "python loadtest/bench_junk_rooms.py " + shlex.join(
         sys.argv[1:] if argv is None else argv)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True, cwd=Path(__file__).parent).stdout.strip()
     extra = ["--rooms-max", str(args.rooms_max)] if args.rooms_max else []
     with tempfile.TemporaryDirectory() as tmp, \
             maybe_redis(Path(tmp), args.store == "redis-server") as redis:
@@ -159,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Redis commands: {rate:.0f}/s")
     print(f"a real listener's first poll: median {statistics.median(latency):.1f} ms, "
           f"worst {max(latency):.1f} ms")
-    print(f"command: {command}\ncommit: {commit}, "
+    print(f"command: {command}\ncommit: {commit()}, "
           f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC")
     return 0
 
