@@ -19,6 +19,7 @@ import aiohttp
 import pytest
 import redis
 from conftest import TEST_POLICY, hearing, opened
+from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 from redis_cluster import LocalCluster
 from support import Listener, PollRefused, send, serve
@@ -28,6 +29,7 @@ from liveroom.errors import StoreUnavailable
 from liveroom.model import NewMessage
 from liveroom.store import PullRequest
 from liveroom.store.redis import keys
+from liveroom.store.redis import log as redis_log
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -133,10 +135,12 @@ def read_calls(port: int) -> int:
 
 
 async def test_durable_nodes_read_pulls_from_replicas(
-        cluster_url: str, redis_cluster: LocalCluster, fake_clock: FakeClock) -> None:
+        cluster_url: str, redis_cluster: LocalCluster, fake_clock: FakeClock,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """With --durable-replicas, a pull reads a replica (no listener sees a
-    message a failover could take back, and the reads leave the master);
-    without, the master."""
+    message a failover could take back, and the reads leave the master), even
+    when the node mapped the slots before the replica was listed; without,
+    the master."""
     room = "replicated"
     master = redis_cluster.master_of(keys.meta(room))
     replica = redis_cluster.replica_of(master)
@@ -151,6 +155,15 @@ async def test_durable_nodes_read_pulls_from_replicas(
     for policy, reads_on in ((DURABLE, replica), (TEST_POLICY, master)):
         async with opened(cluster_url, policy, fake_clock) as store:
             other = master if reads_on == replica else replica
+            if policy is DURABLE:
+                # As a reader that mapped the slots before the replica was
+                # listed sees them: a map of masters alone. The pulls map again.
+                await store.log.pull([PullRequest(room, 0, 10)])
+                reader = store.log._reader
+                assert isinstance(reader, RedisCluster)
+                for nodes in reader.nodes_manager.slots_cache.values():
+                    del nodes[1:]
+                monkeypatch.setattr(redis_log, "REMAP_EVERY", 0.0)
             before = read_calls(reads_on), read_calls(other)
             for _ in range(20):
                 (pulled,) = await store.log.pull([PullRequest(room, 0, 10)])

@@ -5,11 +5,13 @@ adds and takes away."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from redis.asyncio.client import Pipeline
-from redis.asyncio.cluster import ClusterPipeline
+from redis.asyncio.cluster import ClusterPipeline, RedisCluster
+from redis.exceptions import RedisError
 
 from ...codec import pack_stored, unpack_stored
 from ...errors import NewRoomRefused, StoreUnavailable
@@ -45,6 +47,11 @@ def _entry(stream_id: bytes, fields: dict[bytes, bytes]) -> Entry | None:
         return None
 
 
+REMAP_EVERY = 10.0
+"""Seconds between two looks at a replica-reading client's slot map while a
+slot in it has no replica (see :meth:`RedisLog._remap_replicas`)."""
+
+
 class RedisLog:
     """The message log on Redis: a meta hash and two streams per room."""
 
@@ -57,6 +64,7 @@ class RedisLog:
         self.reads_replicas = reader is not None
         """Where pulls read: the replicas, when appends wait for them (see
         :class:`RedisStore`)."""
+        self._looked_at = float("-inf")
         self._append = Lua("append.lua", uses=["new_log.lua"])
         self._epoch = Lua("epoch.lua", uses=["new_log.lua"])
         self._touch = Lua("touch.lua")
@@ -127,6 +135,8 @@ class RedisLog:
         ``important_hard_cap``), also those the log part returns as well; a
         room read across an epoch change is read again in a further pipeline.
         """
+        if self.reads_replicas:
+            await self._remap_replicas()
         done: dict[int, Pulled] = {}
         todo = await self._drop_absent(requests, done)
         for _ in range(_PULL_ATTEMPTS):
@@ -153,6 +163,25 @@ class RedisLog:
             # Only a room whose log is replaced again and again gets here.
             raise StoreUnavailable("room logs kept changing during a pull; try again")
         return [done[i] for i in range(len(requests))]
+
+    async def _remap_replicas(self) -> None:
+        """Map the cluster's slots again when a slot has no replica in the
+        reader's map. Redis 7.0 lists a replica in ``CLUSTER SLOTS`` only once
+        its master heard its replication offset, so a reader that mapped a fresh
+        cluster would read masters until a ``MOVED`` or an error made it map
+        again. At most every :data:`REMAP_EVERY` seconds, on the pull's
+        background path; a failure is left to the next look."""
+        reader = self._reader
+        now = time.monotonic()
+        if not isinstance(reader, RedisCluster) or now - self._looked_at < REMAP_EVERY:
+            return
+        self._looked_at = now
+        slots = reader.nodes_manager.slots_cache
+        if slots and any(len(nodes) < 2 for nodes in slots.values()):
+            try:
+                await reader.nodes_manager.initialize()
+            except (RedisError, OSError) as exc:
+                logger.debug("mapping the cluster again failed: %s", exc)
 
     async def _drop_absent(self, requests: Sequence[PullRequest],
                            done: dict[int, Pulled]) -> list[int]:
