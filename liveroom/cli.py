@@ -561,15 +561,41 @@ def room() -> None:
     """Operations on one room."""
 
 
+@room.command("start")
+@click.argument("room_name", metavar="ROOM", callback=_room)
+@_operators_options
+def room_start(room_name: str, url: str, admin_token: str | None, store: str | None) -> None:
+    """Open ROOM before its first message.
+
+    Listeners who join before the first chat line are then counted online and
+    as viewers from their first poll, and the room lives --room-ttl while it is
+    read. A room that is open already is left as it is.
+    """
+
+    async def through_store(o: Operators) -> tuple[str, int, bool]:
+        started = await o.start_broadcast(room_name)
+        return started.epoch, started.broadcast, started.created
+
+    async def through_server(c: Client) -> tuple[str, int, bool]:
+        started = await c.start_broadcast(room_name)
+        return started.epoch, started.broadcast, started.created
+
+    epoch, broadcast, created = _operate(url, admin_token, store, through_server,
+                                         through_store)
+    state = "opened" if created else "was open already"
+    click.echo(f"room {room_name} {state}: broadcast {broadcast} (epoch {epoch})")
+
+
 @room.command("end")
 @click.argument("room_name", metavar="ROOM", callback=_room)
 @_operators_options
 def room_end(room_name: str, url: str, admin_token: str | None, store: str | None) -> None:
     """End ROOM's broadcast and start the next one.
 
-    The room's log starts afresh in a new epoch (every listener resets into it,
-    seqs go on) and its viewers count starts over; the ended broadcast's
-    viewers stay readable at GET /v1/rooms/ROOM/broadcasts.
+    The room's log starts empty in a new epoch: every listener resets into it
+    with no recent messages (the ended broadcast's messages are dropped; seqs
+    go on). Its viewers count starts over; the ended broadcast's viewers stay
+    readable at GET /v1/rooms/ROOM/broadcasts.
     """
 
     async def through_store(o: Operators) -> tuple[str, int]:

@@ -1,4 +1,5 @@
-"""The operators' HTTP API: the vip whitelist and the end of a broadcast.
+"""The operators' HTTP API: the vip whitelist, the start and the end of a
+broadcast, and the overview.
 
 Every route under ``/v1/admin/`` needs the admin token (a missing or unknown
 token is 401, the publisher token 403). ``GET /v1/rooms/{room}/broadcasts`` is
@@ -8,9 +9,13 @@ public, like the other stats.
   ``DELETE`` takes it off. This node serves the room from its new sect at once;
   other nodes over the same store within their whitelist refresh period.
 - ``GET /v1/admin/vip`` lists the whitelist (read from the store).
+- ``POST /v1/admin/rooms/{room}/start`` opens a room before its first message
+  (201, or 200 when it was open already): its listeners count online and as
+  viewers from their first poll, and it lives ``room_ttl`` while read.
 - ``POST /v1/admin/rooms/{room}/end`` ends the room's broadcast: a new epoch
-  (every listener resets into it) and a new viewers history; the ended one
-  stays readable for ``history_ttl``.
+  with an empty log (every listener resets into it, with no recent messages)
+  and a new viewers history; the ended one's viewers stay readable for
+  ``history_ttl``.
 - ``GET /v1/admin/rooms?limit=N`` lists the biggest rooms now over every node
   (1 to 100, default 20), each with its online count, the hold's
   ``interval_ms`` for that count (as a poll answer says it), its vip flag and
@@ -77,6 +82,7 @@ class OperatorRoutes:
         app.router.add_get("/v1/admin/vip", self.vip_list)
         app.router.add_put("/v1/admin/vip/{room}", self.vip_add)
         app.router.add_delete("/v1/admin/vip/{room}", self.vip_remove)
+        app.router.add_post("/v1/admin/rooms/{room}/start", self.start_broadcast)
         app.router.add_post("/v1/admin/rooms/{room}/end", self.end_broadcast)
         app.router.add_get("/v1/rooms/{room}/broadcasts", self.broadcasts)
         app.router.add_get("/v1/admin/rooms", self.biggest_rooms)
@@ -85,10 +91,12 @@ class OperatorRoutes:
     def _admin(self, request: web.Request) -> None:
         self.tokens.require(request.headers.get("Authorization"), Right.ADMIN)
 
-    def _doc(self, request: web.Request, doc: dict[str, object]) -> web.Response:
+    def _doc(self, request: web.Request, doc: dict[str, object],
+             status: int = 200) -> web.Response:
         if wants_msgpack(request.headers.get("Accept", "")):
-            return web.Response(body=msgpack.packb(doc), content_type=MSGPACK)
-        return web.json_response(doc)
+            return web.Response(body=msgpack.packb(doc), content_type=MSGPACK,
+                                status=status)
+        return web.json_response(doc, status=status)
 
     # -- the vip whitelist -------------------------------------------------------
 
@@ -119,6 +127,19 @@ class OperatorRoutes:
 
     # -- broadcasts ------------------------------------------------------------------
 
+    async def start_broadcast(self, request: web.Request) -> web.StreamResponse:
+        self._admin(request)
+        room = check_name("room", request.match_info["room"])
+        started = await self.operators.start_broadcast(room)
+        if started.created:
+            logger.info("room %s: opened, broadcast %d (epoch %s)", room,
+                        started.broadcast, started.epoch)
+            await self._pulled(room)
+        return self._doc(request, {"room": room, "epoch": started.epoch,
+                                   "broadcast": started.broadcast,
+                                   "created": started.created},
+                         201 if started.created else 200)
+
     async def end_broadcast(self, request: web.Request) -> web.StreamResponse:
         self._admin(request)
         room = check_name("room", request.match_info["room"])
@@ -126,13 +147,17 @@ class OperatorRoutes:
             room, int(self.clock.time() * 1000), int(self.settings.history_ttl * 1000))
         logger.info("room %s: broadcast %d started (epoch %s)", room, ended.broadcast,
                  ended.epoch)
-        # This node's listeners reset at once rather than at the next fallback
-        # pull; the end is stored already, so a failed pull only delays them.
+        await self._pulled(room)
+        return self._doc(request, {"room": room, "epoch": ended.epoch,
+                                   "broadcast": ended.broadcast})
+
+    async def _pulled(self, room: str) -> None:
+        """This node's listeners see the change at once rather than at the
+        next fallback pull; it is stored already, so a failed pull only delays
+        them."""
         with contextlib.suppress(StoreUnavailable, TimeoutError):
             async with asyncio.timeout(PULL_WAIT):
                 await self.reader.wait_pulled(room)
-        return self._doc(request, {"room": room, "epoch": ended.epoch,
-                                   "broadcast": ended.broadcast})
 
     async def broadcasts(self, request: web.Request) -> web.StreamResponse:
         room = check_name("room", request.match_info["room"])

@@ -426,6 +426,11 @@ class Poll:
         polls, p = self._polls, self.p
         pace = self.pace
         assert pace is not None
+        if snap is not None and snap.epoch != ABSENT_EPOCH and p.cursor is not None \
+                and p.cursor.epoch == ABSENT_EPOCH:
+            # Held before the room existed (no heartbeat then): an operator
+            # opened it, so the listener counts from now, not its next poll.
+            polls.heartbeats.beat(p.room, p.uid)
         self.online = polls.stats.online(p.room)
         now_ms = int(polls.clock.time() * 1000)
         held = self.held

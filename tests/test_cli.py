@@ -150,7 +150,7 @@ def test_bad_traffic_settings_are_refused(args: list[str], env: dict[str, str],
 
 @pytest.mark.parametrize("args", [
     ["vip", "--help"], ["vip", "add", "--help"], ["vip", "remove", "--help"],
-    ["vip", "list", "--help"], ["room", "end", "--help"],
+    ["vip", "list", "--help"], ["room", "end", "--help"], ["room", "start", "--help"],
 ])
 def test_operators_commands_explain_themselves(args: list[str]) -> None:
     result = CliRunner().invoke(main, args)
@@ -363,6 +363,16 @@ async def test_operators_commands_through_a_running_node(session: aiohttp.Client
         assert found, result.output
         assert found.group(1) != first["epoch"]
 
+        result = await liveroom("room", "start", "soon", env=env)
+        assert result.exit_code == 0, result.output
+        found = re.fullmatch(r"room soon opened: broadcast 1 \(epoch (\S+)\)\n", result.output)
+        assert found, result.output
+        answer = await Listener(session, "soon").poll(node.url)
+        assert answer["epoch"] == found.group(1)
+        result = await liveroom("room", "start", "soon", env=env)
+        assert result.output == (
+            f"room soon was open already: broadcast 1 (epoch {found.group(1)})\n")
+
 
 @pytest.mark.parametrize(("token", "message"), [
     (None, "send Authorization: Bearer <token> (give --admin-token or set "
@@ -399,6 +409,8 @@ async def test_operators_commands_on_the_store_reach_every_node(redis_url: str) 
         result = await liveroom("room", "end", "show", "--store", redis_url)
         assert result.exit_code == 0, result.output
         assert result.output.startswith("room show: broadcast 1 ended, broadcast 2 started")
+        result = await liveroom("room", "start", "show", "--store", redis_url)
+        assert result.output.startswith("room show was open already: broadcast 2 ")
 
 
 async def test_a_store_that_is_down_is_a_clear_failure(redis_server: RedisServer,

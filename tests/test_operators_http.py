@@ -21,6 +21,7 @@ AUTH = {"Authorization": f"Bearer {ADMIN}"}
 
 ADMIN_ROUTES = [("PUT", "/v1/admin/vip/stage"), ("DELETE", "/v1/admin/vip/stage"),
                 ("GET", "/v1/admin/vip"), ("POST", "/v1/admin/rooms/stage/end"),
+                ("POST", "/v1/admin/rooms/stage/start"),
                 ("GET", "/v1/admin/rooms"), ("GET", "/v1/admin/nodes")]
 
 
@@ -270,17 +271,57 @@ async def test_ending_a_broadcast_resets_listeners_and_starts_viewers_over(
             answer = await poll
         assert answer["reset"] is True
         assert answer["epoch"] == ended["epoch"]
+        # The ended broadcast's chat is gone, for this listener and a new one.
+        assert (answer["messages"], answer["important"]) == ([], [])
+        fresh = await Listener(session, "show", uid="late").poll(url)
+        assert (fresh["epoch"], fresh["messages"]) == (ended["epoch"], [])
         # Seqs go on; what is sent next arrives in the new epoch.
         sent = await send(session, url, "show", "two")
         assert sent["epoch"] == ended["epoch"]
         await stayer.poll(url, timeout=5)
         assert stayer.bodies()[-1] == "two"
 
-        # The viewers count starts over: only the listener still here.
-        await until(clock, lambda: watched(1), limit=20)
+        # The viewers count starts over: the listener still here, and the late one.
+        await until(clock, lambda: watched(2), limit=20)
         doc = await call(session, "GET", f"{url}/v1/rooms/show/broadcasts", headers={})
         assert doc == {"room": "show", "broadcasts": [
             {"broadcast": 1, "ended_at": ended_at, "viewers": 3, "viewers_exact": True}]}
+
+
+async def test_starting_a_room_counts_its_listeners_before_the_first_message(
+        engine_url: str, session: aiohttp.ClientSession) -> None:
+    clock = FakeClock()
+    async with running_node(engine_url, clock) as node:
+        url = node.url
+        early = Listener(session, "soon", uid="early")
+        first = await early.poll(url)
+        assert first["epoch"] == "0"  # no room yet: nobody is counted
+        poll = asyncio.create_task(early.poll(url, timeout=30))
+        await held(node.node)
+        started = await call(session, "POST", f"{url}/v1/admin/rooms/soon/start", status=201)
+        assert set(started) == {"room", "epoch", "broadcast", "created"}
+        assert (started["room"], started["broadcast"], started["created"]) == (
+            "soon", 1, True)
+
+        async def online(n: int) -> bool:
+            doc = await call(session, "GET", f"{url}/v1/rooms/soon/stats", headers={})
+            return bool(doc["online"] == n and doc["viewers"] == n)
+
+        # The listener held since before the room existed counts now, and so
+        # does one who comes next.
+        await until(clock, lambda: online(1))
+        second = await Listener(session, "soon", uid="second").poll(url)
+        assert (second["epoch"], second["messages"]) == (started["epoch"], [])
+        await until(clock, lambda: online(2))
+        # Starting an open room changes nothing.
+        again = await call(session, "POST", f"{url}/v1/admin/rooms/soon/start")
+        assert again == {**started, "created": False}
+        # The held listener reads the room from its start: no reset, nothing lost.
+        await send(session, url, "soon", "hello")
+        async with asyncio.timeout(3):
+            answer = await poll
+        assert (answer["reset"], answer["epoch"]) == (False, started["epoch"])
+        assert early.bodies() == ["hello"]
 
 
 async def test_a_room_never_ended_has_no_past_broadcasts(engine_url: str,

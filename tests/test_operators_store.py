@@ -1,5 +1,5 @@
-"""The operators' store contract: the vip whitelist and the end of a broadcast,
-alike on every engine.
+"""The operators' store contract: the vip whitelist, the start and the end of a
+broadcast, alike on every engine.
 
 Each test runs once per engine (the ``store`` fixture). Where an engine
 expires keys by itself, the memory engine is driven by the fake clock and
@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 import redis.asyncio
-from conftest import RedisServer, hearing, opened
+from conftest import TEST_POLICY, RedisServer, hearing, opened, raw_client
 
 from liveroom.clock import FakeClock
 from liveroom.errors import StoreUnavailable
@@ -74,24 +74,27 @@ async def test_the_whitelist_is_shared_by_every_node_over_redis(
 # --- ending a broadcast ----------------------------------------------------------------
 
 
-async def test_ending_gives_a_new_epoch_and_seq_goes_on(
+async def test_ending_gives_a_new_epoch_with_an_empty_log_and_seq_goes_on(
         store: Store, fake_clock: FakeClock) -> None:
     first = await store.log.open_room("r")
     for _ in range(3):
         await send(store, fake_clock)
+    await store.log.append("r", NewMessage("sys", "gift", True, now_ms(fake_clock)))
     ended = await store.operators.end_broadcast("r", now_ms(fake_clock), TTL_MS)
     assert ended.broadcast == 2
     assert ended.epoch != first
     (pulled,) = await store.log.pull([PullRequest("r", 0, 10)])
-    # The log is kept; only the epoch changed (listeners reset into it).
-    assert (pulled.epoch, pulled.head, [e.seq for e in pulled.entries]) == (
-        ended.epoch, 3, [1, 2, 3])
-    assert await send(store, fake_clock) == 4
+    # The ended broadcast's messages, important ones included, are gone: a
+    # listener resets into an empty log.
+    assert (pulled.epoch, pulled.head, pulled.entries) == (ended.epoch, 4, ())
+    assert await send(store, fake_clock) == 5
+    (pulled,) = await store.log.pull([PullRequest("r", 4, 10)])
+    assert [e.seq for e in pulled.entries] == [5]
     again = await store.operators.end_broadcast("r", now_ms(fake_clock), TTL_MS)
     assert again.broadcast == 3
     assert again.epoch not in (first, ended.epoch)
     assert await store.log.open_room("r") == again.epoch
-    assert await send(store, fake_clock) == 5
+    assert await send(store, fake_clock) == 6
 
 
 async def test_ending_a_room_without_a_log_creates_it(store: Store, fake_clock: FakeClock) -> None:
@@ -100,6 +103,79 @@ async def test_ending_a_room_without_a_log_creates_it(store: Store, fake_clock: 
     (pulled,) = await store.log.pull([PullRequest("new", 0, 10)])
     assert (pulled.epoch, pulled.head) == (ended.epoch, 0)
     assert await send(store, fake_clock, "new") == 1
+
+
+# --- starting a broadcast ------------------------------------------------------------
+
+
+async def test_starting_opens_a_room_once_and_keeps_an_open_one(
+        store: Store, fake_clock: FakeClock) -> None:
+    started = await store.operators.start_broadcast("new")
+    assert (started.broadcast, started.created) == (1, True)
+    (pulled,) = await store.log.pull([PullRequest("new", 0, 10)])
+    assert (pulled.epoch, pulled.head, pulled.entries) == (started.epoch, 0, ())
+    # Idempotent: an open room keeps its epoch and its messages.
+    assert await send(store, fake_clock, "new") == 1
+    again = await store.operators.start_broadcast("new")
+    assert (again.epoch, again.broadcast, again.created) == (started.epoch, 1, False)
+    (pulled,) = await store.log.pull([PullRequest("new", 0, 10)])
+    assert [e.seq for e in pulled.entries] == [1]
+    # After an end, it reports the broadcast the end started.
+    ended = await store.operators.end_broadcast("new", now_ms(fake_clock), TTL_MS)
+    after = await store.operators.start_broadcast("new")
+    assert (after.epoch, after.broadcast, after.created) == (ended.epoch, 2, False)
+
+
+async def test_a_started_room_lives_room_ttl_and_reads_keep_it(
+        store: Store, engine_url: str, fake_clock: FakeClock) -> None:
+    """Unlike a room a vip add made (which lives ``empty_room_ttl`` whatever
+    reads it), a started or ended room is a room like one with messages."""
+    room_ttl = TEST_POLICY.room_ttl_ms
+    empty_ttl = TEST_POLICY.empty_room_ttl_ms
+    await store.operators.start_broadcast("started")
+    await store.operators.end_broadcast("ended", now_ms(fake_clock), TTL_MS)
+    await store.operators.vip_add("whitelisted")
+    rooms = ["started", "ended", "whitelisted"]
+    if engine_url == "memory":
+        await fake_clock.advance(empty_ttl / 1000 + 1)
+        await store.log.touch(rooms)
+        await fake_clock.advance(room_ttl / 1000 - 2)
+        await store.log.touch(rooms)  # a read pushes a live room's expiry back
+        await fake_clock.advance(2)
+        pulled = await store.log.pull([PullRequest(r, 0, 10) for r in rooms])
+        assert [p.epoch is not None for p in pulled] == [True, True, False]
+    else:
+        client = raw_client(engine_url)
+        try:
+            for room in rooms:
+                await client.pexpire(keys.meta(room), 1_000_000)
+            await store.log.touch(rooms)
+            ttls = [await client.pttl(keys.meta(r)) for r in rooms]
+        finally:
+            await client.aclose()
+        assert ttls[0] > 1_000_000
+        assert ttls[1] > 1_000_000
+        assert ttls[2] <= 1_000_000
+
+
+async def test_starting_notifies_the_listeners_of_a_new_room_only(
+        store: Store, fake_clock: FakeClock) -> None:
+    got: list[tuple[str, int]] = []
+    arrived = asyncio.Event()
+
+    def on_notify(room: str, seq: int) -> None:
+        got.append((room, seq))
+        arrived.set()
+
+    store.notifier.subscribe(on_notify, lambda: None)
+    await hearing(store, "s")
+    await store.operators.start_broadcast("s")
+    await asyncio.wait_for(arrived.wait(), WAIT)
+    arrived.clear()
+    await store.operators.start_broadcast("s")  # open already: nothing to wake
+    await send(store, fake_clock, "s")
+    await asyncio.wait_for(arrived.wait(), WAIT)
+    assert got == [("s", 0), ("s", 1)]
 
 
 async def test_rooms_have_their_own_broadcasts(store: Store, fake_clock: FakeClock) -> None:
@@ -233,7 +309,8 @@ async def test_operators_report_redis_down_as_unavailable(
         try:
             calls: list[Callable[[], Awaitable[object]]] = [
                 lambda: ops.vip_add("r"), lambda: ops.vip_remove("r"), ops.vip_rooms,
-                lambda: ops.end_broadcast("r", 0, TTL_MS), lambda: ops.broadcasts("r")]
+                lambda: ops.end_broadcast("r", 0, TTL_MS), lambda: ops.broadcasts("r"),
+                lambda: ops.start_broadcast("r")]
             for call in calls:
                 with pytest.raises(StoreUnavailable):
                     await call()

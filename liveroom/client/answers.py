@@ -146,10 +146,22 @@ class VipChange:
 
 
 @dataclass(frozen=True, slots=True)
+class BroadcastStarted:
+    """A room an operator opened (``POST /v1/admin/rooms/{room}/start``)."""
+
+    room: str
+    epoch: str
+    broadcast: int
+    """The room's current broadcast."""
+    created: bool
+    """False when the room was open already (nothing changed but its lifetime)."""
+
+
+@dataclass(frozen=True, slots=True)
 class BroadcastEnded:
     room: str
     epoch: str
-    """The epoch the room's log goes on in."""
+    """The new epoch: the room's log starts empty in it (seqs go on)."""
     broadcast: int
     """The number of the broadcast that started."""
 

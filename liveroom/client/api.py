@@ -14,6 +14,7 @@ import aiohttp
 from .answers import (
     Broadcast,
     BroadcastEnded,
+    BroadcastStarted,
     Cursor,
     LiveNode,
     LiveRoom,
@@ -223,9 +224,19 @@ class Client:
         doc = await self._call("GET", "/v1/admin/vip", headers=self._admin())
         return tuple(str(r) for r in doc["rooms"])
 
+    async def start_broadcast(self, room: str) -> BroadcastStarted:
+        """Open ``room`` before its first message, so its listeners count online
+        from their first poll (an open room is left as it is)."""
+        doc = await self._call(
+            "POST", f"/v1/admin/rooms/{_segment(room)}/start",
+            headers=self._admin())
+        return BroadcastStarted(str(doc["room"]), str(doc["epoch"]), int(doc["broadcast"]),
+                                bool(doc["created"]))
+
     async def end_broadcast(self, room: str) -> BroadcastEnded:
-        """End ``room``'s broadcast: its log goes on in a new epoch (listeners
-        reset into it) and its viewers count starts over."""
+        """End ``room``'s broadcast: its log starts empty in a new epoch
+        (listeners reset into it, with no recent messages; seqs go on) and its
+        viewers count starts over."""
         doc = await self._call(
             "POST", f"/v1/admin/rooms/{_segment(room)}/end",
             headers=self._admin())

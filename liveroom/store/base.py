@@ -472,6 +472,18 @@ class Ended:
 
 
 @dataclass(frozen=True, slots=True)
+class Started:
+    """A room an operator started (or found started)."""
+
+    epoch: str
+    """The room's epoch (unchanged when it already had a log)."""
+    broadcast: int
+    """The room's current broadcast (the first one is 1)."""
+    created: bool
+    """True when the room had no log and starts now."""
+
+
+@dataclass(frozen=True, slots=True)
 class PastBroadcast:
     """An ended broadcast whose viewers history is still kept."""
 
@@ -481,7 +493,8 @@ class PastBroadcast:
 
 
 class Operators(Protocol):
-    """What operators change: the vip whitelist and the end of a broadcast."""
+    """What operators change: the vip whitelist and the start and end of a
+    broadcast."""
 
     async def vip_add(self, room: str) -> bool:
         """Whitelist ``room`` into the vip sect; False if it already was."""
@@ -492,13 +505,22 @@ class Operators(Protocol):
     async def vip_rooms(self) -> frozenset[str]:
         """The whitelist (one round trip; nodes cache it, never read it per poll)."""
 
+    async def start_broadcast(self, room: str) -> Started:
+        """Open ``room`` before its first message: a room with no log gets one
+        (a new epoch at seq 0, its listeners notified); a room with a log keeps
+        it. Either way the room is *live*: it lives ``room_ttl_ms`` and reads
+        keep it alive like a room with messages, so a node counts its listeners
+        online (and as viewers) from the first poll. Idempotent; atomic.
+        """
+
     async def end_broadcast(self, room: str, now_ms: int, ttl_ms: int) -> Ended:
-        """End the room's broadcast: a new epoch (its log starts afresh; seqs go
-        on) and a new viewers history. Atomic, and always effective: ending
-        twice ends two broadcasts.
+        """End the room's broadcast: a new epoch with an empty log (the ended
+        broadcast's messages are dropped; seqs go on) and a new viewers
+        history. Atomic, and always effective: ending twice ends two broadcasts.
 
         The room gets a new epoch unconditionally (a log is created if it has
-        none), so every listener resets. The broadcast number goes up by one
+        none), so every listener resets, into no recent messages; the room is
+        live afterwards, as after :meth:`start_broadcast`. The broadcast number goes up by one
         (a room never ended is in broadcast 1). The ended broadcast's viewers
         history is set aside and stays readable (:meth:`broadcasts`) for
         ``ttl_ms`` (on the store's clock, like every expiry of the engine);

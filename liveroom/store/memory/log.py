@@ -41,6 +41,9 @@ class _Room:
     important: deque[Entry] = field(default_factory=deque)
     dedup: dict[str, tuple[int, int]] = field(default_factory=dict)
     """client_msg_id -> (seq, expires_ms)"""
+    live: bool = False
+    """Started or ended by an operator: it expires like a room with messages
+    (``room_ttl_ms`` after its last use), message or not (``lua/start.lua``)."""
     by: str | None = None
     """The uid whose send created it, while nobody else sent or read: it then
     expires ``empty_room_ttl_ms`` after its last send (``lua/append.lua``)."""
@@ -63,7 +66,7 @@ class MemoryLog:
 
     def _expired(self, state: _Room, now: int) -> bool:
         policy = self.policy
-        ttl = policy.room_ttl_ms if state.seq and state.by is None \
+        ttl = policy.room_ttl_ms if (state.seq or state.live) and state.by is None \
             else policy.empty_room_ttl_ms
         return now - state.used_ms > ttl
 
@@ -87,7 +90,7 @@ class MemoryLog:
     async def open_room(self, room: str) -> str:
         state = self._room(room, create=True)
         assert state is not None
-        if state.seq:
+        if state.seq or state.live:
             state.used_ms = self._now_ms()
         return state.epoch
 
@@ -184,12 +187,25 @@ class MemoryLog:
         return Pulled(request.room, state.epoch, state.seq, state.ic,
                       tuple(extra + picked), complete=complete)
 
+    def start_room(self, room: str) -> tuple[str, bool]:
+        """Make the room live (``lua/start.lua``), creating its log if it has
+        none; return its epoch and whether the log was created."""
+        created = self._room(room, create=False) is None
+        state = self._room(room, create=True)
+        assert state is not None
+        state.live, state.by, state.used_ms = True, None, self._now_ms()
+        return state.epoch, created
+
     def start_epoch(self, room: str) -> tuple[str, int]:
-        """Give the room a new epoch whatever its current one (creating its log
-        if it has none); return it and the room's head."""
+        """Give the room a new epoch with an empty log whatever its current one
+        (creating its log if it has none; seq goes on) and make it live; return
+        the epoch and the room's head."""
         state = self._room(room, create=True)
         assert state is not None
         state.epoch = new_epoch()
+        state.log.clear()
+        state.important.clear()
+        state.live, state.by, state.used_ms = True, None, self._now_ms()
         return state.epoch, state.seq
 
     async def renew_epoch(self, room: str, stale: str) -> str:
@@ -203,7 +219,7 @@ class MemoryLog:
         now = self._now_ms()
         for room in rooms:
             state = self._room(room, create=False)
-            if state is not None and state.seq:
+            if state is not None and (state.seq or state.live):
                 state.used_ms = now
                 state.by = None  # read: a room like any other
 

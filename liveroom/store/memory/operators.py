@@ -1,18 +1,19 @@
-"""What operators change, in memory: the vip whitelist and the end of
-broadcasts."""
+"""What operators change, in memory: the vip whitelist, the start and the end
+of broadcasts."""
 
 from __future__ import annotations
 
-from ..base import Ended, PastBroadcast
+from ..base import Ended, PastBroadcast, Started
 from .log import MemoryLog
 from .notifier import MemoryNotifier
 from .stats import MemoryStats
 
 
 class MemoryOperators:
-    """The vip whitelist and the end of broadcasts, in this process.
+    """The vip whitelist and the start and end of broadcasts, in this process.
 
-    ``end_broadcast`` never suspends, so it is atomic like the redis engine's script.
+    ``start_broadcast`` and ``end_broadcast`` never suspend, so they are atomic
+    like the redis engine's scripts.
     """
 
     def __init__(self, log: MemoryLog, stats: MemoryStats, notifier: MemoryNotifier) -> None:
@@ -38,6 +39,12 @@ class MemoryOperators:
 
     async def vip_rooms(self) -> frozenset[str]:
         return frozenset(self._vip)
+
+    async def start_broadcast(self, room: str) -> Started:
+        epoch, created = self._log.start_room(room)
+        if created:
+            self._notifier.publish(room, 0)
+        return Started(epoch, self._stats.current_broadcast(room), created)
 
     async def end_broadcast(self, room: str, now_ms: int, ttl_ms: int) -> Ended:
         epoch, head = self._log.start_epoch(room)

@@ -151,6 +151,10 @@ class MemoryStats:
         self._broadcasts.expire(room, ttl_ms, only_later=True)
         return len(state.exact), state.complete, self._broadcast(room)
 
+    def current_broadcast(self, room: str) -> int:
+        """The room's current broadcast number (1 for a room never ended)."""
+        return self._broadcast(room)
+
     def _broadcast(self, room: str) -> int:
         broadcasts = self._broadcasts.get(room)
         return 1 if broadcasts is None else broadcasts.current

@@ -1,9 +1,12 @@
-"""What operators change, on Redis: the vip whitelist and the end of broadcasts.
+"""What operators change, on Redis: the vip whitelist, the start and the end
+of broadcasts.
 
 - **The whitelist** is one set, :data:`.keys.VIP` (one command a call; nodes
   cache it and never read it per poll).
+- **Starting a broadcast** is one script, ``lua/start.lua``: the room's log
+  if it has none, and the ``live`` mark that keeps it while it is read.
 - **Ending a broadcast** is one script, ``lua/end_broadcast.lua``: a new
-  epoch, the next broadcast number in ``lr:{R}:bc``, the viewers history
+  epoch and an empty log, the next broadcast number in ``lr:{R}:bc``, the viewers history
   renamed aside as ``vx:<n>``, ``vm:<n>``, ``vh:<n>`` and kept ``ttl_ms``, the
   record of when it ended, and the notify. The renamed keys are named by the
   ended number, which the caller reads first (a Redis Cluster needs every key a
@@ -21,7 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import StoreUnavailable
-from ..base import Ended, LogPolicy, MessageLog, PastBroadcast, new_epoch
+from ..base import Ended, LogPolicy, MessageLog, PastBroadcast, Started, new_epoch
 from . import keys
 from .calls import Client, Lua, run_scripts, text, unavailable
 from .stats import viewers_state
@@ -40,6 +43,7 @@ class RedisOperators:
         self._policy = policy
         self._log = log
         self._end = Lua("end_broadcast.lua", uses=["new_log.lua"])
+        self._start = Lua("start.lua", uses=["new_log.lua"])
 
     # -- the vip whitelist ---------------------------------------------------------
 
@@ -63,6 +67,17 @@ class RedisOperators:
 
     # -- broadcasts ------------------------------------------------------------------
 
+    async def start_broadcast(self, room: str) -> Started:
+        """One script call (``lua/start.lua``)."""
+        with unavailable("start_broadcast"):
+            ((epoch, broadcast, created),) = await run_scripts(self._client, [(
+                self._start,
+                [keys.meta(room), keys.log(room), keys.important(room),
+                 keys.broadcasts(room)],
+                [new_epoch(), self._policy.room_ttl_ms,
+                 keys.notify_how(room, sharded=self._sharded), room])])
+        return Started(text(epoch), int(broadcast), bool(created))
+
     async def end_broadcast(self, room: str, now_ms: int, ttl_ms: int) -> Ended:
         """Read the current broadcast, then end it in one script call."""
         for _ in range(_END_ATTEMPTS):
@@ -77,7 +92,7 @@ class RedisOperators:
                      keys.viewers_sketches(room),
                      keys.viewers_exact(room, current), keys.viewers_meta(room, current),
                      keys.viewers_sketches(room, current)],
-                    [current, new_epoch(), now_ms, ttl_ms, self._policy.empty_room_ttl_ms,
+                    [current, new_epoch(), now_ms, ttl_ms, self._policy.room_ttl_ms,
                      keys.notify_how(room, sharded=self._sharded), room])])
             if broadcast:
                 return Ended(text(epoch), int(broadcast))

@@ -1,6 +1,8 @@
 -- end_broadcast.lua: end a room's broadcast; atomic, one script call.
--- A new epoch, the next broadcast number, the viewers history set aside under
--- the ended number, a record of when it ended, and the notify.
+-- A new epoch with an empty log (seq and ic go on), the next broadcast number,
+-- the viewers history set aside under the ended number, a record of when it
+-- ended, and the notify. The room is live (see start.lua): it lives
+-- room_ttl_ms and reads keep it, message or not.
 --
 -- KEYS[1]  lr:{R}:meta    hash: epoch, seq (head), ic
 -- KEYS[2]  lr:{R}:log     stream: the log
@@ -16,7 +18,7 @@
 -- ARGV[2]  the new epoch (random, from the caller)
 -- ARGV[3]  now_ms: when the broadcast ended (the caller's clock)
 -- ARGV[4]  ttl_ms: how long the ended history is kept
--- ARGV[5]  empty_room_ttl_ms (for a log created here: it has no message yet)
+-- ARGV[5]  room_ttl_ms
 -- ARGV[6]  how to notify, as append.lua's ARGV[12]   ARGV[7]  the room name
 --
 -- Returns {new epoch, new broadcast}; {'', 0} when the current broadcast is
@@ -29,15 +31,19 @@ if ended ~= tonumber(ARGV[1]) then
 end
 local now, ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
 
--- A new epoch whatever the current one: every listener resets; seq goes on.
+-- A new epoch whatever the current one: every listener resets into an empty
+-- log (the ended broadcast's messages go); seq and ic go on.
 local epoch = ARGV[2]
 if redis.call('HGET', meta, 'epoch') then
   redis.call('HSET', meta, 'epoch', epoch)
+  redis.call('DEL', log, imp)
+  redis.call('HDEL', meta, 'by')
 else
   -- No log: start one at seq 0 (new_log.lua).
   new_log(meta, log, imp, epoch)
-  redis.call('PEXPIRE', meta, ARGV[5])
 end
+redis.call('HSET', meta, 'live', 1)
+redis.call('PEXPIRE', meta, ARGV[5])
 
 -- The viewers history aside; vm:<n> always exists while it is kept.
 for i = 0, 2 do

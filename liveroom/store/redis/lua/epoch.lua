@@ -14,7 +14,8 @@
 -- Returns the room's current epoch. Seq and ic continue across a renewal.
 -- A log created here has no message: it lives ARGV[5] from its creation, and
 -- a read of a room with no message (seq 0) does not push its expiry back
--- (append.lua extends it to ARGV[3] with the first message).
+-- (append.lua extends it to ARGV[3] with the first message), unless an
+-- operator started it (field 'live', see start.lua).
 
 local meta, log, imp = KEYS[1], KEYS[2], KEYS[3]
 local epoch = redis.call('HGET', meta, 'epoch')
@@ -28,7 +29,8 @@ elseif ARGV[2] ~= '' and epoch == ARGV[2] then
   epoch = ARGV[1]
   redis.call('HSET', meta, 'epoch', epoch)
 end
-if ARGV[4] == '1' and redis.call('HGET', meta, 'seq') ~= '0' then
+if ARGV[4] == '1' and (redis.call('HGET', meta, 'seq') ~= '0'
+                       or redis.call('HGET', meta, 'live')) then
   redis.call('PEXPIRE', meta, ARGV[3])
   redis.call('PEXPIRE', log, ARGV[3])
   redis.call('PEXPIRE', imp, ARGV[3])

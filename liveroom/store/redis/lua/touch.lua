@@ -6,7 +6,8 @@
 -- ARGV[1]  room_ttl_ms
 --
 -- A room with no message yet (seq 0) keeps the expiry it was created with
--- (empty_room_ttl_ms, see epoch.lua): reads never keep a made-up name alive.
+-- (empty_room_ttl_ms, see epoch.lua): reads never keep a made-up name alive,
+-- unless an operator started it (field 'live', see start.lua).
 -- A room of one sender (field 'by', see append.lua) becomes a room like any
 -- other once read.
 -- Returns 1 when the expiry was pushed back, else 0.
@@ -16,7 +17,7 @@ local seq = redis.call('HGET', meta, 'seq')
 if not seq then
   return 0
 end
-if seq == '0' then
+if seq == '0' and not redis.call('HGET', meta, 'live') then
   return 0
 end
 local ttl = ARGV[1]

@@ -1,0 +1,34 @@
+-- start.lua: an operator opens a room's broadcast before any message; atomic.
+-- A room with no log gets one (new_log.lua) and its listeners are notified; a
+-- room with a log keeps it, epoch and messages. Either way the room is live
+-- (field 'live'): it lives room_ttl_ms, and reads keep it like a room with
+-- messages (touch.lua), so presence and viewers count from the first listener.
+--
+-- KEYS[1]  lr:{R}:meta    hash: epoch, seq (head), ic, live
+-- KEYS[2]  lr:{R}:log     KEYS[3]  lr:{R}:imp
+-- KEYS[4]  lr:{R}:bc      hash: n = the current broadcast (absent: 1)
+--
+-- ARGV[1]  a new random epoch (used only for a room with no log)
+-- ARGV[2]  room_ttl_ms
+-- ARGV[3]  how to notify, as append.lua's ARGV[12]   ARGV[4]  the room name
+--
+-- Returns {epoch, broadcast, 1 if the log was created here else 0}.
+
+local meta, log, imp, bc = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local epoch = redis.call('HGET', meta, 'epoch')
+local created = 0
+if not epoch then
+  epoch = ARGV[1]
+  new_log(meta, log, imp, epoch)
+  created = 1
+end
+redis.call('HSET', meta, 'live', 1)
+redis.call('HDEL', meta, 'by')  -- an operator's room, not its first sender's
+for i = 1, 3 do
+  redis.call('PEXPIRE', KEYS[i], ARGV[2])
+end
+if created == 1 then
+  local how, channel = string.match(ARGV[3], '^(%u+) (.+)$')
+  redis.call(how, channel, string.format('0 %s', ARGV[4]))
+end
+return {epoch, tonumber(redis.call('HGET', bc, 'n') or '1'), created}
