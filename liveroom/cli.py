@@ -91,8 +91,15 @@ def _announce(node: Node) -> None:
     click.echo(f"  auth: {s.auth}" + (f" ({len(s.ticket_keys)} ticket keys)"
                                       if s.auth == "ticket" else
                                       " (clients name their own uid)"))
-    for name, value in node.generated.items():
-        click.echo(f"  {name.replace('_', ' ')} (generated): {value}")
+    made_up = {name: value for name, value in node.generated.items()
+               if name in ("admin_token", "publisher_token")}
+    if made_up:
+        # Ready to paste: the CLI and the examples in the README read these.
+        click.echo("  tokens made up for this run (the memory store keeps nothing); "
+                   "in another shell:")
+        click.echo(f"    export LIVEROOM_URL=http://{s.host}:{s.port}")
+        for name, value in made_up.items():
+            click.echo(f"    export LIVEROOM_{name.upper()}={value}")
     click.echo("  stop with Ctrl-C", nl=True)
     sys.stdout.flush()
 
@@ -729,8 +736,8 @@ def listen(room_name: str, uid: str | None, ticket: str | None, url: str,
 @click.argument("room_name", metavar="ROOM", callback=_room)
 @click.argument("text")
 @click.option("--uid", callback=_optional_uid, envvar="LIVEROOM_UID", show_envvar=True,
-              help="Who sends (open mode, or for the --token holder). Needed unless "
-                   "--ticket names the sender.")
+              help="Who sends (open mode, or for the --token holder) [default: a "
+                   "made-up sender-XXXXXX, said on stderr; with --ticket, the ticket's].")
 @click.option("--important", is_flag=True,
               help="An important message (a system signal: never lost, delivered first); "
                    "needs --token or a ticket minted with --publish.")
@@ -755,7 +762,8 @@ def send(room_name: str, text: str, uid: str | None, important: bool, as_json: b
     stored once. A refusal exits with status 1 and the server's message.
     """
     if uid is None and ticket is None:
-        raise click.UsageError("give --uid (or a --ticket, which names the sender)")
+        uid = f"sender-{secrets.token_hex(3)}"
+        click.echo(f"-- sending as {uid} (give --uid to choose)", err=True)
     body: Any = text
     if as_json:
         try:

@@ -205,7 +205,7 @@ class Settings:
     rooms_max: int = ROOMS_MAX
     """Rooms each sect's cache holds at most (least recently read evicted first,
     never one with held polls). A cached room that does not exist costs about
-    1.3 KiB, a small room its messages (see README, "What a room costs")."""
+    1.3 KiB, a small room its messages (see docs/operations.md, "What a room costs")."""
     empty_room_ttl: float = EMPTY_ROOM_TTL
     durable_replicas: int = 0
     """Replicas a message must reach before its send is answered 201 (redis

@@ -43,8 +43,11 @@ def bearer(authorization: str | bytes | None) -> str:
                 raise Unauthorized("the Authorization header is not UTF-8") from None
     scheme, _, token = text.partition(" ")
     token = token.strip()
-    if scheme.lower() != "bearer" or not token:
+    if scheme.lower() != "bearer":
         raise Unauthorized("send Authorization: Bearer <token>")
+    if not token:
+        # Most often "Bearer $TOKEN" with the variable unset.
+        raise Unauthorized("the bearer token is empty (is the variable that holds it set?)")
     return token
 
 

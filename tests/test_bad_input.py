@@ -19,7 +19,7 @@ import aiohttp
 import msgpack
 import pytest
 from aiohttp.test_utils import TestClient
-from support import FrontTestServer, read_response
+from support import FrontTestServer, read_response, running_node
 
 from liveroom.node import build_app
 from liveroom.settings import Settings
@@ -585,3 +585,18 @@ async def test_malformed_requests_log_one_line_not_tracebacks(
     assert lines[0].levelname == "WARNING"
     assert lines[0].exc_info is None
     assert "BadHttpMessage" in lines[0].getMessage()
+
+
+@pytest.mark.parametrize("header", ["Bearer ", "Bearer", "bearer   "])
+async def test_an_empty_bearer_token_is_named_as_such(header: str) -> None:
+    """``Authorization: Bearer $TOKEN`` with the variable unset: the 401 says
+    the token is empty, on the front (a send) and on aiohttp's side (admin)."""
+    async with running_node() as node, aiohttp.ClientSession() as session:
+        for method, path, body in [
+                ("POST", "/v1/rooms/r/messages", {"uid": "u", "body": 1, "important": True}),
+                ("GET", "/v1/admin/vip", None)]:
+            async with session.request(method, f"{node.url}{path}", json=body,
+                                       headers={"Authorization": header}) as resp:
+                doc = await resp.json()
+                assert (resp.status, doc["error"]) == (401, "unauthorized"), (path, doc)
+                assert "token is empty" in doc["message"], (path, doc)

@@ -270,8 +270,9 @@ async def test_serve_end_to_end(tmp_path: Path, how: str, sig: signal.Signals) -
         text = "\n".join(lines)
         assert re.search(rf"listening on http://127\.0\.0\.1:{port}\b", text), text
         assert "store: memory" in text
-        admin = re.search(r"admin token \(generated\): (\S+)", text)
-        publisher = re.search(r"publisher token \(generated\): (\S+)", text)
+        admin = re.search(r"^    export LIVEROOM_ADMIN_TOKEN=(\S+)$", text, re.M)
+        publisher = re.search(r"^    export LIVEROOM_PUBLISHER_TOKEN=(\S+)$", text, re.M)
+        assert f"    export LIVEROOM_URL=http://127.0.0.1:{port}" in text
         assert admin, text
         assert publisher, text
         assert admin.group(1) != publisher.group(1)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 import sys
 import time
@@ -323,6 +324,13 @@ async def test_the_listen_and_send_commands() -> None:
             async with asyncio.timeout(10):
                 note = await anext(notes)
             assert note.startswith("-- reset: the room goes on in epoch "), note
+            # The ended broadcast's messages are not printed again: the next
+            # line is what comes after the end.
+            code, out, err = await liveroom("send", "hall", "next show", "--uid", "bob",
+                                            LIVEROOM_URL=node.url)
+            assert (code, out) == (0, "3\n"), err
+            async with asyncio.timeout(10):
+                assert await anext(messages) == "3 bob: next show"
             proc.send_signal(signal.SIGINT)
             async with asyncio.timeout(5):
                 assert await proc.wait() == 0
@@ -359,7 +367,7 @@ async def test_the_listen_command_prints_json_lines() -> None:
                 await proc.wait()
 
 
-async def test_the_send_command_refused() -> None:
+async def test_the_send_command_refused_and_without_a_uid() -> None:
     async with running_node() as node:
         code, out, err = await liveroom("send", "hall", "x", "--uid", "bob", "--important",
                                         "--url", node.url)
@@ -367,9 +375,10 @@ async def test_the_send_command_refused() -> None:
         assert out == ""
         assert err == ("Error: send Authorization: Bearer <token> (give --token or set "
                        "LIVEROOM_PUBLISHER_TOKEN) (HTTP 401)\n")
-        code, _, err = await liveroom("send", "hall", "x", "--url", node.url)
-        assert code == 2
-        assert "give --uid" in err
+        # Without --uid, a made-up sender, said on stderr (as listen makes up a listener).
+        code, out, err = await liveroom("send", "hall", "x", "--url", node.url)
+        assert (code, out) == (0, "1\n"), err
+        assert re.fullmatch(r"-- sending as sender-[0-9a-f]{6} \(give --uid to choose\)\n", err)
         code, _, err = await liveroom("listen", "no/room", "--url", node.url)
         assert code == 2
         assert "room must match" in err

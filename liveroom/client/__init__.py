@@ -9,7 +9,7 @@ and the operators' calls.
             for message in answer.delivered:      # important ones first
                 print(message.seq, message.body)
 
-**The listening loop** follows the contract (DESIGN.md, "Listening"): a first
+**The listening loop** follows the contract (docs/design.md, "Listening"): a first
 poll without cursors, then at once another with the ``epoch``, ``seq``,
 ``iseq`` and ``ctx`` of the last answer. It never sleeps between answers: in a
 big room the server paces the listener (``interval_ms``) by holding its poll,
