@@ -28,8 +28,8 @@ from .errors import BadRequest, ConfigError, LiveroomError
 from .model import check_name
 from .node import Node, run
 from .ratelimit import RateLimits, Window, parse_windows
-from .settings import TICKET_KEY_MIN, Settings, Tier, parse_tiers
-from .store import open_store
+from .settings import TICKET_KEY_MIN, Settings, Tier, parse_tiers, unset_secrets, weak_secrets
+from .store import check_store_url, open_store
 from .store.base import Operators
 from .workers import CannotListen, supervise
 
@@ -112,32 +112,40 @@ class _KeyList(click.types.StringParamType):
     envvar_list_splitter = ","
 
 
-def _refuse(message: str) -> None:
-    """Stop ``serve`` before it starts: one line, exit status 2 (a usage error)."""
-    click.echo(f"Error: {message}", err=True)
-    raise SystemExit(2)
-
-
-def _check_shared_store(settings: Settings, auth_given: bool) -> None:
+def _shared_store_problems(store: str, auth_given: bool,
+                           secrets: dict[str, str | None]) -> list[str]:
     """What a node over a shared store (Redis: a deployment, not a demo) must
-    be told rather than default to."""
-    if not settings.shared_store:
-        return
+    be told rather than default to, one sentence each."""
+    if store in ("memory", "memory://"):
+        return []
+    problems = []
     if not auth_given:
-        _refuse(f"a shared store ({settings.store}) is a deployment: say who may "
-                f"speak with --auth ticket --ticket-key KEY (signed tickets name the uid) "
-                f"or, knowingly, --auth open (clients name their own uid); or set "
-                f"LIVEROOM_AUTH")
-    missing = settings.unset_secrets()
+        problems.append(
+            f"--auth: a shared store ({store}) is a deployment: say who may speak with "
+            f"--auth ticket --ticket-key KEY (signed tickets name the uid) or, knowingly, "
+            f"--auth open (clients name their own uid); or set LIVEROOM_AUTH")
+    missing = unset_secrets(secrets)
     if missing:
         flags = ", ".join(f"--{name.replace('_', '-')}" for name in missing)
         envs = ", ".join(f"LIVEROOM_{name.upper()}" for name in missing)
-        _refuse(f"every node over a shared store must be given the same tokens and "
-                f"secret (made-up ones would differ between nodes): give {flags} "
-                f"(or {envs})")
-    weak = settings.weak_secrets()
-    if weak:
-        _refuse("secrets over a shared store must mean something: " + "; ".join(weak))
+        problems.append(
+            f"{flags}: every node over a shared store must be given the same tokens and "
+            f"secret (made-up ones would differ between nodes): give {flags} (or {envs}; "
+            f"`liveroom secrets` makes fresh ones)")
+    problems += weak_secrets(secrets)
+    return problems
+
+
+def _refuse_all(problems: list[str]) -> None:
+    """Stop ``serve`` before it starts, saying every problem at once: exit
+    status 2 (a usage error)."""
+    if len(problems) == 1:
+        click.echo(f"Error: {problems[0]}", err=True)
+    else:
+        click.echo(f"Error: serve cannot start; {len(problems)} settings to fix:", err=True)
+        for problem in problems:
+            click.echo(f"  - {problem}", err=True)
+    raise SystemExit(2)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -338,6 +346,12 @@ def serve(host: str, port: int, store: str, admin_token: str | None,
     --workers processes on one port."""
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Every problem in one round, the store URL first.
+    problems: list[str] = []
+    try:
+        check_store_url(store)
+    except ConfigError as exc:
+        problems.append(f"{exc.option}: {exc.message}")
     try:
         settings = Settings(host=host, port=port, store=store, admin_token=admin_token,
                             publisher_token=publisher_token, node_id=node_id, secret=secret,
@@ -362,8 +376,12 @@ def serve(host: str, port: int, store: str, admin_token: str | None,
                             durable_replicas=durable_replicas,
                             durable_timeout=durable_timeout)
     except ConfigError as exc:
-        raise click.BadParameter(exc.message, param_hint=exc.option) from None
-    _check_shared_store(settings, auth_given=auth is not None)
+        problems += [f"{p.option}: {p.message}" for p in exc.problems]
+    problems += _shared_store_problems(store, auth is not None, {
+        "admin_token": admin_token, "publisher_token": publisher_token, "secret": secret,
+        "metrics_token": metrics_token})
+    if problems:
+        _refuse_all(problems)
     if workers > 1:
         _supervise(settings, workers, log_level)
         return
@@ -385,6 +403,29 @@ def _supervise(settings: Settings, workers: int, log_level: str) -> None:
         raise click.ClickException(str(exc)) from None
     if code:
         raise SystemExit(code)
+
+
+# -- secrets ------------------------------------------------------------------------
+
+SECRET_NAMES = ("admin_token", "publisher_token", "secret", "ticket_keys", "metrics_token")
+"""The settings that are secrets, in the order ``liveroom secrets`` prints them."""
+
+
+@main.command("secrets")
+def secrets_command() -> None:
+    """Print fresh random values for every secret setting, as env-file lines.
+
+    One LIVEROOM_NAME=VALUE line each (the admin and publisher tokens, the
+    context secret, a ticket key and a metrics token; 32 random bytes each,
+    URL-safe base64). Append them to a copy of deploy/liveroom.env, whose
+    empty lines for them come earlier, so these win:
+
+        liveroom secrets >> liveroom.env
+
+    Every node over one store must be given the same values.
+    """
+    for name in SECRET_NAMES:
+        click.echo(f"LIVEROOM_{name.upper()}={secrets.token_urlsafe(32)}")
 
 
 # -- tickets ------------------------------------------------------------------------

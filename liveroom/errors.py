@@ -135,6 +135,15 @@ class ConfigError(ValueError):
         super().__init__(message)
         self.setting = setting
         self.message = message
+        self.problems: tuple[ConfigError, ...] = (self,)
+        """Every setting found wrong at once (this one first)."""
+
+    @classmethod
+    def of(cls, found: list[ConfigError]) -> ConfigError:
+        """One error for several: named by the first, saying them all."""
+        error = cls(found[0].setting, "; ".join(f.message for f in found))
+        error.problems = tuple(found)
+        return error
 
     @property
     def option(self) -> str:

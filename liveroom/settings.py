@@ -236,61 +236,72 @@ class Settings:
     merge_every: float = 1.0
 
     def __post_init__(self) -> None:
+        found = self.problems()
+        if found:
+            raise ConfigError.of(found)
+
+    def problems(self) -> list[ConfigError]:
+        """Every setting that cannot run, each with its reason (empty: none)."""
+        found: list[ConfigError] = []
         if self.auth not in AUTH_MODES:
-            raise ConfigError("auth", f"auth must be one of {', '.join(AUTH_MODES)}, "
-                                      f"not {self.auth!r}")
+            found.append(ConfigError("auth", f"auth must be one of {', '.join(AUTH_MODES)}, "
+                                      f"not {self.auth!r}"))
         if self.auth == "ticket" and not self.ticket_keys:
-            raise ConfigError("ticket_keys", "auth 'ticket' needs at least one ticket key")
+            found.append(ConfigError("ticket_keys",
+                                     "auth 'ticket' needs at least one ticket key"))
         for key in self.ticket_keys:
             if len(key.encode()) < TICKET_KEY_MIN:
-                raise ConfigError("ticket_keys",
+                found.append(ConfigError("ticket_keys",
                                   f"a ticket key must be at least {TICKET_KEY_MIN} bytes "
-                                  f"(HS256 with a shorter key can be brute-forced)")
+                                  f"(HS256 with a shorter key can be brute-forced)"))
+                break
         if self.ticket_leeway < 0:
-            raise ConfigError("ticket_leeway", "ticket_leeway must not be negative")
+            found.append(ConfigError("ticket_leeway", "ticket_leeway must not be negative"))
         if self.metrics_token is not None and not self.metrics_token:
-            raise ConfigError("metrics_token", "metrics_token must not be empty")
+            found.append(ConfigError("metrics_token", "metrics_token must not be empty"))
         longest = self.poll_timeout_max + self.hold_interval_max
         if self.online_ttl <= longest:
-            raise ConfigError(
+            found.append(ConfigError(
                 "online_ttl", f"online_ttl ({self.online_ttl:g} s) must exceed the longest "
-                f"poll timeout plus the longest hold interval ({longest:g} s)")
+                f"poll timeout plus the longest hold interval ({longest:g} s)"))
         for tier in self.tiers:
             if tier.interval + tier.jitter > self.hold_interval_max:
-                raise ConfigError(
+                found.append(ConfigError(
                     "tiers", f"tier from {tier.online} online: interval plus jitter "
                     f"({tier.interval + tier.jitter:g} s) exceeds hold_interval_max "
-                    f"({self.hold_interval_max:g} s)")
+                    f"({self.hold_interval_max:g} s)"))
         if not 0.05 <= self.hold_tick <= 1.0:
-            raise ConfigError("hold_tick", "hold_tick must be between 0.05 and 1 s")
+            found.append(ConfigError("hold_tick", "hold_tick must be between 0.05 and 1 s"))
         if self.answer_bytes_max < 1024:
-            raise ConfigError("answer_bytes_max", "answer_bytes_max must be at least 1024 bytes")
+            found.append(ConfigError("answer_bytes_max",
+                                     "answer_bytes_max must be at least 1024 bytes"))
         if self.holds_per_listener < 1:
-            raise ConfigError("holds_per_listener", "holds_per_listener must be at least 1")
+            found.append(ConfigError("holds_per_listener", "holds_per_listener must be at least 1"))
         if self.holds_per_uid < 1:
-            raise ConfigError("holds_per_uid", "holds_per_uid must be at least 1")
+            found.append(ConfigError("holds_per_uid", "holds_per_uid must be at least 1"))
         if self.held_max < 0:
-            raise ConfigError("held_max", "held_max must be at least 0")
+            found.append(ConfigError("held_max", "held_max must be at least 0"))
         if self.connections_max < 0:
-            raise ConfigError("connections_max", "connections_max must be at least 0")
+            found.append(ConfigError("connections_max", "connections_max must be at least 0"))
         if self.vip_shards < 1:
-            raise ConfigError("vip_shards", "vip_shards must be at least 1")
+            found.append(ConfigError("vip_shards", "vip_shards must be at least 1"))
         if self.vip_refresh <= 0:
-            raise ConfigError("vip_refresh", "vip_refresh must be positive")
+            found.append(ConfigError("vip_refresh", "vip_refresh must be positive"))
         if self.durable_replicas < 0:
-            raise ConfigError("durable_replicas", "durable_replicas must be 0 or more")
+            found.append(ConfigError("durable_replicas", "durable_replicas must be 0 or more"))
         if self.durable_timeout <= 0:
-            raise ConfigError("durable_timeout", "durable_timeout must be positive")
+            found.append(ConfigError("durable_timeout", "durable_timeout must be positive"))
         if self.durable_replicas and not self.shared_store:
-            raise ConfigError("durable_replicas", "durable_replicas needs the redis engine: "
-                                                  "the memory engine has no replicas")
+            found.append(ConfigError("durable_replicas", "durable_replicas needs the redis engine: "
+                                                  "the memory engine has no replicas"))
         for name in ("rooms_max", "empty_room_ttl", "first_pull_timeout"):
             if getattr(self, name) <= 0:
-                raise ConfigError(name, f"{name} must be positive")
+                found.append(ConfigError(name, f"{name} must be positive"))
         if min(self.pull_batch, self.pull_concurrency, self.vip_pull_batch,
                self.vip_pull_concurrency) < 1:
-            raise ConfigError("pull_batch", "every sect needs a pull batch and concurrency "
-                                            "of at least 1")
+            found.append(ConfigError("pull_batch", "every sect needs a pull batch and concurrency "
+                                            "of at least 1"))
+        return found
 
     @property
     def shared_store(self) -> bool:
@@ -298,25 +309,15 @@ class Settings:
         return self.store not in ("memory", "memory://")
 
     def weak_secrets(self) -> list[str]:
-        """What makes the configured secrets guessable or confusable, one
-        sentence each: over a shared store every token and the secret have at
-        least :data:`SECRET_MIN` bytes, and the admin and publisher tokens
-        differ (else a publisher could act as an operator)."""
-        problems = [f"--{name.replace('_', '-')} has {len(value.encode())} bytes: give at "
-                    f"least {SECRET_MIN} (e.g. from `openssl rand -hex 32`)"
-                    for name in ("admin_token", "publisher_token", "secret", "metrics_token")
-                    if (value := getattr(self, name)) and len(value.encode()) < SECRET_MIN]
-        if self.admin_token and self.admin_token == self.publisher_token:
-            problems.append("--admin-token and --publisher-token are the same: the "
-                            "publisher would be an operator; give them different values")
-        return problems
+        """What makes the configured secrets guessable or confusable (see
+        :func:`weak_secrets`)."""
+        return weak_secrets({name: getattr(self, name) for name in SECRET_SETTINGS})
 
     def unset_secrets(self) -> tuple[str, ...]:
         """The settings of ``admin_token``, ``publisher_token`` and ``secret``
         that are not configured (a node over a shared store needs all three:
         made-up ones would differ between nodes)."""
-        return tuple(name for name in ("admin_token", "publisher_token", "secret")
-                     if not getattr(self, name))
+        return unset_secrets({name: getattr(self, name) for name in SECRET_SETTINGS})
 
     @property
     def name(self) -> str:
@@ -335,3 +336,30 @@ class Settings:
             durable_replicas=self.durable_replicas,
             durable_timeout_ms=int(self.durable_timeout * 1000),
         )
+
+
+SECRET_SETTINGS = ("admin_token", "publisher_token", "secret", "metrics_token")
+"""The settings that are secrets shared by every node (``ticket_keys`` aside)."""
+
+
+def weak_secrets(values: dict[str, str | None]) -> list[str]:
+    """What makes the secrets in ``values`` guessable or confusable, one
+    sentence each: over a shared store every token and the secret have at
+    least :data:`SECRET_MIN` bytes, and the admin and publisher tokens differ
+    (else a publisher could act as an operator)."""
+    problems = [f"--{name.replace('_', '-')} has {len(value.encode())} bytes: give at "
+                f"least {SECRET_MIN} (`liveroom secrets` makes some)"
+                for name in SECRET_SETTINGS
+                if (value := values.get(name)) and len(value.encode()) < SECRET_MIN]
+    admin = values.get("admin_token")
+    if admin and admin == values.get("publisher_token"):
+        problems.append("--admin-token and --publisher-token are the same: the "
+                        "publisher would be an operator; give them different values")
+    return problems
+
+
+def unset_secrets(values: dict[str, str | None]) -> tuple[str, ...]:
+    """Which of ``admin_token``, ``publisher_token`` and ``secret`` ``values``
+    leaves unset."""
+    return tuple(name for name in ("admin_token", "publisher_token", "secret")
+                 if not values.get(name))

@@ -47,7 +47,7 @@ Measured over the window (first send to last delivery), per server:
 Below the table, the ratios of each pair of rows present: liveroom / nchan,
 liveroom / floor and floor / nchan.
 
-Presets (``--scenario``) match the fan-out targets in the README
+Presets (``--scenario``) match the fan-out targets in docs/performance.md
 ("Benchmarks"); any free flag overrides the preset's value:
 
 - ``plain``: 2 000 listeners x 2 msg/s for 30 s, ``--tiers off``;

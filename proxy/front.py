@@ -1,7 +1,7 @@
 """The listener front: HTTP/1.1 for polls and sends, on a bare asyncio protocol.
 
 A framework's per-request objects cost several times the whole work of a
-poll (DESIGN.md, "Principles"), so the listener path has its own HTTP/1.1
+poll (docs/design.md, "Principles"), so the listener path has its own HTTP/1.1
 server: one :class:`Connection` (an ``asyncio.Protocol``) per client
 connection, parsing with httptools (llhttp), answering with ready header
 bytes and the answer the poll built. Its parser callbacks only record what

@@ -1,4 +1,4 @@
-"""Heartbeats, batched: every poll is a heartbeat of (room, uid) (DESIGN.md step 6).
+"""Heartbeats, batched: every poll is a heartbeat of (room, uid) (docs/design.md step 6).
 
 A poll only appends its uid to a list in memory. A flush task hands the lists
 to the statsvr nodes every ``flush_every`` seconds (sooner when ``max_batch``

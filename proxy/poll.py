@@ -8,7 +8,7 @@ it is in flight, so the caller can :meth:`Poll.cancel` it when the client
 leaves. Nothing here knows HTTP: the front (:mod:`.front`) and aiohttp's
 routes (:mod:`.routes`) both call it.
 
-What a poll does, in order (DESIGN.md, "Listening"):
+What a poll does, in order (docs/design.md, "Listening"):
 
 1. parse and check the parameters (a 400 names the bad one);
 2. read the room's snapshot from memory (a room this node holds no snapshot

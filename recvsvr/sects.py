@@ -4,7 +4,7 @@ Every room is read from the **normal** sect unless the vip whitelist names it;
 then it is read from the **vip** sect. Each sect is a
 :class:`~recvsvr.cache.RoomCache` with its own pull workers and batch size, so
 a storm of pulls in a huge vip room waits for the vip workers only and never
-delays the pulls of the many small rooms (DESIGN.md, "Sects").
+delays the pulls of the many small rooms (docs/design.md, "Sects").
 
 :class:`Sects` is the node's :class:`~liveroom.roles.RoomReader`: it routes each
 call by the room's current sect, and notifies to the cache of the room's sect

@@ -1,6 +1,6 @@
 """The merge: every statsvr node's background task that keeps each wanted room's
 :class:`~statsvr.view.OnlineView` in step with the shard keys in the store
-(DESIGN.md step 8).
+(docs/design.md step 8).
 
 Which rooms. A room is *wanted* while something touched it in the last
 ``keep_for`` seconds (:meth:`Merge.want`: a poll, an ``/online`` or ``/stats``

@@ -1,7 +1,7 @@
 """The statsvr role of one node: the owner's table, the merge, the viewers
 history and the online series, with the background tasks that join them.
 
-Data flow (DESIGN.md steps 6 to 8):
+Data flow (docs/design.md steps 6 to 8):
 
 - proxies hand heartbeats to :meth:`Statsvr.ingest` (memory only);
 - the **write loop** (every ``write_every`` s) sweeps quiet members, hands the

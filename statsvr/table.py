@@ -1,6 +1,6 @@
 """The owner's table: the members of each room that heartbeat through this statsvr node.
 
-DESIGN.md steps 6 and 7. A heartbeat touches memory only: a dict assignment
+docs/design.md steps 6 and 7. A heartbeat touches memory only: a dict assignment
 ``uid -> tick`` in the uid's shard of the room. A room is one shard, or
 ``vip_shards`` for a vip room, split by :func:`shard_of`. The statsvr's write
 loop then:

@@ -1,4 +1,4 @@
-"""A room's online members, merged from every node's shard keys (DESIGN.md step 8).
+"""A room's online members, merged from every node's shard keys (docs/design.md step 8).
 
 :func:`build_view` turns the live shard entries of one room and their blobs
 (each a msgpack array of uids, sorted) into an :class:`OnlineView`: an immutable

@@ -81,7 +81,7 @@ class SeriesState:
 
     Feed it with :meth:`record` (or :meth:`merge` for a batch), drop old buckets
     with :meth:`expire`, read it with :meth:`query`, store it with
-    :meth:`to_dict`. Not thread-safe; one writer per room (DESIGN.md picks one
+    :meth:`to_dict`. Not thread-safe; one writer per room (docs/design.md picks one
     statsvr node per room).
     """
 

@@ -1,4 +1,4 @@
-"""Behaviours of the contract (DESIGN.md) that no other test pinned down.
+"""Behaviours of the contract (docs/design.md) that no other test pinned down.
 
 Each test here was seen failing against a one-line bug planted in the product
 (the recvsvr's retention, the ``client_msg_id`` window on each engine, the

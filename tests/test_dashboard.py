@@ -11,7 +11,7 @@ table at every step, so the real sampler, merge and announcements produce an
 hour of online series in a few seconds, ending at the browser's now.
 
 ``LIVEROOM_SCREENSHOT_DIR`` set (``scripts/screenshots`` sets it to ``docs/``):
-the README's screenshot of the dashboard is written there as ``dashboard.png``.
+the screenshot in docs/ of the dashboard is written there as ``dashboard.png``.
 """
 
 from __future__ import annotations
@@ -316,7 +316,7 @@ def phone_shots(browser: WebDriver, tmp_path: Path) -> None:
 def test_the_dashboard_for_the_readme(browser: WebDriver, populated: Populated,
                                       tmp_path: Path) -> None:
     """The dashboard with a room chosen, at a laptop's and a phone's size: the
-    README's ``docs/dashboard.png`` when ``LIVEROOM_SCREENSHOT_DIR`` is set."""
+    ``docs/dashboard.png`` when ``LIVEROOM_SCREENSHOT_DIR`` is set."""
     served = populated.served
     # Polls held by the node (listeners of the plain room "chess", waiting for
     # its next message) show in the live nodes' table.

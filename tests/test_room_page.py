@@ -4,7 +4,7 @@ what goes wrong is shown. Waits are on the page's DOM (WebDriverWait), never
 sleeps; each test saves screenshots under its ``tmp_path``.
 
 ``LIVEROOM_SCREENSHOT_DIR`` set (``scripts/screenshots`` sets it to ``docs/``):
-the README's screenshot of the room page is written there as ``room.png``.
+the screenshot in docs/ of the room page is written there as ``room.png``.
 """
 
 from __future__ import annotations
@@ -219,7 +219,7 @@ def test_a_ticket_server_says_what_is_missing_then_takes_a_ticket(
 
 def test_the_room_page_for_the_readme(browser: WebDriver, tmp_path: Path) -> None:
     """A room with chat, an important message and a gap notice, at a phone's
-    size: the README's ``docs/room.png`` when ``LIVEROOM_SCREENSHOT_DIR`` is set."""
+    size: the ``docs/room.png`` when ``LIVEROOM_SCREENSHOT_DIR`` is set."""
     # Five messages cached a room: a short burst makes the gap notice.
     with served_node(tiers=(Tier(1, PACE_MS / 1000),), normal_keep=5) as paced, \
             window(browser, 430, 860):

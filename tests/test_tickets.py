@@ -518,7 +518,21 @@ def test_redis_without_tokens_and_secret_is_refused(redis_url: str) -> None:
     text = serve_refused("--store", redis_url, "--secret", "s",
                          LIVEROOM_AUTH="ticket", LIVEROOM_TICKET_KEYS=KEY,
                          LIVEROOM_ADMIN_TOKEN=ADMIN)
-    assert "give --publisher-token (or LIVEROOM_PUBLISHER_TOKEN)" in text
+    assert "give --publisher-token (or LIVEROOM_PUBLISHER_TOKEN;" in text
+    # In the same round: every problem at once, not one per try.
+    assert "--secret has 1 bytes" in text
+    assert text.count("Error:") == 1
+
+
+def test_every_problem_comes_in_one_round_the_store_url_first() -> None:
+    text = serve_refused("--store", "redis+cluster://127.0.0.1:7000,nohost",
+                         "--durable-timeout", "0.01", "--secret", "s",
+                         LIVEROOM_AUTH="ticket")
+    assert text.count("Error:") == 1
+    store = text.index("bad cluster node 'nohost'")
+    assert store < text.index("--ticket-key: auth 'ticket' needs at least one ticket key")
+    assert store < text.index("give --admin-token, --publisher-token")
+    assert store < text.index("--secret has 1 bytes")
 
 
 @pytest.mark.parametrize(("given", "said"), [

@@ -1,7 +1,7 @@
 // admin.js: the operators' dashboard at /admin (a plain ES module, no build step).
 //
 // Every figure and every action goes through the HTTP API with the admin
-// token (README, "Operators" and "The operators' overview"):
+// token (docs/api.md, "Operators"):
 //   GET  /v1/admin/rooms?limit=N           the biggest rooms now
 //   GET  /v1/admin/nodes                   the live nodes and what each holds
 //   GET  /v1/rooms/{room}/stats            a room's figures

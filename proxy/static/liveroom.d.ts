@@ -12,7 +12,7 @@ export interface Message {
   body: unknown;
 }
 
-/** A poll's answer (README, "Listening"). */
+/** A poll's answer (docs/api.md, "Listening"). */
 export interface PollAnswer {
   room: string;
   epoch: string;

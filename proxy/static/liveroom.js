@@ -14,7 +14,7 @@
 //   await send("demo", { text: "hi" }, { uid: "alice" });
 //   listener.stop();
 //
-// The poll loop follows the contract (README, "Listening"): a first poll,
+// The poll loop follows the contract (docs/api.md, "Listening"): a first poll,
 // then a poll again at once after every answer, passing back epoch, seq,
 // iseq and ctx. The server does the waiting, pacing included: a client never
 // sleeps between answers, whatever interval_ms says. Per answer the callbacks

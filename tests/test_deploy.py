@@ -1,0 +1,192 @@
+"""The operator's kit in ``deploy/``, each piece checked by the tool that will
+read it: nginx (``nginx -t``), systemd (``systemd-analyze verify``),
+Prometheus (``promtool check rules``), and the Grafana dashboard and alert
+rules against the metrics a running node really exports; ``docs/metrics.md``
+lists exactly those; the env-file template names every setting and, with
+``liveroom secrets``, starts a node over Redis as the README says.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import aiohttp
+import pytest
+from support import ADMIN, clean_env, free_port, running_node
+
+from liveroom.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+DEPLOY = ROOT / "deploy"
+
+METRIC = re.compile(r"\bliveroom_[a-z_]+\b")
+
+
+def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(a) for a in args], capture_output=True, text=True,
+                          timeout=60, check=False)
+
+
+def tool(name: str) -> str:
+    """A tool ``scripts/install-test-deps`` installs (never skipped: a missing
+    one is a failure of the set-up)."""
+    found = shutil.which(name) or shutil.which(name, path="/usr/sbin:/sbin")
+    assert found, f"{name} is not installed: run scripts/install-test-deps"
+    return found
+
+
+def test_the_nginx_config_passes_nginx_t(tmp_path: Path) -> None:
+    # The file is an http-level snippet (conf.d): include it as a distribution would.
+    temp = " ".join(f"{kind}_temp_path {tmp_path / kind};"
+                    for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    (tmp_path / "nginx.conf").write_text(
+        f"pid {tmp_path / 'nginx.pid'};\nerror_log {tmp_path / 'error.log'};\n"
+        f"events {{}}\nhttp {{\n  {temp}\n  access_log off;\n"
+        f"  include {DEPLOY / 'nginx.conf'};\n}}\n")
+    done = run(tool("nginx"), "-t", "-p", f"{tmp_path}/", "-c", tmp_path / "nginx.conf",
+               "-e", tmp_path / "error.log")
+    assert done.returncode == 0, done.stderr
+    assert "test is successful" in done.stderr
+
+
+def test_the_nginx_config_routes_polls_sends_and_stats_by_room() -> None:
+    text = (DEPLOY / "nginx.conf").read_text()
+    pattern = re.search(r'"~\^/v1/rooms/\(\?<name>([^)]*)\)/"', text)
+    assert pattern, "the room map is missing"
+    # The map's name pattern is the server's own room-name rule.
+    assert pattern.group(1) == "[A-Za-z0-9_.-]{1,64}"
+    assert "hash $liveroom_route consistent;" in text
+    assert "proxy_buffering off;" in text
+
+
+def test_the_systemd_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
+    unit = (DEPLOY / "liveroom.service").read_text()
+    assert "ExecStart=/opt/liveroom/bin/liveroom serve\n" in unit
+    # verify checks that ExecStart's program exists: point it at this one.
+    installed = shutil.which("liveroom")
+    assert installed, "liveroom is not installed"
+    copy = tmp_path / "liveroom.service"
+    copy.write_text(unit.replace("/opt/liveroom/bin/liveroom", installed))
+    done = run(tool("systemd-analyze"), "verify", copy)
+    # verify exits 0 on unknown keys and bad values too, but says so.
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+
+
+def test_the_alert_rules_pass_promtool() -> None:
+    done = run(tool("promtool"), "check", "rules", DEPLOY / "alerts.yml")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS" in done.stdout
+
+
+async def exported_metrics() -> set[str]:
+    """Every metric a node's ``/metrics`` declares (``# TYPE``; counters end in
+    ``_total``, each with a ``_created`` beside it)."""
+    async with running_node() as node, aiohttp.ClientSession() as session, \
+            session.get(f"{node.url}/metrics",
+                        headers={"Authorization": f"Bearer {ADMIN}"}) as resp:
+        assert resp.status == 200
+        text = await resp.text()
+    return {n for n in re.findall(r"^# TYPE (\S+) \S+$", text, re.M)
+            if n.startswith("liveroom_")}
+
+
+async def test_the_dashboard_and_the_alerts_name_only_metrics_a_node_exports() -> None:
+    exported = await exported_metrics()
+    dashboard = json.loads((DEPLOY / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    exprs.append(dashboard["templating"]["list"][1]["definition"])
+    alerts = (DEPLOY / "alerts.yml").read_text()
+    exprs += re.findall(r"^\s+expr: (.+)$", alerts, re.M)
+    named = {m for e in exprs for m in METRIC.findall(e)}
+    assert named, "no metric found in the dashboard or the rules"
+    assert named <= exported, f"not exported: {sorted(named - exported)}"
+    # And the dashboard draws every counter and gauge the node has.
+    drawn = {m for p in dashboard["panels"] for t in p["targets"]
+             for m in METRIC.findall(t["expr"])}
+    counted = {n for n in exported if not n.endswith("_created")}
+    assert counted <= drawn, f"not on the dashboard: {sorted(counted - drawn)}"
+
+
+async def test_the_metrics_reference_lists_every_metric() -> None:
+    exported = await exported_metrics()
+    listed = set(re.findall(r"^\| `(liveroom_[a-z_]+)`", (ROOT / "docs" / "metrics.md")
+                            .read_text(), re.M))
+    wanted = {n for n in exported if not n.endswith("_created")}
+    assert listed == wanted
+
+
+def test_the_env_template_names_every_setting() -> None:
+    serve = main.commands["serve"]
+    text = (DEPLOY / "liveroom.env").read_text()
+    named = set(re.findall(r"^#?(LIVEROOM_[A-Z_]+)=", text, re.M))
+    wanted = {p.envvar for p in serve.params if isinstance(p.envvar, str)}
+    assert named == wanted
+
+
+def test_the_readmes_redis_recipe_starts_a_node(tmp_path: Path, redis_url: str) -> None:
+    """``cp deploy/liveroom.env``, ``liveroom secrets >>``, the store and port
+    filled in, ``set -a && . ./liveroom.env && set +a && liveroom serve``: a
+    node over Redis with the secrets from the file (none on the command line)."""
+    env_file = tmp_path / "liveroom.env"
+    shutil.copy(DEPLOY / "liveroom.env", env_file)
+    made = run(sys.executable, "-m", "liveroom", "secrets")
+    assert made.returncode == 0, made.stderr
+    values = dict(line.split("=", 1) for line in made.stdout.splitlines())
+    assert set(values) == {"LIVEROOM_ADMIN_TOKEN", "LIVEROOM_PUBLISHER_TOKEN",
+                           "LIVEROOM_SECRET", "LIVEROOM_TICKET_KEYS", "LIVEROOM_METRICS_TOKEN"}
+    port = free_port()
+    text = env_file.read_text() + made.stdout
+    text = text.replace("LIVEROOM_STORE=redis://127.0.0.1:6379/0", f"LIVEROOM_STORE={redis_url}")
+    text = text.replace("LIVEROOM_HOST=0.0.0.0", "LIVEROOM_HOST=127.0.0.1")
+    env_file.write_text(text + f"LIVEROOM_PORT={port}\n")
+    clean = clean_env()
+    proc = subprocess.Popen(
+        ["bash", "-c", "set -a && . ./liveroom.env && set +a && exec liveroom serve"],
+        cwd=tmp_path, env=clean, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout is not None
+        seen = []
+        for line in proc.stdout:
+            seen.append(line)
+            if "listening on" in line or "Error" in line:
+                break
+        assert "listening on" in seen[-1], "".join(seen)
+        assert "store: redis" in seen[-1]
+        # No secret on the command line: ps shows only this.
+        with open(f"/proc/{proc.pid}/cmdline", "rb") as cmdline:
+            argv = cmdline.read().split(b"\0")
+        assert not any(v.encode() in b" ".join(argv) for v in values.values())
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v1/admin/vip",
+            headers={"Authorization": f"Bearer {values['LIVEROOM_ADMIN_TOKEN']}"})
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            assert resp.status == 200
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+@pytest.mark.parametrize("missing", ["LIVEROOM_ADMIN_TOKEN", "LIVEROOM_SECRET"])
+def test_the_template_alone_is_refused_saying_what_is_missing(
+        tmp_path: Path, redis_url: str, missing: str) -> None:
+    """The template's empty secrets are unset: serve says so, all at once."""
+    env_file = tmp_path / "liveroom.env"
+    text = (DEPLOY / "liveroom.env").read_text().replace(
+        "LIVEROOM_STORE=redis://127.0.0.1:6379/0", f"LIVEROOM_STORE={redis_url}")
+    env_file.write_text(text)
+    clean = clean_env()
+    done = subprocess.run(
+        ["bash", "-c", "set -a && . ./liveroom.env && set +a && exec liveroom serve"],
+        cwd=tmp_path, env=clean, capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 2, done.stdout + done.stderr
+    # All at once: the ticket key and every unset secret.
+    assert "--ticket-key" in done.stderr
+    assert missing in done.stderr
