@@ -6,4 +6,7 @@ the assembly of roles into a node. It imports no role; only :mod:`liveroom.cli`
 and :mod:`liveroom.node` do.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
+"""The version, written here only: pyproject.toml reads it, and a test checks
+that the npm package of liveroom.js (proxy/static/package.json) and
+CHANGELOG.md say the same."""

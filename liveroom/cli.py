@@ -15,23 +15,30 @@ import secrets
 import signal
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-
-from proxy.tickets import DEFAULT_TTL, mint
 
 from . import __version__
 from .client import Answer, ApiError, Client, ClientError, Message, Retry, VipChange
 from .clock import SystemClock
 from .errors import BadRequest, ConfigError, LiveroomError
 from .model import check_name
-from .node import Node, run
 from .ratelimit import RateLimits, Window, parse_windows
-from .settings import TICKET_KEY_MIN, Settings, Tier, parse_tiers, unset_secrets, weak_secrets
+from .settings import (
+    TICKET_KEY_MIN,
+    TICKET_TTL,
+    Settings,
+    Tier,
+    parse_tiers,
+    unset_secrets,
+    weak_secrets,
+)
 from .store import check_store_url, open_store
 from .store.base import Operators
-from .workers import CannotListen, supervise
+
+if TYPE_CHECKING:
+    from .node import Node
 
 _D = Settings()
 F = TypeVar("F", bound=Callable[..., Any])
@@ -386,6 +393,8 @@ def serve(host: str, port: int, store: str, admin_token: str | None,
         _supervise(settings, workers, log_level)
         return
     try:
+        from .node import run  # the roles, numpy and datasketch: only serve needs them
+
         run(settings, announce=_announce)
     except ConfigError as exc:
         raise click.BadParameter(exc.message, param_hint=exc.option) from None
@@ -395,6 +404,8 @@ def serve(host: str, port: int, store: str, admin_token: str | None,
 
 
 def _supervise(settings: Settings, workers: int, log_level: str) -> None:
+    from .workers import CannotListen, supervise
+
     try:
         code = supervise(settings, workers, log_level=log_level)
     except ConfigError as exc:
@@ -451,7 +462,7 @@ def _rooms(ctx: click.Context, param: click.Parameter,
 @click.option("--any-room", is_flag=True,
               help="Mint a ticket good for every room (it can create rooms by sending, "
                    "within --rooms-per-uid; it cannot read member lists).")
-@click.option("--ttl", default=DEFAULT_TTL, show_default=True, type=click.IntRange(1),
+@click.option("--ttl", default=TICKET_TTL, show_default=True, type=click.IntRange(1),
               help="Seconds the ticket is valid.")
 @click.option("--publish", is_flag=True,
               help="The holder may send important messages in its rooms.")
@@ -478,6 +489,8 @@ def ticket(uid: str, rooms: tuple[str, ...], any_room: bool, ttl: int, publish: 
                                "(repeat it), or mint one for every room with --any-room")
     if rooms and any_room:
         raise click.UsageError("--room and --any-room exclude each other")
+    from proxy.tickets import mint  # PyJWT: only this command needs it
+
     click.echo(mint(key, uid, rooms=None if any_room else rooms, ttl=ttl, publish=publish))
 
 

@@ -30,6 +30,8 @@ INDEX_KEEP = 100_000
 LOG_CAP = 10_000
 ROOM_TTL = 86_400.0
 EMPTY_ROOM_TTL = 300.0
+TICKET_TTL = 3600
+"""Seconds a ticket minted by ``liveroom ticket`` is valid, unless told otherwise."""
 DEDUP_TTL = 600.0
 FALLBACK_INTERVAL = 1.0
 READ_WINDOW = 60.0

@@ -55,6 +55,9 @@ TYPES = {
 }
 """Content type by file suffix; a file of another suffix is not served."""
 
+NOT_SERVED = frozenset({"package.json"})
+"""Files of the folder that are not assets: the npm package's manifest."""
+
 COMPRESSIBLE = ("text/", "application/json", "image/svg+xml")
 """Types kept gzipped too (when that saves a tenth); images are compressed already."""
 
@@ -81,7 +84,8 @@ def load_static(directory: Path) -> dict[str, StaticFile]:
     files: dict[str, StaticFile] = {}
     for path in sorted(directory.iterdir()):
         content_type = TYPES.get(path.suffix)
-        if content_type is None or path.name.startswith(".") or not path.is_file():
+        if content_type is None or path.name.startswith(".") or not path.is_file() \
+                or path.name in NOT_SERVED:
             continue
         body = path.read_bytes()
         gzipped: bytes | None = None

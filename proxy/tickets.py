@@ -48,6 +48,7 @@ import jwt
 from liveroom.clock import Clock
 from liveroom.errors import Unauthorized
 from liveroom.model import is_name
+from liveroom.settings import TICKET_TTL
 
 from .auth import bearer
 
@@ -57,7 +58,7 @@ CACHE_MAX = 65_536
 TICKET_MAX = 4096
 """Characters of a ticket; a longer one is refused before any decoding."""
 UID_MISMATCH = "uid mismatch: the request names another uid than its ticket"
-DEFAULT_TTL = 3600
+DEFAULT_TTL = TICKET_TTL
 """Seconds a ticket minted by :func:`mint` lives unless told otherwise."""
 
 # Time claims are checked on the injected clock (see the module docstring).

@@ -253,3 +253,31 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
     """An HTTP client for end-to-end tests."""
     async with aiohttp.ClientSession() as client:
         yield client
+
+
+# -- markers: what a test needs, so a run can pick (scripts/test -m "not slow") ----------
+
+BROWSER_SUITES = frozenset({"test_room_page", "test_pages", "test_dashboard"})
+NODE_SUITES = frozenset({"test_liveroom_js"})
+SLOW_SUITES = frozenset({"test_api_fuzz", "test_redis_faults", "test_cluster",
+                         "test_workers", "test_serve_process", "test_front_streams"})
+"""Suites of whole processes, faults or generated examples: each takes more
+than a few seconds (CI prints the slowest tests, ``--durations``)."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test by what it needs: ``cluster`` (a Redis Cluster),
+    ``browser`` (Chromium), ``node`` (Node.js or npm), ``slow``."""
+    for item in items:
+        suite = item.module.__name__.rpartition(".")[2] if item.module else ""
+        names = getattr(item, "fixturenames", ())
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if ("redis_cluster" in names or "cluster_url" in names
+                or params.get("engine_url") == "cluster"):
+            item.add_marker(pytest.mark.cluster)
+        if suite in BROWSER_SUITES or "browser" in names:
+            item.add_marker(pytest.mark.browser)
+        if suite in NODE_SUITES:
+            item.add_marker(pytest.mark.node)
+        if suite in SLOW_SUITES:
+            item.add_marker(pytest.mark.slow)

@@ -1,0 +1,138 @@
+"""What a newcomer meets first: the version in one place, the license and the
+changelog, the npm package of liveroom.js and its Node example, CLI commands
+that start fast, and documentation without dangling references."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import aiohttp
+import pytest
+from support import clean_env, running_node
+
+import liveroom
+
+ROOT = Path(__file__).resolve().parent.parent
+STATIC = ROOT / "proxy" / "static"
+HEAVY = ("datasketch", "numpy", "scipy", "statsvr", "recvsvr")
+
+
+def test_the_version_is_written_once_and_said_everywhere() -> None:
+    version = liveroom.__version__
+    assert importlib.metadata.version("liveroom") == version
+    assert json.loads((STATIC / "package.json").read_text())["version"] == version
+    assert f"## {version} " in (ROOT / "CHANGELOG.md").read_text()
+    assert not re.search(r'^version = "', (ROOT / "pyproject.toml").read_text(), re.M)
+    assert (ROOT / "LICENSE").read_text().startswith("MIT License")
+
+
+def imported_by(*code: str) -> set[str]:
+    done = subprocess.run([sys.executable, "-X", "importtime", *code], env=clean_env(),
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines()
+            if line.startswith("import time:") and "|" in line}
+
+
+@pytest.mark.parametrize("args", [
+    ["--help"], ["send", "--help"], ["listen", "--help"], ["vip", "list", "--help"],
+    ["room", "start", "--help"], ["secrets"], ["ticket", "--help"],
+])
+def test_commands_that_do_not_serve_import_no_role_and_no_numpy(args: list[str]) -> None:
+    modules = imported_by("-m", "liveroom", *args)
+    assert "liveroom.cli" in modules
+    heavy = sorted(m for m in modules if m.split(".")[0] in HEAVY)
+    assert not heavy, heavy
+
+
+def test_the_python_client_imports_on_its_own() -> None:
+    modules = imported_by("-c", "import liveroom.client")
+    near = sorted(m for m in modules if m.split(".")[0] in (*HEAVY, "proxy")
+                  or m.startswith("liveroom.store") or m in ("liveroom.node", "liveroom.cli"))
+    assert not near, near
+
+
+@pytest.mark.node
+def test_npm_packs_liveroom_js_with_its_typings(tmp_path: Path) -> None:
+    done = subprocess.run(["npm", "pack", "--dry-run", "--json", "--cache", str(tmp_path)],
+                          cwd=STATIC, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    (packed,) = json.loads(done.stdout)
+    assert (packed["name"], packed["version"]) == ("liveroom", liveroom.__version__)
+    assert sorted(f["path"] for f in packed["files"]) == [
+        "liveroom.d.ts", "liveroom.js", "package.json"]
+
+
+@pytest.mark.node
+async def test_the_node_example_runs_as_written() -> None:
+    async with running_node() as node, aiohttp.ClientSession() as session:
+        proc = await asyncio.create_subprocess_exec(
+            "node", "examples/node-listen.mjs", cwd=ROOT,
+            env=clean_env(LIVEROOM_URL=node.url),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(proc.communicate(), 30)
+        assert proc.returncode == 0, err.decode()
+        assert re.fullmatch(r"1 node-\d+: hi from node-\d+\n", out.decode()), out
+        assert "-- sent seq 1 to demo" in err.decode()
+        # The manifest sits beside the assets but is not one of them.
+        async with session.get(f"{node.url}/static/package.json") as resp:
+            assert resp.status == 404
+
+
+# -- the documentation ------------------------------------------------------------
+
+DOCS = sorted([ROOT / "README.md", ROOT / "CHANGELOG.md", ROOT / "loadtest" / "README.md",
+               *(ROOT / "docs").glob("*.md")])
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def anchors(path: Path) -> set[str]:
+    """GitHub's anchors of a Markdown file's headings."""
+    found = set()
+    for heading in re.findall(r"^#+ (.+)$", path.read_text(), re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower().replace("`", "")).replace(" ", "-")
+        found.add(slug)
+    return found
+
+
+def test_the_readme_is_a_front_door() -> None:
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 300
+    # The two commands, as a fresh Debian machine needs them.
+    assert "python3 -m venv .venv && . .venv/bin/activate && pip install -e . && " \
+           "liveroom serve" in text
+    assert "\nscripts/test\n" in text
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_link_of_the_docs_resolves(doc: Path) -> None:
+    text = doc.read_text()
+    # No code block holds a link; strip them so their brackets are not read as one.
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)
+    for target in LINK.findall(prose):
+        if target.startswith(("http://", "https://", "mailto:")):
+            continue
+        file, _, anchor = target.partition("#")
+        path = (doc.parent / file).resolve() if file else doc
+        assert path.exists(), f"{doc.name}: {target} does not exist"
+        if anchor and path.suffix == ".md":
+            assert anchor in anchors(path), f"{doc.name}: no heading for #{anchor} in {path.name}"
+
+
+def test_nothing_points_to_files_outside_the_repository() -> None:
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
+    for name in tracked:
+        path = ROOT / name
+        if path.suffix not in (".py", ".md", ".json", ".js", ".ts", ".html", ".toml", ".conf",
+                               ".yml", ".mjs", ".service", ".env") or not path.is_file():
+            continue
+        text = path.read_text(errors="replace")
+        assert "DESIGN.md" not in text or name == "tests/test_packaging.py", name
+        assert "seeds/" not in text or name == "tests/test_packaging.py", name
