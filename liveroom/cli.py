@@ -24,13 +24,16 @@ from .client import Answer, ApiError, Client, ClientError, Message, Retry, VipCh
 from .clock import SystemClock
 from .errors import BadRequest, ConfigError, LiveroomError
 from .model import check_name
-from .ratelimit import RateLimits, Window, parse_windows
 from .settings import (
     TICKET_KEY_MIN,
     TICKET_TTL,
     Settings,
-    Tier,
-    parse_tiers,
+    Spec,
+    declared,
+    default_text,
+    env_of,
+    flag_of,
+    settings_from,
     unset_secrets,
     weak_secrets,
 )
@@ -43,52 +46,6 @@ if TYPE_CHECKING:
 _D = Settings()
 F = TypeVar("F", bound=Callable[..., Any])
 
-
-def _tiers_text(tiers: tuple[Tier, ...]) -> str:
-    if not tiers:
-        return "off"
-    return ",".join(f"{t.online}:{t.interval:g}" + (f"+{t.jitter:g}" if t.jitter else "")
-                    for t in tiers)
-
-
-def _windows_text(windows: tuple[Window, ...]) -> str:
-    return ",".join(str(w) for w in windows) or "off"
-
-
-def _parse_tiers(ctx: click.Context, param: click.Parameter, value: str) -> tuple[Tier, ...]:
-    try:
-        return parse_tiers(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
-
-
-def _parse_windows(ctx: click.Context, param: click.Parameter,
-                   value: str) -> tuple[Window, ...]:
-    try:
-        return parse_windows(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
-
-
-MAX_WORKERS = 256
-
-
-def _parse_workers(ctx: click.Context, param: click.Parameter, value: str) -> int:
-    text = str(value).strip().lower()
-    if text == "auto":
-        return os.cpu_count() or 1
-    try:
-        count = int(text)
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is neither a number nor 'auto'") from None
-    if not 1 <= count <= MAX_WORKERS:
-        raise click.BadParameter(f"{count} is not between 1 and {MAX_WORKERS}")
-    return count
-
-
-_STORE_HELP = ("Where room logs live: 'memory' (embedded, one process, nothing to "
-               "install), redis://HOST:PORT/DB (many processes and hosts) or "
-               "redis+cluster://HOST:PORT[,HOST:PORT...] (a Redis Cluster, 7 or later).")
 
 
 def _announce(node: Node) -> None:
@@ -168,227 +125,78 @@ def main() -> None:
     """
 
 
+def _settings_options(command: F) -> F:
+    """Every setting of :class:`~liveroom.settings.Settings` as an option of
+    ``serve``, made from its declaration: ``--NAME`` and ``LIVEROOM_NAME``.
+    Values reach :func:`~liveroom.settings.settings_from` as given (``None``
+    when not given), so every problem is found in one round."""
+    for name, spec, _ in reversed(declared()):
+        help_text = spec.help
+        if spec.choices:
+            help_text += f" One of: {', '.join(spec.choices)}."
+        shown = default_text(name)
+        if shown:
+            help_text += f"  [default: {shown}]"
+        if spec.many:
+            option = click.option(flag_of(name), name, multiple=True, type=_KeyList(),
+                                  envvar=env_of(name), show_envvar=True, help=help_text)
+        elif isinstance(Settings.__dataclass_fields__[name].default, bool):
+            option = click.option(flag_of(name), name, is_flag=True, default=None,
+                                  envvar=env_of(name), show_envvar=True, help=help_text)
+        else:
+            option = click.option(flag_of(name), name, default=None, envvar=env_of(name),
+                                  show_envvar=True, metavar=_metavar(name, spec),
+                                  help=help_text)
+        command = option(command)
+    return command
+
+
+def _metavar(name: str, spec: Spec) -> str:
+    if spec.choices:
+        return "|".join(spec.choices).upper()
+    if name == "workers":
+        return "N|auto"
+    if spec.parse is not None:
+        return "LIST"
+    kind = type(Settings.__dataclass_fields__[name].default)
+    return {int: "INTEGER", float: "SECONDS" if name.endswith(
+        ("_ttl", "timeout", "_interval", "_every", "_window", "_refresh", "_tick",
+         "_leeway", "_flush")) else "NUMBER"}.get(kind, "TEXT")
+
+
 @main.command()
-@click.option("--host", default="127.0.0.1", show_default=True, envvar="LIVEROOM_HOST",
-              show_envvar=True, help="Address to listen on.")
-@click.option("--port", default=8080, show_default=True, envvar="LIVEROOM_PORT",
-              show_envvar=True, type=click.IntRange(0, 65535), help="Port to listen on.")
-@click.option("--store", default="memory", show_default=True, envvar="LIVEROOM_STORE",
-              show_envvar=True, help=_STORE_HELP)
-@click.option("--admin-token", envvar="LIVEROOM_ADMIN_TOKEN", show_envvar=True,
-              help="Bearer token of operators (also publishes). Required with Redis "
-                   "(the same on every node); with the memory store made up and printed "
-                   "if unset.")
-@click.option("--publisher-token", envvar="LIVEROOM_PUBLISHER_TOKEN", show_envvar=True,
-              help="Bearer token the business backend uses for important messages. "
-                   "Required with Redis; with the memory store made up and printed if unset.")
-@click.option("--node-id", default="", envvar="LIVEROOM_NODE_ID", show_envvar=True,
-              help="Stable id of this node among those sharing a store [default: HOST:PORT].")
-@click.option("--secret", envvar="LIVEROOM_SECRET", show_envvar=True,
-              help="Key that signs listener contexts; every node must share it. "
-                   "Required with Redis; made up if unset with the memory store.")
-@click.option("--auth", type=click.Choice(["open", "ticket"]), default=None,
-              envvar="LIVEROOM_AUTH", show_envvar=True,
-              help="Who names a listener's or sender's uid: 'ticket', a ticket signed by "
-                   "your backend (Authorization: Bearer, or ?ticket= on polls); 'open', "
-                   "the request itself (demos, tests). [default: open with the memory "
-                   "store; required with Redis]")
-@click.option("--ticket-key", "ticket_keys", multiple=True, type=_KeyList(),
-              envvar="LIVEROOM_TICKET_KEYS", show_envvar=True,
-              help="HS256 key tickets are signed with, at least 32 bytes; repeat it (or "
-                   "comma-separate the env var) to accept several while rotating. "
-                   "Required with --auth ticket.")
-@click.option("--metrics-token", envvar="LIVEROOM_METRICS_TOKEN", show_envvar=True,
-              help="Bearer token that reads /metrics (Authorization: Bearer <it>); unset, "
-                   "/metrics needs the admin token.")
-@click.option("--metrics-public", is_flag=True, envvar="LIVEROOM_METRICS_PUBLIC",
-              show_envvar=True,
-              help="/metrics answers anybody (when the network keeps it private).")
-@click.option("--log-level", default="info", show_default=True, envvar="LIVEROOM_LOG_LEVEL",
-              show_envvar=True,
-              type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
-@click.option("--log-cap", default=_D.log_cap, show_default=True, envvar="LIVEROOM_LOG_CAP",
-              show_envvar=True, type=click.IntRange(100),
-              help="Messages kept per room log in the store (important ones are kept "
-                   "beyond it for their retention).")
-@click.option("--room-ttl", default=_D.room_ttl, show_default=True,
-              envvar="LIVEROOM_ROOM_TTL", show_envvar=True, type=click.FloatRange(60),
-              help="Seconds without a send or a read after which a room's log expires.")
-@click.option("--normal-keep", default=_D.normal_keep, show_default=True,
-              envvar="LIVEROOM_NORMAL_KEEP", show_envvar=True, type=click.IntRange(1),
-              help="Newest normal messages each room's cache keeps.")
-@click.option("--important-keep", default=_D.important_keep, show_default=True,
-              envvar="LIVEROOM_IMPORTANT_KEEP", show_envvar=True, type=click.IntRange(1),
-              help="Important messages kept at least (by count) per room.")
-@click.option("--important-window", default=_D.important_window, show_default=True,
-              envvar="LIVEROOM_IMPORTANT_WINDOW", show_envvar=True,
-              type=click.FloatRange(0),
-              help="Seconds for which important messages are kept at least.")
-@click.option("--online-ttl", default=_D.online_ttl, show_default=True,
-              envvar="LIVEROOM_ONLINE_TTL", show_envvar=True, type=click.FloatRange(1),
-              help="Seconds without a poll after which a listener is offline; must exceed "
-                   f"the longest poll timeout plus the longest hold interval "
-                   f"({_D.poll_timeout_max + _D.hold_interval_max:g} s).")
-@click.option("--vip-shards", default=_D.vip_shards, show_default=True,
-              envvar="LIVEROOM_VIP_SHARDS", show_envvar=True, type=click.IntRange(1, 256),
-              help="Shard keys a vip room's online list is split over, per statsvr node.")
-@click.option("--viewers-threshold", default=_D.viewers_threshold, show_default=True,
-              envvar="LIVEROOM_VIEWERS_THRESHOLD", show_envvar=True,
-              type=click.IntRange(0),
-              help="Distinct viewers of a room counted exactly; beyond, a HyperLogLog "
-                   "estimates them (viewers_exact: false).")
-@click.option("--tiers", "tiers", default=_tiers_text(_D.tiers), show_default=True,
-              envvar="LIVEROOM_TIERS", show_envvar=True, callback=_parse_tiers,
-              help="The adaptive hold: ONLINE:INTERVAL[+JITTER] (seconds), comma-separated. "
-                   "From ONLINE listeners on, each listener gets at most one non-empty "
-                   "answer per INTERVAL (+ up to JITTER); 'off' for plain long polls.")
-@click.option("--hold-tick", default=_D.hold_tick, show_default=True,
-              envvar="LIVEROOM_HOLD_TICK", show_envvar=True, type=click.FloatRange(0.05, 1.0),
-              help="Seconds between two room-wide releases of held polls in a tiered room.")
-@click.option("--rate-limits", "rate_limits", default=_windows_text(_D.rate_limits.per_uid),
-              show_default=True, envvar="LIVEROOM_RATE_LIMITS", show_envvar=True,
-              callback=_parse_windows,
-              help="Sends allowed per uid in a room: LIMIT/[N]UNIT windows (UNIT s, m, h "
-                   "or d), comma-separated, all enforced; 'off' for none.")
-@click.option("--rooms-per-uid", "rooms_per_uid", default=_windows_text(_D.rooms_per_uid),
-              show_default=True, envvar="LIVEROOM_ROOMS_PER_UID", show_envvar=True,
-              callback=_parse_windows,
-              help="New rooms a uid's sends may create on this node: LIMIT/[N]UNIT windows; "
-                   "past them its sends still reach rooms that exist (429 for a new one); "
-                   "'off' for none. The backend's tokens are not limited.")
-@click.option("--rooms-per-node", "rooms_per_node", default=_windows_text(_D.rooms_per_node),
-              show_default=True, envvar="LIVEROOM_ROOMS_PER_NODE", show_envvar=True,
-              callback=_parse_windows,
-              help="New rooms all sends together may create on this node: LIMIT/[N]UNIT "
-                   "windows; 'off' for none.")
-@click.option("--room-rate-limit", default=_D.rate_limits.room_per_second, show_default=True,
-              envvar="LIVEROOM_ROOM_RATE_LIMIT", show_envvar=True, type=click.IntRange(0),
-              help="Sends accepted per second in one room, all senders together (0: off).")
-@click.option("--vip-refresh", default=_D.vip_refresh, show_default=True,
-              envvar="LIVEROOM_VIP_REFRESH", show_envvar=True, type=click.FloatRange(0.1, 60),
-              help="Seconds between two reads of the vip whitelist: a room whitelisted "
-                   "through another node moves to the vip sect here within this time.")
-@click.option("--keepalive-timeout", default=_D.keepalive_timeout, show_default=True,
-              envvar="LIVEROOM_KEEPALIVE_TIMEOUT", show_envvar=True,
-              type=click.FloatRange(1, 300),
-              help="Seconds an idle keep-alive connection stays open.")
-@click.option("--header-timeout", default=_D.header_timeout, show_default=True,
-              envvar="LIVEROOM_HEADER_TIMEOUT", show_envvar=True, type=click.FloatRange(1, 60),
-              help="Seconds a client has to send a request's head once it began (a slow "
-                   "client is cut off: slowloris).")
-@click.option("--request-timeout", default=_D.request_timeout, show_default=True,
-              envvar="LIVEROOM_REQUEST_TIMEOUT", show_envvar=True,
-              type=click.FloatRange(1, 60),
-              help="Seconds a client has to send a request's body once its head arrived "
-                   "(else 408).")
-@click.option("--answer-bytes-max", default=_D.answer_bytes_max, show_default=True,
-              envvar="LIVEROOM_ANSWER_BYTES_MAX", show_envvar=True,
-              type=click.IntRange(1024),
-              help="Bytes of messages in one poll answer (and in a first poll's recent "
-                   "ones); what does not fit stays pending and comes in the next answer.")
-@click.option("--holds-per-listener", default=_D.holds_per_listener, show_default=True,
-              envvar="LIVEROOM_HOLDS_PER_LISTENER", show_envvar=True,
-              type=click.IntRange(1),
-              help="Polls held at once per room and uid; a newer one answers the oldest "
-                   "at once, empty.")
-@click.option("--holds-per-uid", default=_D.holds_per_uid, show_default=True,
-              envvar="LIVEROOM_HOLDS_PER_UID", show_envvar=True, type=click.IntRange(1),
-              help="Polls held at once per uid over all rooms; a newer one answers the "
-                   "oldest at once, empty.")
-@click.option("--held-max", default=_D.held_max, show_default=True,
-              envvar="LIVEROOM_HELD_MAX", show_envvar=True, type=click.IntRange(0),
-              help="Polls this node holds at once; beyond, 503 with Retry-After. 0: the "
-                   "open-file limit (raised to its hard limit at start) less a reserve.")
-@click.option("--connections-max", default=_D.connections_max, show_default=True,
-              envvar="LIVEROOM_CONNECTIONS_MAX", show_envvar=True, type=click.IntRange(0),
-              help="Connections this node keeps open at once; one more is answered 503 "
-                   "with Retry-After and closed. 0: the open-file limit less a reserve "
-                   "of 1 % (at least 64).")
-@click.option("--rooms-max", default=_D.rooms_max, show_default=True,
-              envvar="LIVEROOM_ROOMS_MAX", show_envvar=True, type=click.IntRange(1),
-              help="Rooms each sect's cache holds at most (past this many with held polls, a "
-                   "poll for a new room gets 503); the least recently read is "
-                   "evicted first, never one with held polls.")
-@click.option("--empty-room-ttl", default=_D.empty_room_ttl, show_default=True,
-              envvar="LIVEROOM_EMPTY_ROOM_TTL", show_envvar=True, type=click.FloatRange(1),
-              help="Seconds a room an operator created lives without a message (reads do "
-                   "not extend it; its first message extends it to --room-ttl).")
-@click.option("--first-pull-timeout", default=_D.first_pull_timeout, show_default=True,
-              envvar="LIVEROOM_FIRST_PULL_TIMEOUT", show_envvar=True,
-              type=click.FloatRange(0.1, 60),
-              help="Longest a poll waits for the first pull of its room (then 503 with "
-                   "Retry-After).")
-@click.option("--durable-replicas", default=_D.durable_replicas, show_default=True,
-              envvar="LIVEROOM_DURABLE_REPLICAS", show_envvar=True, type=click.IntRange(0),
-              help="Replicas a message must reach (Redis WAIT) before its send is answered "
-                   "201; short of them within --durable-timeout, 503. With 1 or more, a "
-                   "failover loses no acknowledged message. 0: acknowledged once the "
-                   "master stored it (Redis replicates asynchronously).")
-@click.option("--durable-timeout", default=_D.durable_timeout, show_default=True,
-              envvar="LIVEROOM_DURABLE_TIMEOUT", show_envvar=True,
-              type=click.FloatRange(0.01, 30),
-              help="Seconds a send waits for --durable-replicas.")
-@click.option("--workers", default="1", show_default=True, envvar="LIVEROOM_WORKERS",
-              show_envvar=True, metavar="N|auto", callback=_parse_workers,
-              help="Worker processes sharing the port (SO_REUSEPORT), each a node over the "
-                   "store with the node id NODE-ID#1 ... NODE-ID#N; 'auto' is one per core. "
-                   "More than one needs a shared store (Redis). A worker that dies is "
-                   "restarted; /metrics on any worker sums over all of them.")
-def serve(host: str, port: int, store: str, admin_token: str | None,
-          publisher_token: str | None, node_id: str, secret: str | None,
-          auth: str | None, ticket_keys: tuple[str, ...], metrics_token: str | None,
-          metrics_public: bool,
-          log_level: str, log_cap: int, room_ttl: float, normal_keep: int,
-          important_keep: int, important_window: float, online_ttl: float,
-          vip_shards: int, viewers_threshold: int, tiers: tuple[Tier, ...],
-          hold_tick: float, rate_limits: tuple[Window, ...],
-          rooms_per_uid: tuple[Window, ...], rooms_per_node: tuple[Window, ...],
-          room_rate_limit: int,
-          vip_refresh: float, keepalive_timeout: float, header_timeout: float,
-          request_timeout: float, answer_bytes_max: int, holds_per_listener: int,
-          holds_per_uid: int, held_max: int, connections_max: int, rooms_max: int,
-          empty_room_ttl: float, first_pull_timeout: float,
-          durable_replicas: int, durable_timeout: float, workers: int) -> None:
+@_settings_options
+def serve(**given: Any) -> None:
     """Run every role (proxy, recvsvr, statsvr) in this process, or in each of
-    --workers processes on one port."""
-    logging.basicConfig(level=log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    --workers processes on one port.
+
+    Every setting is a flag and a LIVEROOM_* environment variable (the flag's
+    name in capitals); deploy/liveroom.env lists them all, docs/operations.md
+    explains them. Problems are reported all at once, the store URL first.
+    """
+    store = given["store"] or "memory"
     # Every problem in one round, the store URL first.
     problems: list[str] = []
+    known_store = True
     try:
         check_store_url(store)
     except ConfigError as exc:
         problems.append(f"{exc.option}: {exc.message}")
-    try:
-        settings = Settings(host=host, port=port, store=store, admin_token=admin_token,
-                            publisher_token=publisher_token, node_id=node_id, secret=secret,
-                            auth=auth or "open", ticket_keys=ticket_keys,
-                            metrics_token=metrics_token, metrics_public=metrics_public,
-                            log_level=log_level,
-                            log_cap=log_cap, room_ttl=room_ttl,
-                            normal_keep=normal_keep, important_keep=important_keep,
-                            important_window=important_window, online_ttl=online_ttl,
-                            vip_shards=vip_shards, viewers_threshold=viewers_threshold,
-                            tiers=tiers, hold_tick=hold_tick,
-                            rate_limits=RateLimits(rate_limits, room_rate_limit),
-                            rooms_per_uid=rooms_per_uid, rooms_per_node=rooms_per_node,
-                            vip_refresh=vip_refresh, keepalive_timeout=keepalive_timeout,
-                            header_timeout=header_timeout, request_timeout=request_timeout,
-                            answer_bytes_max=answer_bytes_max,
-                            holds_per_listener=holds_per_listener,
-                            holds_per_uid=holds_per_uid, held_max=held_max,
-                            connections_max=connections_max,
-                            rooms_max=rooms_max, empty_room_ttl=empty_room_ttl,
-                            first_pull_timeout=first_pull_timeout,
-                            durable_replicas=durable_replicas,
-                            durable_timeout=durable_timeout)
-    except ConfigError as exc:
-        problems += [f"{p.option}: {p.message}" for p in exc.problems]
-    problems += _shared_store_problems(store, auth is not None, {
-        "admin_token": admin_token, "publisher_token": publisher_token, "secret": secret,
-        "metrics_token": metrics_token})
-    if problems:
+        known_store = not exc.message.startswith("unknown store")
+    built, found = settings_from(given)
+    problems += [f"{p.option}: {p.message}" for p in found if p.setting != "store"]
+    if known_store:  # what is no store says nothing of what it needs
+        problems += _shared_store_problems(store, given["auth"] is not None, {
+            name: given[name] for name in ("admin_token", "publisher_token", "secret",
+                                           "metrics_token")})
+    if problems or built is None:
         _refuse_all(problems)
+    assert built is not None
+    settings = built
+    log_level = settings.log_level
+    logging.basicConfig(level=log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    workers = settings.workers
     if workers > 1:
         _supervise(settings, workers, log_level)
         return

@@ -5,8 +5,11 @@ working server on one machine.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+import os
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError
 from .ratelimit import RateLimits, Window, parse_windows
@@ -94,173 +97,322 @@ def parse_tiers(text: str) -> tuple[Tier, ...]:
     return tuple(sorted(tiers, key=lambda t: t.online))
 
 
+def _tiers_text(tiers: tuple[Tier, ...]) -> str:
+    return ",".join(f"{t.online}:{t.interval:g}" + (f"+{t.jitter:g}" if t.jitter else "")
+                    for t in tiers) or "off"
+
+
+def _windows_text(windows: tuple[Window, ...]) -> str:
+    return ",".join(str(w) for w in windows) or "off"
+
+
+def _rate_limits(text: str) -> RateLimits:
+    return RateLimits(per_uid=parse_windows(text))
+
+
+MAX_WORKERS = 256
+
+
+def _workers(text: str) -> int:
+    text = text.strip().lower()
+    if text == "auto":
+        return os.cpu_count() or 1
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError("workers", f"{text!r} is neither a number nor 'auto'") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    """How a setting is given, checked and explained: the one declaration the
+    CLI options (``liveroom serve --NAME``, ``LIVEROOM_NAME``), the checks of
+    :meth:`Settings.problems`, the settings table of docs/operations.md and
+    deploy/liveroom.env are all made from (:mod:`liveroom.settings_docs`)."""
+
+    help: str
+    group: str
+    lo: float | None = None
+    """Smallest value allowed (numbers)."""
+    hi: float | None = None
+    choices: tuple[str, ...] = ()
+    parse: Callable[[str], Any] | None = None
+    """Text (a flag, an environment variable) to value, for what is not a plain
+    number, string or flag; raises ``ValueError`` (or ``ConfigError``)."""
+    show: Callable[[Any], str] | None = None
+    """Value to the text ``parse`` takes (the default in ``--help`` and docs)."""
+    flag: str = ""
+    """The flag, when not ``--`` and the name with dashes."""
+    default_text: str = ""
+    """What the default is, when the value alone would not say it."""
+    secret: bool = False
+    many: bool = False
+    """Given several times (``--ticket-key`` each; comma-separated in the env)."""
+
+
+def setting(default: Any, help: str, group: str, **spec: Any) -> Any:
+    """A field of :class:`Settings` with its :class:`Spec`."""
+    return field(default=default, metadata={"spec": Spec(help, group, **spec)})
+
+
+SERVER, IDENTITY, LISTENING, BOUNDS, TRAFFIC, CACHE, STORE, PRESENCE = (
+    "Server", "Identity and secrets", "Listening", "Bounds", "Traffic control",
+    "Room cache (recvsvr)", "Store", "Presence and viewers (statsvr)")
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
-    host: str = "127.0.0.1"
-    port: int = 8080
-    store: str = "memory"
-    """``memory`` or a ``redis://HOST:PORT/DB`` URL."""
-    node_id: str = ""
-    """Stable id of this node among those sharing a store (default: host:port)."""
-    admin_token: str | None = None
-    publisher_token: str | None = None
-    secret: str | None = None
-    """Key that signs listener contexts. These three are made up when unset on
-    the memory store only; a node over a shared store needs them configured
-    (:meth:`unset_secrets`)."""
-    log_level: str = "info"
+    """Every setting of a node, each declared once here: its type, default,
+    range, help and (made from its name) its flag and environment variable."""
 
-    # Identity.
-    auth: str = "open"
-    """``open``: a request names its own uid (the embedded demo, tests).
-    ``ticket``: the uid comes from a signed ticket (:mod:`proxy.tickets`)."""
-    ticket_keys: tuple[str, ...] = ()
-    """HS256 keys tickets may be signed with; every one is accepted (so a key
-    can be rotated in before the old one is dropped), the first one signs."""
-    ticket_leeway: float = 5.0
-    """Seconds of clock skew allowed on a ticket's ``exp`` (and ``nbf``)."""
-    metrics_token: str | None = None
-    """When set, ``/metrics`` needs ``Authorization: Bearer <it>``; unset, it
-    needs the admin token (unless ``metrics_public``)."""
-    metrics_public: bool = False
-    """``/metrics`` answers anybody (behind a network that keeps it private)."""
+    # -- server ----------------------------------------------------------------------
+    host: str = setting("127.0.0.1", "Address to listen on.", SERVER)
+    port: int = setting(8080, "Port to listen on.", SERVER, lo=0, hi=65535)
+    store: str = setting(
+        "memory", "Where room logs live: 'memory' (embedded, one process, nothing to "
+        "install), redis://HOST:PORT/DB (many processes and hosts) or "
+        "redis+cluster://HOST:PORT[,HOST:PORT...] (a Redis Cluster, 7 or later).", SERVER)
+    node_id: str = setting(
+        "", "Stable id of this node among those sharing a store.", SERVER,
+        default_text="HOST:PORT")
+    workers: int = setting(
+        1, "Worker processes sharing the port (SO_REUSEPORT), each a node over the store "
+        "with the node id NODE-ID#1 ... NODE-ID#N; 'auto' is one per core. More than one "
+        "needs a shared store (Redis). A worker that dies is restarted; /metrics on any "
+        "worker sums over all of them.", SERVER, lo=1, hi=MAX_WORKERS, parse=_workers,
+        show=str)
+    log_level: str = setting("info", "How much the node logs.", SERVER,
+                             choices=("debug", "info", "warning", "error"))
 
-    # The listening contract.
-    poll_timeout: float = 25.0
-    poll_timeout_max: int = 60
-    recent_default: int = 20
-    recent_max: int = 100
-    answer_limit: int = 500
-    """Normal messages per answer; the rest of a backlog is counted in ``gap``."""
-    max_message_bytes: int = 4096
-    """Largest message ``body``, measured as JSON."""
-    request_timeout: float = 10.0
-    """Time a client has to send a request body."""
-    header_timeout: float = 10.0
-    """Time a client has to send a request's head, from its first byte."""
-    keepalive_timeout: float = 15.0
-    """Time an idle keep-alive connection stays open."""
+    # -- identity and secrets ----------------------------------------------------------
+    auth: str = setting(
+        "open", "Who names a listener's or sender's uid: 'ticket', a ticket signed by your "
+        "backend (Authorization: Bearer, or ?ticket= on polls); 'open', the request itself "
+        "(demos, tests). Required with Redis.", IDENTITY, choices=AUTH_MODES,
+        default_text="open with the memory store; required with Redis")
+    admin_token: str | None = setting(
+        None, "Bearer token of operators (also publishes). Required with Redis (the same "
+        "on every node); with the memory store made up and printed if unset.", IDENTITY,
+        secret=True)
+    publisher_token: str | None = setting(
+        None, "Bearer token the business backend uses for important messages. Required "
+        "with Redis; with the memory store made up and printed if unset.", IDENTITY,
+        secret=True)
+    secret: str | None = setting(
+        None, "Key that signs listener contexts; every node must share it. Required with "
+        "Redis; made up if unset with the memory store.", IDENTITY, secret=True)
+    ticket_keys: tuple[str, ...] = setting(
+        (), "HS256 key tickets are signed with, at least 32 bytes; repeat it (or "
+        "comma-separate the env var) to accept several while rotating (the first signs). "
+        "Required with --auth ticket.", IDENTITY, flag="--ticket-key", secret=True, many=True)
+    ticket_leeway: float = setting(
+        5.0, "Seconds of clock skew allowed on a ticket's exp (and nbf).", IDENTITY, lo=0,
+        hi=300)
+    metrics_token: str | None = setting(
+        None, "Bearer token that reads /metrics; unset, /metrics needs the admin token.",
+        IDENTITY, secret=True)
+    metrics_public: bool = setting(
+        False, "/metrics answers anybody (when the network keeps it private).", IDENTITY)
 
-    # Bounds.
-    answer_bytes_max: int = 256 * 1024
-    """Messages per answer, in encoded bytes (also for ``recent``); what does
-    not fit stays pending and comes in the next answer."""
-    holds_per_listener: int = 4
-    """Polls held at once per (room, uid); a newer one answers the oldest at
-    once, empty (a reconnecting client never waits on its own ghost)."""
-    holds_per_uid: int = 16
-    """Polls held at once per uid over all rooms; a newer one answers the
-    oldest at once, empty (one listener cannot take the node's capacity with
-    polls on made-up rooms)."""
-    held_max: int = 0
-    """Polls held at once by the node; beyond, a poll is answered 503 with
-    ``Retry-After``. 0: the open-file limit minus a reserve (see
-    :func:`proxy.hold.held_capacity`)."""
-    connections_max: int = 0
-    """Connections open at once on the node (the listener front's and those it
-    handed to aiohttp); one more is answered 503 ``overloaded`` with
-    ``Retry-After`` and closed. 0: the open-file limit minus a reserve (see
-    :func:`proxy.front.connection_capacity`)."""
+    # -- listening -----------------------------------------------------------------------
+    poll_timeout: float = setting(
+        25.0, "Seconds a poll is held when it does not say (its timeout parameter).",
+        LISTENING, lo=1, hi=3600)
+    poll_timeout_max: int = setting(
+        60, "Longest timeout a poll may ask for, in seconds.", LISTENING, lo=1, hi=3600)
+    recent_default: int = setting(
+        20, "Recent normal messages a first poll gets when it does not say.", LISTENING,
+        lo=0)
+    recent_max: int = setting(100, "Most recent messages a first poll may ask for.",
+                              LISTENING, lo=0, hi=10_000)
+    answer_limit: int = setting(
+        500, "Normal messages per answer; the rest of a backlog is counted in gap.",
+        LISTENING, lo=1, hi=100_000)
+    max_message_bytes: int = setting(
+        4096, "Largest message body, measured as JSON.", LISTENING, lo=16, hi=1 << 20)
+    request_timeout: float = setting(
+        10.0, "Seconds a client has to send a request's body once its head arrived "
+        "(else 408).", LISTENING, lo=1, hi=60)
+    header_timeout: float = setting(
+        10.0, "Seconds a client has to send a request's head once it began (a slow "
+        "client is cut off: slowloris).", LISTENING, lo=1, hi=60)
+    keepalive_timeout: float = setting(
+        15.0, "Seconds an idle keep-alive connection stays open.", LISTENING, lo=1, hi=300)
 
-    # Traffic control.
-    tiers: tuple[Tier, ...] = DEFAULT_TIERS
-    """Minimum interval between two non-empty answers to one listener, by the
-    room's online count (under the first tier: a plain long poll)."""
-    hold_tick: float = 0.2
-    """Rooms in a tier release their due polls in room-wide ticks this far apart."""
-    cut_through_every: float = 0.5
-    """Important messages release a tiered room's held polls at most this often."""
-    rate_limits: RateLimits = DEFAULT_RATE_LIMITS
-    """Sender limits (per uid in a room, and an optional room-wide cap)."""
-    rooms_per_uid: tuple[Window, ...] = ROOMS_PER_UID
-    """Rooms a uid's sends may create, per window, on this node (sends to rooms
-    that exist are not counted); the backend's tokens are not limited."""
-    rooms_per_node: tuple[Window, ...] = ROOMS_PER_NODE
-    """Rooms all sends together may create on this node, per window."""
-    vip_refresh: float = 2.0
-    """Seconds between two reads of the vip whitelist by every node."""
+    # -- bounds --------------------------------------------------------------------------
+    answer_bytes_max: int = setting(
+        256 * 1024, "Bytes of messages in one poll answer (and in a first poll's recent "
+        "ones); what does not fit stays pending and comes in the next answer.", BOUNDS,
+        lo=1024)
+    holds_per_listener: int = setting(
+        4, "Polls held at once per room and uid; a newer one answers the oldest at once, "
+        "empty (a reconnecting client never waits on its own ghost).", BOUNDS, lo=1)
+    holds_per_uid: int = setting(
+        16, "Polls held at once per uid over all rooms; a newer one answers the oldest at "
+        "once, empty.", BOUNDS, lo=1)
+    held_max: int = setting(
+        0, "Polls this node holds at once; beyond, 503 with Retry-After. 0: the open-file "
+        "limit (raised to its hard limit at start) less a reserve.", BOUNDS, lo=0)
+    connections_max: int = setting(
+        0, "Connections this node keeps open at once; one more is answered 503 with "
+        "Retry-After and closed. 0: the open-file limit less a reserve of 1 % (at least "
+        "64).", BOUNDS, lo=0)
+    rooms_max: int = setting(
+        ROOMS_MAX, "Rooms each sect's cache holds at most (past this many with held polls, "
+        "a poll for a new room gets 503); the least recently read is evicted first, never "
+        "one with held polls. A cached room that does not exist costs about 1.3 KiB.",
+        BOUNDS, lo=1)
 
-    # recvsvr.
-    normal_keep: int = NORMAL_KEEP
-    important_keep: int = IMPORTANT_KEEP
-    important_window: float = IMPORTANT_WINDOW
-    index_keep: int = INDEX_KEEP
-    """Important positions remembered for exact counting beyond the lists."""
-    fallback_pull_interval: float = FALLBACK_INTERVAL
-    read_window: float = READ_WINDOW
-    """A room read within this many seconds is pulled at least once per interval."""
-    pull_batch: int = PULL_BATCH
-    pull_concurrency: int = PULL_CONCURRENCY
-    """The normal sect's pull budget: rooms per store read, reads in flight."""
-    vip_pull_batch: int = 16
-    vip_pull_concurrency: int = 2
-    """The vip sect's own budget (few rooms, each hot): a storm in a vip room
-    waits for these workers only, never for the normal sect's."""
-    touch_interval: float = TOUCH_INTERVAL
+    # -- traffic control -----------------------------------------------------------------
+    tiers: tuple[Tier, ...] = setting(
+        DEFAULT_TIERS, "The adaptive hold: ONLINE:INTERVAL[+JITTER] (seconds), "
+        "comma-separated. From ONLINE listeners on, each listener gets at most one "
+        "non-empty answer per INTERVAL (+ up to JITTER); 'off' for plain long polls.",
+        TRAFFIC, parse=parse_tiers, show=_tiers_text)
+    hold_tick: float = setting(
+        0.2, "Seconds between two room-wide releases of held polls in a tiered room.",
+        TRAFFIC, lo=0.05, hi=1.0)
+    cut_through_every: float = setting(
+        0.5, "Important messages release a tiered room's held polls at most this often "
+        "(seconds).", TRAFFIC, lo=0.05, hi=10)
+    hold_interval_max: float = setting(
+        10.0, "The longest interval (plus jitter) a tier may give, in seconds.", TRAFFIC,
+        lo=0, hi=60)
+    rate_limits: RateLimits = setting(
+        DEFAULT_RATE_LIMITS, "Sends allowed per uid in a room: LIMIT/[N]UNIT windows (UNIT "
+        "s, m, h or d), comma-separated, all enforced; 'off' for none.", TRAFFIC,
+        parse=_rate_limits, show=lambda r: _windows_text(r.per_uid))
+    room_rate_limit: int = setting(
+        0, "Sends accepted per second in one room, all senders together (0: off).",
+        TRAFFIC, lo=0)
+    rooms_per_uid: tuple[Window, ...] = setting(
+        ROOMS_PER_UID, "New rooms a uid's sends may create on this node: LIMIT/[N]UNIT "
+        "windows; past them its sends still reach rooms that exist (429 for a new one); "
+        "'off' for none. The backend's tokens are not limited.", TRAFFIC,
+        parse=parse_windows, show=_windows_text)
+    rooms_per_node: tuple[Window, ...] = setting(
+        ROOMS_PER_NODE, "New rooms all sends together may create on this node: "
+        "LIMIT/[N]UNIT windows; 'off' for none.", TRAFFIC, parse=parse_windows,
+        show=_windows_text)
+    vip_refresh: float = setting(
+        2.0, "Seconds between two reads of the vip whitelist: a room whitelisted through "
+        "another node moves to the vip sect here within this time.", TRAFFIC, lo=0.1, hi=60)
 
-    # Store.
-    log_cap: int = LOG_CAP
-    room_ttl: float = ROOM_TTL
-    dedup_ttl: float = DEDUP_TTL
+    # -- the room cache (recvsvr) ----------------------------------------------------------
+    normal_keep: int = setting(NORMAL_KEEP, "Newest normal messages each room's cache "
+                               "keeps.", CACHE, lo=1)
+    important_keep: int = setting(IMPORTANT_KEEP, "Important messages kept at least (by "
+                                  "count) per room, in the cache and the store.", CACHE,
+                                  lo=1)
+    important_window: float = setting(
+        IMPORTANT_WINDOW, "Seconds for which important messages are kept at least.",
+        CACHE, lo=0)
+    index_keep: int = setting(
+        INDEX_KEEP, "Important positions remembered for exact counting beyond the lists.",
+        CACHE, lo=1)
+    fallback_pull_interval: float = setting(
+        FALLBACK_INTERVAL, "Seconds between two fallback pulls of a room that is read "
+        "(they cover lost notifies).", CACHE, lo=0.05, hi=60)
+    read_window: float = setting(
+        READ_WINDOW, "A room read within this many seconds is pulled at least once per "
+        "fallback interval.", CACHE, lo=1)
+    pull_batch: int = setting(PULL_BATCH, "Rooms per store read of the normal sect.",
+                              CACHE, lo=1)
+    pull_concurrency: int = setting(PULL_CONCURRENCY, "Store reads in flight of the "
+                                    "normal sect.", CACHE, lo=1)
+    vip_pull_batch: int = setting(
+        16, "Rooms per store read of the vip sect (few rooms, each hot: a storm in a vip "
+        "room waits for these workers only).", CACHE, lo=1)
+    vip_pull_concurrency: int = setting(2, "Store reads in flight of the vip sect.", CACHE,
+                                        lo=1)
+    touch_interval: float = setting(
+        TOUCH_INTERVAL, "Seconds between two pushes of the read rooms' expiry to the "
+        "store.", CACHE, lo=1)
+    first_pull_timeout: float = setting(
+        FIRST_PULL_TIMEOUT, "Longest a poll waits for the first pull of its room (then "
+        "503 with Retry-After).", CACHE, lo=0.1, hi=60)
 
-    # Room cost.
-    rooms_max: int = ROOMS_MAX
-    """Rooms each sect's cache holds at most (least recently read evicted first,
-    never one with held polls). A cached room that does not exist costs about
-    1.3 KiB, a small room its messages (see docs/operations.md, "What a room costs")."""
-    empty_room_ttl: float = EMPTY_ROOM_TTL
-    durable_replicas: int = 0
-    """Replicas a message must reach before its send is answered 201 (redis
-    engine: ``WAIT``). 0 acknowledges once the master stored it."""
-    durable_timeout: float = 1.0
-    """Seconds an append waits for ``durable_replicas`` before answering 503."""
-    """Seconds a log created by an operator action lives without a message
-    (reads do not extend it; the first message extends it to ``room_ttl``)."""
-    first_pull_timeout: float = FIRST_PULL_TIMEOUT
-    """Longest wait of a poll for a pull of its room (then 503, ``Retry-After``)."""
+    # -- the store -----------------------------------------------------------------------
+    log_cap: int = setting(LOG_CAP, "Messages kept per room log in the store (important "
+                           "ones are kept beyond it for their retention).", STORE, lo=100)
+    room_ttl: float = setting(ROOM_TTL, "Seconds without a send or a read after which a "
+                              "room's log expires.", STORE, lo=60)
+    empty_room_ttl: float = setting(
+        EMPTY_ROOM_TTL, "Seconds a room created without a message (a vip add, or one "
+        "sender's send nobody read) lives: reads do not extend it; a message from a "
+        "second sender, a read, or an operator's start extends it to --room-ttl.", STORE,
+        lo=1)
+    dedup_ttl: float = setting(DEDUP_TTL, "Seconds a client_msg_id is remembered (a "
+                               "repeated send answers the first one's seq).", STORE, lo=1)
+    durable_replicas: int = setting(
+        0, "Replicas a message must reach (Redis WAIT) before its send is answered 201; "
+        "short of them within --durable-timeout, 503. With 1 or more, a failover loses no "
+        "acknowledged message. 0: acknowledged once the master stored it.", STORE, lo=0,
+        hi=16)
+    durable_timeout: float = setting(1.0, "Seconds a send waits for --durable-replicas.",
+                                     STORE, lo=0.01, hi=30)
 
-    # statsvr.
-    online_ttl: float = ONLINE_TTL
-    """A listener with no poll for this long is offline. Must exceed the longest
-    poll timeout plus the longest hold interval (else a listener waiting in a
-    long poll would flicker offline)."""
-    hold_interval_max: float = 10.0
-    """The longest interval the adaptive hold may add to a poll (a tier's
-    interval plus jitter may not exceed it)."""
-    vip_shards: int = VIP_SHARDS
-    """Shard keys a vip room's online list is split over, per statsvr node."""
-    viewers_threshold: int = VIEWERS_THRESHOLD
-    """Distinct viewers counted exactly; a HyperLogLog estimates beyond."""
-    history_ttl: float = HISTORY_TTL
-    """How long a room's viewers history outlives its last viewer."""
-    heartbeat_flush: float = 0.25
-    stats_write_every: float = 1.0
-    merge_every: float = 1.0
+    # -- presence and viewers (statsvr) ----------------------------------------------------
+    online_ttl: float = setting(
+        ONLINE_TTL, "Seconds without a poll after which a listener is offline; must "
+        "exceed the longest poll timeout plus the longest hold interval.", PRESENCE, lo=1)
+    vip_shards: int = setting(VIP_SHARDS, "Shard keys a vip room's online list is split "
+                              "over, per statsvr node.", PRESENCE, lo=1, hi=256)
+    viewers_threshold: int = setting(
+        VIEWERS_THRESHOLD, "Distinct viewers of a room counted exactly; beyond, a "
+        "HyperLogLog estimates them (viewers_exact: false).", PRESENCE, lo=0)
+    history_ttl: float = setting(
+        HISTORY_TTL, "Seconds a room's viewers history (and an ended broadcast's) is kept "
+        "after its last viewer.", PRESENCE, lo=60)
+    heartbeat_flush: float = setting(0.25, "Seconds between two hand-overs of the "
+                                     "batched heartbeats to statsvr.", PRESENCE, lo=0.01,
+                                     hi=10)
+    stats_write_every: float = setting(1.0, "Seconds between two writes of changed "
+                                       "online shards.", PRESENCE, lo=0.05, hi=60)
+    merge_every: float = setting(1.0, "Seconds between two merges of every node's "
+                                 "shards into a room's online view.", PRESENCE, lo=0.05,
+                                 hi=60)
 
     def __post_init__(self) -> None:
+        if self.room_rate_limit and self.rate_limits.room_per_second != self.room_rate_limit:
+            # Two settings, one rule: the room's cap rides on the sender limits.
+            object.__setattr__(self, "rate_limits", RateLimits(
+                self.rate_limits.per_uid, self.room_rate_limit))
         found = self.problems()
         if found:
             raise ConfigError.of(found)
 
     def problems(self) -> list[ConfigError]:
-        """Every setting that cannot run, each with its reason (empty: none)."""
+        """Every setting that cannot run, each with its reason (empty: none):
+        the ranges and choices of the declarations, then the rules between
+        settings."""
         found: list[ConfigError] = []
-        if self.auth not in AUTH_MODES:
-            found.append(ConfigError("auth", f"auth must be one of {', '.join(AUTH_MODES)}, "
-                                      f"not {self.auth!r}"))
+        for f in fields(self):
+            spec: Spec = f.metadata["spec"]
+            value = getattr(self, f.name)
+            if spec.choices and value not in spec.choices:
+                found.append(ConfigError(f.name, f"{f.name} must be one of "
+                                                 f"{', '.join(spec.choices)}, not {value!r}"))
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            low = spec.lo is not None and value < spec.lo
+            if low or (spec.hi is not None and value > spec.hi):
+                found.append(ConfigError(f.name, f"{f.name} must be {_range(spec)}, "
+                                                 f"not {value:g}"))
         if self.auth == "ticket" and not self.ticket_keys:
             found.append(ConfigError("ticket_keys",
                                      "auth 'ticket' needs at least one ticket key"))
-        for key in self.ticket_keys:
-            if len(key.encode()) < TICKET_KEY_MIN:
-                found.append(ConfigError("ticket_keys",
-                                  f"a ticket key must be at least {TICKET_KEY_MIN} bytes "
-                                  f"(HS256 with a shorter key can be brute-forced)"))
-                break
-        if self.ticket_leeway < 0:
-            found.append(ConfigError("ticket_leeway", "ticket_leeway must not be negative"))
+        if any(len(key.encode()) < TICKET_KEY_MIN for key in self.ticket_keys):
+            found.append(ConfigError("ticket_keys",
+                                     f"a ticket key must be at least {TICKET_KEY_MIN} bytes "
+                                     f"(HS256 with a shorter key can be brute-forced)"))
         if self.metrics_token is not None and not self.metrics_token:
             found.append(ConfigError("metrics_token", "metrics_token must not be empty"))
+        if self.poll_timeout > self.poll_timeout_max:
+            found.append(ConfigError("poll_timeout", f"poll_timeout ({self.poll_timeout:g} s) "
+                                     f"exceeds poll_timeout_max ({self.poll_timeout_max} s)"))
+        if self.recent_default > self.recent_max:
+            found.append(ConfigError("recent_default", "recent_default exceeds recent_max"))
         longest = self.poll_timeout_max + self.hold_interval_max
         if self.online_ttl <= longest:
             found.append(ConfigError(
@@ -272,37 +424,14 @@ class Settings:
                     "tiers", f"tier from {tier.online} online: interval plus jitter "
                     f"({tier.interval + tier.jitter:g} s) exceeds hold_interval_max "
                     f"({self.hold_interval_max:g} s)"))
-        if not 0.05 <= self.hold_tick <= 1.0:
-            found.append(ConfigError("hold_tick", "hold_tick must be between 0.05 and 1 s"))
-        if self.answer_bytes_max < 1024:
-            found.append(ConfigError("answer_bytes_max",
-                                     "answer_bytes_max must be at least 1024 bytes"))
-        if self.holds_per_listener < 1:
-            found.append(ConfigError("holds_per_listener", "holds_per_listener must be at least 1"))
-        if self.holds_per_uid < 1:
-            found.append(ConfigError("holds_per_uid", "holds_per_uid must be at least 1"))
-        if self.held_max < 0:
-            found.append(ConfigError("held_max", "held_max must be at least 0"))
-        if self.connections_max < 0:
-            found.append(ConfigError("connections_max", "connections_max must be at least 0"))
-        if self.vip_shards < 1:
-            found.append(ConfigError("vip_shards", "vip_shards must be at least 1"))
-        if self.vip_refresh <= 0:
-            found.append(ConfigError("vip_refresh", "vip_refresh must be positive"))
-        if self.durable_replicas < 0:
-            found.append(ConfigError("durable_replicas", "durable_replicas must be 0 or more"))
-        if self.durable_timeout <= 0:
-            found.append(ConfigError("durable_timeout", "durable_timeout must be positive"))
         if self.durable_replicas and not self.shared_store:
-            found.append(ConfigError("durable_replicas", "durable_replicas needs the redis engine: "
-                                                  "the memory engine has no replicas"))
-        for name in ("rooms_max", "empty_room_ttl", "first_pull_timeout"):
-            if getattr(self, name) <= 0:
-                found.append(ConfigError(name, f"{name} must be positive"))
-        if min(self.pull_batch, self.pull_concurrency, self.vip_pull_batch,
-               self.vip_pull_concurrency) < 1:
-            found.append(ConfigError("pull_batch", "every sect needs a pull batch and concurrency "
-                                            "of at least 1"))
+            found.append(ConfigError("durable_replicas", "durable_replicas needs the redis "
+                                     "engine: the memory engine has no replicas"))
+        if self.workers > 1 and not self.shared_store:
+            found.append(ConfigError("workers", (
+                f"{self.workers} workers need a store they can share: the memory store "
+                f"lives inside one process (use --store redis://HOST:PORT/DB, or "
+                f"--workers 1)")))
         return found
 
     @property
@@ -340,6 +469,12 @@ class Settings:
         )
 
 
+def _range(spec: Spec) -> str:
+    if spec.lo is not None and spec.hi is not None:
+        return f"between {spec.lo:g} and {spec.hi:g}"
+    return f"at least {spec.lo:g}" if spec.lo is not None else f"at most {spec.hi:g}"
+
+
 SECRET_SETTINGS = ("admin_token", "publisher_token", "secret", "metrics_token")
 """The settings that are secrets shared by every node (``ticket_keys`` aside)."""
 
@@ -365,3 +500,92 @@ def unset_secrets(values: dict[str, str | None]) -> tuple[str, ...]:
     leaves unset."""
     return tuple(name for name in ("admin_token", "publisher_token", "secret")
                  if not values.get(name))
+
+
+def declared() -> list[tuple[str, Spec, Any]]:
+    """Every setting in declaration order: its name, spec and default."""
+    return [(f.name, f.metadata["spec"], f.default) for f in fields(Settings)]
+
+
+def flag_of(name: str) -> str:
+    spec: Spec = Settings.__dataclass_fields__[name].metadata["spec"]
+    return spec.flag or "--" + name.replace("_", "-")
+
+
+def env_of(name: str) -> str:
+    return "LIVEROOM_" + name.upper()
+
+
+def default_text(name: str) -> str:
+    """A setting's default as its flag would take it (or as the spec says it)."""
+    field_ = Settings.__dataclass_fields__[name]
+    spec: Spec = field_.metadata["spec"]
+    if spec.default_text:
+        return spec.default_text
+    value = field_.default
+    if spec.show is not None:
+        return spec.show(value)
+    if value is None or value == ():
+        return ""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else f"{value:g}"
+    return str(value)
+
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
+
+
+def _convert(name: str, given: Any) -> Any:
+    """The value of setting ``name`` from what a flag or the environment gave."""
+    spec: Spec = Settings.__dataclass_fields__[name].metadata["spec"]
+    kind = _HINTS[name]
+    if spec.many:
+        items = given if isinstance(given, tuple | list) else str(given).split(",")
+        return tuple(item.strip() for item in items if item.strip())
+    if isinstance(given, bool) or kind is bool:
+        if isinstance(given, bool):
+            return given
+        text = str(given).strip().lower()
+        if text not in _TRUE + _FALSE:
+            raise ConfigError(name, f"{name} is a flag: give 1 or 0, not {given!r}")
+        return text in _TRUE
+    text = str(given).strip()
+    try:
+        if spec.parse is not None:
+            return spec.parse(text)
+        if kind is int:
+            return int(text)
+        if kind is float:
+            return float(text)
+    except ConfigError:
+        raise
+    except ValueError as exc:
+        what = {int: "a whole number", float: "a number"}.get(kind)
+        raise ConfigError(name, f"{text!r} is not {what}" if what else str(exc)) from None
+    if kind == (str | None):
+        return text or None
+    return text
+
+
+def settings_from(given: dict[str, Any]) -> tuple[Settings | None, list[ConfigError]]:
+    """Settings from what flags and the environment gave (``None``: not given,
+    the default holds), with every problem at once: values that do not parse,
+    then whatever :meth:`Settings.problems` finds in the rest."""
+    values: dict[str, Any] = {}
+    found: list[ConfigError] = []
+    for name, raw in given.items():
+        if raw is None:
+            continue
+        try:
+            values[name] = _convert(name, raw)
+        except ConfigError as exc:
+            found.append(exc)
+    try:
+        return Settings(**values), found
+    except ConfigError as exc:
+        return None, found + list(exc.problems)
+
+
+_HINTS = typing.get_type_hints(Settings)

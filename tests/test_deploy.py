@@ -14,13 +14,16 @@ import shutil
 import subprocess
 import sys
 import urllib.request
+from dataclasses import fields
 from pathlib import Path
 
 import aiohttp
 import pytest
 from support import ADMIN, clean_env, free_port, running_node
 
+from liveroom import settings_docs
 from liveroom.cli import main
+from liveroom.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -121,12 +124,18 @@ async def test_the_metrics_reference_lists_every_metric() -> None:
     assert listed == wanted
 
 
-def test_the_env_template_names_every_setting() -> None:
+def test_the_env_template_and_the_docs_table_are_made_from_the_declarations() -> None:
+    """Each setting is declared once (liveroom/settings.py); the env file and
+    the table of docs/operations.md are made from it
+    (``python -m liveroom.settings_docs`` writes them again)."""
+    assert (DEPLOY / "liveroom.env").read_text() == settings_docs.env_template()
+    page = (ROOT / "docs" / "operations.md").read_text()
+    assert page == settings_docs.operations_page(page)
     serve = main.commands["serve"]
-    text = (DEPLOY / "liveroom.env").read_text()
-    named = set(re.findall(r"^#?(LIVEROOM_[A-Z_]+)=", text, re.M))
-    wanted = {p.envvar for p in serve.params if isinstance(p.envvar, str)}
-    assert named == wanted
+    named = set(re.findall(r"^#?(LIVEROOM_[A-Z_]+)=", settings_docs.env_template(), re.M))
+    # Every setting, every option of serve: the same set.
+    assert named == {p.envvar for p in serve.params} == {
+        f"LIVEROOM_{f.name.upper()}" for f in fields(Settings)}
 
 
 def test_the_readmes_redis_recipe_starts_a_node(tmp_path: Path, redis_url: str) -> None:
