@@ -232,12 +232,13 @@ class Settings:
         4096, "Largest message body, measured as JSON.", LISTENING, lo=16, hi=1 << 20)
     request_timeout: float = setting(
         10.0, "Seconds a client has to send a request's body once its head arrived "
-        "(else 408).", LISTENING, lo=1, hi=60)
+        "(else 408).", LISTENING, lo=0.1, hi=60)
     header_timeout: float = setting(
         10.0, "Seconds a client has to send a request's head once it began (a slow "
-        "client is cut off: slowloris).", LISTENING, lo=1, hi=60)
+        "client is cut off: slowloris).", LISTENING, lo=0.1, hi=60)
     keepalive_timeout: float = setting(
-        15.0, "Seconds an idle keep-alive connection stays open.", LISTENING, lo=1, hi=300)
+        15.0, "Seconds an idle keep-alive connection stays open.", LISTENING, lo=0.1,
+        hi=300)
 
     # -- bounds --------------------------------------------------------------------------
     answer_bytes_max: int = setting(
@@ -343,7 +344,7 @@ class Settings:
         "second sender, a read, or an operator's start extends it to --room-ttl.", STORE,
         lo=1)
     dedup_ttl: float = setting(DEDUP_TTL, "Seconds a client_msg_id is remembered (a "
-                               "repeated send answers the first one's seq).", STORE, lo=1)
+                               "repeated send answers the first one's seq).", STORE, lo=0.1)
     durable_replicas: int = setting(
         0, "Replicas a message must reach (Redis WAIT) before its send is answered 201; "
         "short of them within --durable-timeout, 503. With 1 or more, a failover loses no "

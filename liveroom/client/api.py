@@ -101,7 +101,7 @@ class Client:
                     raise ApiError(resp.status, "bad_answer",
                                    "the answer is not JSON") from None
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise Unreachable(self.url, str(exc) or type(exc).__name__) from None
+            raise Unreachable(self.url, why_unreachable(exc, read_for)) from None
 
     # -- listening --------------------------------------------------------------
 
@@ -258,3 +258,13 @@ class Client:
                               int(n["rooms_cached"]), int(n["held_polls"]), int(n["members"]),
                               int(n["rooms_merged"]), int(n["rooms_listed"]))
                      for n in doc["nodes"])
+
+
+def why_unreachable(exc: BaseException, read_for: float) -> str:
+    """What went wrong, in the user's terms: aiohttp's own text names the
+    connector's TLS setting even for plain http ("ssl:default")."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return exc.os_error.strerror or str(exc.os_error) or "cannot connect"
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {read_for:g} s"
+    return str(exc) or type(exc).__name__
