@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 from collections.abc import Callable, Mapping
 from types import TracebackType
@@ -264,7 +265,9 @@ def why_unreachable(exc: BaseException, read_for: float) -> str:
     """What went wrong, in the user's terms: aiohttp's own text names the
     connector's TLS setting even for plain http ("ssl:default")."""
     if isinstance(exc, aiohttp.ClientConnectorError):
-        return exc.os_error.strerror or str(exc.os_error) or "cannot connect"
+        error = exc.os_error
+        # asyncio words it "Connect call failed (host, port)"; the errno says it plainly.
+        return os.strerror(error.errno) if error.errno else str(error) or "cannot connect"
     if isinstance(exc, TimeoutError):
         return f"no answer within {read_for:g} s"
     return str(exc) or type(exc).__name__
