@@ -5,7 +5,7 @@ reader sees one waiter per room (one upstream long poll per room when the
 reader is remote) whatever the number of held polls.
 
 A held poll is a callback (:class:`Held`), not a task: holding one costs a
-:class:`Ticket` in its room's structures, and waking one is a call.
+:class:`HeldPoll` in its room's structures, and waking one is a call.
 
 *Plain* polls (a room under the first tier) are all woken at every change and
 re-read; their timeouts share one :class:`~proxy.deadlines.Deadlines` per
@@ -98,7 +98,7 @@ class Held(Protocol):
 
 
 @dataclass(eq=False, slots=True)
-class Ticket:
+class HeldPoll:
     """A poll held in a room; :meth:`Holds.cancel` takes it back."""
 
     held: Held
@@ -123,18 +123,18 @@ class Ticket:
 @dataclass(eq=False)
 class _Room:
     snapshot: Snapshot
-    waiters: set[Ticket] = field(default_factory=set)
+    waiters: set[HeldPoll] = field(default_factory=set)
     """Plain polls."""
-    plain_by_uid: dict[str, list[Ticket]] = field(default_factory=dict)
+    plain_by_uid: dict[str, list[HeldPoll]] = field(default_factory=dict)
     """Plain polls by listener, oldest first (all of them are woken at once,
     so this is replaced whole then)."""
-    paced: set[Ticket] = field(default_factory=set)
-    paced_by_uid: dict[str, list[Ticket]] = field(default_factory=dict)
-    not_due: list[tuple[float, int, Ticket]] = field(default_factory=list)
+    paced: set[HeldPoll] = field(default_factory=set)
+    paced_by_uid: dict[str, list[HeldPoll]] = field(default_factory=dict)
+    not_due: list[tuple[float, int, HeldPoll]] = field(default_factory=list)
     """Heap by due time of paced polls not yet due."""
-    ready: list[Ticket] = field(default_factory=list)
+    ready: list[HeldPoll] = field(default_factory=list)
     """Paced polls that were due with nothing pending: released at the next change."""
-    deadlines: list[tuple[float, int, Ticket]] = field(default_factory=list)
+    deadlines: list[tuple[float, int, HeldPoll]] = field(default_factory=list)
     changed: bool = False
     """The snapshot changed since the last tick."""
     emptied_at: float | None = None
@@ -184,7 +184,7 @@ class Holds:
         self.per_listener = per_listener
         self.per_uid = per_uid
         """Polls held at once per uid over all rooms; a newer one supersedes the oldest."""
-        self._by_uid: dict[str, list[Ticket]] = {}
+        self._by_uid: dict[str, list[HeldPoll]] = {}
         """Every held poll by uid, oldest first."""
         self.capacity = capacity
         """Polls the node may hold at once; set once the open-file limit is known."""
@@ -193,7 +193,7 @@ class Holds:
         self.refused = 0
         """Polls not held because the node held all it may."""
         self._rooms: dict[str, _Room] = {}
-        self._deadlines: Deadlines[Ticket] = Deadlines(self._expire)
+        self._deadlines: Deadlines[HeldPoll] = Deadlines(self._expire)
         self.count = 0
         """Polls held now."""
         self.closing = False
@@ -230,7 +230,7 @@ class Holds:
         del self._rooms[name]
         self._reader.unpin(name)
 
-    def _take(self, ticket: Ticket) -> bool:
+    def _take(self, ticket: HeldPoll) -> bool:
         """Take ``ticket`` out of its room's structures (heaps are cleaned
         lazily); False if it was already released or cancelled."""
         if ticket.done:
@@ -253,8 +253,8 @@ class Holds:
                     del lists[ticket.uid]
         return True
 
-    def _admit(self, by_uid: dict[str, list[Ticket]], ticket: Ticket,
-               most: int) -> Ticket | None:
+    def _admit(self, by_uid: dict[str, list[HeldPoll]], ticket: HeldPoll,
+               most: int) -> HeldPoll | None:
         """Count ``ticket`` among its listener's in ``by_uid`` (a room's, or the
         node's over all rooms); return the oldest one it supersedes past
         ``most`` (to be answered empty by the caller, once ``ticket`` is in)."""
@@ -268,7 +268,7 @@ class Holds:
         oldest = mine[0]
         return oldest if self._take(oldest) else None
 
-    def _supersede(self, oldest: Ticket | None) -> None:
+    def _supersede(self, oldest: HeldPoll | None) -> None:
         if oldest is not None:
             self.superseded += 1
             self._leave(oldest.name, oldest.room)
@@ -279,13 +279,13 @@ class Holds:
             self.refused += 1
             raise Overloaded()
 
-    def cancel(self, ticket: Ticket) -> None:
+    def cancel(self, ticket: HeldPoll) -> None:
         """The poll went away (its client left): forget it, wake nothing."""
         if self._take(ticket):
             self._leave(ticket.name, ticket.room)
 
     def hold(self, room: str, uid: str, snapshot: Snapshot, held: Held,
-             deadline: float) -> Ticket | Snapshot | None:
+             deadline: float) -> HeldPoll | Snapshot | None:
         """Hold listener ``uid``'s plain poll read against ``snapshot`` until
         ``room`` moves past it, or until ``deadline`` on the loop's clock.
 
@@ -306,7 +306,7 @@ class Holds:
             self._check_capacity()
         # A deadline already passed (a poll held again right at its end) fires
         # at the next turn of the deadlines' timer.
-        ticket = Ticket(held, room, state, False, uid)
+        ticket = HeldPoll(held, room, state, False, uid)
         ticket.key = self._deadlines.add(ticket, deadline)
         state.waiters.add(ticket)
         self.count += 1
@@ -317,7 +317,7 @@ class Holds:
 
     def hold_paced(self, room: str, uid: str, snapshot: Snapshot, held: Held, *,
                    epoch: str, seq: int, iseq: int, pending: bool, due: float,
-                   deadline: float) -> Ticket | None:
+                   deadline: float) -> HeldPoll | None:
         """Hold listener ``uid``'s paced poll at cursors ``(seq, iseq)`` of
         ``epoch``, read against ``snapshot`` (``pending``: it had something to
         deliver there).
@@ -335,7 +335,7 @@ class Holds:
         if _moved_past(snapshot, state.snapshot):
             # The reader's snapshot is the newest; the watcher has yet to see it.
             state.snapshot, state.changed = snapshot, True
-        ticket = Ticket(held, room, state, True, uid, epoch=epoch, top=max(seq, iseq),
+        ticket = HeldPoll(held, room, state, True, uid, epoch=epoch, top=max(seq, iseq),
                         iseq=iseq, pending=pending)
         if iseq < state.cut_upto:
             state.cut_late = True
@@ -352,13 +352,13 @@ class Holds:
         self._supersede(self._admit(self._by_uid, ticket, self.per_uid))
         return ticket
 
-    def _expire(self, ticket: Ticket) -> None:
+    def _expire(self, ticket: HeldPoll) -> None:
         """A plain poll's deadline passed (the deadlines forgot it already)."""
         if self._take(ticket):
             self._leave(ticket.name, ticket.room)
             self._wake(ticket, None)
 
-    def _wake(self, ticket: Ticket, snap: Snapshot | None) -> None:
+    def _wake(self, ticket: HeldPoll, snap: Snapshot | None) -> None:
         try:
             ticket.held.wake(snap)
         except Exception:  # one poll failing must not strand the others
@@ -423,11 +423,11 @@ class Holds:
                 if held.watcher is not None:
                     held.watcher.cancel()
 
-    def _tick_once(self, held: _Room, now: float) -> list[tuple[Ticket, Snapshot | None]]:
+    def _tick_once(self, held: _Room, now: float) -> list[tuple[HeldPoll, Snapshot | None]]:
         """Which paced polls this tick releases, taken out of the room."""
-        released: list[tuple[Ticket, Snapshot | None]] = []
+        released: list[tuple[HeldPoll, Snapshot | None]] = []
 
-        def release(ticket: Ticket, snap: Snapshot | None) -> None:
+        def release(ticket: HeldPoll, snap: Snapshot | None) -> None:
             if self._take(ticket):
                 released.append((ticket, snap))
 

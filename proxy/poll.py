@@ -68,7 +68,7 @@ from .cursor import (
     step,
 )
 from .heartbeats import Heartbeats
-from .hold import Holds, Ticket
+from .hold import HeldPoll, Holds
 from .params import Cursor, PollParams, parse_poll
 from .reply import INTERNAL, Reply, failure_reply
 from .tickets import Tickets
@@ -179,9 +179,26 @@ class Polls:
 class Poll:
     """One poll in flight; the hold wakes it (:class:`~proxy.hold.Held`)."""
 
-    __slots__ = ("_polls", "_reply", "checked", "deadline", "done", "due", "held",
-                 "hint_iseq", "hint_seq", "last", "online", "p", "pace", "paced_deadline",
-                 "recent", "task", "ticket", "use_msgpack")
+    __slots__ = (
+        "_polls",
+        "_reply",
+        "checked",
+        "deadline",
+        "done",
+        "due",
+        "held",
+        "held_poll",
+        "hint_iseq",
+        "hint_seq",
+        "last",
+        "online",
+        "p",
+        "pace",
+        "paced_deadline",
+        "recent",
+        "task",
+        "use_msgpack",
+    )
 
     def __init__(self, polls: Polls, p: PollParams, use_msgpack: bool,
                  reply: Callable[[Reply], None]) -> None:
@@ -189,7 +206,7 @@ class Poll:
         self.p = p
         self.use_msgpack = use_msgpack
         self._reply = reply
-        self.ticket: Ticket | None = None
+        self.held_poll: HeldPoll | None = None
         self.task: asyncio.Task[None] | None = None
         self.done = False
         self.online = 0
@@ -373,17 +390,17 @@ class Poll:
         polls, p = self._polls, self.p
         self.held, self.recent = HOLD_RECENT, snap
         due = polls.clock.monotonic() + (pace.due_ms - now_ms) / 1000
-        self.ticket = polls.holds.hold_paced(
+        self.held_poll = polls.holds.hold_paced(
             p.room, p.uid, snap, self, epoch=snap.epoch, seq=snap.head, iseq=snap.head,
             pending=True, due=due, deadline=due)
-        if self.ticket is None:  # not held (shutting down): released at once
+        if self.held_poll is None:  # not held (shutting down): released at once
             self._released(snap)
 
     def _hold_plain(self, snap: Snapshot) -> None:
         self.held = HOLD_PLAIN
         held = self._polls.holds.hold(self.p.room, self.p.uid, snap, self, self.deadline)
-        if isinstance(held, Ticket):
-            self.ticket = held
+        if isinstance(held, HeldPoll):
+            self.held_poll = held
         else:
             # Released at once: with the room's newer snapshot (it moved on
             # since ``snap``), or without one (not held: shutting down).
@@ -401,15 +418,15 @@ class Poll:
             self.due = mono + (pace.due_ms - now_ms) / 1000
             self.paced_deadline = mono + p.timeout
         self.held = HOLD_PACED
-        self.ticket = polls.holds.hold_paced(
+        self.held_poll = polls.holds.hold_paced(
             p.room, p.uid, snap, self, epoch=cursor.epoch, seq=cursor.seq,
             iseq=cursor.iseq, pending=pending, due=self.due, deadline=self.paced_deadline)
-        if self.ticket is None:  # not held (shutting down): released at once
+        if self.held_poll is None:  # not held (shutting down): released at once
             self._released(None)
 
     def wake(self, snapshot: Snapshot | None) -> None:
         """The hold released this poll: answer it, or hold it again."""
-        self.ticket = None
+        self.held_poll = None
         if self.done:
             return
         try:
@@ -440,8 +457,8 @@ class Poll:
         """Answer now what the hold would answer when it ran out (a poll not
         held is left to finish on its own): its client half-closed and
         waits for nothing more."""
-        if self.ticket is not None and not self.done:
-            self._polls.holds.cancel(self.ticket)
+        if self.held_poll is not None and not self.done:
+            self._polls.holds.cancel(self.held_poll)
             self.wake(None)
 
     def cancel(self) -> None:
@@ -449,9 +466,9 @@ class Poll:
         if self.done:
             return
         self.done = True
-        if self.ticket is not None:
-            self._polls.holds.cancel(self.ticket)
-            self.ticket = None
+        if self.held_poll is not None:
+            self._polls.holds.cancel(self.held_poll)
+            self.held_poll = None
         if self.task is not None:
             self.task.cancel()
             self.task = None
