@@ -25,6 +25,8 @@ from .clock import SystemClock
 from .errors import BadRequest, ConfigError, LiveroomError
 from .model import check_name
 from .settings import (
+    SECRET_SETTINGS,
+    SECRETS,
     TICKET_KEY_MIN,
     TICKET_TTL,
     Settings,
@@ -33,6 +35,7 @@ from .settings import (
     default_text,
     env_of,
     flag_of,
+    is_shared,
     settings_from,
     unset_secrets,
     weak_secrets,
@@ -63,7 +66,7 @@ def _announce(node: Node) -> None:
                    "in another shell:")
         click.echo(f"    export LIVEROOM_URL=http://{s.host}:{s.port}")
         for name, value in made_up.items():
-            click.echo(f"    export LIVEROOM_{name.upper()}={value}")
+            click.echo(f"    export {env_of(name)}={value}")
     click.echo("  stop with Ctrl-C", nl=True)
     sys.stdout.flush()
 
@@ -80,7 +83,7 @@ def _shared_store_problems(store: str, auth_given: bool,
                            secrets: dict[str, str | None]) -> list[str]:
     """What a node over a shared store (Redis: a deployment, not a demo) must
     be told rather than default to, one sentence each."""
-    if store in ("memory", "memory://"):
+    if not is_shared(store):
         return []
     problems = []
     if not auth_given:
@@ -90,8 +93,8 @@ def _shared_store_problems(store: str, auth_given: bool,
             f"--auth open (clients name their own uid); or set LIVEROOM_AUTH")
     missing = unset_secrets(secrets)
     if missing:
-        flags = ", ".join(f"--{name.replace('_', '-')}" for name in missing)
-        envs = ", ".join(f"LIVEROOM_{name.upper()}" for name in missing)
+        flags = ", ".join(flag_of(name) for name in missing)
+        envs = ", ".join(env_of(name) for name in missing)
         problems.append(
             f"{flags}: every node over a shared store must be given the same tokens and "
             f"secret (made-up ones would differ between nodes): give {flags} (or {envs}; "
@@ -130,7 +133,7 @@ def _settings_options(command: F) -> F:
     ``serve``, made from its declaration: ``--NAME`` and ``LIVEROOM_NAME``.
     Values reach :func:`~liveroom.settings.settings_from` as given (``None``
     when not given), so every problem is found in one round."""
-    for name, spec, _ in reversed(declared()):
+    for name, spec, default in reversed(declared()):
         help_text = spec.help
         if spec.choices:
             help_text += f" One of: {', '.join(spec.choices)}."
@@ -140,28 +143,27 @@ def _settings_options(command: F) -> F:
         if spec.many:
             option = click.option(flag_of(name), name, multiple=True, type=_KeyList(),
                                   envvar=env_of(name), show_envvar=True, help=help_text)
-        elif isinstance(Settings.__dataclass_fields__[name].default, bool):
+        elif isinstance(default, bool):
             option = click.option(flag_of(name), name, is_flag=True, default=None,
                                   envvar=env_of(name), show_envvar=True, help=help_text)
         else:
             option = click.option(flag_of(name), name, default=None, envvar=env_of(name),
-                                  show_envvar=True, metavar=_metavar(name, spec),
+                                  show_envvar=True, metavar=_metavar(name, spec, default),
                                   help=help_text)
         command = option(command)
     return command
 
 
-def _metavar(name: str, spec: Spec) -> str:
+def _metavar(name: str, spec: Spec, default: Any) -> str:
+    if spec.metavar:
+        return spec.metavar
     if spec.choices:
         return "|".join(spec.choices).upper()
-    if name == "workers":
-        return "N|auto"
     if spec.parse is not None:
         return "LIST"
-    kind = type(Settings.__dataclass_fields__[name].default)
     return {int: "INTEGER", float: "SECONDS" if name.endswith(
         ("_ttl", "timeout", "_interval", "_every", "_window", "_refresh", "_tick",
-         "_leeway", "_flush")) else "NUMBER"}.get(kind, "TEXT")
+         "_leeway", "_flush")) else "NUMBER"}.get(type(default), "TEXT")
 
 
 @main.command()
@@ -184,11 +186,10 @@ def serve(**given: Any) -> None:
         problems.append(f"{exc.option}: {exc.message}")
         known_store = not exc.message.startswith("unknown store")
     built, found = settings_from(given)
-    problems += [f"{p.option}: {p.message}" for p in found if p.setting != "store"]
+    problems += [f"{p.option}: {p.message}" for p in found]
     if known_store:  # what is no store says nothing of what it needs
-        problems += _shared_store_problems(store, given["auth"] is not None, {
-            name: given[name] for name in ("admin_token", "publisher_token", "secret",
-                                           "metrics_token")})
+        problems += _shared_store_problems(store, given["auth"] is not None,
+                                           {name: given[name] for name in SECRET_SETTINGS})
     if problems or built is None:
         _refuse_all(problems)
     assert built is not None
@@ -226,10 +227,6 @@ def _supervise(settings: Settings, workers: int, log_level: str) -> None:
 
 # -- secrets ------------------------------------------------------------------------
 
-SECRET_NAMES = ("admin_token", "publisher_token", "secret", "ticket_keys", "metrics_token")
-"""The settings that are secrets, in the order ``liveroom secrets`` prints them."""
-
-
 @main.command("secrets")
 def secrets_command() -> None:
     """Print fresh random values for every secret setting, as env-file lines.
@@ -243,8 +240,8 @@ def secrets_command() -> None:
 
     Every node over one store must be given the same values.
     """
-    for name in SECRET_NAMES:
-        click.echo(f"LIVEROOM_{name.upper()}={secrets.token_urlsafe(32)}")
+    for name in SECRETS:
+        click.echo(f"{env_of(name)}={secrets.token_urlsafe(32)}")
 
 
 # -- tickets ------------------------------------------------------------------------
@@ -345,7 +342,7 @@ def _operate(url: str, admin_token: str | None, store: str | None,
              via_server: Callable[[Client], Awaitable[T]],
              via_store: Callable[[Operators], Awaitable[T]]) -> T:
     """Run one operators' call against the server at ``url``, or the store."""
-    if store is not None and store.strip() in ("memory", "memory://"):
+    if store is not None and not is_shared(store):
         raise click.BadParameter(
             "the memory store lives inside the server process: use --url to reach "
             "the running server instead", param_hint="--store")

@@ -36,7 +36,7 @@ from .clock import Clock, SystemClock
 from .errors import ConfigError, StoreUnavailable
 from .lograte import ServerLog
 from .metrics import Metrics
-from .settings import Settings
+from .settings import Settings, env_of, flag_of
 from .snapshot import Snapshot, sent_per_minute
 from .store import Store, open_store
 from .whitelist import VipList
@@ -163,7 +163,7 @@ def _configured(settings: Settings, generated: dict[str, str], name: str,
         return configured
     if settings.shared_store:
         raise ConfigError(name, f"a node over a shared store needs {name} configured "
-                                f"(--{name.replace('_', '-')} or LIVEROOM_{name.upper()})")
+                                f"({flag_of(name)} or {env_of(name)})")
     value = secrets.token_urlsafe(24)
     if name != "secret":
         generated[name] = value

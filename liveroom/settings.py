@@ -145,6 +145,8 @@ class Spec:
     """The flag, when not ``--`` and the name with dashes."""
     default_text: str = ""
     """What the default is, when the value alone would not say it."""
+    metavar: str = ""
+    """The value's placeholder in ``--help``, when its type alone would not say it."""
     secret: bool = False
     many: bool = False
     """Given several times (``--ticket-key`` each; comma-separated in the env)."""
@@ -180,7 +182,7 @@ class Settings:
         "with the node id NODE-ID#1 ... NODE-ID#N; 'auto' is one per core. More than one "
         "needs a shared store (Redis). A worker that dies is restarted; /metrics on any "
         "worker sums over all of them.", SERVER, lo=1, hi=MAX_WORKERS, parse=_workers,
-        show=str)
+        show=str, metavar="N|auto")
     log_level: str = setting("info", "How much the node logs.", SERVER,
                              choices=("debug", "info", "warning", "error"))
 
@@ -438,7 +440,7 @@ class Settings:
     @property
     def shared_store(self) -> bool:
         """The store is shared by processes (Redis), not one process's memory."""
-        return self.store not in ("memory", "memory://")
+        return is_shared(self.store)
 
     def weak_secrets(self) -> list[str]:
         """What makes the configured secrets guessable or confusable (see
@@ -476,16 +478,12 @@ def _range(spec: Spec) -> str:
     return f"at least {spec.lo:g}" if spec.lo is not None else f"at most {spec.hi:g}"
 
 
-SECRET_SETTINGS = ("admin_token", "publisher_token", "secret", "metrics_token")
-"""The settings that are secrets shared by every node (``ticket_keys`` aside)."""
-
-
 def weak_secrets(values: dict[str, str | None]) -> list[str]:
     """What makes the secrets in ``values`` guessable or confusable, one
     sentence each: over a shared store every token and the secret have at
     least :data:`SECRET_MIN` bytes, and the admin and publisher tokens differ
     (else a publisher could act as an operator)."""
-    problems = [f"--{name.replace('_', '-')} has {len(value.encode())} bytes: give at "
+    problems = [f"{flag_of(name)} has {len(value.encode())} bytes: give at "
                 f"least {SECRET_MIN} (`liveroom secrets` makes some)"
                 for name in SECRET_SETTINGS
                 if (value := values.get(name)) and len(value.encode()) < SECRET_MIN]
@@ -506,6 +504,19 @@ def unset_secrets(values: dict[str, str | None]) -> tuple[str, ...]:
 def declared() -> list[tuple[str, Spec, Any]]:
     """Every setting in declaration order: its name, spec and default."""
     return [(f.name, f.metadata["spec"], f.default) for f in fields(Settings)]
+
+
+SECRETS = tuple(name for name, spec, _ in declared() if spec.secret)
+"""The settings that are secrets (``liveroom secrets`` makes them all)."""
+SECRET_SETTINGS = tuple(name for name in SECRETS
+                        if not Settings.__dataclass_fields__[name].metadata["spec"].many)
+"""The secrets of one value each, shared by every node (``ticket_keys`` aside)."""
+
+
+def is_shared(store: str) -> bool:
+    """Whether the store URL names a store processes share (Redis), not one
+    process's memory."""
+    return store.strip() not in ("memory", "memory://")
 
 
 def flag_of(name: str) -> str:
