@@ -450,6 +450,12 @@ def commit() -> str:
     return sha + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
+def invocation(script: str, argv: list[str] | None) -> str:
+    """The command line that ran ``script`` (``loadtest/NAME.py``) with
+    ``argv`` (``None``: this process's arguments), for a report to carry."""
+    return f"python {script} " + shlex.join(sys.argv[1:] if argv is None else argv)
+
+
 def versions() -> str:
     nginx = subprocess.run(["nginx", "-v"], capture_output=True, text=True, check=False) \
         .stderr.strip().removeprefix("nginx version: ") if shutil.which("nginx") else "-"

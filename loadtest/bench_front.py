@@ -29,15 +29,13 @@ import argparse
 import datetime
 import gc
 import json
-import shlex
 import socket
-import sys
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
-from bench_fanout import commit
+from bench_fanout import commit, invocation
 from fanout_client import raise_nofile
 from fanout_servers import liveroom_server
 
@@ -98,8 +96,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="polls each pipelining connection writes (default 3000)")
     args = parser.parse_args(argv)
     nofile = raise_nofile(2 * args.connections + 200)
-    command = "python loadtest/bench_front.py " + shlex.join(sys.argv[1:] if argv is None
-                                                             else argv)
+    command = invocation("loadtest/bench_front.py", argv)
     with tempfile.TemporaryDirectory() as tmp, \
             liveroom_server(Path(tmp), nofile, "off", None, 1) as server:
         cursor = head(server.port)

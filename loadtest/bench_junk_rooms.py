@@ -29,7 +29,6 @@ import contextlib
 import datetime
 import json
 import selectors
-import shlex
 import socket
 import statistics
 import subprocess
@@ -40,7 +39,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from bench_fanout import commit
+from bench_fanout import commit, invocation
 from fanout_client import raise_nofile
 from fanout_servers import Server, liveroom_server, redis_server
 
@@ -119,8 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"open-files limit {nofile}: a process cannot hold {args.polls} sockets here",
               file=sys.stderr)
         return 2
-    command = "python loadtest/bench_junk_rooms.py " + shlex.join(
-        sys.argv[1:] if argv is None else argv)
+    command = invocation("loadtest/bench_junk_rooms.py", argv)
     extra = ["--rooms-max", str(args.rooms_max)] if args.rooms_max else []
     with tempfile.TemporaryDirectory() as tmp, \
             maybe_redis(Path(tmp), args.store == "redis-server") as redis:
