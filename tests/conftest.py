@@ -194,6 +194,29 @@ async def hearing(engine: Store, *rooms: str, within: float = 5.0) -> None:
         await asyncio.sleep(0.01)
 
 
+class Notified:
+    """Every notify a store delivers to one subscriber, in order (``got``)."""
+
+    def __init__(self, engine: Store) -> None:
+        self.got: list[tuple[str, int]] = []
+        self._arrived = asyncio.Event()
+        engine.notifier.subscribe(self._on_notify, lambda: None)
+
+    def _on_notify(self, room: str, seq: int) -> None:
+        self.got.append((room, seq))
+        self._arrived.set()
+
+    async def until(self, count: int, within: float = 5.0) -> None:
+        """Wait until ``count`` notifies arrived in all (a real Redis delivers
+        them asynchronously)."""
+        async with asyncio.timeout(within):
+            while True:
+                self._arrived.clear()
+                if len(self.got) >= count:
+                    return
+                await self._arrived.wait()
+
+
 @contextlib.asynccontextmanager
 async def opened(url: str, policy: LogPolicy, clock: FakeClock) -> AsyncIterator[Store]:
     """A started store, closed on exit."""

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 import redis.asyncio
-from conftest import TEST_POLICY, RedisServer, hearing, opened, raw_client
+from conftest import TEST_POLICY, Notified, RedisServer, hearing, opened, raw_client
 
 from liveroom.clock import FakeClock
 from liveroom.errors import StoreUnavailable
@@ -160,22 +160,14 @@ async def test_a_started_room_lives_room_ttl_and_reads_keep_it(
 
 async def test_starting_notifies_the_listeners_of_a_new_room_only(
         store: Store, fake_clock: FakeClock) -> None:
-    got: list[tuple[str, int]] = []
-    arrived = asyncio.Event()
-
-    def on_notify(room: str, seq: int) -> None:
-        got.append((room, seq))
-        arrived.set()
-
-    store.notifier.subscribe(on_notify, lambda: None)
+    notified = Notified(store)
     await hearing(store, "s")
     await store.operators.start_broadcast("s")
-    await asyncio.wait_for(arrived.wait(), WAIT)
-    arrived.clear()
+    await notified.until(1, WAIT)
     await store.operators.start_broadcast("s")  # open already: nothing to wake
     await send(store, fake_clock, "s")
-    await asyncio.wait_for(arrived.wait(), WAIT)
-    assert got == [("s", 0), ("s", 1)]
+    await notified.until(2, WAIT)
+    assert notified.got == [("s", 0), ("s", 1)]
 
 
 async def test_rooms_have_their_own_broadcasts(store: Store, fake_clock: FakeClock) -> None:
@@ -272,21 +264,13 @@ async def test_the_broadcast_number_outlives_the_viewers_history(
 
 async def test_ending_notifies_every_recvsvr_with_the_head(
         store: Store, fake_clock: FakeClock) -> None:
-    got: list[tuple[str, int]] = []
-    arrived = asyncio.Event()
-
-    def on_notify(room: str, seq: int) -> None:
-        got.append((room, seq))
-        if len(got) == 3:
-            arrived.set()
-
-    store.notifier.subscribe(on_notify, lambda: None)
+    notified = Notified(store)
     await hearing(store, "r")
     await send(store, fake_clock)
     await send(store, fake_clock)
     await store.operators.end_broadcast("r", now_ms(fake_clock), TTL_MS)
-    await asyncio.wait_for(arrived.wait(), WAIT)
-    assert got == [("r", 1), ("r", 2), ("r", 2)]
+    await notified.until(3, WAIT)
+    assert notified.got == [("r", 1), ("r", 2), ("r", 2)]
 
 
 async def test_concurrent_ends_each_end_one_broadcast(

@@ -11,7 +11,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 import pytest
-from conftest import ENGINES, fresh_engine_url, hearing, opened, raw_client
+from conftest import ENGINES, Notified, fresh_engine_url, hearing, opened, raw_client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -255,21 +255,13 @@ async def test_renew_epoch_of_a_room_without_a_log_creates_it(store: Store) -> N
 
 async def test_a_subscriber_is_notified_of_appends(
         store: Store, fake_clock: FakeClock) -> None:
-    got: list[tuple[str, int]] = []
-    arrived = asyncio.Event()
-
-    def on_notify(room: str, seq: int) -> None:
-        got.append((room, seq))
-        if len(got) == 2:
-            arrived.set()
-
-    store.notifier.subscribe(on_notify, lambda: None)
+    notified = Notified(store)
     assert store.notifier.alive
     await hearing(store, "r", "other")
     await store.log.append("r", message(fake_clock, 1))
     await store.log.append("other", message(fake_clock, 1, important=True))
-    await asyncio.wait_for(arrived.wait(), WAIT)
-    assert got == [("r", 1), ("other", 1)]
+    await notified.until(2, WAIT)
+    assert notified.got == [("r", 1), ("other", 1)]
 
 
 async def test_a_failing_subscriber_does_not_stop_the_others(
