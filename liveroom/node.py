@@ -17,34 +17,23 @@ import signal
 import socket
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 from aiohttp import web
 
-from proxy import Proxy
-from proxy.auth import Tokens
-from proxy.context import ContextSigner
-from proxy.heartbeats import Heartbeats
-from proxy.operators import OperatorRoutes
-from proxy.pages import Pages
-from proxy.routes import errors_middleware
-from proxy.site import FrontSite
-from recvsvr import RoomCache, SectLimits, Sects
-from recvsvr.build import Retention
-from statsvr import StatsLimits, Statsvr
+from proxy import FrontSite, Proxy
+from recvsvr import Recvsvr
+from statsvr import Statsvr
 
 from .clock import Clock, SystemClock
 from .errors import ConfigError, StoreUnavailable
 from .lograte import ServerLog
 from .metrics import Metrics
 from .settings import Settings, env_of, flag_of
-from .snapshot import Snapshot, sent_per_minute
 from .store import Store, open_store
 from .whitelist import VipList
 
 logger = logging.getLogger("liveroom.node")
-
-SHUTDOWN_GRACE = 5.0
-"""Seconds requests in progress get to finish when a node stops."""
 
 GC_THRESHOLDS = (50_000, 50, 100)
 """The cyclic collector's thresholds in a server process. With Python's default
@@ -57,28 +46,36 @@ before a collection could see it; the rare cycles wait a little longer."""
 
 @dataclass
 class Node:
+    """One node's roles, the store they share, and the node's own parts."""
+
     settings: Settings
+    """As given, with the tokens and the secret this node made up (memory only)."""
     clock: Clock
     store: Store
     metrics: Metrics
     vip_list: VipList
-    recvsvr: Sects
-    """The node's recvsvr: the normal and the vip sect behind one reader."""
+    recvsvr: Recvsvr
     statsvr: Statsvr
     proxy: Proxy
-    operators: OperatorRoutes
     announce: Callable[[Node], None] | None = None
     generated: dict[str, str] = field(default_factory=dict)
     """Tokens this node made up because none was configured (to print them)."""
 
     async def health(self) -> str | None:
-        try:
-            await asyncio.wait_for(self.store.ping(), 2.0)
-        except (StoreUnavailable, TimeoutError):
-            return "the store is unreachable"
-        if not self.store.notifier.alive:
-            return "the notify channel is down"
-        return None
+        """``None`` when the node is healthy, else what is wrong."""
+        return await store_health(self.store)
+
+
+async def store_health(store: Store) -> str | None:
+    """``None`` when the store answers and its notify channel is up, else
+    what is wrong (a ping waits 2 s at most)."""
+    try:
+        await asyncio.wait_for(store.ping(), 2.0)
+    except (StoreUnavailable, TimeoutError):
+        return "the store is unreachable"
+    if not store.notifier.alive:
+        return "the notify channel is down"
+    return None
 
 
 NODE = web.AppKey("node", Node)
@@ -86,88 +83,53 @@ NODE = web.AppKey("node", Node)
 
 def build_node(settings: Settings, clock: Clock | None = None,
                announce: Callable[[Node], None] | None = None) -> Node:
+    """Build the roles ``settings`` describe over one store and wire them
+    through their entry points: recvsvr reads the store's log, statsvr keeps
+    the figures, the proxy reads both and answers HTTP."""
     clock = clock or SystemClock()
+    settings, generated = made_up_secrets(settings)
     store = open_store(settings.store, settings.log_policy(), clock, node_id=settings.name)
     metrics = Metrics()
-    retention = Retention(
-        normal_keep=settings.normal_keep,
-        important_keep=settings.important_keep,
-        important_window_ms=int(settings.important_window * 1000),
-        index_keep=settings.index_keep,
-    )
-    # Reads push a room's expiry back well before it can pass.
-    touch_interval = min(settings.touch_interval, settings.room_ttl / 4)
-    normal = SectLimits(
-        fallback_interval=settings.fallback_pull_interval,
-        read_window=settings.read_window,
-        batch=settings.pull_batch,
-        concurrency=settings.pull_concurrency,
-        touch_interval=touch_interval,
-        rooms_max=settings.rooms_max,
-        first_pull_timeout=settings.first_pull_timeout,
-    )
-    vip = replace(normal, batch=settings.vip_pull_batch,
-                  concurrency=settings.vip_pull_concurrency)
     vip_list = VipList(store.operators, clock, refresh=settings.vip_refresh)
-    cache = Sects(RoomCache(store.log, clock, metrics, retention=retention, limits=normal,
-                            notifier=store.notifier),
-                  RoomCache(store.log, clock, metrics, retention=retention, limits=vip,
-                            name="vip", notifier=store.notifier),
-                  vip_list.is_vip, clock, metrics=metrics)
-    vip_list.on_change(cache.moved)
-    statsvr = Statsvr(store.stats, clock, settings.name, is_vip=vip_list.is_vip,
-                      metrics=metrics, operators=store.operators,
-                      limits=StatsLimits(
-                          online_ttl=settings.online_ttl,
-                          vip_shards=settings.vip_shards,
-                          viewers_threshold=settings.viewers_threshold,
-                          history_ttl=settings.history_ttl,
-                          write_every=settings.stats_write_every,
-                          merge_every=settings.merge_every,
-                          keep_for=settings.read_window,
-                      ),
-                      holding=lambda: (len(cache), proxy.holds.count),
-                      rate=lambda room: _rate(cache.peek(room), clock, settings.normal_keep))
-    # One process, one statsvr node: every heartbeat is ours.
-    heartbeats = Heartbeats([statsvr], clock, flush_every=settings.heartbeat_flush)
-    generated: dict[str, str] = {}
-    tokens = Tokens(admin=_configured(settings, generated, "admin_token", settings.admin_token),
-                    publisher=_configured(settings, generated, "publisher_token",
-                                          settings.publisher_token))
-    signer = ContextSigner(_configured(settings, generated, "secret", settings.secret))
-    proxy = Proxy(settings=settings, reader=cache, heartbeats=heartbeats, stats=statsvr,
-                  is_vip=vip_list.is_vip, log=store.log, tokens=tokens, signer=signer,
-                  clock=clock, metrics=metrics, health=lambda: node.health())
-    operators = OperatorRoutes(store.operators, tokens, clock, settings,
-                               stats=statsvr, reader=cache, note_vip=vip_list.note)
-    node = Node(settings, clock, store, metrics, vip_list, cache, statsvr, proxy, operators,
+    recvsvr = Recvsvr.configured(settings, store.log, store.notifier, vip_list.is_vip,
+                                 clock, metrics)
+    vip_list.on_change(recvsvr.moved)
+    statsvr = Statsvr.configured(settings, store.stats, store.operators, vip_list.is_vip,
+                                 clock, metrics, rooms_cached=recvsvr.__len__,
+                                 rate=recvsvr.rate)
+    proxy = Proxy(settings, reader=recvsvr, stats=statsvr, sink=statsvr,
+                  is_vip=vip_list.is_vip, log=store.log, operators=store.operators,
+                  note_vip=vip_list.note, clock=clock, metrics=metrics,
+                  health=partial(store_health, store))
+    statsvr.count_held_polls(proxy.held_polls)
+    return Node(settings, clock, store, metrics, vip_list, recvsvr, statsvr, proxy,
                 announce, generated)
-    return node
 
 
-def _rate(snap: Snapshot | None, clock: Clock, normal_keep: int) -> float | None:
-    """A room's messages a minute from the snapshot this node holds, if any."""
-    if snap is None:
+def made_up_secrets(settings: Settings) -> tuple[Settings, dict[str, str]]:
+    """``settings`` with the tokens and the context secret each as
+    configured, or made up for the memory engine alone (one process: nobody
+    else needs to know it), and the tokens made up (to print them). Every
+    node over a shared store must be given the same ones: values kept in the
+    store split the nodes when the store loses them (a restart without
+    persistence) and the next node makes up new ones."""
+    admin, publisher, secret = (_made_up(settings, name) for name in
+                                ("admin_token", "publisher_token", "secret"))
+    generated = {name: value for name, value in
+                 (("admin_token", admin), ("publisher_token", publisher)) if value}
+    return replace(settings, admin_token=settings.admin_token or admin,
+                   publisher_token=settings.publisher_token or publisher,
+                   secret=settings.secret or secret), generated
+
+
+def _made_up(settings: Settings, name: str) -> str | None:
+    """A new value for the secret ``name`` when none is configured, else ``None``."""
+    if getattr(settings, name):
         return None
-    return round(sent_per_minute(snap, int(clock.time() * 1000), normal_keep), 1)
-
-
-def _configured(settings: Settings, generated: dict[str, str], name: str,
-                configured: str | None) -> str:
-    """A token or the context secret: as configured, or made up for the memory
-    engine alone (one process: nobody else needs to know it; tokens made up
-    are printed). Every node over a shared store must be given the same ones:
-    values kept in the store split the nodes when the store loses them (a
-    restart without persistence) and the next node makes up new ones."""
-    if configured:
-        return configured
     if settings.shared_store:
         raise ConfigError(name, f"a node over a shared store needs {name} configured "
                                 f"({flag_of(name)} or {env_of(name)})")
-    value = secrets.token_urlsafe(24)
-    if name != "secret":
-        generated[name] = value
-    return value
+    return secrets.token_urlsafe(24)
 
 
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
@@ -191,33 +153,14 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         await node.store.close()
 
 
-async def _release_held_polls(app: web.Application) -> None:
-    """Answer held polls, then let the front's requests in progress finish
-    (within the shutdown grace) and close its connections."""
-    proxy = app[NODE].proxy
-    proxy.holds.release_all()
-    await proxy.front.shutdown(SHUTDOWN_GRACE)
-
-
 def build_app(settings: Settings, clock: Clock | None = None,
               announce: Callable[[Node], None] | None = None) -> web.Application:
     """The aiohttp application of one node running every role."""
     node = build_node(settings, clock, announce)
-    app = web.Application(middlewares=[errors_middleware],
-                          client_max_size=node.proxy.sends.body_limit)
+    app = node.proxy.application()
     app[NODE] = node
-    node.proxy.add_routes(app)
-    node.operators.add_routes(app)
-    Pages().add_routes(app)
     app.cleanup_ctx.append(_lifecycle)
-    app.on_shutdown.append(_release_held_polls)
-    app.on_response_prepare.append(_our_server_header)
     return app
-
-
-async def _our_server_header(request: web.Request, response: web.StreamResponse) -> None:
-    """aiohttp's answers name liveroom, as the front's do (not Python's version)."""
-    response.headers["Server"] = "liveroom"
 
 
 def node_runner(app: web.Application) -> web.AppRunner:
@@ -228,7 +171,7 @@ def node_runner(app: web.Application) -> web.AppRunner:
     # after the front handed the connection over) are one throttled line.
     return web.AppRunner(app, handler_cancellation=True,
                          keepalive_timeout=node.settings.keepalive_timeout,
-                         shutdown_timeout=SHUTDOWN_GRACE, access_log=None,
+                         shutdown_timeout=node.settings.shutdown_grace, access_log=None,
                          auto_decompress=False,
                          logger=ServerLog(logging.getLogger("aiohttp.server")))
 
@@ -237,8 +180,7 @@ def node_site(runner: web.AppRunner, host: str | None, port: int, *,
               sock: socket.socket | None = None, reuse_port: bool = False) -> FrontSite:
     """The node's listening socket: the front, handing aiohttp what is not a
     poll or a send (call after ``runner.setup()``, then ``start()``)."""
-    return FrontSite(runner, runner.app[NODE].proxy.front, host, port, sock=sock,
-                     reuse_port=reuse_port)
+    return runner.app[NODE].proxy.site(runner, host, port, sock=sock, reuse_port=reuse_port)
 
 
 def new_loop() -> asyncio.AbstractEventLoop:
@@ -259,7 +201,7 @@ async def serve(settings: Settings, *, announce: Callable[[Node], None] | None =
 
     ``announce`` runs once the node listens. Shutdown is graceful: the socket
     stops accepting, held polls are answered (empty, same cursors), requests in
-    progress get :data:`SHUTDOWN_GRACE` seconds, then the node's tasks stop.
+    progress get ``settings.shutdown_grace`` seconds, then the node's tasks stop.
     ``reuse_port`` lets several processes listen on one port (``SO_REUSEPORT``).
     ``freeze`` moves what start-up built out of the collector's sight
     (``gc.freeze``): the process's own server, not a test's.

@@ -241,6 +241,9 @@ class Settings:
     keepalive_timeout: float = setting(
         15.0, "Seconds an idle keep-alive connection stays open.", LISTENING, lo=0.1,
         hi=300)
+    shutdown_grace: float = setting(
+        5.0, "Seconds requests in progress get to finish when the node stops (SIGTERM, "
+        "SIGINT); held polls are answered at once.", LISTENING, lo=0, hi=600)
 
     # -- bounds --------------------------------------------------------------------------
     answer_bytes_max: int = setting(

@@ -2,9 +2,11 @@
 
 It parses requests, holds long polls (:mod:`.hold`), answers them from the
 snapshots a :class:`~liveroom.roles.RoomReader` hands out (:mod:`.answer`), signs
-listener contexts (:mod:`.context`) and appends sends to the store.
+listener contexts (:mod:`.context`) and appends sends to the store. The role's
+entry point is :class:`~proxy.role.Proxy`.
 """
 
-from .routes import Proxy
+from .role import Proxy
+from .site import FrontSite
 
-__all__ = ["Proxy"]
+__all__ = ["FrontSite", "Proxy"]

@@ -64,7 +64,6 @@ class OperatorRoutes:
 
     operators: Operators
     tokens: Tokens
-    """Replaced at start-up with the node's tokens, like the proxy's."""
     clock: Clock
     settings: Settings
     stats: StatsReader

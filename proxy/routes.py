@@ -1,4 +1,4 @@
-"""The proxy role's assembly, its aiohttp routes, and the middleware that shapes errors.
+"""The proxy's aiohttp routes, and the middleware that shapes errors.
 
 The listener path (poll, send) is served by the front (:mod:`.front`) on
 every connection it keeps; the routes here serve everything else, and the
@@ -24,19 +24,13 @@ from liveroom.metrics import Metrics
 from liveroom.model import check_name
 from liveroom.roles import RoomReader, StatsReader
 from liveroom.settings import Settings
-from liveroom.store.base import MessageLog
 
 from .auth import Right, Tokens, bearer
-from .context import ContextSigner
-from .front import Front, FrontLimits
-from .heartbeats import Heartbeats
-from .hold import Holds, held_capacity
 from .params import parse_members_page, parse_series_range
 from .poll import Polls
 from .reply import Reply, document_reply, error_reply, failure_reply
 from .send import Sends
 from .tickets import Tickets
-from .tiers import TierTable
 
 logger = logging.getLogger("liveroom.proxy")
 
@@ -93,41 +87,26 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         return error_response(500, "internal", "internal error")
 
 
-class Proxy:
-    """The proxy role: the listener path, its routes, and what it needs from others."""
+class Routes:
+    """The proxy's aiohttp routes: the listener path (for connections the
+    front handed over), the room figures and the node's operations."""
 
-    def __init__(self, *, settings: Settings, reader: RoomReader, heartbeats: Heartbeats,
-                 stats: StatsReader, is_vip: Callable[[str], bool], log: MessageLog,
-                 tokens: Tokens, signer: ContextSigner, clock: Clock, metrics: Metrics,
+    def __init__(self, *, settings: Settings, reader: RoomReader, polls: Polls, sends: Sends,
+                 stats: StatsReader, tickets: Tickets | None, is_vip: Callable[[str], bool],
+                 clock: Clock, metrics: Metrics,
                  health: Callable[[], Awaitable[str | None]]) -> None:
         self.settings = settings
         self.reader = reader
-        self.heartbeats = heartbeats
+        self.polls = polls
+        self.sends = sends
         self.stats = stats
+        self.tickets = tickets
+        """One verifier (one cache) for polls, sends and member lists; None: open."""
         self.is_vip = is_vip
         self.clock = clock
         self.metrics = metrics
         self.health = health
         """Returns None when healthy, else what is wrong."""
-        self.tiers = TierTable(settings.tiers)
-        self.holds = Holds(reader, clock, tick=settings.hold_tick,
-                           cut_every=settings.cut_through_every,
-                           per_listener=settings.holds_per_listener,
-                           per_uid=settings.holds_per_uid,
-                           capacity=settings.held_max or held_capacity())
-        self.polls = Polls(settings, reader, heartbeats, stats, self.holds, self.tiers,
-                           signer, clock, metrics)
-        self.sends = Sends(settings, log, tokens, clock, metrics)
-        self.tickets = Tickets(settings.ticket_keys, clock, leeway=settings.ticket_leeway) \
-            if settings.auth == "ticket" else None
-        """One verifier (one cache) for polls, sends and member lists; None: open."""
-        self.polls.tickets = self.sends.tickets = self.tickets
-        self.front = Front(self.polls, self.sends, FrontLimits(
-            header_timeout=settings.header_timeout, body_timeout=settings.request_timeout,
-            idle_timeout=settings.keepalive_timeout, connections_max=settings.connections_max))
-        self.front.on_refused = metrics.refused_connections.inc
-        metrics.track(metrics.connections, lambda: self.front.open_connections)
-        metrics.track(metrics.held_polls, lambda: self.holds.count)
         self._openapi: bytes | None = None
         self._health: str | None = None
         self._health_at = float("-inf")
@@ -136,15 +115,6 @@ class Proxy:
     @property
     def tokens(self) -> Tokens:
         return self.sends.tokens
-
-    async def start(self) -> None:
-        """Start handing heartbeats to statsvr (before the first poll)."""
-        await self.heartbeats.start()
-
-    async def stop(self) -> None:
-        """Answer and drop every held poll, then hand over the last heartbeats."""
-        await self.holds.close()
-        await self.heartbeats.stop()
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_get("/v1/rooms/{room}/poll", self.poll)

@@ -3,11 +3,11 @@
 It keeps no state the store does not have: per room an immutable snapshot,
 rebuilt by background pulls (on a notify, and at least once a second for rooms
 read in the last minute) and swapped in one assignment. See :mod:`.cache`.
-A node runs two caches, the normal and the vip sect, behind one reader: see
-:mod:`.sects`.
+The role, :class:`~recvsvr.role.Recvsvr`, runs two caches, the normal and
+the vip sect, behind one reader: see :mod:`.role`.
 """
 
 from .cache import RoomCache, SectLimits
-from .sects import Sects
+from .role import Recvsvr
 
-__all__ = ["RoomCache", "SectLimits", "Sects"]
+__all__ = ["Recvsvr", "RoomCache", "SectLimits"]

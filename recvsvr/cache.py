@@ -156,7 +156,7 @@ class RoomCache:
         """Told which rooms this cache holds (a cluster subscribes their notifies)."""
         self._clock = clock
         self._metrics = metrics
-        self._keep = retention
+        self.retention = retention
         self._limits = limits
         self.name = name
         self._rooms: OrderedDict[str, _Room] = OrderedDict()
@@ -491,7 +491,7 @@ class RoomCache:
         base = None if (old is None or pulled.epoch != old.epoch) else old
         if old is None or is_absent(old):
             self._touch_soon[state.name] = None
-        snap = advance(base, pulled, request.after, self._keep, now_ms)
+        snap = advance(base, pulled, request.after, self.retention, now_ms)
         state.restart = False
         self._install(state, snap)
 

@@ -33,7 +33,13 @@ from liveroom.errors import StoreUnavailable
 from liveroom.lifecycle import Outage, Periodic
 from liveroom.metrics import Metrics
 from liveroom.roles import BroadcastStats, RoomStats
-from liveroom.settings import HISTORY_TTL, ONLINE_TTL, VIEWERS_THRESHOLD, VIP_SHARDS
+from liveroom.settings import (
+    HISTORY_TTL,
+    ONLINE_TTL,
+    VIEWERS_THRESHOLD,
+    VIP_SHARDS,
+    Settings,
+)
 from liveroom.store.base import (
     NodeLoad,
     NodeState,
@@ -90,12 +96,12 @@ class Statsvr:
                  is_vip: Callable[[str], bool] = lambda room: False,
                  metrics: Metrics | None = None,
                  operators: Operators | None = None,
-                 holding: Callable[[], tuple[int, int]] = lambda: (0, 0),
+                 rooms_cached: Callable[[], int] = lambda: 0,
                  rate: Callable[[str], float | None] = lambda room: None) -> None:
-        """``holding`` says what the node's other roles hold, ``(rooms cached,
-        held polls)``, and ``rate`` a room's messages a minute from its cached
-        messages (``None`` when not cached); both read memory only, for the
-        node's announcements."""
+        """``rooms_cached`` says how many rooms the node's recvsvr holds and
+        ``rate`` a room's messages a minute from its cached messages (``None``
+        when not cached); both read memory only, for the node's announcements,
+        as does the count of held polls given to :meth:`count_held_polls`."""
         self.node = node
         self.limits = limits
         self._stats = stats
@@ -110,7 +116,8 @@ class Statsvr:
                                       ttl=limits.history_ttl, members=self.tables.members)
         self.series = OnlineSeries(stats, clock, node, tiers=limits.tiers,
                                    every=limits.sample_every)
-        self._holding = holding
+        self._rooms_cached = rooms_cached
+        self._held_polls: Callable[[], int] = lambda: 0
         self.registry = NodeRegistry(stats, clock, node, rooms=self._sample_source,
                                      load=self._load, rate=rate,
                                      every=limits.announce_every)
@@ -124,6 +131,30 @@ class Statsvr:
         if metrics is not None:
             metrics.track(metrics.members, lambda: len(self.tables))
             metrics.track(metrics.merged_rooms, lambda: len(self.merge.rooms()))
+
+    @classmethod
+    def configured(cls, settings: Settings, stats: StatsStore, operators: Operators,
+                   is_vip: Callable[[str], bool], clock: Clock, metrics: Metrics, *,
+                   rooms_cached: Callable[[], int],
+                   rate: Callable[[str], float | None]) -> Statsvr:
+        """The statsvr ``settings`` describe, named after the node, keeping
+        its figures in ``stats`` and the ended broadcasts in ``operators``."""
+        return cls(stats, clock, settings.name, is_vip=is_vip, metrics=metrics,
+                   operators=operators, rooms_cached=rooms_cached, rate=rate,
+                   limits=StatsLimits(
+                       online_ttl=settings.online_ttl,
+                       vip_shards=settings.vip_shards,
+                       viewers_threshold=settings.viewers_threshold,
+                       history_ttl=settings.history_ttl,
+                       write_every=settings.stats_write_every,
+                       merge_every=settings.merge_every,
+                       keep_for=settings.read_window,
+                   ))
+
+    def count_held_polls(self, held_polls: Callable[[], int]) -> None:
+        """Announce ``held_polls()`` as the node's held polls: the proxy's
+        count, given once the proxy (which reads this statsvr) is built."""
+        self._held_polls = held_polls
 
     # -- HeartbeatSink ---------------------------------------------------------
 
@@ -246,8 +277,7 @@ class Statsvr:
             await self.history.refresh(chunk)
 
     def _load(self) -> NodeLoad:
-        rooms_cached, held_polls = self._holding()
-        return NodeLoad(rooms_cached=rooms_cached, held_polls=held_polls,
+        return NodeLoad(rooms_cached=self._rooms_cached(), held_polls=self._held_polls(),
                         members=len(self.tables), rooms_merged=len(self.merge.rooms()))
 
     def _sample_source(self) -> Iterator[tuple[str, int, frozenset[str]]]:

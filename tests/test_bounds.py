@@ -92,7 +92,7 @@ async def test_a_reconnecting_listener_never_waits_on_its_ghost(engine_url: str)
                                              seq=a1.seq, iseq=a1.iseq).poll(node.url))
         answer = await asyncio.wait_for(ghost, 5)  # the ghost, answered empty
         assert answer["messages"] == []
-        assert node.node.proxy.holds.count == 3
+        assert node.node.proxy.held_polls() == 3
         await send(session, node.url, "a", 2)
         assert (await asyncio.wait_for(again, 5))["messages"][0]["body"] == 2
         assert (await asyncio.wait_for(waiting[1], 5))["messages"][0]["body"] == 2

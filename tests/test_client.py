@@ -106,7 +106,7 @@ async def test_stop_ends_a_held_poll_at_once_and_the_node_lets_it_go() -> None:
 
         task = asyncio.ensure_future(consume())
         async with asyncio.timeout(5):
-            while node.node.proxy.holds.count == 0:
+            while node.node.proxy.held_polls() == 0:
                 await asyncio.sleep(0.01)
         started = time.monotonic()
         listening.stop()
@@ -114,7 +114,7 @@ async def test_stop_ends_a_held_poll_at_once_and_the_node_lets_it_go() -> None:
         assert time.monotonic() - started < 1
         assert got == []
         async with asyncio.timeout(5):
-            while node.node.proxy.holds.count:
+            while node.node.proxy.held_polls():
                 await asyncio.sleep(0.01)
 
 
@@ -180,7 +180,7 @@ async def test_a_busy_node_is_waited_out_for_its_retry_after(
         await other.poll(node.url)
         held = asyncio.ensure_future(other.poll(node.url, timeout=30))
         async with asyncio.timeout(5):
-            while node.node.proxy.holds.count == 0:
+            while node.node.proxy.held_polls() == 0:
                 await asyncio.sleep(0.01)
         waits: list[Retry] = []
         listening = client.listen("hall", uid="ann", timeout=5, on_retry=waits.append)

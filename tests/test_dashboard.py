@@ -98,7 +98,7 @@ async def hold_polls(served: Served, room: str, uids: list[str]) -> HeldPolls:
         await listener.poll(served.url)
         polls.append(asyncio.ensure_future(listener.poll(served.url, timeout=60)))
     async with asyncio.timeout(10):
-        while served.node.proxy.holds.count < len(uids):
+        while served.node.proxy.held_polls() < len(uids):
             await asyncio.sleep(0.01)
     return HeldPolls(session, polls)
 

@@ -361,13 +361,13 @@ async def test_clients_leaving_mid_hold_leave_nothing_behind(node: Running) -> N
                          f"&seq={first['seq']}&iseq={first['iseq']}&timeout=60"))
         writers.append(writer)
     async with asyncio.timeout(5):
-        while proxy.holds.count < 50:
+        while proxy.held_polls() < 50:
             await asyncio.sleep(0.01)
     assert len(proxy.front.connections) == 50
     for writer in writers:
         writer.close()
     async with asyncio.timeout(5):
-        while proxy.holds.count or proxy.front.connections:
+        while proxy.held_polls() or proxy.front.connections:
             await asyncio.sleep(0.01)
         while len(asyncio.all_tasks()) > baseline:
             await asyncio.sleep(0.01)

@@ -118,7 +118,7 @@ async def test_the_fallback_pull_delivers_without_notifies(session: Any) -> None
         held = asyncio.create_task(listener.poll(node.url, timeout=20))
         held_absent = asyncio.create_task(absent.poll(node.url, timeout=20))
         async with asyncio.timeout(5):
-            while node.node.proxy.holds.count < 2:
+            while node.node.proxy.held_polls() < 2:
                 await asyncio.sleep(0.01)
         await send(session, node.url, "quiet", "still here")
         await send(session, node.url, "unborn", "born")
@@ -175,7 +175,7 @@ async def test_shutdown_answers_held_polls_with_their_cursors(engine_url: str,
         first = await listener.poll(node.url)
         held = asyncio.create_task(listener.poll(node.url, timeout=30))
         async with asyncio.timeout(5):
-            while node.node.proxy.holds.count < 1:
+            while node.node.proxy.held_polls() < 1:
                 await asyncio.sleep(0.01)
         await node.stop()
         answer = await asyncio.wait_for(held, 5)

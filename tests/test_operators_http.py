@@ -37,7 +37,7 @@ async def call(session: aiohttp.ClientSession, method: str, url: str, *,
 async def held(node: Node, count: int = 1) -> None:
     """Wait until ``count`` polls are held by the node."""
     async with asyncio.timeout(5):
-        while node.proxy.holds.count < count:
+        while node.proxy.held_polls() < count:
             await asyncio.sleep(0.01)
 
 

@@ -69,7 +69,7 @@ async def test_flushall_resets_every_listener_to_the_new_epoch(redis_url: str,
         old_epoch = listeners[0].epoch
         held = [asyncio.create_task(lst.poll(node.url, timeout=20)) for lst in listeners]
         async with asyncio.timeout(5):
-            while node.node.proxy.holds.count < 3:
+            while node.node.proxy.held_polls() < 3:
                 await asyncio.sleep(0.01)
         client = aioredis.from_url(redis_url)
         await client.flushall()

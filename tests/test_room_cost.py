@@ -95,7 +95,7 @@ async def test_a_room_created_by_an_important_send_delivers_it_to_waiting_listen
         assert first["epoch"] == ABSENT_EPOCH
         held = asyncio.create_task(listener.poll(node.url, timeout=20))
         async with asyncio.timeout(5):
-            while node.node.proxy.holds.count < 1:
+            while node.node.proxy.held_polls() < 1:
                 await asyncio.sleep(0.01)
         # A burst: the important message first, then more normal ones than the
         # cache keeps (recent would drop the important one; gap counts the rest).
@@ -138,7 +138,7 @@ async def test_a_room_whose_log_is_lost_resets_listeners_into_the_absent_epoch(
         await listener.poll(node.url)
         held = asyncio.create_task(listener.poll(node.url, timeout=20))
         async with asyncio.timeout(5):
-            while node.node.proxy.holds.count < 1:
+            while node.node.proxy.held_polls() < 1:
                 await asyncio.sleep(0.01)
         client = aioredis.from_url(redis_url)
         await client.delete(keys.meta("gone"), keys.log("gone"))

@@ -20,7 +20,7 @@ from liveroom.snapshot import ABSENT_EPOCH, Snapshot
 from liveroom.store import MessageLog, Pulled, PullRequest, Store
 from liveroom.store.base import Operators
 from liveroom.whitelist import VipList
-from recvsvr import RoomCache, SectLimits, Sects
+from recvsvr import Recvsvr, RoomCache, SectLimits
 
 
 class GatedLog:
@@ -53,7 +53,7 @@ class Node:
                  vip_limits: SectLimits | None = None, notified: bool = True) -> None:
         self.whitelist: set[str] = set()
         metrics = Metrics()
-        self.sects = Sects(RoomCache(store.log, clock, metrics),
+        self.sects = Recvsvr(RoomCache(store.log, clock, metrics),
                            RoomCache(vip_log or store.log, clock, metrics,
                                      limits=vip_limits or SectLimits(), name="vip"),
                            self.whitelist.__contains__, clock, metrics=metrics)

@@ -185,7 +185,7 @@ async def test_a_bad_ticket_is_refused_and_stores_nothing(
             assert status == 401, doc
             status, doc = await client.send({"body": "spam", "important": True}, token=ticket)
             assert status == 401, doc
-        assert node.node.proxy.holds.count == 0
+        assert node.node.proxy.held_polls() == 0
         await room_is_theirs(node, fake_clock, client)
 
 

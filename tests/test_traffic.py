@@ -383,7 +383,7 @@ async def test_held_tiered_polls_answer_empty_on_shutdown(
         poll = asyncio.create_task(listener.poll(node.url))
         await settle()
         async with asyncio.timeout(5):
-            while node.node.proxy.holds.count == 0:
+            while node.node.proxy.held_polls() == 0:
                 await asyncio.sleep(0.005)
         await node.stop()
         answer = await asyncio.wait_for(poll, 10)

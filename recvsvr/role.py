@@ -1,4 +1,5 @@
-"""Sects: the room caches of one node, and which room each one serves.
+"""The recvsvr role: the room caches of one node (its sects), and which room
+each one serves.
 
 Every room is read from the **normal** sect unless the vip whitelist names it;
 then it is read from the **vip** sect. Each sect is a
@@ -6,12 +7,12 @@ then it is read from the **vip** sect. Each sect is a
 a storm of pulls in a huge vip room waits for the vip workers only and never
 delays the pulls of the many small rooms (docs/design.md, "Sects").
 
-:class:`Sects` is the node's :class:`~liveroom.roles.RoomReader`: it routes each
+:class:`Recvsvr` is the node's :class:`~liveroom.roles.RoomReader`: it routes each
 call by the room's current sect, and notifies to the cache of the room's sect
 (a resync goes to both).
 
-**Moving a room.** When the whitelist changes, :meth:`Sects.moved` wakes every
-:meth:`Sects.wait_changed` in progress in a room that changed sect. The waiter
+**Moving a room.** When the whitelist changes, :meth:`Recvsvr.moved` wakes every
+:meth:`Recvsvr.wait_changed` in progress in a room that changed sect. The waiter
 pulls the room into its new sect at once (the new sect may never have held it,
 or hold a copy up to a fallback period old) and returns that snapshot if it
 moved past the one it was given; otherwise it keeps waiting, now on the new
@@ -30,14 +31,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from liveroom.clock import Clock
 from liveroom.errors import StoreUnavailable
 from liveroom.metrics import Metrics
-from liveroom.snapshot import Snapshot
+from liveroom.settings import Settings
+from liveroom.snapshot import Snapshot, sent_per_minute
+from liveroom.store.base import MessageLog, Notifier
 
-from .cache import RoomCache
+from .build import Retention
+from .cache import RoomCache, SectLimits
 
 logger = logging.getLogger("liveroom.recvsvr")
 
@@ -57,9 +61,10 @@ def _past(snap: Snapshot, given: Snapshot) -> bool:
     return snap.epoch != given.epoch or snap.head > given.head
 
 
-class Sects:
-    """The normal and the vip sect of one node, implementing
-    :class:`liveroom.roles.RoomReader`."""
+class Recvsvr:
+    """The recvsvr of one node: the normal and the vip sect, implementing
+    :class:`liveroom.roles.RoomReader`. :meth:`configured` builds both from
+    the settings."""
 
     def __init__(self, normal: RoomCache, vip: RoomCache, is_vip: Callable[[str], bool],
                  clock: Clock, *, metrics: Metrics | None = None,
@@ -75,6 +80,36 @@ class Sects:
         if metrics is not None:
             # Each cache sets the gauge to its own size: report both.
             metrics.track(metrics.rooms, lambda: len(self.normal) + len(self.vip))
+
+    @classmethod
+    def configured(cls, settings: Settings, log: MessageLog, notifier: Notifier,
+                   is_vip: Callable[[str], bool], clock: Clock,
+                   metrics: Metrics) -> Recvsvr:
+        """The recvsvr ``settings`` describe, reading ``log`` and told of
+        changes by ``notifier``; ``is_vip`` says which rooms the vip sect serves."""
+        retention = Retention(
+            normal_keep=settings.normal_keep,
+            important_keep=settings.important_keep,
+            important_window_ms=int(settings.important_window * 1000),
+            index_keep=settings.index_keep,
+        )
+        normal = SectLimits(
+            fallback_interval=settings.fallback_pull_interval,
+            read_window=settings.read_window,
+            batch=settings.pull_batch,
+            concurrency=settings.pull_concurrency,
+            # Reads push a room's expiry back well before it can pass.
+            touch_interval=min(settings.touch_interval, settings.room_ttl / 4),
+            rooms_max=settings.rooms_max,
+            first_pull_timeout=settings.first_pull_timeout,
+        )
+        vip = replace(normal, batch=settings.vip_pull_batch,
+                      concurrency=settings.vip_pull_concurrency)
+        return cls(RoomCache(log, clock, metrics, retention=retention, limits=normal,
+                             notifier=notifier),
+                   RoomCache(log, clock, metrics, retention=retention, limits=vip,
+                             name="vip", notifier=notifier),
+                   is_vip, clock, metrics=metrics)
 
     def sect_of(self, room: str) -> RoomCache:
         """The cache that serves ``room`` now."""
@@ -105,6 +140,16 @@ class Sects:
     def peek(self, room: str) -> Snapshot | None:
         """The room's snapshot held now in its sect, without counting a read."""
         return self.sect_of(room).peek(room)
+
+    def rate(self, room: str) -> float | None:
+        """The room's messages a minute, from the snapshot held now (``None``
+        when none is held). Memory only: for the node's announcements."""
+        snap = self.peek(room)
+        if snap is None:
+            return None
+        sect = self.sect_of(room)
+        now_ms = int(self._clock.time() * 1000)
+        return round(sent_per_minute(snap, now_ms, sect.retention.normal_keep), 1)
 
     async def wait_pulled(self, room: str) -> Snapshot:
         return await self.sect_of(room).wait_pulled(room)

@@ -1,0 +1,134 @@
+"""The proxy role: the HTTP face of one node, assembled from what it is given.
+
+:class:`Proxy` is the role's one entry point. The node gives it the other
+roles through their interfaces (:mod:`liveroom.roles`: a room reader, a stats
+reader, a heartbeat sink), the store's message log and operators, and the
+settings; from them it builds what serves a listener (the holds, polls,
+sends, tickets and the front), the operators' API and the pages, and hands
+the node one aiohttp application and one listening site.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from liveroom.clock import Clock
+from liveroom.errors import ConfigError
+from liveroom.metrics import Metrics
+from liveroom.roles import HeartbeatSink, RoomReader, StatsReader
+from liveroom.settings import Settings
+from liveroom.store.base import MessageLog, Operators
+
+from .auth import Tokens
+from .context import ContextSigner
+from .front import Front, FrontLimits
+from .heartbeats import Heartbeats
+from .hold import Holds, held_capacity
+from .operators import OperatorRoutes
+from .pages import Pages
+from .poll import Polls
+from .routes import Routes, errors_middleware
+from .send import Sends
+from .site import FrontSite
+from .tickets import Tickets
+from .tiers import TierTable
+
+
+class Proxy:
+    """The proxy of one node.
+
+    ``settings`` must carry the tokens and the context secret (the node makes
+    them up for the memory engine before it builds the proxy). ``health``
+    returns ``None`` when the node is healthy, else what is wrong; ``note_vip``
+    tells the node's whitelist of a change the operators' API just stored.
+    """
+
+    def __init__(self, settings: Settings, *, reader: RoomReader, stats: StatsReader,
+                 sink: HeartbeatSink, is_vip: Callable[[str], bool], log: MessageLog,
+                 operators: Operators, note_vip: Callable[[str, bool], None], clock: Clock,
+                 metrics: Metrics, health: Callable[[], Awaitable[str | None]]) -> None:
+        self.settings = settings
+        tokens = Tokens(admin=_given(settings.admin_token, "admin_token"),
+                        publisher=_given(settings.publisher_token, "publisher_token"))
+        signer = ContextSigner(_given(settings.secret, "secret"))
+        # One process, one statsvr node: every heartbeat goes to ``sink``.
+        self.heartbeats = Heartbeats([sink], clock, flush_every=settings.heartbeat_flush)
+        tiers = TierTable(settings.tiers)
+        self.holds = Holds(reader, clock, tick=settings.hold_tick,
+                           cut_every=settings.cut_through_every,
+                           per_listener=settings.holds_per_listener,
+                           per_uid=settings.holds_per_uid,
+                           capacity=settings.held_max or held_capacity())
+        self.polls = Polls(settings, reader, self.heartbeats, stats, self.holds, tiers,
+                           signer, clock, metrics)
+        self.sends = Sends(settings, log, tokens, clock, metrics)
+        self.tickets = Tickets(settings.ticket_keys, clock, leeway=settings.ticket_leeway) \
+            if settings.auth == "ticket" else None
+        """One verifier (one cache) for polls, sends and member lists; None: open."""
+        self.polls.tickets = self.sends.tickets = self.tickets
+        self.front = Front(self.polls, self.sends, FrontLimits(
+            header_timeout=settings.header_timeout, body_timeout=settings.request_timeout,
+            idle_timeout=settings.keepalive_timeout, connections_max=settings.connections_max))
+        self.front.on_refused = metrics.refused_connections.inc
+        metrics.track(metrics.connections, lambda: self.front.open_connections)
+        metrics.track(metrics.held_polls, self.held_polls)
+        self.routes = Routes(settings=settings, reader=reader, polls=self.polls,
+                             sends=self.sends, stats=stats, tickets=self.tickets,
+                             is_vip=is_vip, clock=clock, metrics=metrics, health=health)
+        self.operators = OperatorRoutes(operators, tokens, clock, settings, stats=stats,
+                                        reader=reader, note_vip=note_vip)
+
+    @property
+    def tokens(self) -> Tokens:
+        return self.sends.tokens
+
+    def held_polls(self) -> int:
+        """Polls held now."""
+        return self.holds.count
+
+    def application(self) -> web.Application:
+        """The node's aiohttp application with every route of the API and the
+        pages, the errors middleware, and held polls answered at shutdown."""
+        app = web.Application(middlewares=[errors_middleware],
+                              client_max_size=self.sends.body_limit)
+        self.routes.add_routes(app)
+        self.operators.add_routes(app)
+        Pages().add_routes(app)
+        app.on_response_prepare.append(_our_server_header)
+        app.on_shutdown.append(self._release)
+        return app
+
+    def site(self, runner: web.AppRunner, host: str | None, port: int, *,
+             sock: socket.socket | None = None, reuse_port: bool = False) -> FrontSite:
+        """The listening socket: the front, handing aiohttp what is not a poll
+        or a send (call after ``runner.setup()``, then ``start()``)."""
+        return FrontSite(runner, self.front, host, port, sock=sock, reuse_port=reuse_port)
+
+    async def start(self) -> None:
+        """Start handing heartbeats to statsvr (before the first poll)."""
+        await self.heartbeats.start()
+
+    async def stop(self) -> None:
+        """Answer and drop every held poll, then hand over the last heartbeats."""
+        await self.holds.close()
+        await self.heartbeats.stop()
+
+    async def _release(self, app: web.Application) -> None:
+        """Answer held polls, then let the front's requests in progress finish
+        (within the runner's shutdown grace) and close its connections."""
+        self.holds.release_all()
+        await self.front.shutdown(self.settings.shutdown_grace)
+
+
+def _given(value: str | None, name: str) -> str:
+    if not value:
+        raise ConfigError(name, f"the proxy needs {name} (the node makes it up on memory)")
+    return value
+
+
+async def _our_server_header(request: web.Request, response: web.StreamResponse) -> None:
+    """aiohttp's answers name liveroom, as the front's do (not Python's version)."""
+    response.headers["Server"] = "liveroom"
