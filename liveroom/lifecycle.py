@@ -4,6 +4,7 @@ outages of what it depends on logged once.
 - :class:`Periodic` runs a step every ``every`` seconds on the injected clock,
   as one task; a step that raises is logged and the next one runs anyway.
 - :func:`stop_task` cancels a task and waits until it is gone.
+- :func:`answer_waiters` gives the future a job's waiters share its result.
 - :class:`Outage` logs a dependency (the store) going down once, and coming
   back once: a store that stays down must not flood the log.
 """
@@ -14,8 +15,11 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from .clock import Clock
+
+T = TypeVar("T")
 
 
 async def stop_task(task: asyncio.Task[None] | None) -> None:
@@ -26,6 +30,22 @@ async def stop_task(task: asyncio.Task[None] | None) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+
+
+def answer_waiters(shared: asyncio.Future[T] | None, result: T | None,
+                   error: BaseException | None = None) -> None:
+    """Give ``shared`` (the future every waiter of one background job awaits)
+    ``error``, or else ``result``; nothing when it has no waiter future or was
+    answered already. An error is marked retrieved: its waiters may all
+    have gone away, and asyncio would log it as never retrieved."""
+    if shared is None or shared.done():
+        return
+    if error is not None:
+        shared.set_exception(error)
+        shared.exception()
+    else:
+        assert result is not None
+        shared.set_result(result)
 
 
 class Outage:

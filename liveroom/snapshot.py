@@ -40,7 +40,7 @@ ABSENT_EPOCH = "0"
 expired, or lost). Real epochs are 12-character random tokens, so this one never
 collides with them; it is still a well-formed epoch a listener can pass back.
 A listener whose cursor is in it reads a room that came to exist from the
-beginning of its epoch (see ``proxy.cursor.places``)."""
+beginning of its epoch (see ``proxy.step.places``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ Per room one watcher task waits on the room reader for the next change, so the
 reader sees one waiter per room (one upstream long poll per room when the
 reader is remote) whatever the number of held polls.
 
-A held poll is a callback (:class:`Held`), not a task: holding one costs a
+A held poll is a callback (:class:`Wakeable`), not a task: holding one costs a
 :class:`HeldPoll` in its room's structures, and waking one is a call.
 
 *Plain* polls (a room under the first tier) are all woken at every change and
@@ -89,7 +89,7 @@ def held_capacity() -> int:
 
 
 
-class Held(Protocol):
+class Wakeable(Protocol):
     """A held poll, as the hold sees it."""
 
     def wake(self, snapshot: Snapshot | None) -> None:
@@ -101,7 +101,8 @@ class Held(Protocol):
 class HeldPoll:
     """A poll held in a room; :meth:`Holds.cancel` takes it back."""
 
-    held: Held
+    poll: Wakeable
+    """The poll to wake."""
     name: str
     room: _Room
     paced: bool
@@ -201,27 +202,27 @@ class Holds:
         """Cut-throughs fired (all rooms), for metrics and tests."""
 
     def _room(self, name: str, snapshot: Snapshot) -> _Room:
-        held = self._rooms.get(name)
-        if held is None:
-            held = self._rooms[name] = _Room(snapshot)
+        room = self._rooms.get(name)
+        if room is None:
+            room = self._rooms[name] = _Room(snapshot)
             self._reader.pin(name)  # cached for as long as it is in _rooms
-        if held.watcher is None:
-            held.watcher = asyncio.create_task(self._watch(name, held),
+        if room.watcher is None:
+            room.watcher = asyncio.create_task(self._watch(name, room),
                                                name=f"proxy-hold-{name}")
-        return held
+        return room
 
-    def _leave(self, name: str, held: _Room) -> None:
-        if not held.empty or held.waking or self._rooms.get(name) is not held:
+    def _leave(self, name: str, room: _Room) -> None:
+        if not room.empty or room.waking or self._rooms.get(name) is not room:
             return
-        if held.ticker is not None and not self.closing:
+        if room.ticker is not None and not self.closing:
             # A paced room outlives its held polls for a while: the polls it
             # just released come back within a round trip, and its pacing
             # (the last cut-through) must still hold for them. Its ticker
             # drops it after LINGER.
-            held.emptied_at = self._clock.monotonic()
+            room.emptied_at = self._clock.monotonic()
             return
         self._drop(name)
-        for task in (held.watcher, held.ticker):
+        for task in (room.watcher, room.ticker):
             if task is not None:
                 task.cancel()
 
@@ -230,39 +231,39 @@ class Holds:
         del self._rooms[name]
         self._reader.unpin(name)
 
-    def _take(self, ticket: HeldPoll) -> bool:
-        """Take ``ticket`` out of its room's structures (heaps are cleaned
+    def _take(self, held_poll: HeldPoll) -> bool:
+        """Take ``held_poll`` out of its room's structures (heaps are cleaned
         lazily); False if it was already released or cancelled."""
-        if ticket.done:
+        if held_poll.done:
             return False
-        ticket.done = True
+        held_poll.done = True
         self.count -= 1
-        room = ticket.room
-        if ticket.paced:
-            room.paced.discard(ticket)
+        room = held_poll.room
+        if held_poll.paced:
+            room.paced.discard(held_poll)
             by_uid = room.paced_by_uid
         else:
-            room.waiters.discard(ticket)
-            self._deadlines.discard(ticket, ticket.key)
+            room.waiters.discard(held_poll)
+            self._deadlines.discard(held_poll, held_poll.key)
             by_uid = room.plain_by_uid
         for lists in (by_uid, self._by_uid):
-            mine = lists.get(ticket.uid)
-            if mine is not None and ticket in mine:
-                mine.remove(ticket)
+            mine = lists.get(held_poll.uid)
+            if mine is not None and held_poll in mine:
+                mine.remove(held_poll)
                 if not mine:
-                    del lists[ticket.uid]
+                    del lists[held_poll.uid]
         return True
 
-    def _admit(self, by_uid: dict[str, list[HeldPoll]], ticket: HeldPoll,
+    def _admit(self, by_uid: dict[str, list[HeldPoll]], held_poll: HeldPoll,
                most: int) -> HeldPoll | None:
-        """Count ``ticket`` among its listener's in ``by_uid`` (a room's, or the
+        """Count ``held_poll`` among its listener's in ``by_uid`` (a room's, or the
         node's over all rooms); return the oldest one it supersedes past
-        ``most`` (to be answered empty by the caller, once ``ticket`` is in)."""
-        mine = by_uid.get(ticket.uid)
+        ``most`` (to be answered empty by the caller, once ``held_poll`` is in)."""
+        mine = by_uid.get(held_poll.uid)
         if mine is None:
-            by_uid[ticket.uid] = [ticket]
+            by_uid[held_poll.uid] = [held_poll]
             return None
-        mine.append(ticket)
+        mine.append(held_poll)
         if len(mine) <= most:
             return None
         oldest = mine[0]
@@ -279,17 +280,17 @@ class Holds:
             self.refused += 1
             raise Overloaded()
 
-    def cancel(self, ticket: HeldPoll) -> None:
+    def cancel(self, held_poll: HeldPoll) -> None:
         """The poll went away (its client left): forget it, wake nothing."""
-        if self._take(ticket):
-            self._leave(ticket.name, ticket.room)
+        if self._take(held_poll):
+            self._leave(held_poll.name, held_poll.room)
 
-    def hold(self, room: str, uid: str, snapshot: Snapshot, held: Held,
+    def hold(self, room: str, uid: str, snapshot: Snapshot, poll: Wakeable,
              deadline: float) -> HeldPoll | Snapshot | None:
         """Hold listener ``uid``'s plain poll read against ``snapshot`` until
         ``room`` moves past it, or until ``deadline`` on the loop's clock.
 
-        Returns the ticket; or a newer snapshot of the room to read at once
+        Returns the held_poll; or a newer snapshot of the room to read at once
         instead of holding; or ``None`` when the poll is not held (shutting
         down): answer it empty. Raises :class:`Overloaded` when the node holds
         all it may.
@@ -306,16 +307,16 @@ class Holds:
             self._check_capacity()
         # A deadline already passed (a poll held again right at its end) fires
         # at the next turn of the deadlines' timer.
-        ticket = HeldPoll(held, room, state, False, uid)
-        ticket.key = self._deadlines.add(ticket, deadline)
-        state.waiters.add(ticket)
+        held_poll = HeldPoll(poll, room, state, False, uid)
+        held_poll.key = self._deadlines.add(held_poll, deadline)
+        state.waiters.add(held_poll)
         self.count += 1
-        self._supersede(self._admit(state.plain_by_uid, ticket, self.per_listener))
+        self._supersede(self._admit(state.plain_by_uid, held_poll, self.per_listener))
         # Made-up rooms must not let one listener take the node's capacity.
-        self._supersede(self._admit(self._by_uid, ticket, self.per_uid))
-        return ticket
+        self._supersede(self._admit(self._by_uid, held_poll, self.per_uid))
+        return held_poll
 
-    def hold_paced(self, room: str, uid: str, snapshot: Snapshot, held: Held, *,
+    def hold_paced(self, room: str, uid: str, snapshot: Snapshot, poll: Wakeable, *,
                    epoch: str, seq: int, iseq: int, pending: bool, due: float,
                    deadline: float) -> HeldPoll | None:
         """Hold listener ``uid``'s paced poll at cursors ``(seq, iseq)`` of
@@ -335,154 +336,154 @@ class Holds:
         if _moved_past(snapshot, state.snapshot):
             # The reader's snapshot is the newest; the watcher has yet to see it.
             state.snapshot, state.changed = snapshot, True
-        ticket = HeldPoll(held, room, state, True, uid, epoch=epoch, top=max(seq, iseq),
+        held_poll = HeldPoll(poll, room, state, True, uid, epoch=epoch, top=max(seq, iseq),
                         iseq=iseq, pending=pending)
         if iseq < state.cut_upto:
             state.cut_late = True
-        state.paced.add(ticket)
+        state.paced.add(held_poll)
         state.emptied_at = None
         order = next(_order)
-        heapq.heappush(state.not_due, (due, order, ticket))
-        heapq.heappush(state.deadlines, (deadline, order, ticket))
+        heapq.heappush(state.not_due, (due, order, held_poll))
+        heapq.heappush(state.deadlines, (deadline, order, held_poll))
         if state.ticker is None:
             state.ticker = asyncio.create_task(self._tick_forever(room, state),
                                                name=f"proxy-tick-{room}")
         self.count += 1
-        self._supersede(self._admit(state.paced_by_uid, ticket, self.per_listener))
-        self._supersede(self._admit(self._by_uid, ticket, self.per_uid))
-        return ticket
+        self._supersede(self._admit(state.paced_by_uid, held_poll, self.per_listener))
+        self._supersede(self._admit(self._by_uid, held_poll, self.per_uid))
+        return held_poll
 
-    def _expire(self, ticket: HeldPoll) -> None:
+    def _expire(self, held_poll: HeldPoll) -> None:
         """A plain poll's deadline passed (the deadlines forgot it already)."""
-        if self._take(ticket):
-            self._leave(ticket.name, ticket.room)
-            self._wake(ticket, None)
+        if self._take(held_poll):
+            self._leave(held_poll.name, held_poll.room)
+            self._wake(held_poll, None)
 
-    def _wake(self, ticket: HeldPoll, snap: Snapshot | None) -> None:
+    def _wake(self, held_poll: HeldPoll, snap: Snapshot | None) -> None:
         try:
-            ticket.held.wake(snap)
+            held_poll.poll.wake(snap)
         except Exception:  # one poll failing must not strand the others
-            logger.exception("answering a held poll of room %s failed", ticket.name)
+            logger.exception("answering a held poll of room %s failed", held_poll.name)
 
-    async def _watch(self, room: str, held: _Room) -> None:
+    async def _watch(self, name: str, room: _Room) -> None:
         try:
-            while not held.empty or held.ticker is not None:
+            while not room.empty or room.ticker is not None:
                 try:
-                    snap = await self._reader.wait_changed(room, held.snapshot)
+                    snap = await self._reader.wait_changed(name, room.snapshot)
                 except Exception:  # a reader failing must not strand held polls
-                    logger.exception("watching room %s failed", room)
+                    logger.exception("watching room %s failed", name)
                     await asyncio.sleep(0.1)
                     continue
-                held.snapshot, held.changed = snap, True
-                if held.waiters:
-                    self._wake_plain(held, snap)
+                room.snapshot, room.changed = snap, True
+                if room.waiters:
+                    self._wake_plain(room, snap)
         finally:
-            held.watcher = None
-            if held.empty and held.ticker is None and self._rooms.get(room) is held:
-                self._drop(room)
+            room.watcher = None
+            if room.empty and room.ticker is None and self._rooms.get(name) is room:
+                self._drop(name)
 
-    def _wake_plain(self, held: _Room, snap: Snapshot) -> None:
+    def _wake_plain(self, room: _Room, snap: Snapshot) -> None:
         """Wake every plain poll of the room."""
-        woken, held.waiters = held.waiters, set()
-        held.plain_by_uid = {}
-        held.waking = True
+        woken, room.waiters = room.waiters, set()
+        room.plain_by_uid = {}
+        room.waking = True
         discard = self._deadlines.discard
         try:
-            for ticket in woken:
-                if not ticket.done:  # taken back meanwhile (a wake-up may close others)
-                    ticket.done = True
+            for held_poll in woken:
+                if not held_poll.done:  # taken back meanwhile (a wake-up may close others)
+                    held_poll.done = True
                     self.count -= 1
-                    discard(ticket, ticket.key)
-                    ticket.held.wake(snap)  # a poll's wake answers its own failures
+                    discard(held_poll, held_poll.key)
+                    held_poll.poll.wake(snap)  # a poll's wake answers its own failures
         finally:
-            held.waking = False
+            room.waking = False
 
-    async def _tick_forever(self, room: str, held: _Room) -> None:
+    async def _tick_forever(self, name: str, room: _Room) -> None:
         try:
             while True:
                 await self._clock.sleep(self._tick)
                 now = self._clock.monotonic()
-                if held.paced:
-                    held.emptied_at = None
+                if room.paced:
+                    room.emptied_at = None
                     try:
-                        released = self._tick_once(held, now)
+                        released = self._tick_once(room, now)
                     except Exception:  # one bad tick must not strand the room's polls
-                        logger.exception("releasing held polls of room %s failed", room)
+                        logger.exception("releasing held polls of room %s failed", name)
                         continue
                     # Wake after the bookkeeping: a woken poll may hold itself again.
-                    for ticket, snap in released:
-                        self._wake(ticket, snap)
-                    if held.empty:
-                        held.emptied_at = now
-                elif held.emptied_at is None or now - held.emptied_at >= LINGER:
+                    for held_poll, snap in released:
+                        self._wake(held_poll, snap)
+                    if room.empty:
+                        room.emptied_at = now
+                elif room.emptied_at is None or now - room.emptied_at >= LINGER:
                     break
         finally:
-            held.ticker = None
-            if held.empty and self._rooms.get(room) is held:
-                self._drop(room)
-                if held.watcher is not None:
-                    held.watcher.cancel()
+            room.ticker = None
+            if room.empty and self._rooms.get(name) is room:
+                self._drop(name)
+                if room.watcher is not None:
+                    room.watcher.cancel()
 
-    def _tick_once(self, held: _Room, now: float) -> list[tuple[HeldPoll, Snapshot | None]]:
+    def _tick_once(self, room: _Room, now: float) -> list[tuple[HeldPoll, Snapshot | None]]:
         """Which paced polls this tick releases, taken out of the room."""
         released: list[tuple[HeldPoll, Snapshot | None]] = []
 
-        def release(ticket: HeldPoll, snap: Snapshot | None) -> None:
-            if self._take(ticket):
-                released.append((ticket, snap))
+        def release(held_poll: HeldPoll, snap: Snapshot | None) -> None:
+            if self._take(held_poll):
+                released.append((held_poll, snap))
 
-        snap = held.snapshot
-        if held.changed:
-            held.changed = False
+        snap = room.snapshot
+        if room.changed:
+            room.changed = False
             waiting = []
-            for poll in held.ready:
-                if poll.done:
+            for held_poll in room.ready:
+                if held_poll.done:
                     continue
-                if poll.has_news(snap):
-                    release(poll, snap)
+                if held_poll.has_news(snap):
+                    release(held_poll, snap)
                 else:
-                    waiting.append(poll)
-            held.ready = waiting
-        not_due = held.not_due
+                    waiting.append(held_poll)
+            room.ready = waiting
+        not_due = room.not_due
         while not_due and not_due[0][0] <= now:
-            poll = heapq.heappop(not_due)[2]
-            if poll.done:
+            held_poll = heapq.heappop(not_due)[2]
+            if held_poll.done:
                 continue
-            if poll.has_news(snap):
-                release(poll, snap)
+            if held_poll.has_news(snap):
+                release(held_poll, snap)
             else:
-                held.ready.append(poll)
+                room.ready.append(held_poll)
         newest = snap.last_important
-        if cut_fires(newest, held.cut_upto, held.cut_late, now, held.last_cut, self._cut_every):
-            held.cut_upto, held.cut_late = newest, False
+        if cut_fires(newest, room.cut_upto, room.cut_late, now, room.last_cut, self._cut_every):
+            room.cut_upto, room.cut_late = newest, False
             cut = 0
-            for poll in list(held.paced):
-                if poll.epoch == snap.epoch and poll.iseq < newest:
-                    release(poll, snap)
+            for held_poll in list(room.paced):
+                if held_poll.epoch == snap.epoch and held_poll.iseq < newest:
+                    release(held_poll, snap)
                     cut += 1
             if cut:
                 # Only a cut that answered somebody spaces the next one: a
                 # room whose polls all had the message already owes nobody.
-                held.last_cut = now
+                room.last_cut = now
                 self.releases += 1
-        deadlines = held.deadlines
+        deadlines = room.deadlines
         while deadlines and deadlines[0][0] <= now:
-            poll = heapq.heappop(deadlines)[2]
+            held_poll = heapq.heappop(deadlines)[2]
             # With news the poll stays held until due (the heap above releases it).
-            if not poll.done and not poll.has_news(snap):
-                release(poll, None)
+            if not held_poll.done and not held_poll.has_news(snap):
+                release(held_poll, None)
         return released
 
     def release_all(self) -> None:
         """Wake every held poll with ``None`` now (answered empty, same
         cursors); hold no new ones."""
         self.closing = True
-        tickets = [t for held in self._rooms.values() for t in (*held.waiters, *held.paced)]
-        for ticket in tickets:
-            if self._take(ticket):
-                self._wake(ticket, None)
-        for name, held in list(self._rooms.items()):
-            self._leave(name, held)
+        held_polls = [t for room in self._rooms.values() for t in (*room.waiters, *room.paced)]
+        for held_poll in held_polls:
+            if self._take(held_poll):
+                self._wake(held_poll, None)
+        for name, room in list(self._rooms.items()):
+            self._leave(name, room)
 
     async def close(self) -> None:
         tasks = [t for h in self._rooms.values() for t in (h.watcher, h.ticker)

@@ -16,7 +16,7 @@ What a poll does, in order (docs/design.md, "Listening"):
 3. count a heartbeat, read the online count;
 4. pace the poll (:mod:`.tiers`), checking the listener's ``ctx`` only when
    :func:`.cursor.needs_ctx` says so;
-5. do what :func:`.cursor.step` says, asking it again with each thing learnt
+5. do what :func:`.step.step` says, asking it again with each thing learnt
    (what the cursor has pending, a confirming pull, a wake-up): answer the
    recent messages (a first poll, a reset) or hold them until due, pull to
    confirm a cursor this node cannot place, read, deliver, hold plain or
@@ -52,7 +52,11 @@ from liveroom.snapshot import ABSENT_EPOCH, Delivery, Snapshot, read, recent
 
 from . import answer
 from .context import ContextSigner
-from .cursor import (
+from .heartbeats import Heartbeats
+from .hold import HeldPoll, Holds
+from .params import Cursor, PollParams, parse_poll
+from .reply import INTERNAL, Reply, failure_reply
+from .step import (
     CONFIRM,
     DELIVER,
     EMPTY,
@@ -67,10 +71,6 @@ from .cursor import (
     needs_ctx,
     step,
 )
-from .heartbeats import Heartbeats
-from .hold import HeldPoll, Holds
-from .params import Cursor, PollParams, parse_poll
-from .reply import INTERNAL, Reply, failure_reply
 from .tickets import Tickets
 from .tiers import Pace, TierTable
 
@@ -177,7 +177,7 @@ class Polls:
 
 
 class Poll:
-    """One poll in flight; the hold wakes it (:class:`~proxy.hold.Held`)."""
+    """One poll in flight; the hold wakes it (:class:`~proxy.hold.Wakeable`)."""
 
     __slots__ = (
         "_polls",
@@ -186,7 +186,7 @@ class Poll:
         "deadline",
         "done",
         "due",
-        "held",
+        "held_as",
         "held_poll",
         "hint_iseq",
         "hint_seq",
@@ -222,7 +222,7 @@ class Poll:
         self.due = 0.0
         self.paced_deadline = 0.0
         """When a paced poll is due and when it times out, on the clock's monotonic time."""
-        self.held: Step | None = None
+        self.held_as: Step | None = None
         """How the poll was last held (the step that held it); None: never."""
         self.recent: Snapshot | None = None
         """The snapshot a first poll or a reset held until due was held with."""
@@ -259,7 +259,7 @@ class Poll:
             self.online = polls.stats.online(p.room)
         # The timeout counts from the poll's arrival, a confirming pull included.
         self.deadline = polls.loop_time() + p.timeout
-        self._settle(snap, False)
+        self._decide(snap, False)
 
     async def _confirm(self) -> None:
         try:
@@ -272,7 +272,7 @@ class Poll:
         self.run(self._confirmed, snap)
 
     def _confirmed(self, snap: Snapshot) -> None:
-        self._settle(snap, True)
+        self._decide(snap, True)
 
     def _check(self, cursor: Cursor, now_ms: int) -> int:
         """Check the listener's ``ctx``: the time of its last non-empty answer
@@ -288,8 +288,8 @@ class Poll:
         self.hint_seq, self.hint_iseq = ctx.seq_ic, ctx.iseq_ic
         return min(ctx.last_ms, now_ms)
 
-    def _settle(self, snap: Snapshot, confirmed: bool) -> None:
-        """Pace the poll in ``snap``'s room, then do what :func:`.cursor.step`
+    def _decide(self, snap: Snapshot, confirmed: bool) -> None:
+        """Pace the poll in ``snap``'s room, then do what :func:`.step.step`
         says (``confirmed``: a fresh pull brought ``snap``)."""
         polls, p = self._polls, self.p
         cursor = p.cursor
@@ -300,9 +300,9 @@ class Poll:
             tier, p.uid, self._check(cursor, now_ms) if needs_ctx(cursor, tier, snap) else now_ms)
         self._take(step(snap, cursor, pace, now_ms, confirmed=confirmed), snap, now_ms, None)
 
-    def _take(self, s: Step, snap: Snapshot | None, now_ms: int, held: Step | None) -> None:
+    def _take(self, s: Step, snap: Snapshot | None, now_ms: int, held_as: Step | None) -> None:
         """Do what ``s`` says: read (and step again with what was read), pull,
-        hold or answer. ``held`` is what :func:`.cursor.step` was given."""
+        hold or answer. ``held_as`` is what :func:`.step.step` was given."""
         p = self.p
         cursor, pace = p.cursor, self.pace
         assert pace is not None
@@ -311,7 +311,7 @@ class Poll:
             assert snap is not None
             assert cursor is not None
             d, head = self._read(snap, cursor, self.online)
-            s = step(snap, cursor, pace, now_ms, d, held=held)
+            s = step(snap, cursor, pace, now_ms, d, held_as=held_as)
             if s == DELIVER:
                 self._send(snap.epoch, d, head, now_ms, _DELIVERED)
                 return
@@ -388,7 +388,7 @@ class Poll:
         """Hold a first poll or a reset in the room's ticker until due, at the
         snapshot's heads (on the clock's monotonic time)."""
         polls, p = self._polls, self.p
-        self.held, self.recent = HOLD_RECENT, snap
+        self.held_as, self.recent = HOLD_RECENT, snap
         due = polls.clock.monotonic() + (pace.due_ms - now_ms) / 1000
         self.held_poll = polls.holds.hold_paced(
             p.room, p.uid, snap, self, epoch=snap.epoch, seq=snap.head, iseq=snap.head,
@@ -397,27 +397,27 @@ class Poll:
             self._released(snap)
 
     def _hold_plain(self, snap: Snapshot) -> None:
-        self.held = HOLD_PLAIN
-        held = self._polls.holds.hold(self.p.room, self.p.uid, snap, self, self.deadline)
-        if isinstance(held, HeldPoll):
-            self.held_poll = held
+        self.held_as = HOLD_PLAIN
+        kept = self._polls.holds.hold(self.p.room, self.p.uid, snap, self, self.deadline)
+        if isinstance(kept, HeldPoll):
+            self.held_poll = kept
         else:
             # Released at once: with the room's newer snapshot (it moved on
             # since ``snap``), or without one (not held: shutting down).
-            self._released(held)
+            self._released(kept)
 
     def _hold_paced(self, snap: Snapshot, cursor: Cursor, pace: Pace, now_ms: int, *,
                     pending: bool) -> None:
         """Hold in the room's ticker until due (or an important message cuts
         through), on the clock's monotonic time."""
         polls, p = self._polls, self.p
-        if self.held is None:
+        if self.held_as is None:
             # Held the first time: due and the timeout count from now; held
             # again after a wake-up, the poll keeps them.
             mono = polls.clock.monotonic()
             self.due = mono + (pace.due_ms - now_ms) / 1000
             self.paced_deadline = mono + p.timeout
-        self.held = HOLD_PACED
+        self.held_as = HOLD_PACED
         self.held_poll = polls.holds.hold_paced(
             p.room, p.uid, snap, self, epoch=cursor.epoch, seq=cursor.seq,
             iseq=cursor.iseq, pending=pending, due=self.due, deadline=self.paced_deadline)
@@ -450,8 +450,8 @@ class Poll:
             polls.heartbeats.beat(p.room, p.uid)
         self.online = polls.stats.online(p.room)
         now_ms = int(polls.clock.time() * 1000)
-        held = self.held
-        self._take(step(snap, p.cursor, pace, now_ms, held=held), snap, now_ms, held)
+        held_as = self.held_as
+        self._take(step(snap, p.cursor, pace, now_ms, held_as=held_as), snap, now_ms, held_as)
 
     def release(self) -> None:
         """Answer now what the hold would answer when it ran out (a poll not

@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 
 from liveroom.clock import Clock
 from liveroom.errors import Overloaded, StoreUnavailable
-from liveroom.lifecycle import stop_task
+from liveroom.lifecycle import answer_waiters, stop_task
 from liveroom.metrics import Metrics
 from liveroom.settings import (
     FALLBACK_INTERVAL,
@@ -92,18 +92,6 @@ DEFAULT_LIMITS = SectLimits()
 
 def _same(a: Snapshot, b: Snapshot) -> bool:
     return a.epoch == b.epoch and a.head == b.head
-
-
-def _settle(fut: asyncio.Future[Snapshot], snap: Snapshot | None,
-            error: BaseException | None = None) -> None:
-    if fut.done():
-        return
-    if error is not None:
-        fut.set_exception(error)
-        fut.exception()  # retrieved here: waiters may all have gone away
-    else:
-        assert snap is not None
-        fut.set_result(snap)
 
 
 ABSENT_RECHECK = 5.0
@@ -199,7 +187,7 @@ class RoomCache:
         for room in (*self._rooms.values(), *self._pinned.values()):
             for fut in (room.first, room.confirm_next, *room.confirm_now):
                 if fut is not None:
-                    _settle(fut, None, error)
+                    answer_waiters(fut, None, error)
             if room.changed is not None:
                 room.changed.cancel()
 
@@ -370,8 +358,8 @@ class RoomCache:
     def on_resync(self, rooms: Collection[str] | None = None) -> None:
         """Notifies of ``rooms`` (None: every room) may have been lost: pull
         those this cache holds at once."""
-        for held in (self._rooms, self._pinned):
-            for room in list(held) if rooms is None else [r for r in rooms if r in held]:
+        for cached in (self._rooms, self._pinned):
+            for room in list(cached) if rooms is None else [r for r in rooms if r in cached]:
                 self.request_pull(room)
 
     def request_pull(self, room: str) -> None:
@@ -442,10 +430,10 @@ class RoomCache:
 
     def _fail(self, state: _Room, error: StoreUnavailable) -> None:
         if state.first is not None and state.snapshot is None:
-            _settle(state.first, None, error)
+            answer_waiters(state.first, None, error)
             state.first = None
         for fut in state.confirm_now:
-            _settle(fut, None, error)
+            answer_waiters(fut, None, error)
         state.confirm_now.clear()
 
     async def _apply(self, state: _Room, request: PullRequest, pulled: Pulled,
@@ -498,17 +486,17 @@ class RoomCache:
     def _install(self, state: _Room, snap: Snapshot) -> None:
         self._swap(state, snap)
         for fut in state.confirm_now:
-            _settle(fut, snap)
+            answer_waiters(fut, snap)
         state.confirm_now.clear()
 
     def _swap(self, state: _Room, snap: Snapshot) -> None:
         old = state.snapshot
         state.snapshot = snap
         if state.first is not None:
-            _settle(state.first, snap)
+            answer_waiters(state.first, snap)
             state.first = None
         if old is not None and not _same(old, snap) and state.changed is not None:
-            _settle(state.changed, snap)
+            answer_waiters(state.changed, snap)
             state.changed = None
 
     # -- the fallback --------------------------------------------------------
@@ -552,7 +540,7 @@ class RoomCache:
 
     async def _touch(self) -> None:
         # Rooms that do not exist have nothing to push back (and must not get a log).
-        names = [name for held in (self._rooms, self._pinned) for name, state in held.items()
+        names = [name for cached in (self._rooms, self._pinned) for name, state in cached.items()
                  if state.snapshot is not None and not is_absent(state.snapshot)]
         await self._touch_names(names)
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from liveroom.clock import Clock
 from liveroom.errors import StoreUnavailable
-from liveroom.lifecycle import Outage, stop_task
+from liveroom.lifecycle import Outage, answer_waiters, stop_task
 from liveroom.store.base import ShardEntry, StatsStore
 
 from .view import OnlineView, build_view, contributor
@@ -56,18 +56,6 @@ class _Room:
     merged: bool = False
     first: asyncio.Future[OnlineView] | None = None
     """Shared by every :meth:`Merge.ready` waiting for the first merge."""
-
-
-def _settle(fut: asyncio.Future[OnlineView] | None, view: OnlineView | None,
-            error: BaseException | None = None) -> None:
-    if fut is None or fut.done():
-        return
-    if error is not None:
-        fut.set_exception(error)
-        fut.exception()  # retrieved here: the waiters may all have gone away
-    else:
-        assert view is not None
-        fut.set_result(view)
 
 
 class Merge:
@@ -157,7 +145,7 @@ class Merge:
         await stop_task(task)
         error = StoreUnavailable("the node is shutting down")
         for state in self._rooms.values():
-            _settle(state.first, None, error)
+            answer_waiters(state.first, None, error)
             state.first = None
 
     async def _run(self) -> None:
@@ -270,14 +258,14 @@ class Merge:
 
     def _merged(self, state: _Room, view: OnlineView) -> None:
         state.merged = True
-        _settle(state.first, view)
+        answer_waiters(state.first, view)
         state.first = None
 
     def _store_down(self, error: StoreUnavailable) -> None:
         self._outage.failed("cannot read online shards, keeping the last views: %s",
                             error.message)
         for state in self._rooms.values():
-            _settle(state.first, None, error)
+            answer_waiters(state.first, None, error)
             state.first = None
 
     def _store_back(self) -> None:

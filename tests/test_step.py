@@ -1,4 +1,4 @@
-"""The poll's decisions (proxy.cursor.step), as properties over plain values.
+"""The poll's decisions (proxy.step.step), as properties over plain values.
 
 Snapshots are built whole (every message held, an anchor anywhere), cursors
 are drawn around their heads in their epoch, another one or the absent one,
@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from liveroom.settings import Tier
 from liveroom.snapshot import ABSENT_EPOCH, Delivery, Item, Snapshot, absent, read
-from proxy.cursor import Step, needs_ctx, places, same_epoch, step
 from proxy.params import Cursor
+from proxy.step import Step, needs_ctx, places, same_epoch, step
 from proxy.tiers import PLAIN, Pace, TierTable
 
 NOW = 1_700_000_000_000
@@ -57,24 +57,24 @@ def first_pace(tier: Tier) -> Pace:
     return TABLE.pace_in(tier, "u", NOW)
 
 
-def settle(snap: Snapshot | None, cursor: Cursor | None, pace: Pace, *, confirmed: bool = False,
-           held: Step | None = None) -> list[Step]:
+def steps(snap: Snapshot | None, cursor: Cursor | None, pace: Pace, *, confirmed: bool = False,
+          held_as: Step | None = None) -> list[Step]:
     """The steps a poll takes on ``snap``, reading when told to."""
-    s = step(snap, cursor, pace, NOW, confirmed=confirmed, held=held)
+    s = step(snap, cursor, pace, NOW, confirmed=confirmed, held_as=held_as)
     if s != Step.READ:
         return [s]
     assert snap is not None
     assert cursor is not None
     d = read(snap, cursor.seq, cursor.iseq)
-    return [s, step(snap, cursor, pace, NOW, d, held=held)]
+    return [s, step(snap, cursor, pace, NOW, d, held_as=held_as)]
 
 
 def arrive(snap: Snapshot, cursor: Cursor | None, pace: Pace, pulled: Snapshot) -> list[Step]:
     """The steps of a poll arriving on ``snap`` until it answers or is held;
     a confirming pull brings ``pulled``."""
-    trace = settle(snap, cursor, pace)
+    trace = steps(snap, cursor, pace)
     if trace[-1] == Step.CONFIRM:
-        trace += settle(pulled, cursor, pace, confirmed=True)
+        trace += steps(pulled, cursor, pace, confirmed=True)
     return trace
 
 
@@ -133,7 +133,7 @@ def test_an_empty_delivery_is_never_delivered(snap: Snapshot, cursor: Cursor, pa
                                               held: Step, at: int) -> None:
     d = Delivery((), (), 0, 0, at, at, 0, 0)
     for h in (None, held):
-        assert step(snap, cursor, pace, NOW, d, held=h) == (
+        assert step(snap, cursor, pace, NOW, d, held_as=h) == (
             Step.HOLD_PLAIN if pace.plain else Step.HOLD_PACED)
 
 
@@ -184,7 +184,7 @@ def test_places_is_the_same_epoch_up_to_the_head(snap: Snapshot, cursor: Cursor)
 @given(snapshots, cursors, paces, released)
 def test_a_released_poll_rereads_its_snapshot_without_a_pull(
         snap: Snapshot, cursor: Cursor, pace: Pace, held: Step) -> None:
-    trace = settle(snap, cursor, pace, held=held)
+    trace = steps(snap, cursor, pace, held_as=held)
     assert Step.CONFIRM not in trace
     if not same_epoch(snap, cursor):
         assert trace == [Step.RESET]  # at once, due or not: the room moved on
@@ -200,12 +200,12 @@ def test_a_released_poll_rereads_its_snapshot_without_a_pull(
 def test_a_poll_released_without_a_snapshot_is_answered_where_it_stands(
         snap: Snapshot, cursor: Cursor | None, pace: Pace, held: Step) -> None:
     if cursor is not None:
-        assert step(None, cursor, pace, NOW, held=held) == Step.EMPTY
+        assert step(None, cursor, pace, NOW, held_as=held) == Step.EMPTY
     # A held first poll or reset: its answer without messages.
-    assert step(None, cursor, pace, NOW, held=Step.HOLD_RECENT) == (
+    assert step(None, cursor, pace, NOW, held_as=Step.HOLD_RECENT) == (
         Step.STAND_FIRST if cursor is None else Step.STAND_RESET)
     # Released with the room's snapshot: answered with the recent messages.
-    assert step(snap, cursor, pace, NOW, held=Step.HOLD_RECENT) == (
+    assert step(snap, cursor, pace, NOW, held_as=Step.HOLD_RECENT) == (
         Step.RECENT if cursor is None else Step.RESET)
 
 
@@ -216,8 +216,8 @@ def test_a_first_poll_is_never_reset_and_a_cursor_never_answered_as_first(
         held: Step | None, without: bool) -> None:
     if cursor is None and held is not None:
         held = Step.HOLD_RECENT  # only a cursor is held plain or paced
-    trace = arrive(snap, cursor, pace, pulled) if held is None else settle(
-        None if without else snap, cursor, pace, held=held)
+    trace = arrive(snap, cursor, pace, pulled) if held is None else steps(
+        None if without else snap, cursor, pace, held_as=held)
     if cursor is None:
         assert not {Step.RESET, Step.STAND_RESET, Step.CONFIRM, Step.READ} & set(trace)
     else:
@@ -246,9 +246,9 @@ TIERED = TABLE.pace_in(TIERS[0], "u", NOW - 500)
 def test_a_cursor_behind_the_head_reads_and_gets_what_is_pending() -> None:
     snap = room("e1", [False, True, False])
     cursor = Cursor("e1", 1, 1, None)
-    assert settle(snap, cursor, PLAIN_NOW) == [Step.READ, Step.DELIVER]
+    assert steps(snap, cursor, PLAIN_NOW) == [Step.READ, Step.DELIVER]
     at_head = Cursor("e1", 3, 3, None)
-    assert settle(snap, at_head, PLAIN_NOW) == [Step.READ, Step.HOLD_PLAIN]
+    assert steps(snap, at_head, PLAIN_NOW) == [Step.READ, Step.HOLD_PLAIN]
 
 
 def test_a_cursor_of_another_epoch_is_confirmed_then_reset() -> None:
@@ -270,7 +270,7 @@ def test_a_reset_in_a_tiered_room_waits_for_its_pace() -> None:
     snap = room("e1", [False] * 3)
     cursor = Cursor("e2", 2, 2, None)
     assert arrive(snap, cursor, TIERED, snap) == [Step.CONFIRM, Step.HOLD_RECENT]
-    assert step(snap, cursor, TIERED, NOW, held=Step.HOLD_RECENT) == Step.RESET
+    assert step(snap, cursor, TIERED, NOW, held_as=Step.HOLD_RECENT) == Step.RESET
     assert step(snap, cursor, TIERED, TIERED.due_ms, confirmed=True) == Step.RESET
 
 
@@ -278,30 +278,30 @@ def test_a_first_poll_in_a_tiered_room_is_held_then_answered() -> None:
     snap = room("e1", [False] * 3)
     pace = first_pace(TIERS[0])
     assert step(snap, None, pace, NOW) == Step.HOLD_RECENT
-    assert step(snap, None, pace, NOW + 2000, held=Step.HOLD_RECENT) == Step.RECENT
-    assert step(None, None, pace, NOW + 10, held=Step.HOLD_RECENT) == Step.STAND_FIRST
+    assert step(snap, None, pace, NOW + 2000, held_as=Step.HOLD_RECENT) == Step.RECENT
+    assert step(None, None, pace, NOW + 10, held_as=Step.HOLD_RECENT) == Step.STAND_FIRST
 
 
 def test_a_paced_poll_is_held_until_due_then_delivers_when_released() -> None:
     snap = room("e1", [False] * 3)
     cursor = Cursor("e1", 1, 1, None)
-    assert settle(snap, cursor, TIERED) == [Step.READ, Step.HOLD_PACED]
+    assert steps(snap, cursor, TIERED) == [Step.READ, Step.HOLD_PACED]
     assert step(snap, cursor, TIERED, TIERED.due_ms,
                 read(snap, 1, 1)) == Step.DELIVER
-    assert settle(room("e1", [False] * 4), cursor, TIERED, held=Step.HOLD_PACED) == [
+    assert steps(room("e1", [False] * 4), cursor, TIERED, held_as=Step.HOLD_PACED) == [
         Step.READ, Step.DELIVER]
-    assert step(None, cursor, TIERED, NOW, held=Step.HOLD_PACED) == Step.EMPTY
+    assert step(None, cursor, TIERED, NOW, held_as=Step.HOLD_PACED) == Step.EMPTY
 
 
 def test_a_released_poll_of_a_recreated_room_is_reset_at_once() -> None:
     cursor = Cursor("e1", 3, 3, None)
-    assert settle(room("e2", [False]), cursor, TIERED, held=Step.HOLD_PACED) == [Step.RESET]
+    assert steps(room("e2", [False]), cursor, TIERED, held_as=Step.HOLD_PACED) == [Step.RESET]
 
 
 def test_a_listener_that_waited_on_an_absent_room_reads_it_from_the_start() -> None:
     start = Cursor(ABSENT_EPOCH, 0, 0, None)
-    assert settle(absent("r"), start, PLAIN_NOW) == [Step.READ, Step.HOLD_PLAIN]
-    assert settle(room("e1", [True, False]), start, PLAIN_NOW, held=Step.HOLD_PLAIN) == [
+    assert steps(absent("r"), start, PLAIN_NOW) == [Step.READ, Step.HOLD_PLAIN]
+    assert steps(room("e1", [True, False]), start, PLAIN_NOW, held_as=Step.HOLD_PLAIN) == [
         Step.READ, Step.DELIVER]
 
 

@@ -116,7 +116,7 @@ def needs_ctx(cursor: Cursor | None, tier: Tier, snap: Snapshot) -> TypeGuard[Cu
 
 def step(snap: Snapshot | None, cursor: Cursor | None, pace: Pace, now_ms: int,
          d: Delivery | None = None, *, confirmed: bool = False,
-         held: Step | None = None) -> Step:
+         held_as: Step | None = None) -> Step:
     """What the poll does next.
 
     ``snap`` is the room's snapshot the poll stands on (``None`` only when a
@@ -124,7 +124,7 @@ def step(snap: Snapshot | None, cursor: Cursor | None, pace: Pace, now_ms: int,
     first poll), ``pace`` its pace in the room and ``now_ms`` the Unix time
     in ms. ``d`` is what the cursor has pending in ``snap``, once read (only
     after :data:`READ`); ``confirmed`` says a fresh pull brought ``snap``
-    (only after :data:`CONFIRM`); ``held`` is how the poll was held when the
+    (only after :data:`CONFIRM`); ``held_as`` is how the poll was held when the
     hold released it (``None``: not released).
 
     A pace is due at ``pace.due_ms``; a plain pace is due at once (its due
@@ -133,11 +133,11 @@ def step(snap: Snapshot | None, cursor: Cursor | None, pace: Pace, now_ms: int,
     if d is not None:
         # Read where the snapshot placed the cursor. A released poll is due:
         # the hold released it.
-        if not d.empty and (held is not None or now_ms >= pace.due_ms):
+        if not d.empty and (held_as is not None or now_ms >= pace.due_ms):
             return DELIVER
         return HOLD_PLAIN if pace.plain else HOLD_PACED
-    if held is not None:
-        if held == HOLD_RECENT:
+    if held_as is not None:
+        if held_as == HOLD_RECENT:
             if snap is None:
                 return STAND_FIRST if cursor is None else STAND_RESET
             return RECENT if cursor is None else RESET
