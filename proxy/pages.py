@@ -31,11 +31,13 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import html
 from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
 
+from liveroom.errors import BadRequest
 from liveroom.model import check_name
 
 STATIC = Path(__file__).parent / "static"
@@ -98,6 +100,32 @@ def load_static(directory: Path) -> dict[str, StaticFile]:
     return files
 
 
+def bad_room_page(name: str, reason: str) -> web.Response:
+    """A 400 page for a room name that cannot be one, styled like the room
+    page, with the way back to the room picker."""
+    body = f"""<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="color-scheme" content="light dark">
+<title>liveroom: not a room name</title>
+<link rel="stylesheet" href="/static/room.css">
+</head>
+<body class="room">
+<header class="bar"><a class="home" href="/">liveroom</a><h1>not a room name</h1></header>
+<div class="error" role="alert">
+<p>{html.escape(repr(name)[:120])} cannot be a room: {html.escape(reason)}.</p>
+<p><a href="/">Pick another room</a></p>
+</div>
+</body>
+</html>
+"""
+    return web.Response(status=400, text=body, content_type="text/html", headers={
+        "Content-Security-Policy": PAGE_POLICY, "Cache-Control": "no-store",
+        "X-Content-Type-Options": "nosniff"})
+
+
 class Pages:
     """The routes of the pages and of ``/static/``, over one loaded directory."""
 
@@ -120,7 +148,14 @@ class Pages:
         return self._file(request, "index.html", policy=PAGE_POLICY)
 
     async def room(self, request: web.Request) -> web.StreamResponse:
-        check_name("room", request.match_info["room"])
+        """The room page; a name that cannot be a room's is a 400, as a page
+        for a browser (it asks for HTML) and as the API's JSON otherwise."""
+        try:
+            check_name("room", request.match_info["room"])
+        except BadRequest as exc:
+            if "text/html" not in request.headers.get("Accept", ""):
+                raise
+            return bad_room_page(request.match_info["room"], exc.message)
         return self._file(request, "room.html", policy=PAGE_POLICY)
 
     async def admin(self, request: web.Request) -> web.StreamResponse:

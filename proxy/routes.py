@@ -80,11 +80,29 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        code = exc.reason.lower().replace(" ", "_")
-        return error_response(exc.status, code, exc.text or exc.reason)
+        return _http_error(request, exc)
     except Exception:
         logger.exception("unexpected error answering %s %s", request.method, request.path)
         return error_response(500, "internal", "internal error")
+
+
+def _http_error(request: web.Request, exc: web.HTTPException) -> web.Response:
+    """aiohttp's own refusals (no route, a method the route does not take) in
+    the API's shape, saying what was asked, not only ``404: Not Found``."""
+    code = exc.reason.lower().replace(" ", "_")
+    path = request.path if len(request.path) <= 200 else request.path[:200] + "..."
+    default = f"{exc.status}: {exc.reason}"
+    if isinstance(exc, web.HTTPNotFound) and exc.text == default:
+        message = f"no such route: {request.method} {path} (the API is at /openapi.json)"
+    elif isinstance(exc, web.HTTPMethodNotAllowed):
+        allowed = ", ".join(sorted(exc.allowed_methods))
+        answer = error_response(405, code, f"{request.method} is not allowed on {path}: "
+                                           f"use {allowed}")
+        answer.headers["Allow"] = ",".join(sorted(exc.allowed_methods))
+        return answer
+    else:
+        message = exc.text if exc.text and exc.text != default else exc.reason
+    return error_response(exc.status, code, message)
 
 
 class Routes:

@@ -94,6 +94,21 @@ async def test_anything_else_is_a_json_404(node: Running, session: aiohttp.Clien
         doc = await resp.json()
     assert doc["error"] == "not_found"
     assert set(doc) == {"error", "message"}
+    assert doc["message"] != "404: Not Found"
+
+
+async def test_an_unknown_route_and_a_wrong_method_say_what_was_asked(
+        node: Running, session: aiohttp.ClientSession) -> None:
+    async with session.get(node.url + "/v1/room/demo/poll") as resp:
+        assert resp.status == 404
+        assert (await resp.json())["message"] == (
+            "no such route: GET /v1/room/demo/poll (the API is at /openapi.json)")
+    async with session.delete(node.url + "/v1/rooms/demo/stats") as resp:
+        assert resp.status == 405
+        assert resp.headers["Allow"] == "GET,HEAD"
+        assert await resp.json() == {
+            "error": "method_not_allowed",
+            "message": "DELETE is not allowed on /v1/rooms/demo/stats: use GET, HEAD"}
 
 
 async def test_dot_segments_never_leave_the_folder(node: Running) -> None:

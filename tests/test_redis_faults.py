@@ -238,5 +238,5 @@ async def test_a_key_of_the_wrong_type_is_a_500_not_an_outage(
             assert resp.status == 500
             assert "Retry-After" not in resp.headers
             assert await resp.json() == {"error": "internal", "message": "internal error"}
-        assert "redis refused append" in caplog.text
+        assert "redis refused a command while storing a message" in caplog.text
         assert (await send(session, node.url, "fine", "y"))["seq"] == 1

@@ -119,13 +119,16 @@ def test_an_important_message_shows_apart_before_chat_sent_earlier(
     # Both wait for one answer: the chat is held by the pace, the important
     # message cuts through and releases it with the chat.
     chat = send_message(paced, "stage", "chat sent first", uid="carol")
-    signal = send_message(paced, "stage", {"event": "cohost_joined"}, uid="host",
-                          important=True)
+    signal = send_message(paced, "stage", {"event": "cohost_joined", "uid": "dave"},
+                          uid="host", important=True)
     WebDriverWait(browser, 5, poll_frequency=0.05).until(
         lambda b: "chat sent first" in bodies(b, "#chat"))
     screenshot(browser, tmp_path, "important")
     important = browser.find_element(By.CSS_SELECTOR, "#important .message")
-    assert important.find_element(By.CSS_SELECTOR, ".body").text == '{"event":"cohost_joined"}'
+    # A signal reads as its name and fields; the raw JSON is its title.
+    shown = important.find_element(By.CSS_SELECTOR, ".body")
+    assert shown.text == "cohost joined · uid dave"
+    assert shown.get_attribute("title") == '{"event":"cohost_joined","uid":"dave"}'
     assert "important" in str(important.get_attribute("class"))
     assert important.is_displayed()
     assert browser.find_elements(By.CSS_SELECTOR, "#chat .message.important") == []
@@ -170,6 +173,20 @@ def test_sending_from_the_page(browser: WebDriver, served: Served, tmp_path: Pat
     assert page["messages"][-1]["body"] == {"text": "typed in the page"}
     assert page["messages"][-1]["uid"] == "dave"
     screenshot(browser, tmp_path, "sent")
+
+
+def test_a_name_that_cannot_be_a_room_is_a_page_with_the_way_back(
+        browser: WebDriver, served: Served, tmp_path: Path) -> None:
+    browser.get(f"{served.url}/rooms/no%20spaces")
+    screenshot(browser, tmp_path, "bad-name")
+    assert text_of(browser, "h1") == "not a room name"
+    alert = text_of(browser, "[role=alert]")
+    assert alert.startswith("'no spaces' cannot be a room: room must match")
+    browser.find_element(By.LINK_TEXT, "Pick another room").click()
+    WebDriverWait(browser, 5).until(lambda b: b.current_url == f"{served.url}/")
+    # The API's clients still get the API's JSON.
+    status, doc = call(f"{served.url}/rooms/no%20spaces")
+    assert (status, doc["error"]) == (400, "bad_request")
 
 
 def test_a_refused_send_is_explained(browser: WebDriver, served: Served,

@@ -89,7 +89,7 @@ def shape(snap: Snapshot) -> tuple[object, ...]:
             [i.seq for i in snap.important])
 
 
-async def settle(task: asyncio.Task[Any]) -> None:
+async def run_a_little(task: asyncio.Task[Any]) -> None:
     """Let the loop run a little (store round trips are real I/O on Redis)."""
     for _ in range(20):
         if task.done():
@@ -141,11 +141,11 @@ async def test_a_wait_follows_its_room_into_the_vip_sect_and_back(
     await say(store, "r", "first")
     snap = await node.sects.snapshot("r")
     waiting = asyncio.create_task(node.sects.wait_changed("r", snap))
-    await settle(waiting)
+    await run_a_little(waiting)
 
     # Nothing new: the move alone does not answer the wait ...
     node.move("r", vip=True)
-    await settle(waiting)
+    await run_a_little(waiting)
     assert not waiting.done()
     assert node.sects.vip.peek("r") is not None  # pulled into its new sect at once
     # ... and the next message arrives through the vip sect.
@@ -158,9 +158,9 @@ async def test_a_wait_follows_its_room_into_the_vip_sect_and_back(
     # Back to the normal sect, where the room's copy is out of date: still
     # nothing missed, nothing answered twice.
     waiting = asyncio.create_task(node.sects.wait_changed("r", got))
-    await settle(waiting)
+    await run_a_little(waiting)
     node.move("r", vip=False)
-    await settle(waiting)
+    await run_a_little(waiting)
     assert not waiting.done()
     await say(store, "r", "third")
     async with asyncio.timeout(5):
@@ -177,7 +177,7 @@ async def test_a_room_that_moved_on_meanwhile_answers_at_once(
         snap = await deaf.sects.snapshot("r")
         waiting = asyncio.create_task(deaf.sects.wait_changed("r", snap))
         await say(store, "r", "unheard")
-        await settle(waiting)
+        await run_a_little(waiting)
         assert not waiting.done()
         deaf.move("r", vip=True)
         async with asyncio.timeout(5):
@@ -192,7 +192,7 @@ async def test_a_cancelled_wait_leaves_no_task_behind(store: Store, node: Node) 
     snap = await node.sects.snapshot("r")
     before = len(asyncio.all_tasks())
     waiting = asyncio.create_task(node.sects.wait_changed("r", snap))
-    await settle(waiting)
+    await run_a_little(waiting)
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting

@@ -42,9 +42,22 @@ function showWho() {
 
 // -- drawing -------------------------------------------------------------
 
+const fieldText = (value) => (typeof value === "string" ? value : JSON.stringify(value));
+
+// A body as people read it: a string as it is, {text} as its text, a signal
+// ({event} or {type}, as a system message is sent) as its name and its fields
+// ("gift · name rocket · count 3"), any other object as its fields; the raw
+// JSON stays in the title.
 function bodyText(body) {
   if (typeof body === "string") return body;
-  if (body && typeof body === "object" && typeof body.text === "string") return body.text;
+  if (body && typeof body === "object" && !Array.isArray(body)) {
+    if (typeof body.text === "string") return body.text;
+    const entries = Object.entries(body);
+    const kind = entries.find(([key, value]) => (key === "event" || key === "type") && typeof value === "string");
+    const fields = entries.filter((entry) => entry !== kind).map(([key, value]) => `${key} ${fieldText(value)}`);
+    if (kind) return [kind[1].replaceAll("_", " "), ...fields].join(" · ");
+    if (fields.length) return fields.join(" · ");
+  }
   return JSON.stringify(body);
 }
 
@@ -67,6 +80,7 @@ function messageItem(message) {
   const text = document.createElement("span");
   text.className = "body";
   text.textContent = bodyText(message.body);
+  if (typeof message.body !== "string") text.title = JSON.stringify(message.body);
   item.append(who, when, text);
   return item;
 }

@@ -164,7 +164,7 @@ class RedisStore:
     async def _move_whitelist(self) -> None:
         """Rename the vip whitelist kept under its name of before :data:`.keys.GLOBAL`
         (one Redis: both names are on the one server)."""
-        with contextlib.suppress(StoreUnavailable), unavailable("start"):
+        with contextlib.suppress(StoreUnavailable), unavailable("connecting"):
             if await self._client.exists(keys.VIP_BEFORE) and \
                     await self._client.renamenx(keys.VIP_BEFORE, keys.VIP):
                 logger.info("vip whitelist moved from %s to %s", keys.VIP_BEFORE, keys.VIP)
@@ -177,7 +177,7 @@ class RedisStore:
 
     async def ping(self) -> None:
         """On a cluster, every master must answer (a shard failing over is down)."""
-        with unavailable("ping"):
+        with unavailable("checking its health"):
             if isinstance(self._client, RedisCluster):
                 await self._client.ping(target_nodes=RedisCluster.PRIMARIES)
             else:

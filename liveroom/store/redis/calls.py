@@ -48,25 +48,27 @@ def script_text(name: str) -> str:
 
 @contextlib.contextmanager
 def unavailable(what: str) -> Iterator[None]:
-    """Turn whatever the driver raises into StoreUnavailable."""
+    """Turn whatever the driver raises into StoreUnavailable (StoreRefused for
+    a command Redis refused); ``what`` says in words what the node was doing
+    ("storing a message"), as operators and clients read it."""
     try:
         yield
     except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
         # BusyLoadingError is a ConnectionError.
-        raise StoreUnavailable(f"redis unavailable during {what}: {exc}") from exc
+        raise StoreUnavailable(f"redis unavailable while {what}: {exc}") from exc
     except (rexc.RedisClusterException, rexc.ClusterError) as exc:
         # A cluster between layouts (a slot not covered during a failover, no
         # node reachable, redirections exhausted): an outage, not a bug. Not a
         # RedisError, the first of them.
-        raise StoreUnavailable(f"redis cluster unavailable during {what}: {exc}") from exc
+        raise StoreUnavailable(f"redis cluster unavailable while {what}: {exc}") from exc
     except rexc.ResponseError as exc:
         if isinstance(exc, _NOT_READY) or str(exc).startswith(_NOT_READY_CODES):
-            raise StoreUnavailable(f"redis not ready for {what}: {exc}") from exc
-        logger.error("redis refused %s: %s", what, exc)
-        raise StoreRefused(f"redis refused {what}: {exc}") from exc
+            raise StoreUnavailable(f"redis not ready while {what}: {exc}") from exc
+        logger.error("redis refused a command while %s: %s", what, exc)
+        raise StoreRefused(f"redis refused a command while {what}: {exc}") from exc
     except rexc.RedisError as exc:
-        logger.error("redis failed %s: %r", what, exc)
-        raise StoreUnavailable(f"redis failed {what}: {exc}") from exc
+        logger.error("redis failed while %s: %r", what, exc)
+        raise StoreUnavailable(f"redis failed while {what}: {exc}") from exc
 
 
 def text(value: Any) -> str:

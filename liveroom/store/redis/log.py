@@ -78,7 +78,7 @@ class RedisLog:
         return text(epoch)
 
     async def open_room(self, room: str) -> str:
-        return await self._room_epoch("open_room", room, "", 1)
+        return await self._room_epoch("opening a room", room, "", 1)
 
     async def append(self, room: str, message: NewMessage,
                      limits: RateLimits | None = None, *, may_create: bool = True,
@@ -104,7 +104,7 @@ class RedisLog:
                  *(n for w in windows for n in (w.seconds, w.limit, w.bucket_ms,
                                                 w.buckets))])
         replicas = policy.durable_replicas
-        with unavailable("append"):
+        with unavailable("storing a message"):
             if replicas:
                 reply, acked = await run_durable(self._client, call, replicas,
                                                  policy.durable_timeout_ms)
@@ -142,7 +142,7 @@ class RedisLog:
         for _ in range(_PULL_ATTEMPTS):
             if not todo:
                 break
-            with unavailable("pull"):
+            with unavailable("reading a room's messages"):
                 async with self._reader.pipeline(transaction=False) as pipe:
                     for i in todo:
                         _queue_pull(pipe, requests[i])
@@ -196,7 +196,7 @@ class RedisLog:
         fresh = [i for i, r in enumerate(requests) if r.after == 0]
         if not fresh:
             return list(range(len(requests)))
-        with unavailable("pull"):
+        with unavailable("reading a room's messages"):
             async with self._reader.pipeline(transaction=False) as pipe:
                 for i in fresh:
                     pipe.exists(keys.meta(requests[i].room))
@@ -207,7 +207,7 @@ class RedisLog:
         return [i for i in range(len(requests)) if i not in done]
 
     async def renew_epoch(self, room: str, stale: str) -> str:
-        return await self._room_epoch("renew_epoch", room, stale, 0)
+        return await self._room_epoch("renewing a room's epoch", room, stale, 0)
 
     async def touch(self, rooms: Sequence[str]) -> None:
         """One pipeline of ``lua/touch.lua`` calls: a room with no message yet
@@ -216,7 +216,7 @@ class RedisLog:
         if not rooms:
             return
         args = [self.policy.room_ttl_ms]
-        with unavailable("touch"):
+        with unavailable("keeping rooms alive"):
             await run_scripts(self._client, [(self._touch, _room_keys(room), args)
                                              for room in rooms])
 

@@ -51,17 +51,17 @@ class RedisOperators:
         """Whitelist the room; an operator action makes it exist (an empty log
         that lives ``empty_room_ttl_ms`` until its first message)."""
         await self._log.open_room(room)
-        with unavailable("vip_add"):
+        with unavailable("adding a room to the vip whitelist"):
             added: int = await self._client.sadd(keys.VIP, room)
         return added == 1
 
     async def vip_remove(self, room: str) -> bool:
-        with unavailable("vip_remove"):
+        with unavailable("taking a room off the vip whitelist"):
             removed: int = await self._client.srem(keys.VIP, room)
         return removed == 1
 
     async def vip_rooms(self) -> frozenset[str]:
-        with unavailable("vip_rooms"):
+        with unavailable("reading the vip whitelist"):
             rooms = await self._client.smembers(keys.VIP)
         return frozenset(text(room) for room in rooms)
 
@@ -69,7 +69,7 @@ class RedisOperators:
 
     async def start_broadcast(self, room: str) -> Started:
         """One script call (``lua/start.lua``)."""
-        with unavailable("start_broadcast"):
+        with unavailable("starting a broadcast"):
             ((epoch, broadcast, created),) = await run_scripts(self._client, [(
                 self._start,
                 [keys.meta(room), keys.log(room), keys.important(room),
@@ -81,7 +81,7 @@ class RedisOperators:
     async def end_broadcast(self, room: str, now_ms: int, ttl_ms: int) -> Ended:
         """Read the current broadcast, then end it in one script call."""
         for _ in range(_END_ATTEMPTS):
-            with unavailable("end_broadcast"):
+            with unavailable("ending a broadcast"):
                 current = int(await self._client.hget(
                     keys.broadcasts(room), "n") or 1)
                 ((epoch, broadcast),) = await run_scripts(self._client, [(
@@ -100,7 +100,7 @@ class RedisOperators:
 
     async def broadcasts(self, room: str) -> list[PastBroadcast]:
         """Two round trips: the record, then the kept histories in one pipeline."""
-        with unavailable("broadcasts"):
+        with unavailable("reading past broadcasts"):
             record = await self._client.hgetall(keys.broadcasts(room))
         ended = sorted(((int(field[2:]), int(value.split()[0]))
                         for field, value in ((text(f), text(v)) for f, v in record.items())
@@ -108,7 +108,7 @@ class RedisOperators:
                        reverse=True)
         if not ended:
             return []
-        with unavailable("broadcasts"):
+        with unavailable("reading past broadcasts"):
             async with self._client.pipeline(transaction=False) as pipe:
                 for n, _ in ended:
                     pipe.scard(keys.viewers_exact(room, n))

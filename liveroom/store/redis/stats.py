@@ -92,7 +92,7 @@ class RedisStats:
             calls.append((self._shards, call_keys, args))
         if not calls:
             return []
-        with unavailable("write_shards"):
+        with unavailable("storing online members"):
             replies = await run_scripts(self._client, calls)
         gone: list[tuple[str, int]] = []
         for room_writes, missing in zip(by_room.values(), replies, strict=True):
@@ -102,7 +102,7 @@ class RedisStats:
     async def shard_index(self, rooms: Sequence[str], now_ms: int) -> list[list[ShardEntry]]:
         if not rooms:
             return []
-        with unavailable("shard_index"):
+        with unavailable("reading the online shard index"):
             async with self._client.pipeline(transaction=False) as pipe:
                 for room in rooms:
                     pipe.hgetall(keys.shard_index(room))
@@ -118,7 +118,7 @@ class RedisStats:
     async def read_shards(self, room: str, entries: Sequence[ShardEntry]) -> list[bytes | None]:
         if not entries:
             return []
-        with unavailable("read_shards"):
+        with unavailable("reading online members"):
             blobs = await self._client.mget(
                 [keys.shard(room, e.node, e.index, e.count) for e in entries])
         return [blob(b) for b in blobs]
@@ -134,12 +134,12 @@ class RedisStats:
             [keys.viewers_exact(room), keys.viewers_meta(room), keys.viewers_sketches(room),
              keys.broadcasts(room)],
             [threshold, ttl_ms, node, int(sketch is not None), sketch or b"", *uids])
-        with unavailable("add_viewers"):
+        with unavailable("counting viewers"):
             ((size, complete, broadcast),) = await run_scripts(self._client, [call])
         return int(size), bool(complete), int(broadcast)
 
     async def load_sketch(self, room: str, node: str) -> bytes | None:
-        with unavailable("load_sketch"):
+        with unavailable("reading a viewers sketch"):
             sketch = await self._client.hget(keys.viewers_sketches(room), node)
         return blob(sketch)
 
@@ -150,7 +150,7 @@ class RedisStats:
             raise ValueError("viewers() needs one sketches flag per room")
         if not rooms:
             return []
-        with unavailable("viewers"):
+        with unavailable("reading viewers"):
             async with self._client.pipeline(transaction=False) as pipe:
                 for room, with_sketches in zip(rooms, sketches, strict=True):
                     pipe.scard(keys.viewers_exact(room))
@@ -180,12 +180,12 @@ class RedisStats:
              [keys.series_last(s.room), *(keys.series(s.room, step) for step, _ in tiers)],
              [s.t_ms, s.online, min_gap_ms, keep_ms, *tier_args])
             for s in samples]
-        with unavailable("record_online"):
+        with unavailable("recording the online series"):
             taken = await run_scripts(self._client, calls)
         return sum(int(t) for t in taken)
 
     async def read_online(self, room: str, step: int, low: int, high: int) -> list[SeriesRow]:
-        with unavailable("read_online"):
+        with unavailable("reading the online series"):
             members: list[Any] = await self._client.zrangebyscore(
                 keys.series(room, step), low, high)
         return [_series_row(m) for m in members]
@@ -197,16 +197,16 @@ class RedisStats:
         """One script call; see ``lua/announce.lua``."""
         packed = pack_announcement(now_ms, announcement or Announcement())
         call: Call = (self._announce, [keys.STATS_NODES], [now_ms, now_ms + ttl_ms, node, packed])
-        with unavailable("announce"):
+        with unavailable("announcing this node"):
             (live,) = await run_scripts(self._client, [call])
         return sorted(text(n) for n in live)
 
     async def withdraw(self, node: str) -> None:
-        with unavailable("withdraw"):
+        with unavailable("withdrawing this node"):
             await self._client.hdel(keys.STATS_NODES, node)
 
     async def nodes(self, now_ms: int) -> list[NodeState]:
-        with unavailable("nodes"):
+        with unavailable("reading the node registry"):
             registry = await self._client.hgetall(keys.STATS_NODES)
         states = []
         for field, value in registry.items():
