@@ -61,10 +61,6 @@ class Node:
     generated: dict[str, str] = field(default_factory=dict)
     """Tokens this node made up because none was configured (to print them)."""
 
-    async def health(self) -> str | None:
-        """``None`` when the node is healthy, else what is wrong."""
-        return await store_health(self.store)
-
 
 async def store_health(store: Store) -> str | None:
     """``None`` when the store answers and its notify channel is up, else
