@@ -256,7 +256,6 @@ async def test_ending_a_broadcast_resets_listeners_and_starts_viewers_over(
         assert await online(1)
         assert await watched(3)
 
-        await stayer.poll(url)
         old_epoch = stayer.epoch
         poll = asyncio.create_task(stayer.poll(url, timeout=30))
         await held(node.node)
