@@ -18,6 +18,7 @@ import socket
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
+from typing import Any
 
 from aiohttp import web
 
@@ -109,23 +110,14 @@ def made_up_secrets(settings: Settings) -> tuple[Settings, dict[str, str]]:
     node over a shared store must be given the same ones: values kept in the
     store split the nodes when the store loses them (a restart without
     persistence) and the next node makes up new ones."""
-    admin, publisher, secret = (_made_up(settings, name) for name in
-                                ("admin_token", "publisher_token", "secret"))
-    generated = {name: value for name, value in
-                 (("admin_token", admin), ("publisher_token", publisher)) if value}
-    return replace(settings, admin_token=settings.admin_token or admin,
-                   publisher_token=settings.publisher_token or publisher,
-                   secret=settings.secret or secret), generated
-
-
-def _made_up(settings: Settings, name: str) -> str | None:
-    """A new value for the secret ``name`` when none is configured, else ``None``."""
-    if getattr(settings, name):
-        return None
-    if settings.shared_store:
+    unset = settings.unset_secrets()
+    if unset and settings.shared_store:
+        name = unset[0]
         raise ConfigError(name, f"a node over a shared store needs {name} configured "
                                 f"({flag_of(name)} or {env_of(name)})")
-    return secrets.token_urlsafe(24)
+    made: dict[str, Any] = {name: secrets.token_urlsafe(24) for name in unset}
+    generated = {name: value for name, value in made.items() if name != "secret"}
+    return replace(settings, **made), generated
 
 
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:

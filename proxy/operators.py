@@ -35,11 +35,9 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import msgpack
 from aiohttp import web
 
 from liveroom.clock import Clock
-from liveroom.codec import MSGPACK, wants_msgpack
 from liveroom.errors import StoreUnavailable
 from liveroom.model import check_name, parse_count
 from liveroom.roles import RoomReader, StatsReader
@@ -47,6 +45,7 @@ from liveroom.settings import Settings
 from liveroom.store.base import RANKED_ROOMS_MAX, Operators
 
 from .auth import Right, Tokens
+from .routes import document
 from .tiers import TierTable
 
 logger = logging.getLogger("liveroom.proxy")
@@ -90,19 +89,12 @@ class OperatorRoutes:
     def _admin(self, request: web.Request) -> None:
         self.tokens.require(request.headers.get("Authorization"), Right.ADMIN)
 
-    def _doc(self, request: web.Request, doc: dict[str, object],
-             status: int = 200) -> web.Response:
-        if wants_msgpack(request.headers.get("Accept", "")):
-            return web.Response(body=msgpack.packb(doc), content_type=MSGPACK,
-                                status=status)
-        return web.json_response(doc, status=status)
-
     # -- the vip whitelist -------------------------------------------------------
 
     async def vip_list(self, request: web.Request) -> web.StreamResponse:
         self._admin(request)
         rooms = await self.operators.vip_rooms()
-        return self._doc(request, {"rooms": sorted(rooms)})
+        return document(request, {"rooms": sorted(rooms)})
 
     async def vip_add(self, request: web.Request) -> web.StreamResponse:
         return await self._vip(request, True)
@@ -122,7 +114,7 @@ class OperatorRoutes:
         self.note_vip(room, vip)
         if changed:
             logger.info("room %s %s the vip sect", room, "joined" if vip else "left")
-        return self._doc(request, {"room": room, "vip": vip, "changed": changed})
+        return document(request, {"room": room, "vip": vip, "changed": changed})
 
     # -- broadcasts ------------------------------------------------------------------
 
@@ -134,7 +126,7 @@ class OperatorRoutes:
             logger.info("room %s: opened, broadcast %d (epoch %s)", room,
                         started.broadcast, started.epoch)
             await self._pulled(room)
-        return self._doc(request, {"room": room, "epoch": started.epoch,
+        return document(request, {"room": room, "epoch": started.epoch,
                                    "broadcast": started.broadcast,
                                    "created": started.created},
                          201 if started.created else 200)
@@ -147,7 +139,7 @@ class OperatorRoutes:
         logger.info("room %s: broadcast %d started (epoch %s)", room, ended.broadcast,
                  ended.epoch)
         await self._pulled(room)
-        return self._doc(request, {"room": room, "epoch": ended.epoch,
+        return document(request, {"room": room, "epoch": ended.epoch,
                                    "broadcast": ended.broadcast})
 
     async def _pulled(self, room: str) -> None:
@@ -161,7 +153,7 @@ class OperatorRoutes:
     async def broadcasts(self, request: web.Request) -> web.StreamResponse:
         room = check_name("room", request.match_info["room"])
         past = await self.stats.broadcasts(room)
-        return self._doc(request, {"room": room, "broadcasts": [
+        return document(request, {"room": room, "broadcasts": [
             {"broadcast": b.broadcast, "ended_at": b.ended_ms, "viewers": b.viewers,
              "viewers_exact": b.viewers_exact} for b in past]})
 
@@ -173,7 +165,7 @@ class OperatorRoutes:
             if "limit" in request.query else ROOMS_DEFAULT
         ranked = await self.stats.biggest_rooms(limit)
         vip = await self.operators.vip_rooms() if ranked else frozenset()
-        return self._doc(request, {"rooms": [
+        return document(request, {"rooms": [
             {"room": r.room, "online": r.online,
              "interval_ms": self.tiers.pace(r.online, "", 0).interval_ms,
              "vip": r.room in vip, "messages_per_minute": r.per_minute}
@@ -182,7 +174,7 @@ class OperatorRoutes:
     async def nodes(self, request: web.Request) -> web.StreamResponse:
         self._admin(request)
         states = await self.stats.nodes()
-        return self._doc(request, {"nodes": [
+        return document(request, {"nodes": [
             {"node": n.node, "announced_at": n.announced_ms, "expires_at": n.expires_ms,
              "rooms_cached": n.announcement.load.rooms_cached,
              "held_polls": n.announcement.load.held_polls,

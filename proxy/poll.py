@@ -15,7 +15,7 @@ What a poll does, in order (docs/design.md, "Listening"):
    of waits for its first pull, the slow path);
 3. count a heartbeat, read the online count;
 4. pace the poll (:mod:`.tiers`), checking the listener's ``ctx`` only when
-   :func:`.cursor.needs_ctx` says so;
+   :func:`.step.needs_ctx` says so;
 5. do what :func:`.step.step` says, asking it again with each thing learnt
    (what the cursor has pending, a confirming pull, a wake-up): answer the
    recent messages (a first poll, a reset) or hold them until due, pull to

@@ -54,6 +54,12 @@ def response(reply: Reply) -> web.Response:
     return web.Response(body=reply.body, status=reply.status, headers=headers)
 
 
+def document(request: web.Request, doc: dict[str, object], status: int = 200) -> web.Response:
+    """A small document in the format the request asks for (JSON or msgpack)."""
+    return response(document_reply(
+        doc, use_msgpack=wants_msgpack(request.headers.get("Accept", "")), status=status))
+
+
 def error_response(status: int, code: str, message: str,
                    retry_after: float | None = None) -> web.Response:
     return response(error_reply(status, code, message, retry_after))
@@ -95,10 +101,10 @@ def _http_error(request: web.Request, exc: web.HTTPException) -> web.Response:
     if isinstance(exc, web.HTTPNotFound) and exc.text == default:
         message = f"no such route: {request.method} {path} (the API is at /openapi.json)"
     elif isinstance(exc, web.HTTPMethodNotAllowed):
-        allowed = ", ".join(sorted(exc.allowed_methods))
+        allowed = sorted(exc.allowed_methods)
         answer = error_response(405, code, f"{request.method} is not allowed on {path}: "
-                                           f"use {allowed}")
-        answer.headers["Allow"] = ",".join(sorted(exc.allowed_methods))
+                                           f"use {', '.join(allowed)}")
+        answer.headers["Allow"] = ",".join(allowed)
         return answer
     else:
         message = exc.text if exc.text and exc.text != default else exc.reason
@@ -193,10 +199,6 @@ class Routes:
 
     # -- stats -----------------------------------------------------------------
 
-    def _doc(self, request: web.Request, doc: dict[str, object]) -> web.Response:
-        return response(document_reply(
-            doc, use_msgpack=wants_msgpack(request.headers.get("Accept", ""))))
-
     async def online(self, request: web.Request) -> web.StreamResponse:
         """A room's members. In ``ticket`` mode only for a ticket good for the
         room (any uid: a listener may see who listens with it) or the admin
@@ -214,13 +216,13 @@ class Routes:
                     raise Forbidden("a member list needs a ticket that names this room (an "
                                     "any-room ticket does not) or the admin token")
         online, members = await self.stats.members(room, offset, limit)
-        return self._doc(request, {"room": room, "online": online, "members": members})
+        return document(request, {"room": room, "online": online, "members": members})
 
     async def room_stats(self, request: web.Request) -> web.StreamResponse:
         room = check_name("room", request.match_info["room"])
         figures = await self.stats.stats(room)
         snap = await self.reader.snapshot(room)
-        return self._doc(request, {
+        return document(request, {
             "room": room, "online": figures.online, "viewers": figures.viewers,
             "viewers_exact": figures.viewers_exact, "vip": self.is_vip(room),
             "seq": snap.head,
@@ -230,7 +232,7 @@ class Routes:
         room, since, until = parse_series_range(request.match_info["room"], request.query,
                                                 self.clock.time())
         step, points = await self.stats.online_series(room, since, until)
-        return self._doc(request, {"room": room, "step": step,
+        return document(request, {"room": room, "step": step,
                                    "points": [list(p) for p in points]})
 
     # -- operations ----------------------------------------------------------

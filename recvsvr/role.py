@@ -144,10 +144,10 @@ class Recvsvr:
     def rate(self, room: str) -> float | None:
         """The room's messages a minute, from the snapshot held now (``None``
         when none is held). Memory only: for the node's announcements."""
-        snap = self.peek(room)
+        sect = self.sect_of(room)
+        snap = sect.peek(room)
         if snap is None:
             return None
-        sect = self.sect_of(room)
         now_ms = int(self._clock.time() * 1000)
         return round(sent_per_minute(snap, now_ms, sect.retention.normal_keep), 1)
 
