@@ -9,12 +9,15 @@ Three measurements, each printed with what it counts:
    listeners plus ``--rooms`` normal rooms, every member beating again and
    again (steady state: no joins). The proxy's packing is timed apart.
 2. **Merge.** A vip room of ``--members`` members written by one node as 16
-   shard keys to Redis, then merged by a fresh node (cold: every shard read),
-   then again after 1 % churn (the changed shards only). A ticker task
-   measures the event loop's lag meanwhile (how late a 5 ms sleep wakes).
+   shard keys to Redis, then merged by a fresh node (cold: the shard index;
+   members are read for a small room's exact count only), then again after
+   1 % churn, and ``/online`` pages (deep ones read one shard whole). A
+   ticker task measures the event loop's lag meanwhile (how late a 5 ms
+   sleep wakes).
 3. **Memory.** ``tracemalloc`` around building the owner's table of the
-   ``--members`` room, and around the merged view built from its shards: bytes
-   per member (uids are 16 characters).
+   ``--members`` room, around a reading node's merge of it (the shard index:
+   members are not read) and around a first ``/online`` page: bytes per
+   member (uids are 16 characters).
 
     python loadtest/bench_statsvr.py                      # starts a redis-server
     python loadtest/bench_statsvr.py --redis-url redis://127.0.0.1:6379/15
@@ -45,7 +48,7 @@ from liveroom.clock import SystemClock
 from liveroom.store import LogPolicy, open_store
 from proxy.heartbeats import Heartbeats
 from statsvr import StatsLimits, Statsvr
-from statsvr.view import build_view
+from statsvr.pages import KEEP_FOR
 
 ROOM = "bench-vip"
 
@@ -215,7 +218,7 @@ async def bench_merge(url: str, members: int) -> None:
         cold = probe.elapsed
         view = reader.merge.view(ROOM)
         assert view.online == members, view.online
-        print(f"cold merge (all 16 shards read): {cold * 1000:.0f} ms, {probe.summary()}")
+        print(f"cold merge (the shard index): {cold * 1000:.0f} ms, {probe.summary()}")
         # 1 % churn: some leave, as many join.
         churn = members // 100
         for shard in owner.tables._rooms[ROOM].shards:
@@ -245,10 +248,11 @@ async def bench_merge(url: str, members: int) -> None:
         later_page = time.perf_counter() - t0
         assert len(page) == 1000
         print(f"/online page at offset {members // 2:,}: first {first_page * 1000:.0f} ms "
-              f"(decodes the shards), then {later_page * 1000:.1f} ms; {probe.summary()}")
+              f"(reads and decodes one shard), then {later_page * 1000:.1f} ms (another "
+              f"shard); {probe.summary()}")
 
-        # The worst case: every member polls through a second node as well, so
-        # each shard has two contributors to decode and union.
+        # Every member polls through a second node as well: each shard has two
+        # contributors; a room this big is counted by their sizes, not read.
         twin = node(stats, "twin")
         for i in range(0, members, 50_000):
             twin.tables.beat(ROOM, uids[i:i + 50_000])
@@ -256,8 +260,8 @@ async def bench_merge(url: str, members: int) -> None:
         async with LagProbe() as probe:
             await reader.merge.merge_now([ROOM])
         both = probe.elapsed
-        print(f"merge when all members also poll a second node (32 keys decoded and "
-              f"unioned): {both * 1000:.0f} ms, {probe.summary()}")
+        print(f"merge when all members also poll a second node (32 keys, counted "
+              f"from the index): {both * 1000:.0f} ms, {probe.summary()}")
 
 
 def measure(build: object) -> tuple[int, object]:
@@ -287,7 +291,6 @@ async def bench_memory(members: int) -> None:
     print(f"owner's table: {table_bytes / members:.0f} bytes/member "
           f"(uid strings, dict slots of 16 shards; ticks are shared ints)")
     writes, _ = await owner.tables.take_writes()
-    written_bytes = sum(len(w.members or b"") for w in writes)
     # Measured, not assumed: the lists the table keeps of what it last wrote
     # (their uid strings are the table's own, counted above).
     kept_bytes = sum(sys.getsizeof(shard.written)
@@ -295,23 +298,22 @@ async def bench_memory(members: int) -> None:
     print(f"written lists kept for the next incremental write: "
           f"{kept_bytes / members:.1f} bytes/member (lists of pointers to the table's "
           f"strings, sys.getsizeof of each shard's list)")
-    from liveroom.store.base import ShardEntry
-
-    parts = [(ShardEntry("mem", w.index, w.count, w.version, w.size, 0), w.members or b"")
-             for w in writes]
+    now_ms = int(clock.time() * 1000)
+    await store.stats.write_shards("mem", writes, now_ms, 60_000)
     del writes
+    reader = node(store.stats, "reader")
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
-    view = await build_view(ROOM, parts)
-    del parts
+    await reader.merge.merge_now([ROOM])
     gc.collect()
     view_bytes = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
-    print(f"merged view: {(view_bytes + written_bytes) / members:.0f} bytes/member "
-          f"(the 16 shard blobs as read from the store: {written_bytes / members:.0f}, "
-          f"view structure: {view_bytes / members:.0f})")
-    total = table_bytes + kept_bytes + view_bytes + written_bytes
+    view = reader.merge.view(ROOM)
+    assert view.online == members, view.online
+    print(f"merged view on a reading node: {view_bytes:,} bytes for the room "
+          f"({view_bytes / members:.3f} bytes/member: the shard index only)")
+    total = table_bytes + kept_bytes + view_bytes
     print(f"owner's table + merged view: {total / members:.0f} bytes/member")
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
@@ -319,8 +321,8 @@ async def bench_memory(members: int) -> None:
     gc.collect()
     decoded = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
-    print(f"after an /online page, the decoded member lists cached with the view: "
-          f"+{decoded / members:.0f} bytes/member (until the view is replaced)")
+    print(f"after an /online page, the heads of one shard kept for {KEEP_FOR:.0f} s: "
+          f"{decoded:,} bytes")
 
 
 async def main() -> None:

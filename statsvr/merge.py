@@ -11,11 +11,13 @@ merge, which runs at once rather than at the next tick.
 What a pass costs. Rooms go in batches of ``batch``: one
 :meth:`~liveroom.store.base.StatsStore.shard_index` round trip per batch, then,
 per room whose live ``(node, index, count, version)`` set differs from its
-view's, one :meth:`~liveroom.store.base.StatsStore.read_shards` of only the
-keys the view does not hold yet, and :func:`~statsvr.view.build_view` (which
-reuses unchanged groups and yields to the event loop while it works). An
-unchanged room costs a set comparison, so store reads grow with rooms and
-changes, not with members.
+view's, :func:`~statsvr.view.build_view`: the count comes from the index's
+sizes, and only a small room's shared groups are read (the blobs its view does
+not hold yet, at most about ``exact_up_to`` uids). So a pass reads the index
+and not the members of a big room: its cost grows with the room's shard keys
+(nodes x shards), not with its members. An unchanged room costs a set
+comparison. Members are read for pages only (:attr:`Merge.pages`), and what a
+page read is forgotten seconds after its last use (:data:`statsvr.pages.KEEP_FOR`).
 
 Views are replaced by one assignment; readers never lock and never wait on
 the store (except :meth:`Merge.ready` before a room's first merge).
@@ -32,13 +34,16 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from liveroom.clock import Clock
 from liveroom.errors import StoreUnavailable
 from liveroom.lifecycle import Outage, answer_waiters, stop_task
 from liveroom.store.base import ShardEntry, StatsStore
 
-from .view import OnlineView, build_view, contributor
+from .members import contributor
+from .pages import MemberPages
+from .view import EXACT_UP_TO, OnlineView, build_view
 
 __all__ = ["Merge", "OnMerged"]
 
@@ -69,6 +74,7 @@ class Merge:
 
     def __init__(self, stats: StatsStore, clock: Clock, *, every: float = 1.0,
                  keep_for: float = 60.0, batch: int = 256,
+                 exact_up_to: int = EXACT_UP_TO,
                  on_merged: OnMerged | None = None) -> None:
         if batch < 1 or every <= 0:
             raise ValueError("batch must be at least 1 and every positive")
@@ -77,7 +83,10 @@ class Merge:
         self._every = every
         self._keep_for = keep_for
         self._batch = batch
+        self._exact_up_to = exact_up_to
         self.on_merged = on_merged
+        self.pages = MemberPages(stats, clock)
+        """Where views read the members a page needs."""
         self._rooms: dict[str, _Room] = {}
         self._fresh: dict[str, None] = {}
         """Rooms waiting for their first merge, merged before the next tick."""
@@ -97,7 +106,7 @@ class Merge:
         state = self._rooms.get(room)
         now = self._clock.monotonic()
         if state is None:
-            state = self._rooms[room] = _Room(room, now, OnlineView.empty(room))
+            state = self._rooms[room] = _Room(room, now, OnlineView.empty(room, self.pages))
         else:
             state.wanted_at = now
         return state.view
@@ -105,7 +114,7 @@ class Merge:
     def view(self, room: str) -> OnlineView:
         """The current view of ``room``, without marking it wanted."""
         state = self._rooms.get(room)
-        return state.view if state is not None else OnlineView.empty(room)
+        return state.view if state is not None else OnlineView.empty(room, self.pages)
 
     def rooms(self) -> list[str]:
         """The rooms held (wanted in the last ``keep_for`` s, up to the next pass)."""
@@ -196,6 +205,7 @@ class Merge:
         async with self._passes:
             if rooms is None:
                 self._drop_unwanted()
+                self.pages.sweep()
                 self._fresh.clear()
                 states = list(self._rooms.values())
             else:
@@ -237,17 +247,9 @@ class Merge:
         if live.keys() == view.versions:
             self._merged(state, view)
             return
-        # Only keys the view does not hold are read: an unchanged key of a
-        # changed group comes from the view.
-        missing = [entry for key, entry in live.items() if view.blob(key) is None]
-        fetched = await self._stats.read_shards(state.name, missing) if missing else []
-        blobs = {contributor(e): blob for e, blob in zip(missing, fetched, strict=True)}
-        parts = []
-        for key, entry in live.items():
-            blob = blobs[key] if key in blobs else view.blob(key)
-            if blob is not None:  # None: dropped since the index was read
-                parts.append((entry, blob))
-        new = await build_view(state.name, parts, view)
+        new = await build_view(state.name, entries, view, fetch=partial(
+            self._stats.read_shards, state.name), pages=self.pages,
+            exact_up_to=self._exact_up_to)
         state.view = new
         self._merged(state, new)
         if self.on_merged is not None:

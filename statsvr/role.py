@@ -8,8 +8,9 @@ Data flow (docs/design.md steps 6 to 8):
   uids that joined to the viewers history (flushed to the store first, so a
   member in a shard key is always already counted as a viewer), then stores
   the shards that changed and refreshes the others now and then;
-- the **merge** (its own task) reads every shard key of the rooms this node
-  serves and swaps in each room's :class:`~statsvr.view.OnlineView`;
+- the **merge** (its own task) reads the shard index of the rooms this node
+  serves and swaps in each room's :class:`~statsvr.view.OnlineView` (members
+  are read only for a small room's exact count and for ``/online`` pages);
 - the **viewers loop** (every ``viewers_every`` s) refreshes the viewers
   figures of those rooms;
 - the **series** task samples the online count of the rooms this node writes;
@@ -55,6 +56,7 @@ from .registry import ANNOUNCE_EVERY, NodeRegistry
 from .sampler import OnlineSeries
 from .series import DEFAULT_TIERS, SAMPLE_EVERY, Resolution
 from .table import Tables
+from .view import EXACT_UP_TO
 from .viewers import merge_registers, viewers_figure
 
 logger = logging.getLogger("liveroom.statsvr")
@@ -78,6 +80,9 @@ class StatsLimits:
     refresh_every: float = 15.0
     keep_for: float = 60.0
     """A room nobody read nor heartbeat for this long is no longer merged."""
+    exact_up_to: int = EXACT_UP_TO
+    """Members up to which a room's count is a union read from its shards
+    (above, the sum of the shard sizes: :mod:`statsvr.view`)."""
     sample_every: float = SAMPLE_EVERY
     tiers: tuple[Resolution, ...] = DEFAULT_TIERS
     announce_every: float = ANNOUNCE_EVERY
@@ -111,7 +116,8 @@ class Statsvr:
         self.tables = Tables(clock, online_ttl=limits.online_ttl,
                              vip_shards=limits.vip_shards, is_vip=is_vip,
                              refresh_every=limits.refresh_every)
-        self.merge = Merge(stats, clock, every=limits.merge_every, keep_for=limits.keep_for)
+        self.merge = Merge(stats, clock, every=limits.merge_every, keep_for=limits.keep_for,
+                           exact_up_to=limits.exact_up_to)
         self.history = ViewersHistory(stats, clock, node, threshold=limits.viewers_threshold,
                                       ttl=limits.history_ttl, members=self.tables.members)
         self.series = OnlineSeries(stats, clock, node, tiers=limits.tiers,

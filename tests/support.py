@@ -8,7 +8,7 @@ import resource
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -19,9 +19,16 @@ from aiohttp.test_utils import BaseTestServer
 from yarl import URL
 
 from liveroom.clock import Clock, FakeClock
+from liveroom.model import name_slot
 from liveroom.node import NODE, Node, build_app, node_runner, node_site
 from liveroom.ratelimit import RateLimits
 from liveroom.settings import Settings
+
+
+def in_page_order(uids: Iterable[str], count: int) -> list[str]:
+    """``uids`` in the order ``/online`` pages list a room split into ``count``
+    shards: by shard, then by uid (one shard: sorted)."""
+    return sorted(uids, key=lambda uid: (name_slot(uid, max(count, 1)), uid))
 
 
 def free_port() -> int:

@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 import redis.asyncio as aioredis
 from conftest import RedisServer
-from support import ADMIN, ADMIN_HEADERS, Listener, running_node, until
+from support import ADMIN, ADMIN_HEADERS, Listener, in_page_order, running_node, until
 
 from liveroom.clock import FakeClock
 
@@ -96,9 +96,11 @@ async def test_pages_of_a_vip_room_are_sorted_and_bounded(
     clock = FakeClock()
     async with running_node(engine_url, clock) as node:
         await whitelist(session, node.url, "stage")
-        uids = [f"u{i:04d}" for i in range(1500)]
+        listed = [f"u{i:04d}" for i in range(1500)]
         # Heartbeats as the proxy hands them over: straight into the node's table.
-        node.node.statsvr.tables.beat("stage", list(reversed(uids)))
+        node.node.statsvr.tables.beat("stage", list(reversed(listed)))
+        # Pages list a vip room shard by shard, each sorted.
+        uids = in_page_order(listed, node.node.settings.vip_shards)
         await until(clock, lambda: online_is(session, node.url, "stage", 1500))
         first = await get(session, node.url, "/v1/rooms/stage/online", limit=1000)
         assert first["members"] == uids[:1000]

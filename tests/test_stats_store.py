@@ -164,6 +164,47 @@ async def test_node_names_and_versions_may_hold_separators(
     assert await stats.read_shards("r", listed) == [b"\x90"]
 
 
+async def test_the_head_of_a_shard_is_read_alone(store: Store, fake_clock: FakeClock) -> None:
+    stats = store.stats
+    t0 = now_ms(fake_clock)
+    long_blob = bytes(range(200))
+    await stats.write_shards("n1", [write("r", 0, "v1", long_blob, count=16),
+                                    write("r", 5, "v1", b"\x91\xa1a", count=16)], t0, TTL_MS)
+    listed = (await stats.shard_index(["r"], t0))[0]
+    gone = ShardEntry("n9", 1, 16, "v", 1, t0 + TTL_MS)
+    assert await stats.read_shards("r", [*listed, gone], 10) == [
+        long_blob[:10], b"\x91\xa1a", None]
+    assert await stats.read_shards("r", listed, 200) == [long_blob, b"\x91\xa1a"]
+    with pytest.raises(ValueError, match="max_bytes"):
+        await stats.read_shards("r", listed, 0)
+
+
+async def test_a_refresh_of_a_vanished_vip_shard_asks_for_it_whole(
+        store: Store, fake_clock: FakeClock) -> None:
+    stats = store.stats
+    t0 = now_ms(fake_clock)
+    await stats.write_shards("n1", [write("v", i, "v1", b"\x91\xa1a", count=16)
+                                    for i in range(3)], t0, TTL_MS)
+    await stats.write_shards("n1", [write("v", 1, "", None, count=16, size=0)], t0, TTL_MS)
+    gone = await stats.write_shards("n1", [write("v", i, "v1", None, count=16)
+                                           for i in range(3)], t0, TTL_MS)
+    assert gone == [("v", 1)]
+    assert [e.index for e in (await stats.shard_index(["v"], t0))[0]] == [0, 2]
+
+
+def test_a_vip_rooms_shards_spread_over_slots_and_others_stay_in_the_rooms() -> None:
+    from redis.crc import key_slot
+
+    room_slot = key_slot(keys.shard_index("stage").encode())
+    assert key_slot(keys.shard("stage", "n1", 0, 1).encode()) == room_slot
+    vip = {key_slot(keys.shard("stage", f"n{n}", i, 16).encode())
+           for i in range(16) for n in range(3)}
+    assert len(vip) == 16
+    # Every node's shard i of a room shares a slot: a page reads one slot.
+    assert len({key_slot(keys.shard("stage", f"n{n}", 3, 16).encode())
+                for n in range(10)}) == 1
+
+
 # --- viewers ------------------------------------------------------------------
 
 

@@ -381,9 +381,13 @@ class StatsStore(Protocol):
     async def shard_index(self, rooms: Sequence[str], now_ms: int) -> list[list[ShardEntry]]:
         """The live shards of each room (expired ones left out), one round trip."""
 
-    async def read_shards(self, room: str, entries: Sequence[ShardEntry]) -> list[bytes | None]:
+    async def read_shards(self, room: str, entries: Sequence[ShardEntry],
+                          max_bytes: int | None = None) -> list[bytes | None]:
         """The members blobs of these shards of one room, one round trip;
-        ``None`` for a shard gone meanwhile."""
+        ``None`` for a shard gone meanwhile. With ``max_bytes``, only the
+        first ``max_bytes`` bytes of each (a blob is a msgpack array of
+        sorted uids, so a prefix holds the first members): a shorter answer
+        is the whole blob."""
 
     async def add_viewers(self, room: str, node: str, uids: Sequence[str],
                           sketch: bytes | None, threshold: int,

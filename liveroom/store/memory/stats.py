@@ -126,8 +126,14 @@ class MemoryStats:
                            if until >= now_ms])
         return listed
 
-    async def read_shards(self, room: str, entries: Sequence[ShardEntry]) -> list[bytes | None]:
-        return [self._shards.get((room, e.node, e.index, e.count)) for e in entries]
+    async def read_shards(self, room: str, entries: Sequence[ShardEntry],
+                          max_bytes: int | None = None) -> list[bytes | None]:
+        if max_bytes is not None and max_bytes < 1:
+            raise ValueError("max_bytes must be at least 1")
+        blobs = [self._shards.get((room, e.node, e.index, e.count)) for e in entries]
+        if max_bytes is None:
+            return blobs
+        return [None if b is None else b[:max_bytes] for b in blobs]
 
     # -- viewers -----------------------------------------------------------------
 

@@ -2,7 +2,10 @@
 
 All keys of one room share the hash tag ``{room}`` so a Redis Cluster keeps them
 in one slot (the append script touches several of them at once, and so do the
-statsvr scripts).
+statsvr scripts), with one exception: the shard keys of a room split into
+several shards (a vip room) carry the tag ``{room:index}``, so a huge room's
+presence spreads over the cluster instead of loading one slot (``:`` is not in
+any room name, so no room's own tag collides with them).
 
 =======================  =====  ==============================================
 key                      type   holds
@@ -22,7 +25,9 @@ lr:{R}:n                 sh.ch. the same for one room, on Redis Cluster: a
                                 travels within the room's shard only
 lr:{R}:sidx              hash   statsvr shard index: field ``<node>/<index>/<count>``,
                                 value ``"<version> <size> <expires_ms>"``
-lr:{R}:s:<node>/<i>/<n>  string one shard's members (msgpack array of uids)
+lr:{R}:s:<node>/0/1      string one shard's members (msgpack array of uids,
+                                sorted) of a room split into one shard
+lr:{R:i}:s:<node>/<i>/<n> str.  the same of shard i of a room split into n > 1
 lr:{R}:vx                set    the exact set of viewers (uids), capped
 lr:{R}:vm                hash   ``complete``: ``"0"`` once the exact set is
                                 capped (absent means complete)
@@ -116,7 +121,10 @@ def shard_index(room: str) -> str:
 
 
 def shard(room: str, node: str, index: int, count: int) -> str:
-    return f"{PREFIX}:{{{room}}}:s:{shard_field(node, index, count)}"
+    """A shard's key: in the room's slot when the room is one shard, else in
+    the slot of ``{room:index}``, which every node's shard ``index`` shares."""
+    tag = room if count == 1 else f"{room}:{index}"
+    return f"{PREFIX}:{{{tag}}}:s:{shard_field(node, index, count)}"
 
 
 def _ended(broadcast: int | None) -> str:

@@ -4,7 +4,9 @@ series, the node registry (live nodes and what each announced).
 Keys are in :mod:`.keys` (shard index and shard keys, viewers set, flag and
 sketches, the broadcast number, online series tiers, the live node list).
 Every write is a script of ``lua/`` sent as ``EVALSHA``, a whole batch in one
-pipeline: one round trip, two when a script is not loaded yet. Which shards and
+pipeline: one round trip, two when a script is not loaded yet; shards are
+stored with plain commands first (a vip room's shard keys are in other slots
+than its index), then recorded by a script. Which shards and
 nodes are live follows the caller's clock (``expires_ms`` in the index); Redis
 expiry of those keys only collects garbage.
 """
@@ -59,10 +61,10 @@ def _series_row(member: bytes) -> SeriesRow:
 class RedisStats:
     """statsvr's tables on Redis (keys in :mod:`.keys`, scripts in ``lua/``).
 
-    Every write is a script call and every batch one pipeline, so a batch costs
-    one round trip (two the first time a script runs on a fresh server).
-    Scripts touch keys of one room only (plus ``lr:{lr}:stats:nodes`` alone), so
-    they run unchanged on Redis Cluster; the reads are plain pipelined commands.
+    Every batch is one pipeline, so a batch costs one round trip (two the
+    first time a script runs on a fresh server; two for shards). Scripts touch
+    keys of one slot only (a room's, or ``lr:{lr}:stats:nodes`` alone), so they
+    run unchanged on Redis Cluster; the reads are plain pipelined commands.
     """
 
     def __init__(self, client: Client) -> None:
@@ -76,27 +78,44 @@ class RedisStats:
 
     async def write_shards(self, node: str, writes: Sequence[ShardWrite],
                            now_ms: int, ttl_ms: int) -> list[tuple[str, int]]:
-        """One script call per room, all in one pipeline; see ``lua/shards.lua``."""
-        by_room: dict[str, list[ShardWrite]] = {}
-        for write in writes:
-            by_room.setdefault(write.room, []).append(write)
-        calls: list[Call] = []
-        for room, room_writes in by_room.items():
-            call_keys = [keys.shard_index(room)]
-            args: list[Any] = [now_ms, now_ms + ttl_ms, 2 * ttl_ms]
-            for w in room_writes:
-                mode = "d" if w.size == 0 else "r" if w.members is None else "w"
-                call_keys.append(keys.shard(room, node, w.index, w.count))
-                args += [mode, keys.shard_field(node, w.index, w.count), w.version,
-                         w.size, w.members if mode == "w" else b""]
-            calls.append((self._shards, call_keys, args))
-        if not calls:
+        """Two round trips: the shard keys in one pipeline (a vip room's keys
+        are in other slots than its index), then one ``lua/shards.lua`` call
+        per room, all in one pipeline, that records them in the room's index.
+
+        A reader may see a key's new members before its index entry: it then
+        holds newer members under the older version, until the entry changes.
+        """
+        if not writes:
             return []
+        gc_ms = 2 * ttl_ms
         with unavailable("storing online members"):
-            replies = await run_scripts(self._client, calls)
+            async with self._client.pipeline(transaction=False) as pipe:
+                for w in writes:
+                    key = keys.shard(w.room, node, w.index, w.count)
+                    if w.size == 0:
+                        pipe.delete(key)
+                    elif w.members is not None:
+                        pipe.set(key, w.members, px=gc_ms)
+                    else:
+                        pipe.pexpire(key, gc_ms)
+                stored = await pipe.execute()
+        by_room: dict[str, list[Any]] = {}
         gone: list[tuple[str, int]] = []
-        for room_writes, missing in zip(by_room.values(), replies, strict=True):
-            gone += [(room_writes[i - 1].room, room_writes[i - 1].index) for i in missing]
+        for w, reply in zip(writes, stored, strict=True):
+            if w.size == 0:
+                mode = "d"
+            elif w.members is not None or reply:
+                mode = "w"
+            else:  # a refresh of a key that is gone: the caller writes it whole
+                mode = "x"
+                gone.append((w.room, w.index))
+            by_room.setdefault(w.room, []).extend(
+                [mode, keys.shard_field(node, w.index, w.count), w.version, w.size])
+        calls: list[Call] = [
+            (self._shards, [keys.shard_index(room)], [now_ms, now_ms + ttl_ms, gc_ms, *args])
+            for room, args in by_room.items()]
+        with unavailable("storing online members"):
+            await run_scripts(self._client, calls)
         return gone
 
     async def shard_index(self, rooms: Sequence[str], now_ms: int) -> list[list[ShardEntry]]:
@@ -115,13 +134,25 @@ class RedisStats:
             listed.append(entries)
         return listed
 
-    async def read_shards(self, room: str, entries: Sequence[ShardEntry]) -> list[bytes | None]:
+    async def read_shards(self, room: str, entries: Sequence[ShardEntry],
+                          max_bytes: int | None = None) -> list[bytes | None]:
+        """One pipeline of ``GET`` (``GETRANGE`` with ``max_bytes``); on a
+        cluster it goes to every master that holds one of the keys."""
         if not entries:
             return []
+        if max_bytes is not None and max_bytes < 1:
+            raise ValueError("max_bytes must be at least 1")
         with unavailable("reading online members"):
-            blobs = await self._client.mget(
-                [keys.shard(room, e.node, e.index, e.count) for e in entries])
-        return [blob(b) for b in blobs]
+            async with self._client.pipeline(transaction=False) as pipe:
+                for e in entries:
+                    key = keys.shard(room, e.node, e.index, e.count)
+                    if max_bytes is None:
+                        pipe.get(key)
+                    else:
+                        pipe.getrange(key, 0, max_bytes - 1)
+                blobs = await pipe.execute()
+        # GETRANGE of a missing key is empty; a stored blob never is.
+        return [blob(b) or None for b in blobs]
 
     # -- viewers -----------------------------------------------------------------
 

@@ -1,44 +1,33 @@
--- shards.lua: store, refresh or drop one statsvr node's shards of one room,
--- then prune the room's shard index; atomic, one call per room.
+-- shards.lua: record one statsvr node's shards of one room in the room's shard
+-- index, then prune the index; atomic, one call per room. The shard keys
+-- themselves were written just before (a vip room's live in other slots).
 --
--- KEYS[1]    lr:{R}:sidx                 hash: field <node>/<index>/<count>,
---                                        value "<version> <size> <expires_ms>"
--- KEYS[1+i]  lr:{R}:s:<node>/<index>/<count>   string: shard i's members
+-- KEYS[1]  lr:{R}:sidx    hash: field <node>/<index>/<count>,
+--                         value "<version> <size> <expires_ms>"
 --
 -- ARGV[1]  now_ms (the caller's clock): entries expiring before it are pruned
 -- ARGV[2]  expires_ms of every entry written here (now_ms + ttl_ms)
--- ARGV[3]  the keys' own expiry in ms (2 * ttl_ms: garbage collection only)
--- then five ARGV per shard i, from ARGV[4 + 5 * (i - 1)]:
---   mode     'w' store the members, 'r' refresh (members unchanged), 'd' drop
+-- ARGV[3]  the index's own expiry in ms (2 * ttl_ms: garbage collection only)
+-- then four ARGV per shard i, from ARGV[4 + 4 * (i - 1)]:
+--   mode     'w' the shard key is stored (written or its expiry pushed back):
+--            set its entry; 'd' dropped: remove the entry; 'x' a refresh
+--            found the key gone: remove the entry
 --   field    <node>/<index>/<count>
---   version  size    (both go into the index value)
---   members  the msgpack blob for 'w', else ''
+--   version  size    (both go into the entry)
 --
--- Returns the positions i (1-based) of shards to refresh whose key is gone:
--- their index entry is removed and the caller writes them whole again.
+-- Returns nothing: the caller knows which refreshes found their key gone.
 
 local idx = KEYS[1]
 local now = tonumber(ARGV[1])
 local expires = ARGV[2]
 local gc_ms = ARGV[3]
-local missing = {}
 
-for i = 1, #KEYS - 1 do
-  local a = 4 + 5 * (i - 1)
+for a = 4, #ARGV, 4 do
   local mode, field = ARGV[a], ARGV[a + 1]
-  local key = KEYS[i + 1]
-  local value = ARGV[a + 2] .. ' ' .. ARGV[a + 3] .. ' ' .. expires
-  if mode == 'd' then
-    redis.call('DEL', key)
-    redis.call('HDEL', idx, field)
-  elseif mode == 'w' then
-    redis.call('SET', key, ARGV[a + 4], 'PX', gc_ms)
-    redis.call('HSET', idx, field, value)
-  elseif redis.call('PEXPIRE', key, gc_ms) == 1 then
-    redis.call('HSET', idx, field, value)
+  if mode == 'w' then
+    redis.call('HSET', idx, field, ARGV[a + 2] .. ' ' .. ARGV[a + 3] .. ' ' .. expires)
   else
     redis.call('HDEL', idx, field)
-    missing[#missing + 1] = i
   end
 end
 
@@ -56,4 +45,4 @@ local pttl = redis.call('PTTL', idx)
 if pttl ~= -2 and pttl < tonumber(gc_ms) then
   redis.call('PEXPIRE', idx, gc_ms)
 end
-return missing
+return 0
