@@ -13,12 +13,14 @@ Reported per row, for the reading node:
 - **read/pass**: bytes Redis sent for one merge pass (``INFO stats``
   ``total_net_output_bytes`` of every master around the pass, less what the
   ``INFO`` calls themselves cost), cold and then the median over churn passes;
-- **held**: bytes the reader's view of the room takes (``tracemalloc`` around
-  the cold merge and the first page, which sorts the members);
+- **held**: bytes the reader keeps for the room (``tracemalloc`` around the
+  cold merge and the first page), then after 50 pages at random offsets (deep
+  pages read and keep a whole shard group, within the page cache's budget);
 - **stale**: how old the merged count can be: the merge period (1 s) plus the
-  median pass time; ``exact`` says whether every pass's count was the true one;
+  median pass time; ``right`` says whether every pass's count was the true one;
 - **page p99**: the first ``/online`` page (100 members) right after each
-  pass, i.e. on a new view, then repeated (``OnlineView.page``, no HTTP).
+  pass, i.e. on a new view, and a page at a random offset
+  (``OnlineView.page``, no HTTP).
 
     python loadtest/bench_presence.py --members 100000 --nodes 10
     python loadtest/bench_presence.py --grid         # 100 k, 1 M, 5 M x 10, 100 nodes
@@ -61,6 +63,7 @@ from statsvr.table import shard_of
 ROOM = "huge"
 TTL_MS = 120_000
 PAGE = 100
+RANDOM_PAGES = 50
 GRID = [(100_000, 10), (100_000, 100), (1_000_000, 10), (1_000_000, 100),
         (5_000_000, 10), (5_000_000, 100)]
 
@@ -97,6 +100,7 @@ class Row:
     pass_bytes: list[int] = field(default_factory=list)
     pass_s: list[float] = field(default_factory=list)
     held: int = 0
+    held_deep: int = 0
     exact: bool = True
     first_page_ms: list[float] = field(default_factory=list)
     page_ms: list[float] = field(default_factory=list)
@@ -201,10 +205,16 @@ async def run_row(url: str, out: OutBytes, members_n: int, nodes_n: int, shards:
             start = time.perf_counter()
             await view.page(0, PAGE)
             row.first_page_ms.append((time.perf_counter() - start) * 1000)
-        for _ in range(200):
+        gc.collect()
+        tracemalloc.start()
+        before_mem = tracemalloc.get_traced_memory()[0]
+        for _ in range(RANDOM_PAGES):
             start = time.perf_counter()
             await merge.view(ROOM).page(rng.randrange(0, max(1, members_n - PAGE)), PAGE)
             row.page_ms.append((time.perf_counter() - start) * 1000)
+        gc.collect()
+        row.held_deep = row.held + tracemalloc.get_traced_memory()[0] - before_mem
+        tracemalloc.stop()
     finally:
         await store.close()
     return row
@@ -219,8 +229,9 @@ def show(row: Row, every: float) -> str:
     stale = every + (statistics.median(row.pass_s) if row.pass_s else row.cold_s)
     first = p99(row.first_page_ms) if row.first_page_ms else 0.0
     return (f"| {row.members:,} | {row.nodes} | {mb(row.cold_bytes)} in {row.cold_s:.2f} s | "
-            f"{mb(read)} | {mb(row.held)} | {stale:.2f} s, {'exact' if row.exact else 'WRONG'} | "
-            f"{first:.1f} ms / {p99(row.page_ms):.2f} ms |")
+            f"{mb(read)} | {mb(row.held)} / {mb(row.held_deep)} | {stale:.2f} s, "
+            f"{'right' if row.exact else 'WRONG'} | "
+            f"{first:.1f} ms / {p99(row.page_ms):.1f} ms |")
 
 
 async def main_async(args: argparse.Namespace) -> None:
@@ -242,8 +253,9 @@ async def main_async(args: argparse.Namespace) -> None:
         print(f"commit {commit()}, {versions()}, {time.strftime('%Y-%m-%d')}")
         print(f"{args.shards} shards per node, {args.churn:.1%} of members changing a "
               f"minute, {args.passes} churn passes of 1 simulated second\n")
-        print("| members | nodes | cold merge: read | read/pass | held | count stale | "
-              "first page p99 on a new view / repeated |")
+        print("| members | nodes | cold merge: read | read/pass | held: first page / "
+              f"{RANDOM_PAGES} random pages | count stale | page p99: first on a new view / "
+              "random |")
         print("| --- | --- | --- | --- | --- | --- | --- |")
         for members_n, nodes_n in rows:
             row = await run_row(url, out, members_n, nodes_n, args.shards, args.passes,

@@ -38,6 +38,12 @@ Environment
                                    ``ImportantSenderUser`` (default 0: no such user)
     ``LIVEROOM_REPORT``            write every poll's figures as JSON to this file
                                    when locust quits (``.PID`` appended on workers)
+    ``LIVEROOM_HOSTS``             comma-separated base URLs (``http://127.0.0.2:8080,
+                                   http://127.0.0.3:8080``): users are spread over
+                                   them in turn, instead of all going to ``--host``.
+                                   One client address reaches one server address
+                                   through at most ~28 000 ephemeral ports; every
+                                   further server address (or port) adds as many.
 
 Rows of the statistics (the console table, and ``run_stats.csv`` with the
 columns Type, Name, Request Count, Failure Count, Median/Average/Min/Max Response
@@ -121,6 +127,8 @@ SENDERS = _env_int("LIVEROOM_SENDERS", 0)
 SEND_AS_PUBLISHER = os.environ.get("LIVEROOM_SEND_AS_PUBLISHER", "").strip() in ("1", "yes")
 IMPORTANT_RATE = _env_float("LIVEROOM_IMPORTANT_RATE", 0.0)
 REPORT = os.environ.get("LIVEROOM_REPORT", "").strip()
+HOSTS = tuple(host.strip().rstrip("/") for host in os.environ.get("LIVEROOM_HOSTS", "").split(",")
+              if host.strip())
 
 if not 1 <= POLL_TIMEOUT <= 60:
     raise ValueError(f"LIVEROOM_POLL_TIMEOUT must be 1-60 seconds, not {POLL_TIMEOUT}")
@@ -128,6 +136,9 @@ if SEND_RATE <= 0:
     raise ValueError(f"LIVEROOM_SEND_RATE must be above 0, not {SEND_RATE}")
 if IMPORTANT_RATE < 0 or SENDERS < 0:
     raise ValueError("LIVEROOM_IMPORTANT_RATE and LIVEROOM_SENDERS cannot be negative")
+for _host in HOSTS:
+    if not _host.startswith(("http://", "https://")):
+        raise ValueError(f"LIVEROOM_HOSTS holds {_host!r}: give base URLs, http://HOST:PORT")
 
 ROOM_PATH = f"/v1/rooms/{quote(ROOM, safe='')}"
 MAX_BACKOFF = 10.0
@@ -147,6 +158,13 @@ _RUN = secrets.token_hex(3)
 """Tells apart the uids of locust runs on several hosts (``--master``/``--worker``)."""
 _uid_numbers = itertools.count(1)
 _listener_numbers = itertools.count()
+_host_turns = itertools.count()
+
+
+def _base() -> str:
+    """The base URL the next user talks to: one of LIVEROOM_HOSTS in turn, or
+    "" (locust's ``--host``)."""
+    return HOSTS[next(_host_turns) % len(HOSTS)] if HOSTS else ""
 
 logger = logging.getLogger("liveroom.loadtest")
 
@@ -196,6 +214,7 @@ class ListenerUser(FastHttpUser):
     """A viewer: long-polls the room and records how late each message arrives."""
 
     weight = LISTENER_WEIGHT
+    host = HOSTS[0] if HOSTS else None  # with LIVEROOM_HOSTS, --host may be left out
     # Above the hold: the poll timeout plus the adaptive hold's interval plus slack.
     network_timeout = max(75.0, POLL_TIMEOUT + 50.0)
 
@@ -206,6 +225,7 @@ class ListenerUser(FastHttpUser):
         """epoch, seq, iseq and ctx of the last answer; None before the first poll."""
         self.pause = 0.0
         self.number = next(_listener_numbers)
+        self.path = f"{_base()}{ROOM_PATH}/poll?"
         self.answered_at = 0.0
         """When the last answer came back (time.time()); 0 before the first."""
 
@@ -222,7 +242,7 @@ class ListenerUser(FastHttpUser):
             params.update(self.cursor)
             params["timeout"] = str(POLL_TIMEOUT)
         name = "/poll [first]" if first else "/poll"
-        url = f"{ROOM_PATH}/poll?{urlencode(params)}"
+        url = self.path + urlencode(params)
         sent = time.time()
         with self.client.get(url, name=name, catch_response=True) as response:
             if response.status_code != 200:
@@ -289,11 +309,13 @@ class _Sender(FastHttpUser):
     """What both senders share: a uid, a count, and one send."""
 
     abstract = True
+    host = HOSTS[0] if HOSTS else None
 
     def __init__(self, environment: Environment) -> None:
         super().__init__(environment)
         self.uid = _new_uid("sender")
         self.sent = 0
+        self.path = f"{_base()}{ROOM_PATH}/messages"
 
     def _post(self, *, important: bool) -> None:
         sent_at = time.time()
@@ -308,7 +330,7 @@ class _Sender(FastHttpUser):
             headers["Authorization"] = f"Bearer {PUBLISHER_TOKEN}"
         name = "/messages [important]" if important else "/messages"
         with self.client.post(
-            f"{ROOM_PATH}/messages",
+            self.path,
             json=payload,
             headers=headers,
             name=name,
