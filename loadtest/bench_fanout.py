@@ -141,7 +141,8 @@ class Clients:
     """The client processes and their pipes: the listeners' counts and samples."""
 
     def __init__(self, kind: str, port: int, listeners: int, procs: int, budget: float,
-                 room: str = ROOM, rooms: int = 1, connect_parallel: int = 256):
+                 room: str = ROOM, rooms: int = 1, connect_parallel: int = 256,
+                 ports: tuple[int, ...] = ()):
         ctx = multiprocessing.get_context("fork")
         self.conns: list[Connection] = []
         self.procs: list[multiprocessing.process.BaseProcess] = []
@@ -152,7 +153,7 @@ class Clients:
             parent, child = ctx.Pipe()
             cfg = ClientConfig(kind=kind, port=port, room=room, first=first, count=count,
                                budget=budget, rooms=rooms,
-                               connect_parallel=connect_parallel)
+                               connect_parallel=connect_parallel, ports=ports)
             proc = ctx.Process(target=run_client, args=(child, cfg), daemon=True,
                                name=f"fanout-client-{i}")
             proc.start()

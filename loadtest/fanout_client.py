@@ -73,6 +73,15 @@ class ClientConfig:
     rooms: int = 1
     """Rooms the listeners are spread over: with more than one, listener ``i``
     polls room ``f"{room}-{i % rooms}"`` (liveroom listeners only)."""
+    ports: tuple[int, ...] = ()
+    """Several servers: listener ``i`` connects to ``ports[i % len(ports)]``
+    (``port`` is then ignored), so one client process spreads its connections
+    over several destinations (each address pair has ~28 000 ephemeral ports)."""
+
+
+def listener_port(cfg: ClientConfig, index: int) -> int:
+    """The port listener ``index`` connects to."""
+    return cfg.ports[index % len(cfg.ports)] if cfg.ports else cfg.port
 
 
 def listener_room(cfg: ClientConfig, index: int) -> str:
@@ -150,6 +159,7 @@ class Listener(asyncio.Protocol):
         self.client = client
         self.tally = client.tally
         self.uid = f"u{index}"
+        self.port = listener_port(client.cfg, index)
         # Any rather than Optional: no None checks on the answer's path.
         self.transport: Any = None
         self.parser: Any = None
@@ -236,10 +246,14 @@ class LiveroomListener(Listener):
         cfg = client.cfg
         self.base = (f"GET /v1/rooms/{listener_room(cfg, index)}/poll?uid={self.uid}"
                      f"&timeout={cfg.poll_timeout}").encode()
-        self.tail = f" HTTP/1.1\r\nHost: 127.0.0.1:{cfg.port}\r\n\r\n".encode()
+        self.tail = f" HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n\r\n".encode()
         self.next = self.base + self.tail
         self.epoch = ""
         self.prefix = b""
+        # What this listener saw, for a per-listener account (``figures``):
+        # its first answer's cursors, its last, and what came in between.
+        self.first_seq = self.first_iseq = self.seq = self.iseq = -1
+        self.normal = self.gap = self.important = self.igap = self.answers = 0
 
     def holds(self) -> bool:
         return bool(self.epoch)
@@ -260,6 +274,17 @@ class LiveroomListener(Listener):
         self.tally.gaps += a["gap"] + a["igap"]
         if a["reset"]:
             self.tally.resets += 1
+        self.answers += 1
+        if self.first_seq < 0 or a["reset"]:
+            # A first answer (or a reset) brings backlog: the account starts after it.
+            self.first_seq, self.first_iseq = a["seq"], a["iseq"]
+            self.normal = self.gap = self.important = self.igap = 0
+        else:
+            self.normal += len(a["messages"])
+            self.important += len(a["important"])
+            self.gap += a["gap"]
+            self.igap += a["igap"]
+        self.seq, self.iseq = a["seq"], a["iseq"]
         if a["epoch"] != self.epoch:
             self.epoch = a["epoch"]
             self.prefix = self.base + b"&epoch=" + quote(self.epoch, safe="").encode()
@@ -275,7 +300,7 @@ class NchanListener(Listener):
         super().__init__(client, index)
         cfg = client.cfg
         self.head = (f"GET /sub/{cfg.room} HTTP/1.1\r\n"
-                     f"Host: 127.0.0.1:{cfg.port}\r\n").encode()
+                     f"Host: 127.0.0.1:{self.port}\r\n").encode()
         self.next = self.head + b"\r\n"
         self.last_modified = b""
         self.etag = b""
@@ -347,7 +372,7 @@ class Client:
             if self.stopping:
                 return
             try:
-                await loop.create_connection(lambda: listener, "127.0.0.1", self.cfg.port)
+                await loop.create_connection(lambda: listener, "127.0.0.1", listener.port)
                 return
             except OSError as e:
                 self.tally.connect_errors += 1
@@ -371,12 +396,22 @@ class Client:
                     self.conn.send({**self.tally.counts(),
                                     "latencies_us": self.tally.latencies_us.tobytes(),
                                     "reach": self.tally.reach})
+                elif command == "figures":
+                    self.conn.send(self.figures())
                 elif command == "stop":
                     self.stop()
                     return
         except (EOFError, OSError) as e:  # the parent is gone
             self.tally.last_error = repr(e)
             self.stop()
+
+    def figures(self) -> list[tuple[int, ...]]:
+        """Per liveroom listener: ``(first_seq, first_iseq, seq, iseq, normal,
+        gap, important, igap, answers)``: the cursors of its first and last
+        answers and what the answers after the first carried."""
+        return [(x.first_seq, x.first_iseq, x.seq, x.iseq, x.normal, x.gap, x.important,
+                 x.igap, x.answers)
+                for x in self.listeners if isinstance(x, LiveroomListener)]
 
     def stop(self) -> None:
         if self.done is not None and not self.done.done():
