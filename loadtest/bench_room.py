@@ -56,7 +56,7 @@ from fanout_servers import (
     liveroom_server,
     redis_server,
 )
-from sim_hold import Scenario, simulate
+from sim_hold import DEFAULT_TIERS, Scenario, simulate
 
 ROOM = "bigroom"
 
@@ -198,6 +198,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"publishing for {args.duration:g} s...", file=sys.stderr, flush=True)
         sent = asyncio.run(publish(ports, args.rate, args.important_every, args.duration))
         window = time.monotonic() - t0
+        rss_publishing = sum(node.rss() for node in nodes)
         cpu1 = [node.cpu() for node in nodes] + [store.cpu()]
         clients_cpu1 = sum(clients.cpu())
         commands1 = redis_commands(store.port)
@@ -217,27 +218,32 @@ def main(argv: list[str] | None = None) -> None:
     minutes = window / 60
     requests = (after["answers"] - before["answers"]) / args.listeners / minutes
     server_cpu = [(b - a) / window for a, b in zip(cpu0, cpu1, strict=True)]
-    sim = simulate(Scenario(room=args.listeners, rate=args.rate, policy=args.tiers != "off",
-                            tiers=args.tiers or Scenario.tiers, arrivals="fixed",
-                            important_every=args.important_every, sample=args.sim_sample,
-                            window=min(args.duration, 300.0)))
     figures_out = {
         "listeners": args.listeners, "nodes": args.nodes, "window_s": round(window, 1),
         "sent_normal": sum(1 for _, imp in sent if not imp),
         "sent_important": sum(1 for _, imp in sent if imp),
         **result,
         "requests_per_listener_min": round(requests, 2),
-        "sim_requests_per_listener_min": round(sim.requests_per_listener_min, 2),
         "server_cpu_per_node": [round(c, 3) for c in server_cpu[:-1]],
         "redis_cpu": round(server_cpu[-1], 3),
         "clients_cpu": round((clients_cpu1 - clients_cpu0) / window, 3),
         "server_us_cpu_per_listener_s": round(sum(server_cpu[:-1]) / args.listeners * 1e6, 2),
         "rss_per_held_poll_kib": round((rss_held - rss_before) / args.listeners / 1024, 2),
+        "rss_per_listener_publishing_kib": round(
+            (rss_publishing - rss_before) / args.listeners / 1024, 2),
         "redis_commands_per_s": round((commands1 - commands0) / window),
         "errors": after["errors"], "reconnects": after["reconnects"],
         "resets": after["resets"],
     }
-    print(json.dumps(figures_out, indent=1))
+    # The run's figures first: the simulation below takes a while.
+    print(json.dumps(figures_out, indent=1), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(figures_out, indent=1))
+    sim = simulate(Scenario(room=args.listeners, rate=args.rate, policy=args.tiers != "off",
+                            tiers=args.tiers or DEFAULT_TIERS, arrivals="fixed",
+                            important_every=args.important_every, sample=args.sim_sample,
+                            window=min(args.duration, 300.0)))
+    figures_out["sim_requests_per_listener_min"] = round(sim.requests_per_listener_min, 2)
     print("\n| listeners | nodes | important lost | normal delivered + gap = sent | "
           "requests/listener/min real / sim | server CPU per listener | RSS per held poll | "
           "Redis commands/s |")
