@@ -25,17 +25,21 @@ import argparse
 import math
 from dataclasses import dataclass, replace
 
-from sim_hold import Scenario, simulate
+from sim_hold import Scenario, simulate, tier_for
+
+from liveroom.settings import parse_tiers
 
 UNIT_COSTS: dict[str, tuple[float, str]] = {
     "us_per_request": (
-        88.0, "server CPU per poll answered in a tiered room, µs: 7.9 µs per delivery at "
-              "0.09 requests per delivery (bench_fanout.py --scenario tiers, 48dbdf7)"),
+        51.0, "server CPU per poll in a tiered room over Redis, µs: 23.8 µs per listener "
+              "a second at 28 requests per listener a minute, 50 000 listeners on 3 nodes "
+              "(bench_room.py, 6a0b5c7)"),
     "us_per_request_plain": (
         62.1, "server CPU per poll in a plain room, µs (bench_fanout.py --scenario plain, "
               "48dbdf7: one message per answer)"),
     "kib_per_held_poll": (
-        3.4, "server memory per held poll, KiB (bench_fanout.py --scenario held, 48dbdf7)"),
+        40.4, "server memory per listener while a room of 50 000 gets 10 msg/s, KiB (3.5 "
+              "KiB held and idle; bench_room.py, 6a0b5c7)"),
     "bytes_per_member": (
         138.0, "statsvr memory per online member on the node it heartbeats through, bytes "
                "(bench_statsvr.py)"),
@@ -60,8 +64,8 @@ UNIT_COSTS: dict[str, tuple[float, str]] = {
     "target_cpu": (0.6, "share of a node's cores planned busy (headroom for bursts: an "
                         "important message releases a whole room at once)"),
     "locust_users_top": (
-        14_150.0, "listeners one locust process simulates at the top tier (8-10 s), at 100 % "
-                  "of a core (bench_locust.py, 891d22e)"),
+        21_016.0, "listeners one locust process simulates at the top tier (8-10 s), at 100 % "
+                  "of a core (bench_locust.py --kind top, 6a0b5c7)"),
     "locust_polls_plain": (
         5_562.0, "polls a second one locust process completes in a plain room "
                  "(bench_locust.py, 891d22e)"),
@@ -74,10 +78,12 @@ class Room:
     name: str
     listeners: int
     rooms: int = 1
+    small: bool = False
+    """Sized at ``--small-rate`` (a small room chats less than a big one)."""
 
 
 SCENARIOS = [Room("one room of 1 M", 1_000_000), Room("one room of 15 M", 15_000_000),
-             Room("100 000 rooms of 100", 100, rooms=100_000)]
+             Room("100 000 rooms of 100", 100, rooms=100_000, small=True)]
 
 
 def requests_per_listener_min(room: int, rate: float, tiers: str, sample: int) -> float:
@@ -96,7 +102,7 @@ def size(room: Room, rate: float, tiers: str, costs: dict[str, float],
     listeners = room.listeners * room.rooms
     per_min = requests_per_listener_min(room.listeners, rate, tiers, sample)
     requests = listeners * per_min / 60
-    tiered = per_min < 60 * rate * 0.9  # the hold batches answers
+    tiered = tiers != "off" and tier_for(parse_tiers(tiers), room.listeners).interval > 0
     us = c["us_per_request"] if tiered else c["us_per_request_plain"]
     cores = requests * us / 1e6 / c["target_cpu"]
     ram_gb = listeners * (c["kib_per_held_poll"] * 1024 + c["bytes_per_member"]) / 1e9
@@ -104,6 +110,8 @@ def size(room: Room, rate: float, tiers: str, costs: dict[str, float],
                 math.ceil(ram_gb / (c["node_ram_gb"] * 0.7)))
     if room.rooms == 1:
         commands = nodes * c["commands_per_room_node"]
+        # Each node reads the index: one entry per (node, shard), so the
+        # total grows with nodes squared.
         presence_mb_s = nodes * c["presence_kb_per_s_100_nodes"] * (nodes / 100) / 1000
         ram_gb += nodes * c["presence_mb_held"] / 1000
     else:
@@ -120,7 +128,8 @@ def size(room: Room, rate: float, tiers: str, costs: dict[str, float],
     return [
         ("listeners", f"{listeners:,}", ""),
         ("requests per listener per minute", f"{per_min:.1f}",
-         f"sim_hold.py at {rate:g} msg/s, tiers {tiers}"),
+         f"sim_hold.py at {rate:g} msg/s and an important one every 10 s, "
+         f"{'tiered' if tiered else 'a plain long poll'}"),
         ("requests a second", f"{requests:,.0f}", "listeners x the line above"),
         ("server cores", f"{cores:,.0f}",
          f"requests x {us:g} µs ({'us_per_request' if tiered else 'us_per_request_plain'}) "
@@ -134,7 +143,7 @@ def size(room: Room, rate: float, tiers: str, costs: dict[str, float],
         ("Redis ops a second", f"{commands:,.0f}",
          "commands_per_room_node x nodes" if room.rooms == 1
          else "commands_per_small_room x rooms"),
-        ("Redis bytes out a second (presence)", f"{presence_mb_s:,.1f} MB",
+        ("Redis bytes out a second (presence)", f"{presence_mb_s * 1000:,.1f} kB",
          "presence_kb_per_s_100_nodes, scaled with nodes" if room.rooms == 1
          else "small rooms: a shard each, read when it changes"),
         ("Redis masters", f"{masters:,}",
@@ -152,7 +161,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0] if __doc__ else None,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rate", type=float, default=10.0, help="messages a second per room")
+    parser.add_argument("--rate", type=float, default=10.0,
+                        help="messages a second in a big room (default 10)")
+    parser.add_argument("--small-rate", type=float, default=1.0,
+                        help="messages a second in each small room (default 1)")
     parser.add_argument("--tiers", default="1000:1,10000:2,100000:5,1000000:8+2",
                         help="the server's --tiers (default: the server's default)")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
@@ -167,9 +179,11 @@ def main(argv: list[str] | None = None) -> None:
         if name not in costs:
             parser.error(f"--set {item}: no unit cost named {name!r}")
         costs[name] = float(value)
-    print(f"# sizing at {args.rate:g} msg/s per room, tiers {args.tiers}\n")
+    print(f"# sizing at {args.rate:g} msg/s in a big room, {args.small_rate:g} in a small "
+          f"one, tiers {args.tiers}\n")
     for room in SCENARIOS:
-        lines = size(room, args.rate, args.tiers, costs, args.sample)
+        rate = args.small_rate if room.small else args.rate
+        lines = size(room, rate, args.tiers, costs, args.sample)
         if args.markdown:
             print(f"### {room.name}\n\n| | figure | rests on |\n| --- | ---: | --- |")
             for what, figure, basis in lines:
