@@ -243,8 +243,7 @@ class Merge:
 
     async def _merge_room(self, state: _Room, entries: Sequence[ShardEntry]) -> None:
         view = state.view
-        live = {contributor(entry): entry for entry in entries}
-        if live.keys() == view.versions:
+        if set(map(contributor, entries)) == view.versions:
             self._merged(state, view)
             return
         new = await build_view(state.name, entries, view, fetch=partial(

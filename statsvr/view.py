@@ -172,6 +172,8 @@ async def build_view(room: str, entries: Sequence[ShardEntry],
         grouped.setdefault((entry.count, entry.index), []).append(entry)
     for members in grouped.values():
         members.sort(key=lambda entry: entry.node)
+    # Page order, for both kinds of view.
+    grouped = dict(sorted(grouped.items(), key=lambda kv: _order(kv[0], count)))
     mixed = any(c != count or not 0 <= i < count for c, i in grouped)
     shared = any(len(g) > 1 for g in grouped.values())
     nodes = frozenset(entry.node for entry in unique.values())
@@ -182,7 +184,7 @@ async def build_view(room: str, entries: Sequence[ShardEntry],
         return OnlineView(room, sum(g.size for g in groups), frozenset(unique), nodes,
                           count, True, groups, runs, pages)
     groups = tuple(Group(c, i, tuple(g), sum(e.size for e in g), None)
-                   for (c, i), g in sorted(grouped.items(), key=lambda kv: _order(kv[0], count)))
+                   for (c, i), g in grouped.items())
     return OnlineView(room, total, frozenset(unique), nodes, count, not (mixed or shared),
                       groups, {}, pages)
 
@@ -190,7 +192,8 @@ async def build_view(room: str, entries: Sequence[ShardEntry],
 async def _exact(room: str, count: int, grouped: Mapping[_GroupKey, list[ShardEntry]],
                  mixed: bool, before: OnlineView | None,
                  fetch: Fetch) -> tuple[tuple[Group, ...], dict[Contributor, tuple[str, ...]]]:
-    """The groups of a small room, shared ones unioned from their blobs."""
+    """The groups of a small room (``grouped`` in page order), shared ones
+    unioned from their blobs."""
     old_runs = before._runs if before is not None else {}
     need = [e for g in grouped.values() if mixed or len(g) > 1 for e in g]
     missing = [e for e in need if contributor(e) not in old_runs]
@@ -212,7 +215,7 @@ async def _exact(room: str, count: int, grouped: Mapping[_GroupKey, list[ShardEn
         return tuple(groups), runs
     old_groups = {(g.count, g.index): g for g in before.groups} if before is not None else {}
     out = []
-    for (c, i), members_of in sorted(grouped.items()):
+    for (c, i), members_of in grouped.items():
         group_entries = tuple(members_of)
         if len(group_entries) == 1:
             out.append(Group(c, i, group_entries, group_entries[0].size, None))
