@@ -200,7 +200,7 @@ class Notified:
     def __init__(self, engine: Store) -> None:
         self.got: list[tuple[str, int]] = []
         self._arrived = asyncio.Event()
-        engine.notifier.subscribe(self._on_notify, lambda: None)
+        engine.notifier.subscribe(self._on_notify, lambda rooms=None: None)
 
     def _on_notify(self, room: str, seq: int) -> None:
         self.got.append((room, seq))

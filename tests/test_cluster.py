@@ -67,7 +67,8 @@ async def test_a_node_hears_only_the_rooms_it_reads(
     heard: list[tuple[str, int]] = []
     async with opened(cluster_url, TEST_POLICY, fake_clock) as reader, \
             opened(cluster_url, TEST_POLICY, fake_clock) as writer:
-        reader.notifier.subscribe(lambda room, seq: heard.append((room, seq)), lambda: None)
+        reader.notifier.subscribe(lambda room, seq: heard.append((room, seq)),
+                                  lambda rooms=None: None)
         await hearing(reader, "read")
         assert not reader.notifier.hears("unread")
         await writer.log.append("unread", message(fake_clock, "x"))

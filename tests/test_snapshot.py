@@ -44,7 +44,7 @@ async def replay(plan: list[object], keep: Retention, log_cap: int,
                                   important_window_ms=0), clock)
     cache = RoomCache(store.log, clock, Metrics(), retention=keep,
                       limits=SectLimits(concurrency=1))
-    store.notifier.subscribe(lambda room, seq: None, lambda: None)
+    store.notifier.subscribe(lambda room, seq: None, lambda rooms=None: None)
     await cache.start()
     history: list[bool] = []
     try:

@@ -276,8 +276,8 @@ async def test_a_failing_subscriber_does_not_stop_the_others(
         got.append((room, seq))
         arrived.set()
 
-    store.notifier.subscribe(failing, lambda: None)
-    store.notifier.subscribe(on_notify, lambda: None)
+    store.notifier.subscribe(failing, lambda rooms=None: None)
+    store.notifier.subscribe(on_notify, lambda rooms=None: None)
     await hearing(store, "r")
     assert (await store.log.append("r", message(fake_clock, 1))).seq == 1
     await asyncio.wait_for(arrived.wait(), WAIT)
@@ -293,7 +293,7 @@ async def test_a_duplicate_is_not_notified(store: Store, fake_clock: FakeClock) 
         if seq == 2:
             second.set()
 
-    store.notifier.subscribe(on_notify, lambda: None)
+    store.notifier.subscribe(on_notify, lambda rooms=None: None)
     await hearing(store, "r")
     await store.log.append("r", message(fake_clock, 1, cmid="x"))
     await store.log.append("r", message(fake_clock, 1, cmid="x"))

@@ -267,7 +267,7 @@ async def test_a_failing_subscriber_does_not_stop_the_others(
         raise RuntimeError("a bug in one subscriber")
 
     recorder = Recorder()
-    store.notifier.subscribe(broken, lambda: None)
+    store.notifier.subscribe(broken, lambda rooms=None: None)
     store.notifier.subscribe(recorder.on_notify, recorder.on_resync)
     await store.log.append("r", message(fake_clock, 1))
     await store.log.append("r", message(fake_clock, 2))

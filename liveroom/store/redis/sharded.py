@@ -151,7 +151,10 @@ class _Shard:
                         if alive.answered(data):
                             self.alive = True
                             self.owner.shard_alive()
-                        else:
+                        elif self.owner.watches(_room_of(channel)):
+                            # A room let go is heard no more from that moment,
+                            # though its unsubscribe goes out a little later
+                            # (or with the next layout).
                             notify(self.owner.subscribers, data)
                     elif kind == "sunsubscribe":
                         if channel in self._leaving:
@@ -227,6 +230,10 @@ class ShardedNotifier:
             return False
         shard = self._shards.get(node.name) if node is not None else None
         return shard is not None and shard.alive and room in shard.confirmed
+
+    def watches(self, room: str | None) -> bool:
+        """Whether ``room`` is watched now (its notifies are passed on)."""
+        return room in self._counts
 
     def watch(self, room: str) -> None:
         """Hear of ``room``'s appends from now on (counted: one ``unwatch`` each)."""
