@@ -14,16 +14,27 @@ import os
 import secrets
 import signal
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from . import __version__
-from .client import Answer, ApiError, Client, ClientError, Message, Retry, VipChange
+from . import __version__, sects
+from .client import (
+    Answer,
+    ApiError,
+    Client,
+    ClientError,
+    Message,
+    Retry,
+    RoomSect,
+    VipChange,
+)
 from .clock import SystemClock
 from .errors import BadRequest, ConfigError, LiveroomError
 from .model import check_name
+from .sects import NONE, Sect, VipRecord
 from .settings import (
     SECRET_SETTINGS,
     SECRETS,
@@ -41,7 +52,8 @@ from .settings import (
     weak_secrets,
 )
 from .store import check_store_url, open_store
-from .store.base import Operators
+from .store.base import Store
+from .whitelist import change_sect, read_sects
 
 if TYPE_CHECKING:
     from .node import Node
@@ -340,7 +352,7 @@ def _room(ctx: click.Context, param: click.Parameter, value: str) -> str:
 
 def _operate(url: str, admin_token: str | None, store: str | None,
              via_server: Callable[[Client], Awaitable[T]],
-             via_store: Callable[[Operators], Awaitable[T]]) -> T:
+             via_store: Callable[[Store], Awaitable[T]]) -> T:
     """Run one operators' call against the server at ``url``, or the store."""
     if store is not None and not is_shared(store):
         raise click.BadParameter(
@@ -363,7 +375,7 @@ def _operate(url: str, admin_token: str | None, store: str | None,
         # connects on the first call), and closing a started redis engine while
         # Redis is down can hang in its reconnect loop.
         try:
-            return await via_store(engine.operators)
+            return await via_store(engine)
         except LiveroomError as exc:
             raise click.ClickException(exc.message) from None
         finally:
@@ -372,22 +384,44 @@ def _operate(url: str, admin_token: str | None, store: str | None,
     return asyncio.run(run())
 
 
-async def _changed(call: Awaitable[VipChange]) -> bool:
-    return (await call).changed
+def _sect_change(room: str, step: Callable[[VipRecord, int], VipRecord]
+                 ) -> Callable[[Store], Awaitable[VipChange]]:
+    """A sect change made directly in the store (``--store``)."""
+
+    async def through_store(store: Store) -> VipChange:
+        now_ms = int(SystemClock().time() * 1000)
+        after = step(NONE, now_ms)
+        if after.vip:
+            await store.log.open_room(room)
+        change = await change_sect(store.operators, room, lambda r: step(r, now_ms))
+        return VipChange(room, change.after.vip, change.moved)
+
+    return through_store
 
 
-async def _vip_rooms(client: Client) -> frozenset[str]:
-    return frozenset(await client.vip_rooms())
+def _said(change: VipChange, pinned: str | None = None) -> str:
+    sect = "vip" if change.vip else "normal"
+    if pinned is not None:
+        return f"room {change.room} is pinned to the {sect} sect" + \
+            ("" if change.changed else " (it was there already)")
+    if change.changed:
+        return f"room {change.room} is now vip" if change.vip else \
+            f"room {change.room} is no longer vip"
+    return f"room {change.room} was already vip" if change.vip else \
+        f"room {change.room} was not vip"
 
 
 @main.group()
 def vip() -> None:
-    """The vip whitelist: rooms served by the vip sect.
+    """The sects: which rooms the vip sect serves.
 
     A vip room gets recvsvr caches and a pull budget of its own on every node
-    (a storm in it cannot slow the pulls of other rooms) and its online list is
-    split over --vip-shards keys. Every node picks a change up within its
-    --vip-refresh; the node that made it at once.
+    (a storm in it cannot slow the pulls of other rooms), its online list is
+    split over --vip-shards keys, and its answers carry a routing hint that
+    spreads its listeners over the nodes (--vip-spread). Rooms move by
+    themselves (--auto-vip: in at --vip-promote online, out below
+    --vip-demote); a pinned room stays where it is pinned. Every node picks a
+    change up within its --vip-refresh; the node that made it at once.
     """
 
 
@@ -395,30 +429,78 @@ def vip() -> None:
 @click.argument("room", callback=_room)
 @_operators_options
 def vip_add(room: str, url: str, admin_token: str | None, store: str | None) -> None:
-    """Whitelist ROOM into the vip sect."""
-    changed = _operate(url, admin_token, store, lambda c: _changed(c.vip_add(room)),
-                       lambda o: o.vip_add(room))
-    click.echo(f"room {room} is now vip" if changed else f"room {room} was already vip")
+    """Pin ROOM to the vip sect (as `vip pin ROOM vip`)."""
+    change = _operate(url, admin_token, store, lambda c: c.vip_add(room),
+                      _sect_change(room, lambda r, now: sects.pin(r, "vip", now)))
+    click.echo(_said(change))
 
 
 @vip.command("remove")
 @click.argument("room", callback=_room)
 @_operators_options
 def vip_remove(room: str, url: str, admin_token: str | None, store: str | None) -> None:
-    """Take ROOM off the vip whitelist (back to the normal sect)."""
-    changed = _operate(url, admin_token, store, lambda c: _changed(c.vip_remove(room)),
-                       lambda o: o.vip_remove(room))
-    click.echo(f"room {room} is no longer vip" if changed else f"room {room} was not vip")
+    """Unpin ROOM and move it to the normal sect now (the automatic rule may
+    promote it again when it grows)."""
+    change = _operate(url, admin_token, store, lambda c: c.vip_remove(room),
+                      _sect_change(room, sects.released))
+    click.echo(_said(change))
+
+
+@vip.command("pin")
+@click.argument("room", callback=_room)
+@click.argument("sect", type=click.Choice(["vip", "normal"]))
+@_operators_options
+def vip_pin(room: str, sect: Sect, url: str, admin_token: str | None,
+            store: str | None) -> None:
+    """Pin ROOM to SECT (vip or normal), moving it there now: the automatic
+    rule leaves it there until `vip unpin`."""
+    change = _operate(url, admin_token, store, lambda c: c.vip_pin(room, sect),
+                      _sect_change(room, lambda r, now: sects.pin(r, sect, now)))
+    click.echo(_said(change, sect))
+
+
+@vip.command("unpin")
+@click.argument("room", callback=_room)
+@_operators_options
+def vip_unpin(room: str, url: str, admin_token: str | None, store: str | None) -> None:
+    """Give ROOM back to the automatic rule; it stays in its sect for now."""
+    change = _operate(url, admin_token, store, lambda c: c.vip_unpin(room),
+                      _sect_change(room, lambda r, now: sects.pin(r, None, now)))
+    sect = "vip" if change.vip else "normal"
+    click.echo(f"room {room} is unpinned (in the {sect} sect; the automatic rule decides)")
+
+
+async def _sects_of_store(store: Store) -> list[RoomSect]:
+    records = await read_sects(store.operators)
+    return [RoomSect.of(sects.document(room, records[room])) for room in sorted(records)]
+
+
+async def _sects_of_server(client: Client) -> list[RoomSect]:
+    return list(await client.vip_sects())
+
+
+def _when(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ms / 1000))
 
 
 @vip.command("list")
 @_operators_options
 def vip_list(url: str, admin_token: str | None, store: str | None) -> None:
-    """Print the whitelisted rooms, one a line (nothing when there are none)."""
-    rooms = _operate(url, admin_token, store, _vip_rooms, lambda o: o.vip_rooms())
-    for room in sorted(rooms):
-        click.echo(room)
-    if not rooms:
+    """Print the rooms in the vip sect, the pinned ones and those the rule is
+    watching: one a line, with the sect, pinned or auto, and since when."""
+    found = [s for s in _operate(url, admin_token, store, _sects_of_server, _sects_of_store)
+             if s.vip or s.pinned or s.candidate_since is not None]
+    width = max((len(s.room) for s in found), default=0)
+    for s in found:
+        line = f"{s.room:<{width}}  {'vip' if s.vip else 'normal':<6}  {s.mode:<6}  " \
+               f"since {_when(s.since)}"
+        if s.candidate_since is not None:
+            line += f"  (moving to {'normal' if s.vip else 'vip'} if it stays, " \
+                    f"since {_when(s.candidate_since)})"
+        click.echo(line)
+    if not found:
         click.echo("no vip rooms", err=True)
 
 
@@ -438,8 +520,8 @@ def room_start(room_name: str, url: str, admin_token: str | None, store: str | N
     read. A room that is open already is left as it is.
     """
 
-    async def through_store(o: Operators) -> tuple[str, int, bool]:
-        started = await o.start_broadcast(room_name)
+    async def through_store(store: Store) -> tuple[str, int, bool]:
+        started = await store.operators.start_broadcast(room_name)
         return started.epoch, started.broadcast, started.created
 
     async def through_server(c: Client) -> tuple[str, int, bool]:
@@ -464,8 +546,8 @@ def room_end(room_name: str, url: str, admin_token: str | None, store: str | Non
     readable at GET /v1/rooms/ROOM/broadcasts.
     """
 
-    async def through_store(o: Operators) -> tuple[str, int]:
-        ended = await o.end_broadcast(room_name, int(SystemClock().time() * 1000),
+    async def through_store(store: Store) -> tuple[str, int]:
+        ended = await store.operators.end_broadcast(room_name, int(SystemClock().time() * 1000),
                                       int(_D.history_ttl * 1000))
         return ended.epoch, ended.broadcast
 

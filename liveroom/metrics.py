@@ -106,6 +106,10 @@ class Metrics:
                              "Online members in this statsvr node's tables")
         self.merged_rooms = gauge("liveroom_statsvr_rooms",
                                   "Rooms whose online view this node merges")
+        self.vip_moves = Counter(
+            "liveroom_vip_moves", "Rooms this node moved between sects, by direction "
+            "(to_vip, to_normal) and reason (auto: the rule; pin, operator: an operator)",
+            ["direction", "reason"], registry=r)
         self.tasks = gauge("liveroom_asyncio_tasks", "Tasks alive on the event loop")
         self.track(self.tasks, lambda: len(asyncio.all_tasks()))
         self.workers = gauge("liveroom_workers",

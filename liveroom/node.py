@@ -87,7 +87,8 @@ def build_node(settings: Settings, clock: Clock | None = None,
     settings, generated = made_up_secrets(settings)
     store = open_store(settings.store, settings.log_policy(), clock, node_id=settings.name)
     metrics = Metrics()
-    vip_list = VipList(store.operators, clock, refresh=settings.vip_refresh)
+    vip_list = VipList(store.operators, clock, refresh=settings.vip_refresh,
+                       rule=settings.vip_rule(), metrics=metrics)
     recvsvr = Recvsvr.configured(settings, store.log, store.notifier, vip_list.is_vip,
                                  clock, metrics)
     vip_list.on_change(recvsvr.moved)
@@ -95,10 +96,12 @@ def build_node(settings: Settings, clock: Clock | None = None,
                                  clock, metrics, rooms_cached=recvsvr.__len__,
                                  rate=recvsvr.rate)
     proxy = Proxy(settings, reader=recvsvr, stats=statsvr, sink=statsvr,
-                  is_vip=vip_list.is_vip, log=store.log, operators=store.operators,
-                  note_vip=vip_list.note, clock=clock, metrics=metrics,
+                  vip_list=vip_list, log=store.log, operators=store.operators,
+                  clock=clock, metrics=metrics,
                   health=partial(store_health, store))
     statsvr.count_held_polls(proxy.held_polls)
+    # The automatic vip rule reads the merged online counts.
+    vip_list.observe(statsvr.merge.merged, statsvr.merge.online)
     return Node(settings, clock, store, metrics, vip_list, recvsvr, statsvr, proxy,
                 announce, generated)
 

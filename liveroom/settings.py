@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError
 from .ratelimit import RateLimits, Window, parse_windows
+from .sects import VipRule
 
 if TYPE_CHECKING:
     from .store.base import LogPolicy
@@ -301,8 +302,30 @@ class Settings:
         "LIMIT/[N]UNIT windows; 'off' for none.", TRAFFIC, parse=parse_windows,
         show=_windows_text)
     vip_refresh: float = setting(
-        2.0, "Seconds between two reads of the vip whitelist: a room whitelisted through "
-        "another node moves to the vip sect here within this time.", TRAFFIC, lo=0.1, hi=60)
+        2.0, "Seconds between two reads of the rooms' sects: a room moved through another "
+        "node (or by the automatic rule) moves here within this time; the rule runs as "
+        "often.", TRAFFIC, lo=0.1, hi=60)
+    auto_vip: str = setting(
+        "on", "Move rooms between the normal and the vip sect by their online count "
+        "(--vip-promote, --vip-demote); a pinned room stays where it is pinned.", TRAFFIC,
+        choices=("on", "off"))
+    vip_promote: int = setting(
+        50_000, "Online count at or above which a room joins the vip sect, once it stays "
+        "there for --vip-promote-after.", TRAFFIC, lo=1)
+    vip_promote_after: float = setting(
+        60.0, "Seconds a room stays at or above --vip-promote before it joins the vip "
+        "sect.", TRAFFIC, lo=0)
+    vip_demote: int = setting(
+        20_000, "Online count below which a vip room goes back to the normal sect, once it "
+        "stays there for --vip-demote-after (at most --vip-promote).", TRAFFIC, lo=0)
+    vip_demote_after: float = setting(
+        600.0, "Seconds a vip room stays below --vip-demote before it leaves the vip "
+        "sect.", TRAFFIC, lo=0)
+    vip_spread: int = setting(
+        64, "Routing hints of a vip room: its answers carry \"spread\": K (0 to N-1, "
+        "stable per listener), which clients echo as ?spread=K so a load balancer hashing "
+        "room and hint spreads the room over up to N nodes; 1: no hint.", TRAFFIC, lo=1,
+        hi=4096)
 
     # -- the room cache (recvsvr) ----------------------------------------------------------
     normal_keep: int = setting(NORMAL_KEEP, "Newest normal messages each room's cache "
@@ -430,6 +453,9 @@ class Settings:
                     "tiers", f"tier from {tier.online} online: interval plus jitter "
                     f"({tier.interval + tier.jitter:g} s) exceeds hold_interval_max "
                     f"({self.hold_interval_max:g} s)"))
+        if self.vip_demote > self.vip_promote:
+            found.append(ConfigError("vip_demote", f"vip_demote ({self.vip_demote}) exceeds "
+                                     f"vip_promote ({self.vip_promote})"))
         if self.durable_replicas and not self.shared_store:
             found.append(ConfigError("durable_replicas", "durable_replicas needs the redis "
                                      "engine: the memory engine has no replicas"))
@@ -439,6 +465,13 @@ class Settings:
                 f"lives inside one process (use --store redis://HOST:PORT/DB, or "
                 f"--workers 1)")))
         return found
+
+    def vip_rule(self) -> VipRule | None:
+        """The automatic vip rule these settings ask for (``None``: off)."""
+        if self.auto_vip == "off":
+            return None
+        return VipRule(self.vip_promote, self.vip_promote_after, self.vip_demote,
+                       self.vip_demote_after)
 
     @property
     def shared_store(self) -> bool:

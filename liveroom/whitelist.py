@@ -1,22 +1,35 @@
-"""The node's copy of the vip whitelist.
+"""The node's copy of the rooms' sects, and the automatic vip rule it applies.
 
-Operators whitelist rooms into the vip sect in the store (``Operators``); every
-node keeps the list in memory and rereads it in a background task every
-``refresh`` seconds of the node's clock. Nothing on a poll's path reads the
-store: :meth:`VipList.is_vip` is a set lookup.
+Every room's sect record (:mod:`liveroom.sects`) is kept in the store
+(``Operators.vip_records``); every node keeps them in memory and rereads them
+in a background task every ``refresh`` seconds of the node's clock. Nothing on
+a poll's path reads the store: :meth:`VipList.is_vip` is a set lookup.
+
+**The rule.** After each reread, a node with a rule (``--auto-vip on``)
+observes the merged online count of the rooms it knows (those merged here at
+or above the promote threshold, and every room with a record the rule still
+watches: an automatic vip room, a candidate) and swaps in the records that
+change (``Operators.vip_swap``: compare-and-swap). Every node may do it; the
+swap makes each decision once: of two nodes deciding together one wins, the
+other reads the winner's record next time. The node whose swap moved a room
+counts the move (``liveroom_vip_moves``) and logs it; every node moves the
+room between its sects when it reads the new record.
 
 Limits and trade-offs:
 
-* **Staleness.** Another node's change shows here within one refresh period
+* **Staleness.** A move made elsewhere shows here within one refresh period
   (plus a store round trip). A change made through this node is noted at once
   (:meth:`VipList.note`), and a reread that was already in flight when it was
   noted is discarded so it cannot undo the change.
-* **Outages.** While the store is down the last list read stays in force; the
-  outage is logged once when it starts and once when it ends.
-* **Start-up.** :meth:`VipList.start` reads the list before the node listens,
-  retrying for at most ``start_wait`` seconds of real time (the node's clock may
-  be a test's fake one that nobody moves yet); past that the node starts with
-  every room in the normal sect and the refresh task keeps trying.
+* **Time.** Thresholds are timed on the deciding node's clock (``since`` and
+  the candidate's start are its milliseconds): nodes' clocks should agree to
+  well within ``--vip-promote-after``.
+* **Outages.** While the store is down the last records read stay in force and
+  nothing moves; the outage is logged once when it starts and once when it ends.
+* **Start-up.** :meth:`VipList.start` reads the records before the node
+  listens, retrying for at most ``start_wait`` seconds of real time (the node's
+  clock may be a test's fake one that nobody moves yet); past that the node
+  starts with every room in the normal sect and the refresh task keeps trying.
 """
 
 from __future__ import annotations
@@ -24,36 +37,106 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from .clock import Clock
 from .errors import StoreUnavailable
 from .lifecycle import Outage, Periodic
-from .store.base import Operators
+from .metrics import Metrics
+from .sects import NONE, VipRecord, VipRule, decode, encode, forgotten, observe
+from .store.base import Operators, VipSwap
 
 logger = logging.getLogger("liveroom.whitelist")
 
 OnChange = Callable[[frozenset[str]], None]
-"""Called with the rooms that entered or left the whitelist."""
+"""Called with the rooms that entered or left the vip sect."""
+Merged = Callable[[], Iterable[tuple[str, int]]]
+"""The rooms merged on this node, each with its online count."""
+Online = Callable[[str], "int | None"]
+"""A room's merged online count, ``None`` until this node merged it (asking
+starts its merge)."""
+
+SWAP_ATTEMPTS = 5
+"""An operator's change that keeps finding the record changed gives up after this."""
+
+
+@dataclass(frozen=True, slots=True)
+class SectChange:
+    """What an operator's call did to a room's record."""
+
+    room: str
+    before: VipRecord
+    after: VipRecord
+    stored: bytes
+    """``after`` as stored (``b""``: no record)."""
+
+    @property
+    def moved(self) -> bool:
+        return self.before.vip != self.after.vip
+
+
+def _decoded(room: str, raw: bytes) -> VipRecord:
+    try:
+        return decode(raw)
+    except ValueError:
+        logger.warning("room %s: unreadable vip record %r, taken as normal", room, raw[:80])
+        return NONE
+
+
+async def change_sect(operators: Operators, room: str,
+                      step: Callable[[VipRecord], VipRecord]) -> SectChange:
+    """Apply ``step`` (a pin, an unpin, a release: :mod:`liveroom.sects`) to
+    ``room``'s record in the store: read, decide, swap, again if another node
+    changed the record meanwhile. Raises ``StoreUnavailable`` when the store
+    is down, or the record kept changing."""
+    for _ in range(SWAP_ATTEMPTS):
+        records = await operators.vip_records()
+        raw = records.get(room)
+        before = NONE if raw is None else _decoded(room, raw)
+        after = step(before)
+        if after == before:
+            return SectChange(room, before, after, raw or b"")
+        stored = encode(after)
+        (applied,) = await operators.vip_swap([VipSwap(room, raw or b"", stored, after.vip)])
+        if applied:
+            return SectChange(room, before, after, stored)
+    raise StoreUnavailable(f"room {room}'s sect kept changing meanwhile; try again")
+
+
+async def read_sects(operators: Operators) -> dict[str, VipRecord]:
+    """Every room's record (rooms with none are normal and not listed)."""
+    return {room: _decoded(room, raw) for room, raw in (await operators.vip_records()).items()}
 
 
 class VipList:
-    """The vip whitelist as this node knows it, refreshed in the background."""
+    """The rooms' sects as this node knows them, refreshed in the background,
+    and the automatic rule (``rule``; ``None``: off)."""
 
     def __init__(self, operators: Operators, clock: Clock, *, refresh: float = 2.0,
-                 start_wait: float = 5.0) -> None:
+                 start_wait: float = 5.0, rule: VipRule | None = None,
+                 metrics: Metrics | None = None) -> None:
         if refresh <= 0:
-            raise ValueError("the vip whitelist refresh period must be positive")
+            raise ValueError("the vip refresh period must be positive")
         self._operators = operators
+        self._clock = clock
         self._start_wait = start_wait
+        self.rule = rule
+        self._metrics = metrics
         self._listeners: list[OnChange] = []
-        self._refresher = Periodic("vip-whitelist", refresh, self.refresh, clock, logger)
+        self._merged: Merged = lambda: ()
+        self._online: Online = lambda room: None
+        self._refresher = Periodic("vip-refresh", refresh, self.refresh, clock, logger)
         self._noted = 0
         """Changes noted locally: a reread started before the last one is stale."""
         self._outage = Outage(logger)
+        self._raw: dict[str, bytes] = {}
+        self.records: dict[str, VipRecord] = {}
+        """Every room with a record, as last read or changed here."""
         self.rooms: frozenset[str] = frozenset()
+        """The rooms in the vip sect."""
         self.version = 0
-        """Goes up by one every time the list changes."""
+        """Goes up by one every time the vip rooms change."""
 
     # -- reading ------------------------------------------------------------------
 
@@ -61,17 +144,34 @@ class VipList:
         return room in self.rooms
 
     def on_change(self, listener: OnChange) -> None:
-        """Call ``listener`` with the rooms that changed, right after every change."""
+        """Call ``listener`` with the rooms that changed sect, right after every change."""
         self._listeners.append(listener)
+
+    def observe(self, merged: Merged, online: Online) -> None:
+        """Where the rule reads online counts (the node's statsvr)."""
+        self._merged = merged
+        self._online = online
 
     # -- changing -----------------------------------------------------------------
 
-    def note(self, room: str, vip: bool) -> None:
+    def note(self, change: SectChange) -> None:
         """Apply a change this node made in the store (no store call)."""
         self._noted += 1
-        self._apply(self.rooms | {room} if vip else self.rooms - {room})
+        self._set(change.room, change.stored, change.after)
+        if change.moved and change.after.reason is not None:
+            self._moved(change.room, change.after, change.after.reason)
+        self._publish()
 
-    def _apply(self, rooms: frozenset[str]) -> None:
+    def _set(self, room: str, raw: bytes, record: VipRecord) -> None:
+        if record == NONE:
+            self._raw.pop(room, None)
+            self.records.pop(room, None)
+        else:
+            self._raw[room] = raw
+            self.records[room] = record
+
+    def _publish(self) -> None:
+        rooms = frozenset(room for room, record in self.records.items() if record.vip)
         changed = rooms ^ self.rooms
         if not changed:
             return
@@ -81,38 +181,96 @@ class VipList:
             try:
                 listener(changed)
             except Exception:  # one listener failing must not stop the others
-                logger.exception("a vip whitelist listener failed")
+                logger.exception("a vip sect listener failed")
 
-    async def refresh(self) -> bool:
-        """Read the whitelist from the store once; False if the store is down
-        (the list stays as it was)."""
+    def _moved(self, room: str, record: VipRecord, reason: str) -> None:
+        direction = "to_vip" if record.vip else "to_normal"
+        if self._metrics is not None:
+            self._metrics.vip_moves.labels(direction, reason).inc()
+        logger.info("room %s moved to the %s sect (%s)", room,
+                    "vip" if record.vip else "normal", reason)
+
+    async def refresh(self, *, decide: bool = True) -> bool:
+        """Read the records from the store once, then apply the rule (unless
+        ``decide`` is False); False if the store is down (the records stay as
+        they were)."""
         noted = self._noted
         try:
-            rooms = await self._operators.vip_rooms()
+            raw = await self._operators.vip_records()
         except StoreUnavailable as exc:
-            self._outage.failed("cannot read the vip whitelist, keeping the last one "
-                                "(%d rooms): %s", len(self.rooms), exc.message)
+            self._outage.failed("cannot read the vip records, keeping the last ones "
+                                "(%d vip rooms): %s", len(self.rooms), exc.message)
             return False
-        self._outage.worked("vip whitelist read again (%d rooms)", len(rooms))
         if noted == self._noted:
-            self._apply(frozenset(rooms))
+            self._raw = dict(raw)
+            self.records = {room: _decoded(room, data) for room, data in raw.items()}
+            self._publish()
+        self._outage.worked("vip records read again (%d vip rooms)", len(self.rooms))
+        if decide and self.rule is not None:
+            try:
+                await self.decide()
+            except StoreUnavailable as exc:
+                self._outage.failed("cannot store the vip rule's decisions: %s", exc.message)
+                return False
         return True
+
+    async def decide(self) -> list[str]:
+        """Apply the rule to the rooms it watches and swap in what changed;
+        return the rooms this node moved."""
+        rule = self.rule
+        if rule is None:
+            return []
+        now_ms = int(self._clock.time() * 1000)
+        seen: dict[str, int] = {room: online for room, online in self._merged()
+                                if online >= rule.promote or room in self.records}
+        for room, record in self.records.items():
+            if room not in seen and record.pinned is None and \
+                    (record.vip or record.candidate_ms is not None):
+                online = self._online(room)
+                if online is not None:
+                    seen[room] = online
+        swaps: list[tuple[VipSwap, VipRecord]] = []
+        for room, online in seen.items():
+            before = self.records.get(room, NONE)
+            after = observe(before, online, now_ms, rule)
+            if after != before:
+                swaps.append((VipSwap(room, self._raw.get(room, b""), encode(after),
+                                      after.vip), after))
+        for room, record in self.records.items():
+            if room not in seen and forgotten(record, now_ms):
+                swaps.append((VipSwap(room, self._raw.get(room, b""), b"", False), NONE))
+        if not swaps:
+            return []
+        noted = self._noted
+        applied = await self._operators.vip_swap([swap for swap, _ in swaps])
+        moved = []
+        for (swap, after), ok in zip(swaps, applied, strict=True):
+            if not ok:
+                continue  # another node decided first: its record is read next time
+            before = self.records.get(swap.room, NONE)
+            if noted == self._noted:
+                self._set(swap.room, swap.after, after)
+            if before.vip != after.vip:
+                moved.append(swap.room)
+                self._moved(swap.room, after, "auto")
+        self._publish()
+        return moved
 
     # -- lifecycle ----------------------------------------------------------------
 
     async def start(self) -> None:
-        """Read the list (bounded retries, see the module docstring), then
+        """Read the records (bounded retries, see the module docstring), then
         start the refresh task."""
         delay = 0.1
         read = False
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self._start_wait):
-                while not (read := await self.refresh()):
+                while not (read := await self.refresh(decide=False)):
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 1.0)
         if not read:
-            logger.warning("starting without the vip whitelist: every room is in the "
-                        "normal sect until the store answers")
+            logger.warning("starting without the vip records: every room is in the "
+                           "normal sect until the store answers")
         self._refresher.start()
 
     async def stop(self) -> None:

@@ -57,8 +57,18 @@ def head(room: str, epoch: str, d: Delivery, *, reset: bool, online: int,
     return build(room, epoch, d, reset, online, interval_ms)
 
 
-def finish(head: bytes, ctx: str, use_msgpack: bool) -> bytes:
-    """The whole answer: ``head`` and the listener's ``ctx``."""
+_SPREAD_MP = _pack("spread")
+_MAP_WITH_SPREAD = msgpack_map_header(_FIELDS + 1)
+
+
+def finish(head: bytes, ctx: str, use_msgpack: bool, spread: int | None = None) -> bytes:
+    """The whole answer: ``head``, the listener's ``ctx`` and, in a vip room,
+    its routing hint ``spread``."""
+    if spread is None:
+        if use_msgpack:
+            return head + _pack(ctx)
+        return head + ctx.encode() + b'"}'
     if use_msgpack:
-        return head + _pack(ctx)
-    return head + ctx.encode() + b'"}'
+        # Both map headers are one byte (fixmap): the head's says 12 fields.
+        return b"".join((_MAP_WITH_SPREAD, head[1:], _pack(ctx), _SPREAD_MP, _pack(spread)))
+    return b"".join((head, ctx.encode(), b'","spread":', str(spread).encode(), b"}"))

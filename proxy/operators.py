@@ -1,14 +1,19 @@
-"""The operators' HTTP API: the vip whitelist, the start and the end of a
+"""The operators' HTTP API: the rooms' sects, the start and the end of a
 broadcast, and the overview.
 
 Every route under ``/v1/admin/`` needs the admin token (a missing or unknown
 token is 401, the publisher token 403). ``GET /v1/rooms/{room}/broadcasts`` is
 public, like the other stats.
 
-- ``PUT /v1/admin/vip/{room}`` whitelists a room into the vip sect;
-  ``DELETE`` takes it off. This node serves the room from its new sect at once;
-  other nodes over the same store within their whitelist refresh period.
-- ``GET /v1/admin/vip`` lists the whitelist (read from the store).
+- ``GET /v1/admin/vip`` lists the rooms' sects (read from the store): the vip
+  rooms, every room with a record (pinned or automatic, since when, its last
+  moves) and the automatic rule in force; ``GET /v1/admin/vip/{room}`` one.
+- ``PUT /v1/admin/vip/{room}/pin?sect=vip|normal`` pins a room (moving it
+  there); ``DELETE .../pin`` unpins it (it stays, and the rule decides from
+  now on). ``PUT /v1/admin/vip/{room}`` is a pin to vip; ``DELETE
+  /v1/admin/vip/{room}`` unpins the room and moves it to the normal sect now.
+  This node serves the room from its new sect at once; other nodes over the
+  same store within their ``--vip-refresh``.
 - ``POST /v1/admin/rooms/{room}/start`` opens a room before its first message
   (201, or 200 when it was open already): its listeners count online and as
   viewers from their first poll, and it lives ``room_ttl`` while read.
@@ -21,7 +26,7 @@ public, like the other stats.
   ``interval_ms`` for that count (as a poll answer says it), its vip flag and
   its messages a minute; ``GET /v1/admin/nodes`` the live nodes and what each
   holds. Both read the node registry (``statsvr.registry``: one store read,
-  the figures a few seconds old) and, for the rooms, the whitelist.
+  the figures a few seconds old) and, for the rooms, this node's sects.
 
 A store that cannot be reached answers 503 with ``Retry-After`` (the errors
 middleware shapes every failure).
@@ -37,12 +42,15 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from liveroom import sects
 from liveroom.clock import Clock
-from liveroom.errors import StoreUnavailable
+from liveroom.errors import BadRequest, StoreUnavailable
 from liveroom.model import check_name, parse_count
 from liveroom.roles import RoomReader, StatsReader
+from liveroom.sects import NONE, Sect, VipRecord
 from liveroom.settings import Settings
-from liveroom.store.base import RANKED_ROOMS_MAX, Operators
+from liveroom.store.base import RANKED_ROOMS_MAX, MessageLog, Operators
+from liveroom.whitelist import VipList, change_sect, read_sects
 
 from .auth import Right, Tokens
 from .routes import document
@@ -67,8 +75,9 @@ class OperatorRoutes:
     settings: Settings
     stats: StatsReader
     reader: RoomReader
-    note_vip: Callable[[str, bool], None]
-    """Tell this node's whitelist about a change it just made in the store."""
+    log: MessageLog
+    vip_list: VipList
+    """This node's sects: told at once of a change made through this API."""
 
     tiers: TierTable = field(init=False)
     """The hold's tiers, to say which a room's online count gets."""
@@ -77,9 +86,12 @@ class OperatorRoutes:
         self.tiers = TierTable(self.settings.tiers)
 
     def add_routes(self, app: web.Application) -> None:
-        app.router.add_get("/v1/admin/vip", self.vip_list)
+        app.router.add_get("/v1/admin/vip", self.sect_list)
+        app.router.add_get("/v1/admin/vip/{room}", self.vip_room)
         app.router.add_put("/v1/admin/vip/{room}", self.vip_add)
         app.router.add_delete("/v1/admin/vip/{room}", self.vip_remove)
+        app.router.add_put("/v1/admin/vip/{room}/pin", self.vip_pin)
+        app.router.add_delete("/v1/admin/vip/{room}/pin", self.vip_unpin)
         app.router.add_post("/v1/admin/rooms/{room}/start", self.start_broadcast)
         app.router.add_post("/v1/admin/rooms/{room}/end", self.end_broadcast)
         app.router.add_get("/v1/rooms/{room}/broadcasts", self.broadcasts)
@@ -89,32 +101,60 @@ class OperatorRoutes:
     def _admin(self, request: web.Request) -> None:
         self.tokens.require(request.headers.get("Authorization"), Right.ADMIN)
 
-    # -- the vip whitelist -------------------------------------------------------
+    # -- the sects ---------------------------------------------------------------------
 
-    async def vip_list(self, request: web.Request) -> web.StreamResponse:
+    async def sect_list(self, request: web.Request) -> web.StreamResponse:
         self._admin(request)
-        rooms = await self.operators.vip_rooms()
-        return document(request, {"rooms": sorted(rooms)})
+        records = await read_sects(self.operators)
+        rule = self.vip_list.rule
+        return document(request, {
+            "rooms": sorted(room for room, record in records.items() if record.vip),
+            "sects": [sects.document(room, records[room]) for room in sorted(records)],
+            "rule": None if rule is None else {
+                "promote": rule.promote, "promote_after": rule.promote_after,
+                "demote": rule.demote, "demote_after": rule.demote_after}})
 
-    async def vip_add(self, request: web.Request) -> web.StreamResponse:
-        return await self._vip(request, True)
-
-    async def vip_remove(self, request: web.Request) -> web.StreamResponse:
-        return await self._vip(request, False)
-
-    async def _vip(self, request: web.Request, vip: bool) -> web.StreamResponse:
+    async def vip_room(self, request: web.Request) -> web.StreamResponse:
         self._admin(request)
         room = check_name("room", request.match_info["room"])
-        if vip:
-            changed = await self.operators.vip_add(room)
-        else:
-            changed = await self.operators.vip_remove(room)
+        records = await read_sects(self.operators)
+        return document(request, sects.document(room, records.get(room, NONE)))
+
+    async def vip_add(self, request: web.Request) -> web.StreamResponse:
+        return await self._change(request, "vip", lambda r, now: sects.pin(r, "vip", now))
+
+    async def vip_remove(self, request: web.Request) -> web.StreamResponse:
+        return await self._change(request, "normal", sects.released)
+
+    async def vip_pin(self, request: web.Request) -> web.StreamResponse:
+        sect: Sect
+        match request.query.get("sect"):
+            case "vip":
+                sect = "vip"
+            case "normal":
+                sect = "normal"
+            case _:
+                raise BadRequest("sect must be vip or normal")
+        return await self._change(request, sect, lambda r, now: sects.pin(r, sect, now))
+
+    async def vip_unpin(self, request: web.Request) -> web.StreamResponse:
+        return await self._change(request, None, lambda r, now: sects.pin(r, None, now))
+
+    async def _change(self, request: web.Request, sect: str | None,
+                      step: Callable[[VipRecord, int], VipRecord]) -> web.StreamResponse:
+        self._admin(request)
+        room = check_name("room", request.match_info["room"])
+        if sect == "vip":
+            # An operator action makes the room exist (an empty log that lives
+            # --empty-room-ttl until its first message).
+            await self.log.open_room(room)
+        now_ms = int(self.clock.time() * 1000)
+        change = await change_sect(self.operators, room, lambda r: step(r, now_ms))
         # Noted even when unchanged in the store: this node may not have read
         # another node's change yet.
-        self.note_vip(room, vip)
-        if changed:
-            logger.info("room %s %s the vip sect", room, "joined" if vip else "left")
-        return document(request, {"room": room, "vip": vip, "changed": changed})
+        self.vip_list.note(change)
+        return document(request, {**sects.document(room, change.after),
+                                   "changed": change.moved})
 
     # -- broadcasts ------------------------------------------------------------------
 
@@ -164,11 +204,10 @@ class OperatorRoutes:
         limit = parse_count("limit", request.query["limit"], 1, RANKED_ROOMS_MAX) \
             if "limit" in request.query else ROOMS_DEFAULT
         ranked = await self.stats.biggest_rooms(limit)
-        vip = await self.operators.vip_rooms() if ranked else frozenset()
         return document(request, {"rooms": [
             {"room": r.room, "online": r.online,
              "interval_ms": self.tiers.pace(r.online, "", 0).interval_ms,
-             "vip": r.room in vip, "messages_per_minute": r.per_minute}
+             "vip": self.vip_list.is_vip(r.room), "messages_per_minute": r.per_minute}
             for r in ranked]})
 
     async def nodes(self, request: web.Request) -> web.StreamResponse:
@@ -182,3 +221,4 @@ class OperatorRoutes:
              "rooms_merged": n.announcement.load.rooms_merged,
              "rooms_listed": len(n.announcement.rooms)}
             for n in states]})
+

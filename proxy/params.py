@@ -38,7 +38,12 @@ class PollParams(NamedTuple):
     """``None`` for a first poll."""
     timeout: float
     recent: int
+    spread: int | None = None
+    """The routing hint the client echoes (``spread``), if any."""
 
+
+SPREAD_MAX = 4095
+"""The largest routing hint a poll may echo (``--vip-spread`` is at most 4096)."""
 
 _EPOCH = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 
@@ -58,6 +63,8 @@ def parse_poll(room: str, query: Mapping[str, str], *, default_timeout: float,
         if "timeout" in query else default_timeout
     recent = parse_count("recent", query["recent"], 0, recent_max) \
         if "recent" in query else recent_default
+    raw_spread = query.get("spread")
+    spread = None if raw_spread is None else parse_count("spread", raw_spread, 0, SPREAD_MAX)
     raw_seq = query.get("seq")
     epoch = query.get("epoch")
     if epoch is not None and not _EPOCH.fullmatch(epoch):
@@ -73,7 +80,7 @@ def parse_poll(room: str, query: Mapping[str, str], *, default_timeout: float,
             parse_count("iseq", raw_iseq)
             if epoch is None:
                 raise BadRequest("epoch is required with iseq")
-        return PollParams(room, uid, None, timeout, recent)
+        return PollParams(room, uid, None, timeout, recent, spread)
     seq = int(raw_seq) if is_digits(raw_seq) else parse_count("seq", raw_seq)
     if seq > MAX_INT:
         parse_count("seq", raw_seq)
@@ -86,7 +93,7 @@ def parse_poll(room: str, query: Mapping[str, str], *, default_timeout: float,
             parse_count("iseq", raw_iseq)
     if epoch is None:
         raise BadRequest("epoch is required with seq")
-    return PollParams(room, uid, Cursor(epoch, seq, iseq, ctx), timeout, recent)
+    return PollParams(room, uid, Cursor(epoch, seq, iseq, ctx), timeout, recent, spread)
 
 
 @dataclass(frozen=True, slots=True)

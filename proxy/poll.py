@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import zlib
 from collections.abc import Callable, Mapping
 
 from liveroom.clock import Clock
@@ -90,8 +91,11 @@ class Polls:
 
     def __init__(self, settings: Settings, reader: RoomReader, heartbeats: Heartbeats,
                  stats: StatsReader, holds: Holds, tiers: TierTable, signer: ContextSigner,
-                 clock: Clock, metrics: Metrics) -> None:
+                 clock: Clock, metrics: Metrics,
+                 is_vip: Callable[[str], bool] = lambda room: False) -> None:
         self.settings = settings
+        self.is_vip = is_vip
+        self.spread = settings.vip_spread
         self.reader = reader
         self.heartbeats = heartbeats
         self.stats = stats
@@ -487,7 +491,7 @@ class Poll:
         ctx = polls.signer.sign(p.room, p.uid, epoch, d.seq, d.iseq, d.seq_ic, d.iseq_ic,
                                 now_ms)
         use_msgpack = self.use_msgpack
-        self.finish(Reply(200, answer.finish(head, ctx, use_msgpack),
+        self.finish(Reply(200, answer.finish(head, ctx, use_msgpack, self._spread()),
                            MSGPACK if use_msgpack else JSON))
 
     def _empty(self) -> None:
@@ -506,8 +510,20 @@ class Poll:
         head = answer.head(p.room, cursor.epoch, d, reset=False,
                            online=self.online, interval_ms=pace.interval_ms,
                            use_msgpack=self.use_msgpack)
-        self.finish(Reply(200, answer.finish(head, ctx, self.use_msgpack),
+        self.finish(Reply(200, answer.finish(head, ctx, self.use_msgpack, self._spread()),
                            MSGPACK if self.use_msgpack else JSON))
+
+    def _spread(self) -> int | None:
+        """The listener's routing hint in a vip room (``None`` elsewhere): the
+        one it echoed, else one drawn from its uid (stable for it)."""
+        polls, p = self._polls, self.p
+        n = polls.spread
+        if n <= 1 or not polls.is_vip(p.room):
+            return None
+        k = p.spread
+        if k is None or k >= n:
+            k = zlib.crc32(p.uid.encode()) % n
+        return k
 
     def finish(self, reply: Reply) -> None:
         if self.done:

@@ -21,6 +21,7 @@ from liveroom.metrics import Metrics
 from liveroom.roles import HeartbeatSink, RoomReader, StatsReader
 from liveroom.settings import Settings
 from liveroom.store.base import MessageLog, Operators
+from liveroom.whitelist import VipList
 
 from .auth import Tokens
 from .context import ContextSigner
@@ -42,13 +43,14 @@ class Proxy:
 
     ``settings`` must carry the tokens and the context secret (the node makes
     them up for the memory engine before it builds the proxy). ``health``
-    returns ``None`` when the node is healthy, else what is wrong; ``note_vip``
-    tells the node's whitelist of a change the operators' API just stored.
+    returns ``None`` when the node is healthy, else what is wrong; ``vip_list``
+    says which rooms are vip, and hears of the sect changes the operators' API
+    just stored.
     """
 
     def __init__(self, settings: Settings, *, reader: RoomReader, stats: StatsReader,
-                 sink: HeartbeatSink, is_vip: Callable[[str], bool], log: MessageLog,
-                 operators: Operators, note_vip: Callable[[str, bool], None], clock: Clock,
+                 sink: HeartbeatSink, vip_list: VipList, log: MessageLog,
+                 operators: Operators, clock: Clock,
                  metrics: Metrics, health: Callable[[], Awaitable[str | None]]) -> None:
         self.settings = settings
         tokens = Tokens(admin=_given(settings.admin_token, "admin_token"),
@@ -63,7 +65,7 @@ class Proxy:
                            per_uid=settings.holds_per_uid,
                            capacity=settings.held_max or held_capacity())
         self.polls = Polls(settings, reader, self.heartbeats, stats, self.holds, tiers,
-                           signer, clock, metrics)
+                           signer, clock, metrics, is_vip=vip_list.is_vip)
         self.sends = Sends(settings, log, tokens, clock, metrics)
         self.tickets = Tickets(settings.ticket_keys, clock, leeway=settings.ticket_leeway) \
             if settings.auth == "ticket" else None
@@ -77,9 +79,10 @@ class Proxy:
         metrics.track(metrics.held_polls, self.held_polls)
         self.routes = Routes(settings=settings, reader=reader, polls=self.polls,
                              sends=self.sends, stats=stats, tickets=self.tickets,
-                             is_vip=is_vip, clock=clock, metrics=metrics, health=health)
+                             is_vip=vip_list.is_vip, clock=clock, metrics=metrics,
+                             health=health)
         self.operators = OperatorRoutes(operators, tokens, clock, settings, stats=stats,
-                                        reader=reader, note_vip=note_vip)
+                                        reader=reader, log=log, vip_list=vip_list)
 
     @property
     def tokens(self) -> Tokens:

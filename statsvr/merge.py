@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -115,6 +115,19 @@ class Merge:
         """The current view of ``room``, without marking it wanted."""
         state = self._rooms.get(room)
         return state.view if state is not None else OnlineView.empty(room, self.pages)
+
+    def merged(self) -> Iterator[tuple[str, int]]:
+        """The rooms merged at least once, each with its online count (memory
+        only; does not mark them wanted)."""
+        return ((state.name, state.view.online) for state in self._rooms.values()
+                if state.merged)
+
+    def online(self, room: str) -> int | None:
+        """Mark ``room`` wanted; its online count once merged, else ``None``
+        (its first merge comes with the next pass)."""
+        self.want(room)
+        state = self._rooms[room]
+        return state.view.online if state.merged else None
 
     def rooms(self) -> list[str]:
         """The rooms held (wanted in the last ``keep_for`` s, up to the next pass)."""

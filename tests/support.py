@@ -18,17 +18,40 @@ from aiohttp import web
 from aiohttp.test_utils import BaseTestServer
 from yarl import URL
 
+from liveroom import sects
 from liveroom.clock import Clock, FakeClock
 from liveroom.model import name_slot
 from liveroom.node import NODE, Node, build_app, node_runner, node_site
 from liveroom.ratelimit import RateLimits
+from liveroom.sects import Sect
 from liveroom.settings import Settings
+from liveroom.store import Store
+from liveroom.whitelist import SectChange, change_sect, read_sects
 
 
 def in_page_order(uids: Iterable[str], count: int) -> list[str]:
     """``uids`` in the order ``/online`` pages list a room split into ``count``
     shards: by shard, then by uid (one shard: sorted)."""
     return sorted(uids, key=lambda uid: (name_slot(uid, max(count, 1)), uid))
+
+
+async def pin(store: Store, room: str, sect: Sect | None = "vip", *,
+              now_ms: int = 1) -> SectChange:
+    """An operator's pin made in the store (``liveroom vip pin ROOM SECT
+    --store``; ``None``: unpin)."""
+    if sect == "vip":
+        await store.log.open_room(room)
+    return await change_sect(store.operators, room, lambda r: sects.pin(r, sect, now_ms))
+
+
+async def release(store: Store, room: str, *, now_ms: int = 1) -> SectChange:
+    """An operator's ``liveroom vip remove ROOM --store``."""
+    return await change_sect(store.operators, room, lambda r: sects.released(r, now_ms))
+
+
+async def vip_rooms(store: Store) -> frozenset[str]:
+    """The rooms the store has in the vip sect."""
+    return frozenset(room for room, r in (await read_sects(store.operators)).items() if r.vip)
 
 
 def free_port() -> int:

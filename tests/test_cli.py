@@ -150,7 +150,8 @@ def test_bad_traffic_settings_are_refused(args: list[str], env: dict[str, str],
 
 @pytest.mark.parametrize("args", [
     ["vip", "--help"], ["vip", "add", "--help"], ["vip", "remove", "--help"],
-    ["vip", "list", "--help"], ["room", "end", "--help"], ["room", "start", "--help"],
+    ["vip", "list", "--help"], ["vip", "pin", "--help"], ["vip", "unpin", "--help"],
+    ["room", "end", "--help"], ["room", "start", "--help"],
 ])
 def test_operators_commands_explain_themselves(args: list[str]) -> None:
     result = CliRunner().invoke(main, args)
@@ -347,8 +348,20 @@ async def test_operators_commands_through_a_running_node(session: aiohttp.Client
         result = await liveroom("vip", "add", "stage", env=env)
         assert result.output == "room stage was already vip\n"
         await liveroom("vip", "add", "arena", "--url", node.url, "--admin-token", ADMIN)
+        result = await liveroom("vip", "pin", "quiet", "normal", env=env)
+        assert result.output == "room quiet is pinned to the normal sect (it was there " \
+                                "already)\n"
         result = await liveroom("vip", "list", env=env)
-        assert (result.exit_code, result.stdout) == (0, "arena\nstage\n")
+        assert result.exit_code == 0
+        assert re.fullmatch(r"arena  vip     pinned  since \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\n"
+                            r"quiet  normal  pinned  since -\n"
+                            r"stage  vip     pinned  since [-\d]+ [:\d]+ UTC\n",
+                            result.stdout), result.stdout
+        result = await liveroom("vip", "unpin", "arena", env=env)
+        assert result.output == "room arena is unpinned (in the vip sect; the automatic " \
+                                "rule decides)\n"
+        assert node.node.vip_list.is_vip("arena")
+        await liveroom("vip", "unpin", "quiet", env=env)
         result = await liveroom("vip", "remove", "stage", env=env)
         assert result.output == "room stage is no longer vip\n"
         result = await liveroom("vip", "remove", "stage", env=env)
@@ -405,7 +418,7 @@ async def test_operators_commands_on_the_store_reach_every_node(redis_url: str) 
                 await clock.advance(0.5)
                 await asyncio.sleep(0.01)
         result = await liveroom("vip", "list", "--store", redis_url)
-        assert result.stdout == "stage\n"
+        assert result.stdout.startswith("stage  vip     pinned  since ")
         result = await liveroom("vip", "remove", "stage", "--store", redis_url)
         assert result.output == "room stage is no longer vip\n"
         result = await liveroom("room", "end", "show", "--store", redis_url)
@@ -430,7 +443,7 @@ async def test_a_store_that_is_down_is_a_clear_failure(redis_server: RedisServer
 async def test_the_real_command_against_a_node() -> None:
     async with running_node() as node:
         for args, out in [(["vip", "add", "stage"], "room stage is now vip\n"),
-                          (["vip", "list"], "stage\n")]:
+                          (["vip", "list"], "stage  vip     pinned  since ")]:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "liveroom", *args, "--url", node.url,
                 env=clean_env(LIVEROOM_ADMIN_TOKEN=ADMIN),

@@ -22,7 +22,7 @@ from conftest import TEST_POLICY, hearing, opened
 from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 from redis_cluster import LocalCluster
-from support import Listener, PollRefused, send, serve
+from support import Listener, PollRefused, send, serve, vip_rooms
 
 from liveroom.clock import FakeClock
 from liveroom.errors import StoreUnavailable
@@ -189,7 +189,7 @@ async def test_the_whitelist_of_before_the_hash_tag_is_moved_at_start(
     with redis.Redis.from_url(redis_url) as client:
         client.sadd(keys.VIP_BEFORE, "big", "bigger")
     async with opened(redis_url, TEST_POLICY, fake_clock) as store:
-        assert await store.operators.vip_rooms() == {"big", "bigger"}
+        assert await vip_rooms(store) == {"big", "bigger"}
     with redis.Redis.from_url(redis_url) as client:
         assert not client.exists(keys.VIP_BEFORE)
 

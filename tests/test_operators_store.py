@@ -1,4 +1,4 @@
-"""The operators' store contract: the vip whitelist, the start and the end of a
+"""The operators' store contract: the sect records, the start and the end of a
 broadcast, alike on every engine.
 
 Each test runs once per engine (the ``store`` fixture). Where an engine
@@ -15,13 +15,16 @@ from collections.abc import Awaitable, Callable
 import pytest
 import redis.asyncio
 from conftest import TEST_POLICY, Notified, RedisServer, hearing, opened, raw_client
+from support import pin, release, vip_rooms
 
 from liveroom.clock import FakeClock
 from liveroom.errors import StoreUnavailable
 from liveroom.model import NewMessage
 from liveroom.store import LogPolicy, PullRequest, Store
-from liveroom.store.base import PastBroadcast, ViewersState
+from liveroom.sects import VipRecord, encode
+from liveroom.store.base import PastBroadcast, ViewersState, VipSwap
 from liveroom.store.redis import keys
+from liveroom.whitelist import read_sects
 
 WAIT = 5.0
 """Bound on waits for a notify a real Redis delivers asynchronously."""
@@ -46,29 +49,74 @@ async def viewers(store: Store, room: str = "r") -> ViewersState:
     return state
 
 
-# --- the vip whitelist ---------------------------------------------------------------
+# --- the sect records --------------------------------------------------------------
 
 
-async def test_the_vip_whitelist_adds_removes_and_lists(store: Store) -> None:
+async def test_a_sect_record_is_swapped_only_from_what_it_is(store: Store) -> None:
     ops = store.operators
-    assert await ops.vip_rooms() == frozenset()
-    assert await ops.vip_add("stage") is True
-    assert await ops.vip_add("stage") is False
-    assert await ops.vip_add("arena") is True
-    assert await ops.vip_rooms() == frozenset({"stage", "arena"})
-    assert await ops.vip_remove("stage") is True
-    assert await ops.vip_remove("stage") is False
-    assert await ops.vip_remove("never") is False
-    assert await ops.vip_rooms() == frozenset({"arena"})
+    assert await ops.vip_records() == {}
+    assert await ops.vip_swap([VipSwap("stage", b"", b"one", True),
+                               VipSwap("arena", b"", b"two", False)]) == [True, True]
+    assert await ops.vip_records() == {"stage": b"one", "arena": b"two"}
+    # A swap from a record that changed meanwhile does nothing; others in the
+    # same call still apply.
+    assert await ops.vip_swap([VipSwap("stage", b"", b"three", False),
+                               VipSwap("arena", b"two", b"four", True)]) == [False, True]
+    assert await ops.vip_records() == {"stage": b"one", "arena": b"four"}
+    assert await ops.vip_swap([VipSwap("stage", b"one", b"", False)]) == [True]
+    assert await ops.vip_records() == {"arena": b"four"}
+    assert await ops.vip_swap([]) == []
 
 
-async def test_the_whitelist_is_shared_by_every_node_over_redis(
+async def test_pins_and_releases_are_kept_alike_by_every_engine(store: Store) -> None:
+    change = await pin(store, "stage", now_ms=5)
+    assert (change.moved, change.after.vip, change.after.pinned) == (True, True, "vip")
+    assert (await pin(store, "stage", now_ms=6)).moved is False
+    await pin(store, "quiet", "normal", now_ms=7)
+    assert await vip_rooms(store) == {"stage"}
+    records = await read_sects(store.operators)
+    assert records["stage"].since_ms == 5
+    assert records["quiet"] == VipRecord(pinned="normal")
+    assert (await release(store, "stage", now_ms=9)).moved is True
+    assert await vip_rooms(store) == set()
+    assert [(m.at_ms, m.vip, m.reason) for m in (await read_sects(store.operators))[
+        "stage"].moves] == [(5, True, "pin"), (9, False, "operator")]
+
+
+async def test_two_nodes_deciding_at_once_make_one_decision(
+        store: Store, fake_clock: FakeClock) -> None:
+    """Every node may apply the rule: the swap lets one of them win."""
+    ops = store.operators
+    first = VipSwap("big", b"", encode(VipRecord(candidate_ms=1)), False)
+    second = VipSwap("big", b"", encode(VipRecord(candidate_ms=2)), False)
+    results = await asyncio.gather(ops.vip_swap([first]), ops.vip_swap([second]))
+    assert sorted(r[0] for r in results) == [False, True]
+    (record,) = (await read_sects(ops)).values()
+    assert record.candidate_ms in (1, 2)
+
+
+async def test_the_records_are_shared_by_every_node_over_redis(
         redis_store: Store, redis_url: str, fake_clock: FakeClock) -> None:
     async with opened(redis_url, LogPolicy(), fake_clock) as other:
-        await redis_store.operators.vip_add("stage")
-        assert await other.operators.vip_rooms() == frozenset({"stage"})
-        assert await other.operators.vip_remove("stage") is True
-        assert await redis_store.operators.vip_rooms() == frozenset()
+        await pin(redis_store, "stage")
+        assert await vip_rooms(other) == {"stage"}
+        assert (await release(other, "stage")).moved is True
+        assert await vip_rooms(redis_store) == set()
+
+
+async def test_a_room_whitelisted_before_records_reads_as_pinned_vip(
+        redis_url: str, fake_clock: FakeClock) -> None:
+    async with opened(redis_url, LogPolicy(), fake_clock) as store:
+        async with raw_client(redis_url) as raw:
+            await raw.sadd(keys.VIP, "old")
+        assert await store.operators.vip_records() == {"old": b""}
+        records = await read_sects(store.operators)
+        assert (records["old"].vip, records["old"].pinned) == (True, "vip")
+        change = await pin(store, "old", None)
+        assert (change.after.vip, change.after.pinned) == (True, None)
+        assert (await release(store, "old")).moved is True
+        async with raw_client(redis_url) as raw:
+            assert not await raw.sismember(keys.VIP, "old")
 
 
 # --- ending a broadcast ----------------------------------------------------------------
@@ -134,7 +182,7 @@ async def test_a_started_room_lives_room_ttl_and_reads_keep_it(
     empty_ttl = TEST_POLICY.empty_room_ttl_ms
     await store.operators.start_broadcast("started")
     await store.operators.end_broadcast("ended", now_ms(fake_clock), TTL_MS)
-    await store.operators.vip_add("whitelisted")
+    await pin(store, "whitelisted")
     rooms = ["started", "ended", "whitelisted"]
     if engine_url == "memory":
         await fake_clock.advance(empty_ttl / 1000 + 1)
@@ -292,7 +340,7 @@ async def test_operators_report_redis_down_as_unavailable(
         redis_server.stop()
         try:
             calls: list[Callable[[], Awaitable[object]]] = [
-                lambda: ops.vip_add("r"), lambda: ops.vip_remove("r"), ops.vip_rooms,
+                ops.vip_records, lambda: ops.vip_swap([VipSwap("r", b"", b"x", True)]),
                 lambda: ops.end_broadcast("r", 0, TTL_MS), lambda: ops.broadcasts("r"),
                 lambda: ops.start_broadcast("r")]
             for call in calls:

@@ -19,7 +19,7 @@ import aiohttp
 import pytest
 import redis.asyncio as aioredis
 from conftest import TEST_POLICY, RedisServer
-from support import Listener, running_node, send, settle
+from support import Listener, pin, running_node, send, settle
 
 from liveroom.clock import FakeClock
 from liveroom.errors import NewRoomRefused, StoreUnavailable
@@ -154,7 +154,7 @@ async def test_a_room_whose_log_is_lost_resets_listeners_into_the_absent_epoch(
 async def test_an_operator_created_empty_room_expires_within_empty_room_ttl(
         store: Store, fake_clock: FakeClock, raw_redis: aioredis.Redis | None) -> None:
     ttl_ms = TEST_POLICY.empty_room_ttl_ms
-    await store.operators.vip_add("made")
+    await pin(store, "made")
     await store.log.touch(["made"])  # a read never keeps an empty room alive
     await store.log.open_room("made")
     if raw_redis is not None:

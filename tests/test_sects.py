@@ -12,6 +12,7 @@ from typing import Any, cast
 
 import pytest
 from conftest import TEST_POLICY, RedisServer, opened
+from support import pin, release
 
 from liveroom.clock import FakeClock
 from liveroom.metrics import Metrics
@@ -250,11 +251,11 @@ class GatedOperators:
         self.gate.set()
         self.reads = 0
 
-    async def vip_rooms(self) -> frozenset[str]:
+    async def vip_records(self) -> dict[str, bytes]:
         self.reads += 1
-        rooms = await self.inner.vip_rooms()
+        records = await self.inner.vip_records()
         await self.gate.wait()
-        return rooms
+        return records
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -263,7 +264,7 @@ class GatedOperators:
 async def test_the_whitelist_is_read_at_start_and_every_refresh(
         engine_url: str, fake_clock: FakeClock) -> None:
     async with opened(engine_url, TEST_POLICY, fake_clock) as store:
-        await store.operators.vip_add("stage")
+        await pin(store, "stage")
         vips = VipList(store.operators, fake_clock, refresh=2.0)
         changes: list[frozenset[str]] = []
         vips.on_change(changes.append)
@@ -273,8 +274,8 @@ async def test_the_whitelist_is_read_at_start_and_every_refresh(
             assert not vips.is_vip("small")
             assert changes == [frozenset({"stage"})]
             # Another node changes the store: seen within one refresh, not before.
-            await store.operators.vip_add("arena")
-            await store.operators.vip_remove("stage")
+            await pin(store, "arena")
+            await release(store, "stage")
             await fake_clock.advance(1.9)
             assert vips.rooms == {"stage"}
             version = vips.version
@@ -306,8 +307,7 @@ async def test_a_read_in_flight_does_not_undo_a_local_change(
                 while gated.reads < 2:
                     await asyncio.sleep(0.01)
             # The read saw the list before this node whitelisted the room.
-            await store.operators.vip_add("stage")
-            vips.note("stage", True)
+            vips.note(await pin(store, "stage"))
             gated.gate.set()
             await asyncio.sleep(0.05)
             assert vips.is_vip("stage")
@@ -323,7 +323,7 @@ async def test_a_store_outage_keeps_the_last_list_and_logs_once(
         redis_server: RedisServer, redis_url: str, fake_clock: FakeClock,
         caplog: pytest.LogCaptureFixture) -> None:
     async with opened(redis_url, TEST_POLICY, fake_clock) as store:
-        await store.operators.vip_add("stage")
+        await pin(store, "stage")
         vips = VipList(store.operators, fake_clock, refresh=1.0)
         await vips.start()
         try:
@@ -339,7 +339,7 @@ async def test_a_store_outage_keeps_the_last_list_and_logs_once(
             # The restarted Redis is empty: the whitelist is too.
             assert not vips.is_vip("stage")
             messages = [r.getMessage() for r in caplog.records]
-            assert sum("cannot read the vip whitelist" in m for m in messages) == 1
+            assert sum("cannot read the vip records" in m for m in messages) == 1
             assert sum("read again" in m for m in messages) == 1
         finally:
             redis_server.start()
@@ -349,7 +349,7 @@ async def test_a_store_outage_keeps_the_last_list_and_logs_once(
 async def test_start_with_the_store_down_gives_up_in_time(
         redis_server: RedisServer, redis_url: str, fake_clock: FakeClock) -> None:
     async with opened(redis_url, TEST_POLICY, fake_clock) as store:
-        await store.operators.vip_add("stage")
+        await pin(store, "stage")
         redis_server.stop()
         vips = VipList(store.operators, fake_clock, refresh=1.0, start_wait=0.5)
         try:
@@ -357,7 +357,7 @@ async def test_start_with_the_store_down_gives_up_in_time(
                 await vips.start()
             assert vips.rooms == frozenset()  # every room normal meanwhile
             redis_server.start()
-            await store.operators.vip_add("stage")
+            await pin(store, "stage")
             async with asyncio.timeout(10):
                 while not vips.is_vip("stage"):
                     await fake_clock.advance(1.0)

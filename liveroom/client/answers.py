@@ -138,11 +138,66 @@ class Broadcast:
 
 
 @dataclass(frozen=True, slots=True)
+class SectMove:
+    """A room changed sect."""
+
+    at: int
+    """Milliseconds since the Unix epoch."""
+    to: str
+    """``vip`` or ``normal``."""
+    reason: str
+    """``auto`` (the rule), ``pin`` or ``operator``."""
+
+
+@dataclass(frozen=True, slots=True)
+class RoomSect:
+    """Which sect serves a room, and why (``GET /v1/admin/vip``)."""
+
+    room: str
+    vip: bool
+    pinned: str | None
+    """``vip`` or ``normal`` when an operator pinned it there; ``None``: the
+    automatic rule decides."""
+    since: int | None
+    """When it entered its sect (ms since the Unix epoch; ``None``: never moved)."""
+    reason: str | None
+    """Why it is there (its last move's reason)."""
+    candidate_since: int | None
+    """Since when the rule has seen it across a threshold (``None``: not)."""
+    moves: tuple[SectMove, ...]
+    """Its last moves, oldest first."""
+
+    @property
+    def mode(self) -> str:
+        """``pinned`` or ``auto``."""
+        return "pinned" if self.pinned else "auto"
+
+    @classmethod
+    def of(cls, doc: Mapping[str, Any]) -> RoomSect:
+        """From the API's document of a room's sect."""
+        return cls(str(doc["room"]), bool(doc["vip"]), _text_or_none(doc["pinned"]),
+                   _int_or_none(doc["since"]), _text_or_none(doc["reason"]),
+                   _int_or_none(doc["candidate_since"]),
+                   tuple(SectMove(int(m["at"]), str(m["to"]), str(m["reason"]))
+                         for m in doc["moves"]))
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _text_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+@dataclass(frozen=True, slots=True)
 class VipChange:
     room: str
     vip: bool
     changed: bool
-    """False when the whitelist already said so."""
+    """False when the room was in that sect already."""
+    sect: RoomSect | None = None
+    """The room's sect after the change."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from .answers import (
     Members,
     OnlineSeries,
     Retry,
+    RoomSect,
     RoomStats,
     Sent,
     SeriesPoint,
@@ -207,23 +208,44 @@ class Client:
     def _admin(self) -> dict[str, str]:
         return self._bearer(self.token)
 
-    async def _vip(self, method: str, room: str) -> VipChange:
-        doc = await self._call(method, f"/v1/admin/vip/{_segment(room)}",
-                               headers=self._admin())
-        return VipChange(str(doc["room"]), bool(doc["vip"]), bool(doc["changed"]))
+    async def _vip(self, method: str, path: str,
+                   params: Mapping[str, str] | None = None) -> VipChange:
+        doc = await self._call(method, path, params=params, headers=self._admin())
+        return VipChange(str(doc["room"]), bool(doc["vip"]), bool(doc["changed"]),
+                         RoomSect.of(doc))
 
     async def vip_add(self, room: str) -> VipChange:
-        """Whitelist ``room`` into the vip sect."""
-        return await self._vip("PUT", room)
+        """Pin ``room`` to the vip sect (moving it there now)."""
+        return await self._vip("PUT", f"/v1/admin/vip/{_segment(room)}")
 
     async def vip_remove(self, room: str) -> VipChange:
-        """Take ``room`` off the vip whitelist."""
-        return await self._vip("DELETE", room)
+        """Unpin ``room`` and move it to the normal sect now (the automatic
+        rule may promote it again later)."""
+        return await self._vip("DELETE", f"/v1/admin/vip/{_segment(room)}")
+
+    async def vip_pin(self, room: str, sect: str) -> VipChange:
+        """Pin ``room`` to ``sect`` (``vip`` or ``normal``), moving it there now."""
+        return await self._vip("PUT", f"/v1/admin/vip/{_segment(room)}/pin", {"sect": sect})
+
+    async def vip_unpin(self, room: str) -> VipChange:
+        """Give ``room`` back to the automatic rule (it stays in its sect for now)."""
+        return await self._vip("DELETE", f"/v1/admin/vip/{_segment(room)}/pin")
 
     async def vip_rooms(self) -> tuple[str, ...]:
-        """The whitelisted rooms, sorted."""
+        """The rooms in the vip sect, sorted."""
         doc = await self._call("GET", "/v1/admin/vip", headers=self._admin())
         return tuple(str(r) for r in doc["rooms"])
+
+    async def vip_sects(self) -> tuple[RoomSect, ...]:
+        """Every room with a sect record (vip, pinned, watched by the rule or
+        recently moved), sorted by room."""
+        doc = await self._call("GET", "/v1/admin/vip", headers=self._admin())
+        return tuple(RoomSect.of(d) for d in doc["sects"])
+
+    async def vip_sect(self, room: str) -> RoomSect:
+        """One room's sect (a room never moved nor pinned: normal, auto)."""
+        return RoomSect.of(await self._call("GET", f"/v1/admin/vip/{_segment(room)}",
+                                            headers=self._admin()))
 
     async def start_broadcast(self, room: str) -> BroadcastStarted:
         """Open ``room`` before its first message, so its listeners count online

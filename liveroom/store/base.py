@@ -496,18 +496,30 @@ class PastBroadcast:
     viewers: ViewersState
 
 
+@dataclass(frozen=True, slots=True)
+class VipSwap:
+    """Replace ``room``'s sect record, if it is still ``before``."""
+
+    room: str
+    before: bytes
+    after: bytes
+    vip: bool
+
+
 class Operators(Protocol):
-    """What operators change: the vip whitelist and the start and end of a
-    broadcast."""
+    """What operators (and the automatic vip rule) change: the rooms' sect
+    records and the start and end of a broadcast."""
 
-    async def vip_add(self, room: str) -> bool:
-        """Whitelist ``room`` into the vip sect; False if it already was."""
+    async def vip_records(self) -> dict[str, bytes]:
+        """Every room's sect record (:mod:`liveroom.sects` encodes them), by
+        room: the rooms with none are normal. A room whitelisted by a version
+        that kept no records has ``b""``. One round trip; nodes keep them and
+        never read them per poll."""
 
-    async def vip_remove(self, room: str) -> bool:
-        """Take ``room`` off the whitelist; False if it was not on it."""
-
-    async def vip_rooms(self) -> frozenset[str]:
-        """The whitelist (one round trip; nodes cache it, never read it per poll)."""
+    async def vip_swap(self, swaps: Sequence[VipSwap]) -> list[bool]:
+        """Apply each swap whose ``before`` is the room's record now (``b""``:
+        none), each atomically: the record becomes ``after`` (``b""``: none)
+        and the room is in the whitelist iff ``vip``. True for each applied."""
 
     async def start_broadcast(self, room: str) -> Started:
         """Open ``room`` before its first message: a room with no log gets one

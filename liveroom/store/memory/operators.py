@@ -1,16 +1,18 @@
-"""What operators change, in memory: the vip whitelist, the start and the end
-of broadcasts."""
+"""What operators change, in memory: the rooms' sect records, the start and
+the end of broadcasts."""
 
 from __future__ import annotations
 
-from ..base import Ended, PastBroadcast, Started
+from collections.abc import Sequence
+
+from ..base import Ended, PastBroadcast, Started, VipSwap
 from .log import MemoryLog
 from .notifier import MemoryNotifier
 from .stats import MemoryStats
 
 
 class MemoryOperators:
-    """The vip whitelist and the start and end of broadcasts, in this process.
+    """The sect records and the start and end of broadcasts, in this process.
 
     ``start_broadcast`` and ``end_broadcast`` never suspend, so they are atomic
     like the redis engine's scripts.
@@ -20,25 +22,22 @@ class MemoryOperators:
         self._log = log
         self._stats = stats
         self._notifier = notifier
-        self._vip: set[str] = set()
+        self._records: dict[str, bytes] = {}
 
-    async def vip_add(self, room: str) -> bool:
-        # An operator action makes the room exist (an empty log, short-lived
-        # until its first message), as on Redis.
-        await self._log.open_room(room)
-        if room in self._vip:
-            return False
-        self._vip.add(room)
-        return True
+    async def vip_records(self) -> dict[str, bytes]:
+        return dict(self._records)
 
-    async def vip_remove(self, room: str) -> bool:
-        if room not in self._vip:
-            return False
-        self._vip.discard(room)
-        return True
-
-    async def vip_rooms(self) -> frozenset[str]:
-        return frozenset(self._vip)
+    async def vip_swap(self, swaps: Sequence[VipSwap]) -> list[bool]:
+        applied = []
+        for swap in swaps:
+            ok = self._records.get(swap.room, b"") == swap.before
+            if ok:
+                if swap.after:
+                    self._records[swap.room] = swap.after
+                else:
+                    self._records.pop(swap.room, None)
+            applied.append(ok)
+        return applied
 
     async def start_broadcast(self, room: str) -> Started:
         epoch, created = self._log.start_room(room)

@@ -39,7 +39,9 @@ lr:{R}:bc                hash   the room's broadcasts: ``n`` the current number
 lr:{R}:vx:<n>            set    the exact set, vm and vh of ended broadcast n
 lr:{R}:vm:<n>            hash   (renamed aside when it ended; ``vm:<n>`` always
 lr:{R}:vh:<n>            hash   exists while it is kept, with ``ended``)
-lr:{lr}:vip              set    the rooms whitelisted into the vip sect
+lr:{lr}:vip              set    the rooms in the vip sect (the whitelist)
+lr:{lr}:vips             hash   room -> its sect record (``liveroom.sects``):
+                                pin, since, the rule's candidate, last moves
 lr:{R}:ts:<step>         zset   online series tier: member
                                 ``"<start>:<min>:<max>:<sum>:<count>"``,
                                 score start (Unix s)
@@ -158,6 +160,7 @@ def series_last(room: str) -> str:
 
 STATS_NODES = f"{GLOBAL}:stats:nodes"
 VIP = f"{GLOBAL}:vip"
+VIP_RECORDS = f"{GLOBAL}:vips"
 VIP_BEFORE = f"{PREFIX}:vip"
 """Where the whitelist was kept before it moved under :data:`GLOBAL`: a
 one-Redis store renames it at start (see ``RedisStore.start``)."""

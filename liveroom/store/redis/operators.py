@@ -1,8 +1,11 @@
-"""What operators change, on Redis: the vip whitelist, the start and the end
-of broadcasts.
+"""What operators change, on Redis: the rooms' sect records, the start and the
+end of broadcasts.
 
-- **The whitelist** is one set, :data:`.keys.VIP` (one command a call; nodes
-  cache it and never read it per poll).
+- **Sect records** are one hash, :data:`.keys.VIP_RECORDS` (room to record),
+  beside the whitelist, one set, :data:`.keys.VIP` (the vip rooms, kept in
+  step with the records by ``lua/vip.lua``'s compare-and-swap; a room in the
+  set with no record was whitelisted by an older version). Both under the
+  global tag; nodes read them every ``--vip-refresh``, never per poll.
 - **Starting a broadcast** is one script, ``lua/start.lua``: the room's log
   if it has none, and the ``live`` mark that keeps it while it is read.
 - **Ending a broadcast** is one script, ``lua/end_broadcast.lua``: a new
@@ -21,10 +24,11 @@ of broadcasts.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ...errors import StoreUnavailable
-from ..base import Ended, LogPolicy, MessageLog, PastBroadcast, Started, new_epoch
+from ..base import Ended, LogPolicy, MessageLog, PastBroadcast, Started, VipSwap, new_epoch
 from . import keys
 from .calls import Client, Lua, run_scripts, text, unavailable
 from .stats import viewers_state
@@ -44,26 +48,34 @@ class RedisOperators:
         self._log = log
         self._end = Lua("end_broadcast.lua", uses=["new_log.lua"])
         self._start = Lua("start.lua", uses=["new_log.lua"])
+        self._vip = Lua("vip.lua")
 
     # -- the vip whitelist ---------------------------------------------------------
 
-    async def vip_add(self, room: str) -> bool:
-        """Whitelist the room; an operator action makes it exist (an empty log
-        that lives ``empty_room_ttl_ms`` until its first message)."""
-        await self._log.open_room(room)
-        with unavailable("adding a room to the vip whitelist"):
-            added: int = await self._client.sadd(keys.VIP, room)
-        return added == 1
+    async def vip_records(self) -> dict[str, bytes]:
+        """One pipeline: the records, and the whitelist for the rooms an
+        older version put there without one."""
+        with unavailable("reading the vip records"):
+            async with self._client.pipeline(transaction=False) as pipe:
+                pipe.hgetall(keys.VIP_RECORDS)
+                pipe.smembers(keys.VIP)
+                records, whitelist = await pipe.execute()
+        found = {text(room): bytes(record) for room, record in records.items()}
+        for room in whitelist:
+            found.setdefault(text(room), b"")
+        return found
 
-    async def vip_remove(self, room: str) -> bool:
-        with unavailable("taking a room off the vip whitelist"):
-            removed: int = await self._client.srem(keys.VIP, room)
-        return removed == 1
-
-    async def vip_rooms(self) -> frozenset[str]:
-        with unavailable("reading the vip whitelist"):
-            rooms = await self._client.smembers(keys.VIP)
-        return frozenset(text(room) for room in rooms)
+    async def vip_swap(self, swaps: Sequence[VipSwap]) -> list[bool]:
+        """One script call (``lua/vip.lua``) for all of them."""
+        if not swaps:
+            return []
+        args: list[str | bytes | int] = []
+        for swap in swaps:
+            args += (swap.room, swap.before, swap.after, int(swap.vip))
+        with unavailable("changing the vip records"):
+            (applied,) = await run_scripts(self._client, [(
+                self._vip, [keys.VIP, keys.VIP_RECORDS], args)])
+        return [bool(a) for a in applied]
 
     # -- broadcasts ------------------------------------------------------------------
 

@@ -1,0 +1,35 @@
+-- vip.lua: compare-and-swap of rooms' sect records; each swap atomic, all
+-- of them in one call. Every node may apply the automatic rule: a swap names
+-- the record it replaces, so of two nodes deciding at once one wins and the
+-- other reads the new record before deciding again.
+--
+-- KEYS[1]  lr:{lr}:vip    set: the rooms in the vip sect
+-- KEYS[2]  lr:{lr}:vips   hash: room -> record
+--
+-- ARGV     groups of four: room, the record expected now ('' for none),
+--          the record after ('' to drop it), '1' if the room is vip after
+--
+-- Returns one 1 (applied) or 0 (the record had changed) per group.
+
+local whitelist, records = KEYS[1], KEYS[2]
+local applied = {}
+for i = 1, #ARGV, 4 do
+  local room, before, after, vip = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  local now = redis.call('HGET', records, room) or ''
+  if now == before then
+    if after == '' then
+      redis.call('HDEL', records, room)
+    else
+      redis.call('HSET', records, room, after)
+    end
+    if vip == '1' then
+      redis.call('SADD', whitelist, room)
+    else
+      redis.call('SREM', whitelist, room)
+    end
+    applied[#applied + 1] = 1
+  else
+    applied[#applied + 1] = 0
+  end
+end
+return applied
