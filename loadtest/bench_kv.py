@@ -162,7 +162,7 @@ def nginx_rooms_config(tmp: Path, port: int, upstreams: Sequence[int], affinity:
     for name, value in {
             "DIR": str(tmp), "PORT": str(port), "NOFILE": str(nofile),
             "CONNECTIONS": str(nofile),
-            "BALANCE": "hash $room consistent;" if affinity
+            "BALANCE": "hash $room:$arg_spread consistent;" if affinity
             else "# round robin: no affinity (the contrast)",
             "SERVERS": servers, "KEEPALIVE": str(max(64, listeners))}.items():
         text = text.replace(f"@{name}@", value)

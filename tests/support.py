@@ -159,11 +159,16 @@ class Listener:
     seq: int | None = None
     iseq: int | None = None
     ctx: str | None = None
+    spread: int | None = None
+    """A vip room's routing hint from the last answer, echoed as a client does."""
     received: list[dict[str, Any]] = field(default_factory=list)
     answers: list[dict[str, Any]] = field(default_factory=list)
 
     async def poll(self, url: str, timeout: int = 25, **extra: Any) -> dict[str, Any]:
-        params: dict[str, Any] = {"uid": self.uid, "timeout": timeout, **extra}
+        params: dict[str, Any] = {"uid": self.uid, "timeout": timeout}
+        if self.spread is not None:
+            params["spread"] = self.spread
+        params.update(extra)
         if self.seq is not None:
             params.update(epoch=self.epoch, seq=self.seq, iseq=self.iseq, ctx=self.ctx or "")
         async with self.session.get(f"{url}/v1/rooms/{self.room}/poll", params=params,
@@ -173,6 +178,7 @@ class Listener:
             answer: dict[str, Any] = await resp.json()
         self.epoch, self.seq, self.iseq = answer["epoch"], answer["seq"], answer["iseq"]
         self.ctx = answer["ctx"]
+        self.spread = answer.get("spread")
         self.answers.append(answer)
         self.received += answer["important"] + answer["messages"]
         return answer

@@ -64,7 +64,8 @@ def test_the_nginx_config_routes_polls_sends_and_stats_by_room() -> None:
     assert pattern, "the room map is missing"
     # The map's name pattern is the server's own room-name rule.
     assert pattern.group(1) == "[A-Za-z0-9_.-]{1,64}"
-    assert "hash $liveroom_route consistent;" in text
+    # Room and routing hint: a vip room's polls spread over the nodes.
+    assert "hash $liveroom_room:$arg_spread consistent;" in text
     assert "proxy_buffering off;" in text
 
 

@@ -20,7 +20,9 @@ from liveroom.node import Node
 AUTH = {"Authorization": f"Bearer {ADMIN}"}
 
 ADMIN_ROUTES = [("PUT", "/v1/admin/vip/stage"), ("DELETE", "/v1/admin/vip/stage"),
-                ("GET", "/v1/admin/vip"), ("POST", "/v1/admin/rooms/stage/end"),
+                ("GET", "/v1/admin/vip"), ("GET", "/v1/admin/vip/stage"),
+                ("PUT", "/v1/admin/vip/stage/pin?sect=vip"),
+                ("DELETE", "/v1/admin/vip/stage/pin"), ("POST", "/v1/admin/rooms/stage/end"),
                 ("POST", "/v1/admin/rooms/stage/start"),
                 ("GET", "/v1/admin/rooms"), ("GET", "/v1/admin/nodes")]
 
@@ -55,7 +57,7 @@ async def test_the_admin_api_needs_the_admin_token(method: str, path: str,
                              headers=headers)
             assert set(doc) == {"error", "message"}
         # Nothing changed by the refused calls.
-        assert await call(session, "GET", f"{node.url}/v1/admin/vip") == {"rooms": []}
+        assert (await call(session, "GET", f"{node.url}/v1/admin/vip"))["sects"] == []
         assert not node.node.vip_list.is_vip("stage")
 
 
@@ -113,30 +115,52 @@ async def test_the_store_down_is_503_with_retry_after(redis_server: RedisServer,
         redis_server.start()
 
 
-# -- the vip whitelist ---------------------------------------------------------------
+# -- the sects ---------------------------------------------------------------
 
 
-async def test_put_delete_and_list_the_whitelist(engine_url: str,
-                                                 session: aiohttp.ClientSession) -> None:
+async def test_pin_unpin_release_and_list_the_sects(engine_url: str,
+                                                   session: aiohttp.ClientSession) -> None:
     async with running_node(engine_url) as node:
         url = node.url
         stats = f"{url}/v1/rooms/stage/stats"
         assert (await call(session, "GET", stats))["vip"] is False
-        assert await call(session, "PUT", f"{url}/v1/admin/vip/stage") == {
-            "room": "stage", "vip": True, "changed": True}
+        doc = await call(session, "PUT", f"{url}/v1/admin/vip/stage")
+        assert {k: doc[k] for k in ("room", "vip", "changed", "pinned", "mode", "reason")} \
+            == {"room": "stage", "vip": True, "changed": True, "pinned": "vip",
+                "mode": "pinned", "reason": "pin"}
+        assert doc["since"] > 0
+        assert doc["moves"] == [{"at": doc["since"], "to": "vip", "reason": "pin"}]
         # This node sees its own change at once.
         assert (await call(session, "GET", stats))["vip"] is True
-        assert await call(session, "PUT", f"{url}/v1/admin/vip/stage") == {
-            "room": "stage", "vip": True, "changed": False}
+        assert (await call(session, "PUT", f"{url}/v1/admin/vip/stage"))["changed"] is False
         await call(session, "PUT", f"{url}/v1/admin/vip/arena")
-        assert await call(session, "GET", f"{url}/v1/admin/vip") == {
-            "rooms": ["arena", "stage"]}
-        assert await call(session, "DELETE", f"{url}/v1/admin/vip/stage") == {
-            "room": "stage", "vip": False, "changed": True}
-        assert await call(session, "DELETE", f"{url}/v1/admin/vip/stage") == {
-            "room": "stage", "vip": False, "changed": False}
+        doc = await call(session, "PUT", f"{url}/v1/admin/vip/quiet/pin?sect=normal")
+        assert (doc["vip"], doc["pinned"], doc["changed"], doc["moves"]) == \
+            (False, "normal", False, [])
+        for query in ("?sect=maybe", ""):
+            doc = await call(session, "PUT", f"{url}/v1/admin/vip/x/pin{query}", status=400)
+            assert doc == {"error": "bad_request", "message": "sect must be vip or normal"}
+        listed = await call(session, "GET", f"{url}/v1/admin/vip")
+        assert listed["rooms"] == ["arena", "stage"]
+        assert [(s["room"], s["vip"], s["mode"]) for s in listed["sects"]] == [
+            ("arena", True, "pinned"), ("quiet", False, "pinned"), ("stage", True, "pinned")]
+        assert listed["rule"] == {"promote": 50_000, "promote_after": 60.0,
+                                  "demote": 20_000, "demote_after": 600.0}
+        # Unpinned, a room stays where it is and the rule decides from now on.
+        doc = await call(session, "DELETE", f"{url}/v1/admin/vip/arena/pin")
+        assert (doc["vip"], doc["pinned"], doc["mode"], doc["changed"]) == \
+            (True, None, "auto", False)
+        assert await call(session, "GET", f"{url}/v1/admin/vip/arena") == \
+            {k: v for k, v in doc.items() if k != "changed"}
+        doc = await call(session, "DELETE", f"{url}/v1/admin/vip/stage")
+        assert (doc["vip"], doc["changed"], doc["pinned"], doc["reason"]) == \
+            (False, True, None, "operator")
+        assert (await call(session, "DELETE", f"{url}/v1/admin/vip/stage"))["changed"] is False
         assert (await call(session, "GET", stats))["vip"] is False
-        assert await call(session, "GET", f"{url}/v1/admin/vip") == {"rooms": ["arena"]}
+        assert (await call(session, "GET", f"{url}/v1/admin/vip"))["rooms"] == ["arena"]
+        assert await call(session, "GET", f"{url}/v1/admin/vip/never") == {
+            "room": "never", "vip": False, "pinned": None, "mode": "auto", "since": None,
+            "reason": None, "candidate_since": None, "moves": []}
 
 
 async def test_the_whitelist_outlives_a_node_restart(redis_url: str,

@@ -48,6 +48,8 @@ class Answer:
     online: int
     interval_ms: int
     """Longest the server's pacing may hold this listener's next poll now."""
+    spread: int | None = None
+    """In a vip room, the routing hint the next poll echoes (``None``: none)."""
 
     @property
     def delivered(self) -> tuple[Message, ...]:
@@ -68,7 +70,8 @@ class Answer:
             messages=tuple(Message.from_doc(m) for m in doc["messages"]),
             gap=int(doc["gap"]), igap=int(doc["igap"]), reset=bool(doc["reset"]),
             ctx=str(doc["ctx"]), online=int(doc["online"]),
-            interval_ms=int(doc["interval_ms"]))
+            interval_ms=int(doc["interval_ms"]),
+            spread=None if doc.get("spread") is None else int(doc["spread"]))
 
 
 @dataclass(frozen=True, slots=True)

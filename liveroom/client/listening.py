@@ -61,6 +61,8 @@ class Listening:
         self.cursor = cursor
         """Where the listener stands (None before the first answer)."""
         self.interval_ms = 0
+        self.spread: int | None = None
+        """A vip room's routing hint from the last answer, echoed by the next poll."""
         self.empty = empty
         self.on_retry = on_retry
         self._stopped = asyncio.Event()
@@ -104,6 +106,7 @@ class Listening:
             self._backoff.reset()
             self.cursor = Cursor(answer.epoch, answer.seq, answer.iseq, answer.ctx)
             self.interval_ms = answer.interval_ms
+            self.spread = answer.spread
             if first or self.empty or not answer.empty:
                 return answer
         raise StopAsyncIteration
@@ -149,6 +152,8 @@ class Listening:
                 params["ctx"] = cursor.ctx
             if self.recent is not None:  # what a reset brings
                 params["recent"] = str(self.recent)
+        if self.spread is not None:  # a vip room's routing hint, echoed
+            params["spread"] = str(self.spread)
         client = self.client
         read_for = self.timeout + self.interval_ms / 1000 + READ_MARGIN
         doc = await client._call("GET", f"/v1/rooms/{quote(self.room, safe='')}/poll",

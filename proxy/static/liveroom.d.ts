@@ -30,6 +30,8 @@ export interface PollAnswer {
   online: number;
   /** The longest the server may hold a poll to pace this room (its tier). */
   interval_ms: number;
+  /** In a vip room only: the routing hint the next poll echoes (?spread=). */
+  spread?: number;
 }
 
 /** The listener's place in the room; passed back on every poll. */
@@ -127,6 +129,8 @@ export class Listener {
   readonly intervalMs: number | null;
   /** The room's online count from the last answer. */
   readonly online: number | null;
+  /** A vip room's routing hint from the last answer (echoed); null: none. */
+  readonly spread: number | null;
   readonly running: boolean;
   /** Resolves when the loop ends: null after stop(), else the error that stopped it. */
   readonly closed: Promise<LiveroomError | null>;

@@ -181,6 +181,8 @@ export class Listener {
     this.intervalMs = null;
     /** The room's online count from the last answer; null before one. */
     this.online = null;
+    /** A vip room's routing hint from the last answer, echoed by the next poll; null: none. */
+    this.spread = null;
     this._controller = null;
     this._closed = null;
   }
@@ -230,6 +232,9 @@ export class Listener {
       params.set("iseq", String(this.cursor.iseq));
       params.set("ctx", this.cursor.ctx);
     }
+    // A vip room's hint: the load balancer hashes room and hint, spreading
+    // the room's listeners over the nodes.
+    if (this.spread !== null) params.set("spread", String(this.spread));
     return `${this.base}/v1/rooms/${this.room}/poll?${params}`;
   }
 
@@ -270,6 +275,7 @@ export class Listener {
     this.cursor = { epoch: answer.epoch, seq: answer.seq, iseq: answer.iseq, ctx: answer.ctx };
     this.intervalMs = answer.interval_ms;
     this.online = answer.online;
+    this.spread = answer.spread ?? null;
     if (answer.reset) this._call("onReset", answer);
     if (signal.aborted) return;
     if (answer.gap > 0 || answer.igap > 0) {

@@ -1,0 +1,201 @@
+"""A room that grows moves to the vip sect by itself and spreads over the nodes
+behind the deployment's own nginx config (deploy/nginx.conf hashes room and
+routing hint), then gathers on one node again once it shrinks and is demoted;
+no listener loses a message on the way.
+
+Three ``liveroom serve`` processes over one Redis, real nginx in front, real
+sockets throughout. Which node served a poll is read from each node's
+``liveroom_heartbeats_total`` (one heartbeat a poll).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from support import ADMIN_HEADERS, Listener, free_port, send, serve
+
+pytestmark = pytest.mark.timeout(150)
+
+DEPLOY = Path(__file__).parent.parent / "deploy"
+LISTENERS = 40
+STAYING = 3
+PROMOTE = 30
+DEMOTE = 5
+NODE_FLAGS = (
+    "--poll-timeout", "2", "--poll-timeout-max", "2", "--hold-interval-max", "1",
+    "--tiers", "off", "--online-ttl", "4", "--vip-refresh", "0.2",
+    "--vip-promote", str(PROMOTE), "--vip-promote-after", "0",
+    "--vip-demote", str(DEMOTE), "--vip-demote-after", "0", "--vip-spread", "64")
+
+
+@contextlib.contextmanager
+def nginx(tmp: Path, upstreams: list[str]) -> Iterator[str]:
+    """nginx running deploy/nginx.conf (its nodes replaced by ``upstreams``,
+    its port by a free loopback one) as a distribution would include it."""
+    binary = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
+    assert binary, "nginx is not installed: run scripts/install-test-deps"
+    snippet = (DEPLOY / "nginx.conf").read_text()
+    servers = "\n".join(f"    server {u.removeprefix('http://')} max_fails=0;"
+                        for u in upstreams)
+    one = "    server 127.0.0.1:8080 max_fails=1 fail_timeout=10s;"
+    assert one in snippet and "    listen 80;" in snippet
+    port = free_port()
+    snippet = snippet.replace(one, servers).replace(
+        "    listen 80;", f"    listen 127.0.0.1:{port};")
+    (tmp / "liveroom.conf").write_text(snippet)
+    temp = " ".join(f"{kind}_temp_path {tmp / kind};"
+                    for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    (tmp / "nginx.conf").write_text(
+        f"daemon off;\npid {tmp / 'nginx.pid'};\nerror_log {tmp / 'error.log'};\n"
+        f"events {{}}\nhttp {{\n  access_log off;\n  {temp}\n"
+        f"  include {tmp / 'liveroom.conf'};\n}}\n")
+    proc = subprocess.Popen([binary, "-p", f"{tmp}/", "-c", str(tmp / "nginx.conf"),
+                             "-e", str(tmp / "error.log")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        for _ in range(300):
+            with contextlib.suppress(OSError), socket.create_connection(
+                    ("127.0.0.1", port), timeout=0.1):
+                break
+            assert proc.poll() is None, (tmp / "error.log").read_text()
+            time.sleep(0.02)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+async def heartbeats(session: aiohttp.ClientSession, node: str) -> float:
+    async with session.get(f"{node}/metrics", headers=ADMIN_HEADERS) as resp:
+        text = await resp.text()
+    found = re.search(r"^liveroom_heartbeats_total (\S+)$", text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+async def moves(session: aiohttp.ClientSession, node: str) -> dict[str, float]:
+    async with session.get(f"{node}/metrics", headers=ADMIN_HEADERS) as resp:
+        text = await resp.text()
+    return {f"{d} {r}": float(v) for d, r, v in re.findall(
+        r'^liveroom_vip_moves_total\{direction="(\w+)",reason="(\w+)"\} (\S+)$', text, re.M)}
+
+
+async def served(session: aiohttp.ClientSession, nodes: list[str],
+                 seconds: float) -> list[float]:
+    """Polls each node took during the next ``seconds``."""
+    before = [await heartbeats(session, n) for n in nodes]
+    await asyncio.sleep(seconds)
+    return [await heartbeats(session, n) - b for n, b in zip(nodes, before, strict=True)]
+
+
+class Audience:
+    """Listeners polling one room through the load balancer until told to leave."""
+
+    def __init__(self, session: aiohttp.ClientSession, front: str) -> None:
+        self.session = session
+        self.front = front
+        self.listeners: list[Listener] = []
+        self.leaving: list[asyncio.Event] = []
+        self.tasks: list[asyncio.Task[None]] = []
+
+    def join(self, count: int) -> None:
+        for _ in range(count):
+            listener = Listener(self.session, "stage", uid=f"l{len(self.listeners)}")
+            leave = asyncio.Event()
+            self.listeners.append(listener)
+            self.leaving.append(leave)
+            self.tasks.append(asyncio.create_task(self._listen(listener, leave)))
+
+    async def _listen(self, listener: Listener, leave: asyncio.Event) -> None:
+        while not leave.is_set():
+            await listener.poll(self.front, timeout=2)
+
+    async def leave(self, indexes: range) -> None:
+        for i in indexes:
+            self.leaving[i].set()
+        await asyncio.gather(*(self.tasks[i] for i in indexes))
+
+    async def until(self, check: Any, within: float) -> None:
+        async with asyncio.timeout(within):
+            while not check():
+                for task in self.tasks:
+                    if task.done():
+                        task.result()  # a listener that failed fails the test
+                await asyncio.sleep(0.05)
+
+
+async def test_a_growing_room_spreads_over_the_nodes_and_gathers_again(
+        redis_url: str, tmp_path: Path) -> None:
+    with serve("--store", redis_url, "--node-id", "a", *NODE_FLAGS) as (a, _), \
+            serve("--store", redis_url, "--node-id", "b", *NODE_FLAGS) as (b, _), \
+            serve("--store", redis_url, "--node-id", "c", *NODE_FLAGS) as (c, _), \
+            nginx(tmp_path, [a, b, c]) as front:
+        nodes = [a, b, c]
+        async with aiohttp.ClientSession() as session:
+            sent = 0
+            sending = True
+
+            async def publish() -> None:
+                nonlocal sent
+                while sending:
+                    await send(session, front, "stage", sent)
+                    sent += 1
+                    await asyncio.sleep(0.1)
+
+            publisher = asyncio.create_task(publish())
+            audience = Audience(session, front)
+            # A normal room: every poll on one node, no hint.
+            audience.join(PROMOTE - 10)
+            await audience.until(lambda: all(len(x.answers) >= 2
+                                             for x in audience.listeners), 20)
+            counts = await served(session, nodes, 3)
+            home = max(range(3), key=lambda i: counts[i])
+            assert [n for i, n in enumerate(counts) if i != home] == [0, 0], counts
+            assert not any(x.spread is not None for x in audience.listeners)
+
+            # It grows past --vip-promote: vip, hints, spread over all three.
+            audience.join(LISTENERS - (PROMOTE - 10))
+            await audience.until(lambda: all(x.spread is not None
+                                             for x in audience.listeners), 30)
+            counts = await served(session, nodes, 3)
+            assert all(n > 0 for n in counts), counts
+
+            # It shrinks below --vip-demote: back to the normal sect, on one node.
+            await audience.leave(range(STAYING, LISTENERS))
+            staying = audience.listeners[:STAYING]
+            await audience.until(lambda: all(
+                len(x.answers) >= 2 and all(a.get("spread") is None for a in x.answers[-2:])
+                for x in staying), 40)
+            counts = await served(session, nodes, 3)
+            assert [n > 0 for n in counts] == [i == home for i in range(3)], counts
+
+            sending = False
+            await publisher
+            await audience.until(lambda: all(x.bodies()[-1:] == [sent - 1] for x in staying),
+                                 20)
+            await audience.leave(range(STAYING))
+            # Each move decided once, by one node.
+            total: dict[str, float] = {}
+            for node in nodes:
+                for key, n in (await moves(session, node)).items():
+                    total[key] = total.get(key, 0) + n
+            assert total == {"to_vip auto": 1, "to_normal auto": 1}
+
+        # Nobody lost or repeated a message, nobody was reset, whatever node
+        # served them: each got a contiguous run of what was sent while it listened.
+        for listener in audience.listeners:
+            bodies = listener.bodies()
+            assert bodies == list(range(bodies[0], bodies[0] + len(bodies))), listener.uid
+            assert not any(x["reset"] or x["gap"] or x["igap"] for x in listener.answers[1:])
+        for listener in staying:
+            assert listener.bodies()[-1] == sent - 1
