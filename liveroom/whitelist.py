@@ -230,15 +230,15 @@ class VipList:
                 if online is not None:
                     seen[room] = online
         swaps: list[tuple[VipSwap, VipRecord]] = []
-        for room, online in seen.items():
+        for room in {*seen, *self.records}:
             before = self.records.get(room, NONE)
-            after = observe(before, online, now_ms, rule)
+            online = seen.get(room)
+            after = before if online is None else observe(before, online, now_ms, rule)
+            if forgotten(after, now_ms):
+                after = NONE
             if after != before:
                 swaps.append((VipSwap(room, self._raw.get(room, b""), encode(after),
                                       after.vip), after))
-        for room, record in self.records.items():
-            if room not in seen and forgotten(record, now_ms):
-                swaps.append((VipSwap(room, self._raw.get(room, b""), b"", False), NONE))
         if not swaps:
             return []
         noted = self._noted

@@ -194,24 +194,48 @@ def test_the_dashboard_lists_rooms_with_listeners_and_draws_a_curve(
     assert len(data_url) > 5000
 
 
-def test_vip_toggles_through_the_admin_api(browser: WebDriver, populated: Populated,
-                                          tmp_path: Path) -> None:
+def test_vip_pins_through_the_admin_api_and_moves_are_marked_on_the_curve(
+        browser: WebDriver, populated: Populated, tmp_path: Path) -> None:
     served = populated.served
     open_dashboard(browser, served)
     WebDriverWait(browser, 15).until(lambda b: "cooking" in room_rows(b))
     browser.find_element(By.CSS_SELECTOR, '#rooms tbody tr[data-room="cooking"]').click()
+    WebDriverWait(browser, 10).until(
+        lambda b: b.find_element(By.ID, "room-sect").text == "auto")
+    unpin = browser.find_element(By.ID, "vip-unpin")
+    assert not unpin.is_displayed()
     toggle = WebDriverWait(browser, 10).until(
         lambda b: b.find_element(By.CSS_SELECTOR, '#vip-toggle[data-vip="false"]'))
+    assert toggle.text == "Pin to vip"
     toggle.click()
     WebDriverWait(browser, 10).until(
         lambda b: b.find_elements(By.CSS_SELECTOR, '#vip-toggle[data-vip="true"]'))
-    assert call(f"{served.url}/v1/admin/vip", token=ADMIN) == (200, {"rooms": ["cooking"]})
+    status, doc = call(f"{served.url}/v1/admin/vip", token=ADMIN)
+    assert (status, doc["rooms"]) == (200, ["cooking"])
+    assert doc["sects"][0]["pinned"] == "vip"
     WebDriverWait(browser, 10).until(lambda b: row_cells(b, "cooking")[3] == "vip")
+    sect = WebDriverWait(browser, 10).until(
+        lambda b: b.find_element(By.ID, "room-sect").text == "pinned"
+        and b.find_element(By.ID, "room-sect"))
+    assert int(sect.get_attribute("data-since")) == doc["sects"][0]["since"]
+    assert sect.get_attribute("title").startswith("in the vip sect since ")
+    # The move is marked on the online curve.
+    WebDriverWait(browser, 10).until(
+        lambda b: b.find_element(By.ID, "chart").get_attribute("data-marks") == "vip:pin")
     screenshot(browser, tmp_path, "vip")
+    # Unpinned: it stays vip, and the rule decides from now on.
+    browser.find_element(By.ID, "vip-unpin").click()
+    WebDriverWait(browser, 10).until(lambda b: b.find_element(By.ID, "room-sect").text == "auto")
+    assert browser.find_element(By.ID, "room-vip").text == "yes"
+    assert not browser.find_element(By.ID, "vip-unpin").is_displayed()
+    # Pinned to normal: back, and marked again.
     browser.find_element(By.ID, "vip-toggle").click()
     WebDriverWait(browser, 10).until(
         lambda b: b.find_elements(By.CSS_SELECTOR, '#vip-toggle[data-vip="false"]'))
-    assert call(f"{served.url}/v1/admin/vip", token=ADMIN) == (200, {"rooms": []})
+    assert call(f"{served.url}/v1/admin/vip", token=ADMIN)[1]["rooms"] == []
+    WebDriverWait(browser, 10).until(
+        lambda b: b.find_element(By.ID, "chart").get_attribute("data-marks")
+        == "vip:pin normal:pin")
 
 
 def test_ending_a_broadcast_asks_first(browser: WebDriver, populated: Populated,

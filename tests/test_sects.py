@@ -145,10 +145,12 @@ async def test_a_wait_follows_its_room_into_the_vip_sect_and_back(
     await run_a_little(waiting)
 
     # Nothing new: the move alone does not answer the wait ...
+    pulls = node.metrics.pulls._value.get()
     node.move("r", vip=True)
     await run_a_little(waiting)
     assert not waiting.done()
     assert node.sects.vip.peek("r") is not None  # pulled into its new sect at once
+    assert node.metrics.pulls._value.get() == pulls + 1  # and only once
     # ... and the next message arrives through the vip sect.
     await say(store, "r", "second")
     async with asyncio.timeout(5):

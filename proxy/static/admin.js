@@ -7,7 +7,8 @@
 //   GET  /v1/rooms/{room}/stats            a room's figures
 //   GET  /v1/rooms/{room}/stats/online     its online curve (hour, day, week, 90 days)
 //   GET  /v1/rooms/{room}/broadcasts       its ended broadcasts
-//   PUT|DELETE /v1/admin/vip/{room}        the vip toggle
+//   GET  /v1/admin/vip/{room}              its sect: pinned or automatic, since, moves
+//   PUT|DELETE /v1/admin/vip/{room}/pin    pin it to a sect, or give it back to the rule
 //   POST /v1/admin/rooms/{room}/end        end a broadcast (after a confirmation)
 //
 // The token is asked once and kept in sessionStorage: this tab only, gone
@@ -48,6 +49,7 @@ const state = {
   timer: null,
   plot: null,
   vip: null, // the shown room's vip flag, as last read
+  sect: null, // the shown room's sect record (GET /v1/admin/vip/{room}), as last read
   busy: false,
   failure: null, // what went wrong since the last refresh began
   window: [0, 0], // the curve's time axis: the whole range asked for, [since, until]
@@ -249,6 +251,11 @@ function choose(room) {
   $("room-name").textContent = room;
   $("room-page").href = `/rooms/${encodeURIComponent(room)}`;
   $("vip-toggle").disabled = state.vip === null;
+  if (room !== state.sect?.room) {
+    state.sect = null;
+    $("room-sect").textContent = "–";
+    $("vip-unpin").hidden = true;
+  }
   history.replaceState(null, "", `#room=${encodeURIComponent(room)}`);
   for (const row of $("rooms").tBodies[0].rows) {
     row.classList.toggle("chosen", row.dataset.room === room);
@@ -261,13 +268,15 @@ async function refreshRoom() {
   const path = `/v1/rooms/${encodeURIComponent(room)}`;
   const until = Math.floor(Date.now() / 1000);
   const since = Math.max(0, until - state.range);
-  const [stats, series, past] = await Promise.all([
+  const [stats, series, past, sect] = await Promise.all([
     guarded(() => api("GET", `${path}/stats`)),
     guarded(() => api("GET", `${path}/stats/online`, { since })),
     guarded(() => api("GET", `${path}/broadcasts`)),
+    guarded(() => api("GET", `/v1/admin/vip/${encodeURIComponent(room)}`)),
   ]);
   if (room !== state.room) return; // another room was chosen meanwhile
   if (stats) showStats(stats);
+  if (sect) showSect(sect);
   if (series) {
     state.window = [since, until];
     drawSeries(series);
@@ -285,9 +294,23 @@ function showStats(stats) {
   $("room-tier").textContent = row ? row.cells[2].textContent : "–";
   state.vip = stats.vip;
   const toggle = $("vip-toggle");
-  toggle.textContent = stats.vip ? "Remove from vip" : "Make vip";
+  toggle.textContent = stats.vip ? "Pin to normal" : "Pin to vip";
   toggle.disabled = false;
   toggle.dataset.vip = String(stats.vip);
+}
+
+// Which sect, pinned or automatic, since when; its moves are marked on the curve.
+function showSect(sect) {
+  state.sect = sect;
+  const dd = $("room-sect");
+  dd.textContent = sect.pinned ? "pinned" : "auto";
+  dd.title = sect.since === null ? "never moved"
+    : `in the ${sect.vip ? "vip" : "normal"} sect since ${new Date(sect.since).toLocaleString("en")}`;
+  dd.dataset.since = sect.since === null ? "" : String(sect.since);
+  const unpin = $("vip-unpin");
+  unpin.hidden = !sect.pinned;
+  unpin.disabled = false;
+  if (state.plot) state.plot.redraw(false, false);
 }
 
 function showBroadcasts(broadcasts) {
@@ -317,14 +340,27 @@ function note(text) {
 async function toggleVip() {
   const room = state.room;
   if (!room || state.vip === null) return;
-  const button = $("vip-toggle");
+  const sect = state.vip ? "normal" : "vip";
+  await changeSect($("vip-toggle"), "PUT", { sect }, (doc) => doc.vip
+    ? `${room} is pinned to the vip sect (other nodes follow within seconds).`
+    : `${room} is pinned to the normal sect.`);
+}
+
+async function unpin() {
+  const room = state.room;
+  if (!room) return;
+  await changeSect($("vip-unpin"), "DELETE", null, (doc) =>
+    `${room} is unpinned: it stays ${doc.vip ? "vip" : "normal"} and moves by its online count.`);
+}
+
+async function changeSect(button, method, query, said) {
+  const room = state.room;
   button.disabled = true;
   try {
-    const doc = await guarded(() => api(state.vip ? "DELETE" : "PUT",
-      `/v1/admin/vip/${encodeURIComponent(room)}`));
+    const doc = await guarded(() => api(method,
+      `/v1/admin/vip/${encodeURIComponent(room)}/pin`, query));
     if (doc) {
-      note(doc.vip ? `${room} is in the vip sect now (other nodes follow within seconds).`
-        : `${room} is back in the normal sect.`);
+      note(said(doc));
       await refresh();
     }
   } finally {
@@ -409,9 +445,44 @@ function drawSeries(series) {
         fill: "rgba(43,108,212,0.12)" },
       { label: "peak", stroke: "#e4572e", width: 1, dash: [4, 3] },
     ],
+    hooks: { draw: [markMoves] },
   };
   state.plot = new globalThis.uPlot(opts, data, $("chart"));
   state.plot.liveroomStep = series.step;
+}
+
+// A vertical line where the room moved sect, labelled "vip" or "normal" and
+// its reason; the chart's data-marks lists those drawn ("vip:auto normal:pin").
+function markMoves(u) {
+  const marks = [];
+  const moves = state.sect && state.sect.room === state.room ? state.sect.moves : [];
+  const ctx = u.ctx;
+  const [lo, hi] = [u.scales.x.min, u.scales.x.max];
+  for (const move of moves) {
+    const t = move.at / 1000;
+    if (t < lo || t > hi) continue;
+    const x = Math.round(u.valToPos(t, "x", true));
+    ctx.save();
+    ctx.strokeStyle = move.to === "vip" ? "#7b3fbf" : "#5d6677";
+    ctx.lineWidth = 2 * devicePixelRatio;
+    ctx.setLineDash([6 * devicePixelRatio, 4 * devicePixelRatio]);
+    ctx.beginPath();
+    ctx.moveTo(x, u.bbox.top);
+    ctx.lineTo(x, u.bbox.top + u.bbox.height);
+    ctx.stroke();
+    ctx.setLineDash([]);
+    ctx.fillStyle = ctx.strokeStyle;
+    ctx.font = `${11 * devicePixelRatio}px sans-serif`;
+    const label = `→ ${move.to} (${move.reason})`;
+    const width = ctx.measureText(label).width;
+    const gap = 4 * devicePixelRatio;
+    // Right of the line, or left of it when it would run off the chart.
+    const left = x + gap + width > u.bbox.left + u.bbox.width ? x - gap - width : x + gap;
+    ctx.fillText(label, left, u.bbox.top + 12 * devicePixelRatio);
+    ctx.restore();
+    marks.push(`${move.to}:${move.reason}`);
+  }
+  $("chart").dataset.marks = marks.join(" ");
 }
 
 function chooseRange(event) {
@@ -462,6 +533,7 @@ function main() {
     }
   });
   $("vip-toggle").addEventListener("click", toggleVip);
+  $("vip-unpin").addEventListener("click", unpin);
   $("end-broadcast").addEventListener("click", askEnd);
   $("confirm-end").addEventListener("close", onConfirmClosed);
   $("ranges").addEventListener("click", chooseRange);
