@@ -140,6 +140,9 @@ def size(room: Room, rate: float, tiers: str, costs: dict[str, float],
         ("nodes", f"{nodes:,}",
          f"cores / node_cores {c['node_cores']:g}, RAM / 70 % of node_ram_gb "
          f"{c['node_ram_gb']:g}"),
+        *([("--vip-spread at least", f"{nodes:,}",
+            "a vip room spreads over at most --vip-spread nodes (64 by default): the "
+            "load balancer hashes room and routing hint")] if room.rooms == 1 else []),
         ("Redis ops a second", f"{commands:,.0f}",
          "commands_per_room_node x nodes" if room.rooms == 1
          else "commands_per_small_room x rooms"),
