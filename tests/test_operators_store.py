@@ -20,8 +20,8 @@ from support import pin, release, vip_rooms
 from liveroom.clock import FakeClock
 from liveroom.errors import StoreUnavailable
 from liveroom.model import NewMessage
-from liveroom.store import LogPolicy, PullRequest, Store
 from liveroom.sects import VipRecord, encode
+from liveroom.store import LogPolicy, PullRequest, Store
 from liveroom.store.base import PastBroadcast, ViewersState, VipSwap
 from liveroom.store.redis import keys
 from liveroom.whitelist import read_sects

@@ -49,7 +49,8 @@ def nginx(tmp: Path, upstreams: list[str]) -> Iterator[str]:
     servers = "\n".join(f"    server {u.removeprefix('http://')} max_fails=0;"
                         for u in upstreams)
     one = "    server 127.0.0.1:8080 max_fails=1 fail_timeout=10s;"
-    assert one in snippet and "    listen 80;" in snippet
+    assert one in snippet
+    assert "    listen 80;" in snippet
     port = free_port()
     snippet = snippet.replace(one, servers).replace(
         "    listen 80;", f"    listen 127.0.0.1:{port};")

@@ -54,7 +54,8 @@ def test_the_rule_moves_only_after_a_crossing_that_lasted(
             if not across(c):
                 break
             run.append(t)
-        assert run and now - min(run) >= after_ms
+        assert run
+        assert now - min(run) >= after_ms
         assert record.moves[-1] == Move(now, record.vip, "auto")
         assert record.since_ms == now
         seen = [(online, now)]
@@ -216,7 +217,8 @@ async def test_a_pin_beats_the_rule_and_an_unpin_gives_the_room_back(
         asked: list[str] = []
         node.observe(counts.merged, lambda room: asked.append(room) or None)
         await node.refresh()
-        assert asked == ["crowd"] and node.is_vip("crowd")
+        assert asked == ["crowd"]
+        assert node.is_vip("crowd")
 
 
 async def test_a_room_the_rule_moves_keeps_its_held_polls_and_messages(
