@@ -10,6 +10,7 @@ import re
 import signal
 import sys
 import time
+import zlib
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -72,6 +73,23 @@ async def test_listen_delivers_in_order_important_first() -> None:
         listening.stop()
         with pytest.raises(StopAsyncIteration):
             await next_answer(listening)
+
+
+async def test_a_listener_echoes_a_vip_rooms_routing_hint() -> None:
+    async with running_node(vip_spread=64) as node, \
+            Client(node.url, token=ADMIN) as client:
+        assert (await client.vip_pin("stage", "vip")).vip
+        listening = client.listen("stage", uid="ann", timeout=1, empty=True)
+        first = await next_answer(listening)
+        assert first.spread == listening.spread == zlib.crc32(b"ann") % 64 != 7
+        # As if the server had said 7: the next poll sends it, and the server,
+        # which keeps what a listener echoes, answers 7.
+        listening.spread = 7
+        assert (await next_answer(listening)).spread == 7
+        assert (await client.vip_remove("stage")).changed
+        assert (await next_answer(listening)).spread is None
+        assert listening.spread is None
+        listening.stop()
 
 
 async def test_a_reset_after_the_end_of_a_broadcast() -> None:

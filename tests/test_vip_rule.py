@@ -5,13 +5,16 @@ under held polls on two nodes."""
 from __future__ import annotations
 
 import asyncio
+import zlib
 from collections.abc import Iterator
+from typing import Any
 
 import aiohttp
+import msgpack
 from conftest import TEST_POLICY, opened
 from hypothesis import given
 from hypothesis import strategies as st
-from support import Listener, pin, running_node, send, until
+from support import ADMIN_HEADERS, Listener, pin, release, running_node, send, until
 
 from liveroom import sects
 from liveroom.clock import FakeClock
@@ -253,3 +256,51 @@ async def test_a_room_the_rule_moves_keeps_its_held_polls_and_messages(
             assert listener.bodies() == ["before", "after"]
         records = await read_sects(a.node.store.operators)
         assert [(m.vip, m.reason) for m in records["stage"].moves] == [(True, "auto")]
+
+
+# -- the routing hint ---------------------------------------------------------------------
+
+
+async def test_a_vip_rooms_answers_carry_a_stable_hint_and_others_none(
+        session: aiohttp.ClientSession) -> None:
+    async with running_node(vip_spread=8) as node:
+        url = f"{node.url}/v1/rooms/stage/poll"
+        await send(session, node.url, "stage", "hi")
+
+        async def answer(**params: str) -> dict[str, Any]:
+            async with session.get(url, params={"uid": "alice", **params}) as resp:
+                assert resp.status == 200, await resp.text()
+                doc: dict[str, Any] = await resp.json()
+                return doc
+
+        assert "spread" not in await answer()
+        node.node.vip_list.note(await pin(node.node.store, "stage"))
+        drawn = zlib.crc32(b"alice") % 8
+        assert (await answer())["spread"] == drawn
+        assert (await answer(spread="5"))["spread"] == 5  # the one echoed is kept
+        assert (await answer(spread="8"))["spread"] == drawn  # beyond --vip-spread: drawn
+        # msgpack answers carry it too (one more field in the map).
+        async with session.get(url, params={"uid": "alice", "spread": "3"},
+                               headers={"Accept": "application/msgpack"}) as resp:
+            doc = msgpack.unpackb(await resp.read())
+        assert doc["spread"] == 3
+        assert doc["messages"][0]["body"] == "hi"
+        for bad in ("-1", "4096", "x", ""):
+            async with session.get(url, params={"uid": "alice", "spread": bad}) as resp:
+                assert resp.status == 400, bad
+                assert (await resp.json())["message"].startswith("spread must be")
+        node.node.vip_list.note(await release(node.node.store, "stage"))
+        assert "spread" not in await answer(spread="5")
+
+
+async def test_with_the_rule_off_only_operators_move_rooms(
+        session: aiohttp.ClientSession) -> None:
+    async with running_node(auto_vip="off", vip_promote=1, vip_demote=0,
+                            vip_refresh=0.1) as node:
+        assert node.node.vip_list.rule is None
+        listener = Listener(session, "stage")
+        await listener.poll(node.url)
+        async with session.get(f"{node.url}/v1/admin/vip", headers=ADMIN_HEADERS) as resp:
+            assert (await resp.json())["rule"] is None
+        assert await node.node.vip_list.decide() == []
+        assert not node.node.vip_list.is_vip("stage")

@@ -290,3 +290,34 @@ test("names are checked before anything is sent", () => {
   assert.throws(() => new Listener("room", { base: BASE, timeout: 0 }), RangeError);
   assert.throws(() => new Listener("room", {}), /base/);
 });
+
+test("a vip room's routing hint is echoed, and dropped once the answers drop it", { timeout: 15_000 }, async () => {
+  const room = freshRoom("spread");
+  const admin = { Authorization: `Bearer ${ADMIN}` };
+  const pinned = await fetch(`${BASE}/v1/admin/vip/${room}/pin?sect=vip`, { method: "PUT", headers: admin });
+  assert.equal(pinned.status, 200);
+  const { calls, fetcher } = recordingFetch();
+  const answers = [];
+  const three = signal();
+  const listener = listen(room, {
+    base: BASE, uid: "hinted", fetch: fetcher, timeout: 1,
+    onAnswer: (answer) => { answers.push(answer); if (answers.length === 3) three.resolve(); },
+  });
+  await three.promise;
+  const hint = answers[0].spread;
+  assert.equal(typeof hint, "number");
+  assert.equal(calls[0].url.searchParams.get("spread"), null);
+  assert.equal(calls[1].url.searchParams.get("spread"), String(hint));
+  assert.equal(listener.spread, hint);
+  const released = await fetch(`${BASE}/v1/admin/vip/${room}`, { method: "DELETE", headers: admin });
+  assert.equal(released.status, 200);
+  const plain = watch((answer) => answer.spread === undefined ? true : undefined);
+  listener.options.onAnswer = plain.callback;
+  await plain.promise;
+  const after = signal();
+  listener.options.onAnswer = () => after.resolve();
+  await after.promise;
+  listener.stop();
+  assert.equal(listener.spread, null);
+  assert.equal(calls.at(-1).url.searchParams.get("spread"), null);
+});
