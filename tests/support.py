@@ -11,6 +11,7 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -52,6 +53,20 @@ async def release(store: Store, room: str, *, now_ms: int = 1) -> SectChange:
 async def vip_rooms(store: Store) -> frozenset[str]:
     """The rooms the store has in the vip sect."""
     return frozenset(room for room, r in (await read_sects(store.operators)).items() if r.vip)
+
+
+def nginx_including(tmp: Path, snippet: Path) -> Path:
+    """A minimal nginx.conf in ``tmp`` (its pid, logs and temporary files
+    there too, in the foreground) that includes the http-level ``snippet`` as a
+    distribution's conf.d would; run it with ``nginx -p TMP/ -c PATH -e LOG``."""
+    temp = " ".join(f"{kind}_temp_path {tmp / kind};"
+                    for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    conf = tmp / "nginx.conf"
+    conf.write_text(
+        f"daemon off;\npid {tmp / 'nginx.pid'};\nerror_log {tmp / 'error.log'};\n"
+        f"events {{}}\nhttp {{\n  {temp}\n  access_log off;\n"
+        f"  include {snippet};\n}}\n")
+    return conf
 
 
 def free_port() -> int:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from support import ADMIN, clean_env, free_port, running_node
+from support import ADMIN, clean_env, free_port, nginx_including, running_node
 
 from liveroom import settings_docs
 from liveroom.cli import main
@@ -46,13 +46,8 @@ def tool(name: str) -> str:
 
 def test_the_nginx_config_passes_nginx_t(tmp_path: Path) -> None:
     # The file is an http-level snippet (conf.d): include it as a distribution would.
-    temp = " ".join(f"{kind}_temp_path {tmp_path / kind};"
-                    for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
-    (tmp_path / "nginx.conf").write_text(
-        f"pid {tmp_path / 'nginx.pid'};\nerror_log {tmp_path / 'error.log'};\n"
-        f"events {{}}\nhttp {{\n  {temp}\n  access_log off;\n"
-        f"  include {DEPLOY / 'nginx.conf'};\n}}\n")
-    done = run(tool("nginx"), "-t", "-p", f"{tmp_path}/", "-c", tmp_path / "nginx.conf",
+    conf = nginx_including(tmp_path, DEPLOY / "nginx.conf")
+    done = run(tool("nginx"), "-t", "-p", f"{tmp_path}/", "-c", conf,
                "-e", tmp_path / "error.log")
     assert done.returncode == 0, done.stderr
     assert "test is successful" in done.stderr

@@ -23,7 +23,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from support import ADMIN_HEADERS, Listener, free_port, send, serve
+from support import ADMIN_HEADERS, Listener, free_port, nginx_including, send, serve
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -55,13 +55,8 @@ def nginx(tmp: Path, upstreams: list[str]) -> Iterator[str]:
     snippet = snippet.replace(one, servers).replace(
         "    listen 80;", f"    listen 127.0.0.1:{port};")
     (tmp / "liveroom.conf").write_text(snippet)
-    temp = " ".join(f"{kind}_temp_path {tmp / kind};"
-                    for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
-    (tmp / "nginx.conf").write_text(
-        f"daemon off;\npid {tmp / 'nginx.pid'};\nerror_log {tmp / 'error.log'};\n"
-        f"events {{}}\nhttp {{\n  access_log off;\n  {temp}\n"
-        f"  include {tmp / 'liveroom.conf'};\n}}\n")
-    proc = subprocess.Popen([binary, "-p", f"{tmp}/", "-c", str(tmp / "nginx.conf"),
+    conf = nginx_including(tmp, tmp / "liveroom.conf")
+    proc = subprocess.Popen([binary, "-p", f"{tmp}/", "-c", str(conf),
                              "-e", str(tmp / "error.log")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     try:
