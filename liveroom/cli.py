@@ -34,7 +34,7 @@ from .client import (
 from .clock import SystemClock
 from .errors import BadRequest, ConfigError, LiveroomError
 from .model import check_name
-from .sects import NONE, Sect, VipRecord
+from .sects import Sect
 from .settings import (
     SECRET_SETTINGS,
     SECRETS,
@@ -53,7 +53,7 @@ from .settings import (
 )
 from .store import check_store_url, open_store
 from .store.base import Store
-from .whitelist import change_sect, read_sects
+from .whitelist import SectChange, pin_room, read_sects, release_room
 
 if TYPE_CHECKING:
     from .node import Node
@@ -384,17 +384,13 @@ def _operate(url: str, admin_token: str | None, store: str | None,
     return asyncio.run(run())
 
 
-def _sect_change(room: str, step: Callable[[VipRecord, int], VipRecord]
+def _sect_change(call: Callable[[Store, int], Awaitable[SectChange]]
                  ) -> Callable[[Store], Awaitable[VipChange]]:
     """A sect change made directly in the store (``--store``)."""
 
     async def through_store(store: Store) -> VipChange:
-        now_ms = int(SystemClock().time() * 1000)
-        after = step(NONE, now_ms)
-        if after.vip:
-            await store.log.open_room(room)
-        change = await change_sect(store.operators, room, lambda r: step(r, now_ms))
-        return VipChange(room, change.after.vip, change.moved)
+        change = await call(store, int(SystemClock().time() * 1000))
+        return VipChange(change.room, change.after.vip, change.moved)
 
     return through_store
 
@@ -431,7 +427,8 @@ def vip() -> None:
 def vip_add(room: str, url: str, admin_token: str | None, store: str | None) -> None:
     """Pin ROOM to the vip sect (as `vip pin ROOM vip`)."""
     change = _operate(url, admin_token, store, lambda c: c.vip_add(room),
-                      _sect_change(room, lambda r, now: sects.pin(r, "vip", now)))
+                      _sect_change(lambda s, now: pin_room(s.operators, s.log, room, "vip",
+                                                           now)))
     click.echo(_said(change))
 
 
@@ -442,7 +439,7 @@ def vip_remove(room: str, url: str, admin_token: str | None, store: str | None) 
     """Unpin ROOM and move it to the normal sect now (the automatic rule may
     promote it again when it grows)."""
     change = _operate(url, admin_token, store, lambda c: c.vip_remove(room),
-                      _sect_change(room, sects.released))
+                      _sect_change(lambda s, now: release_room(s.operators, room, now)))
     click.echo(_said(change))
 
 
@@ -455,7 +452,8 @@ def vip_pin(room: str, sect: Sect, url: str, admin_token: str | None,
     """Pin ROOM to SECT (vip or normal), moving it there now: the automatic
     rule leaves it there until `vip unpin`."""
     change = _operate(url, admin_token, store, lambda c: c.vip_pin(room, sect),
-                      _sect_change(room, lambda r, now: sects.pin(r, sect, now)))
+                      _sect_change(lambda s, now: pin_room(s.operators, s.log, room, sect,
+                                                           now)))
     click.echo(_said(change, sect))
 
 
@@ -465,7 +463,8 @@ def vip_pin(room: str, sect: Sect, url: str, admin_token: str | None,
 def vip_unpin(room: str, url: str, admin_token: str | None, store: str | None) -> None:
     """Give ROOM back to the automatic rule; it stays in its sect for now."""
     change = _operate(url, admin_token, store, lambda c: c.vip_unpin(room),
-                      _sect_change(room, lambda r, now: sects.pin(r, None, now)))
+                      _sect_change(lambda s, now: pin_room(s.operators, s.log, room, None,
+                                                           now)))
     sect = "vip" if change.vip else "normal"
     click.echo(f"room {room} is unpinned (in the {sect} sect; the automatic rule decides)")
 

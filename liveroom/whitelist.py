@@ -40,12 +40,13 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from . import sects
 from .clock import Clock
 from .errors import StoreUnavailable
 from .lifecycle import Outage, Periodic
 from .metrics import Metrics
-from .sects import NONE, VipRecord, VipRule, decode, encode, forgotten, observe
-from .store.base import Operators, VipSwap
+from .sects import NONE, Sect, VipRecord, VipRule, decode, encode, forgotten, observe
+from .store.base import MessageLog, Operators, VipSwap
 
 logger = logging.getLogger("liveroom.whitelist")
 
@@ -102,6 +103,22 @@ async def change_sect(operators: Operators, room: str,
         if applied:
             return SectChange(room, before, after, stored)
     raise StoreUnavailable(f"room {room}'s sect kept changing meanwhile; try again")
+
+
+async def pin_room(operators: Operators, log: MessageLog, room: str, sect: Sect | None,
+                   now_ms: int) -> SectChange:
+    """An operator's pin of ``room`` to ``sect`` (``None``: unpin), as the API
+    and the CLI make it. A room pinned to vip is opened first: an operator
+    action makes the room exist (an empty log that lives ``--empty-room-ttl``
+    until its first message)."""
+    if sect == "vip":
+        await log.open_room(room)
+    return await change_sect(operators, room, lambda r: sects.pin(r, sect, now_ms))
+
+
+async def release_room(operators: Operators, room: str, now_ms: int) -> SectChange:
+    """An operator's ``vip remove``: unpinned, and to the normal sect now."""
+    return await change_sect(operators, room, lambda r: sects.released(r, now_ms))
 
 
 async def read_sects(operators: Operators) -> dict[str, VipRecord]:
@@ -202,8 +219,12 @@ class VipList:
                                 "(%d vip rooms): %s", len(self.rooms), exc.message)
             return False
         if noted == self._noted:
+            # Only records whose bytes changed are decoded again (an unreadable
+            # one is then reported once, not every refresh).
+            kept, known = self._raw, self.records
+            self.records = {room: known[room] if kept.get(room) == data and room in known
+                            else _decoded(room, data) for room, data in raw.items()}
             self._raw = dict(raw)
-            self.records = {room: _decoded(room, data) for room, data in raw.items()}
             self._publish()
         self._outage.worked("vip records read again (%d vip rooms)", len(self.rooms))
         if decide and self.rule is not None:

@@ -37,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -47,10 +47,10 @@ from liveroom.clock import Clock
 from liveroom.errors import BadRequest, StoreUnavailable
 from liveroom.model import check_name, parse_count
 from liveroom.roles import RoomReader, StatsReader
-from liveroom.sects import NONE, Sect, VipRecord
+from liveroom.sects import NONE, Sect
 from liveroom.settings import Settings
 from liveroom.store.base import RANKED_ROOMS_MAX, MessageLog, Operators
-from liveroom.whitelist import VipList, change_sect, read_sects
+from liveroom.whitelist import SectChange, VipList, pin_room, read_sects, release_room
 
 from .auth import Right, Tokens
 from .routes import document
@@ -121,10 +121,12 @@ class OperatorRoutes:
         return document(request, sects.document(room, records.get(room, NONE)))
 
     async def vip_add(self, request: web.Request) -> web.StreamResponse:
-        return await self._change(request, "vip", lambda r, now: sects.pin(r, "vip", now))
+        return await self._change(request, lambda room, now: pin_room(
+            self.operators, self.log, room, "vip", now))
 
     async def vip_remove(self, request: web.Request) -> web.StreamResponse:
-        return await self._change(request, "normal", sects.released)
+        return await self._change(request, lambda room, now: release_room(
+            self.operators, room, now))
 
     async def vip_pin(self, request: web.Request) -> web.StreamResponse:
         sect: Sect
@@ -135,21 +137,18 @@ class OperatorRoutes:
                 sect = "normal"
             case _:
                 raise BadRequest("sect must be vip or normal")
-        return await self._change(request, sect, lambda r, now: sects.pin(r, sect, now))
+        return await self._change(request, lambda room, now: pin_room(
+            self.operators, self.log, room, sect, now))
 
     async def vip_unpin(self, request: web.Request) -> web.StreamResponse:
-        return await self._change(request, None, lambda r, now: sects.pin(r, None, now))
+        return await self._change(request, lambda room, now: pin_room(
+            self.operators, self.log, room, None, now))
 
-    async def _change(self, request: web.Request, sect: str | None,
-                      step: Callable[[VipRecord, int], VipRecord]) -> web.StreamResponse:
+    async def _change(self, request: web.Request,
+                      call: Callable[[str, int], Awaitable[SectChange]]) -> web.StreamResponse:
         self._admin(request)
         room = check_name("room", request.match_info["room"])
-        if sect == "vip":
-            # An operator action makes the room exist (an empty log that lives
-            # --empty-room-ttl until its first message).
-            await self.log.open_room(room)
-        now_ms = int(self.clock.time() * 1000)
-        change = await change_sect(self.operators, room, lambda r: step(r, now_ms))
+        change = await call(room, int(self.clock.time() * 1000))
         # Noted even when unchanged in the store: this node may not have read
         # another node's change yet.
         self.vip_list.note(change)

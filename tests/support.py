@@ -19,7 +19,6 @@ from aiohttp import web
 from aiohttp.test_utils import BaseTestServer
 from yarl import URL
 
-from liveroom import sects
 from liveroom.clock import Clock, FakeClock
 from liveroom.model import name_slot
 from liveroom.node import NODE, Node, build_app, node_runner, node_site
@@ -27,7 +26,7 @@ from liveroom.ratelimit import RateLimits
 from liveroom.sects import Sect
 from liveroom.settings import Settings
 from liveroom.store import Store
-from liveroom.whitelist import SectChange, change_sect, read_sects
+from liveroom.whitelist import SectChange, pin_room, read_sects, release_room
 
 
 def in_page_order(uids: Iterable[str], count: int) -> list[str]:
@@ -40,14 +39,12 @@ async def pin(store: Store, room: str, sect: Sect | None = "vip", *,
               now_ms: int = 1) -> SectChange:
     """An operator's pin made in the store (``liveroom vip pin ROOM SECT
     --store``; ``None``: unpin)."""
-    if sect == "vip":
-        await store.log.open_room(room)
-    return await change_sect(store.operators, room, lambda r: sects.pin(r, sect, now_ms))
+    return await pin_room(store.operators, store.log, room, sect, now_ms)
 
 
 async def release(store: Store, room: str, *, now_ms: int = 1) -> SectChange:
     """An operator's ``liveroom vip remove ROOM --store``."""
-    return await change_sect(store.operators, room, lambda r: sects.released(r, now_ms))
+    return await release_room(store.operators, room, now_ms)
 
 
 async def vip_rooms(store: Store) -> frozenset[str]:

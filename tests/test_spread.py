@@ -80,16 +80,18 @@ def nginx(tmp: Path, upstreams: list[str]) -> Iterator[str]:
         proc.wait(timeout=10)
 
 
-async def heartbeats(session: aiohttp.ClientSession, node: str) -> float:
+async def metrics(session: aiohttp.ClientSession, node: str) -> str:
     async with session.get(f"{node}/metrics", headers=ADMIN_HEADERS) as resp:
-        text = await resp.text()
-    found = re.search(r"^liveroom_heartbeats_total (\S+)$", text, re.M)
+        return await resp.text()
+
+
+async def heartbeats(session: aiohttp.ClientSession, node: str) -> float:
+    found = re.search(r"^liveroom_heartbeats_total (\S+)$", await metrics(session, node), re.M)
     return float(found.group(1)) if found else 0.0
 
 
 async def moves(session: aiohttp.ClientSession, node: str) -> dict[str, float]:
-    async with session.get(f"{node}/metrics", headers=ADMIN_HEADERS) as resp:
-        text = await resp.text()
+    text = await metrics(session, node)
     return {f"{d} {r}": float(v) for d, r, v in re.findall(
         r'^liveroom_vip_moves_total\{direction="(\w+)",reason="(\w+)"\} (\S+)$', text, re.M)}
 
