@@ -123,20 +123,31 @@ def json_size(value: Any) -> int:
     return len(orjson.dumps(value))
 
 
-def pack_stored(uid: str, important: bool, ts: int, body: Any) -> bytes:
-    """The stored form of a message (the store adds seq and ic beside it)."""
-    return msgpack.packb((uid, important, ts, body), use_bin_type=True)  # type: ignore[no-any-return]
+def pack_stored(uid: str, important: bool, ts: int, body: Any, to: str | None = None) -> bytes:
+    """The stored form of a message (the store adds seq and ic beside it, or
+    a personal message's position and ordinal)."""
+    fields = (uid, important, ts, body) if to is None else (uid, important, ts, body, to)
+    return msgpack.packb(fields, use_bin_type=True)  # type: ignore[no-any-return]
 
 
-def unpack_stored(seq: int, ic: int, blob: bytes) -> Entry:
-    uid, important, ts, body = msgpack.unpackb(blob, raw=False)
-    return Entry(seq=seq, ic=ic, uid=uid, important=bool(important), ts=int(ts), body=body)
+def unpack_stored(seq: int, ic: int, blob: bytes, n: int = 0) -> Entry:
+    uid, important, ts, body, *rest = msgpack.unpackb(blob, raw=False)
+    return Entry(seq=seq, ic=ic, uid=uid, important=bool(important), ts=int(ts), body=body,
+                 to=rest[0] if rest else None, n=n)
 
 
 def encode_message(entry: Entry) -> tuple[bytes, bytes]:
-    """The message as it appears in answers, in JSON and in msgpack."""
-    doc = {"seq": entry.seq, "uid": entry.uid, "important": entry.important,
-           "ts": entry.ts, "body": entry.body}
+    """The message as it appears in answers, in JSON and in msgpack. A
+    personal message has ``pseq`` (its position in the room's personal
+    sequence), ``n`` (its ordinal for its addressee) and ``to`` instead of
+    ``seq``."""
+    doc: dict[str, Any]
+    if entry.to is None:
+        doc = {"seq": entry.seq, "uid": entry.uid, "important": entry.important,
+               "ts": entry.ts, "body": entry.body}
+    else:
+        doc = {"pseq": entry.seq, "n": entry.n, "uid": entry.uid, "to": entry.to,
+               "important": True, "ts": entry.ts, "body": entry.body}
     return orjson.dumps(doc), msgpack.packb(doc, use_bin_type=True)
 
 

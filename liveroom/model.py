@@ -82,6 +82,9 @@ class NewMessage:
     ts: int
     """Milliseconds since the epoch, taken by the proxy that accepted it."""
     client_msg_id: str | None = None
+    to: str | None = None
+    """The one uid a personal message is for (then it is important); ``None``
+    for a room message, which every listener reads."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,3 +102,8 @@ class Entry:
     important: bool
     ts: int
     body: Any
+    to: str | None = None
+    """A personal message's addressee. Then ``seq`` is its position in the
+    room's personal sequence (apart from the room's), ``ic`` is 0, and ``n``
+    its ordinal among the messages to ``to`` in the room (1, 2, ...)."""
+    n: int = 0

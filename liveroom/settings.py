@@ -30,6 +30,8 @@ IMPORTANT_WINDOW = 600.0
 """Seconds important messages are kept at least (cache and store)."""
 IMPORTANT_HARD_CAP = 50_000
 """Important messages kept at most, whatever the window."""
+PERSONAL_HARD_CAP = 1_000_000
+"""Personal messages kept at most per room, whatever the window."""
 INDEX_KEEP = 100_000
 LOG_CAP = 10_000
 ROOM_TTL = 86_400.0
@@ -336,6 +338,11 @@ class Settings:
     important_window: float = setting(
         IMPORTANT_WINDOW, "Seconds for which important messages are kept at least.",
         CACHE, lo=0)
+    personal_hard_cap: int = setting(
+        PERSONAL_HARD_CAP, "Personal messages (\"to\": uid) kept at most per room, the "
+        "newest, in the cache and the store; within it each is kept --important-window "
+        "seconds. Every node serving the room caches them all (about 300 bytes each).",
+        CACHE, lo=1)
     index_keep: int = setting(
         INDEX_KEEP, "Important positions remembered for exact counting beyond the lists.",
         CACHE, lo=1)
@@ -500,6 +507,7 @@ class Settings:
             log_cap=self.log_cap,
             important_keep=self.important_keep,
             important_window_ms=int(self.important_window * 1000),
+            personal_hard_cap=self.personal_hard_cap,
             room_ttl_ms=int(self.room_ttl * 1000),
             empty_room_ttl_ms=int(self.empty_room_ttl * 1000),
             dedup_ttl_ms=int(self.dedup_ttl * 1000),

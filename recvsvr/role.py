@@ -91,6 +91,7 @@ class Recvsvr:
             normal_keep=settings.normal_keep,
             important_keep=settings.important_keep,
             important_window_ms=int(settings.important_window * 1000),
+            personal_hard_cap=settings.personal_hard_cap,
             index_keep=settings.index_keep,
         )
         normal = SectLimits(

@@ -104,6 +104,14 @@ async def served(session: aiohttp.ClientSession, nodes: list[str],
     return [await heartbeats(session, n) - b for n, b in zip(nodes, before, strict=True)]
 
 
+def trail(listener: Listener) -> str:
+    """A listener's answers, one line each, for a failure's message."""
+    return "\n".join([listener.uid] + [
+        f"{a['epoch']} seq={a['seq']} iseq={a['iseq']} reset={a['reset']} gap={a['gap']} "
+        f"spread={a.get('spread')} {[m['body'] for m in a['important'] + a['messages']]}"
+        for a in listener.answers])
+
+
 class Audience:
     """Listeners polling one room through the load balancer until told to leave."""
 
@@ -210,7 +218,7 @@ async def test_a_growing_room_spreads_over_the_nodes_and_gathers_again(
         # served them: each got a contiguous run of what was sent while it listened.
         for listener in audience.listeners:
             bodies = listener.bodies()
-            assert bodies == list(range(bodies[0], bodies[0] + len(bodies))), listener.uid
+            assert bodies == list(range(bodies[0], bodies[0] + len(bodies))), trail(listener)
             assert not any(x["reset"] or x["gap"] or x["igap"] for x in listener.answers[1:])
         for listener in staying:
             assert listener.bodies()[-1] == sent - 1

@@ -26,6 +26,7 @@ from ..settings import (
     IMPORTANT_KEEP,
     IMPORTANT_WINDOW,
     LOG_CAP,
+    PERSONAL_HARD_CAP,
     ROOM_TTL,
 )
 
@@ -46,6 +47,9 @@ class LogPolicy:
     """Important messages are kept while among the newest ``important_keep`` *or*
     younger than this, beyond ``log_cap`` (bounded by ``important_hard_cap``)."""
     important_hard_cap: int = IMPORTANT_HARD_CAP
+    personal_hard_cap: int = PERSONAL_HARD_CAP
+    """Personal messages are kept while younger than ``important_window_ms``,
+    the newest ``personal_hard_cap`` of a room at most."""
     room_ttl_ms: int = int(ROOM_TTL * 1000)
     """A room with no send and no read for this long expires."""
     empty_room_ttl_ms: int = int(EMPTY_ROOM_TTL * 1000)
@@ -67,6 +71,8 @@ class LogPolicy:
 class Appended:
     epoch: str
     seq: int
+    """The message's seq; a personal message's position in the room's
+    personal sequence."""
     duplicate: bool
     """True when the ``client_msg_id`` was seen: nothing was stored."""
     created: bool = False
@@ -81,6 +87,14 @@ class PullRequest:
     limit: int
     """At most this many of the newest log entries (important ones beyond it
     are still returned while the store retains them)."""
+    pafter: int = 0
+    """Return personal messages with a position greater than this (the
+    oldest first, at most :data:`PERSONAL_PULL` of them)."""
+
+
+PERSONAL_PULL = 10_000
+"""Most personal messages one pull of a room returns: a node that starts
+serving a busy room catches up over several pulls, none of them huge."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +115,13 @@ class Pulled:
     """Entries in ``(after, head]`` the engine read but could not decode (a
     corrupt stream entry): left out of ``entries``, so readers count them in
     ``gap`` like evicted ones."""
+    phead: int = 0
+    """The room's personal sequence as far as ``personal`` reaches: the
+    position of the last personal message returned, or the room's newest
+    when every retained one after ``pafter`` was."""
+    personal: tuple[Entry, ...] = ()
+    """Retained personal messages after the request's ``pafter``, ascending
+    position (their ``seq``), each with its addressee's ordinal ``n``."""
 
 
 class MessageLog(Protocol):
@@ -109,6 +130,12 @@ class MessageLog(Protocol):
     - ``append`` is atomic and one round trip: client_msg_id dedup, next seq,
       the entry (with its important count ``ic``), retention of important
       entries, expiry refresh, and the notify to every recvsvr.
+    - A personal message (``NewMessage.to``) takes no seq: it takes the next
+      position of the room's *personal sequence* and the next ordinal ``n``
+      of its addressee in the room (both go on across epochs, like seq, and
+      restart only when the log was lost), and is kept while younger than
+      the important window (the newest ``personal_hard_cap`` at most). Its
+      notify carries seq 0 ("pull me"), never a seq.
     - A room's ``epoch`` changes when its log was lost (a store restarted empty,
       expiry) and on :meth:`renew_epoch`; seqs restart from 1 in a new epoch
       only when the log was lost.
@@ -156,7 +183,8 @@ class MessageLog(Protocol):
 
 
 OnNotify = Callable[[str, int], None]
-"""Called with (room, seq) when a room reached seq."""
+"""Called with (room, seq) when a room reached seq; seq 0 when the room got
+a personal message (its personal sequence moved, not seq)."""
 
 
 class OnResync(Protocol):

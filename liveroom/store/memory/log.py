@@ -20,7 +20,7 @@ from ...ratelimit import (
     refusal,
     refused_until,
 )
-from ..base import Appended, LogPolicy, Pulled, PullRequest, new_epoch
+from ..base import PERSONAL_PULL, Appended, LogPolicy, Pulled, PullRequest, new_epoch
 from .expiring import Expiring
 from .notifier import MemoryNotifier
 
@@ -41,6 +41,14 @@ class _Room:
     important: deque[Entry] = field(default_factory=deque)
     dedup: dict[str, tuple[int, int]] = field(default_factory=dict)
     """client_msg_id -> (seq, expires_ms)"""
+    pseq: int = 0
+    """The personal sequence's newest position."""
+    personal: deque[Entry] = field(default_factory=deque)
+    """Retained personal messages, ascending position."""
+    ordinals: dict[str, int] = field(default_factory=dict)
+    """uid -> personal messages sent to it in the room."""
+    pdedup: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """client_msg_id -> (position, expires_ms) of personal sends."""
     live: bool = False
     """Started or ended by an operator: it expires like a room with messages
     (``room_ttl_ms`` after its last use), message or not (``lua/start.lua``)."""
@@ -103,7 +111,7 @@ class MemoryLog:
         cmid = message.client_msg_id
         state = self._room(room, create=False)
         if state is not None and cmid is not None:
-            seen = state.dedup.get(cmid)
+            seen = (state.dedup if message.to is None else state.pdedup).get(cmid)
             if seen is not None and seen[1] > now:
                 return Appended(state.epoch, seen[0], duplicate=True)
         if state is None and not may_create:
@@ -117,6 +125,11 @@ class MemoryLog:
         elif state.by is not None and state.by != message.uid:
             state.by = None  # a second sender: a room like any other
         policy = self.policy
+        if message.to is not None:
+            position = self._append_personal(state, message, now)
+            self._count(counted, message.ts)
+            self._notifier.publish(room, 0)
+            return Appended(state.epoch, position, duplicate=False, created=created)
         state.seq += 1
         state.ic += message.important
         entry = Entry(seq=state.seq, ic=state.ic, uid=message.uid,
@@ -137,14 +150,37 @@ class MemoryLog:
                 state.dedup = {k: v for k, v in state.dedup.items() if v[1] > now}
             state.dedup[cmid] = (state.seq, now + policy.dedup_ttl_ms)
         state.used_ms = now
+        self._count(counted, message.ts)
+        self._notifier.publish(room, state.seq)
+        return Appended(state.epoch, state.seq, duplicate=False, created=created)
+
+    def _append_personal(self, state: _Room, message: NewMessage, now: int) -> int:
+        """Store a personal message (the order of ``append.lua``'s); its position."""
+        assert message.to is not None
+        policy = self.policy
+        state.pseq += 1
+        n = state.ordinals[message.to] = state.ordinals.get(message.to, 0) + 1
+        kept = state.personal
+        kept.append(Entry(seq=state.pseq, ic=0, uid=message.uid, important=True,
+                          ts=message.ts, body=message.body, to=message.to, n=n))
+        oldest_ok = message.ts - policy.important_window_ms
+        while kept and (kept[0].ts < oldest_ok or len(kept) > policy.personal_hard_cap):
+            kept.popleft()
+        cmid = message.client_msg_id
+        if cmid is not None:
+            if len(state.pdedup) > 4 * policy.log_cap:
+                state.pdedup = {k: v for k, v in state.pdedup.items() if v[1] > now}
+            state.pdedup[cmid] = (state.pseq, now + policy.dedup_ttl_ms)
+        state.used_ms = now
+        return state.pseq
+
+    def _count(self, counted: list[tuple[_Counted, tuple[Window, ...]]], ts: int) -> None:
         for key, windows in counted:
             counts = self._counts.get(key)
             if counts is None:
                 counts = {}
-            count_send(counts, windows, message.ts)
+            count_send(counts, windows, ts)
             self._counts.put(key, counts, horizon_ms(windows))
-        self._notifier.publish(room, state.seq)
-        return Appended(state.epoch, state.seq, duplicate=False, created=created)
 
     def _check_limits(self, room: str, message: NewMessage, limits: RateLimits,
                       ) -> list[tuple[_Counted, tuple[Window, ...]]]:
@@ -184,8 +220,11 @@ class MemoryLog:
         complete = take == newer and first <= after + 1
         floor = picked[0].seq if picked else state.seq + 1
         extra = [e for e in state.important if after < e.seq < floor]
+        personal = [e for e in state.personal if e.seq > request.pafter][:PERSONAL_PULL]
+        phead = personal[-1].seq if len(personal) == PERSONAL_PULL else state.pseq
         return Pulled(request.room, state.epoch, state.seq, state.ic,
-                      tuple(extra + picked), complete=complete)
+                      tuple(extra + picked), complete=complete, phead=phead,
+                      personal=tuple(personal))
 
     def start_room(self, room: str) -> tuple[str, bool]:
         """Make the room live (``lua/start.lua``), creating its log if it has
@@ -205,6 +244,7 @@ class MemoryLog:
         state.epoch = new_epoch()
         state.log.clear()
         state.important.clear()
+        state.personal.clear()
         state.live, state.by, state.used_ms = True, None, self._now_ms()
         return state.epoch, state.seq
 

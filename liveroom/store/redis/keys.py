@@ -10,11 +10,16 @@ any room name, so no room's own tag collides with them).
 =======================  =====  ==============================================
 key                      type   holds
 =======================  =====  ==============================================
-lr:{R}:meta              hash   ``epoch``, ``seq`` (head), ``ic`` (important count)
+lr:{R}:meta              hash   ``epoch``, ``seq`` (head), ``ic`` (important count),
+                                ``ps`` (the personal sequence's newest position)
 lr:{R}:log               stream the log: id ``<seq>-0``, fields ``m`` (packed
                                 message) and ``c`` (important count at it)
 lr:{R}:imp               stream important entries kept beyond the log cap
+lr:{R}:pm                stream personal messages: id ``<ps>-0``, fields ``m``,
+                                ``n`` (the addressee's ordinal), ``t`` (ts, ms)
+lr:{R}:pn                hash   addressee uid -> its ordinal in the room
 lr:{R}:cmid:<id>         string seq of a client_msg_id's first send (10 min)
+lr:{R}:pcmid:<id>        string the same for a personal message (its position)
 lr:{R}:rl:<uid>          hash   the uid's accepted sends in the room, per rate
                                 window bucket: field ``<seconds>:<bucket>``
                                 -> count (see :mod:`liveroom.ratelimit`)
@@ -100,8 +105,16 @@ def important(room: str) -> str:
     return f"{PREFIX}:{{{room}}}:imp"
 
 
-def client_msg_id(room: str, cmid: str) -> str:
-    return f"{PREFIX}:{{{room}}}:cmid:{cmid}"
+def personal(room: str) -> str:
+    return f"{PREFIX}:{{{room}}}:pm"
+
+
+def ordinals(room: str) -> str:
+    return f"{PREFIX}:{{{room}}}:pn"
+
+
+def client_msg_id(room: str, cmid: str, *, personal: bool = False) -> str:
+    return f"{PREFIX}:{{{room}}}:{'pcmid' if personal else 'cmid'}:{cmid}"
 
 
 def rate_uid(room: str, uid: str) -> str:

@@ -17,7 +17,7 @@ from ...codec import pack_stored, unpack_stored
 from ...errors import NewRoomRefused, StoreUnavailable
 from ...model import Entry, NewMessage
 from ...ratelimit import RateLimits, refusal
-from ..base import Appended, LogPolicy, Pulled, PullRequest, new_epoch
+from ..base import PERSONAL_PULL, Appended, LogPolicy, Pulled, PullRequest, new_epoch
 from . import keys
 from .calls import Client, Lua, run_durable, run_scripts, text, unavailable
 
@@ -31,7 +31,8 @@ _NOT_CREATED = 3
 
 
 def _room_keys(room: str) -> list[str]:
-    return [keys.meta(room), keys.log(room), keys.important(room)]
+    return [keys.meta(room), keys.log(room), keys.important(room), keys.personal(room),
+            keys.ordinals(room)]
 
 
 def _seq_of(stream_id: bytes) -> int:
@@ -45,6 +46,15 @@ def _entry(stream_id: bytes, fields: dict[bytes, bytes]) -> Entry | None:
         return unpack_stored(_seq_of(stream_id), int(fields[b"c"]), fields[b"m"])
     except Exception:  # whatever garbage raises: msgpack, int(), a missing field
         return None
+
+
+def _personal(stream_id: bytes, fields: dict[bytes, bytes]) -> Entry | None:
+    """A personal message of ``lr:{R}:pm``, or None when it cannot be decoded."""
+    try:
+        entry = unpack_stored(_seq_of(stream_id), 0, fields[b"m"], int(fields[b"n"]))
+    except Exception:  # whatever garbage raises
+        return None
+    return entry if entry.to is not None else None
 
 
 REMAP_EVERY = 10.0
@@ -86,21 +96,24 @@ class RedisLog:
         """One script call (``lua/append.lua``): dedup, rate windows, append, notify."""
         policy = self.policy
         cmid = message.client_msg_id
-        packed = pack_stored(message.uid, message.important, message.ts, message.body)
+        to = message.to
+        packed = pack_stored(message.uid, message.important, message.ts, message.body, to)
         proposed = new_epoch()
         per_uid = limits.per_uid if limits is not None else ()
         per_room = limits.room_windows if limits is not None else ()
         windows = (*per_uid, *per_room)
         call = (self._append,
-                [*_room_keys(room), keys.client_msg_id(room, cmid or ""),
-                 keys.rate_uid(room, message.uid), keys.rate_room(room)],
+                [keys.meta(room), keys.log(room), keys.important(room),
+                 keys.client_msg_id(room, cmid or "", personal=to is not None),
+                 keys.rate_uid(room, message.uid), keys.rate_room(room),
+                 keys.personal(room), keys.ordinals(room)],
                 [proposed, packed, int(message.important), message.ts,
                  policy.log_cap, policy.important_keep, policy.important_window_ms,
                  policy.important_hard_cap, policy.room_ttl_ms, policy.dedup_ttl_ms,
                  int(cmid is not None), keys.notify_how(room, sharded=self.sharded), room,
                  len(per_uid), len(per_room),
                  (2 if provisional else 1) if may_create else 0, policy.empty_room_ttl_ms,
-                 message.uid,
+                 message.uid, to or "", policy.personal_hard_cap,
                  *(n for w in windows for n in (w.seconds, w.limit, w.bucket_ms,
                                                 w.buckets))])
         replicas = policy.durable_replicas
@@ -151,7 +164,7 @@ class RedisLog:
             pos = 0
             for i in todo:
                 request = requests[i]
-                n = 4 if request.limit > 0 else 3
+                n = 5 if request.limit > 0 else 4
                 pulled = _build_pulled(request, replies[pos:pos + n])
                 pos += n
                 if pulled is None:
@@ -222,13 +235,14 @@ class RedisLog:
 
 
 def _queue_pull(pipe: Pipeline | ClusterPipeline, request: PullRequest) -> None:
-    """Queue the reads of one room: 3 commands, 4 when ``limit`` > 0."""
+    """Queue the reads of one room: 4 commands, 5 when ``limit`` > 0."""
     room = request.room
     after = f"({request.after}-0"
-    pipe.hmget(keys.meta(room), ["epoch", "seq", "ic"])
+    pipe.hmget(keys.meta(room), ["epoch", "seq", "ic", "ps"])
     if request.limit > 0:
         pipe.xrevrange(keys.log(room), "+", after, count=request.limit)
     pipe.xrange(keys.important(room), after, "+")
+    pipe.xrange(keys.personal(room), f"({request.pafter}-0", "+", count=PERSONAL_PULL)
     pipe.hget(keys.meta(room), "epoch")
 
 
@@ -239,9 +253,9 @@ def _build_pulled(request: PullRequest, replies: list[Any]) -> Pulled | None:
     ``limit`` entries after ``after``, then every retained important entry
     between ``after`` and the oldest of them.
     """
-    (epoch, meta_seq, meta_ic), *rest = replies
+    (epoch, meta_seq, meta_ic, meta_ps), *rest = replies
     newest_first: list[Any] = rest[0] if request.limit > 0 else []
-    important, epoch_again = rest[-2], rest[-1]
+    important, personal_read, epoch_again = rest[-3], rest[-2], rest[-1]
     if epoch != epoch_again:
         return None
     if epoch is None:
@@ -269,7 +283,16 @@ def _build_pulled(request: PullRequest, replies: list[Any]) -> Pulled | None:
     # pull is not complete, and readers count it in ``gap``.
     complete = (picked[0].seq == after + 1 if picked else after >= head) \
         and not undecodable
+    personal = [e for e in (_personal(sid, fields) for sid, fields in personal_read)
+                if e is not None]
+    phead = int(meta_ps or 0)
+    if len(personal_read) == PERSONAL_PULL:
+        # Read up to there; the rest comes with the next pull.
+        phead = _seq_of(personal_read[-1][0])
+    elif personal and personal[-1].seq > phead:
+        phead = personal[-1].seq  # appended after the meta was read
     return Pulled(request.room, text(epoch), head, head_ic, tuple(extra + picked),
-                  complete=complete, undecodable=undecodable)
+                  complete=complete, undecodable=undecodable, phead=phead,
+                  personal=tuple(personal))
 
 

@@ -85,7 +85,7 @@ class RedisOperators:
             ((epoch, broadcast, created),) = await run_scripts(self._client, [(
                 self._start,
                 [keys.meta(room), keys.log(room), keys.important(room),
-                 keys.broadcasts(room)],
+                 keys.broadcasts(room), keys.personal(room), keys.ordinals(room)],
                 [new_epoch(), self._policy.room_ttl_ms,
                  keys.notify_how(room, sharded=self._sharded), room])])
         return Started(text(epoch), int(broadcast), bool(created))
@@ -103,7 +103,8 @@ class RedisOperators:
                      keys.viewers_exact(room), keys.viewers_meta(room),
                      keys.viewers_sketches(room),
                      keys.viewers_exact(room, current), keys.viewers_meta(room, current),
-                     keys.viewers_sketches(room, current)],
+                     keys.viewers_sketches(room, current),
+                     keys.personal(room), keys.ordinals(room)],
                     [current, new_epoch(), now_ms, ttl_ms, self._policy.room_ttl_ms,
                      keys.notify_how(room, sharded=self._sharded), room])])
             if broadcast:

@@ -10,6 +10,9 @@
 -- KEYS[5]  lr:{R}:rl:<uid>    hash: the sender's accepted sends, field
 --                             '<seconds>:<bucket index>' -> count
 -- KEYS[6]  lr:{R}:rr          hash: the same for the room's cap
+-- KEYS[7]  lr:{R}:pm          stream: personal messages, id <ps>-0, fields m,
+--                             n (the addressee's ordinal), t (ts in ms)
+-- KEYS[8]  lr:{R}:pn          hash: addressee uid -> its ordinal in the room
 --
 -- ARGV[1]  epoch to start with when the room has no log (random, from the caller)
 -- ARGV[2]  the packed message (liveroom.codec.pack_stored)
@@ -28,21 +31,30 @@
 -- ARGV[16] 0 when this send may not create the room's log, 1 when it may, 2
 --          when it may create a provisional one (its sender's alone, below)
 -- ARGV[17] empty_room_ttl_ms    ARGV[18] the sender's uid
--- ARGV[19..] U + V windows, four numbers each: seconds, limit, bucket_ms, buckets
+-- ARGV[19] the addressee of a personal message, '' for a room message
+-- ARGV[20] personal_hard_cap
+-- ARGV[21..] U + V windows, four numbers each: seconds, limit, bucket_ms, buckets
+--
+-- A personal message takes no seq: the next position of the room's personal
+-- sequence (meta field ps) and its addressee's next ordinal, is kept while
+-- younger than important_window_ms (the newest personal_hard_cap at most),
+-- dedups in its own KEYS[4] (the caller names a personal one) and notifies
+-- '0 <room>': a pull, not a seq.
 --
 -- A provisional log belongs to its sender alone (meta field 'by'): it
 -- expires empty_room_ttl_ms after that sender's last send, until another uid
 -- sends (or a reader touches it, touch.lua); then room_ttl_ms.
 --
--- Returns {epoch, seq, 0} when stored; {epoch, seq, 1} when the client_msg_id
+-- Returns {epoch, seq, 0} when stored (a personal message: its position); {epoch, seq, 1} when the client_msg_id
 -- was seen (seq is the first send's and nothing was stored); {epoch or '', 0,
 -- 2, w, free_ms} when refused by a full window (nothing stored or counted):
 -- w is its position in ARGV[19..] (from 1), free_ms when it first allows a
--- send again; the full window freeing last is reported. The rule is
+-- send again; the full window freeing last is reported (w counts from ARGV[21]). The rule is
 -- liveroom.ratelimit's (freed_at, prune, count_send). {'', 0, 3} when the
 -- room has no log and ARGV[16] is 0 (nothing stored or counted).
 
-local meta, log, imp, cmid = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local meta, log, imp, cmid, pm, pn = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[7], KEYS[8]
+local to = ARGV[19]
 local important = ARGV[3] == '1'
 local has_cmid = ARGV[11] == '1'
 local ts = tonumber(ARGV[4])
@@ -69,14 +81,14 @@ end
 local counters = {}  -- {key, windows}: the sender's, then the room's
 do
   local u, v = tonumber(ARGV[14]), tonumber(ARGV[15])
-  local at = 19
+  local at = 21
   for c, count in ipairs({u, v}) do
     local windows = {}
     for _ = 1, count do
       windows[#windows + 1] = {
         seconds = ARGV[at], limit = tonumber(ARGV[at + 1]),
         bucket_ms = tonumber(ARGV[at + 2]), buckets = tonumber(ARGV[at + 3]),
-        position = (at - 19) / 4 + 1}
+        position = (at - 21) / 4 + 1}
       at = at + 4
     end
     if count > 0 then
@@ -157,7 +169,7 @@ if not epoch then
   -- No log: a new epoch from seq 0 (new_log.lua). A leftover client_msg_id
   -- belongs to the lost epoch and is overwritten below.
   epoch = ARGV[1]
-  new_log(meta, log, imp, epoch)
+  new_log(meta, log, imp, pm, pn, epoch)
   if ARGV[16] == '2' then
     redis.call('HSET', meta, 'by', uid)
     ttl = ARGV[17]
@@ -171,32 +183,19 @@ else
   end
 end
 
-local seq = redis.call('HINCRBY', meta, 'seq', 1)
-local ic = redis.call('HINCRBY', meta, 'ic', important and 1 or 0)
--- %d, not tostring: Lua 5.1 prints large numbers in exponent form.
-local id = string.format('%d-0', seq)
-redis.call('XADD', log, 'MAXLEN', ARGV[5], id, 'm', ARGV[2], 'c', ic)
-
-if important then
-  redis.call('XADD', imp, id, 'm', ARGV[2], 'c', ic, 't', ARGV[4])
-  -- Drop the oldest while more than important_keep remain and the oldest is
-  -- older than the window or more than important_hard_cap remain (the same
-  -- rule as the memory engine), then cut them off with one exact XTRIM.
-  local keep = tonumber(ARGV[6])
-  local hard = tonumber(ARGV[8])
-  local oldest_ok = ts - tonumber(ARGV[7])
-  local n = redis.call('XLEN', imp)
+-- Drop a stream's oldest entries while drop(entries left, fields) says so,
+-- with one exact XTRIM: MINID drops every id below the one after the cut.
+local function trim(stream, left, drop)
   local cut = nil
   local from = '-'
-  while n > keep do
-    local batch = redis.call('XRANGE', imp, from, '+', 'COUNT', 100)
+  while left > 0 do
+    local batch = redis.call('XRANGE', stream, from, '+', 'COUNT', 100)
     if #batch == 0 then break end
     local stop = false
     for _, e in ipairs(batch) do
-      -- e = {id, {'m', packed, 'c', ic, 't', ts}}
-      if n > keep and (n > hard or tonumber(e[2][6]) < oldest_ok) then
+      if drop(left, e[2]) then
         cut = e[1]
-        n = n - 1
+        left = left - 1
       else
         stop = true
         break
@@ -206,15 +205,47 @@ if important then
     from = '(' .. batch[#batch][1]
   end
   if cut then
-    -- MINID drops every id below the threshold: the id just after the cut.
     local cut_seq = tonumber(string.match(cut, '^(%d+)'))
-    redis.call('XTRIM', imp, 'MINID', string.format('%d-0', cut_seq + 1))
+    redis.call('XTRIM', stream, 'MINID', string.format('%d-0', cut_seq + 1))
   end
 end
 
-redis.call('PEXPIRE', meta, ttl)
-redis.call('PEXPIRE', log, ttl)
-redis.call('PEXPIRE', imp, ttl)
+local oldest_ok = ts - tonumber(ARGV[7])
+local seq, notified
+if to ~= '' then
+  seq = redis.call('HINCRBY', meta, 'ps', 1)
+  local n = redis.call('HINCRBY', pn, to, 1)
+  redis.call('XADD', pm, string.format('%d-0', seq), 'm', ARGV[2], 'n', n, 't', ARGV[4])
+  local hard = tonumber(ARGV[20])
+  -- e = {'m', packed, 'n', ordinal, 't', ts}
+  trim(pm, redis.call('XLEN', pm), function(left, e)
+    return left > hard or tonumber(e[6]) < oldest_ok
+  end)
+  notified = 0
+else
+  seq = redis.call('HINCRBY', meta, 'seq', 1)
+  local ic = redis.call('HINCRBY', meta, 'ic', important and 1 or 0)
+  -- %d, not tostring: Lua 5.1 prints large numbers in exponent form.
+  local id = string.format('%d-0', seq)
+  redis.call('XADD', log, 'MAXLEN', ARGV[5], id, 'm', ARGV[2], 'c', ic)
+  if important then
+    redis.call('XADD', imp, id, 'm', ARGV[2], 'c', ic, 't', ARGV[4])
+    -- Drop the oldest while more than important_keep remain and the oldest is
+    -- older than the window or more than important_hard_cap remain (the same
+    -- rule as the memory engine).
+    local keep = tonumber(ARGV[6])
+    local hard = tonumber(ARGV[8])
+    -- e = {'m', packed, 'c', ic, 't', ts}
+    trim(imp, redis.call('XLEN', imp), function(left, e)
+      return left > keep and (left > hard or tonumber(e[6]) < oldest_ok)
+    end)
+  end
+  notified = seq
+end
+
+for _, key in ipairs({meta, log, imp, pm, pn}) do
+  redis.call('PEXPIRE', key, ttl)
+end
 if has_cmid then
   redis.call('SET', cmid, seq, 'PX', ARGV[10])
 end
@@ -234,5 +265,5 @@ for _, counter in ipairs(counters) do
 end
 
 local how, channel = string.match(ARGV[12], '^(%u+) (.+)$')
-redis.call(how, channel, string.format('%d %s', seq, ARGV[13]))
+redis.call(how, channel, string.format('%d %s', notified, ARGV[13]))
 return {epoch, seq, 0}

@@ -12,6 +12,7 @@
 -- KEYS[5]  lr:{R}:vx      KEYS[6]  lr:{R}:vm      KEYS[7]  lr:{R}:vh
 --                         the current broadcast's viewers history
 -- KEYS[8]  lr:{R}:vx:<n>  KEYS[9]  lr:{R}:vm:<n>  KEYS[10] lr:{R}:vh:<n>
+-- KEYS[11] lr:{R}:pm      KEYS[12] lr:{R}:pn   (personal messages, ordinals)
 --                         where it goes, n = ARGV[1]
 --
 -- ARGV[1]  n: the current broadcast as the caller read it (names KEYS[8..10])
@@ -32,15 +33,16 @@ end
 local now, ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
 
 -- A new epoch whatever the current one: every listener resets into an empty
--- log (the ended broadcast's messages go); seq and ic go on.
+-- log (the ended broadcast's messages go, personal ones too); seq, ic, the
+-- personal sequence and the ordinals go on.
 local epoch = ARGV[2]
 if redis.call('HGET', meta, 'epoch') then
   redis.call('HSET', meta, 'epoch', epoch)
-  redis.call('DEL', log, imp)
+  redis.call('DEL', log, imp, KEYS[11])
   redis.call('HDEL', meta, 'by')
 else
   -- No log: start one at seq 0 (new_log.lua).
-  new_log(meta, log, imp, epoch)
+  new_log(meta, log, imp, KEYS[11], KEYS[12], epoch)
 end
 redis.call('HSET', meta, 'live', 1)
 redis.call('PEXPIRE', meta, ARGV[5])

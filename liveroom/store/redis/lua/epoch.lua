@@ -4,6 +4,7 @@
 -- KEYS[1]  lr:{R}:meta   hash: epoch, seq (head), ic (important count)
 -- KEYS[2]  lr:{R}:log    stream: the log
 -- KEYS[3]  lr:{R}:imp    stream: important entries kept beyond the log cap
+-- KEYS[4]  lr:{R}:pm     stream: personal messages   KEYS[5]  lr:{R}:pn  hash: ordinals
 --
 -- ARGV[1]  a new random epoch (from the caller)
 -- ARGV[2]  the stale epoch to replace with ARGV[1], or '' to replace none
@@ -17,12 +18,12 @@
 -- (append.lua extends it to ARGV[3] with the first message), unless an
 -- operator started it (field 'live', see start.lua).
 
-local meta, log, imp = KEYS[1], KEYS[2], KEYS[3]
+local meta, log, imp, pm, pn = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local epoch = redis.call('HGET', meta, 'epoch')
 if not epoch then
   -- No log: start one at seq 0 (new_log.lua).
   epoch = ARGV[1]
-  new_log(meta, log, imp, epoch)
+  new_log(meta, log, imp, pm, pn, epoch)
   redis.call('PEXPIRE', meta, ARGV[5])
   return epoch
 elseif ARGV[2] ~= '' and epoch == ARGV[2] then
@@ -34,5 +35,7 @@ if ARGV[4] == '1' and (redis.call('HGET', meta, 'seq') ~= '0'
   redis.call('PEXPIRE', meta, ARGV[3])
   redis.call('PEXPIRE', log, ARGV[3])
   redis.call('PEXPIRE', imp, ARGV[3])
+  redis.call('PEXPIRE', pm, ARGV[3])
+  redis.call('PEXPIRE', pn, ARGV[3])
 end
 return epoch

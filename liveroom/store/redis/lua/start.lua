@@ -7,6 +7,7 @@
 -- KEYS[1]  lr:{R}:meta    hash: epoch, seq (head), ic, live
 -- KEYS[2]  lr:{R}:log     KEYS[3]  lr:{R}:imp
 -- KEYS[4]  lr:{R}:bc      hash: n = the current broadcast (absent: 1)
+-- KEYS[5]  lr:{R}:pm      KEYS[6]  lr:{R}:pn   (personal messages, ordinals)
 --
 -- ARGV[1]  a new random epoch (used only for a room with no log)
 -- ARGV[2]  room_ttl_ms
@@ -19,12 +20,12 @@ local epoch = redis.call('HGET', meta, 'epoch')
 local created = 0
 if not epoch then
   epoch = ARGV[1]
-  new_log(meta, log, imp, epoch)
+  new_log(meta, log, imp, KEYS[5], KEYS[6], epoch)
   created = 1
 end
 redis.call('HSET', meta, 'live', 1)
 redis.call('HDEL', meta, 'by')  -- an operator's room, not its first sender's
-for i = 1, 3 do
+for _, i in ipairs({1, 2, 3, 5, 6}) do
   redis.call('PEXPIRE', KEYS[i], ARGV[2])
 end
 if created == 1 then

@@ -2,6 +2,7 @@
 --
 -- KEYS[1]  lr:{R}:meta   hash: epoch, seq (head), ic
 -- KEYS[2]  lr:{R}:log    KEYS[3]  lr:{R}:imp
+-- KEYS[4]  lr:{R}:pm     KEYS[5]  lr:{R}:pn
 --
 -- ARGV[1]  room_ttl_ms
 --
@@ -12,7 +13,7 @@
 -- other once read.
 -- Returns 1 when the expiry was pushed back, else 0.
 
-local meta, log, imp = KEYS[1], KEYS[2], KEYS[3]
+local meta = KEYS[1]
 local seq = redis.call('HGET', meta, 'seq')
 if not seq then
   return 0
@@ -22,7 +23,7 @@ if seq == '0' and not redis.call('HGET', meta, 'live') then
 end
 local ttl = ARGV[1]
 redis.call('HDEL', meta, 'by')  -- read: no longer a room of its sender alone
-redis.call('PEXPIRE', meta, ttl)
-redis.call('PEXPIRE', log, ttl)
-redis.call('PEXPIRE', imp, ttl)
+for i = 1, 5 do
+  redis.call('PEXPIRE', KEYS[i], ttl)
+end
 return 1
