@@ -21,7 +21,10 @@ from __future__ import annotations
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from .personal import Personal
 
 
 class Item(NamedTuple):
@@ -59,6 +62,11 @@ class Snapshot:
     anchor_ic: int = 0
     index: tuple[int, ...] = ()
     """Seqs of every important message in (anchor_seq, head]."""
+    phead: int = 0
+    """Position of the newest personal message this snapshot knows of."""
+    personal: Personal | None = field(default=None, compare=False, repr=False)
+    """The room's personal messages (:mod:`.personal`), read up to ``phead``;
+    ``None`` while the room has had none this epoch."""
     memo: dict[object, tuple[Delivery, bytes]] = field(default_factory=dict, compare=False,
                                                        repr=False)
     """What listeners at one cursor read, and their answer's encoded head,
@@ -77,6 +85,12 @@ class Snapshot:
         if position >= self.head:
             return self.head_ic
         return self.anchor_ic + bisect_right(self.index, position)
+
+
+def moved_past(snap: Snapshot, given: Snapshot) -> bool:
+    """Whether ``snap`` is further on than ``given``: another epoch, a newer
+    message, or a newer personal message."""
+    return snap.epoch != given.epoch or snap.head > given.head or snap.phead > given.phead
 
 
 def absent(room: str) -> Snapshot:
@@ -106,10 +120,16 @@ class Delivery(NamedTuple):
     seq_ic: int
     """``I(seq)`` of the new cursor, for the listener's context."""
     iseq_ic: int
+    personal: tuple[Item, ...] = ()
+    """The listener's own personal messages (:mod:`.personal`): not shared
+    with other listeners, so never in what :func:`read` returns; a poll adds
+    them."""
+    pgap: int = 0
 
     @property
     def empty(self) -> bool:
-        return not self.important and not self.messages and not self.gap and not self.igap
+        return not (self.important or self.messages or self.gap or self.igap
+                    or self.personal or self.pgap)
 
 
 def _count_at(snap: Snapshot, position: int, hint: int | None) -> int:

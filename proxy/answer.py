@@ -13,7 +13,7 @@ import msgpack
 import orjson
 
 from liveroom.codec import msgpack_array_header, msgpack_map_header
-from liveroom.snapshot import Delivery
+from liveroom.snapshot import Delivery, Item
 
 _FIELDS = 12
 
@@ -57,18 +57,39 @@ def head(room: str, epoch: str, d: Delivery, *, reset: bool, online: int,
     return build(room, epoch, d, reset, online, interval_ms)
 
 
+_PSEQ_MP = _pack("pseq")
+_PERSONAL_MP = _pack("personal")
+_PGAP_MP = _pack("pgap")
 _SPREAD_MP = _pack("spread")
-_MAP_WITH_SPREAD = msgpack_map_header(_FIELDS + 1)
 
 
-def finish(head: bytes, ctx: str, use_msgpack: bool, spread: int | None = None) -> bytes:
-    """The whole answer: ``head``, the listener's ``ctx`` and, in a vip room,
-    its routing hint ``spread``."""
-    if spread is None:
-        if use_msgpack:
-            return head + _pack(ctx)
-        return head + ctx.encode() + b'"}'
+def finish(head: bytes, ctx: str, use_msgpack: bool, spread: int | None = None,
+           pseq: int = 0, personal: tuple[Item, ...] = (), pgap: int = 0) -> bytes:
+    """The whole answer: ``head``, then what is the listener's own: its
+    ``ctx``, its personal cursor ``pseq``, its personal messages and
+    ``pgap`` (only when there are some) and, in a vip room, its routing hint
+    ``spread``."""
     if use_msgpack:
-        # Both map headers are one byte (fixmap): the head's says 12 fields.
-        return b"".join((_MAP_WITH_SPREAD, head[1:], _pack(ctx), _SPREAD_MP, _pack(spread)))
-    return b"".join((head, ctx.encode(), b'","spread":', str(spread).encode(), b"}"))
+        # The head's map header is one byte (fixmap) saying 12 fields.
+        parts = [b"", head[1:], _pack(ctx), _PSEQ_MP, _pack(pseq)]
+        fields = _FIELDS + 1
+        if personal:
+            parts += (_PERSONAL_MP, msgpack_array_header(len(personal)),
+                      *(i.mp for i in personal))
+            fields += 1
+        if pgap:
+            parts += (_PGAP_MP, _pack(pgap))
+            fields += 1
+        if spread is not None:
+            parts += (_SPREAD_MP, _pack(spread))
+            fields += 1
+        parts[0] = msgpack_map_header(fields)
+        return b"".join(parts)
+    tail = b'","pseq":' + str(pseq).encode()
+    if personal:
+        tail += b',"personal":[' + b",".join(i.json for i in personal) + b"]"
+    if pgap:
+        tail += b',"pgap":' + str(pgap).encode()
+    if spread is not None:
+        tail += b',"spread":' + str(spread).encode()
+    return head + ctx.encode() + tail + b"}"

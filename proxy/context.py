@@ -1,9 +1,11 @@
 """The listener's context (``ctx``): what the server tells itself across polls.
 
-A ``ctx`` is 55 characters of base64url: a version byte, three 64-bit
+A ``ctx`` is 66 characters of base64url: a version byte, four 64-bit
 integers (the important counts at the answer's cursors, so ``gap``/``igap``
-stay exact for a listener older than what a node keeps, and the time of the
-last non-empty answer, for the adaptive hold) and a 16-byte MAC: keyed
+stay exact for a listener older than what a node keeps; the time of the
+last non-empty answer, for the adaptive hold; the listener's ordinal among
+its personal messages at its ``pseq`` plus one, 0 when unknown, so ``pgap``
+is exact, see :mod:`liveroom.personal`) and a 16-byte MAC: keyed
 BLAKE2s over those bytes and what the context is bound to (room, uid, epoch,
 and the answer's cursors), under a secret every node over one store shares.
 The bound values are in the request already, so they are not repeated in the
@@ -21,8 +23,8 @@ import hmac
 import struct
 from typing import NamedTuple
 
-_VERSION = 2
-_FIELDS = struct.Struct(">BQQQ")
+_VERSION = 3
+_FIELDS = struct.Struct(">BQQQQ")
 _MAC = 16
 _SIZE = _FIELDS.size + _MAC
 _LENGTH = (_SIZE * 4 + 2) // 3
@@ -37,6 +39,8 @@ class Context(NamedTuple):
     iseq_ic: int
     last_ms: int
     """When this listener last got a non-empty answer (ms since the epoch)."""
+    pn: int | None = None
+    """Its personal messages in the room up to its ``pseq`` (``None``: unknown)."""
 
 
 class ContextSigner:
@@ -52,9 +56,9 @@ class ContextSigner:
         return mac.digest()
 
     def sign(self, room: str, uid: str, epoch: str, seq: int, iseq: int, seq_ic: int,
-             iseq_ic: int, last_ms: int) -> str:
+             iseq_ic: int, last_ms: int, pn: int | None = None) -> str:
         """The context of an answer at ``(seq, iseq)`` of ``epoch`` (see :class:`Context`)."""
-        fields = _FIELDS.pack(_VERSION, seq_ic, iseq_ic, last_ms)
+        fields = _FIELDS.pack(_VERSION, seq_ic, iseq_ic, last_ms, 0 if pn is None else pn + 1)
         raw = fields + self._mac(fields, room, uid, epoch, seq, iseq)
         return binascii.b2a_base64(raw, newline=False).translate(_TO_URL).decode()[:_LENGTH]
 
@@ -72,5 +76,5 @@ class ContextSigner:
         if raw[0] != _VERSION or not hmac.compare_digest(
                 raw[_FIELDS.size:], self._mac(fields, room, uid, epoch, seq, iseq)):
             return None
-        _, seq_ic, iseq_ic, last_ms = _FIELDS.unpack(fields)
-        return Context(seq_ic, iseq_ic, last_ms)
+        _, seq_ic, iseq_ic, last_ms, pn = _FIELDS.unpack(fields)
+        return Context(seq_ic, iseq_ic, last_ms, pn - 1 if pn else None)

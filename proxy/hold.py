@@ -7,8 +7,13 @@ reader is remote) whatever the number of held polls.
 A held poll is a callback (:class:`Wakeable`), not a task: holding one costs a
 :class:`HeldPoll` in its room's structures, and waking one is a call.
 
-*Plain* polls (a room under the first tier) are all woken at every change and
-re-read; their timeouts share one :class:`~proxy.deadlines.Deadlines` per
+*Personal* messages wake only their addressees' polls, plain or paced (one
+dictionary lookup per message): a pull that brought only personal messages
+wakes nobody else, so a room's thousands of personal messages a second cost
+per message, never per listener.
+
+*Plain* polls (a room under the first tier) are all woken at every change of
+the room's messages and re-read; their timeouts share one :class:`~proxy.deadlines.Deadlines` per
 loop. The watcher wakes all of a room's plain polls in one go, as a paced
 room's ticker releases its due polls: a message reaches every listener before
 the loop reads their next polls. (Letting the loop run between slices of a
@@ -62,7 +67,7 @@ from typing import Protocol
 from liveroom.clock import Clock
 from liveroom.errors import Overloaded
 from liveroom.roles import RoomReader
-from liveroom.snapshot import Snapshot
+from liveroom.snapshot import Snapshot, moved_past
 
 from .deadlines import Deadlines
 
@@ -170,8 +175,7 @@ def cut_fires(newest: int, cut_upto: int, cut_late: bool, now: float, last_cut: 
 
 
 def _moved_past(current: Snapshot, given: Snapshot) -> bool:
-    return current is not given and (current.epoch != given.epoch
-                                      or current.head > given.head)
+    return current is not given and moved_past(current, given)
 
 
 class Holds:
@@ -335,7 +339,8 @@ class Holds:
         state = self._room(room, snapshot)
         if _moved_past(snapshot, state.snapshot):
             # The reader's snapshot is the newest; the watcher has yet to see it.
-            state.snapshot, state.changed = snapshot, True
+            old, state.snapshot, state.changed = state.snapshot, snapshot, True
+            self._wake_addressees(state, old, snapshot)
         held_poll = HeldPoll(poll, room, state, True, uid, epoch=epoch, top=max(seq, iseq),
                         iseq=iseq, pending=pending)
         if iseq < state.cut_upto:
@@ -374,9 +379,10 @@ class Holds:
                     logger.exception("watching room %s failed", name)
                     await asyncio.sleep(0.1)
                     continue
-                room.snapshot, room.changed = snap, True
-                if room.waiters:
+                old, room.snapshot, room.changed = room.snapshot, snap, True
+                if room.waiters and (snap.head != old.head or snap.epoch != old.epoch):
                     self._wake_plain(room, snap)
+                self._wake_addressees(room, old, snap)
         finally:
             room.watcher = None
             if room.empty and room.ticker is None and self._rooms.get(name) is room:
@@ -397,6 +403,27 @@ class Holds:
                     held_poll.poll.wake(snap)  # a poll's wake answers its own failures
         finally:
             room.waking = False
+
+    def _wake_addressees(self, room: _Room, old: Snapshot, snap: Snapshot) -> None:
+        """Wake the held polls of the listeners ``snap`` brought personal
+        messages for since ``old`` (plain or paced, at once)."""
+        personal = snap.personal
+        if personal is None or snap.phead <= old.phead:
+            return
+        after = old.phead if old.personal is personal else 0
+        plain, paced = room.plain_by_uid, room.paced_by_uid
+        # Like _wake_plain: the room stays while it wakes (the watcher or the
+        # poll being held goes on with it; an empty room is left by them).
+        waking, room.waking = room.waking, True
+        try:
+            for uid in personal.addressees(after, snap.phead):
+                for mine in (plain.get(uid), paced.get(uid)):
+                    if mine:
+                        for held_poll in list(mine):
+                            if self._take(held_poll):
+                                self._wake(held_poll, snap)
+        finally:
+            room.waking = waking
 
     async def _tick_forever(self, name: str, room: _Room) -> None:
         try:

@@ -40,6 +40,8 @@ class PollParams(NamedTuple):
     recent: int
     spread: int | None = None
     """The routing hint the client echoes (``spread``), if any."""
+    pseq: int | None = None
+    """The personal cursor the client echoes (``pseq``), if any."""
 
 
 SPREAD_MAX = 4095
@@ -65,6 +67,8 @@ def parse_poll(room: str, query: Mapping[str, str], *, default_timeout: float,
         if "recent" in query else recent_default
     raw_spread = query.get("spread")
     spread = None if raw_spread is None else parse_count("spread", raw_spread, 0, SPREAD_MAX)
+    raw_pseq = query.get("pseq")
+    pseq = None if raw_pseq is None else parse_count("pseq", raw_pseq)
     raw_seq = query.get("seq")
     epoch = query.get("epoch")
     if epoch is not None and not _EPOCH.fullmatch(epoch):
@@ -80,7 +84,7 @@ def parse_poll(room: str, query: Mapping[str, str], *, default_timeout: float,
             parse_count("iseq", raw_iseq)
             if epoch is None:
                 raise BadRequest("epoch is required with iseq")
-        return PollParams(room, uid, None, timeout, recent, spread)
+        return PollParams(room, uid, None, timeout, recent, spread, pseq)
     seq = int(raw_seq) if is_digits(raw_seq) else parse_count("seq", raw_seq)
     if seq > MAX_INT:
         parse_count("seq", raw_seq)
@@ -93,7 +97,7 @@ def parse_poll(room: str, query: Mapping[str, str], *, default_timeout: float,
             parse_count("iseq", raw_iseq)
     if epoch is None:
         raise BadRequest("epoch is required with seq")
-    return PollParams(room, uid, Cursor(epoch, seq, iseq, ctx), timeout, recent, spread)
+    return PollParams(room, uid, Cursor(epoch, seq, iseq, ctx), timeout, recent, spread, pseq)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +107,8 @@ class SendParams:
     body: Any
     important: bool
     client_msg_id: str | None
+    to: str | None = None
+    """The addressee of a personal message (then ``important`` is true)."""
 
 
 def parse_send(doc: Any, *, max_body: int, uid_required: bool = True) -> SendParams:
@@ -122,16 +128,21 @@ def parse_send(doc: Any, *, max_body: int, uid_required: bool = True) -> SendPar
     check_value(body)
     if json_size(body) > max_body:
         raise TooLarge(f"body is larger than {max_body} bytes")
-    important = doc.get("important", False)
+    to = doc.get("to")
+    if to is not None:
+        check_name("to", to)
+    important = doc.get("important", to is not None)
     if not isinstance(important, bool):
         raise BadBody("important must be true or false")
+    if to is not None and not important:
+        raise BadBody("a personal message (to) is important: leave important out or true")
     cmid = doc.get("client_msg_id")
     if cmid is not None:
         check_client_msg_id(cmid)
-    unknown = set(doc) - {"uid", "body", "important", "client_msg_id"}
+    unknown = set(doc) - {"uid", "body", "important", "client_msg_id", "to"}
     if unknown:
         raise BadBody(f"unknown fields: {', '.join(sorted(unknown))}")
-    return SendParams(uid, body, important, cmid)
+    return SendParams(uid, body, important, cmid, to)
 
 
 MEMBERS_PAGE_MAX = 1000

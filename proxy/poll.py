@@ -47,6 +47,7 @@ from liveroom.clock import Clock
 from liveroom.codec import JSON, MSGPACK, wants_msgpack
 from liveroom.errors import LiveroomError
 from liveroom.metrics import Metrics
+from liveroom.personal import PersonalRead, read_personal
 from liveroom.roles import RoomReader, StatsReader
 from liveroom.settings import Settings
 from liveroom.snapshot import ABSENT_EPOCH, Delivery, Snapshot, read, recent
@@ -79,7 +80,7 @@ logger = logging.getLogger("liveroom.proxy")
 
 OUTCOMES = ("first", "reset", "delivered", "empty")
 """What a poll's answer was, as the ``liveroom_polls`` metric counts it."""
-_FIRST, _RESET, _DELIVERED, _EMPTY, _IMPORTANT, _NORMAL = range(6)
+_FIRST, _RESET, _DELIVERED, _EMPTY, _IMPORTANT, _NORMAL, _PERSONAL = range(7)
 
 MEMO_MAX = 64
 """Answers kept per snapshot (distinct cursors and formats)."""
@@ -111,10 +112,11 @@ class Polls:
         self._loop: asyncio.AbstractEventLoop | None = None
         # Counted in plain integers and added to the metrics when they are
         # rendered or refreshed: a Prometheus increment takes a lock.
-        self.tally = [0] * 6
+        self.tally = [0] * 7
         self._counters = [*(metrics.polls.labels(o) for o in OUTCOMES),
                           metrics.deliveries.labels("important"),
-                          metrics.deliveries.labels("normal")]
+                          metrics.deliveries.labels("normal"),
+                          metrics.deliveries.labels("personal")]
         self._refused = metrics.refused_polls.labels("node_full")
         self._superseded = metrics.superseded_polls
         metrics.before_render(self.flush_tally)
@@ -193,12 +195,17 @@ class Poll:
         "held_as",
         "held_poll",
         "hint_iseq",
+        "hint_pn",
         "hint_seq",
         "last",
         "online",
         "p",
         "pace",
         "paced_deadline",
+        "pn_out",
+        "pn_read",
+        "pseq_in",
+        "pseq_out",
         "recent",
         "task",
         "use_msgpack",
@@ -223,6 +230,14 @@ class Poll:
         """The last read, empty (an empty answer carries its counts)."""
         self.hint_seq: int | None = None
         self.hint_iseq: int | None = None
+        self.hint_pn: int | None = None
+        self.pn_read = False
+        """The listener's ordinal among its personal messages was read from its ``ctx``."""
+        self.pseq_in: int | None = None
+        """The personal cursor read from: the one echoed, else the head when first read."""
+        self.pseq_out = 0
+        self.pn_out: int | None = None
+        """The personal cursor and its ordinal the answer carries (set by each read)."""
         self.due = 0.0
         self.paced_deadline = 0.0
         """When a paced poll is due and when it times out, on the clock's monotonic time."""
@@ -287,9 +302,10 @@ class Poll:
         self.checked = True
         ctx = polls.signer.verify(cursor.ctx, p.room, p.uid, cursor.epoch, cursor.seq,
                                   cursor.iseq)
+        self.pn_read = True
         if ctx is None:
             return now_ms
-        self.hint_seq, self.hint_iseq = ctx.seq_ic, ctx.iseq_ic
+        self.hint_seq, self.hint_iseq, self.hint_pn = ctx.seq_ic, ctx.iseq_ic, ctx.pn
         return min(ctx.last_ms, now_ms)
 
     def _decide(self, snap: Snapshot, confirmed: bool) -> None:
@@ -315,6 +331,13 @@ class Poll:
             assert snap is not None
             assert cursor is not None
             d, head = self._read(snap, cursor, self.online)
+            mine = self._personal(snap, cursor)
+            if mine is not None and (mine.items or mine.pgap):
+                if d.empty:
+                    head = answer.head(snap.room, snap.epoch, d, reset=False,
+                                       online=self.online, interval_ms=pace.interval_ms,
+                                       use_msgpack=self.use_msgpack)
+                d = d._replace(personal=mine.items, pgap=mine.pgap)
             s = step(snap, cursor, pace, now_ms, d, held_as=held_as)
             if s == DELIVER:
                 self._send(snap.epoch, d, head, now_ms, _DELIVERED)
@@ -363,11 +386,41 @@ class Poll:
             interval_ms=pace.interval_ms, use_msgpack=self.use_msgpack)
         return self._keep(memo, key, d, head)
 
+    def _personal(self, snap: Snapshot, cursor: Cursor) -> PersonalRead | None:
+        """The listener's own personal messages pending in ``snap`` (one
+        dictionary lookup when it has none), and the personal cursor and
+        ordinal its answer will carry."""
+        pseq = self.pseq_in
+        if pseq is None:
+            p = self.p
+            pseq = self.pseq_in = p.pseq if p.pseq is not None else snap.phead
+        personal = snap.personal
+        uid = self.p.uid
+        if personal is None or uid not in personal.boxes:
+            self.pseq_out = max(pseq, snap.phead)
+            self.pn_out = self.hint_pn
+            return None
+        if not self.pn_read:
+            # Its ordinal at its cursor, for what it missed: only listeners
+            # with personal messages held pay for reading their context.
+            self.pn_read = True
+            ctx = self._polls.signer.verify(cursor.ctx, snap.room, uid, cursor.epoch,
+                                            cursor.seq, cursor.iseq)
+            if ctx is not None:
+                self.hint_pn = ctx.pn
+        mine = read_personal(personal, snap.phead, uid, pseq, self.hint_pn)
+        assert mine is not None
+        self.pseq_out, self.pn_out = mine.pseq, mine.pn
+        return mine
+
     def _recent(self, snap: Snapshot, outcome: int, count: int, now_ms: int) -> None:
         """A first poll's answer, or a reset's: the last ``count`` messages,
-        cursors at the heads."""
+        cursors at the heads (the personal one too, its pending messages
+        skipped like the important ones)."""
         pace = self.pace
         assert pace is not None
+        mine = read_personal(snap.personal, snap.phead, self.p.uid, snap.phead, None)
+        self.pseq_out, self.pn_out = snap.phead, mine.pn if mine is not None else None
         reset = outcome == _RESET
         memo = snap.memo
         key = ("recent", count, reset, self.use_msgpack, self.online, pace.interval_ms)
@@ -488,10 +541,13 @@ class Poll:
             tally[_IMPORTANT] += len(d.important)
         if d.messages:
             tally[_NORMAL] += len(d.messages)
+        if d.personal:
+            tally[_PERSONAL] += len(d.personal)
         ctx = polls.signer.sign(p.room, p.uid, epoch, d.seq, d.iseq, d.seq_ic, d.iseq_ic,
-                                now_ms)
+                                now_ms, self.pn_out)
         use_msgpack = self.use_msgpack
-        self.finish(Reply(200, answer.finish(head, ctx, use_msgpack, self._spread()),
+        self.finish(Reply(200, answer.finish(head, ctx, use_msgpack, self._spread(),
+                                             self.pseq_out, d.personal, d.pgap),
                            MSGPACK if use_msgpack else JSON))
 
     def _empty(self) -> None:
@@ -506,11 +562,12 @@ class Poll:
             cursor, int(polls.clock.time() * 1000))
         polls.tally[_EMPTY] += 1
         ctx = polls.signer.sign(p.room, p.uid, cursor.epoch, d.seq, d.iseq, d.seq_ic,
-                                d.iseq_ic, last_ms)
+                                d.iseq_ic, last_ms, self.pn_out)
         head = answer.head(p.room, cursor.epoch, d, reset=False,
                            online=self.online, interval_ms=pace.interval_ms,
                            use_msgpack=self.use_msgpack)
-        self.finish(Reply(200, answer.finish(head, ctx, self.use_msgpack, self._spread()),
+        self.finish(Reply(200, answer.finish(head, ctx, self.use_msgpack, self._spread(),
+                                             self.pseq_out),
                            MSGPACK if self.use_msgpack else JSON))
 
     def _spread(self) -> int | None:

@@ -12,7 +12,7 @@ mode every send carries ``Authorization: Bearer``: the publisher or admin
 token (the business backend, speaking for the uid its body names: a user or
 "system"), or a ticket good for the room, whose ``sub`` is the uid (a body
 naming another uid is refused, 401) and whose ``publish`` claim allows an
-important message (403 without it). Ticket holders are rate limited like any
+important message, personal ones too (403 without it). Ticket holders are rate limited like any
 sender, per their ticket's uid; the backend's tokens are not.
 """
 
@@ -129,7 +129,8 @@ class Sends:
         assert uid is not None  # parse_send required it where no ticket names it
         limits = self.settings.rate_limits
         message = NewMessage(uid=uid, body=sp.body, important=sp.important,
-                             ts=int(self._clock.time() * 1000), client_msg_id=sp.client_msg_id)
+                             ts=int(self._clock.time() * 1000), client_msg_id=sp.client_msg_id,
+                             to=sp.to)
         outcomes = self._outcomes
         refusal = None if trusted else self.new_rooms.refusal(uid, message.ts)
         try:
@@ -150,5 +151,6 @@ class Sends:
         outcomes["duplicate" if appended.duplicate else "stored"].inc()
         if appended.created and not trusted:
             self.new_rooms.created(uid, message.ts)
-        return document_reply({"seq": appended.seq, "epoch": appended.epoch},
-                              use_msgpack=wants_msgpack(accept), status=201)
+        doc = {"seq": appended.seq, "epoch": appended.epoch} if sp.to is None else \
+            {"pseq": appended.seq, "epoch": appended.epoch, "to": sp.to}
+        return document_reply(doc, use_msgpack=wants_msgpack(accept), status=201)

@@ -15,7 +15,9 @@ rules live here only:
   from), then read, or reset: answered with the recent messages, paced like
   a first poll (skipping the cursor must not skip the pace);
 - a placed cursor is read; what it has pending is delivered once its pace is
-  due, otherwise the poll is held, plain or paced;
+  due, otherwise the poll is held, plain or paced; the listener's own
+  personal messages are delivered at once, due or not (they cut through
+  the hold, for one listener only);
 - a held poll the hold releases with a newer snapshot reads it again:
   another epoch is a reset at once (that snapshot is the room's newest, no
   pull confirms it), something pending is delivered (the hold judged it
@@ -133,7 +135,7 @@ def step(snap: Snapshot | None, cursor: Cursor | None, pace: Pace, now_ms: int,
     if d is not None:
         # Read where the snapshot placed the cursor. A released poll is due:
         # the hold released it.
-        if not d.empty and (held_as is not None or now_ms >= pace.due_ms):
+        if not d.empty and (held_as is not None or now_ms >= pace.due_ms or d.personal):
             return DELIVER
         return HOLD_PLAIN if pace.plain else HOLD_PACED
     if held_as is not None:

@@ -10,12 +10,14 @@ from dataclasses import dataclass
 
 from liveroom.codec import encode_message
 from liveroom.model import Entry
+from liveroom.personal import Personal
 from liveroom.settings import (
     IMPORTANT_HARD_CAP,
     IMPORTANT_KEEP,
     IMPORTANT_WINDOW,
     INDEX_KEEP,
     NORMAL_KEEP,
+    PERSONAL_HARD_CAP,
 )
 from liveroom.snapshot import Item, Snapshot
 from liveroom.store.base import Pulled
@@ -27,6 +29,7 @@ class Retention:
     important_keep: int = IMPORTANT_KEEP
     important_window_ms: int = int(IMPORTANT_WINDOW * 1000)
     important_hard_cap: int = IMPORTANT_HARD_CAP
+    personal_hard_cap: int = PERSONAL_HARD_CAP
     index_keep: int = INDEX_KEEP
 
 
@@ -54,10 +57,30 @@ def advance(old: Snapshot | None, pulled: Pulled, after: int, keep: Retention,
     afresh, then ``after`` is 0). When the pull is complete the counting anchor
     stays; otherwise the anchor moves to the start of the contiguous run of
     new entries, the last stretch this node knows every message of.
+
+    Personal messages go to the room's :class:`~liveroom.personal.Personal`,
+    shared with ``old`` (a new one for a new epoch) and trimmed here.
     """
     assert pulled.epoch is not None
     entries = pulled.entries
+    personal = old.personal if old is not None else None
+    phead = max(pulled.phead, old.phead) if old is not None else pulled.phead
+    news = pulled.personal
+    if news:
+        if old is not None:
+            news = tuple(e for e in news if e.seq > old.phead)
+        if personal is None:
+            personal = Personal(hard_cap=keep.personal_hard_cap,
+                                window_ms=keep.important_window_ms)
+        personal.add(news, _item)
+    if personal is not None:
+        personal.trim(now_ms)
     if old is not None and not entries and pulled.head == old.head:
+        if phead != old.phead or personal is not old.personal:
+            old = Snapshot(
+                room=old.room, epoch=old.epoch, head=old.head, head_ic=old.head_ic,
+                normal=old.normal, important=old.important, anchor_seq=old.anchor_seq,
+                anchor_ic=old.anchor_ic, index=old.index, phead=phead, personal=personal)
         return _trim_important(old, keep, now_ms)
     new_normal = [_item(e) for e in entries if not e.important]
     new_important = [_item(e) for e in entries if e.important]
@@ -95,6 +118,8 @@ def advance(old: Snapshot | None, pulled: Pulled, after: int, keep: Retention,
         anchor_seq=anchor_seq,
         anchor_ic=anchor_ic,
         index=tuple(index),
+        phead=phead,
+        personal=personal,
     )
     return _trim_important(snap, keep, now_ms)
 
@@ -115,5 +140,5 @@ def _trim_important(snap: Snapshot, keep: Retention, now_ms: int) -> Snapshot:
     return Snapshot(
         room=snap.room, epoch=snap.epoch, head=snap.head, head_ic=snap.head_ic,
         normal=snap.normal, important=imp[drop:], anchor_seq=snap.anchor_seq,
-        anchor_ic=snap.anchor_ic, index=snap.index,
+        anchor_ic=snap.anchor_ic, index=snap.index, phead=snap.phead, personal=snap.personal,
     )

@@ -91,7 +91,7 @@ DEFAULT_LIMITS = SectLimits()
 
 
 def _same(a: Snapshot, b: Snapshot) -> bool:
-    return a.epoch == b.epoch and a.head == b.head
+    return a.epoch == b.epoch and a.head == b.head and a.phead == b.phead
 
 
 ABSENT_RECHECK = 5.0
@@ -347,12 +347,14 @@ class RoomCache:
     # -- notifies ------------------------------------------------------------
 
     def on_notify(self, room: str, seq: int) -> None:
-        """A hint that ``room`` reached ``seq``: pull it if we hold it and lag."""
+        """A hint that ``room`` reached ``seq`` (0: that it changed otherwise):
+        pull it if we hold it and lag."""
         self._metrics.notifies.inc()
         state = self._get(room)
         if state is None:
             return
-        if state.snapshot is None or seq > state.snapshot.head:
+        if state.snapshot is None or seq > state.snapshot.head or seq == 0:
+            # seq 0: a personal message (or a room an operator opened).
             self.request_pull(room)
 
     def on_resync(self, rooms: Collection[str] | None = None) -> None:
@@ -405,10 +407,11 @@ class RoomCache:
                 state.confirm_now.append(state.confirm_next)
                 state.confirm_next = None
             snap = state.snapshot
-            after = 0 if snap is None or state.restart else snap.head
+            after, pafter = (0, 0) if snap is None or state.restart \
+                else (snap.head, snap.phead)
             # Read enough entries for the normal list even with important ones
             # interleaved (those beyond the log are returned anyway).
-            requests.append(PullRequest(state.name, after, self._pull_limit))
+            requests.append(PullRequest(state.name, after, self._pull_limit, pafter))
         self._metrics.pull_batches.inc()
         try:
             results = await self._log.pull(requests)
@@ -457,7 +460,8 @@ class RoomCache:
             state.restart = True
             self.request_pull(state.name)
             return
-        if old is not None and pulled.epoch == old.epoch and pulled.head < old.head:
+        if old is not None and pulled.epoch == old.epoch and (
+                pulled.head < old.head or pulled.phead < old.phead):
             if self._log.reads_replicas:
                 # A replica behind the one read before catches up within
                 # moments: keep the snapshot and pull again at the fallback.
@@ -469,8 +473,9 @@ class RoomCache:
             state.behind_since = None
             # The store went backwards within an epoch (a failover lost writes):
             # never let a snapshot go back; start a new epoch instead.
-            logger.warning("room %s: store head %d behind cache head %d, new epoch",
-                        state.name, pulled.head, old.head)
+            logger.warning("room %s: store heads %d/%d behind cache heads %d/%d (room/"
+                           "personal), new epoch", state.name, pulled.head, pulled.phead,
+                           old.head, old.phead)
             await self._log.renew_epoch(state.name, old.epoch)
             state.restart = True
             self.request_pull(state.name)

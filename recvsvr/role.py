@@ -37,7 +37,7 @@ from liveroom.clock import Clock
 from liveroom.errors import StoreUnavailable
 from liveroom.metrics import Metrics
 from liveroom.settings import Settings
-from liveroom.snapshot import Snapshot, sent_per_minute
+from liveroom.snapshot import Snapshot, moved_past, sent_per_minute
 from liveroom.store.base import MessageLog, Notifier
 
 from .build import Retention
@@ -54,11 +54,6 @@ class _Waits:
     moved: asyncio.Future[None] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future())
     count: int = 0
-
-
-def _past(snap: Snapshot, given: Snapshot) -> bool:
-    """Whether ``snap`` moved past ``given`` (another epoch, or further on)."""
-    return snap.epoch != given.epoch or snap.head > given.head
 
 
 class Recvsvr:
@@ -193,7 +188,7 @@ class Recvsvr:
                 got = changed.result()  # what the sect returned, or raised
             else:
                 got = await self._pull_moved(room)
-            if _past(got, snapshot):
+            if moved_past(got, snapshot):
                 return got
             # Not further than what the caller has (a sect that had not pulled
             # the room yet): wait for this sect to move past its own snapshot.

@@ -139,11 +139,16 @@ async def running_node(store: str = "memory", clock: Clock | None = None,
 
 async def send(session: aiohttp.ClientSession, url: str, room: str, body: Any, *,
                important: bool = False, uid: str = "sender",
-               client_msg_id: str | None = None) -> dict[str, Any]:
-    doc: dict[str, Any] = {"uid": uid, "body": body, "important": important}
+               client_msg_id: str | None = None, to: str | None = None) -> dict[str, Any]:
+    """Send one message (``to``: a personal one, with the publisher token)."""
+    doc: dict[str, Any] = {"uid": uid, "body": body}
+    if to is None:
+        doc["important"] = important
+    else:
+        doc["to"] = to
     if client_msg_id is not None:
         doc["client_msg_id"] = client_msg_id
-    headers = {"Authorization": f"Bearer {PUBLISHER}"} if important else {}
+    headers = {"Authorization": f"Bearer {PUBLISHER}"} if important or to else {}
     async with session.post(f"{url}/v1/rooms/{room}/messages", json=doc,
                             headers=headers) as resp:
         assert resp.status == 201, await resp.text()
@@ -173,13 +178,22 @@ class Listener:
     ctx: str | None = None
     spread: int | None = None
     """A vip room's routing hint from the last answer, echoed as a client does."""
+    pseq: int | None = None
+    """The personal cursor from the last answer, echoed as a client does."""
     received: list[dict[str, Any]] = field(default_factory=list)
+    personal: list[dict[str, Any]] = field(default_factory=list)
+    """The personal messages it got, in order."""
     answers: list[dict[str, Any]] = field(default_factory=list)
+    via: list[str | None] = field(default_factory=list)
+    """Each answer's ``X-Upstream`` header: the node a load balancer that
+    sets it (the spread test's nginx) passed the poll to."""
 
     async def poll(self, url: str, timeout: int = 25, **extra: Any) -> dict[str, Any]:
         params: dict[str, Any] = {"uid": self.uid, "timeout": timeout}
         if self.spread is not None:
             params["spread"] = self.spread
+        if self.pseq is not None:
+            params["pseq"] = self.pseq
         params.update(extra)
         if self.seq is not None:
             params.update(epoch=self.epoch, seq=self.seq, iseq=self.iseq, ctx=self.ctx or "")
@@ -188,11 +202,14 @@ class Listener:
             if resp.status != 200:
                 raise PollRefused(resp.status, await resp.text())
             answer: dict[str, Any] = await resp.json()
+            self.via.append(resp.headers.get("X-Upstream"))
         self.epoch, self.seq, self.iseq = answer["epoch"], answer["seq"], answer["iseq"]
         self.ctx = answer["ctx"]
         self.spread = answer.get("spread")
+        self.pseq = answer["pseq"]
         self.answers.append(answer)
         self.received += answer["important"] + answer["messages"]
+        self.personal += answer.get("personal", [])
         return answer
 
     def bodies(self) -> list[Any]:

@@ -4,8 +4,10 @@ routing hint), then gathers on one node again once it shrinks and is demoted;
 no listener loses a message on the way.
 
 Three ``liveroom serve`` processes over one Redis, real nginx in front, real
-sockets throughout. Which node served a poll is read from each node's
-``liveroom_heartbeats_total`` (one heartbeat a poll).
+sockets throughout. Which node served a poll is read from the ``X-Upstream``
+header the test's copy of the config adds to every answer (nginx's
+``$upstream_addr``): exact per poll, unlike a node's counters, which count
+heartbeats when they are flushed.
 """
 
 from __future__ import annotations
@@ -60,8 +62,11 @@ def nginx(tmp: Path, upstreams: list[str]) -> Iterator[str]:
     assert one in snippet
     assert "    listen 80;" in snippet
     port = free_port()
+    location = "    location / {\n"
+    assert location in snippet
     snippet = snippet.replace(one, servers).replace(
-        "    listen 80;", f"    listen 127.0.0.1:{port};")
+        "    listen 80;", f"    listen 127.0.0.1:{port};").replace(
+        location, location + "        add_header X-Upstream $upstream_addr always;\n")
     (tmp / "liveroom.conf").write_text(snippet)
     conf = nginx_including(tmp, tmp / "liveroom.conf")
     proc = subprocess.Popen([binary, "-p", f"{tmp}/", "-c", str(conf),
@@ -85,31 +90,28 @@ async def metrics(session: aiohttp.ClientSession, node: str) -> str:
         return await resp.text()
 
 
-async def heartbeats(session: aiohttp.ClientSession, node: str) -> float:
-    found = re.search(r"^liveroom_heartbeats_total (\S+)$", await metrics(session, node), re.M)
-    return float(found.group(1)) if found else 0.0
-
-
 async def moves(session: aiohttp.ClientSession, node: str) -> dict[str, float]:
     text = await metrics(session, node)
     return {f"{d} {r}": float(v) for d, r, v in re.findall(
         r'^liveroom_vip_moves_total\{direction="(\w+)",reason="(\w+)"\} (\S+)$', text, re.M)}
 
 
-async def served(session: aiohttp.ClientSession, nodes: list[str],
-                 seconds: float) -> list[float]:
-    """Polls each node took during the next ``seconds``."""
-    before = [await heartbeats(session, n) for n in nodes]
-    await asyncio.sleep(seconds)
-    return [await heartbeats(session, n) - b for n, b in zip(nodes, before, strict=True)]
+def hops(listeners: list[Listener], since: list[int]) -> list[tuple[str | None, str | None]]:
+    """For each answer of ``listeners`` after their ``since`` (one index each):
+    the hint its poll echoed (the one of the answer before) and the node that
+    served it."""
+    return [(x.answers[i - 1].get("spread") if i else None, x.via[i])
+            for x, start in zip(listeners, since, strict=True)
+            for i in range(start, len(x.answers))]
 
 
 def trail(listener: Listener) -> str:
     """A listener's answers, one line each, for a failure's message."""
     return "\n".join([listener.uid] + [
         f"{a['epoch']} seq={a['seq']} iseq={a['iseq']} reset={a['reset']} gap={a['gap']} "
-        f"spread={a.get('spread')} {[m['body'] for m in a['important'] + a['messages']]}"
-        for a in listener.answers])
+        f"spread={a.get('spread')} via={via} "
+        f"{[m['body'] for m in a['important'] + a['messages']]}"
+        for a, via in zip(listener.answers, listener.via, strict=True)])
 
 
 class Audience:
@@ -177,30 +179,41 @@ async def test_a_growing_room_spreads_over_the_nodes_and_gathers_again(
 
             publisher = asyncio.create_task(publish())
             audience = Audience(session, front)
+            listeners = audience.listeners
             # A normal room: every poll on one node, no hint.
             audience.join(PROMOTE - 10)
-            await audience.until(lambda: all(len(x.answers) >= 2
-                                             for x in audience.listeners), 20)
-            counts = await served(session, nodes, 3)
-            home = max(range(3), key=lambda i: counts[i])
-            assert [n for i, n in enumerate(counts) if i != home] == [0, 0], counts
-            assert not any(x.spread is not None for x in audience.listeners)
+            await audience.until(lambda: all(len(x.answers) >= 4 for x in listeners), 20)
+            served = hops(listeners, [0] * len(listeners))
+            home = served[0][1]
+            assert home is not None
+            assert served == [(None, home)] * len(served)
 
-            # It grows past --vip-promote: vip, hints, spread over all three.
+            # It grows past --vip-promote: vip, hints, spread over all three,
+            # a listener's polls on the node its hint picks.
             audience.join(LISTENERS - (PROMOTE - 10))
-            await audience.until(lambda: all(x.spread is not None
-                                             for x in audience.listeners), 30)
-            counts = await served(session, nodes, 3)
-            assert all(n > 0 for n in counts), counts
+            await audience.until(lambda: all(x.spread is not None for x in listeners), 30)
+            since = [len(x.answers) for x in listeners]
+            await audience.until(lambda: all(len(x.answers) >= n + 4
+                                             for x, n in zip(listeners, since, strict=True)), 20)
+            served = hops(listeners, since)
+            assert {via for _, via in served} == {u.removeprefix("http://") for u in nodes}
+            node_of: dict[Any, set[str | None]] = {}
+            for hint, via in served:
+                node_of.setdefault(hint, set()).add(via)
+            assert all(len(v) == 1 for v in node_of.values()), node_of
 
-            # It shrinks below --vip-demote: back to the normal sect, on one node.
+            # It shrinks below --vip-demote: back to the normal sect; once an
+            # answer drops the hint, the next polls are all on the first node.
             await audience.leave(range(STAYING, LISTENERS))
-            staying = audience.listeners[:STAYING]
+            staying = listeners[:STAYING]
             await audience.until(lambda: all(
                 len(x.answers) >= 2 and all(a.get("spread") is None for a in x.answers[-2:])
                 for x in staying), 40)
-            counts = await served(session, nodes, 3)
-            assert [n > 0 for n in counts] == [i == home for i in range(3)], counts
+            since = [len(x.answers) for x in staying]
+            await audience.until(lambda: all(len(x.answers) >= n + 4
+                                             for x, n in zip(staying, since, strict=True)), 20)
+            assert hops(staying, since) == [(None, home)] * sum(
+                len(x.answers) - n for x, n in zip(staying, since, strict=True))
 
             sending = False
             await publisher

@@ -1,0 +1,171 @@
+"""A room's personal messages as a node holds them, and how a listener reads its own.
+
+A personal message (``"to": uid``) is for one listener of the room. It takes
+no room seq: the room numbers personal messages in a sequence of their own
+(``pseq``, one position per personal message, whoever it is for), and the
+store gives each its addressee's ordinal ``n`` (the addressee's 1st, 2nd, ...
+personal message in the room).
+
+A listener's cursor holds a ``pseq``: every personal message for it up to
+there was delivered or counted. The positions of messages for other
+listeners are holes it skips without counting anything. What it missed (its
+messages no longer held when it came back) is counted in its own ordinals:
+the first one held after its cursor, minus one, minus its ordinal at the
+cursor. That ordinal is read from the newest of its messages held at or
+before its cursor, or else from its signed context (``ctx``), which carries
+it; when neither knows it, nothing is counted (never a loss it cannot show).
+
+A node keeps one :class:`Personal` per room and epoch, grown by every pull and
+trimmed like the important list (older than the window, or beyond the hard
+cap). It is shared by the room's snapshots of that epoch, each of which reads
+it only up to its own ``phead``: a snapshot stays a consistent view although
+the mailboxes behind it grow (messages it does not know of are past its
+``phead``) and shrink (a message trimmed meanwhile is counted as missed, as it
+would be a moment later).
+
+A poll pays one dictionary lookup for its own uid; a listener with no
+personal message held costs nothing more.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, NamedTuple
+
+from .model import Entry
+
+if TYPE_CHECKING:
+    from .snapshot import Item
+
+
+@dataclass(eq=False, slots=True)
+class Mailbox:
+    """One uid's personal messages in a room, ascending position; those
+    before ``start`` were trimmed (compacted away now and then)."""
+
+    positions: list[int] = field(default_factory=list)
+    ordinals: list[int] = field(default_factory=list)
+    items: list[Item] = field(default_factory=list)
+    start: int = 0
+    head_pos: int = 0
+    """Position of the newest message for this uid this node saw (held or not)."""
+    head_n: int = 0
+    """Its ordinal: the uid's personal messages in the room up to ``head_pos``."""
+
+    @property
+    def empty(self) -> bool:
+        return self.start >= len(self.positions)
+
+    def _drop_oldest(self) -> None:
+        self.start += 1
+        start = self.start
+        if start >= len(self.positions):
+            self.positions, self.ordinals, self.items, self.start = [], [], [], 0
+        elif start > 64 and start * 2 > len(self.positions):
+            del self.positions[:start], self.ordinals[:start], self.items[:start]
+            self.start = 0
+
+
+class Personal:
+    """A room's personal messages held by this node (one epoch)."""
+
+    def __init__(self, *, hard_cap: int, window_ms: int) -> None:
+        self.hard_cap = hard_cap
+        self.window_ms = window_ms
+        self.boxes: dict[str, Mailbox] = {}
+        self.order: deque[tuple[int, int, str]] = deque()
+        """(position, ts, uid) of every held message, ascending position."""
+        self.emptied: deque[str] = deque()
+        """Uids whose mailbox lost its last message, oldest first: such a
+        mailbox is kept (its ordinal counts what its listener missed) until
+        ``hard_cap`` of them wait, then dropped oldest first."""
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def add(self, entries: Iterable[Entry], item: Callable[[Entry], Item]) -> None:
+        """Hold ``entries`` (personal, ascending position, all after those held)."""
+        boxes, order = self.boxes, self.order
+        for entry in entries:
+            to = entry.to
+            assert to is not None
+            box = boxes.get(to)
+            if box is None:
+                box = boxes[to] = Mailbox()
+            box.positions.append(entry.seq)
+            box.ordinals.append(entry.n)
+            box.items.append(item(entry))
+            box.head_pos, box.head_n = entry.seq, entry.n
+            order.append((entry.seq, entry.ts, to))
+
+    def trim(self, now_ms: int) -> None:
+        """Drop messages older than the window, and the oldest beyond the cap."""
+        order, boxes, emptied = self.order, self.boxes, self.emptied
+        oldest_ok = now_ms - self.window_ms
+        while order and (order[0][1] < oldest_ok or len(order) > self.hard_cap):
+            _, _, uid = order.popleft()
+            box = boxes[uid]
+            box._drop_oldest()
+            if box.empty:
+                emptied.append(uid)
+        while len(emptied) > self.hard_cap:
+            uid = emptied.popleft()
+            kept = boxes.get(uid)
+            if kept is not None and kept.empty:
+                del boxes[uid]
+
+    def addressees(self, after: int, upto: int) -> Iterator[str]:
+        """The uids of held messages with a position in ``(after, upto]``
+        (newest first): whose polls a pull that brought them must wake."""
+        for position, _, uid in reversed(self.order):
+            if position <= after:
+                return
+            if position <= upto:
+                yield uid
+
+
+class PersonalRead(NamedTuple):
+    """What a listener at ``pseq`` gets of its own personal messages."""
+
+    items: tuple[Item, ...]
+    pgap: int
+    """Its messages after its cursor no longer held: missed, in its own count."""
+    pseq: int
+    """Its cursor after this answer."""
+    pn: int | None
+    """Its ordinal at that cursor, for its context (``None``: unknown)."""
+
+
+def read_personal(personal: Personal | None, phead: int, uid: str, pseq: int,
+                  pn: int | None) -> PersonalRead | None:
+    """What ``uid`` at ``pseq`` (its ordinal there ``pn``, from its context,
+    if known) has of its own up to ``phead``; ``None`` when this node holds
+    no mailbox for it (nothing pending; the cursor moves to ``phead``, its
+    ordinal stays what it was)."""
+    box = personal.boxes.get(uid) if personal is not None else None
+    if box is None:
+        return None
+    if pseq > phead:
+        # Past what this node pulled (it lags the node the listener came
+        # from): nothing to read yet, the cursor and its ordinal stay.
+        return PersonalRead((), 0, pseq, pn)
+    positions, ordinals, start = box.positions, box.ordinals, box.start
+    first = bisect_right(positions, pseq, lo=start)
+    if first > start:
+        pn = ordinals[first - 1]  # exact: its newest message at or before the cursor
+    end = bisect_right(positions, phead, lo=first)
+    if end > start:
+        at_head: int | None = ordinals[end - 1]
+    else:
+        at_head = box.head_n if box.head_pos <= phead else pn
+    if first < end:
+        items = tuple(box.items[first:end])
+        missed = ordinals[first] - 1 - pn if pn is not None else 0
+    else:
+        # Nothing held after the cursor; whatever came after it was trimmed.
+        items = ()
+        missed = at_head - pn if pn is not None and at_head is not None else 0
+    return PersonalRead(items, max(0, missed), phead, at_head)
