@@ -446,6 +446,10 @@ class RoomCache:
             # No log (never written, expired, or the store lost it): the room
             # does not exist. Reading never creates it: sends and operators do.
             state.restart = False
+            if old is not None and not is_absent(old):
+                logger.warning("room %s: the store has no log of it any more (epoch %s, "
+                               "head %d here; pulled after %d)", state.name, old.epoch,
+                               old.head, request.after)
             self._install(state, old if old is not None and is_absent(old)
                           else absent(state.name))
             return

@@ -8,11 +8,12 @@ import resource
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import aiohttp
 from aiohttp import web
@@ -331,6 +332,12 @@ async def answered(clock: FakeClock, poll: Awaitable[dict[str, Any]], *,
     return task.result(), took
 
 
+def _echo(stream: IO[str], port: int) -> None:
+    """Print a node's output as it comes (pytest shows it for a failing test)."""
+    for line in stream:
+        print(f"[node :{port}] {line}", end="")
+
+
 @contextmanager
 def serve(*args: str, nofile: int | None = None) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     """A real ``liveroom serve`` process on a free port (killed on exit): its
@@ -348,6 +355,7 @@ def serve(*args: str, nofile: int | None = None) -> Iterator[tuple[str, subproce
     proc = subprocess.Popen([sys.executable, "-m", "liveroom", "serve", "--port", str(port),
                              *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, env=env, preexec_fn=limit)
+    drain: threading.Thread | None = None
     try:
         assert proc.stdout is not None
         for line in proc.stdout:  # bounded by the per-test timeout
@@ -355,10 +363,16 @@ def serve(*args: str, nofile: int | None = None) -> Iterator[tuple[str, subproce
                 break
         else:
             raise AssertionError(f"serve exited with {proc.wait()}")
+        # Drained while it runs (a full pipe would block the node's logging),
+        # printed if the test fails.
+        drain = threading.Thread(target=_echo, args=(proc.stdout, port), daemon=True)
+        drain.start()
         yield f"http://127.0.0.1:{port}", proc
     finally:
         if proc.poll() is None:
             proc.kill()
         proc.wait(timeout=10)
+        if drain is not None:
+            drain.join(timeout=10)
         if proc.stdout is not None:
             proc.stdout.close()

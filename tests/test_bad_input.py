@@ -31,7 +31,7 @@ EPOCH = "e1"
 """A well-formed epoch (not the room's: a later poll with it is a reset)."""
 
 FIELDS = {"room", "epoch", "seq", "iseq", "important", "messages", "gap", "igap",
-          "reset", "ctx", "online", "interval_ms"}
+          "reset", "ctx", "online", "interval_ms", "pseq"}
 MSG_FIELDS = {"seq", "uid", "important", "ts", "body"}
 
 MakeClient = Callable[..., Awaitable[TestClient[Any, Any]]]

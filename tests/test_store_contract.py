@@ -250,6 +250,59 @@ async def test_renew_epoch_of_a_room_without_a_log_creates_it(store: Store) -> N
     assert await pull(store, "r", 0, 5) == Pulled("r", epoch, 0, 0, (), True)
 
 
+# --- personal messages --------------------------------------------------------------
+
+
+def personal(clock: FakeClock, to: str, n: int, cmid: str | None = None) -> NewMessage:
+    return NewMessage(uid="backend", body={"n": n}, important=True,
+                      ts=int(clock.time() * 1000), client_msg_id=cmid, to=to)
+
+
+async def test_personal_messages_take_their_own_sequence_and_ordinals(
+        store: Store, fake_clock: FakeClock) -> None:
+    notified = Notified(store)
+    await hearing(store, "r")
+    await fill(store, fake_clock, "r", 2)
+    sent = [await store.log.append("r", personal(fake_clock, to, n))
+            for n, to in enumerate(["a", "b", "a"], start=1)]
+    assert [a.seq for a in sent] == [1, 2, 3]  # positions, not seqs
+    again = await store.log.append("r", personal(fake_clock, "a", 4, cmid="x"))
+    seen = await store.log.append("r", personal(fake_clock, "a", 5, cmid="x"))
+    assert (again.seq, seen.seq, seen.duplicate) == (4, 4, True)
+    # A normal client_msg_id of the same name is another one.
+    assert not (await store.log.append("r", message(fake_clock, 3, cmid="x"))).duplicate
+    pulled = await pull(store, "r", 0, 10)
+    assert (pulled.head, pulled.head_ic, seqs(pulled)) == (3, 0, [1, 2, 3])
+    assert pulled.phead == 4
+    assert [(e.seq, e.to, e.n, e.body) for e in pulled.personal] == [
+        (1, "a", 1, {"n": 1}), (2, "b", 1, {"n": 2}), (3, "a", 2, {"n": 3}),
+        (4, "a", 3, {"n": 4})]
+    assert all(e.important and e.ic == 0 for e in pulled.personal)
+    (later,) = await store.log.pull([PullRequest("r", 3, 10, 2)])
+    assert (later.entries, later.phead) == ((), 4)
+    assert [e.seq for e in later.personal] == [3, 4]
+    # Their notifies carry no seq: 0, "pull me".
+    await notified.until(7, WAIT)
+    assert [seq for _, seq in notified.got] == [1, 2, 0, 0, 0, 0, 3]
+
+
+async def test_personal_messages_are_kept_for_the_window_and_the_hard_cap(
+        engine_url: str, fake_clock: FakeClock) -> None:
+    policy = LogPolicy(log_cap=100, important_window_ms=60_000, personal_hard_cap=3)
+    async with opened(engine_url, policy, fake_clock) as store:
+        for n in range(1, 6):
+            await store.log.append("r", personal(fake_clock, "a", n))
+        assert [e.n for e in (await pull(store, "r", 0, 0)).personal] == [3, 4, 5]
+        await fake_clock.advance(61)
+        await store.log.append("r", personal(fake_clock, "b", 6))
+        pulled = await pull(store, "r", 0, 0)
+        assert [(e.to, e.n) for e in pulled.personal] == [("b", 1)]
+        assert pulled.phead == 6
+        # A new ordinal goes on from the uid's last one, kept or not.
+        await store.log.append("r", personal(fake_clock, "a", 7))
+        assert (await pull(store, "r", 0, 0)).personal[-1].n == 6
+
+
 # --- notify -------------------------------------------------------------------
 
 
