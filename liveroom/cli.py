@@ -27,6 +27,7 @@ from .client import (
     Client,
     ClientError,
     Message,
+    PersonalMessage,
     Retry,
     RoomSect,
     VipChange,
@@ -587,6 +588,10 @@ def _message_line(message: Message) -> str:
     return f"{message.seq}{mark} {message.uid}: {_body_text(message.body)}"
 
 
+def _personal_line(message: PersonalMessage) -> str:
+    return f"p{message.pseq} [to {message.to}] {message.uid}: {_body_text(message.body)}"
+
+
 def _notes(answer: Answer, first: bool) -> list[str]:
     """What an answer says besides its messages, as ``--`` lines (stderr)."""
     notes = []
@@ -602,6 +607,9 @@ def _notes(answer: Answer, first: bool) -> list[str]:
             missed.append(f"{answer.igap} important")
         notes.append(f"-- gap: missed {' and '.join(missed)} (gone before this listener "
                      f"read them)")
+    if answer.pgap:
+        notes.append(f"-- gap: missed {answer.pgap} personal message"
+                     f"{'s' * (answer.pgap != 1)} (gone before this listener read them)")
     return notes
 
 
@@ -627,7 +635,8 @@ def listen(room_name: str, uid: str | None, ticket: str | None, url: str,
 
     Each message is one line on stdout, `SEQ UID: BODY` (a body that is not a
     string printed as JSON), important ones marked `[important]` and printed
-    before the chat of the same answer. Lines starting with `--` on stderr say
+    before the chat of the same answer; the listener's own personal messages
+    come first, `pPSEQ [to UID] SENDER: BODY`. Lines starting with `--` on stderr say
     where listening began, when the room was reset (a broadcast ended) and how
     many messages were missed (gap). Network errors and busy servers (429,
     503) are retried; a refusal (a bad ticket) exits with status 1. Ctrl-C or
@@ -658,6 +667,11 @@ def listen(room_name: str, uid: str | None, ticket: str | None, url: str,
                 for line in _notes(answer, first):
                     note(line)
                 first = False
+                for mine in answer.personal:
+                    click.echo(json.dumps({"pseq": mine.pseq, "n": mine.n, "uid": mine.uid,
+                                           "to": mine.to, "important": True, "ts": mine.ts,
+                                           "body": mine.body}, ensure_ascii=False)
+                               if as_json else _personal_line(mine))
                 for message in answer.delivered:
                     click.echo(json.dumps({"seq": message.seq, "uid": message.uid,
                                            "important": message.important,
@@ -681,6 +695,9 @@ def listen(room_name: str, uid: str | None, ticket: str | None, url: str,
 @click.option("--important", is_flag=True,
               help="An important message (a system signal: never lost, delivered first); "
                    "needs --token or a ticket minted with --publish.")
+@click.option("--to", callback=_optional_uid, default=None, metavar="UID",
+              help="A personal message for UID alone (important; needs --token or a "
+                   "ticket minted with --publish); prints its pseq.")
 @click.option("--json", "as_json", is_flag=True,
               help="TEXT is a JSON value (an object, a number...), sent as the body as is.")
 @click.option("--client-msg-id", default=None, metavar="ID",
@@ -691,8 +708,8 @@ def listen(room_name: str, uid: str | None, ticket: str | None, url: str,
               help="The publisher (or admin) token: your backend speaking for --uid, not "
                    "rate limited; needed for --important without a publishing ticket.")
 @_url_option
-def send(room_name: str, text: str, uid: str | None, important: bool, as_json: bool,
-         client_msg_id: str | None, ticket: str | None, token: str | None,
+def send(room_name: str, text: str, uid: str | None, important: bool, to: str | None,
+         as_json: bool, client_msg_id: str | None, ticket: str | None, token: str | None,
          url: str) -> None:
     """Send TEXT to ROOM and print its seq.
 
@@ -718,13 +735,14 @@ def send(room_name: str, text: str, uid: str | None, important: bool, as_json: b
     async def run() -> int:
         async with Client(url, ticket=ticket, token=token) as client:
             sent = await client.send(room_name, body, uid=uid, important=important,
-                                     client_msg_id=client_msg_id, on_retry=retrying)
-            return sent.seq
+                                     client_msg_id=client_msg_id, to=to, on_retry=retrying)
+            return sent.seq if sent.pseq is None else sent.pseq
 
     try:
         seq = asyncio.run(run())
     except ClientError as exc:
-        hint = ("give --token or set LIVEROOM_PUBLISHER_TOKEN" if important and not token
+        hint = ("give --token or set LIVEROOM_PUBLISHER_TOKEN"
+                if (important or to) and not token
                 else None if ticket or token else "give --ticket or set LIVEROOM_TICKET")
         raise _clear(exc, hint) from None
     click.echo(seq)

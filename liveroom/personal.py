@@ -17,9 +17,10 @@ it; when neither knows it, nothing is counted (never a loss it cannot show).
 
 A node keeps one :class:`Personal` per room and epoch, grown by every pull and
 trimmed like the important list (older than the window, or beyond the hard
-cap). It is shared by the room's snapshots of that epoch, each of which reads
-it only up to its own ``phead``: a snapshot stays a consistent view although
-the mailboxes behind it grow (messages it does not know of are past its
+cap; the newest ``important_keep`` stay). It is shared by the room's
+snapshots of that epoch, each of which reads it only up to its own
+``phead``: a snapshot stays a consistent view although the mailboxes behind
+it grow (messages it does not know of are past its
 ``phead``) and shrink (a message trimmed meanwhile is counted as missed, as it
 would be a moment later).
 
@@ -72,7 +73,8 @@ class Mailbox:
 class Personal:
     """A room's personal messages held by this node (one epoch)."""
 
-    def __init__(self, *, hard_cap: int, window_ms: int) -> None:
+    def __init__(self, *, keep: int, hard_cap: int, window_ms: int) -> None:
+        self.keep = keep
         self.hard_cap = hard_cap
         self.window_ms = window_ms
         self.boxes: dict[str, Mailbox] = {}
@@ -102,10 +104,12 @@ class Personal:
             order.append((entry.seq, entry.ts, to))
 
     def trim(self, now_ms: int) -> None:
-        """Drop messages older than the window, and the oldest beyond the cap."""
+        """Keep the newest ``keep`` messages and those younger than the
+        window, up to ``hard_cap``; drop the others, oldest first."""
         order, boxes, emptied = self.order, self.boxes, self.emptied
         oldest_ok = now_ms - self.window_ms
-        while order and (order[0][1] < oldest_ok or len(order) > self.hard_cap):
+        keep = self.keep
+        while len(order) > keep and (order[0][1] < oldest_ok or len(order) > self.hard_cap):
             _, _, uid = order.popleft()
             box = boxes[uid]
             box._drop_oldest()

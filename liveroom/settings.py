@@ -340,8 +340,9 @@ class Settings:
         CACHE, lo=0)
     personal_hard_cap: int = setting(
         PERSONAL_HARD_CAP, "Personal messages (\"to\": uid) kept at most per room, the "
-        "newest, in the cache and the store; within it each is kept --important-window "
-        "seconds. Every node serving the room caches them all (about 300 bytes each).",
+        "newest, in the cache and the store; within it they are kept like important ones "
+        "(--important-keep at least, and --important-window seconds). Every node serving "
+        "the room caches them all (about 300 bytes each).",
         CACHE, lo=1)
     index_keep: int = setting(
         INDEX_KEEP, "Important positions remembered for exact counting beyond the lists.",

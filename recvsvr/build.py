@@ -70,7 +70,7 @@ def advance(old: Snapshot | None, pulled: Pulled, after: int, keep: Retention,
         if old is not None:
             news = tuple(e for e in news if e.seq > old.phead)
         if personal is None:
-            personal = Personal(hard_cap=keep.personal_hard_cap,
+            personal = Personal(keep=keep.important_keep, hard_cap=keep.personal_hard_cap,
                                 window_ms=keep.important_window_ms)
         personal.add(news, _item)
     if personal is not None:

@@ -89,7 +89,7 @@ async def test_a_listener_behind_gets_each_of_its_own_once_in_order(
 
 async def test_one_away_longer_than_kept_is_told_how_many_it_missed(
         engine_url: str, session: Any) -> None:
-    async with running_node(engine_url, personal_hard_cap=4) as node:
+    async with running_node(engine_url, personal_hard_cap=4, important_keep=1) as node:
         me = Listener(session, "stage", uid="me")
         await send(session, node.url, "stage", "open")
         await me.poll(node.url)
@@ -165,7 +165,7 @@ def test_a_listener_gets_its_held_ones_after_its_cursor_and_counts_the_rest(
     """Messages 1..N for uids a, b, c; the node holds the newest ``cap``; "a"
     read up to position ``cursor`` (its ordinal there known from its context,
     or not)."""
-    personal = Personal(hard_cap=cap, window_ms=10**9)
+    personal = Personal(keep=1, hard_cap=cap, window_ms=10**9)
     ordinals: dict[str, int] = {}
     entries = []
     for position, uid in enumerate(to, start=1):

@@ -288,7 +288,8 @@ async def test_personal_messages_take_their_own_sequence_and_ordinals(
 
 async def test_personal_messages_are_kept_for_the_window_and_the_hard_cap(
         engine_url: str, fake_clock: FakeClock) -> None:
-    policy = LogPolicy(log_cap=100, important_window_ms=60_000, personal_hard_cap=3)
+    policy = LogPolicy(log_cap=100, important_keep=1, important_window_ms=60_000,
+                       personal_hard_cap=3)
     async with opened(engine_url, policy, fake_clock) as store:
         for n in range(1, 6):
             await store.log.append("r", personal(fake_clock, "a", n))

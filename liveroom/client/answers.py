@@ -26,6 +26,26 @@ class Message:
 
 
 @dataclass(frozen=True, slots=True)
+class PersonalMessage:
+    """A message for this listener alone (``"to"``: its uid), always important."""
+
+    pseq: int
+    """Its position in the room's personal sequence (shared by every listener's)."""
+    n: int
+    """Its ordinal among this listener's personal messages in the room (1, 2, ...)."""
+    uid: str
+    """Who sent it."""
+    to: str
+    ts: int
+    body: Any
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any]) -> PersonalMessage:
+        return cls(int(doc["pseq"]), int(doc["n"]), str(doc["uid"]), str(doc["to"]),
+                   int(doc["ts"]), doc["body"])
+
+
+@dataclass(frozen=True, slots=True)
 class Answer:
     """One poll's answer."""
 
@@ -50,6 +70,12 @@ class Answer:
     """Longest the server's pacing may hold this listener's next poll now."""
     spread: int | None = None
     """In a vip room, the routing hint the next poll echoes (``None``: none)."""
+    pseq: int = 0
+    """The personal cursor the next poll echoes."""
+    personal: tuple[PersonalMessage, ...] = ()
+    """This listener's own messages, delivered ahead of the room's."""
+    pgap: int = 0
+    """Its own messages gone before it came back for them."""
 
     @property
     def delivered(self) -> tuple[Message, ...]:
@@ -59,7 +85,8 @@ class Answer:
     @property
     def empty(self) -> bool:
         """Nothing to report: no message, no gap, no reset (a timed-out hold)."""
-        return not (self.important or self.messages or self.gap or self.igap or self.reset)
+        return not (self.important or self.messages or self.gap or self.igap or self.reset
+                    or self.personal or self.pgap)
 
     @classmethod
     def from_doc(cls, doc: Mapping[str, Any]) -> Answer:
@@ -71,7 +98,10 @@ class Answer:
             gap=int(doc["gap"]), igap=int(doc["igap"]), reset=bool(doc["reset"]),
             ctx=str(doc["ctx"]), online=int(doc["online"]),
             interval_ms=int(doc["interval_ms"]),
-            spread=None if doc.get("spread") is None else int(doc["spread"]))
+            spread=None if doc.get("spread") is None else int(doc["spread"]),
+            pseq=int(doc.get("pseq", 0)),
+            personal=tuple(PersonalMessage.from_doc(m) for m in doc.get("personal", ())),
+            pgap=int(doc.get("pgap", 0)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,14 +112,20 @@ class Cursor:
     seq: int
     iseq: int
     ctx: str = ""
+    pseq: int | None = None
+    """The personal cursor (``None``: from where the room's personal sequence
+    stands at the next poll)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Sent:
-    """A send's answer: the message's place in the room's log."""
+    """A send's answer: the message's place in the room's log (a personal
+    message's: in the room's personal sequence, ``seq`` 0)."""
 
     seq: int
     epoch: str
+    pseq: int | None = None
+    """A personal message's position (``None`` for a room message)."""
 
 
 @dataclass(frozen=True, slots=True)

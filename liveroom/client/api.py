@@ -130,22 +130,25 @@ class Client:
 
     async def send(self, room: str, body: Any, *, uid: str | None = None,
                    important: bool = False, client_msg_id: str | None = None,
-                   retries: int = 3,
+                   to: str | None = None, retries: int = 3,
                    on_retry: Callable[[Retry], None] | None = None) -> Sent:
         """Send ``body`` (any JSON value up to the server's limit, 4 KiB by
         default) to ``room``; the message's ``seq`` and ``epoch``.
 
         ``uid`` names the sender (in ``ticket`` mode it may be left out: the
         ticket names it). ``important`` needs the publisher or admin token
-        (``token``), or a ticket with ``publish``. A 429 (a rate limit) or a
+        (``token``), or a ticket with ``publish``; so does ``to``, which makes
+        a personal message for that uid alone (important; ``Sent.pseq``). A 429 (a rate limit) or a
         503 is retried after its ``Retry-After``, a network error after a
         backoff, up to ``retries`` times; every try carries the same
         ``client_msg_id`` (made up when not given), so a send the server
         stored before the connection dropped is not stored twice. Then the
         last failure is raised (:class:`ApiError`, :class:`Unreachable`).
         """
-        doc: dict[str, Any] = {"body": body, "important": important,
+        doc: dict[str, Any] = {"body": body, "important": important or to is not None,
                                "client_msg_id": client_msg_id or secrets.token_urlsafe(16)}
+        if to is not None:
+            doc["to"] = checked_name("to", to)
         if uid is not None:
             doc["uid"] = checked_name("uid", uid)
         path = f"/v1/rooms/{_segment(room)}/messages"
@@ -154,6 +157,8 @@ class Client:
         for attempt in range(retries + 1):
             try:
                 sent = await self._call("POST", path, json=doc, headers=headers)
+                if to is not None:
+                    return Sent(0, str(sent["epoch"]), int(sent["pseq"]))
                 return Sent(int(sent["seq"]), str(sent["epoch"]))
             except ApiError as exc:
                 if attempt == retries or exc.status not in (429, 503):

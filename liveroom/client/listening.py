@@ -104,7 +104,8 @@ class Listening:
                 await self._wait(Retry(self._backoff.next(), None, exc.reason))
                 continue
             self._backoff.reset()
-            self.cursor = Cursor(answer.epoch, answer.seq, answer.iseq, answer.ctx)
+            self.cursor = Cursor(answer.epoch, answer.seq, answer.iseq, answer.ctx,
+                                 answer.pseq)
             self.interval_ms = answer.interval_ms
             self.spread = answer.spread
             if first or self.empty or not answer.empty:
@@ -150,6 +151,8 @@ class Listening:
             params.update(epoch=cursor.epoch, seq=str(cursor.seq), iseq=str(cursor.iseq))
             if cursor.ctx:
                 params["ctx"] = cursor.ctx
+            if cursor.pseq is not None:
+                params["pseq"] = str(cursor.pseq)
             if self.recent is not None:  # what a reset brings
                 params["recent"] = str(self.recent)
         if self.spread is not None:  # a vip room's routing hint, echoed

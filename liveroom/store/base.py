@@ -48,8 +48,9 @@ class LogPolicy:
     younger than this, beyond ``log_cap`` (bounded by ``important_hard_cap``)."""
     important_hard_cap: int = IMPORTANT_HARD_CAP
     personal_hard_cap: int = PERSONAL_HARD_CAP
-    """Personal messages are kept while younger than ``important_window_ms``,
-    the newest ``personal_hard_cap`` of a room at most."""
+    """Personal messages are kept like important ones (the newest
+    ``important_keep`` and those younger than ``important_window_ms``), up
+    to ``personal_hard_cap`` of a room."""
     room_ttl_ms: int = int(ROOM_TTL * 1000)
     """A room with no send and no read for this long expires."""
     empty_room_ttl_ms: int = int(EMPTY_ROOM_TTL * 1000)
@@ -133,8 +134,8 @@ class MessageLog(Protocol):
     - A personal message (``NewMessage.to``) takes no seq: it takes the next
       position of the room's *personal sequence* and the next ordinal ``n``
       of its addressee in the room (both go on across epochs, like seq, and
-      restart only when the log was lost), and is kept while younger than
-      the important window (the newest ``personal_hard_cap`` at most). Its
+      restart only when the log was lost), and is kept like an important
+      one, up to ``personal_hard_cap``. Its
       notify carries seq 0 ("pull me"), never a seq.
     - A room's ``epoch`` changes when its log was lost (a store restarted empty,
       expiry) and on :meth:`renew_epoch`; seqs restart from 1 in a new epoch

@@ -12,6 +12,20 @@ export interface Message {
   body: unknown;
 }
 
+/** A message for one listener alone (sent with "to": its uid); always important. */
+export interface PersonalMessage {
+  /** Its place in the room's personal sequence (apart from seq). */
+  pseq: number;
+  /** Its ordinal among this listener's personal messages in the room (1, 2, ...). */
+  n: number;
+  /** Who sent it. */
+  uid: string;
+  to: string;
+  important: true;
+  ts: number;
+  body: unknown;
+}
+
 /** A poll's answer (docs/api.md, "Listening"). */
 export interface PollAnswer {
   room: string;
@@ -32,6 +46,12 @@ export interface PollAnswer {
   interval_ms: number;
   /** In a vip room only: the routing hint the next poll echoes (?spread=). */
   spread?: number;
+  /** The personal cursor the next poll echoes (?pseq=). */
+  pseq: number;
+  /** This listener's own messages, only when there are some. */
+  personal?: PersonalMessage[];
+  /** Its own messages missed (gone before it came back), only when some were. */
+  pgap?: number;
 }
 
 /** The listener's place in the room; passed back on every poll. */
@@ -40,6 +60,7 @@ export interface Cursor {
   seq: number;
   iseq: number;
   ctx: string;
+  pseq: number;
 }
 
 /** A room's figures (GET /v1/rooms/{room}/stats). */
@@ -72,12 +93,14 @@ export interface ListenOptions extends ClientOptions {
   timeout?: number;
   /** Normal messages a first poll (or a reset) brings (0-100, server default 20). */
   recent?: number;
+  /** This listener's own personal messages; runs before onImportant. */
+  onPersonal?: (messages: PersonalMessage[], answer: PollAnswer) => void;
   /** Important messages of an answer; runs before onMessages. */
   onImportant?: (messages: Message[], answer: PollAnswer) => void;
   /** Normal messages of an answer. */
   onMessages?: (messages: Message[], answer: PollAnswer) => void;
   /** Messages were missed (before the ones of this answer). */
-  onGap?: (missed: { gap: number; igap: number }, answer: PollAnswer) => void;
+  onGap?: (missed: { gap: number; igap: number; pgap: number }, answer: PollAnswer) => void;
   /** The room's log restarted (a new epoch) or the cursor no longer fitted. */
   onReset?: (answer: PollAnswer) => void;
   /** Every answer, after the callbacks above. */
@@ -89,6 +112,8 @@ export interface ListenOptions extends ClientOptions {
 export interface SendOptions extends ClientOptions {
   /** Needs the publisher token, or a ticket with "publish". */
   important?: boolean;
+  /** A personal message for this uid alone (important; the same rights). */
+  to?: string;
   /** Makes a retried send safe; made up when retries > 0 and none is given. */
   clientMsgId?: string;
   /** Tries after the first, for network errors, 5xx, 429 and 503 (default 2). */

@@ -6,6 +6,7 @@
 //   import { listen, send, roomStats } from "/static/liveroom.js";
 //   const listener = listen("demo", {
 //     uid: "alice",                                  // open mode; a ticket names it otherwise
+//     onPersonal: (messages) => toast(messages),      // for alice alone ("to": "alice")
 //     onImportant: (messages) => show(messages, { highlight: true }),
 //     onMessages: (messages) => show(messages),
 //     onGap: ({ gap, igap }) => note(`${gap + igap} messages missed`),
@@ -16,11 +17,12 @@
 //
 // The poll loop follows the contract (docs/api.md, "Listening"): a first poll,
 // then a poll again at once after every answer, passing back epoch, seq,
-// iseq and ctx. The server does the waiting, pacing included: a client never
+// iseq, ctx and pseq. The server does the waiting, pacing included: a client never
 // sleeps between answers, whatever interval_ms says. Per answer the callbacks
 // run in this order: onReset (the cursors no longer fitted the room: the
-// answer is like a first poll), onGap (gap normal, igap important messages
-// missed), onImportant, onMessages (each only when it has messages), onAnswer.
+// answer is like a first poll), onGap (gap normal, igap important, pgap
+// personal messages missed), onPersonal (this listener's own messages),
+// onImportant, onMessages (each only when it has messages), onAnswer.
 // A callback that throws is reported (console.error) and the loop goes on.
 //
 // Failures: a network error, a read past the poll's longest hold, a 408 or a
@@ -175,7 +177,7 @@ export class Listener {
       throw new RangeError("timeout is whole seconds from 1 to 60");
     }
     this.timeout = timeout;
-    /** @type {{epoch: string, seq: number, iseq: number, ctx: string} | null} */
+    /** @type {{epoch: string, seq: number, iseq: number, ctx: string, pseq: number} | null} */
     this.cursor = null;
     /** The room's current hold interval (ms) from the last answer; null before one. */
     this.intervalMs = null;
@@ -231,6 +233,7 @@ export class Listener {
       params.set("seq", String(this.cursor.seq));
       params.set("iseq", String(this.cursor.iseq));
       params.set("ctx", this.cursor.ctx);
+      params.set("pseq", String(this.cursor.pseq));
     }
     // A vip room's hint: the load balancer hashes room and hint, spreading
     // the room's listeners over the nodes.
@@ -272,15 +275,22 @@ export class Listener {
   }
 
   _take(answer, signal) {
-    this.cursor = { epoch: answer.epoch, seq: answer.seq, iseq: answer.iseq, ctx: answer.ctx };
+    this.cursor = {
+      epoch: answer.epoch, seq: answer.seq, iseq: answer.iseq, ctx: answer.ctx,
+      pseq: answer.pseq ?? 0,
+    };
     this.intervalMs = answer.interval_ms;
     this.online = answer.online;
     this.spread = answer.spread ?? null;
     if (answer.reset) this._call("onReset", answer);
     if (signal.aborted) return;
-    if (answer.gap > 0 || answer.igap > 0) {
-      this._call("onGap", { gap: answer.gap, igap: answer.igap }, answer);
+    const pgap = answer.pgap ?? 0;
+    if (answer.gap > 0 || answer.igap > 0 || pgap > 0) {
+      this._call("onGap", { gap: answer.gap, igap: answer.igap, pgap }, answer);
     }
+    if (signal.aborted) return;
+    const personal = answer.personal ?? [];
+    if (personal.length > 0) this._call("onPersonal", personal, answer);
     if (signal.aborted) return;
     if (answer.important.length > 0) this._call("onImportant", answer.important, answer);
     if (signal.aborted) return;
@@ -313,7 +323,7 @@ function messageId() {
 }
 
 /**
- * Send a message; resolves to {seq, epoch}. `body` is any JSON value (4 KiB
+ * Send a message; resolves to {seq, epoch} ({pseq, epoch, to} with `to`). `body` is any JSON value (4 KiB
  * at most by default). With retries (default 2), a failure worth retrying is
  * tried again with the same client_msg_id, so the message is stored once:
  * network errors and 5xx after a backoff, 429 and 503 after Retry-After when
@@ -327,8 +337,9 @@ export async function send(room, body, options = {}) {
   const fetcher = options.fetch ?? globalThis.fetch.bind(globalThis);
   const retries = options.retries ?? 2;
   const maxWait = options.maxWait ?? 10;
-  const doc = { body, important: Boolean(options.important) };
+  const doc = { body, important: Boolean(options.important) || Boolean(options.to) };
   if (options.uid) doc.uid = options.uid;
+  if (options.to) doc.to = checkName("to", options.to); // a personal message
   const id = options.clientMsgId ?? (retries > 0 ? messageId() : undefined);
   if (id !== undefined) doc.client_msg_id = id;
   const payload = JSON.stringify(doc);
@@ -339,7 +350,9 @@ export async function send(room, body, options = {}) {
         ...(await bearer(options.ticket)) };
       const answer = await request(fetcher, `${base}/v1/rooms/${room}/messages`,
         { method: "POST", headers, body: payload }, (options.readTimeout ?? 15) * 1000, signal);
-      return { seq: answer.seq, epoch: answer.epoch };
+      return options.to
+        ? { pseq: answer.pseq, epoch: answer.epoch, to: answer.to }
+        : { seq: answer.seq, epoch: answer.epoch };
     } catch (error) {
       if (!(error instanceof LiveroomError) || !error.temporary || attempt >= retries) throw error;
       if (error.retryAfter !== null && error.retryAfter > maxWait) throw error;

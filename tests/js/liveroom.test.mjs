@@ -70,11 +70,12 @@ test("a first poll without a cursor, then at once with the answer's cursor", { t
   assert.equal(one.get("seq"), null);
   assert.equal(one.get("uid"), "listener");
   assert.deepEqual(answers[0].messages.map((m) => m.body), ["before"]);
-  for (const name of ["epoch", "seq", "iseq", "ctx"]) {
+  for (const name of ["epoch", "seq", "iseq", "ctx", "pseq"]) {
     assert.equal(two.get(name), String(answers[0][name]), name);
   }
+  const last = answers.at(-1);
   assert.deepEqual(listener.cursor, {
-    epoch: answers.at(-1).epoch, seq: answers.at(-1).seq, iseq: answers.at(-1).iseq, ctx: answers.at(-1).ctx });
+    epoch: last.epoch, seq: last.seq, iseq: last.iseq, ctx: last.ctx, pseq: last.pseq });
   assert.equal(listener.intervalMs, 0);
   assert.equal(typeof listener.online, "number");
 });
@@ -120,7 +121,7 @@ test("a gap is reported when more was sent than the room's cache keeps", { timeo
   listener.start();
   const { missed, answer } = await gap.promise;
   listener.stop();
-  assert.deepEqual(missed, { gap: 10, igap: 0 });  // 30 sent, 20 cached
+  assert.deepEqual(missed, { gap: 10, igap: 0, pgap: 0 });  // 30 sent, 20 cached
   assert.equal(answer.messages.length, 20);
   assert.equal(answer.messages[0].body, "m11");
 });
@@ -142,9 +143,33 @@ test("missed important messages are reported as igap, before the ones that came"
     await send(room, { signal: i }, { base: BASE, ticket: PUBLISHER, uid: "system", important: true });
   }
   listener.start();
-  assert.deepEqual(await gap.promise, { gap: 0, igap: 3 });  // 8 sent, 5 cached
+  assert.deepEqual(await gap.promise, { gap: 0, igap: 3, pgap: 0 });  // 8 sent, 5 cached
   listener.stop();
   assert.deepEqual(calls, ["gap", "important"]);
+});
+
+test("a personal message reaches its addressee alone, through onPersonal, first", { timeout: 15_000 }, async () => {
+  const room = freshRoom("personal");
+  await send(room, "open", { base: BASE, uid: "host" });
+  const calls = [];
+  const mine = watch((messages) => messages);
+  const firsts = [signal(), signal()];
+  const listeners = ["alice", "bob"].map((uid, i) => listen(room, {
+    base: BASE, uid, timeout: 10, onAnswer: () => firsts[i].resolve(),
+    onPersonal: (messages) => { calls.push([uid, messages.map((m) => m.body)]); if (uid === "alice") mine.callback(messages); },
+  }));
+  try {
+    await Promise.all(firsts.map((f) => f.promise));
+    const sent = await send(room, { won: "a rocket" }, { base: BASE, uid: "system", to: "alice", ticket: PUBLISHER });
+    assert.equal(sent.to, "alice");
+    const got = await mine.promise;
+    assert.equal(got[0].pseq, sent.pseq);
+    assert.equal(got[0].n, 1);
+    assert.equal(listeners[0].cursor.pseq, sent.pseq);
+  } finally {
+    for (const listener of listeners) listener.stop();
+  }
+  assert.deepEqual(calls, [["alice", [{ won: "a rocket" }]]]);
 });
 
 test("a reset carries on in the new epoch", { timeout: 15_000 }, async () => {

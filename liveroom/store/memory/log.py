@@ -164,7 +164,8 @@ class MemoryLog:
         kept.append(Entry(seq=state.pseq, ic=0, uid=message.uid, important=True,
                           ts=message.ts, body=message.body, to=message.to, n=n))
         oldest_ok = message.ts - policy.important_window_ms
-        while kept and (kept[0].ts < oldest_ok or len(kept) > policy.personal_hard_cap):
+        while len(kept) > policy.important_keep and (
+                kept[0].ts < oldest_ok or len(kept) > policy.personal_hard_cap):
             kept.popleft()
         cmid = message.client_msg_id
         if cmid is not None:

@@ -36,8 +36,9 @@
 -- ARGV[21..] U + V windows, four numbers each: seconds, limit, bucket_ms, buckets
 --
 -- A personal message takes no seq: the next position of the room's personal
--- sequence (meta field ps) and its addressee's next ordinal, is kept while
--- younger than important_window_ms (the newest personal_hard_cap at most),
+-- sequence (meta field ps) and its addressee's next ordinal, is kept like an
+-- important one (the newest important_keep, and those younger than
+-- important_window_ms) but up to personal_hard_cap,
 -- dedups in its own KEYS[4] (the caller names a personal one) and notifies
 -- '0 <room>': a pull, not a seq.
 --
@@ -216,10 +217,10 @@ if to ~= '' then
   seq = redis.call('HINCRBY', meta, 'ps', 1)
   local n = redis.call('HINCRBY', pn, to, 1)
   redis.call('XADD', pm, string.format('%d-0', seq), 'm', ARGV[2], 'n', n, 't', ARGV[4])
-  local hard = tonumber(ARGV[20])
+  local keep, hard = tonumber(ARGV[6]), tonumber(ARGV[20])
   -- e = {'m', packed, 'n', ordinal, 't', ts}
   trim(pm, redis.call('XLEN', pm), function(left, e)
-    return left > hard or tonumber(e[6]) < oldest_ok
+    return left > keep and (left > hard or tonumber(e[6]) < oldest_ok)
   end)
   notified = 0
 else
