@@ -225,8 +225,8 @@ class ListenerUser(FastHttpUser):
         super().__init__(environment)
         self.uid = _new_uid("listener")
         self.cursor: dict[str, str] | None = None
-        """epoch, seq, iseq and ctx of the last answer (and its spread, in a vip
-        room); None before the first poll."""
+        """epoch, seq, iseq, ctx and pseq of the last answer (and its spread, in
+        a vip room); None before the first poll."""
         self.pause = 0.0
         self.number = next(_listener_numbers)
         self.path = f"{_base()}{ROOM_PATH}/poll?"
@@ -258,6 +258,8 @@ class ListenerUser(FastHttpUser):
                 cursor = {key: str(answer[key]) for key in ("epoch", "seq", "iseq")}
                 if answer.get("ctx") is not None:
                     cursor["ctx"] = str(answer["ctx"])
+                if answer.get("pseq") is not None:  # the personal cursor
+                    cursor["pseq"] = str(answer["pseq"])
                 # A vip room's routing hint, echoed so a load balancer hashing
                 # room and hint spreads the room's listeners over the nodes.
                 if answer.get("spread") is not None:

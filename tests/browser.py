@@ -183,11 +183,14 @@ def call(url: str, method: str = "GET", doc: Any = None,
 
 
 def send_message(served: Served, room: str, body: Any, *, uid: str = "sender",
-                 important: bool = False) -> dict[str, Any]:
-    """Send through the API (important ones with the publisher token); 201 or fail."""
-    status, answer = call(f"{served.url}/v1/rooms/{room}/messages", "POST",
-                          {"uid": uid, "body": body, "important": important},
-                          token=PUBLISHER if important else None)
+                 important: bool = False, to: str | None = None) -> dict[str, Any]:
+    """Send through the API (important and personal ones, ``to``, with the
+    publisher token); 201 or fail."""
+    doc: dict[str, Any] = {"uid": uid, "body": body, "important": important or bool(to)}
+    if to is not None:
+        doc["to"] = to
+    status, answer = call(f"{served.url}/v1/rooms/{room}/messages", "POST", doc,
+                          token=PUBLISHER if important or to else None)
     assert status == 201, answer
     sent: dict[str, Any] = answer
     return sent

@@ -142,6 +142,30 @@ def test_an_important_message_shows_apart_before_chat_sent_earlier(
     assert box.location["y"] < browser.find_element(By.ID, "chat").location["y"]
 
 
+def test_a_personal_message_shows_for_its_listener_alone_apart_from_the_room(
+        browser: WebDriver, served: Served, tmp_path: Path) -> None:
+    open_room(browser, served, "gifts", uid="viewer")
+    send_message(served, "gifts", {"event": "you_won", "prize": "a rocket"}, uid="system",
+                 to="someone-else")
+    sent = send_message(served, "gifts", {"event": "you_won", "prize": "a bike"},
+                        uid="system", to="viewer")
+    WebDriverWait(browser, 10, poll_frequency=0.05).until(
+        lambda b: bodies(b, "#personal") == ["you won · prize a bike"])
+    screenshot(browser, tmp_path, "personal")
+    mine = browser.find_element(By.CSS_SELECTOR, "#personal .message")
+    assert "personal" in str(mine.get_attribute("class"))
+    assert mine.get_attribute("data-seq") == f"p{sent['pseq']}"
+    box = browser.find_element(By.ID, "personal-box")
+    assert box.is_displayed()
+    assert box.location["y"] < browser.find_element(By.ID, "chat").location["y"]
+    # The other listener's message shows nowhere; the room's chat goes on below.
+    send_message(served, "gifts", "chat after", uid="carol")
+    WebDriverWait(browser, 10, poll_frequency=0.05).until(
+        lambda b: "chat after" in bodies(b, "#chat"))
+    assert "rocket" not in browser.find_element(By.TAG_NAME, "body").text
+    assert bodies(browser, "#personal") == ["you won · prize a bike"]
+
+
 def test_a_burst_beyond_the_cache_shows_a_gap_notice(
         browser: WebDriver, paced: Served, tmp_path: Path) -> None:
     open_paced_room(browser, paced, "flood")

@@ -69,7 +69,8 @@ function messageItem(message) {
   const item = document.createElement("li");
   item.className = message.important ? "message important" : "message";
   if (message.uid === uidField.value) item.classList.add("mine");
-  item.dataset.seq = String(message.seq);
+  if (message.to !== undefined) item.classList.add("personal");
+  item.dataset.seq = String(message.seq ?? `p${message.pseq}`);
   item.dataset.order = String((drawn += 1));
   const who = document.createElement("span");
   who.className = "uid";
@@ -152,11 +153,17 @@ function startListening() {
     onReset: (answer) => {
       if (drawn > 0) notice(`The room started over (epoch ${answer.epoch}); carrying on from here.`, "reset");
     },
-    onGap: ({ gap, igap }) => {
+    onGap: ({ gap, igap, pgap }) => {
       const parts = [];
+      if (pgap > 0) parts.push(plural(pgap, "message for you", "messages for you"));
       if (igap > 0) parts.push(plural(igap, "important message", "important messages"));
       if (gap > 0) parts.push(plural(gap, "message", "messages"));
       notice(`${parts.join(" and ")} missed: the room moved faster than its cache.`, "gap");
+    },
+    onPersonal: (messages) => {
+      // For this listener alone ("to": its uid): apart from the room's.
+      $("personal-box").hidden = false;
+      append($("personal"), messages.map(messageItem), IMPORTANT_KEEP);
     },
     onImportant: (messages) => {
       $("important-box").hidden = false;
