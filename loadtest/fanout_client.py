@@ -10,9 +10,10 @@ per-request objects beyond the parser's callbacks.
 Two kinds of listener, speaking only each server's public HTTP contract:
 
 - ``liveroom``: ``GET /v1/rooms/ROOM/poll?uid=U&timeout=60``, then the same
-  with ``epoch``, ``seq``, ``iseq`` and ``ctx`` from the last answer. Every
-  message in ``important`` and ``messages`` is one delivery; ``gap`` and
-  ``igap`` are counted apart (messages the server skipped).
+  with ``epoch``, ``seq``, ``iseq``, ``ctx`` and ``pseq`` from the last
+  answer. Every message in ``important``, ``messages`` and ``personal`` is
+  one delivery; ``gap``, ``igap`` and ``pgap`` are counted apart (messages
+  the server skipped), and so is a personal message for another uid.
 - ``nchan``: ``GET /sub/ROOM``, then the same with ``If-Modified-Since`` and
   ``If-None-Match`` set from the last answer's ``Last-Modified`` and ``Etag``.
   A 200 carries one message (or several in a multipart/mixed answer); a 408 is
@@ -129,6 +130,11 @@ class Tally:
         self.reconnects = 0
         self.last_error = ""
         self.latencies_us = array("q")
+        self.personal = 0
+        """Personal messages received (``"to"``: the listener's uid)."""
+        self.misdirected = 0
+        """Personal messages a listener got that were for another uid (must stay 0)."""
+        self.pgaps = 0
         self.reach: dict[int, list[int]] = {}
         """sent_ns -> [listeners reached, latest arrival latency in µs]."""
 
@@ -149,7 +155,8 @@ class Tally:
                 "answers": self.answers, "deliveries": self.deliveries, "gaps": self.gaps,
                 "resets": self.resets, "errors": self.errors,
                 "connect_errors": self.connect_errors, "reconnects": self.reconnects,
-                "last_error": self.last_error}
+                "personal": self.personal, "misdirected": self.misdirected,
+                "pgaps": self.pgaps, "last_error": self.last_error}
 
 
 class Listener(asyncio.Protocol):
@@ -271,6 +278,17 @@ class LiveroomListener(Listener):
             b = m["body"]
             if type(b) is dict and "sent_ns" in b:
                 deliver(b["sent_ns"], now_ns)
+        personal = a.get("personal")
+        if personal:
+            tally = self.tally
+            for m in personal:
+                tally.personal += 1
+                if m["to"] != self.uid:
+                    tally.misdirected += 1
+                b = m["body"]
+                if type(b) is dict and "sent_ns" in b:
+                    deliver(b["sent_ns"], now_ns)
+            tally.pgaps += a.get("pgap", 0)
         self.tally.gaps += a["gap"] + a["igap"]
         if a["reset"]:
             self.tally.resets += 1
@@ -288,8 +306,9 @@ class LiveroomListener(Listener):
         if a["epoch"] != self.epoch:
             self.epoch = a["epoch"]
             self.prefix = self.base + b"&epoch=" + quote(self.epoch, safe="").encode()
-        self.next = b"%s&seq=%d&iseq=%d&ctx=%s%s" % (
-            self.prefix, a["seq"], a["iseq"], quote(a["ctx"], safe="").encode(), self.tail)
+        self.next = b"%s&seq=%d&iseq=%d&pseq=%d&ctx=%s%s" % (
+            self.prefix, a["seq"], a["iseq"], a.get("pseq", 0),
+            quote(a["ctx"], safe="").encode(), self.tail)
         return True
 
 
