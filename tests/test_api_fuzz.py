@@ -171,25 +171,32 @@ def test_what_is_accepted_is_delivered_unchanged(data: st.DataObject, server: st
     answer = body_of(POLL.Case(path_parameters={"room": room},
                                query={"uid": "fuzz", "recent": 0}).call_and_validate(**call))
     expected: dict[int, tuple[Any, bool]] = {}
+    mine: dict[int, Any] = {}
+    """Personal messages sent to the polling uid, by position."""
     for _ in range(data.draw(st.integers(0, 4), label="sends")):
         case = data.draw(SEND.as_strategy(path_parameters={"room": room}), label="send")
         if isinstance(case.body, dict):
             case.body.setdefault("uid", "sender")  # open mode: the body names the sender
-            if case.body.get("important") is True:
+            if case.body.get("important") is True or case.body.get("to") is not None:
                 case.headers = {**(case.headers or {}), "Authorization": f"Bearer {PUBLISHER}"}
         response = case.call_and_validate(**call)
-        if response.status_code == 201:
+        if response.status_code == 201 and "pseq" in body_of(response):
+            if case.body["to"] == "fuzz":
+                mine.setdefault(body_of(response)["pseq"], case.body["body"])
+        elif response.status_code == 201:
             # setdefault: a repeated client_msg_id answers the first send's seq
             expected.setdefault(body_of(response)["seq"],
                                 (case.body["body"], case.body.get("important") is True))
     delivered: dict[int, tuple[Any, bool]] = {}
     deadline = time.monotonic() + 20  # a loaded machine pulls late: poll again
     polls = 0
-    while polls == 0 or len(delivered) < len(expected):
+    got: dict[int, Any] = {}
+    while polls == 0 or len(delivered) < len(expected) or len(got) < len(mine):
         assert time.monotonic() < deadline, f"delivered {delivered}, expected {expected}"
         polls += 1
         query = {"uid": "fuzz", "epoch": answer["epoch"], "seq": answer["seq"],
-                 "iseq": answer["iseq"], "ctx": answer["ctx"], "timeout": 1}
+                 "iseq": answer["iseq"], "ctx": answer["ctx"], "pseq": answer["pseq"],
+                 "timeout": 1}
         answer = body_of(POLL.Case(path_parameters={"room": room},
                                    query=query).call_and_validate(**call))
         assert all(m["important"] for m in answer["important"])
@@ -197,5 +204,10 @@ def test_what_is_accepted_is_delivered_unchanged(data: st.DataObject, server: st
         for message in answer["important"] + answer["messages"]:
             assert message["seq"] not in delivered, "delivered twice"
             delivered[message["seq"]] = (message["body"], message["important"])
+        for message in answer.get("personal", []):
+            assert message["to"] == "fuzz", "another listener's personal message"
+            assert message["pseq"] not in got, "delivered twice"
+            got[message["pseq"]] = message["body"]
         assert (answer["gap"], answer["igap"], answer["reset"]) == (0, 0, False)
     assert delivered == expected
+    assert got == mine
