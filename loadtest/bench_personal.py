@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     pgaps = sum(r["pgaps"] for r in reports)
     idle_rate = idle["cpu"] / idle["seconds"]
     print()
-    print(f"    python {invocation('loadtest/bench_personal.py', argv)}")
+    print(f"    {invocation('loadtest/bench_personal.py', argv)}")
     print(f"    commit {commit()}; {versions()}")
     print()
     print("| phase | sent | deliveries | server CPU | CPU per delivery (over idle) "
