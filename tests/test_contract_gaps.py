@@ -290,3 +290,21 @@ async def test_a_first_poll_gets_20_recent_messages_by_default_and_at_most_100(
             assert resp.status == 400
             doc = await resp.json()
         assert "recent" in doc["message"]
+
+
+async def test_a_personal_message_cuts_through_the_pace_for_its_listener(
+        session: aiohttp.ClientSession) -> None:
+    """In a paced room a listener just answered is not due for 10 s; its own
+    personal message is delivered at once, with what was pending for it."""
+    clock = FakeClock()
+    async with running_node(clock=clock, tiers=(Tier(1, 10.0),)) as node:
+        ann = await counted(node, session, clock, "pace", "ann")
+        await send(session, node.url, "pace", "chat")
+        answer, _ = await answered(clock, ann.poll(node.url, timeout=60), limit=20)
+        assert [m["body"] for m in answer["messages"]] == ["chat"]  # its interval starts
+        await send(session, node.url, "pace", "more chat")
+        await send(session, node.url, "pace", {"gift": "rocket"}, to="ann")
+        answer, took = await answered(clock, ann.poll(node.url, timeout=60), limit=20)
+        assert [m["body"] for m in answer["personal"]] == [{"gift": "rocket"}]
+        assert [m["body"] for m in answer["messages"]] == ["more chat"]
+        assert took < 1.0  # not the 10 s of its pace
