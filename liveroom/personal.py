@@ -85,9 +85,6 @@ class Personal:
         mailbox is kept (its ordinal counts what its listener missed) until
         ``hard_cap`` of them wait, then dropped oldest first."""
 
-    def __len__(self) -> int:
-        return len(self.order)
-
     def add(self, entries: Iterable[Entry], item: Callable[[Entry], Item]) -> None:
         """Hold ``entries`` (personal, ascending position, all after those held)."""
         boxes, order = self.boxes, self.order

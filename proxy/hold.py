@@ -13,14 +13,15 @@ wakes nobody else, so a room's thousands of personal messages a second cost
 per message, never per listener.
 
 *Plain* polls (a room under the first tier) are all woken at every change of
-the room's messages and re-read; their timeouts share one :class:`~proxy.deadlines.Deadlines` per
-loop. The watcher wakes all of a room's plain polls in one go, as a paced
-room's ticker releases its due polls: a message reaches every listener before
-the loop reads their next polls. (Letting the loop run between slices of a
-wake-up lets the polls that come back be read in between, and the last
-listener then waits for both: measured with 20 000 held polls, the last
-answer went out twice as late.) The loop is held for about 10 µs per answer;
-rooms big enough for that to matter are paced by the default tiers.
+the room's messages and re-read; their timeouts share one
+:class:`~proxy.deadlines.Deadlines` per loop. The watcher wakes all of a
+room's plain polls in one go, as a paced room's ticker releases its due polls:
+a message reaches every listener before the loop reads their next polls.
+(Letting the loop run between slices of a wake-up lets the polls that come
+back be read in between, and the last listener then waits for both: measured
+with 20 000 held polls, the last answer went out twice as late.) The loop is
+held for about 10 µs per answer; rooms big enough for that to matter are
+paced by the default tiers.
 
 *Paced* polls (a room in a tier) are not woken one change at a time: a ticker
 task per room releases them every ``tick`` seconds, so listeners released

@@ -53,7 +53,7 @@ from liveroom.settings import Settings
 from liveroom.snapshot import ABSENT_EPOCH, Delivery, Snapshot, read, recent
 
 from . import answer
-from .context import ContextSigner
+from .context import Context, ContextSigner
 from .heartbeats import Heartbeats
 from .hold import HeldPoll, Holds
 from .params import Cursor, PollParams, parse_poll
@@ -189,6 +189,8 @@ class Poll:
         "_polls",
         "_reply",
         "checked",
+        "ctx",
+        "ctx_read",
         "deadline",
         "done",
         "due",
@@ -203,7 +205,6 @@ class Poll:
         "pace",
         "paced_deadline",
         "pn_out",
-        "pn_read",
         "pseq_in",
         "pseq_out",
         "recent",
@@ -231,8 +232,9 @@ class Poll:
         self.hint_seq: int | None = None
         self.hint_iseq: int | None = None
         self.hint_pn: int | None = None
-        self.pn_read = False
-        """The listener's ordinal among its personal messages was read from its ``ctx``."""
+        self.ctx: Context | None = None
+        self.ctx_read = False
+        """The listener's ``ctx`` was verified (``ctx``: what it held, if genuine)."""
         self.pseq_in: int | None = None
         """The personal cursor read from: the one echoed, else the head when first read."""
         self.pseq_out = 0
@@ -298,15 +300,24 @@ class Poll:
         (and its important counts, as hints). A missing, forged, foreign or
         stale context counts as an answer just now: replaying an old one gains
         nothing; a time ahead of ours (another node's clock) counts as now."""
-        polls, p = self._polls, self.p
         self.checked = True
-        ctx = polls.signer.verify(cursor.ctx, p.room, p.uid, cursor.epoch, cursor.seq,
-                                  cursor.iseq)
-        self.pn_read = True
+        ctx = self._context(cursor)
         if ctx is None:
             return now_ms
-        self.hint_seq, self.hint_iseq, self.hint_pn = ctx.seq_ic, ctx.iseq_ic, ctx.pn
         return min(ctx.last_ms, now_ms)
+
+    def _context(self, cursor: Cursor) -> Context | None:
+        """The listener's ``ctx`` if genuine and for this request, verified
+        once per poll; its counts kept as the read's hints."""
+        if self.ctx_read:
+            return self.ctx
+        self.ctx_read = True
+        p = self.p
+        ctx = self.ctx = self._polls.signer.verify(cursor.ctx, p.room, p.uid, cursor.epoch,
+                                                   cursor.seq, cursor.iseq)
+        if ctx is not None:
+            self.hint_seq, self.hint_iseq, self.hint_pn = ctx.seq_ic, ctx.iseq_ic, ctx.pn
+        return ctx
 
     def _decide(self, snap: Snapshot, confirmed: bool) -> None:
         """Pace the poll in ``snap``'s room, then do what :func:`.step.step`
@@ -400,14 +411,9 @@ class Poll:
             self.pseq_out = max(pseq, snap.phead)
             self.pn_out = self.hint_pn
             return None
-        if not self.pn_read:
-            # Its ordinal at its cursor, for what it missed: only listeners
-            # with personal messages held pay for reading their context.
-            self.pn_read = True
-            ctx = self._polls.signer.verify(cursor.ctx, snap.room, uid, cursor.epoch,
-                                            cursor.seq, cursor.iseq)
-            if ctx is not None:
-                self.hint_pn = ctx.pn
+        # Its ordinal at its cursor, for what it missed: only listeners with
+        # personal messages held pay for reading their context.
+        self._context(cursor)
         mine = read_personal(personal, snap.phead, uid, pseq, self.hint_pn)
         assert mine is not None
         self.pseq_out, self.pn_out = mine.pseq, mine.pn
