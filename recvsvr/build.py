@@ -6,7 +6,7 @@ return the snapshot to swap in. Messages are encoded here, once each.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from liveroom.codec import encode_message
 from liveroom.model import Entry
@@ -76,11 +76,8 @@ def advance(old: Snapshot | None, pulled: Pulled, after: int, keep: Retention,
     if personal is not None:
         personal.trim(now_ms)
     if old is not None and not entries and pulled.head == old.head:
-        if phead != old.phead or personal is not old.personal:
-            old = Snapshot(
-                room=old.room, epoch=old.epoch, head=old.head, head_ic=old.head_ic,
-                normal=old.normal, important=old.important, anchor_seq=old.anchor_seq,
-                anchor_ic=old.anchor_ic, index=old.index, phead=phead, personal=personal)
+        if phead != old.phead:  # new personal messages only (a first one brings its store)
+            old = replace(old, phead=phead, personal=personal, memo={})
         return _trim_important(old, keep, now_ms)
     new_normal = [_item(e) for e in entries if not e.important]
     new_important = [_item(e) for e in entries if e.important]
@@ -137,8 +134,4 @@ def _trim_important(snap: Snapshot, keep: Retention, now_ms: int) -> Snapshot:
         drop += 1
     if not drop:
         return snap
-    return Snapshot(
-        room=snap.room, epoch=snap.epoch, head=snap.head, head_ic=snap.head_ic,
-        normal=snap.normal, important=imp[drop:], anchor_seq=snap.anchor_seq,
-        anchor_ic=snap.anchor_ic, index=snap.index, phead=snap.phead, personal=snap.personal,
-    )
+    return replace(snap, important=imp[drop:], memo={})
