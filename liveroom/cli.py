@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from . import __version__, sects
+from . import __version__, build, sects
 from .client import (
     Answer,
     ApiError,
@@ -68,6 +68,7 @@ def _announce(node: Node) -> None:
     s = node.settings
     click.echo(f"liveroom {__version__} node {s.name!r} listening on "
                f"http://{s.host}:{s.port} (store: {node.store.name})")
+    click.echo(f"  build: {build.describe()}")
     click.echo(f"  auth: {s.auth}" + (f" ({len(s.ticket_keys)} ticket keys)"
                                       if s.auth == "ticket" else
                                       " (clients name their own uid)"))

@@ -27,6 +27,8 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest, values
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from . import __version__, build
+
 
 def multiprocess() -> bool:
     """Whether prometheus-client chose its multiprocess mode when imported."""
@@ -78,6 +80,12 @@ class Metrics:
             "liveroom_connections_refused",
             "Connections refused past --connections-max (answered 503)", registry=r)
         self.polls = Counter("liveroom_polls", "Polls answered", ["outcome"], registry=r)
+        # The roles are imported by the time a node makes its metrics.
+        self.build = Gauge("liveroom_build_info",
+                           "The build this node runs (1): its listener path compiled or "
+                           "pure Python, and the version", ["build", "version"],
+                           registry=r, multiprocess_mode="max")
+        self.build.labels(build.kind(), __version__).set(1)
         self.deliveries = Counter("liveroom_delivered_messages",
                                   "Messages delivered in poll answers", ["kind"], registry=r)
         self.refused_polls = Counter("liveroom_polls_refused",

@@ -52,7 +52,7 @@ from typing import Any
 
 from prometheus_client.multiprocess import mark_process_dead
 
-from . import __version__
+from . import __version__, build
 from .clock import SystemClock
 from .errors import ConfigError
 from .node import Node, run
@@ -280,6 +280,8 @@ class Supervisor:
         lines = [f"liveroom {__version__}: {self.count} workers (nodes {first.node_id!r} to "
                  f"{last.node_id!r}) listening on http://{s.host}:{s.port} "
                  f"(store: {report.get('store', '?')})"]
+        if "build" in report:
+            lines.append(f"  build: {report['build']}")
         lines.append("  stop with Ctrl-C")
         sys.stdout.write("\n".join(lines) + "\n")
         sys.stdout.flush()
@@ -386,7 +388,8 @@ def _stop_with_supervisor() -> None:
 
 def _report_listening(node: Node) -> None:
     node.metrics.refresh_every(1.0)
-    report = {"node": node.settings.name, "pid": os.getpid(), "store": node.store.name}
+    report = {"node": node.settings.name, "pid": os.getpid(), "store": node.store.name,
+              "build": build.describe()}
     sys.stdout.write(READY + json.dumps(report) + "\n")
     sys.stdout.flush()
 

@@ -1,22 +1,31 @@
 """Fan-out benchmark: the whole long-poll cycle in one room, liveroom against nginx + Nchan.
 
-For each server asked (``--against liveroom``, ``nchan``, ``both`` for the two,
-``floor``, or ``all`` for liveroom, Nchan when installed, and the floor) it
+For each server asked (``--against liveroom``, ``compiled``, ``nchan``,
+``floor``, ``floor-compiled``, several separated by commas, ``both`` for
+liveroom,nchan, or ``all`` for liveroom, compiled, nchan, floor, floor-compiled,
+leaving out with a note compiled without a compiled tree, Nchan when not
+installed and floor-compiled without mypyc) it
 
 1. starts the server as a child process on a free 127.0.0.1 port:
    ``python -m liveroom serve ... --tiers T [--store URL] [--workers N]``;
-   nginx with the nchan module, one worker, from ``loadtest/nchan.conf``
-   filled into a temporary directory; or ``floor_server.py``, the Python
-   floor: the smallest uvloop + httptools long-poll server speaking just
-   enough of liveroom's poll contract for these listeners, no validation,
-   context, statistics or store, to show what a bare asyncio protocol costs
-   per delivery here (Nchan and the floor have no tiers: always a plain
-   hold);
+   for ``compiled`` the same command with ``PYTHONPATH=DIR PYTHONSAFEPATH=1``,
+   DIR the compiled tree (``--compiled-tree``, default build/compiled, made by
+   scripts/build-compiled: ``pip install --no-deps --target DIR .``), checked
+   first to import ``proxy.front`` as an extension module there; nginx with
+   the nchan module, one worker, from ``loadtest/nchan.conf`` filled into a
+   temporary directory; or ``floor_server.py``, the Python floor: the
+   smallest uvloop + httptools long-poll server speaking just enough of
+   liveroom's poll contract for these listeners, no validation, context,
+   statistics or store, to show what a bare asyncio protocol costs per
+   delivery here; for ``floor-compiled`` the floor compiled by ``python -m
+   mypyc floor_server.py`` in a temporary directory before the first server,
+   started from there the same way (Nchan and the floors have no tiers:
+   always a plain hold);
 2. measures the server's RSS (its process and all descendants), then connects
    ``--listeners`` long polls to one room from ``--client-procs`` client
    processes (``fanout_client.py``: uvloop + httptools, one keep-alive
    connection per listener, polling again at once after every answer; the
-   floor gets liveroom's listeners and publisher);
+   floors get liveroom's listeners and publisher);
 3. warms up until every listener holds a poll (and, for a tiered liveroom,
    until the room's online count has reached the listeners, so the room is in
    its tier), waits for the server to go quiet, and measures the RSS again:
@@ -44,8 +53,9 @@ Measured over the window (first send to last delivery), per server:
   itself, and then the latencies are the client's, not the server's; the
   report says so.
 
-Below the table, the ratios of each pair of rows present: liveroom / nchan,
-liveroom / floor and floor / nchan.
+Below the table, the ratios of each of these pairs of rows present:
+liveroom / nchan, liveroom / floor, floor / nchan, compiled / nchan,
+compiled / liveroom, compiled / floor-compiled and floor-compiled / nchan.
 
 Presets (``--scenario``) match the fan-out targets in docs/performance.md
 ("Benchmarks"); any free flag overrides the preset's value:
@@ -61,6 +71,7 @@ Presets (``--scenario``) match the fan-out targets in docs/performance.md
     python loadtest/bench_fanout.py --scenario plain
     python loadtest/bench_fanout.py --scenario tiers --against liveroom
     python loadtest/bench_fanout.py --scenario plain --against all
+    python loadtest/bench_fanout.py --scenario plain --against liveroom,compiled,nchan
     python loadtest/bench_fanout.py --listeners 500 --rate 5 --seconds 10
     python loadtest/bench_fanout.py --scenario plain --workers 2 --store redis-server
 
@@ -75,6 +86,8 @@ import argparse
 import contextlib
 import datetime
 import http.client
+import importlib.machinery
+import importlib.util
 import json
 import math
 import multiprocessing
@@ -87,6 +100,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -101,8 +115,10 @@ from fanout_servers import (
     NCHAN_MODULE,
     PUBLISHER_TOKEN,
     Server,
+    announcing_server,
     cpu_seconds,
     floor_server,
+    free_port,
     interrupt_on_signals,
     liveroom_server,
     nchan_available,
@@ -111,10 +127,20 @@ from fanout_servers import (
     wait_until,
 )
 
-REPO = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
 ROOM = "bench"
-SPEAKS = {"liveroom": "liveroom", "nchan": "nchan", "floor": "liveroom"}
-"""The HTTP contract each server speaks (the listeners' and the publisher's kind)."""
+SPEAKS = {"liveroom": "liveroom", "compiled": "liveroom", "nchan": "nchan",
+          "floor": "liveroom", "floor-compiled": "liveroom"}
+"""The servers --against names, each with the HTTP contract it speaks (the
+listeners' and the publisher's kind)."""
+LIVEROOMS = ("liveroom", "compiled")
+"""The servers run by ``liveroom serve``: --tiers, --store and --workers are theirs."""
+GROUPS = {"both": ["liveroom", "nchan"],
+          "all": ["liveroom", "compiled", "nchan", "floor", "floor-compiled"]}
+"""--against's names for several servers; those ``all`` brings are left out,
+with a note, where they cannot run (no compiled tree, Nchan or mypyc)."""
+BUILD_COMPILED = "scripts/build-compiled"
 
 
 @dataclass(frozen=True)
@@ -271,6 +297,76 @@ def room_online(port: int) -> int:
         return -1
 
 
+# -- the compiled servers --------------------------------------------------------
+
+
+def compiled_env(tree: Path) -> dict[str, str]:
+    """The environment that runs a process from a compiled tree: the tree first
+    on the path, and not the current directory (the checkout, with the sources)."""
+    return {"PYTHONPATH": str(tree), "PYTHONSAFEPATH": "1"}
+
+
+@contextlib.contextmanager
+def environment(env: dict[str, str]) -> Iterator[None]:
+    """``env`` over this process's environment while the block runs, for the
+    servers started in it (fanout_servers starts them with this environment)."""
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def compiled_module(tree: Path, module: str) -> str | None:
+    """None when ``module`` imports from ``tree`` as an extension module (a .so
+    mypyc built) in ``compiled_env(tree)``, run from the checkout as the servers
+    are; else what it imports instead (its file, or the error)."""
+    done = subprocess.run([sys.executable, "-c", f"import {module}; print({module}.__file__)"],
+                          cwd=REPO, env=os.environ | compiled_env(tree), capture_output=True,
+                          text=True, check=False)
+    found = done.stdout.strip()
+    if done.returncode == 0 and found.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)):
+        return None
+    return found if done.returncode == 0 else (done.stderr.strip().splitlines() or ["?"])[-1]
+
+
+def check_compiled_tree(tree: Path) -> None:
+    if not tree.is_dir():
+        raise RuntimeError(f"no compiled tree at {tree}: build one with {BUILD_COMPILED} "
+                           "(or give --compiled-tree DIR)")
+    if (found := compiled_module(tree, "proxy.front")) is not None:
+        raise RuntimeError(f"{tree} is not a compiled tree (proxy.front there is {found}): "
+                           f"build one with {BUILD_COMPILED} (or give --compiled-tree DIR)")
+
+
+def build_floor(into: Path) -> None:
+    """floor_server.py compiled by mypyc in ``into``, the .so beside the copy."""
+    shutil.copy(HERE / "floor_server.py", into)
+    say("floor-compiled", "build", f"python -m mypyc floor_server.py in {into}")
+    done = subprocess.run([sys.executable, "-m", "mypyc", "floor_server.py"], cwd=into,
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+        raise RuntimeError(f"mypyc could not compile floor_server.py:\n{tail}")
+    if (found := compiled_module(into, "floor_server")) is not None:
+        raise RuntimeError(f"the compiled floor_server does not import from {into}: {found}")
+
+
+def floor_compiled_server(tmp: Path, nofile: int) -> contextlib.AbstractContextManager[Server]:
+    """The floor compiled by ``build_floor``, to start in the ``compiled_env`` of
+    its directory: imported, since a compiled module's ``__main__`` block does
+    not run."""
+    port = free_port()
+    return announcing_server("floor-compiled",
+                             ["-c", "import floor_server; floor_server.main()",
+                              "--port", str(port)], port, tmp, nofile)
+
+
 # -- one run ---------------------------------------------------------------------
 
 
@@ -286,7 +382,7 @@ def own_cpu() -> float:
 
 
 def say(server: str, phase: str, text: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {server:8} {phase:8} {text}", flush=True)
+    print(f"[{time.strftime('%H:%M:%S')}] {server:14} {phase:8} {text}", flush=True)
 
 
 def wait_quiet(server: Server, timeout: float = 15, idle: float = 0.05) -> None:
@@ -300,8 +396,10 @@ def wait_quiet(server: Server, timeout: float = 15, idle: float = 0.05) -> None:
 
 
 def run_one(kind: str, args: argparse.Namespace, listeners: int, client_procs: int,
-            nofile: int) -> dict[str, Any]:
-    tiers = args.tiers if kind == "liveroom" else "off"
+            nofile: int, floor_build: Path | None = None) -> dict[str, Any]:
+    """One server measured; ``floor_build``: the directory ``build_floor``
+    compiled the floor in, for floor-compiled."""
+    tiers = args.tiers if kind in LIVEROOMS else "off"
     messages = max(1, round(args.rate * args.seconds))
     connect_timeout = 30 + listeners / 200
     budget = connect_timeout + 90 + 30 + args.seconds + args.drain + 120  # every wait, and some
@@ -309,7 +407,7 @@ def run_one(kind: str, args: argparse.Namespace, listeners: int, client_procs: i
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"fanout-{kind}-")))
         store: Server | None = None
         store_url = args.store
-        if kind == "liveroom" and args.store == "redis-server":
+        if kind in LIVEROOMS and args.store == "redis-server":
             store = stack.enter_context(redis_server(tmp))
             store_url = f"redis://127.0.0.1:{store.port}/0"
             say(kind, "start", f"a throw-away redis-server at {store_url}")
@@ -317,8 +415,17 @@ def run_one(kind: str, args: argparse.Namespace, listeners: int, client_procs: i
         if kind == "liveroom":
             server = stack.enter_context(
                 liveroom_server(tmp, nofile, args.tiers, store_url, args.workers))
+        elif kind == "compiled":
+            with environment(compiled_env(args.compiled_tree)):
+                server = stack.enter_context(
+                    liveroom_server(tmp, nofile, args.tiers, store_url, args.workers,
+                                    name="liveroom-compiled"))
         elif kind == "nchan":
             server = stack.enter_context(nchan_server(tmp, nofile, args.nchan_multipart))
+        elif kind == "floor-compiled":
+            assert floor_build is not None
+            with environment(compiled_env(floor_build)):
+                server = stack.enter_context(floor_compiled_server(tmp, nofile))
         else:
             server = stack.enter_context(floor_server(tmp, nofile))
         time.sleep(1.0)
@@ -327,7 +434,7 @@ def run_one(kind: str, args: argparse.Namespace, listeners: int, client_procs: i
         say(kind, "start", f"port {server.port}, pids {server.pids()}, "
                            f"RSS {rss_before / 2**20:.1f} MiB")
 
-        if kind == "liveroom":
+        if kind in LIVEROOMS:
             open_room(server.port)
         clients = Clients(SPEAKS[kind], server.port, listeners, client_procs, budget)
         stack.callback(clients.stop)
@@ -349,7 +456,7 @@ def run_one(kind: str, args: argparse.Namespace, listeners: int, client_procs: i
                                      f"connect errors {st['connect_errors']}")
             time.sleep(0.2)
         say(kind, "warm-up", f"all {listeners} polls held")
-        if kind == "liveroom" and tiers != "off":
+        if kind in LIVEROOMS and tiers != "off":
             say(kind, "warm-up", "waiting for the room's online count (the tier follows it)")
             wait_until(f"online count {listeners}",
                        lambda: room_online(server.port) >= listeners, 90, server, step=0.5)
@@ -469,7 +576,10 @@ def label(r: dict[str, Any]) -> str:
         return "nchan"
     if r["server"] == "floor":
         return "floor (uvloop + httptools, no contract)"
-    return (f"liveroom (tiers {r['tiers'] or 'default'}"
+    if r["server"] == "floor-compiled":
+        return "floor compiled (uvloop + httptools, no contract)"
+    return (("liveroom compiled" if r["server"] == "compiled" else "liveroom")
+            + f" (tiers {r['tiers'] or 'default'}"
             + (f", {r['workers']} workers" if r["workers"] > 1 else "") + ")")
 
 
@@ -497,7 +607,9 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join("| " + " | ".join(row) + " |" for row in rows)
 
 
-RATIOS = [("liveroom", "nchan"), ("liveroom", "floor"), ("floor", "nchan")]
+RATIOS = [("liveroom", "nchan"), ("liveroom", "floor"), ("floor", "nchan"),
+          ("compiled", "nchan"), ("compiled", "liveroom"), ("compiled", "floor-compiled"),
+          ("floor-compiled", "nchan")]
 """The pairs of rows compared below the table, when both rows are there."""
 
 
@@ -559,18 +671,74 @@ def notes(r: dict[str, Any]) -> list[str]:
 # -- command line ----------------------------------------------------------------
 
 
+def against(value: str) -> str:
+    """--against's value: names of SPEAKS or GROUPS, separated by commas."""
+    names = [name.strip() for name in value.split(",")]
+    unknown = [name for name in names if name not in SPEAKS and name not in GROUPS]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown server {', '.join(map(repr, unknown))} (choose from "
+            f"{', '.join([*SPEAKS, *GROUPS])}, or several separated by commas)")
+    return ",".join(names)
+
+
+def choose(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """The servers to measure, in order, and notes on those left out: a server
+    ``all`` brings that cannot run here is left out; RuntimeError for one named."""
+    if args.against is None:
+        if nchan_available():
+            return ["liveroom", "nchan"], []
+        return ["liveroom"], [f"nginx with the nchan module ({NCHAN_MODULE}) not found: "
+                              "liveroom only (apt-get install nginx libnginx-mod-nchan)"]
+    kinds: list[str] = []
+    named: set[str] = set()
+    for name in args.against.split(","):
+        group = GROUPS.get(name, [name])
+        kinds += [kind for kind in group if kind not in kinds]
+        if name != "all":
+            named.update(group)
+    missing = {}
+    if "compiled" in kinds and not args.compiled_tree.is_dir():
+        missing["compiled"] = (f"no compiled tree at {args.compiled_tree} (build one with "
+                               f"{BUILD_COMPILED}, or give --compiled-tree DIR)")
+    if "nchan" in kinds and not nchan_available():
+        missing["nchan"] = (f"nginx with the nchan module ({NCHAN_MODULE}) not found "
+                            "(apt-get install nginx libnginx-mod-nchan)")
+    if "floor-compiled" in kinds and importlib.util.find_spec("mypyc") is None:
+        missing["floor-compiled"] = "mypyc not found (pip install mypy)"
+    notes = []
+    for kind, why in missing.items():
+        if kind in named:
+            raise RuntimeError(why)
+        kinds.remove(kind)
+        notes.append(f"{kind} left out: {why}")
+    if "compiled" in kinds:
+        check_compiled_tree(args.compiled_tree)
+    return kinds, notes
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scenario", choices=sorted(SCENARIOS), default="plain",
                    help="a preset of listeners, rate, seconds, tiers and client processes "
                         "(default: plain); the flags below override it")
-    p.add_argument("--against", choices=["liveroom", "nchan", "both", "floor", "all"],
-                   help="the server(s) to measure, with the same load: both = liveroom and "
-                        "nchan; floor = floor_server.py, the Python floor (uvloop + "
-                        "httptools, just enough of the poll contract, plain hold); all = "
-                        "liveroom, nchan (when installed) and floor (default: both when "
-                        "nginx with the nchan module is installed, else liveroom)")
+    p.add_argument("--against", type=against, metavar="SERVER[,SERVER...]",
+                   help="the server(s) to measure, with the same load, in this order: "
+                        "liveroom; compiled = liveroom from the compiled tree "
+                        "(--compiled-tree); nchan; floor = floor_server.py, the Python floor "
+                        "(uvloop + httptools, just enough of the poll contract, plain hold); "
+                        "floor-compiled = the floor compiled by mypyc for the run; both = "
+                        "liveroom,nchan; all = liveroom, compiled, nchan, floor, "
+                        "floor-compiled, leaving out (with a note) compiled without a tree, "
+                        "nchan when not installed and floor-compiled without mypyc "
+                        "(default: both when nginx with the nchan module is installed, else "
+                        "liveroom)")
+    p.add_argument("--compiled-tree", type=Path, default=REPO / "build" / "compiled",
+                   metavar="DIR",
+                   help="the compiled tree 'compiled' runs from, made by "
+                        f"{BUILD_COMPILED} (pip install --no-deps --target DIR .; default: "
+                        "build/compiled in the checkout)")
     p.add_argument("--listeners", type=int,
                    help="long polls held in the room, each polling again at once after "
                         "every answer")
@@ -600,6 +768,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "answer, Nchan's default)")
     p.add_argument("--json", type=Path, help="also write the results to this JSON file")
     args = p.parse_args(argv)
+    args.compiled_tree = args.compiled_tree.resolve()  # the servers run from the checkout
     preset = SCENARIOS[args.scenario]
     if args.tiers == "default":
         args.tiers = None
@@ -619,29 +788,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     interrupt_on_signals()
     command = shlex.join([Path(sys.executable).name, *sys.argv])
-    notes_out: list[str] = []
-    if args.against is None:
-        if nchan_available():
-            args.against = "both"
-        else:
-            args.against = "liveroom"
-            notes_out.append(f"nginx with the nchan module ({NCHAN_MODULE}) not found: "
-                             "liveroom only (apt-get install nginx libnginx-mod-nchan)")
-    elif args.against in ("nchan", "both") and not nchan_available():
-        print(f"nginx with the nchan module ({NCHAN_MODULE}) not found", file=sys.stderr)
+    try:
+        kinds, notes_out = choose(args)
+    except RuntimeError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
-    kinds = {"both": ["liveroom", "nchan"],
-             "all": ["liveroom", "nchan", "floor"]}.get(args.against, [args.against])
-    if "floor" in kinds and "nchan" in kinds and not nchan_available():
-        kinds.remove("nchan")
-        notes_out.append(f"nginx with the nchan module ({NCHAN_MODULE}) not found: "
-                         "liveroom and the floor only")
+    args.against = args.against or ",".join(kinds)  # for --json
 
     # One process holds at most (open-files limit - a reserve) polls, servers and
     # clients alike; root may raise the limit unless the host forbids it.
     nofile = raise_nofile(args.listeners + FD_RESERVE)
     listeners = args.listeners
-    server_procs = args.workers if "liveroom" in kinds else 1
+    liverooms = any(kind in LIVEROOMS for kind in kinds)
+    server_procs = args.workers if liverooms else 1
     if listeners > nofile - FD_RESERVE and server_procs == 1:
         listeners = nofile - FD_RESERVE
         notes_out.append(f"the open-files limit is {nofile} and cannot be raised here "
@@ -658,10 +817,16 @@ def main(argv: list[str] | None = None) -> int:
     stamp = commit()  # at the start: others may commit while it runs
     results = []
     try:
-        for kind in kinds:
-            r = run_one(kind, args, listeners, client_procs, nofile)
-            r["workers"] = args.workers if kind == "liveroom" else 1
-            results.append(r)
+        with contextlib.ExitStack() as stack:
+            floor_build = None
+            if "floor-compiled" in kinds:
+                floor_build = Path(stack.enter_context(
+                    tempfile.TemporaryDirectory(prefix="fanout-floor-compiled-")))
+                build_floor(floor_build)
+            for kind in kinds:
+                r = run_one(kind, args, listeners, client_procs, nofile, floor_build)
+                r["workers"] = args.workers if kind in LIVEROOMS else 1
+                results.append(r)
     except KeyboardInterrupt:
         print("interrupted: servers and clients stopped", file=sys.stderr)
         return 130
@@ -675,7 +840,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {versions()}")
     print(f"load:    {listeners:,} listeners in one room, {args.rate:g} msg/s for "
           f"{args.seconds:g} s"
-          + (f", liveroom tiers {args.tiers or 'default'}" if "liveroom" in kinds else "")
+          + (f", liveroom tiers {args.tiers or 'default'}" if liverooms else "")
           + (f", {args.workers} workers" if args.workers > 1 else "")
           + (f", store {args.store}" if args.store else "")
           + f", {client_procs} client process(es)"

@@ -1,4 +1,8 @@
-"""The Python floor: the smallest long-poll server the fan-out benchmark can measure.
+from __future__ import annotations
+
+# An assignment, not a docstring: mypyc drops a module's docstring (__doc__ would
+# be None compiled), and main() gives it to --help.
+__doc__ = """The Python floor: the smallest long-poll server the fan-out benchmark can measure.
 
 ``python loadtest/floor_server.py --port P`` serves 127.0.0.1:P on uvloop, one
 ``asyncio.Protocol`` per connection parsing with ``httptools``, keep-alive,
@@ -20,8 +24,6 @@ statistics, rate limits or store, one timer per held poll. It is there to show
 what a bare asyncio protocol costs per delivery on the machine of the run, a
 floor under liveroom's figure. Anything else answers 404.
 """
-
-from __future__ import annotations
 
 import argparse
 import asyncio

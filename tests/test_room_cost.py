@@ -369,27 +369,31 @@ async def test_the_cache_forgets_rooms_nobody_read_for_its_read_window(
 # -- memory that matches the data ---------------------------------------------------------
 
 
-def test_a_cached_message_holds_at_most_twice_its_encoded_size() -> None:
+def test_a_cached_message_holds_its_encoded_size_and_fixed_objects() -> None:
     """2 500 short chat lines (JSON about 100 bytes each): before the copy each
-    held about 1 KiB (orjson's buffer). A message also costs fixed objects
-    (its tuple, seq and ts: about 150 bytes), so only messages of a few bytes
-    exceed twice their size."""
-    entries = tuple(Entry(seq=i, ic=0, uid=f"viewer-{i % 10}", important=False,
-                          ts=1_700_000_000_000 + i, body="great stream, hi!")
-                    for i in range(1, 2501))
-    pulled = Pulled("tiny", "epoch", 2500, 0, entries, complete=True)
+    held about 1 KiB (orjson's buffer). A message also costs fixed objects: its
+    tuple, seq and ts, and the headers of its two encodings, about 200 bytes
+    (measured 378 bytes a message of 159 encoded, in either build)."""
     keep = Retention(normal_keep=2500)
     gc.collect()
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
+        entries = tuple(Entry(seq=i, ic=0, uid=f"viewer-{i % 10}", important=False,
+                              ts=1_700_000_000_000 + i, body="great stream, hi!")
+                        for i in range(1, 2501))
+        pulled = Pulled("tiny", "epoch", 2500, 0, entries, complete=True)
         snap = advance(None, pulled, 0, keep, 1_700_000_000_000)
+        # What the cache keeps once the pull is dropped (the compiled build
+        # boxes an Entry's ints anew when read, so only this compares builds).
+        del entries, pulled
+        gc.collect()
         held = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
     encoded = sum(len(item.json) + len(item.mp) for item in snap.normal)
     assert len(snap.normal) == 2500
-    assert held <= 2 * encoded, (held / 2500, encoded / 2500)
+    assert held <= encoded + 240 * 2500, (held / 2500, encoded / 2500)
 
 
 # -- faults stay local ------------------------------------------------------------------

@@ -1,0 +1,76 @@
+"""Which build of the listener path this process runs: pure Python or compiled.
+
+The listener path (parsing a poll, checking its query, the cursor's decision,
+holding and waking polls, writing answers) can be compiled to C extensions by
+mypyc from the same typed modules: ``pip install .`` does it when a C compiler
+is there (``setup.py``), ``pip install -e .`` never does. The pure modules stay
+the reference; a compiled module sits beside its ``.py`` and Python imports the
+extension first.
+
+:data:`COMPILED` names the modules a compiled build compiles, in one place for
+``setup.py``, the start line, ``/metrics`` and the tests. This module imports
+no role: it reads the roles' modules from :data:`sys.modules` once the node has
+imported them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+import sys
+
+COMPILED = (
+    "liveroom.clock",
+    "liveroom.model",
+    "liveroom.personal",
+    "liveroom.snapshot",
+    "proxy.answer",
+    "proxy.context",
+    "proxy.deadlines",
+    "proxy.front",
+    "proxy.heartbeats",
+    "proxy.hold",
+    "proxy.params",
+    "proxy.poll",
+    "proxy.reply",
+    "proxy.step",
+    "proxy.tiers",
+)
+"""Modules on the listener path that a compiled build compiles."""
+
+_EXTENSIONS = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+
+
+def is_compiled(module: str) -> bool:
+    """Whether ``module`` (imported now if it is the core's, else only if
+    already imported) was loaded from a C extension."""
+    found = sys.modules.get(module)
+    if found is None and module.startswith("liveroom."):
+        found = importlib.import_module(module)
+    path = getattr(found, "__file__", None) or ""
+    return path.endswith(_EXTENSIONS)
+
+
+def compiled_modules() -> list[str]:
+    """The modules of :data:`COMPILED` this process runs compiled."""
+    return [name for name in COMPILED if is_compiled(name)]
+
+
+def kind() -> str:
+    """``"compiled"`` when every module of the listener path this process has
+    loaded is compiled, ``"pure"`` when none is, else ``"mixed"`` (a broken
+    install: a compiled tree shadowed in part)."""
+    loaded = [name for name in COMPILED
+              if name in sys.modules or name.startswith("liveroom.")]
+    compiled = sum(is_compiled(name) for name in loaded)
+    if compiled == 0:
+        return "pure"
+    return "compiled" if compiled == len(loaded) else "mixed"
+
+
+def describe() -> str:
+    """One line for the start log: the build and how many modules are compiled."""
+    build = kind()
+    if build == "pure":
+        return "pure Python build"
+    return f"{build} build ({len(compiled_modules())} of {len(COMPILED)} modules compiled by mypyc)"

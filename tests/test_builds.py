@@ -1,0 +1,89 @@
+"""The two builds of the listener path: pure Python (the reference) and
+compiled by mypyc.
+
+``scripts/test`` builds the compiled tree first (``scripts/build-compiled``,
+the way ``pip install .`` builds it), runs the whole suite on the pure build,
+then the listener suites again with the compiled tree first on the path
+(``LIVEROOM_TEST_BUILD=compiled``). These tests check that each run imports
+the build it says, that both builds answer the same bytes to the same
+requests, and that an install without a C compiler is pure Python and says
+so.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from liveroom import build
+
+ROOT = Path(__file__).resolve().parent.parent
+TRANSCRIPT = ROOT / "tests" / "transcript.py"
+
+
+def _tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The compiled tree: scripts/test's (``LIVEROOM_COMPILED_TREE``), else
+    one built now (about a minute)."""
+    given = os.environ.get("LIVEROOM_COMPILED_TREE")
+    if given:
+        return Path(given)
+    tree = tmp_path_factory.mktemp("compiled") / "tree"
+    subprocess.run([str(ROOT / "scripts" / "build-compiled"), str(tree)], check=True,
+                   timeout=600)
+    return tree
+
+
+def _under(path: Path, *argv: str) -> subprocess.CompletedProcess[bytes]:
+    """Run ``argv`` with ``path`` first on the import path and nothing from
+    the current directory."""
+    env = {**os.environ, "PYTHONPATH": str(path), "PYTHONSAFEPATH": "1"}
+    return subprocess.run([sys.executable, *argv], env=env, capture_output=True, timeout=120,
+                          cwd=ROOT, check=False)
+
+
+def test_this_run_imports_the_build_it_names() -> None:
+    wanted = os.environ.get("LIVEROOM_TEST_BUILD", "pure")
+    for name in build.COMPILED:
+        importlib.import_module(name)
+    assert build.kind() == wanted, build.describe()
+    compiled = build.compiled_modules()
+    assert compiled == (list(build.COMPILED) if wanted == "compiled" else [])
+
+
+@pytest.mark.slow
+def test_both_builds_answer_the_same_bytes(tmp_path_factory: pytest.TempPathFactory) -> None:
+    tree = _tree(tmp_path_factory)
+    pure = _under(ROOT, str(TRANSCRIPT))
+    compiled = _under(tree, str(TRANSCRIPT))
+    assert pure.returncode == 0, pure.stderr.decode()
+    assert compiled.returncode == 0, compiled.stderr.decode()
+    # Each run really was the build it stands for.
+    probe = "from liveroom import build; import proxy.front; print(build.kind())"
+    assert _under(ROOT, "-c", probe).stdout.split() == [b"pure"]
+    assert _under(tree, "-c", probe).stdout.split() == [b"compiled"]
+    answers = pure.stdout.split(b"\n== ")
+    assert len(answers) > 60
+    for mine, theirs in zip(answers, compiled.stdout.split(b"\n== "), strict=True):
+        assert mine == theirs
+
+
+@pytest.mark.slow
+def test_an_install_without_a_compiler_is_pure_python_and_says_so(tmp_path: Path) -> None:
+    target = tmp_path / "site"
+    env = {**os.environ, "CC": "no-such-compiler", "LIVEROOM_BUILD": "auto"}
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-v", "--no-deps", "--target", str(target),
+         str(ROOT)],
+        env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    said = [line.strip() for line in (done.stdout + done.stderr).splitlines()
+            if line.strip().startswith("liveroom: ")]
+    assert said == ["liveroom: no C compiler found: installing pure Python (the listener "
+                    "path runs slower; install gcc and reinstall for the compiled build)"]
+    assert not list(target.rglob("*.so"))
+    assert (target / "proxy" / "front.py").is_file()
