@@ -16,6 +16,7 @@ extension. What decides:
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,9 @@ def _extensions() -> dict[str, Any]:
             raise SystemExit("LIVEROOM_BUILD=compiled needs mypy (mypyc) to build") from None
         _say("mypy (mypyc) is not installed: installing pure Python")
         return _pure()
+    # Nothing of an earlier compiled build may be packaged: a module dropped
+    # from the list would stay compiled, against an older shared library.
+    shutil.rmtree(HERE / "build" / "wheel", ignore_errors=True)
     paths = [name.replace(".", "/") + ".py" for name in _modules()]
     _say(f"compiling {len(paths)} modules of the listener path with mypyc")
     return {"ext_modules": mypycify(paths, opt_level="3", target_dir="build/mypyc"),

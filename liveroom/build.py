@@ -21,6 +21,7 @@ import sys
 
 COMPILED = (
     "liveroom.clock",
+    "liveroom.codec",
     "liveroom.model",
     "liveroom.personal",
     "liveroom.snapshot",
@@ -35,6 +36,8 @@ COMPILED = (
     "proxy.reply",
     "proxy.step",
     "proxy.tiers",
+    "recvsvr.cache",
+    "statsvr.merge",
 )
 """Modules on the listener path that a compiled build compiles."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from liveroom.codec import check_value, json_size
 from liveroom.errors import BadBody, BadRequest, TooLarge
@@ -20,8 +20,10 @@ from liveroom.model import (
 )
 
 
-class Cursor(NamedTuple):
-    """Where a listener stands, as its last answer told it."""
+@dataclass(slots=True)
+class Cursor:
+    """Where a listener stands, as its last answer told it (one is made per
+    poll: slotted, and native in the compiled build)."""
 
     epoch: str
     seq: int
@@ -29,8 +31,10 @@ class Cursor(NamedTuple):
     ctx: str | None
 
 
-class PollParams(NamedTuple):
-    """A poll's parameters (named tuples: one is made per poll)."""
+@dataclass(slots=True)
+class PollParams:
+    """A poll's parameters (one is made per poll: slotted, and native in the
+    compiled build)."""
 
     room: str
     uid: str

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from typing import NamedTuple
+from dataclasses import dataclass
 
 import msgpack
 
@@ -23,7 +23,11 @@ JSON_UTF8 = "application/json; charset=utf-8"
 ``json_response`` labels them)."""
 
 
-class Reply(NamedTuple):
+@dataclass(slots=True)
+class Reply:
+    """An answer: status, body, content type (a class, not a named tuple: the
+    compiled build makes one natively)."""
+
     status: int
     body: bytes
     content_type: str = JSON

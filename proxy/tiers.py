@@ -13,7 +13,7 @@ from __future__ import annotations
 import zlib
 from bisect import bisect_right
 from collections.abc import Sequence
-from typing import NamedTuple
+from dataclasses import dataclass
 
 from liveroom.settings import Tier
 
@@ -21,9 +21,10 @@ PLAIN = Tier(0, 0.0, 0.0)
 """Under the first tier: a plain long poll."""
 
 
-class Pace(NamedTuple):
+@dataclass(slots=True)
+class Pace:
     """One listener's pace in a room: its tier and when its next answer is due
-    (a named tuple: one is made per poll)."""
+    (one is made per poll: slotted, and native in the compiled build)."""
 
     tier: Tier
     last_ms: int
