@@ -103,25 +103,31 @@ class Wakeable(Protocol):
         empty (timeout, shutdown). The poll may hold itself again."""
 
 
-@dataclass(eq=False, slots=True)
 class HeldPoll:
-    """A poll held in a room; :meth:`Holds.cancel` takes it back."""
+    """A poll held in a room; :meth:`Holds.cancel` takes it back. (A slotted
+    class with a written ``__init__``: one is made per held poll, natively in
+    the compiled build; compared and hashed by identity.)"""
 
-    poll: Wakeable
-    """The poll to wake."""
-    name: str
-    room: _Room
-    paced: bool
-    uid: str
-    key: int = 0
-    """A plain poll's deadline bucket."""
-    epoch: str = ""
-    top: int = 0
-    """The higher of a paced poll's cursors: a head beyond it means news."""
-    iseq: int = 0
-    pending: bool = False
-    """Something was pending in the snapshot a paced poll was held with."""
-    done: bool = False
+    __slots__ = ("done", "epoch", "iseq", "key", "name", "paced", "pending", "poll", "room",
+                 "top", "uid")
+
+    def __init__(self, poll: Wakeable, name: str, room: _Room, paced: bool, uid: str, *,
+                 epoch: str = "", top: int = 0, iseq: int = 0, pending: bool = False) -> None:
+        self.poll = poll
+        """The poll to wake."""
+        self.name = name
+        self.room = room
+        self.paced = paced
+        self.uid = uid
+        self.key = 0
+        """A plain poll's deadline bucket."""
+        self.epoch = epoch
+        self.top = top
+        """The higher of a paced poll's cursors: a head beyond it means news."""
+        self.iseq = iseq
+        self.pending = pending
+        """Something was pending in the snapshot a paced poll was held with."""
+        self.done = False
 
     def has_news(self, snap: Snapshot) -> bool:
         return self.pending or snap.epoch != self.epoch or snap.head > self.top

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-from dataclasses import dataclass
 
 import msgpack
 
@@ -23,16 +22,22 @@ JSON_UTF8 = "application/json; charset=utf-8"
 ``json_response`` labels them)."""
 
 
-@dataclass(slots=True)
 class Reply:
-    """An answer: status, body, content type (a class, not a named tuple: the
-    compiled build makes one natively)."""
+    """An answer: status, body, content type (a slotted class with a written
+    ``__init__``: the compiled build makes one natively)."""
 
-    status: int
-    body: bytes
-    content_type: str = JSON
-    retry_after: int | None = None
-    """Whole seconds for a ``Retry-After`` header."""
+    __slots__ = ("body", "content_type", "retry_after", "status")
+
+    def __init__(self, status: int, body: bytes, content_type: str = JSON,
+                 retry_after: int | None = None) -> None:
+        self.status = status
+        self.body = body
+        self.content_type = content_type
+        self.retry_after = retry_after
+        """Whole seconds for a ``Retry-After`` header."""
+
+    def __repr__(self) -> str:
+        return f"Reply({self.status}, {self.body!r}, {self.content_type!r})"
 
 
 def error_reply(status: int, code: str, message: str,

@@ -13,7 +13,6 @@ from __future__ import annotations
 import zlib
 from bisect import bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from liveroom.settings import Tier
 
@@ -21,18 +20,33 @@ PLAIN = Tier(0, 0.0, 0.0)
 """Under the first tier: a plain long poll."""
 
 
-@dataclass(slots=True)
 class Pace:
     """One listener's pace in a room: its tier and when its next answer is due
-    (one is made per poll: slotted, and native in the compiled build)."""
+    (one is made per poll: a slotted class with a written ``__init__``, made
+    natively by the compiled build)."""
 
-    tier: Tier
-    last_ms: int
-    """Unix ms of the listener's last non-empty answer (as its context says)."""
-    due_ms: int
-    """Unix ms before which a poll with messages pending is held."""
-    interval_ms: int
-    """What the answer's ``interval_ms`` says: the longest the hold may add."""
+    __slots__ = ("due_ms", "interval_ms", "last_ms", "tier")
+
+    def __init__(self, tier: Tier, last_ms: int, due_ms: int, interval_ms: int) -> None:
+        self.tier = tier
+        self.last_ms = last_ms
+        """Unix ms of the listener's last non-empty answer (as its context says)."""
+        self.due_ms = due_ms
+        """Unix ms before which a poll with messages pending is held."""
+        self.interval_ms = interval_ms
+        """What the answer's ``interval_ms`` says: the longest the hold may add."""
+
+    def _fields(self) -> tuple[Tier, int, int, int]:
+        return self.tier, self.last_ms, self.due_ms, self.interval_ms
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Pace) and self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return f"Pace({self.tier!r}, {self.last_ms}, {self.due_ms}, {self.interval_ms})"
 
     @property
     def plain(self) -> bool:
