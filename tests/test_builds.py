@@ -56,6 +56,7 @@ def test_this_run_imports_the_build_it_names() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # builds the compiled tree when scripts/test did not
 def test_both_builds_answer_the_same_bytes(tmp_path_factory: pytest.TempPathFactory) -> None:
     tree = _tree(tmp_path_factory)
     pure = _under(ROOT, str(TRANSCRIPT))
@@ -73,6 +74,7 @@ def test_both_builds_answer_the_same_bytes(tmp_path_factory: pytest.TempPathFact
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # pip makes its build environment (setuptools) first
 def test_an_install_without_a_compiler_is_pure_python_and_says_so(tmp_path: Path) -> None:
     target = tmp_path / "site"
     env = {**os.environ, "CC": "no-such-compiler", "LIVEROOM_BUILD": "auto"}
