@@ -16,11 +16,13 @@ import importlib
 import os
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
+from support import ADMIN, free_port
 
-from liveroom import build
+from liveroom import __version__, build
 
 ROOT = Path(__file__).resolve().parent.parent
 TRANSCRIPT = ROOT / "tests" / "transcript.py"
@@ -53,6 +55,34 @@ def test_this_run_imports_the_build_it_names() -> None:
     assert build.kind() == wanted, build.describe()
     compiled = build.compiled_modules()
     assert compiled == (list(build.COMPILED) if wanted == "compiled" else [])
+
+
+def test_serve_says_which_build_it_runs_on_its_start_line_and_in_its_metrics() -> None:
+    wanted = os.environ.get("LIVEROOM_TEST_BUILD", "pure")
+    port = free_port()
+    env = {**os.environ, "LIVEROOM_ADMIN_TOKEN": ADMIN}
+    proc = subprocess.Popen([sys.executable, "-m", "liveroom", "serve", "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env)
+    try:
+        assert proc.stdout is not None
+        lines = [next(proc.stdout) for _ in range(2)]  # bounded by the test's timeout
+        assert "listening on" in lines[0], lines
+        said = ("  build: pure Python build\n" if wanted == "pure" else
+                f"  build: compiled build ({len(build.COMPILED)} of {len(build.COMPILED)} "
+                "modules compiled by mypyc)\n")
+        assert lines[1] == said
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics",
+                                         headers={"Authorization": f"Bearer {ADMIN}"})
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            metrics = answer.read().decode()
+        assert (f'liveroom_build_info{{build="{wanted}",version="{__version__}"}} 1.0'
+                in metrics.splitlines())
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 @pytest.mark.slow
