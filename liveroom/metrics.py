@@ -81,11 +81,10 @@ class Metrics:
             "Connections refused past --connections-max (answered 503)", registry=r)
         self.polls = Counter("liveroom_polls", "Polls answered", ["outcome"], registry=r)
         # The roles are imported by the time a node makes its metrics.
-        self.build = Gauge("liveroom_build_info",
-                           "The build this node runs (1): its listener path compiled or "
-                           "pure Python, and the version", ["build", "version"],
-                           registry=r, multiprocess_mode="max")
-        self.build.labels(build.kind(), __version__).set(1)
+        Gauge("liveroom_build_info",
+              "The build this node runs (1): its listener path compiled or pure Python, "
+              "and the version", ["build", "version"], registry=r,
+              multiprocess_mode="max").labels(build.kind(), __version__).set(1)
         self.deliveries = Counter("liveroom_delivered_messages",
                                   "Messages delivered in poll answers", ["kind"], registry=r)
         self.refused_polls = Counter("liveroom_polls_refused",

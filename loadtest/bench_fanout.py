@@ -100,7 +100,6 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -306,22 +305,6 @@ def compiled_env(tree: Path) -> dict[str, str]:
     return {"PYTHONPATH": str(tree), "PYTHONSAFEPATH": "1"}
 
 
-@contextlib.contextmanager
-def environment(env: dict[str, str]) -> Iterator[None]:
-    """``env`` over this process's environment while the block runs, for the
-    servers started in it (fanout_servers starts them with this environment)."""
-    saved = {name: os.environ.get(name) for name in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
 def compiled_module(tree: Path, module: str) -> str | None:
     """None when ``module`` imports from ``tree`` as an extension module (a .so
     mypyc built) in ``compiled_env(tree)``, run from the checkout as the servers
@@ -357,14 +340,15 @@ def build_floor(into: Path) -> None:
         raise RuntimeError(f"the compiled floor_server does not import from {into}: {found}")
 
 
-def floor_compiled_server(tmp: Path, nofile: int) -> contextlib.AbstractContextManager[Server]:
-    """The floor compiled by ``build_floor``, to start in the ``compiled_env`` of
-    its directory: imported, since a compiled module's ``__main__`` block does
-    not run."""
+def floor_compiled_server(tmp: Path, nofile: int,
+                          build: Path) -> contextlib.AbstractContextManager[Server]:
+    """The floor compiled by ``build_floor`` into ``build``, run in its
+    ``compiled_env``: imported, since a compiled module's ``__main__`` block
+    does not run."""
     port = free_port()
     return announcing_server("floor-compiled",
                              ["-c", "import floor_server; floor_server.main()",
-                              "--port", str(port)], port, tmp, nofile)
+                              "--port", str(port)], port, tmp, nofile, compiled_env(build))
 
 
 # -- one run ---------------------------------------------------------------------
@@ -416,16 +400,14 @@ def run_one(kind: str, args: argparse.Namespace, listeners: int, client_procs: i
             server = stack.enter_context(
                 liveroom_server(tmp, nofile, args.tiers, store_url, args.workers))
         elif kind == "compiled":
-            with environment(compiled_env(args.compiled_tree)):
-                server = stack.enter_context(
-                    liveroom_server(tmp, nofile, args.tiers, store_url, args.workers,
-                                    name="liveroom-compiled"))
+            server = stack.enter_context(
+                liveroom_server(tmp, nofile, args.tiers, store_url, args.workers,
+                                name="liveroom-compiled", env=compiled_env(args.compiled_tree)))
         elif kind == "nchan":
             server = stack.enter_context(nchan_server(tmp, nofile, args.nchan_multipart))
         elif kind == "floor-compiled":
             assert floor_build is not None
-            with environment(compiled_env(floor_build)):
-                server = stack.enter_context(floor_compiled_server(tmp, nofile))
+            server = stack.enter_context(floor_compiled_server(tmp, nofile, floor_build))
         else:
             server = stack.enter_context(floor_server(tmp, nofile))
         time.sleep(1.0)

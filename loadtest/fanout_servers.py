@@ -22,7 +22,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import psutil
@@ -146,14 +146,16 @@ def accepts(port: int) -> bool:
 
 
 @contextlib.contextmanager
-def announcing_server(name: str, args: list[str], port: int, tmp: Path,
-                      nofile: int) -> Iterator[Server]:
-    """A Python child process run from this checkout, ready once its log says
-    'listening on'; stopped on exit."""
+def announcing_server(name: str, args: list[str], port: int, tmp: Path, nofile: int,
+                      env: Mapping[str, str] | None = None) -> Iterator[Server]:
+    """A Python child process run from this checkout (``env`` over this
+    process's environment), ready once its log says 'listening on'; stopped on
+    exit."""
     log = tmp / f"{name}.log"
     with log.open("wb") as out:
         proc = subprocess.Popen([sys.executable, *args], stdout=out, stderr=subprocess.STDOUT,
                                 cwd=REPO, start_new_session=True,
+                                env={**os.environ, **env} if env else None,
                                 preexec_fn=child_setup(nofile))
     server = Server(name, proc, port, log)
     try:
@@ -165,10 +167,11 @@ def announcing_server(name: str, args: list[str], port: int, tmp: Path,
 
 
 def liveroom_server(tmp: Path, nofile: int, tiers: str | None, store: str | None,
-                    workers: int, name: str = "liveroom",
-                    extra: Sequence[str] = ()) -> contextlib.AbstractContextManager[Server]:
+                    workers: int, name: str = "liveroom", extra: Sequence[str] = (),
+                    env: Mapping[str, str] | None = None,
+                    ) -> contextlib.AbstractContextManager[Server]:
     """``python -m liveroom serve`` from this checkout, with ``extra`` arguments
-    (its log is ``tmp/<name>.log``)."""
+    and ``env`` (its log is ``tmp/<name>.log``)."""
     port = free_port()
     # The bench sizes the server's descriptors for its listeners: the cap on
     # held polls and on connections is that budget, not the defaults' reserves
@@ -184,7 +187,7 @@ def liveroom_server(tmp: Path, nofile: int, tiers: str | None, store: str | None
     if workers > 1:
         args += ["--workers", str(workers)]
     args += extra
-    return announcing_server(name, args, port, tmp, nofile)
+    return announcing_server(name, args, port, tmp, nofile, env)
 
 
 def floor_server(tmp: Path, nofile: int) -> contextlib.AbstractContextManager[Server]:
