@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # support, front_corpus
 
-from front_corpus import CASES
+from front_corpus import CASES, _head, _send  # the corpus's request builders
 from support import PUBLISHER, running_node
 
 from liveroom.clock import FakeClock
@@ -36,14 +36,11 @@ _CLOSE = b"GET /v1/rooms/last/poll?uid=z HTTP/1.1\r\nHost: t\r\nConnection: clos
 
 
 def _post(room: str, body: dict[str, object]) -> bytes:
-    raw = json.dumps(body).encode()
-    return (f"POST /v1/rooms/{room}/messages HTTP/1.1\r\nHost: t\r\n"
-            f"Authorization: Bearer {PUBLISHER}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(raw)}\r\n\r\n").encode() + raw
+    return _send(room, f"Authorization: Bearer {PUBLISHER}", body=json.dumps(body).encode())
 
 
 def _get(path: str, *headers: str) -> bytes:
-    return "\r\n".join([f"GET {path} HTTP/1.1", "Host: t", *headers, "", ""]).encode()
+    return _head(f"GET {path} HTTP/1.1", "Host: t", *headers)
 
 
 async def _exchange(port: int, raw: bytes, *, half_close: bool = False) -> bytes:
