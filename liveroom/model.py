@@ -18,16 +18,33 @@ MAX_INT = 2**53 - 1
 
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _CLIENT_MSG_ID = re.compile(r"[A-Za-z0-9_.:\-]{1,128}")
-_DIGITS = re.compile(r"[0-9]{1,16}")
 
-is_name = _NAME.fullmatch
-_ROOM = re.compile(r"(?!\.+\Z)[A-Za-z0-9_.\-]{1,64}")
-is_room = _ROOM.fullmatch
-"""A valid room name: a name not made only of dots."""
-"""A match when a string is a valid room or uid name (no error: for hot paths
-that call :func:`check_name` only to raise)."""
-is_digits = _DIGITS.fullmatch
-"""A match when a string is what :func:`parse_count` parses (range apart)."""
+
+
+# The hot-path checks use str methods, not the patterns: a poll checks four
+# names and numbers, and a regex match costs several times a method call
+# (tests/test_model.py checks they agree with the patterns on any text).
+
+def is_name(value: str) -> bool:
+    """Whether ``value`` is a valid uid or room name, ``[A-Za-z0-9_.-]{1,64}``
+    (no error: for hot paths that call :func:`check_name` only to raise)."""
+    if not 0 < len(value) <= 64 or not value.isascii():
+        return False
+    # An ASCII string is alphanumeric exactly when it is [A-Za-z0-9]+.
+    return value.isalnum() or value.replace("_", "a").replace(".", "a").replace(
+        "-", "a").isalnum()
+
+
+def is_room(value: str) -> bool:
+    """Whether ``value`` is a valid room name: a name not made only of dots."""
+    return is_name(value) and value.strip(".") != ""
+
+
+def is_digits(value: str) -> bool:
+    """Whether ``value`` is what :func:`parse_count` parses (range apart):
+    ``[0-9]{1,16}``."""
+    # ASCII first: str.isdigit() also takes other scripts' digits.
+    return 0 < len(value) <= 16 and value.isascii() and value.isdigit()
 
 
 def name_slot(name: str, count: int) -> int:
@@ -64,7 +81,7 @@ def parse_count(name: str, text: str, low: int = 0, high: int = MAX_INT) -> int:
     Python's ``int()`` also accepts ``1_000``, surrounding spaces, a sign and
     non-ASCII digits; the contract does not, so only ASCII digits are allowed.
     """
-    if not _DIGITS.fullmatch(text):
+    if not is_digits(text):
         raise BadRequest(f"{name} must be an integer between {low} and {high}")
     value = int(text)
     if not low <= value <= high:

@@ -173,11 +173,15 @@ def parse_query(query: str) -> dict[str, str]:
     for part in query.split("&"):
         if not part:
             continue
-        name, _, value = part.partition("=")
+        # find and slices rather than partition: no tuple per parameter.
+        at = part.find("=")
+        if at < 0:
+            name, value = part, ""
+        else:
+            name, value = part[:at], part[at + 1:]
         if escaped:
             name, value = unquote_plus(name), unquote_plus(value)
-        if name not in found:
-            found[name] = value
+        found.setdefault(name, value)
     return found
 
 
@@ -205,7 +209,8 @@ class _Request:
 
     url = b""
     method = b""
-    version = "1.1"
+    http10 = False
+    """An HTTP/1.0 request (its keep-alive answer says so)."""
     headers = 0
     header_bytes = 0
     accept = ""
@@ -609,10 +614,12 @@ class Connection(asyncio.Protocol):
         if parser.should_upgrade():
             raise _Refuse(_UPGRADE)
         req.method = parser.get_method()
-        version = req.version = parser.get_http_version()
-        if version != "1.1" and version != "1.0":
-            raise _Refuse(error_reply(505, "http_version_not_supported",
-                                      f"HTTP/{version} is not served here: use HTTP/1.1"))
+        version = parser.get_http_version()
+        if version != "1.1":
+            if version != "1.0":
+                raise _Refuse(error_reply(505, "http_version_not_supported",
+                                          f"HTTP/{version} is not served here: use HTTP/1.1"))
+            req.http10 = True
         req.keep_alive = parser.should_keep_alive()
         found = route(req.url)
         if found is None:
@@ -711,10 +718,13 @@ class Connection(asyncio.Protocol):
         if req.error is not None:
             self._answer(req, req.error)
         elif req.kind == POLL:
-            # A held poll keeps none of its URL, query or ticket.
+            # A held poll keeps none of its URL, query, room name, Accept or
+            # ticket (the poll keeps the room's own name, see Poll.begin).
             query, req.query, req.url = req.query, "", b""
             authorization, req.authorization = req.authorization, None
-            poll = req.work = self._front.polls.start(req.room, parse_query(query), req.accept,
+            room, req.room = req.room, ""
+            accept, req.accept = req.accept, ""
+            poll = req.work = self._front.polls.start(room, parse_query(query), accept,
                                                       self._answer_current, authorization)
             if self._eof and poll is not None:
                 poll.release()
@@ -771,7 +781,7 @@ class Connection(asyncio.Protocol):
             extra += b"Allow: GET\r\n" if req.kind == POLL else b"Allow: POST\r\n"
         if close:
             extra += b"Connection: close\r\n"
-        elif req.version == "1.0":
+        elif req.http10:
             extra += b"Connection: keep-alive\r\n"
         body = reply.body
         self._write(b"%sContent-Length: %d\r\n%s%s\r\n%s" % (

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -70,11 +69,10 @@ class PollParams:
 SPREAD_MAX = 4095
 """The largest routing hint a poll may echo (``--vip-spread`` is at most 4096)."""
 
-_EPOCH = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
-
-
-def parse_poll(room: str, query: Mapping[str, str], *, default_timeout: float,
+def parse_poll(room: str, query: dict[str, str], *, default_timeout: float,
                max_timeout: int, recent_default: int, recent_max: int) -> PollParams:
+    """A poll's parameters from its query (a dict, not any mapping: the
+    compiled build looks names up in a dict natively), or a 400."""
     # The checks of check_name and parse_count, made inline on every poll;
     # those functions only raise the refusals.
     if not is_room(room):
@@ -84,17 +82,19 @@ def parse_poll(room: str, query: Mapping[str, str], *, default_timeout: float,
         raise BadRequest("uid is required")
     if not is_name(uid):
         check_name("uid", uid)
-    timeout = float(parse_count("timeout", query["timeout"], 1, max_timeout)) \
-        if "timeout" in query else default_timeout
-    recent = parse_count("recent", query["recent"], 0, recent_max) \
-        if "recent" in query else recent_default
+    raw_timeout = query.get("timeout")
+    timeout = default_timeout if raw_timeout is None else float(
+        parse_count("timeout", raw_timeout, 1, max_timeout))
+    raw_recent = query.get("recent")
+    recent = recent_default if raw_recent is None else parse_count(
+        "recent", raw_recent, 0, recent_max)
     raw_spread = query.get("spread")
     spread = None if raw_spread is None else parse_count("spread", raw_spread, 0, SPREAD_MAX)
     raw_pseq = query.get("pseq")
     pseq = None if raw_pseq is None else parse_count("pseq", raw_pseq)
     raw_seq = query.get("seq")
     epoch = query.get("epoch")
-    if epoch is not None and not _EPOCH.fullmatch(epoch):
+    if epoch is not None and not is_name(epoch):  # an epoch is written like a name
         raise BadRequest("epoch must be the value of a previous answer")
     # Checked on first polls too, like the epoch: the parameter means the same
     # on every poll, whether or not this one uses it.

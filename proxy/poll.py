@@ -41,7 +41,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 from liveroom.clock import Clock
 from liveroom.codec import JSON, MSGPACK, wants_msgpack
@@ -142,7 +142,7 @@ class Polls:
             self._superseded.inc(holds.superseded)
             holds.superseded = 0
 
-    def start(self, room: str, query: Mapping[str, str], accept: str,
+    def start(self, room: str, query: dict[str, str], accept: str,
               reply: Callable[[Reply], None],
               authorization: str | bytes | None = None) -> Poll | None:
         """Start one poll; ``reply`` gets its answer, maybe before this returns.
@@ -273,6 +273,13 @@ class Poll:
 
     def begin(self, snap: Snapshot) -> None:
         polls, p = self._polls, self.p
+        # A held poll keeps the snapshot's strings, not copies of its own: the
+        # room's name and, when the cursor is in it, the epoch (about 130
+        # bytes of each held poll).
+        p.room = snap.room
+        cursor = p.cursor
+        if cursor is not None and cursor.epoch == snap.epoch:
+            cursor.epoch = snap.epoch
         if snap.epoch != ABSENT_EPOCH:
             # A room that does not exist counts no heartbeat: statsvr keeps no
             # presence, viewers or series for made-up names (online stays 0).

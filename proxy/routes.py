@@ -160,7 +160,8 @@ class Routes:
                 answered.set_result(answer)
 
         headers = request.headers
-        poll = self.polls.start(request.match_info["room"], request.query,
+        # dict() of the query takes the first of repeated names, as its get does.
+        poll = self.polls.start(request.match_info["room"], dict(request.query),
                                 headers.get("Accept", ""), reply, headers.get("Authorization"))
         try:
             return response(await answered)

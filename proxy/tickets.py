@@ -40,7 +40,7 @@ tickets expired). The cache is per node and filled with the node's keys
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 import jwt
@@ -112,8 +112,8 @@ class Tickets:
             raise Unauthorized(UID_MISMATCH)
         return claims
 
-    def admit_poll(self, room: str, query: Mapping[str, str],
-                   authorization: str | bytes | None) -> Mapping[str, str]:
+    def admit_poll(self, room: str, query: dict[str, str],
+                   authorization: str | bytes | None) -> dict[str, str]:
         """A poll's query with the uid its ticket names, or 401.
 
         The ticket is the ``Authorization: Bearer`` header's, else the
@@ -142,7 +142,7 @@ class Tickets:
         uid = claims.uid
         if named is not None:
             return query
-        named_query = dict(query)  # first of repeated names, like the query's get
+        named_query = dict(query)
         named_query["uid"] = uid
         return named_query
 
