@@ -133,16 +133,33 @@ class HeldPoll:
         return self.pending or snap.epoch != self.epoch or snap.head > self.top
 
 
+ByUid = HeldPoll | list[HeldPoll]
+"""A listener's held polls in a by-uid index: the poll itself while it has
+one (most listeners: no list to make and keep), else a list, oldest first."""
+
+
+def _unlist(by_uid: dict[str, ByUid], held_poll: HeldPoll) -> None:
+    """Take ``held_poll`` out of the by-uid index ``by_uid`` (if listed)."""
+    uid = held_poll.uid
+    mine = by_uid.get(uid)
+    if mine is held_poll:
+        del by_uid[uid]
+    elif isinstance(mine, list) and held_poll in mine:
+        mine.remove(held_poll)
+        if not mine:
+            del by_uid[uid]
+
+
 @dataclass(eq=False)
 class _Room:
     snapshot: Snapshot
     waiters: set[HeldPoll] = field(default_factory=set)
     """Plain polls."""
-    plain_by_uid: dict[str, list[HeldPoll]] = field(default_factory=dict)
-    """Plain polls by listener, oldest first (all of them are woken at once,
-    so this is replaced whole then)."""
+    plain_by_uid: dict[str, ByUid] = field(default_factory=dict)
+    """Plain polls by listener (see :data:`ByUid`; all of them are woken at
+    once, so this is replaced whole then)."""
     paced: set[HeldPoll] = field(default_factory=set)
-    paced_by_uid: dict[str, list[HeldPoll]] = field(default_factory=dict)
+    paced_by_uid: dict[str, ByUid] = field(default_factory=dict)
     not_due: list[tuple[float, int, HeldPoll]] = field(default_factory=list)
     """Heap by due time of paced polls not yet due."""
     ready: list[HeldPoll] = field(default_factory=list)
@@ -196,8 +213,8 @@ class Holds:
         self.per_listener = per_listener
         self.per_uid = per_uid
         """Polls held at once per uid over all rooms; a newer one supersedes the oldest."""
-        self._by_uid: dict[str, list[HeldPoll]] = {}
-        """Every held poll by uid, oldest first."""
+        self._by_uid: dict[str, ByUid] = {}
+        """Every held poll by uid (see :data:`ByUid`)."""
         self.capacity = capacity
         """Polls the node may hold at once; set once the open-file limit is known."""
         self.superseded = 0
@@ -211,6 +228,11 @@ class Holds:
         self.closing = False
         self.releases = 0
         """Cut-throughs fired (all rooms), for metrics and tests."""
+
+    @property
+    def listeners_held(self) -> int:
+        """Listeners (uids) with a poll held now, over all rooms."""
+        return len(self._by_uid)
 
     def _room(self, name: str, snapshot: Snapshot) -> _Room:
         room = self._rooms.get(name)
@@ -257,24 +279,24 @@ class Holds:
             room.waiters.discard(held_poll)
             self._deadlines.discard(held_poll, held_poll.key)
             by_uid = room.plain_by_uid
-        for lists in (by_uid, self._by_uid):
-            mine = lists.get(held_poll.uid)
-            if mine is not None and held_poll in mine:
-                mine.remove(held_poll)
-                if not mine:
-                    del lists[held_poll.uid]
+        _unlist(by_uid, held_poll)
+        _unlist(self._by_uid, held_poll)
         return True
 
-    def _admit(self, by_uid: dict[str, list[HeldPoll]], held_poll: HeldPoll,
+    def _admit(self, by_uid: dict[str, ByUid], held_poll: HeldPoll,
                most: int) -> HeldPoll | None:
         """Count ``held_poll`` among its listener's in ``by_uid`` (a room's, or the
         node's over all rooms); return the oldest one it supersedes past
         ``most`` (to be answered empty by the caller, once ``held_poll`` is in)."""
-        mine = by_uid.get(held_poll.uid)
+        uid = held_poll.uid
+        mine = by_uid.get(uid)
         if mine is None:
-            by_uid[held_poll.uid] = [held_poll]
+            by_uid[uid] = held_poll
             return None
-        mine.append(held_poll)
+        if isinstance(mine, HeldPoll):
+            mine = by_uid[uid] = [mine, held_poll]
+        else:
+            mine.append(held_poll)
         if len(mine) <= most:
             return None
         oldest = mine[0]
@@ -401,12 +423,14 @@ class Holds:
         room.plain_by_uid = {}
         room.waking = True
         discard = self._deadlines.discard
+        by_uid = self._by_uid
         try:
             for held_poll in woken:
                 if not held_poll.done:  # taken back meanwhile (a wake-up may close others)
                     held_poll.done = True
                     self.count -= 1
                     discard(held_poll, held_poll.key)
+                    _unlist(by_uid, held_poll)
                     held_poll.poll.wake(snap)  # a poll's wake answers its own failures
         finally:
             room.waking = False
@@ -425,8 +449,8 @@ class Holds:
         try:
             for uid in personal.addressees(after, snap.phead):
                 for mine in (plain.get(uid), paced.get(uid)):
-                    if mine:
-                        for held_poll in list(mine):
+                    if mine is not None:
+                        for held_poll in [mine] if isinstance(mine, HeldPoll) else list(mine):
                             if self._take(held_poll):
                                 self._wake(held_poll, snap)
         finally:

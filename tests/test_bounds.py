@@ -310,3 +310,22 @@ async def test_sends_may_create_only_so_many_rooms_per_uid_and_per_node() -> Non
         assert (await post("never", "maker")).status == 429
         async with session.get(f"{node.url}/v1/rooms/never/stats") as r:
             assert (await r.json())["seq"] == 0  # a refused send created nothing
+
+
+async def test_a_listener_woken_many_times_leaves_nothing_behind_in_the_hold(
+        engine_url: str) -> None:
+    """200 deliveries to one held listener: once it is answered and gone, the
+    hold keeps no trace of its polls (per room or per uid), however many
+    times a message woke it."""
+    async with aiohttp.ClientSession() as session, running_node(engine_url) as node:
+        holds = node.node.proxy.holds
+        listener = Listener(session, "busy", uid="woken")
+        await send(session, node.url, "busy", "first")
+        await listener.poll(node.url)
+        for i in range(200):
+            waiting = asyncio.create_task(listener.poll(node.url, timeout=20))
+            await held(holds, 1)
+            await send(session, node.url, "busy", f"m{i}")
+            assert (await asyncio.wait_for(waiting, 5))["messages"][0]["body"] == f"m{i}"
+        assert holds.count == 0
+        assert holds.listeners_held == 0
