@@ -145,22 +145,25 @@ def connection_capacity() -> int:
 
 def route(url: bytes) -> tuple[int, str, str] | None:
     """``(POLL or SEND, room, raw query)`` of a listener route, else None."""
-    path, _, query = url.partition(b"?")
-    if not path.startswith(b"/v1/rooms/"):
+    # Offsets into the URL rather than partitions: fewer objects per request.
+    if not url.startswith(b"/v1/rooms/"):
         return None
-    room, slash, tail = path[10:].partition(b"/")
-    if not room or not slash:
+    mark = url.find(b"?")
+    end = len(url) if mark < 0 else mark
+    slash = url.find(b"/", 10, end)
+    if slash <= 10:
         return None
-    if tail == b"poll":
+    tail = end - slash
+    if tail == 5 and url.startswith(b"/poll", slash):
         kind = POLL
-    elif tail == b"messages":
+    elif tail == 9 and url.startswith(b"/messages", slash):
         kind = SEND
     else:
         return None
-    name = room.decode("latin-1")
+    name = url[10:slash].decode("latin-1")
     if "%" in name:
         name = unquote(name)
-    return kind, name, query.decode("latin-1")
+    return kind, name, "" if mark < 0 else url[mark + 1:].decode("latin-1")
 
 
 def parse_query(query: str) -> dict[str, str]:

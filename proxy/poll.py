@@ -109,6 +109,12 @@ class Polls:
         """The ticket verifier in ``ticket`` mode (set by the proxy); None: open."""
         self.limit = settings.answer_limit
         self.budget = settings.answer_bytes_max
+        # Read on every poll: kept here as native attributes (the settings
+        # object is interpreted even in the compiled build).
+        self._timeout = settings.poll_timeout
+        self._timeout_max = settings.poll_timeout_max
+        self._recent_default = settings.recent_default
+        self._recent_max = settings.recent_max
         self._loop: asyncio.AbstractEventLoop | None = None
         # Counted in plain integers and added to the metrics when they are
         # rendered or refreshed: a Prometheus increment takes a lock.
@@ -153,13 +159,12 @@ class Polls:
         the ``ticket`` parameter): a poll without a good one is refused (401)
         before anything is read, held or counted.
         """
-        s = self.settings
         try:
             if self.tickets is not None:
                 query = self.tickets.admit_poll(room, query, authorization)
-            p = parse_poll(room, query, default_timeout=s.poll_timeout,
-                           max_timeout=s.poll_timeout_max, recent_default=s.recent_default,
-                           recent_max=s.recent_max)
+            p = parse_poll(room, query, default_timeout=self._timeout,
+                           max_timeout=self._timeout_max, recent_default=self._recent_default,
+                           recent_max=self._recent_max)
         except LiveroomError as exc:
             reply(failure_reply(exc))
             return None

@@ -1,6 +1,7 @@
-"""A poll's query as the hot path reads and checks it agrees with the references.
+"""A poll's URL and query as the hot path reads and checks them agree with the references.
 
-The front splits a poll's query itself (``proxy.front.parse_query``), and
+The front routes a request and splits its query itself (``proxy.front.route``,
+``parse_query``), and
 ``liveroom.model.is_name``, ``is_room`` and ``is_digits`` use str methods
 instead of regular expressions (a poll checks several names and numbers).
 These properties hold them to what aiohttp reads (yarl, the first of repeated
@@ -11,13 +12,14 @@ compiled build too.
 from __future__ import annotations
 
 import re
+from urllib.parse import unquote
 
 from hypothesis import example, given
 from hypothesis import strategies as st
 from yarl import URL
 
 from liveroom.model import is_digits, is_name, is_room
-from proxy.front import parse_query
+from proxy.front import POLL, SEND, parse_query, route
 
 NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 ROOM = re.compile(r"(?!\.+\Z)[A-Za-z0-9_.\-]{1,64}")
@@ -70,3 +72,27 @@ def test_the_front_reads_a_query_as_aiohttp_does(query: str) -> None:
     for name, value in URL("/v1/rooms/r/poll?" + query, encoded=True).query.items():
         expected.setdefault(name, value)  # the first of repeated names, as its get
     assert parse_query(query) == expected
+
+
+LISTENER_ROUTE = re.compile(rb"/v1/rooms/([^/?]+)/(poll|messages)(?:\?(.*))?", re.DOTALL)
+url_pieces = st.sampled_from([b"/v1/rooms/", b"/", b"poll", b"messages", b"?", b"a", b"%20",
+                              b"%2F", b"/v1", b"rooms", b"x=1", b"&", b"//", b"pol", b"\xe9"])
+
+
+@given(st.lists(url_pieces, max_size=8).map(b"".join))
+@example(b"/v1/rooms/r/poll?uid=a")
+@example(b"/v1/rooms//poll")
+@example(b"/v1/rooms/r/poll/")
+@example(b"/v1/rooms/r?/poll")
+def test_the_front_routes_exactly_the_listener_paths(url: bytes) -> None:
+    """``/v1/rooms/{room}/poll`` and ``/messages``, a room of at least one byte
+    and no slash (percent-escapes decoded), anything after ``?`` the query."""
+    found = LISTENER_ROUTE.fullmatch(url)
+    if found is None:
+        assert route(url) is None
+        return
+    room = found[1].decode("latin-1")
+    expected = (POLL if found[2] == b"poll" else SEND,
+                unquote(room) if "%" in room else room,
+                (found[3] or b"").decode("latin-1"))
+    assert route(url) == expected
