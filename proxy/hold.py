@@ -76,6 +76,9 @@ logger = logging.getLogger("liveroom.proxy")
 
 _order = itertools.count()
 
+SWEEP_SLACK = 16
+"""Released polls a paced room's heaps may keep beyond twice its held ones
+before they are swept (see :func:`_sweep`)."""
 LINGER = 5.0
 """Seconds a paced room keeps its pacing after its last held poll left."""
 
@@ -196,6 +199,22 @@ def cut_fires(newest: int, cut_upto: int, cut_late: bool, now: float, last_cut: 
     so the simulator paces important messages by the server's own rule.
     """
     return (newest > cut_upto or cut_late) and now - last_cut >= cut_every
+
+
+def _sweep(heap: list[tuple[float, int, HeldPoll]], held: int) -> list[tuple[float, int, HeldPoll]]:
+    """``heap`` without its released polls once they outnumber the ``held``
+    ones (and :data:`SWEEP_SLACK`), else ``heap`` as it is.
+
+    A paced poll released early (when due, or by a cut-through) stays in the
+    deadlines heap until its deadline, the poll's whole timeout later: with
+    the default 25 s timeout and a 2 s tier, a dozen released polls a listener,
+    each keeping its poll, query values and last read alive. Sweeping when the
+    heap has doubled costs O(1) a hold, amortised."""
+    if len(heap) <= 2 * held + SWEEP_SLACK:
+        return heap
+    kept = [entry for entry in heap if not entry[2].done]
+    heapq.heapify(kept)
+    return kept
 
 
 def _moved_past(current: Snapshot, given: Snapshot) -> bool:
@@ -530,7 +549,16 @@ class Holds:
             # With news the poll stays held until due (the heap above releases it).
             if not held_poll.done and not held_poll.has_news(snap):
                 release(held_poll, None)
+        held = len(room.paced)
+        room.deadlines = _sweep(deadlines, held)
+        room.not_due = _sweep(not_due, held)
         return released
+
+    def kept(self, room: str) -> int:
+        """Entries the room's paced heaps keep now: its held paced polls, and
+        released ones not swept yet (at most twice as many, plus a few)."""
+        state = self._rooms.get(room)
+        return 0 if state is None else len(state.deadlines) + len(state.not_due)
 
     def release_all(self) -> None:
         """Wake every held poll with ``None`` now (answered empty, same

@@ -32,6 +32,7 @@ from support import (
 from liveroom.clock import FakeClock
 from liveroom.ratelimit import parse_windows
 from liveroom.settings import Tier
+from proxy.hold import SWEEP_SLACK
 
 LARGE = "x" * 4000
 """A message body close to the 4 KiB limit."""
@@ -280,6 +281,31 @@ async def test_first_polls_and_made_up_epochs_wait_for_the_pace_of_a_tiered_room
         answer, took = await answered(clock, member.poll(node.url))
         assert answer["reset"] is True
         assert took < 1
+
+
+async def test_a_tiered_room_keeps_few_of_the_polls_it_released(clock: FakeClock) -> None:
+    """A paced poll released when due leaves its deadline behind (its whole
+    timeout later): 80 deliveries to one listener with a 60 s timeout in a
+    1 s tier leave the room's heaps holding a bounded few, not a poll per
+    delivery of the last minute."""
+    async with aiohttp.ClientSession() as session, \
+            running_node(clock=clock, tiers=(Tier(1, 1.0),)) as node:
+        holds = node.node.proxy.holds
+        await send(session, node.url, "paced", "hello")
+        listener = Listener(session, "paced", uid="steady")
+        await listener.poll(node.url)
+        async with asyncio.timeout(20):  # until the room counts one listener
+            while node.node.proxy.polls.stats.online("paced") < 1:
+                await clock.advance(0.5)
+                await asyncio.sleep(0.01)
+        most = 0
+        for i in range(80):
+            waiting = listener.poll(node.url, timeout=60)
+            await send(session, node.url, "paced", f"m{i}")
+            answer, _ = await answered(clock, waiting)
+            assert [m["body"] for m in answer["messages"]] == [f"m{i}"]
+            most = max(most, holds.kept("paced"))
+        assert most <= 2 + SWEEP_SLACK + 2
 
 
 async def test_sends_may_create_only_so_many_rooms_per_uid_and_per_node() -> None:
