@@ -31,15 +31,16 @@ from liveroom.settings import parse_tiers
 
 UNIT_COSTS: dict[str, tuple[float, str]] = {
     "us_per_request": (
-        51.0, "server CPU per poll in a tiered room over Redis, µs: 23.8 µs per listener "
-              "a second at 28 requests per listener a minute, 50 000 listeners on 3 nodes "
-              "(bench_room.py, 6a0b5c7)"),
+        54.0, "server CPU per poll in a tiered room over Redis, µs: 22.0 µs per listener "
+              "a second at 24.4 requests per listener a minute, 50 000 listeners on 3 nodes "
+              "(bench_room.py, 1b09b2f; 51 at 6a0b5c7)"),
     "us_per_request_plain": (
         62.1, "server CPU per poll in a plain room, µs (bench_fanout.py --scenario plain, "
               "48dbdf7: one message per answer)"),
     "kib_per_held_poll": (
-        40.4, "server memory per listener while a room of 50 000 gets 10 msg/s, KiB (3.5 "
-              "KiB held and idle; bench_room.py, 6a0b5c7)"),
+        4.2, "server memory per listener while a room of 50 000 gets 10 msg/s, KiB (3.3 "
+             "KiB held and idle; bench_room.py, 1b09b2f; 40.4 at 6a0b5c7, before the "
+             "paced heaps were swept)"),
     "bytes_per_member": (
         138.0, "statsvr memory per online member on the node it heartbeats through, bytes "
                "(bench_statsvr.py)"),
