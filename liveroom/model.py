@@ -21,9 +21,9 @@ _CLIENT_MSG_ID = re.compile(r"[A-Za-z0-9_.:\-]{1,128}")
 
 
 
-# The hot-path checks use str methods, not the patterns: a poll checks four
-# names and numbers, and a regex match costs several times a method call
-# (tests/test_model.py checks they agree with the patterns on any text).
+# The hot-path checks use str methods, not the patterns: a poll checks its
+# room, uid, epoch and cursors, and a regex match costs several times a method
+# call (tests/test_poll_query.py checks they agree with the patterns on any text).
 
 def is_name(value: str) -> bool:
     """Whether ``value`` is a valid uid or room name, ``[A-Za-z0-9_.-]{1,64}``

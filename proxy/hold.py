@@ -77,8 +77,8 @@ logger = logging.getLogger("liveroom.proxy")
 _order = itertools.count()
 
 SWEEP_SLACK = 16
-"""Released polls a paced room's heaps may keep beyond twice its held ones
-before they are swept (see :func:`_sweep`)."""
+"""Entries a paced room's heap may keep beyond twice its held polls before
+its released ones are swept (see :func:`_sweep`)."""
 LINGER = 5.0
 """Seconds a paced room keeps its pacing after its last held poll left."""
 
