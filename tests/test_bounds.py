@@ -166,10 +166,13 @@ async def test_rooms_with_held_polls_are_pinned_and_past_rooms_max_a_new_room_ge
             task.cancel()
 
 
+@pytest.mark.parametrize("woken_first", [False, True], ids=["fresh", "woken"])
 async def test_one_uid_holds_at_most_holds_per_uid_polls_across_rooms(
-        engine_url: str) -> None:
+        engine_url: str, woken_first: bool) -> None:
     """Made-up rooms cannot turn one listener into the node's whole capacity:
-    its newest polls are held, each older one answered at once (empty)."""
+    its newest polls are held, each older one answered at once (empty). The
+    same once a message has woken the uid: its answered polls do not stand in
+    for its oldest held one."""
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as session, \
             running_node(engine_url, holds_per_uid=5, held_max=8) as node:
@@ -177,6 +180,11 @@ async def test_one_uid_holds_at_most_holds_per_uid_polls_across_rooms(
         spread = [Listener(session, f"r{i}", uid="greedy") for i in range(12)]
         for listener in spread:
             await listener.poll(node.url)
+        if woken_first:
+            woken = asyncio.create_task(spread[0].poll(node.url, timeout=20))
+            await held(holds, 1)
+            await send(session, node.url, "r0", "wake up")
+            assert (await asyncio.wait_for(woken, 5))["messages"][0]["body"] == "wake up"
         polls = [asyncio.create_task(x.poll(node.url, timeout=20)) for x in spread]
         async with asyncio.timeout(10):
             while sum(p.done() for p in polls) < 7:
@@ -191,29 +199,6 @@ async def test_one_uid_holds_at_most_holds_per_uid_polls_across_rooms(
         await held(holds, 6)
         await send(session, node.url, "r0", "for both")
         assert (await asyncio.wait_for(theirs, 5))["messages"][0]["body"] == "for both"
-        for task in polls:
-            task.cancel()
-
-
-async def test_the_per_uid_bound_holds_after_a_message_woke_the_uid(engine_url: str) -> None:
-    """A uid a message has woken is bounded like any other: its earlier
-    answered polls do not stand in for the oldest held one."""
-    connector = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=connector) as session, \
-            running_node(engine_url, holds_per_uid=5, held_max=8) as node:
-        holds = node.node.proxy.holds
-        spread = [Listener(session, f"r{i}", uid="greedy") for i in range(12)]
-        for listener in spread:
-            await listener.poll(node.url)
-        woken = asyncio.create_task(spread[0].poll(node.url, timeout=20))
-        await held(holds, 1)
-        await send(session, node.url, "r0", "wake up")
-        assert (await asyncio.wait_for(woken, 5))["messages"][0]["body"] == "wake up"
-        polls = [asyncio.create_task(x.poll(node.url, timeout=20)) for x in spread]
-        async with asyncio.timeout(10):
-            while sum(p.done() for p in polls) < 7:
-                await asyncio.sleep(0.01)
-        assert holds.count == 5
         for task in polls:
             task.cancel()
 
