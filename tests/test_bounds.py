@@ -45,6 +45,15 @@ async def held(node_holds: Any, count: int) -> None:
             await asyncio.sleep(0.01)
 
 
+async def counted_online(node: Any, clock: FakeClock, room: str) -> None:
+    """Walk the fake clock (real time bounded) until ``room`` counts one
+    listener online: the room is then in its tier."""
+    async with asyncio.timeout(20):
+        while node.node.proxy.polls.stats.online(room) < 1:
+            await clock.advance(0.5)
+            await asyncio.sleep(0.01)
+
+
 async def test_one_uid_cannot_pile_up_held_polls(engine_url: str) -> None:
     """260 polls of one listener: the newest 4 are held, each older one is
     answered at once (empty, its own cursors), and /healthz still answers."""
@@ -267,10 +276,7 @@ async def test_first_polls_and_made_up_epochs_wait_for_the_pace_of_a_tiered_room
         await send(session, node.url, "hot", "hello")
         member = Listener(session, "hot", uid="member")
         await member.poll(node.url)
-        async with asyncio.timeout(20):  # until the room counts one listener
-            while node.node.proxy.polls.stats.online("hot") < 1:
-                await clock.advance(0.5)
-                await asyncio.sleep(0.01)
+        await counted_online(node, clock, "hot")
         answer, took = await answered(clock, Listener(session, "hot", uid="eager")
                                       .poll(node.url))
         assert answer["messages"][0]["body"] == "hello"
@@ -302,10 +308,7 @@ async def test_a_tiered_room_keeps_few_of_the_polls_it_released(clock: FakeClock
         await send(session, node.url, "paced", "hello")
         listener = Listener(session, "paced", uid="steady")
         await listener.poll(node.url)
-        async with asyncio.timeout(20):  # until the room counts one listener
-            while node.node.proxy.polls.stats.online("paced") < 1:
-                await clock.advance(0.5)
-                await asyncio.sleep(0.01)
+        await counted_online(node, clock, "paced")
         most = 0
         for i in range(40):
             waiting = listener.poll(node.url, timeout=60)
