@@ -16,14 +16,12 @@ from .errors import BadRequest
 MAX_INT = 2**53 - 1
 """Largest integer in the HTTP contract (it survives a JavaScript client)."""
 
-_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _CLIENT_MSG_ID = re.compile(r"[A-Za-z0-9_.:\-]{1,128}")
 
-
-
-# The hot-path checks use str methods, not the patterns: a poll checks its
+# Names and counts are checked with str methods, not patterns: a poll checks its
 # room, uid, epoch and cursors, and a regex match costs several times a method
 # call (tests/test_poll_query.py checks they agree with the patterns on any text).
+
 
 def is_name(value: str) -> bool:
     """Whether ``value`` is a valid uid or room name, ``[A-Za-z0-9_.-]{1,64}``
@@ -60,9 +58,9 @@ def name_slot(name: str, count: int) -> int:
 
 def check_name(kind: str, value: object) -> str:
     """Return ``value`` if it is a valid room or uid name, else raise 400."""
-    if not isinstance(value, str) or not _NAME.fullmatch(value):
+    if not isinstance(value, str) or not is_name(value):
         raise BadRequest(f"{kind} must match [A-Za-z0-9_.-]{{1,64}}")
-    if kind == "room" and not value.strip("."):
+    if kind == "room" and not is_room(value):
         # "." and ".." are path segments: no browser, proxy or dashboard link
         # can address such a room, so none may exist.
         raise BadRequest("room must not be made only of dots")

@@ -94,7 +94,6 @@ class Polls:
                  stats: StatsReader, holds: Holds, tiers: TierTable, signer: ContextSigner,
                  clock: Clock, metrics: Metrics,
                  is_vip: Callable[[str], bool] = lambda room: False) -> None:
-        self.settings = settings
         self.is_vip = is_vip
         self.spread = settings.vip_spread
         self.reader = reader
