@@ -31,6 +31,11 @@ class RoomReader(Protocol):
         reader holds none yet (then :meth:`snapshot` waits for the first pull).
         Never waits: the poll's fast path."""
 
+    def peek(self, room: str) -> Snapshot | None:
+        """The room's snapshot held now, not counted as a read; ``None`` when
+        this reader holds none. The newest this reader has: the proxy's hold
+        asks it which of two snapshots to trust."""
+
     async def wait_changed(self, room: str, snapshot: Snapshot) -> Snapshot:
         """Wait until the room's snapshot is no longer ``snapshot``, return the new one.
 

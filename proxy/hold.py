@@ -217,10 +217,6 @@ def _sweep(heap: list[tuple[float, int, HeldPoll]], held: int) -> list[tuple[flo
     return kept
 
 
-def _moved_past(current: Snapshot, given: Snapshot) -> bool:
-    return current is not given and moved_past(current, given)
-
-
 class Holds:
     def __init__(self, reader: RoomReader, clock: Clock, *, tick: float = 0.2,
                  cut_every: float = 0.5, per_listener: int = 4, per_uid: int = 16,
@@ -353,8 +349,14 @@ class Holds:
         if state is None or state.watcher is None:
             self._check_capacity()
             state = self._room(room, snapshot)
-        elif _moved_past(state.snapshot, snapshot):
-            return state.snapshot
+        elif state.snapshot is not snapshot:
+            # The room's copy and the poll's snapshot differ: the reader says
+            # which is newest (the copy may lag a swap by a few loop turns, or
+            # the poll may have read before the last swap).
+            newest = self._refresh(room, state)
+            if newest is not snapshot and moved_past(newest, snapshot):
+                return newest
+            self._check_capacity()
         else:
             self._check_capacity()
         # A deadline already passed (a poll held again right at its end) fires
@@ -385,10 +387,10 @@ class Holds:
             return None
         self._check_capacity()
         state = self._room(room, snapshot)
-        if _moved_past(snapshot, state.snapshot):
-            # The reader's snapshot is the newest; the watcher has yet to see it.
-            old, state.snapshot, state.changed = state.snapshot, snapshot, True
-            self._wake_addressees(state, old, snapshot)
+        if state.snapshot is not snapshot:
+            # The ticker answers from the room's copy: bring it up to the
+            # reader's newest (never back to an older snapshot the poll read).
+            self._refresh(room, state)
         held_poll = HeldPoll(poll, room, state, True, uid, epoch=epoch, top=max(seq, iseq),
                         iseq=iseq, pending=pending)
         if iseq < state.cut_upto:
@@ -427,14 +429,38 @@ class Holds:
                     logger.exception("watching room %s failed", name)
                     await asyncio.sleep(0.1)
                     continue
-                old, room.snapshot, room.changed = room.snapshot, snap, True
-                if room.waiters and (snap.head != old.head or snap.epoch != old.epoch):
-                    self._wake_plain(room, snap)
-                self._wake_addressees(room, old, snap)
+                self._refresh(name, room, snap)
         finally:
             room.watcher = None
             if room.empty and room.ticker is None and self._rooms.get(name) is room:
                 self._drop(name)
+
+    def _refresh(self, name: str, room: _Room, told: Snapshot | None = None) -> Snapshot:
+        """Bring the room's copy of its snapshot up to the reader's newest and
+        wake whom the change concerns; return the newest.
+
+        The copy is only a cache of the reader's snapshot: which one is newest
+        is asked of the reader, never inferred from the copy (any two epochs
+        differ, so "different" says nothing of "newer"). ``told`` is what the
+        reader's change wait returned; the reader may have swapped again since
+        (a hold may have brought the copy further already), so it stands only
+        when the reader holds nothing of the room."""
+        old = room.snapshot
+        newest = self._reader.peek(name)
+        if newest is None:
+            newest = old if told is None else told
+        if newest is old:
+            return newest
+        if newest.epoch == old.epoch and (newest.head < old.head or newest.phead < old.phead):
+            # Within an epoch nothing goes back: a reader behind the copy (a
+            # sect that has not pulled a room that just moved to it) catches
+            # up through the watcher.
+            return old
+        room.snapshot, room.changed = newest, True
+        if room.waiters and (newest.head != old.head or newest.epoch != old.epoch):
+            self._wake_plain(room, newest)
+        self._wake_addressees(room, old, newest)
+        return newest
 
     def _wake_plain(self, room: _Room, snap: Snapshot) -> None:
         """Wake every plain poll of the room."""

@@ -517,15 +517,22 @@ class Poll:
         polls, p = self._polls, self.p
         pace = self.pace
         assert pace is not None
-        if snap is not None and snap.epoch != ABSENT_EPOCH and p.cursor is not None \
-                and p.cursor.epoch == ABSENT_EPOCH:
+        cursor = p.cursor
+        if snap is not None and cursor is not None and snap.epoch != cursor.epoch:
+            # Released into another epoch: the reader's snapshot is the
+            # newest, whatever the hold's copy says (asked only then).
+            newest = polls.reader.peek(p.room)
+            if newest is not None and newest.epoch != snap.epoch:
+                snap = newest
+        if snap is not None and snap.epoch != ABSENT_EPOCH and cursor is not None \
+                and cursor.epoch == ABSENT_EPOCH:
             # Held before the room existed (no heartbeat then): an operator
             # opened it, so the listener counts from now, not its next poll.
             polls.heartbeats.beat(p.room, p.uid)
         self.online = polls.stats.online(p.room)
         now_ms = int(polls.clock.time() * 1000)
         held_as = self.held_as
-        self._take(step(snap, p.cursor, pace, now_ms, held_as=held_as), snap, now_ms, held_as)
+        self._take(step(snap, cursor, pace, now_ms, held_as=held_as), snap, now_ms, held_as)
 
     def release(self) -> None:
         """Answer now what the hold would answer when it ran out (a poll not

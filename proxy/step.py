@@ -19,8 +19,10 @@ rules live here only:
   personal messages are delivered at once, due or not (they cut through
   the hold, for one listener only);
 - a held poll the hold releases with a newer snapshot reads it again:
-  another epoch is a reset at once (that snapshot is the room's newest, no
-  pull confirms it), something pending is delivered (the hold judged it
+  another real epoch is a reset at once (the poll asked the reader, whose
+  snapshot is the room's newest: no pull confirms it), but a real epoch's
+  cursor is reset into the absent epoch (the room's log gone) only after a
+  confirming pull; something pending is delivered (the hold judged it
   due), nothing is held again; released without a snapshot (its deadline,
   a newer poll of its listener, shutdown) it is answered empty;
 - a held first poll or reset is answered when released, without messages
@@ -146,7 +148,11 @@ def step(snap: Snapshot | None, cursor: Cursor | None, pace: Pace, now_ms: int,
         if snap is None:
             return EMPTY
         assert cursor is not None  # only a cursor is held plain or paced
-        return READ if same_epoch(snap, cursor) else RESET
+        if same_epoch(snap, cursor):
+            return READ
+        # Never a real epoch into the absent one on the hold's word alone: a
+        # pull says whether the log is really gone.
+        return CONFIRM if snap.epoch == ABSENT_EPOCH else RESET
     assert snap is not None  # only a hold releases a poll without a snapshot
     if cursor is None:
         return RECENT if now_ms >= pace.due_ms else HOLD_RECENT
