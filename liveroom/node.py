@@ -79,13 +79,18 @@ NODE = web.AppKey("node", Node)
 
 
 def build_node(settings: Settings, clock: Clock | None = None,
-               announce: Callable[[Node], None] | None = None) -> Node:
+               announce: Callable[[Node], None] | None = None, *,
+               store: Store | None = None) -> Node:
     """Build the roles ``settings`` describe over one store and wire them
     through their entry points: recvsvr reads the store's log, statsvr keeps
-    the figures, the proxy reads both and answers HTTP."""
+    the figures, the proxy reads both and answers HTTP. ``store``: one already
+    built (several nodes of one process over one memory engine, as the
+    simulator runs them), else the one ``settings.store`` names."""
     clock = clock or SystemClock()
     settings, generated = made_up_secrets(settings)
-    store = open_store(settings.store, settings.log_policy(), clock, node_id=settings.name)
+    if store is None:
+        store = open_store(settings.store, settings.log_policy(), clock,
+                           node_id=settings.name)
     metrics = Metrics()
     vip_list = VipList(store.operators, clock, refresh=settings.vip_refresh,
                        rule=settings.vip_rule(), metrics=metrics)

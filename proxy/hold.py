@@ -156,12 +156,15 @@ def _unlist(by_uid: dict[str, ByUid], held_poll: HeldPoll) -> None:
 @dataclass(eq=False)
 class _Room:
     snapshot: Snapshot
-    waiters: set[HeldPoll] = field(default_factory=set)
-    """Plain polls."""
+    waiters: dict[HeldPoll, None] = field(default_factory=dict)
+    """Plain polls, in the order they were held (a dict, not a set: woken in
+    that order, the same in every run, which the simulator's replay of a
+    seed relies on)."""
     plain_by_uid: dict[str, ByUid] = field(default_factory=dict)
     """Plain polls by listener (see :data:`ByUid`; all of them are woken at
     once, so this is replaced whole then)."""
-    paced: set[HeldPoll] = field(default_factory=set)
+    paced: dict[HeldPoll, None] = field(default_factory=dict)
+    """Paced polls, in the order they were held (see ``waiters``)."""
     paced_by_uid: dict[str, ByUid] = field(default_factory=dict)
     not_due: list[tuple[float, int, HeldPoll]] = field(default_factory=list)
     """Heap by due time of paced polls not yet due."""
@@ -288,10 +291,10 @@ class Holds:
         self.count -= 1
         room = held_poll.room
         if held_poll.paced:
-            room.paced.discard(held_poll)
+            room.paced.pop(held_poll, None)
             by_uid = room.paced_by_uid
         else:
-            room.waiters.discard(held_poll)
+            room.waiters.pop(held_poll, None)
             self._deadlines.discard(held_poll, held_poll.key)
             by_uid = room.plain_by_uid
         _unlist(by_uid, held_poll)
@@ -363,7 +366,7 @@ class Holds:
         # at the next turn of the deadlines' timer.
         held_poll = HeldPoll(poll, room, state, False, uid)
         held_poll.key = self._deadlines.add(held_poll, deadline)
-        state.waiters.add(held_poll)
+        state.waiters[held_poll] = None
         self.count += 1
         self._supersede(self._admit(state.plain_by_uid, held_poll, self.per_listener))
         # Made-up rooms must not let one listener take the node's capacity.
@@ -395,7 +398,7 @@ class Holds:
                         iseq=iseq, pending=pending)
         if iseq < state.cut_upto:
             state.cut_late = True
-        state.paced.add(held_poll)
+        state.paced[held_poll] = None
         state.emptied_at = None
         order = next(_order)
         heapq.heappush(state.not_due, (due, order, held_poll))
@@ -464,7 +467,7 @@ class Holds:
 
     def _wake_plain(self, room: _Room, snap: Snapshot) -> None:
         """Wake every plain poll of the room."""
-        woken, room.waiters = room.waiters, set()
+        woken, room.waiters = room.waiters, {}
         room.plain_by_uid = {}
         room.waking = True
         discard = self._deadlines.discard
