@@ -272,10 +272,12 @@ class Holds:
             # drops it after LINGER.
             room.emptied_at = self._clock.monotonic()
             return
-        self._drop(name)
+        # Its tasks are cancelled before its pin is released: the cache then
+        # finds the room idle once the cancellations run, not busy.
         for task in (room.watcher, room.ticker):
             if task is not None:
                 task.cancel()
+        self._drop(name)
 
     def _drop(self, name: str) -> None:
         """The room holds no poll any more (nor lingers): forget it, unpin it."""
