@@ -116,6 +116,8 @@ async def _rig(tiers: str) -> AsyncIterator[Rig]:
         yield Rig(node, gate, holds, polls, clock)
     finally:
         gate.opened.set()
+        for _ in range(5):  # let a watcher the gate held back reach its next wait
+            await asyncio.sleep(0)
         await holds.close()
         await node.proxy.stop()
         await node.recvsvr.stop()
