@@ -252,12 +252,12 @@ class RoomCache:
         if self._notifier is not None:
             self._notifier.watch(name)
         if self._excess() > 0:
-            self._evict()
+            self._evict(keep=room)
         return room
 
-    def _evict(self) -> None:
+    def _evict(self, keep: _Room | None = None) -> None:
         """Bring the cache back within ``rooms_max``: forget the least recently
-        read idle rooms, never the one read last.
+        read idle rooms, never ``keep`` (a room being read, last in the order).
 
         A busy room met on the way (a watcher not gone yet, a pull awaited) is
         *parked*: taken out of the order until it is idle (:meth:`_settle`),
@@ -265,8 +265,11 @@ class RoomCache:
         O(1) amortised over the rooms put in the order. A cache whose other
         rooms are all busy stays past its bound until they settle."""
         rooms = self._rooms
-        while len(rooms) > 1 and self._excess() > 0:
+        while rooms and self._excess() > 0:
             name, state = rooms.popitem(last=False)
+            if state is keep:
+                rooms[name] = state
+                return
             if state.busy():
                 self._parked[name] = state
                 continue
