@@ -242,8 +242,8 @@ class RoomCache:
                 - self._limits.rooms_max)
 
     def _full(self) -> Overloaded:
-        return Overloaded(f"this node holds polls in {len(self._pinned) - self._absent_pins} "
-                          "rooms, as many as it may cache; retry later", retry_after=5.0)
+        return Overloaded("this node holds polls in as many rooms as it may cache "
+                          f"({self._limits.rooms_max}); retry later", retry_after=5.0)
 
     def _get(self, name: str) -> _Room | None:
         room = self._rooms.get(name)

@@ -27,6 +27,7 @@ from liveroom.model import NewMessage
 from liveroom.snapshot import ABSENT_EPOCH, Snapshot
 from liveroom.store.base import Store
 from proxy.hold import Holds
+from recvsvr import Recvsvr
 from recvsvr.cache import RoomCache, SectLimits
 
 
@@ -112,34 +113,46 @@ async def test_pin_never_admits_past_rooms_max(memory_store: Store,
     every read is let in, and each room is held once its first pull came (some
     were evicted meanwhile): four are pinned, the four others are refused with
     Overloaded (a 503 for their polls), never pinned past ``rooms_max`` (all
-    eight were before)."""
+    eight were before). A room moving into a full sect keeps its pins: its
+    polls are held already."""
     rooms = [f"new-{i}" for i in range(8)]
-    await exist(memory_store, *rooms)
-    cache = RoomCache(memory_store.log, fake_clock, Metrics(), limits=SectLimits(rooms_max=4))
-    await cache.start()
+    await exist(memory_store, *rooms, "stage")
+    whitelist: set[str] = set()
+    normal = RoomCache(memory_store.log, fake_clock, Metrics(), limits=SectLimits(rooms_max=4))
+    vip = RoomCache(memory_store.log, fake_clock, Metrics(), limits=SectLimits(rooms_max=1),
+                    name="vip")
+    sects = Recvsvr(normal, vip, whitelist.__contains__, fake_clock)
+    await sects.start()
     try:
-        await asyncio.gather(*(cache.snapshot(room) for room in rooms))
+        await asyncio.gather(*(sects.snapshot(room) for room in rooms))
         refused: list[Overloaded] = []
         for room in rooms:
             try:
-                cache.pin(room)
+                sects.pin(room)
             except Overloaded as exc:
                 refused.append(exc)
         assert all(exc.retry_after for exc in refused)  # a 503 with Retry-After
-        refused_rooms = [room for room in rooms if not cache.pins_of(room)]
-        assert cache.pinned == 4
+        pinned = [room for room in rooms if normal.pins_of(room)]
+        assert normal.pinned == len(pinned) == 4
         assert len(refused) == 4
-        assert len(cache) <= 4
-        # Another pin of a pinned room is never refused; once a room is let
-        # go, a refused one fits.
-        pinned = [room for room in rooms if cache.pins_of(room)]
-        cache.pin(pinned[0])
-        assert cache.pins_of(pinned[0]) == 2
-        cache.unpin(pinned[1])
-        cache.pin(refused_rooms[0])
-        assert (cache.pinned, cache.pins_of(refused_rooms[0])) == (4, 1)
+        assert len(normal) <= 4
+        # Another pin of a pinned room is never refused.
+        sects.pin(pinned[0])
+        assert normal.pins_of(pinned[0]) == 2
+
+        whitelist.add("stage")
+        await sects.snapshot("stage")
+        sects.pin("stage")  # the vip sect's one place
+        whitelist.add(pinned[0])
+        sects.moved([pinned[0]])
+        assert (vip.pins_of(pinned[0]), vip.pinned) == (2, 2)
+        assert normal.pinned == 3
+        # The place it left is a refused room's now.
+        late = next(room for room in rooms if room not in pinned)
+        sects.pin(late)
+        assert (normal.pins_of(late), normal.pinned) == (1, 4)
     finally:
-        await cache.stop()
+        await sects.stop()
 
 
 # -- made-up names ------------------------------------------------------------------------
