@@ -355,7 +355,8 @@ class RoomCache:
             self._parked.pop(room, None)
         state.pins = pins
         state.pinned_absent = not exists
-        self._absent_pins += not exists
+        if not exists:
+            self._absent_pins += 1
         self._pinned[room] = state
         if self._excess() > 0:
             self._evict()
@@ -648,7 +649,8 @@ class RoomCache:
                         and self._fallback_due(state, due, recheck):
                     self.request_pull(name)
             for name, state in list(self._parked.items()):
-                if not state.busy():  # settled without a word (never, but cheap to mend)
+                if not state.busy():
+                    # A net under _settle, which every end of busyness calls.
                     self._settle(state)
                 elif (state.watchers or now - state.read_at <= self._recent) \
                         and self._fallback_due(state, due, recheck):
