@@ -16,6 +16,7 @@ stalled the loop for about two minutes.
 
     python loadtest/bench_close.py
     python loadtest/bench_close.py --polls 3100 --rooms-max 3000 --real
+    python loadtest/bench_close.py --reset
 
 Loopback only; the run stops by itself (about half a minute).
 """
@@ -26,6 +27,8 @@ import argparse
 import datetime
 import http.client
 import json
+import socket
+import struct
 import sys
 import tempfile
 import time
@@ -81,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--real", action="store_true",
                         help="hold the polls in rooms that exist (one send each first)")
     parser.add_argument("--probes", type=int, default=20, help="probe polls after (20)")
+    parser.add_argument("--reset", action="store_true",
+                        help="close with a TCP reset (the node reads no end of stream, "
+                        "so answers nothing) instead of a FIN")
     args = parser.parse_args(argv)
     nofile = raise_nofile(args.polls + 300)
     if nofile < args.polls + 300:
@@ -101,12 +107,15 @@ def main(argv: list[str] | None = None) -> int:
         before = first_poll_ms(server.port, 3)
         started = time.perf_counter()
         for sock in socks:
+            if args.reset:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             sock.close()
         closing = (time.perf_counter() - started) * 1000
         after = first_poll_ms(server.port, args.probes)
     kind = "rooms that exist" if args.real else "made-up rooms"
     print(f"\n{args.polls} polls on {kind}: {args.polls - refused} held, {refused} refused "
-          f"(503); --rooms-max {args.rooms_max or 'default'}")
+          f"(503); --rooms-max {args.rooms_max or 'default'}; closed with "
+          f"{'a reset' if args.reset else 'a FIN'}")
     print(f"a first poll before: worst of 3 {max(before[0]):.1f} ms, status {before[1]}")
     print(f"all closed in {closing:.0f} ms (client side); the first poll right after: "
           f"{after[0][0]:.1f} ms (target <= 100 ms), worst of {args.probes} "
