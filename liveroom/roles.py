@@ -46,11 +46,18 @@ class RoomReader(Protocol):
     def pin(self, room: str) -> None:
         """Keep ``room`` cached until as many :meth:`unpin`: the proxy's hold
         pins a room while it holds polls in it (a count the hold owns). A
-        pinned room is never evicted; past the cache's bound in pinned rooms,
-        reading a new room raises :class:`~liveroom.errors.Overloaded`."""
+        pinned room is never evicted.
+
+        Past the cache's bound in pinned rooms that exist, reading a new room
+        raises :class:`~liveroom.errors.Overloaded`, and so does the first pin
+        of a room (its hold must then hold nothing: pin before recording the
+        room, so a refused pin leaves nothing to unpin). Another pin of a
+        pinned room never refuses. Rooms that do not exist are pinned outside
+        that bound."""
 
     def unpin(self, room: str) -> None:
-        """One :meth:`pin` of ``room`` less."""
+        """One :meth:`pin` of ``room`` less (nothing for a room not pinned).
+        O(1): a hold may let go of thousands of rooms in one turn."""
 
     async def wait_pulled(self, room: str) -> Snapshot:
         """Pull the room now and return the snapshot after that pull.

@@ -267,9 +267,11 @@ class Settings:
         "Retry-After and closed. 0: the open-file limit less a reserve of 1 % (at least "
         "64).", BOUNDS, lo=0)
     rooms_max: int = setting(
-        ROOMS_MAX, "Rooms each sect's cache holds at most (past this many with held polls, "
-        "a poll for a new room gets 503); the least recently read is evicted first, never "
-        "one with held polls. A cached room that does not exist costs about 1.3 KiB.",
+        ROOMS_MAX, "Rooms each sect's cache holds at most (past this many that exist with "
+        "held polls, a poll for a new room gets 503); the least recently read is evicted "
+        "first, never one with held polls. Rooms that do not exist with held polls count "
+        "apart (bounded by --held-max): made-up names never take a real room's place. A "
+        "cached room that does not exist costs about 1.3 KiB.",
         BOUNDS, lo=1)
 
     # -- traffic control -----------------------------------------------------------------

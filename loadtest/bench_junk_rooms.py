@@ -44,17 +44,26 @@ from fanout_client import raise_nofile
 from fanout_servers import Server, liveroom_server, redis_server
 
 
-def held_request(i: int) -> bytes:
-    return (f"GET /v1/rooms/junk-{i}/poll?uid=u{i}&epoch=0&seq=0&iseq=0&timeout=60 "
+def held_request(i: int, epochs: dict[str, str] | None = None) -> bytes:
+    """The ``i``-th held poll: on ``junk-i``, a room that does not exist, or
+    with ``epochs`` (room: epoch) on the ``i``-th room there, caught up at seq 1."""
+    if epochs is None:
+        room, cursor = f"junk-{i}", "epoch=0&seq=0&iseq=0"
+    else:
+        room = f"live-{i}"
+        cursor = f"epoch={epochs[room]}&seq=1&iseq=1"
+    return (f"GET /v1/rooms/{room}/poll?uid=u{i}&{cursor}&timeout=60 "
             f"HTTP/1.1\r\nHost: bench\r\n\r\n").encode()
 
 
-def open_polls(port: int, count: int) -> tuple[list[socket.socket], int]:
-    """``count`` held polls; returns the sockets and how many were refused."""
+def open_polls(port: int, count: int, epochs: dict[str, str] | None = None,
+               ) -> tuple[list[socket.socket], int]:
+    """``count`` held polls (see :func:`held_request`); returns the sockets
+    and how many were refused."""
     socks: list[socket.socket] = []
     for i in range(count):
         sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-        sock.sendall(held_request(i))
+        sock.sendall(held_request(i, epochs))
         socks.append(sock)
         if (i + 1) % 2000 == 0:
             print(f"  {i + 1}/{count} polls sent", flush=True)

@@ -153,8 +153,11 @@ class Recvsvr:
     def pin(self, room: str) -> None:
         sect = self._pins.get(room)
         if sect is None:
-            sect = self._pins[room] = self.sect_of(room)
-        sect.pin(room)
+            sect = self.sect_of(room)
+            sect.pin(room)  # may raise Overloaded: then nothing is pinned
+            self._pins[room] = sect
+        else:
+            sect.pin(room)
 
     def unpin(self, room: str) -> None:
         sect = self._pins.get(room)
@@ -213,9 +216,11 @@ class Recvsvr:
             if pinned_in is not None and pinned_in is not self.sect_of(room):
                 # The pins follow the room to its new sect.
                 new = self._pins[room] = self.sect_of(room)
-                for _ in range(pinned_in.pins_of(room)):
+                pins = pinned_in.pins_of(room)
+                # Never refused: the polls are held already.
+                new.adopt(room, pins)
+                for _ in range(pins):
                     pinned_in.unpin(room)
-                    new.pin(room)
             waits = self._waits.get(room)
             if waits is not None and waits.sect is not self.sect_of(room):
                 del self._waits[room]

@@ -144,12 +144,15 @@ async def test_beyond_the_nodes_capacity_a_poll_gets_503_with_retry_after(
 async def test_rooms_with_held_polls_are_pinned_and_past_rooms_max_a_new_room_gets_503(
         engine_url: str) -> None:
     """Held rooms are never evicted and never let the cache pass its bound: with
-    every cached place held, a poll for a new room is refused (503), a poll of
-    a held room is still answered, and once a room's polls leave, new rooms
-    come in again."""
+    every cached place held by a room that exists, a poll for a new room is
+    refused (503), a poll of a held room is still answered, and once a room's
+    polls leave, new rooms come in again. (Rooms that do not exist are held
+    outside the bound: tests/test_hostile_cache.py.)"""
     async with aiohttp.ClientSession() as session, \
             running_node(engine_url, rooms_max=3, held_max=100) as node:
         reader = node.node.recvsvr
+        for i in range(3):
+            await send(session, node.url, f"held-{i}", "opening")
         listeners = [Listener(session, f"held-{i}", uid=f"u{i}") for i in range(3)]
         for listener in listeners:
             await listener.poll(node.url)
