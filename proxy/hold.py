@@ -254,8 +254,10 @@ class Holds:
     def _room(self, name: str, snapshot: Snapshot) -> _Room:
         room = self._rooms.get(name)
         if room is None:
-            room = self._rooms[name] = _Room(snapshot)
+            # Pinned before it is recorded: a refused pin (the cache holds as
+            # many rooms as it may: Overloaded, a 503) leaves nothing behind.
             self._reader.pin(name)  # cached for as long as it is in _rooms
+            room = self._rooms[name] = _Room(snapshot)
         if room.watcher is None:
             room.watcher = asyncio.create_task(self._watch(name, room),
                                                name=f"proxy-hold-{name}")
