@@ -144,6 +144,17 @@ def count_send(counts: Counts, windows: Sequence[Window], now_ms: int) -> None:
         counts[seconds, cur] = counts.get((seconds, cur), 0) + 1
 
 
+def uncount_send(counts: Counts, windows: Sequence[Window], sent_ms: int) -> None:
+    """Take back one send counted at ``sent_ms`` by :func:`count_send` (a
+    bucket already pruned has nothing to take back)."""
+    for key in {(w.seconds, bucket_of(w, sent_ms)) for w in windows}:
+        left = counts.get(key, 0) - 1
+        if left > 0:
+            counts[key] = left
+        else:
+            counts.pop(key, None)
+
+
 def prune(counts: Counts, windows: Sequence[Window], now_ms: int) -> None:
     """Drop the buckets no window reads at ``now_ms`` or later (also those of
     windows no longer configured), so a sender's counts stay bounded by the
