@@ -1,0 +1,207 @@
+"""The attacks on room creation the node withstands.
+
+Each test is an attack by a sender who may create rooms (an any-room
+ticket, or ``open`` mode) and the answer expected: sends in flight together
+create no more rooms than the new-room windows allow; one client address
+cannot use up the node's window for everybody; the business backend's
+rooms are rooms like any other, never provisional ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import aiohttp
+import pytest
+import redis.asyncio as aioredis
+from conftest import TEST_POLICY
+from support import ADMIN, BASE, PUBLISHER, running_node, settle
+
+from liveroom.clock import FakeClock
+from liveroom.metrics import Metrics
+from liveroom.model import NewMessage
+from liveroom.ratelimit import RateLimits, parse_windows
+from liveroom.store.base import Appended, MessageLog, Pulled, PullRequest, Store
+from liveroom.store.redis import keys
+from proxy.auth import Tokens
+from proxy.send import Sends
+
+
+class AppendsInFlight:
+    """A message log whose appends all wait until ``count`` of them are in
+    flight, then go to the store together: ``count`` sends that reach a node
+    at once, whose round trips to the store overlap. Every send has been
+    admitted (or refused) before any append returns, whatever the engine."""
+
+    def __init__(self, log_: MessageLog, count: int) -> None:
+        self._log = log_
+        self._count = count
+        self._started = 0
+        self._all_in = asyncio.Event()
+        self.reads_replicas = log_.reads_replicas
+
+    async def append(self, room: str, message: NewMessage, limits: RateLimits | None = None,
+                     *, may_create: bool = True, provisional: bool = False) -> Appended:
+        self._started += 1
+        if self._started >= self._count:
+            self._all_in.set()
+        await self._all_in.wait()
+        return await self._log.append(room, message, limits, may_create=may_create,
+                                      provisional=provisional)
+
+    async def open_room(self, room: str) -> str:
+        return await self._log.open_room(room)
+
+    async def pull(self, requests: Sequence[PullRequest]) -> list[Pulled]:
+        return await self._log.pull(requests)
+
+    async def renew_epoch(self, room: str, stale: str) -> str:
+        return await self._log.renew_epoch(room, stale)
+
+    async def touch(self, rooms: Sequence[str]) -> None:
+        await self._log.touch(rooms)
+
+
+def sends_of(log_: MessageLog, clock: FakeClock, **settings: Any) -> Sends:
+    """A node's sender path over ``log_`` (``open`` mode, BASE's tokens)."""
+    return Sends(replace(BASE, **settings), log_, Tokens(admin=ADMIN, publisher=PUBLISHER),
+                 clock, Metrics())
+
+
+def body(uid: str, text: str = "hi") -> bytes:
+    return json.dumps({"uid": uid, "body": text}).encode()
+
+
+async def existing(store: Store, rooms: Sequence[str]) -> list[str]:
+    pulled = await store.log.pull([PullRequest(room, 0, 1) for room in rooms])
+    return [p.room for p in pulled if p.epoch is not None]
+
+
+# -- sends in flight together ---------------------------------------------------------
+
+
+async def test_sends_in_flight_together_create_exactly_the_uids_new_room_limit(
+        store: Store, fake_clock: FakeClock) -> None:
+    """2 000 sends of one uid to 2 000 new rooms, every one admitted before any
+    append returns: exactly 10 rooms (its ``10/m``) are created, every other
+    send is a 429, and the rooms that failed hold no place: once they are
+    answered the uid's window is full by its 10 rooms alone. (Counted after
+    the append's await, all 2 000 passed the check and created 2 000 rooms.)"""
+    count = 2000
+    sends = sends_of(AppendsInFlight(store.log, count), fake_clock,
+                     rooms_per_uid=parse_windows("10/m"), rooms_per_node=parse_windows("600/m"),
+                     rooms_per_address=parse_windows("100/m"))
+    rooms = [f"burst-{i}" for i in range(count)]
+    replies = await asyncio.gather(*(
+        sends.send(room, "application/json", body("maker"), None, "", "203.0.113.7")
+        for room in rooms))
+    assert Counter(r.status for r in replies) == {201: 10, 429: count - 10}
+    assert len(await existing(store, rooms)) == 10
+    # The node and the address counted the same 10 rooms, nothing more.
+    other = sends_of(store.log, fake_clock)
+    other.new_rooms = sends.new_rooms
+    refused = await other.send("late", "application/json", body("maker"), None, "",
+                               "203.0.113.7")
+    assert refused.status == 429
+    for i in range(90):
+        reply = await other.send(f"others-{i}", "application/json", body(f"u{i}"), None, "",
+                                 "203.0.113.7")
+        assert reply.status == 201, i
+    assert (await other.send("one-more", "application/json", body("u0"), None, "",
+                             "203.0.113.7")).status == 429  # the address's 100th
+
+
+async def test_sends_to_rooms_that_exist_give_their_places_back(
+        store: Store, fake_clock: FakeClock) -> None:
+    """A uid with ``3/m`` sends 200 messages at once to rooms that exist, and
+    again with a client_msg_id seen: none of them created a room, so none of
+    them is left counted, and the uid may still create its 3 rooms."""
+    count = 200
+    for i in range(count):
+        await store.log.append(f"old-{i}", NewMessage("backend", "first", False, 1))
+    sends = sends_of(AppendsInFlight(store.log, count), fake_clock,
+                     rooms_per_uid=parse_windows("3/m"))
+    replies = await asyncio.gather(*(
+        sends.send(f"old-{i}", "application/json", body("chatty"), None, "", "198.51.100.1")
+        for i in range(count)))
+    assert {r.status for r in replies} == {201}
+    plain = sends_of(store.log, fake_clock, rooms_per_uid=parse_windows("3/m"))
+    plain.new_rooms = sends.new_rooms
+    seen = json.dumps({"uid": "chatty", "body": "again", "client_msg_id": "c1"}).encode()
+    for _ in range(2):
+        assert (await plain.send("old-0", "application/json", seen, None, "", "")).status == 201
+    created = [await plain.send(f"fresh-{i}", "application/json", body("chatty"), None, "", "")
+               for i in range(4)]
+    assert [r.status for r in created] == [201, 201, 201, 429]
+
+
+# -- one client against everybody -----------------------------------------------------
+
+
+async def test_one_client_address_cannot_use_up_the_nodes_new_rooms(engine_url: str) -> None:
+    """From one address, 100 made-up uids create rooms until the address's
+    window (``20/m``) refuses them; a sender from another address still
+    creates a room in the node's window (``30/m``). Without a window per
+    address the first client filled the node's window, and every other
+    sender's first message to a new room got 429 for the rest of the minute."""
+    async with running_node(engine_url, rooms_per_uid=parse_windows("10/m"),
+                            rooms_per_address=parse_windows("20/m"),
+                            rooms_per_node=parse_windows("30/m")) as node:
+        async def post(session: aiohttp.ClientSession, room: str, uid: str) -> int:
+            async with session.post(f"{node.url}/v1/rooms/{room}/messages",
+                                    json={"uid": uid, "body": "hi"}) as r:
+                await r.read()
+                return r.status
+
+        hostile = aiohttp.TCPConnector(local_addr=("127.0.0.2", 0))
+        innocent = aiohttp.TCPConnector(local_addr=("127.0.0.3", 0))
+        async with aiohttp.ClientSession(connector=hostile) as attacker, \
+                aiohttp.ClientSession(connector=innocent) as user:
+            statuses = [await post(attacker, f"junk-{i}", f"made-up-{i}") for i in range(100)]
+            assert Counter(statuses) == {201: 20, 429: 80}
+            assert await post(user, "my-new-room", "innocent") == 201
+            # Its own sends to rooms that exist still go.
+            assert await post(attacker, "junk-0", "made-up-0") == 201
+
+
+# -- the backend's rooms ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("token", [PUBLISHER, ADMIN], ids=["publisher", "admin"])
+async def test_a_room_the_backends_send_created_lives_room_ttl_never_provisional(
+        engine_url: str, token: str) -> None:
+    """A room created by the backend's send (publisher or admin token) is a
+    normal room: nobody reads it, nobody else sends, and it still outlives
+    ``--empty-room-ttl`` (``--room-ttl``, like any room); a room a user's send
+    created beside it, unread, does not."""
+    clock = FakeClock()
+    async with running_node(engine_url, clock, room_ttl=TEST_POLICY.room_ttl_ms / 1000) as node, \
+            aiohttp.ClientSession() as session:
+        settings = node.node.settings
+        for room, headers in (("official", {"Authorization": f"Bearer {token}"}),
+                              ("lonely", {})):
+            async with session.post(f"{node.url}/v1/rooms/{room}/messages", headers=headers,
+                                    json={"uid": "system", "body": "hello"}) as r:
+                assert r.status == 201, await r.text()
+        if engine_url == "memory":
+            await clock.advance(settings.empty_room_ttl + 1)
+            await settle()
+            pulled = await node.node.store.log.pull([PullRequest("official", 0, 10),
+                                                     PullRequest("lonely", 0, 10)])
+            assert [p.epoch is not None for p in pulled] == [True, False]
+            await clock.advance(settings.room_ttl)
+            (gone,) = await node.node.store.log.pull([PullRequest("official", 0, 10)])
+            assert gone.epoch is None  # room_ttl after its last send: it expires too
+        else:  # Redis expires on its own clock: read the TTLs
+            client = aioredis.from_url(engine_url)
+            try:
+                official = await client.pttl(keys.meta("official"))
+                assert settings.empty_room_ttl * 1000 < official <= settings.room_ttl * 1000
+                assert await client.pttl(keys.meta("lonely")) <= settings.empty_room_ttl * 1000
+            finally:
+                await client.aclose()
