@@ -31,6 +31,12 @@ class RoomReader(Protocol):
         reader holds none yet (then :meth:`snapshot` waits for the first pull).
         Never waits: the poll's fast path."""
 
+    def read_by(self, room: str, uid: str) -> None:
+        """``uid`` read ``room``, a room that exists. Memory only, never waits:
+        the reader passes who read a room to the store with its reads, so a
+        room of one sender read by that sender alone does not last (see
+        :meth:`~liveroom.store.base.MessageLog.touch`)."""
+
     async def wait_changed(self, room: str, snapshot: Snapshot) -> Snapshot:
         """Wait until the room's snapshot is no longer ``snapshot``, return the new one.
 

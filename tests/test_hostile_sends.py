@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -20,7 +20,7 @@ import aiohttp
 import pytest
 import redis.asyncio as aioredis
 from conftest import TEST_POLICY
-from support import ADMIN, BASE, PUBLISHER, running_node, settle
+from support import ADMIN, BASE, PUBLISHER, Listener, running_node, send, settle
 
 from liveroom.clock import FakeClock
 from liveroom.metrics import Metrics
@@ -63,8 +63,9 @@ class AppendsInFlight:
     async def renew_epoch(self, room: str, stale: str) -> str:
         return await self._log.renew_epoch(room, stale)
 
-    async def touch(self, rooms: Sequence[str]) -> None:
-        await self._log.touch(rooms)
+    async def touch(self, rooms: Sequence[str],
+                    readers: Mapping[str, Collection[str]] | None = None) -> None:
+        await self._log.touch(rooms, readers)
 
 
 def sends_of(log_: MessageLog, clock: FakeClock, **settings: Any) -> Sends:
@@ -203,5 +204,64 @@ async def test_a_room_the_backends_send_created_lives_room_ttl_never_provisional
                 official = await client.pttl(keys.meta("official"))
                 assert settings.empty_room_ttl * 1000 < official <= settings.room_ttl * 1000
                 assert await client.pttl(keys.meta("lonely")) <= settings.empty_room_ttl * 1000
+            finally:
+                await client.aclose()
+
+
+# -- a room its creator alone reads -----------------------------------------------------
+
+
+async def test_a_room_of_one_sender_read_by_that_sender_alone_keeps_its_short_expiry(
+        store: Store, fake_clock: FakeClock, raw_redis: aioredis.Redis | None) -> None:
+    """The store is told who read a room: reads by its only sender leave a
+    provisional room expiring ``empty_room_ttl`` after its last send; a read
+    by another uid makes it a room like any other (so does a read whose
+    readers are not known, an operator's)."""
+    ttl_ms = TEST_POLICY.empty_room_ttl_ms
+
+    async def lives(room: str) -> bool:
+        """Whether ``room`` still has its log past ``empty_room_ttl`` from now."""
+        if raw_redis is not None:
+            return bool(await raw_redis.pttl(keys.meta(room)) > ttl_ms)
+        await fake_clock.advance(ttl_ms / 1000 + 1)
+        (pulled,) = await store.log.pull([PullRequest(room, 0, 10)])
+        return pulled.epoch is not None
+
+    for room, readers, lasts in (("mine", ("maker",), False), ("unknown", (), False),
+                                 ("ours", ("maker", "friend"), True),
+                                 ("operator's", None, True)):
+        now = int(fake_clock.time() * 1000)
+        await store.log.append(room, NewMessage("maker", "hi", False, now), provisional=True)
+        await store.log.touch([room], None if readers is None else {room: readers})
+        assert await lives(room) == lasts, room
+
+
+async def test_its_creators_polls_do_not_make_a_room_last(engine_url: str) -> None:
+    """A uid creates two rooms and polls both; a friend polls one of them.
+    Past ``--empty-room-ttl`` the room only its creator read is gone, the one
+    the friend read lives on (``--room-ttl``). Before, the creator's own
+    first poll made its room last a day."""
+    clock = FakeClock()
+    async with running_node(engine_url, clock) as node, aiohttp.ClientSession() as session:
+        ttl = node.node.settings.empty_room_ttl
+        for room in ("mine", "ours"):
+            await send(session, node.url, room, "hi", uid="maker")
+            await Listener(session, room, uid="maker").poll(node.url)
+        await clock.advance(1.0)  # the fallback pass pushes the reads to the store
+        await settle()
+        await Listener(session, "ours", uid="friend").poll(node.url)
+        await clock.advance(1.0)
+        await settle()
+        await clock.advance(ttl + 1)
+        await settle()
+        if engine_url == "memory":
+            pulled = await node.node.store.log.pull([PullRequest("mine", 0, 10),
+                                                     PullRequest("ours", 0, 10)])
+            assert [p.epoch is not None for p in pulled] == [False, True]
+        else:  # Redis expires on its own clock: read the TTLs
+            client = aioredis.from_url(engine_url)
+            try:
+                assert await client.pttl(keys.meta("mine")) <= ttl * 1000
+                assert await client.pttl(keys.meta("ours")) > ttl * 1000
             finally:
                 await client.aclose()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import heapq
 import secrets
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -161,8 +161,8 @@ class MessageLog(Protocol):
         :class:`~liveroom.errors.NewRoomRefused` and stores nothing. With
         ``provisional``, a log this send creates (``Appended.created``) is its
         sender's alone: it expires ``empty_room_ttl_ms`` after that sender's
-        last send until another uid sends to it or a reader touches it (then
-        ``room_ttl_ms``, as any room).
+        last send until another uid sends to it or :meth:`touch` counts a
+        read of it by another uid (then ``room_ttl_ms``, as any room).
 
         With ``limits``, the sender's windows (per room and ``message.uid``) and
         the room's cap are checked in the same round trip, at ``message.ts``:
@@ -178,9 +178,18 @@ class MessageLog(Protocol):
     async def renew_epoch(self, room: str, stale: str) -> str:
         """Give the room a new epoch if it is still ``stale``; return the current one."""
 
-    async def touch(self, rooms: Sequence[str]) -> None:
+    async def touch(self, rooms: Sequence[str],
+                    readers: Mapping[str, Collection[str]] | None = None) -> None:
         """Count a read of these rooms: push their expiry back (a room with no
-        message yet by ``empty_room_ttl_ms`` at most); never creates a log."""
+        message yet by ``empty_room_ttl_ms`` at most); never creates a log.
+
+        ``readers`` names the uids that read each room (two distinct ones
+        are enough; a room missing from it had none known). A room of one
+        sender (see :meth:`append`'s ``provisional``) read only by that sender
+        is left as it is, its short expiry included: its creator's own polls
+        never make it last. Read by another uid it becomes a room like any
+        other. ``None``: the readers are not known, and count as somebody
+        else (an operator's read)."""
 
 
 OnNotify = Callable[[str, int], None]

@@ -4,7 +4,7 @@ store's clock, and the rate counters beside it."""
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ...clock import Clock
@@ -256,13 +256,18 @@ class MemoryLog:
             state.epoch = new_epoch()
         return state.epoch
 
-    async def touch(self, rooms: Sequence[str]) -> None:
+    async def touch(self, rooms: Sequence[str],
+                    readers: Mapping[str, Collection[str]] | None = None) -> None:
         now = self._now_ms()
         for room in rooms:
             state = self._room(room, create=False)
-            if state is not None and (state.seq or state.live):
-                state.used_ms = now
-                state.by = None  # read: a room like any other
+            if state is None or not (state.seq or state.live):
+                continue
+            if state.by is not None and readers is not None and all(
+                    uid == state.by for uid in readers.get(room, ())):
+                continue  # read by its sender alone: still its sender's room
+            state.used_ms = now
+            state.by = None  # read by somebody else: a room like any other
 
 
 # -- statsvr's tables -----------------------------------------------------------
