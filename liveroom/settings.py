@@ -385,8 +385,9 @@ class Settings:
                               "room's log expires.", STORE, lo=60)
     empty_room_ttl: float = setting(
         EMPTY_ROOM_TTL, "Seconds a room created without a message (a vip add, or one "
-        "sender's send nobody read) lives: reads do not extend it; a message from a "
-        "second sender, a read, or an operator's start extends it to --room-ttl.", STORE,
+        "sender's send nobody else read) lives: reads do not extend it; a message from a "
+        "second sender, a read by another uid, or an operator's start extends it to "
+        "--room-ttl.", STORE,
         lo=1)
     dedup_ttl: float = setting(DEDUP_TTL, "Seconds a client_msg_id is remembered (a "
                                "repeated send answers the first one's seq).", STORE, lo=0.1)

@@ -158,10 +158,11 @@ class RoomCache:
         """A room read within this long (or with held polls) gets fallback pulls."""
         self._dirty: dict[str, None] = {}
         self._touch_soon: dict[str, None] = {}
-        """Rooms this cache just found to exist: their first read is pushed to
-        the store at the next fallback pass (a room of one sender, with its
-        short expiry, becomes a room like any other once somebody reads it),
-        not only at the next ``touch_interval``."""
+        """Rooms this cache just found to exist, or that got a new reader
+        (:meth:`read_by`): their reads are pushed to the store at the next
+        fallback pass (a room of one sender, with its short expiry, becomes a
+        room like any other once another uid reads it), not only at the next
+        ``touch_interval``."""
         self._in_flight: set[str] = set()
         self._work = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
