@@ -11,21 +11,24 @@ create one: the store refuses it in the same round trip as the append
 (``may_create``), and the sender gets a 429 with ``Retry-After``. Sends of the
 business backend (publisher or admin token) are not limited.
 
-**Counted where they are admitted.** A send takes its place in all three
-windows *before* its append goes to the store (:meth:`NewRooms.admit`) and
-gives it back (:meth:`NewRooms.give_back`) when the append did not create
-the room: the room existed, the ``client_msg_id`` was seen, a rate window
-refused it, the store failed. So sends in flight together never pass a
-bound: 2 000 sends of one uid to 2 000 new rooms, all in flight at once,
-create exactly its window's limit of rooms, the others get 429. The cost of
-counting early: while a uid's sends to rooms that exist are in flight they
-hold places, and a send of that uid to a new room at that moment may be
-refused although its windows end up with room to spare (it may retry after
-the ``Retry-After``; a sender at its limit only).
+**Counted where they are admitted.** A send that may create a room takes a
+place in all three windows *before* its append goes to the store
+(:meth:`NewRooms.admit`): a place *held*, which counts against the windows
+like a room created. When the append returns (:meth:`NewRooms.settled`) the
+place becomes a room counted in the windows if the append created the room,
+and is freed otherwise (the room existed, the ``client_msg_id`` was seen, a
+rate window refused it, the store failed). So sends in flight together never
+pass a bound: 2 000 sends of one uid to 2 000 new rooms, all in flight at
+once, create exactly its window's limit of rooms, the others get 429. The
+cost: while sends to rooms that exist are in flight they hold places, so a
+send to a new room by a sender at its limit (or on a node at its own) may be
+refused although the windows end up with room to spare; with only held
+places in the way its ``Retry-After`` is 1 s.
 
 **The node's window is a backstop, the address's is what keeps one client
 from exhausting it**: made-up uids (``open`` mode) or many tickets from one
-client share its address's window (default a sixth of the node's), so one
+client share its address's window (default a sixth of the node's; an IPv6
+address counts by its /64, see :func:`client_of`), so one
 client address alone cannot fill the node's window and lock every other
 sender out of new rooms. The address is the peer the node sees: behind a
 reverse proxy or load balancer it is the proxy's for every client, and
@@ -39,25 +42,86 @@ room hashes elsewhere).
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from liveroom.errors import RateLimited
-from liveroom.ratelimit import Counts, Window, count_send, prune, refused_until, span, uncount_send
+from liveroom.ratelimit import Counts, Window, count_send, prune, refused_until, span
 
 SWEEP_EVERY_MS = 60_000
 """How often uids and addresses whose windows all passed are forgotten."""
 
 
+def client_of(address: str) -> str:
+    """Whose window a client address counts in: an IPv6 address by its /64
+    (what one subscriber usually gets, and may rotate through at will), an
+    IPv4 address (or one mapped into IPv6) as it is, anything else (a Unix
+    socket's peer) as given."""
+    if ":" not in address:
+        return address
+    try:
+        ip = ipaddress.IPv6Address(address)
+    except ValueError:
+        return address
+    if ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    return str(ipaddress.IPv6Network((int(ip), 64), strict=False))
+
+
 @dataclass(frozen=True, slots=True)
 class Place:
-    """A new room counted for a send before its append: given back unless the
-    append created the room."""
+    """A new room a send in flight may create: held in the windows of its
+    uid, its address and the node until :meth:`NewRooms.settled`."""
 
     uid: str
     address: str
-    ms: int
-    """When it was counted (the send's ts: its buckets)."""
+
+
+class _Level:
+    """One kind of window (per uid, per address, the node's): the rooms
+    created by each key, and the places its sends in flight hold."""
+
+    __slots__ = ("counts", "held", "what", "windows")
+
+    def __init__(self, what: str, windows: Sequence[Window]) -> None:
+        self.what = what
+        self.windows = tuple(windows)
+        self.counts: dict[str, Counts] = {}
+        self.held: dict[str, int] = {}
+
+    def refusal(self, key: str, now_ms: int) -> tuple[str, Window, int] | None:
+        """The full window of ``key`` that frees last, and when (ms); None
+        when every window has a place."""
+        counts = self.counts.get(key)
+        held = self.held.get(key, 0)
+        if not self.windows or (not counts and not held):
+            return None
+        full = refused_until(counts or {}, self.windows, now_ms, held)
+        return None if full is None else (self.what.format(key), *full)
+
+    def hold(self, key: str) -> None:
+        if self.windows:
+            self.held[key] = self.held.get(key, 0) + 1
+
+    def settle(self, key: str, created_ms: int | None) -> None:
+        if not self.windows:
+            return
+        left = self.held[key] - 1
+        if left:
+            self.held[key] = left
+        else:
+            del self.held[key]
+        if created_ms is not None:
+            counts = self.counts.setdefault(key, {})
+            count_send(counts, self.windows, created_ms)
+            prune(counts, self.windows, created_ms)
+
+    def sweep(self, now_ms: int) -> None:
+        for key, counts in list(self.counts.items()):
+            prune(counts, self.windows, now_ms)
+            if not counts:
+                del self.counts[key]
 
 
 class NewRooms:
@@ -65,67 +129,40 @@ class NewRooms:
 
     def __init__(self, per_uid: Sequence[Window], per_node: Sequence[Window],
                  per_address: Sequence[Window] = ()) -> None:
-        self._per_uid = tuple(per_uid)
-        self._per_address = tuple(per_address)
-        self._per_node = tuple(per_node)
-        self._uids: dict[str, Counts] = {}
-        self._addresses: dict[str, Counts] = {}
-        self._node: Counts = {}
+        self._node = _Level("node", per_node)
+        self._address = _Level("address {}", per_address)
+        self._uid = _Level("uid {}", per_uid)
         self._swept_ms = 0
 
     def admit(self, uid: str, address: str, now_ms: int) -> Place | RateLimited:
-        """A place for a room a send by ``uid`` from ``address`` may create at
-        ``now_ms`` (counted now, in every window), or why it may not create
+        """A place for the room a send by ``uid`` from ``address`` may create
+        at ``now_ms``, held until :meth:`settled`; or why it may not create
         one (the full window that frees last): its append may then only go
         to a room that exists."""
+        address = client_of(address)
         worst: tuple[str, Window, int] | None = None
-        for who, counts, windows in (("node", self._node, self._per_node),
-                                     (f"address {address}", self._addresses.get(address),
-                                      self._per_address),
-                                     (f"uid {uid}", self._uids.get(uid), self._per_uid)):
-            if counts:
-                full = refused_until(counts, windows, now_ms)
-                if full is not None and (worst is None or full[1] > worst[2]):
-                    worst = who, *full
+        for level, key in ((self._node, ""), (self._address, address), (self._uid, uid)):
+            full = level.refusal(key, now_ms)
+            if full is not None and (worst is None or full[2] > worst[2]):
+                worst = full
         if worst is not None:
             who, window, free_ms = worst
             retry_after = (free_ms - now_ms) / 1000
             return RateLimited(f"{who} over {window.limit} new rooms per "
                                f"{span(window.seconds)}; sends to rooms that exist still go; "
                                f"retry in {retry_after:g} s", retry_after=retry_after)
-        for counts, windows in self._counted(uid, address, create=True):
-            count_send(counts, windows, now_ms)
-            prune(counts, windows, now_ms)
-        if now_ms - self._swept_ms >= SWEEP_EVERY_MS:
-            self._sweep(now_ms)
-        return Place(uid, address, now_ms)
+        self._node.hold("")
+        self._address.hold(address)
+        self._uid.hold(uid)
+        return Place(uid, address)
 
-    def give_back(self, place: Place) -> None:
-        """The send that took ``place`` created no room: its count goes (a
-        bucket pruned meanwhile has nothing left to give back)."""
-        for counts, windows in self._counted(place.uid, place.address, create=False):
-            uncount_send(counts, windows, place.ms)
-
-    def _counted(self, uid: str, address: str, *,
-                 create: bool) -> list[tuple[Counts, tuple[Window, ...]]]:
-        """The counts a new room of ``uid`` from ``address`` goes to, with their
-        windows (only levels that have windows)."""
-        found: list[tuple[Counts, tuple[Window, ...]]] = []
-        if self._per_node:
-            found.append((self._node, self._per_node))
-        for per, windows, key in ((self._addresses, self._per_address, address),
-                                  (self._uids, self._per_uid, uid)):
-            if windows:
-                counts = per.setdefault(key, {}) if create else per.get(key)
-                if counts is not None:
-                    found.append((counts, windows))
-        return found
-
-    def _sweep(self, now_ms: int) -> None:
-        self._swept_ms = now_ms
-        for per, windows in ((self._uids, self._per_uid),
-                             (self._addresses, self._per_address)):
-            for key, counts in list(per.items()):
-                prune(counts, windows, now_ms)
-                if not counts:
-                    del per[key]
+    def settled(self, place: Place, created_ms: int | None) -> None:
+        """The append that held ``place`` returned: it created a room at
+        ``created_ms`` (counted in the windows), or none (``None``: freed)."""
+        self._node.settle("", created_ms)
+        self._address.settle(place.address, created_ms)
+        self._uid.settle(place.uid, created_ms)
+        if created_ms is not None and created_ms - self._swept_ms >= SWEEP_EVERY_MS:
+            self._swept_ms = created_ms
+            for level in (self._address, self._uid):
+                level.sweep(created_ms)

@@ -138,9 +138,8 @@ class Sends:
                              ts=int(self._clock.time() * 1000), client_msg_id=sp.client_msg_id,
                              to=sp.to)
         outcomes = self._outcomes
-        # The new room is counted before the append's round trip, so sends in
-        # flight together never pass the windows; it is given back below
-        # unless this append created the room.
+        # The new room takes its place in the windows before the append's round
+        # trip, so sends in flight together never pass them; settled below.
         admitted = None if trusted else self.new_rooms.admit(uid, address, message.ts)
         place = admitted if isinstance(admitted, Place) else None
         created = False
@@ -161,8 +160,8 @@ class Sends:
             self._append_errors.inc()
             raise
         finally:
-            if place is not None and not created:
-                self.new_rooms.give_back(place)
+            if place is not None:
+                self.new_rooms.settled(place, message.ts if created else None)
         outcomes["duplicate" if appended.duplicate else "stored"].inc()
         doc = {"seq": appended.seq, "epoch": appended.epoch} if sp.to is None else \
             {"pseq": appended.seq, "epoch": appended.epoch, "to": sp.to}

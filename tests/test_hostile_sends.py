@@ -23,12 +23,14 @@ from conftest import TEST_POLICY
 from support import ADMIN, BASE, PUBLISHER, Listener, running_node, send, settle
 
 from liveroom.clock import FakeClock
+from liveroom.errors import RateLimited
 from liveroom.metrics import Metrics
 from liveroom.model import NewMessage
 from liveroom.ratelimit import RateLimits, parse_windows
 from liveroom.store.base import Appended, MessageLog, Pulled, PullRequest, Store
 from liveroom.store.redis import keys
 from proxy.auth import Tokens
+from proxy.new_rooms import NewRooms, Place
 from proxy.send import Sends
 
 
@@ -117,11 +119,13 @@ async def test_sends_in_flight_together_create_exactly_the_uids_new_room_limit(
                              "203.0.113.7")).status == 429  # the address's 100th
 
 
-async def test_sends_to_rooms_that_exist_give_their_places_back(
+async def test_sends_to_rooms_that_exist_free_the_places_they_held(
         store: Store, fake_clock: FakeClock) -> None:
-    """A uid with ``3/m`` sends 200 messages at once to rooms that exist, and
-    again with a client_msg_id seen: none of them created a room, so none of
-    them is left counted, and the uid may still create its 3 rooms."""
+    """A uid with ``3/m`` sends 200 messages at once to rooms that exist (all
+    but 3 of them to a room that exists while its places are held: still
+    201), and again with a client_msg_id seen: none of them created a room,
+    so none of them is left counted, and the uid may still create its 3
+    rooms."""
     count = 200
     for i in range(count):
         await store.log.append(f"old-{i}", NewMessage("backend", "first", False, 1))
@@ -142,6 +146,27 @@ async def test_sends_to_rooms_that_exist_give_their_places_back(
 
 
 # -- one client against everybody -----------------------------------------------------
+
+
+def test_an_ipv6_client_counts_by_its_slash_64() -> None:
+    """A host rotating through the addresses of its /64 (or sending from
+    IPv4-mapped ones) stays in one window; another /64 is another client."""
+    rooms = NewRooms(per_uid=(), per_node=(), per_address=parse_windows("2/m"))
+    now = 1_700_000_000_000
+    for address in ("2001:db8:1:2::a", "2001:db8:1:2:ffff::b"):
+        place = rooms.admit(f"u-{address}", address, now)
+        assert isinstance(place, Place)
+        rooms.settled(place, now)
+    refused = rooms.admit("u3", "2001:db8:1:2::c", now)
+    assert isinstance(refused, RateLimited)
+    assert "address 2001:db8:1:2::/64 over 2 new rooms per 1 min" in refused.message
+    assert isinstance(rooms.admit("u4", "2001:db8:1:3::a", now), Place)
+    for address in ("192.0.2.1", "::ffff:192.0.2.1"):
+        place = rooms.admit("v", address, now)
+        assert isinstance(place, Place)
+        rooms.settled(place, now)
+    assert isinstance(rooms.admit("w", "192.0.2.1", now), RateLimited)
+
 
 
 async def test_one_client_address_cannot_use_up_the_nodes_new_rooms(engine_url: str) -> None:
