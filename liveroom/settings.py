@@ -302,7 +302,8 @@ class Settings:
         parse=parse_windows, show=_windows_text)
     rooms_per_address: tuple[Window, ...] = setting(
         ROOMS_PER_ADDRESS, "New rooms the sends of one client address (the peer this node "
-        "sees) may create on this node, all its uids together: LIMIT/[N]UNIT windows, below "
+        "sees; an IPv6 one by its /64) may create on this node, all its uids together: "
+        "LIMIT/[N]UNIT windows, below "
         "--rooms-per-node so that one client cannot use up the node's window; 'off' for "
         "none. Behind a reverse proxy every client has the proxy's address: raise it to "
         "--rooms-per-node there.", TRAFFIC, parse=parse_windows, show=_windows_text)
