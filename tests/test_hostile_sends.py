@@ -27,7 +27,7 @@ from liveroom.errors import RateLimited
 from liveroom.metrics import Metrics
 from liveroom.model import NewMessage
 from liveroom.ratelimit import RateLimits, parse_windows
-from liveroom.store.base import Appended, MessageLog, Pulled, PullRequest, Store
+from liveroom.store.base import Appended, MessageLog, OnlineSample, Pulled, PullRequest, Store
 from liveroom.store.redis import keys
 from proxy.auth import Tokens
 from proxy.new_rooms import NewRooms, Place
@@ -290,3 +290,34 @@ async def test_its_creators_polls_do_not_make_a_room_last(engine_url: str) -> No
                 assert await client.pttl(keys.meta("ours")) > ttl * 1000
             finally:
                 await client.aclose()
+
+
+async def test_a_room_its_sender_alone_read_keeps_no_stats_past_its_log(
+        store: Store, fake_clock: FakeClock, raw_redis: aioredis.Redis | None) -> None:
+    """The viewers history and the online series of a room of one sender,
+    polled by that sender alone, live no longer than its log (not
+    ``--history-ttl``, 90 days); another uid's join keeps them as any room's,
+    and so do the samples once the room lasts."""
+    ttl_ms = TEST_POLICY.empty_room_ttl_ms
+    history_ms = 90 * 86_400_000
+    tiers = [(60, 90 * 86_400)]
+    now = int(fake_clock.time() * 1000)
+    for room in ("mine", "ours"):
+        await store.log.append(room, NewMessage("maker", "hi", False, now), provisional=True)
+    await store.stats.add_viewers("mine", "n1", ["maker"], None, 100, history_ms)
+    await store.stats.add_viewers("ours", "n1", ["maker", "friend"], None, 100, history_ms)
+    await store.stats.record_online([OnlineSample("mine", now, 1), OnlineSample("ours", now, 2)],
+                                    tiers, 0)
+    await store.log.touch(["ours"], {"ours": ("maker", "friend")})  # the friend's read
+    await store.stats.record_online([OnlineSample("ours", now + 60_000, 2)], tiers, 0)
+    if raw_redis is not None:
+        for room, short in (("mine", True), ("ours", False)):
+            for key in (keys.viewers_exact(room), keys.series_last(room),
+                        keys.series(room, 60)):
+                assert (0 < await raw_redis.pttl(key) <= ttl_ms) == short, (room, key)
+    else:
+        await fake_clock.advance(ttl_ms / 1000 + 1)
+        mine, ours = await store.stats.viewers(["mine", "ours"], sketches=[False, False])
+        assert (mine.exact, ours.exact) == (0, 2)
+        assert await store.stats.read_online("mine", 60, 0, 2 * now) == []
+        assert len(await store.stats.read_online("ours", 60, 0, 2 * now)) == 2

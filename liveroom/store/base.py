@@ -441,7 +441,12 @@ class StatsStore(Protocol):
         set is the whole truth, and no 16 KiB sketch is stored. Callers keep
         their sketch fed from the start and pass it every time, so the first
         one stored covers every uid the node saw. The room's history lives ``ttl_ms``
-        after its last update. Returns the set's size, whether it is complete,
+        after its last update; no longer than its log then has left when the
+        room is one sender's (see :meth:`MessageLog.append`'s ``provisional``)
+        and ``uids`` are that sender alone, so a room nobody else read leaves
+        no history behind (another uid's join keeps ``ttl_ms``: its read makes
+        the room last).
+        Returns the set's size, whether it is complete,
         and the broadcast written to: a caller that finds it changed wrote its
         old broadcast's sketch into the new one, and writes a fresh one.
         """
@@ -462,7 +467,9 @@ class StatsStore(Protocol):
 
         A bucket keeps ``(min, max, sum, count)``; buckets older than a tier's
         retention (relative to the sample) are dropped, and the series lives as
-        long as the longest retention after its last sample. A sample less than
+        long as the longest retention after its last sample (a room of one
+        sender's, no longer than its log then has left: the samples after
+        the room came to last keep it). A sample less than
         ``min_gap_ms`` after the room's last stored sample is skipped, so two
         nodes briefly both sampling a room do not double it. One round trip;
         returns how many samples were taken.

@@ -95,6 +95,14 @@ class MemoryLog:
             del self._rooms[room]
         self._counts.sweep()
 
+    def provisional(self, room: str) -> tuple[str, int] | None:
+        """A room of one sender's sender and how long it has left (ms, at
+        least 1); ``None`` for any other room (or none): for its stats."""
+        state = self._rooms.get(room)
+        if state is None or state.by is None:
+            return None
+        return state.by, max(1, state.used_ms + self.policy.empty_room_ttl_ms - self._now_ms())
+
     async def open_room(self, room: str) -> str:
         state = self._room(room, create=True)
         assert state is not None
