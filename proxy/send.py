@@ -16,7 +16,7 @@ important message, personal ones too (403 without it). Ticket holders are rate l
 sender, per their ticket's uid; the backend's tokens are not.
 
 **What a send may create**: see :mod:`.new_rooms` (new rooms per uid, per
-client address, per node; counted before the append, given back when it
+client address, per node; a place held before the append, freed when it
 created nothing).
 """
 
