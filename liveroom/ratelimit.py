@@ -109,30 +109,39 @@ def bucket_of(window: Window, now_ms: int) -> int:
     return now_ms // window.bucket_ms
 
 
-def freed_at(counts: Mapping[tuple[int, int], int], window: Window, now_ms: int) -> int | None:
+IN_FLIGHT_MS = 1_000
+"""When a window held only by sends in flight (``held``) frees, from now: as
+they end, a round trip or so later (a retry hint; whole seconds anyway)."""
+
+
+def freed_at(counts: Mapping[tuple[int, int], int], window: Window, now_ms: int,
+             held: int = 0) -> int | None:
     """``None`` when ``window`` allows one more send at ``now_ms``; else the
     time (ms) it first allows one again, if nothing else is accepted meanwhile
-    (always later than ``now_ms``)."""
+    (always later than ``now_ms``). ``held`` sends in flight, not counted yet,
+    take places too (see ``proxy/new_rooms.py``)."""
     cur = bucket_of(window, now_ms)
     read = sorted((j, n) for (seconds, j), n in counts.items()
                   if seconds == window.seconds and cur - window.buckets < j <= cur)
-    total = sum(n for _, n in read)
+    total = sum(n for _, n in read) + held
     if total < window.limit:
         return None
     for j, n in read:
         total -= n
         if total < window.limit:
             return (j + window.buckets) * window.bucket_ms
+    if held:
+        return now_ms + IN_FLIGHT_MS
     raise AssertionError("unreachable: with every bucket dropped the sum is 0 < limit")
 
 
 def refused_until(counts: Mapping[tuple[int, int], int], windows: Sequence[Window],
-                  now_ms: int) -> tuple[Window, int] | None:
+                  now_ms: int, held: int = 0) -> tuple[Window, int] | None:
     """``None`` when every window allows a send at ``now_ms``; else the full
-    window that frees last, and when it does (ms)."""
+    window that frees last, and when it does (ms). ``held``: as in :func:`freed_at`."""
     worst: tuple[Window, int] | None = None
     for window in windows:
-        free = freed_at(counts, window, now_ms)
+        free = freed_at(counts, window, now_ms, held)
         if free is not None and (worst is None or free > worst[1]):
             worst = window, free
     return worst

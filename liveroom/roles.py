@@ -36,6 +36,12 @@ class RoomReader(Protocol):
         this reader holds none. The newest this reader has: the proxy's hold
         asks it which of two snapshots to trust."""
 
+    def read_by(self, room: str, uid: str) -> None:
+        """``uid`` read ``room``, a room that exists. Memory only, never waits:
+        the reader passes who read a room to the store with its reads, so a
+        room of one sender read by that sender alone does not last (see
+        :meth:`~liveroom.store.base.MessageLog.touch`)."""
+
     async def wait_changed(self, room: str, snapshot: Snapshot) -> Snapshot:
         """Wait until the room's snapshot is no longer ``snapshot``, return the new one.
 

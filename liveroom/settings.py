@@ -73,6 +73,7 @@ PyJWT warns below it)."""
 
 DEFAULT_RATE_LIMITS = RateLimits()
 ROOMS_PER_UID = parse_windows("10/m,100/h")
+ROOMS_PER_ADDRESS = parse_windows("100/m")
 ROOMS_PER_NODE = parse_windows("600/m")
 DEFAULT_TIERS = (Tier(1_000, 1.0), Tier(10_000, 2.0), Tier(100_000, 5.0),
                  Tier(1_000_000, 8.0, 2.0))
@@ -301,9 +302,17 @@ class Settings:
         "windows; past them its sends still reach rooms that exist (429 for a new one); "
         "'off' for none. The backend's tokens are not limited.", TRAFFIC,
         parse=parse_windows, show=_windows_text)
+    rooms_per_address: tuple[Window, ...] = setting(
+        ROOMS_PER_ADDRESS, "New rooms the sends of one client address (the peer this node "
+        "sees; an IPv6 one by its /64) may create on this node, all its uids together: "
+        "LIMIT/[N]UNIT windows, below "
+        "--rooms-per-node so that one client cannot use up the node's window; 'off' for "
+        "none. Behind a reverse proxy every client has the proxy's address: raise it to "
+        "--rooms-per-node there.", TRAFFIC, parse=parse_windows, show=_windows_text)
     rooms_per_node: tuple[Window, ...] = setting(
         ROOMS_PER_NODE, "New rooms all sends together may create on this node: "
-        "LIMIT/[N]UNIT windows; 'off' for none.", TRAFFIC, parse=parse_windows,
+        "LIMIT/[N]UNIT windows (a backstop: --rooms-per-address keeps one client from "
+        "using it up); 'off' for none.", TRAFFIC, parse=parse_windows,
         show=_windows_text)
     vip_refresh: float = setting(
         2.0, "Seconds between two reads of the rooms' sects: a room moved through another "
@@ -379,8 +388,9 @@ class Settings:
                               "room's log expires.", STORE, lo=60)
     empty_room_ttl: float = setting(
         EMPTY_ROOM_TTL, "Seconds a room created without a message (a vip add, or one "
-        "sender's send nobody read) lives: reads do not extend it; a message from a "
-        "second sender, a read, or an operator's start extends it to --room-ttl.", STORE,
+        "sender's send nobody else read) lives: reads do not extend it; a message from a "
+        "second sender, a read by another uid, or an operator's start extends it to "
+        "--room-ttl.", STORE,
         lo=1)
     dedup_ttl: float = setting(DEDUP_TTL, "Seconds a client_msg_id is remembered (a "
                                "repeated send answers the first one's seq).", STORE, lo=0.1)

@@ -195,6 +195,16 @@ readers of the same bytes (the front, aiohttp, a proxy in front) can take
 different ones."""
 
 
+def peer_address(transport: asyncio.BaseTransport | None) -> str:
+    """The client's address as aiohttp's ``request.remote`` gives it: the
+    peer's host, or the whole peer name of a socket with no host (a Unix
+    socket's, often empty). Read per send only: a connection keeps none."""
+    peer = transport.get_extra_info("peername") if transport is not None else None
+    if isinstance(peer, (list, tuple)):
+        return str(peer[0])
+    return "" if peer is None else str(peer)
+
+
 class _Refuse(Exception):
     """Stop parsing this connection: answer ``reply`` and close."""
 
@@ -734,7 +744,8 @@ class Connection(asyncio.Protocol):
         else:
             assert req.body is not None
             task = asyncio.create_task(self._front.sends.send(
-                req.room, req.content_type, bytes(req.body), req.authorization, req.accept))
+                req.room, req.content_type, bytes(req.body), req.authorization, req.accept,
+                peer_address(self._transport)))
             req.work = task
             task.add_done_callback(partial(self._sent, req))
 

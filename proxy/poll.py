@@ -288,6 +288,7 @@ class Poll:
             # A room that does not exist counts no heartbeat: statsvr keeps no
             # presence, viewers or series for made-up names (online stays 0).
             polls.heartbeats.beat(p.room, p.uid)
+            polls.reader.read_by(p.room, p.uid)
             self.online = polls.stats.online(p.room)
         # The timeout counts from the poll's arrival, a confirming pull included.
         self.deadline = polls.loop_time() + p.timeout
@@ -529,6 +530,7 @@ class Poll:
             # Held before the room existed (no heartbeat then): an operator
             # opened it, so the listener counts from now, not its next poll.
             polls.heartbeats.beat(p.room, p.uid)
+            polls.reader.read_by(p.room, p.uid)
         self.online = polls.stats.online(p.room)
         now_ms = int(polls.clock.time() * 1000)
         held_as = self.held_as

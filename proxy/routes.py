@@ -196,7 +196,7 @@ class Routes:
         raw = await self._read_body(request)
         return response(await self.sends.send(room, headers.get("Content-Type", ""), raw,
                                               headers.get("Authorization"),
-                                              headers.get("Accept", "")))
+                                              headers.get("Accept", ""), request.remote or ""))
 
     # -- stats -----------------------------------------------------------------
 

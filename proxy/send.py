@@ -14,6 +14,10 @@ token (the business backend, speaking for the uid its body names: a user or
 naming another uid is refused, 401) and whose ``publish`` claim allows an
 important message, personal ones too (403 without it). Ticket holders are rate limited like any
 sender, per their ticket's uid; the backend's tokens are not.
+
+**What a send may create**: see :mod:`.new_rooms` (new rooms per uid, per
+client address, per node; a place held before the append, freed when it
+created nothing).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from liveroom.settings import Settings
 from liveroom.store.base import MessageLog
 
 from .auth import Right, Tokens, bearer
-from .new_rooms import NewRooms
+from .new_rooms import NewRooms, Place
 from .params import parse_send
 from .reply import INTERNAL, Reply, document_reply, failure_reply
 from .tickets import UID_MISMATCH, Tickets
@@ -70,7 +74,8 @@ class Sends:
         self._outcomes = {o: metrics.sends.labels(o)
                           for o in ("stored", "duplicate", "limited", "unavailable")}
         self._append_errors = metrics.store_errors.labels("append")
-        self.new_rooms = NewRooms(settings.rooms_per_uid, settings.rooms_per_node)
+        self.new_rooms = NewRooms(settings.rooms_per_uid, settings.rooms_per_node,
+                                  settings.rooms_per_address)
         self.body_limit = settings.max_message_bytes + 1024
         """Most bytes a send's request body may have (a message plus its fields)."""
 
@@ -88,10 +93,11 @@ class Sends:
         return TooLarge(f"request body is larger than {self.body_limit} bytes")
 
     async def send(self, room: str, content_type: str, raw: bytes,
-                   authorization: str | bytes | None, accept: str) -> Reply:
-        """Append the message in ``raw`` to ``room``; the answer (201 or an error)."""
+                   authorization: str | bytes | None, accept: str, address: str) -> Reply:
+        """Append the message in ``raw`` to ``room``; the answer (201 or an error).
+        ``address`` is the client's as the node sees it (its new-room window)."""
         try:
-            return await self._send(room, content_type, raw, authorization, accept)
+            return await self._send(room, content_type, raw, authorization, accept, address)
         except LiveroomError as exc:
             return failure_reply(exc)
         except Exception:
@@ -99,7 +105,7 @@ class Sends:
             return INTERNAL
 
     async def _send(self, room: str, content_type: str, raw: bytes,
-                    authorization: str | bytes | None, accept: str) -> Reply:
+                    authorization: str | bytes | None, accept: str, address: str) -> Reply:
         tickets = self.tickets
         if tickets is None:
             doc = decode_request(media_type(content_type), raw)
@@ -132,15 +138,20 @@ class Sends:
                              ts=int(self._clock.time() * 1000), client_msg_id=sp.client_msg_id,
                              to=sp.to)
         outcomes = self._outcomes
-        refusal = None if trusted else self.new_rooms.refusal(uid, message.ts)
+        # The new room takes its place in the windows before the append's round
+        # trip, so sends in flight together never pass them; settled below.
+        admitted = None if trusted else self.new_rooms.admit(uid, address, message.ts)
+        place = admitted if isinstance(admitted, Place) else None
+        created = False
         try:
             appended = await self._log.append(
                 room, message, None if trusted or limits.off else limits,
-                may_create=refusal is None, provisional=not trusted)
+                may_create=admitted is None or place is not None, provisional=not trusted)
+            created = appended.created
         except NewRoomRefused:
             outcomes["limited"].inc()
-            assert refusal is not None
-            raise refusal from None
+            assert isinstance(admitted, RateLimited)
+            raise admitted from None
         except RateLimited:
             outcomes["limited"].inc()
             raise
@@ -148,9 +159,10 @@ class Sends:
             outcomes["unavailable"].inc()
             self._append_errors.inc()
             raise
+        finally:
+            if place is not None:
+                self.new_rooms.settled(place, message.ts if created else None)
         outcomes["duplicate" if appended.duplicate else "stored"].inc()
-        if appended.created and not trusted:
-            self.new_rooms.created(uid, message.ts)
         doc = {"seq": appended.seq, "epoch": appended.epoch} if sp.to is None else \
             {"pseq": appended.seq, "epoch": appended.epoch, "to": sp.to}
         return document_reply(doc, use_msgpack=wants_msgpack(accept), status=201)

@@ -148,6 +148,9 @@ class _Room:
     """Pull from the beginning: the epoch changed under the snapshot."""
     warned: bool = False
     """An undecodable entry of this room was logged already."""
+    readers: tuple[str, ...] = ()
+    """The first two distinct uids that read it while cached: enough for the
+    store to tell whether somebody other than a room's only sender read it."""
 
     def busy(self) -> bool:
         """Held polls or pull waiters depend on it: never evicted."""
@@ -184,10 +187,11 @@ class RoomCache:
         """A room read within this long (or with held polls) gets fallback pulls."""
         self._dirty: dict[str, None] = {}
         self._touch_soon: dict[str, None] = {}
-        """Rooms this cache just found to exist: their first read is pushed to
-        the store at the next fallback pass (a room of one sender, with its
-        short expiry, becomes a room like any other once somebody reads it),
-        not only at the next ``touch_interval``."""
+        """Rooms this cache just found to exist, or that got a new reader
+        (:meth:`read_by`): their reads are pushed to the store at the next
+        fallback pass (a room of one sender, with its short expiry, becomes a
+        room like any other once another uid reads it), not only at the next
+        ``touch_interval``."""
         self._in_flight: set[str] = set()
         self._work = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -426,6 +430,15 @@ class RoomCache:
             state.first = asyncio.get_running_loop().create_future()
             self.request_pull(room)
         return await self._wait_pull(room, state.first)
+
+    def read_by(self, room: str, uid: str) -> None:
+        state = self._get(room)
+        if state is None or len(state.readers) >= 2 or uid in state.readers:
+            return
+        state.readers += (uid,)
+        # A new reader may be the one that makes a room of one sender last:
+        # the store hears of it at the next fallback pass.
+        self._touch_soon[room] = None
 
     async def wait_changed(self, room: str, snapshot: Snapshot) -> Snapshot:
         state = self._room(room)
@@ -686,8 +699,14 @@ class RoomCache:
 
     async def _touch_names(self, names: list[str]) -> None:
         for i in range(0, len(names), 1000):
+            batch = names[i:i + 1000]
+            readers = {}
+            for name in batch:
+                state = self._get(name)
+                if state is not None and state.readers:
+                    readers[name] = state.readers
             try:
-                await self._log.touch(names[i:i + 1000])
+                await self._log.touch(batch, readers)
             except StoreUnavailable:
                 self._metrics.store_errors.labels("touch").inc()
                 return

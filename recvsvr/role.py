@@ -133,6 +133,9 @@ class Recvsvr:
     async def snapshot(self, room: str) -> Snapshot:
         return await self.sect_of(room).snapshot(room)
 
+    def read_by(self, room: str, uid: str) -> None:
+        self.sect_of(room).read_by(room, uid)
+
     def peek(self, room: str) -> Snapshot | None:
         """The room's snapshot held now in its sect, without counting a read."""
         return self.sect_of(room).peek(room)

@@ -84,7 +84,8 @@ ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN}"}
 # Tests send faster than a person chats: sender rate limits are off unless a
 # test turns them on (tests/test_traffic.py, tests/test_rate_limits.py).
 BASE = Settings(admin_token=ADMIN, publisher_token=PUBLISHER, secret="test-secret",
-                rate_limits=RateLimits(per_uid=()), rooms_per_uid=(), rooms_per_node=())
+                rate_limits=RateLimits(per_uid=()), rooms_per_uid=(), rooms_per_node=(),
+                rooms_per_address=())
 
 
 @dataclass

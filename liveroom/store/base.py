@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import heapq
 import secrets
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -161,8 +161,8 @@ class MessageLog(Protocol):
         :class:`~liveroom.errors.NewRoomRefused` and stores nothing. With
         ``provisional``, a log this send creates (``Appended.created``) is its
         sender's alone: it expires ``empty_room_ttl_ms`` after that sender's
-        last send until another uid sends to it or a reader touches it (then
-        ``room_ttl_ms``, as any room).
+        last send until another uid sends to it or :meth:`touch` counts a
+        read of it by another uid (then ``room_ttl_ms``, as any room).
 
         With ``limits``, the sender's windows (per room and ``message.uid``) and
         the room's cap are checked in the same round trip, at ``message.ts``:
@@ -178,9 +178,18 @@ class MessageLog(Protocol):
     async def renew_epoch(self, room: str, stale: str) -> str:
         """Give the room a new epoch if it is still ``stale``; return the current one."""
 
-    async def touch(self, rooms: Sequence[str]) -> None:
+    async def touch(self, rooms: Sequence[str],
+                    readers: Mapping[str, Collection[str]] | None = None) -> None:
         """Count a read of these rooms: push their expiry back (a room with no
-        message yet by ``empty_room_ttl_ms`` at most); never creates a log."""
+        message yet by ``empty_room_ttl_ms`` at most); never creates a log.
+
+        ``readers`` names the uids that read each room (two distinct ones
+        are enough; a room missing from it had none known). A room of one
+        sender (see :meth:`append`'s ``provisional``) read only by that sender
+        is left as it is, its short expiry included: its creator's own polls
+        never make it last. Read by another uid it becomes a room like any
+        other. ``None``: the readers are not known, and count as somebody
+        else (an operator's read)."""
 
 
 OnNotify = Callable[[str, int], None]
@@ -432,7 +441,12 @@ class StatsStore(Protocol):
         set is the whole truth, and no 16 KiB sketch is stored. Callers keep
         their sketch fed from the start and pass it every time, so the first
         one stored covers every uid the node saw. The room's history lives ``ttl_ms``
-        after its last update. Returns the set's size, whether it is complete,
+        after its last update; no longer than its log then has left when the
+        room is one sender's (see :meth:`MessageLog.append`'s ``provisional``)
+        and ``uids`` are that sender alone, so a room nobody else read leaves
+        no history behind (another uid's join keeps ``ttl_ms``: its read makes
+        the room last).
+        Returns the set's size, whether it is complete,
         and the broadcast written to: a caller that finds it changed wrote its
         old broadcast's sketch into the new one, and writes a fresh one.
         """
@@ -453,7 +467,9 @@ class StatsStore(Protocol):
 
         A bucket keeps ``(min, max, sum, count)``; buckets older than a tier's
         retention (relative to the sample) are dropped, and the series lives as
-        long as the longest retention after its last sample. A sample less than
+        long as the longest retention after its last sample (a room of one
+        sender's, no longer than its log then has left: the samples after
+        the room came to last keep it). A sample less than
         ``min_gap_ms`` after the room's last stored sample is skipped, so two
         nodes briefly both sampling a room do not double it. One round trip;
         returns how many samples were taken.

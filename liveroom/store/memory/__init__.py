@@ -36,7 +36,7 @@ class MemoryStore:
         self._clock = clock
         self.notifier = MemoryNotifier()
         self.log = MemoryLog(policy, clock, self.notifier)
-        self.stats = MemoryStats(clock)
+        self.stats = MemoryStats(clock, self.log.provisional)
         self.operators = MemoryOperators(self.log, self.stats, self.notifier)
         self._sweeper = Periodic("memory-store-sweep", 60.0, self._sweep, clock, logger)
 

@@ -4,7 +4,7 @@ store's clock, and the rate counters beside it."""
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ...clock import Clock
@@ -94,6 +94,14 @@ class MemoryLog:
         for room in [r for r, s in self._rooms.items() if self._expired(s, now)]:
             del self._rooms[room]
         self._counts.sweep()
+
+    def provisional(self, room: str) -> tuple[str, int] | None:
+        """A room of one sender's sender and how long it has left (ms, at
+        least 1); ``None`` for any other room (or none): for its stats."""
+        state = self._rooms.get(room)
+        if state is None or state.by is None:
+            return None
+        return state.by, max(1, state.used_ms + self.policy.empty_room_ttl_ms - self._now_ms())
 
     async def open_room(self, room: str) -> str:
         state = self._room(room, create=True)
@@ -256,13 +264,18 @@ class MemoryLog:
             state.epoch = new_epoch()
         return state.epoch
 
-    async def touch(self, rooms: Sequence[str]) -> None:
+    async def touch(self, rooms: Sequence[str],
+                    readers: Mapping[str, Collection[str]] | None = None) -> None:
         now = self._now_ms()
         for room in rooms:
             state = self._room(room, create=False)
-            if state is not None and (state.seq or state.live):
-                state.used_ms = now
-                state.by = None  # read: a room like any other
+            if state is None or not (state.seq or state.live):
+                continue
+            if state.by is not None and readers is not None and all(
+                    uid == state.by for uid in readers.get(room, ())):
+                continue  # read by its sender alone: still its sender's room
+            state.used_ms = now
+            state.by = None  # read by somebody else: a room like any other
 
 
 # -- statsvr's tables -----------------------------------------------------------

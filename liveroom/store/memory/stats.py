@@ -3,7 +3,7 @@ index and shards, viewers history, online series, the node registry."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ...clock import Clock
@@ -62,7 +62,12 @@ class MemoryStats:
     memory stays bounded when the caller's clock is the store's.
     """
 
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: Clock, provisional: Callable[[str], tuple[str, int] | None]
+                 = lambda room: None) -> None:
+        self._provisional = provisional
+        """A room of one sender's sender and how long its log has left (ms),
+        ``None`` for any other room: its stats live no longer (see
+        ``StatsStore.add_viewers``)."""
         self._shard_index: Expiring[str, dict[_ShardKey, _IndexValue]] = Expiring(clock)
         self._shards: Expiring[tuple[str, str, int, int], bytes] = Expiring(clock)
         self._viewers: Expiring[str, _Viewers] = Expiring(clock)
@@ -151,6 +156,7 @@ class MemoryStats:
                 state.exact.add(uid)
         if sketch is not None and not state.complete:  # see StatsStore.add_viewers
             state.sketches[node] = sketch
+        ttl_ms = self._lives_ms(room, ttl_ms, uids)
         if state.exact or not state.complete or state.sketches:
             self._viewers.put(room, state, ttl_ms)
         # The broadcast number outlives every viewers history of the room.
@@ -222,14 +228,26 @@ class MemoryStats:
             if last is not None and sample.t_ms - last < min_gap_ms:
                 continue
             taken += 1
-            self._series_last.put(sample.room, sample.t_ms, keep_ms)
+            keep = self._lives_ms(sample.room, keep_ms, None)
+            self._series_last.put(sample.room, sample.t_ms, keep)
             for step, retention in tiers:
                 buckets = self._series.get((sample.room, step))
                 if buckets is None:
                     buckets = {}
                 self._series.put((sample.room, step), _add_sample(
-                    buckets, sample, step, retention), keep_ms)
+                    buckets, sample, step, retention), keep)
         return taken
+
+    def _lives_ms(self, room: str, ttl_ms: int, uids: Sequence[str] | None) -> int:
+        """``ttl_ms``, or what its log has left for a room of one sender
+        (with ``uids``: only when they are that sender alone)."""
+        provisional = self._provisional(room)
+        if provisional is None:
+            return ttl_ms
+        by, left = provisional
+        if uids is not None and (not uids or any(uid != by for uid in uids)):
+            return ttl_ms
+        return min(ttl_ms, left)
 
     async def read_online(self, room: str, step: int, low: int, high: int) -> list[SeriesRow]:
         buckets = self._series.get((room, step)) or {}

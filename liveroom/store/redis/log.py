@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from redis.asyncio.client import Pipeline
@@ -222,16 +222,19 @@ class RedisLog:
     async def renew_epoch(self, room: str, stale: str) -> str:
         return await self._room_epoch("renewing a room's epoch", room, stale, 0)
 
-    async def touch(self, rooms: Sequence[str]) -> None:
+    async def touch(self, rooms: Sequence[str],
+                    readers: Mapping[str, Collection[str]] | None = None) -> None:
         """One pipeline of ``lua/touch.lua`` calls: a room with no message yet
         keeps the short expiry it was created with, a room with no log stays
-        without one."""
+        without one, a room of one sender read by that sender alone stays its."""
         if not rooms:
             return
-        args = [self.policy.room_ttl_ms]
+        ttl = self.policy.room_ttl_ms
         with unavailable("keeping rooms alive"):
-            await run_scripts(self._client, [(self._touch, _room_keys(room), args)
-                                             for room in rooms])
+            await run_scripts(self._client, [
+                (self._touch, _room_keys(room),
+                 [ttl, 0] if readers is None else [ttl, 1, *readers.get(room, ())])
+                for room in rooms])
 
 
 def _queue_pull(pipe: Pipeline | ClusterPipeline, request: PullRequest) -> None:

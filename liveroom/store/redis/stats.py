@@ -163,7 +163,7 @@ class RedisStats:
         call: Call = (
             self._viewers,
             [keys.viewers_exact(room), keys.viewers_meta(room), keys.viewers_sketches(room),
-             keys.broadcasts(room)],
+             keys.broadcasts(room), keys.meta(room)],
             [threshold, ttl_ms, node, int(sketch is not None), sketch or b"", *uids])
         with unavailable("counting viewers"):
             ((size, complete, broadcast),) = await run_scripts(self._client, [call])
@@ -208,7 +208,8 @@ class RedisStats:
         tier_args = [n for tier in tiers for n in tier]
         calls: list[Call] = [
             (self._series,
-             [keys.series_last(s.room), *(keys.series(s.room, step) for step, _ in tiers)],
+             [keys.series_last(s.room), keys.meta(s.room),
+              *(keys.series(s.room, step) for step, _ in tiers)],
              [s.t_ms, s.online, min_gap_ms, keep_ms, *tier_args])
             for s in samples]
         with unavailable("recording the online series"):

@@ -44,7 +44,7 @@
 --
 -- A provisional log belongs to its sender alone (meta field 'by'): it
 -- expires empty_room_ttl_ms after that sender's last send, until another uid
--- sends (or a reader touches it, touch.lua); then room_ttl_ms.
+-- sends (or touch.lua counts a read by another uid); then room_ttl_ms.
 --
 -- Returns {epoch, seq, 0} when stored (a personal message: its position); {epoch, seq, 1} when the client_msg_id
 -- was seen (seq is the first send's and nothing was stored); {epoch or '', 0,
