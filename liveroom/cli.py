@@ -737,6 +737,10 @@ def send(room_name: str, text: str, uid: str | None, important: bool, to: str | 
         async with Client(url, ticket=ticket, token=token) as client:
             sent = await client.send(room_name, body, uid=uid, important=important,
                                      client_msg_id=client_msg_id, to=to, on_retry=retrying)
+            if sent.private is False:
+                click.echo(f"-- not private: the server runs --auth open, where any client "
+                           f"can read {to}'s personal messages (--auth ticket makes them "
+                           f"{to}'s alone)", err=True)
             return sent.seq if sent.pseq is None else sent.pseq
 
     try:

@@ -14,6 +14,12 @@ token (the business backend, speaking for the uid its body names: a user or
 naming another uid is refused, 401) and whose ``publish`` claim allows an
 important message, personal ones too (403 without it). Ticket holders are rate limited like any
 sender, per their ticket's uid; the backend's tokens are not.
+
+**Personal messages are private in ticket mode only.** A poll in ``open``
+mode names its uid and proves nothing, so anybody can read ``uid=alice``'s
+personal messages. They are accepted there (the quick start uses them), and
+a personal send's answer carries ``"private": false`` (``true`` in ticket
+mode, where only a ticket naming the uid reads them).
 """
 
 from __future__ import annotations
@@ -151,6 +157,10 @@ class Sends:
         outcomes["duplicate" if appended.duplicate else "stored"].inc()
         if appended.created and not trusted:
             self.new_rooms.created(uid, message.ts)
-        doc = {"seq": appended.seq, "epoch": appended.epoch} if sp.to is None else \
-            {"pseq": appended.seq, "epoch": appended.epoch, "to": sp.to}
-        return document_reply(doc, use_msgpack=wants_msgpack(accept), status=201)
+        answer: dict[str, object] = {"seq": appended.seq, "epoch": appended.epoch}
+        if sp.to is not None:
+            # In open mode a poll names its uid and proves nothing: anybody can
+            # read anybody's personal messages, and the answer says so.
+            answer = {"pseq": appended.seq, "epoch": appended.epoch, "to": sp.to,
+                      "private": self.tickets is not None}
+        return document_reply(answer, use_msgpack=wants_msgpack(accept), status=201)
