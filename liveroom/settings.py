@@ -325,6 +325,12 @@ class Settings:
     vip_demote_after: float = setting(
         600.0, "Seconds a vip room stays below --vip-demote before it leaves the vip "
         "sect.", TRAFFIC, lo=0)
+    vip_settle: float = setting(
+        600.0, "Seconds after the automatic rule moved a room during which it does not move "
+        "it again: at most one automatic move per room per this period, whatever its online "
+        "count does (a count pushed up and let fall cannot toggle a room). An operator's "
+        "move gives the room back to the rule at once.",
+        TRAFFIC, lo=0)
     vip_spread: int = setting(
         64, "Routing hints of a vip room: its answers carry \"spread\": K (0 to N-1, "
         "stable per listener), which clients echo as ?spread=K so a load balancer hashing "
@@ -489,7 +495,7 @@ class Settings:
         if self.auto_vip == "off":
             return None
         return VipRule(self.vip_promote, self.vip_promote_after, self.vip_demote,
-                       self.vip_demote_after)
+                       self.vip_demote_after, self.vip_settle)
 
     @property
     def shared_store(self) -> bool:
