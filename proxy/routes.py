@@ -26,7 +26,7 @@ from liveroom.roles import RoomReader, StatsReader
 from liveroom.settings import Settings
 
 from .auth import Right, Tokens, bearer
-from .front import parse_query
+from .front import FrontLimits, parse_query
 from .params import parse_members_page, parse_series_range
 from .poll import Poll, Polls
 from .reply import Reply, document_reply, error_reply, failure_reply
@@ -71,6 +71,9 @@ def error_response(status: int, code: str, message: str,
     return response(error_reply(status, code, message, retry_after))
 
 
+HEAD_LIMITS = FrontLimits()
+"""The front's bounds on a request's head (its defaults: the node sets no others)."""
+
 ONCE = ("Authorization", "Content-Type", "Content-Encoding", "Content-Length",
         "Transfer-Encoding", "Expect")
 """Headers a request may carry once (as on the front: two readers of the same
@@ -82,6 +85,14 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     """Every failure becomes ``{"error", "message"}`` with its status; a
     request repeating a header of :data:`ONCE` is a 400 before any handler."""
     headers = request.headers
+    raw = request.raw_headers
+    if len(raw) > HEAD_LIMITS.max_headers or \
+            sum(len(name) + len(value) for name, value in raw) > HEAD_LIMITS.max_header_bytes:
+        # The front's bound on a whole head, not aiohttp's per line (8 KiB a line,
+        # 128 lines): the same request is refused alike on either reader.
+        return error_response(431, "headers_too_large",
+                              f"at most {HEAD_LIMITS.max_headers} header lines and "
+                              f"{HEAD_LIMITS.max_header_bytes} bytes of headers")
     for name in ONCE:
         if len(headers.getall(name, ())) > 1:
             return error_response(400, "bad_request", f"repeated header: {name} (send it once)")

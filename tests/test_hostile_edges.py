@@ -14,7 +14,21 @@ from typing import Any
 
 import aiohttp
 import pytest
-from support import ADMIN, PUBLISHER, Running, clean_env, read_response, running_node
+from support import (
+    ADMIN,
+    PUBLISHER,
+    Listener,
+    Running,
+    advance_until,
+    clean_env,
+    poll_once,
+    read_response,
+    running_node,
+    send,
+)
+
+from liveroom.clock import FakeClock
+from liveroom.settings import Tier
 
 Raw = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 PATHS = ["front", "aiohttp"]
@@ -152,3 +166,92 @@ def test_the_memory_engine_takes_strong_distinct_tokens_or_makes_them_up() -> No
             env=clean_env(), capture_output=True, text=True, timeout=30, check=False)
         assert "bytes: give at least" not in done.stderr
         assert "--port" in done.stderr
+
+
+# -- bounds that held already, pinned ----------------------------------------------------
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+async def test_a_tiered_room_bounds_one_listeners_held_polls_as_a_plain_one(
+        clock: FakeClock) -> None:
+    """--holds-per-listener holds for paced polls too (not only the wider
+    per-uid bound): a listener's older paced polls are answered at once, empty."""
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session, \
+            running_node(clock=clock, tiers=(Tier(1, 5.0),), holds_per_listener=2,
+                         holds_per_uid=16) as node:
+        await send(session, node.url, "hot", "hello")
+        me = Listener(session, "hot", uid="me")
+        await me.poll(node.url)
+        async with asyncio.timeout(20):  # the room counts it: tiered from now on
+            while node.node.proxy.polls.stats.online("hot") < 1:
+                await clock.advance(0.5)
+                await asyncio.sleep(0.01)
+        params = {"uid": "me", "timeout": 60, "epoch": me.epoch, "seq": me.seq,
+                  "iseq": me.iseq, "ctx": me.ctx}
+        polls = [asyncio.create_task(poll_once(session, node.url, "hot", params))
+                 for _ in range(10)]
+        async with asyncio.timeout(10):
+            while sum(p.done() for p in polls) < 8:
+                await asyncio.sleep(0.01)
+        holds = node.node.proxy.holds
+        assert holds.count == 2
+        assert holds.kept("hot") >= 2  # the two are paced ones
+        early = [p.result() for p in polls if p.done()]
+        assert all(a["messages"] == [] and a["seq"] == me.seq for a in early)
+        await send(session, node.url, "hot", "later")
+        await advance_until(clock, lambda: all(p.done() for p in polls), limit=12)
+        assert [p.result()["messages"][0]["body"] for p in polls if p.result()["messages"]] \
+            == ["later"] * 2
+
+
+@pytest.mark.parametrize("path", PATHS)
+async def test_a_head_spread_over_many_lines_is_bounded_by_its_total_bytes(path: str) -> None:
+    """90 header lines of 200 bytes: each line, and their count, within the
+    bounds, their 18 000 bytes not (16 KiB): 431 on either reader."""
+    lines = b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 200) for i in range(90))
+    async with running_node() as node, connection(node, path) as (reader, writer):
+        writer.write(b"GET /v1/rooms/r/poll?uid=a HTTP/1.1\r\nHost: t\r\n" + lines + b"\r\n")
+        status, _, body = await read_response(reader)
+        assert status == 431, body
+        assert json.loads(body)["error"] == "headers_too_large"
+    # Just within: answered.
+    lines = b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 150) for i in range(90))
+    async with running_node() as node, connection(node, path) as (reader, writer):
+        writer.write(b"GET /v1/rooms/r/poll?uid=a HTTP/1.1\r\nHost: t\r\n" + lines + b"\r\n")
+        assert (await read_response(reader))[0] == 200
+
+
+async def test_a_listener_ahead_of_this_node_keeps_its_pseq(
+        session: aiohttp.ClientSession) -> None:
+    """A listener coming from a node that pulled more personal messages than
+    this one keeps its ``pseq`` (with or without a mailbox here): moved back,
+    it gets nothing twice."""
+    async with running_node() as node:
+        await send(session, node.url, "stage", "open")
+        me = Listener(session, "stage", uid="me")
+        await me.poll(node.url)
+        for i in range(1, 4):
+            await send(session, node.url, "stage", f"p{i}", to="me")
+        await node.node.recvsvr.wait_pulled("stage")
+
+        async def behind_with(uid: str, pseq: int) -> dict[str, Any]:
+            # seq 0: the room's messages pending, so answered at once.
+            return await poll_once(session, node.url, "stage", {
+                "uid": uid, "epoch": me.epoch, "seq": 0, "iseq": 0, "pseq": pseq})
+
+        assert [m["body"] for m in (await behind_with("me", 0))["personal"]] == \
+            ["p1", "p2", "p3"]
+        for uid in ("me", "nobody"):  # a mailbox here, or none
+            answer = await behind_with(uid, 5)
+            assert answer["pseq"] == 5, uid
+            assert "personal" not in answer
+        for i in range(4, 7):
+            await send(session, node.url, "stage", f"p{i}", to="me")
+        await node.node.recvsvr.wait_pulled("stage")
+        answer = await behind_with("me", 5)
+        assert [m["body"] for m in answer["personal"]] == ["p6"]  # 4 and 5 not again
+        assert answer["pseq"] == 6
