@@ -139,7 +139,7 @@ class NodeCap:
 class Share:
     """What one holder holds of a :class:`NodeCap`."""
 
-    __slots__ = ("__weakref__", "cap", "held", "holder")
+    __slots__ = ("cap", "held", "holder")
 
     def __init__(self, cap: NodeCap, holder: Holder) -> None:
         self.cap = cap
