@@ -93,12 +93,15 @@ class _KeyList(click.types.StringParamType):
     envvar_list_splitter = ","
 
 
-def _shared_store_problems(store: str, auth_given: bool,
+def _store_problems(store: str, auth_given: bool,
                            secrets: dict[str, str | None]) -> list[str]:
     """What a node over a shared store (Redis: a deployment, not a demo) must
-    be told rather than default to, one sentence each."""
+    be told rather than default to, one sentence each; on any store, tokens
+    and a secret that are given must not be weak, nor the admin token the
+    publisher's (the memory engine's listen on a port too; only the ones it
+    makes up itself are sure to be strong)."""
     if not is_shared(store):
-        return []
+        return weak_secrets(secrets)
     problems = []
     if not auth_given:
         problems.append(
@@ -202,7 +205,7 @@ def serve(**given: Any) -> None:
     built, found = settings_from(given)
     problems += [f"{p.option}: {p.message}" for p in found]
     if known_store:  # what is no store says nothing of what it needs
-        problems += _shared_store_problems(store, given["auth"] is not None,
+        problems += _store_problems(store, given["auth"] is not None,
                                            {name: given[name] for name in SECRET_SETTINGS})
     if problems or built is None:
         _refuse_all(problems)
@@ -737,6 +740,10 @@ def send(room_name: str, text: str, uid: str | None, important: bool, to: str | 
         async with Client(url, ticket=ticket, token=token) as client:
             sent = await client.send(room_name, body, uid=uid, important=important,
                                      client_msg_id=client_msg_id, to=to, on_retry=retrying)
+            if sent.private is False:
+                click.echo(f"-- not private: the server runs --auth open, where any client "
+                           f"can read {to}'s personal messages (--auth ticket makes them "
+                           f"{to}'s alone)", err=True)
             return sent.seq if sent.pseq is None else sent.pseq
 
     try:

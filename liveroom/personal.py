@@ -26,15 +26,24 @@ would be a moment later).
 
 A poll pays one dictionary lookup for its own uid; a listener with no
 personal message held costs nothing more.
+
+**Bounded per node.** Besides each room's hard cap, a :class:`NodeCap` bounds
+the personal messages all of a node's rooms hold together (the cache's
+:class:`Personal` of every room, and the memory engine's own copy): past it,
+the node drops held messages oldest first across its rooms, whatever the
+window and ``keep`` (a listener counts them in ``pgap`` like any trimmed
+ones). It costs one pointer per held message.
 """
 
 from __future__ import annotations
 
+import weakref
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from itertools import repeat
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from .model import Entry
 
@@ -70,13 +79,98 @@ class Mailbox:
             self.start = 0
 
 
+class Holder(Protocol):
+    """A room's personal messages as a :class:`NodeCap` sees them."""
+
+    def drop_oldest(self) -> None:
+        """Drop its oldest held message (it has one), telling its share."""
+
+
+class NodeCap:
+    """The personal messages all of a node's rooms hold, bounded together.
+
+    Each holder (a room's :class:`Personal`, a memory engine's room) has a
+    :class:`Share`, which it tells of every message it holds and drops. The
+    cap keeps one reference to a share per message held, in the order they
+    came (8 bytes each): past ``cap``, :meth:`enforce` takes the oldest
+    references and has their holders drop their oldest messages. A holder
+    that trimmed messages itself leaves references that no longer stand for
+    a message of its own; such a reference drops its holder's oldest (newer
+    than the reference) while it has any, or nothing. The references are
+    compacted when they outnumber the held messages twice over, so they stay
+    within a constant factor of ``cap``. A holder that is garbage collected
+    (a room dropped from the cache, a new epoch) leaves the count at once.
+    """
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.held = 0
+        """Personal messages held by all holders."""
+        self._order: deque[Share] = deque()
+
+    def share(self, holder: Holder) -> Share:
+        """The share of a new holder (it holds nothing yet)."""
+        return Share(self, holder)
+
+    def enforce(self) -> None:
+        """Drop the node's oldest held messages until at most ``cap`` are held."""
+        order = self._order
+        while self.held > self.cap and order:
+            share = order.popleft()
+            holder = share.holder()
+            if share.held > 0 and holder is not None:
+                holder.drop_oldest()
+        if len(order) > 2 * self.held + 4096:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Keep, per share, only the newest references, one per message it holds."""
+        left: dict[Share, int] = {}
+        kept: list[Share] = []
+        for share in reversed(self._order):
+            n = left.setdefault(share, share.held)
+            if n > 0:
+                left[share] = n - 1
+                kept.append(share)
+        kept.reverse()
+        self._order = deque(kept)
+
+
+class Share:
+    """What one holder holds of a :class:`NodeCap`."""
+
+    __slots__ = ("cap", "held", "holder")
+
+    def __init__(self, cap: NodeCap, holder: Holder) -> None:
+        self.cap = cap
+        self.held = 0
+        self.holder = weakref.ref(holder, self._gone)
+
+    def added(self, count: int) -> None:
+        """The holder holds ``count`` more messages (the newest)."""
+        if count:
+            self.held += count
+            self.cap.held += count
+            self.cap._order.extend(repeat(self, count))
+
+    def dropped(self, count: int) -> None:
+        """The holder dropped ``count`` of its messages."""
+        self.held -= count
+        self.cap.held -= count
+
+    def _gone(self, _: object) -> None:
+        self.dropped(self.held)
+
+
 class Personal:
     """A room's personal messages held by this node (one epoch)."""
 
-    def __init__(self, *, keep: int, hard_cap: int, window_ms: int) -> None:
+    def __init__(self, *, keep: int, hard_cap: int, window_ms: int,
+                 node_cap: NodeCap | None = None) -> None:
         self.keep = keep
         self.hard_cap = hard_cap
         self.window_ms = window_ms
+        self.share = node_cap.share(self) if node_cap is not None else None
         self.boxes: dict[str, Mailbox] = {}
         self.order: deque[tuple[int, int, str]] = deque()
         """(position, ts, uid) of every held message, ascending position."""
@@ -88,6 +182,7 @@ class Personal:
     def add(self, entries: Iterable[Entry], item: Callable[[Entry], Item]) -> None:
         """Hold ``entries`` (personal, ascending position, all after those held)."""
         boxes, order = self.boxes, self.order
+        added = 0
         for entry in entries:
             to = entry.to
             assert to is not None
@@ -99,19 +194,31 @@ class Personal:
             box.items.append(item(entry))
             box.head_pos, box.head_n = entry.seq, entry.n
             order.append((entry.seq, entry.ts, to))
+            added += 1
+        if self.share is not None:
+            self.share.added(added)
+
+    def drop_oldest(self) -> None:
+        """Drop the oldest held message (there is one)."""
+        _, _, uid = self.order.popleft()
+        box = self.boxes[uid]
+        box._drop_oldest()
+        if box.empty:
+            self.emptied.append(uid)
+        if self.share is not None:
+            self.share.dropped(1)
 
     def trim(self, now_ms: int) -> None:
         """Keep the newest ``keep`` messages and those younger than the
-        window, up to ``hard_cap``; drop the others, oldest first."""
+        window, up to ``hard_cap``; drop the others, oldest first; then the
+        node's oldest while the node holds more than its cap."""
         order, boxes, emptied = self.order, self.boxes, self.emptied
         oldest_ok = now_ms - self.window_ms
         keep = self.keep
         while len(order) > keep and (order[0][1] < oldest_ok or len(order) > self.hard_cap):
-            _, _, uid = order.popleft()
-            box = boxes[uid]
-            box._drop_oldest()
-            if box.empty:
-                emptied.append(uid)
+            self.drop_oldest()
+        if self.share is not None:
+            self.share.cap.enforce()
         while len(emptied) > self.hard_cap:
             uid = emptied.popleft()
             kept = boxes.get(uid)

@@ -13,7 +13,11 @@ online count stays at or above ``promote`` for ``promote_after`` seconds moves
 to the vip sect; a vip room whose count stays below ``demote`` for
 ``demote_after`` seconds moves back. "Stays" is kept in the record as
 ``candidate_ms``, the first observation of the current crossing; an
-observation on the other side of the threshold clears it.
+observation on the other side of the threshold clears it. A room the rule
+moved is not moved by it again for ``settle`` seconds: at most one automatic
+move per room per ``settle``, however its count swings (a crossing that lasted
+meanwhile moves it as soon as the period is over). An operator's move (a pin,
+an unpin, a ``vip remove``) gives the room back to the rule at once.
 
 **Pins** (:func:`pin`) beat the rule: a room pinned ``vip`` or ``normal``
 stays there until unpinned; unpinning leaves it where it is and gives it back
@@ -60,6 +64,8 @@ class VipRule:
     promote_after: float = 60.0
     demote: int = 20_000
     demote_after: float = 600.0
+    settle: float = 600.0
+    """Seconds after a move of its own during which the rule moves the room no more."""
 
     def __post_init__(self) -> None:
         if self.demote > self.promote:
@@ -110,9 +116,16 @@ def observe(record: VipRecord, online: int, now_ms: int, rule: VipRule) -> VipRe
             else record
     if record.candidate_ms is None or record.candidate_ms > now_ms:
         return replace(record, candidate_ms=now_ms)
-    if now_ms - record.candidate_ms >= after * 1000:
+    if now_ms - record.candidate_ms >= after * 1000 and settled(record, now_ms, rule):
         return record.moved(not record.vip, now_ms, "auto")
     return record
+
+
+def settled(record: VipRecord, now_ms: int, rule: VipRule) -> bool:
+    """Whether the rule may move the room: its last move was not the rule's,
+    or was at least ``rule.settle`` seconds ago."""
+    last = record.moves[-1] if record.moves else None
+    return last is None or last.reason != "auto" or now_ms - last.at_ms >= rule.settle * 1000
 
 
 def pin(record: VipRecord, sect: Sect | None, now_ms: int) -> VipRecord:

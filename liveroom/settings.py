@@ -32,6 +32,8 @@ IMPORTANT_HARD_CAP = 50_000
 """Important messages kept at most, whatever the window."""
 PERSONAL_HARD_CAP = 1_000_000
 """Personal messages kept at most per room, whatever the window."""
+PERSONAL_NODE_CAP = 2_000_000
+"""Personal messages a node holds at most, all its rooms together."""
 INDEX_KEEP = 100_000
 LOG_CAP = 10_000
 ROOM_TTL = 86_400.0
@@ -334,6 +336,12 @@ class Settings:
     vip_demote_after: float = setting(
         600.0, "Seconds a vip room stays below --vip-demote before it leaves the vip "
         "sect.", TRAFFIC, lo=0)
+    vip_settle: float = setting(
+        600.0, "Seconds after the automatic rule moved a room during which it does not move "
+        "it again: at most one automatic move per room per this period, whatever its online "
+        "count does (a count pushed up and let fall cannot toggle a room). An operator's "
+        "move gives the room back to the rule at once.",
+        TRAFFIC, lo=0)
     vip_spread: int = setting(
         64, "Routing hints of a vip room: its answers carry \"spread\": K (0 to N-1, "
         "stable per listener), which clients echo as ?spread=K so a load balancer hashing "
@@ -353,8 +361,15 @@ class Settings:
         PERSONAL_HARD_CAP, "Personal messages (\"to\": uid) kept at most per room, the "
         "newest, in the cache and the store; within it they are kept like important ones "
         "(--important-keep at least, and --important-window seconds). Every node serving "
-        "the room caches them all (about 460 bytes each with a small body: 1 000 000 is "
-        "about 460 MB a node).",
+        "the room caches them all (see --personal-node-cap for what each costs).",
+        CACHE, lo=1)
+    personal_node_cap: int = setting(
+        PERSONAL_NODE_CAP, "Personal messages a node holds at most, all its rooms together "
+        "(its cache, and the memory engine's store, each): past it the node drops the "
+        "oldest, whatever --important-keep and --important-window (listeners count them "
+        "in pgap). With a small body each costs 480 to 820 bytes in the cache, and about "
+        "500 more in the memory engine's store: 2 000 000 is 1 to 1.6 GB on a Redis node, "
+        "2 to 2.7 GB on the memory engine.",
         CACHE, lo=1)
     index_keep: int = setting(
         INDEX_KEEP, "Important positions remembered for exact counting beyond the lists.",
@@ -492,7 +507,7 @@ class Settings:
         if self.auto_vip == "off":
             return None
         return VipRule(self.vip_promote, self.vip_promote_after, self.vip_demote,
-                       self.vip_demote_after)
+                       self.vip_demote_after, self.vip_settle)
 
     @property
     def shared_store(self) -> bool:
@@ -522,6 +537,7 @@ class Settings:
             important_keep=self.important_keep,
             important_window_ms=int(self.important_window * 1000),
             personal_hard_cap=self.personal_hard_cap,
+            personal_node_cap=self.personal_node_cap,
             room_ttl_ms=int(self.room_ttl * 1000),
             empty_room_ttl_ms=int(self.empty_room_ttl * 1000),
             dedup_ttl_ms=int(self.dedup_ttl * 1000),

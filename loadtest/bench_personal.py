@@ -20,21 +20,33 @@ messages a listener got for another uid, ``pgap`` ones the server skipped).
 
     python loadtest/bench_personal.py                 # 5 000 listeners, 1 000/s
     python loadtest/bench_personal.py --listeners 1000 --seconds 10   # a quick look
+
+``--memory N`` measures instead what a held personal message costs, in this
+process (no server): N personal messages with a small body appended to the
+memory engine, then pulled into a node's cache the way recvsvr does, each
+step under tracemalloc; once with every addressee holding many (N/20 uids)
+and once with one message per uid. It also times a pull at the head of the
+room then (what every pull of a room with N held costs the memory engine).
+
+    python loadtest/bench_personal.py --memory 100000
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import random
 import sys
 import tempfile
 import time
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import numpy as np
+import orjson
 from bench_fanout import ROOM, Clients, commit, invocation, open_room, versions, wait_quiet
 from fanout_client import raise_nofile
 from fanout_servers import FD_RESERVE, PUBLISHER_TOKEN, interrupt_on_signals, liveroom_server
@@ -114,6 +126,62 @@ def latencies(reports: list[dict[str, Any]], ids: dict[int, str]) -> tuple[float
     return float(p50), float(p99)
 
 
+async def held_cost(n: int, uids: int) -> tuple[float, float, float]:
+    """Bytes per held personal message in the memory engine's store and in a
+    node's cache, and the ms a pull at the room's head takes then."""
+    from liveroom.clock import FakeClock
+    from liveroom.model import NewMessage
+    from liveroom.store.base import LogPolicy, PullRequest
+    from liveroom.store.memory import MemoryStore
+    from recvsvr.build import Retention, advance
+
+    clock = FakeClock()
+    log = MemoryStore(LogPolicy(), clock).log
+    await log.append("stage", NewMessage("a", "open", False, 0))
+    ts = int(clock.time() * 1000)
+    raw = b'{"event": "you_won", "prize": "a rocket"}'
+    gc.collect()
+    tracemalloc.start()
+    try:
+        start = tracemalloc.get_traced_memory()[0]
+        for i in range(n):
+            # Decoded per message, as a send's body is.
+            body = orjson.loads(raw)
+            await log.append("stage", NewMessage("system", body, True, ts, to=f"u{i % uids}"))
+        gc.collect()
+        stored = tracemalloc.get_traced_memory()[0]
+        snap, after, pafter = None, 0, 0
+        while True:
+            [pulled] = await log.pull([PullRequest("stage", after, 2000, pafter)])
+            snap = advance(snap, pulled, after, Retention(), ts)
+            after, pafter = pulled.head, pulled.phead
+            if not pulled.personal:
+                break
+        gc.collect()
+        cached = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    t0 = time.perf_counter()
+    for _ in range(50):
+        await log.pull([PullRequest("stage", after, 2000, pafter)])
+    pull_ms = (time.perf_counter() - t0) / 50 * 1000
+    assert snap is not None
+    return (stored - start) / n, (cached - stored) / n, pull_ms
+
+
+def memory_report(n: int, argv: list[str] | None) -> int:
+    print(f"    {invocation('loadtest/bench_personal.py', argv)}")
+    print(f"    commit {commit()}; {versions()}")
+    print()
+    print("| addressees | store (memory engine) | node cache | both | pull at head |")
+    print("|---|---:|---:|---:|---:|")
+    for uids in (max(1, n // 20), n):
+        store, cache, pull_ms = asyncio.run(held_cost(n, uids))
+        print(f"| {n} messages to {uids} uids | {store:.0f} B | {cache:.0f} B | "
+              f"{store + cache:.0f} B | {pull_ms:.2f} ms |")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -124,7 +192,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="room messages a second in the comparison phase (default 2)")
     parser.add_argument("--seconds", type=float, default=20.0, help="each phase (default 20)")
     parser.add_argument("--client-procs", type=int, default=1)
+    parser.add_argument("--memory", type=int, default=0, metavar="N",
+                        help="measure what N held personal messages cost instead (no server)")
     args = parser.parse_args(argv)
+    if args.memory:
+        return memory_report(args.memory, argv)
     interrupt_on_signals()
     nofile = raise_nofile(args.listeners + FD_RESERVE + 1024)
     print(f"bench_personal: {args.listeners} listeners, {args.rate:g} personal/s, "

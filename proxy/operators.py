@@ -112,7 +112,8 @@ class OperatorRoutes:
             "sects": [sects.document(room, records[room]) for room in sorted(records)],
             "rule": None if rule is None else {
                 "promote": rule.promote, "promote_after": rule.promote_after,
-                "demote": rule.demote, "demote_after": rule.demote_after}})
+                "demote": rule.demote, "demote_after": rule.demote_after,
+                "settle": rule.settle}})
 
     async def vip_room(self, request: web.Request) -> web.StreamResponse:
         self._admin(request)

@@ -597,16 +597,15 @@ class Poll:
                            MSGPACK if self.use_msgpack else JSON))
 
     def _spread(self) -> int | None:
-        """The listener's routing hint in a vip room (``None`` elsewhere): the
-        one it echoed, else one drawn from its uid (stable for it)."""
-        polls, p = self._polls, self.p
+        """The listener's routing hint in a vip room (``None`` elsewhere):
+        drawn from its uid (stable for it). The one the poll echoed is not
+        read: a client cannot choose its hint (so its node) by sending
+        another; an honest client echoes this one anyway."""
+        polls = self._polls
         n = polls.spread
-        if n <= 1 or not polls.is_vip(p.room):
+        if n <= 1 or not polls.is_vip(self.p.room):
             return None
-        k = p.spread
-        if k is None or k >= n:
-            k = zlib.crc32(p.uid.encode()) % n
-        return k
+        return zlib.crc32(self.p.uid.encode()) % n
 
     def finish(self, reply: Reply) -> None:
         if self.done:

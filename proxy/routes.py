@@ -26,8 +26,9 @@ from liveroom.roles import RoomReader, StatsReader
 from liveroom.settings import Settings
 
 from .auth import Right, Tokens, bearer
+from .front import FrontLimits, parse_query
 from .params import parse_members_page, parse_series_range
-from .poll import Polls
+from .poll import Poll, Polls
 from .reply import Reply, document_reply, error_reply, failure_reply
 from .send import Sends
 from .tickets import Tickets
@@ -44,6 +45,11 @@ store one round trip a second."""
 plain file, not generated: what people and tools read, reviewed as the API's
 change; tests/test_openapi.py checks it against the routes both ways and
 tests/test_api_fuzz.py the server against it."""
+
+
+HELD_POLL = web.RequestKey("held_poll", Poll)
+"""The poll a request on aiohttp's poll route started, while it runs: a
+half-close of its connection answers it at once (:mod:`.site`)."""
 
 
 def response(reply: Reply) -> web.Response:
@@ -65,6 +71,9 @@ def error_response(status: int, code: str, message: str,
     return response(error_reply(status, code, message, retry_after))
 
 
+HEAD_LIMITS = FrontLimits()
+"""The front's bounds on a request's head (its defaults: the node sets no others)."""
+
 ONCE = ("Authorization", "Content-Type", "Content-Encoding", "Content-Length",
         "Transfer-Encoding", "Expect")
 """Headers a request may carry once (as on the front: two readers of the same
@@ -76,6 +85,14 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     """Every failure becomes ``{"error", "message"}`` with its status; a
     request repeating a header of :data:`ONCE` is a 400 before any handler."""
     headers = request.headers
+    raw = request.raw_headers
+    if len(raw) > HEAD_LIMITS.max_headers or \
+            sum(len(name) + len(value) for name, value in raw) > HEAD_LIMITS.max_header_bytes:
+        # The front's bound on a whole head, not aiohttp's per line (8 KiB a line,
+        # 128 lines): the same request is refused alike on either reader.
+        return error_response(431, "headers_too_large",
+                              f"at most {HEAD_LIMITS.max_headers} header lines and "
+                              f"{HEAD_LIMITS.max_header_bytes} bytes of headers")
     for name in ONCE:
         if len(headers.getall(name, ())) > 1:
             return error_response(400, "bad_request", f"repeated header: {name} (send it once)")
@@ -160,9 +177,14 @@ class Routes:
                 answered.set_result(answer)
 
         headers = request.headers
-        # dict() of the query takes the first of repeated names, as its get does.
-        poll = self.polls.start(request.match_info["room"], dict(request.query),
+        # The query as the front reads it, from the request's own bytes: aiohttp's
+        # URL drops a fragment ("?uid=a#frag" would be uid "a" here and a 400 on
+        # the front); both take the first of repeated names.
+        query = parse_query(request.raw_path.partition("?")[2])
+        poll = self.polls.start(request.match_info["room"], query,
                                 headers.get("Accept", ""), reply, headers.get("Authorization"))
+        if poll is not None:
+            request[HELD_POLL] = poll  # a half-close answers it at once
         try:
             return response(await answered)
         finally:

@@ -18,6 +18,12 @@ sender, per their ticket's uid; the backend's tokens are not.
 **What a send may create**: see :mod:`.new_rooms` (new rooms per uid, per
 client address, per node; a place held before the append, freed when it
 created nothing).
+
+**Personal messages are private in ticket mode only.** A poll in ``open``
+mode names its uid and proves nothing, so anybody can read ``uid=alice``'s
+personal messages. They are accepted there (the quick start uses them), and
+a personal send's answer carries ``"private": false`` (``true`` in ticket
+mode, where only a ticket naming the uid reads them).
 """
 
 from __future__ import annotations
@@ -163,6 +169,10 @@ class Sends:
             if place is not None:
                 self.new_rooms.settled(place, message.ts if created else None)
         outcomes["duplicate" if appended.duplicate else "stored"].inc()
-        doc = {"seq": appended.seq, "epoch": appended.epoch} if sp.to is None else \
-            {"pseq": appended.seq, "epoch": appended.epoch, "to": sp.to}
-        return document_reply(doc, use_msgpack=wants_msgpack(accept), status=201)
+        answer: dict[str, object] = {"seq": appended.seq, "epoch": appended.epoch}
+        if sp.to is not None:
+            # In open mode a poll names its uid and proves nothing: anybody can
+            # read anybody's personal messages, and the answer says so.
+            answer = {"pseq": appended.seq, "epoch": appended.epoch, "to": sp.to,
+                      "private": self.tickets is not None}
+        return document_reply(answer, use_msgpack=wants_msgpack(accept), status=201)

@@ -19,6 +19,7 @@ from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
 from .front import Front
+from .routes import HELD_POLL
 
 
 class _Handler(RequestHandler):
@@ -39,6 +40,26 @@ class _Handler(RequestHandler):
             body=orjson.dumps({"error": phrase.lower().replace(" ", "_"), "message": text}))
         answer.force_close()
         return answer
+
+    def eof_received(self) -> bool:  # type: ignore[override]  # asyncio.Protocol: bool | None
+        """The client half-closed its side (a FIN right behind its request),
+        handled as the front handles it: a request that arrived whole is
+        answered (a held poll at once, as if its hold ran out), then the
+        connection closes; one half-arrived is dropped, and an idle
+        connection closes. aiohttp's own closes at once, which cancels the
+        handler: a send was stored and never answered."""
+        waiter = self._waiter
+        if waiter is not None and not waiter.done() and not self._messages:
+            return False  # idle: nothing asked
+        request = self._current_request
+        if request is not None and not request.content.is_eof():
+            return False  # its body half-arrived: dropped (the handler is cancelled)
+        self._close = True  # no keep-alive past the answers owed
+        if request is not None:
+            held = request.get(HELD_POLL)
+            if held is not None:
+                held.release()
+        return True
 
 
 def handler_of(server: web.Server) -> RequestHandler:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 from liveroom.codec import encode_message
 from liveroom.model import Entry
-from liveroom.personal import Personal
+from liveroom.personal import NodeCap, Personal
 from liveroom.settings import (
     IMPORTANT_HARD_CAP,
     IMPORTANT_KEEP,
@@ -31,6 +31,8 @@ class Retention:
     important_hard_cap: int = IMPORTANT_HARD_CAP
     personal_hard_cap: int = PERSONAL_HARD_CAP
     index_keep: int = INDEX_KEEP
+    node_cap: NodeCap | None = None
+    """Bounds the personal messages of all rooms together (``None``: only per room)."""
 
 
 def _item(entry: Entry) -> Item:
@@ -71,7 +73,7 @@ def advance(old: Snapshot | None, pulled: Pulled, after: int, keep: Retention,
             news = tuple(e for e in news if e.seq > old.phead)
         if personal is None:
             personal = Personal(keep=keep.important_keep, hard_cap=keep.personal_hard_cap,
-                                window_ms=keep.important_window_ms)
+                                window_ms=keep.important_window_ms, node_cap=keep.node_cap)
         personal.add(news, _item)
     if personal is not None:
         personal.trim(now_ms)

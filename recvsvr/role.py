@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from liveroom.clock import Clock
 from liveroom.errors import StoreUnavailable
 from liveroom.metrics import Metrics
+from liveroom.personal import NodeCap
 from liveroom.settings import Settings
 from liveroom.snapshot import Snapshot, moved_past, sent_per_minute
 from liveroom.store.base import MessageLog, Notifier
@@ -88,6 +89,7 @@ class Recvsvr:
             important_window_ms=int(settings.important_window * 1000),
             personal_hard_cap=settings.personal_hard_cap,
             index_keep=settings.index_keep,
+            node_cap=NodeCap(settings.personal_node_cap),
         )
         normal = SectLimits(
             fallback_interval=settings.fallback_pull_interval,

@@ -145,7 +145,8 @@ async def test_pin_unpin_release_and_list_the_sects(engine_url: str,
         assert [(s["room"], s["vip"], s["mode"]) for s in listed["sects"]] == [
             ("arena", True, "pinned"), ("quiet", False, "pinned"), ("stage", True, "pinned")]
         assert listed["rule"] == {"promote": 50_000, "promote_after": 60.0,
-                                  "demote": 20_000, "demote_after": 600.0}
+                                  "demote": 20_000, "demote_after": 600.0,
+                                  "settle": 600.0}
         # Unpinned, a room stays where it is and the rule decides from now on.
         doc = await call(session, "DELETE", f"{url}/v1/admin/vip/arena/pin")
         assert (doc["vip"], doc["pinned"], doc["mode"], doc["changed"]) == \

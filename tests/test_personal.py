@@ -32,7 +32,7 @@ async def test_only_its_addressee_gets_it_at_once_and_nobody_else_wakes(
             while holds.count < 2:
                 await asyncio.sleep(0.01)
         sent = await send(session, node.url, "stage", {"gift": "rocket"}, to="a")
-        assert set(sent) == {"pseq", "epoch", "to"}
+        assert set(sent) == {"pseq", "epoch", "to", "private"}
         assert sent["to"] == "a"
         answer = await asyncio.wait_for(held_a, 5)  # cut through the 20 s hold
         assert [m["body"] for m in answer["personal"]] == [{"gift": "rocket"}]

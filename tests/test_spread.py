@@ -46,7 +46,8 @@ NODE_FLAGS = (
     "--poll-timeout", "2", "--poll-timeout-max", "2", "--hold-interval-max", "1",
     "--tiers", "off", "--online-ttl", "4", "--vip-refresh", "0.2",
     "--vip-promote", str(PROMOTE), "--vip-promote-after", "0",
-    "--vip-demote", str(DEMOTE), "--vip-demote-after", "0", "--vip-spread", "64")
+    "--vip-demote", str(DEMOTE), "--vip-demote-after", "0", "--vip-settle", "0",
+    "--vip-spread", "64")
 
 
 @contextlib.contextmanager

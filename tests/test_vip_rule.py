@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import zlib
 from collections.abc import Iterator
+from itertools import pairwise
 from typing import Any
 
 import aiohttp
@@ -79,6 +80,38 @@ def test_a_crossing_that_lasts_moves_the_room(below: int, later: list[int]) -> N
     for online in later:
         record = observe(record, max(online, RULE.demote), 70_000, RULE)
     assert record.vip
+
+
+SETTLING = VipRule(promote=100, promote_after=0, demote=40, demote_after=0, settle=600)
+
+
+def test_the_rule_moves_a_room_at_most_once_per_settle_period() -> None:
+    # One client pushing the count up and letting it fall: promoted once, then
+    # left alone for --vip-settle however the count swings.
+    record = observe(NONE, 400, 1_000, SETTLING)
+    record = observe(record, 400, 1_000, SETTLING)
+    assert (record.vip, record.since_ms) == (True, 1_000)
+    for now in range(2_000, 601_000, 10_000):
+        record = observe(record, 0, now, SETTLING)
+        assert record.vip, now
+    record = observe(record, 0, 601_000, SETTLING)
+    assert not record.vip
+    assert [(m.at_ms, m.vip) for m in record.moves] == [(1_000, True), (601_000, False)]
+    # An operator's move gives the room back to the rule at once.
+    pinned = sects.pin(record, "vip", 602_000)
+    record = observe(observe(sects.pin(pinned, None, 603_000), 0, 603_000, SETTLING),
+                     0, 603_000, SETTLING)
+    assert not record.vip
+
+
+@given(steps)
+def test_no_two_moves_of_the_rule_are_closer_than_the_settle_period(
+        observations: list[tuple[int, int]]) -> None:
+    record = NONE
+    for online, now in timeline(observations):
+        record = observe(record, online, now, SETTLING)
+    times = [m.at_ms for m in record.moves]
+    assert all(b - a >= SETTLING.settle * 1000 for a, b in pairwise(times))
 
 
 @given(st.sampled_from(["vip", "normal"]), steps)
@@ -277,13 +310,15 @@ async def test_a_vip_rooms_answers_carry_a_stable_hint_and_others_none(
         node.node.vip_list.note(await pin(node.node.store, "stage"))
         drawn = zlib.crc32(b"alice") % 8
         assert (await answer())["spread"] == drawn
-        assert (await answer(spread="5"))["spread"] == 5  # the one echoed is kept
+        # A hint the node did not give is ignored: the answer has the uid's own.
+        other = (drawn + 5) % 8
+        assert (await answer(spread=str(other)))["spread"] == drawn
         assert (await answer(spread="8"))["spread"] == drawn  # beyond --vip-spread: drawn
         # msgpack answers carry it too (one more field in the map).
-        async with session.get(url, params={"uid": "alice", "spread": "3"},
+        async with session.get(url, params={"uid": "alice", "spread": str(other)},
                                headers={"Accept": "application/msgpack"}) as resp:
             doc = msgpack.unpackb(await resp.read())
-        assert doc["spread"] == 3
+        assert doc["spread"] == drawn
         assert doc["messages"][0]["body"] == "hi"
         for bad in ("-1", "4096", "x", ""):
             async with session.get(url, params={"uid": "alice", "spread": bad}) as resp:

@@ -126,6 +126,9 @@ class Sent:
     epoch: str
     pseq: int | None = None
     """A personal message's position (``None`` for a room message)."""
+    private: bool | None = None
+    """A personal message: whether only its addressee can read it (false on
+    a server in open mode, where any client can); ``None`` for a room message."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -158,7 +158,9 @@ class Client:
             try:
                 sent = await self._call("POST", path, json=doc, headers=headers)
                 if to is not None:
-                    return Sent(0, str(sent["epoch"]), int(sent["pseq"]))
+                    private = sent.get("private")  # absent from an older server
+                    return Sent(0, str(sent["epoch"]), int(sent["pseq"]),
+                                private=None if private is None else bool(private))
                 return Sent(int(sent["seq"]), str(sent["epoch"]))
             except ApiError as exc:
                 if attempt == retries or exc.status not in (429, 503):

@@ -27,6 +27,7 @@ from ..settings import (
     IMPORTANT_WINDOW,
     LOG_CAP,
     PERSONAL_HARD_CAP,
+    PERSONAL_NODE_CAP,
     ROOM_TTL,
 )
 
@@ -51,6 +52,10 @@ class LogPolicy:
     """Personal messages are kept like important ones (the newest
     ``important_keep`` and those younger than ``important_window_ms``), up
     to ``personal_hard_cap`` of a room."""
+    personal_node_cap: int = PERSONAL_NODE_CAP
+    """The memory engine holds at most this many personal messages, all its
+    rooms together (the oldest go first). The redis engine keeps them per
+    room only: each node bounds its own cache."""
     room_ttl_ms: int = int(ROOM_TTL * 1000)
     """A room with no send and no read for this long expires."""
     empty_room_ttl_ms: int = int(EMPTY_ROOM_TTL * 1000)

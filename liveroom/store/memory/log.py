@@ -3,13 +3,16 @@ store's clock, and the rate counters beside it."""
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from ...clock import Clock
 from ...errors import NewRoomRefused
 from ...model import Entry, NewMessage
+from ...personal import NodeCap, Share
 from ...ratelimit import (
     Counts,
     RateLimits,
@@ -28,6 +31,9 @@ _Counted = tuple[str, str | None]
 """Whose sends a :data:`~liveroom.ratelimit.Counts` holds: (room, uid), or
 (room, None) for the room's cap."""
 
+_seq = attrgetter("seq")
+
+
 @dataclass
 class _Room:
     epoch: str
@@ -43,8 +49,12 @@ class _Room:
     """client_msg_id -> (seq, expires_ms)"""
     pseq: int = 0
     """The personal sequence's newest position."""
-    personal: deque[Entry] = field(default_factory=deque)
-    """Retained personal messages, ascending position."""
+    personal: list[Entry] = field(default_factory=list)
+    """Retained personal messages, ascending position, from ``pstart`` on
+    (those before it were trimmed: compacted away now and then)."""
+    pstart: int = 0
+    share: Share | None = None
+    """Its part of the node's cap on personal messages."""
     ordinals: dict[str, int] = field(default_factory=dict)
     """uid -> personal messages sent to it in the room."""
     pdedup: dict[str, tuple[int, int]] = field(default_factory=dict)
@@ -56,6 +66,24 @@ class _Room:
     """The uid whose send created it, while nobody else sent or read: it then
     expires ``empty_room_ttl_ms`` after its last send (``lua/append.lua``)."""
 
+    @property
+    def personal_held(self) -> int:
+        return len(self.personal) - self.pstart
+
+    def drop_oldest(self) -> None:
+        """Drop the oldest retained personal message (there is one)."""
+        self.pstart = start = self.pstart + 1
+        if start > 64 and start * 2 > len(self.personal):
+            del self.personal[:start]
+            self.pstart = 0
+        if self.share is not None:
+            self.share.dropped(1)
+
+    def clear_personal(self) -> None:
+        if self.share is not None:
+            self.share.dropped(self.personal_held)
+        self.personal, self.pstart = [], 0
+
 
 class MemoryLog:
     reads_replicas = False
@@ -65,6 +93,7 @@ class MemoryLog:
         self._clock = clock
         self._notifier = notifier
         self._rooms: dict[str, _Room] = {}
+        self._node_cap = NodeCap(policy.personal_node_cap)
         # Apart from the rooms, like Redis's own keys: they expire on their own
         # horizon, not the room's TTL.
         self._counts: Expiring[_Counted, Counts] = Expiring(clock)
@@ -86,6 +115,7 @@ class MemoryLog:
             state = None
         if state is None and create:
             state = self._rooms[room] = _Room(epoch=new_epoch(), used_ms=now)
+            state.share = self._node_cap.share(state)
         return state
 
     def sweep(self) -> None:
@@ -168,13 +198,16 @@ class MemoryLog:
         policy = self.policy
         state.pseq += 1
         n = state.ordinals[message.to] = state.ordinals.get(message.to, 0) + 1
-        kept = state.personal
-        kept.append(Entry(seq=state.pseq, ic=0, uid=message.uid, important=True,
-                          ts=message.ts, body=message.body, to=message.to, n=n))
+        state.personal.append(Entry(seq=state.pseq, ic=0, uid=message.uid, important=True,
+                                    ts=message.ts, body=message.body, to=message.to, n=n))
+        if state.share is not None:
+            state.share.added(1)
         oldest_ok = message.ts - policy.important_window_ms
-        while len(kept) > policy.important_keep and (
-                kept[0].ts < oldest_ok or len(kept) > policy.personal_hard_cap):
-            kept.popleft()
+        while state.personal_held > policy.important_keep and (
+                state.personal[state.pstart].ts < oldest_ok
+                or state.personal_held > policy.personal_hard_cap):
+            state.drop_oldest()
+        self._node_cap.enforce()
         cmid = message.client_msg_id
         if cmid is not None:
             if len(state.pdedup) > 4 * policy.log_cap:
@@ -229,7 +262,10 @@ class MemoryLog:
         complete = take == newer and first <= after + 1
         floor = picked[0].seq if picked else state.seq + 1
         extra = [e for e in state.important if after < e.seq < floor]
-        personal = [e for e in state.personal if e.seq > request.pafter][:PERSONAL_PULL]
+        # Found by bisection: a pull costs what it returns, not what the room holds.
+        kept = state.personal
+        first = bisect_right(kept, request.pafter, lo=state.pstart, key=_seq)
+        personal = kept[first:first + PERSONAL_PULL]
         phead = personal[-1].seq if len(personal) == PERSONAL_PULL else state.pseq
         return Pulled(request.room, state.epoch, state.seq, state.ic,
                       tuple(extra + picked), complete=complete, phead=phead,
@@ -253,7 +289,7 @@ class MemoryLog:
         state.epoch = new_epoch()
         state.log.clear()
         state.important.clear()
-        state.personal.clear()
+        state.clear_personal()
         state.live, state.by, state.used_ms = True, None, self._now_ms()
         return state.epoch, state.seq
 

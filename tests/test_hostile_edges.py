@@ -1,0 +1,257 @@
+"""Edges a hostile or careless client finds (issue 31): a half-close after a
+request on a connection aiohttp serves, a fragment in a poll's query, weak
+tokens on the memory engine; and bounds that held already, pinned here."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aiohttp
+import pytest
+from support import (
+    ADMIN,
+    PUBLISHER,
+    Listener,
+    Running,
+    advance_until,
+    clean_env,
+    poll_once,
+    read_response,
+    running_node,
+    send,
+)
+
+from liveroom.clock import FakeClock
+from liveroom.settings import Tier
+
+Raw = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+PATHS = ["front", "aiohttp"]
+
+
+@asynccontextmanager
+async def connection(node: Running, path: str) -> AsyncIterator[Raw]:
+    """A raw connection served by the front, or by aiohttp (its first request
+    elsewhere hands it over for good)."""
+    host, port = node.url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        if path == "aiohttp":
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+            assert (await read_response(reader))[0] == 200
+        yield reader, writer
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+def post(path: str, body: bytes, length: int | None = None) -> bytes:
+    return (f"POST {path} HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body) if length is None else length}\r\n\r\n"
+            ).encode() + body
+
+
+async def stored(session: aiohttp.ClientSession, node: Running, room: str) -> list[Any]:
+    async with session.get(f"{node.url}/v1/rooms/{room}/poll",
+                           params={"uid": "reader", "recent": 10}) as resp:
+        return [m["body"] for m in (await resp.json())["messages"]]
+
+
+# -- a half-close (FIN) right behind a request ---------------------------------------------
+
+
+@pytest.mark.parametrize("path", PATHS)
+async def test_a_send_then_a_half_close_is_answered_then_closed(
+        engine_url: str, path: str, session: aiohttp.ClientSession) -> None:
+    async with running_node(engine_url) as node, connection(node, path) as (reader, writer):
+        writer.write(post("/v1/rooms/fin/messages",
+                          json.dumps({"uid": "s", "body": "then FIN"}).encode()))
+        writer.write_eof()
+        status, _, body = await read_response(reader)
+        assert status == 201, body
+        assert json.loads(body)["seq"] == 1
+        async with asyncio.timeout(5):
+            assert await reader.read() == b""  # closed after the answer
+        assert await stored(session, node, "fin") == ["then FIN"]
+
+
+@pytest.mark.parametrize("path", PATHS)
+async def test_a_held_poll_then_a_half_close_is_answered_at_once(
+        path: str, session: aiohttp.ClientSession) -> None:
+    async with running_node() as node:
+        async with session.post(f"{node.url}/v1/rooms/fin/messages",
+                                json={"uid": "s", "body": "open"}) as resp:
+            assert resp.status == 201
+        async with connection(node, path) as (reader, writer):
+            writer.write(b"GET /v1/rooms/fin/poll?uid=a HTTP/1.1\r\nHost: t\r\n\r\n")
+            first = json.loads((await read_response(reader))[2])
+            writer.write(f"GET /v1/rooms/fin/poll?uid=a&epoch={first['epoch']}&seq="
+                         f"{first['seq']}&iseq={first['iseq']}&timeout=60 HTTP/1.1\r\n"
+                         "Host: t\r\n\r\n".encode())
+            holds = node.node.proxy.polls.holds
+            async with asyncio.timeout(5):
+                while holds.count < 1:
+                    await asyncio.sleep(0.01)
+            writer.write_eof()
+            # Answered as if its hold ran out (not after its 60 s), then closed.
+            status, _, body = await read_response(reader, within=5)
+            assert status == 200
+            answer = json.loads(body)
+            assert (answer["seq"], answer["messages"]) == (first["seq"], [])
+            async with asyncio.timeout(5):
+                assert await reader.read() == b""
+
+
+@pytest.mark.parametrize("path", PATHS)
+async def test_a_send_cut_short_by_a_half_close_is_dropped_and_stores_nothing(
+        path: str, session: aiohttp.ClientSession) -> None:
+    async with running_node() as node, connection(node, path) as (reader, writer):
+        writer.write(post("/v1/rooms/cut/messages", b'{"uid": "s", "bo', length=40))
+        await asyncio.sleep(0.05)  # the head is read, the body awaited
+        writer.write_eof()
+        async with asyncio.timeout(5):
+            assert await reader.read() == b""
+        async with session.get(f"{node.url}/v1/rooms/cut/poll", params={"uid": "r"}) as resp:
+            assert (await resp.json())["seq"] == 0
+
+
+# -- a fragment in a poll's query --------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", PATHS)
+async def test_a_fragment_in_a_polls_query_is_refused_on_both_paths(path: str) -> None:
+    async with running_node() as node, connection(node, path) as (reader, writer):
+        writer.write(b"GET /v1/rooms/r/poll?uid=a#frag HTTP/1.1\r\nHost: t\r\n\r\n")
+        status, _, body = await read_response(reader)
+        assert status == 400, body
+        assert json.loads(body)["message"].startswith("uid must match")
+
+
+# -- weak tokens on the memory engine -------------------------------------------------------
+
+
+def serve_refused(*args: str) -> str:
+    """``python -m liveroom serve ARGS`` (memory engine), which must refuse to start."""
+    done = subprocess.run([sys.executable, "-m", "liveroom", "serve", "--port", "0", *args],
+                          env=clean_env(), capture_output=True, text=True, timeout=30,
+                          check=False)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    return " ".join(done.stderr.split())
+
+
+@pytest.mark.parametrize(("given", "said"), [
+    pytest.param(("--admin-token", "a"), "--admin-token has 1 bytes: give at least 32",
+                 id="one-letter-admin"),
+    pytest.param(("--publisher-token", "p"), "--publisher-token has 1 bytes",
+                 id="one-letter-publisher"),
+    pytest.param(("--admin-token", PUBLISHER, "--publisher-token", PUBLISHER),
+                 "--admin-token and --publisher-token are the same", id="same-tokens"),
+])
+def test_the_memory_engine_refuses_weak_or_equal_tokens(given: tuple[str, ...],
+                                                        said: str) -> None:
+    assert said in serve_refused(*given)
+
+
+def test_the_memory_engine_takes_strong_distinct_tokens_or_makes_them_up() -> None:
+    # Refused for another reason only (the port), so the tokens passed.
+    for args in (("--admin-token", ADMIN, "--publisher-token", PUBLISHER), ()):
+        done = subprocess.run(
+            [sys.executable, "-m", "liveroom", "serve", "--port", "70000", *args],
+            env=clean_env(), capture_output=True, text=True, timeout=30, check=False)
+        assert "bytes: give at least" not in done.stderr
+        assert "--port" in done.stderr
+
+
+# -- bounds that held already, pinned ----------------------------------------------------
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+async def test_a_tiered_room_bounds_one_listeners_held_polls_as_a_plain_one(
+        clock: FakeClock) -> None:
+    """--holds-per-listener holds for paced polls too (not only the wider
+    per-uid bound): a listener's older paced polls are answered at once, empty."""
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session, \
+            running_node(clock=clock, tiers=(Tier(1, 5.0),), holds_per_listener=2,
+                         holds_per_uid=16) as node:
+        await send(session, node.url, "hot", "hello")
+        me = Listener(session, "hot", uid="me")
+        await me.poll(node.url)
+        async with asyncio.timeout(20):  # the room counts it: tiered from now on
+            while node.node.proxy.polls.stats.online("hot") < 1:
+                await clock.advance(0.5)
+                await asyncio.sleep(0.01)
+        params = {"uid": "me", "timeout": 60, "epoch": me.epoch, "seq": me.seq,
+                  "iseq": me.iseq, "ctx": me.ctx}
+        polls = [asyncio.create_task(poll_once(session, node.url, "hot", params))
+                 for _ in range(10)]
+        async with asyncio.timeout(10):
+            while sum(p.done() for p in polls) < 8:
+                await asyncio.sleep(0.01)
+        holds = node.node.proxy.holds
+        assert holds.count == 2
+        assert holds.kept("hot") >= 2  # the two are paced ones
+        early = [p.result() for p in polls if p.done()]
+        assert all(a["messages"] == [] and a["seq"] == me.seq for a in early)
+        await send(session, node.url, "hot", "later")
+        await advance_until(clock, lambda: all(p.done() for p in polls), limit=12)
+        assert [p.result()["messages"][0]["body"] for p in polls if p.result()["messages"]] \
+            == ["later"] * 2
+
+
+@pytest.mark.parametrize("path", PATHS)
+async def test_a_head_spread_over_many_lines_is_bounded_by_its_total_bytes(path: str) -> None:
+    """90 header lines of 200 bytes: each line, and their count, within the
+    bounds, their 18 000 bytes not (16 KiB): 431 on either reader."""
+    lines = b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 200) for i in range(90))
+    async with running_node() as node, connection(node, path) as (reader, writer):
+        writer.write(b"GET /v1/rooms/r/poll?uid=a HTTP/1.1\r\nHost: t\r\n" + lines + b"\r\n")
+        status, _, body = await read_response(reader)
+        assert status == 431, body
+        assert json.loads(body)["error"] == "headers_too_large"
+    # Just within: answered.
+    lines = b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 150) for i in range(90))
+    async with running_node() as node, connection(node, path) as (reader, writer):
+        writer.write(b"GET /v1/rooms/r/poll?uid=a HTTP/1.1\r\nHost: t\r\n" + lines + b"\r\n")
+        assert (await read_response(reader))[0] == 200
+
+
+async def test_a_listener_ahead_of_this_node_keeps_its_pseq(
+        session: aiohttp.ClientSession) -> None:
+    """A listener coming from a node that pulled more personal messages than
+    this one keeps its ``pseq`` (with or without a mailbox here): moved back,
+    it gets nothing twice."""
+    async with running_node() as node:
+        await send(session, node.url, "stage", "open")
+        me = Listener(session, "stage", uid="me")
+        await me.poll(node.url)
+        for i in range(1, 4):
+            await send(session, node.url, "stage", f"p{i}", to="me")
+        await node.node.recvsvr.wait_pulled("stage")
+
+        async def behind_with(uid: str, pseq: int) -> dict[str, Any]:
+            # seq 0: the room's messages pending, so answered at once.
+            return await poll_once(session, node.url, "stage", {
+                "uid": uid, "epoch": me.epoch, "seq": 0, "iseq": 0, "pseq": pseq})
+
+        assert [m["body"] for m in (await behind_with("me", 0))["personal"]] == \
+            ["p1", "p2", "p3"]
+        for uid in ("me", "nobody"):  # a mailbox here, or none
+            answer = await behind_with(uid, 5)
+            assert answer["pseq"] == 5, uid
+            assert "personal" not in answer
+        for i in range(4, 7):
+            await send(session, node.url, "stage", f"p{i}", to="me")
+        await node.node.recvsvr.wait_pulled("stage")
+        answer = await behind_with("me", 5)
+        assert [m["body"] for m in answer["personal"]] == ["p6"]  # 4 and 5 not again
+        assert answer["pseq"] == 6
