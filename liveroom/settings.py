@@ -5,6 +5,7 @@ working server on one machine.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import typing
 from collections.abc import Callable
@@ -244,6 +245,11 @@ class Settings:
     keepalive_timeout: float = setting(
         15.0, "Seconds an idle keep-alive connection stays open.", LISTENING, lo=0.1,
         hi=300)
+    write_timeout: float = setting(
+        30.0, "Seconds a client has to take the answers written to it (the connection's "
+        "unsent bytes back under the low-water mark, or all sent once it closes); a client "
+        "that does not read is cut off and what it held is freed.", LISTENING, lo=0.1,
+        hi=600)
     shutdown_grace: float = setting(
         5.0, "Seconds requests in progress get to finish when the node stops (SIGTERM, "
         "SIGINT); held polls are answered at once.", LISTENING, lo=0, hi=600)
@@ -266,6 +272,16 @@ class Settings:
         0, "Connections this node keeps open at once; one more is answered 503 with "
         "Retry-After and closed. 0: the open-file limit less a reserve of 1 % (at least "
         "64).", BOUNDS, lo=0)
+    connections_per_ip: int = setting(
+        256, "Connections this node keeps open at once from one client address (an IPv6 "
+        "client: its /64); one more is answered 503 with Retry-After and closed. Clients "
+        "behind one NAT share it. 0: no limit.", BOUNDS, lo=0)
+    trusted_proxies: tuple[str, ...] = setting(
+        (), "Addresses or networks (CIDR) of your load balancers: only on their "
+        "connections is the client's address (for --connections-per-ip) taken from "
+        "X-Forwarded-For, and their own address is never capped. Repeat it (or "
+        "comma-separate the env var) for several.", BOUNDS, many=True,
+        metavar="ADDRESS[/BITS]")
     rooms_max: int = setting(
         ROOMS_MAX, "Rooms each sect's cache holds at most (past this many with held polls, "
         "a poll for a new room gets 503); the least recently read is evicted first, never "
@@ -465,6 +481,12 @@ class Settings:
         if self.vip_demote > self.vip_promote:
             found.append(ConfigError("vip_demote", f"vip_demote ({self.vip_demote}) exceeds "
                                      f"vip_promote ({self.vip_promote})"))
+        for proxy in self.trusted_proxies:
+            try:
+                ipaddress.ip_network(proxy, strict=False)
+            except ValueError:
+                found.append(ConfigError("trusted_proxies", f"{proxy!r} is neither an "
+                                         "address nor a network (ADDRESS[/BITS])"))
         if self.durable_replicas and not self.shared_store:
             found.append(ConfigError("durable_replicas", "durable_replicas needs the redis "
                                      "engine: the memory engine has no replicas"))
