@@ -67,6 +67,8 @@ import ipaddress
 import logging
 import resource
 import select
+import socket
+import struct
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -123,6 +125,8 @@ most (unless a node's answers may be larger, see
 :attr:`FrontLimits.unsent_max`). Flow control keeps a connection to
 :data:`WRITE_HIGH` plus one answer; past this bound it is aborted at once,
 whatever its write deadline."""
+_RESET = struct.pack("ii", 1, 0)
+"""``SO_LINGER`` on, zero seconds: closing sends a reset."""
 _RDHUP: int = getattr(select, "POLLRDHUP", 0)
 """Linux's "the peer shut down its side": what tells a client gone while its
 connection is not read (elsewhere only a reset is seen)."""
@@ -1157,8 +1161,15 @@ class Connection(asyncio.Protocol):
         self._queue.clear()
         self._backlog = None
         self._req = None
-        if self._transport is not None:
-            self._transport.abort()
+        transport = self._transport
+        if transport is not None:
+            sock = transport.get_extra_info("socket")
+            if sock is not None:
+                # A reset, not a FIN after what the kernel still holds: the
+                # kernel's buffers go too, now, whether the client reads or not.
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+            transport.abort()
 
     def _hand_off(self) -> None:
         """Give the connection, and every byte since its request began, to aiohttp."""

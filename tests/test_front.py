@@ -9,6 +9,7 @@ Raw sockets where a client library would hide what is on the wire.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -32,7 +33,8 @@ async def connect(node: Running) -> AsyncIterator[Raw]:
         yield reader, writer
     finally:
         writer.close()
-        await writer.wait_closed()
+        with contextlib.suppress(ConnectionResetError):  # the node may have reset it
+            await writer.wait_closed()
 
 
 async def closed_by_server(reader: asyncio.StreamReader, within: float = 5.0) -> bool:
