@@ -53,6 +53,10 @@ VIEWERS_THRESHOLD = 10_000
 HISTORY_TTL = 90 * 86_400.0
 
 
+LOOPBACK = ("127.0.0.0/8", "::1")
+"""The node's own machine: the proxies trusted unless told otherwise."""
+
+
 @dataclass(frozen=True, slots=True)
 class Tier:
     """From ``online`` listeners on, a room answers each listener at most once per
@@ -277,11 +281,12 @@ class Settings:
         "client: its /64); one more is answered 503 with Retry-After and closed. Clients "
         "behind one NAT share it. 0: no limit.", BOUNDS, lo=0)
     trusted_proxies: tuple[str, ...] = setting(
-        (), "Addresses or networks (CIDR) of your load balancers: only on their "
+        LOOPBACK, "Addresses or networks (CIDR) of your load balancers: only on their "
         "connections is the client's address (for --connections-per-ip) taken from "
         "X-Forwarded-For, and their own address is never capped. Repeat it (or "
-        "comma-separate the env var) for several.", BOUNDS, many=True,
-        metavar="ADDRESS[/BITS]")
+        "comma-separate the env var) for several; 'none' for no proxy. The default is a "
+        "proxy on the node's own machine (deploy/nginx.conf).", BOUNDS, many=True,
+        metavar="ADDRESS[/BITS]", show=",".join)
     rooms_max: int = setting(
         ROOMS_MAX, "Rooms each sect's cache holds at most (past this many with held polls, "
         "a poll for a new room gets 503); the least recently read is evicted first, never "
@@ -432,6 +437,8 @@ class Settings:
             # Two settings, one rule: the room's cap rides on the sender limits.
             object.__setattr__(self, "rate_limits", RateLimits(
                 self.rate_limits.per_uid, self.room_rate_limit))
+        if self.trusted_proxies in (("none",), ("off",)):
+            object.__setattr__(self, "trusted_proxies", ())
         found = self.problems()
         if found:
             raise ConfigError.of(found)

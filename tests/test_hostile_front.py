@@ -184,7 +184,7 @@ def test_a_flood_after_a_refusal_is_dropped_only_so_far(loop_factory: LoopFactor
 
 
 async def test_one_address_cannot_take_more_than_its_connections() -> None:
-    async with running_node(connections_per_ip=3) as node:
+    async with running_node(connections_per_ip=3, trusted_proxies=()) as node:
         front = node.node.proxy.front
         async with connect(node) as (r1, w1), connect(node) as (_r2, _w2):
             w1.write(get("/healthz"))  # handed to aiohttp: still counted
@@ -225,7 +225,7 @@ async def test_x_forwarded_for_names_the_client_only_behind_a_trusted_proxy() ->
             assert (await read_response(r4))[0] == 200
             assert front.per_address == {"198.51.100.7": 2, "203.0.113.9": 1}
     # From anyone else, X-Forwarded-For says nothing: the connection's address counts.
-    async with running_node(connections_per_ip=2) as node, connect(node) as (r1, w1), \
+    async with running_node(connections_per_ip=2, trusted_proxies=()) as node, connect(node) as (r1, w1), \
             connect(node) as (_r2, _w2), connect(node) as (r3, _w3):
         w1.write(get("/v1/rooms/xf/poll?uid=u", "X-Forwarded-For: 203.0.113.10"))
         assert (await read_response(r1))[0] == 200
