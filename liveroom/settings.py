@@ -663,7 +663,7 @@ def settings_from(given: dict[str, Any]) -> tuple[Settings | None, list[ConfigEr
     values: dict[str, Any] = {}
     found: list[ConfigError] = []
     for name, raw in given.items():
-        if raw is None:
+        if raw is None or raw == ():  # () : a repeatable flag not given
             continue
         try:
             values[name] = _convert(name, raw)

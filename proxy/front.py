@@ -37,7 +37,8 @@ request is framed or who sends it (``Authorization``, ``Content-Type``,
 given twice is a 400: two readers could pick different copies. HTTP
 versions other than 1.0 and 1.1 get a 505. A connection closed after a
 refusal first sends its answer and a FIN, then reads and drops what the
-client still sends for :data:`LINGER` seconds: closing with unread bytes
+client still sends for :data:`LINGER` seconds and at most
+:data:`LINGER_MAX` bytes (then it is aborted): closing with unread bytes
 would make the kernel send a reset that can destroy the answer.
 
 **Timeouts.** The head of a request must arrive within ``header_timeout`` of
@@ -51,18 +52,39 @@ that leaves mid-hold cancels its poll: nothing stays behind. A client that
 half-closes (sends its FIN) right after its requests still gets their answers
 (a held poll is answered at once, empty), then the connection closes. Writes
 follow the transport's flow control: a client that does not read its answers
-is not read either.
+is not read either, and has ``write_timeout`` to take them (its unsent
+bytes back under the low-water mark; or all sent, once the connection is
+closing); past that, or past ``unsent_max`` unsent bytes, the connection is
+aborted (a reset: see :meth:`Connection.abort`) and what it held is freed,
+its held poll cancelled and its waiting requests dropped (the deadlines of
+connections whose writes are paused are kept in a second
+:class:`~proxy.deadlines.Deadlines`). A client that closes while its
+connection is not read (paused: the transport sees no FIN, and on some loops
+no reset, until it reads again) is found by the idle sweep, which asks
+``poll(2)`` about the paused sockets: a reset aborts, a FIN is taken as a
+half-close.
 
 **Connections.** At most ``connections_max`` open connections per node,
 those handed to aiohttp included (default: the open-file limit less a
-reserve, :func:`connection_capacity`); one past it is answered 503
-``overloaded`` with ``Retry-After`` and closed.
+reserve, :func:`connection_capacity`). At the cap, the connection that has
+gone longest without a valid request (an answer under 400, or a poll held)
+is aborted to make room; only when there is none is the new one answered 503
+``overloaded`` with ``Retry-After`` and closed. At most
+``connections_per_ip`` come from one client address (:func:`address_key`),
+handed ones included until aiohttp closes them; one more is answered the same
+way. A connection from one of ``trusted_proxies`` is not counted under the
+proxy's address but under the client each of its requests names in
+``X-Forwarded-For`` (:func:`forwarded_client`); over its cap, that request is
+answered 503 and the connection closes. The count is a dict entry per
+address, updated at each accept and close.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
 import ipaddress
 import logging
 import resource
@@ -125,6 +147,24 @@ most (unless a node's answers may be larger, see
 :attr:`FrontLimits.unsent_max`). Flow control keeps a connection to
 :data:`WRITE_HIGH` plus one answer; past this bound it is aborted at once,
 whatever its write deadline."""
+TRIM_AFTER = 1024 * 1024
+"""Bytes of unsent answers dropped by aborted connections after which the
+next sweep hands the memory freed back to the system (glibc's
+``malloc_trim``): the allocator would keep it otherwise, and a node that
+cut off a crowd of clients that did not read would keep their buffers'
+worth of RSS for good (measured: 1 000 such clients, +100 MiB without)."""
+
+
+def _trimmer() -> Callable[[], object] | None:
+    """``malloc_trim(0)`` of the C library, where it has one (glibc)."""
+    try:
+        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+    return partial(trim, 0)
+
+
+_TRIM = _trimmer()
 _RESET = struct.pack("ii", 1, 0)
 """``SO_LINGER`` on, zero seconds: closing sends a reset."""
 _RDHUP: int = getattr(select, "POLLRDHUP", 0)
@@ -338,6 +378,9 @@ class Front:
         """Connections aborted because their client did not take its answers."""
         self.lingers_cut = 0
         """Lingering closes aborted past :data:`LINGER_MAX`."""
+        self.dropped = 0
+        """Unsent bytes aborted connections dropped since memory was last
+        handed back (see :data:`TRIM_AFTER`)."""
         self._trusted = tuple(ipaddress.ip_network(proxy, strict=False)
                               for proxy in self.limits.trusted_proxies)
         self.per_address: dict[str, int] = {}
@@ -507,6 +550,10 @@ class Front:
         """Close connections idle for ``idle_timeout``; again in a second while
         there are connections. A flag check per connection: cheaper than
         arming a deadline after every answer."""
+        if self.dropped >= TRIM_AFTER:
+            self.dropped = 0
+            if _TRIM is not None:
+                _TRIM()  # a few ms for a heap of hundreds of MiB
         if not self.connections:
             self._sweeper = None
             return
@@ -1163,6 +1210,7 @@ class Connection(asyncio.Protocol):
         self._req = None
         transport = self._transport
         if transport is not None:
+            self._front.dropped += transport.get_write_buffer_size()
             sock = transport.get_extra_info("socket")
             if sock is not None:
                 # A reset, not a FIN after what the kernel still holds: the

@@ -225,8 +225,8 @@ async def test_x_forwarded_for_names_the_client_only_behind_a_trusted_proxy() ->
             assert (await read_response(r4))[0] == 200
             assert front.per_address == {"198.51.100.7": 2, "203.0.113.9": 1}
     # From anyone else, X-Forwarded-For says nothing: the connection's address counts.
-    async with running_node(connections_per_ip=2, trusted_proxies=()) as node, connect(node) as (r1, w1), \
-            connect(node) as (_r2, _w2), connect(node) as (r3, _w3):
+    async with running_node(connections_per_ip=2, trusted_proxies=()) as node, \
+            connect(node) as (r1, w1), connect(node) as (_r2, _w2), connect(node) as (r3, _w3):
         w1.write(get("/v1/rooms/xf/poll?uid=u", "X-Forwarded-For: 203.0.113.10"))
         assert (await read_response(r1))[0] == 200
         assert (await read_response(r3))[0] == 503
