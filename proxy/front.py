@@ -519,6 +519,9 @@ class Front:
         """Count a trusted proxy's connection under the client its request
         names in ``X-Forwarded-For`` (none: not counted); False when that
         client has ``connections_per_ip`` already."""
+        if forwarded == conn.forwarded:
+            return True  # the header of its last request: the same client, counted
+        conn.forwarded = forwarded
         address = forwarded_client(forwarded, self.trusts) if forwarded else ""
         if address == conn.address:
             return True
@@ -590,8 +593,8 @@ class Connection(asyncio.Protocol):
     __slots__ = ("_backlog", "_between", "_closed", "_current", "_dead", "_dispatching", "_eof",
                  "_feeding", "_fresh", "_front", "_handing_off", "_hangup", "_inflow", "_limits",
                  "_parser", "_queue", "_raw", "_reading_paused", "_req", "_timer", "_timing",
-                 "_transport", "_write_due", "_writing_paused", "address", "idle_since",
-                 "proxied", "unproven")
+                 "_transport", "_write_due", "_writing_paused", "address", "forwarded",
+                 "idle_since", "proxied", "unproven")
 
     def __init__(self, front: Front) -> None:
         self._front = front
@@ -620,6 +623,8 @@ class Connection(asyncio.Protocol):
         """The client address it is counted under (``""``: not counted)."""
         self.proxied = False
         """From a trusted proxy: its requests name the client."""
+        self.forwarded: bytes | None = None
+        """The ``X-Forwarded-For`` its address was last taken from."""
         self.unproven = False
         """Open, and no valid request yet (in the front's ``unproven``)."""
         self._raw: list[bytes] | None = []
