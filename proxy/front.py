@@ -676,6 +676,7 @@ class Connection(asyncio.Protocol):
         self._queue.clear()
         self._backlog = None
         self._transport = None
+        self._parser = None  # it refers back to this protocol: a cycle only gc would free
 
     def fileno(self) -> int:
         """The socket's file descriptor (-1: none any more)."""
