@@ -369,6 +369,11 @@ class Front:
         """Connections refused past ``connections_max`` since start."""
         self.on_refused: Callable[[], None] | None = None
         """Called for each connection refused (a metric)."""
+        self.on_shed: Callable[[str], None] | None = None
+        """Called with the reason for each connection shed (a metric): its
+        client did not read (``write_timeout``, ``unsent``), flooded a lingering
+        close (``linger``), was closed to make room (``evicted``) or refused
+        past ``connections_per_ip`` (``per_ip``)."""
         self.connections_per_ip = self.limits.connections_per_ip
         self.refused_per_ip = 0
         """Connections (or proxied requests) refused past ``connections_per_ip``."""
@@ -498,6 +503,7 @@ class Front:
                 address = address_key(host)
                 if self.per_address.get(address, 0) >= self.connections_per_ip:
                     self.refused_per_ip += 1
+                    self.shed("per_ip")
                     return _CROWDED
         if len(self.connections) + self.handed() >= self.connections_max \
                 and not self._make_room():
@@ -532,6 +538,7 @@ class Front:
             return True
         if self.per_address.get(address, 0) >= self.connections_per_ip:
             self.refused_per_ip += 1
+            self.shed("per_ip")
             return False
         self.per_address[address] = self.per_address.get(address, 0) + 1
         conn.address = address
@@ -546,8 +553,13 @@ class Front:
         conn, _ = self.unproven.popitem(last=False)
         conn.unproven = False
         self.evicted += 1
+        self.shed("evicted")
         conn.abort()
         return True
+
+    def shed(self, reason: str) -> None:
+        if self.on_shed is not None:
+            self.on_shed(reason)
 
     def _sweep(self) -> None:
         """Close connections idle for ``idle_timeout``; again in a second while
@@ -739,6 +751,7 @@ class Connection(asyncio.Protocol):
                 self._inflow += len(data)
                 if self._inflow > LINGER_MAX:
                     self._front.lingers_cut += 1
+                    self._front.shed("linger")
                     self.abort()
             return
         # Not activity by itself: a connection stays idle (see ``idle_since``)
@@ -1111,6 +1124,7 @@ class Connection(asyncio.Protocol):
         if transport is not None and not self._closed:
             transport.write(data)
             if self._writing_paused and transport.get_write_buffer_size() > self._limits.unsent_max:
+                self._front.shed("unsent")
                 self.abort()  # answers pile up on a client that does not read
 
     def _cancel(self, req: _Request) -> None:
@@ -1147,6 +1161,7 @@ class Connection(asyncio.Protocol):
         not read. Abort it and free what it holds."""
         self._write_due = -1
         self._front.write_timeouts += 1
+        self._front.shed("write_timeout")
         self.abort()
 
     def timed_out(self) -> None:

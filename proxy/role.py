@@ -78,6 +78,7 @@ class Proxy:
             trusted_proxies=settings.trusted_proxies, write_timeout=settings.write_timeout,
             unsent_max=unsent_max(settings)))
         self.front.on_refused = metrics.refused_connections.inc
+        self.front.on_shed = lambda reason: metrics.shed_connections.labels(reason).inc()
         metrics.track(metrics.connections, lambda: self.front.open_connections)
         metrics.track(metrics.held_polls, self.held_polls)
         self.routes = Routes(settings=settings, reader=reader, polls=self.polls,

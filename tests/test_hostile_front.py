@@ -23,7 +23,7 @@ from contextlib import contextmanager
 import aiohttp
 import pytest
 import uvloop
-from support import Listener, Running, read_response, running_node, send
+from support import ADMIN_HEADERS, Listener, Running, read_response, running_node, send
 from test_front import closed_by_server, connect, get
 
 LOOPS = [pytest.param(asyncio.new_event_loop, id="asyncio"),
@@ -205,6 +205,9 @@ async def test_one_address_cannot_take_more_than_its_connections() -> None:
                 w5.write(get("/v1/rooms/ip/poll?uid=v"))
                 assert (await read_response(r5))[0] == 200
         assert await until(lambda: not front.per_address, 5)  # aiohttp's too
+        async with aiohttp.ClientSession() as session, session.get(
+                f"{node.url}/metrics", headers=ADMIN_HEADERS) as resp:
+            assert 'liveroom_connections_shed_total{reason="per_ip"} 1.0' in await resp.text()
 
 
 async def test_x_forwarded_for_names_the_client_only_behind_a_trusted_proxy() -> None:
