@@ -17,6 +17,7 @@ import asyncio
 import json
 import select
 import socket
+import struct
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 
@@ -136,9 +137,10 @@ def test_a_last_answer_never_read_does_not_keep_the_socket(loop_factory: LoopFac
 # -- B: a client that leaves while its pipelined requests wait ---------------------------------
 
 
+@pytest.mark.parametrize("closing", ["fin", "reset"])
 @pytest.mark.parametrize("loop_factory", LOOPS)
 def test_a_client_gone_while_its_pipelined_polls_wait_is_let_go(
-        loop_factory: LoopFactory) -> None:
+        loop_factory: LoopFactory, closing: str) -> None:
     async def scenario() -> None:
         # keepalive 0.5 s: the front's sweep (which looks for such clients) every 0.25 s.
         async with running_node(keepalive_timeout=0.5) as node:
@@ -152,7 +154,9 @@ def test_a_client_gone_while_its_pipelined_polls_wait_is_let_go(
                 # unparsed: the front stops reading this connection.
                 sock.send(held * 24)
                 assert await until(lambda: proxy.held_polls() == 1, 2)
-            # Closed (a FIN) while not read: found and let go within a sweep or two.
+                if closing == "reset":
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            # Closed while not read: found and let go within a sweep or two.
             assert await until(lambda: not front.connections and not proxy.held_polls(), 2)
     on_loop(loop_factory, scenario())
 
