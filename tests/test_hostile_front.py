@@ -18,8 +18,9 @@ import json
 import select
 import socket
 import struct
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -91,10 +92,28 @@ async def cut_off(reader: asyncio.StreamReader) -> bool:
         return True
 
 
-async def filled_room(node: Running, room: str, count: int = 60, size: int = 4000) -> None:
-    async with aiohttp.ClientSession() as session:
-        for i in range(count):
-            await send(session, node.url, room, "x" * size + str(i))
+def kernel_send_buffer_max() -> int:
+    """The most a socket's send buffer may grow to here (Linux's
+    ``tcp_wmem``; 4 MiB where it cannot be read): what the node's kernel may
+    take of its answers before its own buffer fills."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/tcp_wmem").read_text().split()[2])
+    except (OSError, IndexError, ValueError):
+        return 4 << 20
+
+
+@asynccontextmanager
+async def big_answers() -> AsyncIterator[tuple[Running, bytes]]:
+    """A node with a write deadline of 0.5 s and a room whose poll answer
+    is one and a half times what the kernel may take (about 6 MB with
+    Linux's default), and the request for that answer."""
+    size = min(1 << 20, max(60_000, kernel_send_buffer_max() * 3 // 200))  # 100 messages
+    async with running_node(write_timeout=0.5, max_message_bytes=size + 64,
+                            answer_bytes_max=200 * size) as node:
+        async with aiohttp.ClientSession() as session:
+            for i in range(100):
+                await send(session, node.url, "big", "x" * size + str(i))
+        yield node, b"/v1/rooms/big/poll?uid=u&recent=100"
 
 
 # -- A: a client that never reads its answers ----------------------------------------------
@@ -104,12 +123,10 @@ async def filled_room(node: Running, room: str, count: int = 60, size: int = 400
 def test_pipelined_polls_never_read_are_cut_off_at_the_write_deadline(
         loop_factory: LoopFactory) -> None:
     async def scenario() -> None:
-        async with running_node(write_timeout=0.5) as node:
+        async with big_answers() as (node, path):
             front, proxy = node.node.proxy.front, node.node.proxy
-            await filled_room(node, "nr")
             with raw_client(node, rcvbuf=4096) as sock:
-                # 16 answers of about 240 KiB each: far past every buffer.
-                sock.send(get("/v1/rooms/nr/poll?uid=u&recent=100") * 16)
+                sock.send(get(path.decode()) * 16)
                 assert await until(lambda: len(front.connections) == 1, 2)
                 assert await reset_by_server(sock, within=3)
             assert not front.connections
@@ -120,15 +137,13 @@ def test_pipelined_polls_never_read_are_cut_off_at_the_write_deadline(
 
 @pytest.mark.parametrize("loop_factory", LOOPS)
 def test_a_last_answer_never_read_does_not_keep_the_socket(loop_factory: LoopFactory) -> None:
-    """``Connection: close`` on an answer larger than the kernels' buffers
-    (about 6 MB), then not a byte read: the transport would wait for ever to
-    send it before closing."""
+    """``Connection: close`` on an answer larger than the kernel takes, then
+    not a byte read: the transport would wait for ever to send it before
+    closing."""
     async def scenario() -> None:
-        async with running_node(write_timeout=0.5, max_message_bytes=65536,
-                                answer_bytes_max=8 << 20) as node:
-            await filled_room(node, "lc", count=100, size=60000)
+        async with big_answers() as (node, path):
             with raw_client(node, rcvbuf=4096) as sock:
-                sock.send(get("/v1/rooms/lc/poll?uid=u&recent=100", "Connection: close"))
+                sock.send(get(path.decode(), "Connection: close"))
                 assert await reset_by_server(sock, within=3)
             assert node.node.proxy.front.write_timeouts == 1
     on_loop(loop_factory, scenario())
