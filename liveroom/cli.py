@@ -86,8 +86,8 @@ def _announce(node: Node) -> None:
 
 
 class _KeyList(click.types.StringParamType):
-    """Ticket keys: each ``--ticket-key`` one, the environment variable a
-    comma-separated list."""
+    """Ticket keys (or trusted proxies): each ``--ticket-key`` one, the
+    environment variable a comma-separated list."""
 
     name = "KEY"
     envvar_list_splitter = ","
@@ -159,7 +159,8 @@ def _settings_options(command: F) -> F:
             help_text += f"  [default: {shown}]"
         if spec.many:
             option = click.option(flag_of(name), name, multiple=True, type=_KeyList(),
-                                  envvar=env_of(name), show_envvar=True, help=help_text)
+                                  envvar=env_of(name), show_envvar=True, help=help_text,
+                                  metavar=spec.metavar or None)
         elif isinstance(default, bool):
             option = click.option(flag_of(name), name, is_flag=True, default=None,
                                   envvar=env_of(name), show_envvar=True, help=help_text)

@@ -79,6 +79,10 @@ class Metrics:
         self.refused_connections = Counter(
             "liveroom_connections_refused",
             "Connections refused past --connections-max (answered 503)", registry=r)
+        self.shed_connections = Counter(
+            "liveroom_connections_shed",
+            "Connections the front closed to protect the node, by reason", ["reason"],
+            registry=r)
         self.polls = Counter("liveroom_polls", "Polls answered", ["outcome"], registry=r)
         # The roles are imported by the time a node makes its metrics.
         Gauge("liveroom_build_info",

@@ -5,6 +5,7 @@ working server on one machine.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import typing
 from collections.abc import Callable
@@ -52,6 +53,10 @@ ONLINE_TTL = 90.0
 VIP_SHARDS = 16
 VIEWERS_THRESHOLD = 10_000
 HISTORY_TTL = 90 * 86_400.0
+
+
+LOOPBACK = ("127.0.0.0/8", "::1")
+"""The node's own machine: the proxies trusted unless told otherwise."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +252,11 @@ class Settings:
     keepalive_timeout: float = setting(
         15.0, "Seconds an idle keep-alive connection stays open.", LISTENING, lo=0.1,
         hi=300)
+    write_timeout: float = setting(
+        30.0, "Seconds a client has to take the answers written to it (the connection's "
+        "unsent bytes back under the low-water mark, or all sent once it closes); a client "
+        "that does not read is cut off and what it held is freed.", LISTENING, lo=0.1,
+        hi=600)
     shutdown_grace: float = setting(
         5.0, "Seconds requests in progress get to finish when the node stops (SIGTERM, "
         "SIGINT); held polls are answered at once.", LISTENING, lo=0, hi=600)
@@ -269,6 +279,17 @@ class Settings:
         0, "Connections this node keeps open at once; one more is answered 503 with "
         "Retry-After and closed. 0: the open-file limit less a reserve of 1 % (at least "
         "64).", BOUNDS, lo=0)
+    connections_per_ip: int = setting(
+        256, "Connections this node keeps open at once from one client address (an IPv6 "
+        "client: its /64); one more is answered 503 with Retry-After and closed. Clients "
+        "behind one NAT share it. 0: no limit.", BOUNDS, lo=0)
+    trusted_proxies: tuple[str, ...] = setting(
+        LOOPBACK, "Addresses or networks (CIDR) of your load balancers: only on their "
+        "connections is the client's address (for --connections-per-ip) taken from "
+        "X-Forwarded-For, and their own address is never capped. Repeat it (or "
+        "comma-separate the env var) for several; 'none' for no proxy. The default is a "
+        "proxy on the node's own machine (deploy/nginx.conf).", BOUNDS, many=True,
+        metavar="ADDRESS[/BITS]", show=",".join)
     rooms_max: int = setting(
         ROOMS_MAX, "Rooms each sect's cache holds at most (past this many that exist with "
         "held polls, a poll for a new room gets 503); the least recently read is evicted "
@@ -443,6 +464,8 @@ class Settings:
             # Two settings, one rule: the room's cap rides on the sender limits.
             object.__setattr__(self, "rate_limits", RateLimits(
                 self.rate_limits.per_uid, self.room_rate_limit))
+        if self.trusted_proxies in (("none",), ("off",)):
+            object.__setattr__(self, "trusted_proxies", ())
         found = self.problems()
         if found:
             raise ConfigError.of(found)
@@ -492,6 +515,12 @@ class Settings:
         if self.vip_demote > self.vip_promote:
             found.append(ConfigError("vip_demote", f"vip_demote ({self.vip_demote}) exceeds "
                                      f"vip_promote ({self.vip_promote})"))
+        for proxy in self.trusted_proxies:
+            try:
+                ipaddress.ip_network(proxy, strict=False)
+            except ValueError:
+                found.append(ConfigError("trusted_proxies", f"{proxy!r} is neither an "
+                                         "address nor a network (ADDRESS[/BITS])"))
         if self.durable_replicas and not self.shared_store:
             found.append(ConfigError("durable_replicas", "durable_replicas needs the redis "
                                      "engine: the memory engine has no replicas"))
@@ -662,7 +691,7 @@ def settings_from(given: dict[str, Any]) -> tuple[Settings | None, list[ConfigEr
     values: dict[str, Any] = {}
     found: list[ConfigError] = []
     for name, raw in given.items():
-        if raw is None:
+        if raw is None or raw == ():  # () : a repeatable flag not given
             continue
         try:
             values[name] = _convert(name, raw)

@@ -37,7 +37,8 @@ request is framed or who sends it (``Authorization``, ``Content-Type``,
 given twice is a 400: two readers could pick different copies. HTTP
 versions other than 1.0 and 1.1 get a 505. A connection closed after a
 refusal first sends its answer and a FIN, then reads and drops what the
-client still sends for :data:`LINGER` seconds: closing with unread bytes
+client still sends for :data:`LINGER` seconds and at most
+:data:`LINGER_MAX` bytes (then it is aborted): closing with unread bytes
 would make the kernel send a reset that can destroy the answer.
 
 **Timeouts.** The head of a request must arrive within ``header_timeout`` of
@@ -51,21 +52,47 @@ that leaves mid-hold cancels its poll: nothing stays behind. A client that
 half-closes (sends its FIN) right after its requests still gets their answers
 (a held poll is answered at once, empty), then the connection closes. Writes
 follow the transport's flow control: a client that does not read its answers
-is not read either.
+is not read either, and has ``write_timeout`` to take them (its unsent
+bytes back under the low-water mark; or all sent, once the connection is
+closing); past that, or past ``unsent_max`` unsent bytes, the connection is
+aborted (a reset: see :meth:`Connection.abort`) and what it held is freed,
+its held poll cancelled and its waiting requests dropped (the deadlines of
+connections whose writes are paused are kept in a second
+:class:`~proxy.deadlines.Deadlines`). A client that closes while its
+connection is not read (paused: the transport sees no FIN, and on some loops
+no reset, until it reads again) is found by the idle sweep, which asks
+``poll(2)`` about the paused sockets: a reset aborts, a FIN is taken as a
+half-close.
 
 **Connections.** At most ``connections_max`` open connections per node,
 those handed to aiohttp included (default: the open-file limit less a
-reserve, :func:`connection_capacity`); one past it is answered 503
-``overloaded`` with ``Retry-After`` and closed.
+reserve, :func:`connection_capacity`). At the cap, the connection that has
+gone longest without a valid request (an answer under 400, or a poll held)
+is aborted to make room; only when there is none is the new one answered 503
+``overloaded`` with ``Retry-After`` and closed. At most
+``connections_per_ip`` come from one client address (:func:`address_key`),
+handed ones included until aiohttp closes them; one more is answered the same
+way. A connection from one of ``trusted_proxies`` is not counted under the
+proxy's address but under the client each of its requests names in
+``X-Forwarded-For`` (:func:`forwarded_client`); over its cap, that request is
+answered 503 and the connection closes. The count is a dict entry per
+address, updated at each accept and close.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
+import ipaddress
 import logging
 import resource
+import select
+import socket
+import struct
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from email.utils import formatdate
@@ -106,6 +133,43 @@ LINGER = 2.0
 """Seconds a connection closed after a refusal keeps reading (and dropping)
 what the client still sends: closing a socket with unread bytes makes the
 kernel send a reset, which can destroy the answer before the client reads it."""
+LINGER_MAX = 64 * 1024
+"""Bytes a lingering close reads and drops at most (plus the rest of the
+read that passes it); past them the connection is aborted: a client that
+keeps sending after its refusal is not worth the reading."""
+WRITE_HIGH = 64 * 1024
+"""The transport's high-water mark (asyncio's and uvloop's default, left as
+it is): past it, writing pauses (and reading with it) and the write deadline
+runs; below a quarter of it, both resume."""
+UNSENT_MAX = 1024 * 1024
+"""Bytes of answers written but not yet taken by the client's socket, at
+most (unless a node's answers may be larger, see
+:attr:`FrontLimits.unsent_max`). Flow control keeps a connection to
+:data:`WRITE_HIGH` plus one answer; past this bound it is aborted at once,
+whatever its write deadline."""
+TRIM_AFTER = 1024 * 1024
+"""Bytes of unsent answers dropped by aborted connections after which the
+next sweep hands the memory freed back to the system (glibc's
+``malloc_trim``): the allocator would keep it otherwise, and a node that
+cut off a crowd of clients that did not read would keep their buffers'
+worth of RSS for good (measured: 1 000 such clients, +100 MiB without)."""
+
+
+def _trimmer() -> Callable[[], object] | None:
+    """``malloc_trim(0)`` of the C library, where it has one (glibc)."""
+    try:
+        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+    return partial(trim, 0)
+
+
+_TRIM = _trimmer()
+_RESET = struct.pack("ii", 1, 0)
+"""``SO_LINGER`` on, zero seconds: closing sends a reset."""
+_RDHUP: int = getattr(select, "POLLRDHUP", 0)
+"""Linux's "the peer shut down its side": what tells a client gone while its
+connection is not read (elsewhere only a reset is seen)."""
 SWEEP_EVERY = 1.0
 """Seconds between two sweeps for idle connections (at most half the idle timeout)."""
 
@@ -132,6 +196,16 @@ class FrontLimits:
     read, since llhttp reports neither."""
     connections_max: int = 0
     """Open connections per node (0: :func:`connection_capacity`)."""
+    connections_per_ip: int = 0
+    """Open connections per client address (an IPv6 one: its /64); 0: no limit."""
+    trusted_proxies: tuple[str, ...] = ()
+    """Addresses and networks whose connections name their client in
+    ``X-Forwarded-For`` (and are not capped themselves)."""
+    write_timeout: float = 30.0
+    """Seconds a connection's unsent answers may stay above the low-water
+    mark (or unsent at all once it closes) before it is aborted."""
+    unsent_max: int = UNSENT_MAX
+    """Bytes of unsent answers past which a connection is aborted at once."""
 
 
 def connection_capacity() -> int:
@@ -186,6 +260,44 @@ def parse_query(query: str) -> dict[str, str]:
             name, value = unquote_plus(name), unquote_plus(value)
         found.setdefault(name, value)
     return found
+
+
+def address_key(host: str) -> str:
+    """The address a connection is counted under: an IPv4 address as it is,
+    an IPv6 one by its /64 (what one subscriber is given, so one client
+    cannot spread over 2**64 addresses), an IPv4-mapped one as IPv4."""
+    if ":" not in host:
+        return host
+    try:
+        ip = ipaddress.IPv6Address(host.partition("%")[0])
+    except ValueError:
+        return host[:64]
+    mapped = ip.ipv4_mapped
+    if mapped is not None:
+        return str(mapped)
+    return ip.exploded[:19] + "::/64"
+
+
+def _hop(text: str) -> str:
+    """One address of ``X-Forwarded-For`` without its port, if it has one."""
+    text = text.strip()
+    if text.startswith("["):  # [v6]:port
+        return text[1:].partition("]")[0]
+    if text.count(":") == 1:  # v4:port
+        return text.partition(":")[0]
+    return text
+
+
+def forwarded_client(header: bytes, trusts: Callable[[str], bool]) -> str:
+    """The client ``X-Forwarded-For`` names, as :func:`address_key` counts it:
+    the last address not of a trusted proxy (each proxy appends the address
+    it was reached from, so only those the trusted ones appended can be
+    believed); ``""`` when every one is trusted."""
+    for hop in reversed(header.decode("latin-1").split(",")):
+        address = _hop(hop)
+        if address and not trusts(address):
+            return address_key(address[:64])
+    return ""
 
 
 _ONCE = {b"authorization": 1, b"content-type": 2, b"content-encoding": 4,
@@ -244,6 +356,9 @@ class _Request:
     discarded = 0
     error: Reply | None = None
     work: Poll | asyncio.Task[Reply] | None = None
+    forwarded: bytes | None = None
+    """``X-Forwarded-For`` (every copy, in order), kept only on a trusted
+    proxy's connection."""
 
 
 class Front:
@@ -255,16 +370,45 @@ class Front:
         self.sends = sends
         self.limits = limits or FrontLimits()
         self.connections_max = self.limits.connections_max or connection_capacity()
-        self.handoff: Callable[[], asyncio.Protocol] | None = None
-        """Makes aiohttp's protocol for a connection handed over (set when serving)."""
+        self.handoff: Callable[[Callable[[], None] | None], asyncio.Protocol] | None = None
+        """Makes aiohttp's protocol for a connection handed over (set when
+        serving); it calls what it is given when the connection closes."""
         self.handed: Callable[[], int] = lambda: 0
         """How many connections handed over are still open (set when serving)."""
         self.refused = 0
         """Connections refused past ``connections_max`` since start."""
         self.on_refused: Callable[[], None] | None = None
         """Called for each connection refused (a metric)."""
+        self.on_shed: Callable[[str], None] | None = None
+        """Called with the reason for each connection shed (a metric): its
+        client did not read (``write_timeout``, ``unsent``), flooded a lingering
+        close (``linger``), was closed to make room (``evicted``) or refused
+        past ``connections_per_ip`` (``per_ip``)."""
+        self.connections_per_ip = self.limits.connections_per_ip
+        self.refused_per_ip = 0
+        """Connections (or proxied requests) refused past ``connections_per_ip``."""
+        self.evicted = 0
+        """Connections closed at the cap to make room, never having had a valid request."""
+        self.write_timeouts = 0
+        """Connections aborted because their client did not take its answers."""
+        self.lingers_cut = 0
+        """Lingering closes aborted past :data:`LINGER_MAX`."""
+        self.dropped = 0
+        """Unsent bytes aborted connections dropped since memory was last
+        handed back (see :data:`TRIM_AFTER`)."""
+        self._trusted = tuple(ipaddress.ip_network(proxy, strict=False)
+                              for proxy in self.limits.trusted_proxies)
+        self.per_address: dict[str, int] = {}
+        """Open connections per client address (those counted: with a cap)."""
         self.connections: set[Connection] = set()
+        self.unproven: OrderedDict[Connection, None] = OrderedDict()
+        """Connections that have had no valid request yet, oldest first: the
+        first closed at the cap."""
+        self.paused: set[Connection] = set()
+        """Connections not read now (their client is ahead of its answers)."""
         self.timers: Deadlines[Connection] = Deadlines(Connection.timed_out, resolution=0.1)
+        self.write_deadlines: Deadlines[Connection] = Deadlines(Connection.write_timed_out,
+                                                                resolution=0.1)
         self._sweeper: asyncio.TimerHandle | None = None
         self.closing = False
         self._drained = asyncio.Event()
@@ -295,9 +439,43 @@ class Front:
         return self._date
 
     def forget(self, conn: Connection) -> None:
+        """``conn`` is closed, or aiohttp's: count it no more (safe to repeat)."""
         self.connections.discard(conn)
+        self.paused.discard(conn)
+        if conn.unproven:
+            conn.unproven = False
+            self.unproven.pop(conn, None)
+        address = conn.address
+        if address:
+            conn.address = ""
+            self.release(address)
         if self.closing and not self.connections:
             self._drained.set()
+
+    def release(self, address: str) -> None:
+        """One connection from ``address`` closed."""
+        left = self.per_address[address] - 1
+        if left:
+            self.per_address[address] = left
+        else:
+            del self.per_address[address]
+
+    def trusts(self, host: str) -> bool:
+        """Whether ``host`` is one of the trusted proxies."""
+        if not self._trusted:
+            return False
+        try:
+            ip = ipaddress.ip_address(host.partition("%")[0])
+        except ValueError:
+            return False
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        return any(ip in network for network in self._trusted)
+
+    def prove(self, conn: Connection) -> None:
+        """``conn`` had a valid request: no longer the first closed at the cap."""
+        conn.unproven = False
+        self.unproven.pop(conn, None)
 
     async def shutdown(self, grace: float) -> None:
         """Close idle connections now; give requests in progress ``grace``
@@ -311,6 +489,7 @@ class Front:
         for conn in list(self.connections):
             conn.abort()
         self.timers.close()
+        self.write_deadlines.close()
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None
@@ -320,25 +499,86 @@ class Front:
         """Connections open on this node: the front's and aiohttp's."""
         return len(self.connections) + self.handed()
 
-    def admits(self) -> bool:
-        """Whether one more connection fits under ``connections_max``; counts
-        the refusal when it does not."""
-        if len(self.connections) + self.handed() < self.connections_max:
-            return True
-        self.refused += 1
-        if self.on_refused is not None:
-            self.on_refused()
-        return False
-
-    def opened(self, conn: Connection) -> None:
+    def admit(self, conn: Connection, host: str) -> bytes | None:
+        """Take ``conn`` (from ``host``, ``""`` if unknown) in, or return the
+        answer that refuses it: past ``connections_per_ip`` for its address,
+        or past ``connections_max`` when no connection that never had a valid
+        request can be closed to make room (the oldest such is). A trusted
+        proxy's connection is counted under the client its requests name."""
+        address = ""
+        if self.connections_per_ip and host:
+            if self.trusts(host):
+                conn.proxied = True
+            else:
+                address = address_key(host)
+                if self.per_address.get(address, 0) >= self.connections_per_ip:
+                    self.refused_per_ip += 1
+                    self.shed("per_ip")
+                    return _CROWDED
+        if len(self.connections) + self.handed() >= self.connections_max \
+                and not self._make_room():
+            self.refused += 1
+            if self.on_refused is not None:
+                self.on_refused()
+            return _FULL
+        if address:
+            self.per_address[address] = self.per_address.get(address, 0) + 1
+            conn.address = address
         self.connections.add(conn)
+        conn.unproven = True
+        self.unproven[conn] = None
         if self._sweeper is None and not self.closing:
             self._sweep()
+        return None
+
+    def readdress(self, conn: Connection, forwarded: bytes | None) -> bool:
+        """Count a trusted proxy's connection under the client its request
+        names in ``X-Forwarded-For`` (none: not counted); False when that
+        client has ``connections_per_ip`` already."""
+        if forwarded == conn.forwarded:
+            return True  # the header of its last request: the same client, counted
+        conn.forwarded = forwarded
+        address = forwarded_client(forwarded, self.trusts) if forwarded else ""
+        if address == conn.address:
+            return True
+        if conn.address:
+            self.release(conn.address)
+            conn.address = ""
+        if not address:
+            return True
+        if self.per_address.get(address, 0) >= self.connections_per_ip:
+            self.refused_per_ip += 1
+            self.shed("per_ip")
+            return False
+        self.per_address[address] = self.per_address.get(address, 0) + 1
+        conn.address = address
+        return True
+
+    def _make_room(self) -> bool:
+        """At the cap: close the connection that has gone longest without a
+        valid request, if there is one (a flood of refused requests must not
+        keep listeners out)."""
+        if not self.unproven:
+            return False
+        conn, _ = self.unproven.popitem(last=False)
+        conn.unproven = False
+        self.evicted += 1
+        self.shed("evicted")
+        conn.abort()
+        return True
+
+    def shed(self, reason: str) -> None:
+        if self.on_shed is not None:
+            self.on_shed(reason)
 
     def _sweep(self) -> None:
         """Close connections idle for ``idle_timeout``; again in a second while
         there are connections. A flag check per connection: cheaper than
         arming a deadline after every answer."""
+        if self.dropped >= TRIM_AFTER:
+            self.dropped = 0
+            if _TRIM is not None:
+                _TRIM()  # a few ms for a heap of hundreds of MiB
         if not self.connections:
             self._sweeper = None
             return
@@ -348,6 +588,24 @@ class Front:
         stale = [c for c in self.connections if 0 < c.idle_since <= before]
         for conn in stale:
             conn.close_if_idle()
+        if self.paused:
+            self._watch_paused()
+
+    def _watch_paused(self) -> None:
+        """Find clients gone while their connections are not read: a paused
+        transport reads nothing, so it sees neither a FIN nor (on some loops)
+        a reset until it reads again, which may be a held poll's whole hold
+        away. One poll(2) that does not wait, for all of them."""
+        watch = select.poll()
+        by_fd: dict[int, Connection] = {}
+        for conn in self.paused:
+            fd = conn.fileno()
+            if fd >= 0:
+                watch.register(fd, _RDHUP)
+                by_fd[fd] = conn
+        for fd, events in watch.poll(0):
+            conn = by_fd[fd]
+            conn.hung_up(bool(events & (select.POLLHUP | select.POLLERR | select.POLLNVAL)))
 
 
 class Connection(asyncio.Protocol):
@@ -355,9 +613,10 @@ class Connection(asyncio.Protocol):
     is most of what holding it costs in memory)."""
 
     __slots__ = ("_backlog", "_between", "_closed", "_current", "_dead", "_dispatching", "_eof",
-                 "_feeding", "_fresh", "_front", "_handing_off", "_inflow", "_limits", "_parser",
-                 "_queue", "_raw", "_reading_paused", "_req", "_timer", "_timing", "_transport",
-                 "_writing_paused", "idle_since")
+                 "_feeding", "_fresh", "_front", "_handing_off", "_hangup", "_inflow", "_limits",
+                 "_parser", "_queue", "_raw", "_reading_paused", "_req", "_timer", "_timing",
+                 "_transport", "_write_due", "_writing_paused", "address", "forwarded",
+                 "idle_since", "proxied", "unproven")
 
     def __init__(self, front: Front) -> None:
         self._front = front
@@ -380,6 +639,16 @@ class Connection(asyncio.Protocol):
         """Key of this connection's deadline in the front's timers (-1: none)."""
         self._timing = _NONE
         """What the deadline is for: idle, a request's head, or its body."""
+        self._write_due = -1
+        """Key of its write deadline in the front's ``write_deadlines`` (-1: none)."""
+        self.address = ""
+        """The client address it is counted under (``""``: not counted)."""
+        self.proxied = False
+        """From a trusted proxy: its requests name the client."""
+        self.forwarded: bytes | None = None
+        """The ``X-Forwarded-For`` its address was last taken from."""
+        self.unproven = False
+        """Open, and no valid request yet (in the front's ``unproven``)."""
         self._raw: list[bytes] | None = []
         """Bytes read since a request began at the start of a read, until it is
         routed (to hand the connection to aiohttp); None when none did."""
@@ -392,6 +661,8 @@ class Connection(asyncio.Protocol):
         self._handing_off = False
         self._eof = False
         """The client half-closed: answer what arrived, then close."""
+        self._hangup = False
+        """The client shut its side while it was not read: held polls answer at once."""
         self._inflow = 0
         """Bytes read since the last request was complete."""
         self._dispatching = False
@@ -405,37 +676,54 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         front = self._front
-        if not front.admits():
-            # Past the cap: one answer, read nothing. (Pausing accept would leave
+        peer = transport.get_extra_info("peername") if front.connections_per_ip else None
+        refusal = front.admit(self, peer[0] if isinstance(peer, tuple) else "")
+        if refusal is not None:
+            # Past a cap: one answer, read nothing. (Pausing accept would leave
             # the clients waiting in the backlog with no word of why.)
             self._closed = self._dead = True
-            self._transport.write(_FULL % front.date())
+            self._transport.write(refusal % front.date())
             self._transport.close()
             return
         self.idle_since = _monotonic()
-        front.opened(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self._disarm()
+        self._disarm_write()
         self._front.forget(self)
         current, self._current = self._current, None
         if current is not None:
             self._cancel(current)
         self._queue.clear()
+        self._backlog = None
+        self._transport = None
+        self._parser = None  # it refers back to this protocol: a cycle only gc would free
+
+    def fileno(self) -> int:
+        """The socket's file descriptor (-1: none any more)."""
+        transport = self._transport
+        sock = transport.get_extra_info("socket") if transport is not None else None
+        return int(sock.fileno()) if sock is not None else -1
 
     def pause_writing(self) -> None:
+        """Past the high-water mark: answer nothing more, read nothing more, and
+        the client has ``write_timeout`` to take what was written."""
         self._writing_paused = True
+        self._arm_write()
         self._pause_reading()
 
     def resume_writing(self) -> None:
         self._writing_paused = False
+        if not self._closed:  # else what is left must still go within its deadline
+            self._disarm_write()
         self._resume_reading()
         self._next()
 
     def _pause_reading(self) -> None:
         if not self._reading_paused and self._transport is not None and not self._closed:
             self._reading_paused = True
+            self._front.paused.add(self)
             self._transport.pause_reading()
 
     def _resume_reading(self) -> None:
@@ -443,12 +731,38 @@ class Connection(asyncio.Protocol):
                 and self._backlog is None and len(self._queue) < self._limits.max_pipelined
                 and self._transport is not None and not self._closed):
             self._reading_paused = False
+            self._front.paused.discard(self)
             self._transport.resume_reading()
+
+    def hung_up(self, reset: bool) -> None:
+        """Its client closed while it was not read (seen by the front's
+        sweep). A reset aborts the connection. A FIN may be a half-close (the
+        client still reads): as after :meth:`eof_received`, held polls are
+        answered at once, empty, the requests sent before it are still read
+        and answered, then the connection closes; a client gone for good
+        resets the first of these answers, which closes it sooner."""
+        if reset:
+            self.abort()
+            return
+        self._front.paused.discard(self)  # seen: no need to look again
+        if self._hangup or self._closed:
+            return
+        self._hangup = True
+        work = self._current.work if self._current is not None else None
+        if isinstance(work, Poll):
+            work.release()
 
     def data_received(self, data: bytes) -> None:
         if self._dead:
             if self._handing_off and self._raw is not None:
                 self._raw.append(data)
+            elif self._closed:
+                # A lingering close: dropped, up to LINGER_MAX.
+                self._inflow += len(data)
+                if self._inflow > LINGER_MAX:
+                    self._front.lingers_cut += 1
+                    self._front.shed("linger")
+                    self.abort()
             return
         # Not activity by itself: a connection stays idle (see ``idle_since``)
         # until a request is complete, so bytes that begin none keep nothing open.
@@ -618,6 +932,9 @@ class Connection(asyncio.Protocol):
             req.authorization = value
         elif name == b"expect":
             req.expect = value.lower() == b"100-continue"
+        elif name == b"x-forwarded-for" and self.proxied:
+            forwarded = req.forwarded
+            req.forwarded = value if forwarded is None else forwarded + b"," + value
 
     def on_headers_complete(self) -> None:
         req = self._req
@@ -728,6 +1045,9 @@ class Connection(asyncio.Protocol):
             self._resume_reading()
 
     def _dispatch(self, req: _Request) -> None:
+        if self.proxied and req.error is None \
+                and not self._front.readdress(self, req.forwarded):
+            req.error, req.close_after = _CROWDED_REPLY, True
         if req.error is not None:
             self._answer(req, req.error)
         elif req.kind == POLL:
@@ -739,8 +1059,11 @@ class Connection(asyncio.Protocol):
             accept, req.accept = req.accept, ""
             poll = req.work = self._front.polls.start(room, parse_query(query), accept,
                                                       self._answer_current, authorization)
-            if self._eof and poll is not None:
-                poll.release()
+            if poll is not None:
+                if self.unproven:
+                    self._front.prove(self)  # held: a valid poll
+                if self._eof or self._hangup:
+                    poll.release()
         else:
             assert req.body is not None
             task = asyncio.create_task(self._front.sends.send(
@@ -797,6 +1120,8 @@ class Connection(asyncio.Protocol):
             extra += b"Connection: close\r\n"
         elif req.http10:
             extra += b"Connection: keep-alive\r\n"
+        if self.unproven and reply.status < 400:
+            front.prove(self)
         body = reply.body
         self._write(b"%sContent-Length: %d\r\n%s%s\r\n%s" % (
             front.head(reply.status, reply.content_type), len(body), front.date(), extra, body))
@@ -806,8 +1131,12 @@ class Connection(asyncio.Protocol):
             self._next()
 
     def _write(self, data: bytes) -> None:
-        if self._transport is not None and not self._closed:
-            self._transport.write(data)
+        transport = self._transport
+        if transport is not None and not self._closed:
+            transport.write(data)
+            if self._writing_paused and transport.get_write_buffer_size() > self._limits.unsent_max:
+                self._front.shed("unsent")
+                self.abort()  # answers pile up on a client that does not read
 
     def _cancel(self, req: _Request) -> None:
         work, req.work = req.work, None
@@ -827,6 +1156,24 @@ class Connection(asyncio.Protocol):
         if self._timer >= 0:
             self._front.timers.discard(self, self._timer)
             self._timer, self._timing = -1, _NONE
+
+    def _arm_write(self) -> None:
+        if self._write_due < 0:
+            self._write_due = self._front.write_deadlines.add(
+                self, asyncio.get_running_loop().time() + self._limits.write_timeout)
+
+    def _disarm_write(self) -> None:
+        if self._write_due >= 0:
+            self._front.write_deadlines.discard(self, self._write_due)
+            self._write_due = -1
+
+    def write_timed_out(self) -> None:
+        """Its answers were not taken within ``write_timeout``: the client does
+        not read. Abort it and free what it holds."""
+        self._write_due = -1
+        self._front.write_timeouts += 1
+        self._front.shed("write_timeout")
+        self.abort()
 
     def timed_out(self) -> None:
         """Its deadline passed: an idle connection closes, a slow request gets
@@ -860,12 +1207,18 @@ class Connection(asyncio.Protocol):
         if transport is not None and not self._closed:
             self._closed = True
             self._front.forget(self)
+            if transport.get_write_buffer_size():
+                # A transport closes once its buffer is sent, which a client that
+                # does not read would put off for ever.
+                self._arm_write()
             if self._dead and not self._eof and not self._handing_off \
                     and transport.can_write_eof():
                 # Refused with bytes perhaps still coming: a lingering close (as
                 # nginx's): the answer and a FIN now, the rest read and dropped
-                # until the client closes too or LINGER runs out.
+                # until the client closes too, LINGER runs out or LINGER_MAX
+                # bytes were dropped.
                 transport.write_eof()
+                self._inflow = 0
                 self._arm(_LINGER, LINGER)
                 if self._reading_paused:
                     self._reading_paused = False
@@ -874,10 +1227,29 @@ class Connection(asyncio.Protocol):
             transport.close()
 
     def abort(self) -> None:
+        """Close at once, unsent answers dropped, and let go of everything the
+        connection holds: its poll or send cancelled, its waiting requests and
+        unparsed bytes dropped."""
         self._disarm()
-        if self._transport is not None and not self._closed:
-            self._closed = True
-            self._transport.abort()
+        self._disarm_write()
+        self._closed = self._dead = True
+        self._front.forget(self)
+        current, self._current = self._current, None
+        if current is not None:
+            self._cancel(current)
+        self._queue.clear()
+        self._backlog = None
+        self._req = None
+        transport = self._transport
+        if transport is not None:
+            self._front.dropped += transport.get_write_buffer_size()
+            sock = transport.get_extra_info("socket")
+            if sock is not None:
+                # A reset, not a FIN after what the kernel still holds: the
+                # kernel's buffers go too, now, whether the client reads or not.
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+            transport.abort()
 
     def _hand_off(self) -> None:
         """Give the connection, and every byte since its request began, to aiohttp."""
@@ -886,9 +1258,12 @@ class Connection(asyncio.Protocol):
         assert self._raw is not None
         assert front.handoff is not None
         self._disarm()
+        self._disarm_write()
         self._closed = True  # for this protocol
+        # aiohttp's connection stays counted under its address until it closes.
+        address, self.address = self.address, ""
         front.forget(self)
-        protocol = front.handoff()
+        protocol = front.handoff(partial(front.release, address) if address else None)
         transport.set_protocol(protocol)
         protocol.connection_made(transport)
         if self._reading_paused:
@@ -900,10 +1275,21 @@ class Connection(asyncio.Protocol):
 _UPGRADE = error_reply(400, "bad_request",
                        "protocol upgrades (Upgrade, CONNECT) are not served here; nothing "
                        "after this request is read")
-_FULL = (b"HTTP/1.1 503 Service Unavailable\r\nServer: liveroom\r\n"
-         b"Content-Type: application/json\r\nContent-Length: 75\r\n%sRetry-After: 1\r\n"
-         b"Connection: close\r\n\r\n"
-         b'{"error":"overloaded","message":"too many connections to this node: retry"}')
+
+
+def _refusal(message: str) -> bytes:
+    """A 503 ``overloaded`` answer to a connection refused at once (``%s``:
+    where its Date header goes)."""
+    body = b'{"error":"overloaded","message":"%s"}' % message.encode()
+    return (b"HTTP/1.1 503 Service Unavailable\r\nServer: liveroom\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n%%sRetry-After: 1\r\n"
+            b"Connection: close\r\n\r\n%s" % (len(body), body))
+
+
+_FULL = _refusal("too many connections to this node: retry")
+_CROWDED_MESSAGE = "too many connections from your address to this node: retry"
+_CROWDED = _refusal(_CROWDED_MESSAGE)
+_CROWDED_REPLY = error_reply(503, "overloaded", _CROWDED_MESSAGE, retry_after=1)
 
 
 def _not_allowed(method: str) -> Reply:

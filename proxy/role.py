@@ -25,7 +25,7 @@ from liveroom.whitelist import VipList
 
 from .auth import Tokens
 from .context import ContextSigner
-from .front import Front, FrontLimits
+from .front import UNSENT_MAX, WRITE_HIGH, Front, FrontLimits
 from .heartbeats import Heartbeats
 from .hold import Holds, held_capacity
 from .operators import OperatorRoutes
@@ -73,8 +73,12 @@ class Proxy:
         self.polls.tickets = self.sends.tickets = self.tickets
         self.front = Front(self.polls, self.sends, FrontLimits(
             header_timeout=settings.header_timeout, body_timeout=settings.request_timeout,
-            idle_timeout=settings.keepalive_timeout, connections_max=settings.connections_max))
+            idle_timeout=settings.keepalive_timeout, connections_max=settings.connections_max,
+            connections_per_ip=settings.connections_per_ip,
+            trusted_proxies=settings.trusted_proxies, write_timeout=settings.write_timeout,
+            unsent_max=unsent_max(settings)))
         self.front.on_refused = metrics.refused_connections.inc
+        self.front.on_shed = lambda reason: metrics.shed_connections.labels(reason).inc()
         metrics.track(metrics.connections, lambda: self.front.open_connections)
         metrics.track(metrics.held_polls, self.held_polls)
         self.routes = Routes(settings=settings, reader=reader, polls=self.polls,
@@ -124,6 +128,14 @@ class Proxy:
         (within the runner's shutdown grace) and close its connections."""
         self.holds.release_all()
         await self.front.shutdown(self.settings.shutdown_grace)
+
+
+def unsent_max(settings: Settings) -> int:
+    """Unsent bytes past which a connection is aborted: :data:`~.front.UNSENT_MAX`,
+    or the high-water mark and two of the largest answers these settings
+    allow (a budget's worth of messages and one more message) if that is more."""
+    return max(UNSENT_MAX, WRITE_HIGH + 2 * (settings.answer_bytes_max
+                                             + settings.max_message_bytes))
 
 
 def _given(value: str | None, name: str) -> str:

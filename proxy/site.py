@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from collections.abc import Callable
 from http import HTTPStatus
 
 import orjson
@@ -26,7 +27,16 @@ class _Handler(RequestHandler):
     """aiohttp's protocol for a connection the front handed over. aiohttp
     answers a request it cannot parse before any handler or middleware runs,
     as plain text with its own ``Server`` header; here that answer is JSON
-    ``{"error", "message"}`` with liveroom's, like every other."""
+    ``{"error", "message"}`` with liveroom's, like every other. ``on_lost``
+    runs when the connection closes (the front's count of it by address)."""
+
+    on_lost: Callable[[], None] | None = None
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        super().connection_lost(exc)
+        on_lost, self.on_lost = self.on_lost, None
+        if on_lost is not None:
+            on_lost()
 
     def handle_error(self, request: BaseRequest, status: int = 500,
                      exc: BaseException | None = None,
@@ -62,11 +72,13 @@ class _Handler(RequestHandler):
         return True
 
 
-def handler_of(server: web.Server) -> RequestHandler:
+def handler_of(server: web.Server, on_lost: Callable[[], None] | None = None) -> RequestHandler:
     """The protocol ``server`` would make for a connection, answering its
-    parse errors as :class:`_Handler` does."""
+    parse errors as :class:`_Handler` does, calling ``on_lost`` when it closes."""
     # What web.Server.__call__ does, with our class.
-    return _Handler(server, loop=server._loop, **server._kwargs)
+    handler = _Handler(server, loop=server._loop, **server._kwargs)
+    handler.on_lost = on_lost
+    return handler
 
 
 class FrontSite(web.BaseSite):
@@ -100,7 +112,7 @@ class FrontSite(web.BaseSite):
         await super().start()
         handoff = self._runner.server
         assert handoff is not None
-        self._front.handoff = lambda: handler_of(handoff)
+        self._front.handoff = lambda on_lost: handler_of(handoff, on_lost)
         # aiohttp's server keeps its connections in a dict; its public
         # ``connections`` copies them into a list, too dear for every accept.
         handed = handoff._connections

@@ -21,6 +21,7 @@ from support import ADMIN, PUBLISHER, Listener, clean_env, running_node
 from liveroom import __version__
 from liveroom.cli import main
 from liveroom.clock import FakeClock
+from liveroom.settings import Settings, settings_from
 
 OPTIONS = {
     "--host": "LIVEROOM_HOST",
@@ -138,6 +139,9 @@ def test_serve_help_shows_the_traffic_defaults() -> None:
     pytest.param(["serve", "--hold-tick", "2"], {}, ["--hold-tick"], id="hold-tick"),
     pytest.param(["serve", "--vip-refresh", "0"], {}, ["--vip-refresh"], id="vip-refresh"),
     pytest.param(["serve", "--vip-room", "stage"], {}, ["No such option"], id="vip-room-gone"),
+    pytest.param(["serve", "--trusted-proxies", "10.0.0.0/33"], {},
+                 ["--trusted-proxies", "'10.0.0.0/33' is neither an address nor a network"],
+                 id="trusted-proxy"),
 ])
 def test_bad_traffic_settings_are_refused(args: list[str], env: dict[str, str],
                                           mentions: list[str]) -> None:
@@ -146,6 +150,18 @@ def test_bad_traffic_settings_are_refused(args: list[str], env: dict[str, str],
     for text in mentions:
         assert text in flat(result.output), result.output
     assert "Traceback" not in result.output
+
+
+def test_trusted_proxies_are_the_nodes_own_machine_unless_told() -> None:
+    """A repeatable flag not given (click passes ``()``) keeps its default."""
+    assert settings_from({"trusted_proxies": ()})[0] == Settings()
+    assert Settings().trusted_proxies == ("127.0.0.0/8", "::1")
+    told, _ = settings_from({"trusted_proxies": "10.0.0.0/24, 192.0.2.1"})
+    assert told is not None
+    assert told.trusted_proxies == ("10.0.0.0/24", "192.0.2.1")
+    nobody, _ = settings_from({"trusted_proxies": ("none",)})
+    assert nobody is not None
+    assert nobody.trusted_proxies == ()
 
 
 @pytest.mark.parametrize("args", [

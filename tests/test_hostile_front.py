@@ -1,0 +1,274 @@
+"""The attacks the front withstands: clients that hold a node's memory or
+sockets by timing alone, or crowd others out.
+
+One test per attack, each named for it, over real sockets on 127.0.0.1
+against a node the test starts. The clients that must not read are plain
+sockets no event loop reads for them (an asyncio stream would read ahead into
+its own buffer), with a small receive buffer so that the node's writes back up
+quickly. Deadlines are the front's real ones (loop timers), set small; the
+attacks that depend on what a transport reports (a deadline on its write
+buffer, a close it is not reading) run on both loops a node may run on:
+asyncio's and uvloop's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import select
+import socket
+import struct
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+
+import aiohttp
+import pytest
+import uvloop
+from support import ADMIN_HEADERS, Listener, Running, read_response, running_node, send
+from test_front import closed_by_server, connect, get
+
+LOOPS = [pytest.param(asyncio.new_event_loop, id="asyncio"),
+         pytest.param(uvloop.new_event_loop, id="uvloop")]
+"""The event loops a node runs on: asyncio's (tests) and uvloop (``liveroom serve``)."""
+
+LoopFactory = Callable[[], asyncio.AbstractEventLoop]
+
+
+def on_loop(loop_factory: LoopFactory, scenario: Awaitable[None]) -> None:
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        runner.run(scenario)  # type: ignore[arg-type]
+
+
+@contextmanager
+def raw_client(node: Running, *, rcvbuf: int = 0, sndbuf: int = 0) -> Iterator[socket.socket]:
+    """A connected plain socket, read by nobody unless the test does; ``rcvbuf``
+    and ``sndbuf`` (bytes, before connecting: they size the TCP window) keep
+    the kernel from absorbing what the node writes or what the client sends."""
+    sock = socket.socket()
+    if rcvbuf:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    if sndbuf:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
+    host, port = node.url.removeprefix("http://").split(":")
+    sock.connect((host, int(port)))  # loopback: the kernel completes it, no accept needed
+    sock.setblocking(False)
+    try:
+        yield sock
+    finally:
+        sock.close()
+
+
+async def reset_by_server(sock: socket.socket, within: float) -> bool:
+    """Whether the node resets ``sock`` within ``within`` seconds (what an
+    aborted connection sends), looking every 20 ms without reading it."""
+    watch = select.poll()
+    watch.register(sock, select.POLLERR | select.POLLHUP)
+    loop = asyncio.get_running_loop()
+    end = loop.time() + within
+    while loop.time() < end:
+        if any(events & (select.POLLERR | select.POLLHUP) for _, events in watch.poll(0)):
+            return True
+        await asyncio.sleep(0.02)
+    return False
+
+
+async def until(check: Callable[[], bool], within: float) -> bool:
+    """Whether ``check()`` holds within ``within`` seconds (looked at every 10 ms)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + within
+    while not check():
+        if loop.time() >= end:
+            return False
+        await asyncio.sleep(0.01)
+    return True
+
+
+async def cut_off(reader: asyncio.StreamReader) -> bool:
+    """Whether the node closed (or reset) the connection ``reader`` reads."""
+    try:
+        return await closed_by_server(reader)
+    except ConnectionResetError:
+        return True
+
+
+def kernel_send_buffer_max() -> int:
+    """The most a socket's send buffer may grow to here (Linux's
+    ``tcp_wmem``; 4 MiB where it cannot be read): what the node's kernel may
+    take of its answers before its own buffer fills."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/tcp_wmem").read_text().split()[2])
+    except (OSError, IndexError, ValueError):
+        return 4 << 20
+
+
+@asynccontextmanager
+async def big_answers() -> AsyncIterator[tuple[Running, bytes]]:
+    """A node with a write deadline of 0.5 s and a room whose poll answer
+    is one and a half times what the kernel may take (about 6 MB with
+    Linux's default), and the request for that answer."""
+    size = min(1 << 20, max(60_000, kernel_send_buffer_max() * 3 // 200))  # 100 messages
+    async with running_node(write_timeout=0.5, max_message_bytes=size + 64,
+                            answer_bytes_max=200 * size) as node:
+        async with aiohttp.ClientSession() as session:
+            for i in range(100):
+                await send(session, node.url, "big", "x" * size + str(i))
+        yield node, b"/v1/rooms/big/poll?uid=u&recent=100"
+
+
+# -- A: a client that never reads its answers ----------------------------------------------
+
+
+@pytest.mark.parametrize("loop_factory", LOOPS)
+def test_pipelined_polls_never_read_are_cut_off_at_the_write_deadline(
+        loop_factory: LoopFactory) -> None:
+    async def scenario() -> None:
+        async with big_answers() as (node, path):
+            front, proxy = node.node.proxy.front, node.node.proxy
+            with raw_client(node, rcvbuf=4096) as sock:
+                sock.send(get(path.decode()) * 16)
+                assert await until(lambda: len(front.connections) == 1, 2)
+                assert await reset_by_server(sock, within=3)
+            assert not front.connections
+            assert proxy.held_polls() == 0
+            assert front.write_timeouts == 1
+    on_loop(loop_factory, scenario())
+
+
+@pytest.mark.parametrize("loop_factory", LOOPS)
+def test_a_last_answer_never_read_does_not_keep_the_socket(loop_factory: LoopFactory) -> None:
+    """``Connection: close`` on an answer larger than the kernel takes, then
+    not a byte read: the transport would wait for ever to send it before
+    closing."""
+    async def scenario() -> None:
+        async with big_answers() as (node, path):
+            with raw_client(node, rcvbuf=4096) as sock:
+                sock.send(get(path.decode(), "Connection: close"))
+                assert await reset_by_server(sock, within=3)
+            assert node.node.proxy.front.write_timeouts == 1
+    on_loop(loop_factory, scenario())
+
+
+# -- B: a client that leaves while its pipelined requests wait ---------------------------------
+
+
+@pytest.mark.parametrize("closing", ["fin", "reset"])
+@pytest.mark.parametrize("loop_factory", LOOPS)
+def test_a_client_gone_while_its_pipelined_polls_wait_is_let_go(
+        loop_factory: LoopFactory, closing: str) -> None:
+    async def scenario() -> None:
+        # keepalive 0.5 s: the front's sweep (which looks for such clients) every 0.25 s.
+        async with running_node(keepalive_timeout=0.5) as node:
+            front, proxy = node.node.proxy.front, node.node.proxy
+            async with aiohttp.ClientSession() as session:
+                first = await Listener(session, "gone").poll(node.url)
+            held = get(f"/v1/rooms/gone/poll?uid=u&epoch={first['epoch']}&seq={first['seq']}"
+                       f"&iseq={first['iseq']}&timeout=60")
+            with raw_client(node) as sock:
+                # 16 wait their turn behind the held one, the rest is kept
+                # unparsed: the front stops reading this connection.
+                sock.send(held * 24)
+                assert await until(lambda: proxy.held_polls() == 1, 2)
+                if closing == "reset":
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            # Closed while not read: found and let go within a sweep or two.
+            assert await until(lambda: not front.connections and not proxy.held_polls(), 2)
+    on_loop(loop_factory, scenario())
+
+
+# -- C: a client that floods a connection after its refusal ---------------------------------
+
+
+@pytest.mark.parametrize("loop_factory", LOOPS)
+def test_a_flood_after_a_refusal_is_dropped_only_so_far(loop_factory: LoopFactory) -> None:
+    async def scenario() -> None:
+        async with running_node() as node:
+            with raw_client(node, sndbuf=16384) as sock:
+                # Refused at its head (413: too large to read and drop), then
+                # the lingering close reads what follows to keep the answer safe.
+                sock.send(b"POST /v1/rooms/fl/messages HTTP/1.1\r\nHost: t\r\n"
+                          b"Content-Type: application/json\r\nContent-Length: 100000000\r\n\r\n")
+                loop, chunk, sent = asyncio.get_running_loop(), b"x" * 65536, 0
+                with pytest.raises(ConnectionError):  # noqa: PT012 (the flood is the point)
+                    while sent < 64 << 20:
+                        await loop.sock_sendall(sock, chunk)
+                        sent += len(chunk)
+            # What was read and dropped, what the kernels hold on either side.
+            assert sent < 16 << 20
+            assert node.node.proxy.front.lingers_cut == 1
+    on_loop(loop_factory, scenario())
+
+
+# -- D: one address crowding the node --------------------------------------------------------
+
+
+async def test_one_address_cannot_take_more_than_its_connections() -> None:
+    async with running_node(connections_per_ip=3, trusted_proxies=()) as node:
+        front = node.node.proxy.front
+        async with connect(node) as (r1, w1), connect(node) as (_r2, _w2):
+            w1.write(get("/healthz"))  # handed to aiohttp: still counted
+            assert (await read_response(r1))[0] == 200
+            async with connect(node) as (_r3, _):
+                async with connect(node) as (r4, _):
+                    status, headers, body = await read_response(r4)
+                    assert (status, headers["connection"], headers["retry-after"]) == (
+                        503, "close", "1")
+                    assert json.loads(body)["error"] == "overloaded"
+                    assert "your address" in json.loads(body)["message"]
+                    assert await closed_by_server(r4)
+                assert front.per_address == {"127.0.0.1": 3}
+                assert front.refused_per_ip == 1
+            # One closed: the next is served.
+            assert await until(lambda: front.per_address == {"127.0.0.1": 2}, 5)
+            async with connect(node) as (r5, w5):
+                w5.write(get("/v1/rooms/ip/poll?uid=v"))
+                assert (await read_response(r5))[0] == 200
+        assert await until(lambda: not front.per_address, 5)  # aiohttp's too
+        async with aiohttp.ClientSession() as session, session.get(
+                f"{node.url}/metrics", headers=ADMIN_HEADERS) as resp:
+            assert 'liveroom_connections_shed_total{reason="per_ip"} 1.0' in await resp.text()
+
+
+async def test_x_forwarded_for_names_the_client_only_behind_a_trusted_proxy() -> None:
+    forwarded = "X-Forwarded-For: 198.51.100.8, 198.51.100.7"  # the first made up by the client
+    async with running_node(connections_per_ip=2, trusted_proxies=("127.0.0.0/8",)) as node:
+        front = node.node.proxy.front
+        async with connect(node) as (r1, w1), connect(node) as (r2, w2), \
+                connect(node) as (r3, w3), connect(node) as (r4, w4):
+            # The proxy's own connections are not capped; its clients are.
+            for reader, writer in ((r1, w1), (r2, w2)):
+                writer.write(get("/v1/rooms/xf/poll?uid=u", forwarded))
+                assert (await read_response(reader))[0] == 200
+            w3.write(get("/v1/rooms/xf/poll?uid=u", "X-Forwarded-For: 198.51.100.7"))
+            status, headers, body = await read_response(r3)
+            assert (status, headers["connection"], headers["retry-after"]) == (503, "close", "1")
+            assert json.loads(body)["error"] == "overloaded"
+            w4.write(get("/v1/rooms/xf/poll?uid=u", "X-Forwarded-For: 203.0.113.9"))
+            assert (await read_response(r4))[0] == 200
+            assert front.per_address == {"198.51.100.7": 2, "203.0.113.9": 1}
+    # From anyone else, X-Forwarded-For says nothing: the connection's address counts.
+    async with running_node(connections_per_ip=2, trusted_proxies=()) as node, \
+            connect(node) as (r1, w1), connect(node) as (_r2, _w2), connect(node) as (r3, _w3):
+        w1.write(get("/v1/rooms/xf/poll?uid=u", "X-Forwarded-For: 203.0.113.10"))
+        assert (await read_response(r1))[0] == 200
+        assert (await read_response(r3))[0] == 503
+
+
+async def test_a_flood_of_refused_requests_does_not_keep_a_listener_out() -> None:
+    async with running_node(connections_max=4) as node:
+        front = node.node.proxy.front
+        async with connect(node) as (r1, w1), connect(node) as (r2, w2), \
+                connect(node) as (r3, w3), connect(node) as (r4, w4):
+            flood = ((r1, w1), (r2, w2), (r3, w3), (r4, w4))
+            for reader, writer in flood:
+                writer.write(get("/v1/rooms/fd/poll"))  # no uid: a 400, kept alive
+                status, headers, _ = await read_response(reader)
+                assert status == 400
+                assert "connection" not in headers
+            # The node is full of connections that never had a valid request:
+            # the oldest makes room for the listener.
+            async with connect(node) as (reader, writer):
+                writer.write(get("/v1/rooms/fd/poll?uid=listener"))
+                assert (await read_response(reader))[0] == 200
+            assert await cut_off(r1)
+            assert (front.evicted, front.refused) == (1, 0)
