@@ -13,6 +13,7 @@ import asyncio
 import socket
 from collections.abc import Callable
 from http import HTTPStatus
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -21,6 +22,10 @@ from aiohttp.web_request import BaseRequest
 
 from .front import Front
 from .routes import HELD_POLL
+
+HANDED_QUEUE = 2
+"""Requests a connection handed to aiohttp may have parsed and waiting
+(behind the one being answered) before aiohttp stops reading it."""
 
 
 class _Handler(RequestHandler):
@@ -31,6 +36,14 @@ class _Handler(RequestHandler):
     runs when the connection closes (the front's count of it by address)."""
 
     on_lost: Callable[[], None] | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # aiohttp queues up to 32 parsed requests a connection, each with its
+        # body's buffer (~3 MB behind one held poll); the front queues at
+        # most a few answers. Two here, then reading pauses until one is done.
+        self._max_msg_queue_size = HANDED_QUEUE
+        self._msg_queue_resume_size = HANDED_QUEUE - 1
 
     def connection_lost(self, exc: BaseException | None) -> None:
         super().connection_lost(exc)

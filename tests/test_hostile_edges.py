@@ -255,3 +255,36 @@ async def test_a_listener_ahead_of_this_node_keeps_its_pseq(
         answer = await behind_with("me", 5)
         assert [m["body"] for m in answer["personal"]] == ["p6"]  # 4 and 5 not again
         assert answer["pseq"] == 6
+
+
+# -- a connection handed to aiohttp -----------------------------------------------------------
+
+
+async def test_bodies_pipelined_behind_a_held_poll_on_aiohttp_are_not_all_buffered() -> None:
+    """Before: aiohttp parsed 32 requests a connection ahead of the one being
+    answered, each buffering its body (~3 MB behind one held poll here)."""
+    async with running_node() as node, connection(node, "aiohttp") as (_reader, writer):
+        writer.write(b"GET /v1/rooms/queue/poll?uid=a&epoch=0&seq=0&iseq=0&timeout=60 "
+                     b"HTTP/1.1\r\nHost: t\r\n\r\n")
+        holds = node.node.proxy.polls.holds
+        async with asyncio.timeout(5):
+            while holds.count < 1:
+                await asyncio.sleep(0.01)
+        body = b'{"uid": "s", "body": "' + b"x" * 100_000 + b'"}'
+        for _ in range(30):
+            writer.write(post("/v1/rooms/queue/messages", body))
+        # Let the node read all it will: the client's writes stop moving
+        # once the node stops reading and the kernel's buffers fill.
+        transport = writer.transport
+        async with asyncio.timeout(10):
+            while True:
+                before = transport.get_write_buffer_size()
+                await asyncio.sleep(0.2)
+                if transport.get_write_buffer_size() == before:
+                    break
+        handlers = node.runner.server.connections if node.runner.server else []
+        queued = [len(h._messages) for h in handlers]  # type: ignore[attr-defined]
+        assert queued, "the connection was not handed to aiohttp"
+        # The queue's bound (2) and what the read that crossed it had
+        # parsed (a read brings at most 256 KiB: about 3 of these requests).
+        assert max(queued) <= 5, queued
