@@ -688,15 +688,7 @@ class Connection(asyncio.Protocol):
         self.idle_since = _monotonic()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._closed = True
-        self._disarm()
-        self._disarm_write()
-        self._front.forget(self)
-        current, self._current = self._current, None
-        if current is not None:
-            self._cancel(current)
-        self._queue.clear()
-        self._backlog = None
+        self._let_go()
         self._transport = None
         self._parser = None  # it refers back to this protocol: a cycle only gc would free
 
@@ -1226,19 +1218,25 @@ class Connection(asyncio.Protocol):
                 return
             transport.close()
 
-    def abort(self) -> None:
-        """Close at once, unsent answers dropped, and let go of everything the
-        connection holds: its poll or send cancelled, its waiting requests and
-        unparsed bytes dropped."""
+    def _let_go(self) -> None:
+        """Closed: no more deadlines, out of the front's books, its poll or
+        send cancelled, its waiting requests and unparsed bytes dropped."""
+        self._closed = True
         self._disarm()
         self._disarm_write()
-        self._closed = self._dead = True
         self._front.forget(self)
         current, self._current = self._current, None
         if current is not None:
             self._cancel(current)
         self._queue.clear()
         self._backlog = None
+
+    def abort(self) -> None:
+        """Close at once, unsent answers dropped, and let go of everything the
+        connection holds: its poll or send cancelled, its waiting requests and
+        unparsed bytes dropped."""
+        self._dead = True
+        self._let_go()
         self._req = None
         transport = self._transport
         if transport is not None:
