@@ -352,19 +352,16 @@ class Holds:
         if self.closing:
             return None
         state = self._rooms.get(room)
-        if state is None or state.watcher is None:
-            self._check_capacity()
-            state = self._room(room, snapshot)
-        elif state.snapshot is not snapshot:
+        if state is not None and state.snapshot is not snapshot:
             # The room's copy and the poll's snapshot differ: the reader says
             # which is newest (the copy may lag a swap by a few loop turns, or
             # the poll may have read before the last swap).
             newest = self._refresh(room, state)
             if newest is not snapshot and moved_past(newest, snapshot):
                 return newest
-            self._check_capacity()
-        else:
-            self._check_capacity()
+        self._check_capacity()
+        if state is None or state.watcher is None:
+            state = self._room(room, snapshot)
         # A deadline already passed (a poll held again right at its end) fires
         # at the next turn of the deadlines' timer.
         held_poll = HeldPoll(poll, room, state, False, uid)
