@@ -37,7 +37,6 @@ ones). It costs one pointer per held message.
 
 from __future__ import annotations
 
-import weakref
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -98,8 +97,10 @@ class NodeCap:
     a message of its own; such a reference drops its holder's oldest (newer
     than the reference) while it has any, or nothing. The references are
     compacted when they outnumber the held messages twice over, so they stay
-    within a constant factor of ``cap``. A holder that is garbage collected
-    (a room dropped from the cache, a new epoch) leaves the count at once.
+    within a constant factor of ``cap``. A holder let go (a room dropped
+    from the cache or the store, a new epoch) says so
+    (:meth:`Share.release`) and leaves the count at once. (Not a weak
+    reference: a holder compiled by mypyc cannot be weakly referenced.)
     """
 
     def __init__(self, cap: int) -> None:
@@ -117,7 +118,7 @@ class NodeCap:
         order = self._order
         while self.held > self.cap and order:
             share = order.popleft()
-            holder = share.holder()
+            holder = share.holder
             if share.held > 0 and holder is not None:
                 holder.drop_oldest()
         if len(order) > 2 * self.held + 4096:
@@ -144,22 +145,28 @@ class Share:
     def __init__(self, cap: NodeCap, holder: Holder) -> None:
         self.cap = cap
         self.held = 0
-        self.holder = weakref.ref(holder, self._gone)
+        self.holder: Holder | None = holder
+        """``None`` once released."""
 
     def added(self, count: int) -> None:
         """The holder holds ``count`` more messages (the newest)."""
-        if count:
+        if count and self.holder is not None:
             self.held += count
             self.cap.held += count
             self.cap._order.extend(repeat(self, count))
 
     def dropped(self, count: int) -> None:
         """The holder dropped ``count`` of its messages."""
-        self.held -= count
-        self.cap.held -= count
+        if self.holder is not None:
+            self.held -= count
+            self.cap.held -= count
 
-    def _gone(self, _: object) -> None:
-        self.dropped(self.held)
+    def release(self) -> None:
+        """The holder is let go: its messages leave the count, and the cap
+        keeps no reference to it (its remaining ones in the order are skipped)."""
+        if self.holder is not None:
+            self.dropped(self.held)
+            self.holder = None
 
 
 class Personal:
@@ -178,6 +185,12 @@ class Personal:
         """Uids whose mailbox lost its last message, oldest first: such a
         mailbox is kept (its ordinal counts what its listener missed) until
         ``hard_cap`` of them wait, then dropped oldest first."""
+
+    def release(self) -> None:
+        """This node let go of the room's messages (a new epoch, the room
+        dropped): they leave the node's count."""
+        if self.share is not None:
+            self.share.release()
 
     def add(self, entries: Iterable[Entry], item: Callable[[Entry], Item]) -> None:
         """Hold ``entries`` (personal, ascending position, all after those held)."""

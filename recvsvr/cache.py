@@ -298,7 +298,7 @@ class RoomCache:
             if state.busy():
                 self._parked[name] = state
                 continue
-            self._forget(name)
+            self._forget(name, state)
             self._metrics.evictions.inc()
 
     def _settle(self, state: _Room) -> None:
@@ -388,8 +388,10 @@ class RoomCache:
         if self._excess() > 0:
             self._evict()
 
-    def _forget(self, name: str) -> None:
-        """Drop ``name``, already taken out of the eviction order."""
+    def _forget(self, name: str, state: _Room) -> None:
+        """Drop ``name`` (``state``), already taken out of the eviction order."""
+        if state.snapshot is not None and state.snapshot.personal is not None:
+            state.snapshot.personal.release()
         self._dirty.pop(name, None)
         if self._notifier is not None:
             self._notifier.unwatch(name)
@@ -629,6 +631,8 @@ class RoomCache:
     def _swap(self, state: _Room, snap: Snapshot) -> None:
         old = state.snapshot
         state.snapshot = snap
+        if old is not None and old.personal is not None and old.personal is not snap.personal:
+            old.personal.release()  # a new epoch's, or none: the node's count lets go
         if state.pins and state.pinned_absent != is_absent(snap):
             # A pinned room came to exist (it now counts in ``rooms_max``,
             # even past it: its polls are held) or stopped existing.
@@ -657,7 +661,7 @@ class RoomCache:
                 since_read = now - state.read_at
                 if since_read > limits.read_window and not state.busy():
                     del self._rooms[name]
-                    self._forget(name)
+                    self._forget(name, state)
                 elif (state.watchers or since_read <= self._recent) \
                         and self._fallback_due(state, due, recheck):
                     self.request_pull(name)

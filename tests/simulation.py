@@ -638,7 +638,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if now - last_report >= 10 or done == total:
             last_report = now
             print(f"{done}/{total} seeds, {len(failed)} failed, "
-                  f"{done / (now - started):.1f} seeds/s", flush=True)
+                  f"{done / (now - started):.1f} seeds a second", flush=True)
     print(f"{total - len(failed)} passed, {len(failed)} failed")
     return 1 if failed else 0
 

@@ -133,7 +133,7 @@ def test_a_nodes_cache_holds_at_most_its_node_cap_of_all_rooms() -> None:
     assert one.boxes["me"].positions[one.boxes["me"].start:] == [4]
     assert len(two.order) == 4
     # A room's cache that goes (dropped, or a new epoch) leaves the count.
-    del one
+    one.release()
     assert cap.held == 4
     two.add(_entries(5, 1, "you"), _item)
     two.trim(0)
@@ -160,3 +160,22 @@ async def test_a_listener_is_told_what_the_node_cap_dropped(
         answer = await asyncio.wait_for(me.poll(node.url), 5)
         assert [m["body"] for m in answer["personal"]] == ["mine 2"]
         assert answer["pgap"] == 2  # "first" was delivered, not missed
+
+
+async def test_a_room_the_cache_forgets_or_renews_leaves_the_nodes_count(
+        session: aiohttp.ClientSession) -> None:
+    """The node's count of personal messages follows its rooms: a new epoch
+    or a room the cache lets go takes its messages out of it (on both builds:
+    the compiled one cannot weakly reference the room's messages)."""
+    async with running_node(personal_node_cap=100) as node:
+        await send(session, node.url, "gone", "open")
+        for i in range(3):
+            await send(session, node.url, "gone", f"p{i}", to="me")
+        cache = node.node.recvsvr.normal
+        await cache.wait_pulled("gone")
+        cap = cache.retention.node_cap
+        assert cap is not None
+        assert cap.held == 3
+        await node.node.store.operators.end_broadcast("gone", 1, 86_400_000)
+        await cache.wait_pulled("gone")
+        assert cap.held == 0

@@ -111,7 +111,7 @@ class MemoryLog:
         now = self._now_ms()
         state = self._rooms.get(room)
         if state is not None and self._expired(state, now):
-            del self._rooms[room]
+            self._drop(room, state)
             state = None
         if state is None and create:
             state = self._rooms[room] = _Room(epoch=new_epoch(), used_ms=now)
@@ -121,9 +121,15 @@ class MemoryLog:
     def sweep(self) -> None:
         """Drop every room idle past its TTL."""
         now = self._now_ms()
-        for room in [r for r, s in self._rooms.items() if self._expired(s, now)]:
-            del self._rooms[room]
+        for room, state in [(r, s) for r, s in self._rooms.items() if self._expired(s, now)]:
+            self._drop(room, state)
         self._counts.sweep()
+
+    def _drop(self, room: str, state: _Room) -> None:
+        """Forget an expired room; its personal messages leave the node's count."""
+        del self._rooms[room]
+        if state.share is not None:
+            state.share.release()
 
     def provisional(self, room: str) -> tuple[str, int] | None:
         """A room of one sender's sender and how long it has left (ms, at
