@@ -80,6 +80,15 @@ def test_the_checker_passes_a_ledger_that_keeps_every_promise() -> None:
                         _answer("E2", 4, 4, messages=[4], reset=True)], _truth()) == []
 
 
+def test_a_listener_waiting_since_before_the_room_may_count_an_ended_broadcast_in_its_gaps(
+        ) -> None:
+    # It never saw E1 (ended before its poll was woken): E1's messages are
+    # gone with their broadcast, and the node counts them in gap and igap.
+    answer = _answer("E2", 4, 4, messages=[4], gap=2)
+    answer["igap"] = 1
+    assert _world_with([_answer("0", 0, 0), answer], _truth()) == []
+
+
 @pytest.mark.parametrize(("broken", "says"), [
     ([_answer("0", 0, 0), _answer("E1", 3, 2, messages=[1, 3], important=[2]),
       _answer("0", 0, 0, reset=True)], "went back"),
