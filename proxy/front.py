@@ -156,15 +156,22 @@ worth of RSS for good (measured: 1 000 such clients, +100 MiB without)."""
 
 
 def _trimmer() -> Callable[[], object] | None:
-    """``malloc_trim(0)`` of the C library, where it has one (glibc)."""
+    """``malloc_trim(0)`` of the C library, where it has one (glibc).
+    Looked up at the first trim, not at import: ``find_library`` runs a
+    subprocess (about 12 ms), which a node's start-up need not wait for."""
     try:
-        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-    except (OSError, AttributeError):
-        return None
-    return partial(trim, 0)
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        try:
+            libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        except OSError:
+            return None
+    trim = getattr(libc, "malloc_trim", None)
+    return None if trim is None else partial(trim, 0)
 
 
-_TRIM = _trimmer()
+_TRIM: list[Callable[[], object] | None] = []
+"""The trimmer once looked up (empty: not yet)."""
 _RESET = struct.pack("ii", 1, 0)
 """``SO_LINGER`` on, zero seconds: closing sends a reset."""
 _RDHUP: int = getattr(select, "POLLRDHUP", 0)
@@ -577,8 +584,11 @@ class Front:
         arming a deadline after every answer."""
         if self.dropped >= TRIM_AFTER:
             self.dropped = 0
-            if _TRIM is not None:
-                _TRIM()  # a few ms for a heap of hundreds of MiB
+            if not _TRIM:
+                _TRIM.append(_trimmer())
+            trim = _TRIM[0]
+            if trim is not None:
+                trim()  # a few ms for a heap of hundreds of MiB
         if not self.connections:
             self._sweeper = None
             return
