@@ -10,6 +10,7 @@ listener path, through the runner's low-level server.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections.abc import Callable
 from http import HTTPStatus
@@ -20,7 +21,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
-from .front import Front
+from .front import _RESET, Front
 from .routes import HELD_POLL
 
 HANDED_QUEUE = 2
@@ -36,6 +37,10 @@ class _Handler(RequestHandler):
     runs when the connection closes (the front's count of it by address)."""
 
     on_lost: Callable[[], None] | None = None
+    write_timeout: float = 0.0
+    """Seconds a client has to take what is written once the transport's
+    buffer is full (the front's ``--write-timeout``; 0: none)."""
+    _stalled: asyncio.TimerHandle | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -45,7 +50,36 @@ class _Handler(RequestHandler):
         self._max_msg_queue_size = HANDED_QUEUE
         self._msg_queue_resume_size = HANDED_QUEUE - 1
 
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self.write_timeout > 0 and self._stalled is None:
+            self._stalled = asyncio.get_running_loop().call_later(
+                self.write_timeout, self._cut_off)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._unstall()
+
+    def _unstall(self) -> None:
+        stalled, self._stalled = self._stalled, None
+        if stalled is not None:
+            stalled.cancel()
+
+    def _cut_off(self) -> None:
+        """The client did not read for ``write_timeout``: reset the connection
+        (aiohttp then cancels its handler and drops what it queued), as the
+        front does with its own."""
+        self._stalled = None
+        transport = self.transport
+        if transport is not None:
+            sock = transport.get_extra_info("socket")
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+            transport.abort()
+
     def connection_lost(self, exc: BaseException | None) -> None:
+        self._unstall()
         super().connection_lost(exc)
         on_lost, self.on_lost = self.on_lost, None
         if on_lost is not None:
@@ -85,12 +119,16 @@ class _Handler(RequestHandler):
         return True
 
 
-def handler_of(server: web.Server, on_lost: Callable[[], None] | None = None) -> RequestHandler:
+def handler_of(server: web.Server, on_lost: Callable[[], None] | None = None, *,
+               write_timeout: float = 0.0) -> RequestHandler:
     """The protocol ``server`` would make for a connection, answering its
-    parse errors as :class:`_Handler` does, calling ``on_lost`` when it closes."""
+    parse errors as :class:`_Handler` does, calling ``on_lost`` when it
+    closes, and resetting it when its client does not read for
+    ``write_timeout`` seconds (0: never)."""
     # What web.Server.__call__ does, with our class.
     handler = _Handler(server, loop=server._loop, **server._kwargs)
     handler.on_lost = on_lost
+    handler.write_timeout = write_timeout
     return handler
 
 
@@ -125,7 +163,9 @@ class FrontSite(web.BaseSite):
         await super().start()
         handoff = self._runner.server
         assert handoff is not None
-        self._front.handoff = lambda on_lost: handler_of(handoff, on_lost)
+        write_timeout = self._front.limits.write_timeout
+        self._front.handoff = lambda on_lost: handler_of(handoff, on_lost,
+                                                         write_timeout=write_timeout)
         # aiohttp's server keeps its connections in a dict; its public
         # ``connections`` copies them into a list, too dear for every accept.
         handed = handoff._connections

@@ -272,3 +272,19 @@ async def test_a_flood_of_refused_requests_does_not_keep_a_listener_out() -> Non
                 assert (await read_response(reader))[0] == 200
             assert await cut_off(r1)
             assert (front.evicted, front.refused) == (1, 0)
+
+
+@pytest.mark.parametrize("loop_factory", LOOPS)
+def test_polls_never_read_on_a_connection_aiohttp_serves_are_cut_off_too(
+        loop_factory: LoopFactory) -> None:
+    """A connection the front handed to aiohttp (its first request was not a
+    poll or a send) has the same write deadline."""
+    async def scenario() -> None:
+        async with big_answers() as (node, path):
+            with raw_client(node, rcvbuf=4096) as sock:
+                sock.send(get("/healthz") + get(path.decode()) * 16)
+                assert await until(lambda: node.runner.server is not None
+                                   and len(node.runner.server.connections) == 1, 2)
+                assert await reset_by_server(sock, within=3)
+            assert node.node.proxy.held_polls() == 0
+    on_loop(loop_factory, scenario())
