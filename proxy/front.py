@@ -106,6 +106,7 @@ import httptools
 
 from liveroom.errors import LiveroomError
 
+from .addresses import address_key
 from .deadlines import Deadlines
 from .poll import Poll, Polls
 from .reply import Reply, error_reply, failure_reply
@@ -179,6 +180,16 @@ _RDHUP: int = getattr(select, "POLLRDHUP", 0)
 connection is not read (elsewhere only a reset is seen)."""
 SWEEP_EVERY = 1.0
 """Seconds between two sweeps for idle connections (at most half the idle timeout)."""
+
+
+def reset(transport: asyncio.Transport) -> None:
+    """Close ``transport`` with a reset, not a FIN after what the kernel still
+    holds: the kernel's buffers go too, now, whether the client reads or not."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+    transport.abort()
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,22 +278,6 @@ def parse_query(query: str) -> dict[str, str]:
             name, value = unquote_plus(name), unquote_plus(value)
         found.setdefault(name, value)
     return found
-
-
-def address_key(host: str) -> str:
-    """The address a connection is counted under: an IPv4 address as it is,
-    an IPv6 one by its /64 (what one subscriber is given, so one client
-    cannot spread over 2**64 addresses), an IPv4-mapped one as IPv4."""
-    if ":" not in host:
-        return host
-    try:
-        ip = ipaddress.IPv6Address(host.partition("%")[0])
-    except ValueError:
-        return host[:64]
-    mapped = ip.ipv4_mapped
-    if mapped is not None:
-        return str(mapped)
-    return ip.exploded[:19] + "::/64"
 
 
 def _hop(text: str) -> str:
@@ -1251,13 +1246,7 @@ class Connection(asyncio.Protocol):
         transport = self._transport
         if transport is not None:
             self._front.dropped += transport.get_write_buffer_size()
-            sock = transport.get_extra_info("socket")
-            if sock is not None:
-                # A reset, not a FIN after what the kernel still holds: the
-                # kernel's buffers go too, now, whether the client reads or not.
-                with contextlib.suppress(OSError):
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
-            transport.abort()
+            reset(transport)
 
     def _hand_off(self) -> None:
         """Give the connection, and every byte since its request began, to aiohttp."""

@@ -28,7 +28,7 @@ places in the way its ``Retry-After`` is 1 s.
 **The node's window is a backstop, the address's is what keeps one client
 from exhausting it**: made-up uids (``open`` mode) or many tickets from one
 client share its address's window (default a sixth of the node's; an IPv6
-address counts by its /64, see :func:`client_of`), so one
+address counts by its /64, see :func:`~proxy.addresses.address_key`), so one
 client address alone cannot fill the node's window and lock every other
 sender out of new rooms. The address is the peer the node sees: behind a
 reverse proxy or load balancer it is the proxy's for every client, and
@@ -42,31 +42,16 @@ room hashes elsewhere).
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from liveroom.errors import RateLimited
 from liveroom.ratelimit import Counts, Window, count_send, prune, refused_until, span
 
+from .addresses import address_key
+
 SWEEP_EVERY_MS = 60_000
 """How often uids and addresses whose windows all passed are forgotten."""
-
-
-def client_of(address: str) -> str:
-    """Whose window a client address counts in: an IPv6 address by its /64
-    (what one subscriber usually gets, and may rotate through at will), an
-    IPv4 address (or one mapped into IPv6) as it is, anything else (a Unix
-    socket's peer) as given."""
-    if ":" not in address:
-        return address
-    try:
-        ip = ipaddress.IPv6Address(address)
-    except ValueError:
-        return address
-    if ip.ipv4_mapped is not None:
-        return str(ip.ipv4_mapped)
-    return str(ipaddress.IPv6Network((int(ip), 64), strict=False))
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +124,7 @@ class NewRooms:
         at ``now_ms``, held until :meth:`settled`; or why it may not create
         one (the full window that frees last): its append may then only go
         to a room that exists."""
-        address = client_of(address)
+        address = address_key(address)
         worst: tuple[str, Window, int] | None = None
         for level, key in ((self._node, ""), (self._address, address), (self._uid, uid)):
             full = level.refusal(key, now_ms)

@@ -10,7 +10,6 @@ listener path, through the runner's low-level server.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
 from collections.abc import Callable
 from http import HTTPStatus
@@ -21,7 +20,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
-from .front import _RESET, Front
+from .front import Front, reset
 from .routes import HELD_POLL
 
 HANDED_QUEUE = 2
@@ -70,13 +69,8 @@ class _Handler(RequestHandler):
         (aiohttp then cancels its handler and drops what it queued), as the
         front does with its own."""
         self._stalled = None
-        transport = self.transport
-        if transport is not None:
-            sock = transport.get_extra_info("socket")
-            if sock is not None:
-                with contextlib.suppress(OSError):
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
-            transport.abort()
+        if self.transport is not None:
+            reset(self.transport)
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._unstall()
