@@ -17,6 +17,7 @@ stalled the loop for about two minutes.
     python loadtest/bench_close.py
     python loadtest/bench_close.py --polls 3100 --rooms-max 3000 --real
     python loadtest/bench_close.py --reset
+    python loadtest/bench_close.py --compiled-tree build/compiled
 
 Loopback only; the run stops by itself (about half a minute).
 """
@@ -36,7 +37,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from bench_fanout import commit, invocation
+from bench_fanout import check_compiled_tree, commit, compiled_env, invocation
 from bench_junk_rooms import open_polls
 from fanout_client import raise_nofile
 from fanout_servers import PUBLISHER_TOKEN, liveroom_server
@@ -87,7 +88,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reset", action="store_true",
                         help="close with a TCP reset (the node reads no end of stream, "
                         "so answers nothing) instead of a FIN")
+    parser.add_argument("--compiled-tree", type=Path, default=None, metavar="DIR",
+                        help="run the compiled build from DIR (made by scripts/build-compiled "
+                        "DIR) instead of the pure one")
     args = parser.parse_args(argv)
+    env = None
+    if args.compiled_tree is not None:
+        args.compiled_tree = args.compiled_tree.resolve()
+        check_compiled_tree(args.compiled_tree)
+        env = compiled_env(args.compiled_tree)
     nofile = raise_nofile(args.polls + 300)
     if nofile < args.polls + 300:
         print(f"open-files limit {nofile}: a process cannot hold {args.polls} sockets here",
@@ -96,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     command = invocation("loadtest/bench_close.py", argv)
     extra = ["--rooms-max", str(args.rooms_max)] if args.rooms_max else []
     with tempfile.TemporaryDirectory() as tmp, \
-            liveroom_server(Path(tmp), nofile, "off", None, 1, extra=extra) as server:
+            liveroom_server(Path(tmp), nofile, "off", None, 1, extra=extra,
+                            env=env) as server:
         urllib.request.urlopen(urllib.request.Request(
             f"http://127.0.0.1:{server.port}/v1/rooms/real/messages",
             data=b'{"uid": "s", "body": "hi"}',
@@ -114,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         after = first_poll_ms(server.port, args.probes)
     kind = "rooms that exist" if args.real else "made-up rooms"
     print(f"\n{args.polls} polls on {kind}: {args.polls - refused} held, {refused} refused "
-          f"(503); --rooms-max {args.rooms_max or 'default'}; closed with "
+          f"(503); {'compiled' if env else 'pure'} build; --rooms-max "
+          f"{args.rooms_max or 'default'}; closed with "
           f"{'a reset' if args.reset else 'a FIN'}")
     print(f"a first poll before: worst of 3 {max(before[0]):.1f} ms, status {before[1]}")
     print(f"all closed in {closing:.0f} ms (client side); the first poll right after: "

@@ -92,7 +92,7 @@ import select
 import socket
 import struct
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from email.utils import formatdate
@@ -178,6 +178,13 @@ _RESET = struct.pack("ii", 1, 0)
 _RDHUP: int = getattr(select, "POLLRDHUP", 0)
 """Linux's "the peer shut down its side": what tells a client gone while its
 connection is not read (elsewhere only a reset is seen)."""
+TEARDOWN_SLICE = 64
+"""Held polls let go of (answered on a half-close, or forgotten on a close)
+per loop turn. Many clients leaving at once (a load balancer restarting)
+queue their polls' teardown, and the loop reads, accepts and answers between
+two slices: a poll arriving behind 12 000 closes waits for a few slices, not
+for all of them."""
+
 SWEEP_EVERY = 1.0
 """Seconds between two sweeps for idle connections (at most half the idle timeout)."""
 
@@ -412,6 +419,9 @@ class Front:
         self.write_deadlines: Deadlines[Connection] = Deadlines(Connection.write_timed_out,
                                                                 resolution=0.1)
         self._sweeper: asyncio.TimerHandle | None = None
+        self._teardown: deque[tuple[Poll, bool]] = deque()
+        """Held polls whose clients left: (poll, answer it) in arrival order."""
+        self._teardown_due = False
         self.closing = False
         self._drained = asyncio.Event()
         self._heads: dict[tuple[int, str], bytes] = {}
@@ -479,6 +489,32 @@ class Front:
         conn.unproven = False
         self.unproven.pop(conn, None)
 
+    def let_go(self, poll: Poll, answer: bool) -> None:
+        """Its client left: answer ``poll`` at once, empty (``answer``: a
+        half-close), or forget it, on one of the next loop turns, in arrival
+        order, :data:`TEARDOWN_SLICE` a turn. Until then the poll stays held
+        (a message may still answer it) and its room pinned."""
+        self._teardown.append((poll, answer))
+        if not self._teardown_due:
+            self._teardown_due = True
+            asyncio.get_running_loop().call_soon(self._tear_down)
+
+    def _tear_down(self) -> None:
+        queue = self._teardown
+        for _ in range(min(TEARDOWN_SLICE, len(queue))):
+            poll, answer = queue.popleft()
+            try:
+                if answer:
+                    poll.release()
+                else:
+                    poll.cancel()
+            except Exception:
+                logger.exception("letting go of a poll of room %s failed", poll.p.room)
+        if queue:
+            asyncio.get_running_loop().call_soon(self._tear_down)
+        else:
+            self._teardown_due = False
+
     async def shutdown(self, grace: float) -> None:
         """Close idle connections now; give requests in progress ``grace``
         seconds (held polls were answered already), then close the rest."""
@@ -490,6 +526,9 @@ class Front:
                 await asyncio.wait_for(self._drained.wait(), grace)
         for conn in list(self.connections):
             conn.abort()
+        while self._teardown:
+            poll, _ = self._teardown.popleft()
+            poll.cancel()
         self.timers.close()
         self.write_deadlines.close()
         if self._sweeper is not None:
@@ -746,8 +785,8 @@ class Connection(asyncio.Protocol):
             return
         self._hangup = True
         work = self._current.work if self._current is not None else None
-        if isinstance(work, Poll):
-            work.release()
+        if isinstance(work, Poll) and work.held_poll is not None:
+            self._front.let_go(work, True)
 
     def data_received(self, data: bytes) -> None:
         if self._dead:
@@ -1087,8 +1126,8 @@ class Connection(asyncio.Protocol):
             if self._current is None and not self._queue:
                 return None  # nothing to answer: the transport closes
         work = self._current.work if self._current is not None else None
-        if isinstance(work, Poll):
-            work.release()
+        if isinstance(work, Poll) and work.held_poll is not None:
+            self._front.let_go(work, True)
         return True
 
     def _sent(self, req: _Request, task: asyncio.Task[Reply]) -> None:
@@ -1137,7 +1176,9 @@ class Connection(asyncio.Protocol):
 
     def _cancel(self, req: _Request) -> None:
         work, req.work = req.work, None
-        if work is not None:
+        if isinstance(work, Poll) and work.held_poll is not None:
+            self._front.let_go(work, False)  # its answer, if any, goes nowhere now
+        elif work is not None:
             work.cancel()
 
     # -- timeouts, closing, handing over --------------------------------------

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import resource
 import select
 import socket
 import struct
@@ -173,6 +174,60 @@ def test_a_client_gone_while_its_pipelined_polls_wait_is_let_go(
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             # Closed while not read: found and let go within a sweep or two.
             assert await until(lambda: not front.connections and not proxy.held_polls(), 2)
+    on_loop(loop_factory, scenario())
+
+
+@pytest.mark.parametrize("closing", ["fin", "reset"])
+@pytest.mark.parametrize("loop_factory", LOOPS)
+def test_clients_leaving_all_at_once_do_not_hold_up_the_next_poll(
+        loop_factory: LoopFactory, closing: str) -> None:
+    """900 held polls whose clients close in one turn of the loop (the node is
+    in this process: it sees every close in its next read of the sockets), and
+    a poll sent right behind them: it is answered while some of the 900 are
+    still being let go of, a slice a turn, instead of after them all (about
+    40 µs each: 12 000 clients leaving at once held a probe up 0.45 s). A
+    half-closed client still gets its held poll's answer."""
+    async def scenario() -> None:
+        async with running_node() as node:
+            front, proxy = node.node.proxy.front, node.node.proxy
+            async with aiohttp.ClientSession() as session:
+                await send(session, node.url, "real", "hi")
+            n = 900
+            soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            if soft < 3 * n:  # both ends of each connection are in this process
+                resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4 * n), hard))
+            held = [get(f"/v1/rooms/junk-{i}/poll?uid=u{i}&epoch=0&seq=0&iseq=0&timeout=60")
+                    for i in range(n)]
+            host, port = node.url.removeprefix("http://").split(":")
+            clients: list[socket.socket] = []
+            try:
+                for request in held:
+                    # Loopback: the kernel completes the connection, no accept needed.
+                    clients.append(sock := socket.create_connection((host, int(port))))
+                    sock.sendall(request)
+                async with connect(node) as (reader, writer):
+                    assert await until(lambda: proxy.held_polls() == n, 10)
+                    for sock in clients:
+                        if closing == "reset":
+                            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                            struct.pack("ii", 1, 0))
+                            sock.close()
+                        else:
+                            sock.shutdown(socket.SHUT_WR)
+                    writer.write(get("/v1/rooms/real/poll?uid=probe"))
+                    status, _, _ = await read_response(reader)
+                    still_held = proxy.held_polls()
+                assert status == 200
+                assert still_held > 0  # none left (all let go of first) before
+                assert await until(lambda: proxy.held_polls() == 0, 10)
+                if closing == "fin":  # each half-closed client got its empty answer
+                    for sock in clients:
+                        sock.settimeout(5)
+                        assert sock.recv(4096).startswith(b"HTTP/1.1 200 ")
+                assert await until(lambda: not front.connections, 10)
+            finally:
+                for sock in clients:
+                    sock.close()
     on_loop(loop_factory, scenario())
 
 
