@@ -68,11 +68,11 @@ CASES: tuple[Case, ...] = (
     Case("bare-crlf", b"\r\n", (), closes=True),
     Case("many-bare-crlfs", b"\r\n" * 200, (), closes=True),
     Case("a-trailing-byte-after-an-answered-poll", _poll("tb") + b"G", (200,), closes=True),
-    # -- 3: pipelining is held to 16 waiting requests ---------------------------
-    # Past 16 waiting, the rest of a read is kept unparsed (and reading paused)
+    # -- 3: pipelining is held to 4 waiting requests ----------------------------
+    # Past 4 waiting, the rest of a read is kept unparsed (and reading paused)
     # until answers free places; past 32 KiB kept, the client is refused.
     Case("forty-pipelined-polls", _poll("pipe") * 40, (200,) * 40, closes=False),
-    Case("pipelined-polls-past-32-KiB-ahead", _poll("flood") * 1000, (200,) * 16 + (400,),
+    Case("pipelined-polls-past-32-KiB-ahead", _poll("flood") * 1000, (200,) * 4 + (400,),
          closes=True),
     Case("sixteen-pipelined-polls", _poll("pipe16") * 16, (200,) * 16, closes=False),
     # -- 8: chunk extensions and framing bytes count ----------------------------
