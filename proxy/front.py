@@ -369,7 +369,7 @@ class _Request:
     body: bytearray | None = None
     discarded = 0
     error: Reply | None = None
-    work: Poll | asyncio.Task[Reply] | None = None
+    work: Poll | asyncio.Task[Reply] | asyncio.Handle | None = None
     forwarded: bytes | None = None
     """``X-Forwarded-For`` (every copy, in order), kept only on a trusted
     proxy's connection."""
@@ -1107,9 +1107,22 @@ class Connection(asyncio.Protocol):
                     poll.release()
         else:
             assert req.body is not None
-            task = asyncio.create_task(self._front.sends.send(
-                req.room, req.content_type, bytes(req.body), req.authorization, req.accept,
-                peer_address(self._transport)))
+            sends, body = self._front.sends, bytes(req.body)
+            address = peer_address(self._transport)
+            # A store that appends at once (memory) answers here, without a task.
+            reply = sends.send_at_once(req.room, req.content_type, body, req.authorization,
+                                       req.accept, address)
+            if reply is not None:
+                if self._queue:
+                    # Requests pipelined behind it are answered from the next
+                    # turn, as behind a send that awaited its store: a poll
+                    # there then reads the room with this message pulled.
+                    req.work = asyncio.get_running_loop().call_soon(self._answer, req, reply)
+                else:
+                    self._answer(req, reply)
+                return
+            task = asyncio.create_task(sends.send(
+                req.room, req.content_type, body, req.authorization, req.accept, address))
             req.work = task
             task.add_done_callback(partial(self._sent, req))
 

@@ -12,6 +12,7 @@ import logging
 import math
 
 import msgpack
+import orjson
 
 from liveroom.codec import JSON, MSGPACK
 from liveroom.errors import LiveroomError, StoreRefused, StoreUnavailable
@@ -74,4 +75,4 @@ def document_reply(doc: dict[str, object], *, use_msgpack: bool, status: int = 2
     """A small document (a send's answer, stats) in the format asked for."""
     if use_msgpack:
         return Reply(status, msgpack.packb(doc), MSGPACK)
-    return Reply(status, json.dumps(doc).encode(), JSON_UTF8)
+    return Reply(status, orjson.dumps(doc, option=orjson.OPT_NON_STR_KEYS), JSON_UTF8)

@@ -29,6 +29,7 @@ mode, where only a ticket naming the uid reads them).
 from __future__ import annotations
 
 import logging
+from typing import NoReturn
 
 from liveroom.clock import Clock
 from liveroom.codec import decode_request, wants_msgpack
@@ -44,8 +45,9 @@ from liveroom.errors import (
 )
 from liveroom.metrics import Metrics
 from liveroom.model import NewMessage, check_name
+from liveroom.ratelimit import RateLimits
 from liveroom.settings import Settings
-from liveroom.store.base import MessageLog
+from liveroom.store.base import AppendAtOnce, Appended, MessageLog
 
 from .auth import Right, Tokens, bearer
 from .new_rooms import NewRooms, Place
@@ -77,9 +79,16 @@ class Sends:
         """The ticket verifier in ``ticket`` mode (set by the proxy); None: open."""
         self._clock = clock
         self._metrics = metrics
-        self._outcomes = {o: metrics.sends.labels(o)
-                          for o in ("stored", "duplicate", "limited", "unavailable")}
-        self._append_errors = metrics.store_errors.labels("append")
+        self._counters = (*(metrics.sends.labels(o)
+                            for o in ("stored", "duplicate", "limited", "unavailable")),
+                          metrics.store_errors.labels("append"))
+        self._tally = [0] * len(self._counters)
+        metrics.before_render(self.flush_tally)
+        # A wrapper that hands other calls on to a log (by __getattr__) is not
+        # taken for one that appends at once: its append is its own.
+        self._append_at_once: AppendAtOnce | None = (
+            log_.append_at_once if hasattr(type(log_), "append_at_once")  # type: ignore[attr-defined]
+            else None)
         self.new_rooms = NewRooms(settings.rooms_per_uid, settings.rooms_per_node,
                                   settings.rooms_per_address)
         self.body_limit = settings.max_message_bytes + 1024
@@ -98,20 +107,52 @@ class Sends:
     def too_large(self) -> TooLarge:
         return TooLarge(f"request body is larger than {self.body_limit} bytes")
 
-    async def send(self, room: str, content_type: str, raw: bytes,
-                   authorization: str | bytes | None, accept: str, address: str) -> Reply:
-        """Append the message in ``raw`` to ``room``; the answer (201 or an error).
-        ``address`` is the client's as the node sees it (its new-room window)."""
+    def send_at_once(self, room: str, content_type: str, raw: bytes,
+                     authorization: str | bytes | None, accept: str, address: str,
+                     ) -> Reply | None:
+        """The answer of a send (as :meth:`send`'s) when the store appends
+        without waiting (the memory engine): no task, no await. ``None``
+        when the store may wait (Redis): await :meth:`send` instead."""
+        append = self._append_at_once
+        if append is None:
+            return None
         try:
-            return await self._send(room, content_type, raw, authorization, accept, address)
+            pending = self._prepare(room, content_type, raw, authorization, address)
+            try:
+                appended = append(room, pending.message, pending.limits,
+                                  may_create=pending.may_create, provisional=pending.provisional)
+            except BaseException as exc:
+                self._failed(pending, exc)
+            return self._stored(pending, appended, accept)
         except LiveroomError as exc:
             return failure_reply(exc)
         except Exception:
             logger.exception("a send to room %s failed", room)
             return INTERNAL
 
-    async def _send(self, room: str, content_type: str, raw: bytes,
-                    authorization: str | bytes | None, accept: str, address: str) -> Reply:
+    async def send(self, room: str, content_type: str, raw: bytes,
+                   authorization: str | bytes | None, accept: str, address: str) -> Reply:
+        """Append the message in ``raw`` to ``room``; the answer (201 or an error).
+        ``address`` is the client's as the node sees it (its new-room window)."""
+        try:
+            pending = self._prepare(room, content_type, raw, authorization, address)
+            try:
+                appended = await self._log.append(
+                    room, pending.message, pending.limits, may_create=pending.may_create,
+                    provisional=pending.provisional)
+            except BaseException as exc:
+                self._failed(pending, exc)
+            return self._stored(pending, appended, accept)
+        except LiveroomError as exc:
+            return failure_reply(exc)
+        except Exception:
+            logger.exception("a send to room %s failed", room)
+            return INTERNAL
+
+    def _prepare(self, room: str, content_type: str, raw: bytes,
+                 authorization: str | bytes | None, address: str) -> _Pending:
+        """Everything before the append: the credential, the body, the
+        message, and its place in the new-room windows (raises a 4xx)."""
         tickets = self.tickets
         if tickets is None:
             doc = decode_request(media_type(content_type), raw)
@@ -143,36 +184,74 @@ class Sends:
         message = NewMessage(uid=uid, body=sp.body, important=sp.important,
                              ts=int(self._clock.time() * 1000), client_msg_id=sp.client_msg_id,
                              to=sp.to)
-        outcomes = self._outcomes
+        if trusted:
+            return _Pending(message, None, None, None, False)
         # The new room takes its place in the windows before the append's round
-        # trip, so sends in flight together never pass them; settled below.
-        admitted = None if trusted else self.new_rooms.admit(uid, address, message.ts)
-        place = admitted if isinstance(admitted, Place) else None
-        created = False
-        try:
-            appended = await self._log.append(
-                room, message, None if trusted or limits.off else limits,
-                may_create=admitted is None or place is not None, provisional=not trusted)
-            created = appended.created
-        except NewRoomRefused:
-            outcomes["limited"].inc()
-            assert isinstance(admitted, RateLimited)
-            raise admitted from None
-        except RateLimited:
-            outcomes["limited"].inc()
-            raise
-        except StoreUnavailable:
-            outcomes["unavailable"].inc()
-            self._append_errors.inc()
-            raise
-        finally:
-            if place is not None:
-                self.new_rooms.settled(place, message.ts if created else None)
-        outcomes["duplicate" if appended.duplicate else "stored"].inc()
-        answer: dict[str, object] = {"seq": appended.seq, "epoch": appended.epoch}
-        if sp.to is not None:
+        # trip, so sends in flight together never pass them; settled after it.
+        admitted = self.new_rooms.admit(uid, address, message.ts)
+        return _Pending(message, None if limits.off else limits, admitted,
+                        admitted if isinstance(admitted, Place) else None, True)
+
+    def _failed(self, pending: _Pending, exc: BaseException) -> NoReturn:
+        """The append raised ``exc``: count it, free the new room's place, and
+        raise what the sender is told."""
+        if pending.place is not None:
+            self.new_rooms.settled(pending.place, None)
+        tally = self._tally
+        if isinstance(exc, NewRoomRefused):
+            tally[_LIMITED] += 1
+            assert isinstance(pending.admitted, RateLimited)
+            raise pending.admitted from None
+        if isinstance(exc, RateLimited):
+            tally[_LIMITED] += 1
+        elif isinstance(exc, StoreUnavailable):
+            tally[_UNAVAILABLE] += 1
+            tally[_APPEND_ERRORS] += 1
+        raise exc
+
+    def _stored(self, pending: _Pending, appended: Appended, accept: str) -> Reply:
+        """The append returned: count it, settle the new room's place, answer."""
+        message = pending.message
+        if pending.place is not None:
+            self.new_rooms.settled(pending.place, message.ts if appended.created else None)
+        self._tally[_DUPLICATE if appended.duplicate else _STORED] += 1
+        to = message.to
+        if to is None:
+            answer: dict[str, object] = {"seq": appended.seq, "epoch": appended.epoch}
+        else:
             # In open mode a poll names its uid and proves nothing: anybody can
             # read anybody's personal messages, and the answer says so.
-            answer = {"pseq": appended.seq, "epoch": appended.epoch, "to": sp.to,
+            answer = {"pseq": appended.seq, "epoch": appended.epoch, "to": to,
                       "private": self.tickets is not None}
         return document_reply(answer, use_msgpack=wants_msgpack(accept), status=201)
+
+    def flush_tally(self) -> None:
+        """Add what was counted since the last flush to the metrics (before
+        each scrape: a send counts in a list, not in a metric's lock)."""
+        tally = self._tally
+        for i, counter in enumerate(self._counters):
+            if tally[i]:
+                counter.inc(tally[i])
+                tally[i] = 0
+
+
+_STORED, _DUPLICATE, _LIMITED, _UNAVAILABLE, _APPEND_ERRORS = range(5)
+
+
+class _Pending:
+    """A send between its checks and its append's answer."""
+
+    __slots__ = ("admitted", "limits", "may_create", "message", "place", "provisional")
+
+    def __init__(self, message: NewMessage, limits: RateLimits | None,
+                 admitted: Place | RateLimited | None, place: Place | None,
+                 provisional: bool) -> None:
+        self.message = message
+        self.limits = limits
+        """The sender's windows (None: the backend, or limits off)."""
+        self.admitted = admitted
+        """What the new-room windows said: a place held, a refusal (the room
+        must exist), or None (not asked: the backend, or no new-room limit)."""
+        self.place = place
+        self.may_create = admitted is None or place is not None
+        self.provisional = provisional

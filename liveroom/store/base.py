@@ -197,6 +197,16 @@ class MessageLog(Protocol):
         else (an operator's read)."""
 
 
+class AppendAtOnce(Protocol):
+    """The ``append_at_once`` of a log that never waits to append (the memory
+    engine's): :meth:`MessageLog.append`'s arguments, answer and errors,
+    without an await, so the sender path answers a send without a task. A
+    log offers it as a method of its class; the Redis engines do not."""
+
+    def __call__(self, room: str, message: NewMessage, limits: RateLimits | None = None, *,
+                 may_create: bool = True, provisional: bool = False) -> Appended: ...
+
+
 OnNotify = Callable[[str, int], None]
 """Called with (room, seq) when a room reached seq; seq 0 when the room got
 a personal message (its personal sequence moved, not seq)."""

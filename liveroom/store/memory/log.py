@@ -149,8 +149,16 @@ class MemoryLog:
     async def append(self, room: str, message: NewMessage,
                      limits: RateLimits | None = None, *, may_create: bool = True,
                      provisional: bool = False) -> Appended:
-        """The order of ``append.lua``: a seen client_msg_id, then the limits
-        (a refused send creates no log), then the append and its counts."""
+        return self.append_at_once(room, message, limits, may_create=may_create,
+                                   provisional=provisional)
+
+    def append_at_once(self, room: str, message: NewMessage,
+                       limits: RateLimits | None = None, *, may_create: bool = True,
+                       provisional: bool = False) -> Appended:
+        """:meth:`append` without an await (it never waits here): the sender
+        path answers a send without a task. The order of ``append.lua``: a
+        seen client_msg_id, then the limits (a refused send creates no log),
+        then the append and its counts."""
         now = self._now_ms()
         cmid = message.client_msg_id
         state = self._room(room, create=False)
