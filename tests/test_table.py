@@ -253,13 +253,17 @@ def test_the_owner_of_a_uid_is_stable_and_spread() -> None:
 class Sink:
     def __init__(self) -> None:
         self.batches: list[dict[str, list[str]]] = []
+        self.trusted: list[dict[str, list[str]]] = []
 
     def ingest(self, blob: bytes) -> int:
-        return self.take(msgpack.unpackb(blob))
+        plain, trusted = msgpack.unpackb(blob)
+        return self.take(plain, trusted)
 
-    def take(self, batch: Mapping[str, Sequence[str]]) -> int:
+    def take(self, batch: Mapping[str, Sequence[str]],
+             trusted: Mapping[str, Sequence[str]]) -> int:
         self.batches.append({room: list(uids) for room, uids in batch.items()})
-        return sum(len(v) for v in batch.values())
+        self.trusted.append({room: list(uids) for room, uids in trusted.items()})
+        return sum(len(v) for v in batch.values()) + sum(len(v) for v in trusted.values())
 
 
 async def test_heartbeats_reach_their_owner_in_batches(fake_clock: FakeClock) -> None:
@@ -281,6 +285,14 @@ async def test_heartbeats_reach_their_owner_in_batches(fake_clock: FakeClock) ->
             hb.beat("s", f"v{i}")
         assert sum(len(b.get("s", [])) for s in sinks for b in s.batches) == 1000
         hb.beat("s", "last")
+        # Trusted heartbeats go apart, to the same owners, in the same batches.
+        hb.beat("t", "plain")
+        for i in range(10):
+            hb.beat("t", f"w{i}", True)
+        await fake_clock.advance(0.25)
+        vouched = {u: k for k, s in enumerate(sinks) for b in s.trusted for u in b.get("t", [])}
+        assert vouched == {f"w{i}": owner_of(f"w{i}", 2) for i in range(10)}
+        assert [u for s in sinks for b in s.batches for u in b.get("t", [])] == ["plain"]
     finally:
         await hb.stop()
     assert any("last" in b.get("s", []) for s in sinks for b in s.batches)
