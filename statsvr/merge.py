@@ -119,19 +119,6 @@ class Merge:
         state = self._rooms.get(room)
         return state.view if state is not None else OnlineView.empty(room, self.pages)
 
-    def merged(self) -> Iterator[tuple[str, int]]:
-        """The rooms merged at least once, each with its online count (memory
-        only; does not mark them wanted)."""
-        return ((state.name, state.view.online) for state in self._rooms.values()
-                if state.merged)
-
-    def online(self, room: str) -> int | None:
-        """Mark ``room`` wanted; its online count once merged, else ``None``
-        (its first merge comes with the next pass)."""
-        self.want(room)
-        state = self._rooms[room]
-        return state.view.online if state.merged else None
-
     def trusted_counts(self) -> Iterator[tuple[str, int]]:
         """The rooms merged at least once, each with its trusted count
         (:attr:`OnlineView.trusted`, what the automatic vip rule reads);
