@@ -105,8 +105,8 @@ def build_node(settings: Settings, clock: Clock | None = None,
                   clock=clock, metrics=metrics,
                   health=partial(store_health, store))
     statsvr.count_held_polls(proxy.held_polls)
-    # The automatic vip rule reads the merged online counts.
-    vip_list.observe(statsvr.merge.merged, statsvr.merge.online)
+    # The automatic vip rule reads the merged trusted counts, not the online ones.
+    vip_list.observe(statsvr.merge.trusted_counts, statsvr.merge.trusted)
     return Node(settings, clock, store, metrics, vip_list, recvsvr, statsvr, proxy,
                 announce, generated)
 

@@ -78,12 +78,16 @@ class HeartbeatSink(Protocol):
     """A statsvr node taking heartbeats from proxies."""
 
     def ingest(self, batch: bytes) -> int:
-        """Take a batch of heartbeats, msgpack ``{room: [uid, ...]}``, as one
-        proxy gathered them. Memory only, never waits; returns how many."""
+        """Take a batch of heartbeats as one proxy gathered them, msgpack
+        ``[{room: [uid, ...]}, {room: [uid, ...]}]``: the heartbeats, then
+        the trusted ones (a ticket's uid, or a poll that came back with the
+        signed ``ctx`` it was given: the listeners the automatic vip rule
+        counts). Memory only, never waits; returns how many."""
 
-    def take(self, batch: Mapping[str, Sequence[str]]) -> int:
-        """:meth:`ingest` for a proxy in the same process: the batch as it
-        is, no bytes in between."""
+    def take(self, batch: Mapping[str, Sequence[str]],
+             trusted: Mapping[str, Sequence[str]]) -> int:
+        """:meth:`ingest` for a proxy in the same process: the two maps as
+        they are, no bytes in between."""
 
 
 @dataclass(frozen=True, slots=True)

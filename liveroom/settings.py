@@ -342,24 +342,29 @@ class Settings:
         "node (or by the automatic rule) moves here within this time; the rule runs as "
         "often.", TRAFFIC, lo=0.1, hi=60)
     auto_vip: str = setting(
-        "on", "Move rooms between the normal and the vip sect by their online count "
-        "(--vip-promote, --vip-demote); a pinned room stays where it is pinned.", TRAFFIC,
+        "on", "Move rooms between the normal and the vip sect by their count of trusted "
+        "listeners (--vip-promote, --vip-demote): with --auth ticket every listener; in "
+        "open mode a uid once it comes back with the ctx its answer carried (made-up "
+        "first polls count online, not here). A pinned room stays where it is pinned.",
+        TRAFFIC,
         choices=("on", "off"))
     vip_promote: int = setting(
-        50_000, "Online count at or above which a room joins the vip sect, once it stays "
-        "there for --vip-promote-after.", TRAFFIC, lo=1)
+        50_000, "Trusted listeners (--auto-vip) at or above which a room joins the vip "
+        "sect, once it stays there for --vip-promote-after.", TRAFFIC, lo=1)
     vip_promote_after: float = setting(
         60.0, "Seconds a room stays at or above --vip-promote before it joins the vip "
         "sect.", TRAFFIC, lo=0)
     vip_demote: int = setting(
-        20_000, "Online count below which a vip room goes back to the normal sect, once it "
-        "stays there for --vip-demote-after (at most --vip-promote).", TRAFFIC, lo=0)
+        20_000, "Trusted listeners (--auto-vip) below which a vip room goes back to the "
+        "normal sect, once it stays there for --vip-demote-after (at most --vip-promote). "
+        "In open mode a poll's ctx is checked for it in rooms with this many online.",
+        TRAFFIC, lo=0)
     vip_demote_after: float = setting(
         600.0, "Seconds a vip room stays below --vip-demote before it leaves the vip "
         "sect.", TRAFFIC, lo=0)
     vip_settle: float = setting(
         600.0, "Seconds after the automatic rule moved a room during which it does not move "
-        "it again: at most one automatic move per room per this period, whatever its online "
+        "it again: at most one automatic move per room per this period, whatever its "
         "count does (a count pushed up and let fall cannot toggle a room). An operator's "
         "move gives the room back to the rule at once.",
         TRAFFIC, lo=0)

@@ -6,14 +6,21 @@ in a background task every ``refresh`` seconds of the node's clock. Nothing on
 a poll's path reads the store: :meth:`VipList.is_vip` is a set lookup.
 
 **The rule.** After each reread, a node with a rule (``--auto-vip on``)
-observes the merged online count of the rooms it knows (those merged here at
-or above the promote threshold, and every room with a record the rule still
-watches: an automatic vip room, a candidate) and swaps in the records that
+observes the merged *trusted* count of the rooms it knows (those merged here
+at or above the promote threshold, and every room with a record the rule
+still watches: an automatic vip room, a candidate) and swaps in the records that
 change (``Operators.vip_swap``: compare-and-swap). Every node may do it; the
 swap makes each decision once: of two nodes deciding together one wins, the
 other reads the winner's record next time. The node whose swap moved a room
 counts the move (``liveroom_vip_moves``) and logs it; every node moves the
 room between its sects when it reads the new record.
+
+**Whom it counts.** The trusted count is the room's online count less the
+listeners nobody vouched for: in ``ticket`` mode every listener is trusted; in
+open mode a uid counts once it came back on a poll with the signed ``ctx`` the
+node gave it (:meth:`proxy.poll.Poll.trusted`, kept by statsvr until the
+listener leaves), so a client making up uids by the hundred moves no room with
+first polls. The online figure shown to users and in the API counts everyone.
 
 Limits and trade-offs:
 
@@ -53,9 +60,10 @@ logger = logging.getLogger("liveroom.whitelist")
 OnChange = Callable[[frozenset[str]], None]
 """Called with the rooms that entered or left the vip sect."""
 Merged = Callable[[], Iterable[tuple[str, int]]]
-"""The rooms merged on this node, each with its online count."""
-Online = Callable[[str], "int | None"]
-"""A room's merged online count, ``None`` until this node merged it (asking
+"""The rooms merged on this node, each with its trusted count (the members
+the rule counts, see the module docstring)."""
+Trusted = Callable[[str], "int | None"]
+"""A room's merged trusted count, ``None`` until this node merged it (asking
 starts its merge)."""
 
 SWAP_ATTEMPTS = 5
@@ -142,7 +150,7 @@ class VipList:
         self._metrics = metrics
         self._listeners: list[OnChange] = []
         self._merged: Merged = lambda: ()
-        self._online: Online = lambda room: None
+        self._trusted: Trusted = lambda room: None
         self._refresher = Periodic("vip-refresh", refresh, self.refresh, clock, logger)
         self._noted = 0
         """Changes noted locally: a reread started before the last one is stale."""
@@ -164,10 +172,10 @@ class VipList:
         """Call ``listener`` with the rooms that changed sect, right after every change."""
         self._listeners.append(listener)
 
-    def observe(self, merged: Merged, online: Online) -> None:
-        """Where the rule reads online counts (the node's statsvr)."""
+    def observe(self, merged: Merged, trusted: Trusted) -> None:
+        """Where the rule reads trusted counts (the node's statsvr)."""
         self._merged = merged
-        self._online = online
+        self._trusted = trusted
 
     # -- changing -----------------------------------------------------------------
 
@@ -242,19 +250,19 @@ class VipList:
         if rule is None:
             return []
         now_ms = int(self._clock.time() * 1000)
-        seen: dict[str, int] = {room: online for room, online in self._merged()
-                                if online >= rule.promote or room in self.records}
+        seen: dict[str, int] = {room: trusted for room, trusted in self._merged()
+                                if trusted >= rule.promote or room in self.records}
         for room, record in self.records.items():
             if room not in seen and record.pinned is None and \
                     (record.vip or record.candidate_ms is not None):
-                online = self._online(room)
-                if online is not None:
-                    seen[room] = online
+                trusted = self._trusted(room)
+                if trusted is not None:
+                    seen[room] = trusted
         swaps: list[tuple[VipSwap, VipRecord]] = []
         for room in {*seen, *self.records}:
             before = self.records.get(room, NONE)
-            online = seen.get(room)
-            after = before if online is None else observe(before, online, now_ms, rule)
+            trusted = seen.get(room)
+            after = before if trusted is None else observe(before, trusted, now_ms, rule)
             if forgotten(after, now_ms):
                 after = NONE
             if after != before:

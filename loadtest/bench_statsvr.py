@@ -3,7 +3,8 @@
 Three measurements, each printed with what it counts:
 
 1. **Ingest.** Heartbeats taken per second by one statsvr node across its ingest
-   boundary: msgpack ``{room: [uid, ...]}`` batches packed by the proxy's
+   boundary: msgpack ``[{room: [uid, ...]}, {room: [uid, ...]}]`` batches (the
+   heartbeats, then the trusted ones: none here) packed by the proxy's
    batcher (``proxy.heartbeats.Heartbeats``), unpacked and applied by
    ``Statsvr.ingest``. The load is one vip room (16 shards) of ``--members``
    listeners plus ``--rooms`` normal rooms, every member beating again and
@@ -153,8 +154,9 @@ async def bench_ingest(members: int, rooms: int, seconds: float) -> None:
             batches.append(blob)
             return 0
 
-        def take(self, batch: Mapping[str, Sequence[str]]) -> int:
-            return self.ingest(msgpack.packb(batch))
+        def take(self, batch: Mapping[str, Sequence[str]],
+                 trusted: Mapping[str, Sequence[str]]) -> int:
+            return self.ingest(msgpack.packb([batch, trusted]))
 
     hb = Heartbeats([Capture()], clock, max_batch=8192)
     t0 = time.perf_counter()

@@ -1,12 +1,17 @@
 """Heartbeats, batched: every poll is a heartbeat of (room, uid) (docs/design.md step 6).
 
-A poll only appends its uid to a list in memory. A flush task hands the lists
-to the statsvr nodes every ``flush_every`` seconds (sooner when ``max_batch``
-heartbeats are waiting), one ``{room: [uid, ...]}`` batch per node (as it is
-to a node in this process; msgpack on the wire, ``HeartbeatSink.ingest``). Each
-uid goes to the node that owns it: a stable hash of the uid over the nodes, so
-a listener's heartbeats always reach the same node while the set of nodes
-holds still. Nothing here touches the store.
+A poll only appends its uid to a list in memory: one of two, as the poll says
+whether the heartbeat is *trusted* (its uid a ticket's, or the poll came back
+with the signed ``ctx`` the node gave it: :mod:`.poll` decides, at no cost
+here). Trusted members are the only ones the automatic vip rule counts; the
+online figure counts everyone. A flush task hands the lists to the statsvr
+nodes every ``flush_every`` seconds (sooner when ``max_batch`` heartbeats are
+waiting), one pair of ``{room: [uid, ...]}`` maps per node, the heartbeats
+and the trusted ones (as they are to a node in this process; msgpack on the
+wire, ``HeartbeatSink.ingest``). Each uid goes to the node that owns it: a
+stable hash of the uid over the nodes, so a listener's heartbeats always
+reach the same node while the set of nodes holds still. Nothing here touches
+the store.
 """
 
 from __future__ import annotations
@@ -20,6 +25,9 @@ from liveroom.model import name_slot
 from liveroom.roles import HeartbeatSink
 
 logger = logging.getLogger("liveroom.proxy.heartbeats")
+
+Batch = dict[str, list[str]]
+"""``{room: [uid, ...]}``: heartbeats waiting, or handed to one node."""
 
 
 def owner_of(uid: str, owners: int) -> int:
@@ -39,16 +47,19 @@ class Heartbeats:
         self._clock = clock
         self.flush_every = flush_every
         self.max_batch = max_batch
-        self._pending: dict[str, list[str]] = {}
+        self._pending: Batch = {}
+        self._trusted: Batch = {}
         self._count = 0
         self._flusher = Periodic("proxy-heartbeats", flush_every, self._flush_async, clock,
                                  logger)
 
-    def beat(self, room: str, uid: str) -> None:
-        """Count a poll of ``uid`` in ``room``: one list append."""
-        uids = self._pending.get(room)
+    def beat(self, room: str, uid: str, trusted: bool = False) -> None:
+        """Count a poll of ``uid`` in ``room`` (``trusted``: one the vip rule
+        may count): one list append."""
+        pending = self._trusted if trusted else self._pending
+        uids = pending.get(room)
         if uids is None:
-            uids = self._pending[room] = []
+            uids = pending[room] = []
         uids.append(uid)
         self._count += 1
         if self._count >= self.max_batch:
@@ -58,22 +69,20 @@ class Heartbeats:
         """Hand every waiting heartbeat to its owner now."""
         if not self._count:
             return
-        pending, self._pending, self._count = self._pending, {}, 0
+        pending, trusted = self._pending, self._trusted
+        self._pending, self._trusted, self._count = {}, {}, 0
         n = len(self.owners)
         if n == 1:
-            self._hand(0, pending)
+            self._hand(0, pending, trusted)
             return
-        split: list[dict[str, list[str]]] = [{} for _ in range(n)]
-        for room, uids in pending.items():
-            for uid in uids:
-                split[owner_of(uid, n)].setdefault(room, []).append(uid)
-        for index, part in enumerate(split):
-            if part:
-                self._hand(index, part)
+        parts, vouched = _split(pending, n), _split(trusted, n)
+        for index in range(n):
+            if parts[index] or vouched[index]:
+                self._hand(index, parts[index], vouched[index])
 
-    def _hand(self, index: int, part: dict[str, list[str]]) -> None:
+    def _hand(self, index: int, part: Batch, trusted: Batch) -> None:
         try:
-            self.owners[index].take(part)
+            self.owners[index].take(part, trusted)
         except Exception:
             # A statsvr failing must not fail polls: its members age out.
             logger.exception("statsvr node %d refused a heartbeat batch", index)
@@ -87,3 +96,12 @@ class Heartbeats:
 
     async def _flush_async(self) -> None:
         self.flush()
+
+
+def _split(pending: Batch, n: int) -> list[Batch]:
+    """``pending`` split over ``n`` owners by :func:`owner_of`."""
+    split: list[Batch] = [{} for _ in range(n)]
+    for room, uids in pending.items():
+        for uid in uids:
+            split[owner_of(uid, n)].setdefault(room, []).append(uid)
+    return split

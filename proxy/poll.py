@@ -13,7 +13,8 @@ What a poll does, in order (docs/design.md, "Listening"):
 1. parse and check the parameters (a 400 names the bad one);
 2. read the room's snapshot from memory (a room this node holds no snapshot
    of waits for its first pull, the slow path);
-3. count a heartbeat, read the online count;
+3. read the online count, count a heartbeat (trusted or not, for the
+   automatic vip rule: :meth:`Poll.trusted`);
 4. pace the poll (:mod:`.tiers`), checking the listener's ``ctx`` only when
    :func:`.step.needs_ctx` says so;
 5. do what :func:`.step.step` says, asking it again with each thing learnt
@@ -30,7 +31,9 @@ kept in the snapshot's memo, so the listeners a message wakes at one cursor
 read and encode it once, and each adds only its signed ``ctx``. In a plain
 room a listener's ``ctx`` is checked only when its answer needs it (an empty
 answer carries the time of its last non-empty one; a cursor older than the
-snapshot's counting anchor needs its important counts).
+snapshot's counting anchor needs its important counts), or, in open mode with
+the automatic vip rule on, when its room has at least ``--vip-demote`` online
+(its heartbeat is trusted if the ``ctx`` is genuine).
 
 Only the slow paths create a task; a held poll is a :class:`Poll` in its
 room's hold structures, woken by a call.
@@ -106,6 +109,12 @@ class Polls:
         self.clock = clock
         self.tickets: Tickets | None = None
         """The ticket verifier in ``ticket`` mode (set by the proxy); None: open."""
+        rule = settings.vip_rule()
+        self.trust_ctx = rule is not None
+        """In open mode, a poll's heartbeat is trusted when its ``ctx`` is
+        genuine (with the automatic vip rule on: nobody else reads the mark)..."""
+        self.trust_from = 0 if rule is None else rule.demote
+        """... in a room whose online count is at least this (see :meth:`Poll.trusted`)."""
         self.limit = settings.answer_limit
         self.budget = settings.answer_bytes_max
         # Read on every poll: kept here as native attributes (the settings
@@ -287,9 +296,9 @@ class Poll:
         if snap.epoch != ABSENT_EPOCH:
             # A room that does not exist counts no heartbeat: statsvr keeps no
             # presence, viewers or series for made-up names (online stays 0).
-            polls.heartbeats.beat(p.room, p.uid)
-            polls.reader.read_by(p.room, p.uid)
             self.online = polls.stats.online(p.room)
+            polls.heartbeats.beat(p.room, p.uid, self.trusted(cursor))
+            polls.reader.read_by(p.room, p.uid)
         # The timeout counts from the poll's arrival, a confirming pull included.
         self.deadline = polls.loop_time() + p.timeout
         self._decide(snap, False)
@@ -306,6 +315,24 @@ class Poll:
 
     def _confirmed(self, snap: Snapshot) -> None:
         self._decide(snap, True)
+
+    def trusted(self, cursor: Cursor | None) -> bool:
+        """Whether this poll's heartbeat counts for the automatic vip rule:
+        in ``ticket`` mode always (the uid is the ticket's); in open mode when
+        the poll came back with the genuine ``ctx`` the node gave this uid at
+        this cursor (a made-up uid's first poll has none: one client making
+        up uids is counted online, never by the rule), checked only in a room
+        whose online count reaches ``--vip-demote``: below it no trusted count
+        can move a room, and at the default thresholds such a room is tiered,
+        so its polls check their ``ctx`` anyway. A listener counts as trusted
+        from its first such poll until it leaves (statsvr keeps the mark)."""
+        polls = self._polls
+        if polls.tickets is not None:
+            return True
+        if cursor is None or not cursor.ctx or not polls.trust_ctx \
+                or self.online < polls.trust_from:
+            return False
+        return self._context(cursor) is not None
 
     def _check(self, cursor: Cursor, now_ms: int) -> int:
         """Check the listener's ``ctx``: the time of its last non-empty answer
@@ -525,13 +552,13 @@ class Poll:
             newest = polls.reader.peek(p.room)
             if newest is not None and newest.epoch != snap.epoch:
                 snap = newest
+        self.online = polls.stats.online(p.room)
         if snap is not None and snap.epoch != ABSENT_EPOCH and cursor is not None \
                 and cursor.epoch == ABSENT_EPOCH:
             # Held before the room existed (no heartbeat then): an operator
             # opened it, so the listener counts from now, not its next poll.
-            polls.heartbeats.beat(p.room, p.uid)
+            polls.heartbeats.beat(p.room, p.uid, self.trusted(cursor))
             polls.reader.read_by(p.room, p.uid)
-        self.online = polls.stats.online(p.room)
         now_ms = int(polls.clock.time() * 1000)
         held_as = self.held_as
         self._take(step(snap, cursor, pace, now_ms, held_as=held_as), snap, now_ms, held_as)

@@ -16,7 +16,9 @@ sizes, and only a small room's shared groups are read (the blobs its view does
 not hold yet, at most about ``exact_up_to`` uids). So a pass reads the index
 and not the members of a big room: its cost grows with the room's shard keys
 (nodes x shards), not with its members. An unchanged room costs a set
-comparison. Members are read for pages only (:attr:`Merge.pages`), and what a
+comparison and a sum of its entries' trusted counts (a refresh changes the
+trusted count, :attr:`~statsvr.view.OnlineView.trusted`, without a new
+version). Members are read for pages only (:attr:`Merge.pages`), and what a
 page read is forgotten seconds after its last use (:data:`statsvr.pages.KEEP_FOR`).
 
 Views are replaced by one assignment; readers never lock and never wait on
@@ -67,7 +69,8 @@ class Merge:
     """The online views of the rooms this node serves, merged from the store.
 
     ``on_merged`` (also settable as an attribute) is called with each new view
-    right after it is swapped in: not when a pass found the room unchanged. It
+    right after it is swapped in (one whose trusted count alone changed too):
+    not when a pass found the room unchanged. It
     runs on the merge task and must not block; an exception it raises is
     logged and ignored.
     """
@@ -116,18 +119,19 @@ class Merge:
         state = self._rooms.get(room)
         return state.view if state is not None else OnlineView.empty(room, self.pages)
 
-    def merged(self) -> Iterator[tuple[str, int]]:
-        """The rooms merged at least once, each with its online count (memory
-        only; does not mark them wanted)."""
-        return ((state.name, state.view.online) for state in self._rooms.values()
+    def trusted_counts(self) -> Iterator[tuple[str, int]]:
+        """The rooms merged at least once, each with its trusted count
+        (:attr:`OnlineView.trusted`, what the automatic vip rule reads);
+        memory only, does not mark them wanted."""
+        return ((state.name, state.view.trusted) for state in self._rooms.values()
                 if state.merged)
 
-    def online(self, room: str) -> int | None:
-        """Mark ``room`` wanted; its online count once merged, else ``None``
+    def trusted(self, room: str) -> int | None:
+        """Mark ``room`` wanted; its trusted count once merged, else ``None``
         (its first merge comes with the next pass)."""
         self.want(room)
         state = self._rooms[room]
-        return state.view.online if state.merged else None
+        return state.view.trusted if state.merged else None
 
     def rooms(self) -> list[str]:
         """The rooms held (wanted in the last ``keep_for`` s, up to the next pass)."""
@@ -257,11 +261,15 @@ class Merge:
     async def _merge_room(self, state: _Room, entries: Sequence[ShardEntry]) -> None:
         view = state.view
         if set(map(contributor, entries)) == view.versions:
-            self._merged(state, view)
-            return
-        new = await build_view(state.name, entries, view, fetch=partial(
-            self._stats.read_shards, state.name), pages=self.pages,
-            exact_up_to=self._exact_up_to)
+            # The same members; a refresh may have changed the trusted count alone.
+            new = view.with_trusted(entries)
+            if new is view:
+                self._merged(state, view)
+                return
+        else:
+            new = await build_view(state.name, entries, view, fetch=partial(
+                self._stats.read_shards, state.name), pages=self.pages,
+                exact_up_to=self._exact_up_to)
         state.view = new
         self._merged(state, new)
         if self.on_merged is not None:

@@ -170,9 +170,11 @@ class Statsvr:
             self._metrics.heartbeats.inc(taken)
         return taken
 
-    def take(self, batch: Mapping[str, Sequence[str]]) -> int:
+    def take(self, batch: Mapping[str, Sequence[str]],
+             trusted: Mapping[str, Sequence[str]]) -> int:
         beat = self.tables.beat
         taken = sum(beat(room, uids) for room, uids in batch.items())
+        taken += sum(beat(room, uids, trusted=True) for room, uids in trusted.items())
         if self._metrics is not None:
             self._metrics.heartbeats.inc(taken)
         return taken

@@ -9,12 +9,21 @@ loop then:
    seconds, a room at a time);
 2. :meth:`Tables.take_writes` hands over one :class:`~liveroom.store.base.ShardWrite`
    per shard that changed (a join or a leave: the sorted member list, packed
-   whole) and a TTL refresh for shards unchanged for ``refresh_every``, plus
-   the uids that joined since the last take (for the viewers history).
+   whole), a refresh (no members) for a shard whose trusted count alone
+   changed or that is unchanged for ``refresh_every``, plus the uids that
+   joined since the last take (for the viewers history).
 
 So store traffic follows joins and leaves, not heartbeats. Ticks are whole
 seconds of the monotonic clock: one shared int object per ingested batch, so
 a member costs its uid string and one dict slot.
+
+**Trusted members.** A heartbeat the proxy vouches for (``trusted``: a
+ticket's uid, or a poll that came back with the signed ``ctx`` it was given,
+see :mod:`proxy.poll`) makes its member trusted until it leaves: the only
+members the automatic vip rule counts. The mark costs no memory: a trusted
+member's tick is stored as ``~tick`` (negative), and each shard counts its
+trusted members as they come and go. A member becoming trusted changes no
+member list: its shard is written as a refresh carrying the new count.
 
 Limits: a member's last heartbeat is known to the second; a member leaves at
 the first sweep after ``online_ttl`` of silence (so up to ``sweep_every`` later).
@@ -52,7 +61,11 @@ def shard_of(uid: str, count: int) -> int:
 @dataclass(slots=True)
 class _Shard:
     members: dict[str, int] = field(default_factory=dict)
-    """uid -> tick of its last heartbeat."""
+    """uid -> tick of its last heartbeat (``~tick``, negative, for a trusted member)."""
+    trusted: int = 0
+    """Members whose tick is marked trusted."""
+    trust_changed: bool = False
+    """``trusted`` changed since the last write while the members did not."""
     added: list[str] = field(default_factory=list)
     """Uids that joined since the last write (may repeat after a leave and rejoin)."""
     written: list[str] = field(default_factory=list)
@@ -105,28 +118,37 @@ class Tables:
     # -- heartbeats ------------------------------------------------------------
 
     def ingest(self, batch: bytes) -> int:
-        """Take a batch as a proxy sends it: msgpack ``{room: [uid, ...]}``.
+        """Take a batch as a proxy sends it: msgpack ``[{room: [uid, ...]},
+        {room: [uid, ...]}]``, the heartbeats and then the trusted ones (a
+        bare ``{room: [uid, ...]}``, as an older proxy sends, is heartbeats
+        alone).
 
         Returns how many heartbeats it held. A malformed batch (or a malformed
         room entry in it) is logged and skipped: the proxy validated every name
         already, so this only guards the boundary.
         """
         try:
-            rooms = msgpack.unpackb(batch, use_list=False)
+            decoded = msgpack.unpackb(batch, use_list=False)
         except (ValueError, msgpack.UnpackException) as exc:
             logger.warning("dropped a heartbeat batch that is not msgpack: %s", exc)
             return 0
-        if not isinstance(rooms, dict):
-            logger.warning("dropped a heartbeat batch that is not a map")
+        if isinstance(decoded, dict):
+            decoded = (decoded,)
+        if not (isinstance(decoded, tuple) and 1 <= len(decoded) <= 2
+                and all(isinstance(part, dict) for part in decoded)):
+            logger.warning("dropped a heartbeat batch that is not one or two maps")
             return 0
         taken = 0
-        for room, uids in rooms.items():
-            if isinstance(room, str) and isinstance(uids, tuple):
-                taken += self.beat(room, uids)
+        for trusted, rooms in enumerate(decoded):
+            for room, uids in rooms.items():
+                if isinstance(room, str) and isinstance(uids, tuple):
+                    taken += self.beat(room, uids, trusted=bool(trusted))
         return taken
 
-    def beat(self, room: str, uids: Sequence[str]) -> int:
-        """Record a heartbeat of every uid in ``uids`` (non-str entries are skipped)."""
+    def beat(self, room: str, uids: Sequence[str], *, trusted: bool = False) -> int:
+        """Record a heartbeat of every uid in ``uids`` (non-str entries are
+        skipped); ``trusted``: each is trusted from now until it leaves. A
+        heartbeat that is not trusted leaves a trusted member trusted."""
         state = self._rooms.get(room)
         count = self.vip_shards if self.is_vip(room) else 1
         if state is None:
@@ -134,20 +156,33 @@ class Tables:
         elif state.count != count:
             self._reshard(state, count)
         tick = int(self._clock.monotonic())
+        mark = ~tick
+        value = mark if trusted else tick
         joined = state.joined
         taken = 0
         if count == 1:
             shard = state.shards[0]
             members = shard.members
+            get = members.get
             added = shard.added
             for uid in uids:
-                if uid not in members:
+                old = get(uid)
+                if old is None:
                     if type(uid) is not str:
                         continue
                     added.append(uid)
                     joined.append(uid)
                     shard.dirty = True
-                members[uid] = tick
+                    if trusted:
+                        shard.trusted += 1
+                elif old < 0:  # trusted already, whatever this heartbeat says
+                    members[uid] = mark
+                    taken += 1
+                    continue
+                elif trusted:
+                    shard.trusted += 1
+                    shard.trust_changed = True
+                members[uid] = value
                 taken += 1
         else:
             shards = state.shards
@@ -157,11 +192,21 @@ class Tables:
                 if type(uid) is not str:
                     continue
                 shard = shards[crc32(uid.encode()) % count]
-                if uid not in shard.members:
+                old = shard.members.get(uid)
+                if old is None:
                     shard.added.append(uid)
                     joined.append(uid)
                     shard.dirty = True
-                shard.members[uid] = tick
+                    if trusted:
+                        shard.trusted += 1
+                elif old < 0:
+                    shard.members[uid] = mark
+                    taken += 1
+                    continue
+                elif trusted:
+                    shard.trusted += 1
+                    shard.trust_changed = True
+                shard.members[uid] = value
                 taken += 1
         self.heartbeats += taken
         return taken
@@ -177,6 +222,8 @@ class Tables:
                 new.members[uid] = tick
                 new.added.append(uid)
                 new.dirty = True
+                if tick < 0:
+                    new.trusted += 1
 
     # -- reading ---------------------------------------------------------------
 
@@ -184,6 +231,11 @@ class Tables:
         """This node's members of ``room`` (not the merged figure)."""
         state = self._rooms.get(room)
         return sum(len(s.members) for s in state.shards) if state else 0
+
+    def trusted(self, room: str) -> int:
+        """This node's trusted members of ``room``."""
+        state = self._rooms.get(room)
+        return sum(s.trusted for s in state.shards) if state else 0
 
     def members(self, room: str) -> set[str]:
         """This node's members of ``room`` (a copy)."""
@@ -210,6 +262,9 @@ class Tables:
         members is swept in slices.
         """
         cutoff = self._clock.monotonic() - self.online_ttl
+        # A tick ``t`` is quiet when t < cutoff; a trusted one is stored as
+        # ~t = -t - 1, quiet when above -cutoff - 1. Both in one comparison:
+        low = -cutoff - 1
         gone = 0
         for room in list(self._rooms):
             state = self._rooms.get(room)
@@ -217,10 +272,11 @@ class Tables:
                 continue
             for shard in state.shards:
                 members = shard.members
-                quiet = [uid for uid, tick in members.items() if tick < cutoff]
+                quiet = [uid for uid, tick in members.items() if low < tick < cutoff]
                 if quiet:
                     for uid in quiet:
-                        del members[uid]
+                        if members.pop(uid) < 0:
+                            shard.trusted -= 1
                     shard.dirty = True
                     gone += len(quiet)
                 if len(members) > BIG_SHARD:
@@ -230,8 +286,9 @@ class Tables:
     async def take_writes(self) -> tuple[list[ShardWrite], dict[str, list[str]]]:
         """What to store now, and the uids that joined each room since the last take.
 
-        Every changed shard comes whole (sorted, packed); a shard unchanged for
-        ``refresh_every`` comes as a refresh; an emptied shard as a drop (size
+        Every changed shard comes whole (sorted, packed); a shard whose
+        trusted count alone changed, or unchanged for ``refresh_every``, comes
+        as a refresh (with its trusted count); an emptied shard as a drop (size
         0), after which a room with no members left is forgotten. The caller
         must hand back what it could not store with :meth:`restore`.
         """
@@ -278,6 +335,7 @@ class Tables:
         members = shard.members
         if shard.dirty:
             shard.dirty = False
+            shard.trust_changed = False
             if not members:
                 shard.written = []
                 shard.added = []
@@ -298,10 +356,12 @@ class Tables:
             self._serial += 1
             shard.version = f"{self._boot}.{self._serial}"
             return ShardWrite(room, index, count, shard.version, len(kept),
-                              msgpack.packb(kept))
-        if members and now - shard.written_at >= self.refresh_every:
+                              msgpack.packb(kept), shard.trusted)
+        if members and (shard.trust_changed or now - shard.written_at >= self.refresh_every):
+            shard.trust_changed = False
             shard.written_at = now
-            return ShardWrite(room, index, count, shard.version, len(members), None)
+            return ShardWrite(room, index, count, shard.version, len(members), None,
+                              shard.trusted)
         return None
 
     def restore(self, writes: Iterable[ShardWrite]) -> None:

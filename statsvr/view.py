@@ -24,6 +24,11 @@ to another node counts twice until its old node drops it (``online_ttl``).
 and re-split into the ``K`` groups below the limit, and are groups of their
 own above it.
 
+**Trusted.** :attr:`OnlineView.trusted`, the members the automatic vip rule
+counts, is the sum of the entries' trusted counts (each node counts its own,
+:mod:`statsvr.table`), never more than :attr:`OnlineView.online`: read from
+the index alone, whatever the room's size.
+
 **Pages.** Members are listed group by group (the ``K`` groups by index, then
 any others), sorted by uid within a group: a room that is not vip is one group,
 so its members are simply sorted. A group the view does not hold is read from
@@ -35,15 +40,15 @@ so a node keeps no member list of a room whose members nobody asked for.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from liveroom.store.base import ShardEntry
 
 from .members import Contributor, contributor, decode_members, resplit, union
 from .pages import MemberPages
 
-__all__ = ["EXACT_UP_TO", "Fetch", "Group", "OnlineView", "build_view"]
+__all__ = ["EXACT_UP_TO", "Fetch", "Group", "OnlineView", "build_view", "trusted_of"]
 
 EXACT_UP_TO = 20_000
 """Members (by the index) up to which a room's shared groups are read and
@@ -85,6 +90,9 @@ class OnlineView:
 
     room: str
     online: int
+    trusted: int
+    """Members the automatic vip rule counts (a ticket's uid, or one that came
+    back with its signed ``ctx``): at most :attr:`online`."""
     versions: frozenset[Contributor]
     """The ``(node, index, count, version)`` of every live shard key."""
     nodes: frozenset[str]
@@ -101,14 +109,20 @@ class OnlineView:
     _pages: MemberPages | None
 
     def __repr__(self) -> str:
-        return (f"<OnlineView {self.room!r} online={self.online} "
+        return (f"<OnlineView {self.room!r} online={self.online} trusted={self.trusted} "
                 f"{'exact' if self.exact else 'summed'} nodes={sorted(self.nodes)} "
                 f"shards={self.shard_count}>")
 
     @classmethod
     def empty(cls, room: str, pages: MemberPages | None = None) -> OnlineView:
         """The view of a room with nobody online (and of a room not merged yet)."""
-        return cls(room, 0, frozenset(), frozenset(), 0, True, (), {}, pages)
+        return cls(room, 0, 0, frozenset(), frozenset(), 0, True, (), {}, pages)
+
+    def with_trusted(self, entries: Sequence[ShardEntry]) -> OnlineView:
+        """This view, its trusted count taken anew from ``entries`` (the same
+        shard versions: a refresh may change the count alone)."""
+        trusted = trusted_of(entries, self.online)
+        return self if trusted == self.trusted else replace(self, trusted=trusted)
 
     @property
     def held(self) -> int:
@@ -181,12 +195,21 @@ async def build_view(room: str, entries: Sequence[ShardEntry],
     if (mixed or shared) and fetch is not None and total <= exact_up_to:
         before = previous if previous is not None and previous.room == room else None
         groups, runs = await _exact(room, count, grouped, mixed, before, fetch)
-        return OnlineView(room, sum(g.size for g in groups), frozenset(unique), nodes,
-                          count, True, groups, runs, pages)
+        online = sum(g.size for g in groups)
+        return OnlineView(room, online, trusted_of(unique.values(), online),
+                          frozenset(unique), nodes, count, True, groups, runs, pages)
     groups = tuple(Group(c, i, tuple(g), sum(e.size for e in g), None)
                    for (c, i), g in grouped.items())
-    return OnlineView(room, total, frozenset(unique), nodes, count, not (mixed or shared),
-                      groups, {}, pages)
+    return OnlineView(room, total, trusted_of(unique.values(), total), frozenset(unique),
+                      nodes, count, not (mixed or shared), groups, {}, pages)
+
+
+def trusted_of(entries: Iterable[ShardEntry], online: int) -> int:
+    """The trusted members of a room whose live shard ``entries`` (each
+    contributor once) hold ``online`` members: the sum of their trusted
+    counts, at most ``online`` (a uid that moved to another node may be
+    counted by both until its old node drops it)."""
+    return min(online, sum(entry.trusted for entry in entries))
 
 
 async def _exact(room: str, count: int, grouped: Mapping[_GroupKey, list[ShardEntry]],

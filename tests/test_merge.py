@@ -146,6 +146,39 @@ async def test_only_what_changed_is_read(store: Store, fake_clock: FakeClock) ->
     assert len(merged) == 2
 
 
+async def test_the_trusted_count_follows_the_index_without_a_read(
+        store: Store, fake_clock: FakeClock) -> None:
+    reads, stats = counting(store)
+    t0 = now_ms(fake_clock)
+    # Two nodes' shards of a room of 300 listeners (100 on both: 400 summed).
+    a_writes = [ShardWrite(w.room, w.index, w.count, w.version, w.size, w.members,
+                           w.size // 2) for w in shard_writes("room", A, 16, "a-v1")]
+    b_writes = [ShardWrite(w.room, w.index, w.count, w.version, w.size, w.members, w.size)
+                for w in shard_writes("room", A[:100], 16, "b-v1")]
+    await stats.write_shards("a", a_writes, t0, TTL_MS)
+    await stats.write_shards("b", b_writes, t0, TTL_MS)
+    merged: list[OnlineView] = []
+    merge = Merge(stats, fake_clock, on_merged=merged.append)
+    assert merge.trusted("room") is None  # not merged yet; now wanted
+    await merge.merge_now(None)
+    view = merge.view("room")
+    assert (view.online, view.trusted) == (300, sum(w.size // 2 for w in a_writes) + 100)
+    assert list(merge.trusted_counts()) == [("room", view.trusted)]
+    read = len(reads.reads)
+    # Every member of a becomes trusted: refreshes (same versions, no members)
+    # carry it; the view changes with no shard read, and never counts more
+    # trusted members than online ones.
+    refreshed = [ShardWrite(w.room, w.index, w.count, w.version, w.size, None, w.size)
+                 for w in a_writes if w.size]
+    await stats.write_shards("a", refreshed, t0, TTL_MS)
+    await merge.merge_now(["room"])
+    assert len(reads.reads) == read
+    assert (merge.view("room").online, merge.view("room").trusted) == (300, 300)
+    assert merge.trusted("room") == 300
+    assert merged[-1] is merge.view("room")
+    assert merge.view("room").versions == view.versions
+
+
 async def test_rooms_are_read_in_batches(store: Store, fake_clock: FakeClock) -> None:
     reads, stats = counting(store)
     rooms = [f"room-{i}" for i in range(300)]

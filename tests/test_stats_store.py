@@ -164,6 +164,26 @@ async def test_node_names_and_versions_may_hold_separators(
     assert await stats.read_shards("r", listed) == [b"\x90"]
 
 
+async def test_an_entry_carries_its_trusted_count_which_a_refresh_may_change(
+        store: Store, fake_clock: FakeClock,
+        raw_redis: redis.asyncio.Redis | None) -> None:
+    stats = store.stats
+    t0 = now_ms(fake_clock)
+    await stats.write_shards("n1", [ShardWrite("r", 0, 1, "v1", 3, b"\x90", 1)], t0, TTL_MS)
+    (listed,) = await stats.shard_index(["r"], t0)
+    assert listed == [ShardEntry("n1", 0, 1, "v1", 3, t0 + TTL_MS, 1)]
+    # Two more members became trusted: a refresh says so, the version stays.
+    await stats.write_shards("n1", [ShardWrite("r", 0, 1, "v1", 3, None, 3)], t0, TTL_MS)
+    (listed,) = await stats.shard_index(["r"], t0)
+    assert [(e.version, e.size, e.trusted) for e in listed] == [("v1", 3, 3)]
+    if raw_redis is not None:
+        # An older node's entry has no trusted count: all its members count.
+        await raw_redis.hset(keys.shard_index("r"), "old/0/1", f"ab12.7 5 {t0 + TTL_MS}")
+        (listed,) = await stats.shard_index(["r"], t0)
+        assert [(e.node, e.version, e.size, e.trusted) for e in listed] == [
+            ("n1", "v1", 3, 3), ("old", "ab12.7", 5, 5)]
+
+
 async def test_the_head_of_a_shard_is_read_alone(store: Store, fake_clock: FakeClock) -> None:
     stats = store.stats
     t0 = now_ms(fake_clock)

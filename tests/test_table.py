@@ -113,6 +113,67 @@ async def test_writes_handed_back_are_written_whole_again(fake_clock: FakeClock)
     assert stored(writes) == {("r", 0, 1): ["a"]}
 
 
+async def test_a_vouched_for_member_is_trusted_until_it_leaves(fake_clock: FakeClock) -> None:
+    tables = Tables(fake_clock, online_ttl=90, refresh_every=15)
+    tables.beat("r", ["a", "b", "c"])
+    writes, _ = await tables.take_writes()
+    assert [(w.size, w.trusted) for w in writes] == [(3, 0)]
+    version = writes[0].version
+    # a and b come back vouched for: the same members, so a refresh carries
+    # the new count (no member list packed, the same version).
+    tables.beat("r", ["a", "b"], trusted=True)
+    writes, _ = await tables.take_writes()
+    assert [(w.members, w.version, w.size, w.trusted) for w in writes] == [
+        (None, version, 3, 2)]
+    # A heartbeat not vouched for leaves them trusted; nothing to write.
+    tables.beat("r", ["a", "b", "c"])
+    tables.beat("r", ["a"], trusted=True)
+    assert await tables.take_writes() == ([], {})
+    assert (tables.online("r"), tables.trusted("r")) == (3, 2)
+    # A newcomer vouched for at once (a ticket's uid) joins trusted.
+    tables.beat("r", ["d"], trusted=True)
+    writes, _ = await tables.take_writes()
+    assert stored(writes) == {("r", 0, 1): ["a", "b", "c", "d"]}
+    assert writes[0].trusted == 3
+    # A trusted member leaves like any other, and takes its mark with it.
+    await fake_clock.advance(60)
+    tables.beat("r", ["b", "c", "d"])
+    await fake_clock.advance(31)
+    assert await tables.sweep() == 1
+    writes, _ = await tables.take_writes()
+    assert stored(writes) == {("r", 0, 1): ["b", "c", "d"]}
+    assert writes[0].trusted == 2
+    tables.beat("r", ["a"])
+    assert (tables.online("r"), tables.trusted("r")) == (4, 2)
+
+
+async def test_trusted_members_stay_trusted_when_their_room_is_split(
+        fake_clock: FakeClock) -> None:
+    vip: set[str] = set()
+    tables = Tables(fake_clock, vip_shards=4, is_vip=vip.__contains__)
+    uids = [f"u{i}" for i in range(40)]
+    tables.beat("r", uids[:30])
+    tables.beat("r", uids[10:], trusted=True)
+    assert tables.trusted("r") == 30
+    vip.add("r")
+    tables.beat("r", uids[:1])
+    writes, _ = await tables.take_writes()
+    by_shard = {w.index: w for w in writes if w.count == 4}
+    assert sum(w.trusted for w in by_shard.values()) == 30
+    for index, w in by_shard.items():
+        assert w.trusted == sum(1 for uid in uids[10:] if shard_of(uid, 4) == index)
+
+
+def test_a_batch_of_two_maps_carries_the_trusted_heartbeats(fake_clock: FakeClock) -> None:
+    tables = Tables(fake_clock)
+    both = msgpack.packb([{"r": ["a", "b"]}, {"r": ["b", "c"], "s": ["d"]}])
+    assert tables.ingest(both) == 5
+    assert (tables.online("r"), tables.trusted("r"), tables.trusted("s")) == (3, 2, 1)
+    assert tables.ingest(msgpack.packb([{"r": ["e"]}, {}, {}])) == 0
+    assert tables.ingest(msgpack.packb([{"r": ["e"]}, ["x"]])) == 0
+    assert tables.online("r") == 3
+
+
 def test_a_malformed_batch_is_dropped_not_raised(fake_clock: FakeClock) -> None:
     tables = Tables(fake_clock)
     assert tables.ingest(b"\xc1") == 0
@@ -134,7 +195,7 @@ def test_the_shard_hash_is_pinned() -> None:
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["beat", "tick", "take"]),
+@given(st.lists(st.tuples(st.sampled_from(["beat", "trust", "tick", "take"]),
                           st.lists(st.sampled_from([f"u{i}" for i in range(12)]),
                                    max_size=6),
                           st.integers(1, 40)),
@@ -142,33 +203,43 @@ def test_the_shard_hash_is_pinned() -> None:
        st.booleans())
 def test_the_stored_shards_always_equal_the_members(
         steps: list[tuple[str, list[str], int]], vip: bool) -> None:
-    """After every take, what the store would hold equals who is online."""
+    """After every take, what the store would hold equals who is online, and
+    its trusted counts who of them was ever vouched for since joining."""
     async def run() -> None:
         clock = FakeClock()
         tables = Tables(clock, online_ttl=30, vip_shards=4, is_vip=lambda room: vip,
                         refresh_every=10)
         store: dict[int, list[str]] = {}
+        trusted_stored: dict[int, int] = {}
         last_beat: dict[str, float] = {}
+        vouched: set[str] = set()
         for op, uids, seconds in steps:
-            if op == "beat":
-                tables.beat("r", uids)
+            if op in ("beat", "trust"):
+                tables.beat("r", uids, trusted=op == "trust")
                 for uid in uids:
                     last_beat[uid] = int(clock.monotonic())
+                if op == "trust":
+                    vouched.update(uids)
             elif op == "tick":
                 await clock.advance(seconds)
                 await tables.sweep()
+                vouched &= tables.members("r")
             writes, _ = await tables.take_writes()
             for w in writes:
                 if w.size == 0:
                     store.pop(w.index, None)
-                elif w.members is not None:
+                    trusted_stored.pop(w.index, None)
+                    continue
+                if w.members is not None:
                     store[w.index] = msgpack.unpackb(w.members)
                     assert store[w.index] == sorted(set(store[w.index]))
                     assert w.size == len(store[w.index])
+                trusted_stored[w.index] = w.trusted
             online = {u for u, t in last_beat.items()
                       if t >= clock.monotonic() - 30} & tables.members("r")
             assert tables.members("r") == online | (tables.members("r") - online)
             assert sorted(u for m in store.values() for u in m) == sorted(tables.members("r"))
+            assert sum(trusted_stored.values()) == len(vouched) == tables.trusted("r")
     asyncio.run(run())
 
 
@@ -182,13 +253,17 @@ def test_the_owner_of_a_uid_is_stable_and_spread() -> None:
 class Sink:
     def __init__(self) -> None:
         self.batches: list[dict[str, list[str]]] = []
+        self.trusted: list[dict[str, list[str]]] = []
 
     def ingest(self, blob: bytes) -> int:
-        return self.take(msgpack.unpackb(blob))
+        plain, trusted = msgpack.unpackb(blob)
+        return self.take(plain, trusted)
 
-    def take(self, batch: Mapping[str, Sequence[str]]) -> int:
+    def take(self, batch: Mapping[str, Sequence[str]],
+             trusted: Mapping[str, Sequence[str]]) -> int:
         self.batches.append({room: list(uids) for room, uids in batch.items()})
-        return sum(len(v) for v in batch.values())
+        self.trusted.append({room: list(uids) for room, uids in trusted.items()})
+        return sum(len(v) for v in batch.values()) + sum(len(v) for v in trusted.values())
 
 
 async def test_heartbeats_reach_their_owner_in_batches(fake_clock: FakeClock) -> None:
@@ -210,6 +285,14 @@ async def test_heartbeats_reach_their_owner_in_batches(fake_clock: FakeClock) ->
             hb.beat("s", f"v{i}")
         assert sum(len(b.get("s", [])) for s in sinks for b in s.batches) == 1000
         hb.beat("s", "last")
+        # Trusted heartbeats go apart, to the same owners, in the same batches.
+        hb.beat("t", "plain")
+        for i in range(10):
+            hb.beat("t", f"w{i}", True)
+        await fake_clock.advance(0.25)
+        vouched = {u: k for k, s in enumerate(sinks) for b in s.trusted for u in b.get("t", [])}
+        assert vouched == {f"w{i}": owner_of(f"w{i}", 2) for i in range(10)}
+        assert [u for s in sinks for b in s.batches for u in b.get("t", [])] == ["plain"]
     finally:
         await hb.stop()
     assert any("last" in b.get("s", []) for s in sinks for b in s.batches)

@@ -1,6 +1,7 @@
 """The automatic vip rule: the pure steps (hypothesis), nodes applying it over
-one store (each move decided once, pins beating it), and a room moved by it
-under held polls on two nodes."""
+one store (each move decided once, pins beating it), whom it counts (made-up
+first polls are online, never trusted), and a room moved by it under held
+polls on two nodes."""
 
 from __future__ import annotations
 
@@ -15,13 +16,24 @@ import msgpack
 from conftest import TEST_POLICY, opened
 from hypothesis import given
 from hypothesis import strategies as st
-from support import ADMIN_HEADERS, Listener, pin, release, running_node, send, until
+from support import (
+    ADMIN_HEADERS,
+    Listener,
+    Running,
+    pin,
+    poll_once,
+    release,
+    running_node,
+    send,
+    until,
+)
 
 from liveroom import sects
 from liveroom.clock import FakeClock
 from liveroom.metrics import Metrics
 from liveroom.sects import MOVES_KEPT, NONE, Move, VipRecord, VipRule, decode, encode, observe
 from liveroom.whitelist import VipList, read_sects
+from proxy.tickets import mint
 
 RULE = VipRule(promote=100, promote_after=60, demote=40, demote_after=600)
 
@@ -268,6 +280,13 @@ async def test_a_room_the_rule_moves_keeps_its_held_polls_and_messages(
         listeners = [Listener(session, "stage", uid=f"u{i}") for i in range(2)]
         for listener, node in zip(listeners, (a, b), strict=True):
             await listener.poll(node.url)
+
+        async def both_online() -> bool:
+            return all(n.node.statsvr.online("stage") == 2 for n in (a, b))
+
+        # The rule counts a listener that comes back with its ctx to a room
+        # whose online count reached --vip-demote (Poll.trusted).
+        await until(clock, both_online)
         polls = [asyncio.create_task(x.poll(n.url, timeout=60))
                  for x, n in zip(listeners, (a, b), strict=True)]
 
@@ -289,6 +308,103 @@ async def test_a_room_the_rule_moves_keeps_its_held_polls_and_messages(
             assert listener.bodies() == ["before", "after"]
         records = await read_sects(a.node.store.operators)
         assert [(m.vip, m.reason) for m in records["stage"].moves] == [(True, "auto")]
+
+
+# -- whom the rule counts ------------------------------------------------------------------
+
+CROWD = 400
+"""Listeners of the attack seen in open mode (one client, made-up uids)."""
+COUNTING = {"vip_promote": 300, "vip_promote_after": 5.0, "vip_demote": 100,
+            "vip_demote_after": 5.0, "vip_settle": 0.0, "vip_refresh": 0.5}
+TICKET_KEY = "ticket-key-0123456789abcdef-0001"
+
+
+async def online(session: aiohttp.ClientSession, node: Running, room: str) -> int:
+    """The room's online figure as the API shows it."""
+    async with session.get(f"{node.url}/v1/rooms/{room}/online", params={"limit": 1},
+                           headers=ADMIN_HEADERS) as resp:
+        assert resp.status == 200, await resp.text()
+        count: int = (await resp.json())["online"]
+        return count
+
+
+async def at_least(session: aiohttp.ClientSession, node: Running, clock: FakeClock,
+                   room: str, count: int) -> None:
+    """Move the clock until the room's online figure reaches ``count``."""
+    async def reached() -> bool:
+        return await online(session, node, room) >= count
+
+    await until(clock, reached)
+
+
+async def test_made_up_first_polls_move_no_room_and_listeners_that_come_back_do(
+        engine_url: str, session: aiohttp.ClientSession) -> None:
+    # The attack seen: in open mode one client sends 400 first polls of
+    # made-up uids; with --vip-promote 300 the room went vip in 9 s.
+    clock = FakeClock()
+    async with running_node(engine_url, clock, **COUNTING) as node:
+        vip_list = node.node.vip_list
+        await send(session, node.url, "stage", "hi")
+        answers = await asyncio.gather(*(
+            poll_once(session, node.url, "stage", {"uid": f"fake{i}"}) for i in range(CROWD)))
+        # The online figure counts them, as it always did.
+        await at_least(session, node, clock, "stage", CROWD)
+        assert await online(session, node, "stage") == CROWD
+        # Made-up second polls: every uid with the cursor and ctx of fake0's
+        # answer (a ctx is bound to its uid), behind the head so they answer at once.
+        await send(session, node.url, "stage", "more")
+        replayed = {key: answers[0][key] for key in ("epoch", "seq", "iseq", "ctx")}
+        await asyncio.gather(*(poll_once(session, node.url, "stage",
+                                         {"uid": f"fake{i}", **replayed})
+                               for i in range(CROWD)))
+        # The rule counts fake0 alone (it did come back with its own ctx):
+        # three times --vip-promote-after later the room is normal and no
+        # crossing has even started.
+        for _ in range(30):
+            await clock.advance(0.5)
+            await asyncio.sleep(0.01)
+        assert not vip_list.is_vip("stage")
+        assert "stage" not in await read_sects(node.node.store.operators)
+        assert node.node.statsvr.merge.trusted("stage") == 1
+        assert await online(session, node, "stage") == CROWD
+
+        # As many listeners that come back with the ctx they were given count.
+        await send(session, node.url, "crowd", "hi")
+        fans = [Listener(session, "crowd", uid=f"fan{i}") for i in range(CROWD)]
+        await asyncio.gather(*(fan.poll(node.url) for fan in fans))
+        await at_least(session, node, clock, "crowd", CROWD)
+        await send(session, node.url, "crowd", "again")  # their next polls answer at once
+        await asyncio.gather(*(fan.poll(node.url) for fan in fans))
+
+        async def crowd_vip() -> bool:
+            return vip_list.is_vip("crowd")
+
+        await until(clock, crowd_vip, limit=30)
+        assert node.node.statsvr.merge.trusted("crowd") == CROWD
+        assert await online(session, node, "crowd") == CROWD
+        assert not vip_list.is_vip("stage")
+
+
+async def test_in_ticket_mode_every_listener_counts_at_once(
+        engine_url: str, session: aiohttp.ClientSession) -> None:
+    clock = FakeClock()
+    async with running_node(engine_url, clock, auth="ticket", ticket_keys=(TICKET_KEY,),
+                            **COUNTING) as node:
+        await send(session, node.url, "stage", "hi", important=True)
+
+        async def first_poll(uid: str) -> None:
+            ticket = mint(TICKET_KEY, uid, rooms=["stage"], now=clock.time())
+            async with session.get(f"{node.url}/v1/rooms/stage/poll",
+                                   headers={"Authorization": f"Bearer {ticket}"}) as resp:
+                assert resp.status == 200, await resp.text()
+
+        await asyncio.gather(*(first_poll(f"fan{i}") for i in range(CROWD)))
+
+        async def stage_vip() -> bool:
+            return node.node.vip_list.is_vip("stage")
+
+        await until(clock, stage_vip, limit=30)
+        assert node.node.statsvr.merge.trusted("stage") == CROWD
 
 
 # -- the routing hint ---------------------------------------------------------------------

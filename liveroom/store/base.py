@@ -296,7 +296,12 @@ class ShardWrite:
     """Members in the shard. 0 drops the shard (key and index entry)."""
     members: bytes | None
     """msgpack array of the members' uids, sorted; ``None`` when the members did
-    not change since the last write: only the expiry is pushed back."""
+    not change since the last write: only the expiry (and ``trusted``) is
+    pushed."""
+    trusted: int = 0
+    """Members the automatic vip rule may count (at most ``size``): those the
+    proxy vouched for (a ticket, or a second poll with the signed ``ctx`` it
+    was given: ``proxy.poll``). Stored in the index entry, beside ``size``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,6 +314,9 @@ class ShardEntry:
     version: str
     size: int
     expires_ms: int
+    trusted: int = 0
+    """Its members the vip rule may count (``ShardWrite.trusted``); ``size``
+    for an entry an older node wrote (no such count: all were counted)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -425,7 +433,9 @@ class StatsStore(Protocol):
 
         Each written or refreshed shard's index entry says it lives until
         ``now_ms + ttl_ms``; readers ignore it after that (and the key itself
-        is dropped some time later). Entries of any node that expired are
+        is dropped some time later). A refresh sets the entry's ``trusted``
+        too (the count can change while the members do not). Entries of any
+        node that expired are
         pruned from the rooms written. Returns the ``(room, index)`` of shards
         that were only to be refreshed but are gone from the store (flushed, or
         expired while this node stalled): the caller writes them whole again.

@@ -27,8 +27,8 @@ Bucket = tuple[int, int, int, int]
 
 _ShardKey = tuple[str, int, int]
 """(node, index, count) of a shard."""
-_IndexValue = tuple[str, int, int]
-"""(version, size, expires_ms) of a shard index entry."""
+_IndexValue = tuple[str, int, int, int]
+"""(version, size, trusted, expires_ms) of a shard index entry."""
 
 
 @dataclass
@@ -99,7 +99,7 @@ class MemoryStats:
             if index is None:
                 index = {}
                 self._shard_index.put(w.room, index, gc_ms)
-            value = (w.version, w.size, now_ms + ttl_ms)
+            value = (w.version, w.size, w.trusted, now_ms + ttl_ms)
             if w.size == 0:
                 self._shards.pop(blob_key)
                 index.pop(shard, None)
@@ -114,7 +114,7 @@ class MemoryStats:
         for room in rooms:
             index = self._shard_index.get(room)
             assert index is not None
-            for shard in [s for s, (_, _, until) in index.items() if until < now_ms]:
+            for shard in [s for s, (*_, until) in index.items() if until < now_ms]:
                 del index[shard]
             if index:
                 self._shard_index.expire(room, gc_ms, only_later=True)
@@ -126,9 +126,9 @@ class MemoryStats:
         listed = []
         for room in rooms:
             index = self._shard_index.get(room) or {}
-            listed.append([ShardEntry(node, i, n, version, size, until)
-                           for (node, i, n), (version, size, until) in sorted(index.items())
-                           if until >= now_ms])
+            listed.append([ShardEntry(node, i, n, version, size, until, trusted)
+                           for (node, i, n), (version, size, trusted, until)
+                           in sorted(index.items()) if until >= now_ms])
         return listed
 
     async def read_shards(self, room: str, entries: Sequence[ShardEntry],

@@ -29,7 +29,8 @@ lr:{R}:n                 sh.ch. the same for one room, on Redis Cluster: a
                                 sharded channel (``SPUBLISH``), so a notify
                                 travels within the room's shard only
 lr:{R}:sidx              hash   statsvr shard index: field ``<node>/<index>/<count>``,
-                                value ``"<version> <size> <expires_ms>"``
+                                value ``"t<trusted> <version> <size> <expires_ms>"``
+                                (an older node's has no ``t<trusted>``)
 lr:{R}:s:<node>/0/1      string one shard's members (msgpack array of uids,
                                 sorted) of a room split into one shard
 lr:{R:i}:s:<node>/<i>/<n> str.  the same of shard i of a room split into n > 1

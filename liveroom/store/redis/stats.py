@@ -44,11 +44,20 @@ def viewers_state(exact: int, flag: bytes | None, by_node: dict[bytes, bytes],
 
 
 def _shard_entry(field: bytes, value: bytes) -> ShardEntry | None:
-    """An index entry from its field and value; None when it does not parse."""
+    """An index entry from its field and value; None when it does not parse.
+
+    A value an older node wrote has no leading ``t<trusted>`` (its versions
+    are hex): every member of it counts as trusted, as all did then."""
     try:
         node, index, count = field.decode().rsplit("/", 2)
-        version, size, expires_ms = value.decode().rsplit(" ", 2)
-        return ShardEntry(node, int(index), int(count), version, int(size), int(expires_ms))
+        text = value.decode()
+        trusted: int | None = None
+        if text.startswith("t"):
+            head, text = text.split(" ", 1)
+            trusted = int(head[1:])
+        version, size, expires_ms = text.rsplit(" ", 2)
+        return ShardEntry(node, int(index), int(count), version, int(size), int(expires_ms),
+                          int(size) if trusted is None else trusted)
     except ValueError:  # UnicodeDecodeError included
         return None
 
@@ -110,7 +119,8 @@ class RedisStats:
                 mode = "x"
                 gone.append((w.room, w.index))
             by_room.setdefault(w.room, []).extend(
-                [mode, keys.shard_field(node, w.index, w.count), w.version, w.size])
+                [mode, keys.shard_field(node, w.index, w.count), w.version, w.size,
+                 w.trusted])
         calls: list[Call] = [
             (self._shards, [keys.shard_index(room)], [now_ms, now_ms + ttl_ms, gc_ms, *args])
             for room, args in by_room.items()]
