@@ -24,22 +24,27 @@ COMPILED = (
     "liveroom.codec",
     "liveroom.model",
     "liveroom.personal",
+    "liveroom.ratelimit",
     "liveroom.snapshot",
+    "liveroom.store.memory.log",
     "proxy.answer",
+    "proxy.auth",
     "proxy.context",
     "proxy.deadlines",
     "proxy.front",
     "proxy.heartbeats",
     "proxy.hold",
+    "proxy.new_rooms",
     "proxy.params",
     "proxy.poll",
     "proxy.reply",
+    "proxy.send",
     "proxy.step",
     "proxy.tiers",
     "recvsvr.cache",
     "statsvr.merge",
 )
-"""Modules on the listener path that a compiled build compiles."""
+"""Modules on the listener path and the send path that a compiled build compiles."""
 
 _EXTENSIONS = tuple(importlib.machinery.EXTENSION_SUFFIXES)
 

@@ -87,7 +87,9 @@ def parse_count(name: str, text: str, low: int = 0, high: int = MAX_INT) -> int:
     return value
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass sets each field by object.__setattr__, three
+# times the cost, and one is made per send.
+@dataclass(slots=True)
 class NewMessage:
     """A message as a sender posted it, before the store numbers it."""
 

@@ -123,7 +123,9 @@ def parse_poll(room: str, query: dict[str, str], *, default_timeout: float,
     return PollParams(room, uid, Cursor(epoch, seq, iseq, ctx), timeout, recent, spread, pseq)
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass sets each field by object.__setattr__, three
+# times the cost, and one is made per send.
+@dataclass(slots=True)
 class SendParams:
     uid: str | None
     """``None`` only where the uid may come from elsewhere (a ticket)."""

@@ -73,7 +73,9 @@ class LogPolicy:
     of them is answered 503 (stored or not: retry with its client_msg_id)."""
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass sets each field by object.__setattr__, three
+# times the cost, and one is made per send.
+@dataclass(slots=True)
 class Appended:
     epoch: str
     seq: int
