@@ -220,7 +220,7 @@ def serve(**given: Any) -> None:
         _supervise(settings, workers, log_level)
         return
     try:
-        from .node import run  # the roles, numpy and datasketch: only serve needs them
+        from .node import run  # the roles and aiohttp's server: only serve needs them
 
         run(settings, announce=_announce)
     except ConfigError as exc:
