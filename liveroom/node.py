@@ -200,7 +200,10 @@ async def serve(settings: Settings, *, announce: Callable[[Node], None] | None =
     progress get ``settings.shutdown_grace`` seconds, then the node's tasks stop.
     ``reuse_port`` lets several processes listen on one port (``SO_REUSEPORT``).
     ``freeze`` moves what start-up built out of the collector's sight
-    (``gc.freeze``): the process's own server, not a test's.
+    (``gc.freeze``): the process's own server, not a test's. No collection
+    comes first: at that point one found 0 to 5 unreachable objects of some
+    48 000 and took 15 ms of the start, before the first request could be
+    answered (issue 33).
     """
     loop = asyncio.get_running_loop()
     if stop is None:
@@ -213,7 +216,6 @@ async def serve(settings: Settings, *, announce: Callable[[Node], None] | None =
     try:
         await node_site(runner, settings.host, settings.port, reuse_port=reuse_port).start()
         if freeze:
-            gc.collect()
             gc.freeze()
         if announce is not None:
             announce(ready[0])
