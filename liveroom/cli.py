@@ -8,6 +8,7 @@ without flags.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import os
@@ -223,6 +224,8 @@ def serve(**given: Any) -> None:
         _supervise(settings, workers, log_level)
         return
     try:
+        # No collections while the node imports and starts (node.run says why).
+        gc.disable()
         from .node import run  # the roles and aiohttp's server: only serve needs them
 
         run(settings, announce=_announce)

@@ -105,6 +105,23 @@ def test_a_node_serving_has_imported_neither_numpy_nor_scipy(tmp_path: Path) -> 
     assert not among(modules, *NUMERIC), among(modules, *NUMERIC)
 
 
+def test_a_started_node_collects_again_with_its_start_up_frozen() -> None:
+    # node.run starts with the collector off (as `liveroom serve` imports the
+    # node with it off); it must be on again once the node listens.
+    code = ("import gc, os, signal\n"
+            "from liveroom.node import run\n"
+            "from liveroom.settings import Settings\n"
+            "def said(node):\n"
+            "    print(gc.isenabled(), gc.get_freeze_count() > 10_000, flush=True)\n"
+            "    os.kill(os.getpid(), signal.SIGTERM)\n"
+            f"run(Settings(port={free_port()}), announce=said)\n"
+            "print(gc.isenabled())\n")
+    done = subprocess.run([sys.executable, "-c", code], env=clean_env(), capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "True", "True"]
+
+
 @contextlib.contextmanager
 def serve_importing(report: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """``python -X importtime -m liveroom serve`` on a free port, its import
