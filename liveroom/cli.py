@@ -8,6 +8,7 @@ without flags.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import os
@@ -21,17 +22,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from . import __version__, build, sects
-from .client import (
-    Answer,
-    ApiError,
-    Client,
-    ClientError,
-    Message,
-    PersonalMessage,
-    Retry,
-    RoomSect,
-    VipChange,
-)
 from .clock import SystemClock
 from .errors import BadRequest, ConfigError, LiveroomError
 from .model import check_name
@@ -52,12 +42,24 @@ from .settings import (
     unset_secrets,
     weak_secrets,
 )
-from .store import check_store_url, open_store
-from .store.base import Store
-from .whitelist import SectChange, pin_room, read_sects, release_room
 
+# Each command imports what only it needs when it runs: `ticket` signs without
+# aiohttp, `send` and `listen` are clients (aiohttp's) that load nothing of the
+# server, and only `serve` imports the roles (tests/test_packaging.py).
 if TYPE_CHECKING:
+    from .client import (
+        Answer,
+        Client,
+        ClientError,
+        Message,
+        PersonalMessage,
+        Retry,
+        RoomSect,
+        VipChange,
+    )
     from .node import Node
+    from .store.base import Store
+    from .whitelist import SectChange
 
 _D = Settings()
 F = TypeVar("F", bound=Callable[..., Any])
@@ -194,6 +196,8 @@ def serve(**given: Any) -> None:
     name in capitals); deploy/liveroom.env lists them all, docs/operations.md
     explains them. Problems are reported all at once, the store URL first.
     """
+    from .store import check_store_url
+
     store = given["store"] or "memory"
     # Every problem in one round, the store URL first.
     problems: list[str] = []
@@ -220,7 +224,9 @@ def serve(**given: Any) -> None:
         _supervise(settings, workers, log_level)
         return
     try:
-        from .node import run  # the roles, numpy and datasketch: only serve needs them
+        # No collections while the node imports and starts (node.run says why).
+        gc.disable()
+        from .node import run  # the roles and aiohttp's server: only serve needs them
 
         run(settings, announce=_announce)
     except ConfigError as exc:
@@ -325,6 +331,8 @@ T = TypeVar("T")
 
 def _clear(exc: ClientError, token_hint: str | None = None) -> click.ClickException:
     """A client error as the command's one-line failure (exit status 1)."""
+    from .client import ApiError
+
     if isinstance(exc, ApiError):
         message = exc.message or exc.code
         if exc.status == 401 and token_hint:
@@ -360,6 +368,9 @@ def _operate(url: str, admin_token: str | None, store: str | None,
              via_server: Callable[[Client], Awaitable[T]],
              via_store: Callable[[Store], Awaitable[T]]) -> T:
     """Run one operators' call against the server at ``url``, or the store."""
+    from .client import Client, ClientError
+    from .store import open_store
+
     if store is not None and not is_shared(store):
         raise click.BadParameter(
             "the memory store lives inside the server process: use --url to reach "
@@ -395,10 +406,26 @@ def _sect_change(call: Callable[[Store, int], Awaitable[SectChange]]
     """A sect change made directly in the store (``--store``)."""
 
     async def through_store(store: Store) -> VipChange:
+        from .client import VipChange
+
         change = await call(store, int(SystemClock().time() * 1000))
         return VipChange(change.room, change.after.vip, change.moved)
 
     return through_store
+
+
+async def _pin(store: Store, room: str, sect: Sect | None, now_ms: int) -> SectChange:
+    """``room`` pinned to ``sect`` (``None``: unpinned) in the store itself."""
+    from .whitelist import pin_room
+
+    return await pin_room(store.operators, store.log, room, sect, now_ms)
+
+
+async def _release(store: Store, room: str, now_ms: int) -> SectChange:
+    """``room`` unpinned and moved to the normal sect in the store itself."""
+    from .whitelist import release_room
+
+    return await release_room(store.operators, room, now_ms)
 
 
 def _said(change: VipChange, pinned: str | None = None) -> str:
@@ -433,8 +460,7 @@ def vip() -> None:
 def vip_add(room: str, url: str, admin_token: str | None, store: str | None) -> None:
     """Pin ROOM to the vip sect (as `vip pin ROOM vip`)."""
     change = _operate(url, admin_token, store, lambda c: c.vip_add(room),
-                      _sect_change(lambda s, now: pin_room(s.operators, s.log, room, "vip",
-                                                           now)))
+                      _sect_change(lambda s, now: _pin(s, room, "vip", now)))
     click.echo(_said(change))
 
 
@@ -445,7 +471,7 @@ def vip_remove(room: str, url: str, admin_token: str | None, store: str | None) 
     """Unpin ROOM and move it to the normal sect now (the automatic rule may
     promote it again when it grows)."""
     change = _operate(url, admin_token, store, lambda c: c.vip_remove(room),
-                      _sect_change(lambda s, now: release_room(s.operators, room, now)))
+                      _sect_change(lambda s, now: _release(s, room, now)))
     click.echo(_said(change))
 
 
@@ -458,8 +484,7 @@ def vip_pin(room: str, sect: Sect, url: str, admin_token: str | None,
     """Pin ROOM to SECT (vip or normal), moving it there now: the automatic
     rule leaves it there until `vip unpin`."""
     change = _operate(url, admin_token, store, lambda c: c.vip_pin(room, sect),
-                      _sect_change(lambda s, now: pin_room(s.operators, s.log, room, sect,
-                                                           now)))
+                      _sect_change(lambda s, now: _pin(s, room, sect, now)))
     click.echo(_said(change, sect))
 
 
@@ -469,13 +494,15 @@ def vip_pin(room: str, sect: Sect, url: str, admin_token: str | None,
 def vip_unpin(room: str, url: str, admin_token: str | None, store: str | None) -> None:
     """Give ROOM back to the automatic rule; it stays in its sect for now."""
     change = _operate(url, admin_token, store, lambda c: c.vip_unpin(room),
-                      _sect_change(lambda s, now: pin_room(s.operators, s.log, room, None,
-                                                           now)))
+                      _sect_change(lambda s, now: _pin(s, room, None, now)))
     sect = "vip" if change.vip else "normal"
     click.echo(f"room {room} is unpinned (in the {sect} sect; the automatic rule decides)")
 
 
 async def _sects_of_store(store: Store) -> list[RoomSect]:
+    from .client import RoomSect
+    from .whitelist import read_sects
+
     records = await read_sects(store.operators)
     return [RoomSect.of(sects.document(room, records[room])) for room in sorted(records)]
 
@@ -647,6 +674,8 @@ def listen(room_name: str, uid: str | None, ticket: str | None, url: str,
     503) are retried; a refusal (a bad ticket) exits with status 1. Ctrl-C or
     SIGTERM stops at once, exit status 0.
     """
+    from .client import Client, ClientError
+
     if uid is None and ticket is None:
         uid = f"listener-{secrets.token_hex(3)}"
 
@@ -723,6 +752,8 @@ def send(room_name: str, text: str, uid: str | None, important: bool, to: str | 
     the send tried again, up to 3 times, with one client_msg_id, so it is
     stored once. A refusal exits with status 1 and the server's message.
     """
+    from .client import Client, ClientError
+
     if uid is None and ticket is None:
         uid = f"sender-{secrets.token_hex(3)}"
         click.echo(f"-- sending as {uid} (give --uid to choose)", err=True)

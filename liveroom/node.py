@@ -200,7 +200,10 @@ async def serve(settings: Settings, *, announce: Callable[[Node], None] | None =
     progress get ``settings.shutdown_grace`` seconds, then the node's tasks stop.
     ``reuse_port`` lets several processes listen on one port (``SO_REUSEPORT``).
     ``freeze`` moves what start-up built out of the collector's sight
-    (``gc.freeze``): the process's own server, not a test's.
+    (``gc.freeze``) and turns the collector on (:func:`run` starts with it
+    off): the process's own server, not a test's. No collection comes first:
+    at that point one found 0 to 5 unreachable objects of some 48 000 and took
+    15 ms of the start, before the first request could be answered (issue 33).
     """
     loop = asyncio.get_running_loop()
     if stop is None:
@@ -213,8 +216,8 @@ async def serve(settings: Settings, *, announce: Callable[[Node], None] | None =
     try:
         await node_site(runner, settings.host, settings.port, reuse_port=reuse_port).start()
         if freeze:
-            gc.collect()
             gc.freeze()
+            gc.enable()
         if announce is not None:
             announce(ready[0])
         await stop.wait()
@@ -239,7 +242,15 @@ def run(settings: Settings, *, announce: Callable[[Node], None] | None = None,
         reuse_port: bool = False) -> None:
     """:func:`serve` on a new uvloop loop, until SIGTERM or SIGINT, with the
     collector tuned for a server (:data:`GC_THRESHOLDS`) and the open-file
-    limit raised to the hard limit."""
+    limit raised to the hard limit.
+
+    The collector is off until the node listens and :func:`serve` has frozen
+    what start-up built (``liveroom serve`` turns it off before it imports
+    this module): start-up makes hardly any garbage (0 to 5 unreachable
+    objects of 48 000), and the collections its allocations would trigger,
+    scanning objects that live as long as the process, cost some 10 ms of it.
+    """
+    gc.disable()
     gc.set_threshold(*GC_THRESHOLDS)
     raise_open_files()
     loop = new_loop()
@@ -247,5 +258,6 @@ def run(settings: Settings, *, announce: Callable[[Node], None] | None = None,
         loop.run_until_complete(serve(settings, announce=announce, reuse_port=reuse_port,
                                       freeze=True))
     finally:
+        gc.enable()  # serve() turned it on, unless it failed before it listened
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()

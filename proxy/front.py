@@ -83,8 +83,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import ctypes.util
 import ipaddress
 import logging
 import resource
@@ -159,7 +157,11 @@ worth of RSS for good (measured: 1 000 such clients, +100 MiB without)."""
 def _trimmer() -> Callable[[], object] | None:
     """``malloc_trim(0)`` of the C library, where it has one (glibc).
     Looked up at the first trim, not at import: ``find_library`` runs a
-    subprocess (about 12 ms), which a node's start-up need not wait for."""
+    subprocess (about 12 ms) and ctypes takes 1 ms to import, which a node's
+    start-up need not wait for."""
+    import ctypes
+    import ctypes.util
+
     try:
         libc = ctypes.CDLL("libc.so.6")
     except OSError:

@@ -1,21 +1,28 @@
 """What a newcomer meets first: the version in one place, the license and the
 changelog, the npm package of liveroom.js and its Node example, CLI commands
-that start fast, and documentation without dangling references."""
+that start fast (each importing what it needs: a node no numpy or scipy,
+``ticket`` no aiohttp, ``send`` and ``listen`` nothing of the server), and
+documentation without dangling references."""
 
 from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 import importlib.metadata
 import json
 import re
+import signal
 import subprocess
 import sys
+import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
 import pytest
-from support import clean_env, running_node
+from support import clean_env, free_port, running_node, serve
 
 import liveroom
 
@@ -34,11 +41,27 @@ def test_the_version_is_written_once_and_said_everywhere() -> None:
 
 
 def imported_by(*code: str) -> set[str]:
+    return run_importing(*code)[1]
+
+
+def run_importing(*code: str) -> tuple[str, set[str]]:
+    """Run ``python -X importtime CODE...`` to its end: its output and the
+    modules it imported."""
     done = subprocess.run([sys.executable, "-X", "importtime", *code], env=clean_env(),
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
-    return {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines()
+    return done.stdout, modules_in(done.stderr)
+
+
+def modules_in(importtime: str) -> set[str]:
+    """The modules ``-X importtime`` reported on stderr."""
+    return {line.rsplit("|", 1)[1].strip() for line in importtime.splitlines()
             if line.startswith("import time:") and "|" in line}
+
+
+def among(modules: set[str], *names: str) -> list[str]:
+    """The ``modules`` that are one of ``names`` or inside one of them."""
+    return sorted(m for m in modules if any(m == n or m.startswith(n + ".") for n in names))
 
 
 @pytest.mark.parametrize("args", [
@@ -50,6 +73,120 @@ def test_commands_that_do_not_serve_import_no_role_and_no_numpy(args: list[str])
     assert "liveroom.cli" in modules
     heavy = sorted(m for m in modules if m.split(".")[0] in HEAVY)
     assert not heavy, heavy
+
+
+# -- what each command starts with (issue 33) ----------------------------------------
+
+NUMERIC = ("numpy", "scipy", "datasketch")
+"""datasketch's dependencies, most of a node's start-up before issue 33; its
+HyperLogLog is the tests' reference (tests/test_viewers.py), never a node's."""
+SERVER = ("proxy", "recvsvr", "statsvr", "liveroom.node", "liveroom.store", "liveroom.workers",
+          "liveroom.whitelist", "liveroom.metrics", "prometheus_client", "redis", "aiohttp.web")
+"""What only a server needs: the roles, the node, the store and its engines, the
+vip list and the metrics."""
+TICKET_KEY = "a-ticket-key-of-the-tests-0123456789"
+
+
+def test_a_node_imports_neither_numpy_nor_scipy() -> None:
+    modules = imported_by("-c", "import liveroom.node")
+    assert "statsvr.viewers" in modules
+    assert not among(modules, *NUMERIC), among(modules, *NUMERIC)
+
+
+def test_a_node_serving_has_imported_neither_numpy_nor_scipy(tmp_path: Path) -> None:
+    report = tmp_path / "importtime"
+    with serve_importing(report) as (url, proc):
+        with urllib.request.urlopen(f"{url}/healthz", timeout=10) as resp:
+            assert resp.status == 200
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    modules = modules_in(report.read_text())
+    assert {"statsvr.viewers", "proxy.front", "uvloop"} <= modules
+    assert not among(modules, *NUMERIC), among(modules, *NUMERIC)
+
+
+def test_a_started_node_collects_again_with_its_start_up_frozen() -> None:
+    # node.run starts with the collector off (as `liveroom serve` imports the
+    # node with it off); it must be on again once the node listens.
+    code = ("import gc, os, signal\n"
+            "from liveroom.node import run\n"
+            "from liveroom.settings import Settings\n"
+            "def said(node):\n"
+            "    print(gc.isenabled(), gc.get_freeze_count() > 10_000, flush=True)\n"
+            "    os.kill(os.getpid(), signal.SIGTERM)\n"
+            f"run(Settings(port={free_port()}), announce=said)\n"
+            "print(gc.isenabled())\n")
+    done = subprocess.run([sys.executable, "-c", code], env=clean_env(), capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "True", "True"]
+
+
+@contextlib.contextmanager
+def serve_importing(report: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """``python -X importtime -m liveroom serve`` on a free port, its import
+    report written to ``report``, once it answers ``/healthz``: its URL and
+    process."""
+    port = free_port()
+    with report.open("wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-X", "importtime", "-m", "liveroom", "serve", "--port", str(port),
+             "--log-level", "warning"], env=clean_env(), stdout=subprocess.DEVNULL, stderr=err)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while not answers(f"{url}/healthz"):
+            assert proc.poll() is None, f"serve exited: {report.read_text()[-2000:]}"
+            assert time.monotonic() < deadline, "serve did not answer /healthz in 30 s"
+            time.sleep(0.05)
+        yield url, proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+
+
+def answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return bool(resp.status == 200)
+    except OSError:  # refused: not listening yet
+        return False
+
+
+def test_ticket_signs_without_aiohttp() -> None:
+    out, modules = run_importing("-m", "liveroom", "ticket", "--key", TICKET_KEY,
+                                 "--uid", "u1", "--room", "r1")
+    assert out.count(".") == 2  # a JWT: header.claims.signature
+    assert "proxy.tickets" in modules
+    assert not among(modules, "aiohttp", "statsvr", "recvsvr"), among(modules, "aiohttp")
+
+
+def test_send_and_listen_load_nothing_of_the_server() -> None:
+    with serve() as (url, _):
+        out, modules = run_importing("-m", "liveroom", "send", "r1", "hello", "--uid", "s1",
+                                     "--url", url)
+        assert out.strip() == "1"
+        assert "liveroom.client" in modules
+        assert not among(modules, *SERVER), among(modules, *SERVER)
+
+        listen = subprocess.Popen(
+            [sys.executable, "-X", "importtime", "-m", "liveroom", "listen", "r1", "--uid", "l1",
+             "--url", url], env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True)
+        try:
+            assert listen.stdout is not None
+            assert listen.stdout.readline() == "1 s1: hello\n"  # bounded by the test's timeout
+            listen.send_signal(signal.SIGTERM)
+            _, importtime = listen.communicate(timeout=30)
+        finally:
+            if listen.poll() is None:
+                listen.kill()
+                listen.communicate(timeout=30)
+        assert listen.returncode == 0, importtime[-2000:]
+        modules = modules_in(importtime)
+        assert "liveroom.client" in modules
+        assert not among(modules, *SERVER), among(modules, *SERVER)
 
 
 def test_the_python_client_imports_on_its_own() -> None:

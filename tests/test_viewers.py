@@ -1,19 +1,30 @@
-"""Viewers history: HyperLogLog sketches, their merge, and the shown figure."""
+"""Viewers history: HyperLogLog sketches, their merge, and the shown figure.
+
+The sketch is our own pure-Python HyperLogLog++; datasketch's
+``HyperLogLogPlusPlus(p=14)`` (a dependency of the tests, never imported by a
+node) is the reference its registers and estimates are compared with.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import math
+import random
+from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from datasketch import HyperLogLogPlusPlus
+from datasketch.hyperloglog_const import _bias, _raw_estimate, _thresholds
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from models import plan_exact_update
 
 from liveroom.clock import FakeClock
 from liveroom.store.base import LogPolicy
 from liveroom.store.memory import MemoryStore
+from statsvr import sketch_bias
 from statsvr.history import ViewersHistory
 from statsvr.viewers import (
     PRECISION,
@@ -73,14 +84,151 @@ def test_merge_of_node_sketches_equals_sketch_of_union(
     assert in_place == union
 
 
+# (1b) the same registers and estimates as datasketch's HyperLogLog++ ----------------
+
+M = 2**PRECISION
+
+
+def reference(registers: bytes | bytearray) -> HyperLogLogPlusPlus:
+    """datasketch's sketch over a copy of ``registers``."""
+    reg = np.frombuffer(bytes(registers), dtype=np.int8).copy()
+    return HyperLogLogPlusPlus(reg=reg, hashfunc=uid_hash)
+
+
+def reference_of(uids: list[str]) -> HyperLogLogPlusPlus:
+    """datasketch's sketch fed ``uids`` by its own ``update()``."""
+    hll = HyperLogLogPlusPlus(p=PRECISION, hashfunc=uid_hash)
+    for uid in uids:
+        hll.update(uid)
+    return hll
+
+
+def assert_same_estimate(ours: ViewerSketch, theirs: HyperLogLogPlusPlus) -> str:
+    """The rounded estimate exactly, the float before rounding to its last bit:
+    bit for bit when linear counting does not answer and no register reaches
+    40 (see ``ViewerSketch.count`` for the two places numpy rounds otherwise).
+    Returns which of HLL++'s estimates answered."""
+    registers = ours.to_bytes()
+    expected = float(theirs.count())
+    assert ours.estimate() == round(expected)
+    assert abs(ours.count() - expected) <= math.ulp(expected)
+    zeros = registers.count(0)
+    linear = zeros and M * math.log(M / zeros) <= _thresholds[PRECISION - 4]
+    if not linear and max(registers) < 40:
+        assert ours.count() == expected
+    raw = 0.7213 / (1 + 1.079 / M) * M * M / math.fsum(2.0**-r for r in registers)
+    return "linear counting" if linear else "bias-corrected" if raw <= 5 * M else "raw"
+
+
 @settings(max_examples=60, deadline=None)
 @given(uids=st.lists(uid_strategy, max_size=300))
-def test_bulk_path_equals_datasketch_update(uids: list[str]) -> None:
+def test_registers_equal_datasketch_update(uids: list[str]) -> None:
     bulk, one_by_one = ViewerSketch(), ViewerSketch()
     bulk.add_many(uids)
     for uid in uids:
-        one_by_one.add(uid)  # datasketch's own update() with uid_hash
-    assert bulk.to_bytes() == one_by_one.to_bytes()
+        one_by_one.add(uid)
+    theirs = reference_of(uids)
+    assert bulk.to_bytes() == one_by_one.to_bytes() == theirs.reg.tobytes()
+    event(assert_same_estimate(bulk, theirs))
+
+
+@pytest.mark.parametrize(("prefix", "count", "regime"), [
+    ("a", 5_000, "linear counting"), ("b", 20_000, "bias-corrected"), ("c", 120_000, "raw")])
+def test_registers_and_estimate_equal_datasketch_by_the_thousand(prefix: str, count: int,
+                                                                 regime: str) -> None:
+    uids = [f"{prefix}-{i}" for i in range(count)]
+    ours = ViewerSketch()
+    ours.add_many(uids)
+    theirs = reference_of(uids)
+    assert ours.to_bytes() == theirs.reg.tobytes()
+    assert assert_same_estimate(ours, theirs) == regime
+
+
+def registers_at(cardinality: float, rng: random.Random) -> bytearray:
+    """Registers as ``cardinality`` distinct uids leave them, drawn directly.
+
+    A register is the highest rank of the hashes it gets, about
+    Poisson(cardinality / 2**14) of them, each of rank above ``k`` with
+    probability 2**-k: it is at most ``k`` with probability
+    ``exp(-load * 2**-k)``, inverted here for a uniform draw.
+    """
+    load = cardinality / M
+    registers = bytearray(M)
+    for i in range(M):
+        tail = -math.log(1.0 - rng.random())  # > 0 but for a 2**-53 draw
+        if load == 0:
+            continue
+        rank = 51 if tail == 0 else max(0, math.ceil(math.log2(load / tail)))
+        registers[i] = min(rank, 51)
+    return registers
+
+
+cardinalities = st.one_of(
+    st.integers(0, 20_000),  # linear counting and where it hands over
+    st.integers(8_000, 100_000),  # the bias-corrected range (raw estimate up to 5 * 2**14)
+    st.floats(1e5, 1e12),  # raw HyperLogLog, registers up to the highest ranks
+)
+# 16 384 registers are too many draws for hypothesis to shrink: it picks a seed.
+seeds = st.integers(0, 2**32 - 1)
+
+
+@settings(max_examples=80, deadline=None)
+@given(cardinality=cardinalities, seed=seeds,
+       high=st.lists(st.tuples(st.integers(0, M - 1), st.integers(35, 51)), max_size=3))
+def test_estimate_equals_datasketch_from_small_to_huge(
+    cardinality: float, seed: int, high: list[tuple[int, int]]
+) -> None:
+    registers = registers_at(cardinality, random.Random(seed))
+    for i, rank in high:  # ranks numpy's pairwise sum starts to round
+        registers[i] = rank
+    ours = ViewerSketch(bytearray(registers))
+    regime = assert_same_estimate(ours, reference(registers))
+    back = ViewerSketch.from_bytes(ours.to_bytes())
+    assert back == ours
+    assert assert_same_estimate(back, reference(registers)) == regime
+    event(regime)
+    event("a register at 40 or more" if max(registers) >= 40 else "every register under 40")
+
+
+@settings(max_examples=40, deadline=None)
+@given(cardinality=cardinalities, nodes=st.integers(1, 4), seed=seeds)
+def test_merge_registers_equals_datasketch_merge(cardinality: float, nodes: int,
+                                                 seed: int) -> None:
+    rng = random.Random(seed)
+    per_node = [registers_at(cardinality / nodes, rng) for _ in range(nodes)]
+    theirs = reference(per_node[0])
+    for registers in per_node[1:]:
+        theirs.merge(reference(registers))
+    merged = merge_registers(bytes(registers) for registers in per_node)
+    assert merged.to_bytes() == theirs.reg.tobytes()
+    event(assert_same_estimate(merged, theirs))
+    in_place = ViewerSketch.from_bytes(per_node[0])
+    for registers in per_node[1:]:
+        in_place.merge(ViewerSketch.from_bytes(registers))
+    assert in_place == merged
+
+
+def test_linear_counting_equals_datasketch_for_every_count_of_empty_registers() -> None:
+    # Linear counting reads nothing but how many registers are 0: all 16 384 cases.
+    for zeros in range(1, M + 1):
+        registers = bytearray([1]) * M
+        registers[:zeros] = bytes(zeros)
+        ours, theirs = ViewerSketch(registers), reference(registers)
+        expected = float(theirs.count())
+        assert ours.estimate() == round(expected), zeros
+        # numpy's log may be its own (AVX-512 here): the last bit may differ.
+        assert abs(ours.count() - expected) <= math.ulp(expected), zeros
+
+
+def test_bias_tables_are_datasketchs_p14_rows() -> None:
+    assert list(sketch_bias.RAW_ESTIMATES) == _raw_estimate[PRECISION - 4].tolist()
+    assert list(sketch_bias.BIAS) == _bias[PRECISION - 4].tolist()
+    assert _thresholds[PRECISION - 4] == sketch_bias.LINEAR_COUNTING_THRESHOLD
+    spec = importlib.util.find_spec("datasketch")
+    assert spec is not None
+    assert spec.submodule_search_locations
+    shipped = Path(spec.submodule_search_locations[0]) / "hyperloglog_const.py"
+    assert "# precision 14" in shipped.read_text()
 
 
 def test_merge_of_nothing_is_empty() -> None:
@@ -142,10 +290,12 @@ def test_from_bytes_rejects_corrupt_blobs(blob: bytes) -> None:
 
 
 def test_constructor_rejects_foreign_registers() -> None:
-    with pytest.raises(ValueError, match="writable int8"):
-        ViewerSketch(np.zeros(256, dtype=np.int8))
-    with pytest.raises(ValueError, match="writable int8"):
-        ViewerSketch(np.frombuffer(bytes(SKETCH_BYTES), dtype=np.int8))
+    with pytest.raises(ValueError, match="bytearray of"):
+        ViewerSketch(bytearray(256))
+    with pytest.raises(ValueError, match="bytearray of"):
+        ViewerSketch(bytes(SKETCH_BYTES))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="bytearray of"):
+        ViewerSketch(np.zeros(SKETCH_BYTES, dtype=np.int8))  # type: ignore[arg-type]
 
 
 # (3) accuracy at a million ------------------------------------------------------

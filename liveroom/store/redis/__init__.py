@@ -102,7 +102,8 @@ def _cluster_client(url: str, *, replicas: bool = False) -> RedisCluster:
         socket_connect_timeout=options["socket_connect_timeout"], retry=options["retry"],
         # Answer for the slots that are served while another shard fails over.
         require_full_coverage=False,
-        maint_notifications_config=options["maint_notifications_config"])
+        maint_notifications_config=options["maint_notifications_config"],
+        driver_info=options["driver_info"])
 
 
 class RedisStore:
