@@ -19,6 +19,7 @@ holds none of these connections.
 
     python loadtest/bench_hostile.py
     python loadtest/bench_hostile.py --clients 200 --write-timeout 10
+    python loadtest/bench_hostile.py --compiled-tree build/compiled
 
 ``--write-timeout 0`` passes no such flag (to measure a checkout without it:
 run this script from that checkout; the server is always the one beside the
@@ -40,7 +41,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from bench_fanout import commit, invocation
+from bench_fanout import check_compiled_tree, commit, compiled_env, invocation
 from bench_front import rss_settled
 from fanout_client import raise_nofile
 from fanout_servers import ADMIN_TOKEN, PUBLISHER_TOKEN, Server, liveroom_server
@@ -160,14 +161,23 @@ def main(argv: list[str] | None = None) -> int:
                         help="crowds of stalled clients, one after the other (default 2: "
                              "the second shows whether what stays after the first is kept "
                              "or reused)")
+    parser.add_argument("--compiled-tree", type=Path, default=None, metavar="DIR",
+                        help="run the compiled build from DIR (made by scripts/build-compiled "
+                        "DIR) instead of the pure one")
     args = parser.parse_args(argv)
+    env = None
+    if args.compiled_tree is not None:
+        args.compiled_tree = args.compiled_tree.resolve()
+        check_compiled_tree(args.compiled_tree)
+        env = compiled_env(args.compiled_tree)
     nofile = raise_nofile(args.clients + 200)
     command = invocation("loadtest/bench_hostile.py", argv)
     # (Loopback clients sending no X-Forwarded-For are not capped per address:
     # loopback is a trusted proxy by default.)
     extra = ["--write-timeout", f"{args.write_timeout:g}"] if args.write_timeout else []
     with tempfile.TemporaryDirectory() as tmp, \
-            liveroom_server(Path(tmp), nofile, "off", None, 1, extra=extra) as server:
+            liveroom_server(Path(tmp), nofile, "off", None, 1, extra=extra,
+                            env=env) as server:
         fill(server.port, args.messages, args.size)
         # One poll as the clients' first: what it leaves (the room's answer
         # bytes, kept for the next reader) belongs to the idle node.
@@ -175,8 +185,8 @@ def main(argv: list[str] | None = None) -> int:
                                     f"?uid=u&recent=100", timeout=10) as resp:
             resp.read()
         idle = rss_settled(server.rss)
-        print(f"idle: RSS {idle / 2**20:.1f} MiB, {open_connections(server.port)} "
-              f"connections", flush=True)
+        print(f"idle ({'compiled' if env else 'pure'} build): RSS {idle / 2**20:.1f} MiB, "
+              f"{open_connections(server.port)} connections", flush=True)
 
         after, after_open = idle, 0
         for round_ in range(1, args.rounds + 1):
