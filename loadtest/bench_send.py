@@ -42,7 +42,8 @@ Reported per row:
   ``--connections`` more (sends in flight when wrk stopped);
 - **server CPU per message** (µs): utime + stime from /proc of the server
   process and its descendants (nginx master + worker) over the measured
-  window, divided by the messages the server stored in it; the Redis rows
+  window, divided by the messages the server stored in it (the progress line
+  and ``--json`` also give the kernel's share, stime); the Redis rows
   add **redis µs/msg**, redis-server's own CPU per message, apart;
 - **sends/s per core** = 1 / (server CPU per message): what one core of this
   machine would sustain on the send path (Redis's CPU not included: Redis
@@ -368,10 +369,10 @@ def measure(row: Row, args: argparse.Namespace) -> dict[str, Any]:
         wait_quiet(server)
         count0 = stored(row, server.port)
         profiler = start_profile(row, server, args) if args.profile else None
-        cpu0, rcpu0 = server.cpu(), redis.cpu() if redis else 0.0
+        (user0, sys0), rcpu0 = server.cpu_times(), redis.cpu() if redis else 0.0
         busy0, t0 = machine_busy(), time.monotonic()
         wrk = run_wrk(server.port, script, args.duration, args.connections, args.threads)
-        cpu1, rcpu1 = server.cpu(), redis.cpu() if redis else 0.0
+        (user1, sys1), rcpu1 = server.cpu_times(), redis.cpu() if redis else 0.0
         busy1, t1 = machine_busy(), time.monotonic()
         count1 = stored(row, server.port)
         profile = finish_profile(profiler) if profiler else None
@@ -379,7 +380,8 @@ def measure(row: Row, args: argparse.Namespace) -> dict[str, Any]:
         checked = read_back(row, server.port)
     messages = count1 - count0
     window = t1 - t0
-    cpu, rcpu = cpu1 - cpu0, rcpu1 - rcpu0
+    user, system, rcpu = user1 - user0, sys1 - sys0, rcpu1 - rcpu0
+    cpu = user + system
     notes = []
     if not wrk.accepted <= messages <= wrk.accepted + args.connections:
         notes.append(f"{row.name}: the server stored {messages} messages, wrk had "
@@ -404,6 +406,7 @@ def measure(row: Row, args: argparse.Namespace) -> dict[str, Any]:
         "rate": wrk.accepted / wrk.seconds, "server_cpu_s": cpu,
         "server_cpu_pct": 100 * cpu / window,
         "cpu_us": cpu_us, "per_core": 1e6 / cpu_us if messages else 0.0,
+        "sys_share": system / cpu if cpu else 0.0,
         "redis_cpu_us": 1e6 * rcpu / messages if redis and messages else None,
         "redis_cpu_pct": 100 * rcpu / window if redis else None,
         "client_cpu_pct": 100 * wrk.client_cpu / window,
@@ -411,7 +414,8 @@ def measure(row: Row, args: argparse.Namespace) -> dict[str, Any]:
         "read_back": checked, "notes": notes, "profile": profile}
     say(label, row.kind,
         f"{wrk.accepted} accepted in {wrk.seconds:.1f} s ({r['rate']:,.0f}/s), "
-        f"server {r['server_cpu_pct']:.0f} % of a core, {r['cpu_us']:.1f} µs/msg"
+        f"server {r['server_cpu_pct']:.0f} % of a core, {r['cpu_us']:.1f} µs/msg "
+        f"({100 * r['sys_share']:.0f} % in the kernel)"
         + (f" + redis {r['redis_cpu_us']:.1f} µs/msg" if redis else "")
         + f", p50 {wrk.p50_ms:.2f} ms, p99 {wrk.p99_ms:.2f} ms, wrk "
         f"{r['client_cpu_pct']:.0f} % of a core; read back: {checked}")
@@ -613,7 +617,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "pauses)")
     p.add_argument("--profile-native", action="store_true",
                    help="with --profile: py-spy --native (C frames too: uvloop, the "
-                        "compiled build's modules)")
+                        "compiled build's modules); system calls then look far dearer than "
+                        "the kernel's share of the CPU says (py-spy's stops land in them)")
     p.add_argument("--json", type=Path, help="also write the results to this JSON file")
     args = p.parse_args(argv)
     if args.duration <= 0 or args.warmup < 0 or args.connections < 1 or args.threads < 1:

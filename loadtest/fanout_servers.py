@@ -58,17 +58,24 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    """utime + stime of these processes (those gone meanwhile count as 0)."""
-    ticks = 0
+def cpu_times(pids: list[int]) -> tuple[float, float]:
+    """utime and stime (user and kernel CPU seconds) of these processes, summed
+    (those gone meanwhile count as 0)."""
+    user = system = 0
     for pid in pids:
         try:
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        ticks += int(fields[11]) + int(fields[12])
-    return ticks / CLK_TCK
+        user += int(fields[11])
+        system += int(fields[12])
+    return user / CLK_TCK, system / CLK_TCK
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """utime + stime of these processes (those gone meanwhile count as 0)."""
+    return sum(cpu_times(pids))
 
 
 def child_setup(nofile: int) -> Callable[[], None]:
@@ -99,6 +106,10 @@ class Server:
 
     def cpu(self) -> float:
         return cpu_seconds(self.pids())
+
+    def cpu_times(self) -> tuple[float, float]:
+        """User and kernel CPU seconds, apart."""
+        return cpu_times(self.pids())
 
     def rss(self) -> int:
         total = 0
