@@ -337,7 +337,8 @@ def stored(row: Row, port: int) -> int:
 
 
 @contextlib.contextmanager
-def servers_of(row: Row, tmp: Path, tree: Path) -> Iterator[tuple[Server, Server | None]]:
+def servers_of(row: Row, tmp: Path, tree: Path,
+               extra: list[str]) -> Iterator[tuple[Server, Server | None]]:
     """The server of a row and its Redis (None on the memory engine)."""
     with contextlib.ExitStack() as stack:
         redis = stack.enter_context(redis_server(tmp)) if row.engine == "redis" else None
@@ -347,7 +348,7 @@ def servers_of(row: Row, tmp: Path, tree: Path) -> Iterator[tuple[Server, Server
         else:
             server = stack.enter_context(liveroom_server(
                 tmp, NOFILE, None, f"{url}/0" if url else None, 1, name=row.server,
-                env=compiled_env(tree) if row.server == "compiled" else None))
+                extra=extra, env=compiled_env(tree) if row.server == "compiled" else None))
         yield server, redis
 
 
@@ -356,7 +357,7 @@ def servers_of(row: Row, tmp: Path, tree: Path) -> Iterator[tuple[Server, Server
 
 def measure(row: Row, args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix=f"bench-send-{row.name}-") as tmp_, \
-            servers_of(row, Path(tmp_), args.compiled_tree) as (server, redis):
+            servers_of(row, Path(tmp_), args.compiled_tree, args.serve_arg) as (server, redis):
         tmp = Path(tmp_)
         label = f"{row.server}/{row.engine}"
         script = tmp / "send.lua"
@@ -611,6 +612,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--load-wait", type=float, default=60.0,
                    help="seconds to wait for the load to fall below --max-load, then "
                         "measure anyway with a note (default 60)")
+    p.add_argument("--serve-arg", action="append", default=[], metavar="ARG",
+                   help="one more argument to liveroom serve (repeat it: --serve-arg "
+                        "--important-keep --serve-arg 100000), to see what a setting costs")
     p.add_argument("--profile", type=Path, metavar="DIR",
                    help="record a py-spy profile of each liveroom row's server into DIR and "
                         "print its top functions (the CPU figures then include py-spy's "
