@@ -397,7 +397,7 @@ def measure(row: Row, args: argparse.Namespace) -> dict[str, Any]:
     if wrk.client_cpu / window > CLIENT_BUSY * args.threads:
         notes.append(f"{row.name}: wrk used {100 * wrk.client_cpu / window:.0f} % of a core: "
                      "the client may set the pace")
-    if args.profile:
+    if profile:
         notes.append(f"{row.name}: profiled with py-spy (the CPU figures include its pauses)")
     cpu_us = 1e6 * cpu / messages if messages else float("nan")
     r: dict[str, Any] = {
