@@ -1,7 +1,8 @@
 """The servers bench_fanout.py measures: started, watched from /proc, stopped.
 
 liveroom (``python -m liveroom serve``), nginx + Nchan, and the Python floor
-(``floor_server.py``); a throw-away redis-server for liveroom's redis store.
+(``floor_server.py``); a throw-away redis-server for liveroom's redis store
+(or Nchan's: ``nchan_server(..., redis_url=...)``).
 
 Each server is a child process in a session of its own (Ctrl-C in the
 terminal reaches only the benchmark, which stops it), with its open-files
@@ -57,17 +58,24 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    """utime + stime of these processes (those gone meanwhile count as 0)."""
-    ticks = 0
+def cpu_times(pids: list[int]) -> tuple[float, float]:
+    """utime and stime (user and kernel CPU seconds) of these processes, summed
+    (those gone meanwhile count as 0)."""
+    user = system = 0
     for pid in pids:
         try:
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        ticks += int(fields[11]) + int(fields[12])
-    return ticks / CLK_TCK
+        user += int(fields[11])
+        system += int(fields[12])
+    return user / CLK_TCK, system / CLK_TCK
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """utime + stime of these processes (those gone meanwhile count as 0)."""
+    return sum(cpu_times(pids))
 
 
 def child_setup(nofile: int) -> Callable[[], None]:
@@ -98,6 +106,10 @@ class Server:
 
     def cpu(self) -> float:
         return cpu_seconds(self.pids())
+
+    def cpu_times(self) -> tuple[float, float]:
+        """User and kernel CPU seconds, apart."""
+        return cpu_times(self.pids())
 
     def rss(self) -> int:
         total = 0
@@ -201,21 +213,27 @@ def nchan_available() -> bool:
     return shutil.which("nginx") is not None and NCHAN_MODULE.exists()
 
 
-def nginx_config(tmp: Path, port: int, nofile: int, multipart: bool) -> str:
-    """``nchan.conf`` with its @NAMES@ filled in."""
+def nginx_config(tmp: Path, port: int, nofile: int, multipart: bool,
+                 redis_url: str | None = None) -> str:
+    """``nchan.conf`` with its @NAMES@ filled in; with ``redis_url``
+    (``redis://HOST:PORT``) Nchan keeps its channels in that Redis."""
     text = (HERE / "nchan.conf").read_text()
+    redis = (f'nchan_redis_url "{redis_url}";\n    nchan_use_redis on;'
+             if redis_url else "# channels in Nchan's own memory store")
     for name, value in {"DIR": str(tmp), "PORT": str(port),
                         "CONNECTIONS": str(max(1024, nofile * 3 // 2)), "NOFILE": str(nofile),
-                        "MULTIPART": "on" if multipart else "off"}.items():
+                        "MULTIPART": "on" if multipart else "off", "REDIS": redis}.items():
         text = text.replace(f"@{name}@", value)
     return text
 
 
-def nchan_server(tmp: Path, nofile: int,
-                 multipart: bool) -> contextlib.AbstractContextManager[Server]:
-    """nginx + Nchan from ``nchan.conf``, ready once it accepts and its worker runs."""
+def nchan_server(tmp: Path, nofile: int, multipart: bool,
+                 redis_url: str | None = None) -> contextlib.AbstractContextManager[Server]:
+    """nginx + Nchan from ``nchan.conf``, ready once it accepts and its worker
+    runs; its channels in the Redis at ``redis_url`` when one is given."""
     port = free_port()
-    return nginx_server(tmp, "nchan", port, nginx_config(tmp, port, nofile, multipart), nofile)
+    return nginx_server(tmp, "nchan", port,
+                        nginx_config(tmp, port, nofile, multipart, redis_url), nofile)
 
 
 @contextlib.contextmanager
