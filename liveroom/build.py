@@ -27,6 +27,7 @@ COMPILED = (
     "liveroom.ratelimit",
     "liveroom.snapshot",
     "liveroom.store.memory.log",
+    "liveroom.store.memory.notifier",
     "proxy.answer",
     "proxy.auth",
     "proxy.context",

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from liveroom.codec import check_value, json_size
+from liveroom.codec import json_size
 from liveroom.errors import BadBody, BadRequest, TooLarge
 from liveroom.model import (
     MAX_INT,
@@ -123,22 +122,31 @@ def parse_poll(room: str, query: dict[str, str], *, default_timeout: float,
     return PollParams(room, uid, Cursor(epoch, seq, iseq, ctx), timeout, recent, spread, pseq)
 
 
-# Not frozen: a frozen dataclass sets each field by object.__setattr__, three
-# times the cost, and one is made per send.
-@dataclass(slots=True)
 class SendParams:
-    uid: str | None
-    """``None`` only where the uid may come from elsewhere (a ticket)."""
-    body: Any
-    important: bool
-    client_msg_id: str | None
-    to: str | None = None
-    """The addressee of a personal message (then ``important`` is true)."""
+    """A send's fields. ``uid`` is ``None`` only where the uid may come from
+    elsewhere (a ticket); ``to`` names the addressee of a personal message
+    (then ``important`` is true)."""
+
+    __slots__ = ("body", "client_msg_id", "important", "to", "uid")
+
+    def __init__(self, uid: str | None, body: Any, important: bool, client_msg_id: str | None,
+                 to: str | None = None) -> None:
+        self.uid = uid
+        self.body = body
+        self.important = important
+        self.client_msg_id = client_msg_id
+        self.to = to
+
+    def __repr__(self) -> str:
+        return (f"SendParams(uid={self.uid!r}, body={self.body!r}, "
+                f"important={self.important}, client_msg_id={self.client_msg_id!r}, "
+                f"to={self.to!r})")
 
 
 def parse_send(doc: Any, *, max_body: int, uid_required: bool = True) -> SendParams:
-    """A send's fields; ``uid_required=False`` lets the body name no uid (in
-    ``ticket`` mode, where the ticket names it)."""
+    """A send's fields, from a document :func:`~liveroom.codec.decode_request`
+    made (its values checked); ``uid_required=False`` lets the body name no
+    uid (in ``ticket`` mode, where the ticket names it)."""
     if not isinstance(doc, dict):
         raise BadBody("the request body must be an object with uid and body")
     uid = doc.get("uid")
@@ -149,8 +157,7 @@ def parse_send(doc: Any, *, max_body: int, uid_required: bool = True) -> SendPar
         check_name("uid", uid)
     if "body" not in doc or doc["body"] is None:
         raise BadBody("body is required")
-    body = doc["body"]
-    check_value(body)
+    body = doc["body"]  # checked with the whole document by decode_request
     if json_size(body) > max_body:
         raise TooLarge(f"body is larger than {max_body} bytes")
     to = doc.get("to")
