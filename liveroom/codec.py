@@ -59,7 +59,7 @@ def decode_request(content_type: str, raw: bytes) -> Any:
             value = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             raise BadBody(f"invalid JSON: {exc}") from None
-        check_value(value)
+        members = _walk(value, 0)
         # orjson keeps the last of duplicate keys silently, and reads an
         # integer beyond 64 bits as a float (a body would change on its way
         # through); the standard parser can say so, at twice orjson's cost,
@@ -67,7 +67,7 @@ def decode_request(content_type: str, raw: bytes) -> Any:
         # with more colons than the keys orjson found. Each member of an
         # object has its one colon outside strings, so as many colons as keys
         # means no key was given twice (and no colon in a string).
-        if isinstance(value, dict | list) and not _plain(value, raw):
+        if members < 0 or (isinstance(value, (dict, list)) and raw.count(b":") != members):
             try:
                 json.loads(raw, object_pairs_hook=_unique, parse_int=_int_in_range)
             except _DuplicateKey as exc:
@@ -84,36 +84,6 @@ def decode_request(content_type: str, raw: bytes) -> Any:
     raise UnsupportedMedia("send application/json or application/msgpack")
 
 
-def _plain(value: Any, raw: bytes) -> bool:
-    """Whether the JSON text ``raw`` of ``value`` (as orjson read it) surely
-    has no key twice and no integer orjson turned into a float."""
-    members = _members(value)
-    return members >= 0 and raw.count(b":") == members
-
-
-def _members(value: Any) -> int:
-    """The object keys in ``value``, all levels; -1 when it holds a float."""
-    if isinstance(value, dict):
-        n = len(value)
-        for item in value.values():
-            if isinstance(item, dict | list | float):
-                inner = _members(item)
-                if inner < 0:
-                    return -1
-                n += inner
-        return n
-    if isinstance(value, list):
-        n = 0
-        for item in value:
-            if isinstance(item, dict | list | float):
-                inner = _members(item)
-                if inner < 0:
-                    return -1
-                n += inner
-        return n
-    return -1 if isinstance(value, float) else 0
-
-
 INT_BOUND = 2**63
 """Largest magnitude of an integer in a message body (msgpack and orjson
 carry 64 bits)."""
@@ -128,27 +98,50 @@ def _int_in_range(text: str) -> int:
 
 def check_value(value: Any, depth: int = 0) -> None:
     """Refuse values JSON cannot carry faithfully (NaN, bytes, non-string keys)."""
+    _walk(value, depth)
+
+
+_SCALARS = (str, bool, int)
+
+
+def _walk(value: Any, depth: int) -> int:
+    """:func:`check_value`'s walk. Returns the object keys in ``value``, all
+    levels, or -1 when it holds a float (after checking all of it). Tuples of
+    types, not ``A | B``: a union is a new object at each call."""
     if depth > MAX_DEPTH:
         raise BadBody(f"nesting deeper than {MAX_DEPTH}")
-    if value is None or isinstance(value, bool | int | str):
+    if value is None:
+        return 0
+    if isinstance(value, _SCALARS):
         if isinstance(value, int) and not isinstance(value, bool) and abs(value) > INT_BOUND:
             raise BadBody("integer out of range")
-        return
+        return 0
     if isinstance(value, float):
         if not math.isfinite(value):
             raise BadBody("NaN and infinities are not allowed")
-        return
-    if isinstance(value, list | tuple):
-        for item in value:
-            check_value(item, depth + 1)
-        return
+        return -1
+    floats = False
+    n = 0
     if isinstance(value, dict):
+        n = len(value)
         for key, item in value.items():
             if not isinstance(key, str):
                 raise BadBody("object keys must be strings")
-            check_value(item, depth + 1)
-        return
-    raise BadBody(f"values of type {type(value).__name__} are not allowed")
+            inner = _walk(item, depth + 1)
+            if inner < 0:
+                floats = True
+            else:
+                n += inner
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            inner = _walk(item, depth + 1)
+            if inner < 0:
+                floats = True
+            else:
+                n += inner
+    else:
+        raise BadBody(f"values of type {type(value).__name__} are not allowed")
+    return -1 if floats else n
 
 
 def json_size(value: Any) -> int:

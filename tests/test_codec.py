@@ -1,6 +1,6 @@
 """The JSON request decoder reads a body once with orjson and asks the
 standard parser again only for a body that may hold a key given twice or an
-integer beyond 64 bits (see ``liveroom.codec._plain``). Whatever the body,
+integer beyond 64 bits (see ``liveroom.codec.decode_request``). Whatever the body,
 it accepts and refuses exactly what the strict reading (the standard parser
 with duplicate keys and out-of-range integers refused) does."""
 
@@ -73,6 +73,7 @@ def fast(raw: bytes) -> Any:
 @example([("uid", "u"), ("body", [("k", 1), ("k", 1)])])
 @example([("body", "12:30"), ("body", 1)])
 @example([("body", 2**64 + 1)])
+@example(-(2**63) - 1)
 @example([("a", "x"), ("b", 1.5)])
 def test_the_decoder_agrees_with_the_strict_reading(value: Any) -> None:
     raw = text(value).encode()
