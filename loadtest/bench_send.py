@@ -1,11 +1,13 @@
-"""Send-path benchmark: liveroom's POST /messages beside nginx + Nchan's publish.
+"""Send-path benchmark: liveroom's POST /messages beside nginx + Nchan's publish
+and the Python floor's.
 
 What one accepted message costs the server on the send path alone: one room,
 nobody listening, ``wrk`` posting the same chat message (``BODY``, 104 bytes
 of JSON text) as fast as ``--connections`` keep-alive connections allow for
 ``--duration`` seconds. For each engine (``--engines``: memory, redis) and
-server (``--servers``: liveroom, compiled, nchan) in turn, each row on a
-server (and a Redis) of its own, started for it and stopped after it:
+server (``--servers``: liveroom, compiled, nchan, floor, floor-compiled) in
+turn, each row on a server (and a Redis) of its own, started for it and
+stopped after it:
 
 - **liveroom**: ``python -m liveroom serve`` from this checkout (the pure
   build), as loadtest/fanout_servers.py starts it; ``compiled``: the same
@@ -24,13 +26,28 @@ server (and a Redis) of its own, started for it and stopped after it:
   important or personal kind: one ``publish`` row). On Redis with
   ``nchan_redis_url`` + ``nchan_use_redis on`` against a throw-away
   ``redis-server`` of its own.
+- **floor**: loadtest/floor_server.py, the Python floor, run by this
+  Python as loadtest/fanout_servers.py's ``floor_server()`` starts it: one
+  ``asyncio.Protocol`` per connection on uvloop, parsing with httptools,
+  orjson, a room's messages in a deque; ``floor-compiled``: the same module
+  compiled by mypyc once for the run (bench_fanout.py's ``build_floor()``),
+  left out with a note when mypyc is missing, unless named in ``--servers``.
+  wrk sends them liveroom's normal send, token and all (one ``normal`` row
+  each, whatever ``--kinds`` says), on the memory engine only: the floor has
+  no store, so no rows on Redis (a note says so). It is not a fair rival: no
+  validation, no tokens, no store, no important or personal messages, no
+  rate limits or statistics. Its rows show what a bare asyncio + httptools
+  protocol with orjson costs per send on this machine in the same run: a
+  floor under liveroom's figure.
 
-Each row: a probe send first (liveroom must answer 201 with the stored
-``seq``, or ``pseq`` for a personal message; Nchan 201 or 202, "queued
-messages"), ``--warmup`` seconds of wrk, the server left to go quiet, then
-the measured ``--duration`` seconds of wrk; afterwards a read back (a normal
-send and a first poll that returns it with its seq; Nchan's channel info and
-a GET of the channel returning the body).
+Each row: a probe send first (liveroom and the floor must answer 201 with
+the stored ``seq``, or ``pseq`` for a personal message; Nchan 201 or 202,
+"queued messages"), ``--warmup`` seconds of wrk, the server left to go
+quiet, then the measured ``--duration`` seconds of wrk; afterwards a read
+back (a normal send and a first poll that returns it with its seq; for the
+floor, whose first poll answers empty at the head, a first poll at the
+send's seq and a poll from the seq before returning it; Nchan's channel info
+and a GET of the channel returning the body).
 
 Reported per row:
 
@@ -38,7 +55,8 @@ Reported per row:
   above 399 as an error; a non-2xx answer or a socket error is reported
   beside the row). The server's own count (liveroom's
   ``liveroom_sends_total{outcome="stored"}``, Nchan's ``total published
-  messages``) is checked against it: at least as many, at most
+  messages``, the floor's room head seq as a first poll answers it: the
+  floor has no /metrics) is checked against it: at least as many, at most
   ``--connections`` more (sends in flight when wrk stopped);
 - **server CPU per message** (µs): utime + stime from /proc of the server
   process and its descendants (nginx master + worker) over the measured
@@ -62,16 +80,18 @@ Needs ``wrk`` (``apt-get install wrk``), and for the Nchan rows nginx with
 the nchan module (/usr/lib/nginx/modules/ngx_nchan_module.so, ``apt-get
 install nginx libnginx-mod-nchan``), and for the Redis rows ``redis-server``.
 It fails with a message naming what is missing; ``compiled`` is left out
-with a note when no compiled tree exists, unless named in ``--servers``.
+with a note when no compiled tree exists, and ``floor-compiled`` when mypyc
+is not installed, unless named in ``--servers``.
 
 ``--profile DIR`` also records a py-spy profile of the server process during
-each liveroom row's measured window (``py-spy record --format raw``: folded
+each liveroom and floor row's measured window (``py-spy record --format raw``: folded
 stacks, for flamegraph.pl or speedscope) into DIR and prints the functions
 with the most own and total time. py-spy stops the server to sample it: the
 CPU figures of a profiled run are not the benchmark's.
 
     python loadtest/bench_send.py                       # everything, 10 s a row
     python loadtest/bench_send.py --servers liveroom --engines memory --duration 5
+    python loadtest/bench_send.py --servers liveroom,floor,floor-compiled --engines memory
     python loadtest/bench_send.py --servers liveroom --engines memory \\
         --kinds normal --profile /tmp/send-profile
 """
@@ -82,6 +102,7 @@ import argparse
 import collections
 import contextlib
 import datetime
+import importlib.util
 import json
 import os
 import re
@@ -101,9 +122,11 @@ from typing import Any
 
 from bench_fanout import (
     BUILD_COMPILED,
+    build_floor,
     check_compiled_tree,
     commit,
     compiled_env,
+    floor_compiled_server,
     machine_busy,
     say,
     versions,
@@ -116,6 +139,7 @@ from fanout_servers import (
     PUBLISHER_TOKEN,
     REPO,
     Server,
+    floor_server,
     interrupt_on_signals,
     liveroom_server,
     nchan_available,
@@ -131,7 +155,9 @@ ADDRESSEES = 1000
 """Personal sends go to u0 ... u999 in turn."""
 NOFILE = 4096
 KINDS = ("normal", "important", "personal")
-SERVERS = ("liveroom", "compiled", "nchan")
+SERVERS = ("liveroom", "compiled", "nchan", "floor", "floor-compiled")
+FLOORS = ("floor", "floor-compiled")
+"""The Python floor's servers: one normal row each, memory engine only."""
 ENGINES = ("memory", "redis")
 CLIENT_BUSY = 0.9
 """wrk at this share of a core or more sets the pace itself."""
@@ -171,6 +197,7 @@ def requests_of(row: Row) -> tuple[list[tuple[str, bytes]], dict[str, str]]:
     headers = {"Content-Type": "application/json",
                "Authorization": f"Bearer {PUBLISHER_TOKEN}"}
     path = f"/v1/rooms/{row.room}/messages"
+    # The floor gets liveroom's normal send, token and all: the same bytes to parse.
     if row.kind == "personal":
         return [(path, liveroom_doc("personal", f"u{i}")) for i in range(ADDRESSEES)], headers
     return [(path, liveroom_doc(row.kind))], headers
@@ -289,13 +316,14 @@ def probe(row: Row, port: int) -> str:
     key = "pseq" if row.kind == "personal" else "seq"
     doc = json.loads(answer) if status == 201 else {}
     if status != 201 or not isinstance(doc.get(key), int) or not doc.get("epoch"):
-        raise RuntimeError(f"liveroom answered the probe send {status}: {text}")
+        raise RuntimeError(f"{row.server} answered the probe send {status}: {text}")
     return f"201 {text}"
 
 
 def read_back(row: Row, port: int) -> str:
     """After the run: the room still takes a send and returns it with its seq
-    (liveroom), or the channel holds messages and returns the body (Nchan)."""
+    (liveroom, the floor), or the channel holds messages and returns the body
+    (Nchan)."""
     base = f"http://127.0.0.1:{port}"
     if row.server == "nchan":
         status, info = http("GET", f"{base}/pub/{row.room}", headers={"Accept": "text/json"})
@@ -310,8 +338,10 @@ def read_back(row: Row, port: int) -> str:
     status, answer = http("POST", f"{base}/v1/rooms/{row.room}/messages",
                           liveroom_doc("normal"), headers)
     if status != 201:
-        raise RuntimeError(f"liveroom answered the read-back send {status}: {answer!r}")
+        raise RuntimeError(f"{row.server} answered the read-back send {status}: {answer!r}")
     seq = json.loads(answer)["seq"]
+    if row.server in FLOORS:
+        return floor_read_back(row, base, seq, json.loads(answer)["epoch"])
     status, polled = http("GET", f"{base}/v1/rooms/{row.room}/poll?uid=reader&recent=1")
     messages = json.loads(polled).get("messages", []) if status == 200 else []
     last = messages[-1] if messages else {}
@@ -321,8 +351,39 @@ def read_back(row: Row, port: int) -> str:
     return f"a send (seq {seq}) and a first poll returning it"
 
 
+def floor_read_back(row: Row, base: str, seq: int, epoch: str) -> str:
+    """The floor's first poll answers at once, empty, at the head: it must be
+    the read-back send's seq; a poll from the seq before must return that
+    send."""
+    status, polled = http("GET", f"{base}/v1/rooms/{row.room}/poll?uid=reader")
+    head = json.loads(polled).get("seq") if status == 200 else None
+    status2, behind = http("GET", f"{base}/v1/rooms/{row.room}/poll?uid=reader"
+                                  f"&epoch={epoch}&seq={seq - 1}")
+    messages = json.loads(behind).get("messages", []) if status2 == 200 else []
+    last = messages[-1] if messages else {}
+    if head != seq or last.get("seq") != seq or last.get("body") != json.loads(BODY):
+        raise RuntimeError(f"the floor's polls of {row.room} do not return the send of seq "
+                           f"{seq}: first poll {status} {polled[:200]!r}, from seq {seq - 1} "
+                           f"{status2} {behind[:300]!r}")
+    return f"a send (seq {seq}), a first poll at its seq and one returning it"
+
+
+def floor_head(row: Row, port: int) -> int:
+    """The seq at the head of the floor's room, which a first poll answers
+    (the room counts from 1: the messages it took since the server started)."""
+    status, text = http("GET", f"http://127.0.0.1:{port}/v1/rooms/{row.room}/poll?uid=counter")
+    seq = json.loads(text).get("seq") if status == 200 else None
+    if not isinstance(seq, int):
+        raise RuntimeError(f"{row.server}: a first poll of {row.room} gave no seq ({status}): "
+                           f"{text[:200]!r}")
+    return seq
+
+
 def stored(row: Row, port: int) -> int:
-    """Messages the server itself counts as stored since it started."""
+    """Messages the server itself counts as stored since it started (the
+    floor, which has no /metrics: its room's head seq)."""
+    if row.server in FLOORS:
+        return floor_head(row, port)
     if row.server == "nchan":
         status, text = http("GET", f"http://127.0.0.1:{port}/nchan_status")
         found = re.search(rb"total published messages: (\d+)", text)
@@ -337,14 +398,21 @@ def stored(row: Row, port: int) -> int:
 
 
 @contextlib.contextmanager
-def servers_of(row: Row, tmp: Path, tree: Path,
-               extra: list[str]) -> Iterator[tuple[Server, Server | None]]:
-    """The server of a row and its Redis (None on the memory engine)."""
+def servers_of(row: Row, tmp: Path, tree: Path, extra: list[str],
+               floor_build: Path | None) -> Iterator[tuple[Server, Server | None]]:
+    """The server of a row and its Redis (None on the memory engine);
+    ``floor_build``: the directory ``build_floor`` compiled the floor in, for
+    floor-compiled."""
     with contextlib.ExitStack() as stack:
         redis = stack.enter_context(redis_server(tmp)) if row.engine == "redis" else None
         url = f"redis://127.0.0.1:{redis.port}" if redis else None
         if row.server == "nchan":
             server = stack.enter_context(nchan_server(tmp, NOFILE, False, url))
+        elif row.server == "floor":
+            server = stack.enter_context(floor_server(tmp, NOFILE))
+        elif row.server == "floor-compiled":
+            assert floor_build is not None
+            server = stack.enter_context(floor_compiled_server(tmp, NOFILE, floor_build))
         else:
             server = stack.enter_context(liveroom_server(
                 tmp, NOFILE, None, f"{url}/0" if url else None, 1, name=row.server,
@@ -355,9 +423,11 @@ def servers_of(row: Row, tmp: Path, tree: Path,
 # -- one row -----------------------------------------------------------------------
 
 
-def measure(row: Row, args: argparse.Namespace) -> dict[str, Any]:
+def measure(row: Row, args: argparse.Namespace,
+            floor_build: Path | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix=f"bench-send-{row.name}-") as tmp_, \
-            servers_of(row, Path(tmp_), args.compiled_tree, args.serve_arg) as (server, redis):
+            servers_of(row, Path(tmp_), args.compiled_tree, args.serve_arg,
+                       floor_build) as (server, redis):
         tmp = Path(tmp_)
         label = f"{row.server}/{row.engine}"
         script = tmp / "send.lua"
@@ -534,10 +604,20 @@ def load_check(args: argparse.Namespace) -> list[str]:
         time.sleep(10)
 
 
+def kinds_of(server: str, engine: str, kinds: list[str]) -> tuple[str, ...]:
+    """The rows a server has on an engine: Nchan its one publish, the floor
+    one normal on the memory engine and none on Redis."""
+    if server == "nchan":
+        return ("publish",)
+    if server in FLOORS:
+        return ("normal",) if engine == "memory" else ()
+    return tuple(kinds)
+
+
 def rows_of(args: argparse.Namespace) -> list[Row]:
     return [Row(engine, server, kind)
             for engine in args.engines for server in args.servers
-            for kind in (("publish",) if server == "nchan" else args.kinds)]
+            for kind in kinds_of(server, engine, args.kinds)]
 
 
 def choose(args: argparse.Namespace, named: bool) -> list[str]:
@@ -561,6 +641,16 @@ def choose(args: argparse.Namespace, named: bool) -> list[str]:
                 raise
             args.servers.remove("compiled")
             notes.append(f"compiled left out: {e}")
+    if "floor-compiled" in args.servers and importlib.util.find_spec("mypyc") is None:
+        why = "mypyc not found (pip install mypy)"
+        if named:
+            raise RuntimeError(f"floor-compiled: {why}")
+        args.servers.remove("floor-compiled")
+        notes.append(f"floor-compiled left out: {why}")
+    floors = [s for s in args.servers if s in FLOORS]
+    if floors and "redis" in args.engines:
+        notes.append(f"{' and '.join(floors)}: no rows on redis (the floor has no store: "
+                     "memory engine only)")
     if args.profile:
         py_spy()
         args.profile.mkdir(parents=True, exist_ok=True)
@@ -584,13 +674,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--servers", type=names(SERVERS),
                    help="servers to measure, in this order: liveroom (pure build), compiled "
-                        "(the compiled tree), nchan (default: all three, compiled left out "
-                        "with a note when there is no compiled tree)")
+                        "(the compiled tree), nchan, floor (loadtest/floor_server.py, the "
+                        "Python floor: no validation, tokens or store; one normal row, "
+                        "memory engine only), floor-compiled (the floor compiled by mypyc "
+                        "for the run) (default: all five, compiled left out with a note "
+                        "when there is no compiled tree, floor-compiled when mypyc is "
+                        "missing)")
     p.add_argument("--engines", type=names(ENGINES), default=list(ENGINES),
                    help="memory, redis or both (default: memory,redis)")
     p.add_argument("--kinds", type=names(KINDS), default=list(KINDS),
                    help="liveroom's sends: normal, important, personal (default: all; Nchan "
-                        "always has its one publish row)")
+                        "always has its one publish row, the floor its one normal row)")
     p.add_argument("--duration", type=int, default=10,
                    help="whole seconds wrk sends in each measured window (default 10)")
     p.add_argument("--warmup", type=int, default=1,
@@ -616,7 +710,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="one more argument to liveroom serve (repeat it: --serve-arg "
                         "--important-keep --serve-arg 100000), to see what a setting costs")
     p.add_argument("--profile", type=Path, metavar="DIR",
-                   help="record a py-spy profile of each liveroom row's server into DIR and "
+                   help="record a py-spy profile of each liveroom and floor row's server "
+                        "into DIR and "
                         "print its top functions (the CPU figures then include py-spy's "
                         "pauses)")
     p.add_argument("--profile-native", action="store_true",
@@ -657,8 +752,14 @@ def main(argv: list[str] | None = None) -> int:
     notes += load_check(args)
     results = []
     try:
-        for row in rows:
-            results.append(measure(row, args))
+        with contextlib.ExitStack() as stack:
+            floor_build = None
+            if any(row.server == "floor-compiled" for row in rows):
+                floor_build = Path(stack.enter_context(
+                    tempfile.TemporaryDirectory(prefix="bench-send-floor-compiled-")))
+                build_floor(floor_build)
+            for row in rows:
+                results.append(measure(row, args, floor_build))
     except KeyboardInterrupt:
         print("interrupted: servers stopped", file=sys.stderr)
         return 130
