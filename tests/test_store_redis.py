@@ -19,8 +19,9 @@ from conftest import TEST_POLICY
 import liveroom.store.redis.log as redis_engine
 import liveroom.store.redis.notify as redis_notify
 from liveroom.clock import FakeClock
-from liveroom.errors import StoreUnavailable
+from liveroom.errors import RateLimited, StoreUnavailable
 from liveroom.model import NewMessage
+from liveroom.ratelimit import RateLimits, Window
 from liveroom.store import PullRequest, Store
 from liveroom.store.redis import keys
 from liveroom.store.redis.log import _build_pulled
@@ -365,3 +366,40 @@ async def test_a_user_allowed_only_read_commands_can_serve_pulls(
     finally:
         await reader.aclose()
         await client.execute_command("ACL", "DELUSER", "reader")
+
+
+# --- appends of concurrent sends, batched ---------------------------------------------
+
+
+async def test_concurrent_appends_each_get_their_own_answer(
+        store: Store, fake_clock: FakeClock) -> None:
+    """Appends asked in one turn of the loop go to Redis in one pipeline; each
+    sender still gets its own seq, or its own refusal, in the order asked."""
+    limits = RateLimits(per_uid=(Window(5, 60),))
+    answers = await asyncio.gather(
+        *(store.log.append("batch", message(fake_clock, n), limits) for n in range(1, 9)),
+        store.log.append("other", message(fake_clock, 0)),
+        return_exceptions=True)
+    stored = [a.seq for a in answers[:8] if not isinstance(a, BaseException)]
+    assert stored == [1, 2, 3, 4, 5]
+    assert all(isinstance(a, RateLimited) for a in answers[5:8])
+    other = answers[8]
+    assert not isinstance(other, BaseException)
+    assert other.seq == 1
+    (pulled,) = await store.log.pull([PullRequest("batch", 0, 10)])
+    assert [e.body for e in pulled.entries] == [1, 2, 3, 4, 5]
+
+
+async def test_a_batch_of_appends_that_cannot_reach_redis_fails_every_sender(
+        store: Store, fake_clock: FakeClock, redis_server: RedisServer) -> None:
+    await store.log.append("r", message(fake_clock, 1))
+    redis_server.stop()
+    try:
+        answers = await asyncio.gather(
+            *(store.log.append("r", message(fake_clock, n)) for n in range(2, 6)),
+            return_exceptions=True)
+        assert all(isinstance(a, StoreUnavailable) for a in answers), answers
+    finally:
+        redis_server.start()
+    await store.ping()
+    assert (await store.log.append("r", message(fake_clock, 1))).seq == 1

@@ -567,3 +567,21 @@ async def test_the_real_command_refuses_the_memory_store() -> None:
     assert proc.returncode == 2
     assert "memory store lives inside one process" in " ".join(stderr.decode().split())
     assert stdout == b""
+
+
+def test_a_forked_worker_draws_its_own_epochs() -> None:
+    """Epochs come from a generator seeded once per process (no system call per
+    epoch); a worker forked from the supervisor reseeds it, or two workers
+    could give two new rooms the same epoch."""
+    from liveroom.store.base import new_epoch
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next epoch, then gone
+        os.write(write, new_epoch().encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    child = os.read(read, 64).decode()
+    os.close(read)
+    assert child != new_epoch()  # the parent's next draw: the child's own without a reseed

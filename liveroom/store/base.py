@@ -11,8 +11,10 @@ else from the driver.
 
 from __future__ import annotations
 
+import base64
 import heapq
-import secrets
+import os
+import random
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -31,10 +33,19 @@ from ..settings import (
     ROOM_TTL,
 )
 
+_EPOCHS = random.Random()  # seeded from os.urandom
+# A worker forked from a node draws its own epochs, not its parent's.
+os.register_at_fork(after_in_child=_EPOCHS.seed)
+
 
 def new_epoch() -> str:
-    """A fresh opaque epoch: random, so a lost and restarted log never repeats one."""
-    return secrets.token_urlsafe(9)
+    """A fresh opaque epoch: 72 random bits (12 characters of URL-safe base64),
+    so a lost and restarted log never repeats one. Drawn from a generator
+    seeded from the system's entropy at start (and again in a forked worker),
+    not from ``os.urandom`` each time: the Redis engine proposes one with
+    every append (used only if the append creates the log), and a
+    ``getrandom`` system call each was a tenth of a send's CPU there."""
+    return base64.urlsafe_b64encode(_EPOCHS.getrandbits(72).to_bytes(9, "big")).decode()
 
 
 @dataclass(frozen=True, slots=True)

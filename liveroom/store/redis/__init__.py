@@ -171,6 +171,7 @@ class RedisStore:
                 logger.info("vip whitelist moved from %s to %s", keys.VIP_BEFORE, keys.VIP)
 
     async def close(self) -> None:
+        await self.log.close()
         await self.notifier.close()
         await self._client.aclose()
         if self._reader is not None:

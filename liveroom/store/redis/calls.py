@@ -10,11 +10,13 @@ through here, so they all map failures the same way:
   :class:`~liveroom.errors.StoreRefused`, logged: a bug, not an outage.
 - :class:`Lua` and :func:`run_scripts` send scripts of ``lua/`` as ``EVALSHA``,
   a batch in one pipeline, loading a script only when the server says it does
-  not know it.
+  not know it; :class:`Batched` sends the calls concurrent callers ask for in
+  one turn of the loop (the appends of concurrent sends) as one batch.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import logging
@@ -109,6 +111,17 @@ async def run_scripts(client: Client, calls: Sequence[Call]) -> list[Any]:
     Raises the driver's error of the first call that failed otherwise; calls of
     the batch before and after it may have run.
     """
+    replies = await run_each(client, calls)
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies
+
+
+async def run_each(client: Client, calls: Sequence[Call]) -> list[Any]:
+    """Run script calls in one pipeline (two when a script had to be loaded):
+    each call's reply, or the error Redis answered it (a script's error, a
+    refusal) in its place. What fails them all (the connection) raises."""
     replies: list[Any] = [None] * len(calls)
     todo = list(range(len(calls)))
     for attempt in range(2):
@@ -123,8 +136,6 @@ async def run_scripts(client: Client, calls: Sequence[Call]) -> list[Any]:
         for i, answer in zip(todo, answers, strict=True):
             if isinstance(answer, rexc.NoScriptError) and attempt == 0:
                 refused.append(i)
-            elif isinstance(answer, Exception):
-                raise answer
             else:
                 replies[i] = answer
         if not refused:
@@ -133,6 +144,67 @@ async def run_scripts(client: Client, calls: Sequence[Call]) -> list[Any]:
             await client.script_load(lua.text)
         todo = refused
     return replies
+
+
+class Batched:
+    """Script calls made in one turn of the loop, sent to Redis together.
+
+    Concurrent senders each ask for one call (an append); the calls asked in
+    the same turn go out in one pipeline on the next (one write, one read,
+    one pool checkout and timeout for them all, instead of one each), and
+    each caller gets its own reply, or raises its own error, or the error
+    that failed the batch. Calls of one batch run in the order asked; a
+    caller that is cancelled while its batch is in flight may still have its
+    call run (as a call of its own could). :meth:`close` waits for the batches
+    in flight.
+    """
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+        self._asked: list[tuple[Call, asyncio.Future[Any]]] = []
+        self._in_flight: set[asyncio.Task[None]] = set()
+
+    async def run(self, call: Call) -> Any:
+        """``call``'s reply (it raises what Redis answered it, as
+        :func:`run_scripts` would)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        if not self._asked:
+            loop.call_soon(self._send)
+        self._asked.append((call, future))
+        return await future
+
+    def _send(self) -> None:
+        batch, self._asked = self._asked, []
+        task = asyncio.create_task(self._run(batch))
+        self._in_flight.add(task)
+        task.add_done_callback(self._in_flight.discard)
+
+    async def _run(self, batch: list[tuple[Call, asyncio.Future[Any]]]) -> None:
+        try:
+            replies = await run_each(self._client, [call for call, _ in batch])
+        except BaseException as exc:
+            for _, future in batch:
+                if not future.done():
+                    if isinstance(exc, asyncio.CancelledError):
+                        future.cancel()
+                    else:
+                        future.set_exception(exc)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            return
+        for (_, future), reply in zip(batch, replies, strict=True):
+            if future.done():
+                continue  # its caller was cancelled
+            if isinstance(reply, Exception):
+                future.set_exception(reply)
+            else:
+                future.set_result(reply)
+
+    async def close(self) -> None:
+        """Wait for the batches in flight (their callers get their answers)."""
+        if self._in_flight:
+            await asyncio.gather(*self._in_flight, return_exceptions=True)
 
 
 async def run_durable(client: Client, call: Call, replicas: int,

@@ -19,7 +19,7 @@ from ...model import Entry, NewMessage
 from ...ratelimit import RateLimits, refusal
 from ..base import PERSONAL_PULL, Appended, LogPolicy, Pulled, PullRequest, new_epoch
 from . import keys
-from .calls import Client, Lua, run_durable, run_scripts, text, unavailable
+from .calls import Batched, Client, Lua, run_durable, run_scripts, text, unavailable
 
 logger = logging.getLogger("liveroom.store.redis")
 
@@ -76,6 +76,8 @@ class RedisLog:
         :class:`RedisStore`)."""
         self._looked_at = float("-inf")
         self._append = Lua("append.lua", uses=["new_log.lua"])
+        self._appends = Batched(client)
+        """Appends of concurrent sends, one pipeline a loop turn."""
         self._epoch = Lua("epoch.lua", uses=["new_log.lua"])
         self._touch = Lua("touch.lua")
 
@@ -86,6 +88,10 @@ class RedisLog:
                 [new_epoch(), stale, self.policy.room_ttl_ms, extend,
                  self.policy.empty_room_ttl_ms])])
         return text(epoch)
+
+    async def close(self) -> None:
+        """Wait for the appends in flight (before the client closes)."""
+        await self._appends.close()
 
     async def open_room(self, room: str) -> str:
         return await self._room_epoch("opening a room", room, "", 1)
@@ -122,7 +128,7 @@ class RedisLog:
                 reply, acked = await run_durable(self._client, call, replicas,
                                                  policy.durable_timeout_ms)
             else:
-                (reply,), acked = await run_scripts(self._client, [call]), 0
+                reply, acked = await self._appends.run(call), 0
         epoch, seq, status, *refused = reply
         if status == _NOT_CREATED:
             raise NewRoomRefused()
