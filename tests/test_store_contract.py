@@ -225,6 +225,69 @@ async def test_the_important_hard_cap_wins_over_the_window(
         assert seqs(await pull(store, "r", 0, 1)) == [3, 4, 5, 6]
 
 
+# Importants and personal messages are trimmed by one rule: from the oldest,
+# while more than important_keep remain and the oldest is older than the window
+# (counted back from the new message's ts) or more than the hard cap remain.
+KEPT = ("important", "personal")
+T0 = 1_700_000_000_000
+
+
+async def send_kept(store: Store, kind: str, n: int, ts: int) -> None:
+    """Append ``n`` at ``ts`` as an important or a personal message."""
+    await store.log.append("r", NewMessage(uid="backend", body=n, important=True, ts=ts,
+                                           to="a" if kind == "personal" else None))
+
+
+async def kept(store: Store, kind: str) -> list[object]:
+    """The bodies of the room's retained importants or personal messages."""
+    pulled = await pull(store, "r", 0, 0)  # limit 0: the importants alone
+    return [e.body for e in (pulled.personal if kind == "personal" else pulled.entries)]
+
+
+@pytest.mark.parametrize("kind", KEPT)
+async def test_a_trim_drops_exactly_the_old_ones_and_stops_at_the_first_it_keeps(
+        engine_url: str, fake_clock: FakeClock, kind: str) -> None:
+    policy = LogPolicy(log_cap=10, important_keep=3, important_window_ms=60_000,
+                       important_hard_cap=400, personal_hard_cap=400)
+    async with opened(engine_url, policy, fake_clock) as store:
+        for n in range(1, 301):
+            await send_kept(store, kind, n, T0)
+        for n in range(301, 306):
+            await send_kept(store, kind, n, T0 + 30_000)
+        # Far over the keep, nothing old enough and under the cap: nothing goes.
+        assert await kept(store, kind) == list(range(1, 306))
+        # The window passes for the first 300: they go at once, the rest stay.
+        await send_kept(store, kind, 306, T0 + 61_000)
+        assert await kept(store, kind) == list(range(301, 307))
+        # A late clock's message stays behind a younger one: the trim stops at
+        # the first message it keeps, whatever is older behind it.
+        await send_kept(store, kind, 307, T0)
+        await send_kept(store, kind, 308, T0 + 61_000)
+        assert await kept(store, kind) == list(range(301, 309))
+        await send_kept(store, kind, 309, T0 + 95_000)
+        assert await kept(store, kind) == [306, 307, 308, 309]
+        # Exactly the window's age (306's) is young enough.
+        await send_kept(store, kind, 310, T0 + 121_000)
+        assert await kept(store, kind) == [306, 307, 308, 309, 310]
+        # Everything old: the newest important_keep stay.
+        await send_kept(store, kind, 311, T0 + 10**6)
+        assert await kept(store, kind) == [309, 310, 311]
+
+
+@pytest.mark.parametrize("kind", KEPT)
+async def test_the_hard_cap_drops_by_count_then_the_window_by_age(
+        engine_url: str, fake_clock: FakeClock, kind: str) -> None:
+    policy = LogPolicy(log_cap=10, important_keep=2, important_window_ms=60_000,
+                       important_hard_cap=6, personal_hard_cap=6)
+    async with opened(engine_url, policy, fake_clock) as store:
+        for n in range(1, 9):
+            await send_kept(store, kind, n, T0)
+        assert await kept(store, kind) == [3, 4, 5, 6, 7, 8]  # young, over the cap
+        # One over the cap goes by count, then the old ones down to the keep.
+        await send_kept(store, kind, 9, T0 + 61_000)
+        assert await kept(store, kind) == [8, 9]
+
+
 # --- epochs ---------------------------------------------------------------------
 
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pytest
 import redis.asyncio
-from conftest import TEST_POLICY
+from conftest import TEST_POLICY, opened
 
 import liveroom.store.redis.log as redis_engine
 import liveroom.store.redis.notify as redis_notify
@@ -22,7 +23,7 @@ from liveroom.clock import FakeClock
 from liveroom.errors import RateLimited, StoreUnavailable
 from liveroom.model import NewMessage
 from liveroom.ratelimit import RateLimits, Window
-from liveroom.store import PullRequest, Store
+from liveroom.store import LogPolicy, Pulled, PullRequest, Store
 from liveroom.store.redis import keys
 from liveroom.store.redis.log import _build_pulled
 
@@ -208,6 +209,38 @@ async def test_a_room_that_never_reads_consistently_is_unavailable(
     monkeypatch.setattr(redis_engine, "_build_pulled", lambda request, replies: None)
     with pytest.raises(StoreUnavailable):
         await store.log.pull([PullRequest("r", 0, 10)])
+
+
+# --- settings changed under a log ------------------------------------------------
+
+
+@pytest.mark.parametrize("personal", [False, True])
+async def test_a_lowered_hard_cap_trims_down_to_it_at_the_next_send(
+        redis_url: str, fake_clock: FakeClock, personal: bool) -> None:
+    """A node restarted with a lower cap finds a stream far over it: the next
+    send drops the excess by count (young or old), then the old ones it
+    uncovers, beyond the keep."""
+    def send(n: int, ts: int) -> NewMessage:
+        return NewMessage(uid="backend", body=n, important=True, ts=ts,
+                          to="a" if personal else None)
+
+    def bodies(pulled: Pulled) -> list[object]:
+        return [e.body for e in (pulled.personal if personal else pulled.entries)]
+
+    wide = LogPolicy(log_cap=10, important_keep=3, important_window_ms=60_000,
+                     important_hard_cap=500, personal_hard_cap=500)
+    async with opened(redis_url, wide, fake_clock) as store:
+        for n, ts in [*((n, 30_000) for n in range(1, 201)),
+                      *((n, 0) for n in range(201, 301)),
+                      *((n, 30_000) for n in range(301, 351))]:
+            await store.log.append("r", send(n, ts))
+    narrow = replace(wide, important_hard_cap=100, personal_hard_cap=100)
+    async with opened(redis_url, narrow, fake_clock) as store:
+        await store.log.append("r", send(351, 61_000))
+        # 351 held: the 251 oldest go by count (the young 1..200 among them),
+        # then the 49 of ts 0 left, by age, up to the young 301.
+        (pulled,) = await store.log.pull([PullRequest("r", 0, 0)])
+        assert bodies(pulled) == list(range(301, 352))
 
 
 # --- the notify channel ---------------------------------------------------------

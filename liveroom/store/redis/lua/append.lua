@@ -184,26 +184,38 @@ else
   end
 end
 
--- Drop a stream's oldest entries while drop(entries left, fields) says so,
--- with one exact XTRIM: MINID drops every id below the one after the cut.
-local function trim(stream, left, drop)
-  local cut = nil
-  local from = '-'
-  while left > 0 do
-    local batch = redis.call('XRANGE', stream, from, '+', 'COUNT', 100)
+-- Drop a stream's oldest entries while more than keep remain and the oldest
+-- is older than oldest_ok or more than hard remain: the memory engine's rule
+-- (log.py, append_at_once and _append_personal). Both streams hold fields
+-- m, c or n, t: an entry's ts is e[2][6].
+-- Most sends drop nothing, and every entry read costs Redis about a
+-- microsecond (its reply, then a Lua table), so nothing is read that cannot
+-- go: XLEN alone while keep or fewer remain; those past both keep and hard go
+-- by count (an exact MAXLEN, no read); then the oldest are read in batches
+-- growing from one, never more than could still go, up to the first young
+-- enough to stay. The cut goes with one exact XTRIM: MINID drops every id
+-- below the one after it.
+local function trim(stream, keep, hard, oldest_ok)
+  local left = redis.call('XLEN', stream)
+  local floor = math.max(keep, hard)
+  if left > floor then
+    redis.call('XTRIM', stream, 'MAXLEN', floor)
+    left = floor
+  end
+  local cut, from, count = nil, '-', 1
+  while left > keep do
+    local batch = redis.call('XRANGE', stream, from, '+', 'COUNT', math.min(count, left - keep))
     if #batch == 0 then break end
-    local stop = false
     for _, e in ipairs(batch) do
-      if drop(left, e[2]) then
-        cut = e[1]
-        left = left - 1
-      else
-        stop = true
+      if tonumber(e[2][6]) >= oldest_ok then
+        left = keep  -- it stays, and so do the newer ones
         break
       end
+      cut = e[1]
+      left = left - 1
     end
-    if stop then break end
     from = '(' .. batch[#batch][1]
+    count = math.min(count * 2, 128)
   end
   if cut then
     local cut_seq = tonumber(string.match(cut, '^(%d+)'))
@@ -217,11 +229,7 @@ if to ~= '' then
   seq = redis.call('HINCRBY', meta, 'ps', 1)
   local n = redis.call('HINCRBY', pn, to, 1)
   redis.call('XADD', pm, string.format('%d-0', seq), 'm', ARGV[2], 'n', n, 't', ARGV[4])
-  local keep, hard = tonumber(ARGV[6]), tonumber(ARGV[20])
-  -- e = {'m', packed, 'n', ordinal, 't', ts}
-  trim(pm, redis.call('XLEN', pm), function(left, e)
-    return left > keep and (left > hard or tonumber(e[6]) < oldest_ok)
-  end)
+  trim(pm, tonumber(ARGV[6]), tonumber(ARGV[20]), oldest_ok)  -- e[2]: m, n, t
   notified = 0
 else
   seq = redis.call('HINCRBY', meta, 'seq', 1)
@@ -231,15 +239,7 @@ else
   redis.call('XADD', log, 'MAXLEN', ARGV[5], id, 'm', ARGV[2], 'c', ic)
   if important then
     redis.call('XADD', imp, id, 'm', ARGV[2], 'c', ic, 't', ARGV[4])
-    -- Drop the oldest while more than important_keep remain and the oldest is
-    -- older than the window or more than important_hard_cap remain (the same
-    -- rule as the memory engine).
-    local keep = tonumber(ARGV[6])
-    local hard = tonumber(ARGV[8])
-    -- e = {'m', packed, 'c', ic, 't', ts}
-    trim(imp, redis.call('XLEN', imp), function(left, e)
-      return left > keep and (left > hard or tonumber(e[6]) < oldest_ok)
-    end)
+    trim(imp, tonumber(ARGV[6]), tonumber(ARGV[8]), oldest_ok)  -- e[2]: m, c, t
   end
   notified = seq
 end
