@@ -124,11 +124,8 @@ class Sends:
             except BaseException as exc:
                 self._failed(pending, exc)
             return self._stored(pending, appended, accept)
-        except LiveroomError as exc:
-            return failure_reply(exc)
-        except Exception:
-            logger.exception("a send to room %s failed", room)
-            return INTERNAL
+        except Exception as exc:
+            return _failure(room, exc)
 
     async def send(self, room: str, content_type: str, raw: bytes,
                    authorization: str | bytes | None, accept: str, address: str) -> Reply:
@@ -143,11 +140,8 @@ class Sends:
             except BaseException as exc:
                 self._failed(pending, exc)
             return self._stored(pending, appended, accept)
-        except LiveroomError as exc:
-            return failure_reply(exc)
-        except Exception:
-            logger.exception("a send to room %s failed", room)
-            return INTERNAL
+        except Exception as exc:
+            return _failure(room, exc)
 
     def _prepare(self, room: str, content_type: str, raw: bytes,
                  authorization: str | bytes | None, address: str) -> _Pending:
@@ -233,6 +227,15 @@ class Sends:
             if tally[i]:
                 counter.inc(tally[i])
                 tally[i] = 0
+
+
+def _failure(room: str, exc: Exception) -> Reply:
+    """The answer to a send that raised ``exc`` (called while handling it):
+    its 4xx or 503, or a 500 for a bug, logged."""
+    if isinstance(exc, LiveroomError):
+        return failure_reply(exc)
+    logger.exception("a send to room %s failed", room)
+    return INTERNAL
 
 
 _STORED, _DUPLICATE, _LIMITED, _UNAVAILABLE, _APPEND_ERRORS = range(5)
