@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
 from . import __version__, build, sects
 from .clock import SystemClock
@@ -604,7 +605,40 @@ def _ticket_option(command: F) -> F:
     return click.option(
         "--ticket", envvar="LIVEROOM_TICKET", show_envvar=True,
         help="A ticket your backend signed (servers run with --auth ticket): it names "
-             "the uid; see `liveroom ticket`.")(command)
+             "the uid; see `liveroom ticket`. Given as a flag, it wins over the "
+             "environment's LIVEROOM_UID (and, for send, LIVEROOM_PUBLISHER_TOKEN).")(command)
+
+
+def _flags_first(ctx: click.Context, credentials: tuple[str, ...]) -> tuple[str, list[str]]:
+    """Whose word a command takes: flags first, then the environment.
+
+    ``credentials`` names the command's parameters that say who speaks
+    (``ticket``, ``token``). When one is given as a flag, those that came from
+    the environment are left aside, and so is a uid from the environment when
+    the flag is ``--ticket`` (the ticket names its uid): a shell that exports
+    the tokens (the production recipe's) cannot outvote a ticket typed on the
+    command line. Returns the flags given (``--ticket``...) and the
+    parameters left aside, for the caller to drop."""
+    def given(name: str) -> ParameterSource | None:
+        return ctx.get_parameter_source(name)
+
+    flags = [name for name in credentials if given(name) is ParameterSource.COMMANDLINE]
+    if not flags:
+        return "", []
+    aside = [name for name in credentials if given(name) is ParameterSource.ENVIRONMENT]
+    if "ticket" in flags and given("uid") is ParameterSource.ENVIRONMENT:
+        aside.append("uid")
+    return " and ".join(f"--{name}" for name in flags), aside
+
+
+def _left_aside_note(ctx: click.Context, flags: str, aside: list[str]) -> str:
+    """The ``--`` line saying which environment variables a flag outvoted."""
+    envs = [env for param in ctx.command.params if param.name in aside
+            for env in ([param.envvar] if isinstance(param.envvar, str)
+                        else param.envvar or [])]
+    verb = "is" if len(envs) == 1 else "are"
+    return (f"-- {' and '.join(envs)} from the environment {verb} not used: the {flags} "
+            f"given speaks (a flag wins over the environment)")
 
 
 def _optional_uid(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -673,9 +707,16 @@ def listen(room_name: str, uid: str | None, ticket: str | None, url: str,
     many messages were missed (gap). Network errors and busy servers (429,
     503) are retried; a refusal (a bad ticket) exits with status 1. Ctrl-C or
     SIGTERM stops at once, exit status 0.
+
+    Flags first, then the environment: a --ticket given as a flag names the
+    listener, and LIVEROOM_UID from the environment is not used.
     """
     from .client import Client, ClientError
 
+    ctx = click.get_current_context()
+    flags, aside = _flags_first(ctx, ("ticket",))
+    if "uid" in aside:
+        uid = None
     if uid is None and ticket is None:
         uid = f"listener-{secrets.token_hex(3)}"
 
@@ -717,6 +758,8 @@ def listen(room_name: str, uid: str | None, ticket: str | None, url: str,
     try:
         asyncio.run(run())
     except ClientError as exc:
+        if aside:
+            note(_left_aside_note(ctx, flags, aside))
         raise _clear(exc, None if ticket else "give --ticket or set LIVEROOM_TICKET") from None
 
 
@@ -740,7 +783,8 @@ def listen(room_name: str, uid: str | None, ticket: str | None, url: str,
 @_ticket_option
 @click.option("--token", envvar="LIVEROOM_PUBLISHER_TOKEN", show_envvar=True,
               help="The publisher (or admin) token: your backend speaking for --uid, not "
-                   "rate limited; needed for --important without a publishing ticket.")
+                   "rate limited; needed for --important without a publishing ticket. "
+                   "Not used from the environment when --ticket is given as a flag.")
 @_url_option
 def send(room_name: str, text: str, uid: str | None, important: bool, to: str | None,
          as_json: bool, client_msg_id: str | None, ticket: str | None, token: str | None,
@@ -751,9 +795,22 @@ def send(room_name: str, text: str, uid: str | None, important: bool, to: str | 
     rate limit (429) or a busy server (503) is waited out (its Retry-After) and
     the send tried again, up to 3 times, with one client_msg_id, so it is
     stored once. A refusal exits with status 1 and the server's message.
+
+    Who speaks, flags first, then the environment: a --ticket or --token given
+    as a flag is used, and LIVEROOM_TICKET or LIVEROOM_PUBLISHER_TOKEN from the
+    environment is not (with a --ticket flag, nor is LIVEROOM_UID: the ticket
+    names the uid). Given both the same way, the token speaks, for --uid.
     """
     from .client import Client, ClientError
 
+    ctx = click.get_current_context()
+    flags, aside = _flags_first(ctx, ("ticket", "token"))
+    if "ticket" in aside:
+        ticket = None
+    if "token" in aside:
+        token = None
+    if "uid" in aside:
+        uid = None
     if uid is None and ticket is None:
         uid = f"sender-{secrets.token_hex(3)}"
         click.echo(f"-- sending as {uid} (give --uid to choose)", err=True)
@@ -781,6 +838,8 @@ def send(room_name: str, text: str, uid: str | None, important: bool, to: str | 
     try:
         seq = asyncio.run(run())
     except ClientError as exc:
+        if aside:
+            click.echo(_left_aside_note(ctx, flags, aside), err=True)
         hint = ("give --token or set LIVEROOM_PUBLISHER_TOKEN"
                 if (important or to) and not token
                 else None if ticket or token else "give --ticket or set LIVEROOM_TICKET")
