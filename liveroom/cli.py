@@ -774,7 +774,8 @@ def listen(room_name: str, uid: str | None, ticket: str | None, url: str,
                    "needs --token or a ticket minted with --publish.")
 @click.option("--to", callback=_optional_uid, default=None, metavar="UID",
               help="A personal message for UID alone (important; needs --token or a "
-                   "ticket minted with --publish); prints its pseq.")
+                   "ticket minted with --publish); prints its pseq, its position among "
+                   "the room's personal messages (not a seq).")
 @click.option("--json", "as_json", is_flag=True,
               help="TEXT is a JSON value (an object, a number...), sent as the body as is.")
 @click.option("--client-msg-id", default=None, metavar="ID",
@@ -789,7 +790,7 @@ def listen(room_name: str, uid: str | None, ticket: str | None, url: str,
 def send(room_name: str, text: str, uid: str | None, important: bool, to: str | None,
          as_json: bool, client_msg_id: str | None, ticket: str | None, token: str | None,
          url: str) -> None:
-    """Send TEXT to ROOM and print its seq.
+    """Send TEXT to ROOM and print its seq (with --to, a line saying its pseq).
 
     The body is TEXT as a string (or, with --json, the JSON value TEXT is). A
     rate limit (429) or a busy server (503) is waited out (its Retry-After) and
@@ -825,7 +826,7 @@ def send(room_name: str, text: str, uid: str | None, important: bool, to: str | 
         why = f"HTTP {retry.status}" if retry.status else "network"
         click.echo(f"-- {why}: {retry.reason}; again in {retry.delay:.1f} s", err=True)
 
-    async def run() -> int:
+    async def run() -> str:
         async with Client(url, ticket=ticket, token=token) as client:
             sent = await client.send(room_name, body, uid=uid, important=important,
                                      client_msg_id=client_msg_id, to=to, on_retry=retrying)
@@ -833,10 +834,13 @@ def send(room_name: str, text: str, uid: str | None, important: bool, to: str | 
                 click.echo(f"-- not private: the server runs --auth open, where any client "
                            f"can read {to}'s personal messages (--auth ticket makes them "
                            f"{to}'s alone)", err=True)
-            return sent.seq if sent.pseq is None else sent.pseq
+            if sent.pseq is None:
+                return str(sent.seq)
+            return (f"personal message to {to}: pseq {sent.pseq}, its position among "
+                    f"{room_name}'s personal messages (numbered apart from the room's seq)")
 
     try:
-        seq = asyncio.run(run())
+        said = asyncio.run(run())
     except ClientError as exc:
         if aside:
             click.echo(_left_aside_note(ctx, flags, aside), err=True)
@@ -844,7 +848,7 @@ def send(room_name: str, text: str, uid: str | None, important: bool, to: str | 
                 if (important or to) and not token
                 else None if ticket or token else "give --ticket or set LIVEROOM_TICKET")
         raise _clear(exc, hint) from None
-    click.echo(seq)
+    click.echo(said)
 
 
 if __name__ == "__main__":  # pragma: no cover

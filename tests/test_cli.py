@@ -574,3 +574,19 @@ async def test_a_listener_with_a_ticket_flag_is_the_tickets_uid(
             if proc.returncode is None:
                 proc.kill()
                 await proc.wait()
+
+
+async def test_a_personal_send_says_its_pseq_is_not_a_seq() -> None:
+    """``send --to`` prints a pseq: a position among the room's personal
+    messages, numbered apart from its seqs, so it says so."""
+    async with running_node(auth="ticket", ticket_keys=(KEY,)) as node:
+        env = {"LIVEROOM_URL": node.url, "LIVEROOM_PUBLISHER_TOKEN": PUBLISHER}
+        for text in ("one", "two"):
+            result = await liveroom("send", "hall", text, "--uid", "host", env=env)
+            assert result.stdout == f"{1 if text == 'one' else 2}\n", result.output
+        result = await liveroom("send", "hall", "thanks", "--uid", "host", "--to", "alice",
+                                env=env)
+        assert (result.exit_code, result.stderr) == (0, ""), result.output
+        assert result.stdout == (
+            "personal message to alice: pseq 1, its position among hall's personal "
+            "messages (numbered apart from the room's seq)\n")
