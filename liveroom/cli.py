@@ -575,8 +575,10 @@ def room_end(room_name: str, url: str, admin_token: str | None, store: str | Non
 
     The room's log starts empty in a new epoch: every listener resets into it
     with no recent messages (the ended broadcast's messages are dropped; seqs
-    go on). Its viewers count starts over; the ended broadcast's viewers stay
-    readable at GET /v1/rooms/ROOM/broadcasts.
+    go on). Its viewers count starts a new history, at once counting everyone
+    online (who polled in the last --online-ttl, 90 s: tabs closed in that
+    time included, by design); the ended broadcast's viewers stay readable at
+    GET /v1/rooms/ROOM/broadcasts.
     """
 
     async def through_store(store: Store) -> tuple[str, int]:
