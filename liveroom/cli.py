@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
 from . import __version__, build, sects
 from .clock import SystemClock
@@ -574,8 +575,10 @@ def room_end(room_name: str, url: str, admin_token: str | None, store: str | Non
 
     The room's log starts empty in a new epoch: every listener resets into it
     with no recent messages (the ended broadcast's messages are dropped; seqs
-    go on). Its viewers count starts over; the ended broadcast's viewers stay
-    readable at GET /v1/rooms/ROOM/broadcasts.
+    go on). Its viewers count starts a new history, at once counting everyone
+    online (who polled in the last --online-ttl, 90 s: tabs closed in that
+    time included, by design); the ended broadcast's viewers stay readable at
+    GET /v1/rooms/ROOM/broadcasts.
     """
 
     async def through_store(store: Store) -> tuple[str, int]:
@@ -604,7 +607,40 @@ def _ticket_option(command: F) -> F:
     return click.option(
         "--ticket", envvar="LIVEROOM_TICKET", show_envvar=True,
         help="A ticket your backend signed (servers run with --auth ticket): it names "
-             "the uid; see `liveroom ticket`.")(command)
+             "the uid; see `liveroom ticket`. Given as a flag, it wins over the "
+             "environment's LIVEROOM_UID (and, for send, LIVEROOM_PUBLISHER_TOKEN).")(command)
+
+
+def _flags_first(ctx: click.Context, credentials: tuple[str, ...]) -> tuple[str, list[str]]:
+    """Whose word a command takes: flags first, then the environment.
+
+    ``credentials`` names the command's parameters that say who speaks
+    (``ticket``, ``token``). When one is given as a flag, those that came from
+    the environment are left aside, and so is a uid from the environment when
+    the flag is ``--ticket`` (the ticket names its uid): a shell that exports
+    the tokens (the production recipe's) cannot outvote a ticket typed on the
+    command line. Returns the flags given (``--ticket``...) and the
+    parameters left aside, for the caller to drop."""
+    def given(name: str) -> ParameterSource | None:
+        return ctx.get_parameter_source(name)
+
+    flags = [name for name in credentials if given(name) is ParameterSource.COMMANDLINE]
+    if not flags:
+        return "", []
+    aside = [name for name in credentials if given(name) is ParameterSource.ENVIRONMENT]
+    if "ticket" in flags and given("uid") is ParameterSource.ENVIRONMENT:
+        aside.append("uid")
+    return " and ".join(f"--{name}" for name in flags), aside
+
+
+def _left_aside_note(ctx: click.Context, flags: str, aside: list[str]) -> str:
+    """The ``--`` line saying which environment variables a flag outvoted."""
+    envs = [env for param in ctx.command.params if param.name in aside
+            for env in ([param.envvar] if isinstance(param.envvar, str)
+                        else param.envvar or [])]
+    verb = "is" if len(envs) == 1 else "are"
+    return (f"-- {' and '.join(envs)} from the environment {verb} not used: the {flags} "
+            f"given speaks (a flag wins over the environment)")
 
 
 def _optional_uid(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -673,9 +709,16 @@ def listen(room_name: str, uid: str | None, ticket: str | None, url: str,
     many messages were missed (gap). Network errors and busy servers (429,
     503) are retried; a refusal (a bad ticket) exits with status 1. Ctrl-C or
     SIGTERM stops at once, exit status 0.
+
+    Flags first, then the environment: a --ticket given as a flag names the
+    listener, and LIVEROOM_UID from the environment is not used.
     """
     from .client import Client, ClientError
 
+    ctx = click.get_current_context()
+    flags, aside = _flags_first(ctx, ("ticket",))
+    if "uid" in aside:
+        uid = None
     if uid is None and ticket is None:
         uid = f"listener-{secrets.token_hex(3)}"
 
@@ -717,6 +760,8 @@ def listen(room_name: str, uid: str | None, ticket: str | None, url: str,
     try:
         asyncio.run(run())
     except ClientError as exc:
+        if aside:
+            note(_left_aside_note(ctx, flags, aside))
         raise _clear(exc, None if ticket else "give --ticket or set LIVEROOM_TICKET") from None
 
 
@@ -731,7 +776,8 @@ def listen(room_name: str, uid: str | None, ticket: str | None, url: str,
                    "needs --token or a ticket minted with --publish.")
 @click.option("--to", callback=_optional_uid, default=None, metavar="UID",
               help="A personal message for UID alone (important; needs --token or a "
-                   "ticket minted with --publish); prints its pseq.")
+                   "ticket minted with --publish); prints its pseq, its position among "
+                   "the room's personal messages (not a seq).")
 @click.option("--json", "as_json", is_flag=True,
               help="TEXT is a JSON value (an object, a number...), sent as the body as is.")
 @click.option("--client-msg-id", default=None, metavar="ID",
@@ -740,20 +786,34 @@ def listen(room_name: str, uid: str | None, ticket: str | None, url: str,
 @_ticket_option
 @click.option("--token", envvar="LIVEROOM_PUBLISHER_TOKEN", show_envvar=True,
               help="The publisher (or admin) token: your backend speaking for --uid, not "
-                   "rate limited; needed for --important without a publishing ticket.")
+                   "rate limited; needed for --important without a publishing ticket. "
+                   "Not used from the environment when --ticket is given as a flag.")
 @_url_option
 def send(room_name: str, text: str, uid: str | None, important: bool, to: str | None,
          as_json: bool, client_msg_id: str | None, ticket: str | None, token: str | None,
          url: str) -> None:
-    """Send TEXT to ROOM and print its seq.
+    """Send TEXT to ROOM and print its seq (with --to, a line saying its pseq).
 
     The body is TEXT as a string (or, with --json, the JSON value TEXT is). A
     rate limit (429) or a busy server (503) is waited out (its Retry-After) and
     the send tried again, up to 3 times, with one client_msg_id, so it is
     stored once. A refusal exits with status 1 and the server's message.
+
+    Who speaks, flags first, then the environment: a --ticket or --token given
+    as a flag is used, and LIVEROOM_TICKET or LIVEROOM_PUBLISHER_TOKEN from the
+    environment is not (with a --ticket flag, nor is LIVEROOM_UID: the ticket
+    names the uid). Given both the same way, the token speaks, for --uid.
     """
     from .client import Client, ClientError
 
+    ctx = click.get_current_context()
+    flags, aside = _flags_first(ctx, ("ticket", "token"))
+    if "ticket" in aside:
+        ticket = None
+    if "token" in aside:
+        token = None
+    if "uid" in aside:
+        uid = None
     if uid is None and ticket is None:
         uid = f"sender-{secrets.token_hex(3)}"
         click.echo(f"-- sending as {uid} (give --uid to choose)", err=True)
@@ -768,7 +828,7 @@ def send(room_name: str, text: str, uid: str | None, important: bool, to: str | 
         why = f"HTTP {retry.status}" if retry.status else "network"
         click.echo(f"-- {why}: {retry.reason}; again in {retry.delay:.1f} s", err=True)
 
-    async def run() -> int:
+    async def run() -> str:
         async with Client(url, ticket=ticket, token=token) as client:
             sent = await client.send(room_name, body, uid=uid, important=important,
                                      client_msg_id=client_msg_id, to=to, on_retry=retrying)
@@ -776,16 +836,21 @@ def send(room_name: str, text: str, uid: str | None, important: bool, to: str | 
                 click.echo(f"-- not private: the server runs --auth open, where any client "
                            f"can read {to}'s personal messages (--auth ticket makes them "
                            f"{to}'s alone)", err=True)
-            return sent.seq if sent.pseq is None else sent.pseq
+            if sent.pseq is None:
+                return str(sent.seq)
+            return (f"personal message to {to}: pseq {sent.pseq}, its position among "
+                    f"{room_name}'s personal messages (numbered apart from the room's seq)")
 
     try:
-        seq = asyncio.run(run())
+        said = asyncio.run(run())
     except ClientError as exc:
+        if aside:
+            click.echo(_left_aside_note(ctx, flags, aside), err=True)
         hint = ("give --token or set LIVEROOM_PUBLISHER_TOKEN"
                 if (important or to) and not token
                 else None if ticket or token else "give --ticket or set LIVEROOM_TICKET")
         raise _clear(exc, hint) from None
-    click.echo(seq)
+    click.echo(said)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -22,6 +22,7 @@ from liveroom import __version__
 from liveroom.cli import main
 from liveroom.clock import FakeClock
 from liveroom.settings import Settings, settings_from
+from proxy.tickets import mint
 
 OPTIONS = {
     "--host": "LIVEROOM_HOST",
@@ -467,3 +468,125 @@ async def test_the_real_command_against_a_node() -> None:
             stdout, stderr = await asyncio.wait_for(proc.communicate(), 30)
             assert proc.returncode == 0, stderr
             assert stdout.decode().startswith(out)
+
+
+# -- whose credential a command uses: flags first, then the environment ------------
+
+KEY = "ticket-key-of-the-cli-tests-0123456789"
+"""The ticket key of the ticket-mode nodes below (32 bytes or more)."""
+
+
+async def messages_of(session: aiohttp.ClientSession, url: str, room: str,
+                      ticket: str) -> list[tuple[str, Any, bool]]:
+    """``room``'s messages since its first as (uid, body, important), read
+    with ``ticket`` (the first poll finds the epoch, the second reads from seq 0)."""
+    params = {"ticket": ticket, "timeout": "1"}
+    async with session.get(f"{url}/v1/rooms/{room}/poll", params=params) as resp:
+        assert resp.status == 200, await resp.text()
+        epoch = (await resp.json())["epoch"]
+    async with session.get(f"{url}/v1/rooms/{room}/poll", params={
+            **params, "epoch": epoch, "seq": "0", "iseq": "0"}) as resp:
+        assert resp.status == 200, await resp.text()
+        answer = await resp.json()
+    return [(m["uid"], m["body"], m["important"])
+            for m in answer["important"] + answer["messages"]]
+
+
+@pytest.mark.parametrize("env", [
+    pytest.param({"LIVEROOM_PUBLISHER_TOKEN": PUBLISHER}, id="publisher-token"),
+    pytest.param({"LIVEROOM_PUBLISHER_TOKEN": PUBLISHER, "LIVEROOM_ADMIN_TOKEN": ADMIN},
+                 id="both-tokens"),
+    pytest.param({"LIVEROOM_UID": "mallory"}, id="uid"),
+    pytest.param({"LIVEROOM_PUBLISHER_TOKEN": PUBLISHER, "LIVEROOM_UID": "mallory",
+                  "LIVEROOM_TICKET": "not-this-one"}, id="everything"),
+])
+async def test_a_ticket_flag_wins_over_the_environment(session: aiohttp.ClientSession,
+                                                       env: dict[str, str]) -> None:
+    """The shell the production recipe sets up exports the tokens: a ticket
+    given on the command line still speaks, for the uid it names."""
+    async with running_node(auth="ticket", ticket_keys=(KEY,)) as node:
+        ticket = mint(KEY, "alice", rooms=["hall"])
+        result = await liveroom("send", "hall", "hi", "--ticket", ticket,
+                                env={"LIVEROOM_URL": node.url, **env})
+        assert (result.exit_code, result.stdout) == (0, "1\n"), result.output
+        assert await messages_of(session, node.url, "hall", ticket) == [
+            ("alice", "hi", False)]
+
+
+async def test_a_token_flag_wins_over_a_ticket_in_the_environment(
+        session: aiohttp.ClientSession) -> None:
+    async with running_node(auth="ticket", ticket_keys=(KEY,)) as node:
+        ticket = mint(KEY, "alice", rooms=["hall"])
+        result = await liveroom("send", "hall", "on air", "--important", "--uid", "host",
+                                "--token", PUBLISHER,
+                                env={"LIVEROOM_URL": node.url, "LIVEROOM_TICKET": ticket})
+        assert (result.exit_code, result.stdout) == (0, "1\n"), result.output
+        assert await messages_of(session, node.url, "hall", ticket) == [
+            ("host", "on air", True)]
+
+
+async def test_a_ticket_flag_that_cannot_publish_says_the_token_was_left_aside() -> None:
+    async with running_node(auth="ticket", ticket_keys=(KEY,)) as node:
+        ticket = mint(KEY, "alice", rooms=["hall"])
+        result = await liveroom("send", "hall", "hi", "--important", "--ticket", ticket,
+                                env={"LIVEROOM_URL": node.url,
+                                     "LIVEROOM_PUBLISHER_TOKEN": PUBLISHER})
+        assert result.exit_code == 1, result.output
+        assert result.stdout == ""
+        assert flat(result.stderr) == (
+            "-- LIVEROOM_PUBLISHER_TOKEN from the environment is not used: the --ticket "
+            "given speaks (a flag wins over the environment) Error: this ticket cannot "
+            "send important messages (it has no publish right) (HTTP 403)")
+
+
+async def test_a_listener_with_a_ticket_flag_is_the_tickets_uid(
+        session: aiohttp.ClientSession) -> None:
+    """``listen --ticket T`` in a shell that exports another LIVEROOM_UID."""
+    async with running_node(auth="ticket", ticket_keys=(KEY,)) as node:
+        ticket = mint(KEY, "alice", rooms=["hall"])
+        async with session.post(f"{node.url}/v1/rooms/hall/messages",
+                                json={"uid": "host", "body": "welcome"},
+                                headers={"Authorization": f"Bearer {PUBLISHER}"}) as resp:
+            assert resp.status == 201, await resp.text()  # the room is open: members count
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "liveroom", "listen", "hall", "--ticket", ticket,
+            env=clean_env(LIVEROOM_URL=node.url, LIVEROOM_UID="mallory"),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        try:
+            assert proc.stderr is not None
+            async with asyncio.timeout(15):
+                note = (await proc.stderr.readline()).decode()
+            assert note.startswith("-- listening to hall (epoch "), note
+            members: list[str] = []
+            async with asyncio.timeout(10):  # a new listener shows within 5 s
+                while not members:
+                    await asyncio.sleep(0.1)
+                    async with session.get(f"{node.url}/v1/rooms/hall/online",
+                                           headers={"Authorization": f"Bearer {ADMIN}"}
+                                           ) as resp:
+                        assert resp.status == 200, await resp.text()
+                        members = (await resp.json())["members"]
+            assert members == ["alice"]
+            proc.send_signal(signal.SIGINT)
+            async with asyncio.timeout(5):
+                assert await proc.wait() == 0
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+
+async def test_a_personal_send_says_its_pseq_is_not_a_seq() -> None:
+    """``send --to`` prints a pseq: a position among the room's personal
+    messages, numbered apart from its seqs, so it says so."""
+    async with running_node(auth="ticket", ticket_keys=(KEY,)) as node:
+        env = {"LIVEROOM_URL": node.url, "LIVEROOM_PUBLISHER_TOKEN": PUBLISHER}
+        for text in ("one", "two"):
+            result = await liveroom("send", "hall", text, "--uid", "host", env=env)
+            assert result.stdout == f"{1 if text == 'one' else 2}\n", result.output
+        result = await liveroom("send", "hall", "thanks", "--uid", "host", "--to", "alice",
+                                env=env)
+        assert (result.exit_code, result.stderr) == (0, ""), result.output
+        assert result.stdout == (
+            "personal message to alice: pseq 1, its position among hall's personal "
+            "messages (numbered apart from the room's seq)\n")

@@ -2,8 +2,9 @@
 read it: nginx (``nginx -t``), systemd (``systemd-analyze verify``),
 Prometheus (``promtool check rules``), and the Grafana dashboard and alert
 rules against the metrics a running node really exports; ``docs/metrics.md``
-lists exactly those; the env-file template names every setting and, with
-``liveroom secrets``, starts a node over Redis as the README says.
+lists exactly those, and their label values; the env-file template names
+every setting and, with ``liveroom secrets``, starts a node over Redis as the
+README says.
 """
 
 from __future__ import annotations
@@ -118,6 +119,26 @@ async def test_the_metrics_reference_lists_every_metric() -> None:
                             .read_text(), re.M))
     wanted = {n for n in exported if not n.endswith("_created")}
     assert listed == wanted
+
+
+async def test_the_metrics_reference_names_every_label_value_a_node_exports() -> None:
+    """Each labelled series a fresh node exports (its counters start at 0)
+    has its label value named in its metric's row, as `` `value` `` (the
+    version excepted: it is the release's)."""
+    async with running_node() as node, aiohttp.ClientSession() as session, \
+            session.get(f"{node.url}/metrics", headers={"Authorization": f"Bearer {ADMIN}"}
+                        ) as resp:
+        text = await resp.text()
+    rows = dict(re.findall(r"^\| `(liveroom_[a-z_]+)` (.*)$",
+                           (ROOT / "docs" / "metrics.md").read_text(), re.M))
+    missing = []
+    for name, labels in re.findall(r"^(liveroom_[a-z_]+)\{(.*)\} ", text, re.M):
+        if name.endswith("_created"):
+            continue
+        for label, value in re.findall(r'(\w+)="([^"]*)"', labels):
+            if label != "version" and f"`{value}`" not in rows[name]:
+                missing.append(f'{name}{{{label}="{value}"}}')
+    assert not missing, f"not in docs/metrics.md: {missing}"
 
 
 def test_the_env_template_and_the_docs_table_are_made_from_the_declarations() -> None:

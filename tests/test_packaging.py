@@ -295,6 +295,24 @@ def test_every_link_of_the_docs_resolves(doc: Path) -> None:
             assert anchor in anchors(path), f"{doc.name}: no heading for #{anchor} in {path.name}"
 
 
+SECTION = re.compile(r'"([^"\n]+)" (below|above)\b')
+
+
+@pytest.mark.parametrize("doc", [d for d in DOCS if d.name != "CHANGELOG.md"],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_section_named_below_or_above_is_a_heading_there(doc: Path) -> None:
+    """A ``"Name" below`` (or ``above``) in prose names a heading of the same
+    file, on that side of it (a section in another file takes a link)."""
+    text = re.sub(r"```.*?```", "", doc.read_text(), flags=re.S)
+    headings = [(m.start(), m.group(1).replace("`", ""))
+                for m in re.finditer(r"^#+ (.+)$", text, re.M)]
+    for found in SECTION.finditer(text):
+        name, side = found.group(1), found.group(2)
+        there = [at for at, heading in headings if heading == name
+                 and (at > found.start() if side == "below" else at < found.start())]
+        assert there, f'{doc.name}: no heading "{name}" {side} offset {found.start()}'
+
+
 def test_nothing_points_to_files_outside_the_repository() -> None:
     tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
                              check=True).stdout.split()

@@ -266,7 +266,8 @@ class Client:
     async def end_broadcast(self, room: str) -> BroadcastEnded:
         """End ``room``'s broadcast: its log starts empty in a new epoch
         (listeners reset into it, with no recent messages; seqs go on) and its
-        viewers count starts over."""
+        viewers count starts a new history, counting at once everyone online
+        (who polled in the last ``--online-ttl``, closed tabs included)."""
         doc = await self._call(
             "POST", f"/v1/admin/rooms/{_segment(room)}/end",
             headers=self._admin())
