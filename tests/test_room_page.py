@@ -184,6 +184,48 @@ def test_a_burst_beyond_the_cache_shows_a_gap_notice(
     assert "burst 0" not in shown
 
 
+def speak_as(browser: WebDriver, uid: str) -> None:
+    """Type ``uid`` under "as ..." and leave the field (its change event):
+    the page listens again as ``uid``; wait until that listener's first poll
+    is answered."""
+    if not browser.find_element(By.ID, "uid").is_displayed():
+        browser.find_element(By.CSS_SELECTOR, "#who summary").click()
+    field = browser.find_element(By.ID, "uid")
+    field.clear()
+    field.send_keys(uid)
+    browser.find_element(By.ID, "text").click()
+    # The change handler shows the uid and sets the status to "connecting"
+    # together; "live" again is the new listener's first answer, drawn.
+    WebDriverWait(browser, 5).until(lambda b: text_of(b, "#who-uid") == uid)
+    WebDriverWait(browser, 10).until(
+        lambda b: b.find_element(By.ID, "status").get_attribute("data-state") == "live")
+
+
+def test_speaking_as_another_uid_keeps_the_chat_without_drawing_it_twice(
+        browser: WebDriver, served: Served, tmp_path: Path) -> None:
+    """A new uid is a new listener whose first poll brings the recent
+    messages again: each still shows once, and the chat carries on."""
+    said = ["first", "second", "third"]
+    for i, text in enumerate(said):
+        send_message(served, "rename", text, uid=("bob", "carol")[i % 2])
+    open_room(browser, served, "rename", uid="viewer")
+    assert bodies(browser, "#chat") == said
+    speak_as(browser, "bob")
+    screenshot(browser, tmp_path, "renamed")
+    assert bodies(browser, "#chat") == said
+    # The lines kept follow the new uid: bob's are now "mine".
+    mine = browser.find_elements(By.CSS_SELECTOR, "#chat .message.mine .body")
+    assert [m.text for m in mine] == ["first", "third"]
+    send_message(served, "rename", "after the change", uid="carol")
+    WebDriverWait(browser, 10, poll_frequency=0.05).until(
+        lambda b: "after the change" in bodies(b, "#chat"))
+    assert bodies(browser, "#chat") == [*said, "after the change"]
+    # And back: still once each.
+    speak_as(browser, "viewer")
+    assert bodies(browser, "#chat") == [*said, "after the change"]
+    assert browser.find_elements(By.CSS_SELECTOR, "#chat .notice") == []
+
+
 def test_sending_from_the_page(browser: WebDriver, served: Served, tmp_path: Path) -> None:
     open_room(browser, served, "talk", uid="dave")
     browser.find_element(By.ID, "text").send_keys("typed in the page")
