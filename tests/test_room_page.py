@@ -19,6 +19,7 @@ from browser import Served, call, screenshot, send_message, served_node, window
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
+from support import ADMIN
 
 from liveroom.settings import Tier
 from proxy.tickets import mint
@@ -224,6 +225,38 @@ def test_speaking_as_another_uid_keeps_the_chat_without_drawing_it_twice(
     speak_as(browser, "viewer")
     assert bodies(browser, "#chat") == [*said, "after the change"]
     assert browser.find_elements(By.CSS_SELECTOR, "#chat .notice") == []
+
+
+def test_an_ended_broadcast_leaves_its_chat_above_a_divider_and_no_pinned_message(
+        browser: WebDriver, served: Served, tmp_path: Path) -> None:
+    """The page keeps the chat the viewer was reading, above a divider, and
+    empties the important box: an ended broadcast's pinned message would read
+    as the new one's."""
+    send_message(served, "show", "before the end", uid="carol")
+    open_room(browser, served, "show")
+    send_message(served, "show", "giveaway at nine", uid="host", important=True)
+    WebDriverWait(browser, 10, poll_frequency=0.05).until(
+        lambda b: bodies(b, "#important") == ["giveaway at nine"])
+    status, ended = call(f"{served.url}/v1/admin/rooms/show/end", "POST", token=ADMIN)
+    assert status == 200, ended
+    WebDriverWait(browser, 10, poll_frequency=0.05).until(
+        lambda b: b.find_elements(By.CSS_SELECTOR, "#chat .notice.reset"))
+    divider = browser.find_element(By.CSS_SELECTOR, "#chat .notice.reset")
+    assert "the chat above is from before" in divider.text
+    assert bodies(browser, "#chat") == ["before the end"]
+    assert not browser.find_element(By.ID, "important-box").is_displayed()
+    assert bodies(browser, "#important") == []
+    # The new broadcast's chat and pinned message show as they come, below it.
+    send_message(served, "show", "welcome back", uid="host", important=True)
+    send_message(served, "show", "after the end", uid="carol")
+    WebDriverWait(browser, 10, poll_frequency=0.05).until(
+        lambda b: "after the end" in bodies(b, "#chat"))
+    screenshot(browser, tmp_path, "ended")
+    assert bodies(browser, "#chat") == ["before the end", "after the end"]
+    assert bodies(browser, "#important") == ["welcome back"]
+    lines = browser.find_elements(By.CSS_SELECTOR, "#chat > li")
+    assert [line.get_attribute("class") for line in lines] == [
+        "message", "notice reset", "message"]
 
 
 def test_sending_from_the_page(browser: WebDriver, served: Served, tmp_path: Path) -> None:

@@ -133,9 +133,20 @@ function markMine() {
 
 const shown = { epoch: null, seq: 0 }; // the chat's epoch and the last seq drawn in it
 
-/** The lines above stay, under a notice. */
+/** A new log (an ended broadcast, a lost one): a divider under the lines
+ * shown, and the important box emptied. */
 function startOver(answer) {
-  if (drawn > 0) notice(`The room started over (epoch ${answer.epoch}); carrying on from here.`, "reset");
+  // The chat is a timeline: its lines stay where they were, above a divider
+  // that says they are from before, so a viewer reading them loses nothing.
+  if (drawn > 0) {
+    notice(`The room started over (epoch ${answer.epoch}): the chat above is from before.`,
+      "reset");
+  }
+  // The important box is no timeline: it sits above the chat as what matters
+  // now, and an ended broadcast's pinned message would read as the new
+  // one's. Personal messages stay: they are the viewer's own.
+  $("important").replaceChildren();
+  $("important-box").hidden = true;
   shown.epoch = answer.epoch;
   shown.seq = 0;
 }
