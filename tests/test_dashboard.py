@@ -194,6 +194,47 @@ def test_the_dashboard_lists_rooms_with_listeners_and_draws_a_curve(
     assert len(data_url) > 5000
 
 
+def time_ticks(browser: WebDriver, seconds: int) -> list[str]:
+    """The time axis's labels once the curve of the last ``seconds`` is drawn
+    (choosing a range drops the plot, and its labels with it)."""
+    browser.find_element(By.CSS_SELECTOR, f'#ranges button[data-range="{seconds}"]').click()
+    ticks = WebDriverWait(browser, 10).until(
+        lambda b: b.find_element(By.ID, "chart").get_attribute("data-ticks"))
+    return str(ticks).split()
+
+
+def test_a_rooms_first_minute_has_distinct_time_ticks(browser: WebDriver,
+                                                     tmp_path: Path) -> None:
+    """A room sampled once so far, one point on its curve: the time axis
+    still spans the range asked for, every tick with a label of its own."""
+    # Half a minute from the start of this one: its samples fall in one bucket.
+    clock = FakeClock(start=time.time() // 60 * 60)
+    with served_node(clock=clock) as served:
+        node = served.node
+
+        async def first_half_minute() -> None:
+            await node.store.log.open_room("fresh")
+            for _ in range(3):
+                node.statsvr.tables.beat("fresh", [f"fresh-u{j}" for j in range(5)])
+                node.recvsvr.current("fresh")
+                await clock.advance(10)
+                for _ in range(5):  # flush, shard writes, merge, samples: memory only
+                    await asyncio.sleep(0)
+
+        served.run(first_half_minute())
+        status, series = call(f"{served.url}/v1/rooms/fresh/stats/online", token=ADMIN)
+        assert (status, len(series["points"])) == (200, 1)
+        open_dashboard(browser, served)
+        WebDriverWait(browser, 15).until(lambda b: "fresh" in room_rows(b))
+        browser.find_element(By.CSS_SELECTOR, '#rooms tbody tr[data-room="fresh"]').click()
+        WebDriverWait(browser, 10).until(lambda b: stroke_pixels(b) > 0)
+        screenshot(browser, tmp_path, "first-minute")
+        for seconds in (86400, 3600):
+            labels = time_ticks(browser, seconds)
+            assert len(labels) >= 3, labels
+            assert len(set(labels)) == len(labels), labels
+
+
 def test_vip_pins_through_the_admin_api_and_moves_are_marked_on_the_curve(
         browser: WebDriver, populated: Populated, tmp_path: Path) -> None:
     served = populated.served
