@@ -235,6 +235,48 @@ def test_a_rooms_first_minute_has_distinct_time_ticks(browser: WebDriver,
             assert len(set(labels)) == len(labels), labels
 
 
+def clipped(browser: WebDriver, table: str) -> dict[str, float]:
+    """How wide the table is, how wide its card lets it be, and the page's width."""
+    sizes: dict[str, float] = browser.execute_script("""
+        const table = document.getElementById(arguments[0]);
+        return {table: table.scrollWidth, room: table.parentElement.clientWidth,
+                right: table.getBoundingClientRect().right,
+                page: document.documentElement.clientWidth};
+    """, table)
+    return sizes
+
+
+def test_the_live_nodes_fit_a_1100_px_window(browser: WebDriver, tmp_path: Path) -> None:
+    """A node with a long name: its row is not cut at 1 100 px, with a room
+    chosen or without one (then no half of the page stays empty)."""
+    with served_node(node_id="liveroom-eu-west-1a-node-07.internal:8080") as served, \
+            window(browser, 1100, 900):
+        call(f"{served.url}/v1/rooms/quiet/poll?uid=watcher")
+        open_dashboard(browser, served)
+        WebDriverWait(browser, 10).until(
+            lambda b: b.find_elements(By.CSS_SELECTOR, "#nodes tbody tr"))
+        screenshot(browser, tmp_path, "no-room")
+        sizes = clipped(browser, "nodes")
+        assert sizes["table"] <= sizes["room"], sizes
+        assert sizes["right"] <= sizes["page"], sizes
+        rooms = browser.find_element(By.ID, "rooms-card").rect
+        assert rooms["width"] > sizes["page"] * 0.9  # the whole width, not its left half
+
+        browser.find_element(By.ID, "pick-room").send_keys("quiet\n")
+        WebDriverWait(browser, 10).until(
+            lambda b: b.find_element(By.ID, "room-sect").text == "auto")
+        screenshot(browser, tmp_path, "room")
+        sizes = clipped(browser, "nodes")
+        assert sizes["table"] <= sizes["room"], sizes
+        assert sizes["right"] <= sizes["page"], sizes
+        # The room's panel beside the rooms, the nodes under both.
+        rooms = browser.find_element(By.ID, "rooms-card").rect
+        room = browser.find_element(By.ID, "room").rect
+        assert room["x"] >= rooms["x"] + rooms["width"]
+        nodes = browser.find_element(By.ID, "nodes-card").rect
+        assert nodes["y"] >= room["y"] + room["height"]
+
+
 def test_vip_pins_through_the_admin_api_and_moves_are_marked_on_the_curve(
         browser: WebDriver, populated: Populated, tmp_path: Path) -> None:
     served = populated.served
