@@ -430,7 +430,8 @@ def test_the_dashboard_for_the_readme(browser: WebDriver, populated: Populated,
     holding = served.run(hold_polls(served, "chess", [f"chess-u{j}" for j in range(7)]))
     populated.live(0.1, step=5)
     try:
-        with window(browser, 1280, 900):
+        # Wide enough (from 1400 px) for the live nodes under the rooms, in view.
+        with window(browser, 1440, 900):
             open_dashboard(browser, served)
             WebDriverWait(browser, 15).until(lambda b: room_rows(b) == list(ROOMS))
             WebDriverWait(browser, 10).until(
