@@ -229,10 +229,12 @@ def test_a_rooms_first_minute_has_distinct_time_ticks(browser: WebDriver,
         browser.find_element(By.CSS_SELECTOR, '#rooms tbody tr[data-room="fresh"]').click()
         WebDriverWait(browser, 10).until(lambda b: stroke_pixels(b) > 0)
         screenshot(browser, tmp_path, "first-minute")
-        for seconds in (86400, 3600):
-            labels = time_ticks(browser, seconds)
-            assert len(labels) >= 3, labels
-            assert len(set(labels)) == len(labels), labels
+        # A day's ticks are hours apart (the two ends may read the same hour
+        # when the range starts on a tick); an hour's, minutes apart.
+        assert len(set(time_ticks(browser, 86400))) >= 3
+        labels = time_ticks(browser, 3600)
+        assert len(labels) >= 3, labels
+        assert len(set(labels)) == len(labels), labels
 
 
 def clipped(browser: WebDriver, table: str) -> dict[str, float]:
