@@ -194,6 +194,91 @@ def test_the_dashboard_lists_rooms_with_listeners_and_draws_a_curve(
     assert len(data_url) > 5000
 
 
+def time_ticks(browser: WebDriver, seconds: int) -> list[str]:
+    """The time axis's labels once the curve of the last ``seconds`` is drawn
+    (choosing a range drops the plot, and its labels with it)."""
+    browser.find_element(By.CSS_SELECTOR, f'#ranges button[data-range="{seconds}"]').click()
+    ticks = WebDriverWait(browser, 10).until(
+        lambda b: b.find_element(By.ID, "chart").get_attribute("data-ticks"))
+    return str(ticks).split()
+
+
+def test_a_rooms_first_minute_has_distinct_time_ticks(browser: WebDriver,
+                                                     tmp_path: Path) -> None:
+    """A room sampled once so far, one point on its curve: the time axis
+    still spans the range asked for, every tick with a label of its own."""
+    # Half a minute from the start of this one: its samples fall in one bucket.
+    clock = FakeClock(start=time.time() // 60 * 60)
+    with served_node(clock=clock) as served:
+        node = served.node
+
+        async def first_half_minute() -> None:
+            await node.store.log.open_room("fresh")
+            for _ in range(3):
+                node.statsvr.tables.beat("fresh", [f"fresh-u{j}" for j in range(5)])
+                node.recvsvr.current("fresh")
+                await clock.advance(10)
+                for _ in range(5):  # flush, shard writes, merge, samples: memory only
+                    await asyncio.sleep(0)
+
+        served.run(first_half_minute())
+        status, series = call(f"{served.url}/v1/rooms/fresh/stats/online", token=ADMIN)
+        assert (status, len(series["points"])) == (200, 1)
+        open_dashboard(browser, served)
+        WebDriverWait(browser, 15).until(lambda b: "fresh" in room_rows(b))
+        browser.find_element(By.CSS_SELECTOR, '#rooms tbody tr[data-room="fresh"]').click()
+        WebDriverWait(browser, 10).until(lambda b: stroke_pixels(b) > 0)
+        screenshot(browser, tmp_path, "first-minute")
+        # A day's ticks are hours apart (the two ends may read the same hour
+        # when the range starts on a tick); an hour's, minutes apart.
+        assert len(set(time_ticks(browser, 86400))) >= 3
+        labels = time_ticks(browser, 3600)
+        assert len(labels) >= 3, labels
+        assert len(set(labels)) == len(labels), labels
+
+
+def clipped(browser: WebDriver, table: str) -> dict[str, float]:
+    """How wide the table is, how wide its card lets it be, and the page's width."""
+    sizes: dict[str, float] = browser.execute_script("""
+        const table = document.getElementById(arguments[0]);
+        return {table: table.scrollWidth, room: table.parentElement.clientWidth,
+                right: table.getBoundingClientRect().right,
+                page: document.documentElement.clientWidth};
+    """, table)
+    return sizes
+
+
+def test_the_live_nodes_fit_a_1100_px_window(browser: WebDriver, tmp_path: Path) -> None:
+    """A node with a long name: its row is not cut at 1 100 px, with a room
+    chosen or without one (then no half of the page stays empty)."""
+    with served_node(node_id="liveroom-eu-west-1a-node-07.internal:8080") as served, \
+            window(browser, 1100, 900):
+        call(f"{served.url}/v1/rooms/quiet/poll?uid=watcher")
+        open_dashboard(browser, served)
+        WebDriverWait(browser, 10).until(
+            lambda b: b.find_elements(By.CSS_SELECTOR, "#nodes tbody tr"))
+        screenshot(browser, tmp_path, "no-room")
+        sizes = clipped(browser, "nodes")
+        assert sizes["table"] <= sizes["room"], sizes
+        assert sizes["right"] <= sizes["page"], sizes
+        rooms = browser.find_element(By.ID, "rooms-card").rect
+        assert rooms["width"] > sizes["page"] * 0.9  # the whole width, not its left half
+
+        browser.find_element(By.ID, "pick-room").send_keys("quiet\n")
+        WebDriverWait(browser, 10).until(
+            lambda b: b.find_element(By.ID, "room-sect").text == "auto")
+        screenshot(browser, tmp_path, "room")
+        sizes = clipped(browser, "nodes")
+        assert sizes["table"] <= sizes["room"], sizes
+        assert sizes["right"] <= sizes["page"], sizes
+        # The room's panel beside the rooms, the nodes under both.
+        rooms = browser.find_element(By.ID, "rooms-card").rect
+        room = browser.find_element(By.ID, "room").rect
+        assert room["x"] >= rooms["x"] + rooms["width"]
+        nodes = browser.find_element(By.ID, "nodes-card").rect
+        assert nodes["y"] >= room["y"] + room["height"]
+
+
 def test_vip_pins_through_the_admin_api_and_moves_are_marked_on_the_curve(
         browser: WebDriver, populated: Populated, tmp_path: Path) -> None:
     served = populated.served
@@ -347,7 +432,8 @@ def test_the_dashboard_for_the_readme(browser: WebDriver, populated: Populated,
     holding = served.run(hold_polls(served, "chess", [f"chess-u{j}" for j in range(7)]))
     populated.live(0.1, step=5)
     try:
-        with window(browser, 1280, 900):
+        # Wide enough (from 1400 px) for the live nodes under the rooms, in view.
+        with window(browser, 1440, 900):
             open_dashboard(browser, served)
             WebDriverWait(browser, 15).until(lambda b: room_rows(b) == list(ROOMS))
             WebDriverWait(browser, 10).until(

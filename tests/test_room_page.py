@@ -19,6 +19,7 @@ from browser import Served, call, screenshot, send_message, served_node, window
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
+from support import ADMIN
 
 from liveroom.settings import Tier
 from proxy.tickets import mint
@@ -182,6 +183,80 @@ def test_a_burst_beyond_the_cache_shows_a_gap_notice(
     shown = [b for b in bodies(browser, "#chat") if b.startswith("burst")]
     assert shown[-1] == "burst 29"
     assert "burst 0" not in shown
+
+
+def speak_as(browser: WebDriver, uid: str) -> None:
+    """Type ``uid`` under "as ..." and leave the field (its change event):
+    the page listens again as ``uid``; wait until that listener's first poll
+    is answered."""
+    if not browser.find_element(By.ID, "uid").is_displayed():
+        browser.find_element(By.CSS_SELECTOR, "#who summary").click()
+    field = browser.find_element(By.ID, "uid")
+    field.clear()
+    field.send_keys(uid)
+    browser.find_element(By.ID, "text").click()
+    # The change handler shows the uid and sets the status to "connecting"
+    # together; "live" again is the new listener's first answer, drawn.
+    WebDriverWait(browser, 5).until(lambda b: text_of(b, "#who-uid") == uid)
+    WebDriverWait(browser, 10).until(
+        lambda b: b.find_element(By.ID, "status").get_attribute("data-state") == "live")
+
+
+def test_speaking_as_another_uid_keeps_the_chat_without_drawing_it_twice(
+        browser: WebDriver, served: Served, tmp_path: Path) -> None:
+    """A new uid is a new listener whose first poll brings the recent
+    messages again: each still shows once, and the chat carries on."""
+    said = ["first", "second", "third"]
+    for i, text in enumerate(said):
+        send_message(served, "rename", text, uid=("bob", "carol")[i % 2])
+    open_room(browser, served, "rename", uid="viewer")
+    assert bodies(browser, "#chat") == said
+    speak_as(browser, "bob")
+    screenshot(browser, tmp_path, "renamed")
+    assert bodies(browser, "#chat") == said
+    # The lines kept follow the new uid: bob's are now "mine".
+    mine = browser.find_elements(By.CSS_SELECTOR, "#chat .message.mine .body")
+    assert [m.text for m in mine] == ["first", "third"]
+    send_message(served, "rename", "after the change", uid="carol")
+    WebDriverWait(browser, 10, poll_frequency=0.05).until(
+        lambda b: "after the change" in bodies(b, "#chat"))
+    assert bodies(browser, "#chat") == [*said, "after the change"]
+    # And back: still once each.
+    speak_as(browser, "viewer")
+    assert bodies(browser, "#chat") == [*said, "after the change"]
+    assert browser.find_elements(By.CSS_SELECTOR, "#chat .notice") == []
+
+
+def test_an_ended_broadcast_leaves_its_chat_above_a_divider_and_no_pinned_message(
+        browser: WebDriver, served: Served, tmp_path: Path) -> None:
+    """The page keeps the chat the viewer was reading, above a divider, and
+    empties the important box: an ended broadcast's pinned message would read
+    as the new one's."""
+    send_message(served, "show", "before the end", uid="carol")
+    open_room(browser, served, "show")
+    send_message(served, "show", "giveaway at nine", uid="host", important=True)
+    WebDriverWait(browser, 10, poll_frequency=0.05).until(
+        lambda b: bodies(b, "#important") == ["giveaway at nine"])
+    status, ended = call(f"{served.url}/v1/admin/rooms/show/end", "POST", token=ADMIN)
+    assert status == 200, ended
+    WebDriverWait(browser, 10, poll_frequency=0.05).until(
+        lambda b: b.find_elements(By.CSS_SELECTOR, "#chat .notice.reset"))
+    divider = browser.find_element(By.CSS_SELECTOR, "#chat .notice.reset")
+    assert "the chat above is from before" in divider.text
+    assert bodies(browser, "#chat") == ["before the end"]
+    assert not browser.find_element(By.ID, "important-box").is_displayed()
+    assert bodies(browser, "#important") == []
+    # The new broadcast's chat and pinned message show as they come, below it.
+    send_message(served, "show", "welcome back", uid="host", important=True)
+    send_message(served, "show", "after the end", uid="carol")
+    WebDriverWait(browser, 10, poll_frequency=0.05).until(
+        lambda b: "after the end" in bodies(b, "#chat"))
+    screenshot(browser, tmp_path, "ended")
+    assert bodies(browser, "#chat") == ["before the end", "after the end"]
+    assert bodies(browser, "#important") == ["welcome back"]
+    lines = browser.find_elements(By.CSS_SELECTOR, "#chat > li")
+    assert [line.get_attribute("class") for line in lines] == [
+        "message", "notice reset", "message"]
 
 
 def test_sending_from_the_page(browser: WebDriver, served: Served, tmp_path: Path) -> None:

@@ -278,7 +278,10 @@ async function refreshRoom() {
   if (stats) showStats(stats);
   if (sect) showSect(sect);
   if (series) {
-    state.window = [since, until];
+    // A sample stamped past the browser's now (its clock behind the node's)
+    // still shows.
+    const last = series.points.length ? series.points[series.points.length - 1][0] : until;
+    state.window = [since, Math.max(until, last)];
     drawSeries(series);
   }
   if (past) showBroadcasts(past.broadcasts);
@@ -393,16 +396,31 @@ function destroyPlot() {
     state.plot.destroy();
     state.plot = null;
   }
+  delete $("chart").dataset.ticks;
 }
 
 function chartWidth() {
   return Math.max(240, $("chart").clientWidth);
 }
 
-function axisTime(seconds) {
+/** A tick's label, as fine as the ticks are apart (`step` seconds): the
+ * date for days (and for midnight among hours), else the time, to the
+ * second under a minute. */
+function axisTime(seconds, step) {
   const d = new Date(seconds * 1000);
-  if (state.range <= 86400) return `${pad(d.getHours())}:${pad(d.getMinutes())}`;
-  return `${d.getMonth() + 1}/${d.getDate()}`;
+  const midnight = d.getHours() === 0 && d.getMinutes() === 0;
+  if (step >= 86400 || (step >= 3600 && midnight)) return `${d.getMonth() + 1}/${d.getDate()}`;
+  const minutes = `${pad(d.getHours())}:${pad(d.getMinutes())}`;
+  return step >= 60 ? minutes : `${minutes}:${pad(d.getSeconds())}`;
+}
+
+// The time axis's labels, by the ticks' spacing rather than the range asked
+// for: a span shorter than the range (a narrow chart, a resize) still gets
+// one label per tick. The chart's data-ticks lists those drawn.
+function timeLabels(u, ticks, axis, space, step) {
+  const labels = ticks.map((t) => axisTime(t, step ?? (ticks[1] - ticks[0] || 1)));
+  $("chart").dataset.ticks = labels.join(" ");
+  return labels;
 }
 
 function pad(n) {
@@ -432,11 +450,13 @@ function drawSeries(series) {
     height: 240,
     scales: {
       // The whole range asked for, even where the room has no samples yet.
-      x: { time: true, range: (u, min, max) => [state.window[0], Math.max(state.window[1], max)] },
+      // uPlot's own extent is not used: a single sample (a room's first
+      // minute) is padded by days, and every tick fell on a midnight.
+      x: { time: true, range: () => [...state.window] },
       y: { range: (u, min, max) => [0, Math.max(1, Math.ceil(max * 1.1))] },
     },
     axes: [
-      { values: (u, ticks) => ticks.map(axisTime), stroke: "#5d6677" },
+      { values: timeLabels, stroke: "#5d6677" },
       { stroke: "#5d6677", values: (u, ticks) => ticks.map((t) => t.toLocaleString("en")) },
     ],
     series: [

@@ -6,6 +6,10 @@
 // in. Gaps and resets are notices in the chat. Failures are shown, never a
 // blank page: the listener's in a banner (with the retry it is waiting for),
 // a send's under the box. Bodies are shown as text, never as markup.
+//
+// A new uid or ticket is a new listener, whose first poll brings the recent
+// chat again: the page keeps the lines it shows and skips those it has
+// drawn (see "what the chat shows").
 
 import { Listener, LiveroomError, roomStats, send } from "/static/liveroom.js";
 
@@ -68,6 +72,7 @@ function clock(ms) {
 function messageItem(message) {
   const item = document.createElement("li");
   item.className = message.important ? "message important" : "message";
+  item.dataset.uid = message.uid;
   if (message.uid === uidField.value) item.classList.add("mine");
   if (message.to !== undefined) item.classList.add("personal");
   item.dataset.seq = String(message.seq ?? `p${message.pseq}`);
@@ -104,6 +109,60 @@ function notice(text, kind) {
 }
 
 const plural = (n, one, many) => `${n.toLocaleString()} ${n === 1 ? one : many}`;
+
+/** The lines already drawn follow the uid spoken as: its own are "mine". */
+function markMine() {
+  for (const item of document.querySelectorAll(".message[data-uid]")) {
+    item.classList.toggle("mine", item.dataset.uid === uidField.value);
+  }
+}
+
+// -- what the chat shows ---------------------------------------------------------
+//
+// Speaking as another uid (or with a ticket) starts a new listener, and its
+// first poll brings the room's recent messages again. The page keeps the
+// lines it shows and draws only those it has not: clearing the chat and
+// drawing the first poll's would bring back only the last `recent` (20) of
+// up to CHAT_KEEP lines, so whoever had scrolled up to read would lose them,
+// and the room's chat is the same whoever you speak as. Within one epoch a
+// message is known by its seq (a listener gets them in order, so the last
+// one drawn is enough); a reset, or a first answer in another epoch than the
+// lines shown (the broadcast ended meanwhile), starts the chat over under a
+// divider. A first poll brings no old important or personal messages, so
+// their boxes never see one twice.
+
+const shown = { epoch: null, seq: 0 }; // the chat's epoch and the last seq drawn in it
+
+/** A new log (an ended broadcast, a lost one): a divider under the lines
+ * shown, and the important box emptied. */
+function startOver(answer) {
+  // The chat is a timeline: its lines stay where they were, above a divider
+  // that says they are from before, so a viewer reading them loses nothing.
+  if (drawn > 0) {
+    notice(`The room started over (epoch ${answer.epoch}): the chat above is from before.`,
+      "reset");
+  }
+  // The important box is no timeline: it sits above the chat as what matters
+  // now, and an ended broadcast's pinned message would read as the new
+  // one's. Personal messages stay: they are the viewer's own.
+  $("important").replaceChildren();
+  $("important-box").hidden = true;
+  shown.epoch = answer.epoch;
+  shown.seq = 0;
+}
+
+/** Called with every answer before it is drawn: an epoch the page has not shown starts over. */
+function follow(answer) {
+  if (shown.epoch === null) shown.epoch = answer.epoch;
+  else if (answer.epoch !== shown.epoch) startOver(answer);
+}
+
+function newChat(messages, answer) {
+  follow(answer);
+  const fresh = messages.filter((message) => message.seq > shown.seq);
+  if (fresh.length > 0) shown.seq = fresh[fresh.length - 1].seq;
+  return fresh;
+}
 
 // -- state shown in the bar ----------------------------------------------------
 
@@ -150,9 +209,7 @@ function startListening() {
   listener = new Listener(room, {
     uid: t && isTicket(t) ? undefined : uidField.value, // a ticket names its uid
     ticket: t && isTicket(t) ? t : null, // the listener restarts when it changes
-    onReset: (answer) => {
-      if (drawn > 0) notice(`The room started over (epoch ${answer.epoch}); carrying on from here.`, "reset");
-    },
+    onReset: startOver,
     onGap: ({ gap, igap, pgap }) => {
       const parts = [];
       if (pgap > 0) parts.push(plural(pgap, "message for you", "messages for you"));
@@ -160,17 +217,23 @@ function startListening() {
       if (gap > 0) parts.push(plural(gap, "message", "messages"));
       notice(`${parts.join(" and ")} missed: the room moved faster than its cache.`, "gap");
     },
-    onPersonal: (messages) => {
+    onPersonal: (messages, answer) => {
       // For this listener alone ("to": its uid): apart from the room's.
+      follow(answer);
       $("personal-box").hidden = false;
       append($("personal"), messages.map(messageItem), IMPORTANT_KEEP);
     },
-    onImportant: (messages) => {
+    onImportant: (messages, answer) => {
+      follow(answer);
       $("important-box").hidden = false;
       append($("important"), messages.map(messageItem), IMPORTANT_KEEP);
     },
-    onMessages: (messages) => append($("chat"), messages.map(messageItem), CHAT_KEEP),
+    onMessages: (messages, answer) => {
+      const fresh = newChat(messages, answer);
+      if (fresh.length > 0) append($("chat"), fresh.map(messageItem), CHAT_KEEP);
+    },
     onAnswer: (answer) => {
+      follow(answer);
       clearProblem();
       status("live", "live");
       $("online").textContent = answer.online.toLocaleString();
@@ -250,6 +313,7 @@ uidField.addEventListener("change", () => {
   if (!uidField.checkValidity()) return;
   localStorage.setItem("liveroom.uid", uidField.value);
   showWho();
+  markMine();
   startListening(); // the online count counts uids: listen as the new one
 });
 
