@@ -37,7 +37,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from bench_fanout import check_compiled_tree, commit, compiled_env, invocation
+from bench_fanout import add_compiled_tree, commit, invocation, server_env
 from bench_junk_rooms import open_polls
 from fanout_client import raise_nofile
 from fanout_servers import PUBLISHER_TOKEN, liveroom_server
@@ -88,15 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reset", action="store_true",
                         help="close with a TCP reset (the node reads no end of stream, "
                         "so answers nothing) instead of a FIN")
-    parser.add_argument("--compiled-tree", type=Path, default=None, metavar="DIR",
-                        help="run the compiled build from DIR (made by scripts/build-compiled "
-                        "DIR) instead of the pure one")
+    add_compiled_tree(parser)
     args = parser.parse_args(argv)
-    env = None
-    if args.compiled_tree is not None:
-        args.compiled_tree = args.compiled_tree.resolve()
-        check_compiled_tree(args.compiled_tree)
-        env = compiled_env(args.compiled_tree)
+    env = server_env(args.compiled_tree)
     nofile = raise_nofile(args.polls + 300)
     if nofile < args.polls + 300:
         print(f"open-files limit {nofile}: a process cannot hold {args.polls} sockets here",

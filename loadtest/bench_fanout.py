@@ -299,6 +299,24 @@ def room_online(port: int) -> int:
 # -- the compiled servers --------------------------------------------------------
 
 
+def add_compiled_tree(parser: argparse.ArgumentParser) -> None:
+    """``--compiled-tree DIR``: run the server from a compiled tree, not the
+    checkout's pure build (read back with :func:`server_env`)."""
+    parser.add_argument("--compiled-tree", type=Path, default=None, metavar="DIR",
+                        help="run the compiled build from DIR (made by scripts/build-compiled "
+                        "DIR) instead of the pure one")
+
+
+def server_env(tree: Path | None) -> dict[str, str] | None:
+    """The environment that runs the server from ``tree`` (checked to be a
+    compiled tree), or None for the pure build."""
+    if tree is None:
+        return None
+    tree = tree.resolve()
+    check_compiled_tree(tree)
+    return compiled_env(tree)
+
+
 def compiled_env(tree: Path) -> dict[str, str]:
     """The environment that runs a process from a compiled tree: the tree first
     on the path, and not the current directory (the checkout, with the sources)."""

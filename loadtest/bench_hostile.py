@@ -41,7 +41,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from bench_fanout import check_compiled_tree, commit, compiled_env, invocation
+from bench_fanout import add_compiled_tree, commit, invocation, server_env
 from bench_front import rss_settled
 from fanout_client import raise_nofile
 from fanout_servers import ADMIN_TOKEN, PUBLISHER_TOKEN, Server, liveroom_server
@@ -161,15 +161,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="crowds of stalled clients, one after the other (default 2: "
                              "the second shows whether what stays after the first is kept "
                              "or reused)")
-    parser.add_argument("--compiled-tree", type=Path, default=None, metavar="DIR",
-                        help="run the compiled build from DIR (made by scripts/build-compiled "
-                        "DIR) instead of the pure one")
+    add_compiled_tree(parser)
     args = parser.parse_args(argv)
-    env = None
-    if args.compiled_tree is not None:
-        args.compiled_tree = args.compiled_tree.resolve()
-        check_compiled_tree(args.compiled_tree)
-        env = compiled_env(args.compiled_tree)
+    env = server_env(args.compiled_tree)
     nofile = raise_nofile(args.clients + 200)
     command = invocation("loadtest/bench_hostile.py", argv)
     # (Loopback clients sending no X-Forwarded-For are not capped per address:
