@@ -60,7 +60,7 @@ from .context import Context, ContextSigner
 from .heartbeats import Heartbeats
 from .hold import HeldPoll, Holds
 from .params import Cursor, PollParams, parse_poll
-from .reply import INTERNAL, Reply, failure_reply
+from .reply import Reply, answer_to, failure_reply
 from .step import (
     CONFIRM,
     DELIVER,
@@ -80,6 +80,7 @@ from .tickets import Tickets
 from .tiers import Pace, TierTable
 
 logger = logging.getLogger("liveroom.proxy")
+_FAILED = "answering a poll of room %s failed"
 
 OUTCOMES = ("first", "reset", "delivered", "empty")
 """What a poll's answer was, as the ``liveroom_polls`` metric counts it."""
@@ -187,11 +188,8 @@ class Polls:
             return poll
         try:  # ``Poll.run``, inlined: every poll comes this way
             poll.begin(snap)
-        except LiveroomError as exc:
-            poll.finish(failure_reply(exc))
-        except Exception:
-            logger.exception("answering a poll of room %s failed", p.room)
-            poll.finish(INTERNAL)
+        except Exception as exc:
+            poll.finish(answer_to(exc, logger, _FAILED, p.room))
         return None if poll.done else poll
 
 
@@ -267,11 +265,8 @@ class Poll:
         """Run one action; a failure answers the poll instead of stranding it."""
         try:
             action(snap)
-        except LiveroomError as exc:
-            self.finish(failure_reply(exc))
-        except Exception:
-            logger.exception("answering a poll of room %s failed", self.p.room)
-            self.finish(INTERNAL)
+        except Exception as exc:
+            self.finish(answer_to(exc, logger, _FAILED, self.p.room))
 
     async def first_pull(self) -> None:
         """The slow path of a room this node holds no snapshot of yet."""
@@ -533,11 +528,8 @@ class Poll:
             return
         try:
             self._released(snapshot)
-        except LiveroomError as exc:
-            self.finish(failure_reply(exc))
-        except Exception:
-            logger.exception("answering a poll of room %s failed", self.p.room)
-            self.finish(INTERNAL)
+        except Exception as exc:
+            self.finish(answer_to(exc, logger, _FAILED, self.p.room))
 
     def _released(self, snap: Snapshot | None) -> None:
         """The hold released the poll with the room's snapshot to answer from,

@@ -71,6 +71,16 @@ def failure_reply(exc: LiveroomError) -> Reply:
 INTERNAL = error_reply(500, "internal", "internal error")
 
 
+def answer_to(exc: Exception, log: logging.Logger, what: str, *args: object) -> Reply:
+    """The answer to a request whose handling raised ``exc`` (call it while
+    handling it): a :class:`LiveroomError`'s own 4xx or 503, else a 500 with
+    the traceback logged as ``what % args`` (a bug, not the client's fault)."""
+    if isinstance(exc, LiveroomError):
+        return failure_reply(exc)
+    log.exception(what, *args)
+    return INTERNAL
+
+
 def document_reply(doc: dict[str, object], *, use_msgpack: bool, status: int = 200) -> Reply:
     """A small document (a send's answer, stats) in the format asked for."""
     if use_msgpack:

@@ -35,7 +35,6 @@ from liveroom.clock import Clock
 from liveroom.codec import decode_request, wants_msgpack
 from liveroom.errors import (
     Forbidden,
-    LiveroomError,
     NewRoomRefused,
     RateLimited,
     StoreUnavailable,
@@ -52,7 +51,7 @@ from liveroom.store.base import AppendAtOnce, Appended, MessageLog
 from .auth import Right, Tokens, bearer
 from .new_rooms import NewRooms, Place
 from .params import parse_send
-from .reply import INTERNAL, Reply, document_reply, failure_reply
+from .reply import Reply, answer_to, document_reply
 from .tickets import UID_MISMATCH, Tickets
 
 logger = logging.getLogger("liveroom.proxy")
@@ -125,7 +124,7 @@ class Sends:
                 self._failed(pending, exc)
             return self._stored(pending, appended, accept)
         except Exception as exc:
-            return _failure(room, exc)
+            return answer_to(exc, logger, "a send to room %s failed", room)
 
     async def send(self, room: str, content_type: str, raw: bytes,
                    authorization: str | bytes | None, accept: str, address: str) -> Reply:
@@ -141,7 +140,7 @@ class Sends:
                 self._failed(pending, exc)
             return self._stored(pending, appended, accept)
         except Exception as exc:
-            return _failure(room, exc)
+            return answer_to(exc, logger, "a send to room %s failed", room)
 
     def _prepare(self, room: str, content_type: str, raw: bytes,
                  authorization: str | bytes | None, address: str) -> _Pending:
@@ -227,15 +226,6 @@ class Sends:
             if tally[i]:
                 counter.inc(tally[i])
                 tally[i] = 0
-
-
-def _failure(room: str, exc: Exception) -> Reply:
-    """The answer to a send that raised ``exc`` (called while handling it):
-    its 4xx or 503, or a 500 for a bug, logged."""
-    if isinstance(exc, LiveroomError):
-        return failure_reply(exc)
-    logger.exception("a send to room %s failed", room)
-    return INTERNAL
 
 
 _STORED, _DUPLICATE, _LIMITED, _UNAVAILABLE, _APPEND_ERRORS = range(5)
