@@ -23,8 +23,13 @@ REQUIRED_WITH_REDIS = ("store", "auth", "admin_token", "publisher_token", "secre
                        "ticket_keys", "node_id", "host", "port")
 """The env file's first block: what a node over Redis must be told."""
 
-ENV_EXAMPLES = {"store": "redis://127.0.0.1:6379/0", "auth": "ticket", "host": "0.0.0.0"}
+ENV_EXAMPLES = {"store": "redis://127.0.0.1:6379/0", "auth": "ticket"}
 """Values the first block sets (the rest is left to fill in or to default)."""
+
+DEFAULTED = ("node_id", "host", "port")
+"""First-block settings written commented out, at their default: the host is
+loopback, where the upstream of deploy/nginx.conf (nginx on the node's own
+machine) finds the node, and no other machine does."""
 
 
 def table() -> str:
@@ -70,7 +75,7 @@ def env_template() -> str:
         return text + f"#{env_of(name)}={shown}\n"
 
     for name in REQUIRED_WITH_REDIS:
-        out.append(block(name, name not in ("node_id", "port")))
+        out.append(block(name, name not in DEFAULTED))
     out.append("# -- everything else: the defaults suit most deployments ------------------\n")
     out += [block(name, False) for name in specs if name not in REQUIRED_WITH_REDIS]
     return "\n".join(out)

@@ -155,6 +155,22 @@ def test_the_env_template_and_the_docs_table_are_made_from_the_declarations() ->
         f"LIVEROOM_{f.name.upper()}" for f in fields(Settings)}
 
 
+def test_the_env_template_listens_where_the_nginx_config_sends() -> None:
+    """The template keeps the node on loopback, the address and port the
+    upstream of deploy/nginx.conf (nginx on the node's machine) reaches: a
+    node listening on every interface could be reached around nginx."""
+    template = (DEPLOY / "liveroom.env").read_text()
+    host = re.search(r"^#?LIVEROOM_HOST=(.*)$", template, re.M)
+    port = re.search(r"^#?LIVEROOM_PORT=(.*)$", template, re.M)
+    assert host
+    assert port
+    default = Settings()
+    assert (host.group(1), port.group(1)) == (default.host, str(default.port))
+    upstream = re.search(r"^\s*server (\S+) ", (DEPLOY / "nginx.conf").read_text(), re.M)
+    assert upstream, "the upstream has no server"
+    assert upstream.group(1) == f"{host.group(1)}:{port.group(1)}" == "127.0.0.1:8080"
+
+
 def test_the_readmes_redis_recipe_starts_a_node(tmp_path: Path, redis_url: str) -> None:
     """``cp deploy/liveroom.env``, ``liveroom secrets >>``, the store and port
     filled in, ``set -a && . ./liveroom.env && set +a && liveroom serve``: a
@@ -169,7 +185,6 @@ def test_the_readmes_redis_recipe_starts_a_node(tmp_path: Path, redis_url: str) 
     port = free_port()
     text = env_file.read_text() + made.stdout
     text = text.replace("LIVEROOM_STORE=redis://127.0.0.1:6379/0", f"LIVEROOM_STORE={redis_url}")
-    text = text.replace("LIVEROOM_HOST=0.0.0.0", "LIVEROOM_HOST=127.0.0.1")
     env_file.write_text(text + f"LIVEROOM_PORT={port}\n")
     clean = clean_env()
     proc = subprocess.Popen(
