@@ -54,14 +54,17 @@ def env_template() -> str:
     """deploy/liveroom.env: every setting, the ones a node over Redis needs first."""
     out = ["""# liveroom's settings, one LIVEROOM_* variable each (each is also a `liveroom
 # serve` flag, the name in lowercase with dashes). Made from liveroom/settings.py
-# by `python -m liveroom.settings_docs`. Copy this file, keep it private
-# (chmod 600: it holds the secrets, which then never show in `ps`), fill in the
-# first block, and load it:
+# by `python -m liveroom.settings_docs`. Copy this file out of the checkout,
+# private (mode 600: it will hold the secrets, which then never show in `ps`),
+# fill in the first block, and load it:
 #
-#   set -a && . ./liveroom.env && set +a && liveroom serve      # a shell
-#   EnvironmentFile=/etc/liveroom/liveroom.env                   # systemd (deploy/liveroom.service)
+#   install -m 600 deploy/liveroom.env ~/liveroom.env       # a shell (README.md)
+#   set -a && . ~/liveroom.env && set +a && liveroom serve
 #
-# `liveroom secrets >> liveroom.env` appends fresh secrets (later lines win).
+# As a service, deploy/liveroom.service reads /etc/liveroom/liveroom.env: the
+# steps are in docs/operations.md, "Installing the kit".
+#
+# `liveroom secrets >> FILE` appends fresh secrets (later lines win).
 # An empty value is unset; a commented line keeps the default written on it.
 """, "# -- what a node over Redis must be told (the same on every node) ----------\n"]
     specs = {name: (spec, default) for name, spec, default in declared()}

@@ -13,7 +13,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 import urllib.request
 from dataclasses import fields
 from pathlib import Path
@@ -171,25 +170,60 @@ def test_the_env_template_listens_where_the_nginx_config_sends() -> None:
     assert upstream.group(1) == f"{host.group(1)}:{port.group(1)}" == "127.0.0.1:8080"
 
 
+def readme_recipe() -> list[str]:
+    """The commands of the README's production recipe, comments left out."""
+    section = (ROOT / "README.md").read_text().split("## Going to production", 1)[1]
+    block = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert block, "the recipe is missing"
+    return [line.split("  #")[0].strip() for line in block.group(1).splitlines()]
+
+
+def git_ignores(name: str) -> bool:
+    """Whether the checkout's .gitignore ignores a file of this name."""
+    done = run("git", "-C", ROOT, "check-ignore", "--quiet", "--no-index", name)
+    assert done.returncode in (0, 1), done.stderr
+    return done.returncode == 0
+
+
+def test_the_readmes_recipe_keeps_the_secrets_out_of_the_checkout() -> None:
+    """The env file the recipe fills with secrets is written outside the
+    checkout; one left in it (as the recipe used to write it) is ignored by
+    git, the template never."""
+    install = readme_recipe()[0].split()
+    assert install[:4] == ["install", "-m", "600", "deploy/liveroom.env"]
+    assert install[4].startswith(("~/", "/")), install
+    assert git_ignores("liveroom.env")
+    assert git_ignores(".env")
+    assert not git_ignores("deploy/liveroom.env")
+
+
 def test_the_readmes_redis_recipe_starts_a_node(tmp_path: Path, redis_url: str) -> None:
-    """``cp deploy/liveroom.env``, ``liveroom secrets >>``, the store and port
-    filled in, ``set -a && . ./liveroom.env && set +a && liveroom serve``: a
-    node over Redis with the secrets from the file (none on the command line)."""
+    """The README's recipe as written, run from the checkout with ``HOME`` a
+    temporary folder: the template installed in ``~``, ``liveroom secrets >>``,
+    the store and port filled in (for ``$EDITOR``), then ``set -a && .
+    ~/liveroom.env && set +a && liveroom serve``: a node over Redis with the
+    secrets from the file (none on the command line)."""
+    install, secrets, edit, serve_line = readme_recipe()
+    assert edit.startswith("$EDITOR ")
+    clean = clean_env(HOME=str(tmp_path))
     env_file = tmp_path / "liveroom.env"
-    shutil.copy(DEPLOY / "liveroom.env", env_file)
-    made = run(sys.executable, "-m", "liveroom", "secrets")
-    assert made.returncode == 0, made.stderr
-    values = dict(line.split("=", 1) for line in made.stdout.splitlines())
+    for line in (install, secrets):
+        done = subprocess.run(["bash", "-c", line], cwd=ROOT, env=clean, capture_output=True,
+                              text=True, timeout=60, check=False)
+        assert done.returncode == 0, (line, done.stderr)
+    assert env_file.stat().st_mode & 0o777 == 0o600
+    template = (DEPLOY / "liveroom.env").read_text()
+    text = env_file.read_text()
+    values = dict(line.split("=", 1) for line in text.removeprefix(template).splitlines())
     assert set(values) == {"LIVEROOM_ADMIN_TOKEN", "LIVEROOM_PUBLISHER_TOKEN",
                            "LIVEROOM_SECRET", "LIVEROOM_TICKET_KEYS", "LIVEROOM_METRICS_TOKEN"}
     port = free_port()
-    text = env_file.read_text() + made.stdout
     text = text.replace("LIVEROOM_STORE=redis://127.0.0.1:6379/0", f"LIVEROOM_STORE={redis_url}")
     env_file.write_text(text + f"LIVEROOM_PORT={port}\n")
-    clean = clean_env()
+    assert serve_line.endswith(" && liveroom serve")
     proc = subprocess.Popen(
-        ["bash", "-c", "set -a && . ./liveroom.env && set +a && exec liveroom serve"],
-        cwd=tmp_path, env=clean, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        ["bash", "-c", serve_line.replace("liveroom serve", "exec liveroom serve")],
+        cwd=ROOT, env=clean, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         assert proc.stdout is not None
         seen = []
