@@ -10,9 +10,12 @@ README says.
 from __future__ import annotations
 
 import json
+import os
 import re
+import shlex
 import shutil
 import subprocess
+import textwrap
 import urllib.request
 from dataclasses import fields
 from pathlib import Path
@@ -265,3 +268,149 @@ def test_the_template_alone_is_refused_saying_what_is_missing(
     # All at once: the ticket key and every unset secret.
     assert "--ticket-key" in done.stderr
     assert missing in done.stderr
+
+
+# -- docs/operations.md, "Installing the kit": the steps name what the kit names ---
+
+SERVICE_STEPS = "### A node as a systemd service"
+PROMETHEUS_STEPS = "### Prometheus: scraping and alerts"
+GRAFANA_STEPS = "### The Grafana dashboard"
+
+
+def blocks_under(heading: str, lang: str) -> list[str]:
+    """The ``lang`` code blocks of a section of docs/operations.md (up to the
+    next heading), each unindented (a block in a list item is indented)."""
+    text = (ROOT / "docs" / "operations.md").read_text()
+    assert f"\n{heading}\n" in text, f"docs/operations.md has no {heading!r}"
+    section = text.split(f"\n{heading}\n", 1)[1]
+    # The next heading: ## or deeper (a shell block's comments start with one #).
+    section = re.split(r"^##+ ", section, maxsplit=1, flags=re.M)[0]
+    found = re.findall(rf"^( *)```{lang}\n(.*?)^\1```", section, re.S | re.M)
+    assert found, f"no {lang} block under {heading!r}"
+    return [textwrap.dedent(block) for _, block in found]
+
+
+def commands(block: str) -> list[list[str]]:
+    """A shell block's commands, one a line, split as the shell would."""
+    return [shlex.split(line, comments=True) for line in block.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
+
+
+def unit_setting(key: str) -> str:
+    found = re.findall(rf"^{key}=(.*)$", (DEPLOY / "liveroom.service").read_text(), re.M)
+    assert len(found) == 1, (key, found)
+    return found[0]
+
+
+def test_the_service_steps_make_what_the_unit_names() -> None:
+    """The steps make the virtualenv of the unit's ExecStart=, the user and
+    group of its User= and Group=, and the env file of its EnvironmentFile=,
+    root's alone in a directory of its own, filled from the template (never
+    in the checkout); then install the unit, start it and ask /healthz where
+    the template's node listens."""
+    steps = commands(blocks_under(SERVICE_STEPS, "sh")[0])
+    venv = next(s[-1] for s in steps if s[:3] == ["python3", "-m", "venv"])
+    assert unit_setting("ExecStart") == f"{venv}/bin/liveroom serve"
+    assert [f"{venv}/bin/pip", "install", "."] in steps
+    useradd = next(s for s in steps if s[0] == "useradd")
+    # --user-group: a group of the user's name, its primary group.
+    assert {"--system", "--user-group"} <= set(useradd)
+    assert useradd[-1] == unit_setting("User") == unit_setting("Group")
+    env_file = unit_setting("EnvironmentFile")
+    root_only = ["-o", "root", "-g", "root"]
+    made = [["install", "-d", "-m", "700", *root_only, str(Path(env_file).parent)],
+            ["install", "-m", "600", *root_only, "deploy/liveroom.env", env_file],
+            [f"{venv}/bin/liveroom", "secrets", ">>", env_file],
+            ["install", "-m", "644", "deploy/liveroom.service",
+             "/etc/systemd/system/liveroom.service"],
+            ["systemctl", "daemon-reload"],
+            ["systemctl", "enable", "--now", "liveroom"],
+            ["curl", f"http://{Settings().host}:{Settings().port}/healthz"]]
+    assert all(step in steps for step in made), [s for s in made if s not in steps]
+    # In that order, the user first.
+    at = [steps.index(useradd)] + [steps.index(step) for step in made]
+    assert at == sorted(at)
+
+
+def test_the_service_steps_useradd_makes_the_units_user_and_group(tmp_path: Path) -> None:
+    """The steps' ``useradd``, run as written on copies of this machine's
+    account files (``--prefix``), makes a system user whose primary group is
+    the unit's Group=."""
+    if os.geteuid() != 0:
+        pytest.skip("useradd writes account files as root only")
+    useradd = next(s for s in commands(blocks_under(SERVICE_STEPS, "sh")[0])
+                   if s[0] == "useradd")
+    name = useradd[-1]
+    (tmp_path / "etc").mkdir()
+    for file in ("passwd", "group", "shadow", "gshadow", "login.defs"):
+        if (Path("/etc") / file).exists():
+            kept = [line for line in (Path("/etc") / file).read_text().splitlines(keepends=True)
+                    if not line.startswith(f"{name}:")]
+            (tmp_path / "etc" / file).write_text("".join(kept))
+    done = run(tool("useradd"), "--prefix", tmp_path, *useradd[1:])
+    assert done.returncode == 0, done.stderr
+    users = {f[0]: f for f in (line.split(":") for line in
+                               (tmp_path / "etc" / "passwd").read_text().splitlines())}
+    groups = {f[0]: f for f in (line.split(":") for line in
+                                (tmp_path / "etc" / "group").read_text().splitlines())}
+    user = users[unit_setting("User")]
+    assert user[3] == groups[unit_setting("Group")][2]
+    assert int(user[2]) < 1000, "not a system account"
+    assert user[6] == "/usr/sbin/nologin"
+
+
+def test_the_prometheus_steps_load_the_alerts_and_scrape_with_the_token(
+        tmp_path: Path) -> None:
+    """The steps' prometheus.yml passes ``promtool check config`` (which loads
+    its rule files) with the rules at the path the steps install them to; its
+    job is the one the alerts ask for; the token file it reads is what the
+    steps' line writes from the unit's env file: the last metrics token (a
+    later line wins), readable by its group alone."""
+    sh = blocks_under(PROMETHEUS_STEPS, "sh")[0]
+    config = blocks_under(PROMETHEUS_STEPS, "yaml")[0]
+    rules = re.search(r"^rule_files:\n  - (\S+)$", config, re.M)
+    token = re.search(r"credentials_file: (\S+)", config)
+    job = re.search(r"job_name: (\S+)", config)
+    assert rules
+    assert token
+    assert job
+    assert ["install", "-m", "644", "deploy/alerts.yml", rules.group(1)] in commands(sh)
+    assert f'up{{job="{job.group(1)}"}}' in (DEPLOY / "alerts.yml").read_text()
+    # The token's line, run on a stand-in of the unit's env file.
+    env_file = unit_setting("EnvironmentFile")
+    line = next(line for line in sh.splitlines() if token.group(1) in line and "sed" in line)
+    assert env_file in line
+    stand_in = tmp_path / "liveroom.env"
+    stand_in.write_text((DEPLOY / "liveroom.env").read_text()
+                        + "LIVEROOM_METRICS_TOKEN=first\nLIVEROOM_METRICS_TOKEN=second\n")
+    written = tmp_path / "metrics-token"
+    line = line.replace(env_file, str(stand_in)).replace(token.group(1), str(written))
+    done = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=30,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert written.read_text() == "second\n"
+    assert written.stat().st_mode & 0o777 == 0o640
+    copy = config.replace(rules.group(1), str(DEPLOY / "alerts.yml")).replace(
+        token.group(1), str(written))
+    (tmp_path / "prometheus.yml").write_text(copy)
+    done = run(tool("promtool"), "check", "config", tmp_path / "prometheus.yml")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS: 7 rules found" in done.stdout, done.stdout
+
+
+def test_the_grafana_steps_put_the_dashboard_where_the_provider_reads() -> None:
+    """Provisioned: the dashboard goes into the folder the provider names.
+    Imported by hand: it asks for no data source (no ``__inputs``), its own
+    Prometheus menu picks one, and its uid is the one the docs name."""
+    sh, provider = blocks_under(GRAFANA_STEPS, "sh")[0], blocks_under(GRAFANA_STEPS, "yaml")[0]
+    path = re.search(r"^\s+path: (\S+)$", provider, re.M)
+    assert path
+    (step,) = commands(sh)
+    assert step[:-1] == ["install", "-D", "-m", "644", "deploy/grafana-dashboard.json"]
+    assert Path(step[-1]).parent == Path(path.group(1))
+    assert step[-1].endswith(".json")
+    dashboard = json.loads((DEPLOY / "grafana-dashboard.json").read_text())
+    assert "__inputs" not in dashboard
+    assert dashboard["templating"]["list"][0]["type"] == "datasource"
+    assert dashboard["templating"]["list"][0]["query"] == "prometheus"
+    assert dashboard["uid"] == "liveroom"
