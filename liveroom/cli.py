@@ -261,7 +261,7 @@ def secrets_command() -> None:
     URL-safe base64). Append them to a copy of deploy/liveroom.env, whose
     empty lines for them come earlier, so these win:
 
-        liveroom secrets >> liveroom.env
+        liveroom secrets >> ~/liveroom.env
 
     Every node over one store must be given the same values.
     """

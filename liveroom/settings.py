@@ -179,7 +179,13 @@ class Settings:
     range, help and (made from its name) its flag and environment variable."""
 
     # -- server ----------------------------------------------------------------------
-    host: str = setting("127.0.0.1", "Address to listen on.", SERVER)
+    host: str = setting(
+        "127.0.0.1", "Address to listen on. The default, loopback, is reached only from this "
+        "machine: by the nginx of deploy/nginx.conf in front of the node, by a Prometheus "
+        "beside it. A node that a load balancer or Prometheus on another host reaches listens "
+        "on its private address, or on 0.0.0.0 (every interface) behind a firewall that keeps "
+        "clients from going around the balancer; name the balancer in --trusted-proxies.",
+        SERVER)
     port: int = setting(8080, "Port to listen on.", SERVER, lo=0, hi=65535)
     store: str = setting(
         "memory", "Where room logs live: 'memory' (embedded, one process, nothing to "

@@ -23,8 +23,13 @@ REQUIRED_WITH_REDIS = ("store", "auth", "admin_token", "publisher_token", "secre
                        "ticket_keys", "node_id", "host", "port")
 """The env file's first block: what a node over Redis must be told."""
 
-ENV_EXAMPLES = {"store": "redis://127.0.0.1:6379/0", "auth": "ticket", "host": "0.0.0.0"}
+ENV_EXAMPLES = {"store": "redis://127.0.0.1:6379/0", "auth": "ticket"}
 """Values the first block sets (the rest is left to fill in or to default)."""
+
+DEFAULTED = ("node_id", "host", "port")
+"""First-block settings written commented out, at their default: the host is
+loopback, where the upstream of deploy/nginx.conf (nginx on the node's own
+machine) finds the node, and no other machine does."""
 
 
 def table() -> str:
@@ -49,14 +54,17 @@ def env_template() -> str:
     """deploy/liveroom.env: every setting, the ones a node over Redis needs first."""
     out = ["""# liveroom's settings, one LIVEROOM_* variable each (each is also a `liveroom
 # serve` flag, the name in lowercase with dashes). Made from liveroom/settings.py
-# by `python -m liveroom.settings_docs`. Copy this file, keep it private
-# (chmod 600: it holds the secrets, which then never show in `ps`), fill in the
-# first block, and load it:
+# by `python -m liveroom.settings_docs`. Copy this file out of the checkout,
+# private (mode 600: it will hold the secrets, which then never show in `ps`),
+# fill in the first block, and load it:
 #
-#   set -a && . ./liveroom.env && set +a && liveroom serve      # a shell
-#   EnvironmentFile=/etc/liveroom/liveroom.env                   # systemd (deploy/liveroom.service)
+#   install -m 600 deploy/liveroom.env ~/liveroom.env       # a shell (README.md)
+#   set -a && . ~/liveroom.env && set +a && liveroom serve
 #
-# `liveroom secrets >> liveroom.env` appends fresh secrets (later lines win).
+# As a service, deploy/liveroom.service reads /etc/liveroom/liveroom.env: the
+# steps are in docs/operations.md, "Installing the kit".
+#
+# `liveroom secrets >> FILE` appends fresh secrets (later lines win).
 # An empty value is unset; a commented line keeps the default written on it.
 """, "# -- what a node over Redis must be told (the same on every node) ----------\n"]
     specs = {name: (spec, default) for name, spec, default in declared()}
@@ -70,7 +78,7 @@ def env_template() -> str:
         return text + f"#{env_of(name)}={shown}\n"
 
     for name in REQUIRED_WITH_REDIS:
-        out.append(block(name, name not in ("node_id", "port")))
+        out.append(block(name, name not in DEFAULTED))
     out.append("# -- everything else: the defaults suit most deployments ------------------\n")
     out += [block(name, False) for name in specs if name not in REQUIRED_WITH_REDIS]
     return "\n".join(out)

@@ -10,10 +10,12 @@ README says.
 from __future__ import annotations
 
 import json
+import os
 import re
+import shlex
 import shutil
 import subprocess
-import sys
+import textwrap
 import urllib.request
 from dataclasses import fields
 from pathlib import Path
@@ -155,26 +157,76 @@ def test_the_env_template_and_the_docs_table_are_made_from_the_declarations() ->
         f"LIVEROOM_{f.name.upper()}" for f in fields(Settings)}
 
 
+def test_the_env_template_listens_where_the_nginx_config_sends() -> None:
+    """The template keeps the node on loopback, the address and port the
+    upstream of deploy/nginx.conf (nginx on the node's machine) reaches: a
+    node listening on every interface could be reached around nginx."""
+    template = (DEPLOY / "liveroom.env").read_text()
+    host = re.search(r"^#?LIVEROOM_HOST=(.*)$", template, re.M)
+    port = re.search(r"^#?LIVEROOM_PORT=(.*)$", template, re.M)
+    assert host
+    assert port
+    default = Settings()
+    assert (host.group(1), port.group(1)) == (default.host, str(default.port))
+    upstream = re.search(r"^\s*server (\S+) ", (DEPLOY / "nginx.conf").read_text(), re.M)
+    assert upstream, "the upstream has no server"
+    assert upstream.group(1) == f"{host.group(1)}:{port.group(1)}" == "127.0.0.1:8080"
+
+
+def readme_recipe() -> list[str]:
+    """The commands of the README's production recipe, comments left out."""
+    section = (ROOT / "README.md").read_text().split("## Going to production", 1)[1]
+    block = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert block, "the recipe is missing"
+    return [line.split("  #")[0].strip() for line in block.group(1).splitlines()]
+
+
+def git_ignores(name: str) -> bool:
+    """Whether the checkout's .gitignore ignores a file of this name."""
+    done = run("git", "-C", ROOT, "check-ignore", "--quiet", "--no-index", name)
+    assert done.returncode in (0, 1), done.stderr
+    return done.returncode == 0
+
+
+def test_the_readmes_recipe_keeps_the_secrets_out_of_the_checkout() -> None:
+    """The env file the recipe fills with secrets is written outside the
+    checkout; one left in it (as the recipe used to write it) is ignored by
+    git, the template never."""
+    install = readme_recipe()[0].split()
+    assert install[:4] == ["install", "-m", "600", "deploy/liveroom.env"]
+    assert install[4].startswith(("~/", "/")), install
+    assert git_ignores("liveroom.env")
+    assert git_ignores(".env")
+    assert not git_ignores("deploy/liveroom.env")
+
+
 def test_the_readmes_redis_recipe_starts_a_node(tmp_path: Path, redis_url: str) -> None:
-    """``cp deploy/liveroom.env``, ``liveroom secrets >>``, the store and port
-    filled in, ``set -a && . ./liveroom.env && set +a && liveroom serve``: a
-    node over Redis with the secrets from the file (none on the command line)."""
+    """The README's recipe as written, run from the checkout with ``HOME`` a
+    temporary folder: the template installed in ``~``, ``liveroom secrets >>``,
+    the store and port filled in (for ``$EDITOR``), then ``set -a && .
+    ~/liveroom.env && set +a && liveroom serve``: a node over Redis with the
+    secrets from the file (none on the command line)."""
+    install, secrets, edit, serve_line = readme_recipe()
+    assert edit.startswith("$EDITOR ")
+    clean = clean_env(HOME=str(tmp_path))
     env_file = tmp_path / "liveroom.env"
-    shutil.copy(DEPLOY / "liveroom.env", env_file)
-    made = run(sys.executable, "-m", "liveroom", "secrets")
-    assert made.returncode == 0, made.stderr
-    values = dict(line.split("=", 1) for line in made.stdout.splitlines())
+    for line in (install, secrets):
+        done = subprocess.run(["bash", "-c", line], cwd=ROOT, env=clean, capture_output=True,
+                              text=True, timeout=60, check=False)
+        assert done.returncode == 0, (line, done.stderr)
+    assert env_file.stat().st_mode & 0o777 == 0o600
+    template = (DEPLOY / "liveroom.env").read_text()
+    text = env_file.read_text()
+    values = dict(line.split("=", 1) for line in text.removeprefix(template).splitlines())
     assert set(values) == {"LIVEROOM_ADMIN_TOKEN", "LIVEROOM_PUBLISHER_TOKEN",
                            "LIVEROOM_SECRET", "LIVEROOM_TICKET_KEYS", "LIVEROOM_METRICS_TOKEN"}
     port = free_port()
-    text = env_file.read_text() + made.stdout
     text = text.replace("LIVEROOM_STORE=redis://127.0.0.1:6379/0", f"LIVEROOM_STORE={redis_url}")
-    text = text.replace("LIVEROOM_HOST=0.0.0.0", "LIVEROOM_HOST=127.0.0.1")
     env_file.write_text(text + f"LIVEROOM_PORT={port}\n")
-    clean = clean_env()
+    assert serve_line.endswith(" && liveroom serve")
     proc = subprocess.Popen(
-        ["bash", "-c", "set -a && . ./liveroom.env && set +a && exec liveroom serve"],
-        cwd=tmp_path, env=clean, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        ["bash", "-c", serve_line.replace("liveroom serve", "exec liveroom serve")],
+        cwd=ROOT, env=clean, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         assert proc.stdout is not None
         seen = []
@@ -216,3 +268,149 @@ def test_the_template_alone_is_refused_saying_what_is_missing(
     # All at once: the ticket key and every unset secret.
     assert "--ticket-key" in done.stderr
     assert missing in done.stderr
+
+
+# -- docs/operations.md, "Installing the kit": the steps name what the kit names ---
+
+SERVICE_STEPS = "### A node as a systemd service"
+PROMETHEUS_STEPS = "### Prometheus: scraping and alerts"
+GRAFANA_STEPS = "### The Grafana dashboard"
+
+
+def blocks_under(heading: str, lang: str) -> list[str]:
+    """The ``lang`` code blocks of a section of docs/operations.md (up to the
+    next heading), each unindented (a block in a list item is indented)."""
+    text = (ROOT / "docs" / "operations.md").read_text()
+    assert f"\n{heading}\n" in text, f"docs/operations.md has no {heading!r}"
+    section = text.split(f"\n{heading}\n", 1)[1]
+    # The next heading: ## or deeper (a shell block's comments start with one #).
+    section = re.split(r"^##+ ", section, maxsplit=1, flags=re.M)[0]
+    found = re.findall(rf"^( *)```{lang}\n(.*?)^\1```", section, re.S | re.M)
+    assert found, f"no {lang} block under {heading!r}"
+    return [textwrap.dedent(block) for _, block in found]
+
+
+def commands(block: str) -> list[list[str]]:
+    """A shell block's commands, one a line, split as the shell would."""
+    return [shlex.split(line, comments=True) for line in block.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
+
+
+def unit_setting(key: str) -> str:
+    found = re.findall(rf"^{key}=(.*)$", (DEPLOY / "liveroom.service").read_text(), re.M)
+    assert len(found) == 1, (key, found)
+    return found[0]
+
+
+def test_the_service_steps_make_what_the_unit_names() -> None:
+    """The steps make the virtualenv of the unit's ExecStart=, the user and
+    group of its User= and Group=, and the env file of its EnvironmentFile=,
+    root's alone in a directory of its own, filled from the template (never
+    in the checkout); then install the unit, start it and ask /healthz where
+    the template's node listens."""
+    steps = commands(blocks_under(SERVICE_STEPS, "sh")[0])
+    venv = next(s[-1] for s in steps if s[:3] == ["python3", "-m", "venv"])
+    assert unit_setting("ExecStart") == f"{venv}/bin/liveroom serve"
+    assert [f"{venv}/bin/pip", "install", "."] in steps
+    useradd = next(s for s in steps if s[0] == "useradd")
+    # --user-group: a group of the user's name, its primary group.
+    assert {"--system", "--user-group"} <= set(useradd)
+    assert useradd[-1] == unit_setting("User") == unit_setting("Group")
+    env_file = unit_setting("EnvironmentFile")
+    root_only = ["-o", "root", "-g", "root"]
+    made = [["install", "-d", "-m", "700", *root_only, str(Path(env_file).parent)],
+            ["install", "-m", "600", *root_only, "deploy/liveroom.env", env_file],
+            [f"{venv}/bin/liveroom", "secrets", ">>", env_file],
+            ["install", "-m", "644", "deploy/liveroom.service",
+             "/etc/systemd/system/liveroom.service"],
+            ["systemctl", "daemon-reload"],
+            ["systemctl", "enable", "--now", "liveroom"],
+            ["curl", f"http://{Settings().host}:{Settings().port}/healthz"]]
+    assert all(step in steps for step in made), [s for s in made if s not in steps]
+    # In that order, the user first.
+    at = [steps.index(useradd)] + [steps.index(step) for step in made]
+    assert at == sorted(at)
+
+
+def test_the_service_steps_useradd_makes_the_units_user_and_group(tmp_path: Path) -> None:
+    """The steps' ``useradd``, run as written on copies of this machine's
+    account files (``--prefix``), makes a system user whose primary group is
+    the unit's Group=."""
+    if os.geteuid() != 0:
+        pytest.skip("useradd writes account files as root only")
+    useradd = next(s for s in commands(blocks_under(SERVICE_STEPS, "sh")[0])
+                   if s[0] == "useradd")
+    name = useradd[-1]
+    (tmp_path / "etc").mkdir()
+    for file in ("passwd", "group", "shadow", "gshadow", "login.defs"):
+        if (Path("/etc") / file).exists():
+            kept = [line for line in (Path("/etc") / file).read_text().splitlines(keepends=True)
+                    if not line.startswith(f"{name}:")]
+            (tmp_path / "etc" / file).write_text("".join(kept))
+    done = run(tool("useradd"), "--prefix", tmp_path, *useradd[1:])
+    assert done.returncode == 0, done.stderr
+    users = {f[0]: f for f in (line.split(":") for line in
+                               (tmp_path / "etc" / "passwd").read_text().splitlines())}
+    groups = {f[0]: f for f in (line.split(":") for line in
+                                (tmp_path / "etc" / "group").read_text().splitlines())}
+    user = users[unit_setting("User")]
+    assert user[3] == groups[unit_setting("Group")][2]
+    assert int(user[2]) < 1000, "not a system account"
+    assert user[6] == "/usr/sbin/nologin"
+
+
+def test_the_prometheus_steps_load_the_alerts_and_scrape_with_the_token(
+        tmp_path: Path) -> None:
+    """The steps' prometheus.yml passes ``promtool check config`` (which loads
+    its rule files) with the rules at the path the steps install them to; its
+    job is the one the alerts ask for; the token file it reads is what the
+    steps' line writes from the unit's env file: the last metrics token (a
+    later line wins), readable by its group alone."""
+    sh = blocks_under(PROMETHEUS_STEPS, "sh")[0]
+    config = blocks_under(PROMETHEUS_STEPS, "yaml")[0]
+    rules = re.search(r"^rule_files:\n  - (\S+)$", config, re.M)
+    token = re.search(r"credentials_file: (\S+)", config)
+    job = re.search(r"job_name: (\S+)", config)
+    assert rules
+    assert token
+    assert job
+    assert ["install", "-m", "644", "deploy/alerts.yml", rules.group(1)] in commands(sh)
+    assert f'up{{job="{job.group(1)}"}}' in (DEPLOY / "alerts.yml").read_text()
+    # The token's line, run on a stand-in of the unit's env file.
+    env_file = unit_setting("EnvironmentFile")
+    line = next(line for line in sh.splitlines() if token.group(1) in line and "sed" in line)
+    assert env_file in line
+    stand_in = tmp_path / "liveroom.env"
+    stand_in.write_text((DEPLOY / "liveroom.env").read_text()
+                        + "LIVEROOM_METRICS_TOKEN=first\nLIVEROOM_METRICS_TOKEN=second\n")
+    written = tmp_path / "metrics-token"
+    line = line.replace(env_file, str(stand_in)).replace(token.group(1), str(written))
+    done = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=30,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert written.read_text() == "second\n"
+    assert written.stat().st_mode & 0o777 == 0o640
+    copy = config.replace(rules.group(1), str(DEPLOY / "alerts.yml")).replace(
+        token.group(1), str(written))
+    (tmp_path / "prometheus.yml").write_text(copy)
+    done = run(tool("promtool"), "check", "config", tmp_path / "prometheus.yml")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS: 7 rules found" in done.stdout, done.stdout
+
+
+def test_the_grafana_steps_put_the_dashboard_where_the_provider_reads() -> None:
+    """Provisioned: the dashboard goes into the folder the provider names.
+    Imported by hand: it asks for no data source (no ``__inputs``), its own
+    Prometheus menu picks one, and its uid is the one the docs name."""
+    sh, provider = blocks_under(GRAFANA_STEPS, "sh")[0], blocks_under(GRAFANA_STEPS, "yaml")[0]
+    path = re.search(r"^\s+path: (\S+)$", provider, re.M)
+    assert path
+    (step,) = commands(sh)
+    assert step[:-1] == ["install", "-D", "-m", "644", "deploy/grafana-dashboard.json"]
+    assert Path(step[-1]).parent == Path(path.group(1))
+    assert step[-1].endswith(".json")
+    dashboard = json.loads((DEPLOY / "grafana-dashboard.json").read_text())
+    assert "__inputs" not in dashboard
+    assert dashboard["templating"]["list"][0]["type"] == "datasource"
+    assert dashboard["templating"]["list"][0]["query"] == "prometheus"
+    assert dashboard["uid"] == "liveroom"
