@@ -333,14 +333,19 @@ def test_the_service_steps_make_what_the_unit_names() -> None:
 
 
 def test_the_service_steps_useradd_makes_the_units_user_and_group(tmp_path: Path) -> None:
-    """The steps' ``useradd``, run as written on copies of this machine's
-    account files (``--prefix``), makes a system user whose primary group is
-    the unit's Group=."""
-    if os.geteuid() != 0:
-        pytest.skip("useradd writes account files as root only")
+    """The steps' ``useradd`` makes a system user named as the unit's User=,
+    its own group the unit's Group=. Run as written on copies of this
+    machine's account files (``--prefix``) where the tests run as root (as
+    ``scripts/test`` does in CI: useradd writes account files as root only);
+    read as written everywhere."""
     useradd = next(s for s in commands(blocks_under(SERVICE_STEPS, "sh")[0])
                    if s[0] == "useradd")
     name = useradd[-1]
+    assert name == unit_setting("User") == unit_setting("Group")
+    assert {"--system", "--user-group"} <= set(useradd)
+    assert useradd[useradd.index("--shell") + 1] == "/usr/sbin/nologin"
+    if os.geteuid() != 0:
+        return
     (tmp_path / "etc").mkdir()
     for file in ("passwd", "group", "shadow", "gshadow", "login.defs"):
         if (Path("/etc") / file).exists():
