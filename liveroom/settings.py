@@ -332,12 +332,13 @@ class Settings:
         "'off' for none. The backend's tokens are not limited.", TRAFFIC,
         parse=parse_windows, show=_windows_text)
     rooms_per_address: tuple[Window, ...] = setting(
-        ROOMS_PER_ADDRESS, "New rooms the sends of one client address (the peer this node "
-        "sees; an IPv6 one by its /64) may create on this node, all its uids together: "
-        "LIMIT/[N]UNIT windows, below "
+        ROOMS_PER_ADDRESS, "New rooms the sends of one client address (an IPv6 one by its "
+        "/64) may create on this node, all its uids together: LIMIT/[N]UNIT windows, below "
         "--rooms-per-node so that one client cannot use up the node's window; 'off' for "
-        "none. Behind a reverse proxy every client has the proxy's address: raise it to "
-        "--rooms-per-node there.", TRAFFIC, parse=parse_windows, show=_windows_text)
+        "none. Behind a proxy of --trusted-proxies the client is the one X-Forwarded-For "
+        "names (as for --connections-per-ip, which must be on for it); behind another, every "
+        "client has the proxy's address: raise it to --rooms-per-node there.", TRAFFIC,
+        parse=parse_windows, show=_windows_text)
     rooms_per_node: tuple[Window, ...] = setting(
         ROOMS_PER_NODE, "New rooms all sends together may create on this node: "
         "LIMIT/[N]UNIT windows (a backstop: --rooms-per-address keeps one client from "

@@ -1110,7 +1110,10 @@ class Connection(asyncio.Protocol):
         else:
             assert req.body is not None
             sends, body = self._front.sends, bytes(req.body)
-            address = peer_address(self._transport)
+            # The client as the connection is counted: behind a trusted proxy
+            # the one X-Forwarded-For names, so one client is one client to
+            # the new-room window too (not every client of the proxy).
+            address = self.address or peer_address(self._transport)
             # A store that appends at once (memory) answers here, without a task.
             reply = sends.send_at_once(req.room, req.content_type, body, req.authorization,
                                        req.accept, address)

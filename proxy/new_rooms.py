@@ -30,10 +30,12 @@ from exhausting it**: made-up uids (``open`` mode) or many tickets from one
 client share its address's window (default a sixth of the node's; an IPv6
 address counts by its /64, see :func:`~proxy.addresses.address_key`), so one
 client address alone cannot fill the node's window and lock every other
-sender out of new rooms. The address is the peer the node sees: behind a
-reverse proxy or load balancer it is the proxy's for every client, and
-its window then bounds all clients of that proxy together (raise it to the
-node's, or ``off``, there).
+sender out of new rooms. The address is the client as the front counts its
+connection: behind a proxy of ``--trusted-proxies`` the one its
+``X-Forwarded-For`` names (with ``--connections-per-ip`` on, its default),
+else the peer the node sees; behind another reverse proxy or load balancer
+that is the proxy's for every client, and its window then bounds all clients
+of that proxy together (raise it to the node's, or ``off``, there).
 
 Limits: the counts are this node's (a uid spread over N nodes creates at most
 N times its windows; room-affine routing does not change that, since every
