@@ -78,7 +78,7 @@ _order = itertools.count()
 SWEEP_SLACK = 16
 """Entries a paced room's heap may keep beyond twice its held polls before
 its released ones are swept (see :func:`_sweep`)."""
-LINGER = 5.0
+PACING_KEPT = 5.0
 """Seconds a paced room keeps its pacing after its last held poll left."""
 
 FD_RESERVE = 256
@@ -270,7 +270,7 @@ class Holds:
             # A paced room outlives its held polls for a while: the polls it
             # just released come back within a round trip, and its pacing
             # (the last cut-through) must still hold for them. Its ticker
-            # drops it after LINGER.
+            # drops it after PACING_KEPT.
             room.emptied_at = self._clock.monotonic()
             return
         # Its tasks are cancelled before its pin is released: the cache then
@@ -521,7 +521,7 @@ class Holds:
                         self._wake(held_poll, snap)
                     if room.empty:
                         room.emptied_at = now
-                elif room.emptied_at is None or now - room.emptied_at >= LINGER:
+                elif room.emptied_at is None or now - room.emptied_at >= PACING_KEPT:
                     break
         finally:
             room.ticker = None
