@@ -139,6 +139,23 @@ async def running_node(store: str = "memory", clock: Clock | None = None,
         await running.stop()
 
 
+@asynccontextmanager
+async def liveroom_process(*args: str,
+                           env: dict[str, str]) -> AsyncIterator[asyncio.subprocess.Process]:
+    """``python -m liveroom ARGS`` (a ``listen``, say) with its stdout and
+    stderr piped to the test; killed on exit if it still runs (a test that
+    stops it itself checks how it exited)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "liveroom", *args, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
 async def send(session: aiohttp.ClientSession, url: str, room: str, body: Any, *,
                important: bool = False, uid: str = "sender",
                client_msg_id: str | None = None, to: str | None = None) -> dict[str, Any]:

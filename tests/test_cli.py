@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 from click.testing import CliRunner, Result
 from conftest import RedisServer
-from support import ADMIN, PUBLISHER, Listener, clean_env, running_node
+from support import ADMIN, PUBLISHER, Listener, clean_env, liveroom_process, running_node
 
 from liveroom import __version__
 from liveroom.cli import main
@@ -548,11 +548,9 @@ async def test_a_listener_with_a_ticket_flag_is_the_tickets_uid(
                                 json={"uid": "host", "body": "welcome"},
                                 headers={"Authorization": f"Bearer {PUBLISHER}"}) as resp:
             assert resp.status == 201, await resp.text()  # the room is open: members count
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "liveroom", "listen", "hall", "--ticket", ticket,
-            env=clean_env(LIVEROOM_URL=node.url, LIVEROOM_UID="mallory"),
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-        try:
+        async with liveroom_process(
+                "listen", "hall", "--ticket", ticket,
+                env=clean_env(LIVEROOM_URL=node.url, LIVEROOM_UID="mallory")) as proc:
             assert proc.stderr is not None
             async with asyncio.timeout(15):
                 note = (await proc.stderr.readline()).decode()
@@ -570,10 +568,6 @@ async def test_a_listener_with_a_ticket_flag_is_the_tickets_uid(
             proc.send_signal(signal.SIGINT)
             async with asyncio.timeout(5):
                 assert await proc.wait() == 0
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
 
 
 async def test_a_personal_send_says_its_pseq_is_not_a_seq() -> None:

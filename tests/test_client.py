@@ -15,7 +15,15 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
-from support import ADMIN, PUBLISHER, Listener, clean_env, free_port, running_node
+from support import (
+    ADMIN,
+    PUBLISHER,
+    Listener,
+    clean_env,
+    free_port,
+    liveroom_process,
+    running_node,
+)
 
 from liveroom.client import (
     BACKOFF_FIRST,
@@ -317,59 +325,49 @@ async def lines_of(stream: asyncio.StreamReader) -> AsyncIterator[str]:
 
 
 async def test_the_listen_and_send_commands() -> None:
-    async with running_node() as node, Client(node.url, token=ADMIN) as client:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "liveroom", "listen", "hall", "--uid", "ann",
-            env=clean_env(LIVEROOM_URL=node.url),
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-        try:
-            assert proc.stdout is not None
-            assert proc.stderr is not None
-            notes = lines_of(proc.stderr)
-            async with asyncio.timeout(15):
-                note = await anext(notes)
-            assert note.startswith("-- listening to hall (epoch 0, seq 0, ")
-            code, out, err = await liveroom("send", "hall", "hello there", "--uid", "bob",
-                                            LIVEROOM_URL=node.url)
-            assert (code, out, err) == (0, "1\n", "")
-            code, out, err = await liveroom(
-                "send", "hall", '{"event": "cohost"}', "--json", "--important",
-                "--uid", "host", "--url", node.url, LIVEROOM_PUBLISHER_TOKEN=PUBLISHER)
-            assert (code, out) == (0, "2\n"), err
-            messages = lines_of(proc.stdout)
-            async with asyncio.timeout(10):
-                assert await anext(messages) == "1 bob: hello there"
-                assert await anext(messages) == '2 [important] host: {"event": "cohost"}'
-            await client.end_broadcast("hall")
-            async with asyncio.timeout(10):
-                note = await anext(notes)
-            assert note.startswith("-- reset: the room goes on in epoch "), note
-            # The ended broadcast's messages are not printed again: the next
-            # line is what comes after the end.
-            code, out, err = await liveroom("send", "hall", "next show", "--uid", "bob",
-                                            LIVEROOM_URL=node.url)
-            assert (code, out) == (0, "3\n"), err
-            async with asyncio.timeout(10):
-                assert await anext(messages) == "3 bob: next show"
-            proc.send_signal(signal.SIGINT)
-            async with asyncio.timeout(5):
-                assert await proc.wait() == 0
-            rest = await proc.stderr.read()
-            assert b"Traceback" not in rest, rest
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
+    async with running_node() as node, Client(node.url, token=ADMIN) as client, \
+            liveroom_process("listen", "hall", "--uid", "ann",
+                             env=clean_env(LIVEROOM_URL=node.url)) as proc:
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        notes = lines_of(proc.stderr)
+        async with asyncio.timeout(15):
+            note = await anext(notes)
+        assert note.startswith("-- listening to hall (epoch 0, seq 0, ")
+        code, out, err = await liveroom("send", "hall", "hello there", "--uid", "bob",
+                                        LIVEROOM_URL=node.url)
+        assert (code, out, err) == (0, "1\n", "")
+        code, out, err = await liveroom(
+            "send", "hall", '{"event": "cohost"}', "--json", "--important",
+            "--uid", "host", "--url", node.url, LIVEROOM_PUBLISHER_TOKEN=PUBLISHER)
+        assert (code, out) == (0, "2\n"), err
+        messages = lines_of(proc.stdout)
+        async with asyncio.timeout(10):
+            assert await anext(messages) == "1 bob: hello there"
+            assert await anext(messages) == '2 [important] host: {"event": "cohost"}'
+        await client.end_broadcast("hall")
+        async with asyncio.timeout(10):
+            note = await anext(notes)
+        assert note.startswith("-- reset: the room goes on in epoch "), note
+        # The ended broadcast's messages are not printed again: the next
+        # line is what comes after the end.
+        code, out, err = await liveroom("send", "hall", "next show", "--uid", "bob",
+                                        LIVEROOM_URL=node.url)
+        assert (code, out) == (0, "3\n"), err
+        async with asyncio.timeout(10):
+            assert await anext(messages) == "3 bob: next show"
+        proc.send_signal(signal.SIGINT)
+        async with asyncio.timeout(5):
+            assert await proc.wait() == 0
+        rest = await proc.stderr.read()
+        assert b"Traceback" not in rest, rest
 
 
 async def test_the_listen_command_prints_json_lines() -> None:
     async with running_node() as node, Client(node.url) as client:
         await client.send("hall", {"text": "hi"}, uid="bob")
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "liveroom", "listen", "hall", "--json", "--recent", "5",
-            "--url", node.url, env=clean_env(),
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-        try:
+        async with liveroom_process("listen", "hall", "--json", "--recent", "5",
+                                    "--url", node.url, env=clean_env()) as proc:
             assert proc.stdout is not None
             assert proc.stderr is not None
             async with asyncio.timeout(15):
@@ -381,10 +379,6 @@ async def test_the_listen_command_prints_json_lines() -> None:
             proc.send_signal(signal.SIGTERM)
             async with asyncio.timeout(5):
                 assert await proc.wait() == 0
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
 
 
 async def test_the_send_command_refused_and_without_a_uid() -> None:
