@@ -22,7 +22,7 @@ no ``_created`` series, no per-worker breakdown.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest, values
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -133,6 +133,23 @@ class Metrics:
             raise TypeError(f"{gauge!r} is not a gauge of Metrics")
         gauge.track(read)
         self._tracked.append(gauge)
+
+    def tally(self, counters: Sequence[Counter]) -> list[int]:
+        """Counts for ``counters`` (children of this object's counters) kept
+        in a list of plain integers, one each, for a hot path to add to (a
+        Prometheus increment takes a lock); they are added to the counters
+        and zeroed before every render and refresh."""
+        kept = tuple(counters)
+        counts = [0] * len(kept)
+
+        def flush() -> None:
+            for i, counter in enumerate(kept):
+                if counts[i]:
+                    counter.inc(counts[i])
+                    counts[i] = 0
+
+        self.before_render(flush)
+        return counts
 
     def before_render(self, flush: Callable[[], None]) -> None:
         """Call ``flush`` before every render and refresh: counts kept in plain

@@ -127,14 +127,13 @@ class Polls:
         self._loop: asyncio.AbstractEventLoop | None = None
         # Counted in plain integers and added to the metrics when they are
         # rendered or refreshed: a Prometheus increment takes a lock.
-        self.tally = [0] * 7
-        self._counters = [*(metrics.polls.labels(o) for o in OUTCOMES),
-                          metrics.deliveries.labels("important"),
-                          metrics.deliveries.labels("normal"),
-                          metrics.deliveries.labels("personal")]
+        self.tally = metrics.tally([*(metrics.polls.labels(o) for o in OUTCOMES),
+                                    metrics.deliveries.labels("important"),
+                                    metrics.deliveries.labels("normal"),
+                                    metrics.deliveries.labels("personal")])
         self._refused = metrics.refused_polls.labels("node_full")
         self._superseded = metrics.superseded_polls
-        metrics.before_render(self.flush_tally)
+        metrics.before_render(self._flush_holds)
 
     def loop_time(self) -> float:
         """The running loop's time (plain polls' deadlines are on it)."""
@@ -143,12 +142,8 @@ class Polls:
             loop = self._loop = asyncio.get_running_loop()
         return loop.time()
 
-    def flush_tally(self) -> None:
-        tally = self.tally
-        for i, counter in enumerate(self._counters):
-            if tally[i]:
-                counter.inc(tally[i])
-                tally[i] = 0
+    def _flush_holds(self) -> None:
+        """The hold's counts (refused and superseded polls) into the metrics."""
         holds = self.holds
         if holds.refused:
             self._refused.inc(holds.refused)

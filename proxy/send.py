@@ -78,11 +78,9 @@ class Sends:
         """The ticket verifier in ``ticket`` mode (set by the proxy); None: open."""
         self._clock = clock
         self._metrics = metrics
-        self._counters = (*(metrics.sends.labels(o)
-                            for o in ("stored", "duplicate", "limited", "unavailable")),
-                          metrics.store_errors.labels("append"))
-        self._tally = [0] * len(self._counters)
-        metrics.before_render(self.flush_tally)
+        self._tally = metrics.tally(
+            [*(metrics.sends.labels(o) for o in ("stored", "duplicate", "limited", "unavailable")),
+             metrics.store_errors.labels("append")])
         # A wrapper that hands other calls on to a log (by __getattr__) is not
         # taken for one that appends at once: its append is its own.
         self._append_at_once: AppendAtOnce | None = (
@@ -217,15 +215,6 @@ class Sends:
             answer = {"pseq": appended.seq, "epoch": appended.epoch, "to": to,
                       "private": self.tickets is not None}
         return document_reply(answer, use_msgpack=wants_msgpack(accept), status=201)
-
-    def flush_tally(self) -> None:
-        """Add what was counted since the last flush to the metrics (before
-        each scrape: a send counts in a list, not in a metric's lock)."""
-        tally = self._tally
-        for i, counter in enumerate(self._counters):
-            if tally[i]:
-                counter.inc(tally[i])
-                tally[i] = 0
 
 
 _STORED, _DUPLICATE, _LIMITED, _UNAVAILABLE, _APPEND_ERRORS = range(5)

@@ -170,10 +170,8 @@ class RoomCache:
         """Told which rooms this cache holds (a cluster subscribes their notifies)."""
         self._clock = clock
         self._metrics = metrics
-        self._notified = 0
-        """Notifies since the last scrape: counted in an int on each send, added
-        to the metric before a scrape (a metric's inc takes a lock)."""
-        metrics.before_render(self._flush_notified)
+        self._notified = metrics.tally([metrics.notifies])
+        """Notifies since the last scrape (one a send): a plain count."""
         self.retention = retention
         self._limits = limits
         self.name = name
@@ -481,7 +479,7 @@ class RoomCache:
     def on_notify(self, room: str, seq: int) -> None:
         """A hint that ``room`` reached ``seq`` (0: that it changed otherwise):
         pull it if we hold it and lag."""
-        self._notified += 1
+        self._notified[0] += 1
         state = self._get(room)
         if state is None:
             return
@@ -495,11 +493,6 @@ class RoomCache:
         for cached in (self._rooms, self._pinned, self._parked):
             for room in list(cached) if rooms is None else [r for r in rooms if r in cached]:
                 self.request_pull(room)
-
-    def _flush_notified(self) -> None:
-        if self._notified:
-            self._metrics.notifies.inc(self._notified)
-            self._notified = 0
 
     def request_pull(self, room: str) -> None:
         self._dirty[room] = None
