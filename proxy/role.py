@@ -25,7 +25,8 @@ from liveroom.whitelist import VipList
 
 from .auth import Tokens
 from .context import ContextSigner
-from .front import UNSENT_MAX, WRITE_HIGH, Front, FrontLimits
+from .front import Front
+from .front_limits import UNSENT_MAX, WRITE_HIGH, FrontLimits
 from .heartbeats import Heartbeats
 from .hold import Holds, held_capacity
 from .operators import OperatorRoutes
@@ -77,7 +78,7 @@ class Proxy:
             connections_per_ip=settings.connections_per_ip,
             trusted_proxies=settings.trusted_proxies, write_timeout=settings.write_timeout,
             unsent_max=unsent_max(settings)))
-        self.front.on_refused = metrics.refused_connections.inc
+        self.front.admission.on_refused = metrics.refused_connections.inc
         self.front.on_shed = lambda reason: metrics.shed_connections.labels(reason).inc()
         metrics.track(metrics.connections, lambda: self.front.open_connections)
         metrics.track(metrics.held_polls, self.held_polls)

@@ -26,10 +26,11 @@ from liveroom.roles import RoomReader, StatsReader
 from liveroom.settings import Settings
 
 from .auth import Right, Tokens, bearer
-from .front import FrontLimits, parse_query
+from .front_limits import FrontLimits
 from .params import parse_members_page, parse_series_range
 from .poll import Poll, Polls
 from .reply import Reply, document_reply, error_reply, failure_reply
+from .routing import parse_query
 from .send import Sends
 from .tickets import Tickets
 

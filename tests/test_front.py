@@ -21,7 +21,7 @@ from support import ADMIN_HEADERS, Listener, Running, read_response, running_nod
 
 from liveroom.clock import FakeClock
 from liveroom.settings import Settings
-from proxy.front import FrontLimits
+from proxy.front_limits import FrontLimits
 
 Raw = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
@@ -304,7 +304,7 @@ async def test_connections_past_the_cap_are_answered_503_and_closed() -> None:
                         503, "close", "1")
                     assert json.loads(body)["error"] == "overloaded"
                     assert await closed_by_server(r4)
-                assert front.refused == 1
+                assert front.admission.refused == 1
                 assert front.open_connections == 3
             # One left: the next is served.
             async with asyncio.timeout(5):

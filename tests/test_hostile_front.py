@@ -271,14 +271,14 @@ async def test_one_address_cannot_take_more_than_its_connections() -> None:
                     assert json.loads(body)["error"] == "overloaded"
                     assert "your address" in json.loads(body)["message"]
                     assert await closed_by_server(r4)
-                assert front.per_address == {"127.0.0.1": 3}
-                assert front.refused_per_ip == 1
+                assert front.admission.per_address == {"127.0.0.1": 3}
+                assert front.admission.refused_per_ip == 1
             # One closed: the next is served.
-            assert await until(lambda: front.per_address == {"127.0.0.1": 2}, 5)
+            assert await until(lambda: front.admission.per_address == {"127.0.0.1": 2}, 5)
             async with connect(node) as (r5, w5):
                 w5.write(get("/v1/rooms/ip/poll?uid=v"))
                 assert (await read_response(r5))[0] == 200
-        assert await until(lambda: not front.per_address, 5)  # aiohttp's too
+        assert await until(lambda: not front.admission.per_address, 5)  # aiohttp's too
         async with aiohttp.ClientSession() as session, session.get(
                 f"{node.url}/metrics", headers=ADMIN_HEADERS) as resp:
             assert 'liveroom_connections_shed_total{reason="per_ip"} 1.0' in await resp.text()
@@ -300,7 +300,7 @@ async def test_x_forwarded_for_names_the_client_only_behind_a_trusted_proxy() ->
             assert json.loads(body)["error"] == "overloaded"
             w4.write(get("/v1/rooms/xf/poll?uid=u", "X-Forwarded-For: 203.0.113.9"))
             assert (await read_response(r4))[0] == 200
-            assert front.per_address == {"198.51.100.7": 2, "203.0.113.9": 1}
+            assert front.admission.per_address == {"198.51.100.7": 2, "203.0.113.9": 1}
     # From anyone else, X-Forwarded-For says nothing: the connection's address counts.
     async with running_node(connections_per_ip=2, trusted_proxies=()) as node, \
             connect(node) as (r1, w1), connect(node) as (_r2, _w2), connect(node) as (r3, _w3):
@@ -326,7 +326,7 @@ async def test_a_flood_of_refused_requests_does_not_keep_a_listener_out() -> Non
                 writer.write(get("/v1/rooms/fd/poll?uid=listener"))
                 assert (await read_response(reader))[0] == 200
             assert await cut_off(r1)
-            assert (front.evicted, front.refused) == (1, 0)
+            assert (front.admission.evicted, front.admission.refused) == (1, 0)
 
 
 @pytest.mark.parametrize("loop_factory", LOOPS)

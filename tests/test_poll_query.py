@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from yarl import URL
 
 from liveroom.model import is_digits, is_name, is_room
-from proxy.front import POLL, SEND, parse_query, route
+from proxy.routing import POLL, SEND, parse_query, route
 
 NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 ROOM = re.compile(r"(?!\.+\Z)[A-Za-z0-9_.\-]{1,64}")

@@ -1,0 +1,64 @@
+"""Flow control of one front connection: a client that does not read its
+answers is not read either, and has ``write_timeout`` to take them.
+
+As uvicorn's ``FlowControl``: the transport calls ``pause_writing`` past its
+high-water mark (:data:`~.front_limits.WRITE_HIGH`) and ``resume_writing``
+below a quarter of it; while writing is paused the connection answers
+nothing more and reads nothing more, and the write deadline runs. Reading
+also pauses on its own while a client is ahead of its answers
+(``max_pipelined`` requests wait). The front keeps the connections whose
+reading is paused in one set (its sweep asks ``poll(2)`` about them: a paused
+transport sees no FIN) and their write deadlines in one
+:class:`~.deadlines.Deadlines`: never a timer per connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Generic, TypeVar
+
+from .deadlines import Deadlines
+
+C = TypeVar("C")
+
+
+class FlowControl(Generic[C]):
+    """Reading and writing, paused or not, for ``owner`` (a connection)."""
+
+    __slots__ = ("_deadlines", "_owner", "_paused", "_timeout", "reading_paused",
+                 "write_due", "writing_paused")
+
+    def __init__(self, owner: C, paused: set[C], deadlines: Deadlines[C],
+                 write_timeout: float) -> None:
+        self._owner = owner
+        self._paused = paused
+        self._deadlines = deadlines
+        self._timeout = write_timeout
+        self.reading_paused = False
+        self.writing_paused = False
+        self.write_due = -1
+        """Key of the owner's write deadline in ``deadlines`` (-1: none)."""
+
+    def pause_reading(self, transport: asyncio.Transport) -> None:
+        if not self.reading_paused:
+            self.reading_paused = True
+            self._paused.add(self._owner)
+            transport.pause_reading()
+
+    def resume_reading(self, transport: asyncio.Transport) -> None:
+        if self.reading_paused:
+            self.reading_paused = False
+            self._paused.discard(self._owner)
+            transport.resume_reading()
+
+    def arm_write(self) -> None:
+        """The client has ``write_timeout`` from now to take what was written
+        (kept if already running)."""
+        if self.write_due < 0:
+            self.write_due = self._deadlines.add(
+                self._owner, asyncio.get_running_loop().time() + self._timeout)
+
+    def disarm_write(self) -> None:
+        if self.write_due >= 0:
+            self._deadlines.discard(self._owner, self.write_due)
+            self.write_due = -1

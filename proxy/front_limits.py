@@ -1,0 +1,72 @@
+"""The front's bounds: what one request, one connection and one node may take.
+
+Every limit a hostile client could push against is here, with what it costs
+when it is reached (docs/operations.md gives the settings behind them).
+"""
+
+from __future__ import annotations
+
+import resource
+from dataclasses import dataclass
+
+CONNECTION_RESERVE = 64
+"""Open files a node keeps beyond its connections (at least; a hundredth of a
+large limit): store connections, log files, the metrics directory."""
+WRITE_HIGH = 64 * 1024
+"""The transport's high-water mark (asyncio's and uvloop's default, left as
+it is): past it, writing pauses (and reading with it) and the write deadline
+runs; below a quarter of it, both resume."""
+UNSENT_MAX = 1024 * 1024
+"""Bytes of answers written but not yet taken by the client's socket, at
+most (unless a node's answers may be larger, see
+:attr:`FrontLimits.unsent_max`). Flow control keeps a connection to
+:data:`WRITE_HIGH` plus one answer; past this bound it is aborted at once,
+whatever its write deadline."""
+
+
+@dataclass(frozen=True, slots=True)
+class FrontLimits:
+    max_url: int = 8192
+    """Bytes of a request's URL (414 beyond)."""
+    max_headers: int = 100
+    max_header_bytes: int = 16 * 1024
+    """Header lines and their bytes (431 beyond)."""
+    header_timeout: float = 10.0
+    """Seconds from a request's first byte to the end of its head."""
+    body_timeout: float = 10.0
+    """Seconds from a request's head to the end of its body (408 beyond)."""
+    idle_timeout: float = 15.0
+    """Seconds an idle keep-alive connection stays open."""
+    max_pipelined: int = 4
+    """Complete requests waiting their turn; past them, what was read stays
+    unparsed and reading pauses. Parsed requests cost about 700 bytes of small
+    objects each (the rest of a read waits as one buffer): 16 per connection
+    let 1 000 clients that never read leave a node 10 MiB bigger after they
+    were cut (Python's allocator keeps an arena while one object in it
+    lives); 4 leave 4.5 MiB (``loadtest/bench_hostile.py``). Real clients do
+    not pipeline further than that."""
+    max_request_bytes: int = 128 * 1024
+    """Bytes read for one request, head, body and framing together (413 and
+    close beyond): bounds what chunk extensions and padding can make a node
+    read, since llhttp reports neither."""
+    connections_max: int = 0
+    """Open connections per node (0: :func:`connection_capacity`)."""
+    connections_per_ip: int = 0
+    """Open connections per client address (an IPv6 one: its /64); 0: no limit."""
+    trusted_proxies: tuple[str, ...] = ()
+    """Addresses and networks whose connections name their client in
+    ``X-Forwarded-For`` (and are not capped themselves)."""
+    write_timeout: float = 30.0
+    """Seconds a connection's unsent answers may stay above the low-water
+    mark (or unsent at all once it closes) before it is aborted."""
+    unsent_max: int = UNSENT_MAX
+    """Bytes of unsent answers past which a connection is aborted at once."""
+
+
+def connection_capacity() -> int:
+    """Connections this process may keep open: its open-file limit less the
+    reserve."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 20
+    return max(16, soft - max(CONNECTION_RESERVE, soft // 100))
