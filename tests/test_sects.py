@@ -208,7 +208,7 @@ async def test_a_storm_in_a_vip_room_does_not_delay_normal_pulls(
         store: Store, fake_clock: FakeClock) -> None:
     gated = GatedLog(store.log, held={"stage", "stage2"})
     node = Node(store, fake_clock, vip_log=cast(MessageLog, gated),
-                vip_limits=SectLimits(batch=1, concurrency=1))
+                vip_limits=SectLimits(pull_batch=1, pull_concurrency=1))
     node.whitelist.update({"stage", "stage2"})
     await node.sects.start()
     try:
@@ -395,7 +395,7 @@ async def test_a_cache_stops_when_its_store_swallows_the_cancel(
     (a node with many rooms to pull took minutes to stop)."""
     log = SwallowingLog(store.log)
     cache = RoomCache(cast(MessageLog, log), fake_clock, Metrics(),
-                      limits=SectLimits(batch=1, concurrency=1))
+                      limits=SectLimits(pull_batch=1, pull_concurrency=1))
     await cache.start()
     for i in range(200):
         cache.request_pull(f"room-{i}")
