@@ -267,7 +267,7 @@ async def test_the_whitelist_is_read_at_start_and_every_refresh(
         engine_url: str, fake_clock: FakeClock) -> None:
     async with opened(engine_url, TEST_POLICY, fake_clock) as store:
         await pin(store, "stage")
-        vips = VipList(store.operators, fake_clock, refresh=2.0)
+        vips = VipList(store.operators, fake_clock, vip_refresh=2.0)
         changes: list[frozenset[str]] = []
         vips.on_change(changes.append)
         await vips.start()
@@ -299,7 +299,7 @@ async def test_a_read_in_flight_does_not_undo_a_local_change(
         engine_url: str, fake_clock: FakeClock) -> None:
     async with opened(engine_url, TEST_POLICY, fake_clock) as store:
         gated = GatedOperators(store.operators)
-        vips = VipList(cast(Operators, gated), fake_clock, refresh=2.0)
+        vips = VipList(cast(Operators, gated), fake_clock, vip_refresh=2.0)
         await vips.start()
         try:
             gated.gate.clear()
@@ -326,7 +326,7 @@ async def test_a_store_outage_keeps_the_last_list_and_logs_once(
         caplog: pytest.LogCaptureFixture) -> None:
     async with opened(redis_url, TEST_POLICY, fake_clock) as store:
         await pin(store, "stage")
-        vips = VipList(store.operators, fake_clock, refresh=1.0)
+        vips = VipList(store.operators, fake_clock, vip_refresh=1.0)
         await vips.start()
         try:
             redis_server.stop()
@@ -353,7 +353,7 @@ async def test_start_with_the_store_down_gives_up_in_time(
     async with opened(redis_url, TEST_POLICY, fake_clock) as store:
         await pin(store, "stage")
         redis_server.stop()
-        vips = VipList(store.operators, fake_clock, refresh=1.0, start_wait=0.5)
+        vips = VipList(store.operators, fake_clock, vip_refresh=1.0, start_wait=0.5)
         try:
             async with asyncio.timeout(5):
                 await vips.start()
