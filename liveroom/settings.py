@@ -644,8 +644,14 @@ def flag_of(name: str) -> str:
     return spec.flag or "--" + name.replace("_", "-")
 
 
+ENV_PREFIX = "LIVEROOM_"
+"""Of every setting's environment variable (:func:`env_of`), and of the CLI
+clients' own (``LIVEROOM_URL``...), which name no setting."""
+
+
 def env_of(name: str) -> str:
-    return "LIVEROOM_" + name.upper()
+    """The environment variable of setting ``name``: ``LIVEROOM_NAME``."""
+    return ENV_PREFIX + name.upper()
 
 
 def default_text(name: str) -> str:
