@@ -28,6 +28,8 @@ from .errors import BadRequest, ConfigError, LiveroomError
 from .model import check_name
 from .sects import Sect
 from .settings import (
+    DEFAULTS,
+    ENV_PREFIX,
     SECRET_SETTINGS,
     SECRETS,
     TICKET_KEY_MIN,
@@ -62,7 +64,10 @@ if TYPE_CHECKING:
     from .store.base import Store
     from .whitelist import SectChange
 
-_D = Settings()
+URL_ENV, TICKET_ENV, UID_ENV = (ENV_PREFIX + name for name in ("URL", "TICKET", "UID"))
+"""The clients' own environment variables (``listen``, ``send``, the operators'
+commands), beside those of the settings they share with the server
+(:func:`~liveroom.settings.env_of`: ``--admin-token``, ``--token``)."""
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -81,7 +86,7 @@ def _announce(node: Node) -> None:
         # Ready to paste: the CLI and the examples in the README read these.
         click.echo("  tokens made up for this run (the memory store keeps nothing); "
                    "in another shell:")
-        click.echo(f"    export LIVEROOM_URL=http://{s.host}:{s.port}")
+        click.echo(f"    export {URL_ENV}=http://{s.host}:{s.port}")
         for name, value in made_up.items():
             click.echo(f"    export {env_of(name)}={value}")
     click.echo("  stop with Ctrl-C", nl=True)
@@ -110,7 +115,7 @@ def _store_problems(store: str, auth_given: bool,
         problems.append(
             f"--auth: a shared store ({store}) is a deployment: say who may speak with "
             f"--auth ticket --ticket-key KEY (signed tickets name the uid) or, knowingly, "
-            f"--auth open (clients name their own uid); or set LIVEROOM_AUTH")
+            f"--auth open (clients name their own uid); or set {env_of('auth')}")
     missing = unset_secrets(secrets)
     if missing:
         flags = ", ".join(flag_of(name) for name in missing)
@@ -298,7 +303,7 @@ def _rooms(ctx: click.Context, param: click.Parameter,
               help="The holder may send important messages in its rooms.")
 @click.option("--key", default=None,
               help="The HS256 key to sign with [default: the first of "
-                   "LIVEROOM_TICKET_KEYS].")
+                   f"{env_of('ticket_keys')}].")
 def ticket(uid: str, rooms: tuple[str, ...], any_room: bool, ttl: int, publish: bool,
            key: str | None) -> None:
     """Print one ticket for UID, signed as your backend would sign it.
@@ -308,9 +313,9 @@ def ticket(uid: str, rooms: tuple[str, ...], any_room: bool, ttl: int, publish: 
     ?ticket=TICKET on a poll.
     """
     if key is None:
-        key = os.environ.get("LIVEROOM_TICKET_KEYS", "").split(",")[0].strip() or None
+        key = os.environ.get(env_of("ticket_keys"), "").split(",")[0].strip() or None
     if key is None:
-        raise click.UsageError("give --key or set LIVEROOM_TICKET_KEYS")
+        raise click.UsageError(f"give --key or set {env_of('ticket_keys')}")
     if len(key.encode()) < TICKET_KEY_MIN:
         raise click.BadParameter(f"a ticket key must be at least {TICKET_KEY_MIN} bytes",
                                  param_hint="--key")
@@ -350,10 +355,10 @@ def _operators_options(command: F) -> F:
              "through a running server; not with the embedded memory store, which "
              "lives inside the server.")(command)
     command = click.option(
-        "--admin-token", envvar="LIVEROOM_ADMIN_TOKEN", show_envvar=True,
+        "--admin-token", envvar=env_of("admin_token"), show_envvar=True,
         help="The server's admin token (not needed with --store).")(command)
     command = click.option(
-        "--url", default=DEFAULT_URL, show_default=True, envvar="LIVEROOM_URL",
+        "--url", default=DEFAULT_URL, show_default=True, envvar=URL_ENV,
         show_envvar=True, help="A running liveroom server (any node over the store).")(command)
     return command
 
@@ -384,9 +389,9 @@ def _operate(url: str, admin_token: str | None, store: str | None,
                     return await via_server(client)
                 except ClientError as exc:
                     raise _clear(exc, None if admin_token else
-                                 "give --admin-token or set LIVEROOM_ADMIN_TOKEN") from None
+                                 f"give --admin-token or set {env_of('admin_token')}") from None
         try:
-            engine = open_store(store, _D.log_policy(), SystemClock(), node_id="cli")
+            engine = open_store(store, DEFAULTS.log_policy(), SystemClock(), node_id="cli")
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--store") from None
         # No start(): a one-shot command needs no notify channel (the engine
@@ -583,7 +588,7 @@ def room_end(room_name: str, url: str, admin_token: str | None, store: str | Non
 
     async def through_store(store: Store) -> tuple[str, int]:
         ended = await store.operators.end_broadcast(room_name, int(SystemClock().time() * 1000),
-                                      int(_D.history_ttl * 1000))
+                                      int(DEFAULTS.history_ttl * 1000))
         return ended.epoch, ended.broadcast
 
     async def through_server(c: Client) -> tuple[str, int]:
@@ -599,16 +604,17 @@ def room_end(room_name: str, url: str, admin_token: str | None, store: str | Non
 
 def _url_option(command: F) -> F:
     return click.option(
-        "--url", default=DEFAULT_URL, show_default=True, envvar="LIVEROOM_URL",
+        "--url", default=DEFAULT_URL, show_default=True, envvar=URL_ENV,
         show_envvar=True, help="A running liveroom server (any node).")(command)
 
 
 def _ticket_option(command: F) -> F:
     return click.option(
-        "--ticket", envvar="LIVEROOM_TICKET", show_envvar=True,
+        "--ticket", envvar=TICKET_ENV, show_envvar=True,
         help="A ticket your backend signed (servers run with --auth ticket): it names "
              "the uid; see `liveroom ticket`. Given as a flag, it wins over the "
-             "environment's LIVEROOM_UID (and, for send, LIVEROOM_PUBLISHER_TOKEN).")(command)
+             f"environment's {UID_ENV} (and, for send, "
+             f"{env_of('publisher_token')}).")(command)
 
 
 def _flags_first(ctx: click.Context, credentials: tuple[str, ...]) -> tuple[str, list[str]]:
@@ -683,16 +689,16 @@ def _notes(answer: Answer, first: bool) -> list[str]:
 
 @main.command()
 @click.argument("room_name", metavar="ROOM", callback=_room)
-@click.option("--uid", callback=_optional_uid, envvar="LIVEROOM_UID", show_envvar=True,
+@click.option("--uid", callback=_optional_uid, envvar=UID_ENV, show_envvar=True,
               help="Who listens (open mode) [default: a made-up listener-XXXXXX; with "
                    "--ticket, the ticket's].")
 @_ticket_option
 @_url_option
-@click.option("--recent", type=click.IntRange(0, _D.recent_max), default=None,
-              help=f"Normal messages to show from before now (0-{_D.recent_max}) "
-                   f"[default: the server's, {_D.recent_default}].")
-@click.option("--timeout", type=click.IntRange(1, _D.poll_timeout_max),
-              default=int(_D.poll_timeout), show_default=True,
+@click.option("--recent", type=click.IntRange(0, DEFAULTS.recent_max), default=None,
+              help=f"Normal messages to show from before now (0-{DEFAULTS.recent_max}) "
+                   f"[default: the server's, {DEFAULTS.recent_default}].")
+@click.option("--timeout", type=click.IntRange(1, DEFAULTS.poll_timeout_max),
+              default=int(DEFAULTS.poll_timeout), show_default=True,
               help="Seconds the server holds each poll when nothing happens.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print each message as one JSON object a line (seq, uid, important, "
@@ -762,13 +768,13 @@ def listen(room_name: str, uid: str | None, ticket: str | None, url: str,
     except ClientError as exc:
         if aside:
             note(_left_aside_note(ctx, flags, aside))
-        raise _clear(exc, None if ticket else "give --ticket or set LIVEROOM_TICKET") from None
+        raise _clear(exc, None if ticket else f"give --ticket or set {TICKET_ENV}") from None
 
 
 @main.command()
 @click.argument("room_name", metavar="ROOM", callback=_room)
 @click.argument("text")
-@click.option("--uid", callback=_optional_uid, envvar="LIVEROOM_UID", show_envvar=True,
+@click.option("--uid", callback=_optional_uid, envvar=UID_ENV, show_envvar=True,
               help="Who sends (open mode, or for the --token holder) [default: a "
                    "made-up sender-XXXXXX, said on stderr; with --ticket, the ticket's].")
 @click.option("--important", is_flag=True,
@@ -781,10 +787,11 @@ def listen(room_name: str, uid: str | None, ticket: str | None, url: str,
 @click.option("--json", "as_json", is_flag=True,
               help="TEXT is a JSON value (an object, a number...), sent as the body as is.")
 @click.option("--client-msg-id", default=None, metavar="ID",
-              help="Sending twice with one id within 10 minutes stores it once "
+              help="Sending twice with one id within the server's --dedup-ttl "
+                   f"({default_text('dedup_ttl')} s unless told otherwise) stores it once "
                    "[default: made up].")
 @_ticket_option
-@click.option("--token", envvar="LIVEROOM_PUBLISHER_TOKEN", show_envvar=True,
+@click.option("--token", envvar=env_of("publisher_token"), show_envvar=True,
               help="The publisher (or admin) token: your backend speaking for --uid, not "
                    "rate limited; needed for --important without a publishing ticket. "
                    "Not used from the environment when --ticket is given as a flag.")
@@ -846,9 +853,9 @@ def send(room_name: str, text: str, uid: str | None, important: bool, to: str | 
     except ClientError as exc:
         if aside:
             click.echo(_left_aside_note(ctx, flags, aside), err=True)
-        hint = ("give --token or set LIVEROOM_PUBLISHER_TOKEN"
+        hint = (f"give --token or set {env_of('publisher_token')}"
                 if (important or to) and not token
-                else None if ticket or token else "give --ticket or set LIVEROOM_TICKET")
+                else None if ticket or token else f"give --ticket or set {TICKET_ENV}")
         raise _clear(exc, hint) from None
     click.echo(said)
 

@@ -92,7 +92,7 @@ def build_node(settings: Settings, clock: Clock | None = None,
         store = open_store(settings.store, settings.log_policy(), clock,
                            node_id=settings.name)
     metrics = Metrics()
-    vip_list = VipList(store.operators, clock, refresh=settings.vip_refresh,
+    vip_list = VipList(store.operators, clock, vip_refresh=settings.vip_refresh,
                        rule=settings.vip_rule(), metrics=metrics)
     recvsvr = Recvsvr.configured(settings, store.log, store.notifier, vip_list.is_vip,
                                  clock, metrics)

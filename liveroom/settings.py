@@ -621,6 +621,11 @@ def declared() -> list[tuple[str, Spec, Any]]:
     return [(f.name, f.metadata["spec"], f.default) for f in fields(Settings)]
 
 
+DEFAULTS = Settings()
+"""Every setting at its declared default: where a role's class built without a
+:class:`Settings` (tests, benchmarks) takes a setting's default, so that it is
+written once, in its declaration (``stats_write_every=DEFAULTS.stats_write_every``)."""
+
 SECRETS = tuple(name for name, spec, _ in declared() if spec.secret)
 """The settings that are secrets (``liveroom secrets`` makes them all)."""
 SECRET_SETTINGS = tuple(name for name in SECRETS
@@ -639,8 +644,14 @@ def flag_of(name: str) -> str:
     return spec.flag or "--" + name.replace("_", "-")
 
 
+ENV_PREFIX = "LIVEROOM_"
+"""Of every setting's environment variable (:func:`env_of`), and of the CLI
+clients' own (``LIVEROOM_URL``...), which name no setting."""
+
+
 def env_of(name: str) -> str:
-    return "LIVEROOM_" + name.upper()
+    """The environment variable of setting ``name``: ``LIVEROOM_NAME``."""
+    return ENV_PREFIX + name.upper()
 
 
 def default_text(name: str) -> str:

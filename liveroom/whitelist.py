@@ -2,7 +2,7 @@
 
 Every room's sect record (:mod:`liveroom.sects`) is kept in the store
 (``Operators.vip_records``); every node keeps them in memory and rereads them
-in a background task every ``refresh`` seconds of the node's clock. Nothing on
+in a background task every ``vip_refresh`` seconds of the node's clock. Nothing on
 a poll's path reads the store: :meth:`VipList.is_vip` is a set lookup.
 
 **The rule.** After each reread, a node with a rule (``--auto-vip on``)
@@ -53,6 +53,7 @@ from .errors import StoreUnavailable
 from .lifecycle import Outage, Periodic
 from .metrics import Metrics
 from .sects import NONE, Sect, VipRecord, VipRule, decode, encode, forgotten, observe
+from .settings import DEFAULTS
 from .store.base import MessageLog, Operators, VipSwap
 
 logger = logging.getLogger("liveroom.whitelist")
@@ -138,10 +139,10 @@ class VipList:
     """The rooms' sects as this node knows them, refreshed in the background,
     and the automatic rule (``rule``; ``None``: off)."""
 
-    def __init__(self, operators: Operators, clock: Clock, *, refresh: float = 2.0,
-                 start_wait: float = 5.0, rule: VipRule | None = None,
-                 metrics: Metrics | None = None) -> None:
-        if refresh <= 0:
+    def __init__(self, operators: Operators, clock: Clock, *,
+                 vip_refresh: float = DEFAULTS.vip_refresh, start_wait: float = 5.0,
+                 rule: VipRule | None = None, metrics: Metrics | None = None) -> None:
+        if vip_refresh <= 0:
             raise ValueError("the vip refresh period must be positive")
         self._operators = operators
         self._clock = clock
@@ -151,7 +152,7 @@ class VipList:
         self._listeners: list[OnChange] = []
         self._merged: Merged = lambda: ()
         self._trusted: Trusted = lambda room: None
-        self._refresher = Periodic("vip-refresh", refresh, self.refresh, clock, logger)
+        self._refresher = Periodic("vip-refresh", vip_refresh, self.refresh, clock, logger)
         self._noted = 0
         """Changes noted locally: a reread started before the last one is stale."""
         self._outage = Outage(logger)

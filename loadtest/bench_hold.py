@@ -16,7 +16,7 @@ For each policy asked (``--policy on``, ``off`` or ``both``) this driver
    client is visible: near 100 % of one core it is the client, not the server,
    that sets the pace) and of the server, the room's online count, and the
    loopback round trip of ``GET /healthz``;
-4. reads the per-poll records the locustfile writes (``LIVEROOM_REPORT``) and
+4. reads the per-poll records the locustfile writes (``LOADTEST_REPORT``) and
    measures over the last ``--measure`` seconds (ending 2 s before locust
    stops, so the ramp-up is left out): **requests per listener per minute**
    (polls sent), the messages each listener received (the real send rates),
@@ -299,15 +299,15 @@ def run_locust(plan: Plan, url: str, port: int, token: str,
     env = {
         **os.environ,
         "PYTHONPATH": str(REPO),
-        "LIVEROOM_ROOM": room,
-        "LIVEROOM_POLL_TIMEOUT": str(plan.poll_timeout),
-        "LIVEROOM_SENDERS": "1",
-        "LIVEROOM_SEND_RATE": f"{plan.rate:g}",
-        "LIVEROOM_IMPORTANT_EVERY": "0",
-        "LIVEROOM_IMPORTANT_RATE": f"{1 / plan.important_every:g}" if plan.important_every else "0",
+        "LOADTEST_ROOM": room,
+        "LOADTEST_POLL_TIMEOUT": str(plan.poll_timeout),
+        "LOADTEST_SENDERS": "1",
+        "LOADTEST_SEND_RATE": f"{plan.rate:g}",
+        "LOADTEST_IMPORTANT_EVERY": "0",
+        "LOADTEST_IMPORTANT_RATE": f"{1 / plan.important_every:g}" if plan.important_every else "0",
         "LIVEROOM_PUBLISHER_TOKEN": token,
-        "LIVEROOM_SEND_AS_PUBLISHER": "1",
-        "LIVEROOM_REPORT": str(report),
+        "LOADTEST_SEND_AS_PUBLISHER": "1",
+        "LOADTEST_REPORT": str(report),
     }
     users = plan.listeners + 1 + (1 if plan.important_every else 0)
     classes = ["ListenerUser", "SenderUser"] + (

@@ -60,10 +60,10 @@ def run(kind: str, args: argparse.Namespace, results: Path) -> dict[str, float]:
     with server(REPO, TIERS[kind], results / f"locust-{kind}-server.log", token) as (url, proc):
         port = int(url.rsplit(":", 1)[1])
         room = f"locust-{kind}"
-        env = {**os.environ, "PYTHONPATH": str(REPO), "LIVEROOM_ROOM": room,
-               "LIVEROOM_POLL_TIMEOUT": "25", "LIVEROOM_SENDERS": "1",
-               "LIVEROOM_SEND_RATE": f"{args.rate:g}", "LIVEROOM_PUBLISHER_TOKEN": token,
-               "LIVEROOM_SEND_AS_PUBLISHER": "1"}
+        env = {**os.environ, "PYTHONPATH": str(REPO), "LOADTEST_ROOM": room,
+               "LOADTEST_POLL_TIMEOUT": "25", "LOADTEST_SENDERS": "1",
+               "LOADTEST_SEND_RATE": f"{args.rate:g}", "LIVEROOM_PUBLISHER_TOKEN": token,
+               "LOADTEST_SEND_AS_PUBLISHER": "1"}
         command = [sys.executable, "-m", "locust", "-f", str(HERE / "locustfile.py"),
                    "--headless", "-u", str(args.users + 1), "-r", f"{args.spawn_rate:g}",
                    "-t", f"{args.duration:g}s", "--host", url, "--csv", str(prefix),

@@ -173,7 +173,7 @@ async def run_row(url: str, out: OutBytes, members_n: int, nodes_n: int, shards:
             sim = nodes[i % nodes_n]
             sim.shards[shard_of(member, shards)].add(member)
         await write_all(store.stats, nodes)
-        merge = Merge(store.stats, SystemClock(), every=1.0)
+        merge = Merge(store.stats, SystemClock(), merge_every=1.0)
         await asyncio.sleep(0.3)  # replication and the writes' answers settle
         gc.collect()
         tracemalloc.start()

@@ -20,25 +20,27 @@ Users
     ``ctx`` of the last answer, as a real client does (the server does the
     waiting). ``SenderUser`` posts ``{"uid", "body": {"text", "sent_at"}}`` to
     ``/v1/rooms/{room}/messages``, every Nth one important.
-    ``ImportantSenderUser`` (only with ``LIVEROOM_IMPORTANT_RATE``; one of it)
+    ``ImportantSenderUser`` (only with ``LOADTEST_IMPORTANT_RATE``; one of it)
     posts only important messages, evenly spaced, at its own phase.
 
-Environment
-    ``LIVEROOM_ROOM``              room every user joins (default ``loadtest``)
-    ``LIVEROOM_POLL_TIMEOUT``      the poll's ``timeout`` in seconds, 1-60 (default 25)
-    ``LIVEROOM_SEND_RATE``         sends per second per sender (default 1)
-    ``LIVEROOM_IMPORTANT_EVERY``   every Nth send is important (default 0: never)
-    ``LIVEROOM_PUBLISHER_TOKEN``   bearer token for important sends
-    ``LIVEROOM_LISTENER_WEIGHT``   weight of ListenerUser (default 50)
-    ``LIVEROOM_SENDER_WEIGHT``     weight of SenderUser (default 1; 0 leaves senders out)
-    ``LIVEROOM_SENDERS``           exactly this many SenderUsers, whatever the weights
+Environment (``LOADTEST_*``: the load's own; a ``LIVEROOM_*`` name is a server
+setting's, read here only for the publisher token it sets)
+    ``LOADTEST_ROOM``              room every user joins (default ``loadtest``)
+    ``LOADTEST_POLL_TIMEOUT``      the poll's ``timeout`` in seconds, 1-60 (default 25)
+    ``LOADTEST_SEND_RATE``         sends per second per sender (default 1)
+    ``LOADTEST_IMPORTANT_EVERY``   every Nth send is important (default 0: never)
+    ``LIVEROOM_PUBLISHER_TOKEN``   bearer token for important sends: the server's
+                                   own setting (``--publisher-token``), same value
+    ``LOADTEST_LISTENER_WEIGHT``   weight of ListenerUser (default 50)
+    ``LOADTEST_SENDER_WEIGHT``     weight of SenderUser (default 1; 0 leaves senders out)
+    ``LOADTEST_SENDERS``           exactly this many SenderUsers, whatever the weights
                                    (default 0: by weight); they start first
-    ``LIVEROOM_SEND_AS_PUBLISHER`` 1: normal sends carry the publisher token too
-    ``LIVEROOM_IMPORTANT_RATE``    important messages a second sent by one extra
+    ``LOADTEST_SEND_AS_PUBLISHER`` 1: normal sends carry the publisher token too
+    ``LOADTEST_IMPORTANT_RATE``    important messages a second sent by one extra
                                    ``ImportantSenderUser`` (default 0: no such user)
-    ``LIVEROOM_REPORT``            write every poll's figures as JSON to this file
+    ``LOADTEST_REPORT``            write every poll's figures as JSON to this file
                                    when locust quits (``.PID`` appended on workers)
-    ``LIVEROOM_HOSTS``             comma-separated base URLs (``http://127.0.0.2:8080,
+    ``LOADTEST_HOSTS``             comma-separated base URLs (``http://127.0.0.2:8080,
                                    http://127.0.0.3:8080``): users are spread over
                                    them in turn, instead of all going to ``--host``.
                                    One client address reaches one server address
@@ -79,7 +81,7 @@ percentiles):
         the adaptive hold's interval of the room's tier at that moment (0 for a
         plain long poll), so the median shows which tier the room was in.
 
-With ``LIVEROOM_REPORT`` set, each locust process also keeps one record per
+With ``LOADTEST_REPORT`` set, each locust process also keeps one record per
 poll (listener, when it was sent and answered, the pause since the listener's
 previous answer, messages and important messages carried, ``interval_ms``), one
 per important message received (listener, when, the sender's ``sent_at``) and
@@ -119,43 +121,50 @@ def _env_float(name: str, default: float) -> float:
     return float(raw) if raw else default
 
 
-ROOM = os.environ.get("LIVEROOM_ROOM", "").strip() or "loadtest"
-POLL_TIMEOUT = _env_int("LIVEROOM_POLL_TIMEOUT", 25)
-SEND_RATE = _env_float("LIVEROOM_SEND_RATE", 1.0)
-IMPORTANT_EVERY = _env_int("LIVEROOM_IMPORTANT_EVERY", 0)
+ROOM = os.environ.get("LOADTEST_ROOM", "").strip() or "loadtest"
+POLL_TIMEOUT = _env_int("LOADTEST_POLL_TIMEOUT", 25)
+SEND_RATE = _env_float("LOADTEST_SEND_RATE", 1.0)
+IMPORTANT_EVERY = _env_int("LOADTEST_IMPORTANT_EVERY", 0)
 PUBLISHER_TOKEN = os.environ.get("LIVEROOM_PUBLISHER_TOKEN", "").strip()
-LISTENER_WEIGHT = _env_int("LIVEROOM_LISTENER_WEIGHT", 50)
-SENDER_WEIGHT = _env_int("LIVEROOM_SENDER_WEIGHT", 1)
-SENDERS = _env_int("LIVEROOM_SENDERS", 0)
-SEND_AS_PUBLISHER = os.environ.get("LIVEROOM_SEND_AS_PUBLISHER", "").strip() in ("1", "yes")
-IMPORTANT_RATE = _env_float("LIVEROOM_IMPORTANT_RATE", 0.0)
-REPORT = os.environ.get("LIVEROOM_REPORT", "").strip()
-HOSTS = tuple(host.strip().rstrip("/") for host in os.environ.get("LIVEROOM_HOSTS", "").split(",")
+LISTENER_WEIGHT = _env_int("LOADTEST_LISTENER_WEIGHT", 50)
+SENDER_WEIGHT = _env_int("LOADTEST_SENDER_WEIGHT", 1)
+SENDERS = _env_int("LOADTEST_SENDERS", 0)
+SEND_AS_PUBLISHER = os.environ.get("LOADTEST_SEND_AS_PUBLISHER", "").strip() in ("1", "yes")
+IMPORTANT_RATE = _env_float("LOADTEST_IMPORTANT_RATE", 0.0)
+REPORT = os.environ.get("LOADTEST_REPORT", "").strip()
+HOSTS = tuple(host.strip().rstrip("/") for host in os.environ.get("LOADTEST_HOSTS", "").split(",")
               if host.strip())
 
+_OLD = [f"LIVEROOM_{name}" for name in (
+    "ROOM", "SEND_RATE", "IMPORTANT_EVERY", "LISTENER_WEIGHT", "SENDER_WEIGHT", "SENDERS",
+    "SEND_AS_PUBLISHER", "IMPORTANT_RATE", "REPORT", "HOSTS") if f"LIVEROOM_{name}" in os.environ]
+if _OLD:
+    # LIVEROOM_POLL_TIMEOUT is not among them: it is the server's --poll-timeout.
+    raise ValueError(f"{', '.join(_OLD)}: the load test's variables are LOADTEST_* "
+                     f"(LOADTEST_POLL_TIMEOUT is the poll's timeout)")
 if not 1 <= POLL_TIMEOUT <= 60:
-    raise ValueError(f"LIVEROOM_POLL_TIMEOUT must be 1-60 seconds, not {POLL_TIMEOUT}")
+    raise ValueError(f"LOADTEST_POLL_TIMEOUT must be 1-60 seconds, not {POLL_TIMEOUT}")
 if SEND_RATE <= 0:
-    raise ValueError(f"LIVEROOM_SEND_RATE must be above 0, not {SEND_RATE}")
+    raise ValueError(f"LOADTEST_SEND_RATE must be above 0, not {SEND_RATE}")
 if IMPORTANT_RATE < 0 or SENDERS < 0:
-    raise ValueError("LIVEROOM_IMPORTANT_RATE and LIVEROOM_SENDERS cannot be negative")
+    raise ValueError("LOADTEST_IMPORTANT_RATE and LOADTEST_SENDERS cannot be negative")
 for _host in HOSTS:
     if not _host.startswith(("http://", "https://")):
-        raise ValueError(f"LIVEROOM_HOSTS holds {_host!r}: give base URLs, http://HOST:PORT")
+        raise ValueError(f"LOADTEST_HOSTS holds {_host!r}: give base URLs, http://HOST:PORT")
 
 ROOM_PATH = f"/v1/rooms/{quote(ROOM, safe='')}"
 MAX_BACKOFF = 10.0
 """Longest pause after a failed poll or send (seconds), whatever Retry-After says."""
 
 _polls: list[tuple[int, float, float, float, int, int, int]] = []
-"""With LIVEROOM_REPORT: (listener, sent, answered, pause since its previous
+"""With LOADTEST_REPORT: (listener, sent, answered, pause since its previous
 answer, normal messages, important messages, interval_ms) of every 200 poll
 (time.time() seconds; pause -1 for a first poll)."""
 _important: list[tuple[int, float, float]] = []
-"""With LIVEROOM_REPORT: (listener, received, the sender's sent_at) of every
+"""With LOADTEST_REPORT: (listener, received, the sender's sent_at) of every
 important message delivered live (not in a first-poll or reset answer)."""
 _important_sent: list[float] = []
-"""With LIVEROOM_REPORT: sent_at of every important send the server took (201)."""
+"""With LOADTEST_REPORT: sent_at of every important send the server took (201)."""
 
 _RUN = secrets.token_hex(3)
 """Tells apart the uids of locust runs on several hosts (``--master``/``--worker``)."""
@@ -165,7 +174,7 @@ _host_turns = itertools.count()
 
 
 def _base() -> str:
-    """The base URL the next user talks to: one of LIVEROOM_HOSTS in turn, or
+    """The base URL the next user talks to: one of LOADTEST_HOSTS in turn, or
     "" (locust's ``--host``)."""
     return HOSTS[next(_host_turns) % len(HOSTS)] if HOSTS else ""
 
@@ -217,7 +226,7 @@ class ListenerUser(FastHttpUser):
     """A viewer: long-polls the room and records how late each message arrives."""
 
     weight = LISTENER_WEIGHT
-    host = HOSTS[0] if HOSTS else None  # with LIVEROOM_HOSTS, --host may be left out
+    host = HOSTS[0] if HOSTS else None  # with LOADTEST_HOSTS, --host may be left out
     # Above the hold: the poll timeout plus the adaptive hold's interval plus slack.
     network_timeout = max(75.0, POLL_TIMEOUT + 50.0)
 
@@ -363,7 +372,7 @@ class _Sender(FastHttpUser):
 
 
 class SenderUser(_Sender):
-    """A chatter: sends at LIVEROOM_SEND_RATE, every LIVEROOM_IMPORTANT_EVERY-th important."""
+    """A chatter: sends at LOADTEST_SEND_RATE, every LOADTEST_IMPORTANT_EVERY-th important."""
 
     weight = SENDER_WEIGHT
     fixed_count = SENDERS
@@ -378,7 +387,7 @@ class SenderUser(_Sender):
 
 class ImportantSenderUser(_Sender):
     """The business backend's system signals: one user sending only important
-    messages at LIVEROOM_IMPORTANT_RATE a second (not run when that is 0)."""
+    messages at LOADTEST_IMPORTANT_RATE a second (not run when that is 0)."""
 
     abstract = IMPORTANT_RATE <= 0
     fixed_count = 1
@@ -405,8 +414,8 @@ class ImportantSenderUser(_Sender):
 def _check_settings(environment: Environment, **_kwargs: Any) -> None:
     if (IMPORTANT_EVERY > 0 or IMPORTANT_RATE > 0 or SEND_AS_PUBLISHER) and not PUBLISHER_TOKEN:
         logger.warning(
-            "important sends (LIVEROOM_IMPORTANT_EVERY, LIVEROOM_IMPORTANT_RATE) or "
-            "LIVEROOM_SEND_AS_PUBLISHER without LIVEROOM_PUBLISHER_TOKEN: "
+            "important sends (LOADTEST_IMPORTANT_EVERY, LOADTEST_IMPORTANT_RATE) or "
+            "LOADTEST_SEND_AS_PUBLISHER without LIVEROOM_PUBLISHER_TOKEN: "
             "those sends will fail with 401"
         )
 

@@ -5,7 +5,7 @@ whether the heartbeat is *trusted* (its uid a ticket's, or the poll came back
 with the signed ``ctx`` the node gave it: :mod:`.poll` decides, at no cost
 here). Trusted members are the only ones the automatic vip rule counts; the
 online figure counts everyone. A flush task hands the lists to the statsvr
-nodes every ``flush_every`` seconds (sooner when ``max_batch`` heartbeats are
+nodes every ``heartbeat_flush`` seconds (sooner when ``max_batch`` heartbeats are
 waiting), one pair of ``{room: [uid, ...]}`` maps per node, the heartbeats
 and the trusted ones (as they are to a node in this process; msgpack on the
 wire, ``HeartbeatSink.ingest``). Each uid goes to the node that owns it: a
@@ -23,6 +23,7 @@ from liveroom.clock import Clock
 from liveroom.lifecycle import Periodic
 from liveroom.model import name_slot
 from liveroom.roles import HeartbeatSink
+from liveroom.settings import DEFAULTS
 
 logger = logging.getLogger("liveroom.proxy.heartbeats")
 
@@ -40,17 +41,17 @@ class Heartbeats:
     """The proxy's heartbeat batcher; start and stop it with the node."""
 
     def __init__(self, owners: Sequence[HeartbeatSink], clock: Clock, *,
-                 flush_every: float = 0.25, max_batch: int = 8192) -> None:
+                 heartbeat_flush: float = DEFAULTS.heartbeat_flush, max_batch: int = 8192) -> None:
         if not owners:
             raise ValueError("heartbeats need at least one statsvr node")
         self.owners = tuple(owners)
         self._clock = clock
-        self.flush_every = flush_every
+        self.heartbeat_flush = heartbeat_flush
         self.max_batch = max_batch
         self._pending: Batch = {}
         self._trusted: Batch = {}
         self._count = 0
-        self._flusher = Periodic("proxy-heartbeats", flush_every, self._flush_async, clock,
+        self._flusher = Periodic("proxy-heartbeats", heartbeat_flush, self._flush_async, clock,
                                  logger)
 
     def beat(self, room: str, uid: str, trusted: bool = False) -> None:

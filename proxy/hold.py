@@ -30,9 +30,9 @@ together share encoded answers. At a tick a paced poll is released when
 - it has messages pending and its due time (the tier's interval after its last
   non-empty answer) has passed;
 - an important message newer than its important cursor is pending and the
-  room's *cut-through* fires: at the first tick at least ``cut_every`` seconds
+  room's *cut-through* fires: at the first tick at least ``cut_through_every`` seconds
   after the previous one, whenever an important message arrived since (so a
-  backend posting many signals releases a room at most 1/``cut_every`` times a
+  backend posting many signals releases a room at most 1/``cut_through_every`` times a
   second, and one signal reaches everybody within a tick);
 - its ``deadline`` (the poll's timeout) passed with nothing pending (answered
   empty; with messages pending it stays held until due: the hold may run past
@@ -41,12 +41,12 @@ together share encoded answers. At a tick a paced poll is released when
 The ticker's work is per released poll, not per held poll: waiting polls sit
 in heaps by due time and deadline, polls that are due but have nothing pending
 wait in a list released whole at the next change, and only a cut-through scans
-the room's held polls (at most once per ``cut_every``).
+the room's held polls (at most once per ``cut_through_every``).
 
-**Bounds.** A listener (room, uid) has at most ``per_listener`` polls held
+**Bounds.** A listener (room, uid) has at most ``holds_per_listener`` polls held
 of each kind: a newer one answers the oldest at once, empty, so a client that
 reconnects never waits on its own ghost and one uid cannot pile up held
-connections. The node holds at most ``capacity`` polls: beyond, a new hold
+connections. The node holds at most ``held_max`` polls: beyond, a new hold
 raises :class:`~liveroom.errors.Overloaded` (503 with ``Retry-After``) instead
 of taking a file descriptor the node needs for everybody else.
 
@@ -67,6 +67,7 @@ from typing import Protocol
 from liveroom.clock import Clock
 from liveroom.errors import Overloaded
 from liveroom.roles import RoomReader
+from liveroom.settings import DEFAULTS
 from liveroom.snapshot import Snapshot, moved_past
 
 from .deadlines import Deadlines
@@ -190,17 +191,17 @@ class _Room:
 
 
 def cut_fires(newest: int, cut_upto: int, cut_late: bool, now: float, last_cut: float,
-              cut_every: float) -> bool:
+              cut_through_every: float) -> bool:
     """Whether a paced room's important messages cut through at this tick.
 
     They do when an important message newer than the last cut-through's
     (``newest`` > ``cut_upto``, in any monotonic count) arrived, or a poll
     that missed the last cut-through (it was on its way) is held
     (``cut_late``), and the last cut-through that released somebody was at
-    least ``cut_every`` seconds ago. ``loadtest/sim_hold.py`` calls this too,
+    least ``cut_through_every`` seconds ago. ``loadtest/sim_hold.py`` calls this too,
     so the simulator paces important messages by the server's own rule.
     """
-    return (newest > cut_upto or cut_late) and now - last_cut >= cut_every
+    return (newest > cut_upto or cut_late) and now - last_cut >= cut_through_every
 
 
 def _sweep(heap: list[tuple[float, int, HeldPoll]], held: int) -> list[tuple[float, int, HeldPoll]]:
@@ -220,20 +221,23 @@ def _sweep(heap: list[tuple[float, int, HeldPoll]], held: int) -> list[tuple[flo
 
 
 class Holds:
-    def __init__(self, reader: RoomReader, clock: Clock, *, tick: float = 0.2,
-                 cut_every: float = 0.5, per_listener: int = 4, per_uid: int = 16,
-                 capacity: int = 1 << 62) -> None:
+    def __init__(self, reader: RoomReader, clock: Clock, *,
+                 hold_tick: float = DEFAULTS.hold_tick,
+                 cut_through_every: float = DEFAULTS.cut_through_every,
+                 holds_per_listener: int = DEFAULTS.holds_per_listener,
+                 holds_per_uid: int = DEFAULTS.holds_per_uid,
+                 held_max: int = DEFAULTS.held_max) -> None:
         self._reader = reader
         self._clock = clock
-        self._tick = tick
-        self._cut_every = cut_every
-        self.per_listener = per_listener
-        self.per_uid = per_uid
+        self._hold_tick = hold_tick
+        self._cut_through_every = cut_through_every
+        self.holds_per_listener = holds_per_listener
+        self.holds_per_uid = holds_per_uid
         """Polls held at once per uid over all rooms; a newer one supersedes the oldest."""
         self._by_uid: dict[str, ByUid] = {}
         """Every held poll by uid (see :data:`ByUid`)."""
-        self.capacity = capacity
-        """Polls the node may hold at once; set once the open-file limit is known."""
+        self.held_max = held_max or held_capacity()
+        """Polls the node may hold at once (0 given: :func:`held_capacity`)."""
         self.superseded = 0
         """Held polls answered early because a newer poll of their listener came."""
         self.refused = 0
@@ -330,7 +334,7 @@ class Holds:
             self._wake(oldest, None)
 
     def _check_capacity(self) -> None:
-        if self.count >= self.capacity:
+        if self.count >= self.held_max:
             self.refused += 1
             raise Overloaded()
 
@@ -368,9 +372,9 @@ class Holds:
         held_poll.key = self._deadlines.add(held_poll, deadline)
         state.waiters[held_poll] = None
         self.count += 1
-        self._supersede(self._admit(state.plain_by_uid, held_poll, self.per_listener))
+        self._supersede(self._admit(state.plain_by_uid, held_poll, self.holds_per_listener))
         # Made-up rooms must not let one listener take the node's capacity.
-        self._supersede(self._admit(self._by_uid, held_poll, self.per_uid))
+        self._supersede(self._admit(self._by_uid, held_poll, self.holds_per_uid))
         return held_poll
 
     def hold_paced(self, room: str, uid: str, snapshot: Snapshot, poll: Wakeable, *,
@@ -407,8 +411,8 @@ class Holds:
             state.ticker = asyncio.create_task(self._tick_forever(room, state),
                                                name=f"proxy-tick-{room}")
         self.count += 1
-        self._supersede(self._admit(state.paced_by_uid, held_poll, self.per_listener))
-        self._supersede(self._admit(self._by_uid, held_poll, self.per_uid))
+        self._supersede(self._admit(state.paced_by_uid, held_poll, self.holds_per_listener))
+        self._supersede(self._admit(self._by_uid, held_poll, self.holds_per_uid))
         return held_poll
 
     def _expire(self, held_poll: HeldPoll) -> None:
@@ -507,7 +511,7 @@ class Holds:
     async def _tick_forever(self, name: str, room: _Room) -> None:
         try:
             while True:
-                await self._clock.sleep(self._tick)
+                await self._clock.sleep(self._hold_tick)
                 now = self._clock.monotonic()
                 if room.paced:
                     room.emptied_at = None
@@ -560,7 +564,8 @@ class Holds:
             else:
                 room.ready.append(held_poll)
         newest = snap.last_important
-        if cut_fires(newest, room.cut_upto, room.cut_late, now, room.last_cut, self._cut_every):
+        if cut_fires(newest, room.cut_upto, room.cut_late, now, room.last_cut,
+                     self._cut_through_every):
             room.cut_upto, room.cut_late = newest, False
             cut = 0
             for held_poll in list(room.paced):

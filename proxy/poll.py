@@ -99,7 +99,7 @@ class Polls:
                  clock: Clock, metrics: Metrics,
                  is_vip: Callable[[str], bool] = lambda room: False) -> None:
         self.is_vip = is_vip
-        self.spread = settings.vip_spread
+        self.vip_spread = settings.vip_spread
         self.reader = reader
         self.heartbeats = heartbeats
         self.stats = stats
@@ -116,12 +116,12 @@ class Polls:
         genuine (with the automatic vip rule on: nobody else reads the mark)..."""
         self.trust_from = 0 if rule is None else rule.demote
         """... in a room whose online count is at least this (see :meth:`Poll.trusted`)."""
-        self.limit = settings.answer_limit
-        self.budget = settings.answer_bytes_max
+        self.answer_limit = settings.answer_limit
+        self.answer_bytes_max = settings.answer_bytes_max
         # Read on every poll: kept here as native attributes (the settings
         # object is interpreted even in the compiled build).
-        self._timeout = settings.poll_timeout
-        self._timeout_max = settings.poll_timeout_max
+        self._poll_timeout = settings.poll_timeout
+        self._poll_timeout_max = settings.poll_timeout_max
         self._recent_default = settings.recent_default
         self._recent_max = settings.recent_max
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -166,8 +166,8 @@ class Polls:
         try:
             if self.tickets is not None:
                 query = self.tickets.admit_poll(room, query, authorization)
-            p = parse_poll(room, query, default_timeout=self._timeout,
-                           max_timeout=self._timeout_max, recent_default=self._recent_default,
+            p = parse_poll(room, query, default_timeout=self._poll_timeout,
+                           max_timeout=self._poll_timeout_max, recent_default=self._recent_default,
                            recent_max=self._recent_max)
         except LiveroomError as exc:
             reply(failure_reply(exc))
@@ -419,8 +419,8 @@ class Poll:
         found = memo.get(key)
         if found is not None:
             return found
-        d = read(snap, cursor.seq, cursor.iseq, limit=self._polls.limit,
-                 seq_ic=self.hint_seq, iseq_ic=self.hint_iseq, budget=self._polls.budget)
+        d = read(snap, cursor.seq, cursor.iseq, limit=self._polls.answer_limit,
+                 seq_ic=self.hint_seq, iseq_ic=self.hint_iseq, budget=self._polls.answer_bytes_max)
         head = b"" if d.empty else answer.head(
             snap.room, snap.epoch, d, reset=False, online=online,
             interval_ms=pace.interval_ms, use_msgpack=self.use_msgpack)
@@ -461,7 +461,7 @@ class Poll:
         key = ("recent", count, reset, self.use_msgpack, self.online, pace.interval_ms)
         found = memo.get(key)
         if found is None:
-            d = recent(snap, count, self._polls.budget)
+            d = recent(snap, count, self._polls.answer_bytes_max)
             found = self._keep(memo, key, d, answer.head(
                 snap.room, snap.epoch, d, reset=reset, online=self.online,
                 interval_ms=pace.interval_ms, use_msgpack=self.use_msgpack))
@@ -616,7 +616,7 @@ class Poll:
         read: a client cannot choose its hint (so its node) by sending
         another; an honest client echoes this one anyway."""
         polls = self._polls
-        n = polls.spread
+        n = polls.vip_spread
         if n <= 1 or not polls.is_vip(self.p.room):
             return None
         return zlib.crc32(self.p.uid.encode()) % n

@@ -28,7 +28,7 @@ from .context import ContextSigner
 from .front import Front
 from .front_limits import UNSENT_MAX, WRITE_HIGH, FrontLimits
 from .heartbeats import Heartbeats
-from .hold import Holds, held_capacity
+from .hold import Holds
 from .operators import OperatorRoutes
 from .pages import Pages
 from .poll import Polls
@@ -58,17 +58,17 @@ class Proxy:
                         publisher=_given(settings.publisher_token, "publisher_token"))
         signer = ContextSigner(_given(settings.secret, "secret"))
         # One process, one statsvr node: every heartbeat goes to ``sink``.
-        self.heartbeats = Heartbeats([sink], clock, flush_every=settings.heartbeat_flush)
+        self.heartbeats = Heartbeats([sink], clock, heartbeat_flush=settings.heartbeat_flush)
         tiers = TierTable(settings.tiers)
-        self.holds = Holds(reader, clock, tick=settings.hold_tick,
-                           cut_every=settings.cut_through_every,
-                           per_listener=settings.holds_per_listener,
-                           per_uid=settings.holds_per_uid,
-                           capacity=settings.held_max or held_capacity())
+        self.holds = Holds(reader, clock, hold_tick=settings.hold_tick,
+                           cut_through_every=settings.cut_through_every,
+                           holds_per_listener=settings.holds_per_listener,
+                           holds_per_uid=settings.holds_per_uid,
+                           held_max=settings.held_max)
         self.polls = Polls(settings, reader, self.heartbeats, stats, self.holds, tiers,
                            signer, clock, metrics, is_vip=vip_list.is_vip)
         self.sends = Sends(settings, log, tokens, clock, metrics)
-        self.tickets = Tickets(settings.ticket_keys, clock, leeway=settings.ticket_leeway) \
+        self.tickets = Tickets(settings.ticket_keys, clock, ticket_leeway=settings.ticket_leeway) \
             if settings.auth == "ticket" else None
         """One verifier (one cache) for polls, sends and member lists; None: open."""
         self.polls.tickets = self.sends.tickets = self.tickets

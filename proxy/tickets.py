@@ -19,13 +19,13 @@ valid uid, or whose ``rooms`` do not hold the room.
 
 **Time.** Every time claim is checked against the injected clock
 (:mod:`liveroom.clock`), not by PyJWT (which reads the system clock): ``exp``
-(required) and ``nbf`` (when present), each with ``leeway`` seconds of skew.
+(required) and ``nbf`` (when present), each with ``ticket_leeway`` seconds of skew.
 ``iat`` is not checked.
 
 **Cost.** A full verification (base64, JSON, HMAC) costs tens of µs, a poll's
 whole CPU about 60: a listener polls with the same ticket again and again, so
 what a ticket says is kept in a bounded cache keyed by the ticket's string and
-honoured until its ``exp`` (+ leeway); the room check runs on the cached
+honoured until its ``exp`` (+ ``ticket_leeway``); the room check runs on the cached
 claims. When the cache is full the oldest entry goes first (a ticket that
 comes back is verified again). Refusals are not cached: a client that sends
 garbage pays one failed verification per request, which it could cause with
@@ -48,7 +48,7 @@ import jwt
 from liveroom.clock import Clock
 from liveroom.errors import Unauthorized
 from liveroom.model import is_name
-from liveroom.settings import TICKET_TTL
+from liveroom.settings import DEFAULTS, TICKET_TTL
 
 from .auth import bearer
 
@@ -84,13 +84,14 @@ class Claims(NamedTuple):
 class Tickets:
     """The ticket verifier of one node: its keys, its clock, its cache."""
 
-    def __init__(self, keys: Sequence[str], clock: Clock, *, leeway: float = 5.0,
+    def __init__(self, ticket_keys: Sequence[str], clock: Clock, *,
+                 ticket_leeway: float = DEFAULTS.ticket_leeway,
                  cache_max: int = CACHE_MAX) -> None:
-        if not keys:
+        if not ticket_keys:
             raise ValueError("tickets need at least one key")
-        self._keys = tuple(keys)
+        self._keys = tuple(ticket_keys)
         self._clock = clock
-        self.leeway = leeway
+        self.ticket_leeway = ticket_leeway
         self._cache: dict[str, Claims] = {}
         self._cache_max = cache_max
         self.decodes = 0
@@ -137,7 +138,7 @@ class Tickets:
         claims = self._cache.get(token)
         if (claims is None or (claims.rooms is not None and room not in claims.rooms)
                 or (named is not None and named != claims.uid)
-                or self._clock.time() > claims.exp + self.leeway):
+                or self._clock.time() > claims.exp + self.ticket_leeway):
             claims = self.admit(room, token, named)
         uid = claims.uid
         if named is not None:
@@ -151,7 +152,7 @@ class Tickets:
         now = self._clock.time()
         cached = self._cache.get(token)
         if cached is not None:
-            if now <= cached.exp + self.leeway:
+            if now <= cached.exp + self.ticket_leeway:
                 return cached
             del self._cache[token]
             raise Unauthorized("the ticket has expired")
@@ -187,9 +188,9 @@ class Tickets:
         exp, nbf = payload["exp"], payload.get("nbf")
         if not _is_number(exp):
             raise Unauthorized("the ticket's exp must be a number (Unix seconds)")
-        if now > exp + self.leeway:
+        if now > exp + self.ticket_leeway:
             raise Unauthorized("the ticket has expired")
-        if nbf is not None and (not _is_number(nbf) or now + self.leeway < nbf):
+        if nbf is not None and (not _is_number(nbf) or now + self.ticket_leeway < nbf):
             raise Unauthorized("the ticket is not valid yet")
         uid = payload["sub"]
         if not isinstance(uid, str) or not is_name(uid):

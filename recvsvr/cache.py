@@ -4,7 +4,7 @@ Pulls never run on a poll's path. Rooms that want a pull sit in one ordered
 set; ``concurrency`` workers take them in batches (one store round trip per
 batch), so many notifies for one room coalesce into one pull in flight and the
 store sees a number of reads that grows with rooms, not listeners. A fallback
-loop asks for a pull at least every ``fallback_interval`` of every room with
+loop asks for a pull at least every ``fallback_pull_interval`` of every room with
 held polls (a watcher in :meth:`RoomCache.wait_changed`) or read in the last
 two fallback intervals: it covers lost notifies and rebuilds the cache after a
 restart. A room read longer ago is not pulled by the fallback (idle names cost
@@ -94,12 +94,14 @@ logger = logging.getLogger("liveroom.recvsvr")
 
 @dataclass(frozen=True, slots=True)
 class SectLimits:
-    """The pull budget of one sect."""
+    """The pull budget of one sect, each field named after its setting (the vip
+    sect's ``pull_batch`` and ``pull_concurrency`` are ``vip_pull_batch`` and
+    ``vip_pull_concurrency``)."""
 
-    fallback_interval: float = FALLBACK_INTERVAL
+    fallback_pull_interval: float = FALLBACK_INTERVAL
     read_window: float = READ_WINDOW
-    batch: int = PULL_BATCH
-    concurrency: int = PULL_CONCURRENCY
+    pull_batch: int = PULL_BATCH
+    pull_concurrency: int = PULL_CONCURRENCY
     touch_interval: float = TOUCH_INTERVAL
     rooms_max: int = ROOMS_MAX
     """Rooms cached at most (least recently read evicted first, never one in use)."""
@@ -185,7 +187,7 @@ class RoomCache:
         self._parked: dict[str, _Room] = {}
         """Rooms eviction found busy (a watcher not gone yet, a pull awaited):
         out of the eviction order until :meth:`_settle` puts them back."""
-        self._recent = 2 * limits.fallback_interval
+        self._recent = 2 * limits.fallback_pull_interval
         """A room read within this long (or with held polls) gets fallback pulls."""
         self._dirty: dict[str, None] = {}
         self._touch_soon: dict[str, None] = {}
@@ -206,7 +208,7 @@ class RoomCache:
 
     async def start(self) -> None:
         self._stopping = False
-        for i in range(self._limits.concurrency):
+        for i in range(self._limits.pull_concurrency):
             self._tasks.append(asyncio.create_task(self._pull_worker(),
                                                    name=f"recvsvr-{self.name}-pull-{i}"))
         self._tasks.append(asyncio.create_task(self._fallback_loop(),
@@ -510,7 +512,7 @@ class RoomCache:
             if state is None:
                 continue
             batch.append(state)
-            if len(batch) >= self._limits.batch:
+            if len(batch) >= self._limits.pull_batch:
                 break
         return batch
 
@@ -655,9 +657,9 @@ class RoomCache:
         limits = self._limits
         last_touch = self._clock.monotonic()
         while not self._stopping:
-            await self._clock.sleep(limits.fallback_interval)
+            await self._clock.sleep(limits.fallback_pull_interval)
             now = self._clock.monotonic()
-            due = now - limits.fallback_interval * 0.5
+            due = now - limits.fallback_pull_interval * 0.5
             recheck = now - ABSENT_RECHECK
             for name, state in list(self._rooms.items()):
                 since_read = now - state.read_at

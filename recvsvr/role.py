@@ -92,17 +92,17 @@ class Recvsvr:
             node_cap=NodeCap(settings.personal_node_cap),
         )
         normal = SectLimits(
-            fallback_interval=settings.fallback_pull_interval,
+            fallback_pull_interval=settings.fallback_pull_interval,
             read_window=settings.read_window,
-            batch=settings.pull_batch,
-            concurrency=settings.pull_concurrency,
+            pull_batch=settings.pull_batch,
+            pull_concurrency=settings.pull_concurrency,
             # Reads push a room's expiry back well before it can pass.
             touch_interval=min(settings.touch_interval, settings.room_ttl / 4),
             rooms_max=settings.rooms_max,
             first_pull_timeout=settings.first_pull_timeout,
         )
-        vip = replace(normal, batch=settings.vip_pull_batch,
-                      concurrency=settings.vip_pull_concurrency)
+        vip = replace(normal, pull_batch=settings.vip_pull_batch,
+                      pull_concurrency=settings.vip_pull_concurrency)
         return cls(RoomCache(log, clock, metrics, retention=retention, limits=normal,
                              notifier=notifier),
                    RoomCache(log, clock, metrics, retention=retention, limits=vip,

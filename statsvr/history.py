@@ -5,7 +5,7 @@ One :class:`ViewersHistory` per statsvr node has two sides:
 * **Owner side.** The table writer hands over the uids that joined this node's
   table (:meth:`ViewersHistory.joined`, memory only); :meth:`ViewersHistory.flush`
   stores them: into the room's one exact set in the store (capped at
-  ``threshold`` uids, then marked incomplete for good) and into this node's own
+  ``viewers_threshold`` uids, then marked incomplete for good) and into this node's own
   HyperLogLog of the room, a :class:`~statsvr.viewers.ViewerSketch` kept in
   memory and stored whole under the node's stable id. Nodes never write each
   other's sketch, so there is no read-modify-write race between them. A node
@@ -32,7 +32,7 @@ Limits and trade-offs:
 * **No loss on a store outage.** Joins not yet stored stay pending and go with
   the next flush; a node killed before a flush loses only those joins, never
   viewers already flushed (they are in the store).
-* **A bounded exact write.** A flush sends at most ``threshold + 1`` uids of a
+* **A bounded exact write.** A flush sends at most ``viewers_threshold + 1`` uids of a
   room: if more are pending, those already overflow the exact set, which then
   turns incomplete. Once a room is known incomplete no uids are sent at all,
   only the sketch (16 KiB a room a flush).
@@ -65,16 +65,14 @@ from dataclasses import dataclass, field
 from liveroom.clock import Clock
 from liveroom.errors import StoreUnavailable
 from liveroom.lifecycle import Outage
+from liveroom.settings import DEFAULTS
 from liveroom.store.base import StatsStore, ViewersState
 
-from .viewers import DEFAULT_THRESHOLD, ViewersFigure, ViewerSketch, merge_registers, viewers_figure
+from .viewers import ViewersFigure, ViewerSketch, merge_registers, viewers_figure
 
-__all__ = ["HISTORY_TTL", "IDLE", "SKETCH_SLICE", "MembersOf", "ViewersHistory"]
+__all__ = ["IDLE", "SKETCH_SLICE", "MembersOf", "ViewersHistory"]
 
 logger = logging.getLogger("liveroom.statsvr.history")
-
-HISTORY_TTL = 90 * 86_400.0
-"""Seconds a room's history lives in the store after its last update."""
 
 IDLE = 600.0
 """Seconds without a join (owner) or a read (reader) before a room leaves memory."""
@@ -120,8 +118,8 @@ class ViewersHistory:
     """The viewers history of one statsvr node (owner and reader sides).
 
     ``node`` is the node's stable id (it names the node's sketch keys);
-    ``threshold`` the largest exact count; ``ttl`` how long (seconds) a room's
-    history lives in the store after its last update; ``idle`` how long a room
+    ``viewers_threshold`` the largest exact count; ``history_ttl`` how long
+    (seconds) a room's history lives in the store after its last update; ``idle`` how long a room
     stays in memory unused; ``members`` the members the node's table holds of
     a room, counted again when a new broadcast starts. Not thread-safe: one
     event loop; :meth:`flush` and :meth:`refresh` may run concurrently with
@@ -129,15 +127,16 @@ class ViewersHistory:
     """
 
     def __init__(self, stats: StatsStore, clock: Clock, node: str, *,
-                 threshold: int = DEFAULT_THRESHOLD, ttl: float = HISTORY_TTL,
+                 viewers_threshold: int = DEFAULTS.viewers_threshold,
+                 history_ttl: float = DEFAULTS.history_ttl,
                  idle: float = IDLE, members: MembersOf = _no_members) -> None:
-        if threshold < 0:
-            raise ValueError("threshold must be >= 0")
+        if viewers_threshold < 0:
+            raise ValueError("viewers_threshold must be >= 0")
         self.node = node
-        self.threshold = threshold
+        self.viewers_threshold = viewers_threshold
         self._stats = stats
         self._clock = clock
-        self._ttl_ms = int(ttl * 1000)
+        self._ttl_ms = int(history_ttl * 1000)
         self._idle = idle
         self._members = members
         self._owned: dict[str, _Owned] = {}
@@ -213,9 +212,10 @@ class ViewersHistory:
                 if i:
                     await asyncio.sleep(0)
                 state.sketch.add_many(uids[i:i + SKETCH_SLICE])
-            exact = uids[:self.threshold + 1] if state.complete else []
+            exact = uids[:self.viewers_threshold + 1] if state.complete else []
             _, complete, broadcast = await self._stats.add_viewers(
-                room, self.node, exact, state.sketch.to_bytes(), self.threshold, self._ttl_ms)
+                room, self.node, exact, state.sketch.to_bytes(), self.viewers_threshold,
+                self._ttl_ms)
             if self._saw_broadcast(room, broadcast):
                 state.complete = complete
         except BaseException:
@@ -275,7 +275,7 @@ class ViewersHistory:
                 state.read_at = now
                 state.figure = viewers_figure(stored.exact, stored.complete,
                                               _estimate(room, stored),
-                                              state.figure.viewers, self.threshold)
+                                              state.figure.viewers, self.viewers_threshold)
                 state.complete = stored.complete
         for room in [r for r, s in self._read.items() if now - s.read_at > self._idle]:
             del self._read[room]

@@ -3,8 +3,8 @@
 (docs/design.md step 8).
 
 Which rooms. A room is *wanted* while something touched it in the last
-``keep_for`` seconds (:meth:`Merge.want`: a poll, an ``/online`` or ``/stats``
-query, this node's own table). Wanted rooms are merged every ``every``
+``read_window`` seconds (:meth:`Merge.want`: a poll, an ``/online`` or ``/stats``
+query, this node's own table). Wanted rooms are merged every ``merge_every``
 seconds; the others leave memory. :meth:`Merge.ready` waits for a room's first
 merge, which runs at once rather than at the next tick.
 
@@ -41,6 +41,7 @@ from functools import partial
 from liveroom.clock import Clock
 from liveroom.errors import StoreUnavailable
 from liveroom.lifecycle import Outage, answer_waiters, stop_task
+from liveroom.settings import DEFAULTS
 from liveroom.store.base import ShardEntry, StatsStore
 
 from .members import contributor
@@ -75,16 +76,17 @@ class Merge:
     logged and ignored.
     """
 
-    def __init__(self, stats: StatsStore, clock: Clock, *, every: float = 1.0,
-                 keep_for: float = 60.0, batch: int = 256,
+    def __init__(self, stats: StatsStore, clock: Clock, *,
+                 merge_every: float = DEFAULTS.merge_every,
+                 read_window: float = DEFAULTS.read_window, batch: int = 256,
                  exact_up_to: int = EXACT_UP_TO,
                  on_merged: OnMerged | None = None) -> None:
-        if batch < 1 or every <= 0:
-            raise ValueError("batch must be at least 1 and every positive")
+        if batch < 1 or merge_every <= 0:
+            raise ValueError("batch must be at least 1 and merge_every positive")
         self._stats = stats
         self._clock = clock
-        self._every = every
-        self._keep_for = keep_for
+        self._merge_every = merge_every
+        self._read_window = read_window
         self._batch = batch
         self._exact_up_to = exact_up_to
         self.on_merged = on_merged
@@ -134,7 +136,7 @@ class Merge:
         return state.view.trusted if state.merged else None
 
     def rooms(self) -> list[str]:
-        """The rooms held (wanted in the last ``keep_for`` s, up to the next pass)."""
+        """The rooms held (wanted in the last ``read_window`` s, up to the next pass)."""
         return list(self._rooms)
 
     async def ready(self, room: str) -> OnlineView:
@@ -180,7 +182,7 @@ class Merge:
         while not self._stopping:
             started = self._clock.monotonic()
             await self._pass_guarded(None)
-            while (left := started + self._every - self._clock.monotonic()) > 0:
+            while (left := started + self._merge_every - self._clock.monotonic()) > 0:
                 if self._fresh:
                     fresh = list(self._fresh)
                     self._fresh.clear()
@@ -213,7 +215,7 @@ class Merge:
 
     async def merge_now(self, rooms: Sequence[str] | None = None) -> None:
         """One pass: merge ``rooms`` (held or not: they count as wanted), or,
-        with ``None``, drop the rooms nobody wanted for ``keep_for`` s and merge
+        with ``None``, drop the rooms nobody wanted for ``read_window`` s and merge
         every other one.
 
         Passes never overlap (a second call waits for the first). A store
@@ -240,7 +242,7 @@ class Merge:
                 await asyncio.sleep(0)
 
     def _drop_unwanted(self) -> None:
-        cutoff = self._clock.monotonic() - self._keep_for
+        cutoff = self._clock.monotonic() - self._read_window
         for name, state in list(self._rooms.items()):
             if state.wanted_at < cutoff and state.first is None:
                 del self._rooms[name]

@@ -4,7 +4,7 @@ history and the online series, with the background tasks that join them.
 Data flow (docs/design.md steps 6 to 8):
 
 - proxies hand heartbeats to :meth:`Statsvr.ingest` (memory only);
-- the **write loop** (every ``write_every`` s) sweeps quiet members, hands the
+- the **write loop** (every ``stats_write_every`` s) sweeps quiet members, hands the
   uids that joined to the viewers history (flushed to the store first, so a
   member in a shard key is always already counted as a viewer), then stores
   the shards that changed and refreshes the others now and then;
@@ -34,13 +34,7 @@ from liveroom.errors import StoreUnavailable
 from liveroom.lifecycle import Outage, Periodic
 from liveroom.metrics import Metrics
 from liveroom.roles import BroadcastStats, RoomStats
-from liveroom.settings import (
-    HISTORY_TTL,
-    ONLINE_TTL,
-    VIEWERS_THRESHOLD,
-    VIP_SHARDS,
-    Settings,
-)
+from liveroom.settings import DEFAULTS, Settings
 from liveroom.store.base import (
     NodeLoad,
     NodeState,
@@ -67,18 +61,19 @@ JOIN_SLICE = 20_000
 
 @dataclass(frozen=True, slots=True)
 class StatsLimits:
-    """How a statsvr node paces itself."""
+    """How a statsvr node paces itself. A field named after a setting is that
+    setting (defaulting to its declaration); the others are not settings."""
 
-    online_ttl: float = ONLINE_TTL
-    vip_shards: int = VIP_SHARDS
-    viewers_threshold: int = VIEWERS_THRESHOLD
-    history_ttl: float = HISTORY_TTL
-    write_every: float = 1.0
-    merge_every: float = 1.0
+    online_ttl: float = DEFAULTS.online_ttl
+    vip_shards: int = DEFAULTS.vip_shards
+    viewers_threshold: int = DEFAULTS.viewers_threshold
+    history_ttl: float = DEFAULTS.history_ttl
+    stats_write_every: float = DEFAULTS.stats_write_every
+    merge_every: float = DEFAULTS.merge_every
     viewers_every: float = 2.0
     sweep_every: float = 5.0
     refresh_every: float = 15.0
-    keep_for: float = 60.0
+    read_window: float = DEFAULTS.read_window
     """A room nobody read nor heartbeat for this long is no longer merged."""
     exact_up_to: int = EXACT_UP_TO
     """Members up to which a room's count is a union read from its shards
@@ -90,7 +85,7 @@ class StatsLimits:
     @property
     def shard_ttl(self) -> float:
         """How long a shard's index entry lives after its last write or refresh."""
-        return self.online_ttl + self.refresh_every + 2 * self.write_every
+        return self.online_ttl + self.refresh_every + 2 * self.stats_write_every
 
 
 class Statsvr:
@@ -116,10 +111,12 @@ class Statsvr:
         self.tables = Tables(clock, online_ttl=limits.online_ttl,
                              vip_shards=limits.vip_shards, is_vip=is_vip,
                              refresh_every=limits.refresh_every)
-        self.merge = Merge(stats, clock, every=limits.merge_every, keep_for=limits.keep_for,
-                           exact_up_to=limits.exact_up_to)
-        self.history = ViewersHistory(stats, clock, node, threshold=limits.viewers_threshold,
-                                      ttl=limits.history_ttl, members=self.tables.members)
+        self.merge = Merge(stats, clock, merge_every=limits.merge_every,
+                           read_window=limits.read_window, exact_up_to=limits.exact_up_to)
+        self.history = ViewersHistory(stats, clock, node,
+                                      viewers_threshold=limits.viewers_threshold,
+                                      history_ttl=limits.history_ttl,
+                                      members=self.tables.members)
         self.series = OnlineSeries(stats, clock, node, tiers=limits.tiers,
                                    every=limits.sample_every)
         self._rooms_cached = rooms_cached
@@ -128,7 +125,7 @@ class Statsvr:
                                      load=self._load, rate=rate,
                                      every=limits.announce_every)
         self._jobs = (
-            Periodic("statsvr-write", limits.write_every, self.write_once, clock, logger),
+            Periodic("statsvr-write", limits.stats_write_every, self.write_once, clock, logger),
             Periodic("statsvr-viewers", limits.viewers_every, self.refresh_viewers, clock,
                      logger))
         self._last_sweep = clock.monotonic()
@@ -152,9 +149,9 @@ class Statsvr:
                        vip_shards=settings.vip_shards,
                        viewers_threshold=settings.viewers_threshold,
                        history_ttl=settings.history_ttl,
-                       write_every=settings.stats_write_every,
+                       stats_write_every=settings.stats_write_every,
                        merge_every=settings.merge_every,
-                       keep_for=settings.read_window,
+                       read_window=settings.read_window,
                    ))
 
     def count_held_polls(self, held_polls: Callable[[], int]) -> None:

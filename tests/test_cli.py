@@ -19,9 +19,9 @@ from conftest import RedisServer
 from support import ADMIN, PUBLISHER, Listener, clean_env, liveroom_process, running_node
 
 from liveroom import __version__
-from liveroom.cli import main
+from liveroom.cli import TICKET_ENV, UID_ENV, URL_ENV, main
 from liveroom.clock import FakeClock
-from liveroom.settings import Settings, settings_from
+from liveroom.settings import Settings, declared, env_of, settings_from
 from proxy.tickets import mint
 
 OPTIONS = {
@@ -189,6 +189,13 @@ def test_main_help_lists_the_operators_commands() -> None:
     result = CliRunner().invoke(main, ["--help"])
     for command in ("vip", "room"):
         assert re.search(rf"^\s+{command}\b", result.output, re.MULTILINE), result.output
+
+
+def test_the_clients_environment_variables_name_no_setting() -> None:
+    """LIVEROOM_URL, LIVEROOM_TICKET and LIVEROOM_UID are the clients' own: no
+    setting of the server has one of them (one name, one meaning)."""
+    assert (URL_ENV, TICKET_ENV, UID_ENV) == ("LIVEROOM_URL", "LIVEROOM_TICKET", "LIVEROOM_UID")
+    assert not {URL_ENV, TICKET_ENV, UID_ENV} & {env_of(name) for name, _, _ in declared()}
 
 
 @pytest.mark.parametrize("args", [

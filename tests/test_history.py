@@ -116,8 +116,8 @@ async def test_exact_at_9999_then_estimate_at_10001_never_dropping(
 async def test_figure_never_drops_crossing_the_threshold_one_by_one(
         store: Store, fake_clock: FakeClock) -> None:
     threshold = 200
-    owner = ViewersHistory(store.stats, fake_clock, "a", threshold=threshold)
-    reader = ViewersHistory(store.stats, fake_clock, "b", threshold=threshold)
+    owner = ViewersHistory(store.stats, fake_clock, "a", viewers_threshold=threshold)
+    reader = ViewersHistory(store.stats, fake_clock, "b", viewers_threshold=threshold)
     owner.joined(ROOM, uids("x", 0, threshold - 20))
     shown: list[ViewersFigure] = []
     for i in range(threshold - 20, threshold + 40):
@@ -137,7 +137,7 @@ async def test_figure_never_drops_crossing_the_threshold_one_by_one(
 async def test_a_burst_past_the_threshold_sends_at_most_threshold_plus_one_uids(
         store: Store, fake_clock: FakeClock) -> None:
     wrapper, stats = faulty(store)
-    owner = ViewersHistory(stats, fake_clock, "a", threshold=1_000)
+    owner = ViewersHistory(stats, fake_clock, "a", viewers_threshold=1_000)
     owner.joined(ROOM, uids("b", 0, 5_000))
     await owner.flush()
     assert wrapper.sent == [1_001]
@@ -151,7 +151,7 @@ async def test_a_burst_past_the_threshold_sends_at_most_threshold_plus_one_uids(
 
 
 async def test_a_big_burst_is_hashed_in_slices(store: Store, fake_clock: FakeClock) -> None:
-    owner = ViewersHistory(store.stats, fake_clock, "a", threshold=100)
+    owner = ViewersHistory(store.stats, fake_clock, "a", viewers_threshold=100)
     burst = uids("s", 0, 3 * SKETCH_SLICE + 1)
     owner.joined(ROOM, burst)
     async with LoopTurns() as loop:
@@ -180,7 +180,7 @@ async def test_two_nodes_with_overlapping_uids_count_the_union(
 async def test_per_node_sketches_merge_to_the_sketch_of_the_union(
         store: Store, fake_clock: FakeClock) -> None:
     threshold = 1_000
-    nodes = [ViewersHistory(store.stats, fake_clock, name, threshold=threshold)
+    nodes = [ViewersHistory(store.stats, fake_clock, name, viewers_threshold=threshold)
              for name in ("a", "b", "c")]
     # Overlapping ranges: 0-20k, 15k-35k, 30k-50k; a few uids on every node.
     for k, node in enumerate(nodes):
@@ -204,18 +204,18 @@ async def test_per_node_sketches_merge_to_the_sketch_of_the_union(
 async def test_a_node_dropped_without_flushing_loses_only_its_unflushed_joins(
         store: Store, fake_clock: FakeClock) -> None:
     threshold = 500
-    a = ViewersHistory(store.stats, fake_clock, "a", threshold=threshold)
+    a = ViewersHistory(store.stats, fake_clock, "a", viewers_threshold=threshold)
     a.joined(ROOM, uids("k", 0, 300))
     await a.flush()
     a.joined(ROOM, uids("lost", 0, 100))
     del a  # killed without warning: the last joins never reached the store
 
-    reader = ViewersHistory(store.stats, fake_clock, "r", threshold=threshold)
+    reader = ViewersHistory(store.stats, fake_clock, "r", viewers_threshold=threshold)
     await reader.refresh([ROOM])
     assert reader.figure(ROOM) == ViewersFigure(300, True)
 
     # Beyond the threshold, what was flushed stays counted in the sketch.
-    b = ViewersHistory(store.stats, fake_clock, "b", threshold=threshold)
+    b = ViewersHistory(store.stats, fake_clock, "b", viewers_threshold=threshold)
     b.joined(ROOM, uids("k", 0, 2_000))
     await b.flush()
     b.joined(ROOM, uids("lost-too", 0, 1_000))
@@ -226,17 +226,17 @@ async def test_a_node_dropped_without_flushing_loses_only_its_unflushed_joins(
 
 async def test_a_restarted_node_continues_its_sketch(store: Store, fake_clock: FakeClock) -> None:
     threshold = 100
-    first = ViewersHistory(store.stats, fake_clock, "a", threshold=threshold)
+    first = ViewersHistory(store.stats, fake_clock, "a", viewers_threshold=threshold)
     first.joined(ROOM, uids("p", 0, 5_000))
     await first.flush()
-    reader = ViewersHistory(store.stats, fake_clock, "r", threshold=threshold)
+    reader = ViewersHistory(store.stats, fake_clock, "r", viewers_threshold=threshold)
     await reader.refresh([ROOM])
     await reader.refresh([ROOM])
     before = reader.figure(ROOM).viewers
     stored_before = await store.stats.load_sketch(ROOM, "a")
     assert stored_before is not None
 
-    again = ViewersHistory(store.stats, fake_clock, "a", threshold=threshold)  # same id
+    again = ViewersHistory(store.stats, fake_clock, "a", viewers_threshold=threshold)  # same id
     again.joined(ROOM, uids("p", 5_000, 5_010))
     await again.flush()
     stored_after = await store.stats.load_sketch(ROOM, "a")
@@ -246,7 +246,7 @@ async def test_a_restarted_node_continues_its_sketch(store: Store, fake_clock: F
     assert ViewerSketch.from_bytes(stored_after) == sketch_of(uids("p", 0, 5_010))
     assert len((await stored(store)).sketches) == 1  # its own key, not a new one
 
-    fresh = ViewersHistory(store.stats, fake_clock, "r2", threshold=threshold)
+    fresh = ViewersHistory(store.stats, fake_clock, "r2", viewers_threshold=threshold)
     await fresh.refresh([ROOM])
     await fresh.refresh([ROOM])
     assert fresh.figure(ROOM).viewers >= before
@@ -401,7 +401,7 @@ async def test_a_flush_into_a_new_broadcast_replaces_the_old_sketch_at_once(
         store: Store, fake_clock: FakeClock) -> None:
     members = Members()
     # Threshold 2: three members cap the exact set, so sketches are stored.
-    node = ViewersHistory(store.stats, fake_clock, "a", members=members, threshold=2)
+    node = ViewersHistory(store.stats, fake_clock, "a", members=members, viewers_threshold=2)
     members.rooms[ROOM] = {"u1", "u2", "u3"}
     node.joined(ROOM, ["u1", "u2", "u3"])
     await node.flush()
@@ -479,7 +479,7 @@ async def test_a_read_from_before_an_end_is_not_taken_for_the_new_broadcast(
 async def test_numbers_that_start_over_are_believed_when_reported_twice(
         memory_store: Store, fake_clock: FakeClock) -> None:
     members = Members()
-    node = ViewersHistory(memory_store.stats, fake_clock, "a", ttl=60.0, idle=10 * 86_400.0,
+    node = ViewersHistory(memory_store.stats, fake_clock, "a", history_ttl=60.0, idle=10 * 86_400.0,
                           members=members)
     await memory_store.operators.end_broadcast(ROOM, int(fake_clock.time() * 1000), 60_000)
     node.joined(ROOM, ["u1"])

@@ -1,6 +1,6 @@
 """The load test's own tools, run for real: a distributed locust run (a master
 and two workers on 127.0.0.1) against a ``liveroom serve`` process, and users
-spread over several addresses (``LIVEROOM_HOSTS``)."""
+spread over several addresses (``LOADTEST_HOSTS``)."""
 
 from __future__ import annotations
 
@@ -34,10 +34,10 @@ def stats_rows(prefix: Path) -> dict[tuple[str, str], dict[str, str]]:
 
 
 def load_env(tmp_path: Path, room: str, **extra: str) -> dict[str, str]:
-    return {**os.environ, "LIVEROOM_ROOM": room, "LIVEROOM_POLL_TIMEOUT": "5",
-            "LIVEROOM_SENDERS": "1", "LIVEROOM_SEND_RATE": "4",
-            "LIVEROOM_PUBLISHER_TOKEN": PUBLISHER, "LIVEROOM_SEND_AS_PUBLISHER": "1",
-            "LIVEROOM_REPORT": str(tmp_path / "report.json"), **extra}
+    return {**os.environ, "LOADTEST_ROOM": room, "LOADTEST_POLL_TIMEOUT": "5",
+            "LOADTEST_SENDERS": "1", "LOADTEST_SEND_RATE": "4",
+            "LIVEROOM_PUBLISHER_TOKEN": PUBLISHER, "LOADTEST_SEND_AS_PUBLISHER": "1",
+            "LOADTEST_REPORT": str(tmp_path / "report.json"), **extra}
 
 
 def test_a_master_and_two_workers_sum_their_listeners_figures(tmp_path: Path) -> None:
@@ -91,8 +91,8 @@ def test_listeners_spread_over_several_addresses(tmp_path: Path) -> None:
             start = urllib.request.Request(f"{url}/v1/admin/rooms/spread/start", method="POST",
                                            headers=ADMIN_HEADERS)
             urllib.request.urlopen(start).close()
-        env = load_env(tmp_path, "spread", LIVEROOM_HOSTS=f"{first},{second}",
-                       LIVEROOM_SENDER_WEIGHT="0", LIVEROOM_SENDERS="0")
+        env = load_env(tmp_path, "spread", LOADTEST_HOSTS=f"{first},{second}",
+                       LOADTEST_SENDER_WEIGHT="0", LOADTEST_SENDERS="0")
         proc = locust("--headless", "-u", "6", "-r", "6", "-t", "3s", "--csv",
                       str(tmp_path / "spread"), "--only-summary", "ListenerUser",
                       env=env, log=tmp_path / "spread.log")

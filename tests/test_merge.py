@@ -204,7 +204,7 @@ async def test_the_loop_merges_wanted_rooms_and_forgets_the_others(
     stats = store.stats
     await write(stats, fake_clock, "a", "live", A[:10], count=1)
     changed = asyncio.Event()
-    merge = Merge(stats, fake_clock, every=1.0, keep_for=5.0,
+    merge = Merge(stats, fake_clock, merge_every=1.0, read_window=5.0,
                   on_merged=lambda view: changed.set())
     await merge.start()
     try:
@@ -220,7 +220,7 @@ async def test_the_loop_merges_wanted_rooms_and_forgets_the_others(
         await tick(fake_clock, 1.0)
         await asyncio.wait_for(changed.wait(), 5)
         assert merge.view("live").online == 20
-        # Nobody wants it for keep_for: it leaves memory.
+        # Nobody wants it for read_window: it leaves memory.
         for _ in range(6):
             await tick(fake_clock, 1.0)
         assert merge.rooms() == []

@@ -285,7 +285,7 @@ async def test_fallback_pulls_skip_rooms_nobody_reads(store: Store,
                                                       fake_clock: FakeClock) -> None:
     metrics = Metrics()
     cache = RoomCache(store.log, fake_clock, metrics,
-                      limits=SectLimits(fallback_interval=1.0, read_window=60.0))
+                      limits=SectLimits(fallback_pull_interval=1.0, read_window=60.0))
     await cache.start()
     try:
         for i in range(100):
@@ -310,7 +310,7 @@ async def test_rooms_that_do_not_exist_are_rechecked_every_few_seconds_not_every
     reaches them at once through its notify."""
     metrics = Metrics()
     cache = RoomCache(store.log, fake_clock, metrics,
-                      limits=SectLimits(fallback_interval=1.0, read_window=60.0))
+                      limits=SectLimits(fallback_pull_interval=1.0, read_window=60.0))
     await cache.start()
     try:
         waits = []
@@ -334,7 +334,7 @@ async def test_the_cache_forgets_rooms_nobody_read_for_its_read_window(
     """A room nobody read for ``read_window`` leaves memory at the next fallback
     pass, not before; a room read meanwhile or with a held poll stays."""
     cache = RoomCache(memory_store.log, fake_clock, Metrics(),
-                      limits=SectLimits(fallback_interval=1.0, read_window=10.0))
+                      limits=SectLimits(fallback_pull_interval=1.0, read_window=10.0))
     await cache.start()
     try:
         for name in ("idle", "read", "held"):

@@ -208,7 +208,7 @@ async def test_a_storm_in_a_vip_room_does_not_delay_normal_pulls(
         store: Store, fake_clock: FakeClock) -> None:
     gated = GatedLog(store.log, held={"stage", "stage2"})
     node = Node(store, fake_clock, vip_log=cast(MessageLog, gated),
-                vip_limits=SectLimits(batch=1, concurrency=1))
+                vip_limits=SectLimits(pull_batch=1, pull_concurrency=1))
     node.whitelist.update({"stage", "stage2"})
     await node.sects.start()
     try:
@@ -267,7 +267,7 @@ async def test_the_whitelist_is_read_at_start_and_every_refresh(
         engine_url: str, fake_clock: FakeClock) -> None:
     async with opened(engine_url, TEST_POLICY, fake_clock) as store:
         await pin(store, "stage")
-        vips = VipList(store.operators, fake_clock, refresh=2.0)
+        vips = VipList(store.operators, fake_clock, vip_refresh=2.0)
         changes: list[frozenset[str]] = []
         vips.on_change(changes.append)
         await vips.start()
@@ -299,7 +299,7 @@ async def test_a_read_in_flight_does_not_undo_a_local_change(
         engine_url: str, fake_clock: FakeClock) -> None:
     async with opened(engine_url, TEST_POLICY, fake_clock) as store:
         gated = GatedOperators(store.operators)
-        vips = VipList(cast(Operators, gated), fake_clock, refresh=2.0)
+        vips = VipList(cast(Operators, gated), fake_clock, vip_refresh=2.0)
         await vips.start()
         try:
             gated.gate.clear()
@@ -326,7 +326,7 @@ async def test_a_store_outage_keeps_the_last_list_and_logs_once(
         caplog: pytest.LogCaptureFixture) -> None:
     async with opened(redis_url, TEST_POLICY, fake_clock) as store:
         await pin(store, "stage")
-        vips = VipList(store.operators, fake_clock, refresh=1.0)
+        vips = VipList(store.operators, fake_clock, vip_refresh=1.0)
         await vips.start()
         try:
             redis_server.stop()
@@ -353,7 +353,7 @@ async def test_start_with_the_store_down_gives_up_in_time(
     async with opened(redis_url, TEST_POLICY, fake_clock) as store:
         await pin(store, "stage")
         redis_server.stop()
-        vips = VipList(store.operators, fake_clock, refresh=1.0, start_wait=0.5)
+        vips = VipList(store.operators, fake_clock, vip_refresh=1.0, start_wait=0.5)
         try:
             async with asyncio.timeout(5):
                 await vips.start()
@@ -395,7 +395,7 @@ async def test_a_cache_stops_when_its_store_swallows_the_cancel(
     (a node with many rooms to pull took minutes to stop)."""
     log = SwallowingLog(store.log)
     cache = RoomCache(cast(MessageLog, log), fake_clock, Metrics(),
-                      limits=SectLimits(batch=1, concurrency=1))
+                      limits=SectLimits(pull_batch=1, pull_concurrency=1))
     await cache.start()
     for i in range(200):
         cache.request_pull(f"room-{i}")

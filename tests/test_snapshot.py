@@ -43,7 +43,7 @@ async def replay(plan: list[object], keep: Retention, log_cap: int,
     store = MemoryStore(LogPolicy(log_cap=log_cap, important_keep=keep.important_keep,
                                   important_window_ms=0), clock)
     cache = RoomCache(store.log, clock, Metrics(), retention=keep,
-                      limits=SectLimits(concurrency=1))
+                      limits=SectLimits(pull_concurrency=1))
     store.notifier.subscribe(lambda room, seq: None, lambda rooms=None: None)
     await cache.start()
     history: list[bool] = []

@@ -268,7 +268,7 @@ class Sink:
 
 async def test_heartbeats_reach_their_owner_in_batches(fake_clock: FakeClock) -> None:
     sinks = [Sink(), Sink()]
-    hb = Heartbeats(sinks, fake_clock, flush_every=0.25, max_batch=1000)
+    hb = Heartbeats(sinks, fake_clock, heartbeat_flush=0.25, max_batch=1000)
     await hb.start()
     while not fake_clock.sleepers():  # the flush task reached its first sleep
         await asyncio.sleep(0)

@@ -325,7 +325,7 @@ async def test_a_poll_with_a_known_ticket_is_not_verified_again(
         # The cached claims still say which rooms: another room is refused.
         assert (await client.poll(room="other", bearer=alice))[0] == 401
         # Cached, yet expired: refused once its exp (+ leeway) passed.
-        await fake_clock.advance(60 + tickets.leeway + 1)
+        await fake_clock.advance(60 + tickets.ticket_leeway + 1)
         status, doc = await client.poll(bearer=alice)
         assert status == 401
         assert "expired" in doc["message"]
@@ -333,7 +333,7 @@ async def test_a_poll_with_a_known_ticket_is_not_verified_again(
 
 
 def test_expiry_honours_the_leeway_on_the_injected_clock(fake_clock: FakeClock) -> None:
-    tickets = Tickets([KEY], fake_clock, leeway=5)
+    tickets = Tickets([KEY], fake_clock, ticket_leeway=5)
     ticket = mint(KEY, "alice", ttl=10, now=fake_clock.time())
     uncached = mint(KEY, "alice", ttl=10, now=fake_clock.time() + 0.5)
     assert tickets.verify(ticket, "r") == "alice"
@@ -349,7 +349,7 @@ def test_expiry_honours_the_leeway_on_the_injected_clock(fake_clock: FakeClock) 
 def test_a_ticket_not_valid_yet_is_refused(fake_clock: FakeClock) -> None:
     import jwt
 
-    tickets = Tickets([KEY], fake_clock, leeway=5)
+    tickets = Tickets([KEY], fake_clock, ticket_leeway=5)
     now = fake_clock.time()
     early = jwt.encode({"sub": "a", "exp": int(now + 100), "nbf": int(now + 60)}, KEY,
                        algorithm="HS256")

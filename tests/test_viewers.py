@@ -331,8 +331,8 @@ def _simulate(total: int, threshold: int, prefix: str, bulk_until: int) -> list[
     async def run() -> list[ViewersFigure]:
         clock = FakeClock()
         store = MemoryStore(LogPolicy(), clock)
-        owner = ViewersHistory(store.stats, clock, "owner", threshold=threshold)
-        reader = ViewersHistory(store.stats, clock, "reader", threshold=threshold)
+        owner = ViewersHistory(store.stats, clock, "owner", viewers_threshold=threshold)
+        reader = ViewersHistory(store.stats, clock, "reader", viewers_threshold=threshold)
         figures: list[ViewersFigure] = []
 
         async def step(batch: list[str]) -> None:

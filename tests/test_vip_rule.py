@@ -183,7 +183,7 @@ async def test_nodes_applying_the_rule_together_move_a_room_once(
     async with opened(engine_url, TEST_POLICY, fake_clock) as store:
         counts = Counts()
         metrics = [Metrics() for _ in range(3)]
-        nodes = [VipList(store.operators, fake_clock, refresh=1.0, rule=RULE, metrics=m)
+        nodes = [VipList(store.operators, fake_clock, vip_refresh=1.0, rule=RULE, metrics=m)
                  for m in metrics]
         for node in nodes:
             node.observe(counts.merged, counts.of)
@@ -244,7 +244,7 @@ async def test_a_pin_beats_the_rule_and_an_unpin_gives_the_room_back(
     rule = VipRule(promote=100, promote_after=0, demote=40, demote_after=0)
     async with opened(engine_url, TEST_POLICY, fake_clock) as store:
         counts = Counts()
-        node = VipList(store.operators, fake_clock, refresh=1.0, rule=rule)
+        node = VipList(store.operators, fake_clock, vip_refresh=1.0, rule=rule)
         node.observe(counts.merged, counts.of)
         counts.online.update(crowd=500, quiet=0)
         await pin(store, "crowd", "normal")

@@ -115,7 +115,7 @@ class RedisStore:
     failover could still lose (a master's write not yet replicated, its seq
     then reused by the next send through the promoted replica). A notify can
     reach a node before the replica applied its write; the fallback pull
-    covers that (within ``fallback_interval``).
+    covers that (within ``fallback_pull_interval``).
     """
 
     name = "redis"
