@@ -106,9 +106,9 @@ class Wakeable(Protocol):
 
 
 class HeldPoll:
-    """A poll held in a room; :meth:`Holds.cancel` takes it back. (A slotted
-    class with a written ``__init__``: one is made per held poll, natively in
-    the compiled build; compared and hashed by identity.)"""
+    """A poll held in a room; :meth:`Holds.cancel` takes it back. (One is made
+    per held poll: a slotted class, docs/development.md, "Compiled modules";
+    compared and hashed by identity.)"""
 
     __slots__ = ("done", "epoch", "iseq", "key", "name", "paced", "pending", "poll", "room",
                  "top", "uid")
@@ -607,7 +607,6 @@ class Holds:
         self._deadlines.close()
         for task in tasks:
             task.cancel()
-        # One gathering future, not each task in turn: awaiting a task still
-        # unwinding here raised "TypeError: None object expected; got
-        # _asyncio.Task" in the compiled build (tests/test_interleavings.py).
+        # One gathering future, not each task in turn (docs/development.md,
+        # "Compiled modules").
         await asyncio.gather(*tasks, return_exceptions=True)

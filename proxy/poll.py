@@ -118,8 +118,8 @@ class Polls:
         """... in a room whose online count is at least this (see :meth:`Poll.trusted`)."""
         self.limit = settings.answer_limit
         self.budget = settings.answer_bytes_max
-        # Read on every poll: kept here as native attributes (the settings
-        # object is interpreted even in the compiled build).
+        # Read on every poll: copied into native attributes (docs/development.md,
+        # "Compiled modules").
         self._timeout = settings.poll_timeout
         self._timeout_max = settings.poll_timeout_max
         self._recent_default = settings.recent_default
