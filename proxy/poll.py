@@ -21,7 +21,7 @@ What a poll does, in order (docs/design.md, "Listening"):
    (what the cursor has pending, a confirming pull, a wake-up): answer the
    recent messages (a first poll, a reset) or hold them until due, pull to
    confirm a cursor this node cannot place, read, deliver, hold plain or
-   paced. Every rule is in :mod:`.cursor`; this module only reads, pulls,
+   paced. Every rule is in :mod:`.step`; this module only reads, pulls,
    holds and answers.
 
 **Work per message, not per listener.** What a poll reads at a cursor, and
@@ -106,7 +106,8 @@ class Polls:
         self.holds = holds
         self.tiers = tiers
         self.signer = signer
-        """Replaced at start-up once the shared secret is known."""
+        """Made by the proxy from the configured (or, on memory, made up) secret;
+        never replaced."""
         self.clock = clock
         self.tickets: Tickets | None = None
         """The ticket verifier in ``ticket`` mode (set by the proxy); None: open."""
