@@ -66,6 +66,7 @@ from typing import Protocol
 
 from liveroom.clock import Clock
 from liveroom.errors import Overloaded
+from liveroom.metrics import Metrics
 from liveroom.roles import RoomReader
 from liveroom.snapshot import Snapshot, moved_past
 
@@ -134,6 +135,17 @@ class HeldPoll:
     def has_news(self, snap: Snapshot) -> bool:
         return self.pending or snap.epoch != self.epoch or snap.head > self.top
 
+
+Kept = HeldPoll | Snapshot | None
+"""What :meth:`Holds.hold` did with a plain poll: held it (the
+:class:`HeldPoll`, to :meth:`Holds.cancel` it); or not, since the room moved
+past the poll's snapshot (this newer :class:`Snapshot`: read it at once); or
+not, shutting down (``None``: answer it empty). A named union rather than a
+result object: every held poll goes this way, and holding one makes nothing
+more than its :class:`HeldPoll`."""
+
+_REFUSED, _SUPERSEDED = range(2)
+"""The places of :attr:`Holds.counts`."""
 
 ByUid = HeldPoll | list[HeldPoll]
 """A listener's held polls in a by-uid index: the poll itself while it has
@@ -222,7 +234,7 @@ def _sweep(heap: list[tuple[float, int, HeldPoll]], held: int) -> list[tuple[flo
 class Holds:
     def __init__(self, reader: RoomReader, clock: Clock, *, tick: float = 0.2,
                  cut_every: float = 0.5, per_listener: int = 4, per_uid: int = 16,
-                 capacity: int = 1 << 62) -> None:
+                 capacity: int = 1 << 62, metrics: Metrics | None = None) -> None:
         self._reader = reader
         self._clock = clock
         self._tick = tick
@@ -234,10 +246,11 @@ class Holds:
         """Every held poll by uid (see :data:`ByUid`)."""
         self.capacity = capacity
         """Polls the node may hold at once; set once the open-file limit is known."""
-        self.superseded = 0
-        """Held polls answered early because a newer poll of their listener came."""
-        self.refused = 0
-        """Polls not held because the node held all it may."""
+        self.counts = [0, 0] if metrics is None else metrics.tally(
+            [metrics.refused_polls.labels("node_full"), metrics.superseded_polls])
+        """Polls refused because the node held all it may, and held polls
+        answered early because a newer poll of their listener came, since the
+        metrics last took them (the hold's own :meth:`Metrics.tally`)."""
         self._rooms: dict[str, _Room] = {}
         self._deadlines: Deadlines[HeldPoll] = Deadlines(self._expire)
         self.count = 0
@@ -325,13 +338,13 @@ class Holds:
 
     def _supersede(self, oldest: HeldPoll | None) -> None:
         if oldest is not None:
-            self.superseded += 1
+            self.counts[_SUPERSEDED] += 1
             self._leave(oldest.name, oldest.room)
             self._wake(oldest, None)
 
     def _check_capacity(self) -> None:
         if self.count >= self.capacity:
-            self.refused += 1
+            self.counts[_REFUSED] += 1
             raise Overloaded()
 
     def cancel(self, held_poll: HeldPoll) -> None:
@@ -340,14 +353,14 @@ class Holds:
             self._leave(held_poll.name, held_poll.room)
 
     def hold(self, room: str, uid: str, snapshot: Snapshot, poll: Wakeable,
-             deadline: float) -> HeldPoll | Snapshot | None:
+             deadline: float) -> Kept:
         """Hold listener ``uid``'s plain poll read against ``snapshot`` until
         ``room`` moves past it, or until ``deadline`` on the loop's clock.
 
-        Returns the held_poll; or a newer snapshot of the room to read at once
-        instead of holding; or ``None`` when the poll is not held (shutting
-        down): answer it empty. Raises :class:`Overloaded` when the node holds
-        all it may.
+        Returns what it did (:data:`Kept`): the held poll; or a newer snapshot
+        of the room to read at once instead of holding; or ``None`` when the
+        poll is not held (shutting down): answer it empty. Raises
+        :class:`Overloaded` when the node holds all it may.
         """
         if self.closing:
             return None

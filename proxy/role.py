@@ -63,7 +63,7 @@ class Proxy:
                            cut_every=settings.cut_through_every,
                            per_listener=settings.holds_per_listener,
                            per_uid=settings.holds_per_uid,
-                           capacity=settings.held_max or held_capacity())
+                           capacity=settings.held_max or held_capacity(), metrics=metrics)
         self.polls = Polls(settings, reader, self.heartbeats, stats, self.holds, tiers,
                            signer, clock, metrics, is_vip=vip_list.is_vip)
         self.sends = Sends(settings, log, tokens, clock, metrics)
