@@ -1,4 +1,5 @@
-"""docs/architecture.md against the tree: the layout block names every path
+"""docs/architecture.md against the tree (and docs/development.md's index of
+the tests against tests/): the layout block names every path
 it lists and every top-level folder, the import rules it states hold, the
 links back it lists are the ones liveroom/node.py makes, and the lifecycle's
 start and stop orders are the ones it says."""
@@ -153,3 +154,12 @@ def test_the_lifecycle_starts_and_stops_the_parts_in_the_order_the_doc_says() ->
     doc = " ".join(DOC.read_text().split())
     assert f"They start in the order the node is built: {_order(started)}." in doc
     assert f"in this order: {_order(stopped)}." in doc
+
+
+def test_every_test_file_is_in_the_index_of_docs_development() -> None:
+    doc = (ROOT / "docs" / "development.md").read_text()
+    section = doc.split("## Index of the tests", 1)[1].split("\n## ", 1)[0]
+    listed = re.findall(r"^- `tests/(test_\w+\.py)`: \S", section, re.M)
+    files = sorted(p.name for p in (ROOT / "tests").glob("test_*.py"))
+    assert sorted(listed) == files, {"missing": sorted(set(files) - set(listed)),
+                                     "gone": sorted(set(listed) - set(files))}
