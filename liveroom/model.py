@@ -1,6 +1,7 @@
 """The message model: names, messages as senders give them and as the store keeps them.
 
-Data crossing a boundary (proxy → store, store → recvsvr) is a frozen dataclass.
+Data crossing a boundary (proxy → store, store → recvsvr) is a slotted value
+class with a written ``__init__`` (docs/development.md, "Compiled modules").
 Validation of names and integers lives here so every role refuses the same input.
 """
 
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import re
 import zlib
-from typing import Any
+from typing import Any, Protocol
 
 from .errors import BadRequest
 
@@ -86,11 +87,26 @@ def parse_count(name: str, text: str, low: int = 0, high: int = MAX_INT) -> int:
     return value
 
 
-# A message's values are plain slotted classes with a written ``__init__``, made
-# once or twice per send and per message pulled: the compiled build makes them
-# natively (a dataclass's generated ``__init__`` is interpreted code, and a
-# frozen one sets each field through ``object.__setattr__``: 18 % of a
-# compiled send's own time went there). Treat them as immutable.
+# A message's values are slotted value classes (compiled modules: see
+# docs/development.md, "Compiled modules"). Treat them as immutable.
+
+
+class Valued(Protocol):
+    """A value class: its value is the tuple its ``_fields`` returns."""
+
+    def _fields(self) -> tuple[object, ...]: ...
+
+
+def same_value(one: Valued, other: object) -> bool:
+    """``one.__eq__(other)`` for a value class: ``other`` is of the same class
+    and has the same fields. With :func:`value_hash` it makes the pair of a
+    value class's ``__eq__`` and ``__hash__``, which always agree."""
+    return type(other) is type(one) and one._fields() == other._fields()
+
+
+def value_hash(one: Valued) -> int:
+    """``one.__hash__()`` for a value class: the hash of its fields."""
+    return hash(one._fields())
 
 
 class NewMessage:
@@ -115,10 +131,10 @@ class NewMessage:
         return (self.uid, self.body, self.important, self.ts, self.client_msg_id, self.to)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, NewMessage) and self._fields() == other._fields()
+        return same_value(self, other)
 
     def __hash__(self) -> int:
-        return hash(self._fields())
+        return value_hash(self)
 
     def __repr__(self) -> str:
         return (f"NewMessage(uid={self.uid!r}, body={self.body!r}, important={self.important}, "
@@ -155,10 +171,10 @@ class Entry:
                 self.n)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Entry) and self._fields() == other._fields()
+        return same_value(self, other)
 
     def __hash__(self) -> int:
-        return hash(self._fields())
+        return value_hash(self)
 
     def __repr__(self) -> str:
         return (f"Entry(seq={self.seq}, ic={self.ic}, uid={self.uid!r}, "

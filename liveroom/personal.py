@@ -100,7 +100,7 @@ class NodeCap:
     within a constant factor of ``cap``. A holder let go (a room dropped
     from the cache or the store, a new epoch) says so
     (:meth:`Share.release`) and leaves the count at once. (Not a weak
-    reference: a holder compiled by mypyc cannot be weakly referenced.)
+    reference: docs/development.md, "Compiled modules".)
     """
 
     def __init__(self, cap: int) -> None:

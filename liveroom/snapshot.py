@@ -108,8 +108,9 @@ def is_absent(snap: Snapshot) -> bool:
 class Delivery(NamedTuple):
     """What a poll answers: messages to send, what was skipped, the new cursors.
 
-    A named tuple rather than a frozen dataclass: one is made per poll, and a
-    tuple is built at half the cost."""
+    A named tuple, the one value made per poll that is not a slotted value
+    class (a poll adds its personal messages with ``_replace``):
+    docs/development.md, "Compiled modules"."""
 
     important: tuple[Item, ...]
     messages: tuple[Item, ...]

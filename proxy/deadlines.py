@@ -72,7 +72,7 @@ class Deadlines(Generic[T]):
     def _arm(self, key: int) -> None:
         if self._timer is not None:
             self._timer.cancel()
-        self._armed = float(key)  # a float slot (compiled builds keep its type)
+        self._armed = float(key)  # a float slot (docs/development.md, "Compiled modules")
         self._timer = asyncio.get_running_loop().call_at(key * self._resolution, self._fire)
 
     def _fire(self) -> None:

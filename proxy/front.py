@@ -184,7 +184,7 @@ class Front:
                 else:
                     poll.cancel()
             except Exception:
-                logger.exception("letting go of a poll of room %s failed", poll.p.room)
+                logger.exception("letting go of a poll of room %s failed", poll.params.room)
         if queue:
             asyncio.get_running_loop().call_soon(self._tear_down)
         else:

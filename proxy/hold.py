@@ -66,6 +66,7 @@ from typing import Protocol
 
 from liveroom.clock import Clock
 from liveroom.errors import Overloaded
+from liveroom.metrics import Metrics
 from liveroom.roles import RoomReader
 from liveroom.settings import DEFAULTS
 from liveroom.snapshot import Snapshot, moved_past
@@ -107,9 +108,9 @@ class Wakeable(Protocol):
 
 
 class HeldPoll:
-    """A poll held in a room; :meth:`Holds.cancel` takes it back. (A slotted
-    class with a written ``__init__``: one is made per held poll, natively in
-    the compiled build; compared and hashed by identity.)"""
+    """A poll held in a room; :meth:`Holds.cancel` takes it back. (One is made
+    per held poll: a slotted class, docs/development.md, "Compiled modules";
+    compared and hashed by identity.)"""
 
     __slots__ = ("done", "epoch", "iseq", "key", "name", "paced", "pending", "poll", "room",
                  "top", "uid")
@@ -135,6 +136,17 @@ class HeldPoll:
     def has_news(self, snap: Snapshot) -> bool:
         return self.pending or snap.epoch != self.epoch or snap.head > self.top
 
+
+Kept = HeldPoll | Snapshot | None
+"""What :meth:`Holds.hold` did with a plain poll: held it (the
+:class:`HeldPoll`, to :meth:`Holds.cancel` it); or not, since the room moved
+past the poll's snapshot (this newer :class:`Snapshot`: read it at once); or
+not, shutting down (``None``: answer it empty). A named union rather than a
+result object: every held poll goes this way, and holding one makes nothing
+more than its :class:`HeldPoll`."""
+
+_REFUSED, _SUPERSEDED = range(2)
+"""The places of :attr:`Holds.counts`."""
 
 ByUid = HeldPoll | list[HeldPoll]
 """A listener's held polls in a by-uid index: the poll itself while it has
@@ -226,7 +238,7 @@ class Holds:
                  cut_through_every: float = DEFAULTS.cut_through_every,
                  holds_per_listener: int = DEFAULTS.holds_per_listener,
                  holds_per_uid: int = DEFAULTS.holds_per_uid,
-                 held_max: int = DEFAULTS.held_max) -> None:
+                 held_max: int = DEFAULTS.held_max, metrics: Metrics | None = None) -> None:
         self._reader = reader
         self._clock = clock
         self._hold_tick = hold_tick
@@ -238,10 +250,11 @@ class Holds:
         """Every held poll by uid (see :data:`ByUid`)."""
         self.held_max = held_max or held_capacity()
         """Polls the node may hold at once (0 given: :func:`held_capacity`)."""
-        self.superseded = 0
-        """Held polls answered early because a newer poll of their listener came."""
-        self.refused = 0
-        """Polls not held because the node held all it may."""
+        self.counts = [0, 0] if metrics is None else metrics.tally(
+            [metrics.refused_polls.labels("node_full"), metrics.superseded_polls])
+        """Polls refused because the node held all it may, and held polls
+        answered early because a newer poll of their listener came, since the
+        metrics last took them (the hold's own :meth:`Metrics.tally`)."""
         self._rooms: dict[str, _Room] = {}
         self._deadlines: Deadlines[HeldPoll] = Deadlines(self._expire)
         self.count = 0
@@ -329,13 +342,13 @@ class Holds:
 
     def _supersede(self, oldest: HeldPoll | None) -> None:
         if oldest is not None:
-            self.superseded += 1
+            self.counts[_SUPERSEDED] += 1
             self._leave(oldest.name, oldest.room)
             self._wake(oldest, None)
 
     def _check_capacity(self) -> None:
         if self.count >= self.held_max:
-            self.refused += 1
+            self.counts[_REFUSED] += 1
             raise Overloaded()
 
     def cancel(self, held_poll: HeldPoll) -> None:
@@ -344,14 +357,14 @@ class Holds:
             self._leave(held_poll.name, held_poll.room)
 
     def hold(self, room: str, uid: str, snapshot: Snapshot, poll: Wakeable,
-             deadline: float) -> HeldPoll | Snapshot | None:
+             deadline: float) -> Kept:
         """Hold listener ``uid``'s plain poll read against ``snapshot`` until
         ``room`` moves past it, or until ``deadline`` on the loop's clock.
 
-        Returns the held_poll; or a newer snapshot of the room to read at once
-        instead of holding; or ``None`` when the poll is not held (shutting
-        down): answer it empty. Raises :class:`Overloaded` when the node holds
-        all it may.
+        Returns what it did (:data:`Kept`): the held poll; or a newer snapshot
+        of the room to read at once instead of holding; or ``None`` when the
+        poll is not held (shutting down): answer it empty. Raises
+        :class:`Overloaded` when the node holds all it may.
         """
         if self.closing:
             return None
@@ -612,7 +625,6 @@ class Holds:
         self._deadlines.close()
         for task in tasks:
             task.cancel()
-        # One gathering future, not each task in turn: awaiting a task still
-        # unwinding here raised "TypeError: None object expected; got
-        # _asyncio.Task" in the compiled build (tests/test_interleavings.py).
+        # One gathering future, not each task in turn (docs/development.md,
+        # "Compiled modules").
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -15,11 +15,12 @@ from liveroom.model import (
     is_name,
     is_room,
     parse_count,
+    same_value,
+    value_hash,
 )
 
-# The values made per poll are plain slotted classes with a written
-# ``__init__``: the compiled build makes them natively (a named tuple's or a
-# dataclass's constructor is interpreted code, 4 % of a compiled delivery).
+# The values made per poll are slotted value classes (docs/development.md,
+# "Compiled modules").
 
 
 class Cursor:
@@ -37,10 +38,10 @@ class Cursor:
         return self.epoch, self.seq, self.iseq, self.ctx
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Cursor) and self._fields() == other._fields()
+        return same_value(self, other)
 
     def __hash__(self) -> int:
-        return hash(self._fields())
+        return value_hash(self)
 
     def __repr__(self) -> str:
         return f"Cursor({self.epoch!r}, {self.seq}, {self.iseq}, {self.ctx!r})"
@@ -70,8 +71,8 @@ SPREAD_MAX = 4095
 
 def parse_poll(room: str, query: dict[str, str], *, default_timeout: float,
                max_timeout: int, recent_default: int, recent_max: int) -> PollParams:
-    """A poll's parameters from its query (a dict, not any mapping: the
-    compiled build looks names up in a dict natively), or a 400."""
+    """A poll's parameters from its query (a dict, not any mapping:
+    docs/development.md, "Compiled modules"), or a 400."""
     # The checks of check_name and parse_count, made inline on every poll;
     # those functions only raise the refusals.
     if not is_room(room):

@@ -21,7 +21,7 @@ What a poll does, in order (docs/design.md, "Listening"):
    (what the cursor has pending, a confirming pull, a wake-up): answer the
    recent messages (a first poll, a reset) or hold them until due, pull to
    confirm a cursor this node cannot place, read, deliver, hold plain or
-   paced. Every rule is in :mod:`.cursor`; this module only reads, pulls,
+   paced. Every rule is in :mod:`.step`; this module only reads, pulls,
    holds and answers.
 
 **Work per message, not per listener.** What a poll reads at a cursor, and
@@ -48,7 +48,6 @@ from collections.abc import Callable
 
 from liveroom.clock import Clock
 from liveroom.codec import JSON, MSGPACK, wants_msgpack
-from liveroom.errors import LiveroomError
 from liveroom.metrics import Metrics
 from liveroom.personal import PersonalRead, read_personal
 from liveroom.roles import RoomReader, StatsReader
@@ -60,7 +59,7 @@ from .context import Context, ContextSigner
 from .heartbeats import Heartbeats
 from .hold import HeldPoll, Holds
 from .params import Cursor, PollParams, parse_poll
-from .reply import Reply, answer_to, failure_reply
+from .reply import Reply, answer_to
 from .step import (
     CONFIRM,
     DELIVER,
@@ -106,7 +105,8 @@ class Polls:
         self.holds = holds
         self.tiers = tiers
         self.signer = signer
-        """Replaced at start-up once the shared secret is known."""
+        """Made by the proxy from the configured (or, on memory, made up) secret;
+        never replaced."""
         self.clock = clock
         self.tickets: Tickets | None = None
         """The ticket verifier in ``ticket`` mode (set by the proxy); None: open."""
@@ -118,8 +118,8 @@ class Polls:
         """... in a room whose online count is at least this (see :meth:`Poll.trusted`)."""
         self.answer_limit = settings.answer_limit
         self.answer_bytes_max = settings.answer_bytes_max
-        # Read on every poll: kept here as native attributes (the settings
-        # object is interpreted even in the compiled build).
+        # Read on every poll: copied into native attributes (docs/development.md,
+        # "Compiled modules").
         self._poll_timeout = settings.poll_timeout
         self._poll_timeout_max = settings.poll_timeout_max
         self._recent_default = settings.recent_default
@@ -131,9 +131,6 @@ class Polls:
                                     metrics.deliveries.labels("important"),
                                     metrics.deliveries.labels("normal"),
                                     metrics.deliveries.labels("personal")])
-        self._refused = metrics.refused_polls.labels("node_full")
-        self._superseded = metrics.superseded_polls
-        metrics.before_render(self._flush_holds)
 
     def loop_time(self) -> float:
         """The running loop's time (plain polls' deadlines are on it)."""
@@ -141,16 +138,6 @@ class Polls:
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
         return loop.time()
-
-    def _flush_holds(self) -> None:
-        """The hold's counts (refused and superseded polls) into the metrics."""
-        holds = self.holds
-        if holds.refused:
-            self._refused.inc(holds.refused)
-            holds.refused = 0
-        if holds.superseded:
-            self._superseded.inc(holds.superseded)
-            holds.superseded = 0
 
     def start(self, room: str, query: dict[str, str], accept: str,
               reply: Callable[[Reply], None],
@@ -166,25 +153,26 @@ class Polls:
         try:
             if self.tickets is not None:
                 query = self.tickets.admit_poll(room, query, authorization)
-            p = parse_poll(room, query, default_timeout=self._poll_timeout,
-                           max_timeout=self._poll_timeout_max, recent_default=self._recent_default,
-                           recent_max=self._recent_max)
-        except LiveroomError as exc:
-            reply(failure_reply(exc))
+            params = parse_poll(room, query, default_timeout=self._poll_timeout,
+                                max_timeout=self._poll_timeout_max,
+                                recent_default=self._recent_default,
+                                recent_max=self._recent_max)
+        except Exception as exc:
+            reply(answer_to(exc, logger, _FAILED, room))
             return None
-        poll = Poll(self, p, wants_msgpack(accept), reply)
+        poll = Poll(self, params, wants_msgpack(accept), reply)
         try:
-            snap = self.reader.current(p.room)
-        except LiveroomError as exc:  # a new room past the cache's bound: 503
-            poll.finish(failure_reply(exc))
+            snap = self.reader.current(params.room)
+        except Exception as exc:  # a new room past the cache's bound: 503
+            poll.fail(exc)
             return None
         if snap is None:
-            poll.task = asyncio.create_task(poll.first_pull(), name=f"proxy-poll-{p.room}")
+            poll.task = asyncio.create_task(poll.first_pull(), name=f"proxy-poll-{params.room}")
             return poll
         try:  # ``Poll.run``, inlined: every poll comes this way
             poll.begin(snap)
         except Exception as exc:
-            poll.finish(answer_to(exc, logger, _FAILED, p.room))
+            poll.fail(exc)
         return None if poll.done else poll
 
 
@@ -207,9 +195,9 @@ class Poll:
         "hint_seq",
         "last",
         "online",
-        "p",
         "pace",
         "paced_deadline",
+        "params",
         "pn_out",
         "pseq_in",
         "pseq_out",
@@ -218,10 +206,10 @@ class Poll:
         "use_msgpack",
     )
 
-    def __init__(self, polls: Polls, p: PollParams, use_msgpack: bool,
+    def __init__(self, polls: Polls, params: PollParams, use_msgpack: bool,
                  reply: Callable[[Reply], None]) -> None:
         self._polls = polls
-        self.p = p
+        self.params = params
         self.use_msgpack = use_msgpack
         self._reply = reply
         self.held_poll: HeldPoll | None = None
@@ -261,43 +249,48 @@ class Poll:
         try:
             action(snap)
         except Exception as exc:
-            self.finish(answer_to(exc, logger, _FAILED, self.p.room))
+            self.fail(exc)
+
+    def fail(self, exc: Exception) -> None:
+        """Answer the poll for ``exc`` (call it while handling it): the one
+        guard of every step of a poll (:func:`.reply.answer_to`)."""
+        self.finish(answer_to(exc, logger, _FAILED, self.params.room))
 
     async def first_pull(self) -> None:
         """The slow path of a room this node holds no snapshot of yet."""
         try:
-            snap = await self._polls.reader.snapshot(self.p.room)
-        except LiveroomError as exc:
-            self.finish(failure_reply(exc))
+            snap = await self._polls.reader.snapshot(self.params.room)
+        except Exception as exc:
+            self.fail(exc)
             return
         finally:
             self.task = None
         self.run(self.begin, snap)
 
     def begin(self, snap: Snapshot) -> None:
-        polls, p = self._polls, self.p
+        polls, params = self._polls, self.params
         # A held poll keeps the snapshot's strings, not copies of its own: the
         # room's name and, when the cursor is in it, the epoch (about 130
         # bytes of each held poll).
-        p.room = snap.room
-        cursor = p.cursor
+        params.room = snap.room
+        cursor = params.cursor
         if cursor is not None and cursor.epoch == snap.epoch:
             cursor.epoch = snap.epoch
         if snap.epoch != ABSENT_EPOCH:
             # A room that does not exist counts no heartbeat: statsvr keeps no
             # presence, viewers or series for made-up names (online stays 0).
-            self.online = polls.stats.online(p.room)
-            polls.heartbeats.beat(p.room, p.uid, self.trusted(cursor))
-            polls.reader.read_by(p.room, p.uid)
+            self.online = polls.stats.online(params.room)
+            polls.heartbeats.beat(params.room, params.uid, self.trusted(cursor))
+            polls.reader.read_by(params.room, params.uid)
         # The timeout counts from the poll's arrival, a confirming pull included.
-        self.deadline = polls.loop_time() + p.timeout
+        self.deadline = polls.loop_time() + params.timeout
         self._decide(snap, False)
 
     async def _confirm(self) -> None:
         try:
-            snap = await self._polls.reader.wait_pulled(self.p.room)
-        except LiveroomError as exc:
-            self.finish(failure_reply(exc))
+            snap = await self._polls.reader.wait_pulled(self.params.room)
+        except Exception as exc:
+            self.fail(exc)
             return
         finally:
             self.task = None
@@ -341,9 +334,9 @@ class Poll:
         if self.ctx_read:
             return self.ctx
         self.ctx_read = True
-        p = self.p
-        ctx = self.ctx = self._polls.signer.verify(cursor.ctx, p.room, p.uid, cursor.epoch,
-                                                   cursor.seq, cursor.iseq)
+        params = self.params
+        ctx = self.ctx = self._polls.signer.verify(cursor.ctx, params.room, params.uid,
+                                                   cursor.epoch, cursor.seq, cursor.iseq)
         if ctx is not None:
             self.hint_seq, self.hint_iseq, self.hint_pn = ctx.seq_ic, ctx.iseq_ic, ctx.pn
         return ctx
@@ -351,62 +344,64 @@ class Poll:
     def _decide(self, snap: Snapshot, confirmed: bool) -> None:
         """Pace the poll in ``snap``'s room, then do what :func:`.step.step`
         says (``confirmed``: a fresh pull brought ``snap``)."""
-        polls, p = self._polls, self.p
-        cursor = p.cursor
+        polls, params = self._polls, self.params
+        cursor = params.cursor
         now_ms = int(polls.clock.time() * 1000)
         tiers = polls.tiers
         tier = tiers.tier(self.online)
         pace = self.pace = tiers.pace_in(
-            tier, p.uid, self._check(cursor, now_ms) if needs_ctx(cursor, tier, snap) else now_ms)
+            tier, params.uid,
+            self._check(cursor, now_ms) if needs_ctx(cursor, tier, snap) else now_ms)
         self._take(step(snap, cursor, pace, now_ms, confirmed=confirmed), snap, now_ms, None)
 
-    def _take(self, s: Step, snap: Snapshot | None, now_ms: int, held_as: Step | None) -> None:
-        """Do what ``s`` says: read (and step again with what was read), pull,
+    def _take(self, decision: Step, snap: Snapshot | None, now_ms: int,
+              held_as: Step | None) -> None:
+        """Do what ``decision`` says: read (and step again with what was read), pull,
         hold or answer. ``held_as`` is what :func:`.step.step` was given."""
-        p = self.p
-        cursor, pace = p.cursor, self.pace
+        params = self.params
+        cursor, pace = params.cursor, self.pace
         assert pace is not None
-        d: Delivery | None = None
-        if s == READ:
+        delivery: Delivery | None = None
+        if decision == READ:
             assert snap is not None
             assert cursor is not None
-            d, head = self._read(snap, cursor, self.online)
+            delivery, head = self._read(snap, cursor, self.online)
             mine = self._personal(snap, cursor)
             if mine is not None and (mine.items or mine.pgap):
-                if d.empty:
-                    head = answer.head(snap.room, snap.epoch, d, reset=False,
+                if delivery.empty:
+                    head = answer.head(snap.room, snap.epoch, delivery, reset=False,
                                        online=self.online, interval_ms=pace.interval_ms,
                                        use_msgpack=self.use_msgpack)
-                d = d._replace(personal=mine.items, pgap=mine.pgap)
-            s = step(snap, cursor, pace, now_ms, d, held_as=held_as)
-            if s == DELIVER:
-                self._send(snap.epoch, d, head, now_ms, _DELIVERED)
+                delivery = delivery._replace(personal=mine.items, pgap=mine.pgap)
+            decision = step(snap, cursor, pace, now_ms, delivery, held_as=held_as)
+            if decision == DELIVER:
+                self._send(snap.epoch, delivery, head, now_ms, _DELIVERED)
                 return
-            self.last = d
-        if s == HOLD_PLAIN:
+            self.last = delivery
+        if decision == HOLD_PLAIN:
             assert snap is not None
             self._hold_plain(snap)
-        elif s == HOLD_PACED:
+        elif decision == HOLD_PACED:
             assert snap is not None
             assert cursor is not None
-            assert d is not None
-            self._hold_paced(snap, cursor, pace, now_ms, pending=not d.empty)
-        elif s == RECENT:
+            assert delivery is not None
+            self._hold_paced(snap, cursor, pace, now_ms, pending=not delivery.empty)
+        elif decision == RECENT:
             assert snap is not None
-            self._recent(snap, _FIRST, p.recent, now_ms)
-        elif s == RESET:
+            self._recent(snap, _FIRST, params.recent, now_ms)
+        elif decision == RESET:
             assert snap is not None
-            self._recent(snap, _RESET, p.recent, now_ms)
-        elif s == HOLD_RECENT:
+            self._recent(snap, _RESET, params.recent, now_ms)
+        elif decision == HOLD_RECENT:
             assert snap is not None
             self._hold_recent(snap, pace, now_ms)
-        elif s == CONFIRM:
-            self.task = asyncio.create_task(self._confirm(), name=f"proxy-poll-{p.room}")
-        elif s == EMPTY:
+        elif decision == CONFIRM:
+            self.task = asyncio.create_task(self._confirm(), name=f"proxy-poll-{params.room}")
+        elif decision == EMPTY:
             self._empty()
         else:  # STAND_FIRST, STAND_RESET: from the snapshot it was held with
             assert self.recent is not None
-            self._recent(self.recent, _FIRST if s == STAND_FIRST else _RESET, 0, now_ms)
+            self._recent(self.recent, _FIRST if decision == STAND_FIRST else _RESET, 0, now_ms)
 
     def _read(self, snap: Snapshot, cursor: Cursor, online: int) -> tuple[Delivery, bytes]:
         """What the cursor has pending in ``snap`` and the answer's head,
@@ -419,12 +414,13 @@ class Poll:
         found = memo.get(key)
         if found is not None:
             return found
-        d = read(snap, cursor.seq, cursor.iseq, limit=self._polls.answer_limit,
-                 seq_ic=self.hint_seq, iseq_ic=self.hint_iseq, budget=self._polls.answer_bytes_max)
-        head = b"" if d.empty else answer.head(
-            snap.room, snap.epoch, d, reset=False, online=online,
+        delivery = read(snap, cursor.seq, cursor.iseq, limit=self._polls.answer_limit,
+                        seq_ic=self.hint_seq, iseq_ic=self.hint_iseq,
+                        budget=self._polls.answer_bytes_max)
+        head = b"" if delivery.empty else answer.head(
+            snap.room, snap.epoch, delivery, reset=False, online=online,
             interval_ms=pace.interval_ms, use_msgpack=self.use_msgpack)
-        return self._keep(memo, key, d, head)
+        return self._keep(memo, key, delivery, head)
 
     def _personal(self, snap: Snapshot, cursor: Cursor) -> PersonalRead | None:
         """The listener's own personal messages pending in ``snap`` (one
@@ -432,10 +428,10 @@ class Poll:
         ordinal its answer will carry."""
         pseq = self.pseq_in
         if pseq is None:
-            p = self.p
-            pseq = self.pseq_in = p.pseq if p.pseq is not None else snap.phead
+            params = self.params
+            pseq = self.pseq_in = params.pseq if params.pseq is not None else snap.phead
         personal = snap.personal
-        uid = self.p.uid
+        uid = self.params.uid
         if personal is None or uid not in personal.boxes:
             self.pseq_out = max(pseq, snap.phead)
             self.pn_out = self.hint_pn
@@ -454,43 +450,43 @@ class Poll:
         skipped like the important ones)."""
         pace = self.pace
         assert pace is not None
-        mine = read_personal(snap.personal, snap.phead, self.p.uid, snap.phead, None)
+        mine = read_personal(snap.personal, snap.phead, self.params.uid, snap.phead, None)
         self.pseq_out, self.pn_out = snap.phead, mine.pn if mine is not None else None
         reset = outcome == _RESET
         memo = snap.memo
         key = ("recent", count, reset, self.use_msgpack, self.online, pace.interval_ms)
         found = memo.get(key)
         if found is None:
-            d = recent(snap, count, self._polls.answer_bytes_max)
-            found = self._keep(memo, key, d, answer.head(
-                snap.room, snap.epoch, d, reset=reset, online=self.online,
+            delivery = recent(snap, count, self._polls.answer_bytes_max)
+            found = self._keep(memo, key, delivery, answer.head(
+                snap.room, snap.epoch, delivery, reset=reset, online=self.online,
                 interval_ms=pace.interval_ms, use_msgpack=self.use_msgpack))
         self._send(snap.epoch, found[0], found[1], now_ms, outcome)
 
     @staticmethod
-    def _keep(memo: dict[object, tuple[Delivery, bytes]], key: object, d: Delivery,
+    def _keep(memo: dict[object, tuple[Delivery, bytes]], key: object, delivery: Delivery,
               head: bytes) -> tuple[Delivery, bytes]:
         if len(head) <= MEMO_BYTES_MAX:
             if len(memo) >= MEMO_MAX:
                 memo.clear()
-            memo[key] = (d, head)
-        return d, head
+            memo[key] = (delivery, head)
+        return delivery, head
 
     def _hold_recent(self, snap: Snapshot, pace: Pace, now_ms: int) -> None:
         """Hold a first poll or a reset in the room's ticker until due, at the
         snapshot's heads (on the clock's monotonic time)."""
-        polls, p = self._polls, self.p
+        polls, params = self._polls, self.params
         self.held_as, self.recent = HOLD_RECENT, snap
         due = polls.clock.monotonic() + (pace.due_ms - now_ms) / 1000
         self.held_poll = polls.holds.hold_paced(
-            p.room, p.uid, snap, self, epoch=snap.epoch, seq=snap.head, iseq=snap.head,
+            params.room, params.uid, snap, self, epoch=snap.epoch, seq=snap.head, iseq=snap.head,
             pending=True, due=due, deadline=due)
         if self.held_poll is None:  # not held (shutting down): released at once
             self._released(snap)
 
     def _hold_plain(self, snap: Snapshot) -> None:
         self.held_as = HOLD_PLAIN
-        kept = self._polls.holds.hold(self.p.room, self.p.uid, snap, self, self.deadline)
+        kept = self._polls.holds.hold(self.params.room, self.params.uid, snap, self, self.deadline)
         if isinstance(kept, HeldPoll):
             self.held_poll = kept
         else:
@@ -502,16 +498,16 @@ class Poll:
                     pending: bool) -> None:
         """Hold in the room's ticker until due (or an important message cuts
         through), on the clock's monotonic time."""
-        polls, p = self._polls, self.p
+        polls, params = self._polls, self.params
         if self.held_as is None:
             # Held the first time: due and the timeout count from now; held
             # again after a wake-up, the poll keeps them.
             mono = polls.clock.monotonic()
             self.due = mono + (pace.due_ms - now_ms) / 1000
-            self.paced_deadline = mono + p.timeout
+            self.paced_deadline = mono + params.timeout
         self.held_as = HOLD_PACED
         self.held_poll = polls.holds.hold_paced(
-            p.room, p.uid, snap, self, epoch=cursor.epoch, seq=cursor.seq,
+            params.room, params.uid, snap, self, epoch=cursor.epoch, seq=cursor.seq,
             iseq=cursor.iseq, pending=pending, due=self.due, deadline=self.paced_deadline)
         if self.held_poll is None:  # not held (shutting down): released at once
             self._released(None)
@@ -524,28 +520,28 @@ class Poll:
         try:
             self._released(snapshot)
         except Exception as exc:
-            self.finish(answer_to(exc, logger, _FAILED, self.p.room))
+            self.fail(exc)
 
     def _released(self, snap: Snapshot | None) -> None:
         """The hold released the poll with the room's snapshot to answer from,
         or without one; its answer counts who is online now."""
-        polls, p = self._polls, self.p
+        polls, params = self._polls, self.params
         pace = self.pace
         assert pace is not None
-        cursor = p.cursor
+        cursor = params.cursor
         if snap is not None and cursor is not None and snap.epoch != cursor.epoch:
             # Released into another epoch: the reader's snapshot is the
             # newest, whatever the hold's copy says (asked only then).
-            newest = polls.reader.peek(p.room)
+            newest = polls.reader.peek(params.room)
             if newest is not None and newest.epoch != snap.epoch:
                 snap = newest
-        self.online = polls.stats.online(p.room)
+        self.online = polls.stats.online(params.room)
         if snap is not None and snap.epoch != ABSENT_EPOCH and cursor is not None \
                 and cursor.epoch == ABSENT_EPOCH:
             # Held before the room existed (no heartbeat then): an operator
             # opened it, so the listener counts from now, not its next poll.
-            polls.heartbeats.beat(p.room, p.uid, self.trusted(cursor))
-            polls.reader.read_by(p.room, p.uid)
+            polls.heartbeats.beat(params.room, params.uid, self.trusted(cursor))
+            polls.reader.read_by(params.room, params.uid)
         now_ms = int(polls.clock.time() * 1000)
         held_as = self.held_as
         self._take(step(snap, cursor, pace, now_ms, held_as=held_as), snap, now_ms, held_as)
@@ -572,38 +568,39 @@ class Poll:
 
     # -- answering -------------------------------------------------------------
 
-    def _send(self, epoch: str, d: Delivery, head: bytes, now_ms: int, outcome: int) -> None:
+    def _send(self, epoch: str, delivery: Delivery, head: bytes, now_ms: int, outcome: int) -> None:
         """A non-empty answer (or a first one): a new interval starts now."""
-        polls, p = self._polls, self.p
+        polls, params = self._polls, self.params
         tally = polls.tally
         tally[outcome] += 1
-        if d.important:
-            tally[_IMPORTANT] += len(d.important)
-        if d.messages:
-            tally[_NORMAL] += len(d.messages)
-        if d.personal:
-            tally[_PERSONAL] += len(d.personal)
-        ctx = polls.signer.sign(p.room, p.uid, epoch, d.seq, d.iseq, d.seq_ic, d.iseq_ic,
-                                now_ms, self.pn_out)
+        if delivery.important:
+            tally[_IMPORTANT] += len(delivery.important)
+        if delivery.messages:
+            tally[_NORMAL] += len(delivery.messages)
+        if delivery.personal:
+            tally[_PERSONAL] += len(delivery.personal)
+        ctx = polls.signer.sign(params.room, params.uid, epoch, delivery.seq, delivery.iseq,
+                                delivery.seq_ic, delivery.iseq_ic, now_ms, self.pn_out)
         use_msgpack = self.use_msgpack
         self.finish(Reply(200, answer.finish(head, ctx, use_msgpack, self._spread(),
-                                             self.pseq_out, d.personal, d.pgap),
+                                             self.pseq_out, delivery.personal, delivery.pgap),
                            MSGPACK if use_msgpack else JSON))
 
     def _empty(self) -> None:
         """An empty answer: the listener's own cursors and epoch, unchanged, and
         the time of its last non-empty answer kept in its new ``ctx``."""
-        polls, p = self._polls, self.p
-        cursor, d, pace = p.cursor, self.last, self.pace
+        polls, params = self._polls, self.params
+        cursor, delivery, pace = params.cursor, self.last, self.pace
         assert cursor is not None
-        assert d is not None
+        assert delivery is not None
         assert pace is not None
         last_ms = pace.last_ms if self.checked else self._check(
             cursor, int(polls.clock.time() * 1000))
         polls.tally[_EMPTY] += 1
-        ctx = polls.signer.sign(p.room, p.uid, cursor.epoch, d.seq, d.iseq, d.seq_ic,
-                                d.iseq_ic, last_ms, self.pn_out)
-        head = answer.head(p.room, cursor.epoch, d, reset=False,
+        ctx = polls.signer.sign(params.room, params.uid, cursor.epoch, delivery.seq,
+                                delivery.iseq, delivery.seq_ic, delivery.iseq_ic, last_ms,
+                                self.pn_out)
+        head = answer.head(params.room, cursor.epoch, delivery, reset=False,
                            online=self.online, interval_ms=pace.interval_ms,
                            use_msgpack=self.use_msgpack)
         self.finish(Reply(200, answer.finish(head, ctx, self.use_msgpack, self._spread(),
@@ -617,9 +614,9 @@ class Poll:
         another; an honest client echoes this one anyway."""
         polls = self._polls
         n = polls.vip_spread
-        if n <= 1 or not polls.is_vip(self.p.room):
+        if n <= 1 or not polls.is_vip(self.params.room):
             return None
-        return zlib.crc32(self.p.uid.encode()) % n
+        return zlib.crc32(self.params.uid.encode()) % n
 
     def finish(self, reply: Reply) -> None:
         if self.done:

@@ -24,8 +24,8 @@ JSON_UTF8 = "application/json; charset=utf-8"
 
 
 class Reply:
-    """An answer: status, body, content type (a slotted class with a written
-    ``__init__``: the compiled build makes one natively)."""
+    """An answer: status, body, content type (a slotted class:
+    docs/development.md, "Compiled modules")."""
 
     __slots__ = ("body", "content_type", "retry_after", "status")
 

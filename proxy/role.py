@@ -64,7 +64,7 @@ class Proxy:
                            cut_through_every=settings.cut_through_every,
                            holds_per_listener=settings.holds_per_listener,
                            holds_per_uid=settings.holds_per_uid,
-                           held_max=settings.held_max)
+                           held_max=settings.held_max, metrics=metrics)
         self.polls = Polls(settings, reader, self.heartbeats, stats, self.holds, tiers,
                            signer, clock, metrics, is_vip=vip_list.is_vip)
         self.sends = Sends(settings, log, tokens, clock, metrics)

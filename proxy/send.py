@@ -73,7 +73,7 @@ class Sends:
         self.settings = settings
         self._log = log_
         self.tokens = tokens
-        """Replaced at start-up once the shared tokens are known."""
+        """The configured (or, on memory, made up) tokens; never replaced."""
         self.tickets: Tickets | None = None
         """The ticket verifier in ``ticket`` mode (set by the proxy); None: open."""
         self._clock = clock

@@ -14,6 +14,7 @@ import zlib
 from bisect import bisect_right
 from collections.abc import Sequence
 
+from liveroom.model import same_value, value_hash
 from liveroom.settings import Tier
 
 PLAIN = Tier(0, 0.0, 0.0)
@@ -22,8 +23,8 @@ PLAIN = Tier(0, 0.0, 0.0)
 
 class Pace:
     """One listener's pace in a room: its tier and when its next answer is due
-    (one is made per poll: a slotted class with a written ``__init__``, made
-    natively by the compiled build)."""
+    (one is made per poll: a slotted value class, docs/development.md,
+    "Compiled modules")."""
 
     __slots__ = ("due_ms", "interval_ms", "last_ms", "tier")
 
@@ -40,10 +41,10 @@ class Pace:
         return self.tier, self.last_ms, self.due_ms, self.interval_ms
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Pace) and self._fields() == other._fields()
+        return same_value(self, other)
 
     def __hash__(self) -> int:
-        return hash(self._fields())
+        return value_hash(self)
 
     def __repr__(self) -> str:
         return f"Pace({self.tier!r}, {self.last_ms}, {self.due_ms}, {self.interval_ms})"

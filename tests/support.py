@@ -350,6 +350,23 @@ async def answered(clock: FakeClock, poll: Awaitable[dict[str, Any]], *,
     return task.result(), took
 
 
+async def held_polls(holds: Any, count: int) -> None:
+    """Wait (real time, bounded) until ``holds`` (a node's ``proxy.holds``)
+    holds ``count`` polls."""
+    async with asyncio.timeout(10):
+        while holds.count != count:
+            await asyncio.sleep(0.01)
+
+
+async def counted_online(node: Any, clock: FakeClock, room: str) -> None:
+    """Walk the fake clock (real time bounded) until ``room`` counts one
+    listener online on ``node`` (a running node): the room is then in its tier."""
+    async with asyncio.timeout(20):
+        while node.node.proxy.polls.stats.online(room) < 1:
+            await clock.advance(0.5)
+            await asyncio.sleep(0.01)
+
+
 def _echo(stream: IO[str], port: int) -> None:
     """Print a node's output as it comes (pytest shows it for a failing test)."""
     for line in stream:

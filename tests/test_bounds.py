@@ -1,19 +1,19 @@
 """Bounded state per node, tried as a hostile client would. Each test is an
 attack and the answer a user relies on:
 
-- one uid holding hundreds of polls keeps a few of them, and the node still
-  answers everybody else;
+- a reconnecting listener never waits on its ghost poll;
 - beyond the node's capacity a poll is answered 503 with ``Retry-After``,
   never left to take the node's last file descriptors;
 - an answer has a byte bound: a far-behind listener gets its backlog in
   several answers, nothing counted as lost;
 - first polls and made-up epochs in a tiered room wait for their pace.
+
+How many polls one listener or one uid keeps held is ``test_hold``'s.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import aiohttp
 import orjson
@@ -24,7 +24,8 @@ from support import (
     PUBLISHER,
     Listener,
     answered,
-    poll_once,
+    counted_online,
+    held_polls,
     running_node,
     send,
 )
@@ -32,57 +33,13 @@ from support import (
 from liveroom.clock import FakeClock
 from liveroom.ratelimit import parse_windows
 from liveroom.settings import Tier
-from proxy.hold import SWEEP_SLACK
 
 LARGE = "x" * 4000
 """A message body close to the 4 KiB limit."""
 
 
-async def held(node_holds: Any, count: int) -> None:
-    """Wait (real time, bounded) until the node holds ``count`` polls."""
-    async with asyncio.timeout(10):
-        while node_holds.count != count:
-            await asyncio.sleep(0.01)
 
 
-async def counted_online(node: Any, clock: FakeClock, room: str) -> None:
-    """Walk the fake clock (real time bounded) until ``room`` counts one
-    listener online: the room is then in its tier."""
-    async with asyncio.timeout(20):
-        while node.node.proxy.polls.stats.online(room) < 1:
-            await clock.advance(0.5)
-            await asyncio.sleep(0.01)
-
-
-async def test_one_uid_cannot_pile_up_held_polls(engine_url: str) -> None:
-    """260 polls of one listener: the newest 4 are held, each older one is
-    answered at once (empty, its own cursors), and /healthz still answers."""
-    connector = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=connector) as session, \
-            running_node(engine_url) as node:
-        await send(session, node.url, "ghosts", "before")
-        first = Listener(session, "ghosts", uid="one")
-        await first.poll(node.url)
-        cursor = {"epoch": first.epoch, "seq": first.seq, "iseq": first.iseq}
-        holds = node.node.proxy.holds
-
-        params = {"uid": "one", "timeout": 20, **cursor}
-        polls = [asyncio.create_task(poll_once(session, node.url, "ghosts", params))
-                 for _ in range(260)]
-        async with asyncio.timeout(20):
-            while sum(p.done() for p in polls) < 256:
-                await asyncio.sleep(0.01)
-        assert holds.count == 4
-        early = [p.result() for p in polls if p.done()]
-        assert all(a["messages"] == [] and a["seq"] == cursor["seq"] for a in early)
-        async with session.get(f"{node.url}/healthz") as resp:
-            assert resp.status == 200
-        await send(session, node.url, "ghosts", "after")
-        last = await asyncio.gather(*(p for p in polls if not p.done()))
-        assert [a["messages"][0]["body"] for a in last] == ["after"] * 4
-        metrics = await (await session.get(f"{node.url}/metrics",
-                                           headers=ADMIN_HEADERS)).text()
-        assert "liveroom_polls_superseded_total 256.0" in metrics
 
 
 async def test_a_reconnecting_listener_never_waits_on_its_ghost(engine_url: str) -> None:
@@ -96,7 +53,7 @@ async def test_a_reconnecting_listener_never_waits_on_its_ghost(engine_url: str)
         for listener in (a1, a2, b1):
             await listener.poll(node.url)
         waiting = [asyncio.create_task(x.poll(node.url)) for x in (a1, a2, b1)]
-        await held(node.node.proxy.holds, 3)
+        await held_polls(node.node.proxy.holds, 3)
         ghost = waiting[0]
         again = asyncio.create_task(Listener(session, "a", uid="me", epoch=a1.epoch,
                                              seq=a1.seq, iseq=a1.iseq).poll(node.url))
@@ -119,7 +76,7 @@ async def test_beyond_the_nodes_capacity_a_poll_gets_503_with_retry_after(
         for listener in listeners:
             await listener.poll(node.url)
         waiting = [asyncio.create_task(x.poll(node.url)) for x in listeners[:3]]
-        await held(node.node.proxy.holds, 3)
+        await held_polls(node.node.proxy.holds, 3)
         extra = listeners[3]
         params = {"uid": extra.uid, "epoch": extra.epoch, "seq": extra.seq,
                   "iseq": extra.iseq, "ctx": extra.ctx}
@@ -157,7 +114,7 @@ async def test_rooms_with_held_polls_are_pinned_and_past_rooms_max_a_new_room_ge
         for listener in listeners:
             await listener.poll(node.url)
         waiting = [asyncio.create_task(x.poll(node.url, timeout=20)) for x in listeners]
-        await held(node.node.proxy.holds, 3)
+        await held_polls(node.node.proxy.holds, 3)
         assert reader.normal.pinned == 3
         async with session.get(f"{node.url}/v1/rooms/new-room/poll",
                                params={"uid": "n"}) as resp:
@@ -178,41 +135,6 @@ async def test_rooms_with_held_polls_are_pinned_and_past_rooms_max_a_new_room_ge
             task.cancel()
 
 
-@pytest.mark.parametrize("woken_first", [False, True], ids=["fresh", "woken"])
-async def test_one_uid_holds_at_most_holds_per_uid_polls_across_rooms(
-        engine_url: str, woken_first: bool) -> None:
-    """Made-up rooms cannot turn one listener into the node's whole capacity:
-    its newest polls are held, each older one answered at once (empty). The
-    same once a message has woken the uid: its answered polls do not stand in
-    for its oldest held one."""
-    connector = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=connector) as session, \
-            running_node(engine_url, holds_per_uid=5, held_max=8) as node:
-        holds = node.node.proxy.holds
-        spread = [Listener(session, f"r{i}", uid="greedy") for i in range(12)]
-        for listener in spread:
-            await listener.poll(node.url)
-        if woken_first:
-            woken = asyncio.create_task(spread[0].poll(node.url, timeout=20))
-            await held(holds, 1)
-            await send(session, node.url, "r0", "wake up")
-            assert (await asyncio.wait_for(woken, 5))["messages"][0]["body"] == "wake up"
-        polls = [asyncio.create_task(x.poll(node.url, timeout=20)) for x in spread]
-        async with asyncio.timeout(10):
-            while sum(p.done() for p in polls) < 7:
-                await asyncio.sleep(0.01)
-        assert holds.count == 5
-        early = [p.result() for p in polls if p.done()]
-        assert all(a["messages"] == [] for a in early)
-        # Another listener still gets held: the node is not full.
-        other = Listener(session, "r0", uid="modest")
-        await other.poll(node.url)
-        theirs = asyncio.create_task(other.poll(node.url, timeout=20))
-        await held(holds, 6)
-        await send(session, node.url, "r0", "for both")
-        assert (await asyncio.wait_for(theirs, 5))["messages"][0]["body"] == "for both"
-        for task in polls:
-            task.cancel()
 
 
 async def test_a_far_behind_listener_gets_its_backlog_in_bounded_answers(
@@ -300,26 +222,6 @@ async def test_first_polls_and_made_up_epochs_wait_for_the_pace_of_a_tiered_room
         assert took < 1
 
 
-async def test_a_tiered_room_keeps_few_of_the_polls_it_released(clock: FakeClock) -> None:
-    """A paced poll released when due leaves its deadline behind (its whole
-    timeout later): 40 deliveries to one listener with a 60 s timeout in a
-    1 s tier leave the room's heaps holding a bounded few, not a poll per
-    delivery of the last minute."""
-    async with aiohttp.ClientSession() as session, \
-            running_node(clock=clock, tiers=(Tier(1, 1.0),)) as node:
-        holds = node.node.proxy.holds
-        await send(session, node.url, "paced", "hello")
-        listener = Listener(session, "paced", uid="steady")
-        await listener.poll(node.url)
-        await counted_online(node, clock, "paced")
-        most = 0
-        for i in range(40):
-            waiting = listener.poll(node.url, timeout=60)
-            await send(session, node.url, "paced", f"m{i}")
-            answer, _ = await answered(clock, waiting)
-            assert [m["body"] for m in answer["messages"]] == [f"m{i}"]
-            most = max(most, holds.kept("paced"))
-        assert most <= 2 + SWEEP_SLACK + 2
 
 
 async def test_sends_may_create_only_so_many_rooms_per_uid_and_per_node() -> None:
@@ -352,20 +254,3 @@ async def test_sends_may_create_only_so_many_rooms_per_uid_and_per_node() -> Non
             assert (await r.json())["seq"] == 0  # a refused send created nothing
 
 
-async def test_a_listener_woken_many_times_leaves_nothing_behind_in_the_hold(
-        engine_url: str) -> None:
-    """200 deliveries to one held listener: once it is answered and gone, the
-    hold keeps no trace of its polls (per room or per uid), however many
-    times a message woke it."""
-    async with aiohttp.ClientSession() as session, running_node(engine_url) as node:
-        holds = node.node.proxy.holds
-        listener = Listener(session, "busy", uid="woken")
-        await send(session, node.url, "busy", "first")
-        await listener.poll(node.url)
-        for i in range(200):
-            waiting = asyncio.create_task(listener.poll(node.url, timeout=20))
-            await held(holds, 1)
-            await send(session, node.url, "busy", f"m{i}")
-            assert (await asyncio.wait_for(waiting, 5))["messages"][0]["body"] == f"m{i}"
-        assert holds.count == 0
-        assert holds.listeners_held == 0

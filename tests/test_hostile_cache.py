@@ -18,7 +18,7 @@ import time
 
 import aiohttp
 import pytest
-from support import Listener, running_node, send
+from support import Listener, held_polls, running_node, send
 
 from liveroom.clock import FakeClock
 from liveroom.errors import Overloaded
@@ -26,7 +26,6 @@ from liveroom.metrics import Metrics
 from liveroom.model import NewMessage
 from liveroom.snapshot import ABSENT_EPOCH, Snapshot
 from liveroom.store.base import Store
-from proxy.hold import Holds
 from recvsvr import Recvsvr
 from recvsvr.cache import RoomCache, SectLimits
 
@@ -192,13 +191,6 @@ async def test_pinned_made_up_names_never_take_a_real_rooms_place(
     finally:
         await gone(watchers)
         await cache.stop()
-
-
-async def held_polls(holds: Holds, count: int) -> None:
-    """Wait (real time, bounded) until the node holds ``count`` polls."""
-    async with asyncio.timeout(10):
-        while holds.count != count:
-            await asyncio.sleep(0.01)
 
 
 async def test_held_polls_on_made_up_names_never_refuse_a_real_rooms_first_poll(

@@ -19,16 +19,12 @@ from support import (
     PUBLISHER,
     Listener,
     Running,
-    advance_until,
     clean_env,
     poll_once,
     read_response,
     running_node,
     send,
 )
-
-from liveroom.clock import FakeClock
-from liveroom.settings import Tier
 
 Raw = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 PATHS = ["front", "aiohttp"]
@@ -169,43 +165,6 @@ def test_the_memory_engine_takes_strong_distinct_tokens_or_makes_them_up() -> No
 
 
 # -- bounds that held already, pinned ----------------------------------------------------
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-async def test_a_tiered_room_bounds_one_listeners_held_polls_as_a_plain_one(
-        clock: FakeClock) -> None:
-    """--holds-per-listener holds for paced polls too (not only the wider
-    per-uid bound): a listener's older paced polls are answered at once, empty."""
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session, \
-            running_node(clock=clock, tiers=(Tier(1, 5.0),), holds_per_listener=2,
-                         holds_per_uid=16) as node:
-        await send(session, node.url, "hot", "hello")
-        me = Listener(session, "hot", uid="me")
-        await me.poll(node.url)
-        async with asyncio.timeout(20):  # the room counts it: tiered from now on
-            while node.node.proxy.polls.stats.online("hot") < 1:
-                await clock.advance(0.5)
-                await asyncio.sleep(0.01)
-        params = {"uid": "me", "timeout": 60, "epoch": me.epoch, "seq": me.seq,
-                  "iseq": me.iseq, "ctx": me.ctx}
-        polls = [asyncio.create_task(poll_once(session, node.url, "hot", params))
-                 for _ in range(10)]
-        async with asyncio.timeout(10):
-            while sum(p.done() for p in polls) < 8:
-                await asyncio.sleep(0.01)
-        holds = node.node.proxy.holds
-        assert holds.count == 2
-        assert holds.kept("hot") >= 2  # the two are paced ones
-        early = [p.result() for p in polls if p.done()]
-        assert all(a["messages"] == [] and a["seq"] == me.seq for a in early)
-        await send(session, node.url, "hot", "later")
-        await advance_until(clock, lambda: all(p.done() for p in polls), limit=12)
-        assert [p.result()["messages"][0]["body"] for p in polls if p.result()["messages"]] \
-            == ["later"] * 2
 
 
 @pytest.mark.parametrize("path", PATHS)

@@ -6,7 +6,6 @@ documentation without dangling references."""
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import contextlib
 import importlib.metadata
@@ -194,38 +193,6 @@ def test_the_python_client_imports_on_its_own() -> None:
     near = sorted(m for m in modules if m.split(".")[0] in (*HEAVY, "proxy")
                   or m.startswith("liveroom.store") or m in ("liveroom.node", "liveroom.cli"))
     assert not near, near
-
-
-ROLES = ("proxy", "recvsvr", "statsvr")
-
-
-def imports_of(path: Path) -> set[str]:
-    """The top-level packages a module imports (relative imports are its own)."""
-    tree = ast.parse(path.read_text())
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.add(node.module.split(".")[0])
-    return found
-
-
-def test_roles_meet_only_through_the_core_and_the_node_wires_their_entry_points() -> None:
-    for role in ROLES:
-        for path in (ROOT / role).rglob("*.py"):
-            others = imports_of(path) & (set(ROLES) - {role})
-            assert not others, f"{path.relative_to(ROOT)} imports {sorted(others)}"
-        assert (ROOT / role / "role.py").is_file()
-    for path in (ROOT / "liveroom").rglob("*.py"):
-        roles = imports_of(path) & set(ROLES)
-        if path.name not in ("node.py", "cli.py"):
-            assert not roles, f"{path.relative_to(ROOT)} imports {sorted(roles)}"
-    node = ast.parse((ROOT / "liveroom" / "node.py").read_text())
-    wired = {(n.module, a.name) for n in ast.walk(node) if isinstance(n, ast.ImportFrom)
-             and n.module in ROLES for a in n.names}
-    assert wired == {("proxy", "Proxy"), ("proxy", "FrontSite"), ("recvsvr", "Recvsvr"),
-                     ("statsvr", "Statsvr")}
 
 
 @pytest.mark.node

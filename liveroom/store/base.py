@@ -226,10 +226,10 @@ a personal message (its personal sequence moved, not seq)."""
 
 
 class OnResync(Protocol):
-    """Notifies of ``rooms`` (None: of every room) may have been lost: pull them."""
+    """Called when notifies may have been lost (after the channel reconnected):
+    notifies of ``rooms`` (None: of every room) may be gone, pull them."""
 
     def __call__(self, rooms: Collection[str] | None = None) -> None: ...
-"""Called when notifies may have been lost (after the channel reconnected)."""
 
 
 class Notifier(Protocol):

@@ -1,0 +1,165 @@
+"""docs/architecture.md against the tree (and docs/development.md's index of
+the tests against tests/): the layout block names every path
+it lists and every top-level folder, the import rules it states hold, the
+links back it lists are the ones liveroom/node.py makes, and the lifecycle's
+start and stop orders are the ones it says."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "architecture.md"
+NODE = ROOT / "liveroom" / "node.py"
+ROLES = ("proxy", "recvsvr", "statsvr")
+NAMES = {"store": "the store", "vip_list": "the whitelist", "recvsvr": "recvsvr",
+         "statsvr": "statsvr", "proxy": "the proxy"}
+"""How the doc names the parts of a node (the attributes of ``Node``)."""
+
+
+def _blocks(lang: str) -> list[str]:
+    """The fenced blocks of the doc opened with ``lang`` ("" for none)."""
+    return re.findall(rf"^```{lang}\n(.*?)^```$", DOC.read_text(), re.M | re.S)
+
+
+def _layout() -> list[str]:
+    """The paths the layout block names, one a line."""
+    (block,) = [b for b in _blocks("") if b.startswith("liveroom/")]
+    return [line.split()[0] for line in block.splitlines() if line.strip()]
+
+
+def _tracked_top() -> set[str]:
+    """The repository's top-level folders that git tracks files in (hidden ones aside)."""
+    try:
+        listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                                check=True, timeout=60).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout")
+    return {f.split("/")[0] for f in listed.splitlines() if "/" in f and not f.startswith(".")}
+
+
+def test_every_path_of_the_layout_exists() -> None:
+    missing = [path for path in _layout() if not (ROOT / path).exists()]
+    assert not missing, missing
+
+
+def test_the_layout_names_every_top_level_folder() -> None:
+    named = {path.split("/")[0] for path in _layout()}
+    assert _tracked_top() - named == set()
+
+
+def test_the_layout_names_every_script() -> None:
+    (line,) = [line for line in _blocks("")[0].splitlines() if line.startswith("scripts/")]
+    listed = set(re.findall(r"[\w-]+", line.split(None, 1)[1]))
+    scripts = {p.name for p in (ROOT / "scripts").iterdir() if p.is_file()}
+    assert scripts <= listed, scripts - listed
+
+
+def imports_of(path: Path) -> set[str]:
+    """The modules a module imports, absolute, at any depth (relative imports
+    are its own package's and left out)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+    return found
+
+
+def _roles_in(path: Path) -> set[str]:
+    return {name for name in imports_of(path) if name.split(".")[0] in ROLES}
+
+
+def test_a_role_never_imports_another() -> None:
+    for role in ROLES:
+        assert (ROOT / role / "role.py").is_file()
+        for path in (ROOT / role).rglob("*.py"):
+            others = {n for n in _roles_in(path) if n.split(".")[0] != role}
+            assert not others, f"{path.relative_to(ROOT)} imports {sorted(others)}"
+
+
+def test_the_core_imports_roles_only_in_node_and_cli() -> None:
+    for path in (ROOT / "liveroom").rglob("*.py"):
+        roles = _roles_in(path)
+        if path.relative_to(ROOT).as_posix() == "liveroom/node.py":
+            assert roles == {"proxy", "recvsvr", "statsvr"}
+        elif path.relative_to(ROOT).as_posix() == "liveroom/cli.py":
+            assert roles == {"proxy.tickets"}  # liveroom ticket mints with it
+        else:
+            assert not roles, f"{path.relative_to(ROOT)} imports {sorted(roles)}"
+    doc = " ".join(DOC.read_text().split())
+    assert "a role never imports another" in doc
+    assert "`liveroom/cli.py`, whose `liveroom ticket` imports `proxy.tickets`" in doc
+
+
+def test_the_node_wires_the_roles_entry_points() -> None:
+    tree = ast.parse(NODE.read_text())
+    wired = {(n.module, a.name) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+             and n.module in ROLES for a in n.names}
+    assert wired == {("proxy", "Proxy"), ("proxy", "FrontSite"), ("recvsvr", "Recvsvr"),
+                     ("statsvr", "Statsvr")}
+
+
+def _function(name: str) -> ast.FunctionDef | ast.AsyncFunctionDef:
+    (found,) = [n for n in ast.parse(NODE.read_text()).body
+                if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == name]
+    return found
+
+
+def test_the_links_back_are_the_ones_the_node_makes() -> None:
+    """Every call the node makes for its effect alone (not to build a part)
+    is a link back, and the doc's assembly block shows each."""
+    made = [ast.unparse(st) for st in _function("build_node").body
+            if isinstance(st, ast.Expr) and isinstance(st.value, ast.Call)]
+    made += [ast.unparse(st).replace("node.", "") for st in ast.walk(_function("_lifecycle"))
+             if isinstance(st, ast.Expr) and isinstance(st.value, ast.Call)
+             and ast.unparse(st).startswith("node.store.notifier.")]
+    (block,) = _blocks("python")
+    shown = " ".join(block.split())
+    assert len(made) == 4
+    for call in made:
+        assert call in shown, call
+    assert "Four links go back" in " ".join(DOC.read_text().split())
+
+
+def _awaited(body: list[ast.stmt]) -> list[str]:
+    """The parts of the node whose start, stop or close ``body`` awaits, in order."""
+    parts = []
+    for st in body:
+        if (isinstance(st, ast.Expr) and isinstance(st.value, ast.Await)
+                and isinstance(st.value.value, ast.Call)):
+            target = ast.unparse(st.value.value.func)
+            match = re.fullmatch(r"node\.(\w+)\.(start|stop|close)", target)
+            if match:
+                parts.append(NAMES[match[1]])
+    return parts
+
+
+def _order(parts: list[str]) -> str:
+    return ", ".join(parts[:-1]) + ", then " + parts[-1]
+
+
+def test_the_lifecycle_starts_and_stops_the_parts_in_the_order_the_doc_says() -> None:
+    life = _function("_lifecycle")
+    (attempt,) = [st for st in life.body if isinstance(st, ast.Try)]
+    started = _awaited(life.body) + _awaited(attempt.body)
+    stopped = _awaited(attempt.finalbody)
+    assert sorted(started) == sorted(stopped) == sorted(NAMES.values())
+    doc = " ".join(DOC.read_text().split())
+    assert f"They start in the order the node is built: {_order(started)}." in doc
+    assert f"in this order: {_order(stopped)}." in doc
+
+
+def test_every_test_file_is_in_the_index_of_docs_development() -> None:
+    doc = (ROOT / "docs" / "development.md").read_text()
+    section = doc.split("## Index of the tests", 1)[1].split("\n## ", 1)[0]
+    listed = re.findall(r"^- `tests/(test_\w+\.py)`: \S", section, re.M)
+    files = sorted(p.name for p in (ROOT / "tests").glob("test_*.py"))
+    assert sorted(listed) == files, {"missing": sorted(set(files) - set(listed)),
+                                     "gone": sorted(set(listed) - set(files))}
