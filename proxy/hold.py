@@ -254,9 +254,9 @@ class Holds:
     def _room(self, name: str, snapshot: Snapshot) -> _Room:
         room = self._rooms.get(name)
         if room is None:
-            # Pinned before it is recorded: a refused pin (the cache holds as
+            # Kept before it is recorded: a refused keep (the cache holds as
             # many rooms as it may: Overloaded, a 503) leaves nothing behind.
-            self._reader.pin(name)  # cached for as long as it is in _rooms
+            self._reader.keep(name)  # cached for as long as it is in _rooms
             room = self._rooms[name] = _Room(snapshot)
         if room.watcher is None:
             room.watcher = asyncio.create_task(self._watch(name, room),
@@ -273,17 +273,17 @@ class Holds:
             # drops it after PACING_KEPT.
             room.emptied_at = self._clock.monotonic()
             return
-        # Its tasks are cancelled before its pin is released: the cache then
-        # finds the room idle once the cancellations run, not busy.
+        # Its tasks are cancelled before the cache lets go of it: the cache
+        # then finds the room idle once the cancellations run, not busy.
         for task in (room.watcher, room.ticker):
             if task is not None:
                 task.cancel()
         self._drop(name)
 
     def _drop(self, name: str) -> None:
-        """The room holds no poll any more (nor lingers): forget it, unpin it."""
+        """The room holds no poll any more (nor lingers): forget it, let go of it."""
         del self._rooms[name]
-        self._reader.unpin(name)
+        self._reader.let_go(name)
 
     def _take(self, held_poll: HeldPoll) -> bool:
         """Take ``held_poll`` out of its room's structures (heaps are cleaned
