@@ -125,7 +125,9 @@ it counts as lost writes (a new epoch), rather than a lagging replica."""
 
 
 @dataclass(eq=False)
-class _Room:
+class _CachedRoom:
+    """One room in the cache: its snapshot, its pulls and their waiters."""
+
     name: str
     read_at: float
     snapshot: Snapshot | None = None
@@ -175,14 +177,14 @@ class RoomCache:
         self.retention = retention
         self._limits = limits
         self.name = name
-        self._rooms: OrderedDict[str, _Room] = OrderedDict()
+        self._rooms: OrderedDict[str, _CachedRoom] = OrderedDict()
         """Rooms neither kept nor parked, least recently read first: the
         eviction order."""
-        self._kept: dict[str, _Room] = {}
+        self._kept: dict[str, _CachedRoom] = {}
         """Rooms kept by held polls: never evicted."""
         self._absent_kept = 0
         """Rooms in ``_pinned`` that do not exist (counted outside ``rooms_max``)."""
-        self._parked: dict[str, _Room] = {}
+        self._parked: dict[str, _CachedRoom] = {}
         """Rooms eviction found busy (a watcher not gone yet, a pull awaited):
         out of the eviction order until :meth:`_settle` puts them back."""
         self._recent = 2 * limits.fallback_interval
@@ -251,7 +253,7 @@ class RoomCache:
         return Overloaded("this node holds polls in as many rooms as it may cache "
                           f"({self._limits.rooms_max}); retry later", retry_after=5.0)
 
-    def _get(self, name: str) -> _Room | None:
+    def _get(self, name: str) -> _CachedRoom | None:
         room = self._rooms.get(name)
         if room is None:
             room = self._kept.get(name)
@@ -259,7 +261,7 @@ class RoomCache:
                 room = self._parked.get(name)
         return room
 
-    def _room(self, name: str) -> _Room:
+    def _room(self, name: str) -> _CachedRoom:
         rooms = self._rooms
         room = rooms.get(name)
         now = self._clock.monotonic()
@@ -275,14 +277,14 @@ class RoomCache:
             return room
         if len(self._kept) - self._absent_kept >= self._limits.rooms_max:
             raise self._full()
-        room = rooms[name] = _Room(name, read_at=now)
+        room = rooms[name] = _CachedRoom(name, read_at=now)
         if self._notifier is not None:
             self._notifier.watch(name)
         if self._excess() > 0:
             self._evict(keep=room)
         return room
 
-    def _evict(self, keep: _Room | None = None) -> None:
+    def _evict(self, keep: _CachedRoom | None = None) -> None:
         """Bring the cache back within ``rooms_max``: forget the least recently
         read idle rooms, never ``keep`` (a room being read, last in the order).
 
@@ -303,7 +305,7 @@ class RoomCache:
             self._forget(name, state)
             self._metrics.evictions.inc()
 
-    def _settle(self, state: _Room) -> None:
+    def _settle(self, state: _CachedRoom) -> None:
         """``state`` may have stopped being busy: a parked room that did goes
         back in the eviction order (as just read), and the cache back within
         its bound."""
@@ -352,7 +354,7 @@ class RoomCache:
         if admit and exists and len(self._kept) - self._absent_kept >= self._limits.rooms_max:
             raise self._full()
         if state is None:  # evicted between the read and the hold
-            state = _Room(room, read_at=self._clock.monotonic())
+            state = _CachedRoom(room, read_at=self._clock.monotonic())
             if self._notifier is not None:
                 self._notifier.watch(room)
             self.request_pull(room)
@@ -390,7 +392,7 @@ class RoomCache:
         if self._excess() > 0:
             self._evict()
 
-    def _forget(self, name: str, state: _Room) -> None:
+    def _forget(self, name: str, state: _CachedRoom) -> None:
         """Drop ``name`` (``state``), already taken out of the eviction order."""
         if state.snapshot is not None and state.snapshot.personal is not None:
             state.snapshot.personal.release()
@@ -500,8 +502,8 @@ class RoomCache:
 
     # -- pulling -------------------------------------------------------------
 
-    def _take_batch(self) -> list[_Room]:
-        batch: list[_Room] = []
+    def _take_batch(self) -> list[_CachedRoom]:
+        batch: list[_CachedRoom] = []
         for name in list(self._dirty):
             if name in self._in_flight:
                 continue
@@ -530,7 +532,7 @@ class RoomCache:
             finally:
                 self._in_flight -= names
 
-    async def _pull_batch(self, batch: list[_Room]) -> None:
+    async def _pull_batch(self, batch: list[_CachedRoom]) -> None:
         requests = []
         for state in batch:
             if state.confirm_next is not None:
@@ -561,7 +563,7 @@ class RoomCache:
                 self._metrics.store_errors.labels("open").inc()
                 self._fail(state, exc)
 
-    def _fail(self, state: _Room, error: StoreUnavailable) -> None:
+    def _fail(self, state: _CachedRoom, error: StoreUnavailable) -> None:
         if state.first is not None and state.snapshot is None:
             answer_waiters(state.first, None, error)
             state.first = None
@@ -570,7 +572,7 @@ class RoomCache:
         state.confirm_now.clear()
         self._settle(state)
 
-    async def _apply(self, state: _Room, request: PullRequest, pulled: Pulled,
+    async def _apply(self, state: _CachedRoom, request: PullRequest, pulled: Pulled,
                      now_ms: int) -> None:
         old = state.snapshot
         if pulled.epoch is None:
@@ -623,14 +625,14 @@ class RoomCache:
         state.restart = False
         self._install(state, snap)
 
-    def _install(self, state: _Room, snap: Snapshot) -> None:
+    def _install(self, state: _CachedRoom, snap: Snapshot) -> None:
         self._swap(state, snap)
         for fut in state.confirm_now:
             answer_waiters(fut, snap)
         state.confirm_now.clear()
         self._settle(state)
 
-    def _swap(self, state: _Room, snap: Snapshot) -> None:
+    def _swap(self, state: _CachedRoom, snap: Snapshot) -> None:
         old = state.snapshot
         state.snapshot = snap
         if old is not None and old.personal is not None and old.personal is not snap.personal:
@@ -688,7 +690,7 @@ class RoomCache:
                 await self._touch_names(names)
 
     @staticmethod
-    def _fallback_due(state: _Room, due: float, recheck: float) -> bool:
+    def _fallback_due(state: _CachedRoom, due: float, recheck: float) -> bool:
         """Whether the fallback pulls ``state`` now: last pulled before ``due``,
         or before ``recheck`` for a room found absent."""
         snap = state.snapshot

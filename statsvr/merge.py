@@ -56,7 +56,9 @@ OnMerged = Callable[[OnlineView], None]
 
 
 @dataclass(eq=False, slots=True)
-class _Room:
+class _MergedRoom:
+    """A room this node serves: its view as last merged from the store."""
+
     name: str
     wanted_at: float
     view: OnlineView
@@ -90,7 +92,7 @@ class Merge:
         self.on_merged = on_merged
         self.pages = MemberPages(stats, clock)
         """Where views read the members a page needs."""
-        self._rooms: dict[str, _Room] = {}
+        self._rooms: dict[str, _MergedRoom] = {}
         self._fresh: dict[str, None] = {}
         """Rooms waiting for their first merge, merged before the next tick."""
         self._woken = asyncio.Event()
@@ -109,7 +111,7 @@ class Merge:
         state = self._rooms.get(room)
         now = self._clock.monotonic()
         if state is None:
-            state = self._rooms[room] = _Room(room, now, OnlineView.empty(room, self.pages))
+            state = self._rooms[room] = _MergedRoom(room, now, OnlineView.empty(room, self.pages))
         else:
             state.wanted_at = now
         return state.view
@@ -245,7 +247,7 @@ class Merge:
             if state.wanted_at < cutoff and state.first is None:
                 del self._rooms[name]
 
-    async def _merge_batch(self, batch: list[_Room]) -> bool:
+    async def _merge_batch(self, batch: list[_MergedRoom]) -> bool:
         """Merge one batch; False when the store is unavailable."""
         now_ms = int(self._clock.time() * 1000)
         try:
@@ -258,7 +260,7 @@ class Merge:
             return False
         return True
 
-    async def _merge_room(self, state: _Room, entries: Sequence[ShardEntry]) -> None:
+    async def _merge_room(self, state: _MergedRoom, entries: Sequence[ShardEntry]) -> None:
         view = state.view
         if set(map(contributor, entries)) == view.versions:
             # The same members; a refresh may have changed the trusted count alone.
@@ -278,7 +280,7 @@ class Merge:
             except Exception:
                 logger.exception("on_merged failed for room %s", state.name)
 
-    def _merged(self, state: _Room, view: OnlineView) -> None:
+    def _merged(self, state: _MergedRoom, view: OnlineView) -> None:
         state.merged = True
         answer_waiters(state.first, view)
         state.first = None
