@@ -87,7 +87,7 @@ from liveroom.settings import (
 from liveroom.snapshot import Snapshot, absent, is_absent
 from liveroom.store.base import MessageLog, Notifier, Pulled, PullRequest
 
-from .build import Retention, advance
+from .next_snapshot import Retention, advance
 
 logger = logging.getLogger("liveroom.recvsvr")
 

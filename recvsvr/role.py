@@ -41,8 +41,8 @@ from liveroom.settings import Settings
 from liveroom.snapshot import Snapshot, moved_past, sent_per_minute
 from liveroom.store.base import MessageLog, Notifier
 
-from .build import Retention
 from .cache import RoomCache, SectLimits
+from .next_snapshot import Retention
 
 logger = logging.getLogger("liveroom.recvsvr")
 

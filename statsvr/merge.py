@@ -19,7 +19,7 @@ and not the members of a big room: its cost grows with the room's shard keys
 comparison and a sum of its entries' trusted counts (a refresh changes the
 trusted count, :attr:`~statsvr.view.OnlineView.trusted`, without a new
 version). Members are read for pages only (:attr:`Merge.pages`), and what a
-page read is forgotten seconds after its last use (:data:`statsvr.pages.KEEP_FOR`).
+page read is forgotten seconds after its last use (:data:`statsvr.member_pages.KEEP_FOR`).
 
 Views are replaced by one assignment; readers never lock and never wait on
 the store (except :meth:`Merge.ready` before a room's first merge).
@@ -43,8 +43,8 @@ from liveroom.errors import StoreUnavailable
 from liveroom.lifecycle import Outage, answer_waiters, stop_task
 from liveroom.store.base import ShardEntry, StatsStore
 
+from .member_pages import MemberPages
 from .members import contributor
-from .pages import MemberPages
 from .view import EXACT_UP_TO, OnlineView, build_view
 
 __all__ = ["Merge", "OnMerged"]

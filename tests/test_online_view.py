@@ -1,6 +1,6 @@
 """The online view and its pages: counts from the index, exact unions of small
 rooms, pages in order, what is read and what is kept (statsvr/view.py,
-statsvr/pages.py, statsvr/members.py), over the memory engine's shard keys."""
+statsvr/member_pages.py, statsvr/members.py), over the memory engine's shard keys."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from support import LoopTurns, in_page_order
 from liveroom.clock import FakeClock
 from liveroom.store.base import ShardEntry, ShardWrite
 from liveroom.store.memory.stats import MemoryStats
+from statsvr.member_pages import MemberPages
 from statsvr.members import decode_prefix, union
-from statsvr.pages import MemberPages
 from statsvr.table import shard_of
 from statsvr.view import OnlineView, build_view
 

@@ -29,8 +29,8 @@ from liveroom.snapshot import ABSENT_EPOCH
 from liveroom.store.base import Pulled, PullRequest, Store
 from liveroom.store.memory import MemoryStore
 from liveroom.store.redis import keys
-from recvsvr.build import Retention, advance
 from recvsvr.cache import ABSENT_RECHECK, RoomCache, SectLimits
+from recvsvr.next_snapshot import Retention, advance
 
 
 def count(metrics: Metrics, name: str) -> float:
