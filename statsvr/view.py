@@ -70,7 +70,7 @@ class Group:
     entries: tuple[ShardEntry, ...]
     """Its contributors, by node (empty for a group re-split from others)."""
     size: int
-    """Its members: exact when held or single; else the sum of the sizes."""
+    """Its members: exact when kept in the view or single; else the sum of the sizes."""
     members: tuple[str, ...] | None
     """The sorted union, when the view holds it."""
 
@@ -125,7 +125,7 @@ class OnlineView:
         return self if trusted == self.trusted else replace(self, trusted=trusted)
 
     @property
-    def held(self) -> int:
+    def kept_uids(self) -> int:
         """Uids this view keeps in memory (groups and decoded blobs)."""
         return sum(len(g.members or ()) for g in self.groups) + sum(map(len, self._runs.values()))
 
