@@ -49,20 +49,20 @@ class RoomReader(Protocol):
         (the proxy's hold fans the change out to its held polls).
         """
 
-    def pin(self, room: str) -> None:
-        """Keep ``room`` cached until as many :meth:`unpin`: the proxy's hold
-        pins a room while it holds polls in it (a count the hold owns). A
-        pinned room is never evicted.
+    def keep(self, room: str) -> None:
+        """Keep ``room`` cached until as many :meth:`let_go`: the proxy's hold
+        keeps a room while it holds polls in it (a count the hold owns). A
+        kept room is never evicted.
 
-        Past the cache's bound in pinned rooms that exist, reading a new room
-        raises :class:`~liveroom.errors.Overloaded`, and so does the first pin
-        of a room (its hold must then hold nothing: pin before recording the
-        room, so a refused pin leaves nothing to unpin). Another pin of a
-        pinned room never refuses. Rooms that do not exist are pinned outside
+        Past the cache's bound in kept rooms that exist, reading a new room
+        raises :class:`~liveroom.errors.Overloaded`, and so does the first keep
+        of a room (its hold must then hold nothing: keep before recording the
+        room, so a refused keep leaves nothing to let go). Another keep of a
+        kept room never refuses. Rooms that do not exist are kept outside
         that bound."""
 
-    def unpin(self, room: str) -> None:
-        """One :meth:`pin` of ``room`` less (nothing for a room not pinned).
+    def let_go(self, room: str) -> None:
+        """One :meth:`keep` of ``room`` less (nothing for a room not kept).
         O(1): a hold may let go of thousands of rooms in one turn."""
 
     async def wait_pulled(self, room: str) -> Snapshot:

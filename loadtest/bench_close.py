@@ -9,8 +9,8 @@ right away polls a room that exists, a first poll, ``--probes`` times in a
 row. Prints the first probe's latency (it waits for whatever work the closes
 left on the node's loop; target at most 100 ms) and the worst.
 
-Each closed poll unpins its room in the node's cache (recvsvr); past
-``--rooms-max`` rooms an unpin evicts. Before issue 31, each of those
+Each closed poll lets go of its room in the node's cache (recvsvr); past
+``--rooms-max`` rooms letting go evicts. Before issue 31, each of those
 rescanned the rooms still busy, quadratically: 12 000 polls closed at once
 stalled the loop for about two minutes.
 

@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
                 data=b'{"uid": "s", "body": "hi"}',
                 headers={"Content-Type": "application/json"}), timeout=10).read()
             # A listener of the real room holds a poll through the run (the room
-            # is pinned like any room with listeners).
+            # is kept like any room with listeners).
             with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/v1/rooms/real/poll"
                                         "?uid=keeper", timeout=10) as resp:
                 at = json.load(resp)

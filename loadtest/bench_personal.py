@@ -133,7 +133,7 @@ async def held_cost(n: int, uids: int) -> tuple[float, float, float]:
     from liveroom.model import NewMessage
     from liveroom.store.base import LogPolicy, PullRequest
     from liveroom.store.memory import MemoryStore
-    from recvsvr.build import Retention, advance
+    from recvsvr.next_snapshot import Retention, advance
 
     clock = FakeClock()
     log = MemoryStore(LogPolicy(), clock).log

@@ -49,7 +49,7 @@ from liveroom.clock import SystemClock
 from liveroom.store import LogPolicy, open_store
 from proxy.heartbeats import Heartbeats
 from statsvr import StatsLimits, Statsvr
-from statsvr.pages import KEEP_FOR
+from statsvr.member_pages import KEEP_FOR
 
 ROOM = "bench-vip"
 

@@ -115,7 +115,7 @@ class HeldPoll:
     __slots__ = ("done", "epoch", "iseq", "key", "name", "paced", "pending", "poll", "room",
                  "top", "uid")
 
-    def __init__(self, poll: Wakeable, name: str, room: _Room, paced: bool, uid: str, *,
+    def __init__(self, poll: Wakeable, name: str, room: _HeldRoom, paced: bool, uid: str, *,
                  epoch: str = "", top: int = 0, iseq: int = 0, pending: bool = False) -> None:
         self.poll = poll
         """The poll to wake."""
@@ -166,7 +166,9 @@ def _unlist(by_uid: dict[str, ByUid], held_poll: HeldPoll) -> None:
 
 
 @dataclass(eq=False)
-class _Room:
+class _HeldRoom:
+    """A room with polls held on this node: its plain and paced polls, its pacing."""
+
     snapshot: Snapshot
     waiters: dict[HeldPoll, None] = field(default_factory=dict)
     """Plain polls, in the order they were held (a dict, not a set: woken in
@@ -255,7 +257,7 @@ class Holds:
         """Polls refused because the node held all it may, and held polls
         answered early because a newer poll of their listener came, since the
         metrics last took them (the hold's own :meth:`Metrics.tally`)."""
-        self._rooms: dict[str, _Room] = {}
+        self._rooms: dict[str, _HeldRoom] = {}
         self._deadlines: Deadlines[HeldPoll] = Deadlines(self._expire)
         self.count = 0
         """Polls held now."""
@@ -268,19 +270,19 @@ class Holds:
         """Listeners (uids) with a poll held now, over all rooms."""
         return len(self._by_uid)
 
-    def _room(self, name: str, snapshot: Snapshot) -> _Room:
+    def _room(self, name: str, snapshot: Snapshot) -> _HeldRoom:
         room = self._rooms.get(name)
         if room is None:
-            # Pinned before it is recorded: a refused pin (the cache holds as
+            # Kept before it is recorded: a refused keep (the cache holds as
             # many rooms as it may: Overloaded, a 503) leaves nothing behind.
-            self._reader.pin(name)  # cached for as long as it is in _rooms
-            room = self._rooms[name] = _Room(snapshot)
+            self._reader.keep(name)  # cached for as long as it is in _rooms
+            room = self._rooms[name] = _HeldRoom(snapshot)
         if room.watcher is None:
             room.watcher = asyncio.create_task(self._watch(name, room),
                                                name=f"proxy-hold-{name}")
         return room
 
-    def _leave(self, name: str, room: _Room) -> None:
+    def _leave(self, name: str, room: _HeldRoom) -> None:
         if not room.empty or room.waking or self._rooms.get(name) is not room:
             return
         if room.ticker is not None and not self.closing:
@@ -290,17 +292,17 @@ class Holds:
             # drops it after PACING_KEPT.
             room.emptied_at = self._clock.monotonic()
             return
-        # Its tasks are cancelled before its pin is released: the cache then
-        # finds the room idle once the cancellations run, not busy.
+        # Its tasks are cancelled before the cache lets go of it: the cache
+        # then finds the room idle once the cancellations run, not busy.
         for task in (room.watcher, room.ticker):
             if task is not None:
                 task.cancel()
         self._drop(name)
 
     def _drop(self, name: str) -> None:
-        """The room holds no poll any more (nor lingers): forget it, unpin it."""
+        """The room holds no poll any more (nor lingers): forget it, let go of it."""
         del self._rooms[name]
-        self._reader.unpin(name)
+        self._reader.let_go(name)
 
     def _take(self, held_poll: HeldPoll) -> bool:
         """Take ``held_poll`` out of its room's structures (heaps are cleaned
@@ -440,7 +442,7 @@ class Holds:
         except Exception:  # one poll failing must not strand the others
             logger.exception("answering a held poll of room %s failed", held_poll.name)
 
-    async def _watch(self, name: str, room: _Room) -> None:
+    async def _watch(self, name: str, room: _HeldRoom) -> None:
         try:
             while not room.empty or room.ticker is not None:
                 try:
@@ -455,7 +457,7 @@ class Holds:
             if room.empty and room.ticker is None and self._rooms.get(name) is room:
                 self._drop(name)
 
-    def _refresh(self, name: str, room: _Room, told: Snapshot | None = None) -> Snapshot:
+    def _refresh(self, name: str, room: _HeldRoom, told: Snapshot | None = None) -> Snapshot:
         """Bring the room's copy of its snapshot up to the reader's newest and
         wake whom the change concerns; return the newest.
 
@@ -482,7 +484,7 @@ class Holds:
         self._wake_addressees(room, old, newest)
         return newest
 
-    def _wake_plain(self, room: _Room, snap: Snapshot) -> None:
+    def _wake_plain(self, room: _HeldRoom, snap: Snapshot) -> None:
         """Wake every plain poll of the room."""
         woken, room.waiters = room.waiters, {}
         room.plain_by_uid = {}
@@ -500,7 +502,7 @@ class Holds:
         finally:
             room.waking = False
 
-    def _wake_addressees(self, room: _Room, old: Snapshot, snap: Snapshot) -> None:
+    def _wake_addressees(self, room: _HeldRoom, old: Snapshot, snap: Snapshot) -> None:
         """Wake the held polls of the listeners ``snap`` brought personal
         messages for since ``old`` (plain or paced, at once)."""
         personal = snap.personal
@@ -521,7 +523,7 @@ class Holds:
         finally:
             room.waking = waking
 
-    async def _tick_forever(self, name: str, room: _Room) -> None:
+    async def _tick_forever(self, name: str, room: _HeldRoom) -> None:
         try:
             while True:
                 await self._clock.sleep(self._hold_tick)
@@ -547,7 +549,7 @@ class Holds:
                 if room.watcher is not None:
                     room.watcher.cancel()
 
-    def _tick_once(self, room: _Room, now: float) -> list[tuple[HeldPoll, Snapshot | None]]:
+    def _tick_once(self, room: _HeldRoom, now: float) -> list[tuple[HeldPoll, Snapshot | None]]:
         """Which paced polls this tick releases, taken out of the room."""
         released: list[tuple[HeldPoll, Snapshot | None]] = []
 

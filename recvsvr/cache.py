@@ -17,34 +17,34 @@ creates a log (only sends and operator actions do), so polls of made-up names
 write nothing to the store. When the room comes to exist its snapshot moves to
 the real epoch and held polls wake.
 
-**Bounds.** At most ``rooms_max`` rooms per cache, pinned rooms that do not
+**Bounds.** At most ``rooms_max`` rooms per cache, kept rooms that do not
 exist left out: beyond, the least recently read idle room is evicted. A room
-with held polls is **pinned** by the proxy's hold (:meth:`RoomCache.pin`, a
-count the hold owns) and leaves the eviction order while pinned. Eviction
+with held polls is **kept** by the proxy's hold (:meth:`RoomCache.keep`, a
+count the hold owns) and leaves the eviction order while kept. Eviction
 costs O(1) amortised: a busy room it meets (a watcher of a hold that just let
 go, not cancelled until the next turn of the loop; a pull awaited) is
 *parked* out of the order instead of moved to its end, and goes back (as just
 read) when it settles, so no room is looked at again while it stays busy.
-Unpinning puts a room back at the end of the order and evicts only past the
+Letting go puts a room back at the end of the order and evicts only past the
 bound, so thousands of held polls closed in one turn cost work linear in them
-(before, each unpin rescanned the busy rooms: 12 000 took 20 s). A cache whose
+(before, each letting go rescanned the busy rooms: 12 000 took 20 s). A cache whose
 other rooms are all busy passes its bound until they settle.
 
-Past ``rooms_max`` pinned rooms that exist, a read of a room not cached and a
-pin of a room not pinned yet (one read while the bound had room, evicted
-before its hold, or pinned by a poll that waited for its first pull) raise
+Past ``rooms_max`` kept rooms that exist, a read of a room not cached and a
+keep of a room not kept yet (one read while the bound had room, evicted
+before its hold, or kept by a poll that waited for its first pull) raise
 :class:`~liveroom.errors.Overloaded` (a 503 with ``Retry-After``) instead of
 passing the bound. A room whose snapshot is not known yet counts as one that
 exists until its pull says otherwise.
 
-**Held polls on made-up names never take a real room's place.** A pinned room
+**Held polls on made-up names never take a real room's place.** A kept room
 that does not exist counts outside ``rooms_max``: each of its held polls keeps
 a connection, so the node's ``held_max`` bounds them (about 1.3 KiB of cache
 each, beside a held poll's ~3.3 KiB), and a room that exists is read and
-pinned whatever their number. A pinned room that comes to exist counts among
+kept whatever their number. A kept room that comes to exist counts among
 the rooms that exist from then on, past ``rooms_max`` if it must (its polls
 are held; only a send or an operator creates a room, and sends may create
-only so many a minute): reads of new rooms are refused until pinned rooms let
+only so many a minute): reads of new rooms are refused until kept rooms let
 go. One that stops existing counts outside again.
 
 **Absent rooms are not pulled by the fallback** every interval: a room that
@@ -87,7 +87,7 @@ from liveroom.settings import (
 from liveroom.snapshot import Snapshot, absent, is_absent
 from liveroom.store.base import MessageLog, Notifier, Pulled, PullRequest
 
-from .build import Retention, advance
+from .next_snapshot import Retention, advance
 
 logger = logging.getLogger("liveroom.recvsvr")
 
@@ -127,16 +127,18 @@ it counts as lost writes (a new epoch), rather than a lagging replica."""
 
 
 @dataclass(eq=False)
-class _Room:
+class _CachedRoom:
+    """One room in the cache: its snapshot, its pulls and their waiters."""
+
     name: str
     read_at: float
     snapshot: Snapshot | None = None
     pulled_at: float = float("-inf")
     watchers: int = 0
-    pins: int = 0
-    """Pins by the proxy's hold: while any, the room is out of the eviction order."""
-    pinned_absent: bool = False
-    """Pinned while it does not exist: counted outside ``rooms_max``."""
+    keeps: int = 0
+    """How many times the proxy's hold keeps it: while any, it is out of the eviction order."""
+    kept_absent: bool = False
+    """Kept while it does not exist: counted outside ``rooms_max``."""
     first: asyncio.Future[Snapshot] | None = None
     changed: asyncio.Future[Snapshot] | None = None
     confirm_next: asyncio.Future[Snapshot] | None = None
@@ -156,7 +158,7 @@ class _Room:
 
     def busy(self) -> bool:
         """Held polls or pull waiters depend on it: never evicted."""
-        return bool(self.pins or self.watchers or self.first is not None
+        return bool(self.keeps or self.watchers or self.first is not None
                     or self.confirm_next is not None or self.confirm_now)
 
 
@@ -177,14 +179,14 @@ class RoomCache:
         self.retention = retention
         self._limits = limits
         self.name = name
-        self._rooms: OrderedDict[str, _Room] = OrderedDict()
-        """Rooms neither pinned nor parked, least recently read first: the
+        self._rooms: OrderedDict[str, _CachedRoom] = OrderedDict()
+        """Rooms neither kept nor parked, least recently read first: the
         eviction order."""
-        self._pinned: dict[str, _Room] = {}
-        """Rooms pinned by held polls: never evicted."""
-        self._absent_pins = 0
+        self._kept: dict[str, _CachedRoom] = {}
+        """Rooms kept by held polls: never evicted."""
+        self._absent_kept = 0
         """Rooms in ``_pinned`` that do not exist (counted outside ``rooms_max``)."""
-        self._parked: dict[str, _Room] = {}
+        self._parked: dict[str, _CachedRoom] = {}
         """Rooms eviction found busy (a watcher not gone yet, a pull awaited):
         out of the eviction order until :meth:`_settle` puts them back."""
         self._recent = 2 * limits.fallback_pull_interval
@@ -221,7 +223,7 @@ class RoomCache:
             await stop_task(task)
         self._tasks.clear()
         error = StoreUnavailable("the node is shutting down")
-        for room in (*self._rooms.values(), *self._pinned.values(),
+        for room in (*self._rooms.values(), *self._kept.values(),
                      *self._parked.values()):
             for fut in (room.first, room.confirm_next, *room.confirm_now):
                 if fut is not None:
@@ -232,36 +234,36 @@ class RoomCache:
     # -- the reader interface ------------------------------------------------
 
     def __len__(self) -> int:
-        return len(self._rooms) + len(self._pinned) + len(self._parked)
+        return len(self._rooms) + len(self._kept) + len(self._parked)
 
     @property
-    def pinned(self) -> int:
-        """Rooms pinned by held polls now (those that do not exist included)."""
-        return len(self._pinned)
+    def kept(self) -> int:
+        """Rooms kept by held polls now (those that do not exist included)."""
+        return len(self._kept)
 
     @property
-    def pinned_absent(self) -> int:
-        """Pinned rooms that do not exist now (outside ``rooms_max``)."""
-        return self._absent_pins
+    def kept_absent(self) -> int:
+        """Kept rooms that do not exist now (outside ``rooms_max``)."""
+        return self._absent_kept
 
     def _excess(self) -> int:
-        """Rooms cached past ``rooms_max``, pinned rooms that do not exist left out."""
-        return (len(self._rooms) + len(self._parked) + len(self._pinned) - self._absent_pins
+        """Rooms cached past ``rooms_max``, kept rooms that do not exist left out."""
+        return (len(self._rooms) + len(self._parked) + len(self._kept) - self._absent_kept
                 - self._limits.rooms_max)
 
     def _full(self) -> Overloaded:
         return Overloaded("this node holds polls in as many rooms as it may cache "
                           f"({self._limits.rooms_max}); retry later", retry_after=5.0)
 
-    def _get(self, name: str) -> _Room | None:
+    def _get(self, name: str) -> _CachedRoom | None:
         room = self._rooms.get(name)
         if room is None:
-            room = self._pinned.get(name)
+            room = self._kept.get(name)
             if room is None:
                 room = self._parked.get(name)
         return room
 
-    def _room(self, name: str) -> _Room:
+    def _room(self, name: str) -> _CachedRoom:
         rooms = self._rooms
         room = rooms.get(name)
         now = self._clock.monotonic()
@@ -269,22 +271,22 @@ class RoomCache:
             room.read_at = now
             rooms.move_to_end(name)
             return room
-        room = self._pinned.get(name)
+        room = self._kept.get(name)
         if room is None:
             room = self._parked.get(name)
         if room is not None:
             room.read_at = now
             return room
-        if len(self._pinned) - self._absent_pins >= self._limits.rooms_max:
+        if len(self._kept) - self._absent_kept >= self._limits.rooms_max:
             raise self._full()
-        room = rooms[name] = _Room(name, read_at=now)
+        room = rooms[name] = _CachedRoom(name, read_at=now)
         if self._notifier is not None:
             self._notifier.watch(name)
         if self._excess() > 0:
             self._evict(keep=room)
         return room
 
-    def _evict(self, keep: _Room | None = None) -> None:
+    def _evict(self, keep: _CachedRoom | None = None) -> None:
         """Bring the cache back within ``rooms_max``: forget the least recently
         read idle rooms, never ``keep`` (a room being read, last in the order).
 
@@ -305,7 +307,7 @@ class RoomCache:
             self._forget(name, state)
             self._metrics.evictions.inc()
 
-    def _settle(self, state: _Room) -> None:
+    def _settle(self, state: _CachedRoom) -> None:
         """``state`` may have stopped being busy: a parked room that did goes
         back in the eviction order (as just read), and the cache back within
         its bound."""
@@ -316,83 +318,83 @@ class RoomCache:
             if self._excess() > 0:
                 self._evict()
 
-    def pin(self, room: str) -> None:
+    def keep(self, room: str) -> None:
         """The proxy holds polls in ``room``: keep it cached (and out of the
-        eviction order) until as many :meth:`unpin`.
+        eviction order) until as many :meth:`let_go`.
 
-        A room that does not exist (its snapshot is the absent one) is pinned
+        A room that does not exist (its snapshot is the absent one) is kept
         outside ``rooms_max``: held polls on made-up names never take a real
         room's place (each holds a connection, so the node's ``held_max``
         bounds them). A room that exists, or one not cached any more (evicted
         between the read and the hold), raises
         :class:`~liveroom.errors.Overloaded` when ``rooms_max`` rooms that
-        exist are pinned already, rather than pass the bound; then nothing
-        changed. Another pin of a pinned room never refuses."""
-        state = self._pinned.get(room)
+        exist are kept already, rather than pass the bound; then nothing
+        changed. Another keep of a kept room never refuses."""
+        state = self._kept.get(room)
         if state is not None:
-            state.pins += 1
+            state.keeps += 1
             return
-        self._pin_new(room, 1, admit=True)
+        self._keep_new(room, 1, admit=True)
 
-    def adopt(self, room: str, pins: int) -> None:
-        """Pin ``room`` ``pins`` times, never refusing: its polls are held
+    def adopt(self, room: str, keeps: int) -> None:
+        """Keep ``room`` ``keeps`` times, never refusing: its polls are held
         already (a room that moved here from another sect)."""
-        if pins <= 0:
+        if keeps <= 0:
             return
-        state = self._pinned.get(room)
+        state = self._kept.get(room)
         if state is not None:
-            state.pins += pins
+            state.keeps += keeps
             return
-        self._pin_new(room, pins, admit=False)
+        self._keep_new(room, keeps, admit=False)
 
-    def _pin_new(self, room: str, pins: int, *, admit: bool) -> None:
-        """Pin a room not pinned yet; ``admit``: refuse past ``rooms_max``."""
+    def _keep_new(self, room: str, keeps: int, *, admit: bool) -> None:
+        """Keep a room not kept yet; ``admit``: refuse past ``rooms_max``."""
         state = self._rooms.get(room)
         if state is None:
             state = self._parked.get(room)
         exists = state is None or state.snapshot is None or not is_absent(state.snapshot)
-        if admit and exists and len(self._pinned) - self._absent_pins >= self._limits.rooms_max:
+        if admit and exists and len(self._kept) - self._absent_kept >= self._limits.rooms_max:
             raise self._full()
         if state is None:  # evicted between the read and the hold
-            state = _Room(room, read_at=self._clock.monotonic())
+            state = _CachedRoom(room, read_at=self._clock.monotonic())
             if self._notifier is not None:
                 self._notifier.watch(room)
             self.request_pull(room)
         else:
             self._rooms.pop(room, None)
             self._parked.pop(room, None)
-        state.pins = pins
-        state.pinned_absent = not exists
+        state.keeps = keeps
+        state.kept_absent = not exists
         if not exists:
-            self._absent_pins += 1
-        self._pinned[room] = state
+            self._absent_kept += 1
+        self._kept[room] = state
         if self._excess() > 0:
             self._evict()
 
-    def pins_of(self, room: str) -> int:
-        state = self._pinned.get(room)
-        return state.pins if state is not None else 0
+    def keeps_of(self, room: str) -> int:
+        state = self._kept.get(room)
+        return state.keeps if state is not None else 0
 
-    def unpin(self, room: str) -> None:
-        """One pin of ``room`` less; the last puts it back at the end of the
+    def let_go(self, room: str) -> None:
+        """One keep of ``room`` less; the last puts it back at the end of the
         eviction order (as just read). O(1) amortised, however many rooms are
-        unpinned in one turn of the loop (see :meth:`_evict`)."""
-        state = self._pinned.get(room)
+        let go in one turn of the loop (see :meth:`_evict`)."""
+        state = self._kept.get(room)
         if state is None:
             return
-        state.pins -= 1
-        if state.pins > 0:
+        state.keeps -= 1
+        if state.keeps > 0:
             return
-        del self._pinned[room]
-        if state.pinned_absent:
-            state.pinned_absent = False
-            self._absent_pins -= 1
+        del self._kept[room]
+        if state.kept_absent:
+            state.kept_absent = False
+            self._absent_kept -= 1
         state.read_at = self._clock.monotonic()
         self._rooms[room] = state
         if self._excess() > 0:
             self._evict()
 
-    def _forget(self, name: str, state: _Room) -> None:
+    def _forget(self, name: str, state: _CachedRoom) -> None:
         """Drop ``name`` (``state``), already taken out of the eviction order."""
         if state.snapshot is not None and state.snapshot.personal is not None:
             state.snapshot.personal.release()
@@ -403,7 +405,7 @@ class RoomCache:
     def current(self, room: str) -> Snapshot | None:
         state = self._rooms.get(room)
         if state is None:
-            state = self._pinned.get(room)
+            state = self._kept.get(room)
             if state is None:
                 state = self._parked.get(room)
                 if state is None:
@@ -492,7 +494,7 @@ class RoomCache:
     def on_resync(self, rooms: Collection[str] | None = None) -> None:
         """Notifies of ``rooms`` (None: every room) may have been lost: pull
         those this cache holds at once."""
-        for cached in (self._rooms, self._pinned, self._parked):
+        for cached in (self._rooms, self._kept, self._parked):
             for room in list(cached) if rooms is None else [r for r in rooms if r in cached]:
                 self.request_pull(room)
 
@@ -502,8 +504,8 @@ class RoomCache:
 
     # -- pulling -------------------------------------------------------------
 
-    def _take_batch(self) -> list[_Room]:
-        batch: list[_Room] = []
+    def _take_batch(self) -> list[_CachedRoom]:
+        batch: list[_CachedRoom] = []
         for name in list(self._dirty):
             if name in self._in_flight:
                 continue
@@ -532,7 +534,7 @@ class RoomCache:
             finally:
                 self._in_flight -= names
 
-    async def _pull_batch(self, batch: list[_Room]) -> None:
+    async def _pull_batch(self, batch: list[_CachedRoom]) -> None:
         requests = []
         for state in batch:
             if state.confirm_next is not None:
@@ -563,7 +565,7 @@ class RoomCache:
                 self._metrics.store_errors.labels("open").inc()
                 self._fail(state, exc)
 
-    def _fail(self, state: _Room, error: StoreUnavailable) -> None:
+    def _fail(self, state: _CachedRoom, error: StoreUnavailable) -> None:
         if state.first is not None and state.snapshot is None:
             answer_waiters(state.first, None, error)
             state.first = None
@@ -572,7 +574,7 @@ class RoomCache:
         state.confirm_now.clear()
         self._settle(state)
 
-    async def _apply(self, state: _Room, request: PullRequest, pulled: Pulled,
+    async def _apply(self, state: _CachedRoom, request: PullRequest, pulled: Pulled,
                      now_ms: int) -> None:
         old = state.snapshot
         if pulled.epoch is None:
@@ -625,23 +627,23 @@ class RoomCache:
         state.restart = False
         self._install(state, snap)
 
-    def _install(self, state: _Room, snap: Snapshot) -> None:
+    def _install(self, state: _CachedRoom, snap: Snapshot) -> None:
         self._swap(state, snap)
         for fut in state.confirm_now:
             answer_waiters(fut, snap)
         state.confirm_now.clear()
         self._settle(state)
 
-    def _swap(self, state: _Room, snap: Snapshot) -> None:
+    def _swap(self, state: _CachedRoom, snap: Snapshot) -> None:
         old = state.snapshot
         state.snapshot = snap
         if old is not None and old.personal is not None and old.personal is not snap.personal:
             old.personal.release()  # a new epoch's, or none: the node's count lets go
-        if state.pins and state.pinned_absent != is_absent(snap):
-            # A pinned room came to exist (it now counts in ``rooms_max``,
+        if state.keeps and state.kept_absent != is_absent(snap):
+            # A kept room came to exist (it now counts in ``rooms_max``,
             # even past it: its polls are held) or stopped existing.
-            state.pinned_absent = not state.pinned_absent
-            self._absent_pins += 1 if state.pinned_absent else -1
+            state.kept_absent = not state.kept_absent
+            self._absent_kept += 1 if state.kept_absent else -1
             if self._excess() > 0:
                 self._evict()
         if state.first is not None:
@@ -676,7 +678,7 @@ class RoomCache:
                 elif (state.watchers or now - state.read_at <= self._recent) \
                         and self._fallback_due(state, due, recheck):
                     self.request_pull(name)
-            for name, state in self._pinned.items():
+            for name, state in self._kept.items():
                 if self._fallback_due(state, due, recheck):
                     self.request_pull(name)
             self._metrics.rooms.set(len(self))
@@ -690,7 +692,7 @@ class RoomCache:
                 await self._touch_names(names)
 
     @staticmethod
-    def _fallback_due(state: _Room, due: float, recheck: float) -> bool:
+    def _fallback_due(state: _CachedRoom, due: float, recheck: float) -> bool:
         """Whether the fallback pulls ``state`` now: last pulled before ``due``,
         or before ``recheck`` for a room found absent."""
         snap = state.snapshot
@@ -700,7 +702,7 @@ class RoomCache:
 
     async def _touch(self) -> None:
         # Rooms that do not exist have nothing to push back (and must not get a log).
-        names = [name for cached in (self._rooms, self._pinned, self._parked)
+        names = [name for cached in (self._rooms, self._kept, self._parked)
                  for name, state in cached.items()
                  if state.snapshot is not None and not is_absent(state.snapshot)]
         await self._touch_names(names)

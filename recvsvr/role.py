@@ -41,8 +41,8 @@ from liveroom.settings import Settings
 from liveroom.snapshot import Snapshot, moved_past, sent_per_minute
 from liveroom.store.base import MessageLog, Notifier
 
-from .build import Retention
 from .cache import RoomCache, SectLimits
+from .next_snapshot import Retention
 
 logger = logging.getLogger("liveroom.recvsvr")
 
@@ -71,8 +71,8 @@ class Recvsvr:
         self._clock = clock
         self._retry = retry
         self._waits: dict[str, _Waits] = {}
-        self._pins: dict[str, RoomCache] = {}
-        """The sect each pinned room is pinned in (a move re-pins it)."""
+        self._kept_in: dict[str, RoomCache] = {}
+        """The sect each kept room is kept in (a move keeps it in the new one)."""
         if metrics is not None:
             # Each cache sets the gauge to its own size: report both.
             metrics.track(metrics.rooms, lambda: len(self.normal) + len(self.vip))
@@ -155,22 +155,22 @@ class Recvsvr:
     async def wait_pulled(self, room: str) -> Snapshot:
         return await self.sect_of(room).wait_pulled(room)
 
-    def pin(self, room: str) -> None:
-        sect = self._pins.get(room)
+    def keep(self, room: str) -> None:
+        sect = self._kept_in.get(room)
         if sect is None:
             sect = self.sect_of(room)
-            sect.pin(room)  # may raise Overloaded: then nothing is pinned
-            self._pins[room] = sect
+            sect.keep(room)  # may raise Overloaded: then nothing is kept
+            self._kept_in[room] = sect
         else:
-            sect.pin(room)
+            sect.keep(room)
 
-    def unpin(self, room: str) -> None:
-        sect = self._pins.get(room)
+    def let_go(self, room: str) -> None:
+        sect = self._kept_in.get(room)
         if sect is None:
             return
-        sect.unpin(room)
-        if sect.pins_of(room) == 0:
-            del self._pins[room]
+        sect.let_go(room)
+        if sect.keeps_of(room) == 0:
+            del self._kept_in[room]
 
     async def wait_changed(self, room: str, snapshot: Snapshot) -> Snapshot:
         """Wait until the room moved past ``snapshot`` in its sect, across moves
@@ -217,15 +217,15 @@ class Recvsvr:
     def moved(self, rooms: Iterable[str]) -> None:
         """The whitelist changed for ``rooms``: wake the waits on their old sect."""
         for room in rooms:
-            pinned_in = self._pins.get(room)
-            if pinned_in is not None and pinned_in is not self.sect_of(room):
-                # The pins follow the room to its new sect.
-                new = self._pins[room] = self.sect_of(room)
-                pins = pinned_in.pins_of(room)
+            was_in = self._kept_in.get(room)
+            if was_in is not None and was_in is not self.sect_of(room):
+                # The keeps follow the room to its new sect.
+                new = self._kept_in[room] = self.sect_of(room)
+                keeps = was_in.keeps_of(room)
                 # Never refused: the polls are held already.
-                new.adopt(room, pins)
-                for _ in range(pins):
-                    pinned_in.unpin(room)
+                new.adopt(room, keeps)
+                for _ in range(keeps):
+                    was_in.let_go(room)
             waits = self._waits.get(room)
             if waits is not None and waits.sect is not self.sect_of(room):
                 del self._waits[room]

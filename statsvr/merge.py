@@ -19,7 +19,7 @@ and not the members of a big room: its cost grows with the room's shard keys
 comparison and a sum of its entries' trusted counts (a refresh changes the
 trusted count, :attr:`~statsvr.view.OnlineView.trusted`, without a new
 version). Members are read for pages only (:attr:`Merge.pages`), and what a
-page read is forgotten seconds after its last use (:data:`statsvr.pages.KEEP_FOR`).
+page read is forgotten seconds after its last use (:data:`statsvr.member_pages.KEEP_FOR`).
 
 Views are replaced by one assignment; readers never lock and never wait on
 the store (except :meth:`Merge.ready` before a room's first merge).
@@ -44,8 +44,8 @@ from liveroom.lifecycle import Outage, answer_waiters, stop_task
 from liveroom.settings import DEFAULTS
 from liveroom.store.base import ShardEntry, StatsStore
 
+from .member_pages import MemberPages
 from .members import contributor
-from .pages import MemberPages
 from .view import EXACT_UP_TO, OnlineView, build_view
 
 __all__ = ["Merge", "OnMerged"]
@@ -57,7 +57,9 @@ OnMerged = Callable[[OnlineView], None]
 
 
 @dataclass(eq=False, slots=True)
-class _Room:
+class _MergedRoom:
+    """A room this node serves: its view as last merged from the store."""
+
     name: str
     wanted_at: float
     view: OnlineView
@@ -92,7 +94,7 @@ class Merge:
         self.on_merged = on_merged
         self.pages = MemberPages(stats, clock)
         """Where views read the members a page needs."""
-        self._rooms: dict[str, _Room] = {}
+        self._rooms: dict[str, _MergedRoom] = {}
         self._fresh: dict[str, None] = {}
         """Rooms waiting for their first merge, merged before the next tick."""
         self._woken = asyncio.Event()
@@ -111,7 +113,7 @@ class Merge:
         state = self._rooms.get(room)
         now = self._clock.monotonic()
         if state is None:
-            state = self._rooms[room] = _Room(room, now, OnlineView.empty(room, self.pages))
+            state = self._rooms[room] = _MergedRoom(room, now, OnlineView.empty(room, self.pages))
         else:
             state.wanted_at = now
         return state.view
@@ -247,7 +249,7 @@ class Merge:
             if state.wanted_at < cutoff and state.first is None:
                 del self._rooms[name]
 
-    async def _merge_batch(self, batch: list[_Room]) -> bool:
+    async def _merge_batch(self, batch: list[_MergedRoom]) -> bool:
         """Merge one batch; False when the store is unavailable."""
         now_ms = int(self._clock.time() * 1000)
         try:
@@ -260,7 +262,7 @@ class Merge:
             return False
         return True
 
-    async def _merge_room(self, state: _Room, entries: Sequence[ShardEntry]) -> None:
+    async def _merge_room(self, state: _MergedRoom, entries: Sequence[ShardEntry]) -> None:
         view = state.view
         if set(map(contributor, entries)) == view.versions:
             # The same members; a refresh may have changed the trusted count alone.
@@ -280,7 +282,7 @@ class Merge:
             except Exception:
                 logger.exception("on_merged failed for room %s", state.name)
 
-    def _merged(self, state: _Room, view: OnlineView) -> None:
+    def _merged(self, state: _MergedRoom, view: OnlineView) -> None:
         state.merged = True
         answer_waiters(state.first, view)
         state.first = None

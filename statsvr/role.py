@@ -48,7 +48,7 @@ from .history import ViewersHistory
 from .merge import Merge
 from .registry import ANNOUNCE_EVERY, NodeRegistry
 from .sampler import OnlineSeries
-from .series import DEFAULT_TIERS, SAMPLE_EVERY, Resolution
+from .series import DEFAULT_RESOLUTIONS, SAMPLE_EVERY, Resolution
 from .table import Tables
 from .view import EXACT_UP_TO
 from .viewers import merge_registers, viewers_figure
@@ -79,7 +79,7 @@ class StatsLimits:
     """Members up to which a room's count is a union read from its shards
     (above, the sum of the shard sizes: :mod:`statsvr.view`)."""
     sample_every: float = SAMPLE_EVERY
-    tiers: tuple[Resolution, ...] = DEFAULT_TIERS
+    resolutions: tuple[Resolution, ...] = DEFAULT_RESOLUTIONS
     announce_every: float = ANNOUNCE_EVERY
 
     @property
@@ -117,7 +117,7 @@ class Statsvr:
                                       viewers_threshold=limits.viewers_threshold,
                                       history_ttl=limits.history_ttl,
                                       members=self.tables.members)
-        self.series = OnlineSeries(stats, clock, node, tiers=limits.tiers,
+        self.series = OnlineSeries(stats, clock, node, resolutions=limits.resolutions,
                                    every=limits.sample_every)
         self._rooms_cached = rooms_cached
         self._held_polls: Callable[[], int] = lambda: 0

@@ -2,9 +2,9 @@
 
 Every :data:`~statsvr.series.SAMPLE_EVERY` seconds the statsvr
 node that writes a room's series records one sample of its online count into
-every tier of the room's series in the store (``StatsStore.record_online``:
+every resolution of the room's series in the store (``StatsStore.record_online``:
 buckets of ``(min, max, sum, count)``, the rule of :mod:`statsvr.series`).
-``GET /v1/rooms/{room}/stats/online`` reads one tier back with :meth:`OnlineSeries.query`.
+``GET /v1/rooms/{room}/stats/online`` reads one resolution back with :meth:`OnlineSeries.query`.
 
 **One writer per room.** :func:`writer_of` picks it by rendezvous (highest
 random weight) hashing over the nodes that hold shards of the room: every node
@@ -36,13 +36,13 @@ from liveroom.lifecycle import Outage, stop_task
 from liveroom.store.base import OnlineSample, StatsStore
 
 from .series import (
-    DEFAULT_TIERS,
+    DEFAULT_RESOLUTIONS,
     SAMPLE_EVERY,
     Point,
     Resolution,
     query_window,
     to_point,
-    validate_tiers,
+    validate_resolutions,
 )
 
 __all__ = ["OnlineSeries", "SampleSource", "writer_of"]
@@ -80,20 +80,22 @@ class OnlineSeries:
     """The online-count series of the rooms one statsvr node writes, and their reader.
 
     ``node`` is this node's stable id (as in the rooms' ``nodes`` sets);
-    ``tiers`` the tier table (validated like :func:`statsvr.series.validate_tiers`);
+    ``resolutions`` the resolution table (validated like
+    :func:`statsvr.series.validate_resolutions`);
     ``every`` the sampling interval in seconds.
     """
 
     def __init__(self, stats: StatsStore, clock: Clock, node: str, *,
-                 tiers: Sequence[Resolution] = DEFAULT_TIERS, every: float = SAMPLE_EVERY) -> None:
+                 resolutions: Sequence[Resolution] = DEFAULT_RESOLUTIONS,
+                 every: float = SAMPLE_EVERY) -> None:
         if not every > 0:
             raise ValueError(f"the sampling interval must be positive, not {every!r}")
         self.node = node
-        self.tiers = validate_tiers(tiers)
+        self.resolutions = validate_resolutions(resolutions)
         self.every = every
         self._stats = stats
         self._clock = clock
-        self._pairs = [(tier.step, tier.retention) for tier in self.tiers]
+        self._pairs = [(r.step, r.retention) for r in self.resolutions]
         self._min_gap_ms = int(every * 500)
         self._outage = Outage(logger)
         self._task: asyncio.Task[None] | None = None
@@ -159,18 +161,18 @@ class OnlineSeries:
     async def query(self, room: str, since: float, until: float) -> tuple[int, list[Point]]:
         """The room's series from ``since`` to ``until`` (Unix s): ``(step, [(t, avg, max)])``.
 
-        One tier answers, picked as :meth:`statsvr.series.SeriesState.query`
-        picks it (:func:`statsvr.series.choose_tier`): the finest whose retention
+        One resolution answers, picked as :meth:`statsvr.series.SeriesState.query`
+        picks it (:func:`statsvr.series.choose_resolution`): the finest whose retention
         reaches back to ``since``, else the coarsest with ``since`` clamped to its
-        retention. Points are that tier's buckets overlapping the range and still
+        retention. Points are that resolution's buckets overlapping the range and still
         within retention now, oldest first, with ``avg`` rounded to
         :data:`~statsvr.series.AVG_DIGITS` places; buckets without samples are
         left out, not zero-filled. A room never sampled answers no points. One
         round trip (none when ``since > until``). Raises
         :class:`ValueError` for a non-finite time and :class:`StoreUnavailable`.
         """
-        index, low, high = query_window(self.tiers, since, until, self._clock.time())
-        step = self.tiers[index].step
+        index, low, high = query_window(self.resolutions, since, until, self._clock.time())
+        step = self.resolutions[index].step
         if low > high:
             return step, []
         rows = await self._stats.read_online(room, step, low, high)

@@ -1,9 +1,9 @@
 """Online count over time: one room's series in 1-minute, 5-minute and 1-hour buckets.
 
-Rolled up as a metrics store does (every tier keeps min, max, sum and count of
-its buckets, so coarser tiers are exact rollups of finer ones): a room's online
+Rolled up as a metrics store does (every resolution keeps min, max, sum and count of
+its buckets, so coarser resolutions are exact rollups of finer ones): a room's online
 count is sampled (every :data:`SAMPLE_EVERY` seconds) and each sample is added to
-the bucket that holds it in *every* tier of a :class:`Resolution` table. By default:
+the bucket that holds it in *every* resolution of a :class:`Resolution` table. By default:
 
 =========  ===========  ======================
 step       retention    buckets kept at most
@@ -16,7 +16,7 @@ step       retention    buckets kept at most
 A bucket is ``(min, max, sum, count)`` of the samples in it, all integers, so
 sums are exact and a coarser bucket is *exactly* the rollup (min of mins, max of
 maxes, sum of sums, count of counts) of the finer buckets inside it; see
-:func:`rollup`. Older data lives on only in the coarser tiers ("rolled up, not
+:func:`rollup`. Older data lives on only in the coarser resolutions ("rolled up, not
 kept at fine grain"). Buckets start at multiples of their step counted from the
 Unix epoch, so hour buckets start on the hour (UTC).
 
@@ -28,18 +28,18 @@ reference model (``SeriesState`` in ``tests/models.py``).
 
 Limits, on purpose:
 
-* **Bounded memory.** A tier keeps the buckets that start after
+* **Bounded memory.** A resolution keeps the buckets that start after
   ``now - retention``: the bucket holding ``now`` and the ``retention // step - 1``
   before it, never more, so a room holds at most 1 440 + 2 016 + 2 160 buckets
   with the default table. The price: the bucket holding ``now - retention`` itself
-  is gone, so a range starting right at a tier's retention edge lacks its first
+  is gone, so a range starting right at a resolution's retention edge lacks its first
   (partial) step.
 * **Samples in time order.** The store ignores a sample that is
   not newer than the last one it took (a replayed batch, a clock that stepped
   back); it does not rewrite history.
-* **One step per answer.** A query answers from one tier only,
-  the finest whose retention reaches back to ``since``; it does not stitch tiers.
-  :func:`choose_tier` and :func:`query_window` are that rule on their own, for
+* **One step per answer.** A query answers from one resolution only,
+  the finest whose retention reaches back to ``since``; it does not stitch resolutions.
+  :func:`choose_resolution` and :func:`query_window` are that rule on their own, for
   readers of a series kept elsewhere (``statsvr.sampler`` reads it from the store).
 """
 
@@ -78,7 +78,7 @@ def _finite(name: str, value: float) -> float:
 class Resolution:
     """One resolution of a series: buckets of ``step`` seconds kept for ``retention``.
 
-    ``retention`` is a positive multiple of ``step``; the tier keeps
+    ``retention`` is a positive multiple of ``step``; the resolution keeps
     ``retention // step`` buckets (see :meth:`horizon`).
     """
 
@@ -87,20 +87,21 @@ class Resolution:
 
     def __post_init__(self) -> None:
         if not _is_int(self.step) or self.step <= 0:
-            raise ValueError(f"tier step must be a positive integer of seconds, not {self.step!r}")
+            raise ValueError(
+                f"resolution step must be a positive integer of seconds, not {self.step!r}")
         if not _is_int(self.retention) or self.retention < self.step:
             raise ValueError(
-                f"tier retention must be an integer of seconds >= step {self.step}, "
+                f"resolution retention must be an integer of seconds >= step {self.step}, "
                 f"not {self.retention!r}"
             )
         if self.retention % self.step:
             raise ValueError(
-                f"tier retention {self.retention} is not a multiple of its step {self.step}"
+                f"resolution retention {self.retention} is not a multiple of its step {self.step}"
             )
 
     @property
     def keep(self) -> int:
-        """How many buckets this tier holds at most."""
+        """How many buckets this resolution holds at most."""
         return self.retention // self.step
 
     def start(self, t: float) -> int:
@@ -115,7 +116,7 @@ class Resolution:
         return self.start(now) - (self.keep - 1) * self.step
 
 
-DEFAULT_TIERS: Final[tuple[Resolution, ...]] = (
+DEFAULT_RESOLUTIONS: Final[tuple[Resolution, ...]] = (
     Resolution(step=60, retention=86_400),
     Resolution(step=300, retention=7 * 86_400),
     Resolution(step=3_600, retention=90 * 86_400),
@@ -123,70 +124,73 @@ DEFAULT_TIERS: Final[tuple[Resolution, ...]] = (
 """1-minute buckets for a day, 5-minute buckets for a week, 1-hour buckets for 90 days."""
 
 
-def validate_tiers(tiers: Iterable[Resolution]) -> tuple[Resolution, ...]:
-    """Check a tier table and return it as a tuple, finest first.
+def validate_resolutions(resolutions: Iterable[Resolution]) -> tuple[Resolution, ...]:
+    """Check a resolution table and return it as a tuple, finest first.
 
-    A table needs at least one tier; steps strictly increasing, each a multiple of
+    A table needs at least one resolution; steps strictly increasing, each a multiple of
     the one before (so a coarse bucket is a whole number of fine ones and rolls up
     exactly); retentions not decreasing. Raises :class:`ValueError` otherwise.
     """
-    table = tuple(tiers)
+    table = tuple(resolutions)
     if not table:
-        raise ValueError("a series needs at least one tier")
-    for tier in table:
-        if not isinstance(tier, Resolution):
-            raise ValueError(f"not a Resolution: {tier!r}")
+        raise ValueError("a series needs at least one resolution")
+    for resolution in table:
+        if not isinstance(resolution, Resolution):
+            raise ValueError(f"not a Resolution: {resolution!r}")
     for finer, coarser in pairwise(table):
         if coarser.step <= finer.step or coarser.step % finer.step:
             raise ValueError(
-                f"tier step {coarser.step} must be a larger multiple of the finer step {finer.step}"
+                f"resolution step {coarser.step} must be a larger multiple of the finer "
+                f"step {finer.step}"
             )
         if coarser.retention < finer.retention:
             raise ValueError(
-                f"tier retention {coarser.retention} (step {coarser.step}) is shorter than "
+                f"resolution retention {coarser.retention} (step {coarser.step}) is shorter than "
                 f"{finer.retention} (step {finer.step})"
             )
     return table
 
 
-def choose_tier(tiers: Sequence[Resolution], since: float, now: float) -> tuple[int, float]:
-    """Which tier answers a query from ``since`` seen at ``now``: ``(index, since)``.
+def choose_resolution(
+    resolutions: Sequence[Resolution], since: float, now: float
+) -> tuple[int, float]:
+    """Which resolution answers a query from ``since`` seen at ``now``: ``(index, since)``.
 
-    The finest tier whose retention reaches back to ``since`` (``since >= now -
+    The finest resolution whose retention reaches back to ``since`` (``since >= now -
     retention``) answers, with ``since`` unchanged. If none does, the coarsest
-    tier answers and ``since`` is clamped to its ``now - retention``. A ``since``
-    in the future picks the finest tier. ``tiers`` is a valid table, finest
-    first (:func:`validate_tiers`). Every reader of a series picks the step
+    resolution answers and ``since`` is clamped to its ``now - retention``. A ``since``
+    in the future picks the finest resolution. ``resolutions`` is a valid table, finest
+    first (:func:`validate_resolutions`). Every reader of a series picks the step
     with this one rule, so they answer the same step for the same range. Raises
     :class:`ValueError` for a non-finite time.
     """
     since = _finite("since", since)
     now = _finite("now", now)
-    for index, tier in enumerate(tiers):
-        if since >= now - tier.retention:
+    for index, resolution in enumerate(resolutions):
+        if since >= now - resolution.retention:
             return index, since
-    index = len(tiers) - 1
-    return index, max(since, now - tiers[index].retention)
+    index = len(resolutions) - 1
+    return index, max(since, now - resolutions[index].retention)
 
 
 def query_window(
-    tiers: Sequence[Resolution], since: float, until: float, now: float
+    resolutions: Sequence[Resolution], since: float, until: float, now: float
 ) -> tuple[int, int, int]:
-    """The tier and bucket starts that answer ``[since, until]`` at ``now``: ``(index, low, high)``.
+    """Which resolution and buckets answer ``[since, until]`` at ``now``: ``(index, low, high)``.
 
-    The tier is :func:`choose_tier`'s. Its buckets that answer are those whose
+    The resolution is :func:`choose_resolution`'s. Its buckets that answer are those whose
     start is in ``[low, high]``: from the start of (clamped) ``since``'s bucket,
-    but not before the oldest bucket the tier keeps at ``now``
+    but not before the oldest bucket the resolution keeps at ``now``
     (:meth:`Resolution.horizon`), up to ``until`` (floored: bucket starts are whole
     seconds). ``low > high`` means no bucket answers (``since`` after ``until``).
     Raises :class:`ValueError` for a non-finite time.
     """
     until = _finite("until", until)
-    index, since = choose_tier(tiers, since, now)
-    tier = tiers[index]
+    index, since = choose_resolution(resolutions, since, now)
+    resolution = resolutions[index]
     if since > until:
         return index, 1, 0
-    return index, max(tier.start(since), tier.horizon(now)), math.floor(until)
+    return index, max(resolution.start(since), resolution.horizon(now)), math.floor(until)
 
 
 def to_point(start: int, bucket: Bucket) -> Point:
@@ -202,7 +206,7 @@ def combine(a: Bucket, b: Bucket) -> Bucket:
 def rollup(buckets: Mapping[int, Bucket], step: int) -> dict[int, Bucket]:
     """Roll buckets up into ``step``-second buckets, keyed by start, in time order.
 
-    ``rollup(fine, coarse.step)`` is what the coarse tier holds for every coarse
+    ``rollup(fine, coarse.step)`` is what the coarse resolution holds for every coarse
     bucket whose fine buckets are all still kept. Works for any finer buckets whose
     step divides ``step``.
     """

@@ -78,7 +78,9 @@ class _Shard:
 
 
 @dataclass(slots=True)
-class _Room:
+class _RoomMembers:
+    """The members of one room, in its shards, and what to write of them next."""
+
     shards: list[_Shard]
     joined: list[str] = field(default_factory=list)
     """Uids that joined since the last take, for the viewers history."""
@@ -107,7 +109,7 @@ class Tables:
         self.vip_shards = vip_shards
         self.is_vip = is_vip
         self.refresh_every = refresh_every
-        self._rooms: dict[str, _Room] = {}
+        self._rooms: dict[str, _RoomMembers] = {}
         # Versions must never repeat across restarts of a node with the same id:
         # a reader skips a shard whose version it has already read.
         self._boot = secrets.token_hex(4)
@@ -152,7 +154,7 @@ class Tables:
         state = self._rooms.get(room)
         count = self.vip_shards if self.is_vip(room) else 1
         if state is None:
-            state = self._rooms[room] = _Room([_Shard() for _ in range(count)])
+            state = self._rooms[room] = _RoomMembers([_Shard() for _ in range(count)])
         elif state.count != count:
             self._reshard(state, count)
         tick = int(self._clock.monotonic())
@@ -211,7 +213,7 @@ class Tables:
         self.heartbeats += taken
         return taken
 
-    def _reshard(self, state: _Room, count: int) -> None:
+    def _reshard(self, state: _RoomMembers, count: int) -> None:
         """Split the room anew (it became vip or stopped being one)."""
         old = state.shards
         state.dropped.extend((i, len(old)) for i, s in enumerate(old) if s.written_at)
@@ -371,7 +373,7 @@ class Tables:
             state = self._rooms.get(write.room)
             if write.size == 0:
                 if state is None:
-                    state = self._rooms[write.room] = _Room([_Shard()])
+                    state = self._rooms[write.room] = _RoomMembers([_Shard()])
                 state.dropped.append((write.index, write.count))
             elif state is not None and write.count == state.count:
                 self.rewrite(write.room, write.index)

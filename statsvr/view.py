@@ -32,7 +32,7 @@ the index alone, whatever the room's size.
 **Pages.** Members are listed group by group (the ``K`` groups by index, then
 any others), sorted by uid within a group: a room that is not vip is one group,
 so its members are simply sorted. A group the view does not hold is read from
-the store when a page needs it (:class:`~statsvr.pages.MemberPages`: the first
+the store when a page needs it (:class:`~statsvr.member_pages.MemberPages`: the first
 bytes of each contributor's blob for the first pages, the whole group beyond),
 so a node keeps no member list of a room whose members nobody asked for.
 """
@@ -45,8 +45,8 @@ from dataclasses import dataclass, replace
 
 from liveroom.store.base import ShardEntry
 
+from .member_pages import MemberPages
 from .members import Contributor, contributor, decode_members, resplit, union
-from .pages import MemberPages
 
 __all__ = ["EXACT_UP_TO", "Fetch", "Group", "OnlineView", "build_view", "trusted_of"]
 
@@ -70,7 +70,7 @@ class Group:
     entries: tuple[ShardEntry, ...]
     """Its contributors, by node (empty for a group re-split from others)."""
     size: int
-    """Its members: exact when held or single; else the sum of the sizes."""
+    """Its members: exact when kept in the view or single; else the sum of the sizes."""
     members: tuple[str, ...] | None
     """The sorted union, when the view holds it."""
 
@@ -125,7 +125,7 @@ class OnlineView:
         return self if trusted == self.trusted else replace(self, trusted=trusted)
 
     @property
-    def held(self) -> int:
+    def kept_uids(self) -> int:
         """Uids this view keeps in memory (groups and decoded blobs)."""
         return sum(len(g.members or ()) for g in self.groups) + sum(map(len, self._runs.values()))
 
@@ -133,7 +133,7 @@ class OnlineView:
         """Members ``offset`` to ``offset + limit`` (exclusive) in page order.
 
         Skips whole groups by their size, then slices one or a few groups,
-        reading from the store (:class:`~statsvr.pages.MemberPages`) those the
+        reading from the store (:class:`~statsvr.member_pages.MemberPages`) those the
         view does not hold; raises :class:`~liveroom.errors.StoreUnavailable`
         when it cannot. A summed group may hold fewer members than its size:
         the page then goes on with the next group. An ``offset`` past the end

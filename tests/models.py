@@ -15,7 +15,7 @@ from typing import Any, Final, NamedTuple
 
 from liveroom.settings import VIEWERS_THRESHOLD
 from statsvr.series import (
-    DEFAULT_TIERS,
+    DEFAULT_RESOLUTIONS,
     SAMPLE_EVERY,
     Bucket,
     Point,
@@ -24,7 +24,7 @@ from statsvr.series import (
     _is_int,
     query_window,
     to_point,
-    validate_tiers,
+    validate_resolutions,
 )
 
 
@@ -77,7 +77,7 @@ FORMAT_VERSION: Final = 1
 
 
 class SeriesState:
-    """One room's online count over time, in every tier of a :class:`Resolution` table.
+    """One room's online count over time, in every resolution of a :class:`Resolution` table.
 
     Feed it with :meth:`record` (or :meth:`merge` for a batch), drop old buckets
     with :meth:`expire`, read it with :meth:`query`, store it with
@@ -85,22 +85,22 @@ class SeriesState:
     statsvr node per room).
     """
 
-    __slots__ = ("_buckets", "_last", "_tiers")
+    __slots__ = ("_buckets", "_last", "_resolutions")
 
-    def __init__(self, tiers: Iterable[Resolution] = DEFAULT_TIERS) -> None:
-        self._tiers = validate_tiers(tiers)
-        # One dict per tier, bucket start -> bucket, always in ascending key order
+    def __init__(self, resolutions: Iterable[Resolution] = DEFAULT_RESOLUTIONS) -> None:
+        self._resolutions = validate_resolutions(resolutions)
+        # One dict per resolution, bucket start -> bucket, always in ascending key order
         # (record() only ever appends a newer key; from_dict() sorts), so expiry
         # pops from the front.
-        self._buckets: tuple[dict[int, Bucket], ...] = tuple({} for _ in self._tiers)
+        self._buckets: tuple[dict[int, Bucket], ...] = tuple({} for _ in self._resolutions)
         self._last: float | None = None
 
     # -- reading the state -------------------------------------------------------
 
     @property
-    def tiers(self) -> tuple[Resolution, ...]:
-        """The tier table, finest first."""
-        return self._tiers
+    def resolutions(self) -> tuple[Resolution, ...]:
+        """The resolution table, finest first."""
+        return self._resolutions
 
     @property
     def last(self) -> float | None:
@@ -108,23 +108,23 @@ class SeriesState:
         return self._last
 
     def buckets(self, step: int) -> dict[int, Bucket]:
-        """A copy of the buckets of the tier with this ``step``, keyed by start, oldest first.
+        """A copy of the buckets of the resolution with this ``step``, keyed by start, oldest first.
 
         Raises :class:`KeyError` for a step that is not in the table.
         """
-        for tier, buckets in zip(self._tiers, self._buckets, strict=True):
-            if tier.step == step:
+        for resolution, buckets in zip(self._resolutions, self._buckets, strict=True):
+            if resolution.step == step:
                 return dict(buckets)
         raise KeyError(step)
 
     def __len__(self) -> int:
-        """Buckets held over all tiers."""
+        """Buckets held over all resolutions."""
         return sum(len(buckets) for buckets in self._buckets)
 
     def __repr__(self) -> str:
         sizes = ", ".join(
-            f"{tier.step}s:{len(buckets)}"
-            for tier, buckets in zip(self._tiers, self._buckets, strict=True)
+            f"{resolution.step}s:{len(buckets)}"
+            for resolution, buckets in zip(self._resolutions, self._buckets, strict=True)
         )
         return f"SeriesState(last={self._last!r}, buckets=[{sizes}])"
 
@@ -135,12 +135,12 @@ class SeriesState:
     # -- writing -------------------------------------------------------------------
 
     def record(self, t: float, online: int) -> bool:
-        """Add the sample ``online`` at time ``t`` to its bucket in every tier.
+        """Add the sample ``online`` at time ``t`` to its bucket in every resolution.
 
         A time exactly on a bucket boundary (``t == k * step``) belongs to the bucket
         that starts there. Returns ``False`` and changes nothing when ``t`` is not
         newer than the last sample taken (a replay or a clock step back). Opening a
-        new bucket drops the buckets of that tier that fell out of its retention as
+        new bucket drops the buckets of that resolution that fell out of its retention as
         seen from ``t``, so memory stays bounded even if :meth:`expire` is never
         called. Raises :class:`ValueError` for a non-finite ``t`` or a negative or
         non-integer ``online``.
@@ -151,12 +151,12 @@ class SeriesState:
         if self._last is not None and t <= self._last:
             return False
         self._last = t
-        for tier, buckets in zip(self._tiers, self._buckets, strict=True):
-            start = tier.start(t)
+        for resolution, buckets in zip(self._resolutions, self._buckets, strict=True):
+            start = resolution.start(t)
             have = buckets.get(start)
             if have is None:
                 buckets[start] = (online, online, online, 1)
-                self._trim(buckets, tier.horizon(t))
+                self._trim(buckets, resolution.horizon(t))
             else:
                 buckets[start] = (
                     min(have[0], online),
@@ -180,17 +180,17 @@ class SeriesState:
         return taken
 
     def expire(self, now: float) -> int:
-        """Drop every bucket that fell out of its tier's retention at ``now``; returns how many.
+        """Drop every bucket past its resolution's retention at ``now``; returns how many.
 
         This is the "rollup" step of the design: since each sample already went into
-        every tier, dropping a fine bucket leaves its data only in the coarser ones.
+        every resolution, dropping a fine bucket leaves its data only in the coarser ones.
         A later sample older than ``now`` is still taken; :meth:`query` hides what is
         past retention either way.
         """
         now = _finite("now", now)
         dropped = 0
-        for tier, buckets in zip(self._tiers, self._buckets, strict=True):
-            dropped += self._trim(buckets, tier.horizon(now))
+        for resolution, buckets in zip(self._resolutions, self._buckets, strict=True):
+            dropped += self._trim(buckets, resolution.horizon(now))
         return dropped
 
     @staticmethod
@@ -209,12 +209,12 @@ class SeriesState:
     def query(self, since: float, until: float, now: float) -> tuple[int, list[Point]]:
         """The series from ``since`` to ``until`` (Unix s) as seen at ``now``: ``(step, points)``.
 
-        * **Step.** The finest tier whose retention reaches back to ``since``
+        * **Step.** The finest resolution whose retention reaches back to ``since``
           (``since >= now - retention``); if none does, ``since`` is clamped to
-          ``now - retention`` of the coarsest tier and that tier answers. A
-          ``since`` in the future picks the finest tier. (:func:`choose_tier`,
+          ``now - retention`` of the coarsest resolution and that resolution answers. A
+          ``since`` in the future picks the finest resolution. (:func:`choose_resolution`,
           the rule the store-backed series uses too.)
-        * **Points.** ``(t, avg, max)`` for every bucket of that tier that overlaps
+        * **Points.** ``(t, avg, max)`` for every bucket of that resolution that overlaps
           ``[since, until]`` (its start ``t`` is in ``[start of since's bucket,
           until]``) and is still within retention at ``now``, oldest first. ``avg``
           is ``sum / count`` rounded to :data:`AVG_DIGITS` places. Buckets with no
@@ -229,28 +229,28 @@ class SeriesState:
         Raises :class:`ValueError` for a non-finite argument; the HTTP layer is
         expected to validate its parameters before.
         """
-        index, low, high = query_window(self._tiers, since, until, now)
+        index, low, high = query_window(self._resolutions, since, until, now)
         points = [
             to_point(start, bucket)
             for start, bucket in self._buckets[index].items()
             if low <= start <= high
         ]
-        return self._tiers[index].step, points
+        return self._resolutions[index].step, points
 
     # -- storage ---------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
         """The whole state as plain data for msgpack or JSON.
 
-        ``{"v": 1, "tiers": [[step, retention], ...], "last": t | None,
-        "buckets": [[[start, min, max, sum, count], ...] per tier]}``: integer keys
+        ``{"v": 1, "resolutions": [[step, retention], ...], "last": t | None,
+        "buckets": [[[start, min, max, sum, count], ...] per resolution]}``: integer keys
         become lists (msgpack maps with int keys do not survive JSON), buckets
         oldest first. With the default table that is at most 5 616 buckets, about
         100 KB of msgpack for a room with a full 90 days.
         """
         return {
             "v": FORMAT_VERSION,
-            "tiers": [[tier.step, tier.retention] for tier in self._tiers],
+            "resolutions": [[r.step, r.retention] for r in self._resolutions],
             "last": self._last,
             "buckets": [
                 [[start, *bucket] for start, bucket in buckets.items()] for buckets in self._buckets
@@ -259,10 +259,10 @@ class SeriesState:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any],
-                  tiers: Iterable[Resolution] | None = None) -> SeriesState:
+                  resolutions: Iterable[Resolution] | None = None) -> SeriesState:
         """Rebuild a state from :meth:`to_dict`'s output (lists or tuples both accepted).
 
-        The state keeps the tier table it was stored with. When ``tiers`` is given
+        The state keeps the resolution table it was stored with. When ``resolutions`` is given
         and differs from the stored table, raises :class:`ValueError` (finer data
         cannot be rebuilt from coarser; start a new series instead). Malformed data
         (wrong version, unaligned or duplicate bucket starts, impossible buckets)
@@ -271,45 +271,47 @@ class SeriesState:
         """
         if not isinstance(data, Mapping) or data.get("v") != FORMAT_VERSION:
             raise ValueError(f"not a version {FORMAT_VERSION} series")
-        pairs = data.get("tiers")
+        pairs = data.get("resolutions")
         if not isinstance(pairs, list | tuple) or not all(
             isinstance(pair, list | tuple) and len(pair) == 2 for pair in pairs
         ):
-            raise ValueError("malformed series: tiers must be [[step, retention], ...]")
-        stored = validate_tiers(Resolution(step, retention) for step, retention in pairs)
-        if tiers is not None and validate_tiers(tiers) != stored:
-            raise ValueError("the stored series was built with another tier table")
+            raise ValueError("malformed series: resolutions must be [[step, retention], ...]")
+        stored = validate_resolutions(Resolution(step, retention) for step, retention in pairs)
+        if resolutions is not None and validate_resolutions(resolutions) != stored:
+            raise ValueError("the stored series was built with another resolution table")
         state = cls(stored)
         last = data.get("last")
         if last is not None:
             state._last = _finite("last", last)
         rows = data.get("buckets")
         if not isinstance(rows, list | tuple) or len(rows) != len(stored):
-            raise ValueError("malformed series: need one bucket list per tier")
-        for tier, buckets, tier_rows in zip(stored, state._buckets, rows, strict=True):
-            if not isinstance(tier_rows, list | tuple):
-                raise ValueError(f"malformed buckets of the {tier.step}s tier")
+            raise ValueError("malformed series: need one bucket list per resolution")
+        for resolution, buckets, resolution_rows in zip(stored, state._buckets, rows, strict=True):
+            if not isinstance(resolution_rows, list | tuple):
+                raise ValueError(f"malformed buckets of the {resolution.step}s resolution")
             loaded: dict[int, Bucket] = {}
-            for row in tier_rows:
-                start, bucket = cls._bucket_from_row(tier, row)
+            for row in resolution_rows:
+                start, bucket = cls._bucket_from_row(resolution, row)
                 if start in loaded:
-                    raise ValueError(f"bucket {start} of the {tier.step}s tier appears twice")
-                if state._last is None or start > tier.start(state._last):
-                    raise ValueError(f"bucket {start} of the {tier.step}s tier is after 'last'")
+                    raise ValueError(
+                        f"bucket {start} of the {resolution.step}s resolution appears twice")
+                if state._last is None or start > resolution.start(state._last):
+                    raise ValueError(
+                        f"bucket {start} of the {resolution.step}s resolution is after 'last'")
                 loaded[start] = bucket
             for start in sorted(loaded):
                 buckets[start] = loaded[start]
             if state._last is not None:
-                cls._trim(buckets, tier.horizon(state._last))
+                cls._trim(buckets, resolution.horizon(state._last))
         return state
 
     @staticmethod
-    def _bucket_from_row(tier: Resolution, row: object) -> tuple[int, Bucket]:
+    def _bucket_from_row(resolution: Resolution, row: object) -> tuple[int, Bucket]:
         if not isinstance(row, list | tuple) or len(row) != 5 or not all(map(_is_int, row)):
-            raise ValueError(f"malformed bucket of the {tier.step}s tier: {row!r}")
+            raise ValueError(f"malformed bucket of the {resolution.step}s resolution: {row!r}")
         start, low, high, total, count = row
-        if start % tier.step:
-            raise ValueError(f"bucket {start} is not aligned to the {tier.step}s step")
+        if start % resolution.step:
+            raise ValueError(f"bucket {start} is not aligned to the {resolution.step}s step")
         if count < 1 or not 0 <= low <= high or not low * count <= total <= high * count:
-            raise ValueError(f"impossible bucket {row!r} in the {tier.step}s tier")
+            raise ValueError(f"impossible bucket {row!r} in the {resolution.step}s resolution")
         return start, (low, high, total, count)

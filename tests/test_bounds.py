@@ -98,7 +98,7 @@ async def test_beyond_the_nodes_capacity_a_poll_gets_503_with_retry_after(
             assert (await asyncio.wait_for(task, 5))["messages"][0]["body"] == 2
 
 
-async def test_rooms_with_held_polls_are_pinned_and_past_rooms_max_a_new_room_gets_503(
+async def test_rooms_with_held_polls_are_kept_and_past_rooms_max_a_new_room_gets_503(
         engine_url: str) -> None:
     """Held rooms are never evicted and never let the cache pass its bound: with
     every cached place held by a room that exists, a poll for a new room is
@@ -115,7 +115,7 @@ async def test_rooms_with_held_polls_are_pinned_and_past_rooms_max_a_new_room_ge
             await listener.poll(node.url)
         waiting = [asyncio.create_task(x.poll(node.url, timeout=20)) for x in listeners]
         await held_polls(node.node.proxy.holds, 3)
-        assert reader.normal.pinned == 3
+        assert reader.normal.kept == 3
         async with session.get(f"{node.url}/v1/rooms/new-room/poll",
                                params={"uid": "n"}) as resp:
             assert resp.status == 503
@@ -127,7 +127,7 @@ async def test_rooms_with_held_polls_are_pinned_and_past_rooms_max_a_new_room_ge
         await send(session, node.url, "held-0", "hello")
         assert (await asyncio.wait_for(waiting[0], 5))["messages"][0]["body"] == "hello"
         async with asyncio.timeout(5):
-            while reader.normal.pinned != 2:
+            while reader.normal.kept != 2:
                 await asyncio.sleep(0.01)
         assert (await Listener(session, "new-room", uid="n").poll(node.url))["seq"] == 0
         assert len(reader) <= 3

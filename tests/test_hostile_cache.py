@@ -5,9 +5,9 @@ attack and the answer a user relies on:
   once) cost the loop work linear in the polls, and the cache ends within
   ``rooms_max``, instead of every disconnect rescanning the rooms still busy;
 - polls arriving together for more new rooms than ``rooms_max`` leaves
-  room for cannot pin past the bound: the extra ones get ``Overloaded``;
+  room for cannot keep past the bound: the extra ones get ``Overloaded``;
 - held polls on made-up names (rooms that do not exist), however many, never
-  make a real room's first poll fail: they are pinned outside ``rooms_max``,
+  make a real room's first poll fail: they are kept outside ``rooms_max``,
   and count in it once their room comes to exist.
 """
 
@@ -37,19 +37,19 @@ async def exist(store: Store, *rooms: str) -> None:
 
 async def held_by_the_hold(cache: RoomCache, rooms: list[str], *,
                            together: bool = False) -> list[asyncio.Task[Snapshot]]:
-    """Read, pin and watch each of ``rooms`` as the proxy's hold does for a room
-    with held polls (each pinned as soon as read; ``together``: all read at
-    once, then pinned, which a cache with room for them all allows); returns
+    """Read, keep and watch each of ``rooms`` as the proxy's hold does for a room
+    with held polls (each kept as soon as read; ``together``: all read at
+    once, then kept, which a cache with room for them all allows); returns
     the watchers (running once this returns)."""
     if together:
         snaps = await asyncio.gather(*(cache.snapshot(room) for room in rooms))
         for room in rooms:
-            cache.pin(room)
+            cache.keep(room)
     else:
         snaps = []
         for room in rooms:
             snaps.append(await cache.snapshot(room))
-            cache.pin(room)
+            cache.keep(room)
     watchers = [asyncio.create_task(cache.wait_changed(room, snap))
                 for room, snap in zip(rooms, snaps, strict=True)]
     await asyncio.sleep(0)  # each watcher runs up to its wait
@@ -67,9 +67,9 @@ async def gone(watchers: list[asyncio.Task[Snapshot]]) -> None:
 
 async def test_thousands_of_held_polls_closed_in_one_turn_cost_linear_work(
         memory_store: Store, fake_clock: FakeClock) -> None:
-    """6 000 rooms pinned with watchers, one more room than the bound cached, and
-    every room unpinned in one synchronous loop (the clients left together;
-    their watchers are cancelled only at the next turn): the unpins take
+    """6 000 rooms kept with watchers, one more room than the bound cached, and
+    every room let go in one synchronous loop (the clients left together;
+    their watchers are cancelled only at the next turn): letting them go takes
     milliseconds, not the seconds of a rescan of the busy rooms at each one
     (5 s before), and once the watchers are gone the cache is within its
     bound again (it stayed one room past it before)."""
@@ -80,7 +80,7 @@ async def test_thousands_of_held_polls_closed_in_one_turn_cost_linear_work(
     await cache.start()
     try:
         watchers = await held_by_the_hold(cache, rooms, together=True)
-        # A watcher on a room nobody pins (a hold that just let it go) ...
+        # A watcher on a room nobody keeps (a hold that just let it go) ...
         watched = await cache.snapshot("watched")
         watchers.append(asyncio.create_task(cache.wait_changed("watched", watched)))
         await asyncio.sleep(0)
@@ -88,31 +88,31 @@ async def test_thousands_of_held_polls_closed_in_one_turn_cost_linear_work(
         # still waiting for their first pull leave a cache.
         watchers += await held_by_the_hold(cache, ["late"])
         assert len(cache) == n + 1
-        assert cache.pinned == n
+        assert cache.kept == n
 
         started = time.perf_counter()
         for room in [*rooms, "late"]:
-            cache.unpin(room)
+            cache.let_go(room)
         took = time.perf_counter() - started
 
-        assert took < 0.5, f"{n} unpins took {took:.2f} s"
-        assert cache.pinned == 0
+        assert took < 0.5, f"letting {n} rooms go took {took:.2f} s"
+        assert cache.kept == 0
         await gone(watchers)
         assert len(cache) <= n
     finally:
         await cache.stop()
 
 
-# -- pinning past the bound -----------------------------------------------------------
+# -- keeping past the bound -----------------------------------------------------------
 
 
-async def test_pin_never_admits_past_rooms_max(memory_store: Store,
+async def test_keep_never_admits_past_rooms_max(memory_store: Store,
                                                fake_clock: FakeClock) -> None:
-    """Eight first polls of eight new rooms arrive while nothing is pinned, so
+    """Eight first polls of eight new rooms arrive while nothing is kept, so
     every read is let in, and each room is held once its first pull came (some
-    were evicted meanwhile): four are pinned, the four others are refused with
-    Overloaded (a 503 for their polls), never pinned past ``rooms_max`` (all
-    eight were before). A room moving into a full sect keeps its pins: its
+    were evicted meanwhile): four are kept, the four others are refused with
+    Overloaded (a 503 for their polls), never kept past ``rooms_max`` (all
+    eight were before). A room moving into a full sect stays kept as often: its
     polls are held already."""
     rooms = [f"new-{i}" for i in range(8)]
     await exist(memory_store, *rooms, "stage")
@@ -127,29 +127,29 @@ async def test_pin_never_admits_past_rooms_max(memory_store: Store,
         refused: list[Overloaded] = []
         for room in rooms:
             try:
-                sects.pin(room)
+                sects.keep(room)
             except Overloaded as exc:
                 refused.append(exc)
         assert all(exc.retry_after for exc in refused)  # a 503 with Retry-After
-        pinned = [room for room in rooms if normal.pins_of(room)]
-        assert normal.pinned == len(pinned) == 4
+        kept = [room for room in rooms if normal.keeps_of(room)]
+        assert normal.kept == len(kept) == 4
         assert len(refused) == 4
         assert len(normal) <= 4
-        # Another pin of a pinned room is never refused.
-        sects.pin(pinned[0])
-        assert normal.pins_of(pinned[0]) == 2
+        # Another keep of a kept room is never refused.
+        sects.keep(kept[0])
+        assert normal.keeps_of(kept[0]) == 2
 
         whitelist.add("stage")
         await sects.snapshot("stage")
-        sects.pin("stage")  # the vip sect's one place
-        whitelist.add(pinned[0])
-        sects.moved([pinned[0]])
-        assert (vip.pins_of(pinned[0]), vip.pinned) == (2, 2)
-        assert normal.pinned == 3
+        sects.keep("stage")  # the vip sect's one place
+        whitelist.add(kept[0])
+        sects.moved([kept[0]])
+        assert (vip.keeps_of(kept[0]), vip.kept) == (2, 2)
+        assert normal.kept == 3
         # The place it left is a refused room's now.
-        late = next(room for room in rooms if room not in pinned)
-        sects.pin(late)
-        assert (normal.pins_of(late), normal.pinned) == (1, 4)
+        late = next(room for room in rooms if room not in kept)
+        sects.keep(late)
+        assert (normal.keeps_of(late), normal.kept) == (1, 4)
     finally:
         await sects.stop()
 
@@ -157,13 +157,13 @@ async def test_pin_never_admits_past_rooms_max(memory_store: Store,
 # -- made-up names ------------------------------------------------------------------------
 
 
-async def test_pinned_made_up_names_never_take_a_real_rooms_place(
+async def test_kept_made_up_names_never_take_a_real_rooms_place(
         memory_store: Store, fake_clock: FakeClock) -> None:
-    """With ``rooms_max`` 2, 50 made-up names pinned and watched: rooms that
-    exist are still read and pinned up to the bound (and refused past it).
-    A made-up name that comes to exist while pinned counts among the rooms
+    """With ``rooms_max`` 2, 50 made-up names kept and watched: rooms that
+    exist are still read and kept up to the bound (and refused past it).
+    A made-up name that comes to exist while kept counts among the rooms
     that exist from then on, past the bound if it must (its polls are held),
-    so new rooms wait until pinned rooms are let go."""
+    so new rooms wait until kept rooms are let go."""
     cache = RoomCache(memory_store.log, fake_clock, Metrics(), limits=SectLimits(rooms_max=2))
     memory_store.notifier.subscribe(cache.on_notify, cache.on_resync)
     await cache.start()
@@ -171,22 +171,22 @@ async def test_pinned_made_up_names_never_take_a_real_rooms_place(
     watchers: list[asyncio.Task[Snapshot]] = []
     try:
         watchers += await held_by_the_hold(cache, junk)
-        assert (cache.pinned, cache.pinned_absent) == (50, 50)
+        assert (cache.kept, cache.kept_absent) == (50, 50)
         await exist(memory_store, "a", "b", "c")
         assert (await cache.snapshot("a")).head == 1  # a real room's first read
         watchers += await held_by_the_hold(cache, ["a", "b"])
         with pytest.raises(Overloaded):
-            await cache.snapshot("c")  # two rooms that exist are pinned: the bound
+            await cache.snapshot("c")  # two rooms that exist are kept: the bound
 
         await exist(memory_store, "junk-0")
         async with asyncio.timeout(5):
             opened = await watchers[0]
         assert opened.epoch != ABSENT_EPOCH
-        assert (cache.pinned, cache.pinned_absent) == (52, 49)
-        cache.unpin("a")
+        assert (cache.kept, cache.kept_absent) == (52, 49)
+        cache.let_go("a")
         with pytest.raises(Overloaded):
-            await cache.snapshot("c")  # junk-0 and b are pinned and exist
-        cache.unpin("junk-0")
+            await cache.snapshot("c")  # junk-0 and b are kept and exist
+        cache.let_go("junk-0")
         assert (await cache.snapshot("c")).head == 1
     finally:
         await gone(watchers)
@@ -218,7 +218,7 @@ async def test_held_polls_on_made_up_names_never_refuse_a_real_rooms_first_poll(
             first = await Listener(session, "real", uid="early").poll(node.url)
             assert [m["body"] for m in first["messages"]] == ["hello"]
             await hold_junk(range(3, 15))
-            assert node.node.recvsvr.normal.pinned_absent == 15
+            assert node.node.recvsvr.normal.kept_absent == 15
             listener = Listener(session, "real", uid="late")
             first = await listener.poll(node.url)
             assert [m["body"] for m in first["messages"]] == ["hello"]

@@ -1,6 +1,6 @@
 """The online view and its pages: counts from the index, exact unions of small
 rooms, pages in order, what is read and what is kept (statsvr/view.py,
-statsvr/pages.py, statsvr/members.py), over the memory engine's shard keys."""
+statsvr/member_pages.py, statsvr/members.py), over the memory engine's shard keys."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from support import LoopTurns, in_page_order
 from liveroom.clock import FakeClock
 from liveroom.store.base import ShardEntry, ShardWrite
 from liveroom.store.memory.stats import MemoryStats
+from statsvr.member_pages import MemberPages
 from statsvr.members import decode_prefix, union
-from statsvr.pages import MemberPages
 from statsvr.table import shard_of
 from statsvr.view import OnlineView, build_view
 
@@ -129,7 +129,7 @@ def test_a_big_room_is_counted_from_the_index_and_read_by_the_page(
     shelf, members = shelve(plans, prefix_up_to=prefix_up_to)
     view = shelf.build(exact_up_to=0)
     assert shelf.reads == []
-    assert view.held == 0
+    assert view.kept_uids == 0
     assert view.online == sum(len(m) for m, _ in plans if m)
     counts = {count for m, count in plans if m}
     disjoint = sum(len(m) for m, _ in plans) == len(members)
@@ -346,8 +346,8 @@ def test_the_first_page_reads_only_the_heads_of_one_group() -> None:
     # little more of the heads.
     assert page(view, 100, 100) == ordered[100:200]
     assert all(max_bytes is not None for _, max_bytes in shelf.reads)
-    held = shelf.pages.held
-    assert 0 < held <= 20 * 250
+    kept = shelf.pages.kept_uids
+    assert 0 < kept <= 20 * 250
 
 
 def test_a_deep_page_reads_its_group_whole_and_keeps_it() -> None:
@@ -360,7 +360,7 @@ def test_a_deep_page_reads_its_group_whole_and_keeps_it() -> None:
     assert [(len(keys), max_bytes) for keys, max_bytes in shelf.reads] == [(20, None)]
     assert page(view, offset + 50, 50) == ordered[offset + 50:offset + 100]
     assert len(shelf.reads) == 1
-    assert shelf.pages.held == sizes[3]
+    assert shelf.pages.kept_uids == sizes[3]
 
 
 def test_what_a_page_read_is_forgotten_after_a_while_and_within_a_budget() -> None:
@@ -370,13 +370,13 @@ def test_what_a_page_read_is_forgotten_after_a_while_and_within_a_budget() -> No
     sizes = [g.size for g in view.groups]
     assert page(view, 0, 10) == ordered[:10]
     assert page(view, sizes[0], 10) == ordered[sizes[0]:sizes[0] + 10]
-    assert shelf.pages.held == sizes[0] + sizes[1]
+    assert shelf.pages.kept_uids == sizes[0] + sizes[1]
     start = sizes[0] + sizes[1]
     assert page(view, start, 10) == ordered[start:start + 10]
-    assert shelf.pages.held <= 6_000  # the least recently used group went
+    assert shelf.pages.kept_uids <= 6_000  # the least recently used group went
     asyncio.run(shelf.clock.advance(shelf.pages.keep_for + 1))
     shelf.pages.sweep()
-    assert shelf.pages.held == 0
+    assert shelf.pages.kept_uids == 0
 
 
 def test_a_burst_of_one_page_reads_the_store_once() -> None:

@@ -78,10 +78,10 @@ async def test_a_big_room_is_counted_from_the_index_and_paged_on_demand(
         view = reader.merge.view(VIP)
         # Summed: right while each listener beats through one node; the
         # view cannot tell, so it does not claim it.
-        assert (view.online, view.exact, view.held) == (5000, False, 0)
-        assert reader.merge.pages.held == 0
+        assert (view.online, view.exact, view.kept_uids) == (5000, False, 0)
+        assert reader.merge.pages.kept_uids == 0
         assert await reader.members(VIP, 0, 100) == (5000, everyone[:100])
-        first = reader.merge.pages.held
+        first = reader.merge.pages.kept_uids
         assert 0 < first < 1000  # heads of one shard's blobs, not the room
         assert (await reader.members(VIP, 4000, 100))[1] == everyone[4000:4100]
         # A listener who moved from a to b counts twice until a drops it;
@@ -99,12 +99,12 @@ async def test_a_node_holds_nothing_of_a_room_nobody_asked_it_about(
         await beat_and_write(a, VIP, listeners("a", 1000))
         await idle.write_once()
         assert idle.merge.rooms() == []
-        assert idle.merge.pages.held == 0
+        assert idle.merge.pages.kept_uids == 0
         # Asked for the count only: the index, no member.
         await merged((idle,), VIP)
         assert (await idle.stats(VIP)).online == 1000
-        assert idle.merge.view(VIP).held == 0
-        assert idle.merge.pages.held == 0
+        assert idle.merge.view(VIP).kept_uids == 0
+        assert idle.merge.pages.kept_uids == 0
 
 
 async def test_viewers_never_go_down_as_listeners_leave(store: Store,

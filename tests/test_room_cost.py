@@ -29,8 +29,8 @@ from liveroom.snapshot import ABSENT_EPOCH
 from liveroom.store.base import Pulled, PullRequest, Store
 from liveroom.store.memory import MemoryStore
 from liveroom.store.redis import keys
-from recvsvr.build import Retention, advance
 from recvsvr.cache import ABSENT_RECHECK, RoomCache, SectLimits
+from recvsvr.next_snapshot import Retention, advance
 
 
 def count(metrics: Metrics, name: str) -> float:
@@ -316,7 +316,7 @@ async def test_rooms_that_do_not_exist_are_rechecked_every_few_seconds_not_every
         waits = []
         for i in range(50):
             snap = await cache.snapshot(f"junk-{i}")
-            cache.pin(f"junk-{i}")
+            cache.keep(f"junk-{i}")
             waits.append(asyncio.create_task(cache.wait_changed(f"junk-{i}", snap)))
 
         await pulls_over(fake_clock, metrics, 5)

@@ -48,11 +48,11 @@ class Recording:
         self.recorded = asyncio.Event()
 
     async def record_online(self, samples: Sequence[OnlineSample],
-                            tiers: Sequence[tuple[int, int]], min_gap_ms: int) -> int:
+                            resolutions: Sequence[tuple[int, int]], min_gap_ms: int) -> int:
         if self.down:
             raise StoreUnavailable("the test took the store down")
         try:
-            return await self.inner.record_online(samples, tiers, min_gap_ms)
+            return await self.inner.record_online(samples, resolutions, min_gap_ms)
         finally:
             self.recorded.set()
 
@@ -118,7 +118,7 @@ async def test_the_query_hides_buckets_past_retention_now(
     await fake_clock.advance(2 * DAY)
     now = fake_clock.time()
     # The store still holds the minute (no later sample dropped it), but the
-    # minute tier keeps a day: the answer leaves it out.
+    # minute resolution keeps a day: the answer leaves it out.
     assert await store.stats.read_online(ROOM, 60, BASE, BASE) == [(BASE, 9, 9, 9, 1)]
     assert await series.query(ROOM, now - DAY, now) == (60, [])
     assert await series.query(ROOM, BASE - 1, now) == (300, [(BASE, 9.0, 9)])
@@ -138,14 +138,14 @@ async def test_rollup_across_bucket_boundaries(
         oracle.record(fake_clock.time(), value)
         # Multiples of 10 s land on boundaries often; 7.5 s lands between.
         await fake_clock.advance(rnd.choice([7.5, 10, 10, 20, 60, 290]))
-    tiers: dict[int, dict[int, tuple[int, int, int, int]]] = {}
+    resolutions: dict[int, dict[int, tuple[int, int, int, int]]] = {}
     for step in (60, 300, 3600):
         rows = await store.stats.read_online(ROOM, step, 0, BASE + DAY)
-        tiers[step] = {row[0]: row[1:] for row in rows}
-        assert tiers[step] == oracle.buckets(step)
-    assert tiers[300] == rollup(tiers[60], 300)
-    assert tiers[3600] == rollup(tiers[60], 3600) == rollup(tiers[300], 3600)
-    assert sorted(tiers[3600]) == [BASE - 3600, BASE]
+        resolutions[step] = {row[0]: row[1:] for row in rows}
+        assert resolutions[step] == oracle.buckets(step)
+    assert resolutions[300] == rollup(resolutions[60], 300)
+    assert resolutions[3600] == rollup(resolutions[60], 3600) == rollup(resolutions[300], 3600)
+    assert sorted(resolutions[3600]) == [BASE - 3600, BASE]
     now = fake_clock.time()
     for since in (start, BASE - 1, BASE, BASE + 299, now - 2 * DAY, now - 8 * DAY):
         assert await series.query(ROOM, since, now) == oracle.query(since, now, now)

@@ -1,10 +1,10 @@
 """The online-count time series: the bucket rule and query window of
 ``statsvr.series``, and the reference model the engines are held to
-(``SeriesState`` in ``tests/models.py``): tiers, rollup, expiry, query, storage.
+(``SeriesState`` in ``tests/models.py``): resolutions, rollup, expiry, query, storage.
 
 Pure logic, driven by explicit times. The properties compare the series with an
-independent oracle: the raw samples grouped into each tier's buckets with exact
-(Fraction) floor division, restricted to the tier's retention window.
+independent oracle: the raw samples grouped into each resolution's buckets with exact
+(Fraction) floor division, restricted to the resolution's retention window.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from hypothesis import strategies as st
 from models import SeriesState
 
 from statsvr.series import (
-    DEFAULT_TIERS,
+    DEFAULT_RESOLUTIONS,
     Resolution,
-    choose_tier,
+    choose_resolution,
     query_window,
     rollup,
-    validate_tiers,
+    validate_resolutions,
 )
 
 DAY = 86_400
@@ -46,13 +46,14 @@ def exact_start(t: float, step: int) -> int:
     return (Fraction(t) // step) * step
 
 
-def oracle(samples: list[Sample], tier: Resolution,
+def oracle(samples: list[Sample], resolution: Resolution,
            now: float) -> dict[int, tuple[int, int, int, int]]:
-    """Raw samples rolled up into ``tier``'s buckets, kept if within retention at ``now``."""
-    horizon = exact_start(now, tier.step) - (tier.retention // tier.step - 1) * tier.step
+    """Raw samples rolled up into ``resolution``'s buckets, kept if within retention at ``now``."""
+    step = resolution.step
+    horizon = exact_start(now, step) - (resolution.retention // step - 1) * step
     groups: dict[int, list[int]] = {}
     for t, online in samples:
-        groups.setdefault(exact_start(t, tier.step), []).append(online)
+        groups.setdefault(exact_start(t, resolution.step), []).append(online)
     return {
         start: (min(values), max(values), sum(values), len(values))
         for start, values in sorted(groups.items())
@@ -64,31 +65,31 @@ def oracle(samples: list[Sample], tier: Resolution,
 
 
 @st.composite
-def tier_tables(draw: st.DrawFn) -> tuple[Resolution, ...]:
+def resolution_tables(draw: st.DrawFn) -> tuple[Resolution, ...]:
     """The default table, or a small random valid one (so retention bites often)."""
     if draw(st.booleans()):
-        return DEFAULT_TIERS
+        return DEFAULT_RESOLUTIONS
     steps = [draw(st.integers(1, 6))]
     for _ in range(draw(st.integers(0, 2))):
         steps.append(steps[-1] * draw(st.integers(2, 4)))
-    tiers: list[Resolution] = []
+    resolutions: list[Resolution] = []
     retention = 0
     for step in steps:
         keep = max(1, -(-retention // step)) + draw(st.integers(0, 6))
         retention = keep * step
-        tiers.append(Resolution(step, retention))
-    return validate_tiers(tiers)
+        resolutions.append(Resolution(step, retention))
+    return validate_resolutions(resolutions)
 
 
 @st.composite
 def streams(draw: st.DrawFn) -> tuple[tuple[Resolution, ...], list[Sample]]:
-    """A tier table and increasing sample times with random online counts.
+    """A resolution table and increasing sample times with random online counts.
 
     Gaps mix sub-step floats, exact multiples of the finest step (boundaries), and
     jumps up to past the coarsest retention.
     """
-    tiers = draw(tier_tables())
-    fine, coarse = tiers[0], tiers[-1]
+    resolutions = draw(resolution_tables())
+    fine, coarse = resolutions[0], resolutions[-1]
     gap = st.one_of(
         st.floats(0.001, fine.step * 2.0, allow_nan=False, allow_infinity=False),
         st.integers(1, 3).map(lambda k: float(k * fine.step)),
@@ -100,11 +101,11 @@ def streams(draw: st.DrawFn) -> tuple[tuple[Resolution, ...], list[Sample]]:
     for _ in range(draw(st.integers(0, 120))):
         t += draw(gap)
         samples.append((t, draw(st.integers(0, 5_000_000))))
-    return tiers, samples
+    return resolutions, samples
 
 
-def fed(tiers: tuple[Resolution, ...], samples: list[Sample]) -> SeriesState:
-    state = SeriesState(tiers)
+def fed(resolutions: tuple[Resolution, ...], samples: list[Sample]) -> SeriesState:
+    state = SeriesState(resolutions)
     for t, online in samples:
         assert state.record(t, online)
     return state
@@ -115,20 +116,20 @@ def fed(tiers: tuple[Resolution, ...], samples: list[Sample]) -> SeriesState:
 
 @settings(max_examples=300, deadline=None)
 @given(streams())
-def test_every_tier_is_the_rollup_of_the_raw_samples_within_retention(
+def test_every_resolution_is_the_rollup_of_the_raw_samples_within_retention(
     stream: tuple[tuple[Resolution, ...], list[Sample]],
 ) -> None:
-    tiers, samples = stream
-    state = fed(tiers, samples)
-    for tier in tiers:
-        got = state.buckets(tier.step)
+    resolutions, samples = stream
+    state = fed(resolutions, samples)
+    for resolution in resolutions:
+        got = state.buckets(resolution.step)
         if samples:
-            assert got == oracle(samples, tier, samples[-1][0])
+            assert got == oracle(samples, resolution, samples[-1][0])
             # Kept: exactly the buckets that start after last - retention.
-            assert all(start > samples[-1][0] - tier.retention for start in got)
+            assert all(start > samples[-1][0] - resolution.retention for start in got)
         else:
             assert got == {}
-        assert len(got) <= tier.keep
+        assert len(got) <= resolution.keep
         assert list(got) == sorted(got)
     assert state.last == (samples[-1][0] if samples else None)
 
@@ -138,27 +139,27 @@ def test_every_tier_is_the_rollup_of_the_raw_samples_within_retention(
 def test_expire_keeps_exactly_the_retention_window(
     stream: tuple[tuple[Resolution, ...], list[Sample]], later: float
 ) -> None:
-    tiers, samples = stream
-    state = fed(tiers, samples)
+    resolutions, samples = stream
+    state = fed(resolutions, samples)
     now = (samples[-1][0] if samples else 0.0) + later
     before = len(state)
     dropped = state.expire(now)
     assert before - dropped == len(state)
-    for tier in tiers:
-        assert state.buckets(tier.step) == oracle(samples, tier, now)
+    for resolution in resolutions:
+        assert state.buckets(resolution.step) == oracle(samples, resolution, now)
 
 
 @settings(max_examples=200, deadline=None)
 @given(streams())
-def test_coarser_tiers_equal_the_rollup_of_the_finer(
+def test_coarser_resolutions_equal_the_rollup_of_the_finer(
     stream: tuple[tuple[Resolution, ...], list[Sample]],
 ) -> None:
-    tiers, samples = stream
-    state = fed(tiers, samples)
+    resolutions, samples = stream
+    state = fed(resolutions, samples)
     if not samples:
         return
     last = samples[-1][0]
-    for finer, coarser in pairwise(tiers):
+    for finer, coarser in pairwise(resolutions):
         fine = state.buckets(finer.step)
         coarse = state.buckets(coarser.step)
         rolled = rollup(fine, coarser.step)
@@ -173,7 +174,7 @@ def test_coarser_tiers_equal_the_rollup_of_the_finer(
                 assert coarse[start] == bucket
             elif start in coarse:  # straddles the fine horizon: holds more samples
                 assert coarse[start][3] >= bucket[3]
-            else:  # the coarse tier already dropped it (its retention is not longer)
+            else:  # the coarse resolution already dropped it (its retention is not longer)
                 assert start < coarser.horizon(last)
 
 
@@ -182,9 +183,9 @@ def test_coarser_tiers_equal_the_rollup_of_the_finer(
 def test_to_dict_from_dict_round_trip_through_msgpack_and_json(
     stream: tuple[tuple[Resolution, ...], list[Sample]],
 ) -> None:
-    tiers, samples = stream
+    resolutions, samples = stream
     half = len(samples) // 2
-    state = fed(tiers, samples[:half])
+    state = fed(resolutions, samples[:half])
     data = state.to_dict()
     for copy in (
         SeriesState.from_dict(data),
@@ -193,11 +194,11 @@ def test_to_dict_from_dict_round_trip_through_msgpack_and_json(
         SeriesState.from_dict(json.loads(json.dumps(data))),
     ):
         assert copy.to_dict() == data
-        assert copy.tiers == state.tiers
+        assert copy.resolutions == state.resolutions
         # The restored state goes on exactly like the original.
         for t, online in samples[half:]:
             assert copy.record(t, online)
-        assert copy.to_dict() == fed(tiers, samples).to_dict()
+        assert copy.to_dict() == fed(resolutions, samples).to_dict()
 
 
 @settings(max_examples=150, deadline=None)
@@ -205,14 +206,14 @@ def test_to_dict_from_dict_round_trip_through_msgpack_and_json(
 def test_merge_sorts_a_batch_and_a_replay_changes_nothing(
     stream: tuple[tuple[Resolution, ...], list[Sample]], rnd: random.Random
 ) -> None:
-    tiers, samples = stream
+    resolutions, samples = stream
     shuffled = list(samples)
     rnd.shuffle(shuffled)
-    state = SeriesState(tiers)
+    state = SeriesState(resolutions)
     assert state.merge(shuffled) == len(samples)
-    assert state.to_dict() == fed(tiers, samples).to_dict()
+    assert state.to_dict() == fed(resolutions, samples).to_dict()
     assert state.merge(samples) == 0
-    assert state.to_dict() == fed(tiers, samples).to_dict()
+    assert state.to_dict() == fed(resolutions, samples).to_dict()
 
 
 @settings(max_examples=200, deadline=None)
@@ -222,23 +223,23 @@ def test_merge_sorts_a_batch_and_a_replay_changes_nothing(
     st.floats(0, 100 * DAY),
     st.floats(0, 2 * DAY),
 )
-def test_query_answers_one_tier_within_the_range(
+def test_query_answers_one_resolution_within_the_range(
     stream: tuple[tuple[Resolution, ...], list[Sample]], since_off: float, length: float,
     late: float,
 ) -> None:
-    tiers, samples = stream
-    state = fed(tiers, samples)
+    resolutions, samples = stream
+    state = fed(resolutions, samples)
     now = (samples[-1][0] if samples else float(BASE)) + late
     since = now + since_off
     until = since + length
     step, points = state.query(since, until, now)
-    tier = next((x for x in tiers if since >= now - x.retention), tiers[-1])
-    assert step == tier.step
-    clamped = max(since, now - tier.retention)
+    resolution = next((x for x in resolutions if since >= now - x.retention), resolutions[-1])
+    assert step == resolution.step
+    clamped = max(since, now - resolution.retention)
     expected = {
         start: bucket
-        for start, bucket in (oracle(samples, tier, now) if samples else {}).items()
-        if exact_start(clamped, tier.step) <= start <= until
+        for start, bucket in (oracle(samples, resolution, now) if samples else {}).items()
+        if exact_start(clamped, resolution.step) <= start <= until
     }
     assert [p[0] for p in points] == list(expected)
     for (start, avg, high), bucket in zip(points, expected.values(), strict=True):
@@ -246,7 +247,7 @@ def test_query_answers_one_tier_within_the_range(
         assert high == bucket[1]
         assert avg == round(bucket[2] / bucket[3], 2)
         assert bucket[0] - 0.005 <= avg <= bucket[1] + 0.005
-    assert len(points) <= tier.keep
+    assert len(points) <= resolution.keep
 
 
 # -- boundaries and hand-computed examples ---------------------------------------------
@@ -277,9 +278,9 @@ def test_avg_and_max_of_a_hand_computed_example() -> None:
     # until is inclusive of the bucket starting there; since's bucket is included.
     assert state.query(BASE + 30, BASE + 59, now) == (60, [(BASE, 25.25, 41)])
     assert state.query(BASE + 61, BASE + 600, now) == (60, [(BASE + 60, 6.0, 7)])
-    # Older than a day: the 5-minute tier, 113 / 6 = 18.833... -> 18.83.
+    # Older than a day: the 5-minute resolution, 113 / 6 = 18.833... -> 18.83.
     assert state.query(now - 2 * DAY, now, now) == (300, [(BASE, 18.83, 41)])
-    # Older than a week: the hour tier.
+    # Older than a week: the hour resolution.
     assert state.query(now - 8 * DAY, now, now) == (3600, [(BASE, 18.83, 41)])
 
 
@@ -299,12 +300,12 @@ def test_crossing_a_day_moves_queries_from_step_60_to_300() -> None:
     assert step == 300
     assert points[0][0] == (now - DAY - 1) // 300 * 300
     assert points[-1][0] == BASE
-    # The minute tier no longer holds the minute one day ago; the 5-minute one does.
+    # The minute resolution no longer holds the minute one day ago; the 5-minute one does.
     assert min(state.buckets(60)) == (now // 60) * 60 - 1439 * 60
     assert min(state.buckets(300)) == start // 300 * 300
 
 
-def test_old_since_picks_the_hour_tier_and_is_clamped_to_90_days() -> None:
+def test_old_since_picks_the_hour_resolution_and_is_clamped_to_90_days() -> None:
     state = SeriesState()
     now = BASE + 100 * DAY + 1234
     for day in range(0, 101):
@@ -334,7 +335,7 @@ def test_expiry_drops_buckets_past_each_retention() -> None:
     assert state.expire(BASE + 7 * DAY) == 1
     assert state.buckets(300) == {}
     assert state.buckets(3600) == {BASE: (3, 3, 3, 1)}
-    # since exactly 7 days back is still the 5-minute tier's by retention, but its
+    # since exactly 7 days back is still the 5-minute resolution's by retention, but its
     # oldest (partial) step is already gone: the documented price of the bound.
     assert state.query(BASE, BASE + 60, BASE + 7 * DAY) == (300, [])
     assert state.query(BASE - 1, BASE + 60, BASE + 7 * DAY) == (3600, [(BASE, 3.0, 3)])
@@ -349,13 +350,13 @@ def test_expiry_drops_buckets_past_each_retention() -> None:
     assert len(state.buckets(300)) == 2
 
 
-def test_memory_is_bounded_by_the_tier_table() -> None:
+def test_memory_is_bounded_by_the_resolution_table() -> None:
     state = SeriesState()
     t = BASE
     while t < BASE + 95 * DAY:
         state.record(t, 1)
         t += 60
-    assert [len(state.buckets(tier.step)) for tier in DEFAULT_TIERS] == [1440, 2016, 2160]
+    assert [len(state.buckets(r.step)) for r in DEFAULT_RESOLUTIONS] == [1440, 2016, 2160]
     assert len(state) == 1440 + 2016 + 2160
     step, points = state.query(0, t, t - 60)
     assert step == 3600
@@ -372,24 +373,24 @@ def test_stale_and_repeated_samples_are_ignored() -> None:
     assert state.last == BASE + 20
 
 
-def test_the_tier_rule_on_its_own() -> None:
+def test_the_resolution_rule_on_its_own() -> None:
     now = BASE + 25.0
-    assert choose_tier(DEFAULT_TIERS, now - 3600, now) == (0, now - 3600)
-    assert choose_tier(DEFAULT_TIERS, now - DAY, now) == (0, now - DAY)
-    assert choose_tier(DEFAULT_TIERS, now - DAY - 1, now) == (1, now - DAY - 1)
-    assert choose_tier(DEFAULT_TIERS, now - 3 * DAY, now) == (1, now - 3 * DAY)
-    assert choose_tier(DEFAULT_TIERS, now - 30 * DAY, now) == (2, now - 30 * DAY)
-    assert choose_tier(DEFAULT_TIERS, now - 400 * DAY, now) == (2, now - 90 * DAY)
-    assert choose_tier(DEFAULT_TIERS, now + 50, now) == (0, now + 50)
+    assert choose_resolution(DEFAULT_RESOLUTIONS, now - 3600, now) == (0, now - 3600)
+    assert choose_resolution(DEFAULT_RESOLUTIONS, now - DAY, now) == (0, now - DAY)
+    assert choose_resolution(DEFAULT_RESOLUTIONS, now - DAY - 1, now) == (1, now - DAY - 1)
+    assert choose_resolution(DEFAULT_RESOLUTIONS, now - 3 * DAY, now) == (1, now - 3 * DAY)
+    assert choose_resolution(DEFAULT_RESOLUTIONS, now - 30 * DAY, now) == (2, now - 30 * DAY)
+    assert choose_resolution(DEFAULT_RESOLUTIONS, now - 400 * DAY, now) == (2, now - 90 * DAY)
+    assert choose_resolution(DEFAULT_RESOLUTIONS, now + 50, now) == (0, now + 50)
     # Buckets from since's own, not before the horizon, up to until floored.
-    assert query_window(DEFAULT_TIERS, now - 90, now + 0.5, now) == (0, BASE - 120, BASE + 25)
-    assert query_window(DEFAULT_TIERS, now - 400 * DAY, now, now) == (
+    assert query_window(DEFAULT_RESOLUTIONS, now - 90, now + 0.5, now) == (0, BASE - 120, BASE + 25)
+    assert query_window(DEFAULT_RESOLUTIONS, now - 400 * DAY, now, now) == (
         2, (now // 3600 - 2159) * 3600, BASE + 25)
-    index, low, high = query_window(DEFAULT_TIERS, now, now - 1, now)
+    index, low, high = query_window(DEFAULT_RESOLUTIONS, now, now - 1, now)
     assert index == 0
     assert low > high
     with pytest.raises(ValueError, match="until"):
-        query_window(DEFAULT_TIERS, now, float("nan"), now)
+        query_window(DEFAULT_RESOLUTIONS, now, float("nan"), now)
 
 
 def test_since_after_until_answers_no_points() -> None:
@@ -417,9 +418,9 @@ def test_bad_samples_are_refused(t: float, online: int) -> None:
 
 
 @pytest.mark.parametrize(
-    ("tiers", "message"),
+    ("resolutions", "message"),
     [
-        ([], "^a series needs at least one tier$"),
+        ([], "^a series needs at least one resolution$"),
         ([Resolution(60, 600), "60/600"], "not a Resolution: '60/600'"),
         ([Resolution(60, 600), Resolution(90, 900)],  # 90 is not a multiple of 60
          "step 90 must be a larger multiple of the finer step 60"),
@@ -431,9 +432,10 @@ def test_bad_samples_are_refused(t: float, online: int) -> None:
          r"retention 3000 \(step 300\) is shorter than 6000 \(step 60\)"),
     ],
 )
-def test_bad_tier_tables_are_refused_saying_why(tiers: list[Resolution], message: str) -> None:
+def test_bad_resolution_tables_are_refused_saying_why(resolutions: list[Resolution],
+                                                      message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        SeriesState(tiers)
+        SeriesState(resolutions)
 
 
 @pytest.mark.parametrize(("step", "retention", "message"), [
@@ -442,7 +444,7 @@ def test_bad_tier_tables_are_refused_saying_why(tiers: list[Resolution], message
     (60, 30, "retention must be an integer of seconds >= step 60, not 30"),
     (60, 90, "retention 90 is not a multiple of its step 60"),
 ])
-def test_bad_tiers_are_refused_saying_why(step: int, retention: int, message: str) -> None:
+def test_bad_resolutions_are_refused_saying_why(step: int, retention: int, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         Resolution(step, retention)
 
@@ -453,21 +455,21 @@ def test_from_dict_refuses_malformed_data_and_another_table() -> None:
     good = state.to_dict()
     bad = [
         {**good, "v": 2},
-        {**good, "tiers": [[60, 86_400]]},
+        {**good, "resolutions": [[60, 86_400]]},
         {**good, "buckets": [[[BASE + 1, 1, 1, 1, 1]], [], []]},  # unaligned
         {**good, "buckets": [[[BASE, 1, 1, 1, 1], [BASE, 1, 1, 1, 1]], [], []]},
         {**good, "buckets": [[[BASE, 2, 1, 3, 2]], [], []]},  # min > max
         {**good, "buckets": [[[BASE + 600, 1, 1, 1, 1]], [], []]},  # after last
         {**good, "last": None},
         {**good, "last": "soon"},
-        {**good, "tiers": "60"},
+        {**good, "resolutions": "60"},
     ]
     for data in bad:
         with pytest.raises(ValueError):  # noqa: PT011
             SeriesState.from_dict(data)
-    with pytest.raises(ValueError, match="another tier table"):
-        SeriesState.from_dict(good, tiers=[Resolution(60, 3600)])
-    assert SeriesState.from_dict(good, tiers=DEFAULT_TIERS).to_dict() == good
+    with pytest.raises(ValueError, match="another resolution table"):
+        SeriesState.from_dict(good, resolutions=[Resolution(60, 3600)])
+    assert SeriesState.from_dict(good, resolutions=DEFAULT_RESOLUTIONS).to_dict() == good
 
 
 def test_from_dict_drops_buckets_past_retention() -> None:
@@ -482,7 +484,7 @@ def test_from_dict_drops_buckets_past_retention() -> None:
 def test_a_time_that_is_not_finite_is_refused_by_name(name: str) -> None:
     times = {"since": 0.0, "until": 60.0, "now": 60.0, name: math.inf}
     with pytest.raises(ValueError, match=rf"^{name} must be a finite number"):
-        query_window(DEFAULT_TIERS, times["since"], times["until"], times["now"])
+        query_window(DEFAULT_RESOLUTIONS, times["since"], times["until"], times["now"])
 
 
 def test_rollup_takes_a_positive_whole_step_of_seconds() -> None:

@@ -20,7 +20,7 @@ from liveroom.snapshot import ABSENT_EPOCH, Item, Snapshot, _fit, absent, read, 
 from liveroom.store.base import LogPolicy
 from liveroom.store.memory import MemoryStore
 from recvsvr import RoomCache, SectLimits
-from recvsvr.build import Retention
+from recvsvr.next_snapshot import Retention
 
 ROOM = "r"
 

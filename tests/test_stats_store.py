@@ -310,37 +310,37 @@ async def test_viewers_history_expires_after_its_last_update(
 # --- series -------------------------------------------------------------------
 
 BASE_S = 1_700_000_100
-"""A multiple of 300 s (and 60 s): the start of a bucket in both test tiers."""
-TIERS = [(60, 120), (300, 600)]
+"""A multiple of 300 s (and 60 s): the start of a bucket in both test resolutions."""
+RESOLUTIONS = [(60, 120), (300, 600)]
 
 
 def sample(room: str, offset_s: float, online: int) -> OnlineSample:
     return OnlineSample(room, BASE_S * 1000 + round(offset_s * 1000), online)
 
 
-async def test_samples_roll_into_every_tier_across_boundaries(store: Store) -> None:
+async def test_samples_roll_into_every_resolution_across_boundaries(store: Store) -> None:
     stats = store.stats
     taken = await stats.record_online(
         [sample("r", 0, 5), sample("r", 10, 7), sample("r", 55, 3),
-         sample("r", 60, 10), sample("r", 299, 2)], TIERS, 5_000)
+         sample("r", 60, 10), sample("r", 299, 2)], RESOLUTIONS, 5_000)
     assert taken == 5
-    # 60 s tier, 2 buckets kept: 299 s opened BASE+240, so BASE and BASE+60 went.
+    # 60 s resolution, 2 buckets kept: 299 s opened BASE+240, so BASE and BASE+60 went.
     assert await stats.read_online("r", 60, 0, 2 * BASE_S) == [
         (BASE_S + 240, 2, 2, 2, 1)]
     assert await stats.read_online("r", 300, 0, 2 * BASE_S) == [
         (BASE_S, 2, 10, 27, 5)]
-    await stats.record_online([sample("r", 305, 4), sample("r", 330, 6)], TIERS, 5_000)
+    await stats.record_online([sample("r", 305, 4), sample("r", 330, 6)], RESOLUTIONS, 5_000)
     assert await stats.read_online("r", 60, 0, 2 * BASE_S) == [
         (BASE_S + 240, 2, 2, 2, 1), (BASE_S + 300, 4, 6, 10, 2)]
     assert await stats.read_online("r", 300, 0, 2 * BASE_S) == [
         (BASE_S, 2, 10, 27, 5), (BASE_S + 300, 4, 6, 10, 2)]
 
 
-async def test_buckets_within_a_tier_stay_apart_before_retention(store: Store) -> None:
+async def test_buckets_within_a_resolution_stay_apart_before_retention(store: Store) -> None:
     stats = store.stats
     # A sample exactly on a boundary opens the bucket starting there.
     await stats.record_online([sample("r", 0, 5), sample("r", 10, 7), sample("r", 59.999, 3),
-                               sample("r", 60, 10)], TIERS, 0)
+                               sample("r", 60, 10)], RESOLUTIONS, 0)
     assert await stats.read_online("r", 60, BASE_S, BASE_S + 60) == [
         (BASE_S, 3, 7, 15, 3), (BASE_S + 60, 10, 10, 10, 1)]
     # The range is inclusive at both ends and selects by bucket start.
@@ -355,21 +355,22 @@ async def test_a_sample_too_soon_after_the_last_is_skipped(store: Store) -> None
     stats = store.stats
     taken = await stats.record_online(
         [sample("a", 0, 1), sample("a", 4.999, 2), sample("b", 3, 3), sample("a", 5, 4)],
-        TIERS, 5_000)
+        RESOLUTIONS, 5_000)
     assert taken == 3
     # From another node, later: too soon after a's last sample, or older than it.
-    assert await stats.record_online([sample("a", 9, 8), sample("a", 1, 9)], TIERS, 5_000) == 0
+    late = [sample("a", 9, 8), sample("a", 1, 9)]
+    assert await stats.record_online(late, RESOLUTIONS, 5_000) == 0
     assert await stats.read_online("a", 60, 0, 2 * BASE_S) == [(BASE_S, 1, 4, 5, 2)]
     assert await stats.read_online("b", 60, 0, 2 * BASE_S) == [(BASE_S, 3, 3, 3, 1)]
-    assert await stats.record_online([], TIERS, 5_000) == 0
+    assert await stats.record_online([], RESOLUTIONS, 5_000) == 0
 
 
-async def test_each_tier_keeps_at_most_retention_over_step_buckets(store: Store) -> None:
+async def test_each_resolution_keeps_at_most_retention_over_step_buckets(store: Store) -> None:
     stats = store.stats
     # One sample a minute for 20 minutes, in two batches.
     samples = [sample("r", 60 * i + 1, i) for i in range(20)]
-    assert await stats.record_online(samples[:7], TIERS, 10_000) == 7
-    assert await stats.record_online(samples[7:], TIERS, 10_000) == 13
+    assert await stats.record_online(samples[:7], RESOLUTIONS, 10_000) == 7
+    assert await stats.record_online(samples[7:], RESOLUTIONS, 10_000) == 13
     minutes = await stats.read_online("r", 60, 0, 2 * BASE_S)
     assert minutes == [(BASE_S + 1080, 18, 18, 18, 1), (BASE_S + 1140, 19, 19, 19, 1)]
     fives = await stats.read_online("r", 300, 0, 2 * BASE_S)
@@ -381,7 +382,7 @@ async def test_a_series_expires_after_its_longest_retention(
         store: Store, fake_clock: FakeClock,
         raw_redis: redis.asyncio.Redis | None) -> None:
     stats = store.stats
-    await stats.record_online([sample("r", 0, 5)], TIERS, 5_000)
+    await stats.record_online([sample("r", 0, 5)], RESOLUTIONS, 5_000)
     if raw_redis is None:
         await fake_clock.advance(599)
         assert len(await stats.read_online("r", 300, 0, 2 * BASE_S)) == 1
@@ -389,17 +390,17 @@ async def test_a_series_expires_after_its_longest_retention(
         assert await stats.read_online("r", 300, 0, 2 * BASE_S) == []
         assert await stats.read_online("r", 60, 0, 2 * BASE_S) == []
         # The last sample's time went with it: no gap to wait for.
-        assert await stats.record_online([sample("r", 1, 5)], TIERS, 5_000) == 1
+        assert await stats.record_online([sample("r", 1, 5)], RESOLUTIONS, 5_000) == 1
         return
     for key in (keys.series("r", 60), keys.series("r", 300), keys.series_last("r")):
         assert 595_000 < await raw_redis.pttl(key) <= 600_000
 
 
 async def test_bad_series_arguments_are_refused(store: Store) -> None:
-    with pytest.raises(ValueError, match="tiers"):
+    with pytest.raises(ValueError, match="resolutions"):
         await store.stats.record_online([sample("r", 0, 1)], [(60, 30)], 0)
     with pytest.raises(ValueError, match="min_gap_ms"):
-        await store.stats.record_online([sample("r", 0, 1)], TIERS, -1)
+        await store.stats.record_online([sample("r", 0, 1)], RESOLUTIONS, -1)
 
 
 # --- nodes --------------------------------------------------------------------
@@ -503,7 +504,7 @@ async def test_scripts_are_loaded_again_after_a_script_flush(
             assert gone == [("r0", 0), ("r1", 0), ("r2", 0)]
             await client.script_flush()
             assert await store.stats.record_online(
-                [sample("r", 0, 1), sample("r", 10, 2)], TIERS, 5_000) == 2
+                [sample("r", 0, 1), sample("r", 10, 2)], RESOLUTIONS, 5_000) == 2
             assert await store.stats.read_online("r", 300, 0, 2 * BASE_S) == [
                 (BASE_S, 1, 2, 3, 2)]
         finally:
@@ -523,7 +524,7 @@ async def test_every_stats_call_reports_redis_down_as_unavailable(
                 lambda: stats.add_viewers("r", "n1", ["u"], None, 3, TTL_MS),
                 lambda: stats.load_sketch("r", "n1"),
                 lambda: stats.viewers(["r"], sketches=[True]),
-                lambda: stats.record_online([sample("r", 0, 1)], TIERS, 0),
+                lambda: stats.record_online([sample("r", 0, 1)], RESOLUTIONS, 0),
                 lambda: stats.read_online("r", 60, 0, 1),
                 lambda: stats.announce("n1", 0, TTL_MS),
                 lambda: stats.nodes(0),

@@ -348,7 +348,7 @@ class ViewersState:
 
 @dataclass(frozen=True, slots=True)
 class OnlineSample:
-    """One sample of a room's online count, for every tier of its series."""
+    """One sample of a room's online count, for every resolution of its series."""
 
     room: str
     t_ms: int
@@ -408,16 +408,17 @@ SeriesRow = tuple[int, int, int, int, int]
 """``(start, min, max, sum, count)`` of one stored bucket."""
 
 
-def series_horizon_ms(tiers: Sequence[tuple[int, int]], min_gap_ms: int) -> int:
+def series_horizon_ms(resolutions: Sequence[tuple[int, int]], min_gap_ms: int) -> int:
     """Check ``record_online``'s arguments; return how long a series lives after
-    its last sample (the longest retention, in ms; 0 without tiers).
+    its last sample (the longest retention, in ms; 0 without resolutions).
 
     Raises ``ValueError`` for a step that is not positive, a retention shorter
     than its step, or a negative gap.
     """
-    if min_gap_ms < 0 or any(step <= 0 or retention < step for step, retention in tiers):
-        raise ValueError(f"bad series arguments: tiers {tiers!r}, min_gap_ms {min_gap_ms}")
-    return max((retention for _, retention in tiers), default=0) * 1000
+    if min_gap_ms < 0 or any(step <= 0 or retention < step for step, retention in resolutions):
+        raise ValueError(
+            f"bad series arguments: resolutions {resolutions!r}, min_gap_ms {min_gap_ms}")
+    return max((retention for _, retention in resolutions), default=0) * 1000
 
 
 def biggest(announcements: Iterable[Announcement], limit: int) -> list[RankedRoom]:
@@ -500,10 +501,10 @@ class StatsStore(Protocol):
         where ``sketches`` says so."""
 
     async def record_online(self, samples: Sequence[OnlineSample],
-                            tiers: Sequence[tuple[int, int]], min_gap_ms: int) -> int:
-        """Add each sample to its bucket in every tier ``(step s, retention s)``.
+                            resolutions: Sequence[tuple[int, int]], min_gap_ms: int) -> int:
+        """Add each sample to its bucket in every resolution ``(step s, retention s)``.
 
-        A bucket keeps ``(min, max, sum, count)``; buckets older than a tier's
+        A bucket keeps ``(min, max, sum, count)``; buckets older than a resolution's
         retention (relative to the sample) are dropped, and the series lives as
         long as the longest retention after its last sample (a room of one
         sender's, no longer than its log then has left: the samples after

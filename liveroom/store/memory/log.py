@@ -1,4 +1,4 @@
-"""The message log in memory: one :class:`_Room` per room, expired on the
+"""The message log in memory: one :class:`_RoomLog` per room, expired on the
 store's clock, and the rate counters beside it."""
 
 from __future__ import annotations
@@ -35,7 +35,9 @@ _seq = attrgetter("seq")
 
 
 @dataclass
-class _Room:
+class _RoomLog:
+    """One room's log in the memory engine: its messages, counters and expiry."""
+
     epoch: str
     used_ms: int
     """When it was created, last sent to or read: with messages, it expires
@@ -92,7 +94,7 @@ class MemoryLog:
         self.policy = policy
         self._clock = clock
         self._notifier = notifier
-        self._rooms: dict[str, _Room] = {}
+        self._rooms: dict[str, _RoomLog] = {}
         self._node_cap = NodeCap(policy.personal_node_cap)
         # Apart from the rooms, like Redis's own keys: they expire on their own
         # horizon, not the room's TTL.
@@ -101,20 +103,20 @@ class MemoryLog:
     def _now_ms(self) -> int:
         return int(self._clock.time() * 1000)
 
-    def _expired(self, state: _Room, now: int) -> bool:
+    def _expired(self, state: _RoomLog, now: int) -> bool:
         policy = self.policy
         ttl = policy.room_ttl_ms if (state.seq or state.live) and state.by is None \
             else policy.empty_room_ttl_ms
         return now - state.used_ms > ttl
 
-    def _room(self, room: str, *, create: bool) -> _Room | None:
+    def _room(self, room: str, *, create: bool) -> _RoomLog | None:
         now = self._now_ms()
         state = self._rooms.get(room)
         if state is not None and self._expired(state, now):
             self._drop(room, state)
             state = None
         if state is None and create:
-            state = self._rooms[room] = _Room(epoch=new_epoch(), used_ms=now)
+            state = self._rooms[room] = _RoomLog(epoch=new_epoch(), used_ms=now)
             state.share = self._node_cap.share(state)
         return state
 
@@ -125,7 +127,7 @@ class MemoryLog:
             self._drop(room, state)
         self._counts.sweep()
 
-    def _drop(self, room: str, state: _Room) -> None:
+    def _drop(self, room: str, state: _RoomLog) -> None:
         """Forget an expired room; its personal messages leave the node's count."""
         del self._rooms[room]
         if state.share is not None:
@@ -206,7 +208,7 @@ class MemoryLog:
         self._notifier.publish(room, state.seq)
         return Appended(state.epoch, state.seq, duplicate=False, created=created)
 
-    def _append_personal(self, state: _Room, message: NewMessage, now: int) -> int:
+    def _append_personal(self, state: _RoomLog, message: NewMessage, now: int) -> int:
         """Store a personal message (the order of ``append.lua``'s); its position."""
         assert message.to is not None
         policy = self.policy

@@ -218,9 +218,9 @@ class MemoryStats:
     # -- series ------------------------------------------------------------------
 
     async def record_online(self, samples: Sequence[OnlineSample],
-                            tiers: Sequence[tuple[int, int]], min_gap_ms: int) -> int:
-        keep_ms = series_horizon_ms(tiers, min_gap_ms)
-        if not tiers:
+                            resolutions: Sequence[tuple[int, int]], min_gap_ms: int) -> int:
+        keep_ms = series_horizon_ms(resolutions, min_gap_ms)
+        if not resolutions:
             return 0
         taken = 0
         for sample in samples:
@@ -230,7 +230,7 @@ class MemoryStats:
             taken += 1
             keep = self._lives_ms(sample.room, keep_ms, None)
             self._series_last.put(sample.room, sample.t_ms, keep)
-            for step, retention in tiers:
+            for step, retention in resolutions:
                 buckets = self._series.get((sample.room, step))
                 if buckets is None:
                     buckets = {}
@@ -277,7 +277,7 @@ class MemoryStats:
 
 def _add_sample(buckets: dict[int, Bucket], sample: OnlineSample,
                 step: int, retention: int) -> dict[int, Bucket]:
-    """The tier's buckets with the sample added and buckets past retention dropped,
+    """The resolution's buckets with the sample added and buckets past retention dropped,
     ascending by start: the bucket rule of ``statsvr.series`` (``Resolution.start``
     and ``horizon``, on integer ms), as ``series.lua`` does it in Redis; the
     tests hold both engines to one reference model."""

@@ -48,7 +48,7 @@ lr:{R}:vh:<n>            hash   exists while it is kept, with ``ended``)
 lr:{lr}:vip              set    the rooms in the vip sect (the whitelist)
 lr:{lr}:vips             hash   room -> its sect record (``liveroom.sects``):
                                 pin, since, the rule's candidate, last moves
-lr:{R}:ts:<step>         zset   online series tier: member
+lr:{R}:ts:<step>         zset   online series resolution: member
                                 ``"<start>:<min>:<max>:<sum>:<count>"``,
                                 score start (Unix s)
 lr:{R}:tsl               string time of the series' last sample (Unix ms)

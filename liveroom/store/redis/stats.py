@@ -2,7 +2,7 @@
 series, the node registry (live nodes and what each announced).
 
 Keys are in :mod:`.keys` (shard index and shard keys, viewers set, flag and
-sketches, the broadcast number, online series tiers, the live node list).
+sketches, the broadcast number, online series resolutions, the live node list).
 Every write is a script of ``lua/`` sent as ``EVALSHA``, a whole batch in one
 pipeline: one round trip, two when a script is not loaded yet; shards are
 stored with plain commands first (a vip room's shard keys are in other slots
@@ -210,17 +210,17 @@ class RedisStats:
     # -- series ------------------------------------------------------------------
 
     async def record_online(self, samples: Sequence[OnlineSample],
-                            tiers: Sequence[tuple[int, int]], min_gap_ms: int) -> int:
+                            resolutions: Sequence[tuple[int, int]], min_gap_ms: int) -> int:
         """One script call per sample, all in one pipeline; see ``lua/series.lua``."""
-        keep_ms = series_horizon_ms(tiers, min_gap_ms)
-        if not samples or not tiers:
+        keep_ms = series_horizon_ms(resolutions, min_gap_ms)
+        if not samples or not resolutions:
             return 0
-        tier_args = [n for tier in tiers for n in tier]
+        resolution_args = [n for resolution in resolutions for n in resolution]
         calls: list[Call] = [
             (self._series,
              [keys.series_last(s.room), keys.meta(s.room),
-              *(keys.series(s.room, step) for step, _ in tiers)],
-             [s.t_ms, s.online, min_gap_ms, keep_ms, *tier_args])
+              *(keys.series(s.room, step) for step, _ in resolutions)],
+             [s.t_ms, s.online, min_gap_ms, keep_ms, *resolution_args])
             for s in samples]
         with unavailable("recording the online series"):
             taken = await run_scripts(self._client, calls)

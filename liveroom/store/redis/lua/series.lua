@@ -1,4 +1,4 @@
--- series.lua: add one online sample of a room to its bucket in every tier;
+-- series.lua: add one online sample of a room to its bucket in every resolution;
 -- atomic, one call per sample.
 --
 -- KEYS[1]    lr:{R}:tsl           string: time of the last sample taken (Unix ms)
@@ -11,7 +11,7 @@
 -- ARGV[3]  min_gap_ms: skip the sample when less than this after the last one
 -- ARGV[4]  ms the series lives after this sample (the longest retention; a
 --          room of one sender's no longer than its log has left)
--- then per tier j: ARGV[3 + 2j] its step and ARGV[4 + 2j] its retention (s)
+-- then per resolution j: ARGV[3 + 2j] its step and ARGV[4 + 2j] its retention (s)
 --
 -- Returns 1 when the sample was taken, 0 when it was skipped.
 
@@ -53,7 +53,7 @@ for j = 1, #KEYS - 2 do
   redis.call('ZADD', key, score,
              string.format('%d:%d:%d:%d:%d', start, low, high, sum, count))
   -- Keep the bucket holding t and the retention // step - 1 before it
-  -- (statsvr.series.Tier.horizon).
+  -- (statsvr.series.Resolution.horizon).
   local horizon = start - (math.floor(retention / step) - 1) * step
   redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. string.format('%d', horizon))
   redis.call('PEXPIRE', key, keep)

@@ -1,4 +1,4 @@
-"""How a recvsvr builds a room's next snapshot from a pull (``recvsvr.build``):
+"""How a recvsvr builds a room's next snapshot from a pull (``recvsvr/next_snapshot.py``):
 what it keeps when the store's head moved without entries, and how important
 messages are trimmed. The counting it must keep exact through every pull is
 held by the properties of ``test_snapshot``."""
@@ -10,7 +10,7 @@ import orjson
 
 from liveroom.model import Entry
 from liveroom.store.base import Pulled
-from recvsvr.build import Retention, advance
+from recvsvr.next_snapshot import Retention, advance
 
 MINUTE_MS = 60_000
 

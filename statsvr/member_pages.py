@@ -70,13 +70,13 @@ class MemberPages:
         self.budget = budget
         self.prefix_up_to = prefix_up_to
         self._kept: OrderedDict[_Key, _Kept] = OrderedDict()
-        self._held = 0
+        self._kept_uids = 0
         self._locks: dict[str, asyncio.Lock] = {}
 
     @property
-    def held(self) -> int:
+    def kept_uids(self) -> int:
         """Uids kept now."""
-        return self._held
+        return self._kept_uids
 
     async def slice(self, room: str, entries: Sequence[ShardEntry], offset: int,
                     limit: int) -> list[str]:
@@ -176,8 +176,8 @@ class MemberPages:
     def _put(self, key: _Key, kept: _Kept) -> None:
         self._drop(key)
         self._kept[key] = kept
-        self._held += len(kept.members)
-        while self._held > self.budget and len(self._kept) > 1:
+        self._kept_uids += len(kept.members)
+        while self._kept_uids > self.budget and len(self._kept) > 1:
             oldest = next(iter(self._kept))
             if oldest == key:
                 break
@@ -186,7 +186,7 @@ class MemberPages:
     def _drop(self, key: _Key) -> None:
         kept = self._kept.pop(key, None)
         if kept is not None:
-            self._held -= len(kept.members)
+            self._kept_uids -= len(kept.members)
 
 
 def _merged(runs: Sequence[tuple[str, ...]], offset: int, limit: int) -> list[str]:
