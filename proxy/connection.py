@@ -250,7 +250,7 @@ class Connection(asyncio.Protocol):
                 if self._timing is not _Timing.HEAD:
                     self._arm(_Timing.HEAD, self._limits.header_timeout)
             elif arriving is Arriving.BODY and self._timing is not _Timing.BODY:
-                self._arm(_Timing.BODY, self._limits.body_timeout)
+                self._arm(_Timing.BODY, self._limits.request_timeout)
         elif self._state is State.READING:
             self._state = State.HANDING_OFF if fed is Fed.HAND_OFF else State.STOPPED
             self._pause_reading()

@@ -23,8 +23,8 @@ the teardown of held polls whose clients left, and the shutdown.
 
 **Timeouts.** The head of a request must arrive within ``header_timeout`` of
 its first byte (bytes that begin no request, like bare CRLFs, do not count as
-activity), a body within ``body_timeout`` of the head (else 408), and a
-connection with no request in progress closes ``idle_timeout`` after its last
+activity), a body within ``request_timeout`` of the head (else 408), and a
+connection with no request in progress closes ``keepalive_timeout`` after its last
 answer (idle connections are found by one sweep a second; the deadlines of
 requests still arriving are kept in one shared
 :class:`~proxy.deadlines.Deadlines`): never a timer per connection. A client
@@ -216,7 +216,7 @@ class Front:
         return len(self.connections) + self.handed()
 
     def _sweep(self) -> None:
-        """Close connections idle for ``idle_timeout``; again in a second while
+        """Close connections idle for ``keepalive_timeout``; again in a second while
         there are connections. A flag check per connection: cheaper than
         arming a deadline after every answer."""
         self.trim.due()
@@ -224,8 +224,8 @@ class Front:
             self._sweeper = None
             return
         self._sweeper = asyncio.get_running_loop().call_later(
-            min(SWEEP_EVERY, self.limits.idle_timeout / 2), self._sweep)
-        before = _monotonic() - self.limits.idle_timeout
+            min(SWEEP_EVERY, self.limits.keepalive_timeout / 2), self._sweep)
+        before = _monotonic() - self.limits.keepalive_timeout
         stale = [c for c in self.connections if 0 < c.idle_since <= before]
         for conn in stale:
             conn.close_if_idle()

@@ -9,6 +9,8 @@ from __future__ import annotations
 import resource
 from dataclasses import dataclass
 
+from liveroom.settings import DEFAULTS
+
 CONNECTION_RESERVE = 64
 """Open files a node keeps beyond its connections (at least; a hundredth of a
 large limit): store connections, log files, the metrics directory."""
@@ -26,16 +28,20 @@ whatever its write deadline."""
 
 @dataclass(frozen=True, slots=True)
 class FrontLimits:
+    """The bounds of one front. Those that are settings take the setting's
+    name and its declared default (``liveroom.settings``); the rest are the
+    front's own."""
+
     max_url: int = 8192
     """Bytes of a request's URL (414 beyond)."""
     max_headers: int = 100
     max_header_bytes: int = 16 * 1024
     """Header lines and their bytes (431 beyond)."""
-    header_timeout: float = 10.0
+    header_timeout: float = DEFAULTS.header_timeout
     """Seconds from a request's first byte to the end of its head."""
-    body_timeout: float = 10.0
+    request_timeout: float = DEFAULTS.request_timeout
     """Seconds from a request's head to the end of its body (408 beyond)."""
-    idle_timeout: float = 15.0
+    keepalive_timeout: float = DEFAULTS.keepalive_timeout
     """Seconds an idle keep-alive connection stays open."""
     max_pipelined: int = 4
     """Complete requests waiting their turn; past them, what was read stays
@@ -49,14 +55,14 @@ class FrontLimits:
     """Bytes read for one request, head, body and framing together (413 and
     close beyond): bounds what chunk extensions and padding can make a node
     read, since llhttp reports neither."""
-    connections_max: int = 0
+    connections_max: int = DEFAULTS.connections_max
     """Open connections per node (0: :func:`connection_capacity`)."""
-    connections_per_ip: int = 0
+    connections_per_ip: int = DEFAULTS.connections_per_ip
     """Open connections per client address (an IPv6 one: its /64); 0: no limit."""
-    trusted_proxies: tuple[str, ...] = ()
+    trusted_proxies: tuple[str, ...] = DEFAULTS.trusted_proxies
     """Addresses and networks whose connections name their client in
     ``X-Forwarded-For`` (and are not capped themselves)."""
-    write_timeout: float = 30.0
+    write_timeout: float = DEFAULTS.write_timeout
     """Seconds a connection's unsent answers may stay above the low-water
     mark (or unsent at all once it closes) before it is aborted."""
     unsent_max: int = UNSENT_MAX

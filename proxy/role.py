@@ -73,8 +73,8 @@ class Proxy:
         """One verifier (one cache) for polls, sends and member lists; None: open."""
         self.polls.tickets = self.sends.tickets = self.tickets
         self.front = Front(self.polls, self.sends, FrontLimits(
-            header_timeout=settings.header_timeout, body_timeout=settings.request_timeout,
-            idle_timeout=settings.keepalive_timeout, connections_max=settings.connections_max,
+            header_timeout=settings.header_timeout, request_timeout=settings.request_timeout,
+            keepalive_timeout=settings.keepalive_timeout, connections_max=settings.connections_max,
             connections_per_ip=settings.connections_per_ip,
             trusted_proxies=settings.trusted_proxies, write_timeout=settings.write_timeout,
             unsent_max=unsent_max(settings)))

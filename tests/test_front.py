@@ -353,8 +353,9 @@ async def test_a_pipelining_client_that_does_not_read_is_not_read_either(
         # could not write (about one past the high-water mark), the requests
         # waiting their turn, and the bytes it read but did not parse.
         assert transport.get_write_buffer_size() < 256 * 1024
-        assert len(conn._queue) <= FrontLimits().max_pipelined
-        assert conn._backlog is None or len(conn._backlog) <= 32 * 1024
+        assert len(conn._reader.waiting) <= FrontLimits().max_pipelined
+        backlog = conn._reader.backlog
+        assert backlog is None or len(backlog) <= 32 * 1024
         writer.transport.abort()  # its unsent megabytes would never drain
 
 
