@@ -94,7 +94,7 @@ class Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._reader = RequestReader(front.limits, front.sends, self)
         self._flow: FlowControl[Connection] = FlowControl(
-            self, front.paused, front.write_deadlines, front.limits.write_timeout)
+            front.paused, front.write_deadlines, front.limits.write_timeout)
         self._state = State.READING
         self._current: Request | None = None
         """The request being answered."""
@@ -151,13 +151,13 @@ class Connection(asyncio.Protocol):
         """Past the high-water mark: answer nothing more, read nothing more, and
         the client has ``write_timeout`` to take what was written."""
         self._flow.writing_paused = True
-        self._flow.arm_write()
+        self._flow.arm_write(self)
         self._pause_reading()
 
     def resume_writing(self) -> None:
         self._flow.writing_paused = False
         if self._state is not State.CLOSED and self._state is not State.LINGERING:
-            self._flow.disarm_write()  # else what is left must still go within its deadline
+            self._flow.disarm_write(self)  # else what is left must still go within its deadline
         self._resume_reading()
         self._next()
 
@@ -166,14 +166,14 @@ class Connection(asyncio.Protocol):
 
     def _pause_reading(self) -> None:
         if self._transport is not None and not self._closed():
-            self._flow.pause_reading(self._transport)
+            self._flow.pause_reading(self, self._transport)
 
     def _resume_reading(self) -> None:
         reader = self._reader
         if (self._state is State.READING and not self._flow.writing_paused
                 and reader.backlog is None and not reader.full()
                 and self._transport is not None):
-            self._flow.resume_reading(self._transport)
+            self._flow.resume_reading(self, self._transport)
 
     def hung_up(self, reset: bool) -> None:
         """Its client closed while it was not read (seen by the front's
@@ -465,7 +465,7 @@ class Connection(asyncio.Protocol):
             if transport.get_write_buffer_size():
                 # A transport closes once its buffer is sent, which a client that
                 # does not read would put off for ever.
-                self._flow.arm_write()
+                self._flow.arm_write(self)
             if stopped and not self._eof and transport.can_write_eof():
                 # Refused with bytes perhaps still coming: a lingering close (as
                 # nginx's): the answer and a FIN now, the rest read and dropped
@@ -475,7 +475,7 @@ class Connection(asyncio.Protocol):
                 self._state = State.LINGERING
                 self._lingered = 0
                 self._arm(_Timing.LINGER, LINGER)
-                self._flow.resume_reading(transport)
+                self._flow.resume_reading(self, transport)
                 return
             transport.close()
 
@@ -484,7 +484,7 @@ class Connection(asyncio.Protocol):
         send cancelled, its waiting requests and unparsed bytes dropped."""
         self._state = State.CLOSED
         self._disarm()
-        self._flow.disarm_write()
+        self._flow.disarm_write(self)
         self._front.forget(self)
         current, self._current = self._current, None
         if current is not None:
@@ -508,7 +508,7 @@ class Connection(asyncio.Protocol):
         assert reader.raw is not None
         assert front.handoff is not None
         self._disarm()
-        self._flow.disarm_write()
+        self._flow.disarm_write(self)
         self._state = State.CLOSED  # for this protocol
         # aiohttp's connection stays counted under its address until it closes.
         address, self.address = self.address, ""

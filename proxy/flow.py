@@ -23,14 +23,14 @@ C = TypeVar("C")
 
 
 class FlowControl(Generic[C]):
-    """Reading and writing, paused or not, for ``owner`` (a connection)."""
+    """Reading and writing, paused or not, for one connection (``owner`` in
+    each call: kept out of this object, which the connection holds, so that
+    the two make no reference cycle and go as soon as the connection does)."""
 
-    __slots__ = ("_deadlines", "_owner", "_paused", "_timeout", "reading_paused",
-                 "write_due", "writing_paused")
+    __slots__ = ("_deadlines", "_paused", "_timeout", "reading_paused", "write_due",
+                 "writing_paused")
 
-    def __init__(self, owner: C, paused: set[C], deadlines: Deadlines[C],
-                 write_timeout: float) -> None:
-        self._owner = owner
+    def __init__(self, paused: set[C], deadlines: Deadlines[C], write_timeout: float) -> None:
         self._paused = paused
         self._deadlines = deadlines
         self._timeout = write_timeout
@@ -39,26 +39,26 @@ class FlowControl(Generic[C]):
         self.write_due = -1
         """Key of the owner's write deadline in ``deadlines`` (-1: none)."""
 
-    def pause_reading(self, transport: asyncio.Transport) -> None:
+    def pause_reading(self, owner: C, transport: asyncio.Transport) -> None:
         if not self.reading_paused:
             self.reading_paused = True
-            self._paused.add(self._owner)
+            self._paused.add(owner)
             transport.pause_reading()
 
-    def resume_reading(self, transport: asyncio.Transport) -> None:
+    def resume_reading(self, owner: C, transport: asyncio.Transport) -> None:
         if self.reading_paused:
             self.reading_paused = False
-            self._paused.discard(self._owner)
+            self._paused.discard(owner)
             transport.resume_reading()
 
-    def arm_write(self) -> None:
+    def arm_write(self, owner: C) -> None:
         """The client has ``write_timeout`` from now to take what was written
         (kept if already running)."""
         if self.write_due < 0:
             self.write_due = self._deadlines.add(
-                self._owner, asyncio.get_running_loop().time() + self._timeout)
+                owner, asyncio.get_running_loop().time() + self._timeout)
 
-    def disarm_write(self) -> None:
+    def disarm_write(self, owner: C) -> None:
         if self.write_due >= 0:
-            self._deadlines.discard(self._owner, self.write_due)
+            self._deadlines.discard(owner, self.write_due)
             self.write_due = -1

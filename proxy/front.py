@@ -220,7 +220,7 @@ class Front:
         there are connections. A flag check per connection: cheaper than
         arming a deadline after every answer."""
         self.trim.due()
-        if not self.connections:
+        if not self.connections and not self.trim.dropped:
             self._sweeper = None
             return
         self._sweeper = asyncio.get_running_loop().call_later(

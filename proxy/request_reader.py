@@ -287,11 +287,14 @@ class RequestReader:
         except httptools.HttpParserCallbackError as exc:
             # httptools raises what a callback raised as this error's context.
             cause = exc.__context__
+            if not isinstance(cause, (_HandOff, _Refuse)):
+                raise (cause or exc) from None  # the connection's own callback failed
+            # Its traceback holds the frames of this reader's feed, which hold
+            # the exception: a cycle that would keep the connection until gc.
+            cause.__traceback__ = exc.__traceback__ = None
             if isinstance(cause, _HandOff):
                 self.stopped = True
                 return Fed.HAND_OFF
-            if not isinstance(cause, _Refuse):
-                raise (cause or exc) from None  # the connection's own callback failed
             self.refuse(cause.reply)
             return Fed.REFUSED
         except httptools.HttpParserError as exc:

@@ -5,8 +5,10 @@ clients that did not read would keep their buffers' worth of RSS for good
 (measured: 1 000 such clients, +100 MiB without). The front counts the
 unsent bytes its aborted connections dropped; past :data:`TRIM_AFTER`, its
 next sweep calls ``malloc_trim(0)`` (a few ms for a heap of hundreds of
-MiB). Python's own small-object arenas are not glibc's: one still holding a
-live object stays (docs/performance.md, "Clients that never read").
+MiB), and so does the first sweep that finds nothing more dropped (the crowd
+has left). Python's own small-object arenas are not glibc's: one still
+holding a live object stays, so a node keeps a few MiB of a crowd's small
+objects (docs/performance.md, "Clients that never read").
 """
 
 from __future__ import annotations
@@ -45,14 +47,21 @@ class Trim:
         self.dropped = 0
         """Unsent bytes aborted connections dropped since memory was last
         handed back."""
+        self._seen = 0
+        """``dropped`` at the last sweep."""
         self._trim: list[Callable[[], object] | None] = []
         """The trimmer once looked up (empty: not yet)."""
 
     def due(self) -> None:
-        """Hand memory back if enough was dropped since the last time."""
-        if self.dropped < TRIM_AFTER:
+        """Hand memory back if :data:`TRIM_AFTER` bytes were dropped since the
+        last time, or if some were and none since the last sweep (a crowd cut
+        off has finished leaving: what it left is handed back too)."""
+        dropped = self.dropped
+        quiet = dropped > 0 and dropped == self._seen
+        self._seen = dropped
+        if dropped < TRIM_AFTER and not quiet:
             return
-        self.dropped = 0
+        self.dropped = self._seen = 0
         if not self._trim:
             self._trim.append(_trimmer())
         trim = self._trim[0]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -468,3 +469,44 @@ async def test_the_front_and_aiohttp_answer_the_same_bytes() -> None:
         assert bodies["front"] == bodies["aiohttp"]
         # Two answers in two formats, and two errors (always JSON).
         assert len(set(bodies["front"])) == 4
+
+
+async def test_a_closed_connection_is_freed_at_once_not_by_the_garbage_collector() -> None:
+    """A connection and its parts (reader, flow control) make no reference
+    cycle, whatever ends it (an answer and a close, a refusal, a client gone
+    mid-hold, a hand-over to aiohttp): each goes when its last reference does.
+    A cycle would keep every closed connection (and its buffers) until the
+    next full collection (the first split of the front had one: 1 041 of
+    them after 1 000 clients were cut)."""
+    ours = {"Connection", "RequestReader", "FlowControl"}
+
+    def alive() -> int:
+        return sum(type(o).__name__ in ours and type(o).__module__.startswith("proxy.")
+                   for o in gc.get_objects())
+
+    async with running_node() as node:
+        gc.collect()
+        gc.disable()  # what is left now is kept by a cycle, or still referenced
+        try:
+            async with connect(node) as (reader, writer):
+                writer.write(get("/v1/rooms/freed/poll?uid=u"))
+                assert (await read_response(reader))[0] == 200
+            async with connect(node) as (reader, writer):
+                writer.write(b"NOT HTTP\r\n\r\n")
+                assert (await read_response(reader))[0] == 400
+                assert await closed_by_server(reader)
+            async with connect(node) as (reader, writer):
+                writer.write(get("/v1/rooms/freed/poll?uid=u"))
+                await read_response(reader)
+                writer.write(get("/v1/rooms/freed/poll?uid=u&seq=1"))  # held
+                await asyncio.sleep(0)
+            async with connect(node) as (reader, writer):
+                writer.write(get("/healthz"))  # handed to aiohttp
+                assert (await read_response(reader))[0] == 200
+            front = node.node.proxy.front
+            async with asyncio.timeout(5):
+                while front.open_connections or node.node.proxy.held_polls():
+                    await asyncio.sleep(0.01)
+            assert alive() == 0
+        finally:
+            gc.enable()
