@@ -9,7 +9,7 @@ header that is missing, of another scheme, or not UTF-8 is a 401.
 from __future__ import annotations
 
 import hmac
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
 from liveroom.errors import Forbidden, Unauthorized
@@ -51,10 +51,19 @@ def bearer(authorization: str | bytes | None) -> str:
     return token
 
 
+VERIFIED_MAX = 16
+"""Authorization headers (as they arrived) whose token was verified, kept to
+skip the check next time: a backend sends the same header on every request.
+Only headers that carried one of the tokens are kept, so no client can fill
+it."""
+
+
 @dataclass(frozen=True, slots=True)
 class Tokens:
     admin: str
     publisher: str
+    _verified: dict[bytes, Right] = field(default_factory=dict, compare=False, repr=False)
+    """Raw headers already verified, and the right they carry (see :data:`VERIFIED_MAX`)."""
 
     def right_of(self, token: str) -> Right | None:
         """What ``token`` may do: ADMIN (everything), PUBLISH, or None (not ours)."""
@@ -67,7 +76,14 @@ class Tokens:
 
     def require(self, authorization: str | bytes | None, right: Right) -> None:
         """Raise 401 for a missing or unknown token, 403 for one without ``right``."""
-        held = self.right_of(bearer(authorization))
+        if isinstance(authorization, bytes):
+            held = self._verified.get(authorization)
+            if held is None:
+                held = self.right_of(bearer(authorization))
+                if held is not None and len(self._verified) < VERIFIED_MAX:
+                    self._verified[authorization] = held
+        else:
+            held = self.right_of(bearer(authorization))
         if held is Right.ADMIN or held is right:
             return
         if held is Right.PUBLISH:

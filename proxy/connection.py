@@ -26,7 +26,6 @@ from functools import partial
 from time import monotonic as _monotonic
 from typing import TYPE_CHECKING, cast
 
-from .addresses import peer_address
 from .admission import CROWDED_REPLY
 from .flow import FlowControl
 from .handoff import hand_over
@@ -332,11 +331,12 @@ class Connection(asyncio.Protocol):
             sends, body = front.sends, bytes(req.body)
             # The client as the connection is counted: behind a trusted proxy
             # the one X-Forwarded-For names, so one client is one client to
-            # the new-room window too (not every client of the proxy).
-            address = self.address or peer_address(self._transport)
+            # the new-room window too (not every client of the proxy); else
+            # the peer, read only if the send needs it.
+            address, peer = self.address, self._transport
             # A store that appends at once (memory) answers here, without a task.
             reply = sends.send_at_once(req.room, req.content_type, body, req.authorization,
-                                       req.accept, address)
+                                       req.accept, address, peer)
             if reply is not None:
                 if self._reader.waiting:
                     # Requests pipelined behind it are answered from the next
@@ -347,7 +347,7 @@ class Connection(asyncio.Protocol):
                     self._answer(req, reply)
                 return
             task = asyncio.create_task(sends.send(
-                req.room, req.content_type, body, req.authorization, req.accept, address))
+                req.room, req.content_type, body, req.authorization, req.accept, address, peer))
             req.work = task
             task.add_done_callback(partial(self._sent, req))
 

@@ -64,11 +64,26 @@ DISCARD_MAX = 64 * 1024
 """Bytes of a refused body read and dropped to keep the connection; past
 this the reader stops after the refusal."""
 
-_ONCE = {b"authorization": 1, b"content-type": 2, b"content-encoding": 4,
-         b"content-length": 8, b"transfer-encoding": 16, b"expect": 32}
-"""Headers a request may carry once: a second copy is a 400, so that no two
-readers of the same bytes (the front, aiohttp, a proxy in front) can take
-different ones."""
+_AUTHORIZATION, _CONTENT_TYPE, _CONTENT_ENCODING, _CONTENT_LENGTH = 1, 2, 4, 8
+_TRANSFER_ENCODING, _EXPECT = 16, 32
+_ONCE = _AUTHORIZATION | _CONTENT_TYPE | _CONTENT_ENCODING | _CONTENT_LENGTH \
+    | _TRANSFER_ENCODING | _EXPECT
+"""Headers a request may carry once (their bits): a second copy is a 400, so
+that no two readers of the same bytes (the front, aiohttp, a proxy in front)
+can take different ones."""
+_ACCEPT, _FORWARDED = 64, 128
+_OTHER = 0
+_HEADERS = {b"authorization": _AUTHORIZATION, b"content-type": _CONTENT_TYPE,
+            b"content-encoding": _CONTENT_ENCODING, b"content-length": _CONTENT_LENGTH,
+            b"transfer-encoding": _TRANSFER_ENCODING, b"expect": _EXPECT,
+            b"accept": _ACCEPT, b"x-forwarded-for": _FORWARDED}
+"""The headers the front reads, by their lowercase names."""
+_SPELLED = {**_HEADERS, **{name.title(): code for name, code in _HEADERS.items()},
+            b"X-Forwarded-For": _FORWARDED, b"Host": _OTHER, b"host": _OTHER,
+            b"User-Agent": _OTHER, b"Connection": _OTHER, b"Accept-Encoding": _OTHER,
+            b"Accept-Language": _OTHER, b"Origin": _OTHER, b"Referer": _OTHER}
+"""The same and common others as clients spell them: one lookup, no
+lowercase copy, for most headers."""
 
 
 class Arriving(enum.IntEnum):
@@ -384,28 +399,31 @@ class RequestReader:
                 431, "headers_too_large",
                 f"at most {limits.max_headers} header lines and "
                 f"{limits.max_header_bytes} bytes of headers"))
-        name = name.lower()
-        once = _ONCE.get(name)
-        if once is not None:
-            if req.seen & once:
+        code = _SPELLED.get(name, -1)
+        if code < 0:
+            code = _HEADERS.get(name.lower(), _OTHER)
+        if code == _OTHER:
+            return
+        if code & _ONCE:
+            if req.seen & code:
                 raise _Refuse(error_reply(
                     400, "bad_request",
                     f"repeated header: {name.decode('latin-1').title()} (send it once)"))
-            req.seen |= once
-        if name == b"accept":
-            req.accept = value.decode("latin-1")
-        elif name == b"content-type":
+            req.seen |= code
+        if code == _CONTENT_TYPE:
             req.content_type = value.decode("latin-1")
-        elif name == b"content-length":
+        elif code == _CONTENT_LENGTH:
             with contextlib.suppress(ValueError):
                 req.content_length = int(value)
-        elif name == b"content-encoding":
-            req.content_encoding = value.decode("latin-1")
-        elif name == b"authorization":
+        elif code == _AUTHORIZATION:
             req.authorization = value
-        elif name == b"expect":
+        elif code == _ACCEPT:
+            req.accept = value.decode("latin-1")
+        elif code == _CONTENT_ENCODING:
+            req.content_encoding = value.decode("latin-1")
+        elif code == _EXPECT:
             req.expect = value.lower() == b"100-continue"
-        elif name == b"x-forwarded-for" and self.proxied:
+        elif code == _FORWARDED and self.proxied:
             forwarded = req.forwarded
             req.forwarded = value if forwarded is None else forwarded + b"," + value
 

@@ -28,6 +28,7 @@ mode, where only a ticket naming the uid reads them).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import NoReturn
 
@@ -48,6 +49,7 @@ from liveroom.ratelimit import RateLimits
 from liveroom.settings import Settings
 from liveroom.store.base import AppendAtOnce, Appended, MessageLog
 
+from .addresses import peer_address
 from .auth import Right, Tokens, bearer
 from .new_rooms import NewRooms, Place
 from .params import parse_send
@@ -106,7 +108,7 @@ class Sends:
 
     def send_at_once(self, room: str, content_type: str, raw: bytes,
                      authorization: str | bytes | None, accept: str, address: str,
-                     ) -> Reply | None:
+                     peer: asyncio.BaseTransport | None = None) -> Reply | None:
         """The answer of a send (as :meth:`send`'s) when the store appends
         without waiting (the memory engine): no task, no await. ``None``
         when the store may wait (Redis): await :meth:`send` instead."""
@@ -114,7 +116,7 @@ class Sends:
         if append is None:
             return None
         try:
-            pending = self._prepare(room, content_type, raw, authorization, address)
+            pending = self._prepare(room, content_type, raw, authorization, address, peer)
             try:
                 appended = append(room, pending.message, pending.limits,
                                   may_create=pending.may_create, provisional=pending.provisional)
@@ -125,11 +127,14 @@ class Sends:
             return answer_to(exc, logger, "a send to room %s failed", room)
 
     async def send(self, room: str, content_type: str, raw: bytes,
-                   authorization: str | bytes | None, accept: str, address: str) -> Reply:
+                   authorization: str | bytes | None, accept: str, address: str,
+                   peer: asyncio.BaseTransport | None = None) -> Reply:
         """Append the message in ``raw`` to ``room``; the answer (201 or an error).
-        ``address`` is the client's as the node sees it (its new-room window)."""
+        ``address`` is the client's as the node sees it (its new-room window);
+        ``""`` with ``peer``: the peer's address, read only if a new-room
+        window needs it (not for the backend)."""
         try:
-            pending = self._prepare(room, content_type, raw, authorization, address)
+            pending = self._prepare(room, content_type, raw, authorization, address, peer)
             try:
                 appended = await self._log.append(
                     room, pending.message, pending.limits, may_create=pending.may_create,
@@ -141,7 +146,8 @@ class Sends:
             return answer_to(exc, logger, "a send to room %s failed", room)
 
     def _prepare(self, room: str, content_type: str, raw: bytes,
-                 authorization: str | bytes | None, address: str) -> _Pending:
+                 authorization: str | bytes | None, address: str,
+                 peer: asyncio.BaseTransport | None) -> _Pending:
         """Everything before the append: the credential, the body, the
         message, and its place in the new-room windows (raises a 4xx)."""
         tickets = self.tickets
@@ -179,7 +185,7 @@ class Sends:
             return _Pending(message, None, None, None, False)
         # The new room takes its place in the windows before the append's round
         # trip, so sends in flight together never pass them; settled after it.
-        admitted = self.new_rooms.admit(uid, address, message.ts)
+        admitted = self.new_rooms.admit(uid, address or peer_address(peer), message.ts)
         return _Pending(message, None if limits.off else limits, admitted,
                         admitted if isinstance(admitted, Place) else None, True)
 
