@@ -121,6 +121,20 @@ class Metrics:
             "liveroom_vip_moves", "Rooms this node moved between sects, by direction "
             "(to_vip, to_normal) and reason (auto: the rule; pin, operator: an operator)",
             ["direction", "reason"], registry=r)
+        self.likes_taps = Counter("liveroom_likes_taps",
+                                  "Taps acknowledged (a like request carries 1 to 100)",
+                                  registry=r)
+        self.likes_refused = Counter(
+            "liveroom_likes_refused", "Like requests refused by this node's bounds, by reason "
+            "(rate_limited: the uid's windows; full: the rooms or uids it may hold)",
+            ["reason"], registry=r)
+        self.likes_flushes = Counter("liveroom_likes_flushes",
+                                     "Writes of this node's likes to the store, by outcome",
+                                     ["outcome"], registry=r)
+        self.likes_pending = gauge("liveroom_likes_pending_taps",
+                                   "Taps acknowledged and not yet written to the store")
+        self.likes_flush_lag = gauge("liveroom_likes_flush_lag_seconds",
+                                     "Seconds the oldest taps not yet written have waited")
         self.tasks = gauge("liveroom_asyncio_tasks", "Tasks alive on the event loop")
         self.track(self.tasks, lambda: len(asyncio.all_tasks()))
         self.workers = gauge("liveroom_workers",

@@ -102,7 +102,7 @@ def build_node(settings: Settings, clock: Clock | None = None,
                                  rate=recvsvr.rate)
     proxy = Proxy(settings, reader=recvsvr, stats=statsvr, sink=statsvr,
                   vip_list=vip_list, log=store.log, operators=store.operators,
-                  clock=clock, metrics=metrics,
+                  counters=store.counters, clock=clock, metrics=metrics,
                   health=partial(store_health, store))
     statsvr.count_held_polls(proxy.held_polls)
     # The automatic vip rule reads the merged trusted counts, not the online ones.

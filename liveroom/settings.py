@@ -82,6 +82,8 @@ DEFAULT_RATE_LIMITS = RateLimits()
 ROOMS_PER_UID = parse_windows("10/m,100/h")
 ROOMS_PER_ADDRESS = parse_windows("100/m")
 ROOMS_PER_NODE = parse_windows("600/m")
+LIKE_REQUESTS = parse_windows("10/s")
+LIKE_TAPS = parse_windows("1000/m")
 DEFAULT_TIERS = (Tier(1_000, 1.0), Tier(10_000, 2.0), Tier(100_000, 5.0),
                  Tier(1_000_000, 8.0, 2.0))
 
@@ -344,6 +346,23 @@ class Settings:
         "LIMIT/[N]UNIT windows (a backstop: --rooms-per-address keeps one client from "
         "using it up); 'off' for none.", TRAFFIC, parse=parse_windows,
         show=_windows_text)
+    likes_flush: float = setting(
+        0.25, "Seconds between two writes of this node's likes to the store, all rooms "
+        "in one round trip (one add per room): a crash loses at most this long of "
+        "acknowledged taps.", TRAFFIC, lo=0.01, hi=10)
+    like_requests: tuple[Window, ...] = setting(
+        LIKE_REQUESTS, "Like requests (each up to 100 taps) allowed per uid on this node: "
+        "LIMIT/[N]UNIT fixed windows; 'off' for none.", TRAFFIC, parse=parse_windows,
+        show=_windows_text)
+    like_taps: tuple[Window, ...] = setting(
+        LIKE_TAPS, "Taps allowed per uid on this node: LIMIT/[N]UNIT fixed windows; 'off' "
+        "for none.", TRAFFIC, parse=parse_windows, show=_windows_text)
+    likes_rooms_max: int = setting(
+        10_000, "Rooms whose taps may wait for the store on this node (while it is "
+        "unavailable): a tap for one more is refused (503).", TRAFFIC, lo=1)
+    likes_uids_max: int = setting(
+        200_000, "Uids whose like windows this node keeps at once (those seen in the last "
+        "two of the longest window): one more is refused (503).", TRAFFIC, lo=1)
     vip_refresh: float = setting(
         2.0, "Seconds between two reads of the rooms' sects: a room moved through another "
         "node (or by the automatic rule) moves here within this time; the rule runs as "

@@ -15,32 +15,33 @@ import orjson
 from liveroom.codec import msgpack_array_header, msgpack_map_header
 from liveroom.snapshot import Delivery, Item
 
-_FIELDS = 12
+_FIELDS = 13
 
 
 def _pack(value: object) -> bytes:
     return msgpack.packb(value)  # type: ignore[no-any-return]
 
 
-def _json_head(room: str, epoch: str, d: Delivery, reset: bool, online: int,
+def _json_head(room: str, epoch: str, d: Delivery, reset: bool, online: int, likes: int,
                interval_ms: int) -> bytes:
     return b"".join((
         b'{"room":', orjson.dumps(room), b',"epoch":', orjson.dumps(epoch),
         b',"seq":', str(d.seq).encode(), b',"iseq":', str(d.iseq).encode(),
         b',"gap":', str(d.gap).encode(), b',"igap":', str(d.igap).encode(),
         b',"reset":', b"true" if reset else b"false",
-        b',"online":', str(online).encode(), b',"interval_ms":', str(interval_ms).encode(),
+        b',"online":', str(online).encode(), b',"likes":', str(likes).encode(),
+        b',"interval_ms":', str(interval_ms).encode(),
         b',"important":[', b",".join(i.json for i in d.important),
         b'],"messages":[', b",".join(i.json for i in d.messages), b'],"ctx":"',
     ))
 
 
-def _msgpack_head(room: str, epoch: str, d: Delivery, reset: bool, online: int,
+def _msgpack_head(room: str, epoch: str, d: Delivery, reset: bool, online: int, likes: int,
                   interval_ms: int) -> bytes:
     parts = [msgpack_map_header(_FIELDS)]
     for key, value in (("room", room), ("epoch", epoch), ("seq", d.seq), ("iseq", d.iseq),
                        ("gap", d.gap), ("igap", d.igap), ("reset", reset),
-                       ("online", online), ("interval_ms", interval_ms)):
+                       ("online", online), ("likes", likes), ("interval_ms", interval_ms)):
         parts += (_pack(key), _pack(value))
     parts += (_pack("important"), msgpack_array_header(len(d.important)),
               *(i.mp for i in d.important))
@@ -51,10 +52,10 @@ def _msgpack_head(room: str, epoch: str, d: Delivery, reset: bool, online: int,
 
 
 def head(room: str, epoch: str, d: Delivery, *, reset: bool, online: int,
-         interval_ms: int, use_msgpack: bool) -> bytes:
+         interval_ms: int, use_msgpack: bool, likes: int = 0) -> bytes:
     """The answer up to its ``ctx``."""
     build = _msgpack_head if use_msgpack else _json_head
-    return build(room, epoch, d, reset, online, interval_ms)
+    return build(room, epoch, d, reset, online, likes, interval_ms)
 
 
 _PSEQ_MP = _pack("pseq")
@@ -70,7 +71,7 @@ def finish(head: bytes, ctx: str, use_msgpack: bool, spread: int | None = None,
     ``pgap`` (only when there are some) and, in a vip room, its routing hint
     ``spread``."""
     if use_msgpack:
-        # The head's map header is one byte (fixmap) saying 12 fields.
+        # The head's map header is one byte (fixmap) saying 13 fields.
         parts = [b"", head[1:], _pack(ctx), _PSEQ_MP, _pack(pseq)]
         fields = _FIELDS + 1
         if personal:

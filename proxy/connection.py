@@ -32,7 +32,7 @@ from .handoff import hand_over
 from .poll import Poll
 from .reply import Reply, error_reply
 from .request_reader import Arriving, Fed, Request, RequestReader
-from .routing import POLL, parse_query
+from .routing import LIKE, POLL, parse_query
 
 if TYPE_CHECKING:
     from .front import Front
@@ -326,6 +326,10 @@ class Connection(asyncio.Protocol):
                     front.admission.prove(self)  # held: a valid poll
                 if self._eof or self._hangup:
                     poll.release()
+        elif req.kind == LIKE:
+            assert req.body is not None
+            self._answer(req, front.taps.tap(req.room, req.content_type, bytes(req.body),
+                                             req.authorization, req.accept))
         else:
             assert req.body is not None
             sends, body = front.sends, bytes(req.body)

@@ -61,6 +61,7 @@ from .deadlines import Deadlines
 from .front_limits import FrontLimits
 from .poll import Poll, Polls
 from .send import Sends
+from .taps import Taps
 from .trim import Trim
 
 __all__ = ["Connection", "Front", "reset"]
@@ -85,9 +86,11 @@ class Front:
     """The listener front of one node: a protocol factory for the listening
     socket, and what its connections share."""
 
-    def __init__(self, polls: Polls, sends: Sends, limits: FrontLimits | None = None) -> None:
+    def __init__(self, polls: Polls, sends: Sends, taps: Taps,
+                 limits: FrontLimits | None = None) -> None:
         self.polls = polls
         self.sends = sends
+        self.taps = taps
         self.limits = limits or FrontLimits()
         self.admission = Admission(self.limits, self.shed)
         self.handoff: Callable[[Callable[[], None] | None], asyncio.Protocol] | None = None

@@ -58,6 +58,7 @@ from . import answer
 from .context import Context, ContextSigner
 from .heartbeats import Heartbeats
 from .hold import HeldPoll, Holds
+from .likes import Likes
 from .params import Cursor, PollParams, parse_poll
 from .reply import Reply, answer_to
 from .step import (
@@ -110,6 +111,8 @@ class Polls:
         self.clock = clock
         self.tickets: Tickets | None = None
         """The ticket verifier in ``ticket`` mode (set by the proxy); None: open."""
+        self.likes: Likes | None = None
+        """The node's likes (set by the proxy): answers carry a room's total."""
         rule = settings.vip_rule()
         self.trust_ctx = rule is not None
         """In open mode, a poll's heartbeat is trusted when its ``ctx`` is
@@ -131,6 +134,11 @@ class Polls:
                                     metrics.deliveries.labels("important"),
                                     metrics.deliveries.labels("normal"),
                                     metrics.deliveries.labels("personal")])
+
+    def likes_of(self, room: str) -> int:
+        """The room's likes as answers show them (0 without likes)."""
+        likes = self.likes
+        return 0 if likes is None else likes.total(room)
 
     def loop_time(self) -> float:
         """The running loop's time (plain polls' deadlines are on it)."""
@@ -194,6 +202,7 @@ class Poll:
         "hint_pn",
         "hint_seq",
         "last",
+        "likes",
         "online",
         "pace",
         "paced_deadline",
@@ -216,6 +225,7 @@ class Poll:
         self.task: asyncio.Task[None] | None = None
         self.done = False
         self.online = 0
+        self.likes = 0
         self.deadline = 0.0
         """When a plain hold answers empty, on the loop's clock."""
         self.pace: Pace | None = None
@@ -280,6 +290,7 @@ class Poll:
             # A room that does not exist counts no heartbeat: statsvr keeps no
             # presence, viewers or series for made-up names (online stays 0).
             self.online = polls.stats.online(params.room)
+            self.likes = polls.likes_of(params.room)
             polls.heartbeats.beat(params.room, params.uid, self.trusted(cursor))
             polls.reader.read_by(params.room, params.uid)
         # The timeout counts from the poll's arrival, a confirming pull included.
@@ -371,7 +382,7 @@ class Poll:
                 if delivery.empty:
                     head = answer.head(snap.room, snap.epoch, delivery, reset=False,
                                        online=self.online, interval_ms=pace.interval_ms,
-                                       use_msgpack=self.use_msgpack)
+                                       use_msgpack=self.use_msgpack, likes=self.likes)
                 delivery = delivery._replace(personal=mine.items, pgap=mine.pgap)
             decision = step(snap, cursor, pace, now_ms, delivery, held_as=held_as)
             if decision == DELIVER:
@@ -409,7 +420,7 @@ class Poll:
         pace = self.pace
         assert pace is not None
         key = (cursor.seq, cursor.iseq, self.hint_seq, self.hint_iseq, self.use_msgpack,
-               online, pace.interval_ms)
+               online, self.likes, pace.interval_ms)
         memo = snap.memo
         found = memo.get(key)
         if found is not None:
@@ -419,7 +430,7 @@ class Poll:
                         budget=self._polls.answer_bytes_max)
         head = b"" if delivery.empty else answer.head(
             snap.room, snap.epoch, delivery, reset=False, online=online,
-            interval_ms=pace.interval_ms, use_msgpack=self.use_msgpack)
+            interval_ms=pace.interval_ms, use_msgpack=self.use_msgpack, likes=self.likes)
         return self._keep(memo, key, delivery, head)
 
     def _personal(self, snap: Snapshot, cursor: Cursor) -> PersonalRead | None:
@@ -454,13 +465,14 @@ class Poll:
         self.pseq_out, self.pn_out = snap.phead, mine.pn if mine is not None else None
         reset = outcome == _RESET
         memo = snap.memo
-        key = ("recent", count, reset, self.use_msgpack, self.online, pace.interval_ms)
+        key = ("recent", count, reset, self.use_msgpack, self.online, self.likes,
+               pace.interval_ms)
         found = memo.get(key)
         if found is None:
             delivery = recent(snap, count, self._polls.answer_bytes_max)
             found = self._keep(memo, key, delivery, answer.head(
                 snap.room, snap.epoch, delivery, reset=reset, online=self.online,
-                interval_ms=pace.interval_ms, use_msgpack=self.use_msgpack))
+                interval_ms=pace.interval_ms, use_msgpack=self.use_msgpack, likes=self.likes))
         self._send(snap.epoch, found[0], found[1], now_ms, outcome)
 
     @staticmethod
@@ -536,6 +548,7 @@ class Poll:
             if newest is not None and newest.epoch != snap.epoch:
                 snap = newest
         self.online = polls.stats.online(params.room)
+        self.likes = polls.likes_of(params.room)
         if snap is not None and snap.epoch != ABSENT_EPOCH and cursor is not None \
                 and cursor.epoch == ABSENT_EPOCH:
             # Held before the room existed (no heartbeat then): an operator
@@ -602,7 +615,7 @@ class Poll:
                                 self.pn_out)
         head = answer.head(params.room, cursor.epoch, delivery, reset=False,
                            online=self.online, interval_ms=pace.interval_ms,
-                           use_msgpack=self.use_msgpack)
+                           use_msgpack=self.use_msgpack, likes=self.likes)
         self.finish(Reply(200, answer.finish(head, ctx, self.use_msgpack, self._spread(),
                                              self.pseq_out),
                            MSGPACK if self.use_msgpack else JSON))

@@ -29,12 +29,14 @@ from .front import Front
 from .front_limits import UNSENT_MAX, WRITE_HIGH, FrontLimits
 from .heartbeats import Heartbeats
 from .hold import Holds
+from .likes import LikeCounts, Likes, TapLimits
 from .operators import OperatorRoutes
 from .pages import Pages
 from .poll import Polls
 from .routes import Routes, errors_middleware
 from .send import Sends
 from .site import FrontSite
+from .taps import Taps
 from .tickets import Tickets
 from .tiers import TierTable
 
@@ -51,7 +53,7 @@ class Proxy:
 
     def __init__(self, settings: Settings, *, reader: RoomReader, stats: StatsReader,
                  sink: HeartbeatSink, vip_list: VipList, log: MessageLog,
-                 operators: Operators, clock: Clock,
+                 operators: Operators, counters: LikeCounts, clock: Clock,
                  metrics: Metrics, health: Callable[[], Awaitable[str | None]]) -> None:
         self.settings = settings
         tokens = Tokens(admin=_given(settings.admin_token, "admin_token"),
@@ -72,7 +74,13 @@ class Proxy:
             if settings.auth == "ticket" else None
         """One verifier (one cache) for polls, sends and member lists; None: open."""
         self.polls.tickets = self.sends.tickets = self.tickets
-        self.front = Front(self.polls, self.sends, FrontLimits(
+        self.likes = Likes(counters, clock, TapLimits(
+            settings.like_requests, settings.like_taps, settings.likes_uids_max),
+            likes_flush=settings.likes_flush, likes_rooms_max=settings.likes_rooms_max,
+            metrics=metrics)
+        self.polls.likes = self.likes
+        self.taps = Taps(self.likes, self.tickets)
+        self.front = Front(self.polls, self.sends, self.taps, FrontLimits(
             header_timeout=settings.header_timeout, request_timeout=settings.request_timeout,
             keepalive_timeout=settings.keepalive_timeout, connections_max=settings.connections_max,
             connections_per_ip=settings.connections_per_ip,
@@ -83,7 +91,7 @@ class Proxy:
         metrics.track(metrics.connections, lambda: self.front.open_connections)
         metrics.track(metrics.held_polls, self.held_polls)
         self.routes = Routes(settings=settings, reader=reader, polls=self.polls,
-                             sends=self.sends, stats=stats, tickets=self.tickets,
+                             sends=self.sends, taps=self.taps, stats=stats, tickets=self.tickets,
                              is_vip=vip_list.is_vip, clock=clock, metrics=metrics,
                              health=health)
         self.operators = OperatorRoutes(operators, tokens, clock, settings, stats=stats,
@@ -116,12 +124,16 @@ class Proxy:
         return FrontSite(runner, self.front, host, port, sock=sock, reuse_port=reuse_port)
 
     async def start(self) -> None:
-        """Start handing heartbeats to statsvr (before the first poll)."""
+        """Start handing heartbeats to statsvr (before the first poll) and
+        likes to the store."""
         await self.heartbeats.start()
+        self.likes.start()
 
     async def stop(self) -> None:
-        """Answer and drop every held poll, then hand over the last heartbeats."""
+        """Answer and drop every held poll, write the last likes, then hand
+        over the last heartbeats."""
         await self.holds.close()
+        await self.likes.stop()
         await self.heartbeats.stop()
 
     async def _release(self, app: web.Application) -> None:

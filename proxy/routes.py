@@ -32,6 +32,7 @@ from .poll import Poll, Polls
 from .reply import Reply, document_reply, error_reply, failure_reply
 from .routing import parse_query
 from .send import Sends
+from .taps import Taps
 from .tickets import Tickets
 
 logger = logging.getLogger("liveroom.proxy")
@@ -136,13 +137,15 @@ class Routes:
     front handed over), the room figures and the node's operations."""
 
     def __init__(self, *, settings: Settings, reader: RoomReader, polls: Polls, sends: Sends,
-                 stats: StatsReader, tickets: Tickets | None, is_vip: Callable[[str], bool],
+                 taps: Taps, stats: StatsReader, tickets: Tickets | None,
+                 is_vip: Callable[[str], bool],
                  clock: Clock, metrics: Metrics,
                  health: Callable[[], Awaitable[str | None]]) -> None:
         self.settings = settings
         self.reader = reader
         self.polls = polls
         self.sends = sends
+        self.taps = taps
         self.stats = stats
         self.tickets = tickets
         """One verifier (one cache) for polls, sends and member lists; None: open."""
@@ -163,6 +166,7 @@ class Routes:
     def add_routes(self, app: web.Application) -> None:
         app.router.add_get("/v1/rooms/{room}/poll", self.poll)
         app.router.add_post("/v1/rooms/{room}/messages", self.send)
+        app.router.add_post("/v1/rooms/{room}/likes", self.like)
         app.router.add_get("/v1/rooms/{room}/online", self.online)
         app.router.add_get("/v1/rooms/{room}/stats", self.room_stats)
         app.router.add_get("/v1/rooms/{room}/stats/online", self.online_series)
@@ -222,6 +226,14 @@ class Routes:
         return response(await self.sends.send(room, headers.get("Content-Type", ""), raw,
                                               headers.get("Authorization"),
                                               headers.get("Accept", ""), request.remote or ""))
+
+    async def like(self, request: web.Request) -> web.StreamResponse:
+        headers = request.headers
+        room = self.sends.check_head(request.match_info["room"],
+                                     headers.get("Content-Encoding"), request.content_length)
+        raw = await self._read_body(request)
+        return response(self.taps.tap(room, headers.get("Content-Type", ""), raw,
+                                      headers.get("Authorization"), headers.get("Accept", "")))
 
     # -- stats -----------------------------------------------------------------
 

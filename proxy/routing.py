@@ -1,7 +1,8 @@
 """The listener routes and their queries, read from the raw request target.
 
-The front serves two routes itself, ``GET /v1/rooms/{room}/poll`` and
-``POST /v1/rooms/{room}/messages``; any other target goes to aiohttp. Both
+The front serves three routes itself, ``GET /v1/rooms/{room}/poll``,
+``POST /v1/rooms/{room}/messages`` and ``POST /v1/rooms/{room}/likes``; any
+other target goes to aiohttp. Both
 readers (the front's :func:`route` and :func:`parse_query`, aiohttp's router)
 must agree on what a target names, so these read it as aiohttp does: the room
 percent-decoded, ``+`` a space in the query, the first of repeated names wins.
@@ -11,12 +12,12 @@ from __future__ import annotations
 
 from urllib.parse import unquote, unquote_plus
 
-POLL, SEND = 1, 2
+POLL, SEND, LIKE = 1, 2, 3
 """The kinds of request the front serves (:func:`route`'s first item)."""
 
 
 def route(url: bytes) -> tuple[int, str, str] | None:
-    """``(POLL or SEND, room, raw query)`` of a listener route, else None."""
+    """``(POLL, SEND or LIKE, room, raw query)`` of a listener route, else None."""
     # Offsets into the URL rather than partitions: fewer objects per request.
     if not url.startswith(b"/v1/rooms/"):
         return None
@@ -30,6 +31,8 @@ def route(url: bytes) -> tuple[int, str, str] | None:
         kind = POLL
     elif tail == 9 and url.startswith(b"/messages", slash):
         kind = SEND
+    elif tail == 6 and url.startswith(b"/likes", slash):
+        kind = LIKE
     else:
         return None
     name = url[10:slash].decode("latin-1")

@@ -1,0 +1,281 @@
+"""Likes: taps counted in memory, written to the store as one add per room.
+
+A listener's client batches its taps (``count`` 1 to :data:`MAX_COUNT` a
+request). The node checks the uid's windows (:class:`TapLimits`), adds the
+taps to the room's pending sum and answers at once: nothing on a tap's path
+touches the store. Every ``likes_flush`` seconds one call adds every dirty
+room's sum to the store (``Counters.add_likes``: one round trip, atomic per
+room), so the store's writes a second depend on the rooms tapped, never on
+the tap rate (the seed's counting at huge QPS: merge the increments, write
+one ``+n``).
+
+**Never more, never silently less.** A flush that fails (the store down)
+puts its sums back and the next one tries again; meanwhile at most
+``likes_rooms_max`` rooms wait (a tap for one more is refused, 503). A clean
+stop flushes what is left. A crash loses the taps acknowledged since the
+last flush: at most ``likes_flush`` seconds of them.
+
+**Everyone sees it.** Poll answers carry the room's total as ``likes``: what
+the store held at the last refresh (at most one a second per node, for the
+rooms asked about in the last minute), plus what this node has acknowledged
+and not yet seen written. It never goes down within a broadcast: a total
+that went down in the store is a new broadcast (``room end``), which starts
+again from the store's figure.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from liveroom.clock import Clock
+from liveroom.errors import Overloaded, RateLimited, StoreUnavailable
+from liveroom.lifecycle import Periodic
+from liveroom.metrics import Metrics
+from liveroom.ratelimit import Window, span
+
+logger = logging.getLogger("liveroom.proxy.likes")
+
+MAX_COUNT = 100
+"""Taps one request may carry."""
+REFRESH_EVERY = 1.0
+"""Seconds between two reads of the totals of the rooms asked about."""
+ASKED_FOR = 60
+"""Refreshes (about seconds) a room's total is kept fresh after it was last
+asked about."""
+
+
+class LikeCounts(Protocol):
+    """What likes need of the store (``Counters`` in :mod:`liveroom.store.base`)."""
+
+    async def add_likes(self, taps: Mapping[str, int], now_ms: int) -> None: ...
+
+    async def likes(self, rooms: Sequence[str]) -> dict[str, int]: ...
+
+
+_TAPS, _WRITTEN, _FAILED, _LIMITED, _FULL = range(5)
+
+
+class TapLimits:
+    """Per-uid windows over a node's taps: each a fixed window (``limit``
+    per ``seconds``, counted from the window's start), for requests or for
+    taps. Kept for the uids seen in the last two of the longest window (one
+    table for the window now, one for the one before: a uid's state moves to
+    the current table when it taps, and the older table is dropped whole at
+    each turn), and for at most ``uids_max`` uids at once: one more is
+    refused (503) until a turn frees places."""
+
+    def __init__(self, requests: Sequence[Window], taps: Sequence[Window],
+                 uids_max: int) -> None:
+        self.requests = tuple(requests)
+        self.taps = tuple(taps)
+        self.uids_max = uids_max
+        longest = max((w.seconds for w in (*self.requests, *self.taps)), default=1)
+        self._turn_ms = longest * 1000
+        self._turn = -1
+        self._now: dict[str, list[int]] = {}
+        self._before: dict[str, list[int]] = {}
+
+    def __len__(self) -> int:
+        return len(self._now) + len(self._before)
+
+    def admit(self, room: str, uid: str, count: int, now_ms: int) -> None:
+        """Count one request of ``count`` taps by ``uid``, or raise
+        :class:`RateLimited` (nothing counted) with the wait."""
+        turn = now_ms // self._turn_ms
+        if turn != self._turn:
+            self._before = self._now if turn == self._turn + 1 else {}
+            self._now = {}
+            self._turn = turn
+        state = self._now.get(uid)
+        if state is None:
+            state = self._before.pop(uid, None)
+            if state is None:
+                if len(self._now) + len(self._before) >= self.uids_max:
+                    raise Overloaded("this node counts taps for as many users as it may; "
+                                     "retry later", retry_after=1.0)
+                state = [0] * (2 * (len(self.requests) + len(self.taps)))
+            self._now[uid] = state
+        at = 0
+        for windows, cost in ((self.requests, 1), (self.taps, count)):
+            for window in windows:
+                start = now_ms // (window.seconds * 1000)
+                used = state[at + 1] if state[at] == start else 0
+                if used + cost > window.limit:
+                    wait = ((start + 1) * window.seconds * 1000 - now_ms) / 1000
+                    what = "requests" if cost == 1 and windows is self.requests else "taps"
+                    raise RateLimited(
+                        f"uid {uid} over {window.limit} {what} per {span(window.seconds)} "
+                        f"in room {room}; retry in {wait:g} s", retry_after=wait)
+                at += 2
+        at = 0
+        for windows, cost in ((self.requests, 1), (self.taps, count)):
+            for window in windows:
+                start = now_ms // (window.seconds * 1000)
+                if state[at] != start:
+                    state[at], state[at + 1] = start, 0
+                state[at + 1] += cost
+                at += 2
+
+
+class Likes:
+    """One node's likes: taps merged per room, flushed, and the totals shown.
+    Start and stop it with the node."""
+
+    def __init__(self, store: LikeCounts, clock: Clock, limits: TapLimits, *,
+                 likes_flush: float, likes_rooms_max: int,
+                 metrics: Metrics | None = None) -> None:
+        self._store = store
+        self._clock = clock
+        self.limits = limits
+        self.likes_rooms_max = likes_rooms_max
+        self._pending: dict[str, int] = {}
+        """Taps acknowledged and not yet handed to the store, by room."""
+        self._writing: dict[str, int] = {}
+        """Taps in the flush under way."""
+        self._stored: dict[str, int] = {}
+        """The store's totals at the last refresh."""
+        self._shown: dict[str, int] = {}
+        """The totals answered so far (never down within a broadcast)."""
+        self._asked: dict[str, int] = {}
+        """Rooms whose total was asked about, and at which refresh."""
+        self._refreshes = 0
+        self.counts = [0] * 5 if metrics is None else metrics.tally([
+            metrics.likes_taps, metrics.likes_flushes.labels("written"),
+            metrics.likes_flushes.labels("failed"), metrics.likes_refused.labels("rate_limited"),
+            metrics.likes_refused.labels("full")])
+        """Taps acknowledged, flushes written and failed, requests refused by
+        the windows and for want of room (the metrics' :meth:`Metrics.tally`)."""
+        if metrics is not None:
+            metrics.track(metrics.likes_pending, lambda: self.pending)
+            metrics.track(metrics.likes_flush_lag, self.flush_lag)
+        self.oldest_pending = 0.0
+        """When the oldest taps not yet written were acknowledged (monotonic; 0: none)."""
+        self._refreshed = 0.0
+        self._unavailable = False
+        # One task flushes, then refreshes when due: a refresh never reads the
+        # store while a flush of this node's taps may or may not be in it.
+        self._flusher = Periodic("proxy-likes", likes_flush, self.step, clock, logger)
+
+    def start(self) -> None:
+        self._flusher.start()
+
+    async def stop(self) -> None:
+        """Stop flushing and refreshing, then hand the store what is left."""
+        await self._flusher.stop()
+        await self.flush()
+        left = sum(self._pending.values())
+        if left:
+            logger.warning("%d acknowledged taps in %d rooms were not written: the store "
+                           "was unavailable at shutdown", left, len(self._pending))
+
+    @property
+    def pending(self) -> int:
+        """Taps acknowledged and not yet written."""
+        return sum(self._pending.values()) + sum(self._writing.values())
+
+    def tap(self, room: str, uid: str, count: int) -> int:
+        """Acknowledge ``count`` taps of ``uid`` in ``room``; the room's total
+        as this node knows it. Raises :class:`RateLimited` past the uid's
+        windows, :class:`Overloaded` when ``likes_rooms_max`` rooms wait for
+        a flush already (or the uid table is full)."""
+        pending = self._pending
+        counts = self.counts
+        if room not in pending and len(pending) + len(self._writing) >= self.likes_rooms_max:
+            counts[_FULL] += 1
+            raise Overloaded("this node holds as many rooms' taps as it may until the store "
+                             "takes them; retry later", retry_after=1.0)
+        try:
+            self.limits.admit(room, uid, count, int(self._clock.time() * 1000))
+        except RateLimited:
+            counts[_LIMITED] += 1
+            raise
+        except Overloaded:
+            counts[_FULL] += 1
+            raise
+        if not pending and not self._writing:
+            self.oldest_pending = self._clock.monotonic()
+        pending[room] = pending.get(room, 0) + count
+        counts[_TAPS] += count
+        return self.total(room)
+
+    def total(self, room: str) -> int:
+        """The room's total as shown (see the module's docstring): a few dict
+        lookups, nothing more (read on every poll answer)."""
+        self._asked[room] = self._refreshes
+        known = (self._stored.get(room, 0) + self._pending.get(room, 0)
+                 + self._writing.get(room, 0))
+        shown = self._shown.get(room, 0)
+        if known > shown:
+            self._shown[room] = shown = known
+        return shown
+
+    async def step(self) -> None:
+        """A flush, and a refresh if :data:`REFRESH_EVERY` passed since the
+        last. While the store is unavailable, one warning when it goes and
+        one line when it is back (not a traceback each step)."""
+        try:
+            await self.flush()
+            now = self._clock.monotonic()
+            if now - self._refreshed >= REFRESH_EVERY:
+                self._refreshed = now
+                await self.refresh()
+        except StoreUnavailable:
+            if not self._unavailable:
+                self._unavailable = True
+                logger.warning("the store is unavailable: likes wait in memory (%d taps in "
+                               "%d rooms) and are written when it is back", self.pending,
+                               len(self._pending))
+            return
+        if self._unavailable:
+            self._unavailable = False
+            logger.info("the store is back: the likes that waited are written")
+
+    async def flush(self) -> None:
+        """Hand every room's pending taps to the store in one call; put them
+        back if it fails."""
+        if not self._pending or self._writing:
+            return
+        batch, self._pending = self._pending, {}
+        self._writing = batch
+        try:
+            await self._store.add_likes(batch, int(self._clock.time() * 1000))
+        except BaseException:
+            self.counts[_FAILED] += 1
+            for room, n in batch.items():
+                self._pending[room] = self._pending.get(room, 0) + n
+            raise
+        else:
+            self.counts[_WRITTEN] += 1
+            stored = self._stored
+            for room, n in batch.items():
+                stored[room] = stored.get(room, 0) + n
+        finally:
+            self._writing = {}
+            if not self._pending:
+                self.oldest_pending = 0.0
+
+    async def refresh(self) -> None:
+        """Read the totals of the rooms asked about in the last
+        :data:`ASKED_FOR` refreshes (one call); forget the others."""
+        self._refreshes += 1
+        oldest = self._refreshes - ASKED_FOR
+        for room in [r for r, at in self._asked.items() if at < oldest]:
+            del self._asked[room]
+            self._stored.pop(room, None)
+            self._shown.pop(room, None)
+        if not self._asked:
+            return
+        totals = await self._store.likes(list(self._asked))
+        for room, total in totals.items():
+            before = self._stored.get(room)
+            if before is not None and total < before:
+                # The store's total went down: a new broadcast. Show from it.
+                self._shown[room] = 0
+            self._stored[room] = total
+
+    def flush_lag(self) -> float:
+        """Seconds the oldest taps not yet written have waited (0: none)."""
+        oldest = self.oldest_pending
+        return 0.0 if not oldest else self._clock.monotonic() - oldest

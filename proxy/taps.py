@@ -1,0 +1,78 @@
+"""A like request: ``POST /v1/rooms/{room}/likes`` with ``{"uid": ..., "count": n}``.
+
+Who taps: in ``open`` mode the body names its uid; in ``ticket`` mode the
+ticket does (a uid in the body must be the ticket's, as for a send), and the
+ticket must be good for the room. The room need not exist yet (a broadcast
+may be tapped before its first message) but its name must be valid. ``count``
+is 1 to :data:`~.likes.MAX_COUNT` (a client batches its taps). Answered
+``202 {"likes": total}``, the room's total as this node knows it, at once:
+the taps reach the store with the node's next flush (:mod:`.likes`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from liveroom.codec import decode_request, wants_msgpack
+from liveroom.errors import BadBody, Unauthorized
+from liveroom.model import check_name
+
+from .auth import bearer
+from .likes import MAX_COUNT, Likes
+from .reply import Reply, answer_to, document_reply
+from .send import media_type
+from .tickets import UID_MISMATCH, Tickets
+
+logger = logging.getLogger("liveroom.proxy.taps")
+
+
+def parse_taps(doc: Any, *, uid_required: bool) -> tuple[str | None, int]:
+    """``(uid, count)`` of a like request's document."""
+    if not isinstance(doc, dict):
+        raise BadBody("the request body must be an object with uid and count")
+    uid = doc.get("uid")
+    if uid is None:
+        if uid_required:
+            raise BadBody("uid is required")
+    else:
+        check_name("uid", uid)
+    count = doc.get("count", 1)
+    if type(count) is not int or not 1 <= count <= MAX_COUNT:
+        raise BadBody(f"count must be a whole number from 1 to {MAX_COUNT}")
+    unknown = set(doc) - {"uid", "count"}
+    if unknown:
+        raise BadBody(f"unknown fields: {', '.join(sorted(unknown))}")
+    return uid, count
+
+
+class Taps:
+    """The like requests of one node (both paths: the front and aiohttp)."""
+
+    def __init__(self, likes: Likes, tickets: Tickets | None = None) -> None:
+        self.likes = likes
+        self.tickets = tickets
+        """Set by the role in ``ticket`` mode (None: open)."""
+
+    def tap(self, room: str, content_type: str, raw: bytes,
+            authorization: str | bytes | None, accept: str) -> Reply:
+        """The answer to one like request (202, or the error's)."""
+        try:
+            check_name("room", room)
+            tickets = self.tickets
+            if tickets is None:
+                uid, count = parse_taps(decode_request(media_type(content_type), raw),
+                                        uid_required=True)
+            else:
+                claims = tickets.admit(room, bearer(authorization), None)
+                uid, count = parse_taps(decode_request(media_type(content_type), raw),
+                                        uid_required=False)
+                if uid is not None and uid != claims.uid:
+                    raise Unauthorized(UID_MISMATCH)
+                uid = claims.uid
+            assert uid is not None
+            total = self.likes.tap(room, uid, count)
+            return document_reply({"likes": total}, use_msgpack=wants_msgpack(accept),
+                                  status=202)
+        except Exception as exc:
+            return answer_to(exc, logger, "a like in room %s failed", room)
