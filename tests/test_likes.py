@@ -1,0 +1,200 @@
+"""Likes on a node (``proxy/likes.py``): each uid's windows, taps merged per
+room and written in one call, never more and never silently less, and the
+totals answers show."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support import ADMIN_HEADERS, Running, running_node, send
+
+from liveroom.clock import FakeClock
+from liveroom.errors import Overloaded, RateLimited
+from liveroom.ratelimit import Window, parse_windows
+from proxy.likes import TapLimits
+
+# -- the uid's windows ---------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(events=st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(1, 100),
+                                 st.integers(0, 3_000)), max_size=80))
+def test_tap_windows_admit_exactly_what_fixed_windows_allow(
+        events: list[tuple[str, int, int]]) -> None:
+    """Against a model: per uid and window, the requests (or taps) counted
+    since the window's start, a refusal counting nothing."""
+    requests, taps = parse_windows("3/s"), parse_windows("250/m")
+    limits = TapLimits(requests, taps, uids_max=1_000)
+    used: dict[tuple[str, Window, int], int] = {}
+    now = 1_700_000_000_000
+    for uid, count, step in events:
+        now += step
+        costs = [(w, 1) for w in requests] + [(w, count) for w in taps]
+        keys = [(uid, w, now // (w.seconds * 1000)) for w, _ in costs]
+        allowed = all(used.get(k, 0) + cost <= k[1].limit for k, (_, cost) in zip(keys, costs, strict=True))
+        if allowed:
+            limits.admit("r", uid, count, now)
+            for k, (_, cost) in zip(keys, costs, strict=True):
+                used[k] = used.get(k, 0) + cost
+        else:
+            with pytest.raises(RateLimited) as refused:
+                limits.admit("r", uid, count, now)
+            assert refused.value.retry_after is not None
+            assert 0 < refused.value.retry_after <= 60
+
+
+def test_a_refusal_says_which_window_and_when_it_frees() -> None:
+    limits = TapLimits(parse_windows("2/s"), parse_windows("1000/m"), uids_max=10)
+    now = 1_700_000_000_250
+    limits.admit("r", "u", 1, now)
+    limits.admit("r", "u", 1, now)
+    with pytest.raises(RateLimited, match=r"uid u over 2 requests per 1 s in room r; retry in "
+                                          r"0\.75 s"):
+        limits.admit("r", "u", 1, now)
+    limits.admit("r", "u", 1, now + 750)  # the next second
+
+
+def test_the_uid_table_is_bounded_and_forgets_whole_turns() -> None:
+    limits = TapLimits(parse_windows("10/s"), parse_windows("100/m"), uids_max=3)
+    now = 1_700_000_000_000
+    for uid in "abc":
+        limits.admit("r", uid, 1, now)
+    with pytest.raises(Overloaded):
+        limits.admit("r", "d", 1, now)
+    limits.admit("r", "a", 1, now + 60_000)  # the next turn: a moves on, b and c wait
+    assert len(limits) == 3
+    limits.admit("r", "d", 1, now + 120_000)  # two turns on: only a's is left before it
+    assert len(limits) == 2
+
+
+# -- over HTTP, on a node ------------------------------------------------------
+
+ROOM = "likes-room"
+
+
+@pytest.fixture(params=["front", "aiohttp"])
+async def client(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Running, Client]]:
+    """A node (memory engine, a fake clock) and a session on the front or,
+    having asked for /healthz first, on a connection aiohttp serves."""
+    clock = FakeClock()
+    async with running_node(clock=clock) as node:
+        connector = aiohttp.TCPConnector(force_close=request.param == "front",
+                                         limit=0 if request.param == "front" else 1)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            if request.param == "aiohttp":
+                async with session.get(f"{node.url}/healthz") as resp:
+                    assert resp.status == 200
+            yield node, Client(session, node.url, clock)
+
+
+@dataclass
+class Client:
+    session: aiohttp.ClientSession
+    url: str
+    clock: FakeClock
+
+    async def like(self, doc: Any, room: str = ROOM,
+                   headers: dict[str, str] | None = None) -> tuple[int, Any, Any]:
+        async with self.session.post(f"{self.url}/v1/rooms/{room}/likes", json=doc,
+                                     headers=headers or {}) as resp:
+            body = await resp.json()
+            return resp.status, body, resp.headers.get("Retry-After")
+
+
+async def test_taps_are_acknowledged_at_once_and_reach_the_store_in_one_add_per_room(
+        client: tuple[Running, Client]) -> None:
+    node, c = client
+    counters = node.node.store.counters
+    likes = node.node.proxy.likes
+    total = 0
+    for i in range(20):
+        status, body, _ = await c.like({"uid": f"u{i % 5}", "count": i % 7 + 1})
+        total += i % 7 + 1
+        assert status == 202
+        assert body == {"likes": total}
+    await c.like({"uid": "v", "count": 3}, room="other-room")
+    assert await counters.likes([ROOM, "other-room"]) == {ROOM: 0, "other-room": 0}
+    await likes.flush()  # the flusher's step, forced
+    assert await counters.likes([ROOM, "other-room"]) == {ROOM: total, "other-room": 3}
+    assert likes.counts[1] == 1  # one write for both rooms
+    assert likes.pending == 0
+
+
+async def test_a_poll_answer_carries_the_rooms_likes(client: tuple[Running, Client]) -> None:
+    _node, c = client
+    await send(c.session, c.url, ROOM, "hello")
+    await c.like({"uid": "fan", "count": 42})
+    async with c.session.get(f"{c.url}/v1/rooms/{ROOM}/poll?uid=watcher") as resp:
+        answer = await resp.json()
+    assert answer["likes"] == 42
+    async with c.session.get(f"{c.url}/v1/rooms/{ROOM}/poll?uid=watcher",
+                             headers={"Accept": "application/msgpack"}) as resp:
+        assert msgpack.unpackb(await resp.read())["likes"] == 42
+
+
+async def test_bad_likes_are_4xx_with_a_reason(client: tuple[Running, Client]) -> None:
+    _, c = client
+    for doc, status in [({"uid": "u", "count": 0}, 400), ({"uid": "u", "count": 101}, 400),
+                        ({"uid": "u", "count": "3"}, 400), ({"uid": "u", "count": True}, 400),
+                        ({"count": 3}, 400), ({"uid": "u", "count": 1, "extra": 1}, 400),
+                        ([1], 400), ({"uid": "bad uid", "count": 1}, 400)]:
+        got, body, _ = await c.like(doc)
+        assert got == status, (doc, body)
+        assert set(body) == {"error", "message"}
+    got, body, _ = await c.like({"uid": "u"}, room="bad room")
+    assert got == 400
+    async with c.session.get(f"{c.url}/v1/rooms/{ROOM}/likes") as resp:
+        assert resp.status == 405
+
+
+async def test_a_uid_past_its_windows_gets_429_with_retry_after(
+        client: tuple[Running, Client]) -> None:
+    _, c = client
+    for _ in range(10):  # --like-requests 10/s
+        assert (await c.like({"uid": "eager", "count": 1}))[0] == 202
+    status, body, retry = await c.like({"uid": "eager", "count": 1})
+    assert status == 429
+    assert body["error"] == "rate_limited"
+    assert retry is not None
+    assert int(retry) >= 1
+    assert (await c.like({"uid": "calm", "count": 1}))[0] == 202  # others still tap
+
+
+async def test_likes_never_go_down_within_a_broadcast_and_start_again_after_it(
+        client: tuple[Running, Client]) -> None:
+    node, c = client
+    likes = node.node.proxy.likes
+    await c.like({"uid": "u", "count": 5})
+    await likes.step()
+    assert likes.total(ROOM) == 5
+    await node.node.store.counters.add_likes({ROOM: 7}, int(c.clock.time() * 1000))  # another node
+    await c.clock.advance(2)
+    await likes.step()  # flush and refresh
+    assert likes.total(ROOM) == 12
+    async with c.session.post(f"{c.url}/v1/admin/rooms/{ROOM}/end",
+                              headers=ADMIN_HEADERS) as resp:
+        assert resp.status == 200, await resp.text()
+    await c.clock.advance(2)
+    await likes.step()
+    assert likes.total(ROOM) == 0  # a new broadcast
+    status, body, _ = await c.like({"uid": "u", "count": 1})
+    assert (status, body) == (202, {"likes": 1})
+
+
+async def test_a_clean_stop_writes_every_acknowledged_tap() -> None:
+    async with running_node() as node:
+        store = node.node.store
+        async with aiohttp.ClientSession() as session:
+            for i in range(30):
+                async with session.post(f"{node.url}/v1/rooms/{ROOM}/likes",
+                                        json={"uid": f"u{i}", "count": 2}) as resp:
+                    assert resp.status == 202
+        await node.node.proxy.stop()
+        assert await store.counters.likes([ROOM]) == {ROOM: 60}
