@@ -38,7 +38,8 @@ def test_tap_windows_admit_exactly_what_fixed_windows_allow(
         now += step
         costs = [(w, 1) for w in requests] + [(w, count) for w in taps]
         keys = [(uid, w, now // (w.seconds * 1000)) for w, _ in costs]
-        allowed = all(used.get(k, 0) + cost <= k[1].limit for k, (_, cost) in zip(keys, costs, strict=True))
+        allowed = all(used.get(k, 0) + cost <= k[1].limit
+                      for k, (_, cost) in zip(keys, costs, strict=True))
         if allowed:
             limits.admit("r", uid, count, now)
             for k, (_, cost) in zip(keys, costs, strict=True):
