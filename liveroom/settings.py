@@ -603,6 +603,7 @@ class Settings:
             dedup_ttl_ms=int(self.dedup_ttl * 1000),
             durable_replicas=self.durable_replicas,
             durable_timeout_ms=int(self.durable_timeout * 1000),
+            history_ttl_ms=int(self.history_ttl * 1000),
         )
 
 

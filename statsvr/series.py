@@ -51,6 +51,8 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Final
 
+from liveroom.store.base import SERIES_RESOLUTIONS
+
 Bucket = tuple[int, int, int, int]
 """``(min, max, sum, count)`` of the samples in one bucket; ``count >= 1``."""
 
@@ -116,12 +118,11 @@ class Resolution:
         return self.start(now) - (self.keep - 1) * self.step
 
 
-DEFAULT_RESOLUTIONS: Final[tuple[Resolution, ...]] = (
-    Resolution(step=60, retention=86_400),
-    Resolution(step=300, retention=7 * 86_400),
-    Resolution(step=3_600, retention=90 * 86_400),
-)
-"""1-minute buckets for a day, 5-minute buckets for a week, 1-hour buckets for 90 days."""
+DEFAULT_RESOLUTIONS: Final[tuple[Resolution, ...]] = tuple(
+    Resolution(step=step, retention=retention) for step, retention in SERIES_RESOLUTIONS)
+"""1-minute buckets for a day, 5-minute buckets for a week, 1-hour buckets for 90 days:
+the store's table (``liveroom.store.base.SERIES_RESOLUTIONS``, which the likes
+series uses too), as :class:`Resolution` objects."""
 
 
 def validate_resolutions(resolutions: Iterable[Resolution]) -> tuple[Resolution, ...]:

@@ -17,6 +17,7 @@ import logging
 from ...clock import Clock
 from ...lifecycle import Periodic
 from ..base import LogPolicy
+from .counters import MemoryCounters
 from .log import MemoryLog
 from .notifier import MemoryNotifier
 from .operators import MemoryOperators
@@ -24,7 +25,8 @@ from .stats import MemoryStats
 
 logger = logging.getLogger("liveroom.store.memory")
 
-__all__ = ["MemoryLog", "MemoryNotifier", "MemoryOperators", "MemoryStats", "MemoryStore"]
+__all__ = ["MemoryCounters", "MemoryLog", "MemoryNotifier", "MemoryOperators", "MemoryStats",
+           "MemoryStore"]
 
 
 class MemoryStore:
@@ -37,6 +39,7 @@ class MemoryStore:
         self.notifier = MemoryNotifier()
         self.log = MemoryLog(policy, clock, self.notifier)
         self.stats = MemoryStats(clock, self.log.provisional)
+        self.counters = MemoryCounters(policy, clock)
         self.operators = MemoryOperators(self.log, self.stats, self.notifier)
         self._sweeper = Periodic("memory-store-sweep", 60.0, self._sweep, clock, logger)
 
@@ -49,6 +52,7 @@ class MemoryStore:
     async def _sweep(self) -> None:
         self.log.sweep()
         self.stats.sweep()
+        self.counters.sweep()
 
     async def ping(self) -> None:
         return None

@@ -55,6 +55,7 @@ from ...errors import ConfigError, StoreUnavailable
 from ..base import LogPolicy
 from . import keys
 from .calls import Client, unavailable
+from .counters import RedisCounters
 from .log import RedisLog
 from .notify import RedisNotifier, pool_options
 from .operators import RedisOperators
@@ -143,6 +144,7 @@ class RedisStore:
         else:
             self.notifier = RedisNotifier(url, client, node_id)
         self.stats = RedisStats(client)
+        self.counters = RedisCounters(client, policy)
         self.operators = RedisOperators(client, policy, self.log, sharded=self.cluster)
 
     async def start(self) -> None:

@@ -1,0 +1,183 @@
+"""The counters' store contract: a room's likes (total and series) and gifts
+(ranking, total) behave alike on every engine.
+
+Each test runs once per engine (the ``store`` fixture is parametrized with
+``memory``, ``redis`` and ``cluster``); the property tests run random batches
+through each engine and compare them with a plain dict model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from dataclasses import replace
+
+import pytest
+from conftest import ENGINES, TEST_POLICY, fresh_engine_url, opened
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from liveroom.clock import FakeClock
+from liveroom.store import Store
+from liveroom.store.base import SERIES_RESOLUTIONS, series_horizon_ms
+
+BUILT = frozenset({"memory"})
+"""Engines whose counters are built (the redis engine's come in a later commit)."""
+
+
+def now_ms(clock: FakeClock) -> int:
+    return int(clock.time() * 1000)
+
+
+@pytest.fixture
+def counting(store: Store) -> Store:
+    """The store, where its engine has counters."""
+    if store.name not in BUILT:
+        pytest.skip(f"counters not built on {store.name} yet")
+    return store
+
+
+class LikesModel:
+    """What the likes of rooms should be: totals, and each resolution's
+    buckets (start s -> taps) with the horizon following the newest bucket."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, int] = defaultdict(int)
+        self.series: dict[tuple[str, int], dict[int, int]] = defaultdict(dict)
+
+    def add(self, taps: dict[str, int], t_ms: int) -> None:
+        for room, n in taps.items():
+            self.totals[room] += n
+            for step, retention in SERIES_RESOLUTIONS:
+                buckets = self.series[room, step]
+                start = t_ms // 1000 // step * step
+                newest = max([start, *buckets])
+                horizon = newest - (retention // step - 1) * step
+                if start >= horizon:
+                    buckets[start] = buckets.get(start, 0) + n
+                for old in [s for s in buckets if s < horizon]:
+                    del buckets[old]
+
+    def read(self, room: str, step: int) -> list[tuple[int, int]]:
+        return sorted(self.series[room, step].items())
+
+
+ALL_TIME = (0, 2**40)
+"""``low, high`` that take every bucket."""
+
+
+# --- likes --------------------------------------------------------------------
+
+
+async def test_likes_add_up_per_room_and_start_at_zero(
+        counting: Store, fake_clock: FakeClock) -> None:
+    counters = counting.counters
+    assert await counters.likes(["a", "b"]) == {"a": 0, "b": 0}
+    await counters.add_likes({"a": 3, "b": 1}, now_ms(fake_clock))
+    await counters.add_likes({"a": 100}, now_ms(fake_clock))
+    await counters.add_likes({}, now_ms(fake_clock))
+    assert await counters.likes(["a", "b", "c"]) == {"a": 103, "b": 1, "c": 0}
+    assert await counters.likes([]) == {}
+
+
+@pytest.mark.parametrize("taps", [{"a": 0}, {"a": -2}, {"a": 1, "b": 0}, {"a": 1.5},
+                                  {"a": True}, {"a": "3"}])
+async def test_bad_taps_are_refused_and_nothing_is_added(
+        counting: Store, fake_clock: FakeClock, taps: dict[str, int]) -> None:
+    with pytest.raises(ValueError, match="taps"):
+        await counting.counters.add_likes(taps, now_ms(fake_clock))
+    assert await counting.counters.likes(["a", "b"]) == {"a": 0, "b": 0}
+    assert await counting.counters.read_likes("a", 60, *ALL_TIME) == []
+
+
+async def test_likes_series_sums_each_bucket_of_every_resolution(
+        counting: Store, fake_clock: FakeClock) -> None:
+    counters = counting.counters
+    base = 1_700_000_000 // 3_600 * 3_600  # on the hour
+    model = LikesModel()
+    for offset_s, n in [(0, 2), (10, 3), (59, 1), (60, 4), (299, 5), (300, 6), (3_599, 7),
+                        (3_600, 8), (7_300, 9)]:
+        taps = {"r": n, "s": 2 * n}
+        await counters.add_likes(taps, (base + offset_s) * 1000)
+        model.add(taps, (base + offset_s) * 1000)
+    assert await counters.read_likes("r", 60, *ALL_TIME) == [
+        (base, 6), (base + 60, 4), (base + 240, 5), (base + 300, 6), (base + 3_540, 7),
+        (base + 3_600, 8), (base + 7_260, 9)]
+    assert await counters.read_likes("r", 300, *ALL_TIME) == [
+        (base, 15), (base + 300, 6), (base + 3_300, 7), (base + 3_600, 8), (base + 7_200, 9)]
+    assert await counters.read_likes("r", 3_600, *ALL_TIME) == [
+        (base, 28), (base + 3_600, 8), (base + 7_200, 9)]
+    for room in ("r", "s"):
+        for step, _ in SERIES_RESOLUTIONS:
+            assert await counters.read_likes(room, step, *ALL_TIME) == model.read(room, step)
+    # [low, high] bounds bucket starts, both ends included.
+    assert await counters.read_likes("r", 60, base + 60, base + 300) == [
+        (base + 60, 4), (base + 240, 5), (base + 300, 6)]
+    assert await counters.read_likes("r", 60, base + 61, base + 239) == []
+    assert await counters.read_likes("r", 120, *ALL_TIME) == []  # no such resolution
+    assert await counters.likes(["r", "s"]) == {"r": 45, "s": 90}
+
+
+async def test_likes_series_keeps_its_retention_and_late_taps_count_in_the_total(
+        counting: Store, fake_clock: FakeClock) -> None:
+    counters = counting.counters
+    t0 = 1_700_000_000_000
+    await counters.add_likes({"r": 1}, t0)
+    await counters.add_likes({"r": 2}, t0 + 86_400_000)  # a day later: the minute is gone
+    minutes = await counters.read_likes("r", 60, *ALL_TIME)
+    assert minutes == [((t0 + 86_400_000) // 60_000 * 60, 2)]
+    assert len(await counters.read_likes("r", 300, *ALL_TIME)) == 2
+    # Taps from a node whose clock is a day behind: in the total, not in the minutes.
+    await counters.add_likes({"r": 4}, t0)
+    assert await counters.read_likes("r", 60, *ALL_TIME) == minutes
+    assert sum(n for _, n in await counters.read_likes("r", 300, *ALL_TIME)) == 7
+    assert await counters.likes(["r"]) == {"r": 7}
+
+
+async def test_likes_expire_after_the_history_ttl_on_the_memory_engine(
+        fake_clock: FakeClock) -> None:
+    policy = replace(TEST_POLICY, history_ttl_ms=60_000)
+    async with opened("memory", policy, fake_clock) as store:
+        counters = store.counters
+        await counters.add_likes({"r": 5}, now_ms(fake_clock))
+        await fake_clock.advance(59)
+        await counters.add_likes({"r": 1}, now_ms(fake_clock))  # pushes the expiry back
+        await fake_clock.advance(59)
+        assert await counters.likes(["r"]) == {"r": 6}
+        await fake_clock.advance(2)
+        assert await counters.likes(["r"]) == {"r": 0}
+        assert await counters.read_likes("r", 3_600, *ALL_TIME) != []  # the series lives on
+        await fake_clock.advance(series_horizon_ms(SERIES_RESOLUTIONS, 0) / 1000)
+        assert await counters.read_likes("r", 3_600, *ALL_TIME) == []
+
+
+flushes = st.lists(
+    st.tuples(st.dictionaries(st.sampled_from(["a", "b", "c", "{d}", "é"]),
+                              st.integers(1, 10**6), max_size=5),
+              st.integers(0, 3 * 86_400_000)),
+    max_size=25)
+
+
+@pytest.mark.parametrize("engine", [e for e in ENGINES if e in BUILT])
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batches=flushes)
+def test_likes_match_the_model_over_many_flushes(
+        engine: str, request: pytest.FixtureRequest,
+        batches: list[tuple[dict[str, int], int]]) -> None:
+    asyncio.run(_run_likes(fresh_engine_url(engine, request), batches))
+
+
+async def _run_likes(url: str, batches: list[tuple[dict[str, int], int]]) -> None:
+    base = 1_700_000_000_000
+    model = LikesModel()
+    async with opened(url, TEST_POLICY, FakeClock(base / 1000)) as store:
+        for taps, t in batches:
+            await store.counters.add_likes(taps, base + t)
+            model.add(taps, base + t)
+        rooms = ["a", "b", "c", "{d}", "é", "never"]
+        assert await store.counters.likes(rooms) == {r: model.totals[r] for r in rooms}
+        for room in rooms:
+            for step, _ in SERIES_RESOLUTIONS:
+                assert await store.counters.read_likes(room, step, *ALL_TIME) == model.read(
+                    room, step)
