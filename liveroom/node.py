@@ -98,7 +98,8 @@ def build_node(settings: Settings, clock: Clock | None = None,
                                  clock, metrics)
     vip_list.on_change(recvsvr.moved)
     statsvr = Statsvr.configured(settings, store.stats, store.operators, vip_list.is_vip,
-                                 clock, metrics, rooms_cached=recvsvr.__len__,
+                                 clock, metrics, counters=store.counters,
+                                 rooms_cached=recvsvr.__len__,
                                  rate=recvsvr.rate)
     proxy = Proxy(settings, reader=recvsvr, stats=statsvr, sink=statsvr,
                   vip_list=vip_list, log=store.log, operators=store.operators,

@@ -97,6 +97,8 @@ class RoomStats:
     online: int
     viewers: int
     viewers_exact: bool
+    likes: int = 0
+    """Likes in the room's current broadcast, as the store holds them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +135,11 @@ class StatsReader(Protocol):
     async def online_series(self, room: str, since: float,
                             until: float) -> tuple[int, list[tuple[int, float, int]]]:
         """The online count over ``[since, until]`` (Unix s): ``(step, [(t, avg, max)])``."""
+
+    async def likes_series(self, room: str, since: float,
+                           until: float) -> tuple[int, list[tuple[int, int]]]:
+        """Likes over ``[since, until]`` (Unix s): ``(step, [(t, taps)])``, the
+        step picked as for the online series."""
 
     async def biggest_rooms(self, limit: int) -> list[RankedRoom]:
         """The ``limit`` biggest rooms now by online count, over every node of

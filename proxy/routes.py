@@ -170,6 +170,7 @@ class Routes:
         app.router.add_get("/v1/rooms/{room}/online", self.online)
         app.router.add_get("/v1/rooms/{room}/stats", self.room_stats)
         app.router.add_get("/v1/rooms/{room}/stats/online", self.online_series)
+        app.router.add_get("/v1/rooms/{room}/stats/likes", self.likes_series)
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/metrics", self.render_metrics)
         app.router.add_get("/openapi.json", self.openapi)
@@ -263,13 +264,20 @@ class Routes:
         return document(request, {
             "room": room, "online": figures.online, "viewers": figures.viewers,
             "viewers_exact": figures.viewers_exact, "vip": self.is_vip(room),
-            "seq": snap.head,
+            "seq": snap.head, "likes": figures.likes,
         })
 
     async def online_series(self, request: web.Request) -> web.StreamResponse:
         room, since, until = parse_series_range(request.match_info["room"], request.query,
                                                 self.clock.time())
         step, points = await self.stats.online_series(room, since, until)
+        return document(request, {"room": room, "step": step,
+                                   "points": [list(p) for p in points]})
+
+    async def likes_series(self, request: web.Request) -> web.StreamResponse:
+        room, since, until = parse_series_range(request.match_info["room"], request.query,
+                                                self.clock.time())
+        step, points = await self.stats.likes_series(room, since, until)
         return document(request, {"room": room, "step": step,
                                    "points": [list(p) for p in points]})
 

@@ -36,6 +36,7 @@ from liveroom.metrics import Metrics
 from liveroom.roles import BroadcastStats, RoomStats
 from liveroom.settings import DEFAULTS, Settings
 from liveroom.store.base import (
+    Counters,
     NodeLoad,
     NodeState,
     Operators,
@@ -48,7 +49,7 @@ from .history import ViewersHistory
 from .merge import Merge
 from .registry import ANNOUNCE_EVERY, NodeRegistry
 from .sampler import OnlineSeries
-from .series import DEFAULT_RESOLUTIONS, SAMPLE_EVERY, Resolution
+from .series import DEFAULT_RESOLUTIONS, SAMPLE_EVERY, Resolution, query_window
 from .table import Tables
 from .view import EXACT_UP_TO
 from .viewers import merge_registers, viewers_figure
@@ -96,6 +97,7 @@ class Statsvr:
                  is_vip: Callable[[str], bool] = lambda room: False,
                  metrics: Metrics | None = None,
                  operators: Operators | None = None,
+                 counters: Counters | None = None,
                  rooms_cached: Callable[[], int] = lambda: 0,
                  rate: Callable[[str], float | None] = lambda room: None) -> None:
         """``rooms_cached`` says how many rooms the node's recvsvr holds and
@@ -106,6 +108,7 @@ class Statsvr:
         self.limits = limits
         self._stats = stats
         self._operators = operators
+        self._counters = counters
         """Where ended broadcasts are kept (none: no past broadcasts)."""
         self._clock = clock
         self.tables = Tables(clock, online_ttl=limits.online_ttl,
@@ -138,12 +141,14 @@ class Statsvr:
     @classmethod
     def configured(cls, settings: Settings, stats: StatsStore, operators: Operators,
                    is_vip: Callable[[str], bool], clock: Clock, metrics: Metrics, *,
+                   counters: Counters | None = None,
                    rooms_cached: Callable[[], int],
                    rate: Callable[[str], float | None]) -> Statsvr:
         """The statsvr ``settings`` describe, named after the node, keeping
         its figures in ``stats`` and the ended broadcasts in ``operators``."""
         return cls(stats, clock, settings.name, is_vip=is_vip, metrics=metrics,
-                   operators=operators, rooms_cached=rooms_cached, rate=rate,
+                   operators=operators, counters=counters, rooms_cached=rooms_cached,
+                   rate=rate,
                    limits=StatsLimits(
                        online_ttl=settings.online_ttl,
                        vip_shards=settings.vip_shards,
@@ -194,13 +199,27 @@ class Statsvr:
         figure = self.history.figure(room)
         # Everyone in the merged view was counted in the history before their
         # shard was written; the figure may only lag one refresh behind.
+        likes = 0 if self._counters is None else (await self._counters.likes([room]))[room]
         if view.online > figure.viewers:
-            return RoomStats(view.online, view.online, figure.viewers_exact)
-        return RoomStats(view.online, figure.viewers, figure.viewers_exact)
+            return RoomStats(view.online, view.online, figure.viewers_exact, likes)
+        return RoomStats(view.online, figure.viewers, figure.viewers_exact, likes)
 
     async def online_series(self, room: str, since: float,
                             until: float) -> tuple[int, list[tuple[int, float, int]]]:
         return await self.series.query(room, since, until)
+
+    async def likes_series(self, room: str, since: float,
+                           until: float) -> tuple[int, list[tuple[int, int]]]:
+        """The room's likes a bucket from ``since`` to ``until`` (Unix s):
+        ``(step, [(t, taps)])``, the resolution and buckets chosen as for the
+        online series (:func:`statsvr.series.query_window`), buckets without
+        taps left out; one round trip."""
+        resolutions = self.series.resolutions
+        index, low, high = query_window(resolutions, since, until, self._clock.time())
+        step = resolutions[index].step
+        if low > high or self._counters is None:
+            return step, []
+        return step, await self._counters.read_likes(room, step, low, high)
 
     async def biggest_rooms(self, limit: int) -> list[RankedRoom]:
         return await self.registry.biggest_rooms(limit)
