@@ -199,3 +199,21 @@ async def test_a_clean_stop_writes_every_acknowledged_tap() -> None:
                     assert resp.status == 202
         await node.node.proxy.stop()
         assert await store.counters.likes([ROOM]) == {ROOM: 60}
+
+
+async def test_stats_give_the_likes_and_a_likes_series(client: tuple[Running, Client]) -> None:
+    node, c = client
+    await send(c.session, c.url, ROOM, "hello")
+    await c.like({"uid": "a", "count": 30})
+    await c.like({"uid": "b", "count": 12})
+    await node.node.proxy.likes.flush()
+    async with c.session.get(f"{c.url}/v1/rooms/{ROOM}/stats") as resp:
+        assert resp.status == 200
+        assert (await resp.json())["likes"] == 42
+    now = int(c.clock.time())
+    async with c.session.get(f"{c.url}/v1/rooms/{ROOM}/stats/likes?since={now - 600}"
+                             f"&until={now}") as resp:
+        assert resp.status == 200
+        series = await resp.json()
+    assert series["step"] == 60
+    assert series["points"] == [[now // 60 * 60, 42]]
