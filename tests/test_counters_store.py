@@ -19,7 +19,14 @@ from hypothesis import strategies as st
 
 from liveroom.clock import FakeClock
 from liveroom.store import Store
-from liveroom.store.base import SERIES_RESOLUTIONS, series_horizon_ms
+from liveroom.store.base import (
+    GIFT_VALUE_MAX,
+    LEADERBOARD_MAX,
+    SERIES_RESOLUTIONS,
+    GiftRank,
+    Leaderboard,
+    series_horizon_ms,
+)
 
 BUILT = frozenset({"memory"})
 """Engines whose counters are built (the redis engine's come in a later commit)."""
@@ -140,15 +147,119 @@ async def test_likes_expire_after_the_history_ttl_on_the_memory_engine(
     async with opened("memory", policy, fake_clock) as store:
         counters = store.counters
         await counters.add_likes({"r": 5}, now_ms(fake_clock))
+        await counters.add_gift("r", "u", 7, "rose", now_ms(fake_clock))
         await fake_clock.advance(59)
         await counters.add_likes({"r": 1}, now_ms(fake_clock))  # pushes the expiry back
+        await counters.add_gift("r", "v", 1, "rose", now_ms(fake_clock))
         await fake_clock.advance(59)
         assert await counters.likes(["r"]) == {"r": 6}
+        assert await counters.leaderboard("r", 5) == Leaderboard((("u", 7), ("v", 1)), 8, 2)
         await fake_clock.advance(2)
         assert await counters.likes(["r"]) == {"r": 0}
+        assert await counters.leaderboard("r", 5) == Leaderboard((), 0, 0)
         assert await counters.read_likes("r", 3_600, *ALL_TIME) != []  # the series lives on
         await fake_clock.advance(series_horizon_ms(SERIES_RESOLUTIONS, 0) / 1000)
         assert await counters.read_likes("r", 3_600, *ALL_TIME) == []
+
+
+# --- gifts -------------------------------------------------------------------
+
+
+async def test_gifts_rank_givers_and_sum_the_room(
+        counting: Store, fake_clock: FakeClock) -> None:
+    counters = counting.counters
+    t = now_ms(fake_clock)
+    assert await counters.leaderboard("r", 10) == Leaderboard((), 0, 0)
+    assert await counters.add_gift("r", "ann", 50, "rocket", t) == GiftRank(1, 50, 50)
+    assert await counters.add_gift("r", "bob", 20, "rose", t) == GiftRank(2, 20, 70)
+    assert await counters.add_gift("r", "bob", 40, "rose", t) == GiftRank(1, 60, 110)
+    assert await counters.add_gift("r", "cy", GIFT_VALUE_MAX, "castle", t) == GiftRank(
+        1, GIFT_VALUE_MAX, GIFT_VALUE_MAX + 110)
+    assert await counters.add_gift("s", "ann", 1, "rose", t) == GiftRank(1, 1, 1)
+    assert await counters.leaderboard("r", 10) == Leaderboard(
+        (("cy", GIFT_VALUE_MAX), ("bob", 60), ("ann", 50)), GIFT_VALUE_MAX + 110, 4)
+    assert await counters.leaderboard("r", 2) == Leaderboard(
+        (("cy", GIFT_VALUE_MAX), ("bob", 60)), GIFT_VALUE_MAX + 110, 4)
+    assert await counters.leaderboard("s", 1) == Leaderboard((("ann", 1),), 1, 1)
+
+
+async def test_equal_scores_rank_by_giver_name_descending(
+        counting: Store, fake_clock: FakeClock) -> None:
+    counters = counting.counters
+    t = now_ms(fake_clock)
+    assert await counters.add_gift("r", "b", 5, "rose", t) == GiftRank(1, 5, 5)
+    assert await counters.add_gift("r", "a", 5, "rose", t) == GiftRank(2, 5, 10)
+    assert await counters.add_gift("r", "c", 5, "rose", t) == GiftRank(1, 5, 15)
+    assert await counters.add_gift("r", "é", 5, "rose", t) == GiftRank(1, 5, 20)
+    assert (await counters.leaderboard("r", 10)).top == (("é", 5), ("c", 5), ("b", 5),
+                                                         ("a", 5))
+
+
+async def test_the_leaderboard_lists_at_most_its_limit(
+        counting: Store, fake_clock: FakeClock) -> None:
+    counters = counting.counters
+    for n in range(LEADERBOARD_MAX + 20):
+        await counters.add_gift("r", f"u{n:03}", n + 1, "rose", now_ms(fake_clock))
+    board = await counters.leaderboard("r", LEADERBOARD_MAX)
+    assert len(board.top) == LEADERBOARD_MAX
+    assert board.top[0] == (f"u{LEADERBOARD_MAX + 19:03}", LEADERBOARD_MAX + 20)
+    assert board.top[-1] == ("u020", 21)
+    assert board.count == LEADERBOARD_MAX + 20
+    assert board.total == sum(range(1, LEADERBOARD_MAX + 21))
+    assert (await counters.leaderboard("r", 1)).top == (board.top[0],)
+
+
+@pytest.mark.parametrize("value", [0, -1, GIFT_VALUE_MAX + 1, 2.0, True])
+async def test_bad_gift_values_are_refused_and_nothing_is_added(
+        counting: Store, fake_clock: FakeClock, value: int) -> None:
+    with pytest.raises(ValueError, match="value"):
+        await counting.counters.add_gift("r", "u", value, "rose", now_ms(fake_clock))
+    assert await counting.counters.leaderboard("r", 5) == Leaderboard((), 0, 0)
+
+
+@pytest.mark.parametrize("limit", [0, -1, LEADERBOARD_MAX + 1, 1.0])
+async def test_bad_leaderboard_limits_are_refused(counting: Store, limit: int) -> None:
+    with pytest.raises(ValueError, match="limit"):
+        await counting.counters.leaderboard("r", limit)
+
+
+def ranking(scores: dict[str, int]) -> list[tuple[str, int]]:
+    """The ledger's givers, best first, ties by name descending."""
+    return sorted(scores.items(), key=lambda item: (item[1], item[0]), reverse=True)
+
+
+gifts = st.lists(
+    st.tuples(st.sampled_from(["r", "{s}"]),
+              st.sampled_from(["a", "b", "B", "ab", "é", "z", "\U0001f381", "u:1", ""]),
+              st.one_of(st.integers(1, 5), st.integers(1, GIFT_VALUE_MAX))),
+    max_size=40)
+
+
+@pytest.mark.parametrize("engine", [e for e in ENGINES if e in BUILT])
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(given_gifts=gifts)
+def test_gifts_match_the_ledger(engine: str, request: pytest.FixtureRequest,
+                                given_gifts: list[tuple[str, str, int]]) -> None:
+    asyncio.run(_run_gifts(fresh_engine_url(engine, request), given_gifts))
+
+
+async def _run_gifts(url: str, given_gifts: list[tuple[str, str, int]]) -> None:
+    base = 1_700_000_000_000
+    ledger: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    async with opened(url, TEST_POLICY, FakeClock(base / 1000)) as store:
+        for room, giver, value in given_gifts:
+            ledger[room][giver] += value
+            got = await store.counters.add_gift(room, giver, value, "g", base)
+            order = ranking(ledger[room])
+            assert got == GiftRank(order.index((giver, ledger[room][giver])) + 1,
+                                   ledger[room][giver], sum(ledger[room].values()))
+        for room in ("r", "{s}", "t"):
+            count = sum(1 for r, _, _ in given_gifts if r == room)
+            assert await store.counters.leaderboard(room, LEADERBOARD_MAX) == Leaderboard(
+                tuple(ranking(ledger[room])), sum(ledger[room].values()), count)
+            assert (await store.counters.leaderboard(room, 3)).top == tuple(
+                ranking(ledger[room])[:3])
 
 
 flushes = st.lists(
