@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from typing import Any
 
 import pytest
-from conftest import ENGINES, TEST_POLICY, fresh_engine_url, opened
+import redis.asyncio
+from conftest import ENGINES, TEST_POLICY, RedisServer, fresh_engine_url, opened
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from redis.crc import key_slot
 
 from liveroom.clock import FakeClock
-from liveroom.store import Store
+from liveroom.errors import StoreUnavailable
+from liveroom.store import LogPolicy, Store
 from liveroom.store.base import (
     GIFT_VALUE_MAX,
     LEADERBOARD_MAX,
@@ -27,21 +32,33 @@ from liveroom.store.base import (
     Leaderboard,
     series_horizon_ms,
 )
-
-BUILT = frozenset({"memory"})
-"""Engines whose counters are built (the redis engine's come in a later commit)."""
+from liveroom.store.redis import keys
 
 
 def now_ms(clock: FakeClock) -> int:
     return int(clock.time() * 1000)
 
 
-@pytest.fixture
-def counting(store: Store) -> Store:
-    """The store, where its engine has counters."""
-    if store.name not in BUILT:
-        pytest.skip(f"counters not built on {store.name} yet")
-    return store
+class RoundTrips:
+    """Counts the round trips a redis engine's counters make: each pipeline
+    they send and each command sent alone (the real client still runs them,
+    on the real server)."""
+
+    def __init__(self, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        client = store.counters._client  # type: ignore[attr-defined]
+        pipeline, execute = client.pipeline, client.execute_command
+
+        def counted_pipeline(*args: Any, **kwargs: Any) -> Any:
+            self.count += 1
+            return pipeline(*args, **kwargs)
+
+        async def counted_execute(*args: Any, **kwargs: Any) -> Any:
+            self.count += 1
+            return await execute(*args, **kwargs)
+
+        monkeypatch.setattr(client, "pipeline", counted_pipeline)
+        monkeypatch.setattr(client, "execute_command", counted_execute)
 
 
 class LikesModel:
@@ -77,8 +94,8 @@ ALL_TIME = (0, 2**40)
 
 
 async def test_likes_add_up_per_room_and_start_at_zero(
-        counting: Store, fake_clock: FakeClock) -> None:
-    counters = counting.counters
+        store: Store, fake_clock: FakeClock) -> None:
+    counters = store.counters
     assert await counters.likes(["a", "b"]) == {"a": 0, "b": 0}
     await counters.add_likes({"a": 3, "b": 1}, now_ms(fake_clock))
     await counters.add_likes({"a": 100}, now_ms(fake_clock))
@@ -90,16 +107,16 @@ async def test_likes_add_up_per_room_and_start_at_zero(
 @pytest.mark.parametrize("taps", [{"a": 0}, {"a": -2}, {"a": 1, "b": 0}, {"a": 1.5},
                                   {"a": True}, {"a": "3"}])
 async def test_bad_taps_are_refused_and_nothing_is_added(
-        counting: Store, fake_clock: FakeClock, taps: dict[str, int]) -> None:
+        store: Store, fake_clock: FakeClock, taps: dict[str, int]) -> None:
     with pytest.raises(ValueError, match="taps"):
-        await counting.counters.add_likes(taps, now_ms(fake_clock))
-    assert await counting.counters.likes(["a", "b"]) == {"a": 0, "b": 0}
-    assert await counting.counters.read_likes("a", 60, *ALL_TIME) == []
+        await store.counters.add_likes(taps, now_ms(fake_clock))
+    assert await store.counters.likes(["a", "b"]) == {"a": 0, "b": 0}
+    assert await store.counters.read_likes("a", 60, *ALL_TIME) == []
 
 
 async def test_likes_series_sums_each_bucket_of_every_resolution(
-        counting: Store, fake_clock: FakeClock) -> None:
-    counters = counting.counters
+        store: Store, fake_clock: FakeClock) -> None:
+    counters = store.counters
     base = 1_700_000_000 // 3_600 * 3_600  # on the hour
     model = LikesModel()
     for offset_s, n in [(0, 2), (10, 3), (59, 1), (60, 4), (299, 5), (300, 6), (3_599, 7),
@@ -126,8 +143,8 @@ async def test_likes_series_sums_each_bucket_of_every_resolution(
 
 
 async def test_likes_series_keeps_its_retention_and_late_taps_count_in_the_total(
-        counting: Store, fake_clock: FakeClock) -> None:
-    counters = counting.counters
+        store: Store, fake_clock: FakeClock) -> None:
+    counters = store.counters
     t0 = 1_700_000_000_000
     await counters.add_likes({"r": 1}, t0)
     await counters.add_likes({"r": 2}, t0 + 86_400_000)  # a day later: the minute is gone
@@ -139,6 +156,50 @@ async def test_likes_series_keeps_its_retention_and_late_taps_count_in_the_total
     assert await counters.read_likes("r", 60, *ALL_TIME) == minutes
     assert sum(n for _, n in await counters.read_likes("r", 300, *ALL_TIME)) == 7
     assert await counters.likes(["r"]) == {"r": 7}
+
+
+async def test_a_flush_of_many_rooms_is_one_round_trip(
+        store: Store, fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    counters = store.counters
+    rooms = [f"room{i}" for i in range(50)]
+    if store.name == "memory":  # never suspends: done at the first step
+        adding = counters.add_likes(dict.fromkeys(rooms, 2), now_ms(fake_clock)).__await__()
+        with pytest.raises(StopIteration):
+            next(adding)
+        reading = counters.likes(rooms).__await__()
+        with pytest.raises(StopIteration) as done:
+            next(reading)
+        assert done.value.value == dict.fromkeys(rooms, 2)
+        return
+    await counters.add_likes({"warm": 1}, now_ms(fake_clock))  # the scripts loaded
+    await counters.add_gift("warm", "u", 1, "rose", now_ms(fake_clock))
+    trips = RoundTrips(store, monkeypatch)
+    await counters.add_likes(dict.fromkeys(rooms, 2), now_ms(fake_clock))
+    assert trips.count == 1
+    assert await counters.likes(rooms) == dict.fromkeys(rooms, 2)
+    assert trips.count == 2
+    await counters.add_gift("r", "u", 3, "rose", now_ms(fake_clock))
+    await counters.leaderboard("r", 10)
+    assert trips.count == 4
+
+
+async def test_counter_keys_expire_and_share_the_rooms_slot(
+        store: Store, fake_clock: FakeClock,
+        raw_redis: redis.asyncio.Redis | None) -> None:
+    if raw_redis is None:
+        pytest.skip("the redis engine's keys")
+    await store.counters.add_likes({"r": 1}, now_ms(fake_clock))
+    await store.counters.add_gift("r", "u", 3, "rose", now_ms(fake_clock))
+    history = TEST_POLICY.history_ttl_ms
+    for key in (keys.likes("r"), keys.givers("r"), keys.gifts("r")):
+        assert history - 5_000 < await raw_redis.pttl(key) <= history
+    longest = series_horizon_ms(SERIES_RESOLUTIONS, 0)
+    for step, _ in SERIES_RESOLUTIONS:
+        assert longest - 5_000 < await raw_redis.pttl(keys.likes_series("r", step)) <= longest
+    slot = key_slot(keys.meta("r").encode())
+    assert {key_slot(k.encode()) for k in (
+        keys.likes("r"), keys.givers("r"), keys.gifts("r"), keys.givers("r", 3),
+        *(keys.likes_series("r", step) for step, _ in SERIES_RESOLUTIONS))} == {slot}
 
 
 async def test_likes_expire_after_the_history_ttl_on_the_memory_engine(
@@ -166,8 +227,8 @@ async def test_likes_expire_after_the_history_ttl_on_the_memory_engine(
 
 
 async def test_gifts_rank_givers_and_sum_the_room(
-        counting: Store, fake_clock: FakeClock) -> None:
-    counters = counting.counters
+        store: Store, fake_clock: FakeClock) -> None:
+    counters = store.counters
     t = now_ms(fake_clock)
     assert await counters.leaderboard("r", 10) == Leaderboard((), 0, 0)
     assert await counters.add_gift("r", "ann", 50, "rocket", t) == GiftRank(1, 50, 50)
@@ -184,8 +245,8 @@ async def test_gifts_rank_givers_and_sum_the_room(
 
 
 async def test_equal_scores_rank_by_giver_name_descending(
-        counting: Store, fake_clock: FakeClock) -> None:
-    counters = counting.counters
+        store: Store, fake_clock: FakeClock) -> None:
+    counters = store.counters
     t = now_ms(fake_clock)
     assert await counters.add_gift("r", "b", 5, "rose", t) == GiftRank(1, 5, 5)
     assert await counters.add_gift("r", "a", 5, "rose", t) == GiftRank(2, 5, 10)
@@ -196,8 +257,8 @@ async def test_equal_scores_rank_by_giver_name_descending(
 
 
 async def test_the_leaderboard_lists_at_most_its_limit(
-        counting: Store, fake_clock: FakeClock) -> None:
-    counters = counting.counters
+        store: Store, fake_clock: FakeClock) -> None:
+    counters = store.counters
     for n in range(LEADERBOARD_MAX + 20):
         await counters.add_gift("r", f"u{n:03}", n + 1, "rose", now_ms(fake_clock))
     board = await counters.leaderboard("r", LEADERBOARD_MAX)
@@ -211,16 +272,16 @@ async def test_the_leaderboard_lists_at_most_its_limit(
 
 @pytest.mark.parametrize("value", [0, -1, GIFT_VALUE_MAX + 1, 2.0, True])
 async def test_bad_gift_values_are_refused_and_nothing_is_added(
-        counting: Store, fake_clock: FakeClock, value: int) -> None:
+        store: Store, fake_clock: FakeClock, value: int) -> None:
     with pytest.raises(ValueError, match="value"):
-        await counting.counters.add_gift("r", "u", value, "rose", now_ms(fake_clock))
-    assert await counting.counters.leaderboard("r", 5) == Leaderboard((), 0, 0)
+        await store.counters.add_gift("r", "u", value, "rose", now_ms(fake_clock))
+    assert await store.counters.leaderboard("r", 5) == Leaderboard((), 0, 0)
 
 
 @pytest.mark.parametrize("limit", [0, -1, LEADERBOARD_MAX + 1, 1.0])
-async def test_bad_leaderboard_limits_are_refused(counting: Store, limit: int) -> None:
+async def test_bad_leaderboard_limits_are_refused(store: Store, limit: int) -> None:
     with pytest.raises(ValueError, match="limit"):
-        await counting.counters.leaderboard("r", limit)
+        await store.counters.leaderboard("r", limit)
 
 
 def ranking(scores: dict[str, int]) -> list[tuple[str, int]]:
@@ -235,7 +296,7 @@ gifts = st.lists(
     max_size=40)
 
 
-@pytest.mark.parametrize("engine", [e for e in ENGINES if e in BUILT])
+@pytest.mark.parametrize("engine", ENGINES)
 @settings(max_examples=40, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(given_gifts=gifts)
@@ -269,7 +330,7 @@ flushes = st.lists(
     max_size=25)
 
 
-@pytest.mark.parametrize("engine", [e for e in ENGINES if e in BUILT])
+@pytest.mark.parametrize("engine", ENGINES)
 @settings(max_examples=40, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batches=flushes)
@@ -292,3 +353,23 @@ async def _run_likes(url: str, batches: list[tuple[dict[str, int], int]]) -> Non
             for step, _ in SERIES_RESOLUTIONS:
                 assert await store.counters.read_likes(room, step, *ALL_TIME) == model.read(
                     room, step)
+
+
+async def test_every_counters_call_reports_redis_down_as_unavailable(
+        redis_server: RedisServer, redis_url: str, fake_clock: FakeClock) -> None:
+    async with opened(redis_url, LogPolicy(), fake_clock) as store:
+        counters = store.counters
+        redis_server.stop()
+        try:
+            calls: list[Callable[[], Awaitable[object]]] = [
+                lambda: counters.add_likes({"r": 1}, 0),
+                lambda: counters.likes(["r"]),
+                lambda: counters.read_likes("r", 60, 0, 1),
+                lambda: counters.add_gift("r", "u", 1, "rose", 0),
+                lambda: counters.leaderboard("r", 10),
+            ]
+            for call in calls:
+                with pytest.raises(StoreUnavailable):
+                    await call()
+        finally:
+            redis_server.start()
