@@ -27,6 +27,7 @@ from liveroom.store import LogPolicy, Store
 from liveroom.store.base import (
     GIFT_VALUE_MAX,
     LEADERBOARD_MAX,
+    RANKING_KEPT,
     SERIES_RESOLUTIONS,
     GiftRank,
     Leaderboard,
@@ -321,6 +322,88 @@ async def _run_gifts(url: str, given_gifts: list[tuple[str, str, int]]) -> None:
                 tuple(ranking(ledger[room])), sum(ledger[room].values()), count)
             assert (await store.counters.leaderboard(room, 3)).top == tuple(
                 ranking(ledger[room])[:3])
+
+
+# --- the end of a broadcast -----------------------------------------------------
+
+
+ARCHIVE_TTL_MS = 30_000
+
+
+async def test_ending_a_broadcast_archives_its_counters_and_starts_at_zero(
+        store: Store, fake_clock: FakeClock) -> None:
+    counters = store.counters
+    t = now_ms(fake_clock)
+    await counters.add_likes({"r": 40, "other": 2}, t)
+    for n in range(RANKING_KEPT + 20):
+        await counters.add_gift("r", f"u{n:03}", n + 1, "rose", t)
+    before = await counters.leaderboard("r", LEADERBOARD_MAX)
+    ended = await store.operators.end_broadcast("r", t, ARCHIVE_TTL_MS)
+    assert ended.broadcast == 2
+    (past,) = await store.operators.broadcasts("r")
+    assert (past.broadcast, past.ended_ms) == (1, t)
+    assert past.likes == 40
+    assert past.gifts == before.total == sum(range(1, RANKING_KEPT + 21))
+    assert len(past.ranking) == RANKING_KEPT
+    assert past.ranking == before.top[:RANKING_KEPT]
+    # The new broadcast starts at zero; another room and the series go on.
+    assert await counters.likes(["r", "other"]) == {"r": 0, "other": 2}
+    assert await counters.leaderboard("r", 10) == Leaderboard((), 0, 0)
+    assert sum(n for _, n in await counters.read_likes("r", 60, *ALL_TIME)) == 40
+    await counters.add_likes({"r": 5}, t + 1_000)
+    assert await counters.add_gift("r", "u000", 3, "rose", t) == GiftRank(1, 3, 3)
+    # A broadcast without likes nor gifts archives zeroes; the older archive stays.
+    await store.operators.end_broadcast("r", t + 2_000, ARCHIVE_TTL_MS)
+    await store.operators.end_broadcast("r", t + 3_000, ARCHIVE_TTL_MS)
+    newest, middle, oldest = await store.operators.broadcasts("r")
+    assert (newest.broadcast, newest.likes, newest.gifts, newest.ranking) == (3, 0, 0, ())
+    assert (middle.broadcast, middle.likes, middle.gifts, middle.ranking) == (
+        2, 5, 3, (("u000", 3),))
+    assert oldest == past
+    assert await counters.likes(["r"]) == {"r": 0}
+
+
+async def test_an_archived_ranking_keeps_ties_in_leaderboard_order(
+        store: Store, fake_clock: FakeClock) -> None:
+    t = now_ms(fake_clock)
+    for n in range(RANKING_KEPT + 5):
+        await store.counters.add_gift("r", f"g{n:03}", 7, "rose", t)
+    top = (await store.counters.leaderboard("r", LEADERBOARD_MAX)).top
+    await store.operators.end_broadcast("r", t, ARCHIVE_TTL_MS)
+    (past,) = await store.operators.broadcasts("r")
+    assert past.ranking == top == tuple(
+        (f"g{n:03}", 7) for n in range(RANKING_KEPT + 4, 4, -1))
+
+
+async def test_an_archive_expires_with_its_viewers_history(
+        store: Store, fake_clock: FakeClock,
+        raw_redis: redis.asyncio.Redis | None) -> None:
+    t = now_ms(fake_clock)
+    await store.counters.add_likes({"r": 1}, t)
+    await store.counters.add_gift("r", "u", 2, "rose", t)
+    await store.operators.end_broadcast("r", t, ARCHIVE_TTL_MS)
+    if raw_redis is None:
+        await fake_clock.advance(ARCHIVE_TTL_MS / 1000 + 1)
+        assert await store.operators.broadcasts("r") == []
+        return
+    for key in (keys.givers("r", 1), keys.viewers_meta("r", 1)):
+        assert ARCHIVE_TTL_MS - 5_000 < await raw_redis.pttl(key) <= ARCHIVE_TTL_MS
+    assert await raw_redis.exists(keys.likes("r"), keys.givers("r"), keys.gifts("r")) == 0
+
+
+async def test_an_archive_of_before_the_counters_reads_as_zero(
+        redis_store: Store, redis_url: str, fake_clock: FakeClock) -> None:
+    t = now_ms(fake_clock)
+    await redis_store.counters.add_gift("r", "u", 2, "rose", t)
+    await redis_store.operators.end_broadcast("r", t, ARCHIVE_TTL_MS)
+    client = redis.asyncio.Redis.from_url(redis_url)
+    try:  # as an older version left it
+        await client.hdel(keys.viewers_meta("r", 1), "likes", "gifts")
+        await client.delete(keys.givers("r", 1))
+    finally:
+        await client.aclose()
+    (past,) = await redis_store.operators.broadcasts("r")
+    assert (past.broadcast, past.likes, past.gifts, past.ranking) == (1, 0, 0, ())
 
 
 flushes = st.lists(
