@@ -1,5 +1,6 @@
 """The redis engine on a real Redis Cluster: nodes as one system, notifies per
-room, durable appends, a slot moved and a master killed under traffic.
+room, durable appends, a slot moved and a master killed under traffic, a
+room's counters across masters and a moved slot.
 
 The store contract suites run on the cluster too (see ``CLUSTER_SUITES`` in
 ``conftest.py``); this file holds what only a cluster does.
@@ -28,6 +29,7 @@ from liveroom.clock import FakeClock
 from liveroom.errors import StoreUnavailable
 from liveroom.model import NewMessage
 from liveroom.store import PullRequest
+from liveroom.store.base import GiftRank, Leaderboard
 from liveroom.store.redis import keys
 from liveroom.store.redis import log as redis_log
 
@@ -392,3 +394,30 @@ async def test_a_slot_moved_under_traffic_loses_nothing(
     check_caught_up(traffic)
     assert max(heard_in) < 0.4, f"heard after {heard_in} s: by the fallback pull, not a notify"
 
+
+
+async def test_likes_and_gifts_span_every_master_and_follow_a_moved_slot(
+        cluster_url: str, redis_cluster: LocalCluster) -> None:
+    clock = FakeClock()
+    rooms = [f"room{i}" for i in range(30)]
+    assert {redis_cluster.master_of(keys.likes(room)) for room in rooms} == set(
+        redis_cluster.masters())
+    async with opened(cluster_url, TEST_POLICY, clock) as store:
+        counters = store.counters
+        t = int(clock.time() * 1000)
+        # One flush: one pipeline, a batch to each master in parallel.
+        await counters.add_likes(dict.fromkeys(rooms, 3), t)
+        await counters.add_gift("room0", "u", 5, "rose", t)
+        slot = key_slot(keys.likes("room0").encode())
+        source = redis_cluster.master_of(keys.likes("room0"))
+        target = next(p for p in redis_cluster.masters() if p != source)
+        await asyncio.to_thread(redis_cluster.move_slot, slot, target)
+        assert redis_cluster.master_of(keys.gifts("room0")) == target
+        await counters.add_likes(dict.fromkeys(rooms, 2), t + 60_000)
+        assert await counters.add_gift("room0", "v", 7, "rose", t) == GiftRank(1, 7, 12)
+        assert await counters.likes(rooms) == dict.fromkeys(rooms, 5)
+        assert await counters.leaderboard("room0", 5) == Leaderboard(
+            (("v", 7), ("u", 5)), 12, 2)
+        minute = t // 60_000 * 60
+        assert await counters.read_likes("room0", 60, 0, 2**40) == [
+            (minute, 3), (minute + 60, 2)]

@@ -581,7 +581,7 @@ class Started:
 
 @dataclass(frozen=True, slots=True)
 class PastBroadcast:
-    """An ended broadcast whose viewers history is still kept."""
+    """An ended broadcast whose viewers history (and counters) are still kept."""
 
     broadcast: int
     ended_ms: int
@@ -640,7 +640,11 @@ class Operators(Protocol):
         (a room never ended is in broadcast 1). The ended broadcast's viewers
         history is set aside and stays readable (:meth:`broadcasts`) for
         ``ttl_ms`` (on the store's clock, like every expiry of the engine);
-        ``now_ms`` is recorded as when it ended. ``StatsStore.viewers`` and
+        ``now_ms`` is recorded as when it ended. So are, in the same atomic
+        step, its counters (:class:`Counters`): its likes total, gift total
+        and top :data:`RANKING_KEPT` givers; the new broadcast's likes, gifts
+        and ranking start at zero (the likes series, the room's by time,
+        goes on). ``StatsStore.viewers`` and
         ``add_viewers`` work on the new, empty history from now on and report
         the new number, so a statsvr node forgets whom it had counted. Every
         recvsvr is notified with the room's head, as after an append.
@@ -648,7 +652,8 @@ class Operators(Protocol):
 
     async def broadcasts(self, room: str) -> list[PastBroadcast]:
         """The room's ended broadcasts still kept, newest first, with their
-        viewers history as stored (sketches included, ``broadcast`` their number)."""
+        viewers history as stored (sketches included, ``broadcast`` their number)
+        and their counters (zero and empty in an archive of before them)."""
 
 
 # -- counters: likes and gifts ---------------------------------------------------

@@ -6,7 +6,8 @@ Notifies are direct calls. Expiry of idle rooms runs in a background sweep and
 is also checked when a room is touched, so a room past its TTL is never seen.
 statsvr's tables (:class:`MemoryStats`) mirror the redis engine's keys, with
 the same rules and the same expiry, measured on the store's clock; so do the
-rate counters and the ended broadcasts (:class:`MemoryOperators`).
+rate counters, the ended broadcasts (:class:`MemoryOperators`) and the likes
+and gifts (:class:`MemoryCounters`).
 """
 
 
@@ -40,7 +41,7 @@ class MemoryStore:
         self.log = MemoryLog(policy, clock, self.notifier)
         self.stats = MemoryStats(clock, self.log.provisional)
         self.counters = MemoryCounters(policy, clock)
-        self.operators = MemoryOperators(self.log, self.stats, self.notifier)
+        self.operators = MemoryOperators(self.log, self.stats, self.notifier, self.counters)
         self._sweeper = Periodic("memory-store-sweep", 60.0, self._sweep, clock, logger)
 
     async def start(self) -> None:

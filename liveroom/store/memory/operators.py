@@ -1,11 +1,12 @@
 """What operators change, in memory: the rooms' sect records, the start and
-the end of broadcasts."""
+the end of broadcasts (which archives the broadcast's counters)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from ..base import Ended, PastBroadcast, Started, VipSwap
+from .counters import MemoryCounters
 from .log import MemoryLog
 from .notifier import MemoryNotifier
 from .stats import MemoryStats
@@ -18,9 +19,11 @@ class MemoryOperators:
     like the redis engine's scripts.
     """
 
-    def __init__(self, log: MemoryLog, stats: MemoryStats, notifier: MemoryNotifier) -> None:
+    def __init__(self, log: MemoryLog, stats: MemoryStats, notifier: MemoryNotifier,
+                 counters: MemoryCounters) -> None:
         self._log = log
         self._stats = stats
+        self._counters = counters
         self._notifier = notifier
         self._records: dict[str, bytes] = {}
 
@@ -47,7 +50,7 @@ class MemoryOperators:
 
     async def end_broadcast(self, room: str, now_ms: int, ttl_ms: int) -> Ended:
         epoch, head = self._log.start_epoch(room)
-        broadcast = self._stats.end_broadcast(room, now_ms, ttl_ms)
+        broadcast = self._stats.end_broadcast(room, now_ms, ttl_ms, self._counters.take(room))
         self._notifier.publish(room, head)
         return Ended(epoch, broadcast)
 

@@ -25,6 +25,8 @@ from .expiring import Expiring
 Bucket = tuple[int, int, int, int]
 """``(min, max, sum, count)`` of one series bucket."""
 
+Counted = tuple[int, int, tuple[tuple[str, int], ...]]
+"""An ended broadcast's likes total, gift total and ranking."""
 _ShardKey = tuple[str, int, int]
 """(node, index, count) of a shard."""
 _IndexValue = tuple[str, int, int, int]
@@ -72,8 +74,8 @@ class MemoryStats:
         self._shards: Expiring[tuple[str, str, int, int], bytes] = Expiring(clock)
         self._viewers: Expiring[str, _Viewers] = Expiring(clock)
         self._broadcasts: Expiring[str, _Broadcasts] = Expiring(clock)
-        self._ended: Expiring[tuple[str, int], _Viewers] = Expiring(clock)
-        """(room, broadcast) -> the viewers history of an ended broadcast."""
+        self._ended: Expiring[tuple[str, int], tuple[_Viewers, Counted]] = Expiring(clock)
+        """(room, broadcast) -> the viewers history and counters of an ended broadcast."""
         self._series: Expiring[tuple[str, int], dict[int, Bucket]] = Expiring(clock)
         self._series_last: Expiring[str, int] = Expiring(clock)
         self._nodes: dict[str, NodeState] = {}
@@ -186,9 +188,11 @@ class MemoryStats:
 
     # -- broadcasts ----------------------------------------------------------------
 
-    def end_broadcast(self, room: str, now_ms: int, ttl_ms: int) -> int:
+    def end_broadcast(self, room: str, now_ms: int, ttl_ms: int,
+                      counted: Counted = (0, 0, ())) -> int:
         """Set the room's viewers history aside for ``ttl_ms`` under the
-        broadcast's number; return the new broadcast's number."""
+        broadcast's number, with what its counters ``counted`` (likes, gift
+        total, ranking); return the new broadcast's number."""
         broadcasts = self._broadcasts.get(room)
         if broadcasts is None:
             broadcasts = _Broadcasts()
@@ -196,7 +200,7 @@ class MemoryStats:
         else:
             self._broadcasts.expire(room, ttl_ms, only_later=True)
         ended = broadcasts.current
-        self._ended.put((room, ended), self._viewers.get(room) or _Viewers(), ttl_ms)
+        self._ended.put((room, ended), (self._viewers.get(room) or _Viewers(), counted), ttl_ms)
         self._viewers.pop(room)
         broadcasts.ended = {n: at for n, at in broadcasts.ended.items()
                             if self._ended.get((room, n)) is not None}
@@ -210,9 +214,11 @@ class MemoryStats:
             return []
         past = []
         for n in sorted(broadcasts.ended, reverse=True):
-            viewers = self._ended.get((room, n))
-            if viewers is not None:
-                past.append(PastBroadcast(n, broadcasts.ended[n], viewers.state(n)))
+            archived = self._ended.get((room, n))
+            if archived is not None:
+                viewers, (likes, gifts, ranking) = archived
+                past.append(PastBroadcast(n, broadcasts.ended[n], viewers.state(n),
+                                          likes, gifts, ranking))
         return past
 
     # -- series ------------------------------------------------------------------

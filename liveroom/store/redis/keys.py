@@ -52,6 +52,15 @@ lr:{R}:ts:<step>         zset   online series resolution: member
                                 ``"<start>:<min>:<max>:<sum>:<count>"``,
                                 score start (Unix s)
 lr:{R}:tsl               string time of the series' last sample (Unix ms)
+lr:{R}:lk                string the current broadcast's likes total
+lr:{R}:lks:<step>        zset   likes series resolution: member
+                                ``"<start>:<taps>"``, score start (Unix s)
+lr:{R}:gr                zset   the current broadcast's givers: giver -> score
+                                (the sum of its gifts' values)
+lr:{R}:gf                hash   its gifts: ``t`` the total value, ``c`` the count
+lr:{R}:gr:<n>            zset   ended broadcast n's top 100 givers (renamed
+                                aside when it ended, kept like ``vm:<n>``,
+                                which holds its ``likes`` and ``gifts`` totals)
 lr:{lr}:stats:nodes      hash   the node registry: node -> ``"<expires_ms> "``
                                 then its last announcement, msgpack
                                 ``[announced_ms, [rooms_cached, held_polls,
@@ -67,7 +76,9 @@ Which shards and statsvr nodes are live is decided by the ``expires_ms`` stored
 in ``sidx`` and ``lr:{lr}:stats:nodes``, on the caller's clock (an announcement
 lives in its node's entry); the shard keys'
 Redis expiry (twice the shard TTL) only collects garbage. The viewers and
-series keys simply expire, and so do the rate counters (the longest window
+series keys simply expire, and so do the counters (``lk``, ``gr``, ``gf``:
+the history's ttl after their last write; ``lks:<step>``: the longest
+retention), the rate counters (the longest window
 plus a bucket after the last accepted send) and an ended broadcast's history
 (its ``ttl_ms``); ``bc`` lives at least as long as any viewers key of the room,
 so broadcast numbers never go back while a history is kept.
@@ -170,6 +181,23 @@ def series(room: str, step: int) -> str:
 
 def series_last(room: str) -> str:
     return f"{PREFIX}:{{{room}}}:tsl"
+
+
+def likes(room: str) -> str:
+    return f"{PREFIX}:{{{room}}}:lk"
+
+
+def likes_series(room: str, step: int) -> str:
+    return f"{PREFIX}:{{{room}}}:lks:{step}"
+
+
+def givers(room: str, ended: int | None = None) -> str:
+    """The current broadcast's ranking, or ended broadcast ``ended``'s."""
+    return f"{PREFIX}:{{{room}}}:gr{_ended(ended)}"
+
+
+def gifts(room: str) -> str:
+    return f"{PREFIX}:{{{room}}}:gf"
 
 
 STATS_NODES = f"{GLOBAL}:stats:nodes"

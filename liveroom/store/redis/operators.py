@@ -10,8 +10,10 @@ end of broadcasts.
   if it has none, and the ``live`` mark that keeps it while it is read.
 - **Ending a broadcast** is one script, ``lua/end_broadcast.lua``: a new
   epoch and an empty log, the next broadcast number in ``lr:{R}:bc``, the viewers history
-  renamed aside as ``vx:<n>``, ``vm:<n>``, ``vh:<n>`` and kept ``ttl_ms``, the
-  record of when it ended, and the notify. The renamed keys are named by the
+  renamed aside as ``vx:<n>``, ``vm:<n>``, ``vh:<n>`` and kept ``ttl_ms``
+  (``vm:<n>`` with the broadcast's likes and gift totals, beside its top
+  givers renamed to ``gr:<n>``; the next broadcast's counters start at
+  zero), the record of when it ended, and the notify. The renamed keys are named by the
   ended number, which the caller reads first (a Redis Cluster needs every key a
   script touches declared): the script refuses when another end came in
   between, and the call reads again. Two round trips, three the first time the
@@ -28,9 +30,19 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...errors import StoreUnavailable
-from ..base import Ended, LogPolicy, MessageLog, PastBroadcast, Started, VipSwap, new_epoch
+from ..base import (
+    RANKING_KEPT,
+    Ended,
+    LogPolicy,
+    MessageLog,
+    PastBroadcast,
+    Started,
+    VipSwap,
+    new_epoch,
+)
 from . import keys
 from .calls import Client, Lua, run_scripts, text, unavailable
+from .counters import ranking
 from .stats import viewers_state
 
 _END_ATTEMPTS = 5
@@ -104,9 +116,11 @@ class RedisOperators:
                      keys.viewers_sketches(room),
                      keys.viewers_exact(room, current), keys.viewers_meta(room, current),
                      keys.viewers_sketches(room, current),
-                     keys.personal(room), keys.ordinals(room)],
+                     keys.personal(room), keys.ordinals(room),
+                     keys.likes(room), keys.givers(room), keys.gifts(room),
+                     keys.givers(room, current)],
                     [current, new_epoch(), now_ms, ttl_ms, self._policy.room_ttl_ms,
-                     keys.notify_how(room, sharded=self._sharded), room])])
+                     keys.notify_how(room, sharded=self._sharded), room, RANKING_KEPT])])
             if broadcast:
                 return Ended(text(epoch), int(broadcast))
         raise StoreUnavailable(f"room {room}'s broadcast kept ending meanwhile; try again")
@@ -127,11 +141,15 @@ class RedisOperators:
                     pipe.scard(keys.viewers_exact(room, n))
                     pipe.hgetall(keys.viewers_meta(room, n))
                     pipe.hgetall(keys.viewers_sketches(room, n))
+                    pipe.zrevrange(keys.givers(room, n), 0, RANKING_KEPT - 1,
+                                   withscores=True, score_cast_func=bytes)
                 replies: list[Any] = await pipe.execute()
         past = []
         for i, (n, ended_ms) in enumerate(ended):
-            exact, meta, by_node = replies[3 * i:3 * i + 3]
+            exact, meta, by_node, top = replies[4 * i:4 * i + 4]
             if meta:  # else expired: vm:<n> lives exactly as long as it is kept
-                past.append(PastBroadcast(n, ended_ms, viewers_state(
-                    exact, meta.get(b"complete"), by_node, n)))
+                # An archive of before the counters has no likes nor gifts.
+                past.append(PastBroadcast(
+                    n, ended_ms, viewers_state(exact, meta.get(b"complete"), by_node, n),
+                    int(meta.get(b"likes", 0)), int(meta.get(b"gifts", 0)), ranking(top)))
         return past

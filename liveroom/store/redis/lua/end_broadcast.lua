@@ -1,7 +1,8 @@
 -- end_broadcast.lua: end a room's broadcast; atomic, one script call.
 -- A new epoch with an empty log (seq and ic go on), the next broadcast number,
--- the viewers history set aside under the ended number, a record of when it
--- ended, and the notify. The room is live (see start.lua): it lives
+-- the viewers history set aside under the ended number (with its likes and
+-- gift totals in vm:<n> and the top of its ranking; the next broadcast's
+-- counters start at zero), a record of when it ended, and the notify. The room is live (see start.lua): it lives
 -- room_ttl_ms and reads keep it, message or not.
 --
 -- KEYS[1]  lr:{R}:meta    hash: epoch, seq (head), ic
@@ -12,15 +13,19 @@
 -- KEYS[5]  lr:{R}:vx      KEYS[6]  lr:{R}:vm      KEYS[7]  lr:{R}:vh
 --                         the current broadcast's viewers history
 -- KEYS[8]  lr:{R}:vx:<n>  KEYS[9]  lr:{R}:vm:<n>  KEYS[10] lr:{R}:vh:<n>
--- KEYS[11] lr:{R}:pm      KEYS[12] lr:{R}:pn   (personal messages, ordinals)
 --                         where it goes, n = ARGV[1]
+-- KEYS[11] lr:{R}:pm      KEYS[12] lr:{R}:pn   (personal messages, ordinals)
+-- KEYS[13] lr:{R}:lk      KEYS[14] lr:{R}:gr      KEYS[15] lr:{R}:gf
+--                         the current broadcast's likes total, ranking, gifts
+-- KEYS[16] lr:{R}:gr:<n>  where its ranking goes (the top ARGV[8])
 --
--- ARGV[1]  n: the current broadcast as the caller read it (names KEYS[8..10])
+-- ARGV[1]  n: the current broadcast as the caller read it (names KEYS[8..10], KEYS[16])
 -- ARGV[2]  the new epoch (random, from the caller)
 -- ARGV[3]  now_ms: when the broadcast ended (the caller's clock)
 -- ARGV[4]  ttl_ms: how long the ended history is kept
 -- ARGV[5]  room_ttl_ms
 -- ARGV[6]  how to notify, as append.lua's ARGV[12]   ARGV[7]  the room name
+-- ARGV[8]  givers an ended ranking keeps (RANKING_KEPT)
 --
 -- Returns {new epoch, new broadcast}; {'', 0} when the current broadcast is
 -- no longer ARGV[1] (ended meanwhile: the caller reads it again and retries).
@@ -55,8 +60,17 @@ for i = 0, 2 do
     redis.call('DEL', KEYS[8 + i])
   end
 end
-redis.call('HSET', KEYS[9], 'ended', ARGV[3])
-for i = 8, 10 do
+redis.call('HSET', KEYS[9], 'ended', ARGV[3],
+           'likes', redis.call('GET', KEYS[13]) or '0',
+           'gifts', redis.call('HGET', KEYS[15], 't') or '0')
+if redis.call('EXISTS', KEYS[14]) == 1 then
+  redis.call('RENAME', KEYS[14], KEYS[16])
+  redis.call('ZREMRANGEBYRANK', KEYS[16], 0, -1 - tonumber(ARGV[8]))
+else
+  redis.call('DEL', KEYS[16])
+end
+redis.call('DEL', KEYS[13], KEYS[15])
+for _, i in ipairs({8, 9, 10, 16}) do
   redis.call('PEXPIRE', KEYS[i], ARGV[4])
 end
 
