@@ -184,6 +184,7 @@ class StoreView:
     notifier: Any
     stats: Any
     operators: Any
+    counters: Any
     name: str = "memory"
 
     async def ping(self) -> None:
@@ -207,7 +208,8 @@ class SimNode:
     async def start(self) -> None:
         world = self.world
         view = StoreView(FaultyLog(world.store.log, world.rng, world.faults),
-                         world.store.notifier, world.store.stats, world.store.operators)
+                         world.store.notifier, world.store.stats, world.store.operators,
+                         world.store.counters)
         node = build_node(replace(world.settings, node_id=f"n{self.index}"), world.clock,
                           store=view)  # type: ignore[arg-type]
         await node.vip_list.start()

@@ -31,7 +31,7 @@ EPOCH = "e1"
 """A well-formed epoch (not the room's: a later poll with it is a reset)."""
 
 FIELDS = {"room", "epoch", "seq", "iseq", "important", "messages", "gap", "igap",
-          "reset", "ctx", "online", "interval_ms", "pseq"}
+          "reset", "ctx", "online", "likes", "interval_ms", "pseq"}
 MSG_FIELDS = {"seq", "uid", "important", "ts", "body"}
 
 MakeClient = Callable[..., Awaitable[TestClient[Any, Any]]]
@@ -89,7 +89,7 @@ def assert_answer(doc: dict[str, Any], room: str = "r") -> None:
     assert doc["room"] == room
     assert isinstance(doc["epoch"], str)
     assert doc["epoch"]
-    for key in ("seq", "iseq", "gap", "igap", "online", "interval_ms"):
+    for key in ("seq", "iseq", "gap", "igap", "online", "likes", "interval_ms"):
         assert type(doc[key]) is int, key
         assert 0 <= doc[key] <= MAX_INT, key
     assert type(doc["reset"]) is bool

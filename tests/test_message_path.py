@@ -232,4 +232,5 @@ async def test_msgpack_answers_carry_the_same_fields(session: Any) -> None:
             answer = msgpack.unpackb(await resp.read())
         assert answer["messages"][0]["body"] == {"text": "hi"}
         assert set(answer) == {"room", "epoch", "seq", "iseq", "important", "messages",
-                               "gap", "igap", "reset", "ctx", "online", "interval_ms", "pseq"}
+                               "gap", "igap", "reset", "ctx", "online", "likes", "interval_ms",
+                               "pseq"}
