@@ -109,6 +109,8 @@ class BroadcastStats:
     ended_ms: int
     viewers: int
     viewers_exact: bool
+    likes: int = 0
+    """Its likes when it ended."""
 
 
 class StatsReader(Protocol):

@@ -239,7 +239,7 @@ class Statsvr:
                                     _estimate(room, ended.viewers), 0,
                                     self.limits.viewers_threshold)
             out.append(BroadcastStats(ended.broadcast, ended.ended_ms,
-                                      figure.viewers, figure.viewers_exact))
+                                      figure.viewers, figure.viewers_exact, ended.likes))
         return out
 
     # -- lifecycle -----------------------------------------------------------------

@@ -217,3 +217,18 @@ async def test_stats_give_the_likes_and_a_likes_series(client: tuple[Running, Cl
         series = await resp.json()
     assert series["step"] == 60
     assert series["points"] == [[now // 60 * 60, 42]]
+
+
+async def test_an_ended_broadcast_keeps_its_likes(client: tuple[Running, Client]) -> None:
+    node, c = client
+    await send(c.session, c.url, ROOM, "hello")
+    await c.like({"uid": "a", "count": 17})
+    await node.node.proxy.likes.flush()
+    async with c.session.post(f"{c.url}/v1/admin/rooms/{ROOM}/end",
+                              headers=ADMIN_HEADERS) as resp:
+        assert resp.status == 200
+    async with c.session.get(f"{c.url}/v1/rooms/{ROOM}/broadcasts") as resp:
+        past = (await resp.json())["broadcasts"]
+    assert [(b["broadcast"], b["likes"]) for b in past] == [(1, 17)]
+    async with c.session.get(f"{c.url}/v1/rooms/{ROOM}/stats") as resp:
+        assert (await resp.json())["likes"] == 0
