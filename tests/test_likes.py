@@ -4,6 +4,7 @@ totals answers show."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import aiohttp
 import msgpack
 import pytest
+from conftest import RedisServer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import ADMIN_HEADERS, Running, running_node, send
@@ -232,3 +234,32 @@ async def test_an_ended_broadcast_keeps_its_likes(client: tuple[Running, Client]
     assert [(b["broadcast"], b["likes"]) for b in past] == [(1, 17)]
     async with c.session.get(f"{c.url}/v1/rooms/{ROOM}/stats") as resp:
         assert (await resp.json())["likes"] == 0
+
+
+async def test_taps_wait_while_redis_is_down_and_are_written_when_it_is_back(
+        redis_server: RedisServer, redis_url: str) -> None:
+    async with running_node(redis_url) as node, aiohttp.ClientSession() as session:
+        likes, counters = node.node.proxy.likes, node.node.store.counters
+
+        async def like(uid: str, count: int) -> int:
+            async with session.post(f"{node.url}/v1/rooms/{ROOM}/likes",
+                                    json={"uid": uid, "count": count}) as resp:
+                assert resp.status == 202, await resp.text()
+                return int((await resp.json())["likes"])
+
+        assert await like("a", 5) == 5
+        async with asyncio.timeout(10):  # the flusher's next turn writes it
+            while likes.pending:
+                await asyncio.sleep(0.05)
+        redis_server.stop()
+        assert await like("b", 7) == 12  # acknowledged: the node keeps it
+        async with asyncio.timeout(10):
+            while likes.counts[2] == 0:  # a write failed: the taps went back
+                await asyncio.sleep(0.05)
+        assert likes.pending == 7
+        redis_server.start()  # an empty Redis: the 5 written before went with it
+        async with asyncio.timeout(15):
+            while likes.pending:
+                await asyncio.sleep(0.05)
+        assert await counters.likes([ROOM]) == {ROOM: 7}
+        assert likes.total(ROOM) == 12  # shown: never down within the broadcast
