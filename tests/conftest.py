@@ -157,6 +157,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "engine_url" in metafunc.fixturenames:
         suite = metafunc.module.__name__.rpartition(".")[2]
         engines = ENGINES if suite in CLUSTER_SUITES else ENGINES[:2]
+        if metafunc.definition.get_closest_marker("redis_engines") is not None:
+            engines = tuple(e for e in engines if e != "memory")  # what only Redis has
         metafunc.parametrize("engine_url", engines, indirect=True)
 
 

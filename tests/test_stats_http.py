@@ -74,7 +74,7 @@ async def test_members_appear_within_5_s_and_leave_after_the_ttl(
         assert answer["online"] == 1
         stats = await get(session, node.url, "/v1/rooms/r/stats")
         assert stats == {"room": "r", "online": 1, "viewers": 3, "viewers_exact": True,
-                         "vip": False, "seq": 0}
+                         "vip": False, "seq": 0, "likes": 0}
 
 
 async def test_a_room_nobody_used_answers_zeros(engine_url: str,
@@ -84,7 +84,7 @@ async def test_a_room_nobody_used_answers_zeros(engine_url: str,
         for room, vip in [("empty", False), ("stage", True)]:
             assert await get(session, node.url, f"/v1/rooms/{room}/stats") == {
                 "room": room, "online": 0, "viewers": 0, "viewers_exact": True,
-                "vip": vip, "seq": 0}
+                "vip": vip, "seq": 0, "likes": 0}
             assert await get(session, node.url, f"/v1/rooms/{room}/online") == {
                 "room": room, "online": 0, "members": []}
             doc = await get(session, node.url, f"/v1/rooms/{room}/stats/online")
