@@ -144,18 +144,26 @@ class SendParams:
                 f"to={self.to!r})")
 
 
-def parse_send(doc: Any, *, max_body: int, uid_required: bool = True) -> SendParams:
-    """A send's fields, from a document :func:`~liveroom.codec.decode_request`
-    made (its values checked); ``uid_required=False`` lets the body name no
-    uid (in ``ticket`` mode, where the ticket names it)."""
+def body_uid(doc: Any, *, fields: str, uid_required: bool) -> str | None:
+    """The ``uid`` a request's body names (checked), from an object that
+    should hold ``fields`` (said in the refusal); ``None`` when it names none
+    and ``uid_required`` is false (in ``ticket`` mode, where the ticket names it)."""
     if not isinstance(doc, dict):
-        raise BadBody("the request body must be an object with uid and body")
+        raise BadBody(f"the request body must be an object with {fields}")
     uid = doc.get("uid")
     if uid is None:
         if uid_required:
             raise BadBody("uid is required")
     else:
         check_name("uid", uid)
+    return uid
+
+
+def parse_send(doc: Any, *, max_body: int, uid_required: bool = True) -> SendParams:
+    """A send's fields, from a document :func:`~liveroom.codec.decode_request`
+    made (its values checked); ``uid_required=False`` lets the body name no
+    uid (in ``ticket`` mode, where the ticket names it)."""
+    uid = body_uid(doc, fields="uid and body", uid_required=uid_required)
     if "body" not in doc or doc["body"] is None:
         raise BadBody("body is required")
     body = doc["body"]  # checked with the whole document by decode_request

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from aiohttp import web
@@ -268,16 +268,19 @@ class Routes:
         })
 
     async def online_series(self, request: web.Request) -> web.StreamResponse:
-        room, since, until = parse_series_range(request.match_info["room"], request.query,
-                                                self.clock.time())
-        step, points = await self.stats.online_series(room, since, until)
-        return document(request, {"room": room, "step": step,
-                                   "points": [list(p) for p in points]})
+        return await self._series(request, self.stats.online_series)
 
     async def likes_series(self, request: web.Request) -> web.StreamResponse:
+        return await self._series(request, self.stats.likes_series)
+
+    async def _series(self, request: web.Request,
+                      read: Callable[[str, float, float],
+                                     Awaitable[tuple[int, Sequence[Sequence[float]]]]],
+                      ) -> web.StreamResponse:
+        """A series of the room the request names, over its ``since`` and ``until``."""
         room, since, until = parse_series_range(request.match_info["room"], request.query,
                                                 self.clock.time())
-        step, points = await self.stats.likes_series(room, since, until)
+        step, points = await read(room, since, until)
         return document(request, {"room": room, "step": step,
                                    "points": [list(p) for p in points]})
 

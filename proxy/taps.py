@@ -20,6 +20,7 @@ from liveroom.model import check_name
 
 from .auth import bearer
 from .likes import MAX_COUNT, Likes
+from .params import body_uid
 from .reply import Reply, answer_to, document_reply
 from .send import media_type
 from .tickets import UID_MISMATCH, Tickets
@@ -29,14 +30,7 @@ logger = logging.getLogger("liveroom.proxy.taps")
 
 def parse_taps(doc: Any, *, uid_required: bool) -> tuple[str | None, int]:
     """``(uid, count)`` of a like request's document."""
-    if not isinstance(doc, dict):
-        raise BadBody("the request body must be an object with uid and count")
-    uid = doc.get("uid")
-    if uid is None:
-        if uid_required:
-            raise BadBody("uid is required")
-    else:
-        check_name("uid", uid)
+    uid = body_uid(doc, fields="uid and count", uid_required=uid_required)
     count = doc.get("count", 1)
     if type(count) is not int or not 1 <= count <= MAX_COUNT:
         raise BadBody(f"count must be a whole number from 1 to {MAX_COUNT}")
