@@ -25,6 +25,7 @@ again from the store's figure.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Protocol
@@ -164,7 +165,8 @@ class Likes:
     async def stop(self) -> None:
         """Stop flushing and refreshing, then hand the store what is left."""
         await self._flusher.stop()
-        await self.flush()
+        with contextlib.suppress(StoreUnavailable):  # what is left is said below
+            await self.flush()
         left = sum(self._pending.values())
         if left:
             logger.warning("%d acknowledged taps in %d rooms were not written: the store "

@@ -263,3 +263,18 @@ async def test_taps_wait_while_redis_is_down_and_are_written_when_it_is_back(
                 await asyncio.sleep(0.05)
         assert await counters.likes([ROOM]) == {ROOM: 7}
         assert likes.total(ROOM) == 12  # shown: never down within the broadcast
+
+
+async def test_a_stop_with_the_store_away_says_what_it_could_not_write(
+        redis_server: RedisServer, redis_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    async with running_node(redis_url) as node, aiohttp.ClientSession() as session:
+        async with session.post(f"{node.url}/v1/rooms/{ROOM}/likes",
+                                json={"uid": "a", "count": 9}) as resp:
+            assert resp.status == 202
+        redis_server.stop()
+        try:
+            with caplog.at_level("WARNING", logger="liveroom.proxy.likes"):
+                await node.node.proxy.likes.stop()  # no exception: the node stops
+            assert "9 acknowledged taps in 1 rooms were not written" in caplog.text
+        finally:
+            redis_server.start()
