@@ -105,7 +105,7 @@ class TapLimits:
                 used = state[at + 1] if state[at] == start else 0
                 if used + cost > window.limit:
                     wait = ((start + 1) * window.seconds * 1000 - now_ms) / 1000
-                    what = "requests" if cost == 1 and windows is self.requests else "taps"
+                    what = "requests" if windows is self.requests else "taps"
                     raise RateLimited(
                         f"uid {uid} over {window.limit} {what} per {span(window.seconds)} "
                         f"in room {room}; retry in {wait:g} s", retry_after=wait)
