@@ -111,6 +111,10 @@ class BroadcastStats:
     viewers_exact: bool
     likes: int = 0
     """Its likes when it ended."""
+    gifts: int = 0
+    """Its gift total."""
+    ranking: tuple[tuple[str, int], ...] = ()
+    """Its top givers with their scores, best first (at most 100)."""
 
 
 class StatsReader(Protocol):

@@ -363,6 +363,10 @@ class Settings:
     likes_uids_max: int = setting(
         200_000, "Uids whose like windows this node keeps at once (those seen in the last "
         "two of the longest window): one more is refused (503).", TRAFFIC, lo=1)
+    gift_important: int = setting(
+        0, "A gift worth at least this much also goes out as an important message of "
+        "its giver ({\"gift\", \"value\"}), ahead of the chat; 0: none.", TRAFFIC, lo=0,
+        hi=10**12)
     vip_refresh: float = setting(
         2.0, "Seconds between two reads of the rooms' sects: a room moved through another "
         "node (or by the automatic rule) moves here within this time; the rule runs as "

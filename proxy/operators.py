@@ -195,7 +195,9 @@ class OperatorRoutes:
         past = await self.stats.broadcasts(room)
         return document(request, {"room": room, "broadcasts": [
             {"broadcast": b.broadcast, "ended_at": b.ended_ms, "viewers": b.viewers,
-             "viewers_exact": b.viewers_exact, "likes": b.likes} for b in past]})
+             "viewers_exact": b.viewers_exact, "likes": b.likes, "gifts": b.gifts,
+             "ranking": [{"uid": uid, "score": score} for uid, score in b.ranking]}
+            for b in past]})
 
     # -- the overview ------------------------------------------------------------------
 

@@ -20,16 +20,17 @@ from liveroom.errors import ConfigError
 from liveroom.metrics import Metrics
 from liveroom.roles import HeartbeatSink, RoomReader, StatsReader
 from liveroom.settings import Settings
-from liveroom.store.base import MessageLog, Operators
+from liveroom.store.base import Counters, MessageLog, Operators
 from liveroom.whitelist import VipList
 
 from .auth import Tokens
 from .context import ContextSigner
 from .front import Front
 from .front_limits import UNSENT_MAX, WRITE_HIGH, FrontLimits
+from .gifts import Gifts
 from .heartbeats import Heartbeats
 from .hold import Holds
-from .likes import LikeCounts, Likes, TapLimits
+from .likes import Likes, TapLimits
 from .operators import OperatorRoutes
 from .pages import Pages
 from .poll import Polls
@@ -53,7 +54,7 @@ class Proxy:
 
     def __init__(self, settings: Settings, *, reader: RoomReader, stats: StatsReader,
                  sink: HeartbeatSink, vip_list: VipList, log: MessageLog,
-                 operators: Operators, counters: LikeCounts, clock: Clock,
+                 operators: Operators, counters: Counters, clock: Clock,
                  metrics: Metrics, health: Callable[[], Awaitable[str | None]]) -> None:
         self.settings = settings
         tokens = Tokens(admin=_given(settings.admin_token, "admin_token"),
@@ -80,6 +81,8 @@ class Proxy:
             metrics=metrics)
         self.polls.likes = self.likes
         self.taps = Taps(self.likes, self.tickets)
+        self.gifts = Gifts(counters, log, tokens, clock, gift_important=settings.gift_important)
+        self.gifts.tickets = self.tickets
         self.front = Front(self.polls, self.sends, self.taps, FrontLimits(
             header_timeout=settings.header_timeout, request_timeout=settings.request_timeout,
             keepalive_timeout=settings.keepalive_timeout, connections_max=settings.connections_max,
@@ -91,7 +94,8 @@ class Proxy:
         metrics.track(metrics.connections, lambda: self.front.open_connections)
         metrics.track(metrics.held_polls, self.held_polls)
         self.routes = Routes(settings=settings, reader=reader, polls=self.polls,
-                             sends=self.sends, taps=self.taps, stats=stats, tickets=self.tickets,
+                             sends=self.sends, taps=self.taps, gifts=self.gifts, stats=stats,
+                             tickets=self.tickets,
                              is_vip=vip_list.is_vip, clock=clock, metrics=metrics,
                              health=health)
         self.operators = OperatorRoutes(operators, tokens, clock, settings, stats=stats,

@@ -18,20 +18,22 @@ from pathlib import Path
 from aiohttp import web
 
 from liveroom.clock import Clock
-from liveroom.codec import wants_msgpack
+from liveroom.codec import decode_request, wants_msgpack
 from liveroom.errors import BadRequest, Forbidden, LiveroomError, RequestTimeout, Unauthorized
 from liveroom.metrics import Metrics
-from liveroom.model import check_name
+from liveroom.model import check_name, parse_count
 from liveroom.roles import RoomReader, StatsReader
 from liveroom.settings import Settings
+from liveroom.store.base import LEADERBOARD_MAX
 
 from .auth import Right, Tokens, bearer
 from .front_limits import FrontLimits
+from .gifts import Gifts
 from .params import parse_members_page, parse_series_range
 from .poll import Poll, Polls
 from .reply import Reply, document_reply, error_reply, failure_reply
 from .routing import parse_query
-from .send import Sends
+from .send import Sends, media_type
 from .taps import Taps
 from .tickets import Tickets
 
@@ -46,6 +48,8 @@ change; tests/test_openapi.py checks it against the routes both ways and
 tests/test_api_fuzz.py the server against it. Package data beside this
 module, read at the first request for it (``importlib.resources`` would cost
 every start 2 ms of imports for a file that is always there)."""
+LEADERBOARD_DEFAULT = 10
+"""Givers a leaderboard lists when it is not told how many."""
 HEALTH_EVERY = 1.0
 """Seconds a ``/healthz`` answer is reused: a flood of health checks costs the
 store one round trip a second."""
@@ -137,7 +141,7 @@ class Routes:
     front handed over), the room figures and the node's operations."""
 
     def __init__(self, *, settings: Settings, reader: RoomReader, polls: Polls, sends: Sends,
-                 taps: Taps, stats: StatsReader, tickets: Tickets | None,
+                 taps: Taps, gifts: Gifts, stats: StatsReader, tickets: Tickets | None,
                  is_vip: Callable[[str], bool],
                  clock: Clock, metrics: Metrics,
                  health: Callable[[], Awaitable[str | None]]) -> None:
@@ -146,6 +150,7 @@ class Routes:
         self.polls = polls
         self.sends = sends
         self.taps = taps
+        self.gifts = gifts
         self.stats = stats
         self.tickets = tickets
         """One verifier (one cache) for polls, sends and member lists; None: open."""
@@ -167,6 +172,8 @@ class Routes:
         app.router.add_get("/v1/rooms/{room}/poll", self.poll)
         app.router.add_post("/v1/rooms/{room}/messages", self.send)
         app.router.add_post("/v1/rooms/{room}/likes", self.like)
+        app.router.add_post("/v1/rooms/{room}/gifts", self.gift)
+        app.router.add_get("/v1/rooms/{room}/leaderboard", self.leaderboard)
         app.router.add_get("/v1/rooms/{room}/online", self.online)
         app.router.add_get("/v1/rooms/{room}/stats", self.room_stats)
         app.router.add_get("/v1/rooms/{room}/stats/online", self.online_series)
@@ -266,6 +273,26 @@ class Routes:
             "viewers_exact": figures.viewers_exact, "vip": self.is_vip(room),
             "seq": snap.head, "likes": figures.likes,
         })
+
+    async def gift(self, request: web.Request) -> web.StreamResponse:
+        headers = request.headers
+        room = self.sends.check_head(request.match_info["room"],
+                                     headers.get("Content-Encoding"), request.content_length)
+        raw = await self._read_body(request)
+        doc = decode_request(media_type(headers.get("Content-Type", "")), raw)
+        rank, giver = await self.gifts.give(room, doc, headers.get("Authorization"))
+        return document(request, {"room": room, "uid": giver, "rank": rank.rank,
+                                  "score": rank.score, "total": rank.total}, status=201)
+
+    async def leaderboard(self, request: web.Request) -> web.StreamResponse:
+        query = request.query
+        limit = parse_count("limit", query["limit"], 1, LEADERBOARD_MAX) \
+            if "limit" in query else LEADERBOARD_DEFAULT
+        room = request.match_info["room"]
+        board = await self.gifts.leaderboard(room, limit)
+        return document(request, {"room": room, "top": [
+            {"uid": uid, "score": score} for uid, score in board.top],
+            "total": board.total, "count": board.count})
 
     async def online_series(self, request: web.Request) -> web.StreamResponse:
         return await self._series(request, self.stats.online_series)

@@ -239,7 +239,8 @@ class Statsvr:
                                     _estimate(room, ended.viewers), 0,
                                     self.limits.viewers_threshold)
             out.append(BroadcastStats(ended.broadcast, ended.ended_ms,
-                                      figure.viewers, figure.viewers_exact, ended.likes))
+                                      figure.viewers, figure.viewers_exact, ended.likes,
+                                      ended.gifts, ended.ranking))
         return out
 
     # -- lifecycle -----------------------------------------------------------------

@@ -310,7 +310,7 @@ async def test_ending_a_broadcast_resets_listeners_and_starts_viewers_over(
         doc = await call(session, "GET", f"{url}/v1/rooms/show/broadcasts", headers={})
         assert doc == {"room": "show", "broadcasts": [
             {"broadcast": 1, "ended_at": ended_at, "viewers": 3, "viewers_exact": True,
-             "likes": 0}]}
+             "likes": 0, "gifts": 0, "ranking": []}]}
 
 
 async def test_starting_a_room_counts_its_listeners_before_the_first_message(

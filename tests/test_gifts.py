@@ -1,0 +1,133 @@
+"""Gifts over HTTP (``proxy/gifts.py``): the backend's call, exact scores and
+ranks against a ledger, the leaderboard, a big gift as an important message,
+and the ranking frozen into an ended broadcast."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+from support import ADMIN_HEADERS, PUBLISHER, Listener, running_node, send
+
+from liveroom.clock import FakeClock
+from proxy.tickets import mint
+
+ROOM = "gift-room"
+PUBLISHER_HEADERS = {"Authorization": f"Bearer {PUBLISHER}"}
+KEY = "gift-ticket-key-0123456789abcdef-01"
+
+
+async def call(session: aiohttp.ClientSession, method: str, url: str, *,
+               json: Any = None, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    async with session.request(method, url, json=json, headers=headers or {}) as resp:
+        return resp.status, await resp.json()
+
+
+@pytest.fixture
+async def node_url(engine_url: str) -> AsyncIterator[str]:
+    async with running_node(engine_url, gift_important=1000) as node:
+        yield node.url
+
+
+async def test_scores_and_ranks_are_exact_against_a_ledger(
+        node_url: str, session: aiohttp.ClientSession) -> None:
+    rng = random.Random(35)
+    ledger: dict[str, int] = {}
+    for _ in range(120):
+        giver, value = f"g{rng.randrange(15)}", rng.randrange(1, 500)
+        status, given = await call(session, "POST", f"{node_url}/v1/rooms/{ROOM}/gifts",
+                                   json={"uid": giver, "value": value, "gift": "rose"},
+                                   headers=PUBLISHER_HEADERS)
+        assert status == 201, given
+        ledger[giver] = ledger.get(giver, 0) + value
+        ranked = sorted(ledger.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)
+        assert given == {"room": ROOM, "uid": giver, "score": ledger[giver],
+                         "rank": [u for u, _ in ranked].index(giver) + 1,
+                         "total": sum(ledger.values())}
+    status, board = await call(session, "GET", f"{node_url}/v1/rooms/{ROOM}/leaderboard")
+    assert status == 200
+    ranked = sorted(ledger.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)
+    assert board == {"room": ROOM, "top": [{"uid": u, "score": s} for u, s in ranked[:10]],
+                     "total": sum(ledger.values()), "count": 120}
+    status, board = await call(session, "GET", f"{node_url}/v1/rooms/{ROOM}/leaderboard"
+                               "?limit=100")
+    assert len(board["top"]) == len(ledger)
+
+
+async def test_a_gift_is_the_backends_call(node_url: str,
+                                           session: aiohttp.ClientSession) -> None:
+    gift = {"uid": "g", "value": 5, "gift": "rose"}
+    url = f"{node_url}/v1/rooms/{ROOM}/gifts"
+    assert (await call(session, "POST", url, json=gift))[0] == 401
+    assert (await call(session, "POST", url, json=gift,
+                       headers={"Authorization": "Bearer wrong"}))[0] == 401
+    assert (await call(session, "POST", url, json=gift, headers=ADMIN_HEADERS))[0] == 201
+
+
+async def test_bad_gifts_and_limits_are_400(node_url: str,
+                                            session: aiohttp.ClientSession) -> None:
+    url = f"{node_url}/v1/rooms/{ROOM}/gifts"
+    for doc in [{"uid": "g", "value": 0, "gift": "r"},
+                {"uid": "g", "value": 10**12 + 1, "gift": "r"},
+                {"uid": "g", "value": "5", "gift": "r"}, {"uid": "g", "value": True, "gift": "r"},
+                {"uid": "g", "value": 5, "gift": ""}, {"uid": "g", "value": 5, "gift": "x" * 65},
+                {"value": 5, "gift": "r"}, {"uid": "g", "value": 5, "gift": "r", "x": 1}, [1]]:
+        status, body = await call(session, "POST", url, json=doc, headers=PUBLISHER_HEADERS)
+        assert status == 400, (doc, body)
+        assert set(body) == {"error", "message"}
+    for limit in ["0", "101", "x"]:
+        status, body = await call(session, "GET", f"{node_url}/v1/rooms/{ROOM}/leaderboard"
+                                  f"?limit={limit}")
+        assert status == 400, (limit, body)
+
+
+async def test_a_big_gift_goes_out_as_an_important_message(
+        node_url: str, session: aiohttp.ClientSession) -> None:
+    await send(session, node_url, ROOM, "hello")
+    listener = Listener(session, ROOM)
+    await listener.poll(node_url)
+    for value in (999, 1000):  # --gift-important 1000
+        status, _ = await call(session, "POST", f"{node_url}/v1/rooms/{ROOM}/gifts",
+                               json={"uid": "whale", "value": value, "gift": "rocket"},
+                               headers=PUBLISHER_HEADERS)
+        assert status == 201
+    answer = await listener.poll(node_url)
+    assert [(m["uid"], m["body"]) for m in answer["important"]] == [
+        ("whale", {"gift": "rocket", "value": 1000})]
+
+
+async def test_ending_the_broadcast_freezes_its_ranking(
+        node_url: str, session: aiohttp.ClientSession) -> None:
+    await send(session, node_url, ROOM, "hello")
+    for giver, value in [("a", 30), ("b", 50), ("a", 25)]:
+        await call(session, "POST", f"{node_url}/v1/rooms/{ROOM}/gifts",
+                   json={"uid": giver, "value": value, "gift": "rose"},
+                   headers=PUBLISHER_HEADERS)
+    status, _ = await call(session, "POST", f"{node_url}/v1/admin/rooms/{ROOM}/end",
+                           headers=ADMIN_HEADERS)
+    assert status == 200
+    _, past = await call(session, "GET", f"{node_url}/v1/rooms/{ROOM}/broadcasts")
+    (ended,) = past["broadcasts"]
+    assert (ended["gifts"], ended["ranking"]) == (
+        105, [{"uid": "a", "score": 55}, {"uid": "b", "score": 50}])
+    _, board = await call(session, "GET", f"{node_url}/v1/rooms/{ROOM}/leaderboard")
+    assert board == {"room": ROOM, "top": [], "total": 0, "count": 0}
+
+
+async def test_in_ticket_mode_a_ticket_needs_publish(session: aiohttp.ClientSession) -> None:
+    clock = FakeClock()
+    async with running_node(clock=clock, auth="ticket", ticket_keys=(KEY,)) as node:
+        url = f"{node.url}/v1/rooms/{ROOM}/gifts"
+        gift = {"uid": "g", "value": 5, "gift": "rose"}
+        fan = mint(KEY, "fan", rooms=[ROOM], now=clock.time())
+        backend = mint(KEY, "backend", rooms=[ROOM], publish=True, now=clock.time())
+        elsewhere = mint(KEY, "backend", rooms=["other"], publish=True, now=clock.time())
+        assert (await call(session, "POST", url, json=gift,
+                           headers={"Authorization": f"Bearer {fan}"}))[0] == 403
+        assert (await call(session, "POST", url, json=gift,
+                           headers={"Authorization": f"Bearer {elsewhere}"}))[0] == 401
+        assert (await call(session, "POST", url, json=gift,
+                           headers={"Authorization": f"Bearer {backend}"}))[0] == 201
