@@ -860,5 +860,95 @@ def send(room_name: str, text: str, uid: str | None, important: bool, to: str | 
     click.echo(said)
 
 
+@main.command()
+@click.argument("room_name", metavar="ROOM", callback=_room)
+@click.option("--count", type=click.IntRange(1, 100), default=1, show_default=True,
+              help="Taps in this request (a client batches its taps).")
+@click.option("--uid", callback=_optional_uid, envvar=UID_ENV, show_envvar=True,
+              help="Who taps (open mode) [default: a made-up fan-XXXXXX; with --ticket, the "
+                   "ticket's].")
+@_ticket_option
+@_url_option
+def like(room_name: str, count: int, uid: str | None, ticket: str | None, url: str) -> None:
+    """Tap COUNT likes in ROOM and print the room's total as the node knows it.
+
+    Each uid may send a few like requests a second (the server's
+    --like-requests and --like-taps): past them the node answers 429 and this
+    exits with status 1 and its message."""
+    from .client import Client, ClientError
+
+    if uid is None and ticket is None:
+        uid = f"fan-{secrets.token_hex(3)}"
+        click.echo(f"-- tapping as {uid} (give --uid to choose)", err=True)
+
+    async def run() -> int:
+        async with Client(url, ticket=ticket) as client:
+            return await client.like(room_name, count, uid=uid)
+
+    try:
+        total = asyncio.run(run())
+    except ClientError as exc:
+        raise _clear(exc, None if ticket or uid else f"give --ticket or set {TICKET_ENV}") \
+            from None
+    click.echo(f"{room_name}: {total} likes")
+
+
+@main.command()
+@click.argument("room_name", metavar="ROOM", callback=_room)
+@click.option("--uid", callback=_optional_uid, required=True, help="The giver.")
+@click.option("--value", type=click.IntRange(1, 10**12), required=True,
+              help="What the gift is worth, in your backend's unit.")
+@click.option("--gift", "name", default="gift", show_default=True, help="The gift's name.")
+@_ticket_option
+@click.option("--token", envvar=env_of("publisher_token"), show_envvar=True,
+              help="The publisher (or admin) token: gifts are your backend's call (or a "
+                   "ticket minted with --publish).")
+@_url_option
+def gift(room_name: str, uid: str, value: int, name: str, ticket: str | None,
+         token: str | None, url: str) -> None:
+    """Give UID's gift worth VALUE in ROOM and print the giver's rank and score.
+
+    The room's ranking is for its current broadcast (`liveroom leaderboard
+    ROOM`); ending the broadcast freezes it."""
+    from .client import Client, ClientError
+
+    async def run() -> str:
+        async with Client(url, ticket=ticket, token=token) as client:
+            given = await client.gift(room_name, uid, value, name)
+        return (f"{room_name}: {uid} is number {given.rank} with {given.score} "
+                f"(the room's gifts: {given.total})")
+
+    try:
+        said = asyncio.run(run())
+    except ClientError as exc:
+        raise _clear(exc, None if token or ticket
+                     else f"give --token or set {env_of('publisher_token')}") from None
+    click.echo(said)
+
+
+@main.command()
+@click.argument("room_name", metavar="ROOM", callback=_room)
+@click.option("--limit", type=click.IntRange(1, 100), default=10, show_default=True,
+              help="Givers to list.")
+@_url_option
+def leaderboard(room_name: str, limit: int, url: str) -> None:
+    """Print ROOM's top givers in its current broadcast, best first, and its gift total."""
+    from .client import Client, ClientError
+
+    async def run() -> list[str]:
+        async with Client(url) as client:
+            ranking = await client.leaderboard(room_name, limit=limit)
+        lines = [f"{place:>3}. {uid}  {score}" for place, (uid, score)
+                 in enumerate(ranking.top, 1)]
+        return [*lines, f"{room_name}: {ranking.count} gifts, {ranking.total} in all"]
+
+    try:
+        lines = asyncio.run(run())
+    except ClientError as exc:
+        raise _clear(exc, None) from None
+    for line in lines:
+        click.echo(line)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

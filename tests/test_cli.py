@@ -591,3 +591,23 @@ async def test_a_personal_send_says_its_pseq_is_not_a_seq() -> None:
         assert result.stdout == (
             "personal message to alice: pseq 1, its position among hall's personal "
             "messages (numbered apart from the room's seq)\n")
+
+
+async def test_like_gift_and_leaderboard_through_a_running_node() -> None:
+    async with running_node() as node:
+        env = {"LIVEROOM_URL": node.url}
+        result = await liveroom("like", "stage", "--count", "7", "--uid", "fan", env=env)
+        assert (result.exit_code, result.output) == (0, "stage: 7 likes\n")
+        result = await liveroom("like", "stage", "--count", "101", "--uid", "fan", env=env)
+        assert result.exit_code == 2  # refused by the command, before the server
+        result = await liveroom("gift", "stage", "--uid", "ann", "--value", "30", env=env)
+        assert result.exit_code == 1
+        assert "give --token or set LIVEROOM_PUBLISHER_TOKEN" in result.output
+        for uid, value in [("ann", 30), ("bob", 50), ("ann", 25)]:
+            result = await liveroom("gift", "stage", "--uid", uid, "--value", str(value),
+                                    "--gift", "rose", "--token", PUBLISHER, env=env)
+            assert result.exit_code == 0, result.output
+        assert result.output == "stage: ann is number 1 with 55 (the room's gifts: 105)\n"
+        result = await liveroom("leaderboard", "stage", env=env)
+        assert (result.exit_code, result.output) == (
+            0, "  1. ann  55\n  2. bob  50\nstage: 3 gifts, 105 in all\n")

@@ -68,6 +68,8 @@ class Answer:
     online: int
     interval_ms: int
     """Longest the server's pacing may hold this listener's next poll now."""
+    likes: int = 0
+    """The room's likes in its current broadcast (0 from an older server)."""
     spread: int | None = None
     """In a vip room, the routing hint the next poll echoes (``None``: none)."""
     pseq: int = 0
@@ -97,7 +99,7 @@ class Answer:
             messages=tuple(Message.from_doc(m) for m in doc["messages"]),
             gap=int(doc["gap"]), igap=int(doc["igap"]), reset=bool(doc["reset"]),
             ctx=str(doc["ctx"]), online=int(doc["online"]),
-            interval_ms=int(doc["interval_ms"]),
+            interval_ms=int(doc["interval_ms"]), likes=int(doc.get("likes", 0)),
             spread=None if doc.get("spread") is None else int(doc["spread"]),
             pseq=int(doc.get("pseq", 0)),
             personal=tuple(PersonalMessage.from_doc(m) for m in doc.get("personal", ())),
@@ -300,3 +302,27 @@ class Retry:
     status: int | None
     """The HTTP status (429, 503), or None for a network error."""
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Given:
+    """A gift's place: the giver's rank and score in the broadcast, and the room's total."""
+
+    room: str
+    uid: str
+    rank: int
+    score: int
+    total: int
+
+
+@dataclass(frozen=True, slots=True)
+class Ranking:
+    """A room's top givers in its current broadcast, best first."""
+
+    room: str
+    top: tuple[tuple[str, int], ...]
+    """``(uid, score)``."""
+    total: int
+    """The sum of the broadcast's gifts."""
+    count: int
+    """Gifts given in the broadcast."""

@@ -17,10 +17,12 @@ from .answers import (
     BroadcastEnded,
     BroadcastStarted,
     Cursor,
+    Given,
     LiveNode,
     LiveRoom,
     Members,
     OnlineSeries,
+    Ranking,
     Retry,
     RoomSect,
     RoomStats,
@@ -175,6 +177,33 @@ class Client:
                 on_retry(wait)
             await asyncio.sleep(wait.delay)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def like(self, room: str, count: int = 1, *, uid: str | None = None) -> int:
+        """Tap ``count`` (1-100) likes in ``room`` as ``uid`` (in ``ticket`` mode
+        the ticket names it); the room's total as the node knows it."""
+        doc: dict[str, Any] = {"count": count}
+        if uid is not None:
+            doc["uid"] = checked_name("uid", uid)
+        answer = await self._call("POST", self._room_path(room, "likes"), json=doc,
+                                  headers=self._bearer(self.ticket, self.token))
+        return int(answer["likes"])
+
+    async def gift(self, room: str, uid: str, value: int, gift: str) -> Given:
+        """Give ``uid``'s gift ``gift`` worth ``value`` in ``room`` (the publisher
+        or admin token, or a ticket with ``publish``): the giver's rank and score."""
+        doc = {"uid": checked_name("uid", uid), "value": value, "gift": gift}
+        answer = await self._call("POST", self._room_path(room, "gifts"), json=doc,
+                                  headers=self._bearer(self.token, self.ticket))
+        return Given(str(answer["room"]), str(answer["uid"]), int(answer["rank"]),
+                     int(answer["score"]), int(answer["total"]))
+
+    async def leaderboard(self, room: str, *, limit: int = 10) -> Ranking:
+        """The ``limit`` (1-100) top givers of ``room``'s current broadcast."""
+        doc = await self._call("GET", self._room_path(room, "leaderboard"),
+                               params={"limit": str(limit)})
+        return Ranking(str(doc["room"]), tuple((str(g["uid"]), int(g["score"]))
+                                               for g in doc["top"]),
+                       int(doc["total"]), int(doc["count"]))
 
     # -- stats (public, but member lists in ticket mode) --------------------------------
 
