@@ -42,6 +42,8 @@ export interface PollAnswer {
   reset: boolean;
   ctx: string;
   online: number;
+  /** The room's likes in its current broadcast (never down within it). */
+  likes: number;
   /** The longest the server may hold a poll to pace this room (its tier). */
   interval_ms: number;
   /** In a vip room only: the routing hint the next poll echoes (?spread=). */
@@ -71,6 +73,7 @@ export interface RoomStats {
   viewers_exact: boolean;
   vip: boolean;
   seq: number;
+  likes: number;
 }
 
 /** A ticket (or token) sent as `Authorization: Bearer`; a function is asked before every request. */
@@ -103,6 +106,8 @@ export interface ListenOptions extends ClientOptions {
   onGap?: (missed: { gap: number; igap: number; pgap: number }, answer: PollAnswer) => void;
   /** The room's log restarted (a new epoch) or the cursor no longer fitted. */
   onReset?: (answer: PollAnswer) => void;
+  /** The room's likes changed (and with the first answer); runs first. */
+  onLikes?: (likes: number, answer: PollAnswer) => void;
   /** Every answer, after the callbacks above. */
   onAnswer?: (answer: PollAnswer) => void;
   /** A failure; retryInMs is when the next try comes, null when the loop stopped. */
@@ -154,6 +159,8 @@ export class Listener {
   readonly intervalMs: number | null;
   /** The room's online count from the last answer. */
   readonly online: number | null;
+  /** The room's likes from the last answer. */
+  readonly likes: number | null;
   /** A vip room's routing hint from the last answer (echoed); null: none. */
   readonly spread: number | null;
   readonly running: boolean;
@@ -166,3 +173,10 @@ export class Listener {
 export function listen(room: string, options?: ListenOptions): Listener;
 export function send(room: string, body: unknown, options?: SendOptions): Promise<{ seq: number; epoch: string }>;
 export function roomStats(room: string, options?: StatsOptions): Promise<RoomStats>;
+export interface LikeOptions extends ClientOptions {
+  /** Seconds to wait for an answer (default 15). */
+  readTimeout?: number;
+  signal?: AbortSignal;
+}
+/** Tap `count` (1-100) likes; resolves with the room's total as the node knows it. */
+export function like(room: string, count?: number, options?: LikeOptions): Promise<number>;

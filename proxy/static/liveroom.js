@@ -19,7 +19,8 @@
 // then a poll again at once after every answer, passing back epoch, seq,
 // iseq, ctx and pseq. The server does the waiting, pacing included: a client never
 // sleeps between answers, whatever interval_ms says. Per answer the callbacks
-// run in this order: onReset (the cursors no longer fitted the room: the
+// run in this order: onLikes (the room's likes, when they changed), onReset
+// (the cursors no longer fitted the room: the
 // answer is like a first poll), onGap (gap normal, igap important, pgap
 // personal messages missed), onPersonal (this listener's own messages),
 // onImportant, onMessages (each only when it has messages), onAnswer.
@@ -183,6 +184,8 @@ export class Listener {
     this.intervalMs = null;
     /** The room's online count from the last answer; null before one. */
     this.online = null;
+    /** The room's likes from the last answer; null before one. */
+    this.likes = null;
     /** A vip room's routing hint from the last answer, echoed by the next poll; null: none. */
     this.spread = null;
     this._controller = null;
@@ -281,7 +284,12 @@ export class Listener {
     };
     this.intervalMs = answer.interval_ms;
     this.online = answer.online;
+    const likes = answer.likes ?? 0;
+    const likesChanged = likes !== this.likes;
+    this.likes = likes;
     this.spread = answer.spread ?? null;
+    if (likesChanged) this._call("onLikes", likes, answer);
+    if (signal.aborted) return;
     if (answer.reset) this._call("onReset", answer);
     if (signal.aborted) return;
     const pgap = answer.pgap ?? 0;
@@ -363,7 +371,29 @@ export async function send(room, body, options = {}) {
 }
 
 /**
- * A room's figures: {room, online, viewers, viewers_exact, vip, seq}
+ * Tap `count` (1-100) likes in `room`; resolves with the room's total as the
+ * node knows it. A listener batches its taps: one call for the taps of the
+ * last moment, not one a tap (each uid may send about 10 a second).
+ */
+export async function like(room, count = 1, options = {}) {
+  checkName("room", room);
+  if (options.uid !== undefined && options.uid !== null) checkName("uid", options.uid);
+  if (!Number.isInteger(count) || count < 1 || count > 100) {
+    throw new RangeError(`count must be a whole number from 1 to 100, not ${count}`);
+  }
+  const fetcher = options.fetch ?? globalThis.fetch.bind(globalThis);
+  const doc = { count };
+  if (options.uid) doc.uid = options.uid;
+  const headers = { "Content-Type": "application/json", Accept: "application/json",
+    ...(await bearer(options.ticket)) };
+  const answer = await request(fetcher, `${baseOf(options)}/v1/rooms/${room}/likes`,
+    { method: "POST", headers, body: JSON.stringify(doc) }, (options.readTimeout ?? 15) * 1000,
+    options.signal ?? new AbortController().signal);
+  return answer.likes;
+}
+
+/**
+ * A room's figures: {room, online, viewers, viewers_exact, vip, seq, likes}
  * (GET /v1/rooms/{room}/stats, public). A room nobody used answers zeros.
  */
 export async function roomStats(room, options = {}) {

@@ -13,7 +13,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-const { listen, send, roomStats, Listener, LiveroomError } = await import(process.env.LIVEROOM_JS);
+const { listen, send, like, roomStats, Listener, LiveroomError } = await import(process.env.LIVEROOM_JS);
 const BASE = process.env.LIVEROOM_URL;
 const FULL = process.env.LIVEROOM_FULL_URL;
 const ADMIN = process.env.LIVEROOM_ADMIN_TOKEN;
@@ -345,4 +345,28 @@ test("a vip room's routing hint is echoed, and dropped once the answers drop it"
   listener.stop();
   assert.equal(listener.spread, null);
   assert.equal(calls.at(-1).url.searchParams.get("spread"), null);
+});
+
+test("likes: taps are counted, and a listener hears the total change through onLikes", { timeout: 15_000 }, async () => {
+  const room = freshRoom("likes");
+  await send(room, "hello", { base: BASE, uid: "l1" });
+  const totals = [];
+  const seen = watch((likes) => (likes >= 12 ? likes : undefined));
+  const first = signal();
+  const listener = listen(room, {
+    base: BASE, uid: "heart", timeout: 2,
+    onLikes: (likes) => { totals.push(likes); seen.callback(likes); },
+    onAnswer: () => first.resolve(),
+  });
+  await first.promise;
+  assert.equal(await like(room, 5, { base: BASE, uid: "fan" }), 5);
+  assert.equal(await like(room, 7, { base: BASE, uid: "fan2" }), 12);
+  await send(room, "a message wakes the listener", { base: BASE, uid: "l2" });
+  assert.equal(await seen.promise, 12);
+  listener.stop();
+  await listener.closed;
+  assert.equal(totals[0], 0);  // the first answer: before any tap
+  assert.equal(listener.likes, 12);
+  await assert.rejects(() => like(room, 0, { base: BASE, uid: "fan" }), RangeError);
+  await assert.rejects(() => like(room, 101, { base: BASE, uid: "fan" }), RangeError);
 });
