@@ -274,6 +274,36 @@ def test_sending_from_the_page(browser: WebDriver, served: Served, tmp_path: Pat
     screenshot(browser, tmp_path, "sent")
 
 
+def test_taps_on_the_heart_are_batched_and_counted(browser: WebDriver, served: Served,
+                                                   tmp_path: Path) -> None:
+    status, _ = call(f"{served.url}/v1/rooms/hearts/messages", "POST",
+                     {"uid": "frank", "body": {"text": "on air"}})
+    assert status == 201
+    open_room(browser, served, "hearts", uid="erin")
+    # Count the page's like requests (liveroom.js looks fetch up at each call).
+    browser.execute_script(
+        "window.likeRequests = 0; const real = window.fetch;"
+        "window.fetch = (url, init) => {"
+        "  if (String(url).endsWith('/likes')) window.likeRequests += 1;"
+        "  return real(url, init); };")
+    heart = browser.find_element(By.ID, "heart")
+    for _ in range(7):
+        heart.click()
+    assert text_of(browser, "#likes") == "7"  # at once, before the node answers
+    WebDriverWait(browser, 5).until(
+        lambda b: call(f"{served.url}/v1/rooms/hearts/poll?uid=x")[1]["likes"] == 7)
+    assert browser.execute_script("return window.likeRequests") == 1  # one batch of 7
+    # Another client taps: the page shows the room's total once an answer brings it.
+    status, _ = call(f"{served.url}/v1/rooms/hearts/likes", "POST",
+                     {"uid": "frank", "count": 5})
+    assert status == 202
+    status, _ = call(f"{served.url}/v1/rooms/hearts/messages", "POST",
+                     {"uid": "frank", "body": {"text": "hi"}})
+    assert status == 201
+    WebDriverWait(browser, 5).until(lambda b: text_of(b, "#likes") == "12")
+    screenshot(browser, tmp_path, "hearts")
+
+
 def test_a_name_that_cannot_be_a_room_is_a_page_with_the_way_back(
         browser: WebDriver, served: Served, tmp_path: Path) -> None:
     browser.get(f"{served.url}/rooms/no%20spaces")

@@ -11,11 +11,12 @@
 // chat again: the page keeps the lines it shows and skips those it has
 // drawn (see "what the chat shows").
 
-import { Listener, LiveroomError, roomStats, send } from "/static/liveroom.js";
+import { Listener, LiveroomError, like, roomStats, send } from "/static/liveroom.js";
 
 const CHAT_KEEP = 500;       // messages drawn in the chat; older ones are removed
 const IMPORTANT_KEEP = 50;
 const STATS_EVERY_MS = 5000;
+const TAPS_EVERY_MS = 500;   // taps are batched: one request for the taps of half a second
 
 const $ = (id) => document.getElementById(id);
 const room = decodeURIComponent(location.pathname.split("/").filter(Boolean).pop() ?? "");
@@ -237,6 +238,7 @@ function startListening() {
       clearProblem();
       status("live", "live");
       $("online").textContent = answer.online.toLocaleString();
+      showLikes(answer.likes ?? 0);
       if (answer.online > viewersShown) refreshStatsSoon(); // a new listener is a new viewer
       $("interval").textContent = pace(answer.interval_ms);
       $("interval").dataset.ms = String(answer.interval_ms);
@@ -268,6 +270,7 @@ async function refreshStats() {
     const stats = await roomStats(room);
     viewersShown = stats.viewers;
     $("online").textContent = stats.online.toLocaleString();
+    showLikes(stats.likes ?? 0);
     $("viewers").textContent = stats.viewers.toLocaleString() + (stats.viewers_exact ? "" : " (about)");
     $("vip").hidden = !stats.vip;
   } catch (error) {
@@ -275,6 +278,46 @@ async function refreshStats() {
     // The listener's banner says what is wrong with the server; stats just wait.
   }
 }
+
+// -- likes -----------------------------------------------------------------------
+
+let likesShown = 0;
+let taps = 0;
+let tapping = null;
+
+/** The room's likes: never drawn lower than a total seen (the node's own taps come first). */
+function showLikes(total) {
+  if (total <= likesShown && likesShown > 0) return;
+  likesShown = total;
+  $("likes").textContent = total.toLocaleString();
+}
+
+/** Taps wait TAPS_EVERY_MS, then go as one request (at most 100 taps each). */
+async function sendTaps() {
+  tapping = null;
+  const count = Math.min(taps, 100);
+  taps -= count;
+  if (taps > 0) tapping = setTimeout(sendTaps, TAPS_EVERY_MS);
+  const t = ticket();
+  try {
+    showLikes(await like(room, count, {
+      uid: t && isTicket(t) ? undefined : uidField.value,
+      ticket: t && isTicket(t) ? t : null,
+    }));
+  } catch (error) {
+    if (!(error instanceof LiveroomError)) throw error;
+    $("heart").title = `not counted: ${explain(error)}`;
+  }
+}
+
+$("heart").addEventListener("click", () => {
+  taps += 1;
+  showLikes(likesShown + 1); // at once, as the node will count it
+  $("heart").classList.remove("beat");
+  void $("heart").offsetWidth; // restart the animation
+  $("heart").classList.add("beat");
+  tapping ??= setTimeout(sendTaps, TAPS_EVERY_MS);
+});
 
 // -- sending -------------------------------------------------------------------
 
