@@ -443,3 +443,28 @@ def test_the_dashboard_for_the_readme(browser: WebDriver, populated: Populated,
         phone_shots(browser, tmp_path)
     finally:
         served.run(holding.stop())
+
+
+def test_a_rooms_likes_and_top_givers_show_beside_its_curve(
+        browser: WebDriver, populated: Populated, tmp_path: Path) -> None:
+    served = populated.served
+    for uid, count in [("fan1", 40), ("fan2", 2)]:
+        status, _ = call(f"{served.url}/v1/rooms/finals/likes", "POST",
+                         {"uid": uid, "count": count})
+        assert status == 202
+    served.run(served.node.proxy.likes.flush())
+    for uid, value in [("whale", 900), ("minnow", 5), ("whale", 100)]:
+        status, _ = call(f"{served.url}/v1/rooms/finals/gifts", "POST",
+                         {"uid": uid, "value": value, "gift": "rocket"}, token=PUBLISHER)
+        assert status == 201
+    open_dashboard(browser, served)
+    WebDriverWait(browser, 15).until(lambda b: "finals" in room_rows(b))
+    browser.find_element(By.CSS_SELECTOR, '#rooms tbody tr[data-room="finals"]').click()
+    WebDriverWait(browser, 10).until(
+        lambda b: b.find_element(By.ID, "room-likes").text == "42")
+    WebDriverWait(browser, 10).until(
+        lambda b: b.find_element(By.ID, "chart").get_attribute("data-likes") == "42")
+    givers = [str(li.text) for li in browser.find_elements(By.CSS_SELECTOR, "#givers li")]
+    assert givers == ["1. whale: 1,000", "2. minnow: 5"]
+    assert browser.find_element(By.ID, "givers").get_attribute("data-total") == "1005"
+    screenshot(browser, tmp_path, "likes-and-givers")

@@ -6,6 +6,8 @@
 //   GET  /v1/admin/nodes                   the live nodes and what each holds
 //   GET  /v1/rooms/{room}/stats            a room's figures
 //   GET  /v1/rooms/{room}/stats/online     its online curve (hour, day, week, 90 days)
+//   GET  /v1/rooms/{room}/stats/likes      its likes a step, drawn on the same chart
+//   GET  /v1/rooms/{room}/leaderboard      its top givers in the current broadcast
 //   GET  /v1/rooms/{room}/broadcasts       its ended broadcasts
 //   GET  /v1/admin/vip/{room}              its sect: pinned or automatic, since, moves
 //   PUT|DELETE /v1/admin/vip/{room}/pin    pin it to a sect, or give it back to the rule
@@ -268,9 +270,11 @@ async function refreshRoom() {
   const path = `/v1/rooms/${encodeURIComponent(room)}`;
   const until = Math.floor(Date.now() / 1000);
   const since = Math.max(0, until - state.range);
-  const [stats, series, past, sect] = await Promise.all([
+  const [stats, series, likes, givers, past, sect] = await Promise.all([
     guarded(() => api("GET", `${path}/stats`)),
     guarded(() => api("GET", `${path}/stats/online`, { since })),
+    guarded(() => api("GET", `${path}/stats/likes`, { since })),
+    guarded(() => api("GET", `${path}/leaderboard`, { limit: 10 })),
     guarded(() => api("GET", `${path}/broadcasts`)),
     guarded(() => api("GET", `/v1/admin/vip/${encodeURIComponent(room)}`)),
   ]);
@@ -282,8 +286,9 @@ async function refreshRoom() {
     // still shows.
     const last = series.points.length ? series.points[series.points.length - 1][0] : until;
     state.window = [since, Math.max(until, last)];
-    drawSeries(series);
+    drawSeries(series, likes ? likes.points : []);
   }
+  if (givers) showGivers(givers);
   if (past) showBroadcasts(past.broadcasts);
 }
 
@@ -292,6 +297,7 @@ function showStats(stats) {
   $("room-viewers").textContent = (stats.viewers_exact ? "" : "≈ ") +
     stats.viewers.toLocaleString("en");
   $("room-seq").textContent = stats.seq.toLocaleString("en");
+  $("room-likes").textContent = (stats.likes ?? 0).toLocaleString("en");
   $("room-vip").textContent = stats.vip ? "yes" : "no";
   const row = [...$("rooms").tBodies[0].rows].find((r) => r.dataset.room === stats.room);
   $("room-tier").textContent = row ? row.cells[2].textContent : "–";
@@ -316,6 +322,24 @@ function showSect(sect) {
   if (state.plot) state.plot.redraw(false, false);
 }
 
+// The current broadcast's top givers, best first, and its gift total.
+function showGivers(board) {
+  const list = $("givers");
+  list.replaceChildren();
+  if (!board.top.length) {
+    const li = document.createElement("li");
+    li.className = "hint";
+    li.textContent = "no gifts yet";
+    list.append(li);
+  }
+  board.top.forEach((giver, i) => {
+    const li = document.createElement("li");
+    li.textContent = `${i + 1}. ${giver.uid}: ${giver.score.toLocaleString("en")}`;
+    list.append(li);
+  });
+  list.dataset.total = String(board.total);
+}
+
 function showBroadcasts(broadcasts) {
   const list = $("broadcasts");
   list.replaceChildren();
@@ -329,7 +353,8 @@ function showBroadcasts(broadcasts) {
     const li = document.createElement("li");
     const viewers = (b.viewers_exact ? "" : "≈ ") + b.viewers.toLocaleString("en");
     li.textContent = `#${b.broadcast}, ended ${new Date(b.ended_at).toLocaleString("en")}: ` +
-      `${viewers} watched`;
+      `${viewers} watched, ${(b.likes ?? 0).toLocaleString("en")} likes, ` +
+      `${(b.gifts ?? 0).toLocaleString("en")} in gifts`;
     list.append(li);
   }
 }
@@ -436,10 +461,19 @@ function stepText(seconds) {
   return seconds % 3600 === 0 ? `${seconds / 3600} h` : `${seconds / 60} min`;
 }
 
-function drawSeries(series) {
+// The online curve (average and peak) and the likes a step, on one time axis:
+// both series have the same steps (the server picks them alike), so their
+// points meet at the same times; a time with one and not the other is a gap
+// in the online curve and no likes.
+function drawSeries(series, likes) {
   const points = series.points;
-  $("chart-empty").hidden = points.length > 0;
-  const data = [points.map((p) => p[0]), points.map((p) => p[1]), points.map((p) => p[2])];
+  $("chart-empty").hidden = points.length > 0 || likes.length > 0;
+  const online = new Map(points.map((p) => [p[0], p]));
+  const tapped = new Map(likes.map((p) => [p[0], p[1]]));
+  const times = [...new Set([...online.keys(), ...tapped.keys()])].sort((a, b) => a - b);
+  const data = [times, times.map((t) => online.get(t)?.[1] ?? null),
+    times.map((t) => online.get(t)?.[2] ?? null), times.map((t) => tapped.get(t) ?? 0)];
+  $("chart").dataset.likes = String(likes.reduce((sum, p) => sum + p[1], 0));
   if (state.plot && state.plot.liveroomStep === series.step) {
     state.plot.setData(data);
     return;
@@ -454,16 +488,21 @@ function drawSeries(series) {
       // minute) is padded by days, and every tick fell on a midnight.
       x: { time: true, range: () => [...state.window] },
       y: { range: (u, min, max) => [0, Math.max(1, Math.ceil(max * 1.1))] },
+      likes: { range: (u, min, max) => [0, Math.max(1, Math.ceil(max * 1.1))] },
     },
     axes: [
       { values: timeLabels, stroke: "#5d6677" },
       { stroke: "#5d6677", values: (u, ticks) => ticks.map((t) => t.toLocaleString("en")) },
+      { scale: "likes", side: 1, stroke: "#d6336c", grid: { show: false },
+        values: (u, ticks) => ticks.map((t) => t.toLocaleString("en")) },
     ],
     series: [
       { value: (u, t) => (t == null ? "–" : new Date(t * 1000).toLocaleString("en")) },
       { label: `average per ${stepText(series.step)}`, stroke: "#2b6cd4", width: 2,
         fill: "rgba(43,108,212,0.12)" },
       { label: "peak", stroke: "#e4572e", width: 1, dash: [4, 3] },
+      { label: `likes per ${stepText(series.step)}`, scale: "likes", stroke: "#d6336c",
+        width: 1 },
     ],
     hooks: { draw: [markMoves] },
   };
