@@ -21,33 +21,26 @@ import pytest
 from front_corpus import CASES, Case, _head, _poll, _send
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import ADMIN, BASE, PUBLISHER
 from test_front_streams import streams
 
-from liveroom.errors import LiveroomError, TooLarge, UnsupportedMedia
-from liveroom.model import check_name
-from liveroom.settings import DEFAULTS
+from liveroom.clock import FakeClock
+from liveroom.metrics import Metrics
+from liveroom.store.base import LogPolicy
+from liveroom.store.memory import MemoryStore
+from proxy.auth import Tokens
 from proxy.front_limits import FrontLimits
 from proxy.request_reader import BACKLOG_MAX, Arriving, Fed, Request, RequestReader
 from proxy.routing import POLL
+from proxy.send import Sends
 
 
-class Heads:
-    """The send path's head rules as :class:`proxy.send.Sends` applies them
-    (a node's defaults)."""
-
-    body_limit = DEFAULTS.max_message_bytes + 1024
-
-    def check_head(self, room: str, content_encoding: str | None,
-                   content_length: int | None) -> str:
-        check_name("room", room)
-        if (content_encoding or "identity").lower() != "identity":
-            raise UnsupportedMedia("compressed bodies are not accepted")
-        if content_length is not None and content_length > self.body_limit:
-            raise TooLarge("too large")
-        return room
-
-    def too_large(self) -> LiveroomError:
-        return TooLarge("too large")
+def heads() -> Sends:
+    """The send path's own head rules (:meth:`proxy.send.Sends.check_head`),
+    at a node's defaults, over a memory log nothing is sent to."""
+    clock = FakeClock()
+    return Sends(BASE, MemoryStore(LogPolicy(), clock).log,
+                 Tokens(admin=ADMIN, publisher=PUBLISHER), clock, Metrics())
 
 
 class Answering:
@@ -58,7 +51,7 @@ class Answering:
     is held and nothing more is answered until :meth:`answer_all`."""
 
     def __init__(self, limits: FrontLimits | None = None, busy: bool = False) -> None:
-        self.reader = RequestReader(limits or FrontLimits(), Heads(), self)
+        self.reader = RequestReader(limits or FrontLimits(), heads(), self)
         self.statuses: list[int] = []
         self.requests: list[Request] = []
         self.busy = busy
