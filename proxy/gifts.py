@@ -79,8 +79,8 @@ class Gifts:
             raise Forbidden("this ticket cannot give gifts (it has no publish right)")
 
     async def give(self, room: str, doc: Any, authorization: str | None) -> tuple[GiftRank, str]:
-        """Add the gift in ``doc`` to ``room``: the giver's place, and the giver."""
-        check_name("room", room)
+        """Add the gift in ``doc`` to ``room`` (its name checked with the
+        request's head): the giver's place, and the giver."""
         self.require_publisher(room, authorization)
         giver, value, gift = parse_gift(doc)
         now_ms = int(self._clock.time() * 1000)

@@ -27,14 +27,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Protocol
+from collections.abc import Sequence
 
 from liveroom.clock import Clock
 from liveroom.errors import Overloaded, RateLimited, StoreUnavailable
 from liveroom.lifecycle import Periodic
 from liveroom.metrics import Metrics
 from liveroom.ratelimit import Window, span
+from liveroom.store.base import Counters
 
 logger = logging.getLogger("liveroom.proxy.likes")
 
@@ -45,14 +45,6 @@ REFRESH_EVERY = 1.0
 ASKED_FOR = 60
 """Refreshes (about seconds) a room's total is kept fresh after it was last
 asked about."""
-
-
-class LikeCounts(Protocol):
-    """What likes need of the store (``Counters`` in :mod:`liveroom.store.base`)."""
-
-    async def add_likes(self, taps: Mapping[str, int], now_ms: int) -> None: ...
-
-    async def likes(self, rooms: Sequence[str]) -> dict[str, int]: ...
 
 
 _TAPS, _WRITTEN, _FAILED, _LIMITED, _FULL = range(5)
@@ -124,7 +116,7 @@ class Likes:
     """One node's likes: taps merged per room, flushed, and the totals shown.
     Start and stop it with the node."""
 
-    def __init__(self, store: LikeCounts, clock: Clock, limits: TapLimits, *,
+    def __init__(self, store: Counters, clock: Clock, limits: TapLimits, *,
                  likes_flush: float, likes_rooms_max: int,
                  metrics: Metrics | None = None) -> None:
         self._store = store

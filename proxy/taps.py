@@ -16,7 +16,6 @@ from typing import Any
 
 from liveroom.codec import decode_request, wants_msgpack
 from liveroom.errors import BadBody, Unauthorized
-from liveroom.model import check_name
 
 from .auth import bearer
 from .likes import MAX_COUNT, Likes
@@ -50,9 +49,10 @@ class Taps:
 
     def tap(self, room: str, content_type: str, raw: bytes,
             authorization: str | bytes | None, accept: str) -> Reply:
-        """The answer to one like request (202, or the error's)."""
+        """The answer to one like request (202, or the error's); its head, the
+        room's name included, was checked by the send path's ``check_head``
+        (on the front and on aiohttp alike)."""
         try:
-            check_name("room", room)
             tickets = self.tickets
             if tickets is None:
                 uid, count = parse_taps(decode_request(media_type(content_type), raw),
