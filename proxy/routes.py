@@ -206,6 +206,14 @@ class Routes:
             if poll is not None:
                 poll.cancel()  # the client left first (nothing happens once answered)
 
+    async def _posted(self, request: web.Request) -> tuple[str, bytes]:
+        """The room and body of a POST to a room (a send, a like, a gift), its
+        head checked as the front checks it (the send path's ``check_head``)."""
+        room = self.sends.check_head(request.match_info["room"],
+                                     request.headers.get("Content-Encoding"),
+                                     request.content_length)
+        return room, await self._read_body(request)
+
     async def _read_body(self, request: web.Request) -> bytes:
         limit = self.sends.body_limit
         # ``read(n)`` returns what has arrived so far, not n bytes: read until
@@ -228,18 +236,14 @@ class Routes:
 
     async def send(self, request: web.Request) -> web.StreamResponse:
         headers = request.headers
-        room = self.sends.check_head(request.match_info["room"],
-                                     headers.get("Content-Encoding"), request.content_length)
-        raw = await self._read_body(request)
+        room, raw = await self._posted(request)
         return response(await self.sends.send(room, headers.get("Content-Type", ""), raw,
                                               headers.get("Authorization"),
                                               headers.get("Accept", ""), request.remote or ""))
 
     async def like(self, request: web.Request) -> web.StreamResponse:
         headers = request.headers
-        room = self.sends.check_head(request.match_info["room"],
-                                     headers.get("Content-Encoding"), request.content_length)
-        raw = await self._read_body(request)
+        room, raw = await self._posted(request)
         return response(self.taps.tap(room, headers.get("Content-Type", ""), raw,
                                       headers.get("Authorization"), headers.get("Accept", "")))
 
@@ -276,9 +280,7 @@ class Routes:
 
     async def gift(self, request: web.Request) -> web.StreamResponse:
         headers = request.headers
-        room = self.sends.check_head(request.match_info["room"],
-                                     headers.get("Content-Encoding"), request.content_length)
-        raw = await self._read_body(request)
+        room, raw = await self._posted(request)
         doc = decode_request(media_type(headers.get("Content-Type", "")), raw)
         rank, giver = await self.gifts.give(room, doc, headers.get("Authorization"))
         return document(request, {"room": room, "uid": giver, "rank": rank.rank,
