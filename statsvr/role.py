@@ -49,7 +49,7 @@ from .history import ViewersHistory
 from .merge import Merge
 from .registry import ANNOUNCE_EVERY, NodeRegistry
 from .sampler import OnlineSeries
-from .series import DEFAULT_RESOLUTIONS, SAMPLE_EVERY, Resolution, query_window
+from .series import DEFAULT_RESOLUTIONS, SAMPLE_EVERY, Resolution
 from .table import Tables
 from .view import EXACT_UP_TO
 from .viewers import merge_registers, viewers_figure
@@ -214,9 +214,7 @@ class Statsvr:
         ``(step, [(t, taps)])``, the resolution and buckets chosen as for the
         online series (:func:`statsvr.series.query_window`), buckets without
         taps left out; one round trip."""
-        resolutions = self.series.resolutions
-        index, low, high = query_window(resolutions, since, until, self._clock.time())
-        step = resolutions[index].step
+        step, low, high = self.series.window(since, until)
         if low > high or self._counters is None:
             return step, []
         return step, await self._counters.read_likes(room, step, low, high)

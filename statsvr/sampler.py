@@ -158,6 +158,14 @@ class OnlineSeries:
 
     # -- reading -----------------------------------------------------------------
 
+    def window(self, since: float, until: float) -> tuple[int, int, int]:
+        """``(step, low, high)``: the resolution's step and the bucket starts
+        that answer ``[since, until]`` now (:func:`statsvr.series.query_window`;
+        ``low > high``: none). Every series of a room (online, likes) reads its
+        buckets this way."""
+        index, low, high = query_window(self.resolutions, since, until, self._clock.time())
+        return self.resolutions[index].step, low, high
+
     async def query(self, room: str, since: float, until: float) -> tuple[int, list[Point]]:
         """The room's series from ``since`` to ``until`` (Unix s): ``(step, [(t, avg, max)])``.
 
@@ -171,8 +179,7 @@ class OnlineSeries:
         round trip (none when ``since > until``). Raises
         :class:`ValueError` for a non-finite time and :class:`StoreUnavailable`.
         """
-        index, low, high = query_window(self.resolutions, since, until, self._clock.time())
-        step = self.resolutions[index].step
+        step, low, high = self.window(since, until)
         if low > high:
             return step, []
         rows = await self._stats.read_online(room, step, low, high)
