@@ -45,6 +45,7 @@ COMPILED = (
     "proxy.new_rooms",
     "proxy.params",
     "proxy.poll",
+    "proxy.ranking",
     "proxy.reply",
     "proxy.request_reader",
     "proxy.routing",

@@ -65,11 +65,14 @@ _SPREAD_MP = _pack("spread")
 
 
 def finish(head: bytes, ctx: str, use_msgpack: bool, spread: int | None = None,
-           pseq: int = 0, personal: tuple[Item, ...] = (), pgap: int = 0) -> bytes:
+           pseq: int = 0, personal: tuple[Item, ...] = (), pgap: int = 0,
+           ranking: bytes = b"") -> bytes:
     """The whole answer: ``head``, then what is the listener's own: its
     ``ctx``, its personal cursor ``pseq``, its personal messages and
-    ``pgap`` (only when there are some) and, in a vip room, its routing hint
-    ``spread``."""
+    ``pgap`` (only when there are some), in a vip room its routing hint
+    ``spread``, and the room's gift ranking when the listener has not seen
+    it (``ranking``: the field, key and value, as :mod:`.ranking` encodes it
+    in the answer's format; empty: none)."""
     if use_msgpack:
         # The head's map header is one byte (fixmap) saying 13 fields.
         parts = [b"", head[1:], _pack(ctx), _PSEQ_MP, _pack(pseq)]
@@ -84,6 +87,9 @@ def finish(head: bytes, ctx: str, use_msgpack: bool, spread: int | None = None,
         if spread is not None:
             parts += (_SPREAD_MP, _pack(spread))
             fields += 1
+        if ranking:
+            parts.append(ranking)
+            fields += 1
         parts[0] = msgpack_map_header(fields)
         return b"".join(parts)
     tail = b'","pseq":' + str(pseq).encode()
@@ -93,4 +99,6 @@ def finish(head: bytes, ctx: str, use_msgpack: bool, spread: int | None = None,
         tail += b',"pgap":' + str(pgap).encode()
     if spread is not None:
         tail += b',"spread":' + str(spread).encode()
+    if ranking:
+        tail += ranking
     return head + ctx.encode() + tail + b"}"

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from liveroom.clock import Clock
 from liveroom.errors import Overloaded, RateLimited, StoreUnavailable
@@ -204,6 +204,11 @@ class Likes:
         if known > shown:
             self._shown[room] = shown = known
         return shown
+
+    def asked(self) -> Collection[str]:
+        """The rooms whose total was asked about lately: those polled here
+        (a view, read at once)."""
+        return self._asked.keys()
 
     async def step(self) -> None:
         """A flush, and a refresh if :data:`REFRESH_EVERY` passed since the

@@ -50,10 +50,11 @@ class Cursor:
 class PollParams:
     """A poll's parameters."""
 
-    __slots__ = ("cursor", "pseq", "recent", "room", "spread", "timeout", "uid")
+    __slots__ = ("cursor", "pseq", "ranking", "recent", "room", "spread", "timeout", "uid")
 
     def __init__(self, room: str, uid: str, cursor: Cursor | None, timeout: float,
-                 recent: int, spread: int | None = None, pseq: int | None = None) -> None:
+                 recent: int, spread: int | None = None, pseq: int | None = None,
+                 ranking: int | None = None) -> None:
         self.room = room
         self.uid = uid
         self.cursor = cursor
@@ -64,6 +65,8 @@ class PollParams:
         """The routing hint the client echoes (``spread``), if any."""
         self.pseq = pseq
         """The personal cursor the client echoes (``pseq``), if any."""
+        self.ranking = ranking
+        """The version of the gift ranking the client echoes (``ranking``), if any."""
 
 
 SPREAD_MAX = 4095
@@ -92,6 +95,8 @@ def parse_poll(room: str, query: dict[str, str], *, default_timeout: float,
     spread = None if raw_spread is None else parse_count("spread", raw_spread, 0, SPREAD_MAX)
     raw_pseq = query.get("pseq")
     pseq = None if raw_pseq is None else parse_count("pseq", raw_pseq)
+    raw_ranking = query.get("ranking")
+    ranking = None if raw_ranking is None else parse_count("ranking", raw_ranking)
     raw_seq = query.get("seq")
     epoch = query.get("epoch")
     if epoch is not None and not is_name(epoch):  # an epoch is written like a name
@@ -107,7 +112,7 @@ def parse_poll(room: str, query: dict[str, str], *, default_timeout: float,
             parse_count("iseq", raw_iseq)
             if epoch is None:
                 raise BadRequest("epoch is required with iseq")
-        return PollParams(room, uid, None, timeout, recent, spread, pseq)
+        return PollParams(room, uid, None, timeout, recent, spread, pseq, ranking)
     seq = int(raw_seq) if is_digits(raw_seq) else parse_count("seq", raw_seq)
     if seq > MAX_INT:
         parse_count("seq", raw_seq)
@@ -120,7 +125,8 @@ def parse_poll(room: str, query: dict[str, str], *, default_timeout: float,
             parse_count("iseq", raw_iseq)
     if epoch is None:
         raise BadRequest("epoch is required with seq")
-    return PollParams(room, uid, Cursor(epoch, seq, iseq, ctx), timeout, recent, spread, pseq)
+    return PollParams(room, uid, Cursor(epoch, seq, iseq, ctx), timeout, recent, spread, pseq,
+                      ranking)
 
 
 class SendParams:

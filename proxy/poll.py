@@ -60,6 +60,7 @@ from .heartbeats import Heartbeats
 from .hold import HeldPoll, Holds
 from .likes import Likes
 from .params import Cursor, PollParams, parse_poll
+from .ranking import NO_GIFTS, Ranking
 from .reply import Reply, answer_to
 from .step import (
     CONFIRM,
@@ -113,6 +114,9 @@ class Polls:
         """The ticket verifier in ``ticket`` mode (set by the proxy); None: open."""
         self.likes: Likes | None = None
         """The node's likes (set by the proxy): answers carry a room's total."""
+        self.ranking: Ranking | None = None
+        """The node's gift standings (set by the proxy): answers carry a
+        room's when the listener has not seen it."""
         rule = settings.vip_rule()
         self.trust_ctx = rule is not None
         """In open mode, a poll's heartbeat is trusted when its ``ctx`` is
@@ -134,6 +138,22 @@ class Polls:
                                     metrics.deliveries.labels("important"),
                                     metrics.deliveries.labels("normal"),
                                     metrics.deliveries.labels("personal")])
+
+    def ranking_field(self, room: str, seen: int | None, use_msgpack: bool) -> bytes:
+        """The ``ranking`` field of an answer (empty: none): the room's
+        standing unless its version is ``seen``, the one the poll echoed
+        (:mod:`.ranking`)."""
+        ranking = self.ranking
+        if ranking is None:
+            return b""
+        standing = ranking.standings.get(room)
+        if standing is None:
+            if seen is None or seen == NO_GIFTS.version:
+                return b""
+            standing = NO_GIFTS
+        elif standing.version == seen:
+            return b""
+        return standing.mp if use_msgpack else standing.json
 
     def likes_of(self, room: str) -> int:
         """The room's likes as answers show them (0 without likes)."""
@@ -595,8 +615,10 @@ class Poll:
         ctx = polls.signer.sign(params.room, params.uid, epoch, delivery.seq, delivery.iseq,
                                 delivery.seq_ic, delivery.iseq_ic, now_ms, self.pn_out)
         use_msgpack = self.use_msgpack
+        ranking = polls.ranking_field(params.room, params.ranking, use_msgpack)
         self.finish(Reply(200, answer.finish(head, ctx, use_msgpack, self._spread(),
-                                             self.pseq_out, delivery.personal, delivery.pgap),
+                                             self.pseq_out, delivery.personal, delivery.pgap,
+                                             ranking),
                            MSGPACK if use_msgpack else JSON))
 
     def _empty(self) -> None:
@@ -616,8 +638,9 @@ class Poll:
         head = answer.head(params.room, cursor.epoch, delivery, reset=False,
                            online=self.online, interval_ms=pace.interval_ms,
                            use_msgpack=self.use_msgpack, likes=self.likes)
+        ranking = polls.ranking_field(params.room, params.ranking, self.use_msgpack)
         self.finish(Reply(200, answer.finish(head, ctx, self.use_msgpack, self._spread(),
-                                             self.pseq_out),
+                                             self.pseq_out, ranking=ranking),
                            MSGPACK if self.use_msgpack else JSON))
 
     def _spread(self) -> int | None:

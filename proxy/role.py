@@ -34,6 +34,7 @@ from .likes import Likes, TapLimits
 from .operators import OperatorRoutes
 from .pages import Pages
 from .poll import Polls
+from .ranking import Ranking
 from .routes import Routes, errors_middleware
 from .send import Sends
 from .site import FrontSite
@@ -80,6 +81,8 @@ class Proxy:
             likes_flush=settings.likes_flush, likes_rooms_max=settings.likes_rooms_max,
             metrics=metrics)
         self.polls.likes = self.likes
+        self.ranking = Ranking(counters, clock, self.likes.asked)
+        self.polls.ranking = self.ranking
         self.taps = Taps(self.likes, self.tickets)
         self.gifts = Gifts(counters, log, tokens, clock, gift_important=settings.gift_important)
         self.gifts.tickets = self.tickets
@@ -129,15 +132,17 @@ class Proxy:
 
     async def start(self) -> None:
         """Start handing heartbeats to statsvr (before the first poll) and
-        likes to the store."""
+        likes to the store, and reading the rooms' gift rankings."""
         await self.heartbeats.start()
         self.likes.start()
+        self.ranking.start()
 
     async def stop(self) -> None:
         """Answer and drop every held poll, write the last likes, then hand
         over the last heartbeats."""
         await self.holds.close()
         await self.likes.stop()
+        await self.ranking.stop()
         await self.heartbeats.stop()
 
     async def _release(self, app: web.Application) -> None:

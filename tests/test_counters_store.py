@@ -182,6 +182,8 @@ async def test_a_flush_of_many_rooms_is_one_round_trip(
     await counters.add_gift("r", "u", 3, "rose", now_ms(fake_clock))
     await counters.leaderboard("r", 10)
     assert trips.count == 4
+    assert set(await counters.rankings([*rooms, "r"], 3)) == {"r"}
+    assert trips.count == 5
 
 
 @pytest.mark.redis_engines
@@ -269,6 +271,24 @@ async def test_the_leaderboard_lists_at_most_its_limit(
     assert board.count == LEADERBOARD_MAX + 20
     assert board.total == sum(range(1, LEADERBOARD_MAX + 21))
     assert (await counters.leaderboard("r", 1)).top == (board.top[0],)
+
+
+async def test_rankings_read_many_rooms_leaving_out_those_without_gifts(
+        store: Store, fake_clock: FakeClock) -> None:
+    counters = store.counters
+    t = now_ms(fake_clock)
+    for room, giver, value in [("r", "a", 5), ("r", "b", 9), ("{s}", "c", 1), ("r", "a", 1)]:
+        await counters.add_gift(room, giver, value, "rose", t)
+    await counters.add_likes({"liked": 3}, t)
+    boards = await counters.rankings(["r", "{s}", "liked", "none"], 1)
+    assert boards == {"r": Leaderboard((("b", 9),), 15, 3), "{s}": Leaderboard((("c", 1),), 1, 1)}
+    assert await counters.rankings(["r"], LEADERBOARD_MAX) == {
+        "r": await counters.leaderboard("r", LEADERBOARD_MAX)}
+    assert await counters.rankings([], 3) == {}
+    await store.operators.end_broadcast("r", t, 30_000)
+    assert await counters.rankings(["r", "{s}"], 3) == {"{s}": Leaderboard((("c", 1),), 1, 1)}
+    with pytest.raises(ValueError, match="limit"):
+        await counters.rankings(["r"], LEADERBOARD_MAX + 1)
 
 
 @pytest.mark.parametrize("value", [0, -1, GIFT_VALUE_MAX + 1, 2.0, True])
@@ -450,6 +470,7 @@ async def test_every_counters_call_reports_redis_down_as_unavailable(
                 lambda: counters.read_likes("r", 60, 0, 1),
                 lambda: counters.add_gift("r", "u", 1, "rose", 0),
                 lambda: counters.leaderboard("r", 10),
+                lambda: counters.rankings(["r"], 10),
             ]
             for call in calls:
                 with pytest.raises(StoreUnavailable):

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
+import msgpack
 import pytest
 from support import ADMIN_HEADERS, PUBLISHER, Listener, running_node, send
 
@@ -131,3 +132,82 @@ async def test_in_ticket_mode_a_ticket_needs_publish(session: aiohttp.ClientSess
                            headers={"Authorization": f"Bearer {elsewhere}"}))[0] == 401
         assert (await call(session, "POST", url, json=gift,
                            headers={"Authorization": f"Bearer {backend}"}))[0] == 201
+
+
+async def gift(session: aiohttp.ClientSession, url: str, giver: str, value: int) -> None:
+    status, body = await call(session, "POST", f"{url}/v1/rooms/{ROOM}/gifts",
+                              json={"uid": giver, "value": value, "gift": "rose"},
+                              headers=PUBLISHER_HEADERS)
+    assert status == 201, body
+
+
+async def test_answers_carry_the_top_givers_only_until_the_listener_has_them(
+        engine_url: str, session: aiohttp.ClientSession) -> None:
+    clock = FakeClock()  # the refresh runs when the test says
+    async with running_node(engine_url, clock=clock) as node:
+        ranking = node.node.proxy.ranking
+        await send(session, node.url, ROOM, "hello")
+        fan = Listener(session, ROOM, uid="fan")
+        await ranking.refresh()
+        assert "ranking" not in await fan.poll(node.url)  # no gifts: nothing added
+        for giver, value in [("a", 30), ("b", 50), ("c", 5), ("d", 1), ("a", 25)]:
+            await gift(session, node.url, giver, value)
+        assert "ranking" not in await fan.poll(node.url, timeout=1)  # not read yet
+        await ranking.refresh()
+        first = (await fan.poll(node.url, timeout=1))["ranking"]
+        assert first["top"] == [{"uid": "a", "score": 55}, {"uid": "b", "score": 50},
+                                {"uid": "c", "score": 5}]  # the top three
+        # Echoed, it is not sent again, while gifts that leave the top alone come in.
+        await gift(session, node.url, "d", 1)
+        await ranking.refresh()
+        assert "ranking" not in await fan.poll(node.url, timeout=1, ranking=first["version"])
+        await gift(session, node.url, "d", 100)
+        await ranking.refresh()
+        await send(session, node.url, ROOM, "news")  # a delivery, not only an empty answer
+        second = (await fan.poll(node.url, ranking=first["version"]))["ranking"]
+        assert second["top"][0] == {"uid": "d", "score": 102}
+        assert second["version"] != first["version"]
+        async with session.get(f"{node.url}/v1/rooms/{ROOM}/poll",
+                               params={"uid": "mp", "ranking": str(first["version"])},
+                               headers={"Accept": "application/msgpack"}) as resp:
+            assert msgpack.unpackb(await resp.read())["ranking"] == second
+        # The broadcast ends: a listener that holds a ranking hears it is empty, once.
+        status, _ = await call(session, "POST", f"{node.url}/v1/admin/rooms/{ROOM}/end",
+                               headers=ADMIN_HEADERS)
+        assert status == 200
+        await ranking.refresh()
+        emptied = (await fan.poll(node.url, timeout=1, ranking=second["version"]))["ranking"]
+        assert emptied["top"] == []
+        assert "ranking" not in await fan.poll(node.url, timeout=1, ranking=emptied["version"])
+        assert "ranking" not in await fan.poll(node.url, timeout=1)
+
+
+async def test_two_nodes_give_the_same_version_for_the_same_top(
+        redis_url: str, session: aiohttp.ClientSession) -> None:
+    clock = FakeClock()
+    async with running_node(redis_url, clock=clock) as one, \
+            running_node(redis_url, clock=clock) as two:
+        await send(session, one.url, ROOM, "hello")
+        await gift(session, one.url, "a", 7)
+        versions = []
+        for node in (one, two):
+            fan = Listener(session, ROOM, uid="fan")
+            await fan.poll(node.url)  # the room is polled here now
+            await node.node.proxy.ranking.refresh()
+            versions.append((await fan.poll(node.url, timeout=1))["ranking"])
+        assert versions[0] == versions[1]
+        fan = Listener(session, ROOM, uid="moved")
+        await fan.poll(one.url)
+        assert "ranking" not in await fan.poll(two.url, timeout=1,
+                                                ranking=versions[0]["version"])
+
+
+async def test_a_bad_ranking_version_is_400(node_url: str,
+                                            session: aiohttp.ClientSession) -> None:
+    for bad in ["x", "-1", "1.5", str(2**53)]:
+        async with session.get(f"{node_url}/v1/rooms/{ROOM}/poll",
+                               params={"uid": "u", "ranking": bad}) as resp:
+            assert resp.status == 400, bad
+            body = await resp.json()
+            assert set(body) == {"error", "message"}
+            assert "ranking" in body["message"]

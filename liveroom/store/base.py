@@ -796,3 +796,9 @@ class Counters(Protocol):
         *descending* (code point order, which is UTF-8 byte order): the order
         of Redis's ``ZREVRANGE``, which every engine follows, so a rank is the
         same everywhere. Read-only, one round trip."""
+
+    async def rankings(self, rooms: Sequence[str], limit: int) -> dict[str, Leaderboard]:
+        """The :meth:`leaderboard` of each room with a gift in its current
+        broadcast (the others absent from the answer): all rooms in one round
+        trip (on a cluster, one per node, sent together). Nodes read the rooms
+        their listeners poll, once a second, for the ranking in answers."""

@@ -84,6 +84,15 @@ class MemoryCounters:
         gifts = self._gifts.get(room) or _Gifts()
         return Leaderboard(gifts.top(limit), gifts.total, gifts.count)
 
+    async def rankings(self, rooms: Sequence[str], limit: int) -> dict[str, Leaderboard]:
+        check_limit(limit)
+        boards = {}
+        for room in rooms:
+            gifts = self._gifts.get(room)
+            if gifts is not None and gifts.count:
+                boards[room] = Leaderboard(gifts.top(limit), gifts.total, gifts.count)
+        return boards
+
     # -- the end of a broadcast ---------------------------------------------------------
 
     def take(self, room: str) -> tuple[int, int, tuple[tuple[str, int], ...]]:

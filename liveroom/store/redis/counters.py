@@ -110,3 +110,21 @@ class RedisCounters:
                 pipe.hmget(keys.gifts(room), ["t", "c"])
                 top, (total, count) = await pipe.execute()
         return Leaderboard(ranking(top), int(total or 0), int(count or 0))
+
+    async def rankings(self, rooms: Sequence[str], limit: int) -> dict[str, Leaderboard]:
+        check_limit(limit)
+        if not rooms:
+            return {}
+        with unavailable("reading the rankings"):
+            async with self._client.pipeline(transaction=False) as pipe:
+                for room in rooms:
+                    pipe.hmget(keys.gifts(room), ["t", "c"])
+                    pipe.zrevrange(keys.givers(room), 0, limit - 1, withscores=True,
+                                   score_cast_func=bytes)
+                replies: list[Any] = await pipe.execute()
+        boards = {}
+        for at, room in enumerate(rooms):
+            (total, count), top = replies[2 * at], replies[2 * at + 1]
+            if count:
+                boards[room] = Leaderboard(ranking(top), int(total or 0), int(count))
+        return boards

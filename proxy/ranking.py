@@ -1,0 +1,116 @@
+"""The gift ranking in poll answers: a room's top givers, sent only when they changed.
+
+Once a second a node reads the leaderboards of the rooms its listeners poll
+(the rooms :class:`~.likes.Likes` shows a total for: one
+``Counters.rankings`` call for all of them) and keeps, per room with gifts,
+its :data:`TOP` givers ready encoded as a :class:`Standing`. Its ``version``
+is a checksum of what it says, the same on every node.
+
+An answer carries ``ranking`` (``{"version", "top": [{"uid", "score"}, ...]}``)
+when the room has a standing and the poll did not echo its version as
+``ranking``: a client that echoes the last version it got hears of the
+ranking again only when the top changed, on whichever node it polls. Without
+gifts in the room nothing is added; a room whose broadcast ended after gifts
+gets an empty ``top`` once (when its poll echoes a version), so clients
+clear theirs. On the poll's path this
+costs one dict lookup; nothing there touches the store.
+
+Limits: a change shows within about a second plus a store round trip (the
+leaderboard, ``GET /leaderboard``, is exact at once); while the store is
+unavailable the last standings stay.
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from collections.abc import Callable, Collection
+
+import msgpack
+import orjson
+
+from liveroom.clock import Clock
+from liveroom.errors import StoreUnavailable
+from liveroom.lifecycle import Periodic
+from liveroom.store.base import Counters, Leaderboard
+
+logger = logging.getLogger("liveroom.proxy.ranking")
+
+TOP = 3
+"""Givers a ranking in answers lists."""
+REFRESH_EVERY = 1.0
+"""Seconds between two reads of the rooms' leaderboards."""
+
+_RANKING_MP = msgpack.packb("ranking")
+
+
+class Standing:
+    """A room's top givers as answers carry them, encoded once."""
+
+    __slots__ = ("json", "mp", "top", "version")
+
+    def __init__(self, top: tuple[tuple[str, int], ...]) -> None:
+        self.top = top
+        entries = [{"uid": uid, "score": score} for uid, score in top]
+        listed = orjson.dumps(entries)
+        self.version = zlib.crc32(listed)
+        """A checksum of the top: equal on every node for an equal top."""
+        doc = {"version": self.version, "top": entries}
+        self.json = b',"ranking":' + orjson.dumps(doc)
+        """The JSON answer's field, with its leading comma."""
+        self.mp = _RANKING_MP + msgpack.packb(doc)
+        """The msgpack answer's key and value."""
+
+
+NO_GIFTS = Standing(())
+"""What a poll that echoes a ranking's version hears of a room without
+gifts (its broadcast ended, or the client's version is from elsewhere)."""
+
+
+class Ranking:
+    """A node's standings of the rooms polled here. Start and stop it with the
+    node."""
+
+    def __init__(self, store: Counters, clock: Clock,
+                 rooms: Callable[[], Collection[str]]) -> None:
+        self._store = store
+        self._rooms = rooms
+        self.standings: dict[str, Standing] = {}
+        """By room: read by every answer (a room without gifts is absent)."""
+        self._unavailable = False
+        self._refresher = Periodic("proxy-ranking", REFRESH_EVERY, self.refresh, clock, logger)
+
+    def start(self) -> None:
+        self._refresher.start()
+
+    async def stop(self) -> None:
+        await self._refresher.stop()
+
+    async def refresh(self) -> None:
+        """Read the leaderboards of the rooms polled here; forget the rooms no
+        longer polled. Logs an outage once, and once when it ends."""
+        rooms = list(self._rooms())
+        try:
+            boards = await self._store.rankings(rooms, TOP) if rooms else {}
+        except StoreUnavailable:
+            if not self._unavailable:
+                self._unavailable = True
+                logger.warning("the store is unavailable: answers keep the last rankings")
+            return
+        if self._unavailable:
+            self._unavailable = False
+            logger.info("the store is back: rankings are read again")
+        self.update(boards)
+
+    def update(self, boards: dict[str, Leaderboard]) -> None:
+        """Take the leaderboards read: a new standing for each
+        board whose top changed, the same one for the others; a room without
+        a board (no gifts, or its broadcast ended) has none (a poll that
+        echoes another version than :data:`NO_GIFTS`'s gets that)."""
+        before = self.standings
+        standings: dict[str, Standing] = {}
+        for room, board in boards.items():
+            old = before.get(room)
+            standings[room] = old if old is not None and old.top == board.top \
+                else Standing(board.top)
+        self.standings = standings
