@@ -286,6 +286,9 @@ class Store(Protocol):
     @property
     def counters(self) -> Counters: ...
 
+    @property
+    def moderation(self) -> Moderation: ...
+
     async def start(self) -> None:
         """Connect and start background tasks (notify listener, probes, expiry)."""
 
