@@ -6,8 +6,9 @@ Notifies are direct calls. Expiry of idle rooms runs in a background sweep and
 is also checked when a room is touched, so a room past its TTL is never seen.
 statsvr's tables (:class:`MemoryStats`) mirror the redis engine's keys, with
 the same rules and the same expiry, measured on the store's clock; so do the
-rate counters, the ended broadcasts (:class:`MemoryOperators`) and the likes
-and gifts (:class:`MemoryCounters`).
+rate counters, the ended broadcasts (:class:`MemoryOperators`), the likes
+and gifts (:class:`MemoryCounters`) and the rooms' moderation
+(:class:`MemoryModeration`).
 """
 
 
@@ -20,14 +21,15 @@ from ...lifecycle import Periodic
 from ..base import LogPolicy
 from .counters import MemoryCounters
 from .log import MemoryLog
+from .moderation import MemoryModeration
 from .notifier import MemoryNotifier
 from .operators import MemoryOperators
 from .stats import MemoryStats
 
 logger = logging.getLogger("liveroom.store.memory")
 
-__all__ = ["MemoryCounters", "MemoryLog", "MemoryNotifier", "MemoryOperators", "MemoryStats",
-           "MemoryStore"]
+__all__ = ["MemoryCounters", "MemoryLog", "MemoryModeration", "MemoryNotifier",
+           "MemoryOperators", "MemoryStats", "MemoryStore"]
 
 
 class MemoryStore:
@@ -41,7 +43,9 @@ class MemoryStore:
         self.log = MemoryLog(policy, clock, self.notifier)
         self.stats = MemoryStats(clock, self.log.provisional)
         self.counters = MemoryCounters(policy, clock)
-        self.operators = MemoryOperators(self.log, self.stats, self.notifier, self.counters)
+        self.moderation = MemoryModeration(policy, clock)
+        self.operators = MemoryOperators(self.log, self.stats, self.notifier, self.counters,
+                                         self.moderation)
         self._sweeper = Periodic("memory-store-sweep", 60.0, self._sweep, clock, logger)
 
     async def start(self) -> None:
@@ -54,6 +58,7 @@ class MemoryStore:
         self.log.sweep()
         self.stats.sweep()
         self.counters.sweep()
+        self.moderation.sweep()
 
     async def ping(self) -> None:
         return None

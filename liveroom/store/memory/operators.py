@@ -1,5 +1,6 @@
 """What operators change, in memory: the rooms' sect records, the start and
-the end of broadcasts (which archives the broadcast's counters)."""
+the end of broadcasts (which archives the broadcast's counters and its
+moderation audit)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Sequence
 from ..base import Ended, PastBroadcast, Started, VipSwap
 from .counters import MemoryCounters
 from .log import MemoryLog
+from .moderation import MemoryModeration
 from .notifier import MemoryNotifier
 from .stats import MemoryStats
 
@@ -20,10 +22,11 @@ class MemoryOperators:
     """
 
     def __init__(self, log: MemoryLog, stats: MemoryStats, notifier: MemoryNotifier,
-                 counters: MemoryCounters) -> None:
+                 counters: MemoryCounters, moderation: MemoryModeration) -> None:
         self._log = log
         self._stats = stats
         self._counters = counters
+        self._moderation = moderation
         self._notifier = notifier
         self._records: dict[str, bytes] = {}
 
@@ -50,7 +53,8 @@ class MemoryOperators:
 
     async def end_broadcast(self, room: str, now_ms: int, ttl_ms: int) -> Ended:
         epoch, head = self._log.start_epoch(room)
-        broadcast = self._stats.end_broadcast(room, now_ms, ttl_ms, self._counters.take(room))
+        broadcast = self._stats.end_broadcast(room, now_ms, ttl_ms, self._counters.take(room),
+                                              self._moderation.take_audit(room))
         self._notifier.publish(room, head)
         return Ended(epoch, broadcast)
 

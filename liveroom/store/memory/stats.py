@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from ...clock import Clock
 from ..base import (
     Announcement,
+    AuditEntry,
     NodeState,
     OnlineSample,
     PastBroadcast,
@@ -74,8 +75,10 @@ class MemoryStats:
         self._shards: Expiring[tuple[str, str, int, int], bytes] = Expiring(clock)
         self._viewers: Expiring[str, _Viewers] = Expiring(clock)
         self._broadcasts: Expiring[str, _Broadcasts] = Expiring(clock)
-        self._ended: Expiring[tuple[str, int], tuple[_Viewers, Counted]] = Expiring(clock)
-        """(room, broadcast) -> the viewers history and counters of an ended broadcast."""
+        self._ended: Expiring[tuple[str, int],
+                              tuple[_Viewers, Counted, tuple[AuditEntry, ...]]] = Expiring(clock)
+        """(room, broadcast) -> the viewers history, counters and moderation
+        audit of an ended broadcast."""
         self._series: Expiring[tuple[str, int], dict[int, Bucket]] = Expiring(clock)
         self._series_last: Expiring[str, int] = Expiring(clock)
         self._nodes: dict[str, NodeState] = {}
@@ -189,10 +192,12 @@ class MemoryStats:
     # -- broadcasts ----------------------------------------------------------------
 
     def end_broadcast(self, room: str, now_ms: int, ttl_ms: int,
-                      counted: Counted = (0, 0, ())) -> int:
+                      counted: Counted = (0, 0, ()),
+                      audit: tuple[AuditEntry, ...] = ()) -> int:
         """Set the room's viewers history aside for ``ttl_ms`` under the
         broadcast's number, with what its counters ``counted`` (likes, gift
-        total, ranking); return the new broadcast's number."""
+        total, ranking) and its moderation ``audit``; return the new
+        broadcast's number."""
         broadcasts = self._broadcasts.get(room)
         if broadcasts is None:
             broadcasts = _Broadcasts()
@@ -200,7 +205,8 @@ class MemoryStats:
         else:
             self._broadcasts.expire(room, ttl_ms, only_later=True)
         ended = broadcasts.current
-        self._ended.put((room, ended), (self._viewers.get(room) or _Viewers(), counted), ttl_ms)
+        self._ended.put((room, ended), (self._viewers.get(room) or _Viewers(), counted, audit),
+                        ttl_ms)
         self._viewers.pop(room)
         broadcasts.ended = {n: at for n, at in broadcasts.ended.items()
                             if self._ended.get((room, n)) is not None}
@@ -216,9 +222,9 @@ class MemoryStats:
         for n in sorted(broadcasts.ended, reverse=True):
             archived = self._ended.get((room, n))
             if archived is not None:
-                viewers, (likes, gifts, ranking) = archived
+                viewers, (likes, gifts, ranking), audit = archived
                 past.append(PastBroadcast(n, broadcasts.ended[n], viewers.state(n),
-                                          likes, gifts, ranking))
+                                          likes, gifts, ranking, audit))
         return past
 
     # -- series ------------------------------------------------------------------

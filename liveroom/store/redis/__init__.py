@@ -24,8 +24,9 @@ contract suite runs on both); the differences are what Redis adds or takes away:
   channels per room, subscribed for the rooms this node reads
   (:mod:`.sharded`). At most once, like every Redis pub/sub.
 - **Operators** (the vip whitelist, ending a broadcast) are in
-  :mod:`.operators`; how scripts run and driver errors are mapped, for
-  every module of the engine, in :mod:`.calls`.
+  :mod:`.operators`, the likes and gifts in :mod:`.counters`, the rooms'
+  moderation in :mod:`.moderation`; how scripts run and driver errors are
+  mapped, for every module of the engine, in :mod:`.calls`.
 - **Durability** is what the server's persistence setting promises, and with
   ``LogPolicy.durable_replicas`` N > 0 an append also waits (``WAIT``) until N
   replicas hold it before it is acknowledged: a failover then loses no
@@ -57,6 +58,7 @@ from . import keys
 from .calls import Client, unavailable
 from .counters import RedisCounters
 from .log import RedisLog
+from .moderation import RedisModeration
 from .notify import RedisNotifier, pool_options
 from .operators import RedisOperators
 from .sharded import ShardedNotifier
@@ -145,6 +147,7 @@ class RedisStore:
             self.notifier = RedisNotifier(url, client, node_id)
         self.stats = RedisStats(client)
         self.counters = RedisCounters(client, policy)
+        self.moderation = RedisModeration(client, policy, sharded=self.cluster)
         self.operators = RedisOperators(client, policy, self.log, sharded=self.cluster)
 
     async def start(self) -> None:

@@ -61,6 +61,26 @@ lr:{R}:gf                hash   its gifts: ``t`` the total value, ``c`` the coun
 lr:{R}:gr:<n>            zset   ended broadcast n's top 100 givers (renamed
                                 aside when it ended, kept like ``vm:<n>``,
                                 which holds its ``likes`` and ``gifts`` totals)
+lr:{R}:mod               hash   the room's moderation: ``m:<uid>`` (a mute) and
+                                ``b:<uid>`` (a ban) -> msgpack ``[until_ms,
+                                reason, by, at_ms]`` (until 0: until lifted);
+                                ``slow`` its seconds (absent: off); ``v`` the
+                                version of its last change; ``nm`` and ``nb``
+                                the mutes and bans it holds (its cap)
+lr:{R}:modt              zset   its sanctions by their end: ``m:<uid>`` /
+                                ``b:<uid>`` -> until_ms (``inf`` until lifted),
+                                to prune ended ones and find the last end
+lr:{R}:aud               list   the current broadcast's moderation audit, newest
+                                first (1 000 kept): msgpack ``[at_ms, by,
+                                action, target, seconds, reason]``
+lr:{R}:aud:<n>           list   ended broadcast n's audit (renamed aside when it
+                                ended, kept like ``vm:<n>``)
+lr:{lr}:modv             string the system's moderation version (a counter)
+lr:{lr}:modj             zset   the journal: room -> the version of its last
+                                moderation change
+lr:{lr}:modx             zset   room -> when its moderation ends (the caller's
+                                ms; ``inf`` while it holds a ban until lifted):
+                                acts prune ``modj`` and ``modx`` by it
 lr:{lr}:stats:nodes      hash   the node registry: node -> ``"<expires_ms> "``
                                 then its last announcement, msgpack
                                 ``[announced_ms, [rooms_cached, held_polls,
@@ -81,7 +101,11 @@ the history's ttl after their last write; ``lks:<step>``: the longest
 retention), the rate counters (the longest window
 plus a bucket after the last accepted send) and an ended broadcast's history
 (its ``ttl_ms``); ``bc`` lives at least as long as any viewers key of the room,
-so broadcast numbers never go back while a history is kept.
+so broadcast numbers never go back while a history is kept. A room's
+moderation keys (``mod``, ``modt``, ``aud``) live the history's ttl after
+their last act, or until their last sanction ends when later, and without
+expiry while a ban until lifted holds; the journal's keys never expire: each
+act prunes the rooms whose moderation ended (``modx``) from it.
 """
 
 from __future__ import annotations
@@ -200,6 +224,22 @@ def gifts(room: str) -> str:
     return f"{PREFIX}:{{{room}}}:gf"
 
 
+def moderation(room: str) -> str:
+    return f"{PREFIX}:{{{room}}}:mod"
+
+
+def moderation_ends(room: str) -> str:
+    return f"{PREFIX}:{{{room}}}:modt"
+
+
+def audit(room: str, ended: int | None = None) -> str:
+    """The current broadcast's moderation audit, or ended broadcast ``ended``'s."""
+    return f"{PREFIX}:{{{room}}}:aud{_ended(ended)}"
+
+
+MODERATION_VERSION = f"{GLOBAL}:modv"
+MODERATION_JOURNAL = f"{GLOBAL}:modj"
+MODERATION_ENDS = f"{GLOBAL}:modx"
 STATS_NODES = f"{GLOBAL}:stats:nodes"
 VIP = f"{GLOBAL}:vip"
 VIP_RECORDS = f"{GLOBAL}:vips"

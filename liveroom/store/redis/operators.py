@@ -12,8 +12,9 @@ end of broadcasts.
   epoch and an empty log, the next broadcast number in ``lr:{R}:bc``, the viewers history
   renamed aside as ``vx:<n>``, ``vm:<n>``, ``vh:<n>`` and kept ``ttl_ms``
   (``vm:<n>`` with the broadcast's likes and gift totals, beside its top
-  givers renamed to ``gr:<n>``; the next broadcast's counters start at
-  zero), the record of when it ended, and the notify. The renamed keys are named by the
+  givers renamed to ``gr:<n>`` and its moderation audit to ``aud:<n>``;
+  the next broadcast's counters and audit start empty), the record of when
+  it ended, and the notify. The renamed keys are named by the
   ended number, which the caller reads first (a Redis Cluster needs every key a
   script touches declared): the script refuses when another end came in
   between, and the call reads again. Two round trips, three the first time the
@@ -43,6 +44,7 @@ from ..base import (
 from . import keys
 from .calls import Client, Lua, run_scripts, text, unavailable
 from .counters import ranking
+from .moderation import unpack_audit
 from .stats import viewers_state
 
 _END_ATTEMPTS = 5
@@ -118,7 +120,7 @@ class RedisOperators:
                      keys.viewers_sketches(room, current),
                      keys.personal(room), keys.ordinals(room),
                      keys.likes(room), keys.givers(room), keys.gifts(room),
-                     keys.givers(room, current)],
+                     keys.givers(room, current), keys.audit(room), keys.audit(room, current)],
                     [current, new_epoch(), now_ms, ttl_ms, self._policy.room_ttl_ms,
                      keys.notify_how(room, sharded=self._sharded), room, RANKING_KEPT])])
             if broadcast:
@@ -143,13 +145,16 @@ class RedisOperators:
                     pipe.hgetall(keys.viewers_sketches(room, n))
                     pipe.zrevrange(keys.givers(room, n), 0, RANKING_KEPT - 1,
                                    withscores=True, score_cast_func=bytes)
+                    pipe.lrange(keys.audit(room, n), 0, -1)
                 replies: list[Any] = await pipe.execute()
         past = []
         for i, (n, ended_ms) in enumerate(ended):
-            exact, meta, by_node, top = replies[4 * i:4 * i + 4]
+            exact, meta, by_node, top, audit = replies[5 * i:5 * i + 5]
             if meta:  # else expired: vm:<n> lives exactly as long as it is kept
-                # An archive of before the counters has no likes nor gifts.
+                # An archive of before the counters has no likes nor gifts,
+                # one of before moderation no audit.
                 past.append(PastBroadcast(
                     n, ended_ms, viewers_state(exact, meta.get(b"complete"), by_node, n),
-                    int(meta.get(b"likes", 0)), int(meta.get(b"gifts", 0)), ranking(top)))
+                    int(meta.get(b"likes", 0)), int(meta.get(b"gifts", 0)), ranking(top),
+                    unpack_audit(audit)))
         return past

@@ -1,8 +1,9 @@
 -- end_broadcast.lua: end a room's broadcast; atomic, one script call.
 -- A new epoch with an empty log (seq and ic go on), the next broadcast number,
 -- the viewers history set aside under the ended number (with its likes and
--- gift totals in vm:<n> and the top of its ranking; the next broadcast's
--- counters start at zero), a record of when it ended, and the notify. The room is live (see start.lua): it lives
+-- gift totals in vm:<n>, the top of its ranking and its moderation audit; the
+-- next broadcast's counters and audit start empty, the room's sanctions and
+-- slow mode stay), a record of when it ended, and the notify. The room is live (see start.lua): it lives
 -- room_ttl_ms and reads keep it, message or not.
 --
 -- KEYS[1]  lr:{R}:meta    hash: epoch, seq (head), ic
@@ -18,8 +19,11 @@
 -- KEYS[13] lr:{R}:lk      KEYS[14] lr:{R}:gr      KEYS[15] lr:{R}:gf
 --                         the current broadcast's likes total, ranking, gifts
 -- KEYS[16] lr:{R}:gr:<n>  where its ranking goes (the top ARGV[8])
+-- KEYS[17] lr:{R}:aud     the current broadcast's moderation audit
+-- KEYS[18] lr:{R}:aud:<n> where it goes
 --
--- ARGV[1]  n: the current broadcast as the caller read it (names KEYS[8..10], KEYS[16])
+-- ARGV[1]  n: the current broadcast as the caller read it (names KEYS[8..10],
+--          KEYS[16], KEYS[18])
 -- ARGV[2]  the new epoch (random, from the caller)
 -- ARGV[3]  now_ms: when the broadcast ended (the caller's clock)
 -- ARGV[4]  ttl_ms: how long the ended history is kept
@@ -70,7 +74,12 @@ else
   redis.call('DEL', KEYS[16])
 end
 redis.call('DEL', KEYS[13], KEYS[15])
-for _, i in ipairs({8, 9, 10, 16}) do
+if redis.call('EXISTS', KEYS[17]) == 1 then
+  redis.call('RENAME', KEYS[17], KEYS[18])
+else
+  redis.call('DEL', KEYS[18])
+end
+for _, i in ipairs({8, 9, 10, 16, 18}) do
   redis.call('PEXPIRE', KEYS[i], ARGV[4])
 end
 
