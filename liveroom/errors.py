@@ -10,6 +10,8 @@ carries ``Retry-After``)::
     │   └── BadBody           400  invalid JSON or msgpack, missing uid/body
     ├── Unauthorized          401  token missing or wrong
     ├── Forbidden             403  a valid token without the right
+    │   ├── Muted             403  a muted uid's send (a moderator's mute)
+    │   └── Banned            403  a banned uid's poll or send
     ├── RequestTimeout        408  a request body not received in time
     ├── TooLarge              413  body over the limit
     ├── UnsupportedMedia      415  neither JSON nor msgpack, or compressed
@@ -56,6 +58,18 @@ class Unauthorized(LiveroomError):
 class Forbidden(LiveroomError):
     code = "forbidden"
     status = 403
+
+
+class Muted(Forbidden):
+    """The uid may not send in this room for a while; it still listens."""
+
+    code = "muted"
+
+
+class Banned(Forbidden):
+    """The uid may neither listen nor send in this room."""
+
+    code = "banned"
 
 
 class RequestTimeout(LiveroomError):

@@ -62,17 +62,19 @@ _PSEQ_MP = _pack("pseq")
 _PERSONAL_MP = _pack("personal")
 _PGAP_MP = _pack("pgap")
 _SPREAD_MP = _pack("spread")
+_SLOW_MP = _pack("slow")
 
 
 def finish(head: bytes, ctx: str, use_msgpack: bool, spread: int | None = None,
            pseq: int = 0, personal: tuple[Item, ...] = (), pgap: int = 0,
-           ranking: bytes = b"") -> bytes:
+           ranking: bytes = b"", slow: int = 0) -> bytes:
     """The whole answer: ``head``, then what is the listener's own: its
     ``ctx``, its personal cursor ``pseq``, its personal messages and
     ``pgap`` (only when there are some), in a vip room its routing hint
     ``spread``, and the room's gift ranking when the listener has not seen
     it (``ranking``: the field, key and value, as :mod:`.ranking` encodes it
-    in the answer's format; empty: none)."""
+    in the answer's format; empty: none), and a slow room's ``slow``
+    seconds (0: not slow, no field)."""
     if use_msgpack:
         # The head's map header is one byte (fixmap) saying 13 fields.
         parts = [b"", head[1:], _pack(ctx), _PSEQ_MP, _pack(pseq)]
@@ -90,6 +92,9 @@ def finish(head: bytes, ctx: str, use_msgpack: bool, spread: int | None = None,
         if ranking:
             parts.append(ranking)
             fields += 1
+        if slow:
+            parts += (_SLOW_MP, _pack(slow))
+            fields += 1
         parts[0] = msgpack_map_header(fields)
         return b"".join(parts)
     tail = b'","pseq":' + str(pseq).encode()
@@ -101,4 +106,6 @@ def finish(head: bytes, ctx: str, use_msgpack: bool, spread: int | None = None,
         tail += b',"spread":' + str(spread).encode()
     if ranking:
         tail += ranking
+    if slow:
+        tail += b',"slow":' + str(slow).encode()
     return head + ctx.encode() + tail + b"}"

@@ -609,6 +609,22 @@ class Holds:
         state = self._rooms.get(room)
         return 0 if state is None else len(state.deadlines) + len(state.not_due)
 
+    def take_listener(self, room: str, uid: str) -> list[Wakeable]:
+        """Take listener ``uid``'s held polls of ``room`` out of the hold,
+        plain and paced, and return them unanswered: the caller answers them
+        (a ban). Walks the listener's own entries only."""
+        state = self._rooms.get(room)
+        if state is None:
+            return []
+        taken = []
+        for by_uid in (state.plain_by_uid, state.paced_by_uid):
+            mine = by_uid.get(uid)
+            for held_poll in (list(mine) if isinstance(mine, list) else [mine] if mine else []):
+                if self._take(held_poll):
+                    taken.append(held_poll.poll)
+        self._leave(room, state)
+        return taken
+
     def release_all(self) -> None:
         """Wake every held poll with ``None`` now (answered empty, same
         cursors); hold no new ones."""

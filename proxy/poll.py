@@ -59,6 +59,7 @@ from .context import Context, ContextSigner
 from .heartbeats import Heartbeats
 from .hold import HeldPoll, Holds
 from .likes import Likes
+from .moderation import RoomRules
 from .params import Cursor, PollParams, parse_poll
 from .ranking import NO_GIFTS, Ranking
 from .reply import Reply, answer_to
@@ -114,6 +115,9 @@ class Polls:
         """The ticket verifier in ``ticket`` mode (set by the proxy); None: open."""
         self.likes: Likes | None = None
         """The node's likes (set by the proxy): answers carry a room's total."""
+        self.rules: dict[str, RoomRules] = {}
+        """The node's moderation by room (``Moderation.rules``, set by the
+        proxy): a poll of a room in it is checked for a ban."""
         self.ranking: Ranking | None = None
         """The node's gift standings (set by the proxy): answers carry a
         room's when the listener has not seen it."""
@@ -138,6 +142,17 @@ class Polls:
                                     metrics.deliveries.labels("important"),
                                     metrics.deliveries.labels("normal"),
                                     metrics.deliveries.labels("personal")])
+
+    def refuse_listener(self, room: str, uid: str, exc: Exception) -> int:
+        """Answer listener ``uid``'s polls of ``room`` held here with ``exc``
+        (a ban); how many."""
+        refused = 0
+        for held in self.holds.take_listener(room, uid):
+            if isinstance(held, Poll):
+                held.held_poll = None
+                held.fail(exc)
+                refused += 1
+        return refused
 
     def ranking_field(self, room: str, seen: int | None, use_msgpack: bool) -> bytes:
         """The ``ranking`` field of an answer (empty: none): the room's
@@ -185,6 +200,9 @@ class Polls:
                                 max_timeout=self._poll_timeout_max,
                                 recent_default=self._recent_default,
                                 recent_max=self._recent_max)
+            rules = self.rules.get(params.room)
+            if rules is not None:  # the room has moderation: a banned uid is refused
+                rules.check_poll(params.room, params.uid, int(self.clock.time() * 1000))
         except Exception as exc:
             reply(answer_to(exc, logger, _FAILED, room))
             return None
@@ -615,10 +633,12 @@ class Poll:
         ctx = polls.signer.sign(params.room, params.uid, epoch, delivery.seq, delivery.iseq,
                                 delivery.seq_ic, delivery.iseq_ic, now_ms, self.pn_out)
         use_msgpack = self.use_msgpack
-        ranking = polls.ranking_field(params.room, params.ranking, use_msgpack)
+        room = params.room
+        ranking = polls.ranking_field(room, params.ranking, use_msgpack)
+        rules = polls.rules.get(room)
         self.finish(Reply(200, answer.finish(head, ctx, use_msgpack, self._spread(),
                                              self.pseq_out, delivery.personal, delivery.pgap,
-                                             ranking),
+                                             ranking, 0 if rules is None else rules.slow),
                            MSGPACK if use_msgpack else JSON))
 
     def _empty(self) -> None:
@@ -638,9 +658,12 @@ class Poll:
         head = answer.head(params.room, cursor.epoch, delivery, reset=False,
                            online=self.online, interval_ms=pace.interval_ms,
                            use_msgpack=self.use_msgpack, likes=self.likes)
-        ranking = polls.ranking_field(params.room, params.ranking, self.use_msgpack)
+        room = params.room
+        ranking = polls.ranking_field(room, params.ranking, self.use_msgpack)
+        rules = polls.rules.get(room)
         self.finish(Reply(200, answer.finish(head, ctx, self.use_msgpack, self._spread(),
-                                             self.pseq_out, ranking=ranking),
+                                             self.pseq_out, ranking=ranking,
+                                             slow=0 if rules is None else rules.slow),
                            MSGPACK if self.use_msgpack else JSON))
 
     def _spread(self) -> int | None:

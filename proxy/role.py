@@ -10,17 +10,19 @@ the node one aiohttp application and one listening site.
 
 from __future__ import annotations
 
+import logging
 import socket
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
 from liveroom.clock import Clock
-from liveroom.errors import ConfigError
+from liveroom.errors import Banned, ConfigError
 from liveroom.metrics import Metrics
 from liveroom.roles import HeartbeatSink, RoomReader, StatsReader
 from liveroom.settings import Settings
 from liveroom.store.base import Counters, MessageLog, Operators
+from liveroom.store.base import Moderation as ModerationStore
 from liveroom.whitelist import VipList
 
 from .auth import Tokens
@@ -31,6 +33,8 @@ from .gifts import Gifts
 from .heartbeats import Heartbeats
 from .hold import Holds
 from .likes import Likes, TapLimits
+from .moderation import Moderation
+from .moderation_routes import ModerationRoutes
 from .operators import OperatorRoutes
 from .pages import Pages
 from .poll import Polls
@@ -41,6 +45,8 @@ from .site import FrontSite
 from .taps import Taps
 from .tickets import Tickets
 from .tiers import TierTable
+
+logger = logging.getLogger("liveroom.proxy")
 
 
 class Proxy:
@@ -55,8 +61,9 @@ class Proxy:
 
     def __init__(self, settings: Settings, *, reader: RoomReader, stats: StatsReader,
                  sink: HeartbeatSink, vip_list: VipList, log: MessageLog,
-                 operators: Operators, counters: Counters, clock: Clock,
-                 metrics: Metrics, health: Callable[[], Awaitable[str | None]]) -> None:
+                 operators: Operators, counters: Counters, moderation: ModerationStore,
+                 clock: Clock, metrics: Metrics, health: Callable[[], Awaitable[str | None]],
+                 forget: Callable[[str, str], None] = lambda room, uid: None) -> None:
         self.settings = settings
         tokens = Tokens(admin=_given(settings.admin_token, "admin_token"),
                         publisher=_given(settings.publisher_token, "publisher_token"))
@@ -83,6 +90,10 @@ class Proxy:
         self.polls.likes = self.likes
         self.ranking = Ranking(counters, clock, self.likes.asked)
         self.polls.ranking = self.ranking
+        self._forget = forget
+        self.moderation = Moderation(moderation, clock, on_ban=self._banned)
+        self.polls.rules = self.moderation.rules
+        self.sends.moderation = self.moderation
         self.taps = Taps(self.likes, self.tickets)
         self.gifts = Gifts(counters, log, tokens, clock, gift_important=settings.gift_important)
         self.gifts.tickets = self.tickets
@@ -101,8 +112,17 @@ class Proxy:
                              tickets=self.tickets,
                              is_vip=vip_list.is_vip, clock=clock, metrics=metrics,
                              health=health)
+        self.moderators = ModerationRoutes(self.moderation, moderation, tokens, clock)
         self.operators = OperatorRoutes(operators, tokens, clock, settings, stats=stats,
                                         reader=reader, log=log, vip_list=vip_list)
+
+    def _banned(self, room: str, uid: str, refusal: Banned) -> None:
+        """A ban this node learnt of: the uid's held polls here are answered
+        with ``refusal`` (403 ``banned``) and its presence is dropped."""
+        refused = self.polls.refuse_listener(room, uid, refusal)
+        self._forget(room, uid)
+        if refused:
+            logger.info("answered %d held polls of banned uid %s in room %s", refused, uid, room)
 
     @property
     def tokens(self) -> Tokens:
@@ -119,6 +139,7 @@ class Proxy:
                               client_max_size=self.sends.body_limit)
         self.routes.add_routes(app)
         self.operators.add_routes(app)
+        self.moderators.add_routes(app)
         Pages().add_routes(app)
         app.on_response_prepare.append(_our_server_header)
         app.on_shutdown.append(self._release)
@@ -136,6 +157,7 @@ class Proxy:
         await self.heartbeats.start()
         self.likes.start()
         self.ranking.start()
+        await self.moderation.start()
 
     async def stop(self) -> None:
         """Answer and drop every held poll, write the last likes, then hand
@@ -143,6 +165,7 @@ class Proxy:
         await self.holds.close()
         await self.likes.stop()
         await self.ranking.stop()
+        await self.moderation.stop()
         await self.heartbeats.stop()
 
     async def _release(self, app: web.Application) -> None:

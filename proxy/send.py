@@ -51,6 +51,7 @@ from liveroom.store.base import AppendAtOnce, Appended, MessageLog
 
 from .addresses import peer_address
 from .auth import Right, Tokens, bearer
+from .moderation import Moderation
 from .new_rooms import NewRooms, Place
 from .params import parse_send
 from .reply import Reply, answer_to, document_reply
@@ -78,6 +79,9 @@ class Sends:
         """The configured (or, on memory, made up) tokens; never replaced."""
         self.tickets: Tickets | None = None
         """The ticket verifier in ``ticket`` mode (set by the proxy); None: open."""
+        self.moderation: Moderation | None = None
+        """The node's moderation (set by the proxy): a muted or banned uid's
+        sends are refused, a slow room's counted in one more window."""
         self._clock = clock
         self._metrics = metrics
         self._tally = metrics.tally(
@@ -177,16 +181,22 @@ class Sends:
                                     "(it has no publish right)")
                 uid = claims.uid
         assert uid is not None  # parse_send required it where no ticket names it
-        limits = self.settings.rate_limits
+        limits: RateLimits | None = self.settings.rate_limits
         message = NewMessage(uid=uid, body=sp.body, important=sp.important,
                              ts=int(self._clock.time() * 1000), client_msg_id=sp.client_msg_id,
                              to=sp.to)
         if trusted:
             return _Pending(message, None, None, None, False)
+        assert limits is not None
+        if limits.off:
+            limits = None
+        moderation = self.moderation
+        if moderation is not None and room in moderation.rules:  # mute, ban, slow mode
+            limits = moderation.send_limits(room, uid, limits, message.important)
         # The new room takes its place in the windows before the append's round
         # trip, so sends in flight together never pass them; settled after it.
         admitted = self.new_rooms.admit(uid, address or peer_address(peer), message.ts)
-        return _Pending(message, None if limits.off else limits, admitted,
+        return _Pending(message, limits, admitted,
                         admitted if isinstance(admitted, Place) else None, True)
 
     def _failed(self, pending: _Pending, exc: BaseException) -> NoReturn:

@@ -181,6 +181,12 @@ class Statsvr:
             self._metrics.heartbeats.inc(taken)
         return taken
 
+    def forget(self, room: str, uid: str) -> None:
+        """Take ``uid`` out of the room's members at once (a ban): this node's
+        next shard write leaves it out, and the merged view drops it at the
+        merge after that."""
+        self.tables.forget(room, uid)
+
     # -- StatsReader -------------------------------------------------------------
 
     def online(self, room: str) -> int:

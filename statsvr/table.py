@@ -227,6 +227,21 @@ class Tables:
                 if tick < 0:
                     new.trusted += 1
 
+    def forget(self, room: str, uid: str) -> bool:
+        """Drop ``uid`` from the room's members now (a ban), as if it had
+        gone quiet: the next write leaves it out. False if it was not a member."""
+        state = self._rooms.get(room)
+        if state is None:
+            return False
+        for shard in state.shards:
+            tick = shard.members.pop(uid, None)
+            if tick is not None:
+                if tick < 0:
+                    shard.trusted -= 1
+                shard.dirty = True
+                return True
+        return False
+
     # -- reading ---------------------------------------------------------------
 
     def online(self, room: str) -> int:

@@ -1,0 +1,206 @@
+"""Moderation on a node: mutes, bans and slow mode, applied to polls and sends.
+
+The store keeps each room's moderation and its audit (``store.moderation``:
+:class:`~liveroom.store.base.Moderation`); every node keeps a copy of the
+rooms that have some, :attr:`Moderation.rules`. It reads them all at start,
+then every :data:`MODERATION_EVERY` seconds asks the store's journal which
+rooms changed since the version it last saw (one round trip, nothing more
+when nothing changed) and rereads those. The node an action goes through
+applies it at once. So an action applies everywhere within about
+:data:`MODERATION_EVERY` plus two round trips.
+
+**On a poll's path** a room without moderation costs one dict lookup
+(``rules.get(room)``); nothing there touches the store.
+
+- **Mute**: the uid's sends are refused, 403 ``muted`` with the time left; it
+  still listens.
+- **Ban**: its polls and sends are refused, 403 ``banned``; its polls held
+  on a node are answered with that 403 when the node learns of the ban, and
+  the node drops it from the room's members at once (it leaves the online
+  list and count at the node's next presence write and the merge after it).
+- **Slow mode** (``slow`` seconds): each uid may send one normal message per
+  ``slow``-second window (one more of the windows the store counts sends in,
+  so across nodes too); the refusal is a 429 with ``Retry-After``. Answers
+  carry ``"slow": s`` so clients can show it.
+
+The backend's tokens (publisher, admin) speak for the system: their sends
+are not moderated. Sanctions end by the node's clock (``until_ms``) without
+waiting for the store: a mute ends on time everywhere.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from liveroom.clock import Clock
+from liveroom.errors import Banned, Muted, StoreUnavailable
+from liveroom.lifecycle import Periodic
+from liveroom.ratelimit import RateLimits, Window
+from liveroom.store.base import AuditEntry, RoomModeration, Sanction
+from liveroom.store.base import Moderation as ModerationStore
+
+logger = logging.getLogger("liveroom.proxy.moderation")
+
+MODERATION_EVERY = 0.25
+"""Seconds between two reads of the store's journal of changes."""
+
+
+def in_force(sanction: Sanction | None, now_ms: int) -> bool:
+    """Whether ``sanction`` (if any) holds at ``now_ms`` (``until_ms`` 0: until lifted)."""
+    return sanction is not None and (not sanction.until_ms or sanction.until_ms > now_ms)
+
+
+def _left(sanction: Sanction, now_ms: int) -> str:
+    if not sanction.until_ms:
+        return "until it is lifted"
+    return f"for {max(1, (sanction.until_ms - now_ms + 999) // 1000)} s more"
+
+
+class RoomRules:
+    """A room's moderation as the node applies it: sanctions by uid."""
+
+    __slots__ = ("banned", "muted", "slow", "version")
+
+    def __init__(self, state: RoomModeration) -> None:
+        self.muted = {s.uid: s for s in state.muted}
+        self.banned = {s.uid: s for s in state.banned}
+        self.slow = state.slow
+        self.version = state.version
+
+    def ban_of(self, room: str, uid: str, now_ms: int) -> Banned | None:
+        """The refusal of ``uid`` if it is banned now, else None."""
+        ban = self.banned.get(uid)
+        if ban is not None and in_force(ban, now_ms):
+            return Banned(f"uid {uid} is banned from room {room} {_left(ban, now_ms)}")
+        return None
+
+    def check_poll(self, room: str, uid: str, now_ms: int) -> None:
+        """Raise :class:`Banned` if ``uid`` is banned now."""
+        if uid in self.banned:
+            refusal = self.ban_of(room, uid, now_ms)
+            if refusal is not None:
+                raise refusal
+
+    def check_send(self, room: str, uid: str, now_ms: int) -> None:
+        """Raise :class:`Banned` or :class:`Muted` if ``uid`` may not send now."""
+        self.check_poll(room, uid, now_ms)
+        mute = self.muted.get(uid)
+        if mute is not None and in_force(mute, now_ms):
+            raise Muted(f"uid {uid} is muted in room {room} {_left(mute, now_ms)}",
+                        retry_after=(mute.until_ms - now_ms) / 1000)
+
+
+class Moderation:
+    """A node's copy of every room's moderation. Start and stop it with the
+    node; ``on_ban(room, uid, refusal)`` is called once for each ban the
+    node learns of (to answer the uid's held polls with ``refusal`` and drop
+    its presence)."""
+
+    def __init__(self, store: ModerationStore, clock: Clock, *,
+                 on_ban: Callable[[str, str, Banned], None] = lambda room, uid, refusal: None,
+                 every: float = MODERATION_EVERY) -> None:
+        self._store = store
+        self._clock = clock
+        self.on_ban = on_ban
+        self.rules: dict[str, RoomRules] = {}
+        """By room, the rooms with some moderation (never replaced: the poll
+        path keeps a reference to it)."""
+        self.version = -1
+        """The journal's version last read (-1: nothing read yet)."""
+        self._slow_limits: dict[tuple[int, RateLimits], RateLimits] = {}
+        self._unavailable = False
+        self._reader = Periodic("proxy-moderation", every, self.refresh, clock, logger)
+
+    def _now_ms(self) -> int:
+        return int(self._clock.time() * 1000)
+
+    async def start(self) -> None:
+        """Read every room's moderation (a store that is down is logged and
+        read by the next refresh), then keep up with the journal."""
+        await self.refresh()
+        self._reader.start()
+
+    async def stop(self) -> None:
+        await self._reader.stop()
+
+    # -- the paths --------------------------------------------------------------
+
+    def send_limits(self, room: str, uid: str, limits: RateLimits | None,
+                    important: bool) -> RateLimits | None:
+        """The windows a sender's message is counted in: ``limits``, and for
+        a normal message in a slow room one more (one per ``slow`` s).
+        Raises :class:`Banned` or :class:`Muted` first."""
+        rules = self.rules.get(room)
+        if rules is None:
+            return limits
+        rules.check_send(room, uid, self._now_ms())
+        if important or not rules.slow:
+            return limits
+        base = limits or RateLimits(per_uid=())
+        key = (rules.slow, base)
+        slowed = self._slow_limits.get(key)
+        if slowed is None:
+            if len(self._slow_limits) > 64:
+                self._slow_limits.clear()
+            per_uid = tuple(sorted((*base.per_uid, Window(1, rules.slow)),
+                                   key=lambda w: w.seconds))
+            slowed = self._slow_limits[key] = RateLimits(
+                per_uid=per_uid, room_per_second=base.room_per_second)
+        return slowed
+
+    def slow(self, room: str) -> int:
+        """The room's slow mode in seconds (0: off)."""
+        rules = self.rules.get(room)
+        return 0 if rules is None else rules.slow
+
+    # -- changes ------------------------------------------------------------------
+
+    async def act(self, room: str, entry: AuditEntry) -> RoomModeration | None:
+        """Apply ``entry`` through the store and here at once; the room's
+        moderation after it (None: none left)."""
+        now_ms = self._now_ms()
+        await self._store.act(room, entry, now_ms)
+        state = (await self._store.rooms([room], now_ms)).get(room)
+        self._apply(room, state)
+        return state
+
+    async def refresh(self) -> None:
+        """Read the rooms the journal says changed since :attr:`version` (all
+        of them the first time, or after the store lost its journal)."""
+        try:
+            version, rooms = await self._store.changed(max(self.version, 0))
+            if version == self.version:
+                return
+            reset = version < self.version
+            if reset:  # the store restarted empty: read everything again
+                version, rooms = await self._store.changed(0)
+            states = await self._store.rooms(rooms, self._now_ms()) if rooms else {}
+        except StoreUnavailable:
+            if not self._unavailable:
+                self._unavailable = True
+                logger.warning("the store is unavailable: moderation stays as last read")
+            return
+        if self._unavailable:
+            self._unavailable = False
+            logger.info("the store is back: moderation is read again")
+        if reset:
+            for room in set(self.rules) - set(states):
+                del self.rules[room]
+        for room in rooms:
+            self._apply(room, states.get(room))
+        self.version = version
+
+    def _apply(self, room: str, state: RoomModeration | None) -> None:
+        old = self.rules.get(room)
+        if state is None or not (state.muted or state.banned or state.slow):
+            self.rules.pop(room, None)
+            return
+        if old is not None and state.version < old.version:
+            return  # a read older than what this node applied already
+        rules = self.rules[room] = RoomRules(state)
+        now_ms = self._now_ms()
+        for uid in rules.banned:
+            refusal = rules.ban_of(room, uid, now_ms)
+            if refusal is not None and (old is None or old.ban_of(room, uid, now_ms) is None):
+                self.on_ban(room, uid, refusal)

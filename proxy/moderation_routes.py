@@ -1,0 +1,168 @@
+"""The moderators' HTTP API: mute, ban and slow mode, and the audit.
+
+Every route needs the admin token (401 without, 403 for the publisher's):
+
+- ``PUT /v1/admin/rooms/{room}/muted/{uid}`` with ``{"seconds": n, "reason":
+  "..."}`` mutes the uid for ``n`` seconds (1 to 30 days); ``DELETE`` lifts
+  it; ``GET /v1/admin/rooms/{room}/muted`` lists the mutes in force.
+- ``PUT /v1/admin/rooms/{room}/banned/{uid}`` (optional ``seconds``, 0 or
+  none: until lifted; optional ``reason``) bans it; ``DELETE`` lifts it;
+  ``GET .../banned`` lists the bans.
+- ``PUT /v1/admin/rooms/{room}/slow`` with ``{"seconds": s}`` (0 lifts it)
+  sets slow mode.
+- ``GET /v1/admin/rooms/{room}/moderation?limit=N`` (1 to 1000, default 100):
+  the room's slow mode and the audit of its current broadcast, newest first.
+
+Each action is applied through the store (:mod:`.moderation`: every node
+within about a second), recorded in the audit and logged, one line.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from aiohttp import web
+
+from liveroom.clock import Clock
+from liveroom.codec import decode_request
+from liveroom.errors import BadBody
+from liveroom.model import check_name, parse_count
+from liveroom.store.base import AUDIT_KEPT, AuditEntry, RoomModeration, Sanction
+from liveroom.store.base import Moderation as ModerationStore
+
+from .auth import Right, Tokens
+from .moderation import Moderation, in_force
+from .routes import document
+from .send import media_type
+
+logger = logging.getLogger("liveroom.proxy.moderation")
+
+SECONDS_MAX = 30 * 86_400
+"""The longest mute, ban or slow mode one action sets."""
+REASON_MAX = 200
+"""Characters of a reason."""
+AUDIT_DEFAULT = 100
+"""Entries ``GET .../moderation`` lists without a ``limit``."""
+
+
+def sanction_document(sanction: Sanction, now_ms: int) -> dict[str, object]:
+    """A mute or ban as the API shows it (``until_ms`` 0 and ``seconds_left``
+    null: until lifted)."""
+    left = None if not sanction.until_ms else max(0, -(-(sanction.until_ms - now_ms) // 1000))
+    return {"uid": sanction.uid, "until_ms": sanction.until_ms, "seconds_left": left,
+            "reason": sanction.reason, "by": sanction.by, "at_ms": sanction.at_ms}
+
+
+def audit_document(entry: AuditEntry) -> dict[str, object]:
+    return {"at_ms": entry.at_ms, "by": entry.by, "action": entry.action,
+            "target": entry.target, "seconds": entry.seconds, "reason": entry.reason}
+
+
+def parse_action(doc: Any, *, seconds_required: bool, low: int) -> tuple[int, str]:
+    """``(seconds, reason)`` of an action's body (``{}`` when it has none)."""
+    if not isinstance(doc, dict):
+        raise BadBody("the request body must be an object with seconds and reason")
+    unknown = set(doc) - {"seconds", "reason"}
+    if unknown:
+        raise BadBody(f"unknown fields: {', '.join(sorted(unknown))}")
+    if "seconds" not in doc:
+        if seconds_required:
+            raise BadBody("seconds is required")
+    seconds = doc.get("seconds", 0)
+    if type(seconds) is not int or not low <= seconds <= SECONDS_MAX:
+        raise BadBody(f"seconds must be a whole number from {low} to {SECONDS_MAX}")
+    reason = doc.get("reason", "")
+    if not isinstance(reason, str) or len(reason) > REASON_MAX:
+        raise BadBody(f"reason must be text of at most {REASON_MAX} characters")
+    return seconds, reason
+
+
+class ModerationRoutes:
+    """The moderators' routes of one node."""
+
+    def __init__(self, moderation: Moderation, store: ModerationStore, tokens: Tokens,
+                 clock: Clock) -> None:
+        self.moderation = moderation
+        self._store = store
+        self._tokens = tokens
+        self._clock = clock
+
+    def add_routes(self, app: web.Application) -> None:
+        for kind in ("muted", "banned"):
+            app.router.add_put(f"/v1/admin/rooms/{{room}}/{kind}/{{uid}}", self.sanction)
+            app.router.add_delete(f"/v1/admin/rooms/{{room}}/{kind}/{{uid}}", self.lift)
+            app.router.add_get(f"/v1/admin/rooms/{{room}}/{kind}", self.sanctions)
+        app.router.add_put("/v1/admin/rooms/{room}/slow", self.slow)
+        app.router.add_get("/v1/admin/rooms/{room}/moderation", self.audit)
+
+    def _now_ms(self) -> int:
+        return int(self._clock.time() * 1000)
+
+    def _admin(self, request: web.Request) -> str:
+        self._tokens.require(request.headers.get("Authorization"), Right.ADMIN)
+        return check_name("room", request.match_info["room"])
+
+    @staticmethod
+    async def _body(request: web.Request) -> Any:
+        raw = await request.read()
+        if not raw:
+            return {}
+        return decode_request(media_type(request.headers.get("Content-Type", "")), raw)
+
+    async def _act(self, room: str, action: str, target: str, seconds: int,
+                   reason: str) -> RoomModeration | None:
+        entry = AuditEntry(at_ms=self._now_ms(), by="admin", action=action, target=target,
+                           seconds=seconds, reason=reason)
+        state = await self.moderation.act(room, entry)
+        logger.info("moderation: %s %s in room %s by admin%s%s", action, target or "-", room,
+                    f" for {seconds} s" if seconds else "", f": {reason}" if reason else "")
+        return state
+
+    async def sanction(self, request: web.Request) -> web.StreamResponse:
+        room = self._admin(request)
+        uid = check_name("uid", request.match_info["uid"])
+        muting = request.path.rsplit("/", 2)[-2] == "muted"
+        seconds, reason = parse_action(await self._body(request), seconds_required=muting,
+                                       low=1 if muting else 0)
+        state = await self._act(room, "mute" if muting else "ban", uid, seconds, reason)
+        given = None if state is None else next(
+            (s for s in (state.muted if muting else state.banned) if s.uid == uid), None)
+        kind = "muted" if muting else "banned"
+        return document(request, {"room": room, kind: None if given is None
+                                  else sanction_document(given, self._now_ms())})
+
+    async def lift(self, request: web.Request) -> web.StreamResponse:
+        room = self._admin(request)
+        uid = check_name("uid", request.match_info["uid"])
+        muting = request.path.rsplit("/", 2)[-2] == "muted"
+        await self._act(room, "unmute" if muting else "unban", uid, 0, "")
+        return document(request, {"room": room, "uid": uid, "lifted": True})
+
+    async def sanctions(self, request: web.Request) -> web.StreamResponse:
+        room = self._admin(request)
+        kind = request.path.rsplit("/", 1)[-1]
+        now_ms = self._now_ms()
+        state = (await self._store.rooms([room], now_ms)).get(room)
+        given = () if state is None else state.muted if kind == "muted" else state.banned
+        return document(request, {"room": room, kind: [
+            sanction_document(s, now_ms) for s in given if in_force(s, now_ms)]})
+
+    async def slow(self, request: web.Request) -> web.StreamResponse:
+        room = self._admin(request)
+        seconds, reason = parse_action(await self._body(request), seconds_required=True, low=0)
+        await self._act(room, "slow", "", seconds, reason)
+        return document(request, {"room": room, "slow": seconds})
+
+    async def audit(self, request: web.Request) -> web.StreamResponse:
+        room = self._admin(request)
+        raw = request.query.get("limit")
+        limit = AUDIT_DEFAULT if raw is None else parse_count("limit", raw, 1, AUDIT_KEPT)
+        now_ms = self._now_ms()
+        state = (await self._store.rooms([room], now_ms)).get(room)
+        entries = await self._store.audit(room, limit)
+        return document(request, {
+            "room": room, "slow": 0 if state is None else state.slow,
+            "muted": 0 if state is None else len(state.muted),
+            "banned": 0 if state is None else len(state.banned),
+            "audit": [audit_document(e) for e in entries]})

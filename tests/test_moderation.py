@@ -1,0 +1,263 @@
+"""Moderation over HTTP (``proxy/moderation.py``, ``proxy/moderation_routes.py``):
+mutes, bans and slow mode refuse what they must and nothing else, on one
+node and across two over one store; a ban answers held polls on every node
+within a second and drops the uid from the online list; the audit says who
+did what; bad input is a 4xx."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import msgpack
+import pytest
+from support import (
+    ADMIN_HEADERS,
+    PUBLISHER,
+    SHARED_SECRET,
+    Listener,
+    PollRefused,
+    Running,
+    running_node,
+    send,
+)
+
+from liveroom.clock import FakeClock
+from liveroom.ratelimit import RateLimits
+
+ROOM = "mod-room"
+PUBLISHER_HEADERS = {"Authorization": f"Bearer {PUBLISHER}"}
+
+
+async def call(session: aiohttp.ClientSession, method: str, url: str, *,
+               json: Any = None, headers: dict[str, str] | None = None
+               ) -> tuple[int, Any, str | None]:
+    async with session.request(method, url, json=json,
+                               headers=ADMIN_HEADERS if headers is None else headers) as resp:
+        return resp.status, await resp.json(), resp.headers.get("Retry-After")
+
+
+async def post(session: aiohttp.ClientSession, url: str, uid: str, body: Any = "hi", *,
+               important: bool = False) -> tuple[int, Any, str | None]:
+    headers = PUBLISHER_HEADERS if important else {}
+    return await call(session, "POST", f"{url}/v1/rooms/{ROOM}/messages",
+                      json={"uid": uid, "body": body, "important": important}, headers=headers)
+
+
+def admin(url: str, tail: str) -> str:
+    return f"{url}/v1/admin/rooms/{ROOM}/{tail}"
+
+
+@pytest.fixture
+async def node(engine_url: str) -> AsyncIterator[tuple[Running, FakeClock]]:
+    clock = FakeClock()  # moderation is read from the store when the test says
+    async with running_node(engine_url, clock=clock) as running:
+        yield running, clock
+
+
+async def test_a_muted_uid_listens_but_cannot_send_until_its_mute_ends(
+        node: tuple[Running, FakeClock], session: aiohttp.ClientSession) -> None:
+    running, clock = node
+    url = running.url
+    await send(session, url, ROOM, "hello")
+    status, doc, _ = await call(session, "PUT", admin(url, "muted/troll"),
+                                json={"seconds": 600, "reason": "spam"})
+    assert status == 200, doc
+    assert doc["muted"]["uid"] == "troll"
+    assert (doc["muted"]["seconds_left"], doc["muted"]["reason"], doc["muted"]["by"]) == (
+        600, "spam", "admin")
+    status, doc, retry = await post(session, url, "troll")
+    assert status == 403
+    assert doc["error"] == "muted"
+    assert "600 s" in doc["message"]
+    assert retry is None  # a 403 says how long in words, not as a retry
+    assert (await post(session, url, "fan"))[0] == 201  # others still chat
+    troll = Listener(session, ROOM, uid="troll")
+    assert (await troll.poll(url))["messages"]  # it still listens
+    status, doc, _ = await call(session, "GET", admin(url, "muted"))
+    assert [m["uid"] for m in doc["muted"]] == ["troll"]
+    await clock.advance(601)
+    assert (await post(session, url, "troll"))[0] == 201  # ended on time, no refresh needed
+    status, doc, _ = await call(session, "GET", admin(url, "muted"))
+    assert doc["muted"] == []
+
+
+async def test_lifting_a_mute_lets_the_uid_send_at_once(
+        node: tuple[Running, FakeClock], session: aiohttp.ClientSession) -> None:
+    url = node[0].url
+    await call(session, "PUT", admin(url, "muted/troll"), json={"seconds": 600})
+    assert (await post(session, url, "troll"))[0] == 403
+    status, doc, _ = await call(session, "DELETE", admin(url, "muted/troll"))
+    assert (status, doc) == (200, {"room": ROOM, "uid": "troll", "lifted": True})
+    assert (await post(session, url, "troll"))[0] == 201
+    status, _, _ = await call(session, "DELETE", admin(url, "muted/nobody"))
+    assert status == 200  # lifting what is not there is no error
+
+
+async def test_a_banned_uid_can_neither_poll_nor_send_and_its_held_poll_is_answered(
+        node: tuple[Running, FakeClock], session: aiohttp.ClientSession) -> None:
+    url = node[0].url
+    await send(session, url, ROOM, "hello")
+    troll = Listener(session, ROOM, uid="troll")
+    await troll.poll(url)
+    held = asyncio.create_task(troll.poll(url, timeout=30))
+    await until_held(node[0], 1)
+    status, doc, _ = await call(session, "PUT", admin(url, "banned/troll"),
+                                json={"reason": "abuse"})
+    assert status == 200, doc
+    assert (doc["banned"]["until_ms"], doc["banned"]["seconds_left"]) == (0, None)
+    with pytest.raises(PollRefused) as refused:
+        await asyncio.wait_for(held, 5)  # answered by the ban, not by its timeout
+    assert refused.value.status == 403
+    assert '"banned"' in str(refused.value)
+    with pytest.raises(PollRefused) as refused:
+        await Listener(session, ROOM, uid="troll").poll(url)
+    assert refused.value.status == 403
+    status, doc, _ = await post(session, url, "troll")
+    assert (status, doc["error"]) == (403, "banned")
+    assert "until it is lifted" in doc["message"]
+    fan = Listener(session, ROOM, uid="fan")
+    assert (await fan.poll(url))["messages"]  # others are untouched
+    await call(session, "DELETE", admin(url, "banned/troll"))
+    await Listener(session, ROOM, uid="troll").poll(url)
+
+
+async def test_slow_mode_lets_a_uid_send_one_normal_message_per_window(
+        node: tuple[Running, FakeClock], session: aiohttp.ClientSession) -> None:
+    url = node[0].url
+    await send(session, url, ROOM, "hello")
+    status, doc, _ = await call(session, "PUT", admin(url, "slow"), json={"seconds": 30})
+    assert (status, doc) == (200, {"room": ROOM, "slow": 30})
+    assert (await post(session, url, "fan"))[0] == 201
+    status, doc, retry = await post(session, url, "fan")
+    assert (status, doc["error"]) == (429, "rate_limited")
+    assert retry is not None
+    assert 1 <= int(retry) <= 30
+    assert (await post(session, url, "other"))[0] == 201  # per uid
+    assert (await post(session, url, "fan", important=True))[0] == 201  # the backend's
+    listener = Listener(session, ROOM, uid="reader")
+    assert (await listener.poll(url))["slow"] == 30
+    async with session.get(f"{url}/v1/rooms/{ROOM}/poll", params={"uid": "mp"},
+                           headers={"Accept": "application/msgpack"}) as resp:
+        assert msgpack.unpackb(await resp.read())["slow"] == 30
+    await call(session, "PUT", admin(url, "slow"), json={"seconds": 0})
+    assert "slow" not in await listener.poll(url, timeout=1)
+    assert (await post(session, url, "fan"))[0] == 201
+
+
+async def test_the_audit_lists_every_action_newest_first(
+        node: tuple[Running, FakeClock], session: aiohttp.ClientSession) -> None:
+    url = node[0].url
+    await call(session, "PUT", admin(url, "muted/a"), json={"seconds": 60, "reason": "spam"})
+    await call(session, "PUT", admin(url, "banned/b"), json={"seconds": 3600})
+    await call(session, "PUT", admin(url, "slow"), json={"seconds": 5})
+    await call(session, "DELETE", admin(url, "muted/a"))
+    status, doc, _ = await call(session, "GET", admin(url, "moderation"))
+    assert status == 200
+    assert (doc["slow"], doc["muted"], doc["banned"]) == (5, 0, 1)
+    assert [(e["action"], e["target"], e["seconds"], e["reason"], e["by"])
+            for e in doc["audit"]] == [
+        ("unmute", "a", 0, "", "admin"), ("slow", "", 5, "", "admin"),
+        ("ban", "b", 3600, "", "admin"), ("mute", "a", 60, "spam", "admin")]
+    status, doc, _ = await call(session, "GET", admin(url, "moderation?limit=1"))
+    assert len(doc["audit"]) == 1
+    status, _, _ = await call(session, "POST", f"{url}/v1/admin/rooms/{ROOM}/end")
+    assert status == 200
+    status, doc, _ = await call(session, "GET", admin(url, "moderation"))
+    assert (doc["audit"], doc["banned"], doc["slow"]) == ([], 1, 5)  # sanctions stay
+
+
+async def test_moderation_needs_the_admin_token_and_good_input(
+        node: tuple[Running, FakeClock], session: aiohttp.ClientSession) -> None:
+    url = node[0].url
+    for headers, status in [({}, 401), (PUBLISHER_HEADERS, 403)]:
+        for method, tail, doc in [("PUT", "muted/u", {"seconds": 5}), ("GET", "muted", None),
+                                  ("PUT", "banned/u", None), ("DELETE", "banned/u", None),
+                                  ("PUT", "slow", {"seconds": 5}), ("GET", "moderation", None)]:
+            got, body, _ = await call(session, method, admin(url, tail), json=doc,
+                                      headers=headers)
+            assert got == status, (method, tail, body)
+            assert set(body) == {"error", "message"}
+    for tail, doc in [("muted/u", {}), ("muted/u", {"seconds": 0}),
+                      ("muted/u", {"seconds": 30 * 86_400 + 1}), ("muted/u", {"seconds": "5"}),
+                      ("muted/u", {"seconds": 5, "reason": "x" * 201}),
+                      ("muted/u", {"seconds": 5, "why": "x"}), ("banned/u", [1]),
+                      ("banned/u", {"seconds": None}), ("banned/u", {"reason": None}),
+                      ("slow", {}), ("slow", {"seconds": -1}), ("muted/bad%20uid", {"seconds": 5})]:
+        got, body, _ = await call(session, "PUT", admin(url, tail), json=doc)
+        assert got == 400, (tail, doc, body)
+        assert set(body) == {"error", "message"}
+    got, body, _ = await call(session, "GET", admin(url, "moderation?limit=0"))
+    assert got == 400
+
+
+async def until_held(running: Running, count: int) -> None:
+    """Until the node holds ``count`` polls (a held poll is an event the
+    test waits for, bounded)."""
+    async with asyncio.timeout(5):
+        while running.node.proxy.held_polls() < count:
+            await asyncio.sleep(0.005)
+
+
+async def test_a_ban_through_one_node_answers_held_polls_on_both_within_a_second(
+        redis_url: str, session: aiohttp.ClientSession) -> None:
+    async with running_node(redis_url, secret=SHARED_SECRET) as one, \
+            running_node(redis_url, secret=SHARED_SECRET) as two:
+        await send(session, one.url, ROOM, "hello")
+        held = []
+        for running in (one, two):
+            troll = Listener(session, ROOM, uid="troll")
+            await troll.poll(running.url)
+            held.append(asyncio.create_task(troll.poll(running.url, timeout=30)))
+            await until_held(running, 1)
+        status, _, _ = await call(session, "PUT", admin(one.url, "banned/troll"))
+        banned_at = time.monotonic()
+        assert status == 200
+        for task in held:
+            with pytest.raises(PollRefused) as refused:
+                await asyncio.wait_for(task, 5)
+            assert refused.value.status == 403
+        assert time.monotonic() - banned_at < 1.0
+        status, doc, _ = await post(session, two.url, "troll")
+        assert (status, doc["error"]) == (403, "banned")
+
+
+async def test_a_mute_and_slow_mode_set_through_one_node_apply_on_the_other(
+        redis_url: str, session: aiohttp.ClientSession) -> None:
+    async with running_node(redis_url, secret=SHARED_SECRET) as one, \
+            running_node(redis_url, secret=SHARED_SECRET,
+                         rate_limits=RateLimits(per_uid=())) as two:
+        await send(session, one.url, ROOM, "hello")
+        await call(session, "PUT", admin(one.url, "muted/troll"), json={"seconds": 60})
+        await call(session, "PUT", admin(one.url, "slow"), json={"seconds": 60})
+        async with asyncio.timeout(2):  # applied within a refresh on the other node
+            while (await post(session, two.url, "troll"))[0] != 403:
+                await asyncio.sleep(0.05)
+        assert (await post(session, two.url, "fan"))[0] == 201
+        # The slow window is counted in the store: one node's send counts on the other.
+        assert (await post(session, one.url, "fan"))[0] == 429
+
+
+async def test_a_banned_uid_leaves_the_online_list(
+        engine_url: str, session: aiohttp.ClientSession) -> None:
+    async with running_node(engine_url) as running:
+        url = running.url
+        await send(session, url, ROOM, "hello")
+        for uid in ("troll", "fan"):
+            await Listener(session, ROOM, uid=uid).poll(url)
+
+        async def members() -> list[str]:
+            async with session.get(f"{url}/v1/rooms/{ROOM}/online",
+                                   headers=ADMIN_HEADERS) as resp:
+                return sorted((await resp.json())["members"])
+
+        async with asyncio.timeout(5):
+            while await members() != ["fan", "troll"]:
+                await asyncio.sleep(0.05)
+        await call(session, "PUT", admin(url, "banned/troll"))
+        async with asyncio.timeout(3):  # the node's next presence write and merge
+            while await members() != ["fan"]:
+                await asyncio.sleep(0.05)
