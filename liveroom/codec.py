@@ -166,11 +166,14 @@ def encode_message(entry: Entry) -> tuple[bytes, bytes]:
     """The message as it appears in answers, in JSON and in msgpack. A
     personal message has ``pseq`` (its position in the room's personal
     sequence), ``n`` (its ordinal for its addressee) and ``to`` instead of
-    ``seq``."""
+    ``seq``. A recalled message (its tombstone: no body) has ``"body": null``
+    and ``"recalled": true``."""
     doc: dict[str, Any]
     if entry.to is None:
         doc = {"seq": entry.seq, "uid": entry.uid, "important": entry.important,
                "ts": entry.ts, "body": entry.body}
+        if entry.body is None:  # a recalled message's tombstone
+            doc["recalled"] = True
     else:
         doc = {"pseq": entry.seq, "n": entry.n, "uid": entry.uid, "to": entry.to,
                "important": True, "ts": entry.ts, "body": entry.body}

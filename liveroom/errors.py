@@ -12,6 +12,7 @@ carries ``Retry-After``)::
     ├── Forbidden             403  a valid token without the right
     │   ├── Muted             403  a muted uid's send (a moderator's mute)
     │   └── Banned            403  a banned uid's poll or send
+    ├── NotFound              404  a message (to recall) the room does not keep
     ├── RequestTimeout        408  a request body not received in time
     ├── TooLarge              413  body over the limit
     ├── UnsupportedMedia      415  neither JSON nor msgpack, or compressed
@@ -70,6 +71,11 @@ class Banned(Forbidden):
     """The uid may neither listen nor send in this room."""
 
     code = "banned"
+
+
+class NotFound(LiveroomError):
+    code = "not_found"
+    status = 404
 
 
 class RequestTimeout(LiveroomError):

@@ -180,3 +180,38 @@ class Entry:
         return (f"Entry(seq={self.seq}, ic={self.ic}, uid={self.uid!r}, "
                 f"important={self.important}, ts={self.ts}, body={self.body!r}, "
                 f"to={self.to!r}, n={self.n})")
+
+
+RECALL_UID = ""
+"""The uid of a recall's notice, the important entry that tells every
+listener a message was recalled: no sender has it (a uid is a name of 1 to
+64 characters). Its body is :func:`recall_notice`'s."""
+
+
+def recall_notice(seq: int, uid: str, important: bool, ts: int, ic: int) -> dict[str, Any]:
+    """The body of the notice that message ``seq`` (of ``uid``, sent at
+    ``ts``, with ``ic`` important messages up to it) was recalled: what a
+    reader needs to put its tombstone in its place."""
+    return {"recall": seq, "uid": uid, "important": important, "ts": ts, "ic": ic}
+
+
+def recalled_target(entry: Entry) -> int:
+    """The seq a recall notice recalls; 0 for any other entry."""
+    if entry.uid != RECALL_UID or entry.to is not None:
+        return 0
+    body = entry.body
+    if isinstance(body, dict):
+        target = body.get("recall")
+        if type(target) is int:
+            return target
+    return 0
+
+
+def tombstone_of(notice: Entry) -> Entry:
+    """The tombstone a recall notice puts in its target's place: the
+    message's seq, sender, lane and time, with no body."""
+    body = notice.body
+    uid, ic, ts = body.get("uid"), body.get("ic"), body.get("ts")
+    return Entry(seq=recalled_target(notice), ic=ic if type(ic) is int else 0,
+                 uid=uid if isinstance(uid, str) else "", important=body.get("important") is True,
+                 ts=ts if type(ts) is int else notice.ts, body=None)

@@ -367,6 +367,11 @@ class Settings:
         0, "A gift worth at least this much also goes out as an important message of "
         "its giver ({\"gift\", \"value\"}), ahead of the chat; 0: none.", TRAFFIC, lo=0,
         hi=10**12)
+    recall_window: float = setting(
+        120.0, "Seconds after sending a message during which its sender may recall it "
+        "(DELETE /v1/rooms/ROOM/messages/SEQ with its ticket, or its uid in open mode); "
+        "moderators and the backend recall any message the room keeps.", TRAFFIC, lo=0,
+        hi=86_400)
     vip_refresh: float = setting(
         2.0, "Seconds between two reads of the rooms' sects: a room moved through another "
         "node (or by the automatic rule) moves here within this time; the rule runs as "

@@ -34,6 +34,9 @@ class Item(NamedTuple):
     ts: int
     json: bytes
     mp: bytes
+    recall: int = 0
+    """A recall's notice: the seq it recalls (answers list it in
+    ``recalled``, not as a message); 0 for a message."""
 
 
 _seq = attrgetter("seq")

@@ -22,8 +22,17 @@ def _pack(value: object) -> bytes:
     return msgpack.packb(value)  # type: ignore[no-any-return]
 
 
+def _lanes(important: tuple[Item, ...]) -> tuple[tuple[Item, ...], list[int]]:
+    """The important messages, and the seqs the recall notices among them recall."""
+    recalled = [i.recall for i in important if i.recall]
+    if not recalled:
+        return important, recalled
+    return tuple(i for i in important if not i.recall), recalled
+
+
 def _json_head(room: str, epoch: str, d: Delivery, reset: bool, online: int, likes: int,
                interval_ms: int) -> bytes:
+    important, recalled = _lanes(d.important)
     return b"".join((
         b'{"room":', orjson.dumps(room), b',"epoch":', orjson.dumps(epoch),
         b',"seq":', str(d.seq).encode(), b',"iseq":', str(d.iseq).encode(),
@@ -31,20 +40,24 @@ def _json_head(room: str, epoch: str, d: Delivery, reset: bool, online: int, lik
         b',"reset":', b"true" if reset else b"false",
         b',"online":', str(online).encode(), b',"likes":', str(likes).encode(),
         b',"interval_ms":', str(interval_ms).encode(),
-        b',"important":[', b",".join(i.json for i in d.important),
+        b',"recalled":' + orjson.dumps(recalled) if recalled else b"",
+        b',"important":[', b",".join(i.json for i in important),
         b'],"messages":[', b",".join(i.json for i in d.messages), b'],"ctx":"',
     ))
 
 
 def _msgpack_head(room: str, epoch: str, d: Delivery, reset: bool, online: int, likes: int,
                   interval_ms: int) -> bytes:
-    parts = [msgpack_map_header(_FIELDS)]
+    important, recalled = _lanes(d.important)
+    parts = [msgpack_map_header(_FIELDS + bool(recalled))]
     for key, value in (("room", room), ("epoch", epoch), ("seq", d.seq), ("iseq", d.iseq),
                        ("gap", d.gap), ("igap", d.igap), ("reset", reset),
                        ("online", online), ("likes", likes), ("interval_ms", interval_ms)):
         parts += (_pack(key), _pack(value))
-    parts += (_pack("important"), msgpack_array_header(len(d.important)),
-              *(i.mp for i in d.important))
+    if recalled:
+        parts += (_pack("recalled"), _pack(recalled))
+    parts += (_pack("important"), msgpack_array_header(len(important)),
+              *(i.mp for i in important))
     parts += (_pack("messages"), msgpack_array_header(len(d.messages)),
               *(i.mp for i in d.messages))
     parts.append(_pack("ctx"))
@@ -76,9 +89,10 @@ def finish(head: bytes, ctx: str, use_msgpack: bool, spread: int | None = None,
     in the answer's format; empty: none), and a slow room's ``slow``
     seconds (0: not slow, no field)."""
     if use_msgpack:
-        # The head's map header is one byte (fixmap) saying 13 fields.
+        # The head's map header is one byte (a fixmap of 13 fields, 14 with
+        # ``recalled``).
         parts = [b"", head[1:], _pack(ctx), _PSEQ_MP, _pack(pseq)]
-        fields = _FIELDS + 1
+        fields = (head[0] & 0x0F) + 1  # and pseq
         if personal:
             parts += (_PERSONAL_MP, msgpack_array_header(len(personal)),
                       *(i.mp for i in personal))

@@ -165,6 +165,10 @@ class Moderation:
         self._apply(room, state)
         return state
 
+    async def record(self, room: str, entry: AuditEntry) -> None:
+        """Record ``entry`` (a recall: nothing else changes) in the room's audit."""
+        await self._store.act(room, entry, self._now_ms())
+
     async def refresh(self) -> None:
         """Read the rooms the journal says changed since :attr:`version` (all
         of them the first time, or after the store lost its journal)."""

@@ -1,6 +1,7 @@
-"""The moderators' HTTP API: mute, ban and slow mode, and the audit.
+"""The moderators' HTTP API: mute, ban and slow mode, recall, and the audit.
 
-Every route needs the admin token (401 without, 403 for the publisher's):
+Every route under ``/v1/admin/`` needs the admin token (401 without, 403
+for the publisher's):
 
 - ``PUT /v1/admin/rooms/{room}/muted/{uid}`` with ``{"seconds": n, "reason":
   "..."}`` mutes the uid for ``n`` seconds (1 to 30 days); ``DELETE`` lifts
@@ -10,6 +11,8 @@ Every route needs the admin token (401 without, 403 for the publisher's):
   ``GET .../banned`` lists the bans.
 - ``PUT /v1/admin/rooms/{room}/slow`` with ``{"seconds": s}`` (0 lifts it)
   sets slow mode.
+- ``DELETE /v1/rooms/{room}/messages/{seq}`` recalls a message: the
+  moderators, the backend, or its sender for a while (:mod:`.recall`).
 - ``GET /v1/admin/rooms/{room}/moderation?limit=N`` (1 to 1000, default 100):
   the room's slow mode and the audit of its current broadcast, newest first.
 
@@ -33,6 +36,7 @@ from liveroom.store.base import Moderation as ModerationStore
 
 from .auth import Right, Tokens
 from .moderation import Moderation, in_force
+from .recall import Recalls
 from .routes import document
 from .send import media_type
 
@@ -66,9 +70,8 @@ def parse_action(doc: Any, *, seconds_required: bool, low: int) -> tuple[int, st
     unknown = set(doc) - {"seconds", "reason"}
     if unknown:
         raise BadBody(f"unknown fields: {', '.join(sorted(unknown))}")
-    if "seconds" not in doc:
-        if seconds_required:
-            raise BadBody("seconds is required")
+    if seconds_required and "seconds" not in doc:
+        raise BadBody("seconds is required")
     seconds = doc.get("seconds", 0)
     if type(seconds) is not int or not low <= seconds <= SECONDS_MAX:
         raise BadBody(f"seconds must be a whole number from {low} to {SECONDS_MAX}")
@@ -82,8 +85,9 @@ class ModerationRoutes:
     """The moderators' routes of one node."""
 
     def __init__(self, moderation: Moderation, store: ModerationStore, tokens: Tokens,
-                 clock: Clock) -> None:
+                 clock: Clock, recalls: Recalls) -> None:
         self.moderation = moderation
+        self.recalls = recalls
         self._store = store
         self._tokens = tokens
         self._clock = clock
@@ -95,6 +99,7 @@ class ModerationRoutes:
             app.router.add_get(f"/v1/admin/rooms/{{room}}/{kind}", self.sanctions)
         app.router.add_put("/v1/admin/rooms/{room}/slow", self.slow)
         app.router.add_get("/v1/admin/rooms/{room}/moderation", self.audit)
+        app.router.add_delete("/v1/rooms/{room}/messages/{seq}", self.recall)
 
     def _now_ms(self) -> int:
         return int(self._clock.time() * 1000)
@@ -153,6 +158,12 @@ class ModerationRoutes:
         seconds, reason = parse_action(await self._body(request), seconds_required=True, low=0)
         await self._act(room, "slow", "", seconds, reason)
         return document(request, {"room": room, "slow": seconds})
+
+    async def recall(self, request: web.Request) -> web.StreamResponse:
+        doc = await self.recalls.recall(request.match_info["room"], request.match_info["seq"],
+                                        request.headers.get("Authorization"),
+                                        request.query.get("uid"))
+        return document(request, doc)
 
     async def audit(self, request: web.Request) -> web.StreamResponse:
         room = self._admin(request)

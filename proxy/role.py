@@ -39,6 +39,7 @@ from .operators import OperatorRoutes
 from .pages import Pages
 from .poll import Polls
 from .ranking import Ranking
+from .recall import Recalls
 from .routes import Routes, errors_middleware
 from .send import Sends
 from .site import FrontSite
@@ -112,7 +113,11 @@ class Proxy:
                              tickets=self.tickets,
                              is_vip=vip_list.is_vip, clock=clock, metrics=metrics,
                              health=health)
-        self.moderators = ModerationRoutes(self.moderation, moderation, tokens, clock)
+        self.recalls = Recalls(log, tokens, self.moderation, clock,
+                               recall_window=settings.recall_window)
+        self.recalls.tickets = self.tickets
+        self.moderators = ModerationRoutes(self.moderation, moderation, tokens, clock,
+                                           self.recalls)
         self.operators = OperatorRoutes(operators, tokens, clock, settings, stats=stats,
                                         reader=reader, log=log, vip_list=vip_list)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from liveroom.codec import encode_message
-from liveroom.model import Entry
+from liveroom.model import Entry, recalled_target, tombstone_of
 from liveroom.personal import NodeCap, Personal
 from liveroom.settings import (
     IMPORTANT_HARD_CAP,
@@ -36,6 +36,9 @@ class Retention:
 
 
 def _item(entry: Entry) -> Item:
+    target = recalled_target(entry)
+    if target:  # a recall's notice: listed in answers' ``recalled``, not as a message
+        return Item(entry.seq, entry.ts, b"", b"", target)
     js, mp = encode_message(entry)
     # orjson returns bytes in an over-allocated buffer (a 69-byte message held
     # about 1 KiB in a measure): a copy is exact-sized, and a snapshot keeps
@@ -89,6 +92,10 @@ def advance(old: Snapshot | None, pulled: Pulled, after: int, keep: Retention,
     else:
         normal = [*old.normal, *new_normal]
         important = [*old.important, *new_important]
+    tombstones = {t.seq: t for t in (tombstone_of(e) for e in entries if recalled_target(e))}
+    if tombstones:  # recalled: each message this node holds becomes its tombstone
+        normal = _buried(normal, tombstones)
+        important = _buried(important, tombstones)
     if pulled.complete and old is not None:
         anchor_seq, anchor_ic = old.anchor_seq, old.anchor_ic
         index = [*old.index, *(e.seq for e in entries if e.important)]
@@ -121,6 +128,12 @@ def advance(old: Snapshot | None, pulled: Pulled, after: int, keep: Retention,
         personal=personal,
     )
     return _trim_important(snap, keep, now_ms)
+
+
+def _buried(items: list[Item], tombstones: dict[int, Entry]) -> list[Item]:
+    """``items`` with each message a tombstone names replaced by it."""
+    return [_item(tombstones[i.seq]) if i.seq in tombstones and not i.recall else i
+            for i in items]
 
 
 def _trim_important(snap: Snapshot, keep: Retention, now_ms: int) -> Snapshot:

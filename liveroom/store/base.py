@@ -105,6 +105,18 @@ class Appended:
 
 
 @dataclass(frozen=True, slots=True)
+class Recalled:
+    """A recalled message: what its tombstone keeps (everything but its body)."""
+
+    seq: int
+    uid: str
+    important: bool
+    ts: int
+    ic: int
+    """Important messages in the room up to and including it."""
+
+
+@dataclass(frozen=True, slots=True)
 class PullRequest:
     room: str
     after: int
@@ -198,6 +210,25 @@ class MessageLog(Protocol):
 
     async def pull(self, requests: Sequence[PullRequest]) -> list[Pulled]:
         """Read several rooms in one batch (one round trip on Redis)."""
+
+    async def recall(self, room: str, seq: int, *, sender: str | None = None,
+                     since_ms: int = 0) -> Recalled:
+        """Put message ``seq``'s tombstone in its place: its body is gone
+        from the store, and every later pull returns the entry with body
+        ``None`` (its seq, ic, uid, lane and ts kept) wherever it returned the
+        message. Atomic, one round trip; recalling a recalled message answers
+        the same again.
+
+        It does not tell anyone: the caller appends the recall's notice
+        (``model.recall_notice``, an important entry of
+        ``model.RECALL_UID``), which every reader of the room then sees; on
+        Redis a pull that holds the notice puts the tombstone where the
+        message was, and one that holds the message holds the notice (it is
+        newer, and important). Raises :class:`~liveroom.errors.NotFound`
+        when the room keeps no such message (never sent, trimmed, a notice
+        itself, or the room has no log); with ``sender``,
+        :class:`~liveroom.errors.Forbidden` unless the message is that
+        uid's, sent at or after ``since_ms``."""
 
     async def renew_epoch(self, room: str, stale: str) -> str:
         """Give the room a new epoch if it is still ``stale``; return the current one."""

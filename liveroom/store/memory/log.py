@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 from ...clock import Clock
-from ...errors import NewRoomRefused
-from ...model import Entry, NewMessage
+from ...errors import Forbidden, NewRoomRefused, NotFound
+from ...model import Entry, NewMessage, recalled_target
 from ...personal import NodeCap, Share
 from ...ratelimit import (
     Counts,
@@ -23,7 +23,15 @@ from ...ratelimit import (
     refusal,
     refused_until,
 )
-from ..base import PERSONAL_PULL, Appended, LogPolicy, Pulled, PullRequest, new_epoch
+from ..base import (
+    PERSONAL_PULL,
+    Appended,
+    LogPolicy,
+    Pulled,
+    PullRequest,
+    Recalled,
+    new_epoch,
+)
 from .expiring import Expiring
 from .notifier import MemoryNotifier
 
@@ -61,6 +69,9 @@ class _RoomLog:
     """uid -> personal messages sent to it in the room."""
     pdedup: dict[str, tuple[int, int]] = field(default_factory=dict)
     """client_msg_id -> (position, expires_ms) of personal sends."""
+    recalled: dict[int, Recalled] = field(default_factory=dict)
+    """The messages of this epoch recalled, by seq (their tombstones are in
+    ``log`` and ``important``)."""
     live: bool = False
     """Started or ended by an operator: it expires like a room with messages
     (``room_ttl_ms`` after its last use), message or not (``lua/start.lua``)."""
@@ -287,6 +298,44 @@ class MemoryLog:
                       tuple(extra + picked), complete=complete, phead=phead,
                       personal=tuple(personal))
 
+    async def recall(self, room: str, seq: int, *, sender: str | None = None,
+                     since_ms: int = 0) -> Recalled:
+        return self.recall_at_once(room, seq, sender=sender, since_ms=since_ms)
+
+    def recall_at_once(self, room: str, seq: int, *, sender: str | None = None,
+                       since_ms: int = 0) -> Recalled:
+        """:meth:`recall` without an await (``lua/recall.lua``'s order)."""
+        state = self._room(room, create=False)
+        if state is None:
+            raise NotFound(f"room {room} has no messages")
+        done = state.recalled.get(seq)
+        if done is None:
+            log = state.log
+            at = seq - log[0].seq if log else -1
+            entry = log[at] if 0 <= at < len(log) else next(
+                (e for e in state.important if e.seq == seq), None)
+            if entry is None or recalled_target(entry):
+                raise NotFound(f"room {room} keeps no message {seq} (too old, or never sent)")
+            done = Recalled(seq, entry.uid, entry.important, entry.ts, entry.ic)
+        if sender is not None and (done.uid != sender or done.ts < since_ms):
+            raise Forbidden(f"uid {sender} can recall only its own messages, and only "
+                            f"for a while after sending them")
+        if seq not in state.recalled:
+            state.recalled[seq] = done
+            tombstone = Entry(seq=seq, ic=done.ic, uid=done.uid, important=done.important,
+                              ts=done.ts, body=None)
+            log = state.log
+            at = seq - log[0].seq if log else -1
+            if 0 <= at < len(log):
+                log[at] = tombstone
+            if done.important:
+                kept = state.important
+                for i, e in enumerate(kept):
+                    if e.seq == seq:
+                        kept[i] = tombstone
+                        break
+        return done
+
     def start_room(self, room: str) -> tuple[str, bool]:
         """Make the room live (``lua/start.lua``), creating its log if it has
         none; return its epoch and whether the log was created."""
@@ -305,6 +354,7 @@ class MemoryLog:
         state.epoch = new_epoch()
         state.log.clear()
         state.important.clear()
+        state.recalled.clear()
         state.clear_personal()
         state.live, state.by, state.used_ms = True, None, self._now_ms()
         return state.epoch, state.seq

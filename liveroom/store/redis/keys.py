@@ -15,6 +15,9 @@ lr:{R}:meta              hash   ``epoch``, ``seq`` (head), ``ic`` (important cou
 lr:{R}:log               stream the log: id ``<seq>-0``, fields ``m`` (packed
                                 message) and ``c`` (important count at it)
 lr:{R}:imp               stream important entries kept beyond the log cap
+lr:{R}:rc                hash   recalled messages: seq -> msgpack ``[uid,
+                                important, ts, ic]`` (their tombstone; the
+                                message left ``log`` and ``imp``)
 lr:{R}:pm                stream personal messages: id ``<ps>-0``, fields ``m``,
                                 ``n`` (the addressee's ordinal), ``t`` (ts, ms)
 lr:{R}:pn                hash   addressee uid -> its ordinal in the room
@@ -139,6 +142,10 @@ def log(room: str) -> str:
 
 def important(room: str) -> str:
     return f"{PREFIX}:{{{room}}}:imp"
+
+
+def recalled(room: str) -> str:
+    return f"{PREFIX}:{{{room}}}:rc"
 
 
 def personal(room: str) -> str:

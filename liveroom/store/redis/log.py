@@ -7,17 +7,27 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Collection, Mapping, Sequence
+from operator import attrgetter
 from typing import Any
 
+import msgpack
 from redis.asyncio.client import Pipeline
 from redis.asyncio.cluster import ClusterPipeline, RedisCluster
 from redis.exceptions import RedisError
 
 from ...codec import pack_stored, unpack_stored
-from ...errors import NewRoomRefused, StoreUnavailable
-from ...model import Entry, NewMessage
+from ...errors import Forbidden, NewRoomRefused, NotFound, StoreUnavailable
+from ...model import Entry, NewMessage, recalled_target, tombstone_of
 from ...ratelimit import RateLimits, refusal
-from ..base import PERSONAL_PULL, Appended, LogPolicy, Pulled, PullRequest, new_epoch
+from ..base import (
+    PERSONAL_PULL,
+    Appended,
+    LogPolicy,
+    Pulled,
+    PullRequest,
+    Recalled,
+    new_epoch,
+)
 from . import keys
 from .calls import Batched, Client, Lua, run_durable, run_scripts, text, unavailable
 
@@ -80,6 +90,7 @@ class RedisLog:
         """Appends of concurrent sends, one pipeline a loop turn."""
         self._epoch = Lua("epoch.lua", uses=["new_log.lua"])
         self._touch = Lua("touch.lua")
+        self._recall = Lua("recall.lua")
 
     async def _room_epoch(self, what: str, room: str, stale: str, extend: int) -> str:
         with unavailable(what):
@@ -146,6 +157,32 @@ class RedisLog:
             raise refusal(room, uid, windows[position - 1], free_ms, message.ts)
         epoch = text(epoch)
         return Appended(epoch, int(seq), duplicate=bool(status), created=epoch == proposed)
+
+    async def recall(self, room: str, seq: int, *, sender: str | None = None,
+                     since_ms: int = 0) -> Recalled:
+        """One script call (``lua/recall.lua``), waiting for the replicas
+        like an append when appends do."""
+        policy = self.policy
+        call = (self._recall, [keys.meta(room), keys.log(room), keys.important(room),
+                               keys.recalled(room)],
+                [seq, policy.room_ttl_ms, sender or "", since_ms])
+        with unavailable("recalling a message"):
+            if policy.durable_replicas:
+                reply, acked = await run_durable(self._client, call, policy.durable_replicas,
+                                                 policy.durable_timeout_ms)
+                if acked < policy.durable_replicas:
+                    raise StoreUnavailable("the recall did not reach enough replicas in time; "
+                                           "retry it")
+            else:
+                (reply,) = await run_scripts(self._client, [call])
+        status = int(reply[0])
+        if not status:
+            raise NotFound(f"room {room} keeps no message {seq} (too old, or never sent)")
+        if status == 2:
+            raise Forbidden(f"uid {sender} can recall only its own messages, and only "
+                            f"for a while after sending them")
+        uid, important, ts, ic = msgpack.unpackb(reply[1], raw=False)
+        return Recalled(seq, uid, bool(important), int(ts), int(ic))
 
     async def pull(self, requests: Sequence[PullRequest]) -> list[Pulled]:
         """One pipeline for the whole batch: four read-only commands a room.
@@ -288,6 +325,7 @@ def _build_pulled(request: PullRequest, replies: list[Any]) -> Pulled | None:
         if entry.seq >= floor:
             break
         extra.append(entry)
+    picked, extra = _with_tombstones(picked, extra, after, floor, request.limit)
     # An undecodable entry is missing from the answer like a trimmed one: the
     # pull is not complete, and readers count it in ``gap``.
     complete = (picked[0].seq == after + 1 if picked else after >= head) \
@@ -305,3 +343,32 @@ def _build_pulled(request: PullRequest, replies: list[Any]) -> Pulled | None:
                   personal=tuple(personal))
 
 
+
+def _with_tombstones(picked: list[Entry], extra: list[Entry], after: int, floor: int,
+                     limit: int) -> tuple[list[Entry], list[Entry]]:
+    """The log's part and the important part of a pull, each with the
+    tombstone of every recalled message a notice among them names, in the
+    message's place (``recall.lua`` took it out of both streams): in the
+    log's part from just below its ``floor`` up (a dense stretch), in the
+    important part below it if the message was important; never at or
+    before ``after``. The log's part is then its newest ``limit`` again (a
+    hole let the read reach further back), the important ones it drops
+    going to the important part, as a read without the hole would have."""
+    tombstones = [tombstone_of(e) for part in (extra, picked) for e in part
+                  if recalled_target(e)]
+    if not tombstones:
+        return picked, extra
+    have = {e.seq for part in (extra, picked) for e in part}
+    to_log = [t for t in tombstones if t.seq not in have and t.seq > after
+              and t.seq >= floor - 1]
+    to_important = [t for t in tombstones if t.seq not in have and t.seq > after
+                    and t.seq < floor - 1 and t.important]
+    by_seq = attrgetter("seq")
+    if to_important:
+        extra = sorted([*extra, *to_important], key=by_seq)
+    if to_log:
+        picked = sorted([*picked, *to_log], key=by_seq)
+        if len(picked) > limit:
+            extra = [*extra, *(e for e in picked[:len(picked) - limit] if e.important)]
+            picked = picked[len(picked) - limit:]
+    return picked, extra

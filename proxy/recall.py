@@ -1,0 +1,99 @@
+"""Recalling a message (撤回): its body gone everywhere, every listener told.
+
+``DELETE /v1/rooms/{room}/messages/{seq}`` recalls a message of the room,
+normal or important:
+
+- the admin token or the publisher token (the backend, a moderator) recall
+  any message the room keeps; so does a ticket with ``publish``;
+- its sender recalls its own within ``--recall-window`` (120 s) of sending
+  it: with a ticket naming it, or in ``open`` mode with ``?uid=`` (open mode
+  proves no uid, as for sends).
+
+Two steps, each atomic in the store: the message's tombstone takes its place
+(``MessageLog.recall``: its body leaves the store), then the recall's
+*notice* is appended, an important entry of ``RECALL_UID`` whose body says
+which message and what its tombstone keeps. The notice travels like any
+important message (the notify, the fallback pull, the cut-through of a paced
+room): never lost within the important window, on every node. A node that
+reads it puts the tombstone in place of the message in its snapshot, so the
+body is gone from every later answer, first polls and ``recent`` included,
+and answers list the recalled seqs after the listener's cursor as
+``recalled: [seq, ...]`` (ahead of ``important``). The notice takes the
+client_msg_id ``!recall:<seq>`` (no sender may use ``!``), so a retried
+recall appends it once; a recall whose notice could not be appended answers
+503 and is retried the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from liveroom.clock import Clock
+from liveroom.errors import BadRequest, Unauthorized
+from liveroom.model import RECALL_UID, NewMessage, check_name, parse_count, recall_notice
+from liveroom.store.base import AuditEntry, MessageLog
+
+from .auth import Right, Tokens, bearer
+from .moderation import Moderation
+from .tickets import Tickets
+
+logger = logging.getLogger("liveroom.proxy.moderation")
+
+
+class Recalls:
+    """A node's recalls."""
+
+    def __init__(self, log: MessageLog, tokens: Tokens, moderation: Moderation, clock: Clock,
+                 *, recall_window: float) -> None:
+        self._log = log
+        self._tokens = tokens
+        self._moderation = moderation
+        self._clock = clock
+        self.recall_window = recall_window
+        self.tickets: Tickets | None = None
+        """Set by the role in ``ticket`` mode."""
+
+    def _who(self, room: str, authorization: str | None,
+             uid: str | None) -> tuple[str, str | None]:
+        """``(by, sender)``: who recalls, as the audit names it, and the uid
+        whose own message it must be (None: any message)."""
+        tickets = self.tickets
+        if authorization is None and tickets is None:  # open mode: the uid is said
+            if uid is None:
+                raise BadRequest("uid is required (the sender recalling its own message), "
+                                 "or a token")
+            return f"uid:{check_name('uid', uid)}", uid
+        token = bearer(authorization)
+        right = self._tokens.right_of(token)
+        if right is Right.ADMIN:
+            return "admin", None
+        if right is Right.PUBLISH:
+            return "publisher", None
+        if tickets is None:
+            raise Unauthorized("unknown token")
+        claims = tickets.admit(room, token, None)
+        if uid is not None and uid != claims.uid:
+            raise Unauthorized("the ticket names another uid than the query's")
+        return f"uid:{claims.uid}", None if claims.publish else claims.uid
+
+    async def recall(self, room: str, raw_seq: str, authorization: str | None,
+                     uid: str | None) -> dict[str, object]:
+        """Recall message ``raw_seq`` of ``room``; the answer's document."""
+        check_name("room", room)
+        seq = parse_count("seq", raw_seq, 1)
+        by, sender = self._who(room, authorization, uid)
+        now_ms = int(self._clock.time() * 1000)
+        recalled = await self._log.recall(room, seq, sender=sender,
+                                          since_ms=now_ms - int(self.recall_window * 1000))
+        notice = NewMessage(uid=RECALL_UID, important=True, ts=now_ms,
+                            body=recall_notice(seq, recalled.uid, recalled.important,
+                                               recalled.ts, recalled.ic),
+                            client_msg_id=f"!recall:{seq}")
+        appended = await self._log.append(room, notice, may_create=False)
+        await self._moderation.record(room, AuditEntry(
+            at_ms=now_ms, by=by, action="recall", target=f"room:{seq}", seconds=0,
+            reason=""))
+        logger.info("moderation: recall of message %d (uid %s) in room %s by %s", seq,
+                    recalled.uid, room, by)
+        return {"room": room, "seq": seq, "uid": recalled.uid, "recalled": True,
+                "notice": appended.seq}
