@@ -38,7 +38,7 @@ from liveroom.store.base import (
     Sanction,
     SanctionsFull,
 )
-from liveroom.store.redis import keys
+from liveroom.store.redis import calls, keys
 
 ARCHIVE_TTL_MS = 600_000
 """How long an ended broadcast's history is kept in these tests."""
@@ -318,7 +318,7 @@ BAD_ACTS: list[tuple[str, object]] = [
     ("r", act("recall", "room", at_ms=T)),
     ("r", act("recall", "room:x", at_ms=T)),
     ("r", act("recall", ":1", at_ms=T)),
-    ("r", act("mute", "bob", True, at_ms=T)),  # type: ignore[arg-type]
+    ("r", act("mute", "bob", True, at_ms=T)),
     ("r", act("mute", "bob", 1.5, at_ms=T)),  # type: ignore[arg-type]
     ("r", act("mute", "bob", 60, at_ms=T, reason="x" * (REASON_MAX + 1))),
     ("r", act("mute", "bob", 60, at_ms=T, reason="\ud800")),
@@ -478,14 +478,14 @@ async def test_an_act_on_a_cluster_whose_later_step_failed_is_retried_harmlessly
     async with opened(cluster_url, TEST_POLICY, fake_clock) as store:
         mod, t = store.moderation, now_ms(fake_clock)
         assert await mod.act("r", act("slow", "", 1, at_ms=t), t) == 1
-        run_scripts = redis_moderation.run_scripts
+        run_scripts = calls.run_scripts
         failing: list[str] = []
 
-        async def flaky(client: Any, calls: Any) -> list[Any]:
-            if calls[0][0].name in failing:
-                failing.remove(calls[0][0].name)
+        async def flaky(client: Any, batch: Any) -> list[Any]:
+            if batch[0][0].name in failing:
+                failing.remove(batch[0][0].name)
                 raise redis.exceptions.ConnectionError("lost on the way")
-            return await run_scripts(client, calls)
+            return await run_scripts(client, batch)
 
         monkeypatch.setattr(redis_moderation, "run_scripts", flaky)
         entry = act("mute", "bob", 60, at_ms=t)
