@@ -489,7 +489,8 @@ class Settings:
         "HyperLogLog estimates them (viewers_exact: false).", PRESENCE, lo=0)
     history_ttl: float = setting(
         HISTORY_TTL, "Seconds a room's viewers history (and an ended broadcast's) is kept "
-        "after its last viewer; its likes and gift counters after their last write.",
+        "after its last viewer; its likes and gift counters after their last write; its "
+        "moderation after its last action (longer while a mute or ban lasts).",
         PRESENCE, lo=60)
     heartbeat_flush: float = setting(0.25, "Seconds between two hand-overs of the "
                                      "batched heartbeats to statsvr.", PRESENCE, lo=0.01,
