@@ -14,6 +14,7 @@ carries ``Retry-After``)::
     │   └── Banned            403  a banned uid's poll or send
     ├── NotFound              404  a message (to recall) the room does not keep
     ├── RequestTimeout        408  a request body not received in time
+    ├── Conflict              409  the room's state refuses it (its mutes or bans are full)
     ├── TooLarge              413  body over the limit
     ├── UnsupportedMedia      415  neither JSON nor msgpack, or compressed
     ├── RateLimited           429  a sender limit (temporary)
@@ -81,6 +82,11 @@ class NotFound(LiveroomError):
 class RequestTimeout(LiveroomError):
     code = "request_timeout"
     status = 408
+
+
+class Conflict(LiveroomError):
+    code = "conflict"
+    status = 409
 
 
 class TooLarge(LiveroomError):

@@ -29,9 +29,9 @@ from aiohttp import web
 
 from liveroom.clock import Clock
 from liveroom.codec import decode_request
-from liveroom.errors import BadBody
+from liveroom.errors import BadBody, Conflict
 from liveroom.model import check_name, parse_count
-from liveroom.store.base import AUDIT_KEPT, AuditEntry, RoomModeration, Sanction
+from liveroom.store.base import AUDIT_KEPT, AuditEntry, RoomModeration, Sanction, SanctionsFull
 from liveroom.store.base import Moderation as ModerationStore
 
 from .auth import Right, Tokens
@@ -119,7 +119,12 @@ class ModerationRoutes:
                    reason: str) -> RoomModeration | None:
         entry = AuditEntry(at_ms=self._now_ms(), by="admin", action=action, target=target,
                            seconds=seconds, reason=reason)
-        state = await self.moderation.act(room, entry)
+        try:
+            state = await self.moderation.act(room, entry)
+        except SanctionsFull as exc:
+            raise Conflict(f"{exc}; lift some first") from None
+        except ValueError as exc:  # what the store refuses that the body check let by
+            raise BadBody(str(exc)) from None
         logger.info("moderation: %s %s in room %s by admin%s%s", action, target or "-", room,
                     f" for {seconds} s" if seconds else "", f": {reason}" if reason else "")
         return state

@@ -261,3 +261,20 @@ async def test_a_banned_uid_leaves_the_online_list(
         async with asyncio.timeout(3):  # the node's next presence write and merge
             while await members() != ["fan"]:
                 await asyncio.sleep(0.05)
+
+
+async def test_a_room_full_of_mutes_refuses_one_more_with_409(
+        monkeypatch: pytest.MonkeyPatch, session: aiohttp.ClientSession) -> None:
+    monkeypatch.setattr("liveroom.store.memory.moderation.SANCTIONS_MAX", 2)
+    async with running_node() as running:
+        url = running.url
+        for uid in ("a", "b"):
+            assert (await call(session, "PUT", admin(url, f"muted/{uid}"),
+                               json={"seconds": 60}))[0] == 200
+        status, doc, _ = await call(session, "PUT", admin(url, "muted/c"), json={"seconds": 60})
+        assert (status, doc["error"]) == (409, "conflict")
+        assert (await call(session, "PUT", admin(url, "muted/a"),
+                           json={"seconds": 90}))[0] == 200  # a mute renewed is no more
+        await call(session, "DELETE", admin(url, "muted/b"))
+        assert (await call(session, "PUT", admin(url, "muted/c"),
+                           json={"seconds": 60}))[0] == 200
