@@ -684,6 +684,9 @@ def _notes(answer: Answer, first: bool) -> list[str]:
     if answer.pgap:
         notes.append(f"-- gap: missed {answer.pgap} personal message"
                      f"{'s' * (answer.pgap != 1)} (gone before this listener read them)")
+    if answer.ranking is not None:
+        top = ", ".join(f"{uid} {score}" for uid, score in answer.ranking.top)
+        notes.append(f"-- ranking: {top or 'no gifts (the broadcast ended)'}")
     return notes
 
 
@@ -711,10 +714,11 @@ def listen(room_name: str, uid: str | None, ticket: str | None, url: str,
     string printed as JSON), important ones marked `[important]` and printed
     before the chat of the same answer; the listener's own personal messages
     come first, `pPSEQ [to UID] SENDER: BODY`. Lines starting with `--` on stderr say
-    where listening began, when the room was reset (a broadcast ended) and how
-    many messages were missed (gap). Network errors and busy servers (429,
-    503) are retried; a refusal (a bad ticket) exits with status 1. Ctrl-C or
-    SIGTERM stops at once, exit status 0.
+    where listening began, when the room was reset (a broadcast ended), how
+    many messages were missed (gap), and the room's top givers when they
+    change (`-- ranking: UID SCORE, ...`, best first). Network errors and busy
+    servers (429, 503) are retried; a refusal (a bad ticket) exits with
+    status 1. Ctrl-C or SIGTERM stops at once, exit status 0.
 
     Flags first, then the environment: a --ticket given as a flag names the
     listener, and LIVEROOM_UID from the environment is not used.

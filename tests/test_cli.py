@@ -611,3 +611,50 @@ async def test_like_gift_and_leaderboard_through_a_running_node() -> None:
         result = await liveroom("leaderboard", "stage", env=env)
         assert (result.exit_code, result.output) == (
             0, "  1. ann  55\n  2. bob  50\nstage: 3 gifts, 105 in all\n")
+
+
+
+async def test_listen_prints_the_top_givers_when_they_change(
+        session: aiohttp.ClientSession) -> None:
+    clock = FakeClock()  # the node reads the rankings when the test says
+    async with running_node(clock=clock) as node:
+        ranking = node.node.proxy.ranking
+
+        async def post(path: str, doc: dict[str, Any] | None, token: str) -> None:
+            async with session.post(f"{node.url}{path}", json=doc,
+                                    headers={"Authorization": f"Bearer {token}"}) as resp:
+                assert resp.status in (200, 201), await resp.text()
+
+        async def gift(uid: str, value: int) -> None:
+            await post("/v1/rooms/stage/gifts", {"uid": uid, "value": value, "gift": "rose"},
+                       PUBLISHER)
+
+        # The room exists (a room nobody opened counts no poll, nor its gifts).
+        await post("/v1/rooms/stage/messages", {"uid": "host", "body": "on air"}, PUBLISHER)
+        async with liveroom_process("listen", "stage", "--uid", "ann", "--timeout", "1",
+                                    env=clean_env(LIVEROOM_URL=node.url)) as proc:
+            assert proc.stderr is not None
+            notes = proc.stderr
+
+            async def note() -> str:
+                async with asyncio.timeout(15):
+                    return (await notes.readline()).decode().rstrip("\n")
+
+            assert (await note()).startswith("-- listening to stage (epoch ")
+            for uid, value in [("ann", 30), ("bob", 50), ("cat", 5), ("dan", 1), ("ann", 25)]:
+                await gift(uid, value)
+            await ranking.refresh()
+            assert await note() == "-- ranking: ann 55, bob 50, cat 5"
+            await gift("dan", 99)
+            await ranking.refresh()
+            assert await note() == "-- ranking: dan 100, ann 55, bob 50"
+            await post("/v1/admin/rooms/stage/end", None, ADMIN)
+            await ranking.refresh()
+            lines = [await note()]
+            while not lines[-1].startswith("-- ranking"):  # the reset may come first
+                lines.append(await note())
+            assert lines[-1] == "-- ranking: no gifts (the broadcast ended)"
+            assert lines[0].startswith("-- reset: "), lines
+            proc.send_signal(signal.SIGINT)
+            async with asyncio.timeout(5):
+                assert await proc.wait() == 0

@@ -32,8 +32,10 @@ from liveroom.client import (
     Client,
     Listening,
     Retry,
+    TopGivers,
     Unreachable,
 )
+from liveroom.clock import FakeClock
 from liveroom.ratelimit import RateLimits, Window
 from proxy.tickets import mint
 
@@ -177,6 +179,49 @@ async def test_empty_answers_only_when_asked() -> None:
         answer = await next_answer(listening)  # the hold timed out
         assert answer.empty
         assert (answer.epoch, answer.seq, answer.iseq) == (first.epoch, first.seq, first.iseq)
+        listening.stop()
+
+
+async def test_a_listener_hears_the_top_givers_when_they_change() -> None:
+    clock = FakeClock()  # the node reads the rankings when the test says
+    async with running_node(clock=clock) as node, \
+            Client(node.url, token=ADMIN) as client:  # gifts, and the broadcast's end
+        ranking = node.node.proxy.ranking
+        await client.send("hall", "hello", uid="bob")
+        listening = client.listen("hall", uid="ann", timeout=1)
+        first = await next_answer(listening)
+        assert (first.ranking, listening.ranking) == (None, None)  # no gifts yet
+        for uid, value in [("a", 30), ("b", 50), ("c", 5), ("d", 1), ("a", 25)]:
+            await client.gift("hall", uid, value, "rose")
+        await ranking.refresh()
+        # A timed-out hold that brings only the ranking is not skipped as empty.
+        answer = await next_answer(listening)
+        assert answer.ranking is not None
+        assert answer.ranking == TopGivers(answer.ranking.version,
+                                           (("a", 55), ("b", 50), ("c", 5)))
+        assert not answer.delivered
+        assert listening.ranking == answer.ranking
+        # Echoed: the answers after it do not carry it again.
+        await client.send("hall", "next", uid="bob")
+        answer = await next_answer(listening)
+        assert [m.body for m in answer.delivered] == ["next"]
+        assert answer.ranking is None
+        assert listening.ranking is not None
+        await client.gift("hall", "d", 100, "rocket")
+        await ranking.refresh()
+        answer = await next_answer(listening)
+        assert answer.ranking is not None
+        assert answer.ranking.top == (("d", 101), ("a", 55), ("b", 50))
+        assert listening.ranking == answer.ranking
+        # The broadcast ends: the listener hears once that the top is empty.
+        await client.end_broadcast("hall")
+        await ranking.refresh()
+        async with asyncio.timeout(10):
+            answer = await anext(listening)
+            while answer.ranking is None:  # the reset may come before the refresh
+                answer = await anext(listening)
+        assert answer.ranking.top == ()
+        assert listening.ranking == answer.ranking
         listening.stop()
 
 

@@ -19,7 +19,7 @@ from browser import Served, call, screenshot, send_message, served_node, window
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
-from support import ADMIN
+from support import ADMIN, PUBLISHER
 
 from liveroom.settings import Tier
 from proxy.tickets import mint
@@ -302,6 +302,40 @@ def test_taps_on_the_heart_are_batched_and_counted(browser: WebDriver, served: S
     assert status == 201
     WebDriverWait(browser, 5).until(lambda b: text_of(b, "#likes") == "12")
     screenshot(browser, tmp_path, "hearts")
+
+
+def top_givers(browser: WebDriver) -> list[tuple[str, str]]:
+    """The page's top givers as (uid, score) shown, best first (none while hidden)."""
+    if browser.find_element(By.ID, "givers").get_attribute("hidden") is not None:
+        return []
+    return [(item.find_element(By.CSS_SELECTOR, ".uid").text,
+             item.find_element(By.CSS_SELECTOR, ".score").text)
+            for item in browser.find_elements(By.CSS_SELECTOR, "#ranking li")]
+
+
+def test_the_top_givers_show_beside_the_likes_until_the_broadcast_ends(
+        browser: WebDriver, served: Served, tmp_path: Path) -> None:
+    send_message(served, "gifts", "on air", uid="host")
+    open_room(browser, served, "gifts", uid="gina")
+    assert top_givers(browser) == []  # no gifts: nothing shown
+    for uid, value in [("ann", 30), ("bob", 50), ("cat", 5), ("dan", 1), ("ann", 25)]:
+        status, given = call(f"{served.url}/v1/rooms/gifts/gifts", "POST",
+                             {"uid": uid, "value": value, "gift": "rose"}, token=PUBLISHER)
+        assert status == 201, given
+    # The node reads the rankings once a second; read now, and wake the
+    # page's held poll with a message: its answer carries them.
+    served.run(served.node.proxy.ranking.refresh())
+    send_message(served, "gifts", "thanks for the roses", uid="host")
+    WebDriverWait(browser, 5).until(
+        lambda b: top_givers(b) == [("ann", "55"), ("bob", "50"), ("cat", "5")])
+    screenshot(browser, tmp_path, "top-givers")
+    status, _ = call(f"{served.url}/v1/admin/rooms/gifts/end", "POST", token=ADMIN)
+    assert status == 200
+    served.run(served.node.proxy.ranking.refresh())
+    send_message(served, "gifts", "next show", uid="host")
+    WebDriverWait(browser, 5).until(lambda b: "next show" in bodies(b, "#chat"))
+    WebDriverWait(browser, 5).until(lambda b: top_givers(b) == [])
+    screenshot(browser, tmp_path, "top-givers-ended")
 
 
 def test_a_name_that_cannot_be_a_room_is_a_page_with_the_way_back(

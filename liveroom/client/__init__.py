@@ -16,9 +16,12 @@ big room the server paces the listener (``interval_ms``) by holding its poll,
 so polling again at once is right. Each answer it yields carries the important
 messages before the normal ones, and says when cursors were reset (``reset``:
 the log restarted, an ended broadcast) and how many messages the listener
-missed (``gap``, ``igap``). A network error or a read that outlasts
-``timeout`` + ``interval_ms`` + :data:`READ_MARGIN` is retried with the same
-cursors after an exponential, jittered backoff (:data:`BACKOFF_FIRST` up to
+missed (``gap``, ``igap``). In a room with gifts it keeps the top givers of
+the last answer that carried them (:attr:`Listening.ranking`) and echoes
+their version, so an answer carries ``ranking`` again only when they changed
+(such an answer is never skipped as empty). A network error or a read that
+outlasts ``timeout`` + ``interval_ms`` + :data:`READ_MARGIN` is retried with
+the same cursors after an exponential, jittered backoff (:data:`BACKOFF_FIRST` up to
 :data:`BACKOFF_MAX` seconds); a 429 or 503 after its ``Retry-After``. Any other
 refusal (a bad name, a missing ticket) ends the loop with :class:`ApiError`:
 retrying it would fail the same way.
@@ -56,6 +59,7 @@ from .answers import (
     SectMove,
     Sent,
     SeriesPoint,
+    TopGivers,
     VipChange,
 )
 from .api import CALL_TIMEOUT, Client
@@ -91,6 +95,7 @@ __all__ = [
     "SectMove",
     "Sent",
     "SeriesPoint",
+    "TopGivers",
     "Unreachable",
     "VipChange",
 ]

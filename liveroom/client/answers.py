@@ -46,6 +46,23 @@ class PersonalMessage:
 
 
 @dataclass(frozen=True, slots=True)
+class TopGivers:
+    """The room's top givers as a poll answer carries them (``ranking``): at
+    most three, best first, in its current broadcast."""
+
+    version: int
+    """A checksum of ``top``, the same on every node: the next polls echo it,
+    and the answers carry the ranking again only when it changed."""
+    top: tuple[tuple[str, int], ...]
+    """``(uid, score)``; empty once the broadcast ended."""
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any]) -> TopGivers:
+        return cls(int(doc["version"]),
+                   tuple((str(g["uid"]), int(g["score"])) for g in doc["top"]))
+
+
+@dataclass(frozen=True, slots=True)
 class Answer:
     """One poll's answer."""
 
@@ -78,6 +95,9 @@ class Answer:
     """This listener's own messages, delivered ahead of the room's."""
     pgap: int = 0
     """Its own messages gone before it came back for them."""
+    ranking: TopGivers | None = None
+    """The room's top givers, only when they changed since the version the
+    listener echoed (``None``: unchanged, no gifts, or an older server)."""
 
     @property
     def delivered(self) -> tuple[Message, ...]:
@@ -86,9 +106,10 @@ class Answer:
 
     @property
     def empty(self) -> bool:
-        """Nothing to report: no message, no gap, no reset (a timed-out hold)."""
+        """Nothing to report: no message, no gap, no reset, no new ranking (a
+        timed-out hold)."""
         return not (self.important or self.messages or self.gap or self.igap or self.reset
-                    or self.personal or self.pgap)
+                    or self.personal or self.pgap or self.ranking is not None)
 
     @classmethod
     def from_doc(cls, doc: Mapping[str, Any]) -> Answer:
@@ -103,7 +124,8 @@ class Answer:
             spread=None if doc.get("spread") is None else int(doc["spread"]),
             pseq=int(doc.get("pseq", 0)),
             personal=tuple(PersonalMessage.from_doc(m) for m in doc.get("personal", ())),
-            pgap=int(doc.get("pgap", 0)))
+            pgap=int(doc.get("pgap", 0)),
+            ranking=None if doc.get("ranking") is None else TopGivers.from_doc(doc["ranking"]))
 
 
 @dataclass(frozen=True, slots=True)

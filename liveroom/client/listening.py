@@ -11,7 +11,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from .answers import Answer, Cursor, Retry
+from .answers import Answer, Cursor, Retry, TopGivers
 from .errors import ApiError, Unreachable
 
 if TYPE_CHECKING:
@@ -63,6 +63,9 @@ class Listening:
         self.interval_ms = 0
         self.spread: int | None = None
         """A vip room's routing hint from the last answer, echoed by the next poll."""
+        self.ranking: TopGivers | None = None
+        """The room's top givers from the last answer that carried them (None
+        before one); the polls echo its version."""
         self.empty = empty
         self.on_retry = on_retry
         self._stopped = asyncio.Event()
@@ -108,6 +111,8 @@ class Listening:
                                  answer.pseq)
             self.interval_ms = answer.interval_ms
             self.spread = answer.spread
+            if answer.ranking is not None:
+                self.ranking = answer.ranking
             if first or self.empty or not answer.empty:
                 return answer
         raise StopAsyncIteration
@@ -157,6 +162,8 @@ class Listening:
                 params["recent"] = str(self.recent)
         if self.spread is not None:  # a vip room's routing hint, echoed
             params["spread"] = str(self.spread)
+        if self.ranking is not None:  # only a changed ranking comes again
+            params["ranking"] = str(self.ranking.version)
         client = self.client
         read_for = self.timeout + self.interval_ms / 1000 + READ_MARGIN
         doc = await client._call("GET", f"/v1/rooms/{quote(self.room, safe='')}/poll",

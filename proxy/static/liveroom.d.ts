@@ -26,6 +26,21 @@ export interface PersonalMessage {
   body: unknown;
 }
 
+/** One giver of a ranking. */
+export interface Giver {
+  uid: string;
+  /** The sum of the giver's gifts in the broadcast. */
+  score: number;
+}
+
+/** The room's top givers in its current broadcast, as an answer carries them. */
+export interface Ranking {
+  /** A checksum of top, the same on every node: the next polls echo it (?ranking=). */
+  version: number;
+  /** At most 3, best first; empty once the broadcast ended. */
+  top: Giver[];
+}
+
 /** A poll's answer (docs/api.md, "Listening"). */
 export interface PollAnswer {
   room: string;
@@ -54,6 +69,8 @@ export interface PollAnswer {
   personal?: PersonalMessage[];
   /** Its own messages missed (gone before it came back), only when some were. */
   pgap?: number;
+  /** The room's top givers, only when they changed since the version the poll echoed. */
+  ranking?: Ranking;
 }
 
 /** The listener's place in the room; passed back on every poll. */
@@ -108,6 +125,8 @@ export interface ListenOptions extends ClientOptions {
   onReset?: (answer: PollAnswer) => void;
   /** The room's likes changed (and with the first answer); runs first. */
   onLikes?: (likes: number, answer: PollAnswer) => void;
+  /** The room's top givers changed (an answer carried them); runs after onLikes. */
+  onRanking?: (ranking: Ranking, answer: PollAnswer) => void;
   /** Every answer, after the callbacks above. */
   onAnswer?: (answer: PollAnswer) => void;
   /** A failure; retryInMs is when the next try comes, null when the loop stopped. */
@@ -161,6 +180,8 @@ export class Listener {
   readonly online: number | null;
   /** The room's likes from the last answer. */
   readonly likes: number | null;
+  /** The room's top givers from the last answer that carried them (its version echoed). */
+  readonly ranking: Ranking | null;
   /** A vip room's routing hint from the last answer (echoed); null: none. */
   readonly spread: number | null;
   readonly running: boolean;

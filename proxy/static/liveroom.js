@@ -10,6 +10,7 @@
 //     onImportant: (messages) => show(messages, { highlight: true }),
 //     onMessages: (messages) => show(messages),
 //     onGap: ({ gap, igap }) => note(`${gap + igap} messages missed`),
+//     onRanking: ({ top }) => showTopGivers(top),    // [{uid, score}], when it changed
 //     onError: (error, retryInMs) => note(error.message),
 //   });
 //   await send("demo", { text: "hi" }, { uid: "alice" });
@@ -17,10 +18,12 @@
 //
 // The poll loop follows the contract (docs/api.md, "Listening"): a first poll,
 // then a poll again at once after every answer, passing back epoch, seq,
-// iseq, ctx and pseq. The server does the waiting, pacing included: a client never
+// iseq, ctx and pseq (and the version of the last ranking it got). The server
+// does the waiting, pacing included: a client never
 // sleeps between answers, whatever interval_ms says. Per answer the callbacks
-// run in this order: onLikes (the room's likes, when they changed), onReset
-// (the cursors no longer fitted the room: the
+// run in this order: onLikes (the room's likes, when they changed), onRanking
+// (the room's top givers, {version, top}, when an answer carries them: only
+// when they changed), onReset (the cursors no longer fitted the room: the
 // answer is like a first poll), onGap (gap normal, igap important, pgap
 // personal messages missed), onPersonal (this listener's own messages),
 // onImportant, onMessages (each only when it has messages), onAnswer.
@@ -186,6 +189,8 @@ export class Listener {
     this.online = null;
     /** The room's likes from the last answer; null before one. */
     this.likes = null;
+    /** The room's top givers, {version, top}, from the last answer that carried them; null before one. */
+    this.ranking = null;
     /** A vip room's routing hint from the last answer, echoed by the next poll; null: none. */
     this.spread = null;
     this._controller = null;
@@ -241,6 +246,8 @@ export class Listener {
     // A vip room's hint: the load balancer hashes room and hint, spreading
     // the room's listeners over the nodes.
     if (this.spread !== null) params.set("spread", String(this.spread));
+    // The ranking's version: answers carry it again only when it changed.
+    if (this.ranking !== null) params.set("ranking", String(this.ranking.version));
     return `${this.base}/v1/rooms/${this.room}/poll?${params}`;
   }
 
@@ -287,8 +294,12 @@ export class Listener {
     const likes = answer.likes ?? 0;
     const likesChanged = likes !== this.likes;
     this.likes = likes;
+    const ranking = answer.ranking ?? null;
+    if (ranking !== null) this.ranking = ranking;
     this.spread = answer.spread ?? null;
     if (likesChanged) this._call("onLikes", likes, answer);
+    if (signal.aborted) return;
+    if (ranking !== null) this._call("onRanking", ranking, answer);
     if (signal.aborted) return;
     if (answer.reset) this._call("onReset", answer);
     if (signal.aborted) return;

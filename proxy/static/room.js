@@ -3,7 +3,8 @@
 // Important messages go to their own box above the chat, highlighted, and are
 // drawn before the chat of the same answer (liveroom.js calls onImportant
 // first). Every message element carries data-order, the order it was drawn
-// in. Gaps and resets are notices in the chat. Failures are shown, never a
+// in. Gaps and resets are notices in the chat. The room's top givers show
+// beside its likes while it has some (onRanking). Failures are shown, never a
 // blank page: the listener's in a banner (with the retry it is waiting for),
 // a send's under the box. Bodies are shown as text, never as markup.
 //
@@ -206,10 +207,14 @@ function startListening() {
   listener?.stop();
   clearProblem();
   status("connecting", "connecting…");
+  // A new listener echoes no ranking: its first answer brings the room's top
+  // givers again, if it has any.
+  showRanking([]);
   const t = ticket();
   listener = new Listener(room, {
     uid: t && isTicket(t) ? undefined : uidField.value, // a ticket names its uid
     ticket: t && isTicket(t) ? t : null, // the listener restarts when it changes
+    onRanking: ({ top }) => showRanking(top),
     onReset: startOver,
     onGap: ({ gap, igap, pgap }) => {
       const parts = [];
@@ -277,6 +282,26 @@ async function refreshStats() {
     if (!(error instanceof LiveroomError)) throw error;
     // The listener's banner says what is wrong with the server; stats just wait.
   }
+}
+
+// -- the top givers --------------------------------------------------------------
+
+/** The room's top givers, best first, as the last answer that carried them
+ * said (an empty top after the broadcast ended hides them). */
+function showRanking(top) {
+  $("ranking").replaceChildren(...top.map(({ uid, score }) => {
+    const item = document.createElement("li");
+    item.dataset.uid = uid;
+    const who = document.createElement("span");
+    who.className = "uid";
+    who.textContent = uid;
+    const worth = document.createElement("span");
+    worth.className = "score";
+    worth.textContent = score.toLocaleString();
+    item.append(who, " ", worth);
+    return item;
+  }));
+  $("givers").hidden = top.length === 0;
 }
 
 // -- likes -----------------------------------------------------------------------

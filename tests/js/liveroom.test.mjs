@@ -370,3 +370,63 @@ test("likes: taps are counted, and a listener hears the total change through onL
   await assert.rejects(() => like(room, 0, { base: BASE, uid: "fan" }), RangeError);
   await assert.rejects(() => like(room, 101, { base: BASE, uid: "fan" }), RangeError);
 });
+
+/** A gift through the API: the backend's call, with the publisher token. */
+async function gift(room, uid, value) {
+  const response = await fetch(`${BASE}/v1/rooms/${room}/gifts`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json", Authorization: `Bearer ${PUBLISHER}` },
+    body: JSON.stringify({ uid, value, gift: "rose" }),
+  });
+  assert.equal(response.status, 201, await response.text());
+}
+
+test("ranking: the top givers come through onRanking once each, their version echoed", { timeout: 20_000 }, async (t) => {
+  const room = freshRoom("ranking");
+  await send(room, "on air", { base: BASE, uid: "r1" });  // the room exists
+  for (const [uid, value] of [["ann", 30], ["bob", 50], ["cat", 5], ["dan", 1], ["ann", 25]]) {
+    await gift(room, uid, value);
+  }
+  const { calls, fetcher } = recordingFetch();
+  const heard = [];  // [callback, ranking] in the order the callbacks ran
+  let answers = 0;
+  const first = watch((ranking) => ranking);
+  const later = watch(() => (answers >= 3 ? answers : undefined));
+  const topped = watch((ranking) => (ranking.top[0]?.uid === "dan" ? ranking : undefined));
+  // The node reads the rankings of the rooms polled about once a second: a
+  // 1 s hold brings an answer after each read.
+  const listener = listen(room, {
+    base: BASE, uid: "fan", timeout: 1, fetch: fetcher,
+    onRanking: (ranking, answer) => {
+      assert.equal(answer.ranking, ranking);
+      heard.push(["ranking", ranking]);
+      first.callback(ranking);
+      topped.callback(ranking);
+    },
+    onAnswer: () => {
+      heard.push(["answer"]);
+      if (heard.some(([name]) => name === "ranking")) answers += 1;
+      later.callback();
+    },
+  });
+  t.after(() => listener.stop());  // failed or timed out too: the loop must not keep Node up
+  const ranking = await first.promise;
+  assert.deepEqual(ranking.top, [
+    { uid: "ann", score: 55 }, { uid: "bob", score: 50 }, { uid: "cat", score: 5 }]);
+  assert.equal(typeof ranking.version, "number");
+  assert.deepEqual(listener.ranking, ranking);
+  await later.promise;  // two answers more: neither carries the ranking again
+  assert.equal(heard.filter(([name]) => name === "ranking").length, 1);
+  const at = heard.findIndex(([name]) => name === "ranking");
+  assert.equal(heard[at + 1][0], "answer");  // onRanking runs before onAnswer
+  const echoed = calls.map((c) => c.url.searchParams.get("ranking"));
+  assert.equal(echoed[0], null);
+  assert.equal(echoed.at(-1), String(ranking.version));
+  await gift(room, "dan", 99);
+  const changed = await topped.promise;
+  assert.deepEqual(changed.top, [
+    { uid: "dan", score: 100 }, { uid: "ann", score: 55 }, { uid: "bob", score: 50 }]);
+  assert.notEqual(changed.version, ranking.version);
+  assert.deepEqual(listener.ranking, changed);
+  assert.equal(heard.filter(([name]) => name === "ranking").length, 2);
+});
