@@ -13,7 +13,8 @@ Two kinds of listener, speaking only each server's public HTTP contract:
   with ``epoch``, ``seq``, ``iseq``, ``ctx`` and ``pseq`` from the last
   answer. Every message in ``important``, ``messages`` and ``personal`` is
   one delivery; ``gap``, ``igap`` and ``pgap`` are counted apart (messages
-  the server skipped), and so is a personal message for another uid.
+  the server skipped), and so is a personal message for another uid; each
+  seq in ``recalled`` is noted with the time it arrived (bench_recall.py).
 - ``nchan``: ``GET /sub/ROOM``, then the same with ``If-Modified-Since`` and
   ``If-None-Match`` set from the last answer's ``Last-Modified`` and ``Etag``.
   A 200 carries one message (or several in a multipart/mixed answer); a 408 is
@@ -137,6 +138,9 @@ class Tally:
         self.pgaps = 0
         self.reach: dict[int, list[int]] = {}
         """sent_ns -> [listeners reached, latest arrival latency in µs]."""
+        self.recalls: dict[int, array[int]] = {}
+        """A recalled seq -> when each listener was told (``recalled``), ns."""
+        self.recalled = 0
 
     def deliver(self, sent_ns: int, now_ns: int) -> None:
         lat = (now_ns - sent_ns) // 1000
@@ -150,13 +154,21 @@ class Tally:
             if lat > r[1]:
                 r[1] = lat
 
+    def recall(self, seq: int, now_ns: int) -> None:
+        self.recalled += 1
+        seen = self.recalls.get(seq)
+        if seen is None:
+            seen = self.recalls[seq] = array("q")
+        seen.append(now_ns)
+
     def counts(self) -> dict[str, Any]:
         return {"connected": self.connected, "holding": self.holding,
                 "answers": self.answers, "deliveries": self.deliveries, "gaps": self.gaps,
                 "resets": self.resets, "errors": self.errors,
                 "connect_errors": self.connect_errors, "reconnects": self.reconnects,
                 "personal": self.personal, "misdirected": self.misdirected,
-                "pgaps": self.pgaps, "last_error": self.last_error}
+                "pgaps": self.pgaps, "recalled": self.recalled,
+                "last_error": self.last_error}
 
 
 class Listener(asyncio.Protocol):
@@ -278,6 +290,10 @@ class LiveroomListener(Listener):
             b = m["body"]
             if type(b) is dict and "sent_ns" in b:
                 deliver(b["sent_ns"], now_ns)
+        recalled = a.get("recalled")
+        if recalled:
+            for seq in recalled:
+                self.tally.recall(seq, now_ns)
         personal = a.get("personal")
         if personal:
             tally = self.tally
@@ -414,7 +430,9 @@ class Client:
                 elif command == "report":
                     self.conn.send({**self.tally.counts(),
                                     "latencies_us": self.tally.latencies_us.tobytes(),
-                                    "reach": self.tally.reach})
+                                    "reach": self.tally.reach,
+                                    "recalls": {seq: seen.tobytes() for seq, seen
+                                                in self.tally.recalls.items()}})
                 elif command == "figures":
                     self.conn.send(self.figures())
                 elif command == "stop":

@@ -1,0 +1,207 @@
+"""Recalls in a big paced room: every listener told of every recall, how fast,
+and for what server CPU beside an important message.
+
+One ``liveroom serve`` (memory engine, this checkout, the default settings,
+so the room is paced by the default tiers), ``--listeners`` long-polling one
+room through bench_fanout's client processes (raw keep-alive connections),
+``--recalls`` chat messages sent first, then three phases:
+
+1. **idle**: the room held, nothing sent, ``--seconds``: what holding it costs;
+2. **recall**: the messages recalled one by one (``DELETE
+   /v1/rooms/ROOM/messages/SEQ`` with the admin token), ``--every`` seconds
+   apart, then until every listener was told of each (``recalled`` in an
+   answer) or ``--settle`` seconds passed;
+3. **important**: as many important messages, as far apart, and as long.
+
+Per phase: server CPU over the idle phase's, per recall (or message) per
+listener; latency p50/p99 from the call to the listener's read (one clock);
+and for the recalls, how many listeners missed one (must be 0).
+
+    python loadtest/bench_recall.py                       # 50 000 listeners, 10 recalls
+    python loadtest/bench_recall.py --listeners 2000 --seconds 5   # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from array import array
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import numpy as np
+from bench_fanout import ROOM, Clients, commit, invocation, open_room, versions, wait_quiet
+from fanout_client import raise_nofile
+from fanout_servers import (
+    ADMIN_TOKEN,
+    FD_RESERVE,
+    PUBLISHER_TOKEN,
+    interrupt_on_signals,
+    liveroom_server,
+)
+
+
+async def chat(port: int, count: int) -> list[int]:
+    """Send ``count`` chat messages; their seqs."""
+    url = f"http://127.0.0.1:{port}/v1/rooms/{ROOM}/messages"
+    seqs = []
+    async with aiohttp.ClientSession() as session:
+        for n in range(count):
+            async with session.post(url, json={"uid": f"chatter{n}", "body": f"line {n}"}) \
+                    as resp:
+                assert resp.status == 201, await resp.text()
+                seqs.append(int((await resp.json())["seq"]))
+    return seqs
+
+
+async def recalling(port: int, seqs: list[int], every: float) -> dict[int, int]:
+    """Recall each of ``seqs``, ``every`` s apart; each seq's call time (ns)."""
+    called: dict[int, int] = {}
+    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    async with aiohttp.ClientSession() as session:
+        start = time.monotonic()
+        for k, seq in enumerate(seqs):
+            delay = start + k * every - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            called[seq] = time.time_ns()
+            async with session.delete(f"http://127.0.0.1:{port}/v1/rooms/{ROOM}/messages/{seq}",
+                                      headers=headers) as resp:
+                assert resp.status == 200, await resp.text()
+    return called
+
+
+async def signalling(port: int, count: int, every: float) -> dict[int, int]:
+    """Send ``count`` important messages, ``every`` s apart, each with its send time."""
+    sent: dict[int, int] = {}
+    headers = {"Authorization": f"Bearer {PUBLISHER_TOKEN}"}
+    url = f"http://127.0.0.1:{port}/v1/rooms/{ROOM}/messages"
+    async with aiohttp.ClientSession() as session:
+        start = time.monotonic()
+        for k in range(count):
+            delay = start + k * every - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            sent_ns = time.time_ns()
+            async with session.post(url, headers=headers, json={
+                    "uid": "system", "important": True, "body": {"sent_ns": sent_ns}}) as resp:
+                assert resp.status == 201, await resp.text()
+            sent[sent_ns] = k
+    return sent
+
+
+def measured(name: str, server: Any, run: Any, until: Any, settle: float) -> dict[str, Any]:
+    """Server CPU and time over ``run()`` and then until ``until()`` holds
+    (at most ``settle`` s more)."""
+    cpu0, t0 = server.cpu(), time.monotonic()
+    result = asyncio.run(run()) if run is not None else None
+    deadline = time.monotonic() + settle
+    while not until() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    cpu1, t1 = server.cpu(), time.monotonic()
+    print(f"  {name:9} {t1 - t0:5.1f} s, server {100 * (cpu1 - cpu0) / (t1 - t0):.0f} % "
+          f"of a core", flush=True)
+    return {"name": name, "seconds": t1 - t0, "cpu": cpu1 - cpu0, "result": result}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--listeners", type=int, default=50_000)
+    parser.add_argument("--recalls", type=int, default=10)
+    parser.add_argument("--every", type=float, default=1.0,
+                        help="seconds between two recalls (and two important messages)")
+    parser.add_argument("--seconds", type=float, default=10.0, help="the idle phase (default 10)")
+    parser.add_argument("--settle", type=float, default=30.0,
+                        help="most seconds to wait for the last listener after a phase")
+    parser.add_argument("--client-procs", type=int, default=2)
+    args = parser.parse_args(argv)
+    interrupt_on_signals()
+    nofile = raise_nofile(args.listeners + FD_RESERVE + 1024)
+    n = args.listeners
+    print(f"bench_recall: {n} listeners, {args.recalls} recalls, commit {commit()}, "
+          f"{versions()}", flush=True)
+    with tempfile.TemporaryDirectory() as tmp, \
+            liveroom_server(Path(tmp), nofile, None, None, 1) as server:
+        open_room(server.port)
+        clients = Clients("liveroom", server.port, n, args.client_procs,
+                          budget=args.seconds + 2 * (args.settle + args.recalls * args.every)
+                          + 600)
+        try:
+            deadline = time.monotonic() + 300
+            while clients.status()["holding"] < n:
+                server.check_alive()
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"listeners not all held: {clients.status()}")
+                time.sleep(0.5)
+            print(f"  {n} listeners held", flush=True)
+            seqs = asyncio.run(chat(server.port, args.recalls))
+            wait_quiet(server)  # the chat went out to everyone
+            idle = measured("idle", server, None, lambda: False, args.seconds)
+            told = clients.status()["recalled"]
+            want = told + n * len(seqs)
+            recall = measured("recall", server,
+                              lambda: recalling(server.port, seqs, args.every),
+                              lambda: clients.status()["recalled"] >= want, args.settle)
+            wait_quiet(server)
+            base = clients.status()["deliveries"]
+            important = measured("important", server,
+                                 lambda: signalling(server.port, args.recalls, args.every),
+                                 lambda: clients.status()["deliveries"]
+                                 >= base + n * args.recalls, args.settle)
+            reports = clients.ask("report", timeout=120)
+        finally:
+            clients.stop()
+    called: dict[int, int] = recall["result"]
+    seen: dict[int, array[int]] = {}
+    for r in reports:
+        for seq, raw in r["recalls"].items():
+            arrivals = array("q")
+            arrivals.frombytes(raw)
+            seen.setdefault(seq, array("q")).extend(arrivals)
+    missed = sum(max(0, n - len(seen.get(seq, ()))) for seq in called)
+    twice = sum(max(0, len(seen.get(seq, ())) - n) for seq in called)
+    lat = np.concatenate([(np.frombuffer(seen[seq], dtype=np.int64) - called[seq]) / 1e6
+                          for seq in called if seq in seen]) if seen else np.array([])
+    sent: dict[int, int] = important["result"]
+    # Only the important messages carry a send time: every latency sample is theirs.
+    ilat = np.concatenate([np.frombuffer(r["latencies_us"], dtype=np.int64)
+                           for r in reports]) / 1000
+    itold = sum(c for r in reports for s, (c, _) in r["reach"].items() if s in sent)
+    idle_rate = idle["cpu"] / idle["seconds"]
+
+    def per_listener(ph: dict[str, Any], events: int) -> str:
+        extra = ph["cpu"] - idle_rate * ph["seconds"]
+        return f"{1e6 * extra / (events * n):.2f} µs"
+
+    def pct(values: Any) -> str:
+        if not len(values):
+            return "-"
+        p50, p99 = np.percentile(values, [50, 99])
+        return f"{p50:.0f} / {p99:.0f} ms"
+
+    print()
+    print(f"    {invocation('loadtest/bench_recall.py', argv)}")
+    print(f"    commit {commit()}; {versions()}")
+    print()
+    print("| phase | events | listeners told | missed | server CPU | CPU per event per "
+          "listener (over idle) | latency p50 / p99 |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    print(f"| idle | - | - | - | {100 * idle_rate:.0f} % | - | - |")
+    print(f"| recall | {len(called)} | {sum(len(v) for v in seen.values())} | {missed} | "
+          f"{100 * recall['cpu'] / recall['seconds']:.0f} % | "
+          f"{per_listener(recall, len(called))} | {pct(lat)} |")
+    print(f"| important | {len(sent)} | {itold} | {max(0, n * len(sent) - itold)} | "
+          f"{100 * important['cpu'] / important['seconds']:.0f} % | "
+          f"{per_listener(important, len(sent))} | {pct(ilat)} |")
+    print()
+    print(f"recalls: {len(called)} to {n} listeners, {missed} missed, {twice} told twice")
+    return 0 if missed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
