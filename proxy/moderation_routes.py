@@ -14,7 +14,8 @@ for the publisher's):
 - ``DELETE /v1/rooms/{room}/messages/{seq}`` recalls a message: the
   moderators, the backend, or its sender for a while (:mod:`.recall`).
 - ``GET /v1/admin/rooms/{room}/moderation?limit=N`` (1 to 1000, default 100):
-  the room's slow mode and the audit of its current broadcast, newest first.
+  the room's slow mode and the audit of its current broadcast, newest first;
+  with ``&broadcast=N``, the audit archived with ended broadcast N.
 
 Each action is applied through the store (:mod:`.moderation`: every node
 within about a second), recorded in the audit and logged, one line.
@@ -29,9 +30,16 @@ from aiohttp import web
 
 from liveroom.clock import Clock
 from liveroom.codec import decode_request
-from liveroom.errors import BadBody, Conflict
+from liveroom.errors import BadBody, Conflict, NotFound
 from liveroom.model import check_name, parse_count
-from liveroom.store.base import AUDIT_KEPT, AuditEntry, RoomModeration, Sanction, SanctionsFull
+from liveroom.store.base import (
+    AUDIT_KEPT,
+    AuditEntry,
+    Operators,
+    RoomModeration,
+    Sanction,
+    SanctionsFull,
+)
 from liveroom.store.base import Moderation as ModerationStore
 
 from .auth import Right, Tokens
@@ -85,9 +93,10 @@ class ModerationRoutes:
     """The moderators' routes of one node."""
 
     def __init__(self, moderation: Moderation, store: ModerationStore, tokens: Tokens,
-                 clock: Clock, recalls: Recalls) -> None:
+                 clock: Clock, recalls: Recalls, operators: Operators) -> None:
         self.moderation = moderation
         self.recalls = recalls
+        self._operators = operators
         self._store = store
         self._tokens = tokens
         self._clock = clock
@@ -174,6 +183,15 @@ class ModerationRoutes:
         room = self._admin(request)
         raw = request.query.get("limit")
         limit = AUDIT_DEFAULT if raw is None else parse_count("limit", raw, 1, AUDIT_KEPT)
+        raw = request.query.get("broadcast")
+        if raw is not None:  # an ended broadcast's audit, from its archive
+            number = parse_count("broadcast", raw, 1)
+            past = next((b for b in await self._operators.broadcasts(room)
+                         if b.broadcast == number), None)
+            if past is None:
+                raise NotFound(f"room {room} keeps no ended broadcast {number}")
+            return document(request, {"room": room, "broadcast": number, "audit": [
+                audit_document(e) for e in past.moderation[:limit]]})
         now_ms = self._now_ms()
         state = (await self._store.rooms([room], now_ms)).get(room)
         entries = await self._store.audit(room, limit)

@@ -168,6 +168,11 @@ async def test_the_audit_lists_every_action_newest_first(
     assert status == 200
     status, doc, _ = await call(session, "GET", admin(url, "moderation"))
     assert (doc["audit"], doc["banned"], doc["slow"]) == ([], 1, 5)  # sanctions stay
+    status, doc, _ = await call(session, "GET", admin(url, "moderation?broadcast=1&limit=2"))
+    assert status == 200
+    assert (doc["broadcast"], [e["action"] for e in doc["audit"]]) == (1, ["unmute", "slow"])
+    status, doc, _ = await call(session, "GET", admin(url, "moderation?broadcast=7"))
+    assert (status, doc["error"]) == (404, "not_found")
 
 
 async def test_moderation_needs_the_admin_token_and_good_input(
