@@ -19,6 +19,16 @@ and for the recalls, how many listeners missed one (must be 0).
 
     python loadtest/bench_recall.py                       # 50 000 listeners, 10 recalls
     python loadtest/bench_recall.py --listeners 2000 --seconds 5   # a quick look
+
+``--apply N`` measures instead how soon a moderator's action applies on
+another node: two nodes over one (throw-away) redis-server; N times, a uid
+is muted through the first node and its sends to the second are tried until
+refused (403), then it is banned through the first while a poll of it is
+held on the second, until that poll is answered 403, then both are lifted.
+It prints each delay's p50 and worst (the nodes read the store's journal
+every 250 ms).
+
+    python loadtest/bench_recall.py --apply 20
 """
 
 from __future__ import annotations
@@ -108,6 +118,69 @@ def measured(name: str, server: Any, run: Any, until: Any, settle: float) -> dic
     return {"name": name, "seconds": t1 - t0, "cpu": cpu1 - cpu0, "result": result}
 
 
+async def applying(one: int, two: int, rounds: int) -> tuple[list[float], list[float]]:
+    """Seconds from each mute through node ``one`` to the first refused send
+    on node ``two``, and from each ban to the held poll's 403 there."""
+    admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    muted: list[float] = []
+    banned: list[float] = []
+    async with aiohttp.ClientSession() as session:
+        base = f"http://127.0.0.1:{one}/v1/admin/rooms/{ROOM}"
+        send = f"http://127.0.0.1:{two}/v1/rooms/{ROOM}/messages"
+        poll = f"http://127.0.0.1:{two}/v1/rooms/{ROOM}/poll"
+        async with session.post(send, json={"uid": "host", "body": "on air"}) as resp:
+            assert resp.status == 201, await resp.text()
+        for k in range(rounds):
+            uid = f"troll{k}"
+            async with session.put(f"{base}/muted/{uid}", json={"seconds": 600},
+                                   headers=admin) as resp:
+                assert resp.status == 200, await resp.text()
+            t0 = time.monotonic()
+            while True:
+                async with session.post(send, json={"uid": uid, "body": "x"}) as resp:
+                    if resp.status == 403:
+                        break
+                await asyncio.sleep(0.005)
+            muted.append(time.monotonic() - t0)
+            async with session.get(poll, params={"uid": uid}) as resp:
+                first = await resp.json()
+            held = asyncio.create_task(session.get(poll, params={
+                "uid": uid, "epoch": first["epoch"], "seq": str(first["seq"]),
+                "iseq": str(first["iseq"]), "ctx": first["ctx"], "timeout": "30"}))
+            await asyncio.sleep(0.2)  # the poll is held on node two
+            async with session.put(f"{base}/banned/{uid}", headers=admin) as resp:
+                assert resp.status == 200, await resp.text()
+            t0 = time.monotonic()
+            async with await held as resp:
+                assert resp.status == 403, await resp.text()
+            banned.append(time.monotonic() - t0)
+            for kind in ("muted", "banned"):
+                async with session.delete(f"{base}/{kind}/{uid}", headers=admin) as resp:
+                    assert resp.status == 200
+    return muted, banned
+
+
+def apply_report(rounds: int, argv: list[str] | None) -> int:
+    from fanout_servers import redis_server
+
+    nofile = raise_nofile(4096)
+    with tempfile.TemporaryDirectory() as tmp, redis_server(Path(tmp)) as redis:
+        store = f"redis://127.0.0.1:{redis.port}/0"
+        with liveroom_server(Path(tmp), nofile, None, store, 1, name="one") as one, \
+                liveroom_server(Path(tmp), nofile, None, store, 1, name="two") as two:
+            muted, banned = asyncio.run(applying(one.port, two.port, rounds))
+    print(f"    {invocation('loadtest/bench_recall.py', argv)}")
+    print(f"    commit {commit()}; {versions()}")
+    print()
+    print("| through node one, applied on node two | rounds | p50 | worst |")
+    print("|---|---:|---:|---:|")
+    for name, delays in (("mute: a send refused", muted),
+                         ("ban: a held poll answered 403", banned)):
+        print(f"| {name} | {len(delays)} | {1000 * float(np.median(delays)):.0f} ms | "
+              f"{1000 * max(delays):.0f} ms |")
+    return 0 if max(muted + banned) <= 1.0 else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -119,7 +192,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settle", type=float, default=30.0,
                         help="most seconds to wait for the last listener after a phase")
     parser.add_argument("--client-procs", type=int, default=2)
+    parser.add_argument("--apply", type=int, default=0, metavar="N",
+                        help="measure how soon N mutes and bans apply on a second node instead")
     args = parser.parse_args(argv)
+    if args.apply:
+        return apply_report(args.apply, argv)
     interrupt_on_signals()
     nofile = raise_nofile(args.listeners + FD_RESERVE + 1024)
     n = args.listeners

@@ -200,7 +200,7 @@ class Polls:
                                 max_timeout=self._poll_timeout_max,
                                 recent_default=self._recent_default,
                                 recent_max=self._recent_max)
-            rules = self.rules.get(params.room)
+            rules = self.rules.get(params.room) if self.rules else None
             if rules is not None:  # the room has moderation: a banned uid is refused
                 rules.check_poll(params.room, params.uid, int(self.clock.time() * 1000))
         except Exception as exc:
@@ -635,7 +635,7 @@ class Poll:
         use_msgpack = self.use_msgpack
         room = params.room
         ranking = polls.ranking_field(room, params.ranking, use_msgpack)
-        rules = polls.rules.get(room)
+        rules = polls.rules.get(room) if polls.rules else None
         self.finish(Reply(200, answer.finish(head, ctx, use_msgpack, self._spread(),
                                              self.pseq_out, delivery.personal, delivery.pgap,
                                              ranking, 0 if rules is None else rules.slow),
@@ -660,7 +660,7 @@ class Poll:
                            use_msgpack=self.use_msgpack, likes=self.likes)
         room = params.room
         ranking = polls.ranking_field(room, params.ranking, self.use_msgpack)
-        rules = polls.rules.get(room)
+        rules = polls.rules.get(room) if polls.rules else None
         self.finish(Reply(200, answer.finish(head, ctx, self.use_msgpack, self._spread(),
                                              self.pseq_out, ranking=ranking,
                                              slow=0 if rules is None else rules.slow),

@@ -110,8 +110,12 @@ def assert_same_estimate(ours: ViewerSketch, theirs: HyperLogLogPlusPlus) -> str
     Returns which of HLL++'s estimates answered."""
     registers = ours.to_bytes()
     expected = float(theirs.count())
-    assert ours.estimate() == round(expected)
     assert abs(ours.count() - expected) <= math.ulp(expected)
+    # The rounded estimate is datasketch's wherever the floats agree; where
+    # numpy's sum differs by its last bit, a float a hair from .5 may round
+    # the other way (seen once in a random run): one apart at most then.
+    slack = 0 if ours.count() == expected else 1
+    assert abs(ours.estimate() - round(expected)) <= slack
     zeros = registers.count(0)
     linear = zeros and M * math.log(M / zeros) <= _thresholds[PRECISION - 4]
     if not linear and max(registers) < 40:
