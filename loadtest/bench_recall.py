@@ -1,9 +1,12 @@
 """Recalls in a big paced room: every listener told of every recall, how fast,
 and for what server CPU beside an important message.
 
-One ``liveroom serve`` (memory engine, this checkout, the default settings,
-so the room is paced by the default tiers), ``--listeners`` long-polling one
-room through bench_fanout's client processes (raw keep-alive connections),
+``--nodes`` ``liveroom serve`` (this checkout, the default settings, so the
+room is paced by the default tiers) over one throw-away redis-server (one
+node on the memory engine with ``--nodes 1``), ``--listeners`` long-polling
+one room through bench_fanout's client processes (raw keep-alive
+connections, spread over the nodes; one process holds about 20 000),
+recalls made through the first node,
 ``--recalls`` chat messages sent first, then three phases:
 
 1. **idle**: the room held, nothing sent, ``--seconds``: what holding it costs;
@@ -18,7 +21,7 @@ listener; latency p50/p99 from the call to the listener's read (one clock);
 and for the recalls, how many listeners missed one (must be 0).
 
     python loadtest/bench_recall.py                       # 50 000 listeners, 10 recalls
-    python loadtest/bench_recall.py --listeners 2000 --seconds 5   # a quick look
+    python loadtest/bench_recall.py --listeners 2000 --nodes 1 --seconds 5   # a quick look
 
 ``--apply N`` measures instead how soon a moderator's action applies on
 another node: two nodes over one (throw-away) redis-server; N times, a uid
@@ -39,6 +42,7 @@ import sys
 import tempfile
 import time
 from array import array
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +56,7 @@ from fanout_servers import (
     PUBLISHER_TOKEN,
     interrupt_on_signals,
     liveroom_server,
+    redis_server,
 )
 
 
@@ -102,6 +107,20 @@ async def signalling(port: int, count: int, every: float) -> dict[int, int]:
                 assert resp.status == 201, await resp.text()
             sent[sent_ns] = k
     return sent
+
+
+class Nodes:
+    """The nodes measured together: their CPU summed (the store's is not counted)."""
+
+    def __init__(self, nodes: list[Any]) -> None:
+        self.nodes = nodes
+
+    def cpu(self) -> float:
+        return sum(node.cpu() for node in self.nodes)
+
+    def check_alive(self) -> None:
+        for node in self.nodes:
+            node.check_alive()
 
 
 def measured(name: str, server: Any, run: Any, until: Any, settle: float) -> dict[str, Any]:
@@ -161,8 +180,6 @@ async def applying(one: int, two: int, rounds: int) -> tuple[list[float], list[f
 
 
 def apply_report(rounds: int, argv: list[str] | None) -> int:
-    from fanout_servers import redis_server
-
     nofile = raise_nofile(4096)
     with tempfile.TemporaryDirectory() as tmp, redis_server(Path(tmp)) as redis:
         store = f"redis://127.0.0.1:{redis.port}/0"
@@ -191,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=10.0, help="the idle phase (default 10)")
     parser.add_argument("--settle", type=float, default=30.0,
                         help="most seconds to wait for the last listener after a phase")
+    parser.add_argument("--nodes", type=int, default=3,
+                        help="nodes over one throw-away redis-server (1: one node on the "
+                             "memory engine); one process holds about 20 000 connections")
     parser.add_argument("--client-procs", type=int, default=2)
     parser.add_argument("--apply", type=int, default=0, metavar="N",
                         help="measure how soon N mutes and bans apply on a second node instead")
@@ -198,41 +218,54 @@ def main(argv: list[str] | None = None) -> int:
     if args.apply:
         return apply_report(args.apply, argv)
     interrupt_on_signals()
-    nofile = raise_nofile(args.listeners + FD_RESERVE + 1024)
     n = args.listeners
-    print(f"bench_recall: {n} listeners, {args.recalls} recalls, commit {commit()}, "
-          f"{versions()}", flush=True)
-    with tempfile.TemporaryDirectory() as tmp, \
-            liveroom_server(Path(tmp), nofile, None, None, 1) as server:
-        open_room(server.port)
-        clients = Clients("liveroom", server.port, n, args.client_procs,
+    nofile = raise_nofile(n // args.nodes + FD_RESERVE + 2_000)
+    if -(-n // args.nodes) + 100 > nofile:
+        raise SystemExit(f"{n:,} listeners over {args.nodes} nodes exceed the open-files "
+                         f"limit ({nofile:,}) of one: add --nodes")
+    print(f"bench_recall: {n} listeners on {args.nodes} nodes, {args.recalls} recalls, "
+          f"commit {commit()}, {versions()}", flush=True)
+    with ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-recall-")))
+        store = None
+        if args.nodes > 1:
+            redis = stack.enter_context(redis_server(tmp))
+            store = f"redis://127.0.0.1:{redis.port}/0"
+        nodes = [stack.enter_context(liveroom_server(
+            tmp, nofile, None, store, 1, name=f"node{i}",
+            extra=["--node-id", f"node{i}", "--rate-limits", "off"]))
+            for i in range(args.nodes)]
+        ports = tuple(node.port for node in nodes)
+        server = Nodes(nodes)
+        open_room(ports[0])
+        clients = Clients("liveroom", ports[0], n, args.client_procs,
                           budget=args.seconds + 2 * (args.settle + args.recalls * args.every)
-                          + 600)
-        try:
-            deadline = time.monotonic() + 300
-            while clients.status()["holding"] < n:
-                server.check_alive()
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"listeners not all held: {clients.status()}")
-                time.sleep(0.5)
-            print(f"  {n} listeners held", flush=True)
-            seqs = asyncio.run(chat(server.port, args.recalls))
-            wait_quiet(server)  # the chat went out to everyone
-            idle = measured("idle", server, None, lambda: False, args.seconds)
-            told = clients.status()["recalled"]
-            want = told + n * len(seqs)
-            recall = measured("recall", server,
-                              lambda: recalling(server.port, seqs, args.every),
-                              lambda: clients.status()["recalled"] >= want, args.settle)
-            wait_quiet(server)
-            base = clients.status()["deliveries"]
-            important = measured("important", server,
-                                 lambda: signalling(server.port, args.recalls, args.every),
-                                 lambda: clients.status()["deliveries"]
-                                 >= base + n * args.recalls, args.settle)
-            reports = clients.ask("report", timeout=120)
-        finally:
-            clients.stop()
+                          + 600, ports=ports)
+        stack.callback(clients.stop)
+        deadline = time.monotonic() + 300
+        while (status := clients.status())["holding"] < n:
+            server.check_alive()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"listeners not all held: {status}")
+            print(f"  connected {status['connected']:,}, held {status['holding']:,}",
+                  file=sys.stderr, flush=True)
+            time.sleep(2)
+        print(f"  {n} listeners held", flush=True)
+        seqs = asyncio.run(chat(ports[0], args.recalls))
+        wait_quiet(server)  # the chat went out to everyone
+        idle = measured("idle", server, None, lambda: False, args.seconds)
+        told = clients.status()["recalled"]
+        want = told + n * len(seqs)
+        recall = measured("recall", server,
+                          lambda: recalling(ports[0], seqs, args.every),
+                          lambda: clients.status()["recalled"] >= want, args.settle)
+        wait_quiet(server)
+        base = clients.status()["deliveries"]
+        important = measured("important", server,
+                             lambda: signalling(ports[0], args.recalls, args.every),
+                             lambda: clients.status()["deliveries"]
+                             >= base + n * args.recalls, args.settle)
+        reports = clients.ask("report", timeout=120)
     called: dict[int, int] = recall["result"]
     seen: dict[int, array[int]] = {}
     for r in reports:
