@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import random
 import sys
 import tempfile
 import time
@@ -151,6 +152,9 @@ async def applying(one: int, two: int, rounds: int) -> tuple[list[float], list[f
             assert resp.status == 201, await resp.text()
         for k in range(rounds):
             uid = f"troll{k}"
+            # At a random point of the nodes' 250 ms reading cycle: the test's
+            # own steps would otherwise fall in step with it.
+            await asyncio.sleep(random.random() * 0.25)
             async with session.put(f"{base}/muted/{uid}", json={"seconds": 600},
                                    headers=admin) as resp:
                 assert resp.status == 200, await resp.text()
@@ -166,7 +170,7 @@ async def applying(one: int, two: int, rounds: int) -> tuple[list[float], list[f
             held = asyncio.create_task(session.get(poll, params={
                 "uid": uid, "epoch": first["epoch"], "seq": str(first["seq"]),
                 "iseq": str(first["iseq"]), "ctx": first["ctx"], "timeout": "30"}))
-            await asyncio.sleep(0.2)  # the poll is held on node two
+            await asyncio.sleep(0.2 + random.random() * 0.25)  # the poll is held on node two
             async with session.put(f"{base}/banned/{uid}", headers=admin) as resp:
                 assert resp.status == 200, await resp.text()
             t0 = time.monotonic()
