@@ -177,6 +177,8 @@ def encode_message(entry: Entry) -> tuple[bytes, bytes]:
     else:
         doc = {"pseq": entry.seq, "n": entry.n, "uid": entry.uid, "to": entry.to,
                "important": True, "ts": entry.ts, "body": entry.body}
+        if entry.body is None:
+            doc["recalled"] = True
     return orjson.dumps(doc), msgpack.packb(doc, use_bin_type=True)
 
 

@@ -188,16 +188,23 @@ listener a message was recalled: no sender has it (a uid is a name of 1 to
 64 characters). Its body is :func:`recall_notice`'s."""
 
 
-def recall_notice(seq: int, uid: str, important: bool, ts: int, ic: int) -> dict[str, Any]:
+def recall_notice(seq: int, uid: str, important: bool, ts: int, ic: int,
+                  n: int = 0) -> dict[str, Any]:
     """The body of the notice that message ``seq`` (of ``uid``, sent at
     ``ts``, with ``ic`` important messages up to it) was recalled: what a
-    reader needs to put its tombstone in its place."""
-    return {"recall": seq, "uid": uid, "important": important, "ts": ts, "ic": ic}
+    reader needs to put its tombstone in its place. A personal message's
+    notice is itself a personal message to the same addressee; ``seq`` is
+    then the message's position and ``n`` its ordinal."""
+    notice = {"recall": seq, "uid": uid, "important": important, "ts": ts, "ic": ic}
+    if n:
+        notice["n"] = n
+    return notice
 
 
 def recalled_target(entry: Entry) -> int:
-    """The seq a recall notice recalls; 0 for any other entry."""
-    if entry.uid != RECALL_UID or entry.to is not None:
+    """The seq (a personal notice: the position) a recall notice recalls; 0
+    for any other entry."""
+    if entry.uid != RECALL_UID:
         return 0
     body = entry.body
     if isinstance(body, dict):
@@ -211,7 +218,8 @@ def tombstone_of(notice: Entry) -> Entry:
     """The tombstone a recall notice puts in its target's place: the
     message's seq, sender, lane and time, with no body."""
     body = notice.body
-    uid, ic, ts = body.get("uid"), body.get("ic"), body.get("ts")
+    uid, ic, ts, n = body.get("uid"), body.get("ic"), body.get("ts"), body.get("n")
     return Entry(seq=recalled_target(notice), ic=ic if type(ic) is int else 0,
                  uid=uid if isinstance(uid, str) else "", important=body.get("important") is True,
-                 ts=ts if type(ts) is int else notice.ts, body=None)
+                 ts=ts if type(ts) is int else notice.ts, body=None, to=notice.to,
+                 n=n if type(n) is int else 0)

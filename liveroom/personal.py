@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-from .model import Entry
+from .model import Entry, recalled_target, tombstone_of
 
 if TYPE_CHECKING:
     from .snapshot import Item
@@ -208,6 +208,11 @@ class Personal:
             box.head_pos, box.head_n = entry.seq, entry.n
             order.append((entry.seq, entry.ts, to))
             added += 1
+            target = recalled_target(entry)
+            if target:  # a recall's notice: its message, held, becomes its tombstone
+                at = bisect_right(box.positions, target, lo=box.start) - 1
+                if at >= box.start and box.positions[at] == target:
+                    box.items[at] = item(tombstone_of(entry))
         if self.share is not None:
             self.share.added(added)
 

@@ -23,7 +23,8 @@ def _pack(value: object) -> bytes:
 
 
 def _lanes(important: tuple[Item, ...]) -> tuple[tuple[Item, ...], list[int]]:
-    """The important messages, and the seqs the recall notices among them recall."""
+    """The important (or personal) messages, and the seqs (positions) the
+    recall notices among them recall."""
     recalled = [i.recall for i in important if i.recall]
     if not recalled:
         return important, recalled
@@ -76,14 +77,16 @@ _PERSONAL_MP = _pack("personal")
 _PGAP_MP = _pack("pgap")
 _SPREAD_MP = _pack("spread")
 _SLOW_MP = _pack("slow")
+_PRECALLED_MP = _pack("precalled")
 
 
 def finish(head: bytes, ctx: str, use_msgpack: bool, spread: int | None = None,
            pseq: int = 0, personal: tuple[Item, ...] = (), pgap: int = 0,
            ranking: bytes = b"", slow: int = 0) -> bytes:
     """The whole answer: ``head``, then what is the listener's own: its
-    ``ctx``, its personal cursor ``pseq``, its personal messages and
-    ``pgap`` (only when there are some), in a vip room its routing hint
+    ``ctx``, its personal cursor ``pseq``, its personal messages (and the
+    positions of its recalled ones, ``precalled``) and ``pgap`` (only when
+    there are some), in a vip room its routing hint
     ``spread``, and the room's gift ranking when the listener has not seen
     it (``ranking``: the field, key and value, as :mod:`.ranking` encodes it
     in the answer's format; empty: none), and a slow room's ``slow``
@@ -93,9 +96,15 @@ def finish(head: bytes, ctx: str, use_msgpack: bool, spread: int | None = None,
         # ``recalled``).
         parts = [b"", head[1:], _pack(ctx), _PSEQ_MP, _pack(pseq)]
         fields = (head[0] & 0x0F) + 1  # and pseq
+        precalled: list[int] = []
+        if personal:
+            personal, precalled = _lanes(personal)
         if personal:
             parts += (_PERSONAL_MP, msgpack_array_header(len(personal)),
                       *(i.mp for i in personal))
+            fields += 1
+        if precalled:
+            parts += (_PRECALLED_MP, _pack(precalled))
             fields += 1
         if pgap:
             parts += (_PGAP_MP, _pack(pgap))
@@ -113,7 +122,11 @@ def finish(head: bytes, ctx: str, use_msgpack: bool, spread: int | None = None,
         return b"".join(parts)
     tail = b'","pseq":' + str(pseq).encode()
     if personal:
-        tail += b',"personal":[' + b",".join(i.json for i in personal) + b"]"
+        personal, precalled = _lanes(personal)
+        if personal:
+            tail += b',"personal":[' + b",".join(i.json for i in personal) + b"]"
+        if precalled:
+            tail += b',"precalled":' + orjson.dumps(precalled)
     if pgap:
         tail += b',"pgap":' + str(pgap).encode()
     if spread is not None:

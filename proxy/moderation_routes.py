@@ -109,6 +109,7 @@ class ModerationRoutes:
         app.router.add_put("/v1/admin/rooms/{room}/slow", self.slow)
         app.router.add_get("/v1/admin/rooms/{room}/moderation", self.audit)
         app.router.add_delete("/v1/rooms/{room}/messages/{seq}", self.recall)
+        app.router.add_delete("/v1/rooms/{room}/personal/{seq}", self.recall_personal)
 
     def _now_ms(self) -> int:
         return int(self._clock.time() * 1000)
@@ -177,6 +178,12 @@ class ModerationRoutes:
         doc = await self.recalls.recall(request.match_info["room"], request.match_info["seq"],
                                         request.headers.get("Authorization"),
                                         request.query.get("uid"))
+        return document(request, doc)
+
+    async def recall_personal(self, request: web.Request) -> web.StreamResponse:
+        doc = await self.recalls.recall(request.match_info["room"], request.match_info["seq"],
+                                        request.headers.get("Authorization"),
+                                        request.query.get("uid"), personal=True)
         return document(request, doc)
 
     async def audit(self, request: web.Request) -> web.StreamResponse:

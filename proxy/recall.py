@@ -9,6 +9,10 @@ normal or important:
   it: with a ticket naming it, or in ``open`` mode with ``?uid=`` (open mode
   proves no uid, as for sends).
 
+``DELETE /v1/rooms/{room}/personal/{pseq}`` recalls a personal message (the
+backend's: a token, or a ticket with ``publish``): its notice is a personal
+message to the same addressee, whose answers list it in ``precalled``.
+
 Two steps, each atomic in the store: the message's tombstone takes its place
 (``MessageLog.recall``: its body leaves the store), then the recall's
 *notice* is appended, an important entry of ``RECALL_UID`` whose body says
@@ -19,7 +23,7 @@ reads it puts the tombstone in place of the message in its snapshot, so the
 body is gone from every later answer, first polls and ``recent`` included,
 and answers list the recalled seqs after the listener's cursor as
 ``recalled: [seq, ...]`` (ahead of ``important``). The notice takes the
-client_msg_id ``!recall:<seq>`` (no sender may use ``!``), so a retried
+client_msg_id ``!recall:room:<seq>`` (no sender may use ``!``), so a retried
 recall appends it once; a recall whose notice could not be appended answers
 503 and is retried the same way.
 """
@@ -29,7 +33,7 @@ from __future__ import annotations
 import logging
 
 from liveroom.clock import Clock
-from liveroom.errors import BadRequest, Unauthorized
+from liveroom.errors import BadRequest, Forbidden, Unauthorized
 from liveroom.model import RECALL_UID, NewMessage, check_name, parse_count, recall_notice
 from liveroom.store.base import AuditEntry, MessageLog
 
@@ -77,23 +81,31 @@ class Recalls:
         return f"uid:{claims.uid}", None if claims.publish else claims.uid
 
     async def recall(self, room: str, raw_seq: str, authorization: str | None,
-                     uid: str | None) -> dict[str, object]:
-        """Recall message ``raw_seq`` of ``room``; the answer's document."""
+                     uid: str | None, *, personal: bool = False) -> dict[str, object]:
+        """Recall message ``raw_seq`` of ``room`` (``personal``: the personal
+        message at that position); the answer's document."""
         check_name("room", room)
-        seq = parse_count("seq", raw_seq, 1)
+        seq = parse_count("pseq" if personal else "seq", raw_seq, 1)
         by, sender = self._who(room, authorization, uid)
+        if personal and sender is not None:
+            raise Forbidden("a personal message is the backend's: recalling one needs the "
+                            "publisher or admin token, or a ticket with publish")
         now_ms = int(self._clock.time() * 1000)
-        recalled = await self._log.recall(room, seq, sender=sender,
+        recalled = await self._log.recall(room, seq, personal=personal, sender=sender,
                                           since_ms=now_ms - int(self.recall_window * 1000))
-        notice = NewMessage(uid=RECALL_UID, important=True, ts=now_ms,
+        lane = "personal" if personal else "room"
+        notice = NewMessage(uid=RECALL_UID, important=True, ts=now_ms, to=recalled.to,
                             body=recall_notice(seq, recalled.uid, recalled.important,
-                                               recalled.ts, recalled.ic),
-                            client_msg_id=f"!recall:{seq}")
+                                               recalled.ts, recalled.ic, recalled.n),
+                            client_msg_id=f"!recall:{lane}:{seq}")
         appended = await self._log.append(room, notice, may_create=False)
         await self._moderation.record(room, AuditEntry(
-            at_ms=now_ms, by=by, action="recall", target=f"room:{seq}", seconds=0,
+            at_ms=now_ms, by=by, action="recall", target=f"{lane}:{seq}", seconds=0,
             reason=""))
-        logger.info("moderation: recall of message %d (uid %s) in room %s by %s", seq,
-                    recalled.uid, room, by)
+        logger.info("moderation: recall of %s message %d (uid %s) in room %s by %s", lane,
+                    seq, recalled.uid, room, by)
+        if personal:
+            return {"room": room, "pseq": seq, "uid": recalled.uid, "to": recalled.to,
+                    "recalled": True, "notice": appended.seq}
         return {"room": room, "seq": seq, "uid": recalled.uid, "recalled": True,
                 "notice": appended.seq}

@@ -101,6 +101,31 @@ async def test_a_sender_recalls_only_its_own_recent_messages(
     assert (await store.log.recall("r", 1, sender="alice", since_ms=t)).uid == "alice"
 
 
+async def test_a_recalled_personal_message_reads_as_its_tombstone_for_its_addressee(
+        store: Store, fake_clock: FakeClock) -> None:
+    t = now_ms(fake_clock)
+    await store.log.append("r", NewMessage("host", "open", False, t))
+    for n, to in enumerate(["alice", "bob", "alice"], 1):
+        await store.log.append("r", NewMessage("system", {"n": n}, True, t + n, to=to))
+    done = await store.log.recall("r", 3, personal=True)
+    assert done == Recalled(3, "system", True, t + 3, 0, "alice", 2)
+    await store.log.append("r", NewMessage(
+        uid=RECALL_UID, important=True, ts=t + 9, to="alice", client_msg_id="!recall:p3",
+        body=recall_notice(3, done.uid, True, done.ts, 0, done.n)))
+    assert await store.log.recall("r", 3, personal=True) == done  # the same again
+    (pulled,) = await store.log.pull([PullRequest("r", 0, 100, 0)])
+    assert [(e.seq, e.to, e.n, e.body) for e in pulled.personal] == [
+        (1, "alice", 1, {"n": 1}), (2, "bob", 1, {"n": 2}), (3, "alice", 2, None),
+        (4, "alice", 3, recall_notice(3, "system", True, t + 3, 0, 2))]
+    (pulled,) = await store.log.pull([PullRequest("r", 0, 100, 2)])
+    assert [(e.seq, e.body is None) for e in pulled.personal] == [(3, True), (4, False)]
+    for position in (4, 9):  # a notice, a position never taken
+        with pytest.raises(NotFound):
+            await store.log.recall("r", position, personal=True)
+    with pytest.raises(NotFound):
+        await store.log.recall("r", 3)  # seq 3 of the room: there is none
+
+
 steps = st.lists(st.one_of(
     st.tuples(st.just("send"), st.booleans()),
     st.tuples(st.just("recall"), st.integers(1, 12))), min_size=1, max_size=30)
@@ -293,3 +318,39 @@ async def test_a_recall_through_one_node_reaches_listeners_and_newcomers_on_anot
         newcomer = await Listener(session, ROOM, uid="new").poll(three.url)
         assert [(m["seq"], m["body"], m["recalled"]) for m in newcomer["messages"]] == [
             (seq, None, True)]
+
+
+async def test_a_personal_message_recalled_is_listed_for_its_addressee_alone(
+        node: tuple[Running, FakeClock], session: aiohttp.ClientSession) -> None:
+    url = node[0].url
+    await post(session, url, "host", "welcome")
+    alice = Listener(session, ROOM, uid="alice")
+    await alice.poll(url)
+    async with session.post(f"{url}/v1/rooms/{ROOM}/messages", headers=PUBLISHER_HEADERS,
+                            json={"uid": "system", "body": "you won", "to": "alice"}) as resp:
+        pseq = int((await resp.json())["pseq"])
+    assert [m["body"] for m in (await alice.poll(url))["personal"]] == ["you won"]
+    late = Listener(session, ROOM, uid="alice", epoch=alice.epoch, seq=alice.seq,
+                    iseq=alice.iseq, ctx="", pseq=pseq - 1)
+    for headers, status in [({}, 400), (PUBLISHER_HEADERS, 200)]:
+        async with session.delete(f"{url}/v1/rooms/{ROOM}/personal/{pseq}",
+                                  params={"uid": "system"} if not headers else {},
+                                  headers=headers) as resp:
+            assert resp.status == (403 if not headers else status), await resp.text()
+            doc = await resp.json()
+    assert doc == {"room": ROOM, "pseq": pseq, "uid": "system", "to": "alice",
+                   "recalled": True, "notice": pseq + 1}
+    answer = await alice.poll(url)
+    assert answer["precalled"] == [pseq]
+    assert "personal" not in answer  # the notice is not a message
+    caught_up = await late.poll(url)  # it had not read it: it reads its tombstone
+    assert caught_up["precalled"] == [pseq]
+    assert [(m["pseq"], m["body"], m["recalled"]) for m in caught_up["personal"]] == [
+        (pseq, None, True)]
+    bob = await Listener(session, ROOM, uid="bob", epoch=alice.epoch, seq=alice.seq,
+                         iseq=alice.iseq, ctx="", pseq=pseq - 1).poll(url, timeout=1)
+    assert "precalled" not in bob
+    assert "recalled" not in bob
+    async with session.delete(f"{url}/v1/rooms/{ROOM}/personal/{pseq + 7}",
+                              headers=ADMIN_HEADERS) as resp:
+        assert resp.status == 404

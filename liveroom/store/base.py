@@ -113,7 +113,11 @@ class Recalled:
     important: bool
     ts: int
     ic: int
-    """Important messages in the room up to and including it."""
+    """Important messages in the room up to and including it (0: personal)."""
+    to: str | None = None
+    """A personal message's addressee (then ``seq`` is its position)."""
+    n: int = 0
+    """A personal message's ordinal for its addressee."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,9 +215,10 @@ class MessageLog(Protocol):
     async def pull(self, requests: Sequence[PullRequest]) -> list[Pulled]:
         """Read several rooms in one batch (one round trip on Redis)."""
 
-    async def recall(self, room: str, seq: int, *, sender: str | None = None,
-                     since_ms: int = 0) -> Recalled:
-        """Put message ``seq``'s tombstone in its place: its body is gone
+    async def recall(self, room: str, seq: int, *, personal: bool = False,
+                     sender: str | None = None, since_ms: int = 0) -> Recalled:
+        """Put message ``seq``'s tombstone in its place (``personal``: the
+        personal message at position ``seq``): its body is gone
         from the store, and every later pull returns the entry with body
         ``None`` (its seq, ic, uid, lane and ts kept) wherever it returned the
         message. Atomic, one round trip; recalling a recalled message answers
@@ -224,7 +229,9 @@ class MessageLog(Protocol):
         ``model.RECALL_UID``), which every reader of the room then sees; on
         Redis a pull that holds the notice puts the tombstone where the
         message was, and one that holds the message holds the notice (it is
-        newer, and important). Raises :class:`~liveroom.errors.NotFound`
+        newer, and important). A personal message's notice is a personal
+        message to its addressee: a pull that reads the notice reads the
+        tombstone too. Raises :class:`~liveroom.errors.NotFound`
         when the room keeps no such message (never sent, trimmed, a notice
         itself, or the room has no log); with ``sender``,
         :class:`~liveroom.errors.Forbidden` unless the message is that

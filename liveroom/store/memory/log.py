@@ -298,16 +298,19 @@ class MemoryLog:
                       tuple(extra + picked), complete=complete, phead=phead,
                       personal=tuple(personal))
 
-    async def recall(self, room: str, seq: int, *, sender: str | None = None,
-                     since_ms: int = 0) -> Recalled:
-        return self.recall_at_once(room, seq, sender=sender, since_ms=since_ms)
+    async def recall(self, room: str, seq: int, *, personal: bool = False,
+                     sender: str | None = None, since_ms: int = 0) -> Recalled:
+        return self.recall_at_once(room, seq, personal=personal, sender=sender,
+                                   since_ms=since_ms)
 
-    def recall_at_once(self, room: str, seq: int, *, sender: str | None = None,
-                       since_ms: int = 0) -> Recalled:
+    def recall_at_once(self, room: str, seq: int, *, personal: bool = False,
+                       sender: str | None = None, since_ms: int = 0) -> Recalled:
         """:meth:`recall` without an await (``lua/recall.lua``'s order)."""
         state = self._room(room, create=False)
         if state is None:
             raise NotFound(f"room {room} has no messages")
+        if personal:
+            return self._recall_personal(room, state, seq, sender, since_ms)
         done = state.recalled.get(seq)
         if done is None:
             log = state.log
@@ -334,6 +337,25 @@ class MemoryLog:
                     if e.seq == seq:
                         kept[i] = tombstone
                         break
+        return done
+
+    @staticmethod
+    def _recall_personal(room: str, state: _RoomLog, position: int, sender: str | None,
+                         since_ms: int) -> Recalled:
+        kept = state.personal
+        at = bisect_right(kept, position, lo=state.pstart, key=_seq) - 1
+        entry = kept[at] if at >= state.pstart else None
+        if entry is None or entry.seq != position or recalled_target(entry):
+            raise NotFound(f"room {room} keeps no personal message {position} (too old, or "
+                           f"never sent)")
+        assert entry.to is not None
+        done = Recalled(position, entry.uid, True, entry.ts, 0, entry.to, entry.n)
+        if sender is not None and (done.uid != sender or done.ts < since_ms):
+            raise Forbidden(f"uid {sender} can recall only its own messages, and only "
+                            f"for a while after sending them")
+        if entry.body is not None:
+            kept[at] = Entry(seq=position, ic=0, uid=entry.uid, important=True, ts=entry.ts,
+                             body=None, to=entry.to, n=entry.n)
         return done
 
     def start_room(self, room: str) -> tuple[str, bool]:

@@ -17,7 +17,9 @@ lr:{R}:log               stream the log: id ``<seq>-0``, fields ``m`` (packed
 lr:{R}:imp               stream important entries kept beyond the log cap
 lr:{R}:rc                hash   recalled messages: seq -> msgpack ``[uid,
                                 important, ts, ic]`` (their tombstone; the
-                                message left ``log`` and ``imp``)
+                                message left ``log`` and ``imp``); a personal
+                                one's ``p<position>`` -> ``[uid, true, ts, 0,
+                                to, n]`` (it left ``pm``)
 lr:{R}:pm                stream personal messages: id ``<ps>-0``, fields ``m``,
                                 ``n`` (the addressee's ordinal), ``t`` (ts, ms)
 lr:{R}:pn                hash   addressee uid -> its ordinal in the room

@@ -158,14 +158,14 @@ class RedisLog:
         epoch = text(epoch)
         return Appended(epoch, int(seq), duplicate=bool(status), created=epoch == proposed)
 
-    async def recall(self, room: str, seq: int, *, sender: str | None = None,
-                     since_ms: int = 0) -> Recalled:
+    async def recall(self, room: str, seq: int, *, personal: bool = False,
+                     sender: str | None = None, since_ms: int = 0) -> Recalled:
         """One script call (``lua/recall.lua``), waiting for the replicas
         like an append when appends do."""
         policy = self.policy
         call = (self._recall, [keys.meta(room), keys.log(room), keys.important(room),
-                               keys.recalled(room)],
-                [seq, policy.room_ttl_ms, sender or "", since_ms])
+                               keys.recalled(room), keys.personal(room)],
+                [seq, policy.room_ttl_ms, sender or "", since_ms, int(personal)])
         with unavailable("recalling a message"):
             if policy.durable_replicas:
                 reply, acked = await run_durable(self._client, call, policy.durable_replicas,
@@ -181,7 +181,9 @@ class RedisLog:
         if status == 2:
             raise Forbidden(f"uid {sender} can recall only its own messages, and only "
                             f"for a while after sending them")
-        uid, important, ts, ic = msgpack.unpackb(reply[1], raw=False)
+        uid, important, ts, ic, *to_n = msgpack.unpackb(reply[1], raw=False)
+        if to_n:
+            return Recalled(seq, uid, True, int(ts), 0, to_n[0], int(to_n[1]))
         return Recalled(seq, uid, bool(important), int(ts), int(ic))
 
     async def pull(self, requests: Sequence[PullRequest]) -> list[Pulled]:
@@ -332,6 +334,14 @@ def _build_pulled(request: PullRequest, replies: list[Any]) -> Pulled | None:
         and not undecodable
     personal = [e for e in (_personal(sid, fields) for sid, fields in personal_read)
                 if e is not None]
+    tombstones = [tombstone_of(e) for e in personal if recalled_target(e)]
+    if tombstones:
+        # Recalled personal messages left the stream; their notices, newer,
+        # came in this read: each tombstone goes where its message was.
+        have = {e.seq for e in personal}
+        back = [t for t in tombstones if t.seq > request.pafter and t.seq not in have]
+        if back:
+            personal = sorted([*personal, *back], key=attrgetter("seq"))
     phead = int(meta_ps or 0)
     if len(personal_read) == PERSONAL_PULL:
         # Read up to there; the rest comes with the next pull.
