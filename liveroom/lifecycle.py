@@ -76,10 +76,15 @@ class Periodic:
     planned. ``stop`` cancels the task and also raises a flag the loop checks:
     redis-py may finish a command in flight despite a cancel and let the step
     return, and the loop must not go on then.
+
+    With ``finish_step``, ``stop`` cancels only the wait between steps: a
+    step under way runs to its end first. For a step whose effect in the
+    store a cancel cannot undo and whose caller would then do again (likes
+    handed to Redis, put back when the call was cancelled after Redis ran it).
     """
 
     def __init__(self, name: str, every: float, step: Callable[[], Awaitable[object]],
-                 clock: Clock, logger: logging.Logger) -> None:
+                 clock: Clock, logger: logging.Logger, *, finish_step: bool = False) -> None:
         self.name = name
         self.every = every
         self._step = step
@@ -87,6 +92,8 @@ class Periodic:
         self._logger = logger
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
+        self._finish_step = finish_step
+        self._stepping = False
 
     @property
     def running(self) -> bool:
@@ -100,13 +107,20 @@ class Periodic:
     async def stop(self) -> None:
         task, self._task = self._task, None
         self._stopping = True
+        if task is not None and self._finish_step and self._stepping:
+            # The loop ends after this step: wait for it, do not cancel it.
+            await asyncio.shield(task)
+            return
         await stop_task(task)
 
     async def _run(self) -> None:
         while not self._stopping:
             await self._clock.sleep(self.every)
+            self._stepping = True
             try:
                 await self._step()
             except Exception:  # one bad step must not end the job
                 self._logger.exception("%s failed; trying again in %g s", self.name,
                                        self.every)
+            finally:
+                self._stepping = False

@@ -149,7 +149,10 @@ class Likes:
         self._unavailable = False
         # One task flushes, then refreshes when due: a refresh never reads the
         # store while a flush of this node's taps may or may not be in it.
-        self._flusher = Periodic("proxy-likes", likes_flush, self.step, clock, logger)
+        # A stop lets a flush under way end: cancelled after Redis ran it, it
+        # would put its taps back and the stop would write them again.
+        self._flusher = Periodic("proxy-likes", likes_flush, self.step, clock, logger,
+                                 finish_step=True)
 
     def start(self) -> None:
         self._flusher.start()

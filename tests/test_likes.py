@@ -278,3 +278,48 @@ async def test_a_stop_with_the_store_away_says_what_it_could_not_write(
             assert "9 acknowledged taps in 1 rooms were not written" in caplog.text
         finally:
             redis_server.start()
+
+
+class HeldAfterTheStore:
+    """The store's counters, each ``add_likes`` held once Redis ran it until
+    the test lets it return: a stop then comes while a flush is in flight,
+    at the one point where a cancel would lose track of what Redis holds."""
+
+    def __init__(self, counters: Any) -> None:
+        self._counters = counters
+        self.ran = asyncio.Event()
+        self.go_on = asyncio.Event()
+
+    async def add_likes(self, taps: Any, now_ms: int) -> None:
+        await self._counters.add_likes(taps, now_ms)
+        self.ran.set()
+        await self.go_on.wait()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._counters, name)
+
+
+async def test_a_stop_during_a_flush_writes_its_taps_once(redis_url: str) -> None:
+    from liveroom.store import LogPolicy, open_store
+    from proxy.likes import Likes
+
+    clock = FakeClock()
+    store = open_store(redis_url, LogPolicy(), clock)
+    await store.start()
+    try:
+        held = HeldAfterTheStore(store.counters)
+        likes = Likes(held, clock, TapLimits((), (), 100), likes_flush=0.25,
+                      likes_rooms_max=10)
+        likes.tap(ROOM, "u", 40)
+        likes.start()
+        async with asyncio.timeout(5):  # the flush runs, and Redis has the taps
+            while not held.ran.is_set():
+                await clock.advance(0.25)
+        stopping = asyncio.create_task(likes.stop())
+        await asyncio.sleep(0)  # the stop is under way before the flush returns
+        held.go_on.set()
+        await asyncio.wait_for(stopping, 5)
+        assert await store.counters.likes([ROOM]) == {ROOM: 40}
+        assert likes.pending == 0
+    finally:
+        await store.close()
