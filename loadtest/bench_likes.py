@@ -80,6 +80,7 @@ import multiprocessing
 import os
 import random
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -510,6 +511,14 @@ def start_nodes(stack: contextlib.ExitStack, tmp: Path, store_url: str, args: ar
     return nodes
 
 
+def keep_logs(args: argparse.Namespace, nodes: list[Server]) -> None:
+    """Copy the nodes' logs into ``--logs`` (if given)."""
+    if args.logs:
+        args.logs.mkdir(parents=True, exist_ok=True)
+        for node in nodes:
+            shutil.copy(node.log, args.logs / node.log.name)
+
+
 def stop_clean(node: Server) -> tuple[int | None, bool]:
     """SIGTERM, wait; the exit status and whether the log says taps were left
     unwritten."""
@@ -586,6 +595,7 @@ def tap_run(args: argparse.Namespace, tmp: Path, store: Server, probe: RedisProb
         say(f"{label}: stopping the nodes (SIGTERM)")
         exits = [stop_clean(node) for node in nodes[1 if kill else 0:]]
         stored = {room: probe.likes(room) for room in rooms}
+        keep_logs(args, nodes)
     tapping = RedisProbe.delta(s0, s1)
     per_node = []
     for i, _ in enumerate(ports):
@@ -741,6 +751,7 @@ def gift_run(args: argparse.Namespace, tmp: Path, store: Server) -> dict[str, An
         cpu0 = [node.cpu() for node in nodes]
         sent = asyncio.run(send_gifts(ports, room, gifts, args.gift_concurrency))
         cpu1 = [node.cpu() for node in nodes]
+        keep_logs(args, nodes)
         boards = []
         for port in ports:
             status, body = get(port, f"/v1/rooms/{room}/leaderboard?limit={LEADERBOARD}")
@@ -941,6 +952,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "--like-taps --serve-arg off)")
     p.add_argument("--seed", type=int, default=35)
     p.add_argument("--json", type=Path, help="also write the results to this JSON file")
+    p.add_argument("--logs", type=Path, metavar="DIR",
+                   help="copy every node's log into DIR (RUN-nodeN.log)")
     args = p.parse_args(argv)
     for name, value in (QUICK if args.quick else DEFAULTS).items():
         if getattr(args, name) is None:
