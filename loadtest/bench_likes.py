@@ -156,6 +156,9 @@ class NodeTally:
     def __init__(self) -> None:
         self.acked_taps = self.acked_requests = 0
         self.refused_taps = self.refused_requests = 0
+        self.limited = 0
+        """Of the refused requests, those answered 429 (the uid's windows); the
+        others were 503 (the node's bounds: --likes-uids-max, --likes-rooms-max)."""
         self.other: Counter[int] = Counter()
         self.unanswered_taps = self.unanswered_requests = 0
         self.connect_errors = 0
@@ -167,6 +170,7 @@ class NodeTally:
     def report(self) -> dict[str, Any]:
         return {"acked_taps": self.acked_taps, "acked_requests": self.acked_requests,
                 "refused_taps": self.refused_taps, "refused_requests": self.refused_requests,
+                "limited": self.limited,
                 "other": dict(self.other), "unanswered_taps": self.unanswered_taps,
                 "unanswered_requests": self.unanswered_requests,
                 "connect_errors": self.connect_errors, "latency_ms": self.latency_ms.tobytes(),
@@ -224,6 +228,7 @@ class Tapper(asyncio.Protocol):
         elif status in (429, 503):
             tally.refused_taps += count
             tally.refused_requests += 1
+            tally.limited += status == 429
         else:
             tally.other[status] += 1
             tally.last_error = f"{status} {b''.join(self.body)[:200]!r}"
@@ -624,6 +629,7 @@ def tap_run(args: argparse.Namespace, tmp: Path, store: Server, probe: RedisProb
         per_node.append({
             "acked_taps": acked, "acked_requests": requests, "refused_requests": refused,
             "refused_taps": sum(p["refused_taps"] for p in parts), "other": dict(other),
+            "limited": sum(p["limited"] for p in parts),
             "unanswered_taps": sum(p["unanswered_taps"] for p in parts),
             "unanswered_requests": sum(p["unanswered_requests"] for p in parts),
             "connect_errors": sum(p["connect_errors"] for p in parts),
@@ -799,10 +805,23 @@ def rate_name(rate: float | None) -> str:
     return "max" if rate is None else f"{rate:,.0f}"
 
 
+def refused(n: dict[str, Any]) -> str:
+    """Refused requests: 429s (the uid's windows) and 503s (the node's bounds)."""
+    if not n["refused_requests"]:
+        return "0"
+    return f"{n['limited']:,} / {n['refused_requests'] - n['limited']:,}"
+
+
+def refused_all(nodes: list[dict[str, Any]]) -> str:
+    return refused({"refused_requests": sum(n["refused_requests"] for n in nodes),
+                    "limited": sum(n["limited"] for n in nodes)})
+
+
 def tap_tables(runs: list[dict[str, Any]], args: argparse.Namespace) -> str:
     lines = ["Taps, per node (acknowledged a second over the window; CPU of the node's "
              "process, and over its idle CPU before the run):", "",
-             "| run | target taps/s | node | taps/s | requests/s | refused | p50 / p99 | "
+             "| run | target taps/s | node | taps/s | requests/s | refused 429 / 503 | "
+             "p50 / p99 | "
              "node CPU | µs CPU / request (over idle) | taps / core-s (over idle) |",
              "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in runs:
@@ -811,7 +830,7 @@ def tap_tables(runs: list[dict[str, Any]], args: argparse.Namespace) -> str:
             over = n["acked_taps"] / n["cpu_over_idle_s"] if n["cpu_over_idle_s"] else 0.0
             lines.append(
                 f"| {r['label']} | {rate_name(r['rate'])} | {name} | {n['taps_per_s']:,.0f} | "
-                f"{n['requests_per_s']:,.0f} | {n['refused_requests']:,} | "
+                f"{n['requests_per_s']:,.0f} | {refused(n)} | "
                 f"{n['p50_ms']:.2f} / {n['p99_ms']:.2f} ms | {100 * n['cpu_share']:.0f} % | "
                 f"{n['cpu_us_per_request']:.0f} ({n['cpu_us_per_request_over_idle']:.0f}) | "
                 f"{n['taps_per_core_s']:,.0f} ({over:,.0f}) |")
@@ -824,7 +843,7 @@ def tap_tables(runs: list[dict[str, Any]], args: argparse.Namespace) -> str:
             f"| {r['label']} | {rate_name(r['rate'])} | **all** | "
             f"**{taps / r['window_s']:,.0f}** | "
             f"{sum(n['acked_requests'] for n in nodes) / r['window_s']:,.0f} | "
-            f"{sum(n['refused_requests'] for n in nodes):,} | | "
+            f"{refused_all(nodes)} | | "
             f"{100 * cpu / r['window_s']:.0f} % | "
             f"{1e6 * cpu / max(1, answered):.0f} ({1e6 * over / max(1, answered):.0f}) | "
             f"{taps / cpu if cpu else 0:,.0f} ({taps / over if over else 0:,.0f}) |")
@@ -963,8 +982,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--gift-concurrency", type=int, default=16,
                    help="gifts in flight at once (default 16)")
     p.add_argument("--serve-arg", action="append", default=[], metavar="ARG",
-                   help="one more argument to every liveroom serve (repeat it: --serve-arg "
-                        "--like-taps --serve-arg off)")
+                   help="one more argument to every liveroom serve (repeat it, with =: --serve-arg="
+                        "--like-taps --serve-arg=off)")
     p.add_argument("--seed", type=int, default=35)
     p.add_argument("--json", type=Path, help="also write the results to this JSON file")
     p.add_argument("--logs", type=Path, metavar="DIR",
@@ -1033,6 +1052,12 @@ def main(argv: list[str] | None = None) -> int:
     if gifts is not None:
         print()
         print(gift_table(gifts))
+    full = [r["label"] for r in runs
+            if any(n["refused_requests"] > n["limited"] for n in r["nodes"])]
+    if full:
+        print(f"\nnote: 503s in {', '.join(full)}: a node's bounds were reached, most likely "
+              "--likes-uids-max (uids seen in the last two minutes, 200 000 by default); "
+              "--serve-arg=--likes-uids-max --serve-arg=N raises it")
     wrong = [r["label"] for r in runs if "killed" not in r and r["lost"] != 0]
     wrong += [f"{r['label']} node{i}" for r in runs if "killed" in r
               for i, n in enumerate(r["nodes"]) if i and n["lost"] != 0]
