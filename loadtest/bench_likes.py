@@ -509,9 +509,16 @@ def start_nodes(stack: contextlib.ExitStack, tmp: Path, store_url: str, args: ar
     nodes = []
     for i in range(args.nodes):
         name = f"{tag}-node{i}"
-        node = stack.enter_context(liveroom_server(
-            tmp, nofile, None, store_url, 1, name=name,
-            extra=["--node-id", name, *extra]))
+        for attempt in range(3):
+            try:
+                node = stack.enter_context(liveroom_server(
+                    tmp, nofile, None, store_url, 1, name=name,
+                    extra=["--node-id", name, *extra]))
+                break
+            except RuntimeError as e:
+                # A free port taken by another process meanwhile: another one.
+                if "address already in use" not in str(e) or attempt == 2:
+                    raise
         nodes.append(node)
     for node in nodes:
         wait_healthy(node)
