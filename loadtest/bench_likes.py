@@ -38,7 +38,11 @@ the store's background load. Measured over the window, per node:
   window's;
 - **exactness**: the nodes stopped with SIGTERM (a clean stop writes what is
   left), the store's total (``GET lr:{ROOM}:lk``) against the sum of the
-  acknowledged taps: **lost** = acknowledged - stored, 0 expected.
+  acknowledged taps: **lost** = acknowledged - stored, 0 expected (below 0:
+  the store holds taps nobody was acknowledged, written twice). The nodes get
+  SIGTERM as soon as the clients have their answers, so each stop still has
+  its last taps to write. A request whose connection closed before its answer
+  is **unanswered**: not acknowledged, counted apart.
 
 **The crash run** (unless ``--no-crash``; ``--crash-runs`` of them): the same
 at ``--crash-rate`` (default: the first of ``--rates``), node 0 killed with
@@ -87,7 +91,7 @@ import time
 import urllib.error
 import urllib.request
 from array import array
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -255,7 +259,10 @@ class TapClient:
     def __init__(self, cfg: TapConfig) -> None:
         self.cfg = cfg
         self.tallies = [NodeTally() for _ in cfg.ports]
-        self.idle: list[list[Tapper]] = [[] for _ in cfg.ports]
+        self.idle: list[deque[Tapper]] = [deque() for _ in cfg.ports]
+        """Each node's idle connections, the longest idle first: taken in turn,
+        none idles long enough for the node's keep-alive timeout to close it
+        as a request goes out on it."""
         self.every: list[Tapper] = []
         self.down: set[int] = set()
         """Nodes that refused a new connection (a killed node): not tried again."""
@@ -305,9 +312,9 @@ class TapClient:
         node has none idle)."""
         node = rng.randrange(len(self.idle))
         if self.idle[node]:
-            return self.idle[node].pop()
+            return self.idle[node].popleft()
         others = [conns for conns in self.idle if conns]
-        return rng.choice(others).pop() if others else None
+        return rng.choice(others).popleft() if others else None
 
     async def run(self, start: float) -> None:
         cfg = self.cfg
