@@ -667,8 +667,8 @@ def tap_run(args: argparse.Namespace, tmp: Path, store: Server, probe: RedisProb
         "max_lag_s": max(r["max_lag"] for r in results),
         "clients_cpu_share": (ccpu1 - ccpu0) / window, "redis_cpu_share": (rcpu1 - rcpu0) / window,
         "machine_busy_share": (busy1 - busy0) / window,
-        "others_cpu_share": ((busy1 - busy0) - (ccpu1 - ccpu0) - (rcpu1 - rcpu0) - (own1 - own0)
-                             - sum(n["cpu_s"] for n in per_node)) / window,
+        "others_cpu_share": max(0.0, (busy1 - busy0) - (ccpu1 - ccpu0) - (rcpu1 - rcpu0)
+                                - (own1 - own0) - sum(n["cpu_s"] for n in per_node)) / window,
         "nodes": per_node, "acked_taps": acked_total, "stored": stored_total,
         "lost": acked_total - stored_total,
         "exits": [{"status": s, "left_unwritten": left} for s, left in exits],
