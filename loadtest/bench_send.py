@@ -707,8 +707,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="seconds to wait for the load to fall below --max-load, then "
                         "measure anyway with a note (default 60)")
     p.add_argument("--serve-arg", action="append", default=[], metavar="ARG",
-                   help="one more argument to liveroom serve (repeat it: --serve-arg "
-                        "--important-keep --serve-arg 100000), to see what a setting costs")
+                   help="one more argument to liveroom serve (repeat it: --serve-arg="
+                        "--important-keep --serve-arg=100000), to see what a setting costs")
     p.add_argument("--profile", type=Path, metavar="DIR",
                    help="record a py-spy profile of each liveroom and floor row's server "
                         "into DIR and "
