@@ -442,6 +442,15 @@ def test_the_dashboard_for_the_readme(browser: WebDriver, populated: Populated,
                 lambda b: b.find_element(By.CSS_SELECTOR, "#nodes tbody td:nth-child(3)").text
                 == "7")
             readme_shot(browser, tmp_path)
+            # The room's panel is long (its moderation): the live nodes stay
+            # right under the rooms, in view, not under a stretched card.
+            in_view: bool = browser.execute_script(
+                "return document.getElementById('nodes-card').getBoundingClientRect().bottom"
+                " <= window.innerHeight")
+            assert in_view
+            rooms = browser.find_element(By.ID, "rooms-card").rect
+            nodes = browser.find_element(By.ID, "nodes-card").rect
+            assert nodes["y"] - (rooms["y"] + rooms["height"]) < 40
         phone_shots(browser, tmp_path)
     finally:
         served.run(holding.stop())
