@@ -407,6 +407,7 @@ def test_the_viewer_recalls_its_own_message_with_its_button(
     assert [(m["seq"], m["body"], m.get("recalled")) for m in page["messages"]] == [
         (seq - 1, "not mine", None), (seq, None, True)]
     status, audit = call(f"{served.url}/v1/admin/rooms/oops/moderation", token=ADMIN)
+    assert status == 200
     assert [(e["action"], e["by"]) for e in audit["audit"]] == [("recall", "uid:dave")]
     # Speaking as carol: her line gets the button, dave's tombstone none.
     speak_as(browser, "carol")
@@ -560,6 +561,15 @@ def test_a_ticket_server_says_what_is_missing_then_takes_a_ticket(
         sender = browser.find_elements(By.CSS_SELECTOR, "#chat .message .uid")[-1]
         assert sender.text == "frank"
         screenshot(browser, tmp_path, "ticket")
+        # The ticket's uid is the viewer's: its line is its own, recalled with the ticket.
+        mine = browser.find_element(By.CSS_SELECTOR, '#chat .message.mine[data-uid="frank"]')
+        seq = int(str(mine.get_attribute("data-seq")))
+        mine.find_element(By.CSS_SELECTOR, "button.recall").click()
+        WebDriverWait(browser, 5).until(lambda b: bodies(b, "#chat")[-1] == "message recalled")
+        status, audit = call(f"{node.url}/v1/admin/rooms/locked/moderation", token=ADMIN)
+        assert status == 200
+        assert [(e["action"], e["target"], e["by"]) for e in audit["audit"]] == [
+            ("recall", f"room:{seq}", "uid:frank")]
 
 
 def test_the_room_page_for_the_readme(browser: WebDriver, tmp_path: Path) -> None:
