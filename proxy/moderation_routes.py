@@ -16,6 +16,11 @@ for the publisher's):
 - ``GET /v1/admin/rooms/{room}/moderation?limit=N`` (1 to 1000, default 100):
   the room's slow mode and the audit of its current broadcast, newest first;
   with ``&broadcast=N``, the audit archived with ended broadcast N.
+- ``GET /v1/admin/rooms/{room}/messages?limit=N`` (1 to 100, default 50): the
+  room's latest messages as this node holds them, normal and important in
+  one list by seq, recalled ones as their tombstones: what a moderator picks
+  a recall from (the dashboard's list). Read from the node's snapshot, not
+  polled: the moderator is no listener, counted nowhere.
 
 Each action is applied through the store (:mod:`.moderation`: every node
 within about a second), recorded in the audit and logged, one line.
@@ -23,15 +28,19 @@ within about a second), recorded in the audit and logged, one line.
 
 from __future__ import annotations
 
+import heapq
 import logging
+from operator import attrgetter
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from liveroom.clock import Clock
 from liveroom.codec import decode_request
 from liveroom.errors import BadBody, Conflict, NotFound
 from liveroom.model import check_name, parse_count
+from liveroom.roles import RoomReader
 from liveroom.store.base import (
     AUDIT_KEPT,
     AuditEntry,
@@ -56,6 +65,12 @@ REASON_MAX = 200
 """Characters of a reason."""
 AUDIT_DEFAULT = 100
 """Entries ``GET .../moderation`` lists without a ``limit``."""
+MESSAGES_MAX = 100
+"""The most messages ``GET .../messages`` lists."""
+MESSAGES_DEFAULT = 50
+"""Messages ``GET .../messages`` lists without a ``limit``."""
+
+_seq = attrgetter("seq")
 
 
 def sanction_document(sanction: Sanction, now_ms: int) -> dict[str, object]:
@@ -93,10 +108,12 @@ class ModerationRoutes:
     """The moderators' routes of one node."""
 
     def __init__(self, moderation: Moderation, store: ModerationStore, tokens: Tokens,
-                 clock: Clock, recalls: Recalls, operators: Operators) -> None:
+                 clock: Clock, recalls: Recalls, operators: Operators,
+                 reader: RoomReader) -> None:
         self.moderation = moderation
         self.recalls = recalls
         self._operators = operators
+        self._reader = reader
         self._store = store
         self._tokens = tokens
         self._clock = clock
@@ -108,6 +125,7 @@ class ModerationRoutes:
             app.router.add_get(f"/v1/admin/rooms/{{room}}/{kind}", self.sanctions)
         app.router.add_put("/v1/admin/rooms/{room}/slow", self.slow)
         app.router.add_get("/v1/admin/rooms/{room}/moderation", self.audit)
+        app.router.add_get("/v1/admin/rooms/{room}/messages", self.messages)
         app.router.add_delete("/v1/rooms/{room}/messages/{seq}", self.recall)
         app.router.add_delete("/v1/rooms/{room}/personal/{seq}", self.recall_personal)
 
@@ -207,3 +225,14 @@ class ModerationRoutes:
             "muted": 0 if state is None else len(state.muted),
             "banned": 0 if state is None else len(state.banned),
             "audit": [audit_document(e) for e in entries]})
+
+    async def messages(self, request: web.Request) -> web.StreamResponse:
+        room = self._admin(request)
+        raw = request.query.get("limit")
+        limit = MESSAGES_DEFAULT if raw is None else parse_count("limit", raw, 1, MESSAGES_MAX)
+        snap = await self._reader.snapshot(room)
+        # Recall notices are no messages (answers list them as ``recalled``).
+        held = list(heapq.merge(snap.normal, (i for i in snap.important if not i.recall),
+                                key=_seq))
+        return document(request, {"room": room, "epoch": snap.epoch, "seq": snap.head,
+                                  "messages": [orjson.loads(i.json) for i in held[-limit:]]})

@@ -117,7 +117,7 @@ class Proxy:
                                recall_window=settings.recall_window)
         self.recalls.tickets = self.tickets
         self.moderators = ModerationRoutes(self.moderation, moderation, tokens, clock,
-                                           self.recalls, operators)
+                                           self.recalls, operators, reader)
         self.operators = OperatorRoutes(operators, tokens, clock, settings, stats=stats,
                                         reader=reader, log=log, vip_list=vip_list)
 

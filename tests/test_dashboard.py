@@ -1,7 +1,8 @@
 """The operators' dashboard (/admin) in headless Chromium, against a node over
 real sockets: it lists the rooms that have listeners, draws a room's online
 curve, toggles vip through the admin API, ends a broadcast after a
-confirmation, and says so when the token is wrong. Waits are on the page's
+confirmation, moderates a room (recalls, mutes, bans, slow mode, the audit),
+and says so when the token is wrong. Waits are on the page's
 DOM (WebDriverWait), never sleeps; each test saves screenshots under its
 ``tmp_path``.
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -31,7 +33,7 @@ import pytest
 from browser import Served, call, screenshot, send_message, served_node, window
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
-from selenium.webdriver.support.ui import WebDriverWait
+from selenium.webdriver.support.ui import Select, WebDriverWait
 from support import ADMIN, PUBLISHER, Listener
 
 from liveroom.clock import FakeClock
@@ -440,6 +442,15 @@ def test_the_dashboard_for_the_readme(browser: WebDriver, populated: Populated,
                 lambda b: b.find_element(By.CSS_SELECTOR, "#nodes tbody td:nth-child(3)").text
                 == "7")
             readme_shot(browser, tmp_path)
+            # The room's panel is long (its moderation): the live nodes stay
+            # right under the rooms, in view, not under a stretched card.
+            in_view: bool = browser.execute_script(
+                "return document.getElementById('nodes-card').getBoundingClientRect().bottom"
+                " <= window.innerHeight")
+            assert in_view
+            rooms = browser.find_element(By.ID, "rooms-card").rect
+            nodes = browser.find_element(By.ID, "nodes-card").rect
+            assert nodes["y"] - (rooms["y"] + rooms["height"]) < 40
         phone_shots(browser, tmp_path)
     finally:
         served.run(holding.stop())
@@ -468,3 +479,174 @@ def test_a_rooms_likes_and_top_givers_show_beside_its_curve(
     assert givers == ["1. whale: 1,000", "2. minnow: 5"]
     assert browser.find_element(By.ID, "givers").get_attribute("data-total") == "1005"
     screenshot(browser, tmp_path, "likes-and-givers")
+
+
+# -- moderation ------------------------------------------------------------------------
+
+
+def open_room_panel(browser: WebDriver, served: Served, room: str) -> None:
+    """The dashboard with ``room`` picked by name, its moderation read."""
+    open_dashboard(browser, served)
+    WebDriverWait(browser, 10).until(lambda b: b.find_element(By.ID, "dashboard").is_displayed())
+    browser.find_element(By.ID, "pick-room").send_keys(f"{room}\n")
+    WebDriverWait(browser, 10).until(
+        lambda b: b.find_element(By.ID, "slow-now").text not in ("", "\u2013"))
+
+
+def read_list(browser: WebDriver, css: str, what: str) -> list[str]:
+    """``what`` (a property of each element, like ``innerText`` or
+    ``dataset.uid``) of the elements ``css`` finds, read in one go: a
+    refresh that draws a list again between two reads cannot mix them."""
+    found: list[str] = browser.execute_script(
+        f"return [...document.querySelectorAll(arguments[0])].map((e) => e.{what});", css)
+    return found
+
+
+def lines(browser: WebDriver, list_id: str) -> list[str]:
+    return [" ".join(line.split()) for line in read_list(browser, f"#{list_id} li", "innerText")]
+
+
+def recent_seqs(browser: WebDriver) -> list[int]:
+    return [int(seq) for seq in read_list(browser, "#recent li[data-seq]", "dataset.seq")]
+
+
+def audit_of(served: Served, room: str) -> list[dict[str, Any]]:
+    status, doc = call(f"{served.url}/v1/admin/rooms/{room}/moderation", token=ADMIN)
+    assert status == 200, doc
+    entries: list[dict[str, Any]] = doc["audit"]
+    return entries
+
+
+def test_a_moderator_recalls_a_message_from_the_rooms_latest(
+        browser: WebDriver, served: Served, tmp_path: Path) -> None:
+    sent = [send_message(served, "talk", text, uid=uid)["seq"] for uid, text in
+            [("carol", "hello"), ("troll", "rude words"), ("dave", {"text": "hi all"})]]
+    pinned = send_message(served, "talk", {"event": "giveaway"}, uid="host", important=True)
+    open_room_panel(browser, served, "talk")
+    WebDriverWait(browser, 10).until(lambda b: recent_seqs(b) == [pinned["seq"], *sent[::-1]])
+    rude = browser.find_element(By.CSS_SELECTOR, f'#recent li[data-seq="{sent[1]}"]')
+    assert "troll" in rude.text
+    assert "rude words" in rude.text
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#recent button.recall")) == 4
+    rude.find_element(By.CSS_SELECTOR, "button.recall").click()
+    WebDriverWait(browser, 10).until(lambda b: read_list(
+        b, f'#recent li[data-seq="{sent[1]}"]', "className") == ["recalled"])
+    screenshot(browser, tmp_path, "recalled")
+    said = browser.find_element(By.ID, "mod-note").text
+    assert said == f"Message {sent[1]} of troll recalled in talk."
+    # Recalled on the server: every listener reads the tombstone.
+    status, page = call(f"{served.url}/v1/rooms/talk/poll?uid=x")
+    assert status == 200
+    assert [(m["body"], m.get("recalled")) for m in page["messages"]] == [
+        ("hello", None), (None, True), ({"text": "hi all"}, None)]
+    line = browser.find_element(By.CSS_SELECTOR, f'#recent li[data-seq="{sent[1]}"]')
+    assert "rude words" not in line.text
+    assert line.find_elements(By.CSS_SELECTOR, "button.recall") == []
+    assert [(e["action"], e["target"]) for e in audit_of(served, "talk")] == [
+        ("recall", f"room:{sent[1]}")]
+    WebDriverWait(browser, 10).until(
+        lambda b: lines(b, "audit")[0].endswith(f"admin: recall message {sent[1]}"))
+    # A uid in the list is the one to mute or ban.
+    line.find_element(By.CSS_SELECTOR, "button.uid").click()
+    assert browser.find_element(By.ID, "sanction-uid").get_attribute("value") == "troll"
+
+
+def sanction(browser: WebDriver, uid: str, seconds: int, reason: str, button: str) -> None:
+    field = browser.find_element(By.ID, "sanction-uid")
+    field.clear()
+    field.send_keys(uid)
+    Select(browser.find_element(By.ID, "sanction-for")).select_by_value(str(seconds))
+    browser.find_element(By.ID, "sanction-reason").send_keys(reason)
+    browser.find_element(By.ID, button).click()
+
+
+def listed(browser: WebDriver, kind: str) -> list[str]:
+    return read_list(browser, f"#{kind} li[data-uid]", "dataset.uid")
+
+
+def in_force(served: Served, room: str, kind: str) -> dict[str, dict[str, Any]]:
+    status, doc = call(f"{served.url}/v1/admin/rooms/{room}/{kind}", token=ADMIN)
+    assert status == 200, doc
+    return {s["uid"]: s for s in doc[kind]}
+
+
+def test_mutes_and_bans_are_given_for_a_while_listed_with_the_time_left_and_lifted(
+        browser: WebDriver, served: Served, tmp_path: Path) -> None:
+    send_message(served, "mods", "hello", uid="carol")
+    open_room_panel(browser, served, "mods")
+    WebDriverWait(browser, 10).until(lambda b: lines(b, "muted") == ["nobody"])
+    sanction(browser, "troll", 600, "spam", "mute")
+    WebDriverWait(browser, 10).until(lambda b: listed(b, "muted") == ["troll"])
+    mute = in_force(served, "mods", "muted")["troll"]
+    assert 590 <= mute["seconds_left"] <= 600
+    assert (mute["reason"], mute["by"]) == ("spam", "admin")
+    assert read_list(browser, "#muted .text", "textContent") == ["troll: spam"]
+    (left,) = read_list(browser, "#muted .left", "textContent")
+    assert re.fullmatch(r"10 min left|9 min \d{1,2} s left", left), left
+    # Muted on the server: its send is refused.
+    status, refused = call(f"{served.url}/v1/rooms/mods/messages", "POST",
+                           {"uid": "troll", "body": "let me talk"})
+    assert (status, refused["error"]) == (403, "muted")
+    # A day's ban, and one until lifted (a mute cannot be).
+    sanction(browser, "spammer", 86400, "", "ban")
+    WebDriverWait(browser, 10).until(lambda b: listed(b, "banned") == ["spammer"])
+    select = Select(browser.find_element(By.ID, "sanction-for"))
+    select.select_by_value("0")
+    assert not browser.find_element(By.ID, "mute").is_enabled()
+    sanction(browser, "bot", 0, "flooding", "ban")
+    WebDriverWait(browser, 10).until(lambda b: sorted(listed(b, "banned")) == ["bot", "spammer"])
+    banned = in_force(served, "mods", "banned")
+    assert (banned["bot"]["until_ms"], banned["bot"]["seconds_left"]) == (0, None)
+    assert banned["bot"]["reason"] == "flooding"
+    assert 86390 <= banned["spammer"]["seconds_left"] <= 86400
+    left = dict(zip(listed(browser, "banned"), read_list(browser, "#banned .left", "textContent"),
+                    strict=True))
+    assert left["bot"] == "until lifted"
+    assert re.fullmatch(r"1 d left|23 h 59 min left", left["spammer"]), left
+    screenshot(browser, tmp_path, "sanctions")
+    # Lifted, one by one.
+    browser.find_element(By.CSS_SELECTOR, '#muted li[data-uid="troll"] button.lift').click()
+    WebDriverWait(browser, 10).until(lambda b: lines(b, "muted") == ["nobody"])
+    assert in_force(served, "mods", "muted") == {}
+    browser.find_element(By.CSS_SELECTOR, '#banned li[data-uid="bot"] button.lift').click()
+    WebDriverWait(browser, 10).until(lambda b: listed(b, "banned") == ["spammer"])
+    assert set(in_force(served, "mods", "banned")) == {"spammer"}
+    status, _ = call(f"{served.url}/v1/rooms/mods/messages", "POST",
+                     {"uid": "troll", "body": "thanks"})
+    assert status == 201
+    # The audit, newest first, as the server keeps it.
+    audit = audit_of(served, "mods")
+    assert [(e["action"], e["target"]) for e in audit] == [
+        ("unban", "bot"), ("unmute", "troll"), ("ban", "bot"), ("ban", "spammer"),
+        ("mute", "troll")]
+    WebDriverWait(browser, 10).until(lambda b: len(lines(b, "audit")) == len(audit))
+    assert read_list(browser, "#audit li", "dataset.action") == [e["action"] for e in audit]
+    assert lines(browser, "audit")[-1].endswith("admin: mute troll for 10 min (spam)")
+    assert lines(browser, "audit")[2].endswith("admin: ban bot until lifted (flooding)")
+
+
+def test_slow_mode_is_set_and_lifted_from_the_dashboard(
+        browser: WebDriver, served: Served, tmp_path: Path) -> None:
+    send_message(served, "calm", "hello", uid="carol")
+    open_room_panel(browser, served, "calm")
+    assert browser.find_element(By.ID, "slow-now").text == "off"
+    assert not browser.find_element(By.ID, "slow-lift").is_displayed()
+    field = browser.find_element(By.ID, "slow-seconds")
+    field.clear()
+    field.send_keys("30")
+    browser.find_element(By.ID, "slow-set").click()
+    WebDriverWait(browser, 10).until(
+        lambda b: b.find_element(By.ID, "slow-now").get_attribute("data-seconds") == "30")
+    screenshot(browser, tmp_path, "slow")
+    assert browser.find_element(By.ID, "slow-now").text == "on: one message per 30 s"
+    status, doc = call(f"{served.url}/v1/admin/rooms/calm/moderation", token=ADMIN)
+    assert (status, doc["slow"]) == (200, 30)
+    status, answer = call(f"{served.url}/v1/rooms/calm/poll?uid=reader")
+    assert answer["slow"] == 30  # listeners are told
+    browser.find_element(By.ID, "slow-lift").click()
+    WebDriverWait(browser, 10).until(lambda b: b.find_element(By.ID, "slow-now").text == "off")
+    assert call(f"{served.url}/v1/admin/rooms/calm/moderation", token=ADMIN)[1]["slow"] == 0
+    WebDriverWait(browser, 10).until(
+        lambda b: read_list(b, "#audit li", "dataset.action") == ["slow", "slow"])
+    assert [line.split(" ", 1)[1] for line in lines(browser, "audit")] == [
+        "admin: slow mode off", "admin: slow mode 30 s"]

@@ -281,6 +281,48 @@ async def test_who_may_recall_what(node: tuple[Running, FakeClock],
         ("recall", f"room:{late}", "publisher"), ("recall", f"room:{mine}", "uid:alice")]
 
 
+async def test_a_moderator_reads_the_latest_messages_tombstones_included(
+        node: tuple[Running, FakeClock], session: aiohttp.ClientSession) -> None:
+    """``GET /v1/admin/rooms/{room}/messages``: what the dashboard picks a
+    recall from, normal and important in one list, without the notices."""
+    url = node[0].url
+    sent = [await post(session, url, f"u{n}", f"m{n}") for n in range(3)]
+    signal = await post(session, url, "system", {"pin": 1}, important=True)
+    fan = Listener(session, ROOM, uid="fan")
+    await fan.poll(url)
+    assert (await delete(session, url, sent[1]))[0] == 200
+    assert (await fan.poll(url))["recalled"] == [sent[1]]  # this node has read the recall
+
+    async def latest(query: str = "", headers: dict[str, str] = ADMIN_HEADERS
+                     ) -> tuple[int, Any]:
+        async with session.get(f"{url}/v1/admin/rooms/{ROOM}/messages{query}",
+                               headers=headers) as resp:
+            return resp.status, await resp.json()
+
+    status, doc = await latest()
+    assert status == 200, doc
+    assert (doc["room"], doc["epoch"], doc["seq"]) == (ROOM, fan.epoch, signal + 1)
+    assert [(m["seq"], m["uid"], m["important"], m["body"], m.get("recalled"))
+            for m in doc["messages"]] == [
+        (sent[0], "u0", False, "m0", None), (sent[1], "u1", False, None, True),
+        (sent[2], "u2", False, "m2", None), (signal, "system", True, {"pin": 1}, None)]
+    status, doc = await latest("?limit=2")
+    assert [m["seq"] for m in doc["messages"]] == [sent[2], signal]
+    async with session.get(f"{url}/v1/admin/rooms/{ROOM}/messages",
+                           headers={**ADMIN_HEADERS, "Accept": "application/msgpack"}) as resp:
+        assert len(msgpack.unpackb(await resp.read())["messages"]) == 4
+    for query, headers, want in [("", {}, 401), ("", PUBLISHER_HEADERS, 403),
+                                 ("?limit=0", ADMIN_HEADERS, 400),
+                                 ("?limit=101", ADMIN_HEADERS, 400)]:
+        status, doc = await latest(query, headers)
+        assert status == want, (query, doc)
+        assert set(doc) == {"error", "message"}
+    async with session.get(f"{url}/v1/admin/rooms/nobody-here/messages",
+                           headers=ADMIN_HEADERS) as resp:
+        empty = await resp.json()
+    assert (empty["seq"], empty["messages"]) == (0, [])
+
+
 async def test_in_ticket_mode_a_ticket_recalls_its_own_or_with_publish_any(
         session: aiohttp.ClientSession) -> None:
     clock = FakeClock()

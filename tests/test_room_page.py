@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from browser import Served, call, screenshot, send_message, served_node, window
 from selenium.webdriver.common.by import By
-from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.remote.webdriver import WebDriver, WebElement
 from selenium.webdriver.support.ui import WebDriverWait
 from support import ADMIN, PUBLISHER
 
+from liveroom.clock import FakeClock
 from liveroom.settings import Tier
 from proxy.tickets import mint
 
@@ -338,6 +340,170 @@ def test_the_top_givers_show_beside_the_likes_until_the_broadcast_ends(
     screenshot(browser, tmp_path, "top-givers-ended")
 
 
+def chat_line(browser: WebDriver, seq: int) -> WebElement:
+    return browser.find_element(By.CSS_SELECTOR, f'#chat .message[data-seq="{seq}"]')
+
+
+def page_text(browser: WebDriver) -> str:
+    return str(browser.find_element(By.TAG_NAME, "body").text)
+
+
+def test_a_message_recalled_by_a_moderator_is_marked_recalled_on_the_page(
+        browser: WebDriver, served: Served, tmp_path: Path) -> None:
+    """The page marks a recalled message in its place ("message recalled",
+    its body gone), in the chat and in the important box; a page opened
+    later reads its tombstone and marks it the same."""
+    send_message(served, "recalls", "fine words", uid="carol")
+    rude = send_message(served, "recalls", "rude words", uid="troll")
+    open_room(browser, served, "recalls", uid="viewer")
+    assert bodies(browser, "#chat") == ["fine words", "rude words"]
+    status, done = call(f"{served.url}/v1/rooms/recalls/messages/{rude['seq']}", "DELETE",
+                        token=ADMIN)
+    assert (status, done["recalled"]) == (200, True)
+    WebDriverWait(browser, 10, poll_frequency=0.05).until(
+        lambda b: "rude words" not in page_text(b))
+    screenshot(browser, tmp_path, "recalled")
+    assert bodies(browser, "#chat") == ["fine words", "message recalled"]
+    line = chat_line(browser, rude["seq"])
+    assert "recalled" in str(line.get_attribute("class"))
+    assert line.find_element(By.CSS_SELECTOR, ".uid").text == "troll"  # where it was
+    assert browser.find_elements(By.CSS_SELECTOR, "#chat button.recall") == []  # not viewer's
+    # An important message, recalled in its box.
+    signal = send_message(served, "recalls", "giveaway at nine", uid="host", important=True)
+    WebDriverWait(browser, 10, poll_frequency=0.05).until(
+        lambda b: bodies(b, "#important") == ["giveaway at nine"])
+    status, _ = call(f"{served.url}/v1/rooms/recalls/messages/{signal['seq']}", "DELETE",
+                     token=PUBLISHER)
+    assert status == 200
+    WebDriverWait(browser, 10, poll_frequency=0.05).until(
+        lambda b: bodies(b, "#important") == ["message recalled"])
+    # A page opened now: its first poll brings the tombstone, marked the same.
+    open_room(browser, served, "recalls", uid="late")
+    assert bodies(browser, "#chat") == ["fine words", "message recalled"]
+    assert "rude words" not in page_text(browser)
+
+
+def test_the_viewer_recalls_its_own_message_with_its_button(
+        browser: WebDriver, served: Served, tmp_path: Path) -> None:
+    send_message(served, "oops", "not mine", uid="carol")
+    open_room(browser, served, "oops", uid="dave")
+    browser.find_element(By.ID, "text").send_keys("tpyo in here")
+    browser.find_element(By.CSS_SELECTOR, "#send button[type=submit]").click()
+    WebDriverWait(browser, 5).until(lambda b: "tpyo in here" in bodies(b, "#chat"))
+    mine = browser.find_element(By.CSS_SELECTOR, "#chat .message.mine")
+    seq = int(str(mine.get_attribute("data-seq")))
+    # A button on its own line only.
+    assert browser.find_elements(By.CSS_SELECTOR, '#chat .message[data-uid="carol"] button') == []
+    screenshot(browser, tmp_path, "own-recall")
+    mine.find_element(By.CSS_SELECTOR, "button.recall").click()
+    WebDriverWait(browser, 5).until(
+        lambda b: "recalled" in str(chat_line(b, seq).get_attribute("class")))
+    assert bodies(browser, "#chat") == ["not mine", "message recalled"]
+    assert chat_line(browser, seq).find_elements(By.CSS_SELECTOR, "button.recall") == []
+    assert text_of(browser, "#send-error") == ""
+    # Recalled on the server: the dave of the audit, the tombstone for everyone.
+    status, page = call(f"{served.url}/v1/rooms/oops/poll?uid=x")
+    assert status == 200
+    assert [(m["seq"], m["body"], m.get("recalled")) for m in page["messages"]] == [
+        (seq - 1, "not mine", None), (seq, None, True)]
+    status, audit = call(f"{served.url}/v1/admin/rooms/oops/moderation", token=ADMIN)
+    assert status == 200
+    assert [(e["action"], e["by"]) for e in audit["audit"]] == [("recall", "uid:dave")]
+    # Speaking as carol: her line gets the button, dave's tombstone none.
+    speak_as(browser, "carol")
+    WebDriverWait(browser, 5).until(lambda b: b.find_elements(
+        By.CSS_SELECTOR, '#chat .message[data-uid="carol"] button.recall'))
+    assert chat_line(browser, seq).find_elements(By.CSS_SELECTOR, "button.recall") == []
+
+
+def test_an_own_message_past_the_recall_window_has_no_button(
+        browser: WebDriver, tmp_path: Path) -> None:
+    """A message sent ten minutes ago (by the node's clock, moved on since)
+    is past the window: the page offers a recall for the new one only."""
+    clock = FakeClock(start=time.time() - 600)
+    with served_node(clock=clock) as node:
+        send_message(node, "late", "hello", uid="carol")  # two senders: the room lasts
+        old = send_message(node, "late", "said long ago", uid="dave")
+        node.run(clock.advance(600))  # the node's clock catches up with the browser's
+        new = send_message(node, "late", "said just now", uid="dave")
+        open_room(browser, node, "late", uid="dave")
+        screenshot(browser, tmp_path, "window")
+        assert bodies(browser, "#chat") == ["hello", "said long ago", "said just now"]
+        assert chat_line(browser, old["seq"]).find_elements(By.CSS_SELECTOR, "button") == []
+        assert chat_line(browser, new["seq"]).find_elements(By.CSS_SELECTOR, "button.recall")
+
+
+def test_slow_mode_shows_under_the_input_and_a_refusal_shows_the_wait(
+        browser: WebDriver, served: Served, tmp_path: Path) -> None:
+    send_message(served, "slowly", "hello", uid="carol")
+    open_room(browser, served, "slowly", uid="erin")
+    assert not browser.find_element(By.ID, "slow").is_displayed()
+    status, _ = call(f"{served.url}/v1/admin/rooms/slowly/slow", "PUT", {"seconds": 30},
+                     token=ADMIN)
+    assert status == 200
+    # The page learns it from its next answer: a message wakes its held poll.
+    send_message(served, "slowly", "slow down everyone", uid="host")
+    WebDriverWait(browser, 10, poll_frequency=0.05).until(
+        lambda b: b.find_element(By.ID, "slow").is_displayed())
+    assert text_of(browser, "#slow") == "slow mode: one message per 30 s"
+    field = browser.find_element(By.ID, "text")
+    assert field.get_attribute("placeholder") == "slow mode: one message per 30 s"
+    submit = browser.find_element(By.CSS_SELECTOR, "#send button[type=submit]")
+    field.send_keys("first")
+    submit.click()
+    WebDriverWait(browser, 5).until(lambda b: "first" in bodies(b, "#chat"))
+    field.send_keys("second")
+    submit.click()
+    WebDriverWait(browser, 5).until(lambda b: "Wait" in text_of(b, "#send-error"))
+    screenshot(browser, tmp_path, "slow")
+    said = text_of(browser, "#send-error")
+    assert said.startswith("Not sent: slow mode, one message per 30 s. Wait "), said
+    assert 1 <= int(said.split("Wait ")[1].split()[0]) <= 30, said
+    assert not submit.is_enabled()  # until the wait is over
+    assert field.get_attribute("value") == "second"
+    # Lifted: said at the next answer, and the viewer may send at once.
+    status, _ = call(f"{served.url}/v1/admin/rooms/slowly/slow", "PUT", {"seconds": 0},
+                     token=ADMIN)
+    assert status == 200
+    send_message(served, "slowly", "back to normal", uid="host")
+    WebDriverWait(browser, 10, poll_frequency=0.05).until(
+        lambda b: not b.find_element(By.ID, "slow").is_displayed())
+    assert field.get_attribute("placeholder") == "Say something"
+    assert submit.is_enabled()
+    assert text_of(browser, "#send-error") == ""
+    submit.click()
+    WebDriverWait(browser, 5).until(lambda b: "second" in bodies(b, "#chat"))
+
+
+def test_a_muted_or_banned_viewer_is_told_the_servers_words(
+        browser: WebDriver, served: Served, tmp_path: Path) -> None:
+    send_message(served, "muting", "hello", uid="carol")
+    open_room(browser, served, "muting", uid="troll")
+    status, _ = call(f"{served.url}/v1/admin/rooms/muting/muted/troll", "PUT",
+                     {"seconds": 600, "reason": "spam"}, token=ADMIN)
+    assert status == 200
+    browser.find_element(By.ID, "text").send_keys("let me talk")
+    browser.find_element(By.CSS_SELECTOR, "#send button[type=submit]").click()
+    WebDriverWait(browser, 5).until(lambda b: text_of(b, "#send-error") != "")
+    screenshot(browser, tmp_path, "muted")
+    said = text_of(browser, "#send-error")
+    assert said.startswith("Not sent: uid troll is muted in room muting for "), said
+    assert "s more" in said
+    assert "A moderator muted you in this room: you can still read it." in said
+    assert browser.find_element(By.ID, "text").get_attribute("value") == "let me talk"
+    assert browser.find_element(By.ID, "status").get_attribute("data-state") == "live"
+    # Banned: its held poll is answered 403, and the page says why it stopped.
+    status, _ = call(f"{served.url}/v1/admin/rooms/muting/banned/troll", "PUT", {},
+                     token=ADMIN)
+    assert status == 200
+    WebDriverWait(browser, 10).until(
+        lambda b: b.find_element(By.ID, "status").get_attribute("data-state") == "stopped")
+    screenshot(browser, tmp_path, "banned")
+    assert text_of(browser, "#error-text") == (
+        "Listening stopped: uid troll is banned from room muting until it is lifted"
+        " — A moderator banned you from this room.")
+
+
 def test_a_name_that_cannot_be_a_room_is_a_page_with_the_way_back(
         browser: WebDriver, served: Served, tmp_path: Path) -> None:
     browser.get(f"{served.url}/rooms/no%20spaces")
@@ -395,6 +561,15 @@ def test_a_ticket_server_says_what_is_missing_then_takes_a_ticket(
         sender = browser.find_elements(By.CSS_SELECTOR, "#chat .message .uid")[-1]
         assert sender.text == "frank"
         screenshot(browser, tmp_path, "ticket")
+        # The ticket's uid is the viewer's: its line is its own, recalled with the ticket.
+        mine = browser.find_element(By.CSS_SELECTOR, '#chat .message.mine[data-uid="frank"]')
+        seq = int(str(mine.get_attribute("data-seq")))
+        mine.find_element(By.CSS_SELECTOR, "button.recall").click()
+        WebDriverWait(browser, 5).until(lambda b: bodies(b, "#chat")[-1] == "message recalled")
+        status, audit = call(f"{node.url}/v1/admin/rooms/locked/moderation", token=ADMIN)
+        assert status == 200
+        assert [(e["action"], e["target"], e["by"]) for e in audit["audit"]] == [
+            ("recall", f"room:{seq}", "uid:frank")]
 
 
 def test_the_room_page_for_the_readme(browser: WebDriver, tmp_path: Path) -> None:

@@ -12,6 +12,12 @@
 //   GET  /v1/admin/vip/{room}              its sect: pinned or automatic, since, moves
 //   PUT|DELETE /v1/admin/vip/{room}/pin    pin it to a sect, or give it back to the rule
 //   POST /v1/admin/rooms/{room}/end        end a broadcast (after a confirmation)
+//   GET  /v1/admin/rooms/{room}/messages   its latest messages, to recall one
+//   DELETE /v1/rooms/{room}/messages/{seq} recall it
+//   PUT|DELETE /v1/admin/rooms/{room}/muted/{uid}, .../banned/{uid}   mute, ban, lift
+//   GET  /v1/admin/rooms/{room}/muted, .../banned                      those in force
+//   PUT  /v1/admin/rooms/{room}/slow       slow mode (0 lifts it)
+//   GET  /v1/admin/rooms/{room}/moderation its slow mode and audit, newest first
 //
 // The token is asked once and kept in sessionStorage: this tab only, gone
 // when it closes. A refused token (401, or 403 for the publisher token)
@@ -59,13 +65,16 @@ const state = {
 
 // -- calling the API -----------------------------------------------------------------
 
-async function api(method, path, query = null) {
+async function api(method, path, query = null, body = undefined) {
   const url = query ? `${path}?${new URLSearchParams(query)}` : path;
+  const headers = { Authorization: `Bearer ${state.token}`, Accept: "application/json" };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
   let resp;
   try {
     resp = await fetch(url, {
       method,
-      headers: { Authorization: `Bearer ${state.token}`, Accept: "application/json" },
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
       cache: "no-store",
     });
   } catch (error) {
@@ -244,10 +253,16 @@ function choose(room) {
     state.vip = null;
     destroyPlot();
     $("broadcasts").replaceChildren();
+    for (const id of ["recent", "muted", "banned", "audit"]) {
+      $(id).replaceChildren();
+      delete $(id).dataset.key;
+    }
+    $("slow-now").textContent = "–";
     for (const id of ["room-online", "room-viewers", "room-tier", "room-seq", "room-vip"]) {
       $(id).textContent = "–";
     }
     note(null);
+    modNote(null);
   }
   $("room").hidden = false;
   $("room-name").textContent = room;
@@ -277,6 +292,7 @@ async function refreshRoom() {
     guarded(() => api("GET", `${path}/leaderboard`, { limit: 10 })),
     guarded(() => api("GET", `${path}/broadcasts`)),
     guarded(() => api("GET", `/v1/admin/vip/${encodeURIComponent(room)}`)),
+    refreshModeration(),
   ]);
   if (room !== state.room) return; // another room was chosen meanwhile
   if (stats) showStats(stats);
@@ -412,6 +428,262 @@ async function onConfirmClosed() {
       "its listeners reset into it.");
     await refresh();
   }
+}
+
+// -- moderation --------------------------------------------------------------------------------
+//
+// The chosen room's latest messages (each with a recall), its mutes and bans
+// (each with the time left and a lift), its slow mode and its audit. Every
+// action goes through the API, then the panel reads the room again: what it
+// shows is what the server holds.
+
+const RECENT_LIMIT = 20;
+const AUDIT_LIMIT = 20;
+
+/** "45 s", "10 min", "1 h 30 min", "2 d 3 h": a duration as people read it. */
+function duration(seconds) {
+  const parts = [];
+  for (const [unit, size] of [["d", 86400], ["h", 3600], ["min", 60], ["s", 1]]) {
+    if (seconds >= size && parts.length < 2) {
+      parts.push(`${Math.floor(seconds / size)} ${unit}`);
+      seconds %= size;
+    } else if (parts.length) {
+      break;
+    }
+  }
+  return parts.join(" ") || "0 s";
+}
+
+/** A body as a line of text: a string as it is, {text} as its text, else its JSON. */
+function bodyText(body) {
+  if (typeof body === "string") return body;
+  if (body && typeof body === "object" && typeof body.text === "string") return body.text;
+  return JSON.stringify(body);
+}
+
+/** Draw `list`'s lines again (`make()`) only when `key`, what they show, changed:
+ * a refresh that brings the same keeps them, with a click on its way. */
+function redraw(list, key, make) {
+  if (list.dataset.key === key) return;
+  list.dataset.key = key;
+  list.replaceChildren(...make());
+}
+
+function roomPath(room, tail) {
+  return `/v1/admin/rooms/${encodeURIComponent(room)}/${tail}`;
+}
+
+let moderationAsked = 0; // reads of the moderation asked for so far
+let moderationShown = 0; // the last of them drawn
+
+async function refreshModeration() {
+  const room = state.room;
+  const asked = (moderationAsked += 1);
+  const [recent, muted, banned, audit] = await Promise.all([
+    guarded(() => api("GET", roomPath(room, "messages"), { limit: RECENT_LIMIT })),
+    guarded(() => api("GET", roomPath(room, "muted"))),
+    guarded(() => api("GET", roomPath(room, "banned"))),
+    guarded(() => api("GET", roomPath(room, "moderation"), { limit: AUDIT_LIMIT })),
+  ]);
+  // A read that began before an action must not draw what it undid.
+  if (room !== state.room || asked < moderationShown) return;
+  moderationShown = asked;
+  if (recent) showRecent(recent.messages);
+  if (muted) showSanctions("muted", muted.muted);
+  if (banned) showSanctions("banned", banned.banned);
+  if (audit) {
+    showSlow(audit.slow);
+    showAudit(audit.audit);
+  }
+}
+
+function showRecent(messages) {
+  const key = messages.map((m) => `${m.seq}${m.recalled ? "r" : ""}`).join(" ");
+  redraw($("recent"), key, () => messages.slice().reverse().map((m) => {
+    const li = document.createElement("li");
+    li.dataset.seq = String(m.seq);
+    li.dataset.uid = m.uid;
+    if (m.recalled) li.className = "recalled";
+    const when = document.createElement("time");
+    when.dateTime = new Date(m.ts).toISOString();
+    when.textContent = clock(m.ts);
+    const who = document.createElement("button");
+    who.type = "button";
+    who.className = "link uid";
+    who.title = "mute or ban this uid";
+    who.textContent = m.uid;
+    const text = document.createElement("span");
+    text.className = "text";
+    text.textContent = `${m.important ? "★ " : ""}${m.recalled ? "recalled" : bodyText(m.body)}`;
+    li.append(when, who, text);
+    if (!m.recalled) {
+      const recall = document.createElement("button");
+      recall.type = "button";
+      recall.className = "danger recall";
+      recall.textContent = "recall";
+      li.append(recall);
+    }
+    return li;
+  }));
+  $("recent-empty").hidden = messages.length > 0;
+}
+
+function showSanctions(kind, sanctions) {
+  const list = $(kind);
+  const key = JSON.stringify(sanctions.map((s) => [s.uid, s.until_ms, s.at_ms, s.reason]));
+  redraw(list, key, () => {
+    if (!sanctions.length) {
+      const li = document.createElement("li");
+      li.className = "hint";
+      li.textContent = "nobody";
+      return [li];
+    }
+    return sanctions.map((s) => {
+      const li = document.createElement("li");
+      li.dataset.uid = s.uid;
+      const who = document.createElement("span");
+      who.className = "text";
+      who.textContent = s.reason ? `${s.uid}: ${s.reason}` : s.uid;
+      const left = document.createElement("span");
+      left.className = "left";
+      left.title = s.until_ms ? `until ${new Date(s.until_ms).toLocaleString("en")}, by ${s.by}`
+        : `by ${s.by}`;
+      const lift = document.createElement("button");
+      lift.type = "button";
+      lift.className = "quiet lift";
+      lift.dataset.kind = kind;
+      lift.textContent = "lift";
+      li.append(who, left, lift);
+      return li;
+    });
+  });
+  // The time left moves on every refresh: in place.
+  for (const s of sanctions) {
+    const left = list.querySelector(`li[data-uid="${s.uid}"] .left`);
+    left.textContent = s.seconds_left === null ? "until lifted" : `${duration(s.seconds_left)} left`;
+  }
+}
+
+function showSlow(seconds) {
+  const now = $("slow-now");
+  now.textContent = seconds ? `on: one message per ${duration(seconds)}` : "off";
+  now.dataset.seconds = String(seconds);
+  $("slow-lift").hidden = !seconds;
+}
+
+function auditText(entry) {
+  const target = entry.action === "recall" ? `message ${entry.target.replace(/^room:/, "")}`
+    : entry.target;
+  let what = `${entry.action}${target ? ` ${target}` : ""}`;
+  if (entry.action === "slow") what = entry.seconds ? `slow mode ${duration(entry.seconds)}` : "slow mode off";
+  else if (entry.action === "ban") what += entry.seconds ? ` for ${duration(entry.seconds)}` : " until lifted";
+  else if (entry.seconds) what += ` for ${duration(entry.seconds)}`;
+  return `${entry.by}: ${what}${entry.reason ? ` (${entry.reason})` : ""}`;
+}
+
+function showAudit(entries) {
+  const list = $("audit");
+  const key = JSON.stringify(entries.map((e) => [e.at_ms, e.action, e.target]));
+  redraw(list, key, () => (entries.length ? entries : [null]).map((entry) => {
+    if (entry === null) {
+      const li = document.createElement("li");
+      li.className = "hint";
+      li.textContent = "no action this broadcast";
+      return li;
+    }
+    const li = document.createElement("li");
+    li.dataset.action = entry.action;
+    li.dataset.target = entry.target;
+    const when = document.createElement("time");
+    when.dateTime = new Date(entry.at_ms).toISOString();
+    when.textContent = clock(entry.at_ms);
+    const text = document.createElement("span");
+    text.className = "text";
+    text.textContent = auditText(entry);
+    li.append(when, text);
+    return li;
+  }));
+}
+
+/** What the last moderation did, at the top of its part of the panel. */
+function modNote(text) {
+  const p = $("mod-note");
+  p.hidden = !text;
+  p.textContent = text ?? "";
+}
+
+/** One moderation call with `button` disabled meanwhile; on success the note
+ * says `said(doc)` and the room is read again. */
+async function moderate(button, call, said) {
+  const room = state.room;
+  button.disabled = true;
+  try {
+    const doc = await guarded(call);
+    if (doc) {
+      modNote(said(doc, room));
+      if (room === state.room) await refreshModeration();
+    }
+  } finally {
+    button.disabled = false;
+  }
+}
+
+async function onRecent(event) {
+  const li = event.target.closest("li[data-seq]");
+  if (!li) return;
+  if (event.target.closest("button.uid")) {
+    $("sanction-uid").value = li.dataset.uid;
+    $("sanction-uid").focus();
+    return;
+  }
+  const button = event.target.closest("button.recall");
+  if (!button) return;
+  const room = state.room;
+  await moderate(button,
+    () => api("DELETE", `/v1/rooms/${encodeURIComponent(room)}/messages/${li.dataset.seq}`),
+    (doc) => `Message ${doc.seq} of ${doc.uid} recalled in ${doc.room}.`);
+}
+
+/** Mute (1 min to 1 day) or ban (those, or until lifted) the uid typed. */
+async function onSanction(event) {
+  event.preventDefault();
+  const kind = event.submitter?.value ?? "muted";
+  const field = $("sanction-uid");
+  const uid = field.value.trim();
+  if (!NAME.test(uid)) {
+    field.reportValidity();
+    return;
+  }
+  const seconds = Number($("sanction-for").value);
+  const reason = $("sanction-reason").value.trim();
+  const room = state.room;
+  await moderate(event.submitter ?? $("mute"),
+    () => api("PUT", roomPath(room, `${kind}/${encodeURIComponent(uid)}`), null,
+      reason ? { seconds, reason } : { seconds }),
+    () => `${uid} is ${kind} in ${room} ${seconds ? `for ${duration(seconds)}` : "until lifted"}.`);
+  $("sanction-reason").value = "";
+}
+
+/** A mute can't be "until lifted": the server wants its end. */
+function onSanctionFor() {
+  $("mute").disabled = $("sanction-for").value === "0";
+}
+
+async function onLift(event) {
+  const button = event.target.closest("button.lift");
+  if (!button) return;
+  const uid = button.closest("li").dataset.uid;
+  const kind = button.dataset.kind;
+  const room = state.room;
+  await moderate(button, () => api("DELETE", roomPath(room, `${kind}/${encodeURIComponent(uid)}`)),
+    () => `${uid} is no longer ${kind} in ${room}.`);
+}
+
+async function setSlow(button, seconds) {
+  const room = state.room;
+  await moderate(button, () => api("PUT", roomPath(room, "slow"), null, { seconds }),
+    () => (seconds ? `Slow mode in ${room}: one message per ${duration(seconds)} a uid.`
+      : `Slow mode lifted in ${room}.`));
 }
 
 // -- the online curve -------------------------------------------------------------------------
@@ -596,6 +868,21 @@ function main() {
   $("end-broadcast").addEventListener("click", askEnd);
   $("confirm-end").addEventListener("close", onConfirmClosed);
   $("ranges").addEventListener("click", chooseRange);
+  $("recent").addEventListener("click", onRecent);
+  $("sanction").addEventListener("submit", onSanction);
+  $("sanction-for").addEventListener("change", onSanctionFor);
+  $("muted").addEventListener("click", onLift);
+  $("banned").addEventListener("click", onLift);
+  $("slow").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const field = $("slow-seconds");
+    if (!field.checkValidity()) {
+      field.reportValidity();
+      return;
+    }
+    setSlow($("slow-set"), Number(field.value));
+  });
+  $("slow-lift").addEventListener("click", () => setSlow($("slow-lift"), 0));
   new ResizeObserver(() => state.plot?.setSize({ width: chartWidth(), height: 240 }))
     .observe($("chart"));
   if (typeof globalThis.uPlot !== "function") {

@@ -8,8 +8,10 @@ export interface Message {
   important: boolean;
   /** When it was stored, in ms since the epoch. */
   ts: number;
-  /** Any JSON value the sender sent. */
+  /** Any JSON value the sender sent; null once recalled. */
   body: unknown;
+  /** Present (true) on a recalled message: its tombstone, body null. */
+  recalled?: true;
 }
 
 /** A message for one listener alone (sent with "to": its uid); always important. */
@@ -71,6 +73,10 @@ export interface PollAnswer {
   pgap?: number;
   /** The room's top givers, only when they changed since the version the poll echoed. */
   ranking?: Ranking;
+  /** Seqs of messages recalled since the cursor (remove or mark them), only when some were. */
+  recalled?: number[];
+  /** In a slow room only: seconds a uid waits between two normal messages. */
+  slow?: number;
 }
 
 /** The listener's place in the room; passed back on every poll. */
@@ -127,6 +133,10 @@ export interface ListenOptions extends ClientOptions {
   onLikes?: (likes: number, answer: PollAnswer) => void;
   /** The room's top givers changed (an answer carried them); runs after onLikes. */
   onRanking?: (ranking: Ranking, answer: PollAnswer) => void;
+  /** The room's slow mode changed (seconds; 0: lifted); runs after onRanking. */
+  onSlow?: (seconds: number, answer: PollAnswer) => void;
+  /** Messages were recalled (their seqs): remove or mark them; runs after onGap, before onPersonal. */
+  onRecall?: (seqs: number[], answer: PollAnswer) => void;
   /** Every answer, after the callbacks above. */
   onAnswer?: (answer: PollAnswer) => void;
   /** A failure; retryInMs is when the next try comes, null when the loop stopped. */
@@ -142,11 +152,35 @@ export interface SendOptions extends ClientOptions {
   clientMsgId?: string;
   /** Tries after the first, for network errors, 5xx, 429 and 503 (default 2). */
   retries?: number;
-  /** Longest Retry-After (seconds) worth waiting for; beyond, the error is thrown (default 10). */
+  /**
+   * Longest Retry-After (seconds) worth waiting for; beyond, the error is thrown (default 10).
+   * A slow room's refusal is a 429 whose Retry-After is the wait: 0 shows it at once.
+   */
   maxWait?: number;
   /** Seconds to wait for an answer (default 15). */
   readTimeout?: number;
   signal?: AbortSignal;
+}
+
+export interface RecallOptions extends ClientOptions {
+  /** Tries after the first, for network errors, 5xx, 429 and 503 (default 2): a recall is idempotent. */
+  retries?: number;
+  /** Longest Retry-After (seconds) worth waiting for (default 10). */
+  maxWait?: number;
+  /** Seconds to wait for an answer (default 15). */
+  readTimeout?: number;
+  signal?: AbortSignal;
+}
+
+/** A recall's answer. */
+export interface Recalled {
+  room: string;
+  seq: number;
+  /** Who had sent it. */
+  uid: string;
+  recalled: true;
+  /** The seq of the recall's notice (an important entry listeners read as `recalled`). */
+  notice: number;
 }
 
 export interface StatsOptions {
@@ -184,6 +218,8 @@ export class Listener {
   readonly ranking: Ranking | null;
   /** A vip room's routing hint from the last answer (echoed); null: none. */
   readonly spread: number | null;
+  /** The room's slow mode from the last answer, in seconds; 0: off (and before an answer). */
+  readonly slow: number;
   readonly running: boolean;
   /** Resolves when the loop ends: null after stop(), else the error that stopped it. */
   readonly closed: Promise<LiveroomError | null>;
@@ -194,6 +230,11 @@ export class Listener {
 export function listen(room: string, options?: ListenOptions): Listener;
 export function send(room: string, body: unknown, options?: SendOptions): Promise<{ seq: number; epoch: string }>;
 export function roomStats(room: string, options?: StatsOptions): Promise<RoomStats>;
+/**
+ * Recall message `seq`: its sender within the server's window (its ticket, or `uid` in open
+ * mode), or the publisher or admin token (or a ticket that may publish) any message.
+ */
+export function recall(room: string, seq: number, options?: RecallOptions): Promise<Recalled>;
 export interface LikeOptions extends ClientOptions {
   /** Seconds to wait for an answer (default 15). */
   readTimeout?: number;

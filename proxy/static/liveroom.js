@@ -3,7 +3,7 @@
 // One ES module, no dependency, no build step: serve it as it is (liveroom
 // serves it at /static/liveroom.js) and import it. Typings: liveroom.d.ts.
 //
-//   import { listen, send, roomStats } from "/static/liveroom.js";
+//   import { listen, send, recall, roomStats } from "/static/liveroom.js";
 //   const listener = listen("demo", {
 //     uid: "alice",                                  // open mode; a ticket names it otherwise
 //     onPersonal: (messages) => toast(messages),      // for alice alone ("to": "alice")
@@ -11,9 +11,12 @@
 //     onMessages: (messages) => show(messages),
 //     onGap: ({ gap, igap }) => note(`${gap + igap} messages missed`),
 //     onRanking: ({ top }) => showTopGivers(top),    // [{uid, score}], when it changed
+//     onRecall: (seqs) => seqs.forEach(markRecalled), // before the answer's messages
+//     onSlow: (seconds) => note(seconds ? `one message per ${seconds} s` : ""),
 //     onError: (error, retryInMs) => note(error.message),
 //   });
-//   await send("demo", { text: "hi" }, { uid: "alice" });
+//   const { seq } = await send("demo", { text: "hi" }, { uid: "alice" });
+//   await recall("demo", seq, { uid: "alice" });      // its sender, within 120 s
 //   listener.stop();
 //
 // The poll loop follows the contract (docs/api.md, "Listening"): a first poll,
@@ -23,10 +26,14 @@
 // sleeps between answers, whatever interval_ms says. Per answer the callbacks
 // run in this order: onLikes (the room's likes, when they changed), onRanking
 // (the room's top givers, {version, top}, when an answer carries them: only
-// when they changed), onReset (the cursors no longer fitted the room: the
+// when they changed), onSlow (the room's slow mode, seconds, 0 when off:
+// when it changed), onReset (the cursors no longer fitted the room: the
 // answer is like a first poll), onGap (gap normal, igap important, pgap
-// personal messages missed), onPersonal (this listener's own messages),
-// onImportant, onMessages (each only when it has messages), onAnswer.
+// personal messages missed), onRecall (the seqs of messages recalled since
+// the cursor: remove or mark them), onPersonal (this listener's own
+// messages), onImportant, onMessages (each only when it has messages),
+// onAnswer. A recalled message still in an answer comes as it is, with
+// `body: null, recalled: true`.
 // A callback that throws is reported (console.error) and the loop goes on.
 //
 // Failures: a network error, a read past the poll's longest hold, a 408 or a
@@ -193,6 +200,8 @@ export class Listener {
     this.ranking = null;
     /** A vip room's routing hint from the last answer, echoed by the next poll; null: none. */
     this.spread = null;
+    /** The room's slow mode from the last answer: seconds between two messages of a uid; 0: off. */
+    this.slow = 0;
     this._controller = null;
     this._closed = null;
   }
@@ -297,9 +306,14 @@ export class Listener {
     const ranking = answer.ranking ?? null;
     if (ranking !== null) this.ranking = ranking;
     this.spread = answer.spread ?? null;
+    const slow = answer.slow ?? 0;
+    const slowChanged = slow !== this.slow;
+    this.slow = slow;
     if (likesChanged) this._call("onLikes", likes, answer);
     if (signal.aborted) return;
     if (ranking !== null) this._call("onRanking", ranking, answer);
+    if (signal.aborted) return;
+    if (slowChanged) this._call("onSlow", slow, answer);
     if (signal.aborted) return;
     if (answer.reset) this._call("onReset", answer);
     if (signal.aborted) return;
@@ -307,6 +321,9 @@ export class Listener {
     if (answer.gap > 0 || answer.igap > 0 || pgap > 0) {
       this._call("onGap", { gap: answer.gap, igap: answer.igap, pgap }, answer);
     }
+    if (signal.aborted) return;
+    const recalled = answer.recalled ?? [];
+    if (recalled.length > 0) this._call("onRecall", recalled, answer);
     if (signal.aborted) return;
     const personal = answer.personal ?? [];
     if (personal.length > 0) this._call("onPersonal", personal, answer);
@@ -342,6 +359,27 @@ function messageId() {
 }
 
 /**
+ * Run `attempt` (a request) again after failures worth retrying: network
+ * errors and 5xx after a backoff, 429 and 503 after Retry-After when that is
+ * at most maxWait seconds (default 10); `retries` tries after the first
+ * (default 2). Anything else rejects with its LiveroomError.
+ */
+async function retrying(attempt, options, signal) {
+  const retries = options.retries ?? 2;
+  const maxWait = options.maxWait ?? 10;
+  for (let failures = 0; ; failures += 1) {
+    try {
+      return await attempt();
+    } catch (error) {
+      if (!(error instanceof LiveroomError) || !error.temporary || failures >= retries) throw error;
+      if (error.retryAfter !== null && error.retryAfter > maxWait) throw error;
+      await pause(retryDelay(error, failures + 1), signal);
+      if (signal.aborted) throw error;
+    }
+  }
+}
+
+/**
  * Send a message; resolves to {seq, epoch} ({pseq, epoch, to} with `to`). `body` is any JSON value (4 KiB
  * at most by default). With retries (default 2), a failure worth retrying is
  * tried again with the same client_msg_id, so the message is stored once:
@@ -355,7 +393,6 @@ export async function send(room, body, options = {}) {
   const base = baseOf(options);
   const fetcher = options.fetch ?? globalThis.fetch.bind(globalThis);
   const retries = options.retries ?? 2;
-  const maxWait = options.maxWait ?? 10;
   const doc = { body, important: Boolean(options.important) || Boolean(options.to) };
   if (options.uid) doc.uid = options.uid;
   if (options.to) doc.to = checkName("to", options.to); // a personal message
@@ -363,22 +400,42 @@ export async function send(room, body, options = {}) {
   if (id !== undefined) doc.client_msg_id = id;
   const payload = JSON.stringify(doc);
   const signal = options.signal ?? new AbortController().signal;
-  for (let attempt = 0; ; attempt += 1) {
-    try {
-      const headers = { "Content-Type": "application/json", Accept: "application/json",
-        ...(await bearer(options.ticket)) };
-      const answer = await request(fetcher, `${base}/v1/rooms/${room}/messages`,
-        { method: "POST", headers, body: payload }, (options.readTimeout ?? 15) * 1000, signal);
-      return options.to
-        ? { pseq: answer.pseq, epoch: answer.epoch, to: answer.to }
-        : { seq: answer.seq, epoch: answer.epoch };
-    } catch (error) {
-      if (!(error instanceof LiveroomError) || !error.temporary || attempt >= retries) throw error;
-      if (error.retryAfter !== null && error.retryAfter > maxWait) throw error;
-      await pause(retryDelay(error, attempt + 1), signal);
-      if (signal.aborted) throw error;
-    }
+  const answer = await retrying(async () => {
+    const headers = { "Content-Type": "application/json", Accept: "application/json",
+      ...(await bearer(options.ticket)) };
+    return request(fetcher, `${base}/v1/rooms/${room}/messages`,
+      { method: "POST", headers, body: payload }, (options.readTimeout ?? 15) * 1000, signal);
+  }, options, signal);
+  return options.to
+    ? { pseq: answer.pseq, epoch: answer.epoch, to: answer.to }
+    : { seq: answer.seq, epoch: answer.epoch };
+}
+
+/**
+ * Recall (撤回) message `seq` of `room`; resolves to the server's answer,
+ * {room, seq, uid, recalled: true, notice}. Who may: the sender itself within
+ * the server's recall window (120 s by default), with its ticket or, in open
+ * mode, its `uid`; the publisher token, the admin token or a ticket that may
+ * publish, any message the room keeps. Recalling twice answers the same, so a
+ * failure worth retrying is retried like a send's (`retries`, `maxWait`). A
+ * message the room no longer keeps is a 404, someone else's (or one past the
+ * window) a 403.
+ */
+export async function recall(room, seq, options = {}) {
+  checkName("room", room);
+  if (!Number.isInteger(seq) || seq < 1) {
+    throw new RangeError(`seq must be a whole number from 1, not ${seq}`);
   }
+  if (options.uid !== undefined && options.uid !== null) checkName("uid", options.uid);
+  const fetcher = options.fetch ?? globalThis.fetch.bind(globalThis);
+  const query = options.uid ? `?${new URLSearchParams({ uid: options.uid })}` : "";
+  const url = `${baseOf(options)}/v1/rooms/${room}/messages/${seq}${query}`;
+  const signal = options.signal ?? new AbortController().signal;
+  return retrying(async () => {
+    const headers = { Accept: "application/json", ...(await bearer(options.ticket)) };
+    return request(fetcher, url, { method: "DELETE", headers },
+      (options.readTimeout ?? 15) * 1000, signal);
+  }, options, signal);
 }
 
 /**

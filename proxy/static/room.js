@@ -4,20 +4,26 @@
 // drawn before the chat of the same answer (liveroom.js calls onImportant
 // first). Every message element carries data-order, the order it was drawn
 // in. Gaps and resets are notices in the chat. The room's top givers show
-// beside its likes while it has some (onRanking). Failures are shown, never a
-// blank page: the listener's in a banner (with the retry it is waiting for),
-// a send's under the box. Bodies are shown as text, never as markup.
+// beside its likes while it has some (onRanking). A recalled message stays in
+// its place, marked "message recalled" (its body gone: onRecall, or a
+// tombstone in an answer); the viewer's own messages carry a "recall" button
+// for the server's recall window. Slow mode shows under the input (onSlow).
+// Failures are shown, never a blank page: the listener's in a banner (with
+// the retry it is waiting for), a send's under the box (a mute or ban with the
+// server's words, a slow room's refusal with the wait). Bodies are shown as
+// text, never as markup.
 //
 // A new uid or ticket is a new listener, whose first poll brings the recent
 // chat again: the page keeps the lines it shows and skips those it has
 // drawn (see "what the chat shows").
 
-import { Listener, LiveroomError, like, roomStats, send } from "/static/liveroom.js";
+import { Listener, LiveroomError, like, recall, roomStats, send } from "/static/liveroom.js";
 
 const CHAT_KEEP = 500;       // messages drawn in the chat; older ones are removed
 const IMPORTANT_KEEP = 50;
 const STATS_EVERY_MS = 5000;
 const TAPS_EVERY_MS = 500;   // taps are batched: one request for the taps of half a second
+const RECALL_WINDOW_MS = 120_000; // the server's --recall-window (default): the own-recall button's life
 
 const $ = (id) => document.getElementById(id);
 const room = decodeURIComponent(location.pathname.split("/").filter(Boolean).pop() ?? "");
@@ -40,6 +46,29 @@ ticketField.value = sessionStorage.getItem("liveroom.ticket") || "";
 /** A ticket is a JWT (three dotted parts); anything else is a token, for sends only. */
 const isTicket = (value) => value.split(".").length === 3;
 const ticket = () => ticketField.value.trim();
+
+/** The uid a ticket names (its "sub" claim, read, not verified: the server does that). */
+function ticketUid(value) {
+  try {
+    const part = value.split(".")[1].replaceAll("-", "+").replaceAll("_", "/");
+    const claims = JSON.parse(atob(part.padEnd(part.length + (4 - part.length % 4) % 4, "=")));
+    return typeof claims.sub === "string" ? claims.sub : null;
+  } catch {
+    return null;
+  }
+}
+
+/** Who the page speaks as: the ticket's uid, else the uid typed. */
+function me() {
+  const t = ticket();
+  return t && isTicket(t) ? ticketUid(t) : uidField.value;
+}
+
+/** The options of a call as the viewer: its uid in open mode, its ticket or token. */
+function asViewer() {
+  const t = ticket();
+  return { uid: t && isTicket(t) ? undefined : uidField.value, ticket: t || null };
+}
 
 function showWho() {
   const t = ticket();
@@ -75,9 +104,10 @@ function messageItem(message) {
   const item = document.createElement("li");
   item.className = message.important ? "message important" : "message";
   item.dataset.uid = message.uid;
-  if (message.uid === uidField.value) item.classList.add("mine");
+  if (message.uid === me()) item.classList.add("mine");
   if (message.to !== undefined) item.classList.add("personal");
   item.dataset.seq = String(message.seq ?? `p${message.pseq}`);
+  item.dataset.ts = String(message.ts);
   item.dataset.order = String((drawn += 1));
   const who = document.createElement("span");
   who.className = "uid";
@@ -90,6 +120,8 @@ function messageItem(message) {
   text.textContent = bodyText(message.body);
   if (typeof message.body !== "string") text.title = JSON.stringify(message.body);
   item.append(who, when, text);
+  if (message.recalled) showRecalled(item);
+  else if (message.to === undefined) offerRecall(item);
   return item;
 }
 
@@ -112,11 +144,117 @@ function notice(text, kind) {
 
 const plural = (n, one, many) => `${n.toLocaleString()} ${n === 1 ? one : many}`;
 
-/** The lines already drawn follow the uid spoken as: its own are "mine". */
+/** The lines already drawn follow the uid spoken as: its own are "mine",
+ * with a recall button while they may be. */
 function markMine() {
   for (const item of document.querySelectorAll(".message[data-uid]")) {
-    item.classList.toggle("mine", item.dataset.uid === uidField.value);
+    item.classList.toggle("mine", item.dataset.uid === me());
+    if (!item.classList.contains("personal")) offerRecall(item);
   }
+}
+
+// -- recalls -----------------------------------------------------------------------
+//
+// A recalled message is marked where it was, not removed: the lines around
+// it keep their places (a reader does not lose the line it was on), and the
+// chat says that something was taken back. Its body is gone from the page as
+// it is from the server.
+
+/** Mark every line of message `seq` (chat or important box) as recalled. */
+function markRecalled(seq) {
+  for (const item of document.querySelectorAll(`.message[data-seq="${seq}"]`)) {
+    if (!item.classList.contains("personal")) showRecalled(item);
+  }
+}
+
+function showRecalled(item) {
+  item.classList.add("recalled");
+  item.dataset.recalled = "true";
+  const text = item.querySelector(".body");
+  text.textContent = "message recalled";
+  text.removeAttribute("title");
+  item.querySelector("button.recall")?.remove();
+}
+
+/** A recall button on the viewer's own line while the server's window lasts
+ * (by the message's ts), none on anyone else's. */
+function offerRecall(item) {
+  const left = Number(item.dataset.ts) + RECALL_WINDOW_MS - Date.now();
+  const wanted = item.dataset.uid === me() && !item.dataset.recalled && left > 0;
+  const button = item.querySelector("button.recall");
+  if (!wanted) {
+    button?.remove();
+    return;
+  }
+  if (button) return;
+  const offer = document.createElement("button");
+  offer.type = "button";
+  offer.className = "recall";
+  offer.textContent = "recall";
+  offer.title = "take this message back (for everyone)";
+  offer.setAttribute("aria-label", "recall this message");
+  item.append(offer);
+  setTimeout(() => offer.remove(), left);
+}
+
+async function recallOwn(event) {
+  const button = event.target.closest("button.recall");
+  if (!button) return;
+  const item = button.closest(".message");
+  const out = $("send-error");
+  button.disabled = true;
+  out.textContent = "";
+  try {
+    await recall(room, Number(item.dataset.seq), asViewer());
+    markRecalled(item.dataset.seq); // at once: the listener hears of it too
+  } catch (error) {
+    if (!(error instanceof LiveroomError)) throw error;
+    out.textContent = `Not recalled: ${explain(error)}`;
+    if (error.status === 403 || error.status === 404) button.remove();
+    else button.disabled = false;
+  }
+}
+
+// -- slow mode -----------------------------------------------------------------------
+
+const SAY = "Say something";
+let slowShown = 0;
+let waiting = null; // the countdown of a refused send's wait
+
+/** The room's slow mode under the input and as its placeholder (0: off). */
+function showSlow(seconds) {
+  if (seconds !== slowShown && waiting !== null) stopWaiting(); // the wait was slow mode's
+  slowShown = seconds;
+  const text = seconds > 0 ? `slow mode: one message per ${seconds.toLocaleString()} s` : "";
+  $("slow").textContent = text;
+  $("slow").hidden = seconds === 0;
+  $("text").placeholder = text || SAY;
+}
+
+function stopWaiting() {
+  clearInterval(waiting);
+  waiting = null;
+  $("send-error").textContent = "";
+  $("send").querySelector("button[type=submit]").disabled = false;
+}
+
+/** A refused send's wait, counted down under the box; the button waits with it. */
+function waitToSend(seconds, said) {
+  clearInterval(waiting);
+  const out = $("send-error");
+  const button = $("send").querySelector("button[type=submit]");
+  const until = Date.now() + seconds * 1000;
+  const tick = () => {
+    const left = Math.ceil((until - Date.now()) / 1000);
+    if (left <= 0) {
+      stopWaiting();
+      return;
+    }
+    out.textContent = `${said} Wait ${left.toLocaleString()} s before your next message.`;
+  };
+  button.disabled = true;
+  tick();
+  waiting = setInterval(tick, 250);
 }
 
 // -- what the chat shows ---------------------------------------------------------
@@ -194,6 +332,8 @@ function explain(error) {
     unauthorized: "This server wants a ticket: paste one under “as …” below.",
     forbidden: "This ticket or token may not do that.",
     rate_limited: "Slow down a little.",
+    muted: "A moderator muted you in this room: you can still read it.",
+    banned: "A moderator banned you from this room.",
     store_unavailable: "The server cannot reach its store right now.",
     overloaded: "The server is full right now.",
     network: "The server cannot be reached.",
@@ -210,11 +350,13 @@ function startListening() {
   // A new listener echoes no ranking: its first answer brings the room's top
   // givers again, if it has any.
   showRanking([]);
+  showSlow(0); // and its first answer says whether the room is slow
   const t = ticket();
   listener = new Listener(room, {
     uid: t && isTicket(t) ? undefined : uidField.value, // a ticket names its uid
     ticket: t && isTicket(t) ? t : null, // the listener restarts when it changes
     onRanking: ({ top }) => showRanking(top),
+    onSlow: showSlow,
     onReset: startOver,
     onGap: ({ gap, igap, pgap }) => {
       const parts = [];
@@ -223,6 +365,7 @@ function startListening() {
       if (gap > 0) parts.push(plural(gap, "message", "messages"));
       notice(`${parts.join(" and ")} missed: the room moved faster than its cache.`, "gap");
     },
+    onRecall: (seqs) => seqs.forEach(markRecalled),
     onPersonal: (messages, answer) => {
       // For this listener alone ("to": its uid): apart from the room's.
       follow(answer);
@@ -235,6 +378,9 @@ function startListening() {
       append($("important"), messages.map(messageItem), IMPORTANT_KEEP);
     },
     onMessages: (messages, answer) => {
+      // A tombstone of a line drawn before (a new listener's first poll
+      // brings the recent ones again) marks that line.
+      for (const message of messages) if (message.recalled) markRecalled(message.seq);
       const fresh = newChat(messages, answer);
       if (fresh.length > 0) append($("chat"), fresh.map(messageItem), CHAT_KEEP);
     },
@@ -357,25 +503,35 @@ $("send").addEventListener("submit", async (event) => {
     uidField.reportValidity();
     return;
   }
-  const t = ticket();
   const button = event.submitter ?? $("send").querySelector("button");
   button.disabled = true;
   out.textContent = "";
+  let refused = null;
   try {
     await send(room, { text }, {
-      uid: t && isTicket(t) ? undefined : uidField.value,
-      ticket: t || null,
+      ...asViewer(),
       important: $("important-flag").checked,
+      // In a slow room a refusal's wait is the viewer's to see, not a pause.
+      ...(slowShown > 0 ? { maxWait: 0 } : {}),
     });
     field.value = "";
   } catch (error) {
     if (!(error instanceof LiveroomError)) throw error;
+    refused = error;
     out.textContent = `Not sent: ${explain(error)}`;
   } finally {
     button.disabled = false;
     field.focus();
   }
+  if (refused?.status === 429 && refused.retryAfter !== null) {
+    waitToSend(refused.retryAfter, slowShown > 0
+      ? `Not sent: slow mode, one message per ${slowShown.toLocaleString()} s.`
+      : `Not sent: ${explain(refused)}`);
+  }
 });
+
+$("chat").addEventListener("click", recallOwn);
+$("important").addEventListener("click", recallOwn);
 
 uidField.addEventListener("change", () => {
   if (!uidField.checkValidity()) return;

@@ -13,7 +13,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-const { listen, send, like, roomStats, Listener, LiveroomError } = await import(process.env.LIVEROOM_JS);
+const { listen, send, like, recall, roomStats, Listener, LiveroomError } = await import(process.env.LIVEROOM_JS);
 const BASE = process.env.LIVEROOM_URL;
 const FULL = process.env.LIVEROOM_FULL_URL;
 const ADMIN = process.env.LIVEROOM_ADMIN_TOKEN;
@@ -429,4 +429,116 @@ test("ranking: the top givers come through onRanking once each, their version ec
   assert.notEqual(changed.version, ranking.version);
   assert.deepEqual(listener.ranking, changed);
   assert.equal(heard.filter(([name]) => name === "ranking").length, 2);
+});
+
+test("recall: the sender recalls its own, listeners hear it through onRecall before the answer's messages", { timeout: 20_000 }, async (t) => {
+  const room = freshRoom("recall");
+  const { seq } = await send(room, "oops", { base: BASE, uid: "alice" });
+  const heard = [];  // [callback, what] in the order the callbacks ran
+  const first = signal();
+  const recalled = watch((seqs) => seqs);
+  const listener = new Listener(room, {
+    base: BASE, uid: "bob", timeout: 10,
+    onRecall: (seqs, answer) => {
+      assert.equal(answer.recalled, seqs);
+      heard.push(["recall", seqs]);
+      recalled.callback(seqs);
+    },
+    onMessages: (messages) => heard.push(["messages", messages.map((m) => m.body)]),
+    onAnswer: () => first.resolve(),
+  }).start();
+  t.after(() => listener.stop());
+  await first.promise;
+  listener.stop();  // so that the recall and the next message wait for one answer
+  assert.deepEqual(heard, [["messages", ["oops"]]]);
+  heard.length = 0;
+  // Someone else may not; the sender may, within the window.
+  await assert.rejects(recall(room, seq, { base: BASE, uid: "mallory" }),
+    (error) => error instanceof LiveroomError && error.status === 403 && error.code === "forbidden");
+  const { fetcher, calls } = recordingFetch();
+  const done = await recall(room, seq, { base: BASE, uid: "alice", fetch: fetcher });
+  assert.deepEqual(done, { room, seq, uid: "alice", recalled: true, notice: seq + 1 });
+  assert.equal(calls[0].init.method, "DELETE");
+  assert.equal(calls[0].url.pathname, `/v1/rooms/${room}/messages/${seq}`);
+  assert.equal(calls[0].url.searchParams.get("uid"), "alice");
+  // Twice answers the same.
+  assert.deepEqual(await recall(room, seq, { base: BASE, uid: "alice" }), done);
+  await send(room, "after", { base: BASE, uid: "carol" });
+  listener.start();
+  assert.deepEqual(await recalled.promise, [seq]);
+  const more = watch((messages) => (messages.some((m) => m.body === "after") ? true : undefined));
+  listener.options.onMessages = (messages) => {
+    heard.push(["messages", messages.map((m) => m.body)]);
+    more.callback(messages);
+  };
+  if (!heard.some(([name, what]) => name === "messages" && what.includes("after"))) await more.promise;
+  listener.stop();
+  assert.deepEqual(heard, [["recall", [seq]], ["messages", ["after"]]]);
+
+  // A newcomer reads the tombstone in its first answer, as it is.
+  const tomb = watch((messages) => messages);
+  const newcomer = listen(room, { base: BASE, uid: "dora", timeout: 10, onMessages: tomb.callback });
+  t.after(() => newcomer.stop());
+  const messages = await tomb.promise;
+  newcomer.stop();
+  assert.deepEqual(messages.map((m) => [m.seq, m.uid, m.body, m.recalled]),
+    [[seq, "alice", null, true], [seq + 2, "carol", "after", undefined]]);
+  // The publisher token recalls anyone's; a message the room never had is a 404.
+  assert.equal((await recall(room, seq + 2, { base: BASE, ticket: PUBLISHER })).uid, "carol");
+  await assert.rejects(recall(room, 999, { base: BASE, ticket: PUBLISHER }),
+    (error) => error instanceof LiveroomError && error.status === 404);
+  await assert.rejects(recall("bad name", 1, { base: BASE }), TypeError);
+  await assert.rejects(recall(room, 0, { base: BASE, uid: "alice" }), RangeError);
+});
+
+/** The admin's call to set a room's slow mode (0 lifts it). */
+async function slowMode(room, seconds) {
+  const response = await fetch(`${BASE}/v1/admin/rooms/${room}/slow`, {
+    method: "PUT",
+    headers: { "Content-Type": "application/json", Authorization: `Bearer ${ADMIN}` },
+    body: JSON.stringify({ seconds }),
+  });
+  assert.equal(response.status, 200, await response.text());
+}
+
+test("slow mode: listener.slow and onSlow when it changes, a send refused with the wait", { timeout: 20_000 }, async (t) => {
+  const room = freshRoom("slow");
+  await send(room, "hello", { base: BASE, uid: "s1" });
+  const changes = [];
+  let answers = 0;
+  const first = signal();
+  const slowed = watch((seconds) => (seconds === 30 ? seconds : undefined));
+  const lifted = watch((seconds) => (seconds === 0 ? seconds : undefined));
+  const listener = listen(room, {
+    base: BASE, uid: "reader", timeout: 1,
+    onSlow: (seconds, answer) => {
+      assert.equal(answer.slow ?? 0, seconds);
+      changes.push(seconds);
+      slowed.callback(seconds);
+      lifted.callback(seconds);
+    },
+    onAnswer: () => { answers += 1; first.resolve(); },
+  });
+  t.after(() => listener.stop());
+  await first.promise;
+  assert.equal(listener.slow, 0);
+  await slowMode(room, 30);
+  assert.equal(await slowed.promise, 30);
+  assert.equal(listener.slow, 30);
+  const seen = answers;
+  // One message per 30 s a uid: the next is refused, with the wait.
+  await send(room, "one", { base: BASE, uid: "chatty" });
+  await assert.rejects(send(room, "two", { base: BASE, uid: "chatty", maxWait: 0 }),
+    (error) => error instanceof LiveroomError && error.status === 429
+      && error.retryAfter >= 1 && error.retryAfter <= 30);
+  // Answers go on without telling it again.
+  const later = watch(() => (answers >= seen + 2 ? true : undefined));
+  listener.options.onAnswer = () => { answers += 1; later.callback(); };
+  await later.promise;
+  assert.deepEqual(changes, [30]);
+  await slowMode(room, 0);
+  assert.equal(await lifted.promise, 0);
+  listener.stop();
+  assert.equal(listener.slow, 0);
+  assert.deepEqual(changes, [30, 0]);
 });
