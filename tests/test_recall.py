@@ -17,7 +17,7 @@ import aiohttp
 import msgpack
 import pytest
 from conftest import ENGINES, TEST_POLICY, fresh_engine_url, opened
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from support import ADMIN_HEADERS, PUBLISHER, SHARED_SECRET, Listener, Running, running_node
 
@@ -136,6 +136,11 @@ steps = st.lists(st.one_of(
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(history=steps, reads=st.lists(st.tuples(st.integers(0, 14), st.integers(0, 16)),
                                      min_size=1, max_size=6))
+# Two holes at the bottom of the log's part (a random run found it on a cluster).
+@example(history=[("send", False), ("send", False), ("recall", 1), ("recall", 2)],
+         reads=[(0, 4), (0, 1), (1, 4), (0, 0)])
+@example(history=[("send", True), ("send", False), ("send", True), ("recall", 1),
+                  ("recall", 3)], reads=[(0, 2), (0, 3), (2, 1)])
 def test_pulls_around_recalls_match_a_model(engine: str, request: pytest.FixtureRequest,
                                             history: list[tuple[str, Any]],
                                             reads: list[tuple[int, int]]) -> None:

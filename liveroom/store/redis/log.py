@@ -358,27 +358,32 @@ def _with_tombstones(picked: list[Entry], extra: list[Entry], after: int, floor:
                      limit: int) -> tuple[list[Entry], list[Entry]]:
     """The log's part and the important part of a pull, each with the
     tombstone of every recalled message a notice among them names, in the
-    message's place (``recall.lua`` took it out of both streams): in the
-    log's part from just below its ``floor`` up (a dense stretch), in the
-    important part below it if the message was important; never at or
-    before ``after``. The log's part is then its newest ``limit`` again (a
-    hole let the read reach further back), the important ones it drops
-    going to the important part, as a read without the hole would have."""
+    message's place (``recall.lua`` took it out of both streams).
+
+    The log's part is the newest ``limit`` positions up to its newest entry
+    (the log is dense but for those holes, which let the read reach further
+    back): a tombstone in that stretch goes there, and the entries the holes
+    let in below it leave it (the important ones to the important part, as a
+    read without the holes would have returned them). A tombstone below the
+    stretch goes to the important part if its message was important. Never
+    at or before ``after``."""
     tombstones = [tombstone_of(e) for part in (extra, picked) for e in part
                   if recalled_target(e)]
     if not tombstones:
         return picked, extra
     have = {e.seq for part in (extra, picked) for e in part}
-    to_log = [t for t in tombstones if t.seq not in have and t.seq > after
-              and t.seq >= floor - 1]
-    to_important = [t for t in tombstones if t.seq not in have and t.seq > after
-                    and t.seq < floor - 1 and t.important]
+    top = picked[-1].seq if picked else floor - 1
+    low = max(after, top - limit) if limit > 0 else top
+    to_log = [t for t in tombstones if t.seq not in have and low < t.seq <= top]
+    to_important = [t for t in tombstones if t.seq not in have and after < t.seq <= low
+                    and t.important]
     by_seq = attrgetter("seq")
-    if to_important:
-        extra = sorted([*extra, *to_important], key=by_seq)
     if to_log:
         picked = sorted([*picked, *to_log], key=by_seq)
-        if len(picked) > limit:
-            extra = [*extra, *(e for e in picked[:len(picked) - limit] if e.important)]
-            picked = picked[len(picked) - limit:]
+    below = [e for e in picked if e.seq <= low]
+    if below:
+        picked = picked[len(below):]
+        to_important += [e for e in below if e.important]
+    if to_important:
+        extra = sorted([*extra, *to_important], key=by_seq)
     return picked, extra
