@@ -185,6 +185,7 @@ class StoreView:
     stats: Any
     operators: Any
     counters: Any
+    moderation: Any
     name: str = "memory"
 
     async def ping(self) -> None:
@@ -209,7 +210,7 @@ class SimNode:
         world = self.world
         view = StoreView(FaultyLog(world.store.log, world.rng, world.faults),
                          world.store.notifier, world.store.stats, world.store.operators,
-                         world.store.counters)
+                         world.store.counters, world.store.moderation)
         node = build_node(replace(world.settings, node_id=f"n{self.index}"), world.clock,
                           store=view)  # type: ignore[arg-type]
         await node.vip_list.start()
