@@ -912,3 +912,32 @@ async def test_listen_notes_recalls_and_slow_mode_and_shows_tombstones(
                 proc.send_signal(signal.SIGTERM)
                 async with asyncio.timeout(5):
                     assert await proc.wait() == 0
+
+
+async def test_recall_with_a_ticket_flag_over_the_environments_admin_token(
+        session: aiohttp.ClientSession) -> None:
+    async with running_node(auth="ticket", ticket_keys=(KEY,)) as node:
+        env = {"LIVEROOM_URL": node.url, "LIVEROOM_ADMIN_TOKEN": ADMIN}
+        alice, bob = (mint(KEY, uid, rooms=["hall"]) for uid in ("alice", "bob"))
+        for ticket in (alice, bob):
+            result = await liveroom("send", "hall", "hi", "--ticket", ticket, env=env)
+            assert result.exit_code == 0, result.output
+        # Bob's ticket speaks, not the admin token: it cannot recall alice's message.
+        result = await liveroom("recall", "hall", "1", "--ticket", bob, env=env)
+        assert result.exit_code == 1, result.output
+        assert result.stdout == ""
+        assert flat(result.stderr).startswith(
+            "-- LIVEROOM_ADMIN_TOKEN from the environment is not used: the --ticket given "
+            "speaks (a flag wins over the environment) Error: ")
+        assert result.stderr.endswith("(HTTP 403)\n")
+        result = await liveroom("recall", "hall", "2", "--ticket", bob, env=env)
+        assert result.stdout == "room hall: message 2 of bob recalled (every listener is " \
+                                "told)\n", result.output
+        result = await liveroom("recall", "hall", "1", env=env)  # the admin token: any
+        assert result.stdout == "room hall: message 1 of alice recalled (every listener " \
+                                "is told)\n", result.output
+        async with session.get(f"{node.url}/v1/admin/rooms/hall/moderation",
+                               headers={"Authorization": f"Bearer {ADMIN}"}) as resp:
+            audit = (await resp.json())["audit"]
+        assert [(e["by"], e["target"]) for e in audit] == [
+            ("admin", "room:1"), ("uid:bob", "room:2")]
