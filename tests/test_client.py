@@ -31,9 +31,11 @@ from liveroom.client import (
     ApiError,
     AuditEntry,
     Client,
+    Cursor,
     Listening,
     Message,
     Recalled,
+    RecalledPersonal,
     Retry,
     RoomModeration,
     TopGivers,
@@ -391,6 +393,33 @@ async def test_a_listener_hears_of_recalls_and_newcomers_read_tombstones() -> No
             await client.recall("hall", 0)
         listening.stop()
 
+
+async def test_a_listener_hears_of_its_personal_messages_recalled() -> None:
+    async with running_node() as node, Client(node.url, token=PUBLISHER) as client:
+        await client.send("hall", "hello", uid="host")
+        listening = client.listen("hall", uid="alice", timeout=1)
+        first = await next_answer(listening)
+        sent = await client.send("hall", "you won", uid="system", to="alice")
+        assert sent.pseq is not None
+        answer = await next_answer(listening)
+        assert [(m.body, m.recalled) for m in answer.personal] == [("you won", False)]
+        done = await client.recall_personal("hall", sent.pseq)
+        assert done == RecalledPersonal("hall", sent.pseq, "system", "alice", sent.pseq + 1)
+        # An answer that brings only the recall is not skipped as empty.
+        answer = await next_answer(listening)
+        assert (answer.precalled, answer.personal, answer.delivered) == ((sent.pseq,), (), ())
+        # A listener resuming from before it reads its tombstone.
+        late = client.listen("hall", uid="alice", timeout=1, cursor=Cursor(
+            first.epoch, first.seq, first.iseq, pseq=sent.pseq - 1))
+        caught_up = await next_answer(late)
+        assert caught_up.precalled == (sent.pseq,)
+        assert [(m.pseq, m.uid, m.body, m.recalled) for m in caught_up.personal] == [
+            (sent.pseq, "system", None, True)]
+        with pytest.raises(ApiError) as refused:
+            await client.recall_personal("hall", sent.pseq + 7)
+        assert refused.value.status == 404
+        listening.stop()
+        late.stop()
 
 async def test_the_moderators_calls() -> None:
     async with running_node() as node, Client(node.url, token=ADMIN) as client, \

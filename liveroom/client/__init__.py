@@ -22,13 +22,15 @@ their version, so an answer carries ``ranking`` again only when they changed
 (such an answer is never skipped as empty). An answer lists the messages
 recalled since the listener's cursor (``recalled``: one that lists nothing
 else is not skipped either), and a message recalled before it was delivered
-comes as a tombstone (:attr:`Message.recalled`, no body); an answer whose
-slow mode (``slow``) differs from the last one's is never skipped. A network
-error or a read that outlasts ``timeout`` + ``interval_ms`` +
-:data:`READ_MARGIN` is retried with the same cursors after an exponential,
-jittered backoff (:data:`BACKOFF_FIRST` up to :data:`BACKOFF_MAX` seconds); a
-429 or 503 after its ``Retry-After``. Any other refusal (a bad name, a
-missing ticket) ends the loop with :class:`ApiError`:
+comes as a tombstone (:attr:`Message.recalled`, no body); the same for the
+listener's personal messages (``precalled``, :attr:`PersonalMessage.recalled`).
+An answer whose slow mode (``slow``) differs from the last one's is never
+skipped. A network error or a read that outlasts ``timeout`` +
+``interval_ms`` + :data:`READ_MARGIN` is retried with the same cursors after
+an exponential, jittered backoff (:data:`BACKOFF_FIRST` up to
+:data:`BACKOFF_MAX` seconds); a 429 or 503 after its ``Retry-After``. Any
+other refusal (a bad name, a missing ticket) ends the loop with
+:class:`ApiError`:
 retrying it would fail the same way.
 
 **Stopping.** ``break`` out of the ``async for``, call :meth:`Listening.stop`
@@ -60,6 +62,7 @@ from .answers import (
     PersonalMessage,
     Ranking,
     Recalled,
+    RecalledPersonal,
     Retry,
     RoomModeration,
     RoomSect,
@@ -100,6 +103,7 @@ __all__ = [
     "PersonalMessage",
     "Ranking",
     "Recalled",
+    "RecalledPersonal",
     "Retry",
     "RoomModeration",
     "RoomSect",

@@ -42,11 +42,14 @@ class PersonalMessage:
     to: str
     ts: int
     body: Any
+    """``None`` once recalled."""
+    recalled: bool = False
+    """The backend recalled it: its body is gone (``None``)."""
 
     @classmethod
     def from_doc(cls, doc: Mapping[str, Any]) -> PersonalMessage:
         return cls(int(doc["pseq"]), int(doc["n"]), str(doc["uid"]), str(doc["to"]),
-                   int(doc["ts"]), doc["body"])
+                   int(doc["ts"]), doc["body"], bool(doc.get("recalled", False)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +112,10 @@ class Answer:
     slow: int = 0
     """The room's slow mode: each uid may send one normal message per
     ``slow`` seconds (0: off)."""
+    precalled: tuple[int, ...] = ()
+    """The pseqs of this listener's personal messages recalled since its
+    personal cursor (those still in this answer come as tombstones,
+    :attr:`PersonalMessage.recalled`)."""
 
     @property
     def delivered(self) -> tuple[Message, ...]:
@@ -121,7 +128,7 @@ class Answer:
         recall (a timed-out hold)."""
         return not (self.important or self.messages or self.gap or self.igap or self.reset
                     or self.personal or self.pgap or self.ranking is not None
-                    or self.recalled)
+                    or self.recalled or self.precalled)
 
     @classmethod
     def from_doc(cls, doc: Mapping[str, Any]) -> Answer:
@@ -139,7 +146,8 @@ class Answer:
             pgap=int(doc.get("pgap", 0)),
             ranking=None if doc.get("ranking") is None else TopGivers.from_doc(doc["ranking"]),
             recalled=tuple(int(seq) for seq in doc.get("recalled", ())),
-            slow=int(doc.get("slow", 0)))
+            slow=int(doc.get("slow", 0)),
+            precalled=tuple(int(pseq) for pseq in doc.get("precalled", ())))
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,6 +383,21 @@ class Recalled:
     """Who had sent it."""
     notice: int
     """The seq of the important notice that tells the listeners."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecalledPersonal:
+    """A personal message's recall: its body is gone from the store, and its
+    addressee is told (its next answer lists ``pseq`` in ``precalled``)."""
+
+    room: str
+    pseq: int
+    uid: str
+    """Who had sent it."""
+    to: str
+    """Whom it was for."""
+    notice: int
+    """The pseq of the notice that tells the addressee."""
 
 
 @dataclass(frozen=True, slots=True)

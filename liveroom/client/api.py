@@ -25,6 +25,7 @@ from .answers import (
     OnlineSeries,
     Ranking,
     Recalled,
+    RecalledPersonal,
     Retry,
     RoomModeration,
     RoomSect,
@@ -346,6 +347,19 @@ class Client:
         doc = await self._call("DELETE", self._room_path(room, f"messages/{seq}"),
                                params=params, headers=headers)
         return Recalled(str(doc["room"]), int(doc["seq"]), str(doc["uid"]), int(doc["notice"]))
+
+    async def recall_personal(self, room: str, pseq: int) -> RecalledPersonal:
+        """Recall the personal message at ``pseq`` in ``room`` (the backend's
+        call: the token, or a ticket with ``publish``): its addressee is told
+        (its next answer lists ``pseq`` in :attr:`Answer.precalled`), and its
+        later answers carry the tombstone."""
+        if isinstance(pseq, bool) or not isinstance(pseq, int) or pseq < 1:
+            raise ValueError(f"pseq must be a personal message's pseq (1 or more), "
+                             f"not {pseq!r}")
+        doc = await self._call("DELETE", self._room_path(room, f"personal/{pseq}"),
+                               headers=self._bearer(self.token, self.ticket))
+        return RecalledPersonal(str(doc["room"]), int(doc["pseq"]), str(doc["uid"]),
+                                str(doc["to"]), int(doc["notice"]))
 
     def _moderation_path(self, room: str, tail: str) -> str:
         return f"/v1/admin/rooms/{_segment(room)}/{tail}"
