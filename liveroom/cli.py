@@ -58,7 +58,6 @@ if TYPE_CHECKING:
         ClientError,
         Message,
         PersonalMessage,
-        Recalled,
         Retry,
         RoomModeration,
         RoomSect,
@@ -670,6 +669,8 @@ def _message_line(message: Message) -> str:
 
 
 def _personal_line(message: PersonalMessage) -> str:
+    if message.recalled:
+        return f"p{message.pseq} [to {message.to}] [recalled] {message.uid}"
     return f"p{message.pseq} [to {message.to}] {message.uid}: {_body_text(message.body)}"
 
 
@@ -692,8 +693,10 @@ def _notes(answer: Answer, first: bool, slow: int = 0) -> list[str]:
     if answer.pgap:
         notes.append(f"-- gap: missed {answer.pgap} personal message"
                      f"{'s' * (answer.pgap != 1)} (gone before this listener read them)")
-    if answer.recalled:
-        notes.append(f"-- recalled: {', '.join(str(seq) for seq in answer.recalled)}")
+    if answer.recalled or answer.precalled:
+        recalled = [str(seq) for seq in answer.recalled]
+        recalled += [f"p{pseq}" for pseq in answer.precalled]
+        notes.append(f"-- recalled: {', '.join(recalled)}")
     if answer.slow != slow:
         notes.append(f"-- slow mode: one message per {answer.slow} s" if answer.slow
                      else "-- slow mode: off")
@@ -731,8 +734,9 @@ def listen(room_name: str, uid: str | None, ticket: str | None, url: str,
     where listening began, when the room was reset (a broadcast ended), how
     many messages were missed (gap), the room's top givers when they change
     (`-- ranking: UID SCORE, ...`, best first), the messages a moderator (or
-    their sender) recalled (`-- recalled: SEQ, ...`: hide them; a recalled
-    message not yet shown comes as `SEQ [recalled] UID`, without its body),
+    their sender) recalled (`-- recalled: SEQ, ...`, `pPSEQ` for the
+    listener's personal ones: hide them; a recalled message not yet shown
+    comes as `SEQ [recalled] UID`, without its body),
     and slow mode when it starts or changes (`-- slow mode: one message per
     S s`; `-- slow mode: off` once lifted). Network errors and busy servers
     (429, 503) are retried; a refusal (a bad ticket) exits with status 1.
@@ -777,7 +781,9 @@ def listen(room_name: str, uid: str | None, ticket: str | None, url: str,
                 for mine in answer.personal:
                     click.echo(json.dumps({"pseq": mine.pseq, "n": mine.n, "uid": mine.uid,
                                            "to": mine.to, "important": True, "ts": mine.ts,
-                                           "body": mine.body}, ensure_ascii=False)
+                                           "body": mine.body,
+                                           **({"recalled": True} if mine.recalled else {})},
+                                          ensure_ascii=False)
                                if as_json else _personal_line(mine))
                 for message in answer.delivered:
                     click.echo(json.dumps({"seq": message.seq, "uid": message.uid,
@@ -1037,6 +1043,10 @@ class _Duration(click.types.IntParamType):
               help="Recall as this sender, one of its own messages, on a server in open "
                    "mode (within the server's --recall-window, 120 s, of sending it); "
                    "the admin token is not used then.")
+@click.option("--personal", is_flag=True,
+              help="SEQ is a personal message's pseq (as `liveroom send --to` prints it): "
+                   "the backend's call (the admin or publisher token, or a ticket minted "
+                   "with --publish); its addressee is told.")
 @click.option("--ticket", envvar=TICKET_ENV, show_envvar=True,
               help="A ticket (servers run with --auth ticket): its uid recalls its own "
                    "messages within the window, one minted with --publish any message. "
@@ -1045,7 +1055,7 @@ class _Duration(click.types.IntParamType):
               help="The server's admin token (or the publisher token): recalls any "
                    "message the room keeps.")
 @_url_option
-def recall(room_name: str, seq: int, uid: str | None, ticket: str | None,
+def recall(room_name: str, seq: int, uid: str | None, personal: bool, ticket: str | None,
            admin_token: str | None, url: str) -> None:
     """Recall message SEQ of ROOM: its body is gone for good, and every
     listener is told.
@@ -1058,11 +1068,17 @@ def recall(room_name: str, seq: int, uid: str | None, ticket: str | None,
     answer (`liveroom listen` notes `-- recalled: SEQ`), and every later
     answer, on every node, carries the message without its body. Recalling
     twice answers the same; a message the room no longer keeps is an error
-    (HTTP 404). Prints one line: which message, whose.
+    (HTTP 404). With --personal, SEQ is a personal message's pseq: its
+    addressee is told (`-- recalled: pPSEQ`). Prints one line: which message,
+    whose.
     """
     from .client import Client, ClientError
 
     ctx = click.get_current_context()
+    if uid is not None and personal:
+        raise click.UsageError("a personal message is the backend's: --uid cannot recall "
+                               "one (give the admin or publisher token, or a publishing "
+                               "--ticket)")
     if uid is not None:
         if ctx.get_parameter_source("admin_token") is ParameterSource.COMMANDLINE:
             raise click.UsageError("--uid recalls as that sender, --admin-token as a "
@@ -1078,18 +1094,23 @@ def recall(room_name: str, seq: int, uid: str | None, ticket: str | None,
             f"who recalls? Give --admin-token (or set {env_of('admin_token')}) to recall "
             f"any message, --uid UID to recall UID's own (open mode), or --ticket")
 
-    async def run() -> Recalled:
+    async def run() -> str:
         async with Client(url, ticket=ticket, token=admin_token) as client:
-            return await client.recall(room_name, seq, uid=uid)
+            if personal:
+                mine = await client.recall_personal(room_name, seq)
+                return (f"room {mine.room}: personal message p{mine.pseq} of {mine.uid} to "
+                        f"{mine.to} recalled ({mine.to} is told)")
+            done = await client.recall(room_name, seq, uid=uid)
+            return (f"room {done.room}: message {done.seq} of {done.uid} recalled (every "
+                    f"listener is told)")
 
     try:
-        done = asyncio.run(run())
+        said = asyncio.run(run())
     except ClientError as exc:
         if aside:
             click.echo(_left_aside_note(ctx, flags, aside), err=True)
         raise _clear(exc) from None
-    click.echo(f"room {done.room}: message {done.seq} of {done.uid} recalled (every "
-               f"listener is told)")
+    click.echo(said)
 
 
 def _reason_option(command: F) -> F:
@@ -1267,7 +1288,8 @@ def _action_text(entry: AuditEntry) -> str:
         text = _slow_text(seconds)
     elif action == "recall":
         lane, _, seq = target.partition(":")
-        text = f"recall message {seq}" if lane == "room" else f"recall {target}"
+        text = {"room": f"recall message {seq}",
+                "personal": f"recall personal message p{seq}"}.get(lane, f"recall {target}")
     else:
         text = f"{action} {target}".rstrip()
     return text + (f": {entry.reason}" if entry.reason else "")

@@ -25,10 +25,14 @@ from liveroom.cli import (
     TICKET_ENV,
     UID_ENV,
     URL_ENV,
+    _action_text,
+    _message_line,
+    _personal_line,
     duration_text,
     main,
     seconds_of,
 )
+from liveroom.client import AuditEntry, Message, PersonalMessage
 from liveroom.clock import FakeClock
 from liveroom.settings import Settings, declared, env_of, settings_from
 from liveroom.store.base import SANCTION_SECONDS_MAX
@@ -734,6 +738,8 @@ def test_the_moderation_commands_explain_themselves(args: list[str], said: str) 
                                "mode), or --ticket"),
     (["recall", "stage", "3", "--uid", "fan", "--admin-token", "t"],
      "--uid recalls as that sender, --admin-token as a moderator: give one of them"),
+    (["recall", "stage", "3", "--uid", "fan", "--personal"],
+     "a personal message is the backend's: --uid cannot recall one"),
 ])
 def test_bad_moderation_input_is_refused_before_any_call(args: list[str], said: str) -> None:
     result = CliRunner().invoke(main, [*args, "--url", "http://127.0.0.1:1"])
@@ -885,8 +891,17 @@ async def test_listen_notes_recalls_and_slow_mode_and_shows_tombstones(
 
             assert (await line(notes)).startswith("-- listening to stage (epoch ")
             assert [await line(out), await line(out)] == ["1 troll: rude words", "2 fan: hi"]
+            async with session.post(f"{node.url}/v1/rooms/stage/messages",
+                                    json={"uid": "system", "body": "you won", "to": "ann"},
+                                    headers={"Authorization": f"Bearer {PUBLISHER}"}) as resp:
+                assert resp.status == 201, await resp.text()
+            assert await line(out) == "p1 [to ann] system: you won"
             assert (await liveroom("recall", "stage", "1", env=env)).exit_code == 0
             assert await line(notes) == "-- recalled: 1"
+            result = await liveroom("recall", "stage", "1", "--personal", env=env)
+            assert result.stdout == "room stage: personal message p1 of system to ann " \
+                                    "recalled (ann is told)\n", result.output
+            assert await line(notes) == "-- recalled: p1"
             assert (await liveroom("slow", "stage", "5", env=env)).exit_code == 0
             assert await line(notes) == "-- slow mode: one message per 5 s"
             assert (await liveroom("slow", "stage", "0", env=env)).exit_code == 0
@@ -941,3 +956,14 @@ async def test_recall_with_a_ticket_flag_over_the_environments_admin_token(
             audit = (await resp.json())["audit"]
         assert [(e["by"], e["target"]) for e in audit] == [
             ("admin", "room:1"), ("uid:bob", "room:2")]
+
+
+def test_a_recalled_message_is_shown_without_its_body() -> None:
+    assert _message_line(Message(7, "troll", False, 0, None, recalled=True)) == \
+        "7 [recalled] troll"
+    assert _message_line(Message(8, "host", True, 0, None, recalled=True)) == \
+        "8 [important] [recalled] host"
+    assert _personal_line(PersonalMessage(3, 1, "system", "ann", 0, None, recalled=True)) \
+        == "p3 [to ann] [recalled] system"
+    assert _action_text(AuditEntry(0, "admin", "recall", "personal:3", 0, "")) == \
+        "recall personal message p3"
