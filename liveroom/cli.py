@@ -12,6 +12,7 @@ import gc
 import json
 import logging
 import os
+import re
 import secrets
 import signal
 import sys
@@ -52,12 +53,15 @@ from .settings import (
 if TYPE_CHECKING:
     from .client import (
         Answer,
+        AuditEntry,
         Client,
         ClientError,
         Message,
         PersonalMessage,
         Retry,
+        RoomModeration,
         RoomSect,
+        Sanction,
         VipChange,
     )
     from .node import Node
@@ -636,7 +640,7 @@ def _flags_first(ctx: click.Context, credentials: tuple[str, ...]) -> tuple[str,
     aside = [name for name in credentials if given(name) is ParameterSource.ENVIRONMENT]
     if "ticket" in flags and given("uid") is ParameterSource.ENVIRONMENT:
         aside.append("uid")
-    return " and ".join(f"--{name}" for name in flags), aside
+    return " and ".join(f"--{name.replace('_', '-')}" for name in flags), aside
 
 
 def _left_aside_note(ctx: click.Context, flags: str, aside: list[str]) -> str:
@@ -659,15 +663,20 @@ def _body_text(body: Any) -> str:
 
 def _message_line(message: Message) -> str:
     mark = " [important]" if message.important else ""
+    if message.recalled:
+        return f"{message.seq}{mark} [recalled] {message.uid}"
     return f"{message.seq}{mark} {message.uid}: {_body_text(message.body)}"
 
 
 def _personal_line(message: PersonalMessage) -> str:
+    if message.recalled:
+        return f"p{message.pseq} [to {message.to}] [recalled] {message.uid}"
     return f"p{message.pseq} [to {message.to}] {message.uid}: {_body_text(message.body)}"
 
 
-def _notes(answer: Answer, first: bool) -> list[str]:
-    """What an answer says besides its messages, as ``--`` lines (stderr)."""
+def _notes(answer: Answer, first: bool, slow: int = 0) -> list[str]:
+    """What an answer says besides its messages, as ``--`` lines (stderr);
+    ``slow`` is the slow mode the listener knew before it."""
     notes = []
     if first:
         notes.append(f"-- listening to {answer.room} (epoch {answer.epoch}, seq {answer.seq}, "
@@ -684,6 +693,13 @@ def _notes(answer: Answer, first: bool) -> list[str]:
     if answer.pgap:
         notes.append(f"-- gap: missed {answer.pgap} personal message"
                      f"{'s' * (answer.pgap != 1)} (gone before this listener read them)")
+    if answer.recalled or answer.precalled:
+        recalled = [str(seq) for seq in answer.recalled]
+        recalled += [f"p{pseq}" for pseq in answer.precalled]
+        notes.append(f"-- recalled: {', '.join(recalled)}")
+    if answer.slow != slow:
+        notes.append(f"-- slow mode: one message per {answer.slow} s" if answer.slow
+                     else "-- slow mode: off")
     if answer.ranking is not None:
         top = ", ".join(f"{uid} {score}" for uid, score in answer.ranking.top)
         notes.append(f"-- ranking: {top or 'no gifts (the broadcast ended)'}")
@@ -705,7 +721,8 @@ def _notes(answer: Answer, first: bool) -> list[str]:
               help="Seconds the server holds each poll when nothing happens.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print each message as one JSON object a line (seq, uid, important, "
-                   "ts, body), and each note on stderr as {\"note\": TEXT}.")
+                   "ts, body; a recalled one with a null body and \"recalled\": true), "
+                   "and each note on stderr as {\"note\": TEXT}.")
 def listen(room_name: str, uid: str | None, ticket: str | None, url: str,
            recent: int | None, timeout: int, as_json: bool) -> None:
     """Print ROOM's messages as they arrive, until Ctrl-C.
@@ -715,10 +732,15 @@ def listen(room_name: str, uid: str | None, ticket: str | None, url: str,
     before the chat of the same answer; the listener's own personal messages
     come first, `pPSEQ [to UID] SENDER: BODY`. Lines starting with `--` on stderr say
     where listening began, when the room was reset (a broadcast ended), how
-    many messages were missed (gap), and the room's top givers when they
-    change (`-- ranking: UID SCORE, ...`, best first). Network errors and busy
-    servers (429, 503) are retried; a refusal (a bad ticket) exits with
-    status 1. Ctrl-C or SIGTERM stops at once, exit status 0.
+    many messages were missed (gap), the room's top givers when they change
+    (`-- ranking: UID SCORE, ...`, best first), the messages a moderator (or
+    their sender) recalled (`-- recalled: SEQ, ...`, `pPSEQ` for the
+    listener's personal ones: hide them; a recalled message not yet shown
+    comes as `SEQ [recalled] UID`, without its body),
+    and slow mode when it starts or changes (`-- slow mode: one message per
+    S s`; `-- slow mode: off` once lifted). Network errors and busy servers
+    (429, 503) are retried; a refusal (a bad ticket) exits with status 1.
+    Ctrl-C or SIGTERM stops at once, exit status 0.
 
     Flags first, then the environment: a --ticket given as a flag names the
     listener, and LIVEROOM_UID from the environment is not used.
@@ -750,19 +772,25 @@ def listen(room_name: str, uid: str | None, ticket: str | None, url: str,
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(signum, listening.stop)
             first = True
+            slow = 0
             async for answer in listening:
-                for line in _notes(answer, first):
+                for line in _notes(answer, first, slow):
                     note(line)
                 first = False
+                slow = answer.slow
                 for mine in answer.personal:
                     click.echo(json.dumps({"pseq": mine.pseq, "n": mine.n, "uid": mine.uid,
                                            "to": mine.to, "important": True, "ts": mine.ts,
-                                           "body": mine.body}, ensure_ascii=False)
+                                           "body": mine.body,
+                                           **({"recalled": True} if mine.recalled else {})},
+                                          ensure_ascii=False)
                                if as_json else _personal_line(mine))
                 for message in answer.delivered:
                     click.echo(json.dumps({"seq": message.seq, "uid": message.uid,
                                            "important": message.important,
-                                           "ts": message.ts, "body": message.body},
+                                           "ts": message.ts, "body": message.body,
+                                           **({"recalled": True} if message.recalled
+                                              else {})},
                                           ensure_ascii=False)
                                if as_json else _message_line(message))
                 sys.stdout.flush()
@@ -952,6 +980,357 @@ def leaderboard(room_name: str, limit: int, url: str) -> None:
         raise _clear(exc, None) from None
     for line in lines:
         click.echo(line)
+
+
+# -- moderation: recall, mute, ban, slow mode and the audit ------------------------
+
+MODERATION_SECONDS_MAX = 30 * 86_400
+"""The longest mute, ban or slow mode (the server's and the store's limit)."""
+_UNITS = (("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1))
+_DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?", re.ASCII)
+
+
+def seconds_of(text: str) -> int | None:
+    """The seconds ``text`` spells: plain seconds (``90``), or numbers with a
+    unit each, largest first (``30s``, ``10m``, ``2h``, ``1d``, ``1h30m``);
+    ``None`` when it spells no duration."""
+    text = text.strip().lower()
+    if re.fullmatch(r"\d+", text, re.ASCII):
+        return int(text)
+    found = _DURATION.fullmatch(text)
+    if not text or found is None:
+        return None
+    return sum(int(n) * size for n, (_, size) in zip(found.groups(), _UNITS, strict=True)
+               if n)
+
+
+def duration_text(seconds: int) -> str:
+    """``seconds`` as :func:`seconds_of` reads it back: ``90`` is ``1m30s``."""
+    parts = []
+    for unit, size in _UNITS:
+        count, seconds = divmod(seconds, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    return "".join(parts) or "0s"
+
+
+class _Duration(click.types.IntParamType):
+    """A duration (:func:`seconds_of`) from ``low`` seconds to 30 days (a
+    whole number of seconds, as ``click.INT`` makes one)."""
+
+    name = "duration"
+
+    def __init__(self, low: int) -> None:
+        self.low = low
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> int:
+        seconds = value if isinstance(value, int) and not isinstance(value, bool) \
+            else seconds_of(str(value))
+        if seconds is None:
+            self.fail(f"{value!r} is not a duration: give seconds (90) or numbers with a "
+                      f"unit, s, m, h or d (30s, 10m, 2h, 1d, 1h30m)", param, ctx)
+        if not self.low <= seconds <= MODERATION_SECONDS_MAX:
+            self.fail(f"{value!r} is out of range: from {duration_text(self.low)} to "
+                      f"{duration_text(MODERATION_SECONDS_MAX)}", param, ctx)
+        return seconds
+
+
+@main.command()
+@click.argument("room_name", metavar="ROOM", callback=_room)
+@click.argument("seq", type=click.IntRange(1))
+@click.option("--uid", callback=_optional_uid, default=None,
+              help="Recall as this sender, one of its own messages, on a server in open "
+                   "mode (within the server's --recall-window, 120 s, of sending it); "
+                   "the admin token is not used then.")
+@click.option("--personal", is_flag=True,
+              help="SEQ is a personal message's pseq (as `liveroom send --to` prints it): "
+                   "the backend's call (the admin or publisher token, or a ticket minted "
+                   "with --publish); its addressee is told.")
+@click.option("--ticket", envvar=TICKET_ENV, show_envvar=True,
+              help="A ticket (servers run with --auth ticket): its uid recalls its own "
+                   "messages within the window, one minted with --publish any message. "
+                   "Given as a flag, it wins over the environment's admin token.")
+@click.option("--admin-token", envvar=env_of("admin_token"), show_envvar=True,
+              help="The server's admin token (or the publisher token): recalls any "
+                   "message the room keeps.")
+@_url_option
+def recall(room_name: str, seq: int, uid: str | None, personal: bool, ticket: str | None,
+           admin_token: str | None, url: str) -> None:
+    """Recall message SEQ of ROOM: its body is gone for good, and every
+    listener is told.
+
+    The admin token (from the environment, as for the other operators'
+    commands), the publisher token or a ticket minted with --publish recall
+    any message the room still keeps, normal or important; a sender recalls
+    its own within the server's --recall-window (120 s): --uid UID on a
+    server in open mode, or its --ticket. Listeners learn of it in their next
+    answer (`liveroom listen` notes `-- recalled: SEQ`), and every later
+    answer, on every node, carries the message without its body. Recalling
+    twice answers the same; a message the room no longer keeps is an error
+    (HTTP 404). With --personal, SEQ is a personal message's pseq: its
+    addressee is told (`-- recalled: pPSEQ`). Prints one line: which message,
+    whose.
+    """
+    from .client import Client, ClientError
+
+    ctx = click.get_current_context()
+    if uid is not None and personal:
+        raise click.UsageError("a personal message is the backend's: --uid cannot recall "
+                               "one (give the admin or publisher token, or a publishing "
+                               "--ticket)")
+    if uid is not None:
+        if ctx.get_parameter_source("admin_token") is ParameterSource.COMMANDLINE:
+            raise click.UsageError("--uid recalls as that sender, --admin-token as a "
+                                   "moderator: give one of them")
+        admin_token = None  # the sender speaks, not the environment's token
+    flags, aside = _flags_first(ctx, ("ticket", "admin_token"))
+    if "ticket" in aside:
+        ticket = None
+    if "admin_token" in aside:
+        admin_token = None
+    if not (uid or ticket or admin_token):
+        raise click.UsageError(
+            f"who recalls? Give --admin-token (or set {env_of('admin_token')}) to recall "
+            f"any message, --uid UID to recall UID's own (open mode), or --ticket")
+
+    async def run() -> str:
+        async with Client(url, ticket=ticket, token=admin_token) as client:
+            if personal:
+                mine = await client.recall_personal(room_name, seq)
+                return (f"room {mine.room}: personal message p{mine.pseq} of {mine.uid} to "
+                        f"{mine.to} recalled ({mine.to} is told)")
+            done = await client.recall(room_name, seq, uid=uid)
+            return (f"room {done.room}: message {done.seq} of {done.uid} recalled (every "
+                    f"listener is told)")
+
+    try:
+        said = asyncio.run(run())
+    except ClientError as exc:
+        if aside:
+            click.echo(_left_aside_note(ctx, flags, aside), err=True)
+        raise _clear(exc) from None
+    click.echo(said)
+
+
+def _reason_option(command: F) -> F:
+    return click.option(
+        "--reason", default="", metavar="TEXT",
+        help="Why (at most 200 characters), kept in the room's audit "
+             "(`liveroom moderation`).")(command)
+
+
+async def _act_in_store(store: Store, room: str, action: str, target: str, seconds: int,
+                        reason: str) -> tuple[int, Any]:
+    """One moderation action taken in the store itself (``--store``): every
+    node reads it from the store's journal within about a second. The time
+    it was taken and the room's moderation after it (``None``: none left)."""
+    from .store.base import AuditEntry as StoredEntry
+
+    now_ms = int(SystemClock().time() * 1000)
+    try:
+        await store.moderation.act(room, StoredEntry(now_ms, "admin", action, target, seconds,
+                                                     reason), now_ms)
+    except ValueError as exc:  # what the store refuses (a reason too long, a full room)
+        raise click.ClickException(str(exc)) from None
+    return now_ms, (await store.moderation.rooms([room], now_ms)).get(room)
+
+
+def _stored_sanction(room: str, kind: str, uid: str, now_ms: int,
+                     state: Any) -> Sanction | None:
+    """``uid``'s mute or ban (``kind``: ``muted``, ``banned``) in a room's
+    moderation as the store reads it, as the client shows it."""
+    from .client import Sanction
+
+    given = None if state is None else next(
+        (s for s in getattr(state, kind) if s.uid == uid), None)
+    if given is None:
+        return None
+    left = None if not given.until_ms else max(0, -(-(given.until_ms - now_ms) // 1000))
+    return Sanction(room, uid, given.until_ms, left, given.reason, given.by, given.at_ms)
+
+
+def _sanctioned(room: str, uid: str, kind: str, seconds: int, sanction: Sanction | None,
+                reason: str) -> str:
+    """The line saying a mute or ban was given."""
+    verb = "muted in" if kind == "muted" else "banned from"
+    how = "until lifted"
+    if seconds:
+        how = f"for {duration_text(seconds)}"
+        if sanction is not None:
+            how += f" (until {_when(sanction.until_ms)})"
+    return f"{uid} is {verb} room {room} {how}" + (f": {reason}" if reason else "")
+
+
+@main.command()
+@click.argument("room_name", metavar="ROOM", callback=_room)
+@click.argument("uid", callback=_uid)
+@click.option("--for", "seconds", type=_Duration(1), required=True, metavar="DURATION",
+              help="How long: 30s, 10m, 2h, 1d, 1h30m, or plain seconds; at most 30d.")
+@_reason_option
+@_operators_options
+def mute(room_name: str, uid: str, seconds: int, reason: str, url: str,
+         admin_token: str | None, store: str | None) -> None:
+    """Mute UID in ROOM for a while: its sends are refused (HTTP 403 muted,
+    saying for how long); it still listens.
+
+    Muting it again replaces the mute; `liveroom unmute` lifts it early.
+    Every node applies it within about a second. Prints one line: who, for
+    how long (until when), why.
+    """
+
+    async def through_store(s: Store) -> Sanction | None:
+        now_ms, state = await _act_in_store(s, room_name, "mute", uid, seconds, reason)
+        return _stored_sanction(room_name, "muted", uid, now_ms, state)
+
+    sanction = _operate(url, admin_token, store,
+                        lambda c: c.mute(room_name, uid, seconds, reason), through_store)
+    click.echo(_sanctioned(room_name, uid, "muted", seconds, sanction, reason))
+
+
+@main.command()
+@click.argument("room_name", metavar="ROOM", callback=_room)
+@click.argument("uid", callback=_uid)
+@_operators_options
+def unmute(room_name: str, uid: str, url: str, admin_token: str | None,
+           store: str | None) -> None:
+    """Lift UID's mute in ROOM: it may send again at once (a uid that was not
+    muted is no error)."""
+
+    async def through_store(s: Store) -> None:
+        await _act_in_store(s, room_name, "unmute", uid, 0, "")
+
+    _operate(url, admin_token, store, lambda c: c.unmute(room_name, uid), through_store)
+    click.echo(f"{uid}'s mute in room {room_name} is lifted")
+
+
+@main.command()
+@click.argument("room_name", metavar="ROOM", callback=_room)
+@click.argument("uid", callback=_uid)
+@click.option("--for", "seconds", type=_Duration(1), default=None, metavar="DURATION",
+              help="How long: 30s, 10m, 2h, 1d, 1h30m, or plain seconds; at most 30d "
+                   "[default: until lifted].")
+@_reason_option
+@_operators_options
+def ban(room_name: str, uid: str, seconds: int | None, reason: str, url: str,
+        admin_token: str | None, store: str | None) -> None:
+    """Ban UID from ROOM, until lifted or --for a while: its polls and sends
+    are refused (HTTP 403 banned).
+
+    Its polls held on any node are answered so within about a second, and it
+    leaves the room's online list (within a few seconds). Banning it again
+    replaces the ban; `liveroom unban` lifts it. Prints one line: who, for
+    how long, why.
+    """
+    given = seconds or 0
+
+    async def through_store(s: Store) -> Sanction | None:
+        now_ms, state = await _act_in_store(s, room_name, "ban", uid, given, reason)
+        return _stored_sanction(room_name, "banned", uid, now_ms, state)
+
+    sanction = _operate(url, admin_token, store,
+                        lambda c: c.ban(room_name, uid, given, reason), through_store)
+    click.echo(_sanctioned(room_name, uid, "banned", given, sanction, reason))
+
+
+@main.command()
+@click.argument("room_name", metavar="ROOM", callback=_room)
+@click.argument("uid", callback=_uid)
+@_operators_options
+def unban(room_name: str, uid: str, url: str, admin_token: str | None,
+          store: str | None) -> None:
+    """Lift UID's ban from ROOM: it may listen and send again at once (a uid
+    that was not banned is no error)."""
+
+    async def through_store(s: Store) -> None:
+        await _act_in_store(s, room_name, "unban", uid, 0, "")
+
+    _operate(url, admin_token, store, lambda c: c.unban(room_name, uid), through_store)
+    click.echo(f"{uid}'s ban from room {room_name} is lifted")
+
+
+def _slow_text(seconds: int) -> str:
+    return f"slow mode, one message per {seconds} s" if seconds else "slow mode off"
+
+
+@main.command()
+@click.argument("room_name", metavar="ROOM", callback=_room)
+@click.argument("seconds", type=_Duration(0), metavar="SECONDS")
+@_operators_options
+def slow(room_name: str, seconds: int, url: str, admin_token: str | None,
+         store: str | None) -> None:
+    """Put ROOM in slow mode: each uid may send one normal message per
+    SECONDS (0 lifts it; 30s, 10m... read as durations, at most 30d).
+
+    A send past it gets HTTP 429 with Retry-After; important messages and
+    the backend's tokens are exempt. Listeners' answers carry it (`liveroom
+    listen` notes `-- slow mode: one message per S s`). Prints the room's
+    slow mode now.
+    """
+
+    async def through_store(s: Store) -> int:
+        _, state = await _act_in_store(s, room_name, "slow", "", seconds, "")
+        return 0 if state is None else int(state.slow)
+
+    now = _operate(url, admin_token, store, lambda c: c.slow(room_name, seconds),
+                   through_store)
+    click.echo(f"room {room_name}: {_slow_text(now)} per uid" if now
+               else f"room {room_name}: slow mode off")
+
+
+def _action_text(entry: AuditEntry) -> str:
+    """One action of the audit, in words."""
+    action, target, seconds = entry.action, entry.target, entry.seconds
+    if action in ("mute", "ban"):
+        text = f"{action} {target} " + (f"for {duration_text(seconds)}" if seconds
+                                        else "until lifted")
+    elif action == "slow":
+        text = _slow_text(seconds)
+    elif action == "recall":
+        lane, _, seq = target.partition(":")
+        text = {"room": f"recall message {seq}",
+                "personal": f"recall personal message p{seq}"}.get(lane, f"recall {target}")
+    else:
+        text = f"{action} {target}".rstrip()
+    return text + (f": {entry.reason}" if entry.reason else "")
+
+
+@main.command()
+@click.argument("room_name", metavar="ROOM", callback=_room)
+@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True,
+              help="Actions of the audit to print, newest first.")
+@_operators_options
+def moderation(room_name: str, limit: int, url: str, admin_token: str | None,
+               store: str | None) -> None:
+    """Print ROOM's moderation: slow mode, how many uids are muted and
+    banned, then the current broadcast's actions, newest first, one a line
+    (when, who, what, why).
+
+    `liveroom room end` archives the audit with the broadcast; mutes, bans
+    and slow mode stay with the room.
+    """
+
+    async def through_store(s: Store) -> RoomModeration:
+        from .client import AuditEntry, RoomModeration
+
+        now_ms = int(SystemClock().time() * 1000)
+        state = (await s.moderation.rooms([room_name], now_ms)).get(room_name)
+        entries = await s.moderation.audit(room_name, limit)
+        return RoomModeration(
+            room_name, 0 if state is None else state.slow,
+            0 if state is None else len(state.muted), 0 if state is None else len(state.banned),
+            tuple(AuditEntry(e.at_ms, e.by, e.action, e.target, e.seconds, e.reason)
+                  for e in entries))
+
+    state = _operate(url, admin_token, store, lambda c: c.moderation(room_name, limit),
+                     through_store)
+    click.echo(f"room {state.room}: {_slow_text(state.slow)}; {state.muted} muted, "
+               f"{state.banned} banned")
+    width = max((len(e.by) for e in state.audit), default=0)
+    for entry in state.audit:
+        click.echo(f"{_when(entry.at_ms)}  {entry.by:<{width}}  {_action_text(entry)}")
+    if not state.audit:
+        click.echo("no moderation in this broadcast yet")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,6 +4,7 @@ serving, announcing its tokens and stopping cleanly on a signal."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import signal
 import socket
@@ -19,9 +20,22 @@ from conftest import RedisServer
 from support import ADMIN, PUBLISHER, Listener, clean_env, liveroom_process, running_node
 
 from liveroom import __version__
-from liveroom.cli import TICKET_ENV, UID_ENV, URL_ENV, main
+from liveroom.cli import (
+    MODERATION_SECONDS_MAX,
+    TICKET_ENV,
+    UID_ENV,
+    URL_ENV,
+    _action_text,
+    _message_line,
+    _personal_line,
+    duration_text,
+    main,
+    seconds_of,
+)
+from liveroom.client import AuditEntry, Message, PersonalMessage
 from liveroom.clock import FakeClock
 from liveroom.settings import Settings, declared, env_of, settings_from
+from liveroom.store.base import SANCTION_SECONDS_MAX
 from proxy.tickets import mint
 
 OPTIONS = {
@@ -658,3 +672,298 @@ async def test_listen_prints_the_top_givers_when_they_change(
             proc.send_signal(signal.SIGINT)
             async with asyncio.timeout(5):
                 assert await proc.wait() == 0
+
+
+# -- moderation: recall, mute, ban, slow mode and the audit (issue 36) -------------
+
+WHEN = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC"
+
+
+@pytest.mark.parametrize(("text", "seconds"), [
+    ("90", 90), ("30s", 30), ("10m", 600), ("2h", 7200), ("1d", 86_400), ("1h30m", 5400),
+    (" 10M ", 600), ("1d2h3m4s", 93_784), ("x", None), ("", None), ("10x", None),
+    ("m", None), ("30m1h", None), ("1.5h", None), ("-5", None), ("٣", None),
+])
+def test_durations_read_as_seconds(text: str, seconds: int | None) -> None:
+    assert seconds_of(text) == seconds
+    if seconds is not None and text.strip() == text and text.islower():
+        assert seconds_of(duration_text(seconds)) == seconds
+
+
+def test_durations_are_written_as_they_are_read() -> None:
+    assert [duration_text(s) for s in (0, 59, 60, 90, 3600, 5400, 86_400, 2_592_000)] == [
+        "0s", "59s", "1m", "1m30s", "1h", "1h30m", "1d", "30d"]
+    assert MODERATION_SECONDS_MAX == SANCTION_SECONDS_MAX  # the store's limit
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["recall", "--help"], "its body is gone for good, and every listener is told"),
+    (["mute", "--help"], "its sends are refused (HTTP 403 muted"),
+    (["unmute", "--help"], "Lift UID's mute in ROOM"),
+    (["ban", "--help"], "its polls and sends are refused (HTTP 403 banned)"),
+    (["unban", "--help"], "Lift UID's ban from ROOM"),
+    (["slow", "--help"], "each uid may send one normal message per SECONDS (0 lifts it"),
+    (["moderation", "--help"], "newest first"),
+])
+def test_the_moderation_commands_explain_themselves(args: list[str], said: str) -> None:
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    text = flat(result.output)
+    assert said in text
+    for option, env in [("--url", "LIVEROOM_URL"), ("--admin-token", "LIVEROOM_ADMIN_TOKEN")]:
+        assert option in text
+        assert f"env var: {env}" in text
+    assert ("--store" in text) is (args[0] != "recall")  # a recall goes through a server
+    if args[0] in ("mute", "ban"):
+        assert "--for DURATION How long: 30s, 10m, 2h, 1d, 1h30m, or plain seconds" in text
+        assert "--reason" in text
+    result = CliRunner().invoke(main, ["--help"])
+    assert re.search(rf"^\s+{args[0]}\b", result.output, re.MULTILINE), result.output
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["mute", "stage", "troll", "--for", "10x"],
+     "Invalid value for '--for': '10x' is not a duration: give seconds (90) or numbers "
+     "with a unit, s, m, h or d (30s, 10m, 2h, 1d, 1h30m)"),
+    (["mute", "stage", "troll", "--for", "31d"],
+     "Invalid value for '--for': '31d' is out of range: from 1s to 30d"),
+    (["mute", "stage", "troll", "--for", "0"], "'0' is out of range: from 1s to 30d"),
+    (["mute", "stage", "troll"], "Missing option '--for'"),
+    (["ban", "stage", "troll", "--for", "soon"], "'soon' is not a duration"),
+    (["slow", "stage", "five"], "Invalid value for 'SECONDS': 'five' is not a duration"),
+    (["mute", "stage", "no spaces", "--for", "1m"], "uid must match"),
+    (["recall", "stage", "0"], "0 is not in the range x>=1"),
+    (["recall", "stage", "3"], "who recalls? Give --admin-token (or set LIVEROOM_ADMIN_TOKEN) "
+                               "to recall any message, --uid UID to recall UID's own (open "
+                               "mode), or --ticket"),
+    (["recall", "stage", "3", "--uid", "fan", "--admin-token", "t"],
+     "--uid recalls as that sender, --admin-token as a moderator: give one of them"),
+    (["recall", "stage", "3", "--uid", "fan", "--personal"],
+     "a personal message is the backend's: --uid cannot recall one"),
+])
+def test_bad_moderation_input_is_refused_before_any_call(args: list[str], said: str) -> None:
+    result = CliRunner().invoke(main, [*args, "--url", "http://127.0.0.1:1"])
+    assert result.exit_code == 2, result.output
+    assert said in flat(result.output)
+
+
+async def test_moderation_commands_through_a_running_node(
+        session: aiohttp.ClientSession) -> None:
+    async with running_node() as node:
+        env = {"LIVEROOM_URL": node.url, "LIVEROOM_ADMIN_TOKEN": ADMIN}
+
+        async def post(uid: str, body: str) -> int:
+            async with session.post(f"{node.url}/v1/rooms/stage/messages",
+                                    json={"uid": uid, "body": body}) as resp:
+                return resp.status
+
+        assert [await post(uid, body) for uid, body in [
+            ("troll", "rude words"), ("fan", "oops"), ("fan", "hi")]] == [201, 201, 201]
+        result = await liveroom("recall", "stage", "1", env=env)
+        assert (result.exit_code, result.output) == (
+            0, "room stage: message 1 of troll recalled (every listener is told)\n")
+        answer = await Listener(session, "stage").poll(node.url)
+        assert [(m["seq"], m["body"], m.get("recalled")) for m in answer["messages"]] == [
+            (1, None, True), (2, "oops", None), (3, "hi", None)]
+        # A sender's own, in open mode: the admin token of the environment is not used.
+        result = await liveroom("recall", "stage", "2", "--uid", "troll", env=env)
+        assert result.exit_code == 1, result.output
+        assert result.output.startswith("Error: ")
+        assert result.output.endswith("(HTTP 403)\n")
+        result = await liveroom("recall", "stage", "2", "--uid", "fan", env=env)
+        assert result.stdout == "room stage: message 2 of fan recalled (every listener " \
+                                "is told)\n"
+        result = await liveroom("recall", "stage", "99", env=env)
+        assert result.exit_code == 1
+        assert result.output.endswith("(HTTP 404)\n")
+
+        result = await liveroom("mute", "stage", "troll", "--for", "10m", "--reason", "spam",
+                                env=env)
+        assert result.exit_code == 0, result.output
+        assert re.fullmatch(rf"troll is muted in room stage for 10m \(until {WHEN}\): spam\n",
+                            result.output), result.output
+        assert await post("troll", "again") == 403
+        result = await liveroom("unmute", "stage", "troll", env=env)
+        assert (result.exit_code, result.output) == (0, "troll's mute in room stage is "
+                                                        "lifted\n")
+        assert await post("troll", "sorry") == 201
+        result = await liveroom("ban", "stage", "spammer", "--reason", "links", env=env)
+        assert result.output == "spammer is banned from room stage until lifted: links\n"
+        assert await post("spammer", "buy") == 403
+        result = await liveroom("ban", "stage", "other", "--for", "1h", env=env)
+        assert re.fullmatch(rf"other is banned from room stage for 1h \(until {WHEN}\)\n",
+                            result.output), result.output
+        result = await liveroom("unban", "stage", "spammer", env=env)
+        assert result.output == "spammer's ban from room stage is lifted\n"
+        assert await post("spammer", "sorry") == 201
+        result = await liveroom("slow", "stage", "5", env=env)
+        assert result.output == "room stage: slow mode, one message per 5 s per uid\n"
+        assert await post("fan", "one") == 201
+        assert await post("fan", "two") == 429
+
+        result = await liveroom("moderation", "stage", env=env)
+        assert result.exit_code == 0, result.output
+        lines = result.output.splitlines()
+        assert lines[0] == "room stage: slow mode, one message per 5 s; 0 muted, 1 banned"
+        assert [line.split("  ", 1)[1] for line in lines[1:]] == [
+            "admin    slow mode, one message per 5 s", "admin    unban spammer",
+            "admin    ban other for 1h", "admin    ban spammer until lifted: links",
+            "admin    unmute troll", "admin    mute troll for 10m: spam",
+            "uid:fan  recall message 2", "admin    recall message 1"]
+        assert all(re.match(WHEN, line) for line in lines[1:])
+        result = await liveroom("moderation", "stage", "--limit", "1", env=env)
+        assert len(result.output.splitlines()) == 2
+        result = await liveroom("slow", "stage", "0", env=env)
+        assert result.output == "room stage: slow mode off\n"
+        result = await liveroom("moderation", "quiet", env=env)
+        assert result.output == ("room quiet: slow mode off; 0 muted, 0 banned\n"
+                                 "no moderation in this broadcast yet\n")
+
+
+@pytest.mark.parametrize("args", [
+    ["mute", "stage", "troll", "--for", "1m"], ["unmute", "stage", "troll"],
+    ["ban", "stage", "troll"], ["unban", "stage", "troll"], ["slow", "stage", "5"],
+    ["moderation", "stage"],
+])
+async def test_moderation_commands_need_the_admin_token(args: list[str]) -> None:
+    async with running_node() as node:
+        result = await liveroom(*args, "--url", node.url, "--admin-token", PUBLISHER)
+        assert (result.exit_code, result.output) == (
+            1, "Error: the publisher token cannot do this (HTTP 403)\n")
+        result = await liveroom(*args, "--url", node.url)
+        assert result.exit_code == 1
+        assert "(give --admin-token or set LIVEROOM_ADMIN_TOKEN) (HTTP 401)" in result.output
+        assert node.node.proxy.moderation.rules == {}
+
+
+async def test_moderation_commands_on_the_store_reach_every_node(
+        redis_url: str, session: aiohttp.ClientSession) -> None:
+    async with running_node(redis_url) as node:
+        async def post(uid: str) -> int:
+            async with session.post(f"{node.url}/v1/rooms/stage/messages",
+                                    json={"uid": uid, "body": "hi"}) as resp:
+                return resp.status
+
+        assert await post("fan") == 201
+        result = await liveroom("mute", "stage", "troll", "--for", "1m", "--reason", "spam",
+                                "--store", redis_url)
+        assert result.exit_code == 0, result.output
+        assert re.fullmatch(rf"troll is muted in room stage for 1m \(until {WHEN}\): spam\n",
+                            result.output), result.output
+        async with asyncio.timeout(5):  # the node reads the store's journal every 250 ms
+            while await post("troll") != 403:
+                await asyncio.sleep(0.05)
+        result = await liveroom("slow", "stage", "1h", "--store", redis_url)
+        assert result.output == "room stage: slow mode, one message per 3600 s per uid\n"
+        result = await liveroom("ban", "stage", "spammer", "--store", redis_url)
+        assert result.output == "spammer is banned from room stage until lifted\n"
+        result = await liveroom("unmute", "stage", "troll", "--store", redis_url)
+        assert result.output == "troll's mute in room stage is lifted\n"
+        result = await liveroom("moderation", "stage", "--store", redis_url)
+        lines = result.output.splitlines()
+        assert lines[0] == "room stage: slow mode, one message per 3600 s; 0 muted, 1 banned"
+        assert [line.split("  ", 1)[1] for line in lines[1:]] == [
+            "admin  unmute troll", "admin  ban spammer until lifted",
+            "admin  slow mode, one message per 3600 s", "admin  mute troll for 1m: spam"]
+        result = await liveroom("mute", "stage", "troll", "--for", "1m", "--reason", "x" * 201,
+                                "--store", redis_url)
+        assert result.exit_code == 1
+        assert result.output == "Error: reason must be text of at most 200 characters\n"
+
+
+async def test_listen_notes_recalls_and_slow_mode_and_shows_tombstones(
+        session: aiohttp.ClientSession) -> None:
+    async with running_node() as node:
+        env = {"LIVEROOM_URL": node.url, "LIVEROOM_ADMIN_TOKEN": ADMIN}
+        for uid, body in [("troll", "rude words"), ("fan", "hi")]:
+            async with session.post(f"{node.url}/v1/rooms/stage/messages",
+                                    json={"uid": uid, "body": body}) as resp:
+                assert resp.status == 201, await resp.text()
+        async with liveroom_process("listen", "stage", "--uid", "ann", "--timeout", "1",
+                                    env=clean_env(LIVEROOM_URL=node.url)) as proc:
+            assert proc.stdout is not None
+            assert proc.stderr is not None
+            notes, out = proc.stderr, proc.stdout
+
+            async def line(stream: asyncio.StreamReader) -> str:
+                async with asyncio.timeout(15):
+                    return (await stream.readline()).decode().rstrip("\n")
+
+            assert (await line(notes)).startswith("-- listening to stage (epoch ")
+            assert [await line(out), await line(out)] == ["1 troll: rude words", "2 fan: hi"]
+            async with session.post(f"{node.url}/v1/rooms/stage/messages",
+                                    json={"uid": "system", "body": "you won", "to": "ann"},
+                                    headers={"Authorization": f"Bearer {PUBLISHER}"}) as resp:
+                assert resp.status == 201, await resp.text()
+            assert await line(out) == "p1 [to ann] system: you won"
+            assert (await liveroom("recall", "stage", "1", env=env)).exit_code == 0
+            assert await line(notes) == "-- recalled: 1"
+            result = await liveroom("recall", "stage", "1", "--personal", env=env)
+            assert result.stdout == "room stage: personal message p1 of system to ann " \
+                                    "recalled (ann is told)\n", result.output
+            assert await line(notes) == "-- recalled: p1"
+            assert (await liveroom("slow", "stage", "5", env=env)).exit_code == 0
+            assert await line(notes) == "-- slow mode: one message per 5 s"
+            assert (await liveroom("slow", "stage", "0", env=env)).exit_code == 0
+            assert await line(notes) == "-- slow mode: off"
+            proc.send_signal(signal.SIGINT)
+            async with asyncio.timeout(5):
+                assert await proc.wait() == 0
+        # A listener that comes later reads the message as recalled, without its body.
+        for args, first in [((), "1 [recalled] troll"),
+                            (("--json",), {"seq": 1, "uid": "troll", "important": False,
+                                           "body": None, "recalled": True})]:
+            async with liveroom_process("listen", "stage", *args,
+                                        env=clean_env(LIVEROOM_URL=node.url)) as proc:
+                assert proc.stdout is not None
+                async with asyncio.timeout(15):
+                    got = (await proc.stdout.readline()).decode().rstrip("\n")
+                if args:
+                    shown = json.loads(got)
+                    del shown["ts"]
+                    assert shown == first
+                else:
+                    assert got == first
+                proc.send_signal(signal.SIGTERM)
+                async with asyncio.timeout(5):
+                    assert await proc.wait() == 0
+
+
+async def test_recall_with_a_ticket_flag_over_the_environments_admin_token(
+        session: aiohttp.ClientSession) -> None:
+    async with running_node(auth="ticket", ticket_keys=(KEY,)) as node:
+        env = {"LIVEROOM_URL": node.url, "LIVEROOM_ADMIN_TOKEN": ADMIN}
+        alice, bob = (mint(KEY, uid, rooms=["hall"]) for uid in ("alice", "bob"))
+        for ticket in (alice, bob):
+            result = await liveroom("send", "hall", "hi", "--ticket", ticket, env=env)
+            assert result.exit_code == 0, result.output
+        # Bob's ticket speaks, not the admin token: it cannot recall alice's message.
+        result = await liveroom("recall", "hall", "1", "--ticket", bob, env=env)
+        assert result.exit_code == 1, result.output
+        assert result.stdout == ""
+        assert flat(result.stderr).startswith(
+            "-- LIVEROOM_ADMIN_TOKEN from the environment is not used: the --ticket given "
+            "speaks (a flag wins over the environment) Error: ")
+        assert result.stderr.endswith("(HTTP 403)\n")
+        result = await liveroom("recall", "hall", "2", "--ticket", bob, env=env)
+        assert result.stdout == "room hall: message 2 of bob recalled (every listener is " \
+                                "told)\n", result.output
+        result = await liveroom("recall", "hall", "1", env=env)  # the admin token: any
+        assert result.stdout == "room hall: message 1 of alice recalled (every listener " \
+                                "is told)\n", result.output
+        async with session.get(f"{node.url}/v1/admin/rooms/hall/moderation",
+                               headers={"Authorization": f"Bearer {ADMIN}"}) as resp:
+            audit = (await resp.json())["audit"]
+        assert [(e["by"], e["target"]) for e in audit] == [
+            ("admin", "room:1"), ("uid:bob", "room:2")]
+
+
+def test_a_recalled_message_is_shown_without_its_body() -> None:
+    assert _message_line(Message(7, "troll", False, 0, None, recalled=True)) == \
+        "7 [recalled] troll"
+    assert _message_line(Message(8, "host", True, 0, None, recalled=True)) == \
+        "8 [important] [recalled] host"
+    assert _personal_line(PersonalMessage(3, 1, "system", "ann", 0, None, recalled=True)) \
+        == "p3 [to ann] [recalled] system"
+    assert _action_text(AuditEntry(0, "admin", "recall", "personal:3", 0, "")) == \
+        "recall personal message p3"

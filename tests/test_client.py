@@ -29,9 +29,15 @@ from liveroom.client import (
     BACKOFF_FIRST,
     Answer,
     ApiError,
+    AuditEntry,
     Client,
+    Cursor,
     Listening,
+    Message,
+    Recalled,
+    RecalledPersonal,
     Retry,
+    RoomModeration,
     TopGivers,
     Unreachable,
 )
@@ -351,6 +357,140 @@ async def test_the_operators_calls() -> None:
         with pytest.raises(ApiError) as refused:
             await client.vip_add("stage")
         assert (refused.value.status, refused.value.code) == (403, "forbidden")
+
+
+async def test_a_listener_hears_of_recalls_and_newcomers_read_tombstones() -> None:
+    async with running_node() as node, Client(node.url, token=ADMIN) as client, \
+            Client(node.url) as open_client:
+        rude = (await client.send("hall", "rude words", uid="troll")).seq
+        oops = (await client.send("hall", "oops", uid="fan")).seq
+        listening = client.listen("hall", uid="ann", timeout=1)
+        first = await next_answer(listening)
+        assert [(m.body, m.recalled) for m in first.delivered] == [
+            ("rude words", False), ("oops", False)]
+        assert first.recalled == ()
+        assert await client.recall("hall", rude) == Recalled("hall", rude, "troll", oops + 1)
+        # An answer that brings only the recall is not skipped as empty.
+        answer = await next_answer(listening)
+        assert (answer.recalled, answer.delivered) == ((rude,), ())
+        assert not answer.empty
+        # Its sender recalls its own (open mode: it names itself), nobody else's.
+        with pytest.raises(ApiError) as refused:
+            await open_client.recall("hall", oops, uid="troll")
+        assert (refused.value.status, refused.value.code) == (403, "forbidden")
+        assert (await open_client.recall("hall", oops, uid="fan")).uid == "fan"
+        assert (await next_answer(listening)).recalled == (oops,)
+        # A newcomer reads the tombstones, not the bodies.
+        newcomer = await next_answer(client.listen("hall", uid="new", timeout=1))
+        assert newcomer.messages == tuple(
+            Message(seq, uid, False, m.ts, None, recalled=True)
+            for (seq, uid), m in zip([(rude, "troll"), (oops, "fan")], newcomer.messages,
+                                     strict=True))
+        with pytest.raises(ApiError) as refused:
+            await client.recall("hall", 99)
+        assert refused.value.status == 404
+        with pytest.raises(ValueError, match="seq must be"):
+            await client.recall("hall", 0)
+        listening.stop()
+
+
+async def test_a_listener_hears_of_its_personal_messages_recalled() -> None:
+    async with running_node() as node, Client(node.url, token=PUBLISHER) as client:
+        await client.send("hall", "hello", uid="host")
+        listening = client.listen("hall", uid="alice", timeout=1)
+        first = await next_answer(listening)
+        sent = await client.send("hall", "you won", uid="system", to="alice")
+        assert sent.pseq is not None
+        answer = await next_answer(listening)
+        assert [(m.body, m.recalled) for m in answer.personal] == [("you won", False)]
+        done = await client.recall_personal("hall", sent.pseq)
+        assert done == RecalledPersonal("hall", sent.pseq, "system", "alice", sent.pseq + 1)
+        # An answer that brings only the recall is not skipped as empty.
+        answer = await next_answer(listening)
+        assert (answer.precalled, answer.personal, answer.delivered) == ((sent.pseq,), (), ())
+        # A listener resuming from before it reads its tombstone.
+        late = client.listen("hall", uid="alice", timeout=1, cursor=Cursor(
+            first.epoch, first.seq, first.iseq, pseq=sent.pseq - 1))
+        caught_up = await next_answer(late)
+        assert caught_up.precalled == (sent.pseq,)
+        assert [(m.pseq, m.uid, m.body, m.recalled) for m in caught_up.personal] == [
+            (sent.pseq, "system", None, True)]
+        with pytest.raises(ApiError) as refused:
+            await client.recall_personal("hall", sent.pseq + 7)
+        assert refused.value.status == 404
+        listening.stop()
+        late.stop()
+
+async def test_the_moderators_calls() -> None:
+    async with running_node() as node, Client(node.url, token=ADMIN) as client, \
+            Client(node.url) as chat:
+        await chat.send("hall", "hello", uid="troll")
+        mute = await client.mute("hall", "troll", 600, "spam")
+        assert mute is not None
+        assert (mute.room, mute.uid, mute.seconds_left, mute.reason, mute.by) == (
+            "hall", "troll", 600, "spam", "admin")
+        assert mute.until_ms - mute.at_ms == 600_000
+        with pytest.raises(ApiError) as refused:
+            await chat.send("hall", "again", uid="troll")
+        assert (refused.value.status, refused.value.code) == (403, "muted")
+        assert "600 s" in refused.value.message
+        assert [m.uid for m in await client.mutes("hall")] == ["troll"]
+        await client.unmute("hall", "troll")
+        assert await client.mutes("hall") == ()
+        await chat.send("hall", "sorry", uid="troll")
+
+        ban = await client.ban("hall", "spammer", reason="links")
+        assert ban is not None
+        assert (ban.uid, ban.until_ms, ban.seconds_left, ban.reason) == (
+            "spammer", 0, None, "links")
+        timed = await client.ban("hall", "other", 3600)
+        assert timed is not None
+        assert timed.seconds_left == 3600
+        assert [b.uid for b in await client.bans("hall")] == ["other", "spammer"]
+        with pytest.raises(ApiError) as refused:
+            await anext(chat.listen("hall", uid="spammer"))  # a refusal ends the loop
+        assert (refused.value.status, refused.value.code) == (403, "banned")
+        await client.unban("hall", "spammer")
+        await next_answer(chat.listen("hall", uid="spammer"))
+
+        assert await client.slow("hall", 30) == 30
+        state = await client.moderation("hall")
+        assert (state.room, state.slow, state.muted, state.banned) == ("hall", 30, 0, 1)
+        assert [(e.action, e.target, e.seconds, e.reason, e.by) for e in state.audit] == [
+            ("slow", "", 30, "", "admin"), ("unban", "spammer", 0, "", "admin"),
+            ("ban", "other", 3600, "", "admin"), ("ban", "spammer", 0, "links", "admin"),
+            ("unmute", "troll", 0, "", "admin"), ("mute", "troll", 600, "spam", "admin")]
+        assert isinstance(state.audit[0], AuditEntry)
+        latest = await client.moderation("hall", limit=1)
+        assert latest == RoomModeration("hall", 30, 0, 1, state.audit[:1])
+        with pytest.raises(ApiError) as refused:
+            await client.mute("hall", "troll", 0)
+        assert refused.value.status == 400
+    async with running_node() as node, Client(node.url, token=PUBLISHER) as client:
+        for call in (client.mute("hall", "troll", 60), client.unban("hall", "troll"),
+                     client.bans("hall"), client.slow("hall", 5), client.moderation("hall")):
+            with pytest.raises(ApiError) as refused:
+                await call
+            assert (refused.value.status, refused.value.code) == (403, "forbidden")
+
+
+async def test_a_listener_hears_when_slow_mode_changes() -> None:
+    async with running_node() as node, Client(node.url, token=ADMIN) as client:
+        await client.send("hall", "hello", uid="bob")
+        listening = client.listen("hall", uid="ann", timeout=1)
+        first = await next_answer(listening)
+        assert (first.slow, listening.slow) == (0, 0)
+        await client.slow("hall", 5)
+        # The next answer with slow mode in it is yielded, though it brings nothing else.
+        answer = await next_answer(listening)
+        assert (answer.slow, answer.delivered, listening.slow) == (5, (), 5)
+        await client.send("hall", "next", uid="bob")
+        answer = await next_answer(listening)  # still slow: not news, but a message
+        assert ([m.body for m in answer.delivered], answer.slow) == (["next"], 5)
+        await client.slow("hall", 0)
+        answer = await next_answer(listening)
+        assert (answer.slow, answer.delivered, listening.slow) == (0, (), 0)
+        listening.stop()
 
 
 # -- liveroom listen / liveroom send, real processes ---------------------------------

@@ -19,11 +19,18 @@ the log restarted, an ended broadcast) and how many messages the listener
 missed (``gap``, ``igap``). In a room with gifts it keeps the top givers of
 the last answer that carried them (:attr:`Listening.ranking`) and echoes
 their version, so an answer carries ``ranking`` again only when they changed
-(such an answer is never skipped as empty). A network error or a read that
-outlasts ``timeout`` + ``interval_ms`` + :data:`READ_MARGIN` is retried with
-the same cursors after an exponential, jittered backoff (:data:`BACKOFF_FIRST` up to
-:data:`BACKOFF_MAX` seconds); a 429 or 503 after its ``Retry-After``. Any other
-refusal (a bad name, a missing ticket) ends the loop with :class:`ApiError`:
+(such an answer is never skipped as empty). An answer lists the messages
+recalled since the listener's cursor (``recalled``: one that lists nothing
+else is not skipped either), and a message recalled before it was delivered
+comes as a tombstone (:attr:`Message.recalled`, no body); the same for the
+listener's personal messages (``precalled``, :attr:`PersonalMessage.recalled`).
+An answer whose slow mode (``slow``) differs from the last one's is never
+skipped. A network error or a read that outlasts ``timeout`` +
+``interval_ms`` + :data:`READ_MARGIN` is retried with the same cursors after
+an exponential, jittered backoff (:data:`BACKOFF_FIRST` up to
+:data:`BACKOFF_MAX` seconds); a 429 or 503 after its ``Retry-After``. Any
+other refusal (a bad name, a missing ticket) ends the loop with
+:class:`ApiError`:
 retrying it would fail the same way.
 
 **Stopping.** ``break`` out of the ``async for``, call :meth:`Listening.stop`
@@ -41,6 +48,7 @@ from __future__ import annotations
 
 from .answers import (
     Answer,
+    AuditEntry,
     Broadcast,
     BroadcastEnded,
     BroadcastStarted,
@@ -53,9 +61,13 @@ from .answers import (
     OnlineSeries,
     PersonalMessage,
     Ranking,
+    Recalled,
+    RecalledPersonal,
     Retry,
+    RoomModeration,
     RoomSect,
     RoomStats,
+    Sanction,
     SectMove,
     Sent,
     SeriesPoint,
@@ -73,6 +85,7 @@ __all__ = [
     "READ_MARGIN",
     "Answer",
     "ApiError",
+    "AuditEntry",
     "Backoff",
     "Broadcast",
     "BroadcastEnded",
@@ -89,9 +102,13 @@ __all__ = [
     "OnlineSeries",
     "PersonalMessage",
     "Ranking",
+    "Recalled",
+    "RecalledPersonal",
     "Retry",
+    "RoomModeration",
     "RoomSect",
     "RoomStats",
+    "Sanction",
     "SectMove",
     "Sent",
     "SeriesPoint",

@@ -18,11 +18,15 @@ class Message:
     ts: int
     """Milliseconds since the Unix epoch, when the server accepted it."""
     body: Any
+    """``None`` once recalled."""
+    recalled: bool = False
+    """A moderator (or its sender) recalled it: its body is gone (``None``);
+    show it as recalled, or not at all."""
 
     @classmethod
     def from_doc(cls, doc: Mapping[str, Any]) -> Message:
         return cls(int(doc["seq"]), str(doc["uid"]), bool(doc["important"]),
-                   int(doc["ts"]), doc["body"])
+                   int(doc["ts"]), doc["body"], bool(doc.get("recalled", False)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,11 +42,14 @@ class PersonalMessage:
     to: str
     ts: int
     body: Any
+    """``None`` once recalled."""
+    recalled: bool = False
+    """The backend recalled it: its body is gone (``None``)."""
 
     @classmethod
     def from_doc(cls, doc: Mapping[str, Any]) -> PersonalMessage:
         return cls(int(doc["pseq"]), int(doc["n"]), str(doc["uid"]), str(doc["to"]),
-                   int(doc["ts"]), doc["body"])
+                   int(doc["ts"]), doc["body"], bool(doc.get("recalled", False)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +105,17 @@ class Answer:
     ranking: TopGivers | None = None
     """The room's top givers, only when they changed since the version the
     listener echoed (``None``: unchanged, no gifts, or an older server)."""
+    recalled: tuple[int, ...] = ()
+    """The seqs of messages recalled since the listener's cursor: remove the
+    ones it shows, or mark them (those still in this answer come as
+    tombstones, :attr:`Message.recalled`)."""
+    slow: int = 0
+    """The room's slow mode: each uid may send one normal message per
+    ``slow`` seconds (0: off)."""
+    precalled: tuple[int, ...] = ()
+    """The pseqs of this listener's personal messages recalled since its
+    personal cursor (those still in this answer come as tombstones,
+    :attr:`PersonalMessage.recalled`)."""
 
     @property
     def delivered(self) -> tuple[Message, ...]:
@@ -106,10 +124,11 @@ class Answer:
 
     @property
     def empty(self) -> bool:
-        """Nothing to report: no message, no gap, no reset, no new ranking (a
-        timed-out hold)."""
+        """Nothing to report: no message, no gap, no reset, no new ranking, no
+        recall (a timed-out hold)."""
         return not (self.important or self.messages or self.gap or self.igap or self.reset
-                    or self.personal or self.pgap or self.ranking is not None)
+                    or self.personal or self.pgap or self.ranking is not None
+                    or self.recalled or self.precalled)
 
     @classmethod
     def from_doc(cls, doc: Mapping[str, Any]) -> Answer:
@@ -125,7 +144,10 @@ class Answer:
             pseq=int(doc.get("pseq", 0)),
             personal=tuple(PersonalMessage.from_doc(m) for m in doc.get("personal", ())),
             pgap=int(doc.get("pgap", 0)),
-            ranking=None if doc.get("ranking") is None else TopGivers.from_doc(doc["ranking"]))
+            ranking=None if doc.get("ranking") is None else TopGivers.from_doc(doc["ranking"]),
+            recalled=tuple(int(seq) for seq in doc.get("recalled", ())),
+            slow=int(doc.get("slow", 0)),
+            precalled=tuple(int(pseq) for pseq in doc.get("precalled", ())))
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,3 +370,92 @@ class Ranking:
     """The sum of the broadcast's gifts."""
     count: int
     """Gifts given in the broadcast."""
+
+
+@dataclass(frozen=True, slots=True)
+class Recalled:
+    """A recall's answer: the message's body is gone from the store, and
+    every listener is told (its next answer lists ``seq`` in ``recalled``)."""
+
+    room: str
+    seq: int
+    uid: str
+    """Who had sent it."""
+    notice: int
+    """The seq of the important notice that tells the listeners."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecalledPersonal:
+    """A personal message's recall: its body is gone from the store, and its
+    addressee is told (its next answer lists ``pseq`` in ``precalled``)."""
+
+    room: str
+    pseq: int
+    uid: str
+    """Who had sent it."""
+    to: str
+    """Whom it was for."""
+    notice: int
+    """The pseq of the notice that tells the addressee."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sanction:
+    """A mute or a ban of one uid in a room."""
+
+    room: str
+    uid: str
+    until_ms: int
+    """When it ends (Unix ms); 0: until lifted."""
+    seconds_left: int | None
+    """Seconds it has left when the server answered; ``None``: until lifted."""
+    reason: str
+    by: str
+    """Who gave it: ``admin``, ``publisher`` or ``uid:<uid>``."""
+    at_ms: int
+    """When it was given (Unix ms)."""
+
+    @classmethod
+    def from_doc(cls, room: str, doc: Mapping[str, Any]) -> Sanction:
+        return cls(room, str(doc["uid"]), int(doc["until_ms"]),
+                   _int_or_none(doc["seconds_left"]), str(doc["reason"]), str(doc["by"]),
+                   int(doc["at_ms"]))
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """One moderation action in a room's audit."""
+
+    at_ms: int
+    """When (Unix ms)."""
+    by: str
+    """Who: ``admin``, ``publisher`` or ``uid:<uid>`` (a sender's own recall)."""
+    action: str
+    """``mute``, ``unmute``, ``ban``, ``unban``, ``slow`` or ``recall``."""
+    target: str
+    """The uid; for a recall the message, ``room:<seq>``; ``""`` for slow."""
+    seconds: int
+    """A mute's or ban's duration (0: a ban until lifted), slow mode's
+    seconds (0: lifted); 0 for the others."""
+    reason: str
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any]) -> AuditEntry:
+        return cls(int(doc["at_ms"]), str(doc["by"]), str(doc["action"]), str(doc["target"]),
+                   int(doc["seconds"]), str(doc["reason"]))
+
+
+@dataclass(frozen=True, slots=True)
+class RoomModeration:
+    """A room's moderation (``GET /v1/admin/rooms/{room}/moderation``)."""
+
+    room: str
+    slow: int
+    """Slow mode's seconds (0: off)."""
+    muted: int
+    """How many mutes are in force."""
+    banned: int
+    """How many bans are in force."""
+    audit: tuple[AuditEntry, ...]
+    """The current broadcast's actions, newest first."""

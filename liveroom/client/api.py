@@ -13,6 +13,7 @@ from urllib.parse import quote
 import aiohttp
 
 from .answers import (
+    AuditEntry,
     Broadcast,
     BroadcastEnded,
     BroadcastStarted,
@@ -23,9 +24,13 @@ from .answers import (
     Members,
     OnlineSeries,
     Ranking,
+    Recalled,
+    RecalledPersonal,
     Retry,
+    RoomModeration,
     RoomSect,
     RoomStats,
+    Sanction,
     Sent,
     SeriesPoint,
     VipChange,
@@ -318,6 +323,113 @@ class Client:
                               int(n["rooms_cached"]), int(n["held_polls"]), int(n["members"]),
                               int(n["rooms_merged"]), int(n["rooms_listed"]))
                      for n in doc["nodes"])
+
+    # -- moderation --------------------------------------------------------------------
+
+    async def recall(self, room: str, seq: int, *, uid: str | None = None) -> Recalled:
+        """Recall message ``seq`` of ``room``, normal or important: the store
+        keeps its tombstone, not its body, and every listener is told (its
+        next answer lists ``seq`` in :attr:`Answer.recalled`).
+
+        The token (admin or publisher) or a ticket with ``publish`` recall any
+        message the room keeps. A sender recalls its own within the server's
+        ``--recall-window`` (120 s): with its ticket, or in ``open`` mode by
+        naming itself, ``uid`` (then the token is not sent). Recalling twice
+        answers the same; a message the room no longer keeps is a 404."""
+        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
+            raise ValueError(f"seq must be a message's seq (1 or more), not {seq!r}")
+        params: dict[str, str] = {}
+        if uid is not None:
+            params["uid"] = checked_name("uid", uid)
+            headers = self._bearer(self.ticket)
+        else:
+            headers = self._bearer(self.token, self.ticket)
+        doc = await self._call("DELETE", self._room_path(room, f"messages/{seq}"),
+                               params=params, headers=headers)
+        return Recalled(str(doc["room"]), int(doc["seq"]), str(doc["uid"]), int(doc["notice"]))
+
+    async def recall_personal(self, room: str, pseq: int) -> RecalledPersonal:
+        """Recall the personal message at ``pseq`` in ``room`` (the backend's
+        call: the token, or a ticket with ``publish``): its addressee is told
+        (its next answer lists ``pseq`` in :attr:`Answer.precalled`), and its
+        later answers carry the tombstone."""
+        if isinstance(pseq, bool) or not isinstance(pseq, int) or pseq < 1:
+            raise ValueError(f"pseq must be a personal message's pseq (1 or more), "
+                             f"not {pseq!r}")
+        doc = await self._call("DELETE", self._room_path(room, f"personal/{pseq}"),
+                               headers=self._bearer(self.token, self.ticket))
+        return RecalledPersonal(str(doc["room"]), int(doc["pseq"]), str(doc["uid"]),
+                                str(doc["to"]), int(doc["notice"]))
+
+    def _moderation_path(self, room: str, tail: str) -> str:
+        return f"/v1/admin/rooms/{_segment(room)}/{tail}"
+
+    async def _sanction(self, room: str, kind: str, uid: str, seconds: int,
+                        reason: str) -> Sanction | None:
+        path = self._moderation_path(room, f"{kind}/{quote(checked_name('uid', uid), safe='')}")
+        doc = await self._call("PUT", path, json={"seconds": seconds, "reason": reason},
+                               headers=self._admin())
+        given = doc[kind]
+        return None if given is None else Sanction.from_doc(str(doc["room"]), given)
+
+    async def _lift(self, room: str, kind: str, uid: str) -> None:
+        path = self._moderation_path(room, f"{kind}/{quote(checked_name('uid', uid), safe='')}")
+        await self._call("DELETE", path, headers=self._admin())
+
+    async def _sanctions(self, room: str, kind: str) -> tuple[Sanction, ...]:
+        doc = await self._call("GET", self._moderation_path(room, kind), headers=self._admin())
+        return tuple(Sanction.from_doc(str(doc["room"]), s) for s in doc[kind])
+
+    async def mute(self, room: str, uid: str, seconds: int, reason: str = "") -> Sanction | None:
+        """Mute ``uid`` in ``room`` for ``seconds`` (1 to 30 days), replacing a
+        mute in force: its sends are refused (403 ``muted``), it still
+        listens. ``reason`` (at most 200 characters) goes to the audit. The
+        mute as the server holds it (``None`` only if it ended before the
+        server read it back)."""
+        return await self._sanction(room, "muted", uid, seconds, reason)
+
+    async def unmute(self, room: str, uid: str) -> None:
+        """Lift ``uid``'s mute in ``room`` (none to lift is no error)."""
+        await self._lift(room, "muted", uid)
+
+    async def ban(self, room: str, uid: str, seconds: int = 0,
+                  reason: str = "") -> Sanction | None:
+        """Ban ``uid`` from ``room`` for ``seconds`` (up to 30 days; 0: until
+        lifted): its polls and sends are refused (403 ``banned``, its held
+        polls answered so) and it leaves the online list. The ban as the
+        server holds it (``None`` only if it ended before the server read it
+        back)."""
+        return await self._sanction(room, "banned", uid, seconds, reason)
+
+    async def unban(self, room: str, uid: str) -> None:
+        """Lift ``uid``'s ban from ``room`` (none to lift is no error)."""
+        await self._lift(room, "banned", uid)
+
+    async def mutes(self, room: str) -> tuple[Sanction, ...]:
+        """The mutes in force in ``room``, by uid."""
+        return await self._sanctions(room, "muted")
+
+    async def bans(self, room: str) -> tuple[Sanction, ...]:
+        """The bans in force in ``room``, by uid."""
+        return await self._sanctions(room, "banned")
+
+    async def slow(self, room: str, seconds: int) -> int:
+        """Put ``room`` in slow mode: each uid may send one normal message per
+        ``seconds`` (up to 30 days; 0 lifts it); its answers then carry
+        :attr:`Answer.slow`. The room's slow mode now."""
+        doc = await self._call("PUT", self._moderation_path(room, "slow"),
+                               json={"seconds": seconds}, headers=self._admin())
+        return int(doc["slow"])
+
+    async def moderation(self, room: str, limit: int = 100) -> RoomModeration:
+        """``room``'s slow mode, how many mutes and bans are in force, and the
+        ``limit`` (1-1000) newest actions of its current broadcast's audit,
+        newest first."""
+        doc = await self._call("GET", self._moderation_path(room, "moderation"),
+                               params={"limit": str(limit)}, headers=self._admin())
+        return RoomModeration(str(doc["room"]), int(doc["slow"]), int(doc["muted"]),
+                              int(doc["banned"]),
+                              tuple(AuditEntry.from_doc(e) for e in doc["audit"]))
 
 
 def why_unreachable(exc: BaseException, read_for: float) -> str:

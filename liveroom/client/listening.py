@@ -66,6 +66,8 @@ class Listening:
         self.ranking: TopGivers | None = None
         """The room's top givers from the last answer that carried them (None
         before one); the polls echo its version."""
+        self.slow = 0
+        """The room's slow mode in seconds, from the last answer (0: off)."""
         self.empty = empty
         self.on_retry = on_retry
         self._stopped = asyncio.Event()
@@ -113,7 +115,9 @@ class Listening:
             self.spread = answer.spread
             if answer.ranking is not None:
                 self.ranking = answer.ranking
-            if first or self.empty or not answer.empty:
+            slowed = answer.slow != self.slow
+            self.slow = answer.slow
+            if first or self.empty or slowed or not answer.empty:
                 return answer
         raise StopAsyncIteration
 
