@@ -377,6 +377,15 @@ def test_a_message_recalled_by_a_moderator_is_marked_recalled_on_the_page(
     assert status == 200
     WebDriverWait(browser, 10, poll_frequency=0.05).until(
         lambda b: bodies(b, "#important") == ["message recalled"])
+    # A personal message to the viewer, recalled: marked in its box.
+    prize = send_message(served, "recalls", "you won a rocket", uid="system", to="viewer")
+    WebDriverWait(browser, 10, poll_frequency=0.05).until(
+        lambda b: bodies(b, "#personal") == ["you won a rocket"])
+    status, _ = call(f"{served.url}/v1/rooms/recalls/personal/{prize['pseq']}", "DELETE",
+                     token=PUBLISHER)
+    assert status == 200
+    WebDriverWait(browser, 10, poll_frequency=0.05).until(
+        lambda b: bodies(b, "#personal") == ["message recalled"])
     # A page opened now: its first poll brings the tombstone, marked the same.
     open_room(browser, served, "recalls", uid="late")
     assert bodies(browser, "#chat") == ["fine words", "message recalled"]

@@ -25,7 +25,10 @@ export interface PersonalMessage {
   to: string;
   important: true;
   ts: number;
+  /** null once recalled (then `recalled` is true). */
   body: unknown;
+  /** Present when the message was recalled: its body is gone. */
+  recalled?: true;
 }
 
 /** One giver of a ranking. */
@@ -75,6 +78,8 @@ export interface PollAnswer {
   ranking?: Ranking;
   /** Seqs of messages recalled since the cursor (remove or mark them), only when some were. */
   recalled?: number[];
+  /** Pseqs of this listener's personal messages recalled since its personal cursor, only when some were. */
+  precalled?: number[];
   /** In a slow room only: seconds a uid waits between two normal messages. */
   slow?: number;
 }
@@ -137,6 +142,8 @@ export interface ListenOptions extends ClientOptions {
   onSlow?: (seconds: number, answer: PollAnswer) => void;
   /** Messages were recalled (their seqs): remove or mark them; runs after onGap, before onPersonal. */
   onRecall?: (seqs: number[], answer: PollAnswer) => void;
+  /** This listener's personal messages were recalled (their pseqs): remove or mark them; runs after onRecall. */
+  onPersonalRecall?: (pseqs: number[], answer: PollAnswer) => void;
   /** Every answer, after the callbacks above. */
   onAnswer?: (answer: PollAnswer) => void;
   /** A failure; retryInMs is when the next try comes, null when the loop stopped. */

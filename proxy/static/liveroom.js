@@ -30,7 +30,8 @@
 // when it changed), onReset (the cursors no longer fitted the room: the
 // answer is like a first poll), onGap (gap normal, igap important, pgap
 // personal messages missed), onRecall (the seqs of messages recalled since
-// the cursor: remove or mark them), onPersonal (this listener's own
+// the cursor: remove or mark them), onPersonalRecall (the pseqs of this
+// listener's personal messages recalled), onPersonal (this listener's own
 // messages), onImportant, onMessages (each only when it has messages),
 // onAnswer. A recalled message still in an answer comes as it is, with
 // `body: null, recalled: true`.
@@ -324,6 +325,9 @@ export class Listener {
     if (signal.aborted) return;
     const recalled = answer.recalled ?? [];
     if (recalled.length > 0) this._call("onRecall", recalled, answer);
+    if (signal.aborted) return;
+    const precalled = answer.precalled ?? [];
+    if (precalled.length > 0) this._call("onPersonalRecall", precalled, answer);
     if (signal.aborted) return;
     const personal = answer.personal ?? [];
     if (personal.length > 0) this._call("onPersonal", personal, answer);

@@ -366,6 +366,13 @@ function startListening() {
       notice(`${parts.join(" and ")} missed: the room moved faster than its cache.`, "gap");
     },
     onRecall: (seqs) => seqs.forEach(markRecalled),
+    onPersonalRecall: (pseqs) => {
+      for (const pseq of pseqs) {
+        for (const item of document.querySelectorAll(`.message.personal[data-seq="p${pseq}"]`)) {
+          showRecalled(item);
+        }
+      }
+    },
     onPersonal: (messages, answer) => {
       // For this listener alone ("to": its uid): apart from the room's.
       follow(answer);

@@ -172,6 +172,29 @@ test("a personal message reaches its addressee alone, through onPersonal, first"
   assert.deepEqual(calls, [["alice", [{ won: "a rocket" }]]]);
 });
 
+test("a recalled personal message: its addressee hears its pseq through onPersonalRecall", { timeout: 15_000 }, async () => {
+  const room = freshRoom("precall");
+  await send(room, "open", { base: BASE, uid: "host" });
+  const mine = watch((messages) => messages);
+  const recalls = watch((pseqs) => pseqs);
+  const first = signal();
+  const listener = listen(room, {
+    base: BASE, uid: "alice", timeout: 10, onAnswer: () => first.resolve(),
+    onPersonal: mine.callback, onPersonalRecall: recalls.callback,
+  });
+  try {
+    await first.promise;
+    const sent = await send(room, "you won", { base: BASE, uid: "system", to: "alice", ticket: PUBLISHER });
+    await mine.promise;
+    const response = await fetch(`${BASE}/v1/rooms/${room}/personal/${sent.pseq}`, {
+      method: "DELETE", headers: { Authorization: `Bearer ${PUBLISHER}` } });
+    assert.equal(response.status, 200);
+    assert.deepEqual(await recalls.promise, [sent.pseq]);
+  } finally {
+    listener.stop();
+  }
+});
+
 test("a reset carries on in the new epoch", { timeout: 15_000 }, async () => {
   const room = freshRoom("reset");
   await send(room, "old", { base: BASE, uid: "r1" });
