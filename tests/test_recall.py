@@ -226,16 +226,19 @@ async def test_every_listener_learns_of_a_recall_and_nobody_reads_its_body_again
     answer = await asyncio.wait_for(held, 10)  # the held poll is woken by it
     assert answer["recalled"] == [first]
     assert answer["important"] == []  # the notice is not a message
-    assert "recalled" not in await fan.poll(url, timeout=1)  # told once
+    await post(session, url, "chatter", "tick")
+    assert "recalled" not in await fan.poll(url)  # told once
     newcomer = await Listener(session, ROOM, uid="new").poll(url)
-    assert newcomer["messages"] == [{"seq": first, "uid": "troll", "important": False,
-                                     "ts": newcomer["messages"][0]["ts"], "body": None,
-                                     "recalled": True}]
+    assert newcomer["messages"] == [
+        {"seq": first, "uid": "troll", "important": False,
+         "ts": newcomer["messages"][0]["ts"], "body": None, "recalled": True},
+        {"seq": first + 2, "uid": "chatter", "important": False,
+         "ts": newcomer["messages"][1]["ts"], "body": "tick"}]
     # A listener whose cursor is before the message (it had not read it yet).
     caught_up = await Listener(session, ROOM, uid="behind", epoch=fan.epoch,
                                seq=first - 1, iseq=first - 1, ctx="").poll(url)
     assert caught_up["recalled"] == [first]
-    assert [m["body"] for m in caught_up["messages"]] == [None]
+    assert [m["body"] for m in caught_up["messages"]] == [None, "tick"]
     async with session.get(f"{url}/v1/rooms/{ROOM}/poll",
                            params={"uid": "mp", "epoch": fan.epoch, "seq": first,
                                    "iseq": first, "ctx": ""},
@@ -394,8 +397,9 @@ async def test_a_personal_message_recalled_is_listed_for_its_addressee_alone(
     assert caught_up["precalled"] == [pseq]
     assert [(m["pseq"], m["body"], m["recalled"]) for m in caught_up["personal"]] == [
         (pseq, None, True)]
+    await post(session, url, "host", "tick")
     bob = await Listener(session, ROOM, uid="bob", epoch=alice.epoch, seq=alice.seq,
-                         iseq=alice.iseq, ctx="", pseq=pseq - 1).poll(url, timeout=1)
+                         iseq=alice.iseq, ctx="", pseq=pseq - 1).poll(url)
     assert "precalled" not in bob
     assert "recalled" not in bob
     async with session.delete(f"{url}/v1/rooms/{ROOM}/personal/{pseq + 7}",
