@@ -192,12 +192,13 @@ class RoomCache:
         self._recent = 2 * limits.fallback_pull_interval
         """A room read within this long (or with held polls) gets fallback pulls."""
         self._dirty: dict[str, None] = {}
-        self._touch_soon: dict[str, None] = {}
+        self._touch_soon: dict[str, tuple[str, ...]] = {}
         """Rooms this cache just found to exist, or that got a new reader
-        (:meth:`read_by`): their reads are pushed to the store at the next
-        fallback pass (a room of one sender, with its short expiry, becomes a
-        room like any other once another uid reads it), not only at the next
-        ``touch_interval``."""
+        (:meth:`read_by`), with their readers then: their reads are pushed to
+        the store at the next fallback pass (a room of one sender, with its
+        short expiry, becomes a room like any other once another uid reads
+        it), not only at the next ``touch_interval``. The readers are kept
+        here too: a room let go before that pass still says who read it."""
         self._in_flight: set[str] = set()
         self._work = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -446,7 +447,7 @@ class RoomCache:
         state.readers += (uid,)
         # A new reader may be the one that makes a room of one sender last:
         # the store hears of it at the next fallback pass.
-        self._touch_soon[room] = None
+        self._touch_soon[room] = state.readers
 
     async def wait_changed(self, room: str, snapshot: Snapshot) -> Snapshot:
         state = self._room(room)
@@ -622,7 +623,7 @@ class RoomCache:
         state.behind_since = None
         base = None if (old is None or pulled.epoch != old.epoch) else old
         if old is None or is_absent(old):
-            self._touch_soon[state.name] = None
+            self._touch_soon[state.name] = state.readers
         snap = advance(base, pulled, request.after, self.retention, now_ms)
         state.restart = False
         self._install(state, snap)
@@ -682,14 +683,12 @@ class RoomCache:
                 if self._fallback_due(state, due, recheck):
                     self.request_pull(name)
             self._metrics.rooms.set(len(self))
+            soon, self._touch_soon = self._touch_soon, {}
             if now - last_touch >= limits.touch_interval:
                 last_touch = now
-                self._touch_soon.clear()
-                await self._touch()
-            elif self._touch_soon:
-                names = list(self._touch_soon)
-                self._touch_soon.clear()
-                await self._touch_names(names)
+                await self._touch(soon)
+            elif soon:
+                await self._touch_names(list(soon), soon)
 
     @staticmethod
     def _fallback_due(state: _CachedRoom, due: float, recheck: float) -> bool:
@@ -700,21 +699,26 @@ class RoomCache:
             return state.pulled_at <= recheck
         return state.pulled_at <= due
 
-    async def _touch(self) -> None:
+    async def _touch(self, soon: dict[str, tuple[str, ...]]) -> None:
         # Rooms that do not exist have nothing to push back (and must not get a log).
         names = [name for cached in (self._rooms, self._kept, self._parked)
                  for name, state in cached.items()
                  if state.snapshot is not None and not is_absent(state.snapshot)]
-        await self._touch_names(names)
+        cached = set(names)
+        await self._touch_names([*names, *(name for name in soon if name not in cached)], soon)
 
-    async def _touch_names(self, names: list[str]) -> None:
+    async def _touch_names(self, names: list[str],
+                           soon: dict[str, tuple[str, ...]]) -> None:
+        """Push the reads of ``names`` to the store, with their readers (those
+        ``soon`` kept for a room let go meanwhile)."""
         for i in range(0, len(names), 1000):
             batch = names[i:i + 1000]
             readers = {}
             for name in batch:
                 state = self._get(name)
-                if state is not None and state.readers:
-                    readers[name] = state.readers
+                known = state.readers if state is not None else soon.get(name, ())
+                if known:
+                    readers[name] = known
             try:
                 await self._log.touch(batch, readers)
             except StoreUnavailable:
