@@ -215,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=3,
                         help="nodes over one throw-away redis-server (1: one node on the "
                              "memory engine); one process holds about 20 000 connections")
-    parser.add_argument("--client-procs", type=int, default=2)
+    parser.add_argument("--client-procs", type=int, default=3,
+                        help="client processes (one holds about 20 000 connections)")
     parser.add_argument("--apply", type=int, default=0, metavar="N",
                         help="measure how soon N mutes and bans apply on a second node instead")
     args = parser.parse_args(argv)
