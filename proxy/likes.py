@@ -31,7 +31,7 @@ from collections.abc import Collection, Sequence
 
 from liveroom.clock import Clock
 from liveroom.errors import Overloaded, RateLimited, StoreUnavailable
-from liveroom.lifecycle import Periodic
+from liveroom.lifecycle import Outage, Periodic
 from liveroom.metrics import Metrics
 from liveroom.ratelimit import Window, span
 from liveroom.store.base import Counters
@@ -146,7 +146,7 @@ class Likes:
         self.oldest_pending = 0.0
         """When the oldest taps not yet written were acknowledged (monotonic; 0: none)."""
         self._refreshed = 0.0
-        self._unavailable = False
+        self._outage = Outage(logger)
         # One task flushes, then refreshes when due: a refresh never reads the
         # store while a flush of this node's taps may or may not be in it.
         # A stop lets a flush under way end: cancelled after Redis ran it, it
@@ -224,15 +224,11 @@ class Likes:
                 self._refreshed = now
                 await self.refresh()
         except StoreUnavailable:
-            if not self._unavailable:
-                self._unavailable = True
-                logger.warning("the store is unavailable: likes wait in memory (%d taps in "
-                               "%d rooms) and are written when it is back", self.pending,
-                               len(self._pending))
+            self._outage.failed("the store is unavailable: likes wait in memory (%d taps in "
+                                "%d rooms) and are written when it is back", self.pending,
+                                len(self._pending))
             return
-        if self._unavailable:
-            self._unavailable = False
-            logger.info("the store is back: the likes that waited are written")
+        self._outage.worked("the store is back: the likes that waited are written")
 
     async def flush(self) -> None:
         """Hand every room's pending taps to the store in one call; put them

@@ -35,7 +35,7 @@ from collections.abc import Callable
 
 from liveroom.clock import Clock
 from liveroom.errors import Banned, Muted, StoreUnavailable
-from liveroom.lifecycle import Periodic
+from liveroom.lifecycle import Outage, Periodic
 from liveroom.ratelimit import RateLimits, Window
 from liveroom.store.base import AuditEntry, RoomModeration, Sanction
 from liveroom.store.base import Moderation as ModerationStore
@@ -109,7 +109,7 @@ class Moderation:
         self.version = -1
         """The journal's version last read (-1: nothing read yet)."""
         self._slow_limits: dict[tuple[int, RateLimits], RateLimits] = {}
-        self._unavailable = False
+        self._outage = Outage(logger)
         self._reader = Periodic("proxy-moderation", every, self.refresh, clock, logger)
 
     def _now_ms(self) -> int:
@@ -181,13 +181,9 @@ class Moderation:
                 version, rooms = await self._store.changed(0)
             states = await self._store.rooms(rooms, self._now_ms()) if rooms else {}
         except StoreUnavailable:
-            if not self._unavailable:
-                self._unavailable = True
-                logger.warning("the store is unavailable: moderation stays as last read")
+            self._outage.failed("the store is unavailable: moderation stays as last read")
             return
-        if self._unavailable:
-            self._unavailable = False
-            logger.info("the store is back: moderation is read again")
+        self._outage.worked("the store is back: moderation is read again")
         if reset:
             for room in set(self.rules) - set(states):
                 del self.rules[room]

@@ -31,7 +31,7 @@ import orjson
 
 from liveroom.clock import Clock
 from liveroom.errors import StoreUnavailable
-from liveroom.lifecycle import Periodic
+from liveroom.lifecycle import Outage, Periodic
 from liveroom.store.base import Counters, Leaderboard
 
 logger = logging.getLogger("liveroom.proxy.ranking")
@@ -77,7 +77,7 @@ class Ranking:
         self._rooms = rooms
         self.standings: dict[str, Standing] = {}
         """By room: read by every answer (a room without gifts is absent)."""
-        self._unavailable = False
+        self._outage = Outage(logger)
         self._refresher = Periodic("proxy-ranking", REFRESH_EVERY, self.refresh, clock, logger)
 
     def start(self) -> None:
@@ -93,13 +93,9 @@ class Ranking:
         try:
             boards = await self._store.rankings(rooms, TOP) if rooms else {}
         except StoreUnavailable:
-            if not self._unavailable:
-                self._unavailable = True
-                logger.warning("the store is unavailable: answers keep the last rankings")
+            self._outage.failed("the store is unavailable: answers keep the last rankings")
             return
-        if self._unavailable:
-            self._unavailable = False
-            logger.info("the store is back: rankings are read again")
+        self._outage.worked("the store is back: rankings are read again")
         self.update(boards)
 
     def update(self, boards: dict[str, Leaderboard]) -> None:

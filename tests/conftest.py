@@ -20,6 +20,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -229,6 +230,28 @@ async def opened(url: str, policy: LogPolicy, clock: FakeClock) -> AsyncIterator
         yield engine
     finally:
         await engine.close()
+
+
+class RoundTrips:
+    """Counts the round trips a redis engine's client makes (``client``: a
+    part's, e.g. ``store.counters._client``): each pipeline it sends and
+    each command sent alone (the real client still runs them, on the real
+    server)."""
+
+    def __init__(self, client: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        pipeline, execute = client.pipeline, client.execute_command
+
+        def counted_pipeline(*args: Any, **kwargs: Any) -> Any:
+            self.count += 1
+            return pipeline(*args, **kwargs)
+
+        async def counted_execute(*args: Any, **kwargs: Any) -> Any:
+            self.count += 1
+            return await execute(*args, **kwargs)
+
+        monkeypatch.setattr(client, "pipeline", counted_pipeline)
+        monkeypatch.setattr(client, "execute_command", counted_execute)
 
 
 @pytest.fixture

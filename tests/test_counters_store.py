@@ -12,11 +12,10 @@ import asyncio
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import Any
 
 import pytest
 import redis.asyncio
-from conftest import ENGINES, TEST_POLICY, RedisServer, fresh_engine_url, opened
+from conftest import ENGINES, TEST_POLICY, RedisServer, RoundTrips, fresh_engine_url, opened
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis.crc import key_slot
@@ -38,28 +37,6 @@ from liveroom.store.redis import keys
 
 def now_ms(clock: FakeClock) -> int:
     return int(clock.time() * 1000)
-
-
-class RoundTrips:
-    """Counts the round trips a redis engine's counters make: each pipeline
-    they send and each command sent alone (the real client still runs them,
-    on the real server)."""
-
-    def __init__(self, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.count = 0
-        client = store.counters._client  # type: ignore[attr-defined]
-        pipeline, execute = client.pipeline, client.execute_command
-
-        def counted_pipeline(*args: Any, **kwargs: Any) -> Any:
-            self.count += 1
-            return pipeline(*args, **kwargs)
-
-        async def counted_execute(*args: Any, **kwargs: Any) -> Any:
-            self.count += 1
-            return await execute(*args, **kwargs)
-
-        monkeypatch.setattr(client, "pipeline", counted_pipeline)
-        monkeypatch.setattr(client, "execute_command", counted_execute)
 
 
 class LikesModel:
@@ -174,7 +151,7 @@ async def test_a_flush_of_many_rooms_is_one_round_trip(
         return
     await counters.add_likes({"warm": 1}, now_ms(fake_clock))  # the scripts loaded
     await counters.add_gift("warm", "u", 1, "rose", now_ms(fake_clock))
-    trips = RoundTrips(store, monkeypatch)
+    trips = RoundTrips(store.counters._client, monkeypatch)  # type: ignore[attr-defined]
     await counters.add_likes(dict.fromkeys(rooms, 2), now_ms(fake_clock))
     assert trips.count == 1
     assert await counters.likes(rooms) == dict.fromkeys(rooms, 2)

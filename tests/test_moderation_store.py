@@ -19,7 +19,15 @@ from typing import Any
 
 import pytest
 import redis.asyncio
-from conftest import ENGINES, TEST_POLICY, RedisServer, fresh_engine_url, opened, raw_client
+from conftest import (
+    ENGINES,
+    TEST_POLICY,
+    RedisServer,
+    RoundTrips,
+    fresh_engine_url,
+    opened,
+    raw_client,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis.crc import key_slot
@@ -52,29 +60,6 @@ def act(action: str, target: str = "", seconds: int = 0, *, at_ms: int,
         by: str = "admin", reason: str = "") -> AuditEntry:
     """An action as a caller gives it (``target`` "" for slow mode)."""
     return AuditEntry(at_ms, by, action, target, seconds, reason)
-
-
-class RoundTrips:
-    """Counts the round trips a redis engine's moderation makes: each pipeline
-    it sends and each command sent alone (the real client still runs them,
-    on the real server). As ``test_counters_store.RoundTrips`` does for the
-    counters."""
-
-    def __init__(self, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.count = 0
-        client = store.moderation._client  # type: ignore[attr-defined]
-        pipeline, execute = client.pipeline, client.execute_command
-
-        def counted_pipeline(*args: Any, **kwargs: Any) -> Any:
-            self.count += 1
-            return pipeline(*args, **kwargs)
-
-        async def counted_execute(*args: Any, **kwargs: Any) -> Any:
-            self.count += 1
-            return await execute(*args, **kwargs)
-
-        monkeypatch.setattr(client, "pipeline", counted_pipeline)
-        monkeypatch.setattr(client, "execute_command", counted_execute)
 
 
 # --- each action ------------------------------------------------------------------------
@@ -409,7 +394,7 @@ async def test_every_call_is_one_round_trip(
     await mod.changed(0)
     for room in rooms:
         await mod.act(room, act("mute", "bob", 60, at_ms=t), t)
-    trips = RoundTrips(store, monkeypatch)
+    trips = RoundTrips(store.moderation._client, monkeypatch)  # type: ignore[attr-defined]
     assert len(await mod.rooms(rooms, t)) == 50
     assert trips.count == 1
     assert (await mod.changed(0))[0] == 51
