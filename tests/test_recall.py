@@ -24,6 +24,7 @@ from support import ADMIN_HEADERS, PUBLISHER, SHARED_SECRET, Listener, Running, 
 from liveroom.clock import FakeClock
 from liveroom.errors import Forbidden, NotFound
 from liveroom.model import RECALL_UID, Entry, NewMessage, recall_notice
+from liveroom.settings import Tier
 from liveroom.store import PullRequest, Store
 from liveroom.store.base import Recalled
 from proxy.tickets import mint
@@ -405,3 +406,24 @@ async def test_a_personal_message_recalled_is_listed_for_its_addressee_alone(
     async with session.delete(f"{url}/v1/rooms/{ROOM}/personal/{pseq + 7}",
                               headers=ADMIN_HEADERS) as resp:
         assert resp.status == 404
+
+
+async def test_a_recall_reaches_a_paced_listener_on_another_node(
+        redis_url: str, session: aiohttp.ClientSession) -> None:
+    """A paced room (every room is in the 1 s tier here) over two nodes: a
+    listener held on node two hears of a recall made through node one with
+    the cut-through that releases important messages, its answer paced."""
+    paced = {"tiers": (Tier(1, 1.0),), "secret": SHARED_SECRET}
+    async with running_node(redis_url, **paced) as one, \
+            running_node(redis_url, **paced) as two:
+        seq = await post(session, one.url, "troll", "rude words")
+        fan = Listener(session, ROOM, uid="fan")
+        await fan.poll(two.url)
+        async with asyncio.timeout(10):  # node two counts the fan online: the room is paced
+            while (await fan.poll(two.url, timeout=1))["interval_ms"] == 0:
+                pass
+        held = asyncio.create_task(fan.poll(two.url, timeout=30))
+        assert (await delete(session, one.url, seq))[0] == 200
+        answer = await asyncio.wait_for(held, 10)
+        assert answer["recalled"] == [seq]
+        assert answer["interval_ms"] > 0
