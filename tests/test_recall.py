@@ -258,6 +258,7 @@ async def test_an_important_message_can_be_recalled(
                     ctx=fan.ctx)
     await fan.poll(url)
     assert (await delete(session, url, signal))[0] == 200
+    assert (await fan.poll(url))["recalled"] == [signal]  # the node has the notice now
     answer = await late.poll(url)  # it had not read the signal: it reads its tombstone
     assert answer["recalled"] == [signal]
     assert [(m["seq"], m["body"], m.get("recalled")) for m in answer["important"]] == [
