@@ -264,7 +264,7 @@ async def test_a_banned_uid_leaves_the_online_list(
             while await members() != ["fan", "troll"]:
                 await asyncio.sleep(0.05)
         await call(session, "PUT", admin(url, "banned/troll"))
-        async with asyncio.timeout(3):  # the node's next presence write and merge
+        async with asyncio.timeout(5):  # the node's next presence write and merge (1 s each)
             while await members() != ["fan"]:
                 await asyncio.sleep(0.05)
 
