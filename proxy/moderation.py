@@ -149,11 +149,6 @@ class Moderation:
                 per_uid=per_uid, room_per_second=base.room_per_second)
         return slowed
 
-    def slow(self, room: str) -> int:
-        """The room's slow mode in seconds (0: off)."""
-        rules = self.rules.get(room)
-        return 0 if rules is None else rules.slow
-
     # -- changes ------------------------------------------------------------------
 
     async def act(self, room: str, entry: AuditEntry) -> RoomModeration | None:
