@@ -55,6 +55,7 @@ COMPILED = (
     "proxy.tiers",
     "proxy.trim",
     "recvsvr.cache",
+    "recvsvr.role",
     "statsvr.merge",
 )
 """Modules on the listener path and the send path that a compiled build compiles."""

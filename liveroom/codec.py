@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 import struct
-from typing import Any
+from typing import Any, Final
 
 import msgpack
 import orjson
@@ -24,10 +24,10 @@ import orjson
 from .errors import BadBody, UnsupportedMedia
 from .model import Entry
 
-JSON = "application/json"
-MSGPACK = "application/msgpack"
-_MSGPACK_TYPES = frozenset({MSGPACK, "application/x-msgpack"})
-MAX_DEPTH = 32
+JSON: Final = "application/json"
+MSGPACK: Final = "application/msgpack"
+_MSGPACK_TYPES: Final = frozenset({MSGPACK, "application/x-msgpack"})
+MAX_DEPTH: Final = 32
 """Deepest nesting accepted in a message body."""
 
 
@@ -54,6 +54,16 @@ def _unique(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
 
 def decode_request(content_type: str, raw: bytes) -> Any:
     """Decode a JSON or msgpack request body; refuse anything else."""
+    return decode_request_bounded(content_type, raw)[0]
+
+
+def decode_request_bounded(content_type: str, raw: bytes) -> tuple[Any, int]:
+    """:func:`decode_request`, and a bound on the JSON size of any part of
+    the document: ``len(raw)`` for a JSON body without floats (then no part
+    encodes longer than its text: orjson writes no space, escapes no more
+    than JSON must and shortens what a sender may escape longer, and an
+    integer never grows), -1 otherwise (a float may encode longer, ``1e5``
+    as ``100000.0``; msgpack is another size altogether)."""
     if content_type == JSON:
         try:
             value = orjson.loads(raw)
@@ -67,12 +77,12 @@ def decode_request(content_type: str, raw: bytes) -> Any:
         # with more colons than the keys orjson found. Each member of an
         # object has its one colon outside strings, so as many colons as keys
         # means no key was given twice (and no colon in a string).
-        if members < 0 or (isinstance(value, (dict, list)) and raw.count(b":") != members):
+        if members < 0 or (members and raw.count(b":") != members):
             try:
                 json.loads(raw, object_pairs_hook=_unique, parse_int=_int_in_range)
             except _DuplicateKey as exc:
                 raise BadBody(f"invalid JSON: {exc}") from None
-        return value
+        return value, -1 if members < 0 else len(raw)
     if content_type in _MSGPACK_TYPES:
         try:
             value = msgpack.unpackb(raw, raw=False, strict_map_key=True, max_bin_len=0,
@@ -80,11 +90,11 @@ def decode_request(content_type: str, raw: bytes) -> Any:
         except Exception as exc:  # msgpack raises several unrelated types
             raise BadBody(f"invalid msgpack: {exc}") from None
         check_value(value)
-        return value
+        return value, -1
     raise UnsupportedMedia("send application/json or application/msgpack")
 
 
-INT_BOUND = 2**63
+INT_BOUND: Final = 2**63
 """Largest magnitude of an integer in a message body (msgpack and orjson
 carry 64 bits)."""
 
@@ -101,17 +111,55 @@ def check_value(value: Any, depth: int = 0) -> None:
     _walk(value, depth)
 
 
-_SCALARS = (str, bool, int)
+_SCALARS: Final = (str, bool, int)
 
 
 def _walk(value: Any, depth: int) -> int:
     """:func:`check_value`'s walk. Returns the object keys in ``value``, all
-    levels, or -1 when it holds a float (after checking all of it). Tuples of
-    types, not ``A | B``: a union is a new object at each call."""
+    levels, or -1 when it holds a float (after checking all of it).
+
+    The decoders make exact dicts, lists, strings and numbers: those are told
+    by their exact type (a pointer comparison when compiled), anything else
+    by :func:`_walk_other`. Tuples of types, not ``A | B``: a union is a new
+    object at each call."""
     if depth > MAX_DEPTH:
         raise BadBody(f"nesting deeper than {MAX_DEPTH}")
-    if value is None:
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
         return 0
+    floats = False
+    n = 0
+    if kind is dict:
+        members: dict[Any, Any] = value
+        n = len(members)
+        for key, item in members.items():
+            if type(key) is not str and not isinstance(key, str):
+                raise BadBody("object keys must be strings")
+            inner = _walk(item, depth + 1)
+            if inner < 0:
+                floats = True
+            else:
+                n += inner
+    elif kind is list:
+        items: list[Any] = value
+        for item in items:
+            inner = _walk(item, depth + 1)
+            if inner < 0:
+                floats = True
+            else:
+                n += inner
+    elif kind is int:
+        number: int = value
+        if number > INT_BOUND or number < -INT_BOUND:
+            raise BadBody("integer out of range")
+    else:
+        return _walk_other(value, depth)
+    return -1 if floats else n
+
+
+def _walk_other(value: Any, depth: int) -> int:
+    """:func:`_walk` of a value of no exact type it knows: a float, a tuple,
+    a subclass, or something no message may hold."""
     if isinstance(value, _SCALARS):
         if isinstance(value, int) and not isinstance(value, bool) and abs(value) > INT_BOUND:
             raise BadBody("integer out of range")

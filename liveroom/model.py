@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import re
 import zlib
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from .errors import BadRequest
 
-MAX_INT = 2**53 - 1
+MAX_INT: Final = 2**53 - 1
 """Largest integer in the HTTP contract (it survives a JavaScript client)."""
 
-_CLIENT_MSG_ID = re.compile(r"[A-Za-z0-9_.:\-]{1,128}")
+_CLIENT_MSG_ID: Final = re.compile(r"[A-Za-z0-9_.:\-]{1,128}")
 
 # Names and counts are checked with str methods, not patterns: a poll checks its
 # room, uid, epoch and cursors, and a regex match costs several times a method
@@ -182,7 +182,7 @@ class Entry:
                 f"to={self.to!r}, n={self.n})")
 
 
-RECALL_UID = ""
+RECALL_UID: Final = ""
 """The uid of a recall's notice, the important entry that tells every
 listener a message was recalled: no sender has it (a uid is a name of 1 to
 64 characters). Its body is :func:`recall_notice`'s."""
@@ -223,3 +223,33 @@ def tombstone_of(notice: Entry) -> Entry:
                  uid=uid if isinstance(uid, str) else "", important=body.get("important") is True,
                  ts=ts if type(ts) is int else notice.ts, body=None, to=notice.to,
                  n=n if type(n) is int else 0)
+
+
+class Appended:
+    """What the store says of an append (one is made per send: a native class
+    in a compiled build, see docs/development.md, "Compiled modules")."""
+
+    __slots__ = ("created", "duplicate", "epoch", "seq")
+
+    def __init__(self, epoch: str, seq: int, duplicate: bool, created: bool = False) -> None:
+        self.epoch = epoch
+        self.seq = seq
+        """The message's seq; a personal message's position in the room's
+        personal sequence."""
+        self.duplicate = duplicate
+        """True when the ``client_msg_id`` was seen: nothing was stored."""
+        self.created = created
+        """This send created the room's log."""
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (self.epoch, self.seq, self.duplicate, self.created)
+
+    def __eq__(self, other: object) -> bool:
+        return same_value(self, other)
+
+    def __hash__(self) -> int:
+        return value_hash(self)
+
+    def __repr__(self) -> str:
+        return (f"Appended(epoch={self.epoch!r}, seq={self.seq}, duplicate={self.duplicate}, "
+                f"created={self.created})")

@@ -28,10 +28,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from .errors import RateLimited
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
+_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +110,7 @@ def bucket_of(window: Window, now_ms: int) -> int:
     return now_ms // window.bucket_ms
 
 
-IN_FLIGHT_MS = 1_000
+IN_FLIGHT_MS: Final = 1_000
 """When a window held only by sends in flight (``held``) frees, from now: as
 they end, a round trip or so later (a retry hint; whole seconds anyway)."""
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 if TYPE_CHECKING:
     from .personal import Personal
@@ -39,9 +39,9 @@ class Item(NamedTuple):
     ``recalled``, not as a message); 0 for a message."""
 
 
-_seq = attrgetter("seq")
+_seq: Final = attrgetter("seq")
 
-ABSENT_EPOCH = "0"
+ABSENT_EPOCH: Final = "0"
 """The epoch of a room that does not exist (no log in the store: never sent to,
 expired, or lost). Real epochs are 12-character random tokens, so this one never
 collides with them; it is still a well-formed epoch a listener can pass back.
@@ -260,9 +260,9 @@ def recent(snap: Snapshot, count: int, budget: int | None = None) -> Delivery:
     return Delivery((), messages, 0, 0, snap.head, snap.head, snap.head_ic, snap.head_ic)
 
 
-_ts = attrgetter("ts")
+_ts: Final = attrgetter("ts")
 
-MINUTE_MS = 60_000
+MINUTE_MS: Final = 60_000
 
 
 def sent_per_minute(snap: Snapshot, now_ms: int, normal_keep: int) -> float:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import ipaddress
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Protocol
+from typing import Final, Protocol
 
 from .addresses import address_key, forwarded_client
 from .front_limits import FrontLimits, connection_capacity
@@ -177,8 +177,8 @@ def _refusal(message: str) -> bytes:
             b"Connection: close\r\n\r\n%s" % (len(body), body))
 
 
-_FULL = _refusal("too many connections to this node: retry")
-_CROWDED_MESSAGE = "too many connections from your address to this node: retry"
-_CROWDED = _refusal(_CROWDED_MESSAGE)
-CROWDED_REPLY = error_reply(503, "overloaded", _CROWDED_MESSAGE, retry_after=1)
+_FULL: Final = _refusal("too many connections to this node: retry")
+_CROWDED_MESSAGE: Final = "too many connections from your address to this node: retry"
+_CROWDED: Final = _refusal(_CROWDED_MESSAGE)
+CROWDED_REPLY: Final = error_reply(503, "overloaded", _CROWDED_MESSAGE, retry_after=1)
 """The answer to a proxied request whose client has ``connections_per_ip``."""

@@ -9,13 +9,15 @@ msgpack answers are built the same way (msgpack maps and arrays concatenate).
 
 from __future__ import annotations
 
+from typing import Final
+
 import msgpack
 import orjson
 
 from liveroom.codec import msgpack_array_header, msgpack_map_header
 from liveroom.snapshot import Delivery, Item
 
-_FIELDS = 13
+_FIELDS: Final = 13
 
 
 def _pack(value: object) -> bytes:
@@ -72,12 +74,12 @@ def head(room: str, epoch: str, d: Delivery, *, reset: bool, online: int,
     return build(room, epoch, d, reset, online, likes, interval_ms)
 
 
-_PSEQ_MP = _pack("pseq")
-_PERSONAL_MP = _pack("personal")
-_PGAP_MP = _pack("pgap")
-_SPREAD_MP = _pack("spread")
-_SLOW_MP = _pack("slow")
-_PRECALLED_MP = _pack("precalled")
+_PSEQ_MP: Final = _pack("pseq")
+_PERSONAL_MP: Final = _pack("personal")
+_PGAP_MP: Final = _pack("pgap")
+_SPREAD_MP: Final = _pack("spread")
+_SLOW_MP: Final = _pack("slow")
+_PRECALLED_MP: Final = _pack("precalled")
 
 
 def finish(head: bytes, ctx: str, use_msgpack: bool, spread: int | None = None,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hmac
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Final
 
 from liveroom.errors import Forbidden, Unauthorized
 
@@ -51,7 +52,7 @@ def bearer(authorization: str | bytes | None) -> str:
     return token
 
 
-VERIFIED_MAX = 16
+VERIFIED_MAX: Final = 16
 """Authorization headers (as they arrived) whose token was verified, kept to
 skip the check next time: a backend sends the same header on every request.
 Only headers that carried one of the tokens are kept, so no client can fill

@@ -24,7 +24,7 @@ import socket
 import struct
 from functools import partial
 from time import monotonic as _monotonic
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Final, cast
 
 from .admission import CROWDED_REPLY
 from .flow import FlowControl
@@ -37,16 +37,16 @@ from .routing import LIKE, POLL, parse_query
 if TYPE_CHECKING:
     from .front import Front
 
-logger = logging.getLogger("liveroom.proxy.front")
+logger: Final = logging.getLogger("liveroom.proxy.front")
 
-LINGER = 2.0
+LINGER: Final = 2.0
 """Seconds a connection closed after a refusal keeps reading (and dropping)
 what the client still sends."""
-LINGER_MAX = 64 * 1024
+LINGER_MAX: Final = 64 * 1024
 """Bytes a lingering close reads and drops at most (plus the rest of the
 read that passes it); past them the connection is aborted: a client that
 keeps sending after its refusal is not worth the reading."""
-_RESET = struct.pack("ii", 1, 0)
+_RESET: Final = struct.pack("ii", 1, 0)
 """``SO_LINGER`` on, zero seconds: closing sends a reset."""
 
 

@@ -21,17 +21,17 @@ import binascii
 import hashlib
 import hmac
 import struct
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
-_VERSION = 3
-_FIELDS = struct.Struct(">BQQQQ")
-_MAC = 16
-_SIZE = _FIELDS.size + _MAC
-_LENGTH = (_SIZE * 4 + 2) // 3
+_VERSION: Final = 3
+_FIELDS: Final = struct.Struct(">BQQQQ")
+_MAC: Final = 16
+_SIZE: Final = _FIELDS.size + _MAC
+_LENGTH: Final = (_SIZE * 4 + 2) // 3
 """Characters of a context (base64url, no padding)."""
-_TO_URL = bytes.maketrans(b"+/", b"-_")
-_FROM_URL = bytes.maketrans(b"-_", b"+/")
-_PAD = "=" * (-_LENGTH % 4)
+_TO_URL: Final = bytes.maketrans(b"+/", b"-_")
+_FROM_URL: Final = bytes.maketrans(b"-_", b"+/")
+_PAD: Final = "=" * (-_LENGTH % 4)
 
 
 class Context(NamedTuple):

@@ -54,6 +54,7 @@ from collections.abc import Callable
 from email.utils import formatdate
 from http import HTTPStatus
 from time import monotonic as _monotonic
+from typing import Final
 
 from .admission import Admission
 from .connection import Connection, reset
@@ -66,15 +67,15 @@ from .trim import Trim
 
 __all__ = ["Connection", "Front", "reset"]
 
-logger = logging.getLogger("liveroom.proxy.front")
+logger: Final = logging.getLogger("liveroom.proxy.front")
 
-TEARDOWN_SLICE = 64
+TEARDOWN_SLICE: Final = 64
 """Held polls let go of (answered on a half-close, or forgotten on a close)
 per loop turn. Many clients leaving at once (a load balancer restarting)
 queue their polls' teardown, and the loop reads, accepts and answers between
 two slices: a poll arriving behind 12 000 closes waits for a few slices, not
 for all of them."""
-SWEEP_EVERY = 1.0
+SWEEP_EVERY: Final = 1.0
 """Seconds between two sweeps for idle connections (at most half the idle timeout)."""
 
 _RDHUP: int = getattr(select, "POLLRDHUP", 0)

@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import resource
 from dataclasses import dataclass
+from typing import Final
 
 from liveroom.settings import DEFAULTS
 
-CONNECTION_RESERVE = 64
+CONNECTION_RESERVE: Final = 64
 """Open files a node keeps beyond its connections (at least; a hundredth of a
 large limit): store connections, log files, the metrics directory."""
-WRITE_HIGH = 64 * 1024
+WRITE_HIGH: Final = 64 * 1024
 """The transport's high-water mark (asyncio's and uvloop's default, left as
 it is): past it, writing pauses (and reading with it) and the write deadline
 runs; below a quarter of it, both resume."""
-UNSENT_MAX = 1024 * 1024
+UNSENT_MAX: Final = 1024 * 1024
 """Bytes of answers written but not yet taken by the client's socket, at
 most (unless a node's answers may be larger, see
 :attr:`FrontLimits.unsent_max`). Flow control keeps a connection to

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Final
 
 from liveroom.clock import Clock
 from liveroom.lifecycle import Periodic
@@ -25,7 +26,7 @@ from liveroom.model import name_slot
 from liveroom.roles import HeartbeatSink
 from liveroom.settings import DEFAULTS
 
-logger = logging.getLogger("liveroom.proxy.heartbeats")
+logger: Final = logging.getLogger("liveroom.proxy.heartbeats")
 
 Batch = dict[str, list[str]]
 """``{room: [uid, ...]}``: heartbeats waiting, or handed to one node."""

@@ -62,7 +62,7 @@ import itertools
 import logging
 import resource
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Final, Protocol
 
 from liveroom.clock import Clock
 from liveroom.errors import Overloaded
@@ -73,17 +73,17 @@ from liveroom.snapshot import Snapshot, moved_past
 
 from .deadlines import Deadlines
 
-logger = logging.getLogger("liveroom.proxy")
+logger: Final = logging.getLogger("liveroom.proxy")
 
-_order = itertools.count()
+_order: Final = itertools.count()
 
-SWEEP_SLACK = 16
+SWEEP_SLACK: Final = 16
 """Entries a paced room's heap may keep beyond twice its held polls before
 its released ones are swept (see :func:`_sweep`)."""
-PACING_KEPT = 5.0
+PACING_KEPT: Final = 5.0
 """Seconds a paced room keeps its pacing after its last held poll left."""
 
-FD_RESERVE = 256
+FD_RESERVE: Final = 256
 """Open files a node keeps for everything but held polls (at least; a
 twentieth of a large limit): store connections, requests being read,
 ``/healthz``, the admin API."""
@@ -145,7 +145,8 @@ not, shutting down (``None``: answer it empty). A named union rather than a
 result object: every held poll goes this way, and holding one makes nothing
 more than its :class:`HeldPoll`."""
 
-_REFUSED, _SUPERSEDED = range(2)
+_REFUSED: Final = 0
+_SUPERSEDED: Final = 1
 """The places of :attr:`Holds.counts`."""
 
 ByUid = HeldPoll | list[HeldPoll]

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Collection, Sequence
+from typing import Final
 
 from liveroom.clock import Clock
 from liveroom.errors import Overloaded, RateLimited, StoreUnavailable
@@ -36,18 +37,22 @@ from liveroom.metrics import Metrics
 from liveroom.ratelimit import Window, span
 from liveroom.store.base import Counters
 
-logger = logging.getLogger("liveroom.proxy.likes")
+logger: Final = logging.getLogger("liveroom.proxy.likes")
 
-MAX_COUNT = 100
+MAX_COUNT: Final = 100
 """Taps one request may carry."""
-REFRESH_EVERY = 1.0
+REFRESH_EVERY: Final = 1.0
 """Seconds between two reads of the totals of the rooms asked about."""
-ASKED_FOR = 60
+ASKED_FOR: Final = 60
 """Refreshes (about seconds) a room's total is kept fresh after it was last
 asked about."""
 
 
-_TAPS, _WRITTEN, _FAILED, _LIMITED, _FULL = range(5)
+_TAPS: Final = 0
+_WRITTEN: Final = 1
+_FAILED: Final = 2
+_LIMITED: Final = 3
+_FULL: Final = 4
 
 
 class TapLimits:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from liveroom.codec import json_size
 from liveroom.errors import BadBody, BadRequest, TooLarge
@@ -69,7 +69,7 @@ class PollParams:
         """The version of the gift ranking the client echoes (``ranking``), if any."""
 
 
-SPREAD_MAX = 4095
+SPREAD_MAX: Final = 4095
 """The largest routing hint a poll may echo (``--vip-spread`` is at most 4096)."""
 
 def parse_poll(room: str, query: dict[str, str], *, default_timeout: float,
@@ -165,15 +165,22 @@ def body_uid(doc: Any, *, fields: str, uid_required: bool) -> str | None:
     return uid
 
 
-def parse_send(doc: Any, *, max_body: int, uid_required: bool = True) -> SendParams:
+_SEND_FIELDS: Final = frozenset({"uid", "body", "important", "client_msg_id", "to"})
+
+
+def parse_send(doc: Any, *, max_body: int, uid_required: bool = True,
+               size_bound: int = -1) -> SendParams:
     """A send's fields, from a document :func:`~liveroom.codec.decode_request`
     made (its values checked); ``uid_required=False`` lets the body name no
-    uid (in ``ticket`` mode, where the ticket names it)."""
+    uid (in ``ticket`` mode, where the ticket names it). ``size_bound``: a
+    bound on the JSON size of any part of ``doc``
+    (:func:`~liveroom.codec.decode_request_bounded`; -1: none known), which
+    spares encoding the body to measure it when it is within ``max_body``."""
     uid = body_uid(doc, fields="uid and body", uid_required=uid_required)
     if "body" not in doc or doc["body"] is None:
         raise BadBody("body is required")
     body = doc["body"]  # checked with the whole document by decode_request
-    if json_size(body) > max_body:
+    if not 0 <= size_bound <= max_body and json_size(body) > max_body:
         raise TooLarge(f"body is larger than {max_body} bytes")
     to = doc.get("to")
     if to is not None:
@@ -186,13 +193,16 @@ def parse_send(doc: Any, *, max_body: int, uid_required: bool = True) -> SendPar
     cmid = doc.get("client_msg_id")
     if cmid is not None:
         check_client_msg_id(cmid)
-    unknown = set(doc) - {"uid", "body", "important", "client_msg_id", "to"}
-    if unknown:
-        raise BadBody(f"unknown fields: {', '.join(sorted(unknown))}")
+    # A uid and a body are all most sends hold: only a document with more
+    # (or other) keys is looked through.
+    if len(doc) > 2 or uid is None:
+        unknown = [key for key in doc if key not in _SEND_FIELDS]
+        if unknown:
+            raise BadBody(f"unknown fields: {', '.join(sorted(unknown))}")
     return SendParams(uid, body, important, cmid, to)
 
 
-MEMBERS_PAGE_MAX = 1000
+MEMBERS_PAGE_MAX: Final = 1000
 """Most members one ``/online`` answer lists."""
 
 

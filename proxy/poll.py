@@ -45,6 +45,7 @@ import asyncio
 import logging
 import zlib
 from collections.abc import Callable
+from typing import Final
 
 from liveroom.clock import Clock
 from liveroom.codec import JSON, MSGPACK, wants_msgpack
@@ -81,16 +82,22 @@ from .step import (
 from .tickets import Tickets
 from .tiers import Pace, TierTable
 
-logger = logging.getLogger("liveroom.proxy")
-_FAILED = "answering a poll of room %s failed"
+logger: Final = logging.getLogger("liveroom.proxy")
+_FAILED: Final = "answering a poll of room %s failed"
 
-OUTCOMES = ("first", "reset", "delivered", "empty")
+OUTCOMES: Final = ("first", "reset", "delivered", "empty")
 """What a poll's answer was, as the ``liveroom_polls`` metric counts it."""
-_FIRST, _RESET, _DELIVERED, _EMPTY, _IMPORTANT, _NORMAL, _PERSONAL = range(7)
+_FIRST: Final = 0
+_RESET: Final = 1
+_DELIVERED: Final = 2
+_EMPTY: Final = 3
+_IMPORTANT: Final = 4
+_NORMAL: Final = 5
+_PERSONAL: Final = 6
 
-MEMO_MAX = 64
+MEMO_MAX: Final = 64
 """Answers kept per snapshot (distinct cursors and formats)."""
-MEMO_BYTES_MAX = 64 * 1024
+MEMO_BYTES_MAX: Final = 64 * 1024
 """Answers larger than this (a far-behind listener's catch-up) are not kept."""
 
 class Polls:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import zlib
 from collections.abc import Callable, Collection
+from typing import Final
 
 import msgpack
 import orjson
@@ -34,14 +35,14 @@ from liveroom.errors import StoreUnavailable
 from liveroom.lifecycle import Outage, Periodic
 from liveroom.store.base import Counters, Leaderboard
 
-logger = logging.getLogger("liveroom.proxy.ranking")
+logger: Final = logging.getLogger("liveroom.proxy.ranking")
 
-TOP = 3
+TOP: Final = 3
 """Givers a ranking in answers lists."""
-REFRESH_EVERY = 1.0
+REFRESH_EVERY: Final = 1.0
 """Seconds between two reads of the rooms' leaderboards."""
 
-_RANKING_MP = msgpack.packb("ranking")
+_RANKING_MP: Final = msgpack.packb("ranking")
 
 
 class Standing:
@@ -62,7 +63,7 @@ class Standing:
         """The msgpack answer's key and value."""
 
 
-NO_GIFTS = Standing(())
+NO_GIFTS: Final = Standing(())
 """What a poll that echoes a ranking's version hears of a room without
 gifts (its broadcast ended, or the client's version is from elsewhere)."""
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from typing import Final
 
 import msgpack
 import orjson
@@ -18,7 +19,7 @@ from liveroom.codec import JSON, MSGPACK
 from liveroom.errors import LiveroomError, StoreRefused, StoreUnavailable
 from liveroom.lograte import Throttled
 
-JSON_UTF8 = "application/json; charset=utf-8"
+JSON_UTF8: Final = "application/json; charset=utf-8"
 """Content type of error answers and small documents (as aiohttp's
 ``json_response`` labels them)."""
 
@@ -50,11 +51,11 @@ def error_reply(status: int, code: str, message: str,
                  max(1, math.ceil(retry_after)) if retry_after else None)
 
 
-STORE_UNAVAILABLE = "store unavailable"
+STORE_UNAVAILABLE: Final = "store unavailable"
 """What a 503 of the store says to a client; the detail (which store, where,
 what failed) goes to the log, once in a while."""
 
-_store_log = Throttled(logging.getLogger("liveroom.store"))
+_store_log: Final = Throttled(logging.getLogger("liveroom.store"))
 
 
 def failure_reply(exc: LiveroomError) -> Reply:
@@ -68,7 +69,7 @@ def failure_reply(exc: LiveroomError) -> Reply:
                        exc.retry_after if exc.temporary else None)
 
 
-INTERNAL = error_reply(500, "internal", "internal error")
+INTERNAL: Final = error_reply(500, "internal", "internal error")
 
 
 def answer_to(exc: Exception, log: logging.Logger, what: str, *args: object) -> Reply:

@@ -37,9 +37,8 @@ it and is refused.
 
 from __future__ import annotations
 
-import contextlib
 import enum
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 import httptools
 
@@ -47,42 +46,65 @@ from liveroom.errors import LiveroomError
 
 from .front_limits import FrontLimits
 from .reply import Reply, error_reply, failure_reply
-from .routing import POLL, route
+from .routing import POLL, route, route_text
+from .send import Sends
 
 if TYPE_CHECKING:
     import asyncio
 
     from .poll import Poll
 
-MIN_REQUEST = 16
+MIN_REQUEST: Final = 16
 """Bytes of the shortest request llhttp accepts (``GET / HTTP/1.1`` and
 CRLFs is 18): two requests cannot begin closer than this."""
-BACKLOG_MAX = 32 * 1024
+BACKLOG_MAX: Final = 32 * 1024
 """Bytes read and kept unparsed while requests wait their turn; a client
 pipelining more than this ahead of its answers is refused."""
-DISCARD_MAX = 64 * 1024
+DISCARD_MAX: Final = 64 * 1024
 """Bytes of a refused body read and dropped to keep the connection; past
 this the reader stops after the refusal."""
 
-_AUTHORIZATION, _CONTENT_TYPE, _CONTENT_ENCODING, _CONTENT_LENGTH = 1, 2, 4, 8
-_TRANSFER_ENCODING, _EXPECT = 16, 32
-_ONCE = _AUTHORIZATION | _CONTENT_TYPE | _CONTENT_ENCODING | _CONTENT_LENGTH \
+_AUTHORIZATION: Final = 1
+_CONTENT_TYPE: Final = 2
+_CONTENT_ENCODING: Final = 4
+_CONTENT_LENGTH: Final = 8
+_TRANSFER_ENCODING: Final = 16
+_EXPECT: Final = 32
+_ONCE: Final = _AUTHORIZATION | _CONTENT_TYPE | _CONTENT_ENCODING | _CONTENT_LENGTH \
     | _TRANSFER_ENCODING | _EXPECT
 """Headers a request may carry once (their bits): a second copy is a 400, so
 that no two readers of the same bytes (the front, aiohttp, a proxy in front)
 can take different ones."""
-_ACCEPT, _FORWARDED = 64, 128
-_OTHER = 0
-_HEADERS = {b"authorization": _AUTHORIZATION, b"content-type": _CONTENT_TYPE,
+_ACCEPT: Final = 64
+_FORWARDED: Final = 128
+_OTHER: Final = 0
+_HEADERS: Final = {b"authorization": _AUTHORIZATION, b"content-type": _CONTENT_TYPE,
             b"content-encoding": _CONTENT_ENCODING, b"content-length": _CONTENT_LENGTH,
             b"transfer-encoding": _TRANSFER_ENCODING, b"expect": _EXPECT,
             b"accept": _ACCEPT, b"x-forwarded-for": _FORWARDED}
 """The headers the front reads, by their lowercase names."""
-_SPELLED = {**_HEADERS, **{name.title(): code for name, code in _HEADERS.items()},
+_SPELLED: Final = {**_HEADERS, **{name.title(): code for name, code in _HEADERS.items()},
             b"X-Forwarded-For": _FORWARDED, b"Host": _OTHER, b"host": _OTHER,
             b"User-Agent": _OTHER, b"Connection": _OTHER, b"Accept-Encoding": _OTHER,
             b"Accept-Language": _OTHER, b"Origin": _OTHER, b"Referer": _OTHER}
 """The same and common others as clients spell them: one lookup, no
+lowercase copy, for most headers."""
+
+
+_KEEP_ALIVE: Final = -2
+"""``Connection``: a whole read takes it only as ``keep-alive``."""
+_DECLINE: Final = -3
+"""A header a whole read leaves to llhttp (it frames or upgrades by it)."""
+_TEXT_LOWER: Final = {
+    **{name.decode(): code for name, code in _HEADERS.items()},
+    "connection": _KEEP_ALIVE, "proxy-connection": _DECLINE, "upgrade": _DECLINE,
+    "transfer-encoding": _DECLINE, "content-encoding": _DECLINE, "expect": _DECLINE}
+"""The headers a whole read acts on, by their lowercase names (llhttp reads
+``Proxy-Connection`` as ``Connection``)."""
+_TEXT_NAMES: Final = {
+    **{name.decode(): code for name, code in _SPELLED.items()},
+    **{name.title(): code for name, code in _TEXT_LOWER.items()}, **_TEXT_LOWER}
+"""The same, as clients spell them, and common others: one lookup, no
 lowercase copy, for most headers."""
 
 
@@ -103,18 +125,6 @@ class Fed(enum.IntEnum):
     """The reader stopped: the last request given carries the refusal."""
     HAND_OFF = 2
     """The reader stopped: the connection goes to aiohttp."""
-
-
-class SendHeads(Protocol):
-    """What the reader asks of the send path (:class:`~.send.Sends`) about a
-    send's head and body, before the body is read."""
-
-    body_limit: int
-
-    def check_head(self, room: str, content_encoding: str | None,
-                   content_length: int | None) -> str: ...
-
-    def too_large(self) -> LiveroomError: ...
 
 
 class Answerer(Protocol):
@@ -159,7 +169,8 @@ class Request:
     query = ""
     keep_alive = True
     close_after = False
-    body: bytearray | None = None
+    body: bytearray | bytes | None = None
+    """A send's body: gathered by llhttp's callbacks, or a whole read's slice."""
     discarded = 0
     error: Reply | None = None
     work: Poll | asyncio.Task[Reply] | asyncio.Handle | None = None
@@ -185,9 +196,10 @@ class RequestReader:
     it reads goes to ``answerer``."""
 
     __slots__ = ("_answerer", "_between", "_feeding", "_fresh", "_inflow", "_limits",
-                 "_parser", "_req", "_sends", "backlog", "proxied", "raw", "stopped", "waiting")
+                 "_parser", "_req", "_sends", "backlog", "proxied", "raw", "stopped", "waiting",
+                 "whole_reads")
 
-    def __init__(self, limits: FrontLimits, sends: SendHeads, answerer: Answerer) -> None:
+    def __init__(self, limits: FrontLimits, sends: Sends, answerer: Answerer) -> None:
         self._limits = limits
         self._sends = sends
         self._answerer = answerer
@@ -214,6 +226,10 @@ class RequestReader:
         self._inflow = 0
         """Bytes read since the last request was complete."""
         self._feeding = False
+        self.whole_reads = True
+        """Read a plain request that arrives whole in one read without llhttp
+        (:meth:`_read_whole`); False: every request through llhttp (the
+        differential test compares the two)."""
 
     # -- what the connection asks ----------------------------------------------
 
@@ -241,6 +257,9 @@ class RequestReader:
         """A read from the socket: keep it for a hand-over if a request begins
         with it, then parse it."""
         if self._between:
+            if self.whole_reads and self._req is None and not self.waiting \
+                    and not self.stopped and self.backlog is None and self._read_whole(data):
+                return Fed.READ
             self.raw, self._fresh = [data], True
         elif self.raw is not None:
             self.raw.append(data)
@@ -316,6 +335,127 @@ class RequestReader:
             self.refuse(error_reply(400, "bad_request", f"malformed HTTP request: {exc}"))
             return Fed.REFUSED
         return Fed.READ
+
+    # -- a request whole in one read ------------------------------------------
+
+    def _read_whole(self, data: bytes) -> bool:
+        """Take ``data`` as one request without llhttp, when it is one plain
+        request, whole, and nothing else: a ``GET`` of a poll or a ``POST``
+        of a send or a like, ``HTTP/1.1``, printable ASCII, headers whose
+        names are letters, digits and ``-``, a ``Content-Length`` for exactly
+        the rest of the read (none on a ``GET``), and nothing llhttp would
+        frame differently or this reader would refuse (no
+        ``Transfer-Encoding``, ``Upgrade``, ``Expect``, ``Connection`` other
+        than ``keep-alive``, a header it reads given twice, a limit passed,
+        a head the send path refuses). Anything else returns False having
+        changed nothing, and llhttp reads it as before: what is taken here
+        is exactly what llhttp's callbacks would have given
+        (``tests/test_front_reader.py`` compares the two readers on
+        generated requests). A client waiting for each answer sends each
+        request in one write, so most requests are read here."""
+        head_end = data.find(b"\r\n\r\n")
+        if head_end < 0:
+            return False
+        # latin-1 maps each byte to one character: offsets in the text are
+        # offsets in the bytes.
+        text = data[:head_end].decode("latin-1")
+        if not text.isascii() or not text.replace("\r\n", "").isprintable():
+            return False
+        line_end = text.find("\r\n")
+        if line_end < 0:
+            line_end = head_end
+        if text.startswith("POST "):
+            at = 5
+        elif text.startswith("GET "):
+            at = 4
+        else:
+            return False
+        version = line_end - 9
+        if text.find(" HTTP/1.1", version, line_end) != version \
+                or text.find(" ", at, version) >= 0:
+            return False
+        limits = self._limits
+        if not at < version <= at + limits.max_url:
+            return False
+        found = route_text(text[at:version])
+        if found is None:
+            return False
+        kind = found[0]
+        if (kind == POLL) != (at == 4):
+            return False  # a method the route does not take: refused the usual way
+        req = Request()
+        count = size = seen = 0
+        proxied = self.proxied
+        pos = line_end + 2
+        while pos < head_end:
+            end = text.find("\r\n", pos, head_end)
+            if end < 0:
+                end = head_end
+            colon = text.find(":", pos, end)
+            if colon <= pos:
+                return False
+            name = text[pos:colon]
+            code = _TEXT_NAMES.get(name, -1)
+            if code < 0:
+                if not name.replace("-", "").isalnum():
+                    return False  # other token characters, or none: llhttp decides
+                code = _TEXT_LOWER.get(name.lower(), _OTHER)
+            start = colon + 1
+            while start < end and text[start] == " ":
+                start += 1
+            count += 1
+            size += colon - pos + end - start
+            pos = end + 2
+            if code == _OTHER:
+                continue
+            if code < 0:
+                if code != _KEEP_ALIVE or text[start:end].lower() != "keep-alive":
+                    return False
+                continue
+            if code & _ONCE:
+                if seen & code:
+                    return False
+                seen |= code
+            if code == _CONTENT_TYPE:
+                req.content_type = text[start:end]
+            elif code == _CONTENT_LENGTH:
+                if not 0 < end - start <= 9 or not text[start:end].isdigit():
+                    return False
+                req.content_length = int(text[start:end])
+            elif code == _AUTHORIZATION:
+                req.authorization = data[start:end]
+            elif code == _ACCEPT:
+                req.accept = text[start:end]
+            elif code == _FORWARDED:
+                if proxied:
+                    forwarded = req.forwarded
+                    value = data[start:end]
+                    req.forwarded = value if forwarded is None else forwarded + b"," + value
+            else:
+                return False  # Content-Encoding, Transfer-Encoding, Expect: llhttp's way
+        if count > limits.max_headers or size > limits.max_header_bytes:
+            return False
+        body_at = head_end + 4
+        length = req.content_length
+        if kind == POLL:
+            if length or len(data) != body_at:
+                return False
+        else:
+            if length is None or len(data) - body_at != length:
+                return False
+            try:
+                self._sends.check_head(found[1], None, length)
+            except LiveroomError:
+                return False
+            req.body = data[body_at:]
+        req.method = b"GET" if kind == POLL else b"POST"
+        req.kind, req.room, req.query = found
+        # As llhttp's callbacks leave a request that arrived whole.
+        self.raw = None
+        self._inflow = 0
+        self.waiting.append(req)
+        self._answerer.on_request(req)
+        return True
 
     # -- parsing ----------------------------------------------------------------
 
@@ -413,8 +553,11 @@ class RequestReader:
         if code == _CONTENT_TYPE:
             req.content_type = value.decode("latin-1")
         elif code == _CONTENT_LENGTH:
-            with contextlib.suppress(ValueError):
+            # Not contextlib.suppress: an object per request on the send path.
+            try:  # noqa: SIM105
                 req.content_length = int(value)
+            except ValueError:
+                pass  # llhttp refuses the request
         elif code == _AUTHORIZATION:
             req.authorization = value
         elif code == _ACCEPT:
@@ -513,7 +656,7 @@ class _Nobody:
 
 _NOBODY: Answerer = _Nobody()
 
-_UPGRADE = error_reply(400, "bad_request",
+_UPGRADE: Final = error_reply(400, "bad_request",
                        "protocol upgrades (Upgrade, CONNECT) are not served here; nothing "
                        "after this request is read")
 

@@ -10,35 +10,46 @@ percent-decoded, ``+`` a space in the query, the first of repeated names wins.
 
 from __future__ import annotations
 
+from typing import Final
 from urllib.parse import unquote, unquote_plus
 
-POLL, SEND, LIKE = 1, 2, 3
+POLL: Final = 1
+SEND: Final = 2
+LIKE: Final = 3
 """The kinds of request the front serves (:func:`route`'s first item)."""
 
 
 def route(url: bytes) -> tuple[int, str, str] | None:
     """``(POLL, SEND or LIKE, room, raw query)`` of a listener route, else None."""
-    # Offsets into the URL rather than partitions: fewer objects per request.
-    if not url.startswith(b"/v1/rooms/"):
+    # One decode (latin-1 maps each byte to one character), then offsets into
+    # the text: str's find and startswith are compiled to direct calls where
+    # bytes' find is a method lookup, and offsets make fewer objects than
+    # partitions.
+    return route_text(url.decode("latin-1"))
+
+
+def route_text(text: str) -> tuple[int, str, str] | None:
+    """:func:`route` of a target already decoded as latin-1."""
+    if not text.startswith("/v1/rooms/"):
         return None
-    mark = url.find(b"?")
-    end = len(url) if mark < 0 else mark
-    slash = url.find(b"/", 10, end)
+    mark = text.find("?")
+    end = len(text) if mark < 0 else mark
+    slash = text.find("/", 10, end)
     if slash <= 10:
         return None
     tail = end - slash
-    if tail == 5 and url.startswith(b"/poll", slash):
+    if tail == 5 and text.find("/poll", slash, end) == slash:
         kind = POLL
-    elif tail == 9 and url.startswith(b"/messages", slash):
+    elif tail == 9 and text.find("/messages", slash, end) == slash:
         kind = SEND
-    elif tail == 6 and url.startswith(b"/likes", slash):
+    elif tail == 6 and text.find("/likes", slash, end) == slash:
         kind = LIKE
     else:
         return None
-    name = url[10:slash].decode("latin-1")
+    name = text[10:slash]
     if "%" in name:
         name = unquote(name)
-    return kind, name, "" if mark < 0 else url[mark + 1:].decode("latin-1")
+    return kind, name, "" if mark < 0 else text[mark + 1:]
 
 
 def parse_query(query: str) -> dict[str, str]:

@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import NoReturn
+from typing import Final, NoReturn
 
 from liveroom.clock import Clock
-from liveroom.codec import decode_request, wants_msgpack
+from liveroom.codec import decode_request_bounded, wants_msgpack
 from liveroom.errors import (
     Forbidden,
     NewRoomRefused,
@@ -57,7 +57,7 @@ from .params import parse_send
 from .reply import Reply, answer_to, document_reply
 from .tickets import UID_MISMATCH, Tickets
 
-logger = logging.getLogger("liveroom.proxy")
+logger: Final = logging.getLogger("liveroom.proxy")
 
 
 def media_type(content_type: str | None) -> str:
@@ -94,6 +94,10 @@ class Sends:
             else None)
         self.new_rooms = NewRooms(settings.rooms_per_uid, settings.rooms_per_node,
                                   settings.rooms_per_address)
+        # Read once: settings are a plain class, each read a lookup by name.
+        self._max_body = settings.max_message_bytes
+        limits = settings.rate_limits
+        self._limits: RateLimits | None = None if limits is None or limits.off else limits
         self.body_limit = settings.max_message_bytes + 1024
         """Most bytes a send's request body may have (a message plus its fields)."""
 
@@ -156,8 +160,8 @@ class Sends:
         message, and its place in the new-room windows (raises a 4xx)."""
         tickets = self.tickets
         if tickets is None:
-            doc = decode_request(media_type(content_type), raw)
-            sp = parse_send(doc, max_body=self.settings.max_message_bytes)
+            doc, bound = decode_request_bounded(media_type(content_type), raw)
+            sp = parse_send(doc, max_body=self._max_body, size_bound=bound)
             # The business backend (publisher or admin token) is not rate limited;
             # a token that is sent must be right, even where none is needed.
             trusted = sp.important or authorization is not None
@@ -169,9 +173,9 @@ class Sends:
             token = bearer(authorization)
             trusted = self.tokens.right_of(token) is not None
             claims = None if trusted else tickets.admit(room, token, None)
-            doc = decode_request(media_type(content_type), raw)
-            sp = parse_send(doc, max_body=self.settings.max_message_bytes,
-                            uid_required=trusted)
+            doc, bound = decode_request_bounded(media_type(content_type), raw)
+            sp = parse_send(doc, max_body=self._max_body,
+                            uid_required=trusted, size_bound=bound)
             uid = sp.uid
             if claims is not None:
                 if uid is not None and uid != claims.uid:
@@ -181,15 +185,12 @@ class Sends:
                                     "(it has no publish right)")
                 uid = claims.uid
         assert uid is not None  # parse_send required it where no ticket names it
-        limits: RateLimits | None = self.settings.rate_limits
         message = NewMessage(uid=uid, body=sp.body, important=sp.important,
                              ts=int(self._clock.time() * 1000), client_msg_id=sp.client_msg_id,
                              to=sp.to)
         if trusted:
             return _Pending(message, None, None, None, False)
-        assert limits is not None
-        if limits.off:
-            limits = None
+        limits = self._limits
         moderation = self.moderation
         if moderation is not None and room in moderation.rules:  # mute, ban, slow mode
             limits = moderation.send_limits(room, uid, limits, message.important)
@@ -233,7 +234,11 @@ class Sends:
         return document_reply(answer, use_msgpack=wants_msgpack(accept), status=201)
 
 
-_STORED, _DUPLICATE, _LIMITED, _UNAVAILABLE, _APPEND_ERRORS = range(5)
+_STORED: Final = 0
+_DUPLICATE: Final = 1
+_LIMITED: Final = 2
+_UNAVAILABLE: Final = 3
+_APPEND_ERRORS: Final = 4
 
 
 class _Pending:

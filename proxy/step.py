@@ -37,7 +37,7 @@ Nothing here reads a clock or awaits; the values are those the poll holds.
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import TypeGuard
+from typing import Final, TypeGuard
 
 from liveroom.settings import Tier
 from liveroom.snapshot import ABSENT_EPOCH, Delivery, Snapshot
@@ -75,17 +75,17 @@ class Step(IntEnum):
     """Answer with nothing: the listener's cursor unchanged."""
 
 
-RECENT = Step.RECENT
-RESET = Step.RESET
-HOLD_RECENT = Step.HOLD_RECENT
-STAND_FIRST = Step.STAND_FIRST
-STAND_RESET = Step.STAND_RESET
-CONFIRM = Step.CONFIRM
-READ = Step.READ
-DELIVER = Step.DELIVER
-HOLD_PLAIN = Step.HOLD_PLAIN
-HOLD_PACED = Step.HOLD_PACED
-EMPTY = Step.EMPTY
+RECENT: Final = Step.RECENT
+RESET: Final = Step.RESET
+HOLD_RECENT: Final = Step.HOLD_RECENT
+STAND_FIRST: Final = Step.STAND_FIRST
+STAND_RESET: Final = Step.STAND_RESET
+CONFIRM: Final = Step.CONFIRM
+READ: Final = Step.READ
+DELIVER: Final = Step.DELIVER
+HOLD_PLAIN: Final = Step.HOLD_PLAIN
+HOLD_PACED: Final = Step.HOLD_PACED
+EMPTY: Final = Step.EMPTY
 
 
 def same_epoch(snap: Snapshot, cursor: Cursor) -> bool:

@@ -12,7 +12,7 @@ the taps reach the store with the node's next flush (:mod:`.likes`).
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Final
 
 from liveroom.codec import decode_request, wants_msgpack
 from liveroom.errors import BadBody, Unauthorized
@@ -24,7 +24,7 @@ from .reply import Reply, answer_to, document_reply
 from .send import media_type
 from .tickets import UID_MISMATCH, Tickets
 
-logger = logging.getLogger("liveroom.proxy.taps")
+logger: Final = logging.getLogger("liveroom.proxy.taps")
 
 
 def parse_taps(doc: Any, *, uid_required: bool) -> tuple[str | None, int]:

@@ -13,11 +13,12 @@ from __future__ import annotations
 import zlib
 from bisect import bisect_right
 from collections.abc import Sequence
+from typing import Final
 
 from liveroom.model import same_value, value_hash
 from liveroom.settings import Tier
 
-PLAIN = Tier(0, 0.0, 0.0)
+PLAIN: Final = Tier(0, 0.0, 0.0)
 """Under the first tier: a plain long poll."""
 
 

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from typing import Final
 
-TRIM_AFTER = 1024 * 1024
+TRIM_AFTER: Final = 1024 * 1024
 """Bytes of unsent answers dropped by aborted connections after which the
 next sweep hands the memory freed back to the system."""
 

@@ -70,6 +70,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from typing import Final
 
 from liveroom.clock import Clock
 from liveroom.errors import Overloaded, StoreUnavailable
@@ -89,7 +90,7 @@ from liveroom.store.base import MessageLog, Notifier, Pulled, PullRequest
 
 from .next_snapshot import Retention, advance
 
-logger = logging.getLogger("liveroom.recvsvr")
+logger: Final = logging.getLogger("liveroom.recvsvr")
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,19 +110,19 @@ class SectLimits:
     """Longest wait for a pull a reader asked for, then StoreUnavailable."""
 
 
-DEFAULT_RETENTION = Retention()
-DEFAULT_LIMITS = SectLimits()
+DEFAULT_RETENTION: Final = Retention()
+DEFAULT_LIMITS: Final = SectLimits()
 
 
 def _same(a: Snapshot, b: Snapshot) -> bool:
     return a.epoch == b.epoch and a.head == b.head and a.phead == b.phead
 
 
-ABSENT_RECHECK = 5.0
+ABSENT_RECHECK: Final = 5.0
 """Seconds between two fallback pulls of a room found absent (a lost notify
 delays its first messages by at most this)."""
 
-BEHIND_PATIENCE = 5.0
+BEHIND_PATIENCE: Final = 5.0
 """Seconds a log that reads replicas may read behind a room's snapshot before
 it counts as lost writes (a new epoch), rather than a lagging replica."""
 

@@ -37,6 +37,7 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import Final
 
 from liveroom.clock import Clock
 from liveroom.errors import StoreUnavailable
@@ -50,7 +51,7 @@ from .view import EXACT_UP_TO, OnlineView, build_view
 
 __all__ = ["Merge", "OnMerged"]
 
-logger = logging.getLogger("liveroom.statsvr")
+logger: Final = logging.getLogger("liveroom.statsvr")
 
 OnMerged = Callable[[OnlineView], None]
 """Called with a room's new view right after it was swapped in."""

@@ -13,7 +13,14 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from liveroom.codec import INT_BOUND, JSON, check_value, decode_request
+from liveroom.codec import (
+    INT_BOUND,
+    JSON,
+    check_value,
+    decode_request,
+    decode_request_bounded,
+    json_size,
+)
 from liveroom.errors import BadBody
 
 KEYS = st.sampled_from(["a", "b", "uid", "body", "x:y", ":", "k"])
@@ -90,3 +97,42 @@ def test_a_plain_body_needs_one_parse(raw: bytes, monkeypatch: pytest.MonkeyPatc
         raise AssertionError("the standard parser read a plain body")
     monkeypatch.setattr(json, "loads", refuse)
     assert decode_request(JSON, raw) == json.JSONDecoder().decode(raw.decode())
+
+
+SIZED_TEXT = st.text(alphabet="ab/ \"\\\n\u00e9\u2028\U0001f600", max_size=6)
+SIZED = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63) | SIZED_TEXT
+    | st.floats(allow_nan=False, allow_infinity=False),
+    lambda inner: st.lists(inner, max_size=4)
+    | st.dictionaries(st.sampled_from(["a", "b/", "\u00e9"]), inner, max_size=3),
+    max_leaves=12)
+
+
+def parts(value: Any) -> list[Any]:
+    """``value`` and every value inside it."""
+    found = [value]
+    inner = value.values() if isinstance(value, dict) else value if isinstance(value, list) \
+        else []
+    for item in inner:
+        found += parts(item)
+    return found
+
+
+@given(SIZED, st.booleans(), st.booleans(), st.sampled_from([None, 0, 2]))
+@example({"body": 1e5}, False, False, None)
+@example({"body": "\u00e9/"}, True, True, 2)
+def test_the_size_bound_holds_for_every_part_of_a_body(
+        value: Any, ascii_only: bool, escape_slashes: bool, indent: int | None) -> None:
+    """A send spares encoding its body to measure it when the decoder's bound
+    (the request's length, for JSON without floats) is within the limit: no
+    part of the document may encode longer than that bound, however the
+    sender wrote it (escapes, spaces); with a float there is no bound."""
+    raw = json.dumps(value, ensure_ascii=ascii_only, indent=indent)
+    if escape_slashes:
+        raw = raw.replace("/", "\\/")
+    doc, bound = decode_request_bounded(JSON, raw.encode())
+    assert doc == value
+    has_float = any(isinstance(p, float) for p in parts(value))
+    assert bound == (-1 if has_float else len(raw.encode()))
+    if bound >= 0:
+        assert all(json_size(p) <= bound for p in parts(doc))

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..model import MAX_INT, Entry, NewMessage, is_digits, is_name, is_room
+from ..model import Appended as Appended  # the store's answer, kept in a compiled module
 from ..ratelimit import RateLimits
 from ..settings import (
     DEDUP_TTL,
@@ -88,20 +89,6 @@ class LogPolicy:
     :class:`Counters`) and its moderation (:class:`Moderation`: longer while
     a sanction lasts) live after their last write: the viewers history's
     keeping (``--history-ttl``)."""
-
-
-# Not frozen: a frozen dataclass sets each field by object.__setattr__, three
-# times the cost, and one is made per send.
-@dataclass(slots=True)
-class Appended:
-    epoch: str
-    seq: int
-    """The message's seq; a personal message's position in the room's
-    personal sequence."""
-    duplicate: bool
-    """True when the ``client_msg_id`` was seen: nothing was stored."""
-    created: bool = False
-    """This send created the room's log."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ from collections import deque
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
+from typing import Final
 
 from ...clock import Clock
 from ...errors import Forbidden, NewRoomRefused, NotFound
@@ -39,7 +40,7 @@ _Counted = tuple[str, str | None]
 """Whose sends a :data:`~liveroom.ratelimit.Counts` holds: (room, uid), or
 (room, None) for the room's cap."""
 
-_seq = attrgetter("seq")
+_seq: Final = attrgetter("seq")
 
 
 @dataclass

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
+from typing import Final
 
 from ..base import OnNotify, OnResync
 
-logger = logging.getLogger("liveroom.store.memory")
+logger: Final = logging.getLogger("liveroom.store.memory")
 
 
 class MemoryNotifier:
