@@ -91,6 +91,8 @@ _SPELLED: Final = {**_HEADERS, **{name.title(): code for name, code in _HEADERS.
 lowercase copy, for most headers."""
 
 
+_PRINTABLE: Final = bytes(range(0x20, 0x7F))
+"""Printable ASCII, the space included."""
 _KEEP_ALIVE: Final = -2
 """``Connection``: a whole read takes it only as ``keep-alive``."""
 _DECLINE: Final = -3
@@ -356,11 +358,15 @@ class RequestReader:
         head_end = data.find(b"\r\n\r\n")
         if head_end < 0:
             return False
+        # Printable ASCII and CRLFs only: once the printable bytes are taken
+        # out, what is left is two bytes for each CRLF, or something else is
+        # there (a control byte, DEL, a byte past ASCII, a bare CR or LF).
+        head = data[:head_end]
+        if len(head.translate(None, _PRINTABLE)) != 2 * head.count(b"\r\n"):
+            return False
         # latin-1 maps each byte to one character: offsets in the text are
         # offsets in the bytes.
-        text = data[:head_end].decode("latin-1")
-        if not text.isascii() or not text.replace("\r\n", "").isprintable():
-            return False
+        text = head.decode("latin-1")
         line_end = text.find("\r\n")
         if line_end < 0:
             line_end = head_end

@@ -33,7 +33,7 @@ import logging
 from typing import Final, NoReturn
 
 from liveroom.clock import Clock
-from liveroom.codec import decode_request_bounded, wants_msgpack
+from liveroom.codec import JSON, decode_request_bounded, wants_msgpack
 from liveroom.errors import (
     Forbidden,
     NewRoomRefused,
@@ -63,6 +63,8 @@ logger: Final = logging.getLogger("liveroom.proxy")
 def media_type(content_type: str | None) -> str:
     """The media type of a ``Content-Type`` header, as aiohttp reads it
     (parameters dropped, lower case; none is ``application/octet-stream``)."""
+    if content_type == JSON:
+        return JSON  # as most sends say it
     if not content_type:
         return "application/octet-stream"
     return content_type.partition(";")[0].strip().lower()

@@ -263,7 +263,8 @@ _NAMES = st.sampled_from([
 _VALUES = st.sampled_from([
     "keep-alive", "Keep-Alive", "close", "application/json", "application/msgpack",
     "  padded  ", "chunked", "100-continue", f"Bearer {PUBLISHER}", "Bearer nope",
-    "1.2.3.4", "", "a\tb", "caf\xe9", "\x01", "gzip", "identity", "5", "0", "abc", "+5",
+    "1.2.3.4", "", "a\tb", "caf\xe9", "\x01", "a\rb", "a\x7f", "\x00", "gzip", "identity",
+    "5", "0", "abc", "+5",
     "007", "1234567890"])
 _BODIES = st.sampled_from([
     b"", b'{"uid":"u","body":"hi"}', b'{"uid":"u"', b"x" * 40])
@@ -336,4 +337,5 @@ def test_the_usual_clients_requests_are_read_whole(raw: bytes) -> None:
     path most requests take: each of these is taken whole."""
     conn = Answering()
     assert conn.reader._read_whole(raw)
-    assert len(conn.requests) == 1 and conn.requests[0].error is None
+    assert len(conn.requests) == 1
+    assert conn.requests[0].error is None
