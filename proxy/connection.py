@@ -327,12 +327,10 @@ class Connection(asyncio.Protocol):
                 if self._eof or self._hangup:
                     poll.release()
         elif req.kind == LIKE:
-            assert req.body is not None
-            self._answer(req, front.taps.tap(req.room, req.content_type, bytes(req.body),
+            self._answer(req, front.taps.tap(req.room, req.content_type, req.content(),
                                              req.authorization, req.accept))
         else:
-            assert req.body is not None
-            sends, body = front.sends, bytes(req.body)
+            sends, body = front.sends, req.content()
             # The client as the connection is counted: behind a trusted proxy
             # the one X-Forwarded-For names, so one client is one client to
             # the new-room window too (not every client of the proxy); else

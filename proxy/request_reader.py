@@ -171,8 +171,12 @@ class Request:
     query = ""
     keep_alive = True
     close_after = False
-    body: bytearray | bytes | None = None
-    """A send's body: gathered by llhttp's callbacks, or a whole read's slice."""
+    body: bytearray | None = None
+    """A send's body as llhttp's callbacks gather it (None: dropped, or read whole)."""
+    whole: bytes | None = None
+    """The body of a request read whole (:meth:`RequestReader._read_whole`).
+    Not one attribute typed ``bytearray | bytes | None``: mypyc drops the
+    class default of such a union (docs/development.md, "Compiled modules")."""
     discarded = 0
     error: Reply | None = None
     work: Poll | asyncio.Task[Reply] | asyncio.Handle | None = None
@@ -180,6 +184,14 @@ class Request:
     forwarded: bytes | None = None
     """``X-Forwarded-For`` (every copy, in order), kept only on a trusted
     proxy's connection."""
+
+    def content(self) -> bytes:
+        """A send's (or a like's) body, however it was read."""
+        whole = self.whole
+        if whole is not None:
+            return whole
+        assert self.body is not None  # refused before it is answered otherwise
+        return bytes(self.body)
 
 
 class _Refuse(Exception):
@@ -453,7 +465,7 @@ class RequestReader:
                 self._sends.check_head(found[1], None, length)
             except LiveroomError:
                 return False
-            req.body = data[body_at:]
+            req.whole = data[body_at:]
         req.method = b"GET" if kind == POLL else b"POST"
         req.kind, req.room, req.query = found
         # As llhttp's callbacks leave a request that arrived whole.

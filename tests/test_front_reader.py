@@ -294,11 +294,11 @@ def _outcome(conn: Answering, fed: Fed) -> list[object]:
     seen: list[object] = [fed, conn.statuses, conn.closed, conn.reader.arriving(),
                           conn.reader.raw is None, conn.reader.stopped]
     for req in conn.requests:
-        body = req.body
+        body = None if req.body is None and req.whole is None else req.content()
         seen.append((req.method, req.http10, req.accept, req.content_type, req.content_length,
                      req.content_encoding, req.authorization, req.expect, req.kind, req.room,
                      req.query, req.keep_alive, req.close_after,
-                     None if body is None else bytes(body), req.discarded,
+                     body, req.discarded,
                      None if req.error is None else (req.error.status, req.error.body),
                      req.forwarded))
     return seen
