@@ -153,7 +153,11 @@ class Share:
         if count and self.holder is not None:
             self.held += count
             self.cap.held += count
-            self.cap._order.extend(repeat(self, count))
+            order = self.cap._order
+            if count == 1:
+                order.append(self)  # a send adds one: no iterator object for it
+            else:
+                order.extend(repeat(self, count))
 
     def dropped(self, count: int) -> None:
         """The holder dropped ``count`` of its messages."""

@@ -32,6 +32,8 @@ import asyncio
 import logging
 from typing import Final, NoReturn
 
+import orjson
+
 from liveroom.clock import Clock
 from liveroom.codec import JSON, decode_request_bounded, wants_msgpack
 from liveroom.errors import (
@@ -54,7 +56,7 @@ from .auth import Right, Tokens, bearer
 from .moderation import Moderation
 from .new_rooms import NewRooms, Place
 from .params import parse_send
-from .reply import Reply, answer_to, document_reply
+from .reply import JSON_UTF8, Reply, answer_to, document_reply
 from .tickets import UID_MISMATCH, Tickets
 
 logger: Final = logging.getLogger("liveroom.proxy")
@@ -226,14 +228,22 @@ class Sends:
             self.new_rooms.settled(pending.place, message.ts if appended.created else None)
         self._tally[_DUPLICATE if appended.duplicate else _STORED] += 1
         to = message.to
+        # In open mode a poll names its uid and proves nothing: anybody can
+        # read anybody's personal messages, and the answer says so.
+        private = self.tickets is not None
+        if wants_msgpack(accept):
+            answer: dict[str, object] = (
+                {"seq": appended.seq, "epoch": appended.epoch} if to is None else
+                {"pseq": appended.seq, "epoch": appended.epoch, "to": to, "private": private})
+            return document_reply(answer, use_msgpack=True, status=201)
+        # The JSON orjson would write for the same dict, without the dict.
         if to is None:
-            answer: dict[str, object] = {"seq": appended.seq, "epoch": appended.epoch}
+            body = b'{"seq":%d,"epoch":%b}' % (appended.seq, orjson.dumps(appended.epoch))
         else:
-            # In open mode a poll names its uid and proves nothing: anybody can
-            # read anybody's personal messages, and the answer says so.
-            answer = {"pseq": appended.seq, "epoch": appended.epoch, "to": to,
-                      "private": self.tickets is not None}
-        return document_reply(answer, use_msgpack=wants_msgpack(accept), status=201)
+            body = b'{"pseq":%d,"epoch":%b,"to":%b,"private":%b}' % (
+                appended.seq, orjson.dumps(appended.epoch), orjson.dumps(to),
+                b"true" if private else b"false")
+        return Reply(201, body, JSON_UTF8)
 
 
 _STORED: Final = 0

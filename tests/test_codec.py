@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
+from test_front_reader import heads
 
 from liveroom.codec import (
     INT_BOUND,
@@ -22,6 +24,8 @@ from liveroom.codec import (
     json_size,
 )
 from liveroom.errors import BadBody
+from liveroom.model import Appended, NewMessage
+from proxy.send import _Pending
 
 KEYS = st.sampled_from(["a", "b", "uid", "body", "x:y", ":", "k"])
 SCALARS = (st.none() | st.booleans() | st.integers(-(2**70), 2**70)
@@ -136,3 +140,19 @@ def test_the_size_bound_holds_for_every_part_of_a_body(
     assert bound == (-1 if has_float else len(raw.encode()))
     if bound >= 0:
         assert all(json_size(p) <= bound for p in parts(doc))
+
+
+@given(epoch=st.text(min_size=1, max_size=12), to=st.sampled_from([None, "u1", "a.b-c_d"]),
+       seq=st.integers(1, 2**53 - 1))
+def test_a_sends_json_answer_is_what_orjson_writes_for_its_fields(
+        epoch: str, to: str | None, seq: int) -> None:
+    """A send's 201 is written without a dict (``proxy/send.py``): the same
+    bytes as orjson's for the fields, whatever the store's epoch holds."""
+    sends = heads()
+    message = NewMessage(uid="u", body="hi", important=to is not None, ts=1, to=to)
+    reply = sends._stored(_Pending(message, None, None, None, False),
+                          Appended(epoch, seq, duplicate=False), "application/json")
+    fields: dict[str, object] = {"seq": seq, "epoch": epoch} if to is None else {
+        "pseq": seq, "epoch": epoch, "to": to, "private": False}
+    assert reply.status == 201
+    assert reply.body == orjson.dumps(fields)
