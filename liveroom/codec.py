@@ -27,6 +27,8 @@ from .model import Entry
 JSON: Final = "application/json"
 MSGPACK: Final = "application/msgpack"
 _MSGPACK_TYPES: Final = frozenset({MSGPACK, "application/x-msgpack"})
+_loads: Final = orjson.loads
+"""Bound once: compiled code looks a module's attribute up at each call."""
 MAX_DEPTH: Final = 32
 """Deepest nesting accepted in a message body."""
 
@@ -66,7 +68,7 @@ def decode_request_bounded(content_type: str, raw: bytes) -> tuple[Any, int]:
     as ``100000.0``; msgpack is another size altogether)."""
     if content_type == JSON:
         try:
-            value = orjson.loads(raw)
+            value = _loads(raw)
         except orjson.JSONDecodeError as exc:
             raise BadBody(f"invalid JSON: {exc}") from None
         members = _walk(value, 0)

@@ -60,6 +60,8 @@ from .reply import JSON_UTF8, Reply, answer_to, document_reply
 from .tickets import UID_MISMATCH, Tickets
 
 logger: Final = logging.getLogger("liveroom.proxy")
+_dumps: Final = orjson.dumps
+"""Bound once: compiled code looks a module's attribute up at each call."""
 
 
 def media_type(content_type: str | None) -> str:
@@ -238,10 +240,10 @@ class Sends:
             return document_reply(answer, use_msgpack=True, status=201)
         # The JSON orjson would write for the same dict, without the dict.
         if to is None:
-            body = b'{"seq":%d,"epoch":%b}' % (appended.seq, orjson.dumps(appended.epoch))
+            body = b'{"seq":%d,"epoch":%b}' % (appended.seq, _dumps(appended.epoch))
         else:
             body = b'{"pseq":%d,"epoch":%b,"to":%b,"private":%b}' % (
-                appended.seq, orjson.dumps(appended.epoch), orjson.dumps(to),
+                appended.seq, _dumps(appended.epoch), _dumps(to),
                 b"true" if private else b"false")
         return Reply(201, body, JSON_UTF8)
 

@@ -99,11 +99,31 @@ class _RoomLog:
         self.personal, self.pstart = [], 0
 
 
+class _Kept:
+    """The policy's figures an append reads, as native attributes (the policy
+    is an interpreted dataclass: each read a lookup by name; docs/development.md,
+    "Compiled modules")."""
+
+    __slots__ = ("dedup_ttl_ms", "empty_room_ttl_ms", "important_hard_cap", "important_keep",
+                 "important_window_ms", "log_cap", "personal_hard_cap", "room_ttl_ms")
+
+    def __init__(self, policy: LogPolicy) -> None:
+        self.log_cap: int = policy.log_cap
+        self.room_ttl_ms: int = policy.room_ttl_ms
+        self.empty_room_ttl_ms: int = policy.empty_room_ttl_ms
+        self.important_window_ms: int = policy.important_window_ms
+        self.important_keep: int = policy.important_keep
+        self.important_hard_cap: int = policy.important_hard_cap
+        self.personal_hard_cap: int = policy.personal_hard_cap
+        self.dedup_ttl_ms: int = policy.dedup_ttl_ms
+
+
 class MemoryLog:
     reads_replicas = False
 
     def __init__(self, policy: LogPolicy, clock: Clock, notifier: MemoryNotifier) -> None:
         self.policy = policy
+        self._kept = _Kept(policy)
         self._clock = clock
         self._notifier = notifier
         self._rooms: dict[str, _RoomLog] = {}
@@ -116,13 +136,14 @@ class MemoryLog:
         return int(self._clock.time() * 1000)
 
     def _expired(self, state: _RoomLog, now: int) -> bool:
-        policy = self.policy
+        policy = self._kept
         ttl = policy.room_ttl_ms if (state.seq or state.live) and state.by is None \
             else policy.empty_room_ttl_ms
         return now - state.used_ms > ttl
 
-    def _room(self, room: str, *, create: bool) -> _RoomLog | None:
-        now = self._now_ms()
+    def _room(self, room: str, *, create: bool, now: int = -1) -> _RoomLog | None:
+        if now < 0:
+            now = self._now_ms()
         state = self._rooms.get(room)
         if state is not None and self._expired(state, now):
             self._drop(room, state)
@@ -175,7 +196,7 @@ class MemoryLog:
         then the append and its counts."""
         now = self._now_ms()
         cmid = message.client_msg_id
-        state = self._room(room, create=False)
+        state = self._room(room, create=False, now=now)
         if state is not None and cmid is not None:
             seen = (state.dedup if message.to is None else state.pdedup).get(cmid)
             if seen is not None and seen[1] > now:
@@ -185,12 +206,12 @@ class MemoryLog:
         counted = self._check_limits(room, message, limits) if limits is not None else []
         created = state is None
         if state is None:
-            state = self._room(room, create=True)
+            state = self._room(room, create=True, now=now)
             assert state is not None
             state.by = message.uid if provisional else None
         elif state.by is not None and state.by != message.uid:
             state.by = None  # a second sender: a room like any other
-        policy = self.policy
+        policy = self._kept
         if message.to is not None:
             position = self._append_personal(state, message, now)
             self._count(counted, message.ts)
@@ -223,7 +244,7 @@ class MemoryLog:
     def _append_personal(self, state: _RoomLog, message: NewMessage, now: int) -> int:
         """Store a personal message (the order of ``append.lua``'s); its position."""
         assert message.to is not None
-        policy = self.policy
+        policy = self._kept
         state.pseq += 1
         n = state.ordinals[message.to] = state.ordinals.get(message.to, 0) + 1
         state.personal.append(Entry(seq=state.pseq, ic=0, uid=message.uid, important=True,
