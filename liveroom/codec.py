@@ -170,28 +170,12 @@ def _walk_other(value: Any, depth: int) -> int:
         if not math.isfinite(value):
             raise BadBody("NaN and infinities are not allowed")
         return -1
-    floats = False
-    n = 0
+    # A subclass or a tuple is walked as the plain container it holds.
     if isinstance(value, dict):
-        n = len(value)
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise BadBody("object keys must be strings")
-            inner = _walk(item, depth + 1)
-            if inner < 0:
-                floats = True
-            else:
-                n += inner
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            inner = _walk(item, depth + 1)
-            if inner < 0:
-                floats = True
-            else:
-                n += inner
-    else:
-        raise BadBody(f"values of type {type(value).__name__} are not allowed")
-    return -1 if floats else n
+        return _walk(dict(value), depth)
+    if isinstance(value, (list, tuple)):
+        return _walk(list(value), depth)
+    raise BadBody(f"values of type {type(value).__name__} are not allowed")
 
 
 def json_size(value: Any) -> int:
