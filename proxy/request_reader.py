@@ -444,9 +444,10 @@ class RequestReader:
             if code == _CONTENT_TYPE:
                 req.content_type = text[start:end]
             elif code == _CONTENT_LENGTH:
-                if not 0 < end - start <= 9 or not text[start:end].isdigit():
+                digits = text[start:end]
+                if not 0 < len(digits) <= 9 or not digits.isdigit():
                     return False
-                req.content_length = int(text[start:end])
+                req.content_length = int(digits)
             elif code == _AUTHORIZATION:
                 req.authorization = data[start:end]
             elif code == _ACCEPT:

@@ -104,7 +104,7 @@ class Sends:
         self._max_body = settings.max_message_bytes
         limits = settings.rate_limits
         self._limits: RateLimits | None = None if limits is None or limits.off else limits
-        self.body_limit = settings.max_message_bytes + 1024
+        self.body_limit = self._max_body + 1024
         """Most bytes a send's request body may have (a message plus its fields)."""
 
     def check_head(self, room: str, content_encoding: str | None,
