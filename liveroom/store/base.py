@@ -268,7 +268,9 @@ class Notifier(Protocol):
 
     A notify is only a hint: losing one never loses a message (recvsvr's
     fallback pull covers it). The channel reconnects by itself and calls every
-    ``on_resync`` after it did, since notifies sent meanwhile are gone.
+    ``on_resync`` after it did, since notifies sent meanwhile are gone. A
+    room's notifies arrive in the order of its appends; notifies of different
+    rooms have no order between them (a cluster's shards publish apart).
     """
 
     def subscribe(self, on_notify: OnNotify, on_resync: OnResync) -> None: ...
