@@ -170,12 +170,13 @@ class ViewerSketch:
         11 500; else the raw HyperLogLog estimate, less the bias HLL++'s tables
         give for it (the mean at its 6 nearest raw estimates) up to 5 * 2**14.
         Equal to datasketch's float, computed the same way in the same order,
-        but for the last bit in two places, both below any rounding that
+        but for its last bits in two places, both below any rounding that
         :meth:`estimate` could see: ``math.log`` is the C library's, where
         numpy may use its own (on AVX-512, 49 of the 16 384 possible linear
         counts differ in the last bit); and the sum of ``2**-register`` is
         exact here before it is rounded once, where numpy's pairwise sum
-        rounds as it goes once a register reaches 40 (a hash in 2**39).
+        rounds as it goes once a register reaches 40 (a hash in 2**39), a
+        few last bits of the raw estimate then (two seen in random runs).
         """
         registers = self._registers
         zeros = registers.count(0)
