@@ -22,9 +22,12 @@ no ``_created`` series, no per-worker breakdown.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+import glob
+import os
+from collections.abc import Callable, Iterable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest, values
+from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from . import __version__, build
@@ -204,5 +207,33 @@ class Metrics:
             return generate_latest(self.registry)
         self.refresh()
         registry = CollectorRegistry()
-        MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        registry.register(WorkerFiles(os.environ["PROMETHEUS_MULTIPROC_DIR"]))
         return generate_latest(registry)
+
+
+class WorkerFiles:
+    """Every worker's values, from the files of ``directory``: prometheus-client's
+    ``MultiProcessCollector``, less the files a starting worker has not sized yet.
+
+    A worker opens each new file (0 bytes) before it sizes it: a scrape that
+    read it then failed (``struct.error``, a 500 from ``/metrics`` while a
+    killed worker came back). An empty file holds no value yet, and a file's
+    size never goes back to 0, so skipping the empty ones skips nothing.
+    A file gone since the directory was listed (a dead worker's ``live*``
+    gauges) is skipped as the library skips it.
+    """
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def collect(self) -> Iterable[Metric]:
+        files = []
+        for name in glob.glob(os.path.join(self.directory, "*.db")):
+            try:
+                if os.stat(name).st_size > 0:
+                    files.append(name)
+            except FileNotFoundError:
+                continue
+        merged: Iterable[Metric] = MultiProcessCollector.merge(  # type: ignore[no-untyped-call]
+            files, accumulate=True)
+        return merged
