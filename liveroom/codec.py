@@ -33,6 +33,16 @@ MAX_DEPTH: Final = 32
 """Deepest nesting accepted in a message body."""
 
 
+def media_type(content_type: str | None) -> str:
+    """The media type of a ``Content-Type`` header, as aiohttp reads it
+    (parameters dropped, lower case; none is ``application/octet-stream``)."""
+    if content_type == JSON:
+        return JSON  # as most sends say it
+    if not content_type:
+        return "application/octet-stream"
+    return content_type.partition(";")[0].strip().lower()
+
+
 def wants_msgpack(accept: str) -> bool:
     """Whether an ``Accept`` header asks for msgpack answers."""
     return "msgpack" in accept

@@ -120,7 +120,7 @@ def freed_at(counts: Mapping[tuple[int, int], int], window: Window, now_ms: int,
     """``None`` when ``window`` allows one more send at ``now_ms``; else the
     time (ms) it first allows one again, if nothing else is accepted meanwhile
     (always later than ``now_ms``). ``held`` sends in flight, not counted yet,
-    take places too (see ``proxy/new_rooms.py``)."""
+    take places too (see ``proxy/sends/new_rooms.py``)."""
     cur = bucket_of(window, now_ms)
     read = sorted((j, n) for (seconds, j), n in counts.items()
                   if seconds == window.seconds and cur - window.buckets < j <= cur)

@@ -46,7 +46,7 @@ ABSENT_EPOCH: Final = "0"
 expired, or lost). Real epochs are 12-character random tokens, so this one never
 collides with them; it is still a well-formed epoch a listener can pass back.
 A listener whose cursor is in it reads a room that came to exist from the
-beginning of its epoch (see ``proxy.step.places``)."""
+beginning of its epoch (see ``proxy.polls.step.places``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +73,7 @@ class Snapshot:
     memo: dict[object, tuple[Delivery, bytes]] = field(default_factory=dict, compare=False,
                                                        repr=False)
     """What listeners at one cursor read, and their answer's encoded head,
-    shared by all of them (see ``proxy.poll``)."""
+    shared by all of them (see ``proxy.polls.poll``)."""
 
     @property
     def last_important(self) -> int:

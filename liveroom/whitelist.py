@@ -18,7 +18,7 @@ room between its sects when it reads the new record.
 **Whom it counts.** The trusted count is the room's online count less the
 listeners nobody vouched for: in ``ticket`` mode every listener is trusted; in
 open mode a uid counts once it came back on a poll with the signed ``ctx`` the
-node gave it (:meth:`proxy.poll.Poll.trusted`, kept by statsvr until the
+node gave it (:meth:`proxy.polls.poll.Poll.trusted`, kept by statsvr until the
 listener leaves), so a client making up uids by the hundred moves no room with
 first polls. The online figure shown to users and in the API counts everyone.
 

@@ -11,7 +11,7 @@ installed and floor-compiled without mypyc) it
    for ``compiled`` the same command with ``PYTHONPATH=DIR PYTHONSAFEPATH=1``,
    DIR the compiled tree (``--compiled-tree``, default build/compiled, made by
    scripts/build-compiled: ``pip install --no-deps --target DIR .``), checked
-   first to import ``proxy.front`` as an extension module there; nginx with
+   first to import ``proxy.front.server`` as an extension module there; nginx with
    the nchan module, one worker, from ``loadtest/nchan.conf`` filled into a
    temporary directory; or ``floor_server.py``, the Python floor: the
    smallest uvloop + httptools long-poll server speaking just enough of
@@ -340,8 +340,8 @@ def check_compiled_tree(tree: Path) -> None:
     if not tree.is_dir():
         raise RuntimeError(f"no compiled tree at {tree}: build one with {BUILD_COMPILED} "
                            "(or give --compiled-tree DIR)")
-    if (found := compiled_module(tree, "proxy.front")) is not None:
-        raise RuntimeError(f"{tree} is not a compiled tree (proxy.front there is {found}): "
+    if (found := compiled_module(tree, "proxy.front.server")) is not None:
+        raise RuntimeError(f"{tree} is not a compiled tree (proxy.front.server there is {found}): "
                            f"build one with {BUILD_COMPILED} (or give --compiled-tree DIR)")
 
 

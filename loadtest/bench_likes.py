@@ -117,7 +117,7 @@ from fanout_servers import (
 from liveroom.store.redis import keys
 
 MAX_COUNT = 100
-"""Taps one request may carry (proxy/likes.py's MAX_COUNT)."""
+"""Taps one request may carry (proxy/likes/likes.py's MAX_COUNT)."""
 PRICES = (1, 1, 1, 2, 5, 5, 10, 20, 52, 99, 188, 520, 1314)
 """Gift values, drawn uniformly (cheap gifts more often)."""
 LEADERBOARD = 100

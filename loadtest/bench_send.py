@@ -17,7 +17,7 @@ stopped after it:
   ``{"uid": "viewer42", "body": BODY}``), ``important`` (``"important":
   true``) and ``personal`` (``"to": "uNNN"``, 1 000 addressees in turn). Every
   send carries the publisher token, as the business backend's do: the backend
-  is not rate limited (docs/api.md, "Rate limits"; proxy/send.py), so no send
+  is not rate limited (docs/api.md, "Rate limits"; proxy/sends/send.py), so no send
   is refused (429) however fast they come, with the server's default
   ``--rate-limits``. With ``--store redis`` (``--auth open``) it runs against
   a throw-away ``redis-server`` on a free port.

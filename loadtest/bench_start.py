@@ -22,7 +22,7 @@ round runs, one after the other (so a busy machine slows all of them alike):
 3. **the compiled build**, when a compiled tree exists (``--compiled-tree``,
    default build/compiled, made by scripts/build-compiled): the same command
    with ``PYTHONPATH=DIR PYTHONSAFEPATH=1``, checked first to import
-   ``proxy.front`` as an extension module there.
+   ``proxy.front.server`` as an extension module there.
 
 It prints each round as it goes, then the median and worst of each and the
 ratio of each build's median to the dependencies' median, against the target

@@ -5,7 +5,7 @@ Three measurements, each printed with what it counts:
 1. **Ingest.** Heartbeats taken per second by one statsvr node across its ingest
    boundary: msgpack ``[{room: [uid, ...]}, {room: [uid, ...]}]`` batches (the
    heartbeats, then the trusted ones: none here) packed by the proxy's
-   batcher (``proxy.heartbeats.Heartbeats``), unpacked and applied by
+   batcher (``proxy.polls.heartbeats.Heartbeats``), unpacked and applied by
    ``Statsvr.ingest``. The load is one vip room (16 shards) of ``--members``
    listeners plus ``--rooms`` normal rooms, every member beating again and
    again (steady state: no joins). The proxy's packing is timed apart.
@@ -47,7 +47,7 @@ import msgpack
 
 from liveroom.clock import SystemClock
 from liveroom.store import LogPolicy, open_store
-from proxy.heartbeats import Heartbeats
+from proxy.polls.heartbeats import Heartbeats
 from statsvr import StatsLimits, Statsvr
 from statsvr.member_pages import KEEP_FOR
 

@@ -47,8 +47,8 @@ What is modelled, faithfully to the server's adaptive hold (``proxy``):
   important message arrived since the last cut-through or a poll that missed
   it (its important cursor behind it: it was on its way) was held since; then
   last_cut = T if the cut released somebody (a cut that answered nobody does
-  not space the next one). This is ``proxy.hold.Holds._tick_once``: the
-  decision is the server's own function (``proxy.hold.cut_fires``); in
+  not space the next one). This is ``proxy.polls.hold.Holds._tick_once``: the
+  decision is the server's own function (``proxy.polls.hold.cut_fires``); in
   a big room it is the same as "some held poll has an important message
   pending". A release answers everything
   pending (important first, then at most 500 normal, the rest in ``gap``) and
@@ -106,8 +106,8 @@ import numpy as np
 import numpy.typing as npt
 
 from liveroom.settings import Tier, parse_tiers
-from proxy.hold import cut_fires
-from proxy.tiers import TierTable
+from proxy.polls.hold import cut_fires
+from proxy.polls.tiers import TierTable
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]

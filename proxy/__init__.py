@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .front.site import FrontSite
     from .role import Proxy
-    from .site import FrontSite
 
 __all__ = ["FrontSite", "Proxy"]
 
@@ -27,7 +27,7 @@ def __getattr__(name: str) -> Any:
 
         return Proxy
     if name == "FrontSite":
-        from .site import FrontSite
+        from .front.site import FrontSite
 
         return FrontSite
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

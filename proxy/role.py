@@ -25,27 +25,27 @@ from liveroom.store.base import Counters, MessageLog, Operators
 from liveroom.store.base import Moderation as ModerationStore
 from liveroom.whitelist import VipList
 
+from .api.operators import OperatorRoutes
+from .api.pages import Pages
+from .api.routes import Routes, errors_middleware
 from .auth import Tokens
-from .context import ContextSigner
-from .front import Front
-from .front_limits import UNSENT_MAX, WRITE_HIGH, FrontLimits
-from .gifts import Gifts
-from .heartbeats import Heartbeats
-from .hold import Holds
-from .likes import Likes, TapLimits
-from .moderation import Moderation
-from .moderation_routes import ModerationRoutes
-from .operators import OperatorRoutes
-from .pages import Pages
-from .poll import Polls
-from .ranking import Ranking
-from .recall import Recalls
-from .routes import Routes, errors_middleware
-from .send import Sends
-from .site import FrontSite
-from .taps import Taps
+from .front.limits import UNSENT_MAX, WRITE_HIGH, FrontLimits
+from .front.server import Front
+from .front.site import FrontSite
+from .gifts.gifts import Gifts
+from .gifts.ranking import Ranking
+from .likes.likes import Likes, TapLimits
+from .likes.taps import Taps
+from .moderation.recall import Recalls
+from .moderation.routes import ModerationRoutes
+from .moderation.rules import Moderation
+from .polls.context import ContextSigner
+from .polls.heartbeats import Heartbeats
+from .polls.hold import Holds
+from .polls.poll import Polls
+from .polls.tiers import TierTable
+from .sends.send import Sends
 from .tickets import Tickets
-from .tiers import TierTable
 
 logger = logging.getLogger("liveroom.proxy")
 

@@ -19,7 +19,7 @@ a member costs its uid string and one dict slot.
 
 **Trusted members.** A heartbeat the proxy vouches for (``trusted``: a
 ticket's uid, or a poll that came back with the signed ``ctx`` it was given,
-see :mod:`proxy.poll`) makes its member trusted until it leaves: the only
+see :mod:`proxy.polls.poll`) makes its member trusted until it leaves: the only
 members the automatic vip rule counts. The mark costs no memory: a trusted
 member's tick is stored as ``~tick`` (negative), and each shard counts its
 trusted members as they come and go. A member becoming trusted changes no

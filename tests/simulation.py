@@ -14,7 +14,7 @@ publishers, personal messages) and the faults:
 - an epoch renewed (a failover that lost writes), a broadcast ended;
 - a listener moving to another node between two polls.
 
-Listeners poll through :meth:`proxy.poll.Polls.start` (no HTTP: the front and
+Listeners poll through :meth:`proxy.polls.poll.Polls.start` (no HTTP: the front and
 aiohttp have their own suites) and keep a ledger of every answer; publishers
 keep one of every append. :func:`check` then says, for every listener:
 

@@ -45,7 +45,7 @@ from schemathesis.specs.openapi.checks import (
 )
 from support import ADMIN, PUBLISHER, clean_env, free_port
 
-from proxy.routes import OPENAPI
+from proxy.api.routes import OPENAPI
 
 EXPLORE = os.environ.get("LIVEROOM_FUZZ_EXAMPLES")
 """Set, it asks for that many examples per operation, fresh random ones each

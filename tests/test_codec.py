@@ -25,7 +25,7 @@ from liveroom.codec import (
 )
 from liveroom.errors import BadBody
 from liveroom.model import Appended, NewMessage
-from proxy.send import _Pending
+from proxy.sends.send import _Pending
 
 KEYS = st.sampled_from(["a", "b", "uid", "body", "x:y", ":", "k"])
 SCALARS = (st.none() | st.booleans() | st.integers(-(2**70), 2**70)
@@ -146,7 +146,7 @@ def test_the_size_bound_holds_for_every_part_of_a_body(
        seq=st.integers(1, 2**53 - 1))
 def test_a_sends_json_answer_is_what_orjson_writes_for_its_fields(
         epoch: str, to: str | None, seq: int) -> None:
-    """A send's 201 is written without a dict (``proxy/send.py``): the same
+    """A send's 201 is written without a dict (``proxy/sends/send.py``): the same
     bytes as orjson's for the fields, whatever the store's epoch holds."""
     sends = heads()
     message = NewMessage(uid="u", body="hi", important=to is not None, ts=1, to=to)

@@ -94,7 +94,7 @@ def test_both_builds_answer_the_same_bytes(tmp_path_factory: pytest.TempPathFact
     assert pure.returncode == 0, pure.stderr.decode()
     assert compiled.returncode == 0, compiled.stderr.decode()
     # Each run really was the build it stands for.
-    probe = "from liveroom import build; import proxy.front; print(build.kind())"
+    probe = "from liveroom import build; import proxy.front.server; print(build.kind())"
     assert _under(ROOT, "-c", probe).stdout.split() == [b"pure"]
     assert _under(tree, "-c", probe).stdout.split() == [b"compiled"]
     answers = pure.stdout.split(b"\n== ")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from proxy.context import Context, ContextSigner
+from proxy.polls.context import Context, ContextSigner
 
 names = st.from_regex(r"[A-Za-z0-9_.\-]{1,64}", fullmatch=True)
 counts = st.integers(0, 2**53 - 1)

@@ -35,7 +35,7 @@ from liveroom.clock import FakeClock
 from liveroom.model import NewMessage
 from liveroom.settings import Tier
 from liveroom.store.redis import keys
-from proxy.context import ContextSigner
+from proxy.polls.context import ContextSigner
 
 # -- the recvsvr's important list ---------------------------------------------------
 
@@ -242,7 +242,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DUE_TIMES = """
 import json
 from liveroom.settings import Tier
-from proxy.tiers import TierTable
+from proxy.polls.tiers import TierTable
 tier = Tier(1, 8.0, 2.0)
 table = TierTable((tier,))
 print(json.dumps([table.pace_in(tier, f"u{i}", 1_700_000_000_000 + 7 * i).due_ms

@@ -22,7 +22,7 @@ from support import ADMIN_HEADERS, Listener, Running, read_response, running_nod
 
 from liveroom.clock import FakeClock
 from liveroom.settings import Settings
-from proxy.front_limits import FrontLimits
+from proxy.front.limits import FrontLimits
 
 Raw = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 

@@ -1,4 +1,4 @@
-"""The front's request reader (``proxy/request_reader.py``) on its own: bytes
+"""The front's request reader (``proxy/front/reader.py``) on its own: bytes
 in; requests, refusals, hand-overs and "need more" out, with no socket, no
 loop and no clock.
 
@@ -29,14 +29,14 @@ from liveroom.metrics import Metrics
 from liveroom.store.base import LogPolicy
 from liveroom.store.memory import MemoryStore
 from proxy.auth import Tokens
-from proxy.front_limits import FrontLimits
-from proxy.request_reader import BACKLOG_MAX, Arriving, Fed, Request, RequestReader
-from proxy.routing import POLL
-from proxy.send import Sends
+from proxy.front.limits import FrontLimits
+from proxy.front.reader import BACKLOG_MAX, Arriving, Fed, Request, RequestReader
+from proxy.front.routing import POLL
+from proxy.sends.send import Sends
 
 
 def heads() -> Sends:
-    """The send path's own head rules (:meth:`proxy.send.Sends.check_head`),
+    """The send path's own head rules (:meth:`proxy.sends.send.Sends.check_head`),
     at a node's defaults, over a memory log nothing is sent to."""
     clock = FakeClock()
     return Sends(BASE, MemoryStore(LogPolicy(), clock).log,

@@ -1,4 +1,4 @@
-"""Gifts over HTTP (``proxy/gifts.py``): the backend's call, exact scores and
+"""Gifts over HTTP (``proxy/gifts/gifts.py``): the backend's call, exact scores and
 ranks against a ledger, the leaderboard, a big gift as an important message,
 and the ranking frozen into an ended broadcast."""
 

@@ -1,4 +1,4 @@
-"""The hold (``proxy/hold.py``, :class:`proxy.hold.Holds`) on a running node:
+"""The hold (``proxy/polls/hold.py``, :class:`proxy.polls.hold.Holds`) on a running node:
 how many polls one listener and one uid may keep held (plain and paced), and
 that a woken or released poll leaves nothing behind. Its races with the
 cache's swaps are in ``test_interleavings``; closing thousands of held polls
@@ -24,7 +24,7 @@ from support import (
 
 from liveroom.clock import FakeClock
 from liveroom.settings import Tier
-from proxy.hold import SWEEP_SLACK
+from proxy.polls.hold import SWEEP_SLACK
 
 
 @pytest.fixture

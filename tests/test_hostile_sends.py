@@ -30,8 +30,8 @@ from liveroom.ratelimit import RateLimits, parse_windows
 from liveroom.store.base import Appended, MessageLog, OnlineSample, Pulled, PullRequest, Store
 from liveroom.store.redis import keys
 from proxy.auth import Tokens
-from proxy.new_rooms import NewRooms, Place
-from proxy.send import Sends
+from proxy.sends.new_rooms import NewRooms, Place
+from proxy.sends.send import Sends
 
 
 class AppendsInFlight:

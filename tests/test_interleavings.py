@@ -30,10 +30,10 @@ from liveroom.model import NewMessage
 from liveroom.node import Node, build_node
 from liveroom.settings import Settings, parse_tiers
 from liveroom.snapshot import ABSENT_EPOCH, Snapshot
-from proxy.context import ContextSigner
-from proxy.hold import Holds
-from proxy.poll import Polls
-from proxy.tiers import TierTable
+from proxy.polls.context import ContextSigner
+from proxy.polls.hold import Holds
+from proxy.polls.poll import Polls
+from proxy.polls.tiers import TierTable
 
 ROOM = "r"
 

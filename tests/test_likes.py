@@ -1,4 +1,4 @@
-"""Likes on a node (``proxy/likes.py``): each uid's windows, taps merged per
+"""Likes on a node (``proxy/likes/likes.py``): each uid's windows, taps merged per
 room and written in one call, never more and never silently less, and the
 totals answers show."""
 
@@ -20,7 +20,7 @@ from support import ADMIN_HEADERS, Running, running_node, send
 from liveroom.clock import FakeClock
 from liveroom.errors import Overloaded, RateLimited
 from liveroom.ratelimit import Window, parse_windows
-from proxy.likes import TapLimits
+from proxy.likes.likes import TapLimits
 
 # -- the uid's windows ---------------------------------------------------------
 
@@ -301,7 +301,7 @@ class HeldAfterTheStore:
 
 async def test_a_stop_during_a_flush_writes_its_taps_once(redis_url: str) -> None:
     from liveroom.store import LogPolicy, open_store
-    from proxy.likes import Likes
+    from proxy.likes.likes import Likes
 
     clock = FakeClock()
     store = open_store(redis_url, LogPolicy(), clock)

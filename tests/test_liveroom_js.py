@@ -18,7 +18,7 @@ import pytest
 from support import ADMIN, PUBLISHER, running_node
 
 from liveroom.ratelimit import RateLimits, Window
-from proxy.pages import STATIC
+from proxy.api.pages import STATIC
 
 TESTS = Path(__file__).parent / "js" / "liveroom.test.mjs"
 

@@ -1,4 +1,4 @@
-"""Moderation over HTTP (``proxy/moderation.py``, ``proxy/moderation_routes.py``):
+"""Moderation over HTTP (``proxy/moderation/rules.py``, ``proxy/moderation/routes.py``):
 mutes, bans and slow mode refuse what they must and nothing else, on one
 node and across two over one store; a ban answers held polls on every node
 within a second and drops the uid from the online list; the audit says who

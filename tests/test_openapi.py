@@ -15,8 +15,8 @@ from support import BASE, running_node
 from liveroom import errors
 from liveroom.node import build_app
 from liveroom.settings import Settings
+from proxy.api.routes import OPENAPI
 from proxy.params import MEMBERS_PAGE_MAX
-from proxy.routes import OPENAPI
 
 PAGES = frozenset({"/", "/rooms/{room}", "/admin", "/openapi.json"})
 """Routes that are pages or documents, not the API: never in the document.

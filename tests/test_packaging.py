@@ -100,7 +100,7 @@ def test_a_node_serving_has_imported_neither_numpy_nor_scipy(tmp_path: Path) -> 
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     modules = modules_in(report.read_text())
-    assert {"statsvr.viewers", "proxy.front", "uvloop"} <= modules
+    assert {"statsvr.viewers", "proxy.front.server", "uvloop"} <= modules
     assert not among(modules, *NUMERIC), among(modules, *NUMERIC)
 
 

@@ -1,4 +1,4 @@
-"""The pages and static files (proxy/pages.py) over real sockets: the files
+"""The pages and static files (proxy/api/pages.py) over real sockets: the files
 of ``proxy/static/`` only, with their types and caching headers, through the
 front's hand-over to aiohttp; anything else a JSON error."""
 
@@ -21,7 +21,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from support import Running, read_response, running_node
 from test_serve_process import serve
 
-from proxy.pages import STATIC, load_static
+from proxy.api.pages import STATIC, load_static
 
 TYPES = {"liveroom.js": "text/javascript; charset=utf-8",
          "room.html": "text/html; charset=utf-8",

@@ -1,6 +1,6 @@
 """A poll's URL and query as the hot path reads and checks them agree with the references.
 
-The front routes a request and splits its query itself (``proxy.front.route``,
+The front routes a request and splits its query itself (``proxy.front.server.route``,
 ``parse_query``), and
 ``liveroom.model.is_name``, ``is_room`` and ``is_digits`` use str methods
 instead of regular expressions (a poll checks several names and numbers).
@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from yarl import URL
 
 from liveroom.model import is_digits, is_name, is_room
-from proxy.routing import POLL, SEND, parse_query, route
+from proxy.front.routing import POLL, SEND, parse_query, route
 
 NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 ROOM = re.compile(r"(?!\.+\Z)[A-Za-z0-9_.\-]{1,64}")

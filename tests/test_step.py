@@ -1,4 +1,4 @@
-"""The poll's decisions (proxy.step.step), as properties over plain values.
+"""The poll's decisions (proxy.polls.step.step), as properties over plain values.
 
 Snapshots are built whole (every message held, an anchor anywhere), cursors
 are drawn around their heads in their epoch, another one or the absent one,
@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from liveroom.settings import Tier
 from liveroom.snapshot import ABSENT_EPOCH, Delivery, Item, Snapshot, absent, read
 from proxy.params import Cursor
-from proxy.step import Step, needs_ctx, places, same_epoch, step
-from proxy.tiers import PLAIN, Pace, TierTable
+from proxy.polls.step import Step, needs_ctx, places, same_epoch, step
+from proxy.polls.tiers import PLAIN, Pace, TierTable
 
 NOW = 1_700_000_000_000
 TIERS = (Tier(1, 2.0), Tier(10, 5.0, 1.0), Tier(100, 0.0005))

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from liveroom.clock import FakeClock
 from liveroom.store.base import ShardWrite
-from proxy.heartbeats import Heartbeats, owner_of
+from proxy.polls.heartbeats import Heartbeats, owner_of
 from statsvr.table import Tables, shard_of
 
 

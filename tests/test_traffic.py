@@ -39,8 +39,8 @@ from support import (
 from liveroom.clock import FakeClock
 from liveroom.ratelimit import RateLimits
 from liveroom.settings import DEFAULT_RATE_LIMITS, Tier
-from proxy.context import ContextSigner
-from proxy.tiers import PLAIN, TierTable
+from proxy.polls.context import ContextSigner
+from proxy.polls.tiers import PLAIN, TierTable
 
 
 async def tiered(node: Running, session: aiohttp.ClientSession, clock: FakeClock,
@@ -147,7 +147,7 @@ def test_a_pace_is_due_within_its_tier_whatever_order_the_tiers_are_given_in(
 _PACES = """
 import json, sys
 from liveroom.settings import Tier
-from proxy.tiers import TierTable
+from proxy.polls.tiers import TierTable
 table = TierTable((Tier(1, 8.0, 2.0),))
 print(json.dumps([table.pace(5, uid, last).due_ms for uid, last in json.loads(sys.argv[1])]))
 """

@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 from support import Running, running_node
 
-from proxy.pages import STATIC
+from proxy.api.pages import STATIC
 
 UPLOT = STATIC / "vendor" / "uplot"
 

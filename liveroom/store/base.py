@@ -353,7 +353,7 @@ class ShardWrite:
     trusted: int = 0
     """Members the automatic vip rule may count (at most ``size``): those the
     proxy vouched for (a ticket, or a second poll with the signed ``ctx`` it
-    was given: ``proxy.poll``). Stored in the index entry, beside ``size``."""
+    was given: ``proxy.polls.poll``). Stored in the index entry, beside ``size``."""
 
 
 @dataclass(frozen=True, slots=True)

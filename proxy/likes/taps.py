@@ -14,15 +14,14 @@ from __future__ import annotations
 import logging
 from typing import Any, Final
 
-from liveroom.codec import decode_request, wants_msgpack
+from liveroom.codec import decode_request, media_type, wants_msgpack
 from liveroom.errors import BadBody, Unauthorized
 
-from .auth import bearer
+from ..auth import bearer
+from ..params import body_uid
+from ..reply import Reply, answer_to, document_reply
+from ..tickets import UID_MISMATCH, Tickets
 from .likes import MAX_COUNT, Likes
-from .params import body_uid
-from .reply import Reply, answer_to, document_reply
-from .send import media_type
-from .tickets import UID_MISMATCH, Tickets
 
 logger: Final = logging.getLogger("liveroom.proxy.taps")
 

@@ -37,7 +37,7 @@ import orjson
 from aiohttp import web
 
 from liveroom.clock import Clock
-from liveroom.codec import decode_request
+from liveroom.codec import decode_request, media_type
 from liveroom.errors import BadBody, Conflict, NotFound
 from liveroom.model import check_name, parse_count
 from liveroom.roles import RoomReader
@@ -51,11 +51,10 @@ from liveroom.store.base import (
 )
 from liveroom.store.base import Moderation as ModerationStore
 
-from .auth import Right, Tokens
-from .moderation import Moderation, in_force
+from ..auth import Right, Tokens
+from ..responses import document
 from .recall import Recalls
-from .routes import document
-from .send import media_type
+from .rules import Moderation, in_force
 
 logger = logging.getLogger("liveroom.proxy.moderation")
 

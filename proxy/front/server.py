@@ -56,13 +56,13 @@ from http import HTTPStatus
 from time import monotonic as _monotonic
 from typing import Final
 
+from ..deadlines import Deadlines
+from ..likes.taps import Taps
+from ..polls.poll import Poll, Polls
+from ..sends.send import Sends
 from .admission import Admission
 from .connection import Connection, reset
-from .deadlines import Deadlines
-from .front_limits import FrontLimits
-from .poll import Poll, Polls
-from .send import Sends
-from .taps import Taps
+from .limits import FrontLimits
 from .trim import Trim
 
 __all__ = ["Connection", "Front", "reset"]

@@ -52,9 +52,9 @@ from liveroom.settings import Settings
 from liveroom.store.base import RANKED_ROOMS_MAX, MessageLog, Operators
 from liveroom.whitelist import SectChange, VipList, pin_room, read_sects, release_room
 
-from .auth import Right, Tokens
-from .routes import document
-from .tiers import TierTable
+from ..auth import Right, Tokens
+from ..polls.tiers import TierTable
+from ..responses import document
 
 logger = logging.getLogger("liveroom.proxy")
 

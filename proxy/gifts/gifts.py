@@ -26,9 +26,9 @@ from liveroom.errors import BadBody, Forbidden, Unauthorized
 from liveroom.model import NewMessage, check_name
 from liveroom.store.base import GIFT_VALUE_MAX, Counters, GiftRank, Leaderboard, MessageLog
 
-from .auth import Right, Tokens, bearer
-from .params import body_uid
-from .tickets import Tickets
+from ..auth import Right, Tokens, bearer
+from ..params import body_uid
+from ..tickets import Tickets
 
 GIFT_NAME_MAX = 64
 """Characters of a gift's name."""

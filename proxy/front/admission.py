@@ -24,9 +24,9 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Final, Protocol
 
-from .addresses import address_key, forwarded_client
-from .front_limits import FrontLimits, connection_capacity
-from .reply import error_reply
+from ..addresses import address_key, forwarded_client
+from ..reply import error_reply
+from .limits import FrontLimits, connection_capacity
 
 
 class Seated(Protocol):

@@ -55,15 +55,16 @@ from liveroom.roles import RoomReader, StatsReader
 from liveroom.settings import Settings
 from liveroom.snapshot import ABSENT_EPOCH, Delivery, Snapshot, read, recent
 
+from ..gifts.ranking import NO_GIFTS, Ranking
+from ..likes.likes import Likes
+from ..moderation.rules import RoomRules
+from ..params import Cursor, PollParams, parse_poll
+from ..reply import Reply, answer_to
+from ..tickets import Tickets
 from . import answer
 from .context import Context, ContextSigner
 from .heartbeats import Heartbeats
 from .hold import HeldPoll, Holds
-from .likes import Likes
-from .moderation import RoomRules
-from .params import Cursor, PollParams, parse_poll
-from .ranking import NO_GIFTS, Ranking
-from .reply import Reply, answer_to
 from .step import (
     CONFIRM,
     DELIVER,
@@ -79,7 +80,6 @@ from .step import (
     needs_ctx,
     step,
 )
-from .tickets import Tickets
 from .tiers import Pace, TierTable
 
 logger: Final = logging.getLogger("liveroom.proxy")
@@ -230,7 +230,7 @@ class Polls:
 
 
 class Poll:
-    """One poll in flight; the hold wakes it (:class:`~proxy.hold.Wakeable`)."""
+    """One poll in flight; the hold wakes it (:class:`~proxy.polls.hold.Wakeable`)."""
 
     __slots__ = (
         "_polls",

@@ -51,7 +51,7 @@ from typing import Final
 from liveroom.errors import RateLimited
 from liveroom.ratelimit import Counts, Window, count_send, prune, refused_until, span
 
-from .addresses import address_key
+from ..addresses import address_key
 
 SWEEP_EVERY_MS: Final = 60_000
 """How often uids and addresses whose windows all passed are forgotten."""

@@ -35,7 +35,7 @@ from typing import Final, NoReturn
 import orjson
 
 from liveroom.clock import Clock
-from liveroom.codec import JSON, decode_request_bounded, wants_msgpack
+from liveroom.codec import decode_request_bounded, media_type, wants_msgpack
 from liveroom.errors import (
     Forbidden,
     NewRoomRefused,
@@ -51,27 +51,18 @@ from liveroom.ratelimit import RateLimits
 from liveroom.settings import Settings
 from liveroom.store.base import AppendAtOnce, Appended, MessageLog
 
-from .addresses import peer_address
-from .auth import Right, Tokens, bearer
-from .moderation import Moderation
+from ..addresses import peer_address
+from ..auth import Right, Tokens, bearer
+from ..moderation.rules import Moderation
+from ..params import parse_send
+from ..reply import JSON_UTF8, Reply, answer_to, document_reply
+from ..tickets import UID_MISMATCH, Tickets
 from .new_rooms import NewRooms, Place
-from .params import parse_send
-from .reply import JSON_UTF8, Reply, answer_to, document_reply
-from .tickets import UID_MISMATCH, Tickets
 
 logger: Final = logging.getLogger("liveroom.proxy")
 _dumps: Final = orjson.dumps
 """Bound once: compiled code looks a module's attribute up at each call."""
 
-
-def media_type(content_type: str | None) -> str:
-    """The media type of a ``Content-Type`` header, as aiohttp reads it
-    (parameters dropped, lower case; none is ``application/octet-stream``)."""
-    if content_type == JSON:
-        return JSON  # as most sends say it
-    if not content_type:
-        return "application/octet-stream"
-    return content_type.partition(";")[0].strip().lower()
 
 
 class Sends:

@@ -71,7 +71,7 @@ from liveroom.roles import RoomReader
 from liveroom.settings import DEFAULTS
 from liveroom.snapshot import Snapshot, moved_past
 
-from .deadlines import Deadlines
+from ..deadlines import Deadlines
 
 logger: Final = logging.getLogger("liveroom.proxy")
 

@@ -37,9 +37,9 @@ from liveroom.errors import BadRequest, Forbidden, Unauthorized
 from liveroom.model import RECALL_UID, NewMessage, check_name, parse_count, recall_notice
 from liveroom.store.base import AuditEntry, MessageLog
 
-from .auth import Right, Tokens, bearer
-from .moderation import Moderation
-from .tickets import Tickets
+from ..auth import Right, Tokens, bearer
+from ..tickets import Tickets
+from .rules import Moderation
 
 logger = logging.getLogger("liveroom.proxy.moderation")
 

@@ -26,16 +26,16 @@ from functools import partial
 from time import monotonic as _monotonic
 from typing import TYPE_CHECKING, Final, cast
 
+from ..polls.poll import Poll
+from ..reply import Reply, error_reply
 from .admission import CROWDED_REPLY
 from .flow import FlowControl
 from .handoff import hand_over
-from .poll import Poll
-from .reply import Reply, error_reply
-from .request_reader import Arriving, Fed, Request, RequestReader
+from .reader import Arriving, Fed, Request, RequestReader
 from .routing import LIKE, POLL, parse_query
 
 if TYPE_CHECKING:
-    from .front import Front
+    from .server import Front
 
 logger: Final = logging.getLogger("liveroom.proxy.front")
 

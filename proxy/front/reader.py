@@ -52,15 +52,15 @@ import httptools
 
 from liveroom.errors import LiveroomError
 
-from .front_limits import FrontLimits
-from .reply import Reply, error_reply, failure_reply
+from ..reply import Reply, error_reply, failure_reply
+from ..sends.send import Sends
+from .limits import FrontLimits
 from .routing import POLL, route, route_text
-from .send import Sends
 
 if TYPE_CHECKING:
     import asyncio
 
-    from .poll import Poll
+    from ..polls.poll import Poll
 
 MIN_REQUEST: Final = 16
 """Bytes of the shortest request llhttp accepts (``GET / HTTP/1.1`` and

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from typing import Generic, TypeVar
 
-from .deadlines import Deadlines
+from ..deadlines import Deadlines
 
 C = TypeVar("C")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from aiohttp import web
 
 from liveroom.clock import Clock
-from liveroom.codec import decode_request, wants_msgpack
+from liveroom.codec import decode_request, media_type
 from liveroom.errors import BadRequest, Forbidden, LiveroomError, RequestTimeout, Unauthorized
 from liveroom.metrics import Metrics
 from liveroom.model import check_name, parse_count
@@ -26,22 +26,24 @@ from liveroom.roles import RoomReader, StatsReader
 from liveroom.settings import Settings
 from liveroom.store.base import LEADERBOARD_MAX
 
-from .auth import Right, Tokens, bearer
-from .front_limits import FrontLimits
-from .gifts import Gifts
-from .params import parse_members_page, parse_series_range
-from .poll import Poll, Polls
-from .reply import Reply, document_reply, error_reply, failure_reply
-from .routing import parse_query
-from .send import Sends, media_type
-from .taps import Taps
-from .tickets import Tickets
+from ..auth import Right, Tokens, bearer
+from ..front.limits import FrontLimits
+from ..front.routing import parse_query
+from ..front.site import HELD_POLL
+from ..gifts.gifts import Gifts
+from ..likes.taps import Taps
+from ..params import parse_members_page, parse_series_range
+from ..polls.poll import Polls
+from ..reply import Reply, failure_reply
+from ..responses import document, error_response, response
+from ..sends.send import Sends
+from ..tickets import Tickets
 
 logger = logging.getLogger("liveroom.proxy")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-OPENAPI = Path(__file__).with_name("openapi.json")
+OPENAPI = Path(__file__).parent.parent / "openapi.json"
 """The OpenAPI 3.1 document of the v1 API, served at ``/openapi.json``. A
 plain file, not generated: what people and tools read, reviewed as the API's
 change; tests/test_openapi.py checks it against the routes both ways and
@@ -55,28 +57,7 @@ HEALTH_EVERY = 1.0
 store one round trip a second."""
 
 
-HELD_POLL = web.RequestKey("held_poll", Poll)
-"""The poll a request on aiohttp's poll route started, while it runs: a
-half-close of its connection answers it at once (:mod:`.site`)."""
 
-
-def response(reply: Reply) -> web.Response:
-    """A reply as aiohttp sends it."""
-    headers = {"Content-Type": reply.content_type}
-    if reply.retry_after is not None:
-        headers["Retry-After"] = str(reply.retry_after)
-    return web.Response(body=reply.body, status=reply.status, headers=headers)
-
-
-def document(request: web.Request, doc: dict[str, object], status: int = 200) -> web.Response:
-    """A small document in the format the request asks for (JSON or msgpack)."""
-    return response(document_reply(
-        doc, use_msgpack=wants_msgpack(request.headers.get("Accept", "")), status=status))
-
-
-def error_response(status: int, code: str, message: str,
-                   retry_after: float | None = None) -> web.Response:
-    return response(error_reply(status, code, message, retry_after))
 
 
 HEAD_LIMITS = FrontLimits()

@@ -42,7 +42,7 @@ from aiohttp import web
 from liveroom.errors import BadRequest
 from liveroom.model import check_name
 
-STATIC = Path(__file__).parent / "static"
+STATIC = Path(__file__).parent.parent / "static"
 """The files served under ``/static/``, kept in the package (package data)."""
 
 TYPES = {

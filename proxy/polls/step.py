@@ -42,7 +42,7 @@ from typing import Final, TypeGuard
 from liveroom.settings import Tier
 from liveroom.snapshot import ABSENT_EPOCH, Delivery, Snapshot
 
-from .params import Cursor
+from ..params import Cursor
 from .tiers import Pace
 
 

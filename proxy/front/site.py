@@ -20,8 +20,12 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
-from .front import Front, reset
-from .routes import HELD_POLL
+from ..polls.poll import Poll
+from .server import Front, reset
+
+HELD_POLL = web.RequestKey("held_poll", Poll)
+"""The poll a request on aiohttp's poll route started, while it runs: a
+half-close of its connection answers it at once."""
 
 HANDED_QUEUE = 2
 """Requests a connection handed to aiohttp may have parsed and waiting
