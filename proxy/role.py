@@ -30,11 +30,13 @@ from .api.pages import Pages
 from .api.routes import Routes, errors_middleware
 from .auth import Tokens
 from .front.limits import UNSENT_MAX, WRITE_HIGH, FrontLimits
+from .front.routing import LIKE, POLL, SEND
 from .front.server import Front
 from .front.site import FrontSite
 from .gifts.gifts import Gifts
 from .gifts.ranking import Ranking
 from .likes.likes import Likes, TapLimits
+from .likes.route import LikeRoute
 from .likes.taps import Taps
 from .moderation.recall import Recalls
 from .moderation.routes import ModerationRoutes
@@ -43,7 +45,9 @@ from .polls.context import ContextSigner
 from .polls.heartbeats import Heartbeats
 from .polls.hold import Holds
 from .polls.poll import Polls
+from .polls.route import PollRoute
 from .polls.tiers import TierTable
+from .sends.route import SendRoute
 from .sends.send import Sends
 from .tickets import Tickets
 
@@ -95,10 +99,15 @@ class Proxy:
         self.moderation = Moderation(moderation, clock, on_ban=self._banned)
         self.polls.rules = self.moderation.rules
         self.sends.moderation = self.moderation
-        self.taps = Taps(self.likes, self.tickets)
+        # A like's head is held to a send's bounds (a body of a few bytes
+        # is far under them): one value, given to both routes.
+        self.taps = Taps(self.likes, self.sends.head_rules, self.tickets)
         self.gifts = Gifts(counters, log, tokens, clock, gift_important=settings.gift_important)
         self.gifts.tickets = self.tickets
-        self.front = Front(self.polls, self.sends, self.taps, FrontLimits(
+        # The front's routes and their handlers: a new front route is a row
+        # of proxy/front/routing.py and its handler here.
+        self.front = Front({POLL: PollRoute(self.polls), SEND: SendRoute(self.sends),
+                            LIKE: LikeRoute(self.taps)}, FrontLimits(
             header_timeout=settings.header_timeout, request_timeout=settings.request_timeout,
             keepalive_timeout=settings.keepalive_timeout, connections_max=settings.connections_max,
             connections_per_ip=settings.connections_per_ip,
@@ -141,7 +150,7 @@ class Proxy:
         """The node's aiohttp application with every route of the API and the
         pages, the errors middleware, and held polls answered at shutdown."""
         app = web.Application(middlewares=[errors_middleware],
-                              client_max_size=self.sends.body_limit)
+                              client_max_size=self.sends.head_rules.body_limit)
         self.routes.add_routes(app)
         self.operators.add_routes(app)
         self.moderators.add_routes(app)

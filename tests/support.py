@@ -21,13 +21,18 @@ from aiohttp.test_utils import BaseTestServer
 from yarl import URL
 
 from liveroom.clock import Clock, FakeClock
+from liveroom.metrics import Metrics
 from liveroom.model import name_slot
 from liveroom.node import NODE, Node, build_app, node_runner, node_site
 from liveroom.ratelimit import RateLimits
 from liveroom.sects import Sect
 from liveroom.settings import Settings
 from liveroom.store import Store
+from liveroom.store.base import LogPolicy
+from liveroom.store.memory import MemoryStore
 from liveroom.whitelist import SectChange, pin_room, read_sects, release_room
+from proxy.auth import Tokens
+from proxy.sends.send import Sends
 
 
 def in_page_order(uids: Iterable[str], count: int) -> list[str]:
@@ -411,3 +416,11 @@ def serve(*args: str, nofile: int | None = None) -> Iterator[tuple[str, subproce
             drain.join(timeout=10)
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def idle_sends() -> Sends:
+    """The send path at the tests' settings (``BASE``), over a memory log
+    nothing is sent to: its checks and answers, without a node."""
+    clock = FakeClock()
+    return Sends(BASE, MemoryStore(LogPolicy(), clock).log,
+                 Tokens(admin=ADMIN, publisher=PUBLISHER), clock, Metrics())

@@ -13,7 +13,7 @@ import orjson
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
-from test_front_reader import heads
+from support import idle_sends
 
 from liveroom.codec import (
     INT_BOUND,
@@ -148,7 +148,7 @@ def test_a_sends_json_answer_is_what_orjson_writes_for_its_fields(
         epoch: str, to: str | None, seq: int) -> None:
     """A send's 201 is written without a dict (``proxy/sends/send.py``): the same
     bytes as orjson's for the fields, whatever the store's epoch holds."""
-    sends = heads()
+    sends = idle_sends()
     message = NewMessage(uid="u", body="hi", important=to is not None, ts=1, to=to)
     reply = sends._stored(_Pending(message, None, None, None, False),
                           Appended(epoch, seq, duplicate=False), "application/json")

@@ -21,26 +21,23 @@ import pytest
 from front_corpus import CASES, Case, _head, _poll, _send
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from support import ADMIN, BASE, PUBLISHER
+from support import BASE, PUBLISHER
 from test_front_streams import streams
 
-from liveroom.clock import FakeClock
-from liveroom.metrics import Metrics
-from liveroom.store.base import LogPolicy
-from liveroom.store.memory import MemoryStore
-from proxy.auth import Tokens
-from proxy.front.limits import FrontLimits
+from proxy.front.limits import FrontLimits, HeadRules
 from proxy.front.reader import BACKLOG_MAX, Arriving, Fed, Request, RequestReader
-from proxy.front.routing import POLL
-from proxy.sends.send import Sends
+from proxy.front.routing import KINDS, LIKE, POLL, SEND
+from proxy.front.whole import read_whole
+from proxy.sends.send import send_heads
 
 
-def heads() -> Sends:
-    """The send path's own head rules (:meth:`proxy.sends.send.Sends.check_head`),
-    at a node's defaults, over a memory log nothing is sent to."""
-    clock = FakeClock()
-    return Sends(BASE, MemoryStore(LogPolicy(), clock).log,
-                 Tokens(admin=ADMIN, publisher=PUBLISHER), clock, Metrics())
+def heads() -> tuple[HeadRules | None, ...]:
+    """The front's head rules by route, as a node at its defaults gives them
+    (a like's are a send's: ``proxy/role.py``)."""
+    rules = send_heads(BASE)
+    found: list[HeadRules | None] = [None] * KINDS
+    found[SEND] = found[LIKE] = rules
+    return tuple(found)
 
 
 class Answering:
@@ -308,7 +305,7 @@ def _outcome(conn: Answering, fed: Fed) -> list[object]:
 @given(raw=_requests(), proxied=st.booleans())
 def test_a_request_read_whole_is_what_llhttp_would_have_given(raw: bytes,
                                                                proxied: bool) -> None:
-    """The whole-read path (``RequestReader._read_whole``) against llhttp's
+    """The whole-read path (``proxy.front.whole.read_whole``) against llhttp's
     callbacks, on the same bytes: the same requests with the same fields,
     the same refusals and hand-overs, the same state after."""
     whole, llhttp = Answering(), Answering()
@@ -335,7 +332,10 @@ def test_a_request_read_whole_is_what_llhttp_would_have_given(raw: bytes,
 def test_the_usual_clients_requests_are_read_whole(raw: bytes) -> None:
     """What the differential test above holds to llhttp's reading is the
     path most requests take: each of these is taken whole."""
+    req = read_whole(raw, FrontLimits(), heads(), False)
+    assert req is not None
+    assert req.error is None
     conn = Answering()
-    assert conn.reader._read_whole(raw)
+    conn.read(raw)
     assert len(conn.requests) == 1
     assert conn.requests[0].error is None

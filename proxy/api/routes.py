@@ -27,7 +27,7 @@ from liveroom.settings import Settings
 from liveroom.store.base import LEADERBOARD_MAX
 
 from ..auth import Right, Tokens, bearer
-from ..front.limits import FrontLimits
+from ..front.limits import FrontLimits, HeadRules
 from ..front.routing import parse_query
 from ..front.site import HELD_POLL
 from ..gifts.gifts import Gifts
@@ -187,16 +187,17 @@ class Routes:
             if poll is not None:
                 poll.cancel()  # the client left first (nothing happens once answered)
 
-    async def _posted(self, request: web.Request) -> tuple[str, bytes]:
+    async def _posted(self, request: web.Request,
+                      rules: HeadRules) -> tuple[str, bytes]:
         """The room and body of a POST to a room (a send, a like, a gift), its
-        head checked as the front checks it (the send path's ``check_head``)."""
-        room = self.sends.check_head(request.match_info["room"],
-                                     request.headers.get("Content-Encoding"),
-                                     request.content_length)
-        return room, await self._read_body(request)
+        head checked by its route's ``rules`` as the front checks it."""
+        room = rules.check_head(request.match_info["room"],
+                                request.headers.get("Content-Encoding"),
+                                request.content_length)
+        return room, await self._read_body(request, rules)
 
-    async def _read_body(self, request: web.Request) -> bytes:
-        limit = self.sends.body_limit
+    async def _read_body(self, request: web.Request, rules: HeadRules) -> bytes:
+        limit = rules.body_limit
         # ``read(n)`` returns what has arrived so far, not n bytes: read until
         # the end of the body (a chunked body comes in pieces of any size).
         chunks: list[bytes] = []
@@ -207,7 +208,7 @@ class Routes:
                     chunks.append(chunk)
                     size += len(chunk)
                     if size > limit:
-                        raise self.sends.too_large()
+                        raise rules.too_large()
         except TimeoutError:
             raise RequestTimeout("request body not received in time") from None
         length = request.content_length
@@ -217,14 +218,14 @@ class Routes:
 
     async def send(self, request: web.Request) -> web.StreamResponse:
         headers = request.headers
-        room, raw = await self._posted(request)
+        room, raw = await self._posted(request, self.sends.head_rules)
         return response(await self.sends.send(room, headers.get("Content-Type", ""), raw,
                                               headers.get("Authorization"),
                                               headers.get("Accept", ""), request.remote or ""))
 
     async def like(self, request: web.Request) -> web.StreamResponse:
         headers = request.headers
-        room, raw = await self._posted(request)
+        room, raw = await self._posted(request, self.taps.head_rules)
         return response(self.taps.tap(room, headers.get("Content-Type", ""), raw,
                                       headers.get("Authorization"), headers.get("Accept", "")))
 
@@ -261,7 +262,7 @@ class Routes:
 
     async def gift(self, request: web.Request) -> web.StreamResponse:
         headers = request.headers
-        room, raw = await self._posted(request)
+        room, raw = await self._posted(request, self.sends.head_rules)
         doc = decode_request(media_type(headers.get("Content-Type", "")), raw)
         rank, giver = await self.gifts.give(room, doc, headers.get("Authorization"))
         return document(request, {"room": room, "uid": giver, "rank": rank.rank,

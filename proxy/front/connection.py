@@ -26,16 +26,16 @@ from functools import partial
 from time import monotonic as _monotonic
 from typing import TYPE_CHECKING, Final, cast
 
-from ..polls.poll import Poll
 from ..reply import Reply, error_reply
 from .admission import CROWDED_REPLY
 from .flow import FlowControl
+from .handler import Held
 from .handoff import hand_over
 from .reader import Arriving, Fed, Request, RequestReader
-from .routing import LIKE, POLL, parse_query
+from .routing import METHODS
 
 if TYPE_CHECKING:
-    from .server import Front
+    from .shared import Shared
 
 logger: Final = logging.getLogger("liveroom.proxy.front")
 
@@ -87,11 +87,11 @@ class Connection(asyncio.Protocol):
                  "_lingered", "_reader", "_state", "_timer", "_timing", "_transport", "address",
                  "forwarded", "idle_since", "proxied", "unproven")
 
-    def __init__(self, front: Front) -> None:
+    def __init__(self, front: Shared) -> None:
         self._front = front
         self._limits = front.limits
         self._transport: asyncio.Transport | None = None
-        self._reader = RequestReader(front.limits, front.sends, self)
+        self._reader = RequestReader(front.limits, front.heads, self)
         self._flow: FlowControl[Connection] = FlowControl(
             front.paused, front.write_deadlines, front.limits.write_timeout)
         self._state = State.READING
@@ -204,7 +204,6 @@ class Connection(asyncio.Protocol):
             # A lingering close: dropped, up to LINGER_MAX.
             self._lingered += len(data)
             if self._lingered > LINGER_MAX:
-                self._front.lingers_cut += 1
                 self._front.shed("linger")
                 self.abort()
 
@@ -312,44 +311,31 @@ class Connection(asyncio.Protocol):
             req.error, req.close_after = CROWDED_REPLY, True
         if req.error is not None:
             self._answer(req, req.error)
-        elif req.kind == POLL:
-            # A held poll keeps none of its URL, query, room name, Accept or
-            # ticket (the poll keeps the room's own name, see Poll.begin).
-            query, req.query, req.url = req.query, "", b""
-            authorization, req.authorization = req.authorization, None
-            room, req.room = req.room, ""
-            accept, req.accept = req.accept, ""
-            poll = req.work = front.polls.start(room, parse_query(query), accept,
-                                                self._answer_current, authorization)
-            if poll is not None:
-                if self.unproven:
-                    front.admission.prove(self)  # held: a valid poll
-                if self._eof or self._hangup:
-                    poll.release()
-        elif req.kind == LIKE:
-            self._answer(req, front.taps.tap(req.room, req.content_type, req.content(),
-                                             req.authorization, req.accept))
-        else:
-            sends, body = front.sends, req.content()
-            # The client as the connection is counted: behind a trusted proxy
-            # the one X-Forwarded-For names, so one client is one client to
-            # the new-room window too (not every client of the proxy); else
-            # the peer, read only if the send needs it.
-            address, peer = self.address, self._transport
-            # A store that appends at once (memory) answers here, without a task.
-            reply = sends.send_at_once(req.room, req.content_type, body, req.authorization,
-                                       req.accept, address, peer)
-            if reply is not None:
-                if self._reader.waiting:
-                    # Requests pipelined behind it are answered from the next
-                    # turn, as behind a send that awaited its store: a poll
-                    # there then reads the room with this message pulled.
-                    req.work = asyncio.get_running_loop().call_soon(self._answer, req, reply)
-                else:
-                    self._answer(req, reply)
-                return
-            task = asyncio.create_task(sends.send(
-                req.room, req.content_type, body, req.authorization, req.accept, address, peer))
+            return
+        handler = front.handlers[req.kind]
+        assert handler is not None  # the reader routes only to kinds with a handler
+        # The client as the connection is counted: behind a trusted proxy the
+        # one X-Forwarded-For names (one client is one client to the
+        # new-room window too, not every client of the proxy); else the
+        # peer, read only if the handler needs it.
+        outcome = handler.start(req, self._answer_current, self.address, self._transport)
+        if isinstance(outcome, Reply):
+            if self._reader.waiting and front.heads[req.kind] is not None:
+                # A write answered at once (a store that appends at once:
+                # memory): requests pipelined behind it are answered from the
+                # next turn, as behind a write that awaited its store, so
+                # that a poll there reads the room with the write pulled.
+                req.work = asyncio.get_running_loop().call_soon(self._answer, req, outcome)
+            else:
+                self._answer(req, outcome)
+        elif isinstance(outcome, Held):
+            req.work = outcome
+            if self.unproven:
+                front.admission.prove(self)  # held: a valid request
+            if self._eof or self._hangup:
+                outcome.release()
+        elif outcome is not None:
+            task = asyncio.create_task(outcome)
             req.work = task
             task.add_done_callback(partial(self._sent, req))
 
@@ -374,7 +360,7 @@ class Connection(asyncio.Protocol):
         if reply.retry_after is not None:
             extra += b"Retry-After: %d\r\n" % reply.retry_after
         if reply.status == 405:
-            extra += b"Allow: GET\r\n" if req.kind == POLL else b"Allow: POST\r\n"
+            extra += b"Allow: %s\r\n" % METHODS[req.kind]
         if close:
             extra += b"Connection: close\r\n"
         elif req.http10:
@@ -399,14 +385,14 @@ class Connection(asyncio.Protocol):
                 self.abort()  # answers pile up on a client that does not read
 
     def _release_held(self) -> None:
-        """The client half-closed: its held poll is answered at once, empty."""
+        """The client half-closed: its held request is answered at once, empty."""
         work = self._current.work if self._current is not None else None
-        if isinstance(work, Poll) and work.held_poll is not None:
+        if isinstance(work, Held) and work.holding():
             self._front.let_go(work, True)
 
     def _cancel(self, req: Request) -> None:
         work, req.work = req.work, None
-        if isinstance(work, Poll) and work.held_poll is not None:
+        if isinstance(work, Held) and work.holding():
             self._front.let_go(work, False)  # its answer, if any, goes nowhere now
         elif work is not None:
             work.cancel()
@@ -429,7 +415,6 @@ class Connection(asyncio.Protocol):
         """Its answers were not taken within ``write_timeout``: the client does
         not read. Abort it and free what it holds."""
         self._flow.write_due = -1
-        self._front.write_timeouts += 1
         self._front.shed("write_timeout")
         self.abort()
 
@@ -500,7 +485,7 @@ class Connection(asyncio.Protocol):
         self._let_go()
         transport = self._transport
         if transport is not None:
-            self._front.trim.dropped += transport.get_write_buffer_size()
+            self._front.dropped(transport.get_write_buffer_size())
             reset(transport)
 
     def _hand_off(self) -> None:
@@ -508,14 +493,13 @@ class Connection(asyncio.Protocol):
         front, transport, reader = self._front, self._transport, self._reader
         assert transport is not None
         assert reader.raw is not None
-        assert front.handoff is not None
         self._disarm()
         self._flow.disarm_write(self)
         self._state = State.CLOSED  # for this protocol
         # aiohttp's connection stays counted under its address until it closes.
         address, self.address = self.address, ""
         front.forget(self)
-        protocol = front.handoff(partial(front.admission.release, address) if address else None)
+        protocol = front.protocol_for(address)
         raw, reader.raw = reader.raw, None
         reader.drop()
         hand_over(transport, protocol, raw, self._flow.reading_paused)

@@ -10,6 +10,8 @@ import resource
 from dataclasses import dataclass
 from typing import Final
 
+from liveroom.errors import TooLarge, UnsupportedMedia
+from liveroom.model import check_name
 from liveroom.settings import DEFAULTS
 
 CONNECTION_RESERVE: Final = 64
@@ -68,6 +70,30 @@ class FrontLimits:
     mark (or unsent at all once it closes) before it is aborted."""
     unsent_max: int = UNSENT_MAX
     """Bytes of unsent answers past which a connection is aborted at once."""
+
+
+@dataclass(frozen=True, slots=True)
+class HeadRules:
+    """What a route whose requests carry a body accepts of a request's head,
+    checked before its body is read (on the front and on aiohttp alike): a
+    valid room name, a body not compressed, at most :attr:`body_limit`
+    bytes. Each such route's handler declares its own."""
+
+    body_limit: int
+    """Most bytes a request's body may have (413 beyond)."""
+
+    def check_head(self, room: str, content_encoding: str | None,
+                   content_length: int | None) -> str:
+        """The room, once the request's head is acceptable (raises a 4xx)."""
+        check_name("room", room)
+        if (content_encoding or "identity").lower() != "identity":
+            raise UnsupportedMedia("compressed bodies are not accepted")
+        if content_length is not None and content_length > self.body_limit:
+            raise self.too_large()
+        return room
+
+    def too_large(self) -> TooLarge:
+        return TooLarge(f"request body is larger than {self.body_limit} bytes")
 
 
 def connection_capacity() -> int:

@@ -2,14 +2,16 @@
 with no I/O.
 
 A :class:`RequestReader` is given what a connection reads and gives back
-complete requests, in order, to its ``on_request``: each routed (a poll or a
-send, :mod:`.routing`) and, for a send, with its body gathered, or carrying
-the error that answers it. It also says when it stopped: a refusal (the
-last request it gives carries it, then nothing more is read) or a
+complete requests, in order, to its ``on_request``: each routed (a row of
+the routing table, :mod:`.routing`) and, on a route with a body, with its
+body gathered under that route's head rules
+(:class:`~.limits.HeadRules`), or carrying the error that answers it. It
+also says when it stopped: a refusal (the last request it gives carries it,
+then nothing more is read) or a
 hand-over (the request is not a listener route: the connection goes to
 aiohttp with :attr:`RequestReader.raw`, every byte since that request
 began). It holds no transport, reads no clock and writes nothing; deadlines,
-flow control and answers are the connection's (:mod:`.front`).
+flow control and answers are the connection's (:mod:`.connection`).
 ``tests/test_front_reader.py`` runs the framing corpus against it directly.
 
 **HTTP.** Keep-alive (HTTP/1.1 by default, HTTP/1.0 when asked), pipelined
@@ -17,7 +19,7 @@ requests (at most ``max_pipelined`` complete ones wait: the rest of a read
 stays unparsed, in :attr:`RequestReader.backlog`, until the connection
 answers and calls :meth:`RequestReader.resume`; a client more than
 :data:`BACKLOG_MAX` bytes ahead of its answers is refused, after the waiting
-ones), ``Expect: 100-continue`` on sends, chunked request bodies, and
+ones), ``Expect: 100-continue`` on a route with a body, chunked request bodies, and
 limits: URL (414), header count and bytes (431), body (413; an oversized
 body is read and dropped up to :data:`DISCARD_MAX`, past that the refusal
 stops the reader), and every byte read for one request, framing and chunk
@@ -36,7 +38,7 @@ it and is refused.
 
 **Whole reads.** A plain request that arrives whole in one read, with nothing
 after it, and that llhttp would read without a refusal, is read without llhttp
-(:meth:`RequestReader._read_whole`): its callbacks cost more than the rest of
+(:func:`~.whole.read_whole`): its callbacks cost more than the rest of
 a send. Whatever is not plain (a refusal to make, a hand-over, chunks,
 ``Expect``, pipelining, a request split over reads) goes to llhttp, which
 stays the reference: ``tests/test_front_reader.py`` holds the two readings
@@ -46,21 +48,33 @@ equal on generated requests.
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, Final, Protocol
+from collections.abc import Sequence
+from typing import Final, Protocol
 
 import httptools
 
 from liveroom.errors import LiveroomError
 
 from ..reply import Reply, error_reply, failure_reply
-from ..sends.send import Sends
-from .limits import FrontLimits
-from .routing import POLL, route, route_text
+from .headers import (
+    ACCEPT,
+    AUTHORIZATION,
+    CONTENT_ENCODING,
+    CONTENT_LENGTH,
+    CONTENT_TYPE,
+    EXPECT,
+    FORWARDED,
+    HEADERS,
+    ONCE,
+    OTHER,
+    SPELLED,
+)
+from .limits import FrontLimits, HeadRules
+from .request import Request
+from .routing import METHODS, route
+from .whole import read_whole
 
-if TYPE_CHECKING:
-    import asyncio
-
-    from ..polls.poll import Poll
+__all__ = ["BACKLOG_MAX", "Arriving", "Fed", "Request", "RequestReader"]
 
 MIN_REQUEST: Final = 16
 """Bytes of the shortest request llhttp accepts (``GET / HTTP/1.1`` and
@@ -71,51 +85,6 @@ pipelining more than this ahead of its answers is refused."""
 DISCARD_MAX: Final = 64 * 1024
 """Bytes of a refused body read and dropped to keep the connection; past
 this the reader stops after the refusal."""
-
-_AUTHORIZATION: Final = 1
-_CONTENT_TYPE: Final = 2
-_CONTENT_ENCODING: Final = 4
-_CONTENT_LENGTH: Final = 8
-_TRANSFER_ENCODING: Final = 16
-_EXPECT: Final = 32
-_ONCE: Final = _AUTHORIZATION | _CONTENT_TYPE | _CONTENT_ENCODING | _CONTENT_LENGTH \
-    | _TRANSFER_ENCODING | _EXPECT
-"""Headers a request may carry once (their bits): a second copy is a 400, so
-that no two readers of the same bytes (the front, aiohttp, a proxy in front)
-can take different ones."""
-_ACCEPT: Final = 64
-_FORWARDED: Final = 128
-_OTHER: Final = 0
-_HEADERS: Final = {b"authorization": _AUTHORIZATION, b"content-type": _CONTENT_TYPE,
-            b"content-encoding": _CONTENT_ENCODING, b"content-length": _CONTENT_LENGTH,
-            b"transfer-encoding": _TRANSFER_ENCODING, b"expect": _EXPECT,
-            b"accept": _ACCEPT, b"x-forwarded-for": _FORWARDED}
-"""The headers the front reads, by their lowercase names."""
-_SPELLED: Final = {**_HEADERS, **{name.title(): code for name, code in _HEADERS.items()},
-            b"X-Forwarded-For": _FORWARDED, b"Host": _OTHER, b"host": _OTHER,
-            b"User-Agent": _OTHER, b"Connection": _OTHER, b"Accept-Encoding": _OTHER,
-            b"Accept-Language": _OTHER, b"Origin": _OTHER, b"Referer": _OTHER}
-"""The same and common others as clients spell them: one lookup, no
-lowercase copy, for most headers."""
-
-_PRINTABLE: Final = bytes(range(0x20, 0x7F))
-"""Printable ASCII, the space included."""
-_KEEP_ALIVE: Final = -2
-"""``Connection``: a whole read takes it only as ``keep-alive``."""
-_DECLINE: Final = -3
-"""A header a whole read leaves to llhttp (it frames or upgrades by it)."""
-_TEXT_LOWER: Final = {
-    **{name.decode(): code for name, code in _HEADERS.items()},
-    "connection": _KEEP_ALIVE, "proxy-connection": _DECLINE, "upgrade": _DECLINE,
-    "transfer-encoding": _DECLINE, "content-encoding": _DECLINE, "expect": _DECLINE}
-"""The headers a whole read acts on, by their lowercase names (llhttp reads
-``Proxy-Connection`` as ``Connection``)."""
-_TEXT_NAMES: Final = {
-    **{name.decode(): code for name, code in _SPELLED.items()},
-    **{name.title(): code for name, code in _TEXT_LOWER.items()}, **_TEXT_LOWER}
-"""The same, as clients spell them, and common others: one lookup, no
-lowercase copy, for most headers."""
-
 
 class Arriving(enum.IntEnum):
     """What of a request is still to come (the connection's deadline follows it)."""
@@ -148,57 +117,10 @@ class Answerer(Protocol):
         """Whether a request is being answered now."""
 
     def on_continue(self) -> None:
-        """Write ``100 Continue``: a send's head asks for it and nothing is
-        answered or waits before it. (When nothing is, a send refused by its
+        """Write ``100 Continue``: a request's head asks for it and nothing is
+        answered or waits before it. (When nothing is, a request refused by its
         head is answered at once instead: its client waits before sending
         the body.)"""
-
-
-class Request:
-    """One request as it arrives. Class attributes are the defaults, so a
-    request only pays for what it sets (most carry three headers)."""
-
-    url = b""
-    method = b""
-    http10 = False
-    """An HTTP/1.0 request (its keep-alive answer says so)."""
-    headers = 0
-    header_bytes = 0
-    accept = ""
-    content_type = ""
-    content_length: int | None = None
-    content_encoding: str | None = None
-    authorization: bytes | None = None
-    """As it arrived: decoded only by a route that reads it."""
-    expect = False
-    seen = 0
-    """The framing and identity headers met so far (bits of :data:`_ONCE`)."""
-    kind = 0
-    room = ""
-    query = ""
-    keep_alive = True
-    close_after = False
-    body: bytearray | None = None
-    """A send's body as llhttp's callbacks gather it (None: dropped, or read whole)."""
-    whole: bytes | None = None
-    """The body of a request read whole (:meth:`RequestReader._read_whole`).
-    Not one attribute typed ``bytearray | bytes | None``: mypyc drops the
-    class default of such a union (docs/development.md, "Compiled modules")."""
-    discarded = 0
-    error: Reply | None = None
-    work: Poll | asyncio.Task[Reply] | asyncio.Handle | None = None
-    """What answers it, once the connection dispatched it (not the reader's)."""
-    forwarded: bytes | None = None
-    """``X-Forwarded-For`` (every copy, in order), kept only on a trusted
-    proxy's connection."""
-
-    def content(self) -> bytes:
-        """A send's (or a like's) body, however it was read."""
-        whole = self.whole
-        if whole is not None:
-            return whole
-        assert self.body is not None  # refused before it is answered otherwise
-        return bytes(self.body)
 
 
 class _Refuse(Exception):
@@ -216,13 +138,29 @@ class RequestReader:
     """The parsing side of one connection (see the module's docstring); what
     it reads goes to ``answerer``."""
 
-    __slots__ = ("_answerer", "_between", "_feeding", "_fresh", "_inflow", "_limits",
-                 "_parser", "_req", "_sends", "backlog", "proxied", "raw", "stopped", "waiting",
-                 "whole_reads")
+    __slots__ = (
+        "_answerer",
+        "_between",
+        "_feeding",
+        "_fresh",
+        "_heads",
+        "_inflow",
+        "_limits",
+        "_parser",
+        "_req",
+        "backlog",
+        "proxied",
+        "raw",
+        "stopped",
+        "waiting",
+        "whole_reads",
+    )
 
-    def __init__(self, limits: FrontLimits, sends: Sends, answerer: Answerer) -> None:
+    def __init__(self, limits: FrontLimits, heads: Sequence[HeadRules | None],
+                 answerer: Answerer) -> None:
         self._limits = limits
-        self._sends = sends
+        self._heads = heads
+        """Each route's head rules, by kind (None: a route without a body)."""
         self._answerer = answerer
         self._parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
         """None between two requests while nothing is to parse (a parser costs
@@ -249,7 +187,7 @@ class RequestReader:
         self._feeding = False
         self.whole_reads = True
         """Read a plain request that arrives whole in one read without llhttp
-        (:meth:`_read_whole`); False: every request through llhttp (the
+        (:func:`~.whole.read_whole`); False: every request through llhttp (the
         differential test compares the two)."""
 
     # -- what the connection asks ----------------------------------------------
@@ -279,8 +217,15 @@ class RequestReader:
         with it, then parse it."""
         if self._between:
             if self.whole_reads and self._req is None and not self.waiting \
-                    and not self.stopped and self.backlog is None and self._read_whole(data):
-                return Fed.READ
+                    and not self.stopped and self.backlog is None:
+                req = read_whole(data, self._limits, self._heads, self.proxied)
+                if req is not None:
+                    # As llhttp's callbacks leave a request that arrived whole.
+                    self.raw = None
+                    self._inflow = 0
+                    self.waiting.append(req)
+                    self._answerer.on_request(req)
+                    return Fed.READ
             self.raw, self._fresh = [data], True
         elif self.raw is not None:
             self.raw.append(data)
@@ -356,132 +301,6 @@ class RequestReader:
             self.refuse(error_reply(400, "bad_request", f"malformed HTTP request: {exc}"))
             return Fed.REFUSED
         return Fed.READ
-
-    # -- a request whole in one read ------------------------------------------
-
-    def _read_whole(self, data: bytes) -> bool:
-        """Take ``data`` as one request without llhttp, when it is one plain
-        request, whole, and nothing else: a ``GET`` of a poll or a ``POST``
-        of a send or a like, ``HTTP/1.1``, printable ASCII, headers whose
-        names are letters, digits and ``-``, a ``Content-Length`` for exactly
-        the rest of the read (none on a ``GET``), and nothing llhttp would
-        frame differently or this reader would refuse (no
-        ``Transfer-Encoding``, ``Upgrade``, ``Expect``, ``Connection`` other
-        than ``keep-alive``, a header it reads given twice, a limit passed,
-        a head the send path refuses). Anything else returns False having
-        changed nothing, and llhttp reads it as before: what is taken here
-        is exactly what llhttp's callbacks would have given
-        (``tests/test_front_reader.py`` compares the two readers on
-        generated requests). A client waiting for each answer sends each
-        request in one write, so most requests are read here."""
-        head_end = data.find(b"\r\n\r\n")
-        if head_end < 0:
-            return False
-        # Printable ASCII and CRLFs only: once the printable bytes are taken
-        # out, what is left is two bytes for each CRLF, or something else is
-        # there (a control byte, DEL, a byte past ASCII, a bare CR or LF).
-        head = data[:head_end]
-        if len(head.translate(None, _PRINTABLE)) != 2 * head.count(b"\r\n"):
-            return False
-        # latin-1 maps each byte to one character: offsets in the text are
-        # offsets in the bytes.
-        text = head.decode("latin-1")
-        line_end = text.find("\r\n")
-        if line_end < 0:
-            line_end = head_end
-        if text.startswith("POST "):
-            at = 5
-        elif text.startswith("GET "):
-            at = 4
-        else:
-            return False
-        version = line_end - 9
-        if text.find(" HTTP/1.1", version, line_end) != version \
-                or text.find(" ", at, version) >= 0:
-            return False
-        limits = self._limits
-        if not at < version <= at + limits.max_url:
-            return False
-        found = route_text(text[at:version])
-        if found is None:
-            return False
-        kind = found[0]
-        if (kind == POLL) != (at == 4):
-            return False  # a method the route does not take: refused the usual way
-        req = Request()
-        count = size = seen = 0
-        proxied = self.proxied
-        pos = line_end + 2
-        while pos < head_end:
-            end = text.find("\r\n", pos, head_end)
-            if end < 0:
-                end = head_end
-            colon = text.find(":", pos, end)
-            if colon <= pos:
-                return False
-            name = text[pos:colon]
-            code = _TEXT_NAMES.get(name, -1)
-            if code < 0:
-                if not name.replace("-", "").isalnum():
-                    return False  # other token characters, or none: llhttp decides
-                code = _TEXT_LOWER.get(name.lower(), _OTHER)
-            start = colon + 1
-            while start < end and text[start] == " ":
-                start += 1
-            count += 1
-            size += colon - pos + end - start
-            pos = end + 2
-            if code == _OTHER:
-                continue
-            if code < 0:
-                if code != _KEEP_ALIVE or text[start:end].lower() != "keep-alive":
-                    return False
-                continue
-            if code & _ONCE:
-                if seen & code:
-                    return False
-                seen |= code
-            if code == _CONTENT_TYPE:
-                req.content_type = text[start:end]
-            elif code == _CONTENT_LENGTH:
-                digits = text[start:end]
-                if not 0 < len(digits) <= 9 or not digits.isdigit():
-                    return False
-                req.content_length = int(digits)
-            elif code == _AUTHORIZATION:
-                req.authorization = data[start:end]
-            elif code == _ACCEPT:
-                req.accept = text[start:end]
-            elif code == _FORWARDED:
-                if proxied:
-                    forwarded = req.forwarded
-                    value = data[start:end]
-                    req.forwarded = value if forwarded is None else forwarded + b"," + value
-            else:
-                return False  # Content-Encoding, Transfer-Encoding, Expect: llhttp's way
-        if count > limits.max_headers or size > limits.max_header_bytes:
-            return False
-        body_at = head_end + 4
-        length = req.content_length
-        if kind == POLL:
-            if length or len(data) != body_at:
-                return False
-        else:
-            if length is None or len(data) - body_at != length:
-                return False
-            try:
-                self._sends.check_head(found[1], None, length)
-            except LiveroomError:
-                return False
-            req.whole = data[body_at:]
-        req.method = b"GET" if kind == POLL else b"POST"
-        req.kind, req.room, req.query = found
-        # As llhttp's callbacks leave a request that arrived whole.
-        self.raw = None
-        self._inflow = 0
-        self.waiting.append(req)
-        self._answerer.on_request(req)
-        return True
 
     # -- parsing ----------------------------------------------------------------
 
@@ -565,34 +384,34 @@ class RequestReader:
                 431, "headers_too_large",
                 f"at most {limits.max_headers} header lines and "
                 f"{limits.max_header_bytes} bytes of headers"))
-        code = _SPELLED.get(name, -1)
+        code = SPELLED.get(name, -1)
         if code < 0:
-            code = _HEADERS.get(name.lower(), _OTHER)
-        if code == _OTHER:
+            code = HEADERS.get(name.lower(), OTHER)
+        if code == OTHER:
             return
-        if code & _ONCE:
+        if code & ONCE:
             if req.seen & code:
                 raise _Refuse(error_reply(
                     400, "bad_request",
                     f"repeated header: {name.decode('latin-1').title()} (send it once)"))
             req.seen |= code
-        if code == _CONTENT_TYPE:
+        if code == CONTENT_TYPE:
             req.content_type = value.decode("latin-1")
-        elif code == _CONTENT_LENGTH:
+        elif code == CONTENT_LENGTH:
             # Not contextlib.suppress: an object per request on the send path.
             try:  # noqa: SIM105
                 req.content_length = int(value)
             except ValueError:
                 pass  # llhttp refuses the request
-        elif code == _AUTHORIZATION:
+        elif code == AUTHORIZATION:
             req.authorization = value
-        elif code == _ACCEPT:
+        elif code == ACCEPT:
             req.accept = value.decode("latin-1")
-        elif code == _CONTENT_ENCODING:
+        elif code == CONTENT_ENCODING:
             req.content_encoding = value.decode("latin-1")
-        elif code == _EXPECT:
+        elif code == EXPECT:
             req.expect = value.lower() == b"100-continue"
-        elif code == _FORWARDED and self.proxied:
+        elif code == FORWARDED and self.proxied:
             forwarded = req.forwarded
             req.forwarded = value if forwarded is None else forwarded + b"," + value
 
@@ -616,19 +435,18 @@ class RequestReader:
             if self.raw is None:
                 raise _Refuse(error_reply(
                     400, "bad_request",
-                    "only polls and sends may be pipelined on this connection: send "
+                    "only polls, sends and likes may be pipelined on this connection: send "
                     "this request on a connection of its own"))
             raise _HandOff
         self.raw = None
         req.kind, req.room, req.query = found
-        if req.kind == POLL:
-            if req.method != b"GET":
-                req.error = _not_allowed("GET")
-        elif req.method != b"POST":
-            req.error = _not_allowed("POST")
-        else:
+        method = METHODS[req.kind]
+        rules = self._heads[req.kind]
+        if req.method != method:
+            req.error = _not_allowed(method.decode())
+        elif rules is not None:
             try:
-                self._sends.check_head(req.room, req.content_encoding, req.content_length)
+                rules.check_head(req.room, req.content_encoding, req.content_length)
             except LiveroomError as exc:
                 req.error = failure_reply(exc)
                 if (req.content_length or 0) > DISCARD_MAX:
@@ -650,12 +468,14 @@ class RequestReader:
             req.discarded += len(body)
         else:
             req.body += body
-            if len(req.body) > self._sends.body_limit:
+            rules = self._heads[req.kind]
+            assert rules is not None  # a body is gathered only under a route's rules
+            if len(req.body) > rules.body_limit:
                 req.discarded, req.body = len(req.body), None
-                req.error = failure_reply(self._sends.too_large())
+                req.error = failure_reply(rules.too_large())
         if req.discarded > DISCARD_MAX:
             req.close_after = True
-            raise _Refuse(req.error or failure_reply(self._sends.too_large()))
+            raise _Refuse(req.error or _NO_BODY)
 
     def on_message_complete(self) -> None:
         req = self._req
@@ -685,6 +505,11 @@ _NOBODY: Answerer = _Nobody()
 _UPGRADE: Final = error_reply(400, "bad_request",
                        "protocol upgrades (Upgrade, CONNECT) are not served here; nothing "
                        "after this request is read")
+
+
+_NO_BODY: Final = error_reply(413, "too_large", "this route takes no request body")
+"""The refusal of a body too large to drop on a route that takes none (a
+``GET`` with more than :data:`DISCARD_MAX` bytes of body)."""
 
 
 def _not_allowed(method: str) -> Reply:

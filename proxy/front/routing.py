@@ -1,11 +1,15 @@
-"""The listener routes and their queries, read from the raw request target.
+"""The front's routing table, and the queries of its routes, read from the
+raw request target.
 
-The front serves three routes itself, ``GET /v1/rooms/{room}/poll``,
-``POST /v1/rooms/{room}/messages`` and ``POST /v1/rooms/{room}/likes``; any
-other target goes to aiohttp. Both
-readers (the front's :func:`route` and :func:`parse_query`, aiohttp's router)
-must agree on what a target names, so these read it as aiohttp does: the room
-percent-decoded, ``+`` a space in the query, the first of repeated names wins.
+The front serves the routes of :data:`ROUTES` itself (``GET
+/v1/rooms/{room}/poll``, ``POST /v1/rooms/{room}/messages`` and ``POST
+/v1/rooms/{room}/likes``), each through the handler the role built for it
+(:class:`~.handler.Handler`); any other target goes to aiohttp. Adding a
+route is a row here and its handler in ``proxy/role.py``: nothing in the
+connection or the reader. Both readers (the front's :func:`route` and
+:func:`parse_query`, aiohttp's router) must agree on what a target names, so
+these read it as aiohttp does: the room percent-decoded, ``+`` a space in the
+query, the first of repeated names wins.
 """
 
 from __future__ import annotations
@@ -13,14 +17,24 @@ from __future__ import annotations
 from typing import Final
 from urllib.parse import unquote, unquote_plus
 
+ROUTES: Final = (("/poll", b"GET"), ("/messages", b"POST"), ("/likes", b"POST"))
+"""The routing table: each route's path after ``/v1/rooms/{room}`` and its
+method. A route's kind (:func:`route`'s first item) is its place here,
+counted from 1 (0: no route). A ``GET`` takes no body; a ``POST``'s head is
+checked by its handler's :class:`~.limits.HeadRules` before its body is read."""
 POLL: Final = 1
 SEND: Final = 2
 LIKE: Final = 3
-"""The kinds of request the front serves (:func:`route`'s first item)."""
+"""The kinds of request the front serves (their rows of :data:`ROUTES`)."""
+KINDS: Final = len(ROUTES) + 1
+"""Size of a table indexed by kind (0 included)."""
+_PATHS: Final = tuple(path for path, _ in ROUTES)
+METHODS: Final = (b"", *(method for _, method in ROUTES))
+"""Each kind's method (index 0: none)."""
 
 
 def route(url: bytes) -> tuple[int, str, str] | None:
-    """``(POLL, SEND or LIKE, room, raw query)`` of a listener route, else None."""
+    """``(kind, room, raw query)`` of a route of :data:`ROUTES`, else None."""
     # One decode (latin-1 maps each byte to one character), then offsets into
     # the text: str's find and startswith are compiled to direct calls where
     # bytes' find is a method lookup, and offsets make fewer objects than
@@ -38,13 +52,13 @@ def route_text(text: str) -> tuple[int, str, str] | None:
     if slash <= 10:
         return None
     tail = end - slash
-    if tail == 5 and text.find("/poll", slash, end) == slash:
-        kind = POLL
-    elif tail == 9 and text.find("/messages", slash, end) == slash:
-        kind = SEND
-    elif tail == 6 and text.find("/likes", slash, end) == slash:
-        kind = LIKE
-    else:
+    kind = 0
+    for at in range(len(_PATHS)):
+        path = _PATHS[at]
+        if len(path) == tail and text.startswith(path, slash):
+            kind = at + 1
+            break
+    if kind == 0:
         return None
     name = text[10:slash]
     if "%" in name:

@@ -1,25 +1,31 @@
-"""The listener front: HTTP/1.1 for polls and sends, on a bare asyncio protocol.
+"""The listener front: HTTP/1.1 for the listener routes, on a bare asyncio protocol.
 
 A framework's per-request objects cost several times the whole work of a
 poll (docs/design.md, "Principles"), so the listener path has its own HTTP/1.1
 server: one :class:`Connection` (an ``asyncio.Protocol``) per client
-connection, answering with ready header bytes and the answer the poll built.
-Its parts, each in its own module:
+connection, answering with ready header bytes and the answer its route's
+handler built. It knows no feature: the role gives it one
+:class:`~.handler.Handler` per route. Its parts, each in its own module:
 
-- :mod:`.request_reader`: bytes in, complete requests out (HTTP/1.1 framing,
-  its bounds and refusals; no transport, no clock);
-- :mod:`.routing`: the two routes served here, ``GET /v1/rooms/{room}/poll``
-  and ``POST /v1/rooms/{room}/messages``, and their queries;
+- :mod:`.reader`: bytes in, complete requests out (HTTP/1.1 framing, its
+  bounds and refusals; no transport, no clock); :mod:`.whole`: a request
+  whole in one read, without llhttp; :mod:`.request`: one request;
+  :mod:`.headers`: the headers read;
+- :mod:`.routing`: the routing table (``GET /v1/rooms/{room}/poll``, ``POST
+  /v1/rooms/{room}/messages``, ``POST /v1/rooms/{room}/likes``) and the
+  queries; :mod:`.handler`: what the front asks of a route's handler;
+- :mod:`.connection`: one connection's life; :mod:`.shared`: what it sees
+  of the front;
 - :mod:`.flow`: flow control (a client that does not read is not read);
 - :mod:`.admission`: the caps on open connections, per node and per client;
-- :mod:`.handoff`: a connection whose request is anything else goes to
-  aiohttp (the rest of the API);
-- :mod:`.front_limits`: the bounds; :mod:`.trim`: memory handed back.
+- :mod:`.handoff` and :mod:`.site`: a connection whose request is anything
+  else goes to aiohttp (the rest of the API), on the same listening socket;
+- :mod:`.limits`: the bounds; :mod:`.trim`: memory handed back.
 
 Each connection is a :class:`~.connection.Connection` (its life: the
 :class:`~.connection.State` it is in); the :class:`Front` is what they
 share: the protocol factory, the admission books, the deadlines, the sweep,
-the teardown of held polls whose clients left, and the shutdown.
+the teardown of held requests whose clients left, and the shutdown.
 
 **Timeouts.** The head of a request must arrive within ``header_timeout`` of
 its first byte (bytes that begin no request, like bare CRLFs, do not count as
@@ -50,19 +56,20 @@ import logging
 import select
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from email.utils import formatdate
+from functools import partial
 from http import HTTPStatus
 from time import monotonic as _monotonic
 from typing import Final
 
 from ..deadlines import Deadlines
-from ..likes.taps import Taps
-from ..polls.poll import Poll, Polls
-from ..sends.send import Sends
 from .admission import Admission
 from .connection import Connection, reset
+from .handler import Handler, Held
 from .limits import FrontLimits
+from .routing import KINDS, ROUTES
+from .shared import Shared
 from .trim import Trim
 
 __all__ = ["Connection", "Front", "reset"]
@@ -83,15 +90,18 @@ _RDHUP: int = getattr(select, "POLLRDHUP", 0)
 connection is not read (elsewhere only a reset is seen)."""
 
 
-class Front:
+class Front(Shared):
     """The listener front of one node: a protocol factory for the listening
-    socket, and what its connections share."""
+    socket, and what its connections share (:class:`~.shared.Shared`)."""
 
-    def __init__(self, polls: Polls, sends: Sends, taps: Taps,
+    def __init__(self, handlers: Mapping[int, Handler],
                  limits: FrontLimits | None = None) -> None:
-        self.polls = polls
-        self.sends = sends
-        self.taps = taps
+        missing = [ROUTES[kind - 1][0] for kind in range(1, KINDS) if kind not in handlers]
+        if missing:
+            raise ValueError(f"no handler for the front's routes {', '.join(missing)}")
+        self.handlers = tuple(handlers.get(kind) for kind in range(KINDS))
+        self.heads = tuple(None if handler is None else handler.head_rules
+                           for handler in self.handlers)
         self.limits = limits or FrontLimits()
         self.admission = Admission(self.limits, self.shed)
         self.handoff: Callable[[Callable[[], None] | None], asyncio.Protocol] | None = None
@@ -116,8 +126,8 @@ class Front:
         self.write_deadlines: Deadlines[Connection] = Deadlines(Connection.write_timed_out,
                                                                 resolution=0.1)
         self._sweeper: asyncio.TimerHandle | None = None
-        self._teardown: deque[tuple[Poll, bool]] = deque()
-        """Held polls whose clients left: (poll, answer it) in arrival order."""
+        self._teardown: deque[tuple[Held, bool]] = deque()
+        """Held requests whose clients left: (held, answer it) in arrival order."""
         self._teardown_due = False
         self.closing = False
         self._drained = asyncio.Event()
@@ -165,15 +175,26 @@ class Front:
             self._drained.set()
 
     def shed(self, reason: str) -> None:
+        if reason == "write_timeout":
+            self.write_timeouts += 1
+        elif reason == "linger":
+            self.lingers_cut += 1
         if self.on_shed is not None:
             self.on_shed(reason)
 
-    def let_go(self, poll: Poll, answer: bool) -> None:
-        """Its client left: answer ``poll`` at once, empty (``answer``: a
+    def dropped(self, unsent: int) -> None:
+        self.trim.dropped += unsent
+
+    def protocol_for(self, address: str) -> asyncio.Protocol:
+        assert self.handoff is not None  # set when serving
+        return self.handoff(partial(self.admission.release, address) if address else None)
+
+    def let_go(self, held: Held, answer: bool) -> None:
+        """Its client left: answer ``held`` at once, empty (``answer``: a
         half-close), or forget it, on one of the next loop turns, in arrival
-        order, :data:`TEARDOWN_SLICE` a turn. Until then the poll stays held
-        (a message may still answer it) and its room kept in the cache."""
-        self._teardown.append((poll, answer))
+        order, :data:`TEARDOWN_SLICE` a turn. Until then it stays held (a
+        message may still answer a poll) and its room kept in the cache."""
+        self._teardown.append((held, answer))
         if not self._teardown_due:
             self._teardown_due = True
             asyncio.get_running_loop().call_soon(self._tear_down)
@@ -181,14 +202,14 @@ class Front:
     def _tear_down(self) -> None:
         queue = self._teardown
         for _ in range(min(TEARDOWN_SLICE, len(queue))):
-            poll, answer = queue.popleft()
+            held, answer = queue.popleft()
             try:
                 if answer:
-                    poll.release()
+                    held.release()
                 else:
-                    poll.cancel()
+                    held.cancel()
             except Exception:
-                logger.exception("letting go of a poll of room %s failed", poll.params.room)
+                logger.exception("letting go of a held request failed")
         if queue:
             asyncio.get_running_loop().call_soon(self._tear_down)
         else:
@@ -206,8 +227,8 @@ class Front:
         for conn in list(self.connections):
             conn.abort()
         while self._teardown:
-            poll, _ = self._teardown.popleft()
-            poll.cancel()
+            held, _ = self._teardown.popleft()
+            held.cancel()
         self.timers.close()
         self.write_deadlines.close()
         if self._sweeper is not None:

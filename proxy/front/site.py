@@ -20,10 +20,10 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
-from ..polls.poll import Poll
+from .handler import Held
 from .server import Front, reset
 
-HELD_POLL = web.RequestKey("held_poll", Poll)
+HELD_POLL = web.RequestKey("held_poll", Held)
 """The poll a request on aiohttp's poll route started, while it runs: a
 half-close of its connection answers it at once."""
 

@@ -18,6 +18,7 @@ from liveroom.codec import decode_request, media_type, wants_msgpack
 from liveroom.errors import BadBody, Unauthorized
 
 from ..auth import bearer
+from ..front.limits import HeadRules
 from ..params import body_uid
 from ..reply import Reply, answer_to, document_reply
 from ..tickets import UID_MISMATCH, Tickets
@@ -41,16 +42,19 @@ def parse_taps(doc: Any, *, uid_required: bool) -> tuple[str | None, int]:
 class Taps:
     """The like requests of one node (both paths: the front and aiohttp)."""
 
-    def __init__(self, likes: Likes, tickets: Tickets | None = None) -> None:
+    def __init__(self, likes: Likes, head_rules: HeadRules,
+                 tickets: Tickets | None = None) -> None:
         self.likes = likes
+        self.head_rules = head_rules
+        """What a like's head may be (checked before its body is read)."""
         self.tickets = tickets
         """Set by the role in ``ticket`` mode (None: open)."""
 
     def tap(self, room: str, content_type: str, raw: bytes,
             authorization: str | bytes | None, accept: str) -> Reply:
         """The answer to one like request (202, or the error's); its head, the
-        room's name included, was checked by the send path's ``check_head``
-        (on the front and on aiohttp alike)."""
+        room's name included, was checked by :attr:`head_rules` (on the
+        front and on aiohttp alike)."""
         try:
             tickets = self.tickets
             if tickets is None:

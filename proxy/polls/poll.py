@@ -55,6 +55,7 @@ from liveroom.roles import RoomReader, StatsReader
 from liveroom.settings import Settings
 from liveroom.snapshot import ABSENT_EPOCH, Delivery, Snapshot, read, recent
 
+from ..front.handler import Held
 from ..gifts.ranking import NO_GIFTS, Ranking
 from ..likes.likes import Likes
 from ..moderation.rules import RoomRules
@@ -229,8 +230,9 @@ class Polls:
         return None if poll.done else poll
 
 
-class Poll:
-    """One poll in flight; the hold wakes it (:class:`~proxy.polls.hold.Wakeable`)."""
+class Poll(Held):
+    """One poll in flight; the hold wakes it (:class:`~proxy.polls.hold.Wakeable`),
+    and the front lets go of it when its client leaves (:class:`~proxy.front.handler.Held`)."""
 
     __slots__ = (
         "_polls",
@@ -603,6 +605,10 @@ class Poll:
         now_ms = int(polls.clock.time() * 1000)
         held_as = self.held_as
         self._take(step(snap, cursor, pace, now_ms, held_as=held_as), snap, now_ms, held_as)
+
+    def holding(self) -> bool:
+        """Whether the hold has it now."""
+        return self.held_poll is not None
 
     def release(self) -> None:
         """Answer now what the hold would answer when it ran out (a poll not

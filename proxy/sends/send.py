@@ -1,7 +1,7 @@
 """A send from its request to its answer, without HTTP: the sender path.
 
 A send is checked in two steps, so a server can refuse a request before
-reading its body: :meth:`Sends.check_head` (the room, a compressed body, a
+reading its body: its :attr:`Sends.head_rules` (the room, a compressed body, a
 declared length over the limit), then :meth:`Sends.send` with the body read
 (its format, its fields, the token, the append). Both the front and aiohttp's
 routes call them, in that order, and answer what they return or raise.
@@ -41,18 +41,17 @@ from liveroom.errors import (
     NewRoomRefused,
     RateLimited,
     StoreUnavailable,
-    TooLarge,
     Unauthorized,
-    UnsupportedMedia,
 )
 from liveroom.metrics import Metrics
-from liveroom.model import NewMessage, check_name
+from liveroom.model import NewMessage
 from liveroom.ratelimit import RateLimits
 from liveroom.settings import Settings
 from liveroom.store.base import AppendAtOnce, Appended, MessageLog
 
 from ..addresses import peer_address
 from ..auth import Right, Tokens, bearer
+from ..front.limits import HeadRules
 from ..moderation.rules import Moderation
 from ..params import parse_send
 from ..reply import JSON_UTF8, Reply, answer_to, document_reply
@@ -63,6 +62,12 @@ logger: Final = logging.getLogger("liveroom.proxy")
 _dumps: Final = orjson.dumps
 """Bound once: compiled code looks a module's attribute up at each call."""
 
+
+
+def send_heads(settings: Settings) -> HeadRules:
+    """What a send's head may be under ``settings``: its body a message
+    (``max_message_bytes``) plus its fields."""
+    return HeadRules(settings.max_message_bytes + 1024)
 
 
 class Sends:
@@ -95,21 +100,8 @@ class Sends:
         self._max_body = settings.max_message_bytes
         limits = settings.rate_limits
         self._limits: RateLimits | None = None if limits is None or limits.off else limits
-        self.body_limit = self._max_body + 1024
-        """Most bytes a send's request body may have (a message plus its fields)."""
-
-    def check_head(self, room: str, content_encoding: str | None,
-                   content_length: int | None) -> str:
-        """The room, once the request's head is acceptable (raises a 4xx)."""
-        check_name("room", room)
-        if (content_encoding or "identity").lower() != "identity":
-            raise UnsupportedMedia("compressed bodies are not accepted")
-        if content_length is not None and content_length > self.body_limit:
-            raise TooLarge(f"request body is larger than {self.body_limit} bytes")
-        return room
-
-    def too_large(self) -> TooLarge:
-        return TooLarge(f"request body is larger than {self.body_limit} bytes")
+        self.head_rules = send_heads(settings)
+        """What a send's head may be (:func:`send_heads`)."""
 
     def send_at_once(self, room: str, content_type: str, raw: bytes,
                      authorization: str | bytes | None, accept: str, address: str,

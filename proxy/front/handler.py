@@ -1,0 +1,65 @@
+"""What the front asks of a route's handler, and of the work it holds.
+
+The front knows no feature: the role builds one :class:`Handler` per route of
+the routing table (:mod:`.routing`) and gives them to the
+:class:`~.server.Front`. A connection calls its route's handler with each
+request in turn and acts on what comes back (:meth:`Handler.start`); it never
+looks inside.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from ..reply import Reply
+from .limits import HeadRules
+from .request import Request
+
+
+class Held:
+    """A request its handler holds until something answers it (a long poll):
+    the connection lets go of it through these when its client leaves."""
+
+    __slots__ = ()
+
+    def holding(self) -> bool:
+        """Whether it waits now (a half-close then answers it at once)."""
+        raise NotImplementedError
+
+    def release(self) -> None:
+        """Answer now what waiting would have answered when it ran out: the
+        client half-closed and waits for nothing more."""
+        raise NotImplementedError
+
+    def cancel(self) -> None:
+        """The client left: forget it, answer nothing."""
+        raise NotImplementedError
+
+
+Outcome = Reply | Held | Coroutine[Any, Any, Reply] | None
+"""What :meth:`Handler.start` gives back: an answer now (a :class:`Reply`),
+work held until ``answer`` is called (:class:`Held`), a coroutine the
+connection runs in a task and answers with, or None once ``answer`` was
+called already."""
+
+
+class Handler:
+    """Answers the requests of one route of the front. ``head_rules``: what
+    the head of a request with a body may be, checked before its body is
+    read (None: the route takes no body)."""
+
+    __slots__ = ("head_rules",)
+
+    def __init__(self, head_rules: HeadRules | None) -> None:
+        self.head_rules = head_rules
+
+    def start(self, req: Request, answer: Callable[[Reply], None], address: str,
+              peer: asyncio.BaseTransport | None) -> Outcome:
+        """Begin answering ``req`` (its head and body read, routed to this
+        handler). ``answer`` takes its answer later, for work held;
+        ``address`` is the client as the connection is counted (behind a
+        trusted proxy, the one ``X-Forwarded-For`` names) and ``peer`` the
+        connection's transport, read only if needed."""
+        raise NotImplementedError
