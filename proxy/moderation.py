@@ -37,8 +37,7 @@ from liveroom.clock import Clock
 from liveroom.errors import Banned, Muted, StoreUnavailable
 from liveroom.lifecycle import Outage, Periodic
 from liveroom.ratelimit import RateLimits, Window
-from liveroom.store.base import AuditEntry, RoomModeration, Sanction
-from liveroom.store.base import Moderation as ModerationStore
+from liveroom.store.base import AuditEntry, ModerationStore, RoomModeration, Sanction
 
 logger = logging.getLogger("liveroom.proxy.moderation")
 

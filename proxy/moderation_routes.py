@@ -44,12 +44,12 @@ from liveroom.roles import RoomReader
 from liveroom.store.base import (
     AUDIT_KEPT,
     AuditEntry,
+    ModerationStore,
     Operators,
     RoomModeration,
     Sanction,
     SanctionsFull,
 )
-from liveroom.store.base import Moderation as ModerationStore
 
 from .auth import Right, Tokens
 from .moderation import Moderation, in_force

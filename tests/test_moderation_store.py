@@ -534,7 +534,7 @@ class RoomModel:
 
 class ModerationModel:
     """What the moderation of rooms should be, written plainly: every rule of
-    ``Moderation`` but the store's own expiry of keys (the tests' clock
+    ``ModerationStore`` but the store's own expiry of keys (the tests' clock
     steps stay far below the history's ttl)."""
 
     def __init__(self, ttl_ms: int) -> None:

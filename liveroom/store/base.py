@@ -52,7 +52,7 @@ from .moderation import SANCTION_SECONDS_MAX as SANCTION_SECONDS_MAX
 from .moderation import SANCTIONED_BY_ROLE as SANCTIONED_BY_ROLE
 from .moderation import SANCTIONS_MAX as SANCTIONS_MAX
 from .moderation import AuditEntry as AuditEntry
-from .moderation import Moderation as Moderation
+from .moderation import ModerationStore as ModerationStore
 from .moderation import RoomModeration as RoomModeration
 from .moderation import Sanction as Sanction
 from .moderation import SanctionsFull as SanctionsFull
@@ -106,7 +106,7 @@ class Store(Protocol):
     def counters(self) -> Counters: ...
 
     @property
-    def moderation(self) -> Moderation: ...
+    def moderation(self) -> ModerationStore: ...
 
     async def start(self) -> None:
         """Connect and start background tasks (notify listener, probes, expiry)."""

@@ -85,7 +85,7 @@ class LogPolicy:
     of them is answered 503 (stored or not: retry with its client_msg_id)."""
     history_ttl_ms: int = int(HISTORY_TTL * 1000)
     """How long a room's counters (its broadcast's likes and gifts, see
-    ``Counters``) and its moderation (``Moderation``: longer while
+    ``Counters``) and its moderation (``ModerationStore``: longer while
     a sanction lasts) live after their last write: the viewers history's
     keeping (``--history-ttl``)."""
 

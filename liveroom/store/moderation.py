@@ -1,4 +1,4 @@
-"""Rooms' moderation in the store (:class:`Moderation`): mutes, bans and
+"""Rooms' moderation in the store (:class:`ModerationStore`): mutes, bans and
 slow mode, each room's audit of them, and the system-wide journal of changes
 that lets every node keep a copy.
 
@@ -16,19 +16,19 @@ from typing import Protocol
 from ..model import MAX_INT, is_digits, is_name, is_room
 
 MODERATION_ACTIONS = ("mute", "unmute", "ban", "unban", "slow", "recall")
-"""What :meth:`Moderation.act` does (``AuditEntry.action``)."""
+"""What :meth:`ModerationStore.act` does (``AuditEntry.action``)."""
 SANCTION_SECONDS_MAX = 30 * 86_400
 """The longest mute or ban (and slow mode's longest gap), in seconds: 30 days."""
 REASON_MAX = 200
 """The longest reason, in characters."""
 AUDIT_KEPT = 1_000
 """Audit entries a room keeps per broadcast (the newest), and
-:meth:`Moderation.audit`'s largest ``limit``."""
+:meth:`ModerationStore.audit`'s largest ``limit``."""
 SANCTIONS_MAX = 10_000
 """Mutes a room holds at most, and bans apart (expired ones do not count):
-:meth:`Moderation.act` refuses one more (:class:`SanctionsFull`)."""
+:meth:`ModerationStore.act` refuses one more (:class:`SanctionsFull`)."""
 JOURNAL_PRUNED = 100
-"""Rooms whose moderation ended one :meth:`Moderation.act` takes out of the
+"""Rooms whose moderation ended one :meth:`ModerationStore.act` takes out of the
 journal, at most (the oldest ends first): an act's cost stays bounded."""
 
 SANCTIONED_BY_ROLE = ("admin", "publisher")
@@ -51,7 +51,7 @@ class Sanction:
 
 @dataclass(frozen=True, slots=True)
 class RoomModeration:
-    """A room's moderation now, as :meth:`Moderation.rooms` reads it."""
+    """A room's moderation now, as :meth:`ModerationStore.rooms` reads it."""
 
     muted: tuple[Sanction, ...]
     """Sorted by uid; expired ones (``until_ms`` not 0 and at most the
@@ -62,12 +62,12 @@ class RoomModeration:
     """Seconds between two normal messages of one uid; 0: off."""
     version: int
     """The system's moderation version at the room's last change (0: never,
-    or not yet known: see :meth:`Moderation.act` on a cluster)."""
+    or not yet known: see :meth:`ModerationStore.act` on a cluster)."""
 
 
 @dataclass(frozen=True, slots=True)
 class AuditEntry:
-    """One moderation action, as given to :meth:`Moderation.act` and as the
+    """One moderation action, as given to :meth:`ModerationStore.act` and as the
     room's audit keeps it."""
 
     at_ms: int
@@ -105,7 +105,7 @@ def _check_int(what: str, value: object, low: int, high: int) -> None:
 
 
 def check_act(room: str, entry: AuditEntry, now_ms: int) -> None:
-    """Raise ``ValueError`` unless :meth:`Moderation.act` may apply ``entry``
+    """Raise ``ValueError`` unless :meth:`ModerationStore.act` may apply ``entry``
     to ``room`` (its rules are the ones listed there)."""
     check_room(room)
     if not isinstance(entry, AuditEntry):
@@ -176,7 +176,7 @@ def moderation_lives_ms(ttl_ms: int, last_until_ms: int | None, now_ms: int) -> 
     return max(ttl_ms, last_until_ms - now_ms)
 
 
-class Moderation(Protocol):
+class ModerationStore(Protocol):
     """Each room's mutes, bans and slow mode, its audit, and the system-wide
     journal of changes that lets every node keep a copy of them.
 

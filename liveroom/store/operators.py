@@ -56,7 +56,7 @@ class PastBroadcast:
     """Its top givers (at most ``RANKING_KEPT``) with their scores, in
     ``Counters.leaderboard``'s order."""
     moderation: tuple[AuditEntry, ...] = ()
-    """Its moderation audit (``Moderation.audit``), newest first, at most
+    """Its moderation audit (``ModerationStore.audit``), newest first, at most
     ``AUDIT_KEPT`` entries (empty in an archive of before moderation)."""
 
 
@@ -108,7 +108,7 @@ class Operators(Protocol):
         step, its counters (``Counters``): its likes total, gift total
         and top ``RANKING_KEPT`` givers; the new broadcast's likes, gifts
         and ranking start at zero (the likes series, the room's by time,
-        goes on); and its moderation audit (``Moderation.audit``), the
+        goes on); and its moderation audit (``ModerationStore.audit``), the
         new broadcast's starting empty (mutes, bans and slow mode are the
         room's, not the broadcast's: they stay). ``StatsStore.viewers`` and
         ``add_viewers`` work on the new, empty history from now on and report

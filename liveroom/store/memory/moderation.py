@@ -112,7 +112,7 @@ def _uid(sanction: Sanction) -> str:
 
 
 class MemoryModeration:
-    """``Moderation`` in this process: no method suspends, so each is atomic
+    """``ModerationStore`` in this process: no method suspends, so each is atomic
     like the redis engine's scripts (on one Redis), journal included.
 
     An act costs O(log n) to place a sanction among the room's n plus a list

@@ -1,4 +1,4 @@
-"""Rooms' moderation on Redis (``Moderation``; keys in :mod:`.keys`).
+"""Rooms' moderation on Redis (``ModerationStore``; keys in :mod:`.keys`).
 
 - **A room's state** is in its slot: the hash ``mod`` (each sanction packed
   under ``m:<uid>`` or ``b:<uid>``, slow mode, the version, the counts its
@@ -11,7 +11,7 @@
   Redis ``moderate.lua`` takes these keys too and an act is one call; on a
   Redis Cluster they are in another slot than the room's, so an act is three
   calls: ``moderate.lua`` in the room's slot, ``mod_journal.lua`` in the
-  global one, ``mod_stamp.lua`` back in the room's (see ``Moderation`` for
+  global one, ``mod_stamp.lua`` back in the room's (see ``ModerationStore`` for
   what a failure between them leaves). ``changed`` is one call of
   ``mod_changed.lua``; ``rooms`` one ``HGETALL`` per room in one pipeline
   (on a cluster, a batch per node, sent together); ``audit`` one ``LRANGE``.
@@ -107,7 +107,7 @@ def room_moderation(fields: dict[bytes, bytes], now_ms: int) -> RoomModeration |
 
 
 class RedisModeration:
-    """:class:`~liveroom.store.base.Moderation` on Redis (one Redis, or a
+    """:class:`~liveroom.store.base.ModerationStore` on Redis (one Redis, or a
     Redis Cluster with ``sharded``)."""
 
     def __init__(self, client: Client, policy: LogPolicy, *, sharded: bool = False) -> None:
