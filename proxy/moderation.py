@@ -37,17 +37,12 @@ from liveroom.clock import Clock
 from liveroom.errors import Banned, Muted, StoreUnavailable
 from liveroom.lifecycle import Outage, Periodic
 from liveroom.ratelimit import RateLimits, Window
-from liveroom.store.base import AuditEntry, ModerationStore, RoomModeration, Sanction
+from liveroom.store.base import AuditEntry, ModerationStore, RoomModeration, Sanction, in_force
 
 logger = logging.getLogger("liveroom.proxy.moderation")
 
 MODERATION_EVERY = 0.25
 """Seconds between two reads of the store's journal of changes."""
-
-
-def in_force(sanction: Sanction | None, now_ms: int) -> bool:
-    """Whether ``sanction`` (if any) holds at ``now_ms`` (``until_ms`` 0: until lifted)."""
-    return sanction is not None and (not sanction.until_ms or sanction.until_ms > now_ms)
 
 
 def _left(sanction: Sanction, now_ms: int) -> str:

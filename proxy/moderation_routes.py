@@ -49,10 +49,11 @@ from liveroom.store.base import (
     RoomModeration,
     Sanction,
     SanctionsFull,
+    in_force,
 )
 
 from .auth import Right, Tokens
-from .moderation import Moderation, in_force
+from .moderation import Moderation
 from .recall import Recalls
 from .routes import document
 from .send import media_type
