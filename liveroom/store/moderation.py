@@ -168,7 +168,7 @@ def moderation_lives_ms(ttl_ms: int, last_until_ms: int | None, now_ms: int) -> 
     """How long a room's moderation is kept after a write at ``now_ms``:
     ``ttl_ms`` (``LogPolicy.history_ttl_ms``), or until its last sanction in
     force ends (``last_until_ms``, 0: a ban until lifted: ``None``, kept
-    until lifted) when that is later. The rule of ``moderate.lua``."""
+    until lifted) when that is later. The rule of ``moderation_act.lua``."""
     if last_until_ms == 0:
         return None
     if last_until_ms is None:
