@@ -9,7 +9,7 @@ bucket granularity: a send at time ``t`` counts the buckets whose index is in
 
 The engines count these buckets under the room's keys, inside the append's one
 round trip; only accepted sends count. The redis engine does it in
-``store/redis/lua/append.lua``; the memory engine, and the tests' reference, with the
+``store/redis/lua/log_append.lua``; the memory engine, and the tests' reference, with the
 functions below over a plain dict of bucket counts (:data:`Counts`), which
 follow the same rules:
 

@@ -28,7 +28,7 @@ the store's background load. Measured over the window, per node:
   at low rates a node's fixed costs (4 flushes a second) dominate;
 - **Redis**: ``INFO stats`` and ``INFO commandstats`` around the window (the
   harness's own ``INFO`` taken off): the **likes' adds** a second (one
-  ``likes.lua`` call adds one room's merged taps; counted by its ``INCRBY``,
+  ``counters_likes.lua`` call adds one room's merged taps; counted by its ``INCRBY``,
   which no other command or script of liveroom's sends) against the bound
   ``nodes x rooms / likes-flush`` (4 a second a room a node at 250 ms), each
   node's flushes a second (``liveroom_likes_flushes_total``: one pipeline
@@ -862,7 +862,7 @@ def tap_tables(runs: list[dict[str, Any]], args: argparse.Namespace) -> str:
             f"{1e6 * cpu / max(1, answered):.0f} ({1e6 * over / max(1, answered):.0f}) | "
             f"{taps / cpu if cpu else 0:,.0f} ({taps / over if over else 0:,.0f}) |")
     lines += ["", "The store (Redis) over the window (the idle window's before it, in "
-              "brackets); a likes add is one likes.lua call (its INCRBY: no other script "
+              "brackets); a likes add is one counters_likes.lua call (its INCRBY: no other script "
               "or command of liveroom's sends one), one a room a node a flush at most:", "",
               "| run | target taps/s | likes adds/s (bound) | flushes/s per node | GET/s "
               "(totals read) | EVALSHA/s | commands/s, Lua's included | Redis CPU |",

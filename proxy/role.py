@@ -21,8 +21,7 @@ from liveroom.errors import Banned, ConfigError
 from liveroom.metrics import Metrics
 from liveroom.roles import HeartbeatSink, RoomReader, StatsReader
 from liveroom.settings import Settings
-from liveroom.store.base import Counters, MessageLog, Operators
-from liveroom.store.base import Moderation as ModerationStore
+from liveroom.store.base import Counters, MessageLog, ModerationStore, Operators
 from liveroom.whitelist import VipList
 
 from .api.operators import OperatorRoutes

@@ -23,7 +23,7 @@ Unix epoch, so hour buckets start on the hour (UTC).
 This module is pure logic: no clock reads, no I/O, no locks. Every time is passed
 in as Unix seconds, so callers (and tests) drive time. The series itself is kept
 by the store: each engine adds a sample with this bucket rule (the memory engine
-in Python, the redis engine in ``series.lua``), and the tests hold both to one
+in Python, the redis engine in ``stats_series.lua``), and the tests hold both to one
 reference model (``SeriesState`` in ``tests/models.py``).
 
 Limits, on purpose:

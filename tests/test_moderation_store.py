@@ -480,7 +480,7 @@ async def test_an_act_on_a_cluster_whose_later_step_failed_is_retried_harmlessly
 
         monkeypatch.setattr(redis_moderation, "run_scripts", flaky)
         entry = act("mute", "bob", 60, at_ms=t)
-        failing.append("mod_journal.lua")
+        failing.append("moderation_journal.lua")
         with pytest.raises(StoreUnavailable):
             await mod.act("r", entry, t)
         assert await mod.changed(1) == (1, [])  # applied, not yet noted
@@ -489,7 +489,7 @@ async def test_an_act_on_a_cluster_whose_later_step_failed_is_retried_harmlessly
         assert await mod.changed(1) == (2, ["r"])
         assert await mod.audit("r", 10) == [entry, act("slow", "", 1, at_ms=t)]
         assert (await mod.rooms(["r"], t))["r"].version == 2
-        failing.append("mod_stamp.lua")
+        failing.append("moderation_stamp.lua")
         with pytest.raises(StoreUnavailable):
             await mod.act("r", act("unmute", "bob", at_ms=t), t)
         assert await mod.changed(2) == (3, ["r"])  # noted; the room's version behind
@@ -534,7 +534,7 @@ class RoomModel:
 
 class ModerationModel:
     """What the moderation of rooms should be, written plainly: every rule of
-    ``Moderation`` but the store's own expiry of keys (the tests' clock
+    ``ModerationStore`` but the store's own expiry of keys (the tests' clock
     steps stay far below the history's ttl)."""
 
     def __init__(self, ttl_ms: int) -> None:

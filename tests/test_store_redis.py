@@ -126,7 +126,7 @@ async def test_streams_left_without_meta_are_replaced(
 @pytest.mark.parametrize("creates", ["open_room", "renew_epoch", "end_broadcast"])
 async def test_every_script_that_creates_a_log_drops_leftover_streams(
         store: Store, fake_clock: FakeClock, client: redis.asyncio.Redis, creates: str) -> None:
-    """The no-log rule (``new_log.lua``) runs in each script that may create a
+    """The no-log rule (``log_new.lua``) runs in each script that may create a
     room's log: with the meta evicted alone, the old streams go and seqs
     start from 1 in a new epoch."""
     old = (await store.log.append("r", message(fake_clock, 1, important=True))).epoch

@@ -44,17 +44,18 @@ from liveroom.roles import RoomReader
 from liveroom.store.base import (
     AUDIT_KEPT,
     AuditEntry,
+    ModerationStore,
     Operators,
     RoomModeration,
     Sanction,
     SanctionsFull,
+    in_force,
 )
-from liveroom.store.base import Moderation as ModerationStore
 
 from ..auth import Right, Tokens
 from ..responses import document
 from .recall import Recalls
-from .rules import Moderation, in_force
+from .rules import Moderation
 
 logger = logging.getLogger("liveroom.proxy.moderation")
 

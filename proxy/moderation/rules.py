@@ -1,7 +1,7 @@
 """Moderation on a node: mutes, bans and slow mode, applied to polls and sends.
 
 The store keeps each room's moderation and its audit (``store.moderation``:
-:class:`~liveroom.store.base.Moderation`); every node keeps a copy of the
+:class:`~liveroom.store.moderation.ModerationStore`); every node keeps a copy of the
 rooms that have some, :attr:`Moderation.rules`. It reads them all at start,
 then every :data:`MODERATION_EVERY` seconds asks the store's journal which
 rooms changed since the version it last saw (one round trip, nothing more
@@ -37,18 +37,12 @@ from liveroom.clock import Clock
 from liveroom.errors import Banned, Muted, StoreUnavailable
 from liveroom.lifecycle import Outage, Periodic
 from liveroom.ratelimit import RateLimits, Window
-from liveroom.store.base import AuditEntry, RoomModeration, Sanction
-from liveroom.store.base import Moderation as ModerationStore
+from liveroom.store.base import AuditEntry, ModerationStore, RoomModeration, Sanction, in_force
 
 logger = logging.getLogger("liveroom.proxy.moderation")
 
 MODERATION_EVERY = 0.25
 """Seconds between two reads of the store's journal of changes."""
-
-
-def in_force(sanction: Sanction | None, now_ms: int) -> bool:
-    """Whether ``sanction`` (if any) holds at ``now_ms`` (``until_ms`` 0: until lifted)."""
-    return sanction is not None and (not sanction.until_ms or sanction.until_ms > now_ms)
 
 
 def _left(sanction: Sanction, now_ms: int) -> str:

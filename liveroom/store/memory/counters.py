@@ -141,7 +141,7 @@ def _add_taps(buckets: dict[int, int], start: int, n: int,
     """The resolution's buckets, ascending by start, with ``n`` taps added to
     the bucket at ``start`` and those before the horizon dropped; the horizon
     follows the newest bucket, so taps of a bucket already past it (a node's
-    clock far behind) count in the total only. The rule of ``likes.lua``."""
+    clock far behind) count in the total only. The rule of ``counters_likes.lua``."""
     newest = max(start, next(reversed(buckets))) if buckets else start
     horizon = bucket_horizon(newest, step, retention)
     if start >= horizon:

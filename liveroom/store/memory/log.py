@@ -51,7 +51,7 @@ class _RoomLog:
     used_ms: int
     """When it was created, last sent to or read: with messages, it expires
     ``room_ttl_ms`` after; with none yet, ``empty_room_ttl_ms`` after its creation
-    (reads do not move this then, like ``lua/touch.lua``)."""
+    (reads do not move this then, like ``lua/log_touch.lua``)."""
     seq: int = 0
     ic: int = 0
     log: deque[Entry] = field(default_factory=deque)
@@ -75,10 +75,10 @@ class _RoomLog:
     ``log`` and ``important``)."""
     live: bool = False
     """Started or ended by an operator: it expires like a room with messages
-    (``room_ttl_ms`` after its last use), message or not (``lua/start.lua``)."""
+    (``room_ttl_ms`` after its last use), message or not (``lua/operators_start_broadcast.lua``)."""
     by: str | None = None
     """The uid whose send created it, while nobody else sent or read: it then
-    expires ``empty_room_ttl_ms`` after its last send (``lua/append.lua``)."""
+    expires ``empty_room_ttl_ms`` after its last send (``lua/log_append.lua``)."""
 
     @property
     def personal_held(self) -> int:
@@ -191,7 +191,7 @@ class MemoryLog:
                        limits: RateLimits | None = None, *, may_create: bool = True,
                        provisional: bool = False) -> Appended:
         """:meth:`append` without an await (it never waits here): the sender
-        path answers a send without a task. The order of ``append.lua``: a
+        path answers a send without a task. The order of ``log_append.lua``: a
         seen client_msg_id, then the limits (a refused send creates no log),
         then the append and its counts."""
         now = self._now_ms()
@@ -242,7 +242,7 @@ class MemoryLog:
         return Appended(state.epoch, state.seq, duplicate=False, created=created)
 
     def _append_personal(self, state: _RoomLog, message: NewMessage, now: int) -> int:
-        """Store a personal message (the order of ``append.lua``'s); its position."""
+        """Store a personal message (the order of ``log_append.lua``'s); its position."""
         assert message.to is not None
         policy = self._kept
         state.pseq += 1
@@ -327,7 +327,7 @@ class MemoryLog:
 
     def recall_at_once(self, room: str, seq: int, *, personal: bool = False,
                        sender: str | None = None, since_ms: int = 0) -> Recalled:
-        """:meth:`recall` without an await (``lua/recall.lua``'s order)."""
+        """:meth:`recall` without an await (``lua/log_recall.lua``'s order)."""
         state = self._room(room, create=False)
         if state is None:
             raise NotFound(f"room {room} has no messages")
@@ -381,7 +381,7 @@ class MemoryLog:
         return done
 
     def start_room(self, room: str) -> tuple[str, bool]:
-        """Make the room live (``lua/start.lua``), creating its log if it has
+        """Make the room live (``lua/operators_start_broadcast.lua``), creating its log if it has
         none; return its epoch and whether the log was created."""
         created = self._room(room, create=False) is None
         state = self._room(room, create=True)

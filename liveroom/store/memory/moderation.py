@@ -112,7 +112,7 @@ def _uid(sanction: Sanction) -> str:
 
 
 class MemoryModeration:
-    """``Moderation`` in this process: no method suspends, so each is atomic
+    """``ModerationStore`` in this process: no method suspends, so each is atomic
     like the redis engine's scripts (on one Redis), journal included.
 
     An act costs O(log n) to place a sanction among the room's n plus a list
@@ -160,7 +160,7 @@ class MemoryModeration:
         return self._version
 
     def _note(self, room: str, ends: float, now_ms: int) -> None:
-        """The journal's step (``mod_note.lua``): the room changed at the
+        """The journal's step (``moderation_note.lua``): the room changed at the
         current version, its moderation kept until ``ends``; rooms whose
         moderation ended by ``now_ms`` leave it (the oldest
         :data:`JOURNAL_PRUNED`)."""

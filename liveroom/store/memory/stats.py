@@ -291,7 +291,7 @@ def _add_sample(buckets: dict[int, Bucket], sample: OnlineSample,
                 step: int, retention: int) -> dict[int, Bucket]:
     """The resolution's buckets with the sample added and buckets past retention dropped,
     ascending by start: the bucket rule of ``statsvr.series`` (``Resolution.start``
-    and ``horizon``, on integer ms), as ``series.lua`` does it in Redis; the
+    and ``horizon``, on integer ms), as ``stats_series.lua`` does it in Redis; the
     tests hold both engines to one reference model."""
     start = sample.t_ms // (1000 * step) * step
     online = sample.online

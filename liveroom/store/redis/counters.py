@@ -1,12 +1,12 @@
 """A room's likes and gifts on Redis (``Counters``; keys in :mod:`.keys`).
 
-- **Likes**: one ``lua/likes.lua`` call per room (the total ``lk`` and every
+- **Likes**: one ``lua/counters_likes.lua`` call per room (the total ``lk`` and every
   resolution of the series ``lks:<step>``, atomically), all rooms' calls in one
   pipeline: one round trip for a node's whole flush (two the first time on a
   fresh server, which loads the script). On a Redis Cluster the pipeline sends
   one batch per cluster node, in parallel: each call stays in its room's slot.
   Totals are read with one pipelined ``GET`` per room.
-- **Gifts**: one ``lua/gift.lua`` call per gift (``ZINCRBY`` on the ranking
+- **Gifts**: one ``lua/counters_gift.lua`` call per gift (``ZINCRBY`` on the ranking
   ``gr``, ``HINCRBY`` on the totals ``gf``); the leaderboard is ``ZREVRANGE``
   and ``HMGET`` of one slot in one pipeline.
 
@@ -52,8 +52,8 @@ class RedisCounters:
         self._ttl_ms = policy.history_ttl_ms
         self._series_ms = series_horizon_ms(SERIES_RESOLUTIONS, 0)
         self._resolution_args = [n for resolution in SERIES_RESOLUTIONS for n in resolution]
-        self._likes = Lua("likes.lua")
-        self._gift = Lua("gift.lua")
+        self._likes = Lua("counters_likes.lua")
+        self._gift = Lua("counters_gift.lua")
 
     # -- likes -------------------------------------------------------------------
 

@@ -37,7 +37,7 @@ _PULL_ATTEMPTS = 5
 
 _REFUSED = 2
 _NOT_CREATED = 3
-"""``append.lua``'s status of a send refused by a rate window."""
+"""``log_append.lua``'s status of a send refused by a rate window."""
 
 
 def _room_keys(room: str) -> list[str]:
@@ -85,12 +85,12 @@ class RedisLog:
         """Where pulls read: the replicas, when appends wait for them (see
         :class:`RedisStore`)."""
         self._looked_at = float("-inf")
-        self._append = Lua("append.lua", uses=["new_log.lua"])
+        self._append = Lua("log_append.lua", uses=["log_new.lua"])
         self._appends = Batched(client)
         """Appends of concurrent sends, one pipeline a loop turn."""
-        self._epoch = Lua("epoch.lua", uses=["new_log.lua"])
-        self._touch = Lua("touch.lua")
-        self._recall = Lua("recall.lua")
+        self._epoch = Lua("log_epoch.lua", uses=["log_new.lua"])
+        self._touch = Lua("log_touch.lua")
+        self._recall = Lua("log_recall.lua")
 
     async def _room_epoch(self, what: str, room: str, stale: str, extend: int) -> str:
         with unavailable(what):
@@ -110,7 +110,7 @@ class RedisLog:
     async def append(self, room: str, message: NewMessage,
                      limits: RateLimits | None = None, *, may_create: bool = True,
                      provisional: bool = False) -> Appended:
-        """One script call (``lua/append.lua``): dedup, rate windows, append, notify."""
+        """One script call (``lua/log_append.lua``): dedup, rate windows, append, notify."""
         policy = self.policy
         cmid = message.client_msg_id
         to = message.to
@@ -160,7 +160,7 @@ class RedisLog:
 
     async def recall(self, room: str, seq: int, *, personal: bool = False,
                      sender: str | None = None, since_ms: int = 0) -> Recalled:
-        """One script call (``lua/recall.lua``), waiting for the replicas
+        """One script call (``lua/log_recall.lua``), waiting for the replicas
         like an append when appends do."""
         policy = self.policy
         call = (self._recall, [keys.meta(room), keys.log(room), keys.important(room),
@@ -269,7 +269,7 @@ class RedisLog:
 
     async def touch(self, rooms: Sequence[str],
                     readers: Mapping[str, Collection[str]] | None = None) -> None:
-        """One pipeline of ``lua/touch.lua`` calls: a room with no message yet
+        """One pipeline of ``lua/log_touch.lua`` calls: a room with no message yet
         keeps the short expiry it was created with, a room with no log stays
         without one, a room of one sender read by that sender alone stays its."""
         if not rooms:
@@ -358,7 +358,7 @@ def _with_tombstones(picked: list[Entry], extra: list[Entry], after: int, floor:
                      limit: int) -> tuple[list[Entry], list[Entry]]:
     """The log's part and the important part of a pull, each with the
     tombstone of every recalled message a notice among them names, in the
-    message's place (``recall.lua`` took it out of both streams).
+    message's place (``log_recall.lua`` took it out of both streams).
 
     The log's part is the newest ``limit`` positions up to its newest entry
     (the log is dense but for those holes, which let the read reach further

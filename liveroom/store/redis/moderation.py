@@ -1,19 +1,19 @@
-"""Rooms' moderation on Redis (``Moderation``; keys in :mod:`.keys`).
+"""Rooms' moderation on Redis (``ModerationStore``; keys in :mod:`.keys`).
 
 - **A room's state** is in its slot: the hash ``mod`` (each sanction packed
   under ``m:<uid>`` or ``b:<uid>``, slow mode, the version, the counts its
   cap checks), the sorted set ``modt`` (each sanction by its end, to prune
   ended ones and to find how long the room is kept) and the list ``aud``
-  (its audit). ``lua/moderate.lua`` changes them in one call.
+  (its audit). ``lua/moderation_act.lua`` changes them in one call.
 - **The journal** is under the global tag: the version counter ``modv``,
   ``modj`` (room -> the version of its last change) and ``modx`` (room ->
   when its moderation ends, by which each act prunes the journal). On one
-  Redis ``moderate.lua`` takes these keys too and an act is one call; on a
+  Redis ``moderation_act.lua`` takes these keys too and an act is one call; on a
   Redis Cluster they are in another slot than the room's, so an act is three
-  calls: ``moderate.lua`` in the room's slot, ``mod_journal.lua`` in the
-  global one, ``mod_stamp.lua`` back in the room's (see ``Moderation`` for
+  calls: ``moderation_act.lua`` in the room's slot, ``moderation_journal.lua`` in the
+  global one, ``moderation_stamp.lua`` back in the room's (see ``ModerationStore`` for
   what a failure between them leaves). ``changed`` is one call of
-  ``mod_changed.lua``; ``rooms`` one ``HGETALL`` per room in one pipeline
+  ``moderation_changed.lua``; ``rooms`` one ``HGETALL`` per room in one pipeline
   (on a cluster, a batch per node, sent together); ``audit`` one ``LRANGE``.
 - **Records** are msgpack arrays: a sanction ``[until_ms, reason, by,
   at_ms]`` (its uid is its field's), an audit entry ``[at_ms, by, action,
@@ -107,17 +107,17 @@ def room_moderation(fields: dict[bytes, bytes], now_ms: int) -> RoomModeration |
 
 
 class RedisModeration:
-    """:class:`~liveroom.store.base.Moderation` on Redis (one Redis, or a
+    """:class:`~liveroom.store.base.ModerationStore` on Redis (one Redis, or a
     Redis Cluster with ``sharded``)."""
 
     def __init__(self, client: Client, policy: LogPolicy, *, sharded: bool = False) -> None:
         self._client = client
         self._sharded = sharded
         self._ttl_ms = policy.history_ttl_ms
-        self._moderate = Lua("moderate.lua", uses=["mod_note.lua"])
-        self._journal = Lua("mod_journal.lua", uses=["mod_note.lua"])
-        self._stamp = Lua("mod_stamp.lua")
-        self._changed = Lua("mod_changed.lua")
+        self._moderate = Lua("moderation_act.lua", uses=["moderation_note.lua"])
+        self._journal = Lua("moderation_journal.lua", uses=["moderation_note.lua"])
+        self._stamp = Lua("moderation_stamp.lua")
+        self._changed = Lua("moderation_changed.lua")
 
     async def act(self, room: str, entry: AuditEntry, now_ms: int) -> int:
         check_act(room, entry, now_ms)

@@ -3,12 +3,12 @@ end of broadcasts.
 
 - **Sect records** are one hash, :data:`.keys.VIP_RECORDS` (room to record),
   beside the whitelist, one set, :data:`.keys.VIP` (the vip rooms, kept in
-  step with the records by ``lua/vip.lua``'s compare-and-swap; a room in the
+  step with the records by ``lua/operators_vip.lua``'s compare-and-swap; a room in the
   set with no record was whitelisted by an older version). Both under the
   global tag; nodes read them every ``--vip-refresh``, never per poll.
-- **Starting a broadcast** is one script, ``lua/start.lua``: the room's log
+- **Starting a broadcast** is one script, ``lua/operators_start_broadcast.lua``: the room's log
   if it has none, and the ``live`` mark that keeps it while it is read.
-- **Ending a broadcast** is one script, ``lua/end_broadcast.lua``: a new
+- **Ending a broadcast** is one script, ``lua/operators_end_broadcast.lua``: a new
   epoch and an empty log, the next broadcast number in ``lr:{R}:bc``, the viewers history
   renamed aside as ``vx:<n>``, ``vm:<n>``, ``vh:<n>`` and kept ``ttl_ms``
   (``vm:<n>`` with the broadcast's likes and gift totals, beside its top
@@ -60,9 +60,9 @@ class RedisOperators:
         self._sharded = sharded
         self._policy = policy
         self._log = log
-        self._end = Lua("end_broadcast.lua", uses=["new_log.lua"])
-        self._start = Lua("start.lua", uses=["new_log.lua"])
-        self._vip = Lua("vip.lua")
+        self._end = Lua("operators_end_broadcast.lua", uses=["log_new.lua"])
+        self._start = Lua("operators_start_broadcast.lua", uses=["log_new.lua"])
+        self._vip = Lua("operators_vip.lua")
 
     # -- the vip whitelist ---------------------------------------------------------
 
@@ -80,7 +80,7 @@ class RedisOperators:
         return found
 
     async def vip_swap(self, swaps: Sequence[VipSwap]) -> list[bool]:
-        """One script call (``lua/vip.lua``) for all of them."""
+        """One script call (``lua/operators_vip.lua``) for all of them."""
         if not swaps:
             return []
         args: list[str | bytes | int] = []
@@ -94,7 +94,7 @@ class RedisOperators:
     # -- broadcasts ------------------------------------------------------------------
 
     async def start_broadcast(self, room: str) -> Started:
-        """One script call (``lua/start.lua``)."""
+        """One script call (``lua/operators_start_broadcast.lua``)."""
         with unavailable("starting a broadcast"):
             ((epoch, broadcast, created),) = await run_scripts(self._client, [(
                 self._start,

@@ -78,17 +78,17 @@ class RedisStats:
 
     def __init__(self, client: Client) -> None:
         self._client = client
-        self._shards = Lua("shards.lua")
-        self._viewers = Lua("viewers.lua")
-        self._series = Lua("series.lua")
-        self._announce = Lua("announce.lua")
+        self._shards = Lua("stats_shards.lua")
+        self._viewers = Lua("stats_viewers.lua")
+        self._series = Lua("stats_series.lua")
+        self._announce = Lua("stats_announce.lua")
 
     # -- shards ------------------------------------------------------------------
 
     async def write_shards(self, node: str, writes: Sequence[ShardWrite],
                            now_ms: int, ttl_ms: int) -> list[tuple[str, int]]:
         """Two round trips: the shard keys in one pipeline (a vip room's keys
-        are in other slots than its index), then one ``lua/shards.lua`` call
+        are in other slots than its index), then one ``lua/stats_shards.lua`` call
         per room, all in one pipeline, that records them in the room's index.
 
         A reader may see a key's new members before its index entry: it then
@@ -169,7 +169,7 @@ class RedisStats:
     async def add_viewers(self, room: str, node: str, uids: Sequence[str],
                           sketch: bytes | None, threshold: int,
                           ttl_ms: int) -> tuple[int, bool, int]:
-        """One script call; see ``lua/viewers.lua``."""
+        """One script call; see ``lua/stats_viewers.lua``."""
         call: Call = (
             self._viewers,
             [keys.viewers_exact(room), keys.viewers_meta(room), keys.viewers_sketches(room),
@@ -211,7 +211,7 @@ class RedisStats:
 
     async def record_online(self, samples: Sequence[OnlineSample],
                             resolutions: Sequence[tuple[int, int]], min_gap_ms: int) -> int:
-        """One script call per sample, all in one pipeline; see ``lua/series.lua``."""
+        """One script call per sample, all in one pipeline; see ``lua/stats_series.lua``."""
         keep_ms = series_horizon_ms(resolutions, min_gap_ms)
         if not samples or not resolutions:
             return 0
@@ -236,7 +236,7 @@ class RedisStats:
 
     async def announce(self, node: str, now_ms: int, ttl_ms: int,
                        announcement: Announcement | None = None) -> list[str]:
-        """One script call; see ``lua/announce.lua``."""
+        """One script call; see ``lua/stats_announce.lua``."""
         packed = pack_announcement(now_ms, announcement or Announcement())
         call: Call = (self._announce, [keys.STATS_NODES], [now_ms, now_ms + ttl_ms, node, packed])
         with unavailable("announcing this node"):

@@ -1,5 +1,5 @@
--- mod_note.lua: the moderation journal's one rule, sent in front of the
--- scripts that note a change (moderate.lua on one Redis, mod_journal.lua on a
+-- moderation_note.lua: the moderation journal's one rule, sent in front of the
+-- scripts that note a change (moderation_act.lua on one Redis, moderation_journal.lua on a
 -- Redis Cluster; see calls.Lua).
 --
 -- Bumps the system's moderation version, notes the room as changed at it,

@@ -1,10 +1,10 @@
--- mod_stamp.lua: stamp the version the journal gave an act into the room's
+-- moderation_stamp.lua: stamp the version the journal gave an act into the room's
 -- moderation (Redis Cluster: the third step of an act); a larger version
 -- stamped meanwhile stays, and a hash gone meanwhile is not made again.
 --
 -- KEYS[1]  lr:{R}:mod   hash: v = the version of the room's last change
 --
--- ARGV[1]  the version mod_journal.lua returned
+-- ARGV[1]  the version moderation_journal.lua returned
 --
 -- Returns 1 when stamped, else 0.
 

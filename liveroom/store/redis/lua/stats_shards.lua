@@ -1,4 +1,4 @@
--- shards.lua: record one statsvr node's shards of one room in the room's shard
+-- stats_shards.lua: record one statsvr node's shards of one room in the room's shard
 -- index, then prune the index; atomic, one call per room. The shard keys
 -- themselves were written just before (a vip room's live in other slots).
 --

@@ -1,4 +1,4 @@
--- vip.lua: compare-and-swap of rooms' sect records; each swap atomic, all
+-- operators_vip.lua: compare-and-swap of rooms' sect records; each swap atomic, all
 -- of them in one call. Every node may apply the automatic rule: a swap names
 -- the record it replaces, so of two nodes deciding at once one wins and the
 -- other reads the new record before deciding again.

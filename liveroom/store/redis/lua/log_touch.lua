@@ -1,4 +1,4 @@
--- touch.lua: count a read of a room: push its expiry back, never create it.
+-- log_touch.lua: count a read of a room: push its expiry back, never create it.
 --
 -- KEYS[1]  lr:{R}:meta   hash: epoch, seq (head), ic
 -- KEYS[2]  lr:{R}:log    KEYS[3]  lr:{R}:imp
@@ -10,9 +10,9 @@
 -- ARGV[3..] uids that read the room (two distinct ones are enough)
 --
 -- A room with no message yet (seq 0) keeps the expiry it was created with
--- (empty_room_ttl_ms, see epoch.lua): reads never keep a made-up name alive,
--- unless an operator started it (field 'live', see start.lua).
--- A room of one sender (field 'by', see append.lua) becomes a room like any
+-- (empty_room_ttl_ms, see log_epoch.lua): reads never keep a made-up name alive,
+-- unless an operator started it (field 'live', see operators_start_broadcast.lua).
+-- A room of one sender (field 'by', see log_append.lua) becomes a room like any
 -- other once read by another uid; read by its sender alone it is left as it
 -- is (its creator's polls never make it last).
 -- Returns 1 when the expiry was pushed back, else 0.

@@ -1,4 +1,4 @@
--- likes.lua: add a node's merged taps to a room's likes; atomic, one call per room.
+-- counters_likes.lua: add a node's merged taps to a room's likes; atomic, one call per room.
 -- The current broadcast's total, and the taps' bucket in every resolution of
 -- the likes series (summed), buckets past the retention dropped.
 --

@@ -1,4 +1,4 @@
--- mod_changed.lua: the moderation version and the rooms changed after a
+-- moderation_changed.lua: the moderation version and the rooms changed after a
 -- version, read together (atomic, one call; read-only).
 --
 -- KEYS[1]  lr:{lr}:modv   string: the version

@@ -1,8 +1,8 @@
--- recall.lua: put a message's tombstone in its place; atomic, one call.
+-- log_recall.lua: put a message's tombstone in its place; atomic, one call.
 -- The message leaves its streams (XDEL: its body is gone from the store);
 -- what its tombstone keeps goes to the room's recalled hash, so a retry
 -- answers the same. The caller then appends the recall's notice
--- (append.lua), from which a pull puts the tombstone back in the message's
+-- (log_append.lua), from which a pull puts the tombstone back in the message's
 -- place.
 --
 -- KEYS[1]  lr:{R}:meta   hash: epoch (no log: nothing to recall)

@@ -1,4 +1,4 @@
--- new_log.lua: the one rule for a room with no log, sent in front of every
+-- log_new.lua: the one rule for a room with no log, sent in front of every
 -- script that may create one (append, epoch, end_broadcast; see calls.Lua).
 --
 -- A room with no log (new, expired or lost) starts in a new epoch at seq 0,
@@ -9,6 +9,6 @@
 local function new_log(meta, log, imp, pm, pn, epoch)
   redis.call('DEL', log, imp, pm, pn)
   redis.call('HSET', meta, 'epoch', epoch, 'seq', 0, 'ic', 0, 'ps', 0)
-  redis.call('HDEL', meta, 'by')  -- whose room it is, append.lua says
+  redis.call('HDEL', meta, 'by')  -- whose room it is, log_append.lua says
 end
 

@@ -1,4 +1,4 @@
--- epoch.lua: a room's epoch, creating its (empty) log or renewing the epoch.
+-- log_epoch.lua: a room's epoch, creating its (empty) log or renewing the epoch.
 -- Serves open_room (ARGV[2] = '', ARGV[4] = 1) and renew_epoch (ARGV[4] = 0).
 --
 -- KEYS[1]  lr:{R}:meta   hash: epoch, seq (head), ic (important count)
@@ -15,13 +15,13 @@
 -- Returns the room's current epoch. Seq and ic continue across a renewal.
 -- A log created here has no message: it lives ARGV[5] from its creation, and
 -- a read of a room with no message (seq 0) does not push its expiry back
--- (append.lua extends it to ARGV[3] with the first message), unless an
--- operator started it (field 'live', see start.lua).
+-- (log_append.lua extends it to ARGV[3] with the first message), unless an
+-- operator started it (field 'live', see operators_start_broadcast.lua).
 
 local meta, log, imp, pm, pn = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local epoch = redis.call('HGET', meta, 'epoch')
 if not epoch then
-  -- No log: start one at seq 0 (new_log.lua).
+  -- No log: start one at seq 0 (log_new.lua).
   epoch = ARGV[1]
   new_log(meta, log, imp, pm, pn, epoch)
   redis.call('PEXPIRE', meta, ARGV[5])

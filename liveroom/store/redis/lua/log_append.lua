@@ -1,4 +1,4 @@
--- append.lua: store one message in a room's log; atomic, one round trip.
+-- log_append.lua: store one message in a room's log; atomic, one round trip.
 -- In this order: a seen client_msg_id answers its first seq (never limited);
 -- then the sender's rate windows and the room's cap; then the append.
 --
@@ -44,7 +44,7 @@
 --
 -- A provisional log belongs to its sender alone (meta field 'by'): it
 -- expires empty_room_ttl_ms after that sender's last send, until another uid
--- sends (or touch.lua counts a read by another uid); then room_ttl_ms.
+-- sends (or log_touch.lua counts a read by another uid); then room_ttl_ms.
 --
 -- Returns {epoch, seq, 0} when stored (a personal message: its position); {epoch, seq, 1} when the client_msg_id
 -- was seen (seq is the first send's and nothing was stored); {epoch or '', 0,
@@ -167,7 +167,7 @@ end
 
 local ttl = ARGV[9]
 if not epoch then
-  -- No log: a new epoch from seq 0 (new_log.lua). A leftover client_msg_id
+  -- No log: a new epoch from seq 0 (log_new.lua). A leftover client_msg_id
   -- belongs to the lost epoch and is overwritten below.
   epoch = ARGV[1]
   new_log(meta, log, imp, pm, pn, epoch)

@@ -1,14 +1,14 @@
--- moderate.lua: one moderation action on a room; atomic, one call. The
+-- moderation_act.lua: one moderation action on a room; atomic, one call. The
 -- room's sanctions that ended are pruned, the action applied, the entry
 -- recorded in the audit, the keys' expiry set; on one Redis the journal
--- notes the change in the same call (mod_note.lua), on a Redis Cluster the
--- caller runs mod_journal.lua next, then mod_stamp.lua.
+-- notes the change in the same call (moderation_note.lua), on a Redis Cluster the
+-- caller runs moderation_journal.lua next, then moderation_stamp.lua.
 --
 -- KEYS[1]  lr:{R}:mod    hash: m:<uid>, b:<uid> -> packed sanction; slow;
 --                        v (version); nm, nb (mutes and bans held)
 -- KEYS[2]  lr:{R}:modt   zset: m:<uid>, b:<uid> -> until_ms ('inf': until lifted)
 -- KEYS[3]  lr:{R}:aud    list: packed audit entries, newest first
--- On one Redis only, the journal (see mod_note.lua):
+-- On one Redis only, the journal (see moderation_note.lua):
 -- KEYS[4]  lr:{lr}:modv  KEYS[5]  lr:{lr}:modj  KEYS[6]  lr:{lr}:modx
 --
 -- ARGV[1]  the action: mute, unmute, ban, unban, slow or recall

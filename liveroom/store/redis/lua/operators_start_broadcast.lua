@@ -1,8 +1,8 @@
--- start.lua: an operator opens a room's broadcast before any message; atomic.
--- A room with no log gets one (new_log.lua) and its listeners are notified; a
+-- operators_start_broadcast.lua: an operator opens a room's broadcast before any message; atomic.
+-- A room with no log gets one (log_new.lua) and its listeners are notified; a
 -- room with a log keeps it, epoch and messages. Either way the room is live
 -- (field 'live'): it lives room_ttl_ms, and reads keep it like a room with
--- messages (touch.lua), so presence and viewers count from the first listener.
+-- messages (log_touch.lua), so presence and viewers count from the first listener.
 --
 -- KEYS[1]  lr:{R}:meta    hash: epoch, seq (head), ic, live
 -- KEYS[2]  lr:{R}:log     KEYS[3]  lr:{R}:imp
@@ -11,7 +11,7 @@
 --
 -- ARGV[1]  a new random epoch (used only for a room with no log)
 -- ARGV[2]  room_ttl_ms
--- ARGV[3]  how to notify, as append.lua's ARGV[12]   ARGV[4]  the room name
+-- ARGV[3]  how to notify, as log_append.lua's ARGV[12]   ARGV[4]  the room name
 --
 -- Returns {epoch, broadcast, 1 if the log was created here else 0}.
 

@@ -1,4 +1,4 @@
--- viewers.lua: count uids as viewers of a room and store a node's sketch;
+-- stats_viewers.lua: count uids as viewers of a room and store a node's sketch;
 -- atomic, one round trip. The rule's reference is tests/models.py
 -- (plan_exact_update); the memory engine keeps the same rule.
 --
@@ -7,14 +7,14 @@
 -- KEYS[3]  lr:{R}:vh   hash: node -> its HyperLogLog registers
 -- KEYS[4]  lr:{R}:bc   hash: n = the current broadcast (absent: 1)
 -- KEYS[5]  lr:{R}:meta hash: the room's log (field 'by': a room of one sender,
---                      see append.lua), read only
+--                      see log_append.lua), read only
 --
 -- ARGV[1]  threshold: the most uids the exact set holds
 -- ARGV[2]  ttl_ms: the room's viewers history lives this long after this call
 --          (no longer than its log has left when the room is one sender's and
 --          the uids are that sender alone: a room nobody else read leaves no
 --          history behind, and another uid's join keeps the full ttl_ms, as
---          its read makes the room last; see touch.lua)
+--          its read makes the room last; see log_touch.lua)
 -- ARGV[3]  the node            ARGV[4]  1 when ARGV[5] is a sketch to store (once
 --          the set is capped, see below), else 0
 -- ARGV[5]  the node's registers (or '')

@@ -1,9 +1,9 @@
--- end_broadcast.lua: end a room's broadcast; atomic, one script call.
+-- operators_end_broadcast.lua: end a room's broadcast; atomic, one script call.
 -- A new epoch with an empty log (seq and ic go on), the next broadcast number,
 -- the viewers history set aside under the ended number (with its likes and
 -- gift totals in vm:<n>, the top of its ranking and its moderation audit; the
 -- next broadcast's counters and audit start empty, the room's sanctions and
--- slow mode stay), a record of when it ended, and the notify. The room is live (see start.lua): it lives
+-- slow mode stay), a record of when it ended, and the notify. The room is live (see operators_start_broadcast.lua): it lives
 -- room_ttl_ms and reads keep it, message or not.
 --
 -- KEYS[1]  lr:{R}:meta    hash: epoch, seq (head), ic
@@ -28,7 +28,7 @@
 -- ARGV[3]  now_ms: when the broadcast ended (the caller's clock)
 -- ARGV[4]  ttl_ms: how long the ended history is kept
 -- ARGV[5]  room_ttl_ms
--- ARGV[6]  how to notify, as append.lua's ARGV[12]   ARGV[7]  the room name
+-- ARGV[6]  how to notify, as log_append.lua's ARGV[12]   ARGV[7]  the room name
 -- ARGV[8]  givers an ended ranking keeps (RANKING_KEPT)
 --
 -- Returns {new epoch, new broadcast}; {'', 0} when the current broadcast is
@@ -50,7 +50,7 @@ if redis.call('HGET', meta, 'epoch') then
   redis.call('DEL', log, imp, KEYS[11])
   redis.call('HDEL', meta, 'by')
 else
-  -- No log: start one at seq 0 (new_log.lua).
+  -- No log: start one at seq 0 (log_new.lua).
   new_log(meta, log, imp, KEYS[11], KEYS[12], epoch)
 end
 redis.call('HSET', meta, 'live', 1)

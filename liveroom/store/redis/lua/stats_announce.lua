@@ -1,4 +1,4 @@
--- announce.lua: say a statsvr node is alive with what it announces, and list
+-- stats_announce.lua: say a statsvr node is alive with what it announces, and list
 -- the live nodes; atomic.
 --
 -- KEYS[1]  lr:{lr}:stats:nodes   hash: node -> "<expires_ms> <announcement>" (the

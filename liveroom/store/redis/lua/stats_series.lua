@@ -1,9 +1,9 @@
--- series.lua: add one online sample of a room to its bucket in every resolution;
+-- stats_series.lua: add one online sample of a room to its bucket in every resolution;
 -- atomic, one call per sample.
 --
 -- KEYS[1]    lr:{R}:tsl           string: time of the last sample taken (Unix ms)
 -- KEYS[2]    lr:{R}:meta          hash: the room's log (field 'by': a room of one
---                                 sender, see append.lua), read only
+--                                 sender, see log_append.lua), read only
 -- KEYS[2+j]  lr:{R}:ts:<step j>   zset: member "<start>:<min>:<max>:<sum>:<count>",
 --                                 score start (Unix s, a multiple of step j)
 --

@@ -1,4 +1,4 @@
--- gift.lua: add one gift to a room's current broadcast; atomic, one call.
+-- counters_gift.lua: add one gift to a room's current broadcast; atomic, one call.
 -- The giver's score in the ranking, the room's gift total and count.
 --
 -- KEYS[1]  lr:{R}:gr   zset: giver -> score (the sum of its gifts' values)
