@@ -106,16 +106,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import psutil
-from fanout_client import ClientConfig, raise_nofile, run_client
-from fanout_servers import (
+from kit.clients import ClientConfig, run_client
+from kit.machine import cpu_seconds, machine_busy, own_cpu, raise_nofile
+from kit.servers import (
     ADMIN_TOKEN,
     FD_RESERVE,
     NCHAN_MODULE,
     PUBLISHER_TOKEN,
     Server,
     announcing_server,
-    cpu_seconds,
     floor_server,
     free_port,
     interrupt_on_signals,
@@ -370,17 +369,6 @@ def floor_compiled_server(tmp: Path, nofile: int,
 
 
 # -- one run ---------------------------------------------------------------------
-
-
-def machine_busy() -> float:
-    """CPU seconds the whole machine spent busy (all cores, all processes, the kernel)."""
-    t = psutil.cpu_times()
-    return float(sum(t) - t.idle - getattr(t, "iowait", 0.0))
-
-
-def own_cpu() -> float:
-    t = os.times()
-    return t.user + t.system
 
 
 def say(server: str, phase: str, text: str) -> None:

@@ -36,8 +36,8 @@ import urllib.request
 from pathlib import Path
 
 from bench_fanout import commit, invocation
-from fanout_client import raise_nofile
-from fanout_servers import liveroom_server
+from kit.machine import raise_nofile
+from kit.servers import liveroom_server
 
 ROOM = "pipe"
 

@@ -75,8 +75,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import redis
 from bench_fanout import Clients, commit, versions
-from fanout_client import raise_nofile
-from fanout_servers import (
+from kit.machine import raise_nofile
+from kit.servers import (
     ADMIN_TOKEN,
     FD_RESERVE,
     PUBLISHER_TOKEN,

@@ -102,13 +102,12 @@ import httptools
 import numpy as np
 import redis
 import uvloop
-from bench_fanout import commit, invocation, machine_busy, own_cpu, versions
-from fanout_client import die_with_parent, raise_nofile
-from fanout_servers import (
+from bench_fanout import commit, invocation, versions
+from kit.machine import cpu_seconds, die_with_parent, machine_busy, own_cpu, raise_nofile
+from kit.servers import (
     ADMIN_TOKEN,
     PUBLISHER_TOKEN,
     Server,
-    cpu_seconds,
     interrupt_on_signals,
     liveroom_server,
     redis_server,

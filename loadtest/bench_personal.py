@@ -48,8 +48,8 @@ import aiohttp
 import numpy as np
 import orjson
 from bench_fanout import ROOM, Clients, commit, invocation, open_room, versions, wait_quiet
-from fanout_client import raise_nofile
-from fanout_servers import FD_RESERVE, PUBLISHER_TOKEN, interrupt_on_signals, liveroom_server
+from kit.machine import raise_nofile
+from kit.servers import FD_RESERVE, PUBLISHER_TOKEN, interrupt_on_signals, liveroom_server
 
 SENDERS = 8
 """Connections the sender keeps busy at once."""

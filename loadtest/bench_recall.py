@@ -50,8 +50,8 @@ from typing import Any
 import aiohttp
 import numpy as np
 from bench_fanout import ROOM, Clients, commit, invocation, open_room, versions, wait_quiet
-from fanout_client import raise_nofile
-from fanout_servers import (
+from kit.machine import raise_nofile
+from kit.servers import (
     ADMIN_TOKEN,
     FD_RESERVE,
     PUBLISHER_TOKEN,

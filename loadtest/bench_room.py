@@ -47,8 +47,8 @@ from pathlib import Path
 import aiohttp
 import redis
 from bench_fanout import Clients, commit, invocation, versions
-from fanout_client import raise_nofile
-from fanout_servers import (
+from kit.machine import raise_nofile
+from kit.servers import (
     ADMIN_TOKEN,
     PUBLISHER_TOKEN,
     Server,

@@ -127,17 +127,16 @@ from bench_fanout import (
     commit,
     compiled_env,
     floor_compiled_server,
-    machine_busy,
     say,
     versions,
     wait_quiet,
 )
-from fanout_client import raise_nofile
-from fanout_servers import (
+from kit import REPO
+from kit.machine import machine_busy, raise_nofile
+from kit.servers import (
     ADMIN_TOKEN,
     NCHAN_MODULE,
     PUBLISHER_TOKEN,
-    REPO,
     Server,
     floor_server,
     interrupt_on_signals,

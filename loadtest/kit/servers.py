@@ -1,4 +1,4 @@
-"""The servers bench_fanout.py measures: started, watched from /proc, stopped.
+"""The servers the benchmarks measure: started, watched from /proc, stopped.
 
 liveroom (``python -m liveroom serve``), nginx + Nchan, and the Python floor
 (``floor_server.py``); a throw-away redis-server for liveroom's redis store
@@ -27,12 +27,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import psutil
-from fanout_client import die_with_parent, raise_nofile
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
+from kit import LOADTEST, REPO
+from kit.machine import cpu_seconds, cpu_times, die_with_parent, raise_nofile
+
 NCHAN_MODULE = Path("/usr/lib/nginx/modules/ngx_nchan_module.so")
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 ADMIN_TOKEN = "bench-admin-token-0123456789abcdef"
 PUBLISHER_TOKEN = "bench-publisher-token-0123456789ab"
 SECRET = "bench-ctx-secret-0123456789abcdef"
@@ -56,26 +55,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def cpu_times(pids: list[int]) -> tuple[float, float]:
-    """utime and stime (user and kernel CPU seconds) of these processes, summed
-    (those gone meanwhile count as 0)."""
-    user = system = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        user += int(fields[11])
-        system += int(fields[12])
-    return user / CLK_TCK, system / CLK_TCK
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """utime + stime of these processes (those gone meanwhile count as 0)."""
-    return sum(cpu_times(pids))
 
 
 def child_setup(nofile: int) -> Callable[[], None]:
@@ -205,7 +184,7 @@ def liveroom_server(tmp: Path, nofile: int, tiers: str | None, store: str | None
 def floor_server(tmp: Path, nofile: int) -> contextlib.AbstractContextManager[Server]:
     """``floor_server.py``, the Python floor."""
     port = free_port()
-    return announcing_server("floor", [str(HERE / "floor_server.py"), "--port", str(port)],
+    return announcing_server("floor", [str(LOADTEST / "floor_server.py"), "--port", str(port)],
                              port, tmp, nofile)
 
 
@@ -217,7 +196,7 @@ def nginx_config(tmp: Path, port: int, nofile: int, multipart: bool,
                  redis_url: str | None = None) -> str:
     """``nchan.conf`` with its @NAMES@ filled in; with ``redis_url``
     (``redis://HOST:PORT``) Nchan keeps its channels in that Redis."""
-    text = (HERE / "nchan.conf").read_text()
+    text = (LOADTEST / "nchan.conf").read_text()
     redis = (f'nchan_redis_url "{redis_url}";\n    nchan_use_redis on;'
              if redis_url else "# channels in Nchan's own memory store")
     for name, value in {"DIR": str(tmp), "PORT": str(port),

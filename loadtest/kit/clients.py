@@ -33,11 +33,8 @@ the pipe closes or its time budget runs out, so it never outlives the run.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ctypes
 import os
 import re
-import resource
 import signal
 import time
 from array import array
@@ -50,6 +47,8 @@ from urllib.parse import quote
 import httptools
 import orjson
 import uvloop
+
+from kit.machine import die_with_parent, raise_nofile
 
 SENT = re.compile(rb'"sent_ns": ?(\d+)')
 """The publisher's send time inside a message body, in any answer's bytes."""
@@ -89,30 +88,6 @@ def listener_port(cfg: ClientConfig, index: int) -> int:
 def listener_room(cfg: ClientConfig, index: int) -> str:
     """The room listener ``index`` polls."""
     return cfg.room if cfg.rooms <= 1 else f"{cfg.room}-{index % cfg.rooms}"
-
-
-def raise_nofile(need: int) -> int:
-    """Raise RLIMIT_NOFILE to ``need`` if allowed, else the soft limit to the hard one.
-
-    Returns the soft limit now in force. Root may raise the hard limit up to
-    ``fs.nr_open`` unless the host forbids it (some VMs and containers do).
-    """
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if need > hard:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (need, need))
-            return need
-        except (ValueError, OSError):
-            pass
-    if soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    return hard
-
-
-def die_with_parent() -> None:
-    """Have the kernel send SIGTERM to this process when its parent dies (Linux)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 class Tally:
