@@ -37,9 +37,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from bench_fanout import add_compiled_tree, commit, invocation, server_env
 from bench_junk_rooms import open_polls
+from kit.builds import add_compiled_tree, server_env
 from kit.machine import raise_nofile
+from kit.provenance import commit, invocation
 from kit.servers import PUBLISHER_TOKEN, liveroom_server
 
 

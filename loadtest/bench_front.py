@@ -35,8 +35,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from bench_fanout import commit, invocation
 from kit.machine import raise_nofile
+from kit.provenance import commit, invocation
 from kit.servers import liveroom_server
 
 ROOM = "pipe"

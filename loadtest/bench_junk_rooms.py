@@ -39,8 +39,8 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from bench_fanout import commit, invocation
 from kit.machine import raise_nofile
+from kit.provenance import commit, invocation
 from kit.servers import Server, liveroom_server, redis_server
 
 

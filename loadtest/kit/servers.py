@@ -1,8 +1,8 @@
 """The servers the benchmarks measure: started, watched from /proc, stopped.
 
 liveroom (``python -m liveroom serve``), nginx + Nchan, and the Python floor
-(``floor_server.py``); a throw-away redis-server for liveroom's redis store
-(or Nchan's: ``nchan_server(..., redis_url=...)``).
+(``floor_server.py``, or its mypyc build); a throw-away redis-server for
+liveroom's redis store (or Nchan's: ``nchan_server(..., redis_url=...)``).
 
 Each server is a child process in a session of its own (Ctrl-C in the
 terminal reaches only the benchmark, which stops it), with its open-files
@@ -29,6 +29,7 @@ from pathlib import Path
 import psutil
 
 from kit import LOADTEST, REPO
+from kit.builds import compiled_env
 from kit.machine import cpu_seconds, cpu_times, die_with_parent, raise_nofile
 
 NCHAN_MODULE = Path("/usr/lib/nginx/modules/ngx_nchan_module.so")
@@ -131,6 +132,16 @@ def wait_until(what: str, done: Callable[[], bool], timeout: float, server: Serv
         time.sleep(step)
 
 
+def wait_quiet(server: Server, timeout: float = 15, idle: float = 0.05) -> None:
+    """Until the server spends under ``idle`` of a core over half a second."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        c0, t0 = server.cpu(), time.monotonic()
+        time.sleep(0.5)
+        if (server.cpu() - c0) / (time.monotonic() - t0) < idle:
+            return
+
+
 def accepts(port: int) -> bool:
     with socket.socket() as sock:
         return sock.connect_ex(("127.0.0.1", port)) == 0
@@ -186,6 +197,17 @@ def floor_server(tmp: Path, nofile: int) -> contextlib.AbstractContextManager[Se
     port = free_port()
     return announcing_server("floor", [str(LOADTEST / "floor_server.py"), "--port", str(port)],
                              port, tmp, nofile)
+
+
+def floor_compiled_server(tmp: Path, nofile: int,
+                          build: Path) -> contextlib.AbstractContextManager[Server]:
+    """The floor compiled by ``build_floor`` into ``build``, run in its
+    ``compiled_env``: imported, since a compiled module's ``__main__`` block
+    does not run."""
+    port = free_port()
+    return announcing_server("floor-compiled",
+                             ["-c", "import floor_server; floor_server.main()",
+                              "--port", str(port)], port, tmp, nofile, compiled_env(build))
 
 
 def nchan_available() -> bool:
