@@ -37,10 +37,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from bench_fanout import add_compiled_tree, commit, invocation, server_env
 from bench_junk_rooms import open_polls
-from fanout_client import raise_nofile
-from fanout_servers import PUBLISHER_TOKEN, liveroom_server
+from kit.builds import add_compiled_tree, server_env
+from kit.machine import raise_nofile
+from kit.provenance import commit, invocation
+from kit.servers import PUBLISHER_TOKEN, liveroom_server
 
 
 def create_rooms(port: int, count: int) -> dict[str, str]:

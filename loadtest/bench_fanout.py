@@ -23,7 +23,7 @@ installed and floor-compiled without mypyc) it
    always a plain hold);
 2. measures the server's RSS (its process and all descendants), then connects
    ``--listeners`` long polls to one room from ``--client-procs`` client
-   processes (``fanout_client.py``: uvloop + httptools, one keep-alive
+   processes (``kit/clients.py``: uvloop + httptools, one keep-alive
    connection per listener, polling again at once after every answer; the
    floors get liveroom's listeners and publisher);
 3. warms up until every listener holds a poll (and, for a tiered liveroom,
@@ -86,49 +86,42 @@ import argparse
 import contextlib
 import datetime
 import http.client
-import importlib.machinery
 import importlib.util
 import json
 import math
-import multiprocessing
 import os
-import platform
 import shlex
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import psutil
-from fanout_client import ClientConfig, raise_nofile, run_client
-from fanout_servers import (
-    ADMIN_TOKEN,
+from kit import REPO
+from kit.builds import BUILD_COMPILED, build_floor, check_compiled_tree, compiled_env
+from kit.clients import ROOM, Clients, open_room
+from kit.machine import machine_busy, own_cpu, raise_nofile
+from kit.progress import say
+from kit.provenance import commit, versions
+from kit.servers import (
     FD_RESERVE,
     NCHAN_MODULE,
     PUBLISHER_TOKEN,
     Server,
-    announcing_server,
-    cpu_seconds,
+    floor_compiled_server,
     floor_server,
-    free_port,
     interrupt_on_signals,
     liveroom_server,
     nchan_available,
     nchan_server,
     redis_server,
+    wait_quiet,
     wait_until,
 )
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-ROOM = "bench"
 SPEAKS = {"liveroom": "liveroom", "compiled": "liveroom", "nchan": "nchan",
           "floor": "liveroom", "floor-compiled": "liveroom"}
 """The servers --against names, each with the HTTP contract it speaks (the
@@ -139,7 +132,6 @@ GROUPS = {"both": ["liveroom", "nchan"],
           "all": ["liveroom", "compiled", "nchan", "floor", "floor-compiled"]}
 """--against's names for several servers; those ``all`` brings are left out,
 with a note, where they cannot run (no compiled tree, Nchan or mypyc)."""
-BUILD_COMPILED = "scripts/build-compiled"
 
 
 @dataclass(frozen=True)
@@ -157,79 +149,6 @@ SCENARIOS = {
     "tiers": Scenario(listeners=5000, rate=10, seconds=30, tiers=None),
     "held": Scenario(listeners=20000, rate=0.2, seconds=25, tiers="off", client_procs=2),
 }
-
-
-# -- the client processes --------------------------------------------------------
-
-
-class Clients:
-    """The client processes and their pipes: the listeners' counts and samples."""
-
-    def __init__(self, kind: str, port: int, listeners: int, procs: int, budget: float,
-                 room: str = ROOM, rooms: int = 1, connect_parallel: int = 256,
-                 ports: tuple[int, ...] = ()):
-        ctx = multiprocessing.get_context("fork")
-        self.conns: list[Connection] = []
-        self.procs: list[multiprocessing.process.BaseProcess] = []
-        share, extra = divmod(listeners, procs)
-        first = 0
-        for i in range(procs):
-            count = share + (1 if i < extra else 0)
-            parent, child = ctx.Pipe()
-            cfg = ClientConfig(kind=kind, port=port, room=room, first=first, count=count,
-                               budget=budget, rooms=rooms,
-                               connect_parallel=connect_parallel, ports=ports)
-            proc = ctx.Process(target=run_client, args=(child, cfg), daemon=True,
-                               name=f"fanout-client-{i}")
-            proc.start()
-            child.close()
-            self.conns.append(parent)
-            self.procs.append(proc)
-            first += count
-
-    def pids(self) -> list[int]:
-        return [p.pid for p in self.procs if p.pid is not None]
-
-    def ask(self, command: str, timeout: float = 30) -> list[dict[str, Any]]:
-        for conn in self.conns:
-            conn.send(command)
-        answers = []
-        for conn, proc in zip(self.conns, self.procs, strict=True):
-            try:
-                if not conn.poll(timeout):
-                    raise RuntimeError(f"{proc.name} did not answer {command!r} in {timeout} s")
-                answers.append(conn.recv())
-            except (EOFError, OSError):
-                raise RuntimeError(f"{proc.name} is gone (exit code {proc.exitcode})") from None
-        return answers
-
-    def status(self) -> dict[str, Any]:
-        total: dict[str, Any] = {"last_error": ""}
-        for counts in self.ask("status"):
-            for k, v in counts.items():
-                if k == "last_error":
-                    total[k] = v or total[k]
-                else:
-                    total[k] = total.get(k, 0) + v
-        return total
-
-    def cpu(self) -> list[float]:
-        return [cpu_seconds([pid]) for pid in self.pids()]
-
-    def stop(self) -> None:
-        for conn in self.conns:
-            with contextlib.suppress(OSError):
-                conn.send("stop")
-        for proc in self.procs:
-            proc.join(5)
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(5)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
-        for conn in self.conns:
-            conn.close()
 
 
 # -- the publisher ---------------------------------------------------------------
@@ -276,17 +195,6 @@ class Publisher:
         self.conn.close()
 
 
-def open_room(port: int) -> None:
-    """Make the room exist before its listeners come, as a broadcast does (a
-    room that does not exist counts nobody online, so it never gets a tier):
-    an operator's "end broadcast" opens it empty, with nothing to deliver."""
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/admin/rooms/{ROOM}/end",
-                                     method="POST",
-                                     headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
-    with urllib.request.urlopen(request, timeout=10) as resp:
-        resp.read()
-
-
 def room_online(port: int) -> int:
     url = f"http://127.0.0.1:{port}/v1/rooms/{ROOM}/stats"
     try:
@@ -296,105 +204,7 @@ def room_online(port: int) -> int:
         return -1
 
 
-# -- the compiled servers --------------------------------------------------------
-
-
-def add_compiled_tree(parser: argparse.ArgumentParser) -> None:
-    """``--compiled-tree DIR``: run the server from a compiled tree, not the
-    checkout's pure build (read back with :func:`server_env`)."""
-    parser.add_argument("--compiled-tree", type=Path, default=None, metavar="DIR",
-                        help="run the compiled build from DIR (made by scripts/build-compiled "
-                        "DIR) instead of the pure one")
-
-
-def server_env(tree: Path | None) -> dict[str, str] | None:
-    """The environment that runs the server from ``tree`` (checked to be a
-    compiled tree), or None for the pure build."""
-    if tree is None:
-        return None
-    tree = tree.resolve()
-    check_compiled_tree(tree)
-    return compiled_env(tree)
-
-
-def compiled_env(tree: Path) -> dict[str, str]:
-    """The environment that runs a process from a compiled tree: the tree first
-    on the path, and not the current directory (the checkout, with the sources)."""
-    return {"PYTHONPATH": str(tree), "PYTHONSAFEPATH": "1"}
-
-
-def compiled_module(tree: Path, module: str) -> str | None:
-    """None when ``module`` imports from ``tree`` as an extension module (a .so
-    mypyc built) in ``compiled_env(tree)``, run from the checkout as the servers
-    are; else what it imports instead (its file, or the error)."""
-    done = subprocess.run([sys.executable, "-c", f"import {module}; print({module}.__file__)"],
-                          cwd=REPO, env=os.environ | compiled_env(tree), capture_output=True,
-                          text=True, check=False)
-    found = done.stdout.strip()
-    if done.returncode == 0 and found.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)):
-        return None
-    return found if done.returncode == 0 else (done.stderr.strip().splitlines() or ["?"])[-1]
-
-
-def check_compiled_tree(tree: Path) -> None:
-    if not tree.is_dir():
-        raise RuntimeError(f"no compiled tree at {tree}: build one with {BUILD_COMPILED} "
-                           "(or give --compiled-tree DIR)")
-    if (found := compiled_module(tree, "proxy.front.server")) is not None:
-        raise RuntimeError(f"{tree} is not a compiled tree (proxy.front.server there is {found}): "
-                           f"build one with {BUILD_COMPILED} (or give --compiled-tree DIR)")
-
-
-def build_floor(into: Path) -> None:
-    """floor_server.py compiled by mypyc in ``into``, the .so beside the copy."""
-    shutil.copy(HERE / "floor_server.py", into)
-    say("floor-compiled", "build", f"python -m mypyc floor_server.py in {into}")
-    done = subprocess.run([sys.executable, "-m", "mypyc", "floor_server.py"], cwd=into,
-                          capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
-        raise RuntimeError(f"mypyc could not compile floor_server.py:\n{tail}")
-    if (found := compiled_module(into, "floor_server")) is not None:
-        raise RuntimeError(f"the compiled floor_server does not import from {into}: {found}")
-
-
-def floor_compiled_server(tmp: Path, nofile: int,
-                          build: Path) -> contextlib.AbstractContextManager[Server]:
-    """The floor compiled by ``build_floor`` into ``build``, run in its
-    ``compiled_env``: imported, since a compiled module's ``__main__`` block
-    does not run."""
-    port = free_port()
-    return announcing_server("floor-compiled",
-                             ["-c", "import floor_server; floor_server.main()",
-                              "--port", str(port)], port, tmp, nofile, compiled_env(build))
-
-
 # -- one run ---------------------------------------------------------------------
-
-
-def machine_busy() -> float:
-    """CPU seconds the whole machine spent busy (all cores, all processes, the kernel)."""
-    t = psutil.cpu_times()
-    return float(sum(t) - t.idle - getattr(t, "iowait", 0.0))
-
-
-def own_cpu() -> float:
-    t = os.times()
-    return t.user + t.system
-
-
-def say(server: str, phase: str, text: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {server:14} {phase:8} {text}", flush=True)
-
-
-def wait_quiet(server: Server, timeout: float = 15, idle: float = 0.05) -> None:
-    """Until the server spends under ``idle`` of a core over half a second."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        c0, t0 = server.cpu(), time.monotonic()
-        time.sleep(0.5)
-        if (server.cpu() - c0) / (time.monotonic() - t0) < idle:
-            return
 
 
 def run_one(kind: str, args: argparse.Namespace, listeners: int, client_procs: int,
@@ -547,28 +357,6 @@ def run_one(kind: str, args: argparse.Namespace, listeners: int, client_procs: i
 
 
 # -- the report ------------------------------------------------------------------
-
-
-def commit() -> str:
-    def git(*a: str) -> str:
-        return subprocess.run(["git", *a], cwd=REPO, capture_output=True, text=True,
-                              check=False).stdout.strip()
-
-    sha = git("rev-parse", "--short", "HEAD") or "unknown"
-    return sha + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
-
-
-def invocation(script: str, argv: list[str] | None) -> str:
-    """The command line that ran ``script`` (``loadtest/NAME.py``) with
-    ``argv`` (``None``: this process's arguments), for a report to carry."""
-    return f"python {script} " + shlex.join(sys.argv[1:] if argv is None else argv)
-
-
-def versions() -> str:
-    nginx = subprocess.run(["nginx", "-v"], capture_output=True, text=True, check=False) \
-        .stderr.strip().removeprefix("nginx version: ") if shutil.which("nginx") else "-"
-    return (f"Python {platform.python_version()}, {os.cpu_count()} cores, "
-            f"kernel {platform.release()}, {nginx}")
 
 
 def label(r: dict[str, Any]) -> str:

@@ -35,9 +35,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-from bench_fanout import commit, invocation
-from fanout_client import raise_nofile
-from fanout_servers import liveroom_server
+from kit.machine import raise_nofile
+from kit.provenance import commit, invocation
+from kit.servers import liveroom_server
 
 ROOM = "pipe"
 

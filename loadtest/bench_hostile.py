@@ -41,10 +41,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from bench_fanout import add_compiled_tree, commit, invocation, server_env
 from bench_front import rss_settled
-from fanout_client import raise_nofile
-from fanout_servers import ADMIN_TOKEN, PUBLISHER_TOKEN, Server, liveroom_server
+from kit.builds import add_compiled_tree, server_env
+from kit.machine import raise_nofile
+from kit.provenance import commit, invocation
+from kit.servers import ADMIN_TOKEN, PUBLISHER_TOKEN, Server, liveroom_server
 
 ROOM = "stalled"
 RCVBUF = 4096

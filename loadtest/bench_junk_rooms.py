@@ -39,9 +39,9 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from bench_fanout import commit, invocation
-from fanout_client import raise_nofile
-from fanout_servers import Server, liveroom_server, redis_server
+from kit.machine import raise_nofile
+from kit.provenance import commit, invocation
+from kit.servers import Server, liveroom_server, redis_server
 
 
 def held_request(i: int, epochs: dict[str, str] | None = None) -> bytes:

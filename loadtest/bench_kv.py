@@ -13,7 +13,7 @@ It starts a local Redis Cluster (3 masters + 3 replicas, ``tests/redis_cluster.p
 once, then runs phases; each phase empties the cluster (``FLUSHALL``), starts
 fresh ``python -m liveroom serve --store redis+cluster://...`` processes from
 this checkout (and nginx in front of them for the nodes scenario), opens its
-rooms with one message each, connects the listeners (``fanout_client.py``:
+rooms with one message each, connects the listeners (``kit/clients.py``:
 uvloop + httptools, one keep-alive connection each, polling again at once after
 every answer), starts the publisher, warms up, and measures:
 
@@ -74,9 +74,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import redis
-from bench_fanout import Clients, commit, versions
-from fanout_client import raise_nofile
-from fanout_servers import (
+from kit.clients import Clients
+from kit.machine import raise_nofile
+from kit.provenance import commit, versions
+from kit.servers import (
     ADMIN_TOKEN,
     FD_RESERVE,
     PUBLISHER_TOKEN,
@@ -182,7 +183,7 @@ def nginx_rooms(tmp: Path, upstreams: Sequence[int], affinity: bool, nofile: int
 
 
 def room_names(prefix: str, rooms: int) -> list[str]:
-    """The rooms of a phase, named as ``fanout_client.listener_room`` names them."""
+    """The rooms of a phase, named as ``kit.clients.listener_room`` names them."""
     return [prefix] if rooms == 1 else [f"{prefix}-{i}" for i in range(rooms)]
 
 
@@ -375,7 +376,7 @@ def run_phase(n: int, phase: Phase, cluster: LocalCluster, stats: CommandStats,
         say(name, f"{len(rooms):,} room(s) opened with one message each "
                   f"in {time.monotonic() - t:.1f} s")
 
-        # Fewer connections opened at once than bench_fanout's: a node busy
+        # Fewer connections opened at once than Clients' default: a node busy
         # with thousands of rooms accepts slowly, and an overflowing accept
         # queue resets connections.
         clients = Clients("liveroom", entry, phase.listeners, 1, budget, room=prefix,

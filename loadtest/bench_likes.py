@@ -4,7 +4,7 @@ This driver starts a throw-away ``redis-server`` (a free loopback port, a
 temporary directory, no persistence) and, for each run, ``--nodes`` fresh
 ``liveroom serve`` processes of this checkout over it (``--store
 redis://127.0.0.1:PORT/0``, ``--auth open``, the publisher token of
-loadtest/fanout_servers.py, each on its own free loopback port, the default
+loadtest/kit/servers.py, each on its own free loopback port, the default
 likes settings but ``--likes-flush``), ready once ``/healthz`` answers 200.
 
 **Tap runs**, one per rate of ``--rates`` (default: ``--taps-per-second`` and
@@ -102,13 +102,12 @@ import httptools
 import numpy as np
 import redis
 import uvloop
-from bench_fanout import commit, invocation, machine_busy, own_cpu, versions
-from fanout_client import die_with_parent, raise_nofile
-from fanout_servers import (
+from kit.machine import cpu_seconds, die_with_parent, machine_busy, own_cpu, raise_nofile
+from kit.provenance import commit, invocation, versions
+from kit.servers import (
     ADMIN_TOKEN,
     PUBLISHER_TOKEN,
     Server,
-    cpu_seconds,
     interrupt_on_signals,
     liveroom_server,
     redis_server,

@@ -40,8 +40,8 @@ import time
 from pathlib import Path
 
 import psutil
-from bench_fanout import commit, invocation, versions
 from bench_hold import Sampler, server, stop
+from kit.provenance import commit, invocation, versions
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent

@@ -34,9 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import aiohttp
 import redis.asyncio as aioredis
-from bench_fanout import commit, invocation
-from fanout_client import raise_nofile
-from fanout_servers import liveroom_server, redis_server
+from kit.machine import raise_nofile
+from kit.provenance import commit, invocation
+from kit.servers import liveroom_server, redis_server
 
 from proxy.tickets import mint
 

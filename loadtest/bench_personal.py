@@ -2,7 +2,7 @@
 at what latency, and for what server CPU beside the same room without them.
 
 One ``liveroom serve`` (memory engine, this checkout, the default settings),
-``--listeners`` long-polling one room through bench_fanout's client processes
+``--listeners`` long-polling one room through the kit's client processes
 (raw keep-alive connections that echo ``pseq``), and three phases of
 ``--seconds`` each:
 
@@ -47,9 +47,16 @@ from typing import Any
 import aiohttp
 import numpy as np
 import orjson
-from bench_fanout import ROOM, Clients, commit, invocation, open_room, versions, wait_quiet
-from fanout_client import raise_nofile
-from fanout_servers import FD_RESERVE, PUBLISHER_TOKEN, interrupt_on_signals, liveroom_server
+from kit.clients import ROOM, Clients, open_room
+from kit.machine import raise_nofile
+from kit.provenance import commit, invocation, versions
+from kit.servers import (
+    FD_RESERVE,
+    PUBLISHER_TOKEN,
+    interrupt_on_signals,
+    liveroom_server,
+    wait_quiet,
+)
 
 SENDERS = 8
 """Connections the sender keeps busy at once."""

@@ -51,7 +51,7 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from bench_fanout import commit, invocation, versions
+from kit.provenance import commit, invocation, versions
 from redis_cluster import LocalCluster
 
 from liveroom.clock import SystemClock

@@ -4,7 +4,7 @@ and for what server CPU beside an important message.
 ``--nodes`` ``liveroom serve`` (this checkout, the default settings, so the
 room is paced by the default tiers) over one throw-away redis-server (one
 node on the memory engine with ``--nodes 1``), ``--listeners`` long-polling
-one room through bench_fanout's client processes (raw keep-alive
+one room through the kit's client processes (raw keep-alive
 connections, spread over the nodes; one process holds about 20 000),
 recalls made through the first node,
 ``--recalls`` chat messages sent first, then three phases:
@@ -49,15 +49,17 @@ from typing import Any
 
 import aiohttp
 import numpy as np
-from bench_fanout import ROOM, Clients, commit, invocation, open_room, versions, wait_quiet
-from fanout_client import raise_nofile
-from fanout_servers import (
+from kit.clients import ROOM, Clients, open_room
+from kit.machine import raise_nofile
+from kit.provenance import commit, invocation, versions
+from kit.servers import (
     ADMIN_TOKEN,
     FD_RESERVE,
     PUBLISHER_TOKEN,
     interrupt_on_signals,
     liveroom_server,
     redis_server,
+    wait_quiet,
 )
 
 

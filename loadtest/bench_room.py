@@ -10,7 +10,7 @@ The biggest honest run one machine allows. This driver
    of one address pair;
 2. starts the room (``POST /v1/admin/rooms/ROOM/start``) and connects
    ``--listeners`` listeners from ``--client-procs`` processes
-   (``fanout_client.py``: one keep-alive connection each, ``asyncio.Protocol``
+   (``kit/clients.py``: one keep-alive connection each, ``asyncio.Protocol``
    on uvloop, polling again at once after every answer), spread over the
    nodes;
 3. publishes ``--rate`` normal messages a second and one important message
@@ -46,9 +46,10 @@ from pathlib import Path
 
 import aiohttp
 import redis
-from bench_fanout import Clients, commit, invocation, versions
-from fanout_client import raise_nofile
-from fanout_servers import (
+from kit.clients import Clients
+from kit.machine import raise_nofile
+from kit.provenance import commit, invocation, versions
+from kit.servers import (
     ADMIN_TOKEN,
     PUBLISHER_TOKEN,
     Server,

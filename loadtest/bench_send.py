@@ -10,7 +10,7 @@ turn, each row on a server (and a Redis) of its own, started for it and
 stopped after it:
 
 - **liveroom**: ``python -m liveroom serve`` from this checkout (the pure
-  build), as loadtest/fanout_servers.py starts it; ``compiled``: the same
+  build), as loadtest/kit/servers.py starts it; ``compiled``: the same
   command from the compiled tree (``--compiled-tree``, made by
   ``scripts/build-compiled build/compiled``) with ``PYTHONPATH=DIR
   PYTHONSAFEPATH=1``. Three kinds of send, a row each: ``normal`` (chat:
@@ -27,10 +27,10 @@ stopped after it:
   ``nchan_redis_url`` + ``nchan_use_redis on`` against a throw-away
   ``redis-server`` of its own.
 - **floor**: loadtest/floor_server.py, the Python floor, run by this
-  Python as loadtest/fanout_servers.py's ``floor_server()`` starts it: one
+  Python as loadtest/kit/servers.py's ``floor_server()`` starts it: one
   ``asyncio.Protocol`` per connection on uvloop, parsing with httptools,
   orjson, a room's messages in a deque; ``floor-compiled``: the same module
-  compiled by mypyc once for the run (bench_fanout.py's ``build_floor()``),
+  compiled by mypyc once for the run (loadtest/kit/builds.py's ``build_floor()``),
   left out with a note when mypyc is missing, unless named in ``--servers``.
   wrk sends them liveroom's normal send, token and all (one ``normal`` row
   each, whatever ``--kinds`` says), on the memory engine only: the floor has
@@ -120,31 +120,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench_fanout import (
-    BUILD_COMPILED,
-    build_floor,
-    check_compiled_tree,
-    commit,
-    compiled_env,
-    floor_compiled_server,
-    machine_busy,
-    say,
-    versions,
-    wait_quiet,
-)
-from fanout_client import raise_nofile
-from fanout_servers import (
+from kit import REPO
+from kit.builds import BUILD_COMPILED, build_floor, check_compiled_tree, compiled_env
+from kit.machine import machine_busy, raise_nofile
+from kit.progress import say
+from kit.provenance import commit, versions
+from kit.servers import (
     ADMIN_TOKEN,
     NCHAN_MODULE,
     PUBLISHER_TOKEN,
-    REPO,
     Server,
+    floor_compiled_server,
     floor_server,
     interrupt_on_signals,
     liveroom_server,
     nchan_available,
     nchan_server,
     redis_server,
+    wait_quiet,
 )
 
 BODY = (b'{"type":"chat","text":"that last play was unreal, can we see it again?",'

@@ -55,11 +55,12 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-from bench_fanout import BUILD_COMPILED, check_compiled_tree, commit, compiled_env, invocation
-from fanout_servers import (
+from kit import REPO
+from kit.builds import BUILD_COMPILED, check_compiled_tree, compiled_env
+from kit.provenance import commit, invocation
+from kit.servers import (
     ADMIN_TOKEN,
     PUBLISHER_TOKEN,
-    REPO,
     SECRET,
     free_port,
     interrupt_on_signals,

@@ -7,7 +7,7 @@ __doc__ = """The Python floor: the smallest long-poll server the fan-out benchma
 ``python loadtest/floor_server.py --port P`` serves 127.0.0.1:P on uvloop, one
 ``asyncio.Protocol`` per connection parsing with ``httptools``, keep-alive,
 requests answered in order. It speaks just enough of liveroom's v1 poll contract
-for ``fanout_client.py`` and the benchmark's publisher:
+for ``kit/clients.py``'s listeners and the benchmark's publisher:
 
 - ``POST /v1/rooms/ROOM/messages`` with ``{"uid", "body", ...}``: the next seq
   in the room's in-memory log (the last ``KEEP`` messages), 201 ``{"seq",

@@ -1,8 +1,8 @@
-"""The servers bench_fanout.py measures: started, watched from /proc, stopped.
+"""The servers the benchmarks measure: started, watched from /proc, stopped.
 
 liveroom (``python -m liveroom serve``), nginx + Nchan, and the Python floor
-(``floor_server.py``); a throw-away redis-server for liveroom's redis store
-(or Nchan's: ``nchan_server(..., redis_url=...)``).
+(``floor_server.py``, or its mypyc build); a throw-away redis-server for
+liveroom's redis store (or Nchan's: ``nchan_server(..., redis_url=...)``).
 
 Each server is a child process in a session of its own (Ctrl-C in the
 terminal reaches only the benchmark, which stops it), with its open-files
@@ -27,12 +27,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import psutil
-from fanout_client import die_with_parent, raise_nofile
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
+from kit import LOADTEST, REPO
+from kit.builds import compiled_env
+from kit.machine import cpu_seconds, cpu_times, die_with_parent, raise_nofile
+
 NCHAN_MODULE = Path("/usr/lib/nginx/modules/ngx_nchan_module.so")
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 ADMIN_TOKEN = "bench-admin-token-0123456789abcdef"
 PUBLISHER_TOKEN = "bench-publisher-token-0123456789ab"
 SECRET = "bench-ctx-secret-0123456789abcdef"
@@ -56,26 +56,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def cpu_times(pids: list[int]) -> tuple[float, float]:
-    """utime and stime (user and kernel CPU seconds) of these processes, summed
-    (those gone meanwhile count as 0)."""
-    user = system = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        user += int(fields[11])
-        system += int(fields[12])
-    return user / CLK_TCK, system / CLK_TCK
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """utime + stime of these processes (those gone meanwhile count as 0)."""
-    return sum(cpu_times(pids))
 
 
 def child_setup(nofile: int) -> Callable[[], None]:
@@ -152,6 +132,16 @@ def wait_until(what: str, done: Callable[[], bool], timeout: float, server: Serv
         time.sleep(step)
 
 
+def wait_quiet(server: Server, timeout: float = 15, idle: float = 0.05) -> None:
+    """Until the server spends under ``idle`` of a core over half a second."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        c0, t0 = server.cpu(), time.monotonic()
+        time.sleep(0.5)
+        if (server.cpu() - c0) / (time.monotonic() - t0) < idle:
+            return
+
+
 def accepts(port: int) -> bool:
     with socket.socket() as sock:
         return sock.connect_ex(("127.0.0.1", port)) == 0
@@ -205,8 +195,19 @@ def liveroom_server(tmp: Path, nofile: int, tiers: str | None, store: str | None
 def floor_server(tmp: Path, nofile: int) -> contextlib.AbstractContextManager[Server]:
     """``floor_server.py``, the Python floor."""
     port = free_port()
-    return announcing_server("floor", [str(HERE / "floor_server.py"), "--port", str(port)],
+    return announcing_server("floor", [str(LOADTEST / "floor_server.py"), "--port", str(port)],
                              port, tmp, nofile)
+
+
+def floor_compiled_server(tmp: Path, nofile: int,
+                          build: Path) -> contextlib.AbstractContextManager[Server]:
+    """The floor compiled by ``build_floor`` into ``build``, run in its
+    ``compiled_env``: imported, since a compiled module's ``__main__`` block
+    does not run."""
+    port = free_port()
+    return announcing_server("floor-compiled",
+                             ["-c", "import floor_server; floor_server.main()",
+                              "--port", str(port)], port, tmp, nofile, compiled_env(build))
 
 
 def nchan_available() -> bool:
@@ -217,7 +218,7 @@ def nginx_config(tmp: Path, port: int, nofile: int, multipart: bool,
                  redis_url: str | None = None) -> str:
     """``nchan.conf`` with its @NAMES@ filled in; with ``redis_url``
     (``redis://HOST:PORT``) Nchan keeps its channels in that Redis."""
-    text = (HERE / "nchan.conf").read_text()
+    text = (LOADTEST / "nchan.conf").read_text()
     redis = (f'nchan_redis_url "{redis_url}";\n    nchan_use_redis on;'
              if redis_url else "# channels in Nchan's own memory store")
     for name, value in {"DIR": str(tmp), "PORT": str(port),

@@ -1,4 +1,4 @@
-"""The listeners of bench_fanout.py: long polls that cost the client as little as possible.
+"""The benchmarks' listeners: long polls that cost the client as little as possible.
 
 On 2 cores the client shares the machine with the server it measures, so every
 microsecond it spends is one the server does not get. Each listener is an
@@ -28,18 +28,20 @@ One client process runs ``count`` listeners and obeys its parent over a pipe:
 ``status`` (answer the counts), ``report`` (answer the counts, every latency
 sample and the per-message reach) and ``stop``. It also stops by itself when
 the pipe closes or its time budget runs out, so it never outlives the run.
+``Clients`` is the parent's side: it forks the client processes, splits the
+listeners over them and sums their answers.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
+import multiprocessing
 import os
 import re
-import resource
 import signal
 import time
+import urllib.request
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -51,11 +53,17 @@ import httptools
 import orjson
 import uvloop
 
+from kit.machine import cpu_seconds, die_with_parent, raise_nofile
+from kit.servers import ADMIN_TOKEN
+
 SENT = re.compile(rb'"sent_ns": ?(\d+)')
 """The publisher's send time inside a message body, in any answer's bytes."""
 
 RETRY = 1.0
 """Seconds before a listener polls again after an error answer."""
+
+ROOM = "bench"
+"""The room the listeners poll unless told another."""
 
 
 @dataclass(frozen=True)
@@ -89,30 +97,6 @@ def listener_port(cfg: ClientConfig, index: int) -> int:
 def listener_room(cfg: ClientConfig, index: int) -> str:
     """The room listener ``index`` polls."""
     return cfg.room if cfg.rooms <= 1 else f"{cfg.room}-{index % cfg.rooms}"
-
-
-def raise_nofile(need: int) -> int:
-    """Raise RLIMIT_NOFILE to ``need`` if allowed, else the soft limit to the hard one.
-
-    Returns the soft limit now in force. Root may raise the hard limit up to
-    ``fs.nr_open`` unless the host forbids it (some VMs and containers do).
-    """
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if need > hard:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (need, need))
-            return need
-        except (ValueError, OSError):
-            pass
-    if soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    return hard
-
-
-def die_with_parent() -> None:
-    """Have the kernel send SIGTERM to this process when its parent dies (Linux)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 class Tally:
@@ -463,3 +447,87 @@ def run_client(conn: Connection, cfg: ClientConfig) -> None:
     raise_nofile(cfg.count + 64)
     uvloop.run(Client(conn, cfg).main())
     conn.close()
+
+
+# -- the parent's side ---------------------------------------------------------
+
+
+class Clients:
+    """The client processes and their pipes: the listeners' counts and samples."""
+
+    def __init__(self, kind: str, port: int, listeners: int, procs: int, budget: float,
+                 room: str = ROOM, rooms: int = 1, connect_parallel: int = 256,
+                 ports: tuple[int, ...] = ()):
+        ctx = multiprocessing.get_context("fork")
+        self.conns: list[Connection] = []
+        self.procs: list[multiprocessing.process.BaseProcess] = []
+        share, extra = divmod(listeners, procs)
+        first = 0
+        for i in range(procs):
+            count = share + (1 if i < extra else 0)
+            parent, child = ctx.Pipe()
+            cfg = ClientConfig(kind=kind, port=port, room=room, first=first, count=count,
+                               budget=budget, rooms=rooms,
+                               connect_parallel=connect_parallel, ports=ports)
+            proc = ctx.Process(target=run_client, args=(child, cfg), daemon=True,
+                               name=f"fanout-client-{i}")
+            proc.start()
+            child.close()
+            self.conns.append(parent)
+            self.procs.append(proc)
+            first += count
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs if p.pid is not None]
+
+    def ask(self, command: str, timeout: float = 30) -> list[dict[str, Any]]:
+        for conn in self.conns:
+            conn.send(command)
+        answers = []
+        for conn, proc in zip(self.conns, self.procs, strict=True):
+            try:
+                if not conn.poll(timeout):
+                    raise RuntimeError(f"{proc.name} did not answer {command!r} in {timeout} s")
+                answers.append(conn.recv())
+            except (EOFError, OSError):
+                raise RuntimeError(f"{proc.name} is gone (exit code {proc.exitcode})") from None
+        return answers
+
+    def status(self) -> dict[str, Any]:
+        total: dict[str, Any] = {"last_error": ""}
+        for counts in self.ask("status"):
+            for k, v in counts.items():
+                if k == "last_error":
+                    total[k] = v or total[k]
+                else:
+                    total[k] = total.get(k, 0) + v
+        return total
+
+    def cpu(self) -> list[float]:
+        return [cpu_seconds([pid]) for pid in self.pids()]
+
+    def stop(self) -> None:
+        for conn in self.conns:
+            with contextlib.suppress(OSError):
+                conn.send("stop")
+        for proc in self.procs:
+            proc.join(5)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        for conn in self.conns:
+            conn.close()
+
+
+def open_room(port: int) -> None:
+    """Make the room exist before its listeners come, as a broadcast does (a
+    room that does not exist counts nobody online, so it never gets a tier):
+    an operator's "end broadcast" opens it empty, with nothing to deliver."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/admin/rooms/{ROOM}/end",
+                                     method="POST",
+                                     headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        resp.read()

@@ -1,0 +1,84 @@
+"""The compiled builds a server may run from, beside the checkout's pure one.
+
+A compiled tree is the project installed by scripts/build-compiled (``pip
+install --no-deps --target DIR .``, its modules built by mypyc); a server runs
+from it with ``compiled_env(DIR)``: the tree first on the path, and not the
+checkout's sources. ``check_compiled_tree`` makes sure ``proxy.front.server`` imports
+from there as an extension module before any figure is taken.
+``build_floor`` compiles the Python floor (loadtest/floor_server.py) with mypyc
+for one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.machinery
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from kit import LOADTEST, REPO
+from kit.progress import say
+
+BUILD_COMPILED = "scripts/build-compiled"
+
+
+def add_compiled_tree(parser: argparse.ArgumentParser) -> None:
+    """``--compiled-tree DIR``: run the server from a compiled tree, not the
+    checkout's pure build (read back with :func:`server_env`)."""
+    parser.add_argument("--compiled-tree", type=Path, default=None, metavar="DIR",
+                        help="run the compiled build from DIR (made by scripts/build-compiled "
+                        "DIR) instead of the pure one")
+
+
+def server_env(tree: Path | None) -> dict[str, str] | None:
+    """The environment that runs the server from ``tree`` (checked to be a
+    compiled tree), or None for the pure build."""
+    if tree is None:
+        return None
+    tree = tree.resolve()
+    check_compiled_tree(tree)
+    return compiled_env(tree)
+
+
+def compiled_env(tree: Path) -> dict[str, str]:
+    """The environment that runs a process from a compiled tree: the tree first
+    on the path, and not the current directory (the checkout, with the sources)."""
+    return {"PYTHONPATH": str(tree), "PYTHONSAFEPATH": "1"}
+
+
+def compiled_module(tree: Path, module: str) -> str | None:
+    """None when ``module`` imports from ``tree`` as an extension module (a .so
+    mypyc built) in ``compiled_env(tree)``, run from the checkout as the servers
+    are; else what it imports instead (its file, or the error)."""
+    done = subprocess.run([sys.executable, "-c", f"import {module}; print({module}.__file__)"],
+                          cwd=REPO, env=os.environ | compiled_env(tree), capture_output=True,
+                          text=True, check=False)
+    found = done.stdout.strip()
+    if done.returncode == 0 and found.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)):
+        return None
+    return found if done.returncode == 0 else (done.stderr.strip().splitlines() or ["?"])[-1]
+
+
+def check_compiled_tree(tree: Path) -> None:
+    if not tree.is_dir():
+        raise RuntimeError(f"no compiled tree at {tree}: build one with {BUILD_COMPILED} "
+                           "(or give --compiled-tree DIR)")
+    if (found := compiled_module(tree, "proxy.front.server")) is not None:
+        raise RuntimeError(f"{tree} is not a compiled tree (proxy.front.server there is {found}): "
+                           f"build one with {BUILD_COMPILED} (or give --compiled-tree DIR)")
+
+
+def build_floor(into: Path) -> None:
+    """floor_server.py compiled by mypyc in ``into``, the .so beside the copy."""
+    shutil.copy(LOADTEST / "floor_server.py", into)
+    say("floor-compiled", "build", f"python -m mypyc floor_server.py in {into}")
+    done = subprocess.run([sys.executable, "-m", "mypyc", "floor_server.py"], cwd=into,
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+        raise RuntimeError(f"mypyc could not compile floor_server.py:\n{tail}")
+    if (found := compiled_module(into, "floor_server")) is not None:
+        raise RuntimeError(f"the compiled floor_server does not import from {into}: {found}")
