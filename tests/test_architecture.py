@@ -95,6 +95,76 @@ def test_the_core_imports_roles_only_in_node_and_cli() -> None:
     assert "`liveroom/cli.py`, whose `liveroom ticket` imports `proxy.tickets`" in doc
 
 
+def _proxy_module(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def proxy_imports(path: Path) -> set[str]:
+    """The proxy modules (or packages) ``path`` imports, relative imports
+    resolved, ``TYPE_CHECKING`` ones included."""
+    module = _proxy_module(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] == "proxy":
+                # ``from . import answer`` names a module; ``from .x import y`` the module x.
+                found.update(f"{target}.{alias.name}" if (ROOT / target.replace(".", "/")
+                                                           / f"{alias.name}.py").exists()
+                             else target for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == "proxy")
+    found.discard(module)
+    return found
+
+
+def _wing_of(module: str) -> str | None:
+    """The wing a proxy module is in (None: the package's own top-level modules)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and (ROOT / "proxy" / parts[1]).is_dir() else None
+
+
+def _declared_wings() -> dict[str, set[str]]:
+    """docs/architecture.md's table of the proxy's wings: each wing and the
+    wings it imports."""
+    rows = re.findall(r"^\| `proxy/(\w+)/` \| [^|]+ \| ([^|]+) \|$", DOC.read_text(), re.M)
+    return {wing: set() if imports.strip() == "no wing" else
+            {w.strip(" `/") for w in imports.split(",")} for wing, imports in rows}
+
+
+def test_the_proxys_wings_import_only_what_the_doc_says() -> None:
+    """Every sub-package of proxy/ is a wing of the doc's table, and imports
+    exactly the wings its row names: the front knows no feature, no arrow
+    runs back up, no two wings import each other. The top-level helpers
+    (``auth``, ``reply``...) import no wing; only ``role.py`` (the
+    assembly) and ``__init__.py`` may."""
+    declared = _declared_wings()
+    wings = {p.name for p in (ROOT / "proxy").iterdir() if (p / "__init__.py").is_file()}
+    assert wings == set(declared), {"undeclared": wings - set(declared),
+                                     "gone": set(declared) - wings}
+    assert declared["front"] == set()  # the front knows no feature
+    used: dict[str, set[str]] = {wing: set() for wing in wings}
+    for path in (ROOT / "proxy").rglob("*.py"):
+        module = _proxy_module(path)
+        imported = {w for w in map(_wing_of, proxy_imports(path)) if w is not None}
+        wing = _wing_of(module)
+        if wing is None:
+            if path.name not in ("role.py", "__init__.py"):
+                assert not imported, f"{module} is a shared helper and imports {imported}"
+            continue
+        used[wing] |= imported - {wing}
+    assert used == declared
+    for wing, imports in declared.items():
+        for other in imports:
+            assert wing not in declared[other], f"{wing} and {other} import each other"
+
+
 def test_the_node_wires_the_roles_entry_points() -> None:
     tree = ast.parse(NODE.read_text())
     wired = {(n.module, a.name) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)

@@ -24,18 +24,18 @@ import socket
 import struct
 from functools import partial
 from time import monotonic as _monotonic
-from typing import TYPE_CHECKING, Final, cast
+from typing import Final, cast
 
+from ..deadlines import Deadlines
 from ..reply import Reply, error_reply
-from .admission import CROWDED_REPLY
+from .admission import CROWDED_REPLY, Admission
 from .flow import FlowControl
-from .handler import Held
+from .handler import Handler
 from .handoff import hand_over
-from .reader import Arriving, Fed, Request, RequestReader
+from .limits import FrontLimits, HeadRules
+from .reader import Arriving, Fed, RequestReader
+from .request import Held, Request
 from .routing import METHODS
-
-if TYPE_CHECKING:
-    from .shared import Shared
 
 logger: Final = logging.getLogger("liveroom.proxy.front")
 
@@ -77,6 +77,64 @@ def reset(transport: asyncio.Transport) -> None:
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
     transport.abort()
+
+
+# What a connection sees of its front (as uvicorn's protocols see their
+# server through its ServerState): a base class rather than a
+# typing.Protocol, since compiled (mypyc) a call through a base class is a
+# direct call, through a Protocol a lookup by name on every answer.
+class Shared:
+    """The front as its connections see it: all they may ask of it
+    (:class:`~.server.Front` is one)."""
+
+    limits: FrontLimits
+    handlers: tuple[Handler | None, ...]
+    """Each route's handler, by kind (:mod:`.routing`; index 0: none)."""
+    heads: tuple[HeadRules | None, ...]
+    """Each route's head rules, by kind (None: a route without a body)."""
+    admission: Admission
+    paused: set[Connection]
+    """Connections not read now (their client is ahead of its answers)."""
+    timers: Deadlines[Connection]
+    """The deadlines of requests still arriving, and of lingering closes."""
+    write_deadlines: Deadlines[Connection]
+    """The deadlines of answers not taken (flow control)."""
+    closing: bool
+    """The node is shutting down: answers close their connections."""
+
+    def admit(self, conn: Connection, host: str) -> bytes | None:
+        """Take ``conn`` in, or the answer that refuses it."""
+        raise NotImplementedError
+
+    def forget(self, conn: Connection) -> None:
+        """``conn`` is closed, or aiohttp's: count it no more (safe to repeat)."""
+        raise NotImplementedError
+
+    def shed(self, reason: str) -> None:
+        """A connection was cut for ``reason`` (counted)."""
+        raise NotImplementedError
+
+    def dropped(self, unsent: int) -> None:
+        """An aborted connection dropped ``unsent`` bytes of answers."""
+        raise NotImplementedError
+
+    def let_go(self, held: Held, answer: bool) -> None:
+        """Its client left: answer ``held`` at once, empty (``answer``: a
+        half-close), or forget it, soon."""
+        raise NotImplementedError
+
+    def head(self, status: int, content_type: str) -> bytes:
+        """The status line and fixed headers of an answer."""
+        raise NotImplementedError
+
+    def date(self) -> bytes:
+        """The ``Date`` header line."""
+        raise NotImplementedError
+
+    def protocol_for(self, address: str) -> asyncio.Protocol:
+        """aiohttp's protocol for a connection handed over, counted under
+        ``address`` (``""``: not counted) until it closes."""
+        raise NotImplementedError
 
 
 class Connection(asyncio.Protocol):

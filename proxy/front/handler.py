@@ -1,4 +1,4 @@
-"""What the front asks of a route's handler, and of the work it holds.
+"""What the front asks of a route's handler.
 
 The front knows no feature: the role builds one :class:`Handler` per route of
 the routing table (:mod:`.routing`) and gives them to the
@@ -15,28 +15,7 @@ from typing import Any
 
 from ..reply import Reply
 from .limits import HeadRules
-from .request import Request
-
-
-class Held:
-    """A request its handler holds until something answers it (a long poll):
-    the connection lets go of it through these when its client leaves."""
-
-    __slots__ = ()
-
-    def holding(self) -> bool:
-        """Whether it waits now (a half-close then answers it at once)."""
-        raise NotImplementedError
-
-    def release(self) -> None:
-        """Answer now what waiting would have answered when it ran out: the
-        client half-closed and waits for nothing more."""
-        raise NotImplementedError
-
-    def cancel(self) -> None:
-        """The client left: forget it, answer nothing."""
-        raise NotImplementedError
-
+from .request import Held, Request
 
 Outcome = Reply | Held | Coroutine[Any, Any, Reply] | None
 """What :meth:`Handler.start` gives back: an answer now (a :class:`Reply`),

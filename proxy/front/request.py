@@ -1,5 +1,6 @@
 """One request as the front reads it: what its routes read of its head and
-its body, and what answers it once dispatched."""
+its body, and what answers it once dispatched (:class:`Held`: work a
+handler holds)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,26 @@ if TYPE_CHECKING:
     import asyncio
 
     from ..reply import Reply
-    from .handler import Held
+
+
+class Held:
+    """A request its handler holds until something answers it (a long poll):
+    the connection lets go of it through these when its client leaves."""
+
+    __slots__ = ()
+
+    def holding(self) -> bool:
+        """Whether it waits now (a half-close then answers it at once)."""
+        raise NotImplementedError
+
+    def release(self) -> None:
+        """Answer now what waiting would have answered when it ran out: the
+        client half-closed and waits for nothing more."""
+        raise NotImplementedError
+
+    def cancel(self) -> None:
+        """The client left: forget it, answer nothing."""
+        raise NotImplementedError
 
 
 class Request:

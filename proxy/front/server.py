@@ -14,8 +14,8 @@ handler built. It knows no feature: the role gives it one
 - :mod:`.routing`: the routing table (``GET /v1/rooms/{room}/poll``, ``POST
   /v1/rooms/{room}/messages``, ``POST /v1/rooms/{room}/likes``) and the
   queries; :mod:`.handler`: what the front asks of a route's handler;
-- :mod:`.connection`: one connection's life; :mod:`.shared`: what it sees
-  of the front;
+- :mod:`.connection`: one connection's life, and what it sees of the
+  front (:class:`~.connection.Shared`);
 - :mod:`.flow`: flow control (a client that does not read is not read);
 - :mod:`.admission`: the caps on open connections, per node and per client;
 - :mod:`.handoff` and :mod:`.site`: a connection whose request is anything
@@ -65,11 +65,11 @@ from typing import Final
 
 from ..deadlines import Deadlines
 from .admission import Admission
-from .connection import Connection, reset
-from .handler import Handler, Held
+from .connection import Connection, Shared, reset
+from .handler import Handler
 from .limits import FrontLimits
+from .request import Held
 from .routing import KINDS, ROUTES
-from .shared import Shared
 from .trim import Trim
 
 __all__ = ["Connection", "Front", "reset"]
@@ -92,7 +92,7 @@ connection is not read (elsewhere only a reset is seen)."""
 
 class Front(Shared):
     """The listener front of one node: a protocol factory for the listening
-    socket, and what its connections share (:class:`~.shared.Shared`)."""
+    socket, and what its connections share (:class:`~.connection.Shared`)."""
 
     def __init__(self, handlers: Mapping[int, Handler],
                  limits: FrontLimits | None = None) -> None:

@@ -20,7 +20,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
-from .handler import Held
+from .request import Held
 from .server import Front, reset
 
 HELD_POLL = web.RequestKey("held_poll", Held)

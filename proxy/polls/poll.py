@@ -55,7 +55,7 @@ from liveroom.roles import RoomReader, StatsReader
 from liveroom.settings import Settings
 from liveroom.snapshot import ABSENT_EPOCH, Delivery, Snapshot, read, recent
 
-from ..front.handler import Held
+from ..front.request import Held
 from ..gifts.ranking import NO_GIFTS, Ranking
 from ..likes.likes import Likes
 from ..moderation.rules import RoomRules
