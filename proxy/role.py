@@ -46,6 +46,7 @@ from .polls.hold import Holds
 from .polls.poll import Polls
 from .polls.route import PollRoute
 from .polls.tiers import TierTable
+from .recent_rooms import RecentRooms
 from .sends.route import SendRoute
 from .sends.send import Sends
 from .tickets import Tickets
@@ -80,40 +81,42 @@ class Proxy:
                            holds_per_listener=settings.holds_per_listener,
                            holds_per_uid=settings.holds_per_uid,
                            held_max=settings.held_max, metrics=metrics)
-        self.polls = Polls(settings, reader, self.heartbeats, stats, self.holds, tiers,
-                           signer, clock, metrics, is_vip=vip_list.is_vip)
-        self.sends = Sends(settings, log, tokens, clock, metrics)
         self.tickets = Tickets(settings.ticket_keys, clock, ticket_leeway=settings.ticket_leeway) \
             if settings.auth == "ticket" else None
         """One verifier (one cache) for polls, sends and member lists; None: open."""
-        self.polls.tickets = self.sends.tickets = self.tickets
+        # The rooms asked about lately: the likes keep their totals fresh,
+        # the ranking their top givers.
+        recent = RecentRooms()
         self.likes = Likes(counters, clock, TapLimits(
-            settings.like_requests, settings.like_taps, settings.likes_uids_max),
+            settings.like_requests, settings.like_taps, settings.likes_uids_max), recent,
             likes_flush=settings.likes_flush, likes_rooms_max=settings.likes_rooms_max,
             metrics=metrics)
-        self.polls.likes = self.likes
-        self.ranking = Ranking(counters, clock, self.likes.asked)
-        self.polls.ranking = self.ranking
+        self.ranking = Ranking(counters, clock, recent)
         self._forget = forget
         self.moderation = Moderation(moderation, clock, on_ban=self._banned)
-        self.polls.rules = self.moderation.rules
-        self.sends.moderation = self.moderation
+        self.polls = Polls(settings, reader, self.heartbeats, stats, self.holds, tiers,
+                           signer, clock, metrics, is_vip=vip_list.is_vip, tickets=self.tickets,
+                           likes=self.likes, ranking=self.ranking, rules=self.moderation.rules)
+        self.sends = Sends(settings, log, tokens, clock, metrics, tickets=self.tickets,
+                           moderation=self.moderation)
         # A like's head is held to a send's bounds (a body of a few bytes
         # is far under them): one value, given to both routes.
         self.taps = Taps(self.likes, self.sends.head_rules, self.tickets)
-        self.gifts = Gifts(counters, log, tokens, clock, gift_important=settings.gift_important)
-        self.gifts.tickets = self.tickets
+        self.gifts = Gifts(counters, log, tokens, clock, gift_important=settings.gift_important,
+                           tickets=self.tickets)
         # The front's routes and their handlers: a new front route is a row
         # of proxy/front/routing.py and its handler here.
-        self.front = Front({POLL: PollRoute(self.polls), SEND: SendRoute(self.sends),
-                            LIKE: LikeRoute(self.taps)}, FrontLimits(
-            header_timeout=settings.header_timeout, request_timeout=settings.request_timeout,
-            keepalive_timeout=settings.keepalive_timeout, connections_max=settings.connections_max,
-            connections_per_ip=settings.connections_per_ip,
-            trusted_proxies=settings.trusted_proxies, write_timeout=settings.write_timeout,
-            unsent_max=unsent_max(settings)))
-        self.front.admission.on_refused = metrics.refused_connections.inc
-        self.front.on_shed = lambda reason: metrics.shed_connections.labels(reason).inc()
+        self.front = Front(
+            {POLL: PollRoute(self.polls), SEND: SendRoute(self.sends), LIKE: LikeRoute(self.taps)},
+            FrontLimits(
+                header_timeout=settings.header_timeout, request_timeout=settings.request_timeout,
+                keepalive_timeout=settings.keepalive_timeout,
+                connections_max=settings.connections_max,
+                connections_per_ip=settings.connections_per_ip,
+                trusted_proxies=settings.trusted_proxies, write_timeout=settings.write_timeout,
+                unsent_max=unsent_max(settings)),
+            on_shed=lambda reason: metrics.shed_connections.labels(reason).inc(),
+            on_refused=metrics.refused_connections.inc)
         metrics.track(metrics.connections, lambda: self.front.open_connections)
         metrics.track(metrics.held_polls, self.held_polls)
         self.routes = Routes(settings=settings, reader=reader, polls=self.polls,
@@ -122,8 +125,7 @@ class Proxy:
                              is_vip=vip_list.is_vip, clock=clock, metrics=metrics,
                              health=health)
         self.recalls = Recalls(log, tokens, self.moderation, clock,
-                               recall_window=settings.recall_window)
-        self.recalls.tickets = self.tickets
+                               recall_window=settings.recall_window, tickets=self.tickets)
         self.moderators = ModerationRoutes(self.moderation, moderation, tokens, clock,
                                            self.recalls, operators, reader)
         self.operators = OperatorRoutes(operators, tokens, clock, settings, stats=stats,

@@ -302,13 +302,14 @@ class HeldAfterTheStore:
 async def test_a_stop_during_a_flush_writes_its_taps_once(redis_url: str) -> None:
     from liveroom.store import LogPolicy, open_store
     from proxy.likes.likes import Likes
+    from proxy.recent_rooms import RecentRooms
 
     clock = FakeClock()
     store = open_store(redis_url, LogPolicy(), clock)
     await store.start()
     try:
         held = HeldAfterTheStore(store.counters)
-        likes = Likes(held, clock, TapLimits((), (), 100), likes_flush=0.25,
+        likes = Likes(held, clock, TapLimits((), (), 100), RecentRooms(), likes_flush=0.25,
                       likes_rooms_max=10)
         likes.tap(ROOM, "u", 40)
         likes.start()

@@ -47,7 +47,8 @@ class Seated(Protocol):
 class Admission:
     """The caps of one node's front, and the books they are kept in."""
 
-    def __init__(self, limits: FrontLimits, shed: Callable[[str], None]) -> None:
+    def __init__(self, limits: FrontLimits, shed: Callable[[str], None],
+                 on_refused: Callable[[], None] | None = None) -> None:
         self.connections_max = limits.connections_max or connection_capacity()
         self.connections_per_ip = limits.connections_per_ip
         self._shed = shed
@@ -60,7 +61,7 @@ class Admission:
         first closed at the cap."""
         self.refused = 0
         """Connections refused past ``connections_max`` since start."""
-        self.on_refused: Callable[[], None] | None = None
+        self.on_refused = on_refused
         """Called for each connection refused (a metric)."""
         self.refused_per_ip = 0
         """Connections (or proxied requests) refused past ``connections_per_ip``."""

@@ -94,8 +94,9 @@ class Front(Shared):
     """The listener front of one node: a protocol factory for the listening
     socket, and what its connections share (:class:`~.connection.Shared`)."""
 
-    def __init__(self, handlers: Mapping[int, Handler],
-                 limits: FrontLimits | None = None) -> None:
+    def __init__(self, handlers: Mapping[int, Handler], limits: FrontLimits | None = None,
+                 *, on_shed: Callable[[str], None] | None = None,
+                 on_refused: Callable[[], None] | None = None) -> None:
         missing = [ROUTES[kind - 1][0] for kind in range(1, KINDS) if kind not in handlers]
         if missing:
             raise ValueError(f"no handler for the front's routes {', '.join(missing)}")
@@ -103,13 +104,13 @@ class Front(Shared):
         self.heads = tuple(None if handler is None else handler.head_rules
                            for handler in self.handlers)
         self.limits = limits or FrontLimits()
-        self.admission = Admission(self.limits, self.shed)
+        self.admission = Admission(self.limits, self.shed, on_refused)
         self.handoff: Callable[[Callable[[], None] | None], asyncio.Protocol] | None = None
         """Makes aiohttp's protocol for a connection handed over (set when
         serving); it calls what it is given when the connection closes."""
         self.handed: Callable[[], int] = lambda: 0
         """How many connections handed over are still open (set when serving)."""
-        self.on_shed: Callable[[str], None] | None = None
+        self.on_shed = on_shed
         """Called with the reason for each connection shed (a metric): its
         client did not read (``write_timeout``, ``unsent``), flooded a lingering
         close (``linger``), was closed to make room (``evicted``) or refused

@@ -55,14 +55,14 @@ class Gifts:
     listener waits on them, they go to the store)."""
 
     def __init__(self, counters: Counters, log: MessageLog, tokens: Tokens, clock: Clock, *,
-                 gift_important: int) -> None:
+                 gift_important: int, tickets: Tickets | None = None) -> None:
         self._counters = counters
         self._log = log
         self._tokens = tokens
         self._clock = clock
         self.gift_important = gift_important
-        self.tickets: Tickets | None = None
-        """Set by the role in ``ticket`` mode."""
+        self.tickets = tickets
+        """The ticket verifier in ``ticket`` mode; None: open."""
 
     def require_publisher(self, room: str, authorization: str | None) -> None:
         """A gift is the backend's: the publisher or admin token, or a ticket

@@ -1,10 +1,11 @@
 """The gift ranking in poll answers: a room's top givers, sent only when they changed.
 
-Once a second a node reads the leaderboards of the rooms its listeners poll
-(the rooms :class:`~.likes.Likes` shows a total for: one
-``Counters.rankings`` call for all of them) and keeps, per room with gifts,
-its :data:`TOP` givers ready encoded as a :class:`Standing`. Its ``version``
-is a checksum of what it says, the same on every node.
+Once a second a node reads the leaderboards of the rooms its listeners
+asked about lately (:class:`~proxy.recent_rooms.RecentRooms`, the rooms the
+likes keep fresh too: one ``Counters.rankings`` call for all of them) and
+keeps, per room with gifts, its :data:`TOP` givers ready encoded as a
+:class:`Standing`. Its ``version`` is a checksum of what it says, the same on
+every node.
 
 An answer carries ``ranking`` (``{"version", "top": [{"uid", "score"}, ...]}``)
 when the room has a standing and the poll did not echo its version as
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import zlib
-from collections.abc import Callable, Collection
 from typing import Final
 
 import msgpack
@@ -34,6 +34,8 @@ from liveroom.clock import Clock
 from liveroom.errors import StoreUnavailable
 from liveroom.lifecycle import Outage, Periodic
 from liveroom.store.base import Counters, Leaderboard
+
+from ..recent_rooms import RecentRooms
 
 logger: Final = logging.getLogger("liveroom.proxy.ranking")
 
@@ -72,10 +74,9 @@ class Ranking:
     """A node's standings of the rooms polled here. Start and stop it with the
     node."""
 
-    def __init__(self, store: Counters, clock: Clock,
-                 rooms: Callable[[], Collection[str]]) -> None:
+    def __init__(self, store: Counters, clock: Clock, recent: RecentRooms) -> None:
         self._store = store
-        self._rooms = rooms
+        self._recent = recent
         self.standings: dict[str, Standing] = {}
         """By room: read by every answer (a room without gifts is absent)."""
         self._outage = Outage(logger)
@@ -90,7 +91,7 @@ class Ranking:
     async def refresh(self) -> None:
         """Read the leaderboards of the rooms polled here; forget the rooms no
         longer polled. Logs an outage once, and once when it ends."""
-        rooms = list(self._rooms())
+        rooms = list(self._recent.rooms())
         try:
             boards = await self._store.rankings(rooms, TOP) if rooms else {}
         except StoreUnavailable:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from typing import Final
 
 from liveroom.clock import Clock
@@ -37,15 +37,16 @@ from liveroom.metrics import Metrics
 from liveroom.ratelimit import Window, span
 from liveroom.store.base import Counters
 
+from ..recent_rooms import RecentRooms
+
 logger: Final = logging.getLogger("liveroom.proxy.likes")
 
 MAX_COUNT: Final = 100
 """Taps one request may carry."""
 REFRESH_EVERY: Final = 1.0
-"""Seconds between two reads of the totals of the rooms asked about."""
-ASKED_FOR: Final = 60
-"""Refreshes (about seconds) a room's total is kept fresh after it was last
-asked about."""
+"""Seconds between two reads of the totals of the rooms asked about
+(:class:`~proxy.recent_rooms.RecentRooms`, which forgets a room a minute
+after it was last asked about)."""
 
 
 _TAPS: Final = 0
@@ -121,10 +122,11 @@ class Likes:
     """One node's likes: taps merged per room, flushed, and the totals shown.
     Start and stop it with the node."""
 
-    def __init__(self, store: Counters, clock: Clock, limits: TapLimits, *,
-                 likes_flush: float, likes_rooms_max: int,
+    def __init__(self, store: Counters, clock: Clock, limits: TapLimits, recent: RecentRooms,
+                 *, likes_flush: float, likes_rooms_max: int,
                  metrics: Metrics | None = None) -> None:
         self._store = store
+        self._recent = recent
         self._clock = clock
         self.limits = limits
         self.likes_rooms_max = likes_rooms_max
@@ -136,9 +138,6 @@ class Likes:
         """The store's totals at the last refresh."""
         self._shown: dict[str, int] = {}
         """The totals answered so far (never down within a broadcast)."""
-        self._asked: dict[str, int] = {}
-        """Rooms whose total was asked about, and at which refresh."""
-        self._refreshes = 0
         self.counts = [0] * 5 if metrics is None else metrics.tally([
             metrics.likes_taps, metrics.likes_flushes.labels("written"),
             metrics.likes_flushes.labels("failed"), metrics.likes_refused.labels("rate_limited"),
@@ -205,18 +204,13 @@ class Likes:
     def total(self, room: str) -> int:
         """The room's total as shown (see the module's docstring): a few dict
         lookups, nothing more (read on every poll answer)."""
-        self._asked[room] = self._refreshes
+        self._recent.note(room)
         known = (self._stored.get(room, 0) + self._pending.get(room, 0)
                  + self._writing.get(room, 0))
         shown = self._shown.get(room, 0)
         if known > shown:
             self._shown[room] = shown = known
         return shown
-
-    def asked(self) -> Collection[str]:
-        """The rooms whose total was asked about lately: those polled here
-        (a view, read at once)."""
-        return self._asked.keys()
 
     async def step(self) -> None:
         """A flush, and a refresh if :data:`REFRESH_EVERY` passed since the
@@ -260,17 +254,15 @@ class Likes:
                 self.oldest_pending = 0.0
 
     async def refresh(self) -> None:
-        """Read the totals of the rooms asked about in the last
-        :data:`ASKED_FOR` refreshes (one call); forget the others."""
-        self._refreshes += 1
-        oldest = self._refreshes - ASKED_FOR
-        for room in [r for r, at in self._asked.items() if at < oldest]:
-            del self._asked[room]
+        """Read the totals of the rooms asked about lately (one call); forget
+        the others."""
+        recent = self._recent
+        for room in recent.age():
             self._stored.pop(room, None)
             self._shown.pop(room, None)
-        if not self._asked:
+        if not len(recent):
             return
-        totals = await self._store.likes(list(self._asked))
+        totals = await self._store.likes(list(recent.rooms()))
         for room, total in totals.items():
             before = self._stored.get(room)
             if before is not None and total < before:

@@ -48,14 +48,14 @@ class Recalls:
     """A node's recalls."""
 
     def __init__(self, log: MessageLog, tokens: Tokens, moderation: Moderation, clock: Clock,
-                 *, recall_window: float) -> None:
+                 *, recall_window: float, tickets: Tickets | None = None) -> None:
         self._log = log
         self._tokens = tokens
         self._moderation = moderation
         self._clock = clock
         self.recall_window = recall_window
-        self.tickets: Tickets | None = None
-        """Set by the role in ``ticket`` mode."""
+        self.tickets = tickets
+        """The ticket verifier in ``ticket`` mode; None: open."""
 
     def _who(self, room: str, authorization: str | None,
              uid: str | None) -> tuple[str, str | None]:

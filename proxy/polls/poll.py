@@ -107,7 +107,10 @@ class Polls:
     def __init__(self, settings: Settings, reader: RoomReader, heartbeats: Heartbeats,
                  stats: StatsReader, holds: Holds, tiers: TierTable, signer: ContextSigner,
                  clock: Clock, metrics: Metrics,
-                 is_vip: Callable[[str], bool] = lambda room: False) -> None:
+                 is_vip: Callable[[str], bool] = lambda room: False, *,
+                 tickets: Tickets | None = None, likes: Likes | None = None,
+                 ranking: Ranking | None = None,
+                 rules: dict[str, RoomRules] | None = None) -> None:
         self.is_vip = is_vip
         self.vip_spread = settings.vip_spread
         self.reader = reader
@@ -119,14 +122,14 @@ class Polls:
         """Made by the proxy from the configured (or, on memory, made up) secret;
         never replaced."""
         self.clock = clock
-        self.tickets: Tickets | None = None
-        """The ticket verifier in ``ticket`` mode (set by the proxy); None: open."""
-        self.likes: Likes | None = None
-        """The node's likes (set by the proxy): answers carry a room's total."""
-        self.rules: dict[str, RoomRules] = {}
-        """The node's moderation by room (``Moderation.rules``, set by the
-        proxy): a poll of a room in it is checked for a ban."""
-        self.ranking: Ranking | None = None
+        self.tickets = tickets
+        """The ticket verifier in ``ticket`` mode; None: open."""
+        self.likes = likes
+        """The node's likes: answers carry a room's total (None: 0)."""
+        self.rules: dict[str, RoomRules] = {} if rules is None else rules
+        """The node's moderation by room (``Moderation.rules``, kept up to
+        date in place): a poll of a room in it is checked for a ban."""
+        self.ranking = ranking
         """The node's gift standings (set by the proxy): answers carry a
         room's when the listener has not seen it."""
         rule = settings.vip_rule()

@@ -74,16 +74,17 @@ class Sends:
     """The sender path of one node."""
 
     def __init__(self, settings: Settings, log_: MessageLog, tokens: Tokens, clock: Clock,
-                 metrics: Metrics) -> None:
+                 metrics: Metrics, *, tickets: Tickets | None = None,
+                 moderation: Moderation | None = None) -> None:
         self.settings = settings
         self._log = log_
         self.tokens = tokens
         """The configured (or, on memory, made up) tokens; never replaced."""
-        self.tickets: Tickets | None = None
-        """The ticket verifier in ``ticket`` mode (set by the proxy); None: open."""
-        self.moderation: Moderation | None = None
-        """The node's moderation (set by the proxy): a muted or banned uid's
-        sends are refused, a slow room's counted in one more window."""
+        self.tickets = tickets
+        """The ticket verifier in ``ticket`` mode; None: open."""
+        self.moderation = moderation
+        """The node's moderation: a muted or banned uid's sends are refused,
+        a slow room's counted in one more window (None: none)."""
         self._clock = clock
         self._metrics = metrics
         self._tally = metrics.tally(
