@@ -42,7 +42,7 @@ COMPILED = (
     "proxy.front.request",
     "proxy.front.routing",
     "proxy.front.server",
-    
+
     "proxy.front.trim",
     "proxy.front.whole",
     "proxy.gifts.ranking",

@@ -97,8 +97,6 @@ class RoomStats:
     online: int
     viewers: int
     viewers_exact: bool
-    likes: int = 0
-    """Likes in the room's current broadcast, as the store holds them."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -120,7 +120,8 @@ class Proxy:
         metrics.track(metrics.connections, lambda: self.front.open_connections)
         metrics.track(metrics.held_polls, self.held_polls)
         self.routes = Routes(settings=settings, reader=reader, polls=self.polls,
-                             sends=self.sends, taps=self.taps, gifts=self.gifts, stats=stats,
+                             sends=self.sends, taps=self.taps, likes=self.likes,
+                             gifts=self.gifts, stats=stats,
                              tickets=self.tickets,
                              is_vip=vip_list.is_vip, clock=clock, metrics=metrics,
                              health=health)

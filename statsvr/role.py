@@ -205,10 +205,9 @@ class Statsvr:
         figure = self.history.figure(room)
         # Everyone in the merged view was counted in the history before their
         # shard was written; the figure may only lag one refresh behind.
-        likes = 0 if self._counters is None else (await self._counters.likes([room]))[room]
         if view.online > figure.viewers:
-            return RoomStats(view.online, view.online, figure.viewers_exact, likes)
-        return RoomStats(view.online, figure.viewers, figure.viewers_exact, likes)
+            return RoomStats(view.online, view.online, figure.viewers_exact)
+        return RoomStats(view.online, figure.viewers, figure.viewers_exact)
 
     async def online_series(self, room: str, since: float,
                             until: float) -> tuple[int, list[tuple[int, float, int]]]:

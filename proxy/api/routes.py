@@ -31,6 +31,7 @@ from ..front.limits import FrontLimits, HeadRules
 from ..front.routing import parse_query
 from ..front.site import HELD_POLL
 from ..gifts.gifts import Gifts
+from ..likes.likes import Likes
 from ..likes.taps import Taps
 from ..params import parse_members_page, parse_series_range
 from ..polls.poll import Polls
@@ -122,7 +123,8 @@ class Routes:
     front handed over), the room figures and the node's operations."""
 
     def __init__(self, *, settings: Settings, reader: RoomReader, polls: Polls, sends: Sends,
-                 taps: Taps, gifts: Gifts, stats: StatsReader, tickets: Tickets | None,
+                 taps: Taps, likes: Likes, gifts: Gifts, stats: StatsReader,
+                 tickets: Tickets | None,
                  is_vip: Callable[[str], bool],
                  clock: Clock, metrics: Metrics,
                  health: Callable[[], Awaitable[str | None]]) -> None:
@@ -131,6 +133,7 @@ class Routes:
         self.polls = polls
         self.sends = sends
         self.taps = taps
+        self.likes = likes
         self.gifts = gifts
         self.stats = stats
         self.tickets = tickets
@@ -254,10 +257,11 @@ class Routes:
         room = check_name("room", request.match_info["room"])
         figures = await self.stats.stats(room)
         snap = await self.reader.snapshot(room)
+        likes = await self.likes.current(room)
         return document(request, {
             "room": room, "online": figures.online, "viewers": figures.viewers,
             "viewers_exact": figures.viewers_exact, "vip": self.is_vip(room),
-            "seq": snap.head, "likes": figures.likes,
+            "seq": snap.head, "likes": likes,
         })
 
     async def gift(self, request: web.Request) -> web.StreamResponse:

@@ -212,6 +212,17 @@ class Likes:
             self._shown[room] = shown = known
         return shown
 
+    async def current(self, room: str) -> int:
+        """The room's total read now, for a reader off the poll's path (``GET
+        /stats``): the store's total (one round trip) plus the taps this node
+        acknowledged and has not handed to it yet. Exact at once where an
+        answer's :meth:`total` may lag a refresh (a broadcast just ended);
+        it notes nothing and changes nothing, so reading it keeps nothing
+        fresh. (Taps in a flush under way are left out: the store may or may
+        not hold them yet.)"""
+        stored = (await self._store.likes([room]))[room]
+        return stored + self._pending.get(room, 0)
+
     async def step(self) -> None:
         """A flush, and a refresh if :data:`REFRESH_EVERY` passed since the
         last. While the store is unavailable, one warning when it goes and
