@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 from click.core import ParameterSource
 
-from . import __version__, build, sects
-from .clock import SystemClock
-from .errors import BadRequest, ConfigError, LiveroomError
-from .model import check_name
-from .sects import Sect
-from .settings import (
+from .. import __version__, build, sects
+from ..clock import SystemClock
+from ..errors import BadRequest, ConfigError, LiveroomError
+from ..model import check_name
+from ..sects import Sect
+from ..settings import (
     DEFAULTS,
     ENV_PREFIX,
     SECRET_SETTINGS,
@@ -51,7 +51,7 @@ from .settings import (
 # aiohttp, `send` and `listen` are clients (aiohttp's) that load nothing of the
 # server, and only `serve` imports the roles (tests/test_packaging.py).
 if TYPE_CHECKING:
-    from .client import (
+    from ..client import (
         Answer,
         AuditEntry,
         Client,
@@ -64,9 +64,9 @@ if TYPE_CHECKING:
         Sanction,
         VipChange,
     )
-    from .node import Node
-    from .store.base import Store
-    from .whitelist import SectChange
+    from ..node import Node
+    from ..store.base import Store
+    from ..whitelist import SectChange
 
 URL_ENV, TICKET_ENV, UID_ENV = (ENV_PREFIX + name for name in ("URL", "TICKET", "UID"))
 """The clients' own environment variables (``listen``, ``send``, the operators'
@@ -206,7 +206,7 @@ def serve(**given: Any) -> None:
     name in capitals); deploy/liveroom.env lists them all, docs/operations.md
     explains them. Problems are reported all at once, the store URL first.
     """
-    from .store import check_store_url
+    from ..store import check_store_url
 
     store = given["store"] or "memory"
     # Every problem in one round, the store URL first.
@@ -236,7 +236,7 @@ def serve(**given: Any) -> None:
     try:
         # No collections while the node imports and starts (node.run says why).
         gc.disable()
-        from .node import run  # the roles and aiohttp's server: only serve needs them
+        from ..node import run  # the roles and aiohttp's server: only serve needs them
 
         run(settings, announce=_announce)
     except ConfigError as exc:
@@ -247,7 +247,7 @@ def serve(**given: Any) -> None:
 
 
 def _supervise(settings: Settings, workers: int, log_level: str) -> None:
-    from .workers import CannotListen, supervise
+    from ..workers import CannotListen, supervise
 
     try:
         code = supervise(settings, workers, log_level=log_level)
@@ -341,7 +341,7 @@ T = TypeVar("T")
 
 def _clear(exc: ClientError, token_hint: str | None = None) -> click.ClickException:
     """A client error as the command's one-line failure (exit status 1)."""
-    from .client import ApiError
+    from ..client import ApiError
 
     if isinstance(exc, ApiError):
         message = exc.message or exc.code
@@ -378,8 +378,8 @@ def _operate(url: str, admin_token: str | None, store: str | None,
              via_server: Callable[[Client], Awaitable[T]],
              via_store: Callable[[Store], Awaitable[T]]) -> T:
     """Run one operators' call against the server at ``url``, or the store."""
-    from .client import Client, ClientError
-    from .store import open_store
+    from ..client import Client, ClientError
+    from ..store import open_store
 
     if store is not None and not is_shared(store):
         raise click.BadParameter(
@@ -416,7 +416,7 @@ def _sect_change(call: Callable[[Store, int], Awaitable[SectChange]]
     """A sect change made directly in the store (``--store``)."""
 
     async def through_store(store: Store) -> VipChange:
-        from .client import VipChange
+        from ..client import VipChange
 
         change = await call(store, int(SystemClock().time() * 1000))
         return VipChange(change.room, change.after.vip, change.moved)
@@ -426,14 +426,14 @@ def _sect_change(call: Callable[[Store, int], Awaitable[SectChange]]
 
 async def _pin(store: Store, room: str, sect: Sect | None, now_ms: int) -> SectChange:
     """``room`` pinned to ``sect`` (``None``: unpinned) in the store itself."""
-    from .whitelist import pin_room
+    from ..whitelist import pin_room
 
     return await pin_room(store.operators, store.log, room, sect, now_ms)
 
 
 async def _release(store: Store, room: str, now_ms: int) -> SectChange:
     """``room`` unpinned and moved to the normal sect in the store itself."""
-    from .whitelist import release_room
+    from ..whitelist import release_room
 
     return await release_room(store.operators, room, now_ms)
 
@@ -510,8 +510,8 @@ def vip_unpin(room: str, url: str, admin_token: str | None, store: str | None) -
 
 
 async def _sects_of_store(store: Store) -> list[RoomSect]:
-    from .client import RoomSect
-    from .whitelist import read_sects
+    from ..client import RoomSect
+    from ..whitelist import read_sects
 
     records = await read_sects(store.operators)
     return [RoomSect.of(sects.document(room, records[room])) for room in sorted(records)]
@@ -745,7 +745,7 @@ def listen(room_name: str, uid: str | None, ticket: str | None, url: str,
     Flags first, then the environment: a --ticket given as a flag names the
     listener, and LIVEROOM_UID from the environment is not used.
     """
-    from .client import Client, ClientError
+    from ..client import Client, ClientError
 
     ctx = click.get_current_context()
     flags, aside = _flags_first(ctx, ("ticket",))
@@ -843,7 +843,7 @@ def send(room_name: str, text: str, uid: str | None, important: bool, to: str | 
     environment is not (with a --ticket flag, nor is LIVEROOM_UID: the ticket
     names the uid). Given both the same way, the token speaks, for --uid.
     """
-    from .client import Client, ClientError
+    from ..client import Client, ClientError
 
     ctx = click.get_current_context()
     flags, aside = _flags_first(ctx, ("ticket", "token"))
@@ -907,7 +907,7 @@ def like(room_name: str, count: int, uid: str | None, ticket: str | None, url: s
     Each uid may send a few like requests a second (the server's
     --like-requests and --like-taps): past them the node answers 429 and this
     exits with status 1 and its message."""
-    from .client import Client, ClientError
+    from ..client import Client, ClientError
 
     if uid is None and ticket is None:
         uid = f"fan-{secrets.token_hex(3)}"
@@ -942,7 +942,7 @@ def gift(room_name: str, uid: str, value: int, name: str, ticket: str | None,
 
     The room's ranking is for its current broadcast (`liveroom leaderboard
     ROOM`); ending the broadcast freezes it."""
-    from .client import Client, ClientError
+    from ..client import Client, ClientError
 
     async def run() -> str:
         async with Client(url, ticket=ticket, token=token) as client:
@@ -965,7 +965,7 @@ def gift(room_name: str, uid: str, value: int, name: str, ticket: str | None,
 @_url_option
 def leaderboard(room_name: str, limit: int, url: str) -> None:
     """Print ROOM's top givers in its current broadcast, best first, and its gift total."""
-    from .client import Client, ClientError
+    from ..client import Client, ClientError
 
     async def run() -> list[str]:
         async with Client(url) as client:
@@ -1072,7 +1072,7 @@ def recall(room_name: str, seq: int, uid: str | None, personal: bool, ticket: st
     addressee is told (`-- recalled: pPSEQ`). Prints one line: which message,
     whose.
     """
-    from .client import Client, ClientError
+    from ..client import Client, ClientError
 
     ctx = click.get_current_context()
     if uid is not None and personal:
@@ -1125,7 +1125,7 @@ async def _act_in_store(store: Store, room: str, action: str, target: str, secon
     """One moderation action taken in the store itself (``--store``): every
     node reads it from the store's journal within about a second. The time
     it was taken and the room's moderation after it (``None``: none left)."""
-    from .store.base import AuditEntry as StoredEntry
+    from ..store.base import AuditEntry as StoredEntry
 
     now_ms = int(SystemClock().time() * 1000)
     try:
@@ -1140,7 +1140,7 @@ def _stored_sanction(room: str, kind: str, uid: str, now_ms: int,
                      state: Any) -> Sanction | None:
     """``uid``'s mute or ban (``kind``: ``muted``, ``banned``) in a room's
     moderation as the store reads it, as the client shows it."""
-    from .client import Sanction
+    from ..client import Sanction
 
     given = None if state is None else next(
         (s for s in getattr(state, kind) if s.uid == uid), None)
@@ -1311,7 +1311,7 @@ def moderation(room_name: str, limit: int, url: str, admin_token: str | None,
     """
 
     async def through_store(s: Store) -> RoomModeration:
-        from .client import AuditEntry, RoomModeration
+        from ..client import AuditEntry, RoomModeration
 
         now_ms = int(SystemClock().time() * 1000)
         state = (await s.moderation.rooms([room_name], now_ms)).get(room_name)
@@ -1332,6 +1332,3 @@ def moderation(room_name: str, limit: int, url: str, admin_token: str | None,
     if not state.audit:
         click.echo("no moderation in this broadcast yet")
 
-
-if __name__ == "__main__":  # pragma: no cover
-    main()
