@@ -12,25 +12,21 @@ import gc
 import json
 import logging
 import os
-import re
 import secrets
 import signal
 import sys
-import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import click
 from click.core import ParameterSource
 
 from .. import __version__, build, sects
 from ..clock import SystemClock
-from ..errors import BadRequest, ConfigError, LiveroomError
-from ..model import check_name
+from ..errors import ConfigError
 from ..sects import Sect
 from ..settings import (
     DEFAULTS,
-    ENV_PREFIX,
     SECRET_SETTINGS,
     SECRETS,
     TICKET_KEY_MIN,
@@ -46,6 +42,21 @@ from ..settings import (
     unset_secrets,
     weak_secrets,
 )
+from .calls import clear, operate
+from .credentials import flags_first, left_aside_note
+from .options import (
+    TICKET_ENV,
+    UID_ENV,
+    URL_ENV,
+    F,
+    check_optional_uid,
+    check_room,
+    check_uid,
+    operators_options,
+    ticket_option,
+    url_option,
+)
+from .times import Duration, duration_text, when
 
 # Each command imports what only it needs when it runs: `ticket` signs without
 # aiohttp, `send` and `listen` are clients (aiohttp's) that load nothing of the
@@ -55,7 +66,6 @@ if TYPE_CHECKING:
         Answer,
         AuditEntry,
         Client,
-        ClientError,
         Message,
         PersonalMessage,
         Retry,
@@ -67,13 +77,6 @@ if TYPE_CHECKING:
     from ..node import Node
     from ..store.base import Store
     from ..whitelist import SectChange
-
-URL_ENV, TICKET_ENV, UID_ENV = (ENV_PREFIX + name for name in ("URL", "TICKET", "UID"))
-"""The clients' own environment variables (``listen``, ``send``, the operators'
-commands), beside those of the settings they share with the server
-(:func:`~liveroom.settings.env_of`: ``--admin-token``, ``--token``)."""
-F = TypeVar("F", bound=Callable[..., Any])
-
 
 
 def _announce(node: Node) -> None:
@@ -280,20 +283,14 @@ def secrets_command() -> None:
 
 # -- tickets ------------------------------------------------------------------------
 
-def _uid(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    try:
-        return check_name("uid", value)
-    except BadRequest as exc:
-        raise click.BadParameter(f"{value!r}: {exc.message}") from None
-
 
 def _rooms(ctx: click.Context, param: click.Parameter,
            value: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(_room(ctx, param, room) for room in value)
+    return tuple(check_room(ctx, param, room) for room in value)
 
 
 @main.command()
-@click.option("--uid", required=True, callback=_uid,
+@click.option("--uid", required=True, callback=check_uid,
               help="The uid the ticket names (its sub claim).")
 @click.option("--room", "rooms", multiple=True, callback=_rooms, metavar="ROOM",
               help="A room the ticket is good for; repeat for several. Required unless "
@@ -334,81 +331,6 @@ def ticket(uid: str, rooms: tuple[str, ...], any_room: bool, ttl: int, publish: 
 
 
 # -- operators: the vip whitelist and the end of a broadcast ----------------------
-
-DEFAULT_URL = "http://127.0.0.1:8080"
-T = TypeVar("T")
-
-
-def _clear(exc: ClientError, token_hint: str | None = None) -> click.ClickException:
-    """A client error as the command's one-line failure (exit status 1)."""
-    from ..client import ApiError
-
-    if isinstance(exc, ApiError):
-        message = exc.message or exc.code
-        if exc.status == 401 and token_hint:
-            message += f" ({token_hint})"
-        return click.ClickException(f"{message} (HTTP {exc.status})")
-    return click.ClickException(str(exc))
-
-
-def _operators_options(command: F) -> F:
-    """The options every operators' command takes: where to send the change."""
-    command = click.option(
-        "--store", "store", default=None, metavar="URL",
-        help="Change the store directly (redis://HOST:PORT/DB) instead of going "
-             "through a running server; not with the embedded memory store, which "
-             "lives inside the server.")(command)
-    command = click.option(
-        "--admin-token", envvar=env_of("admin_token"), show_envvar=True,
-        help="The server's admin token (not needed with --store).")(command)
-    command = click.option(
-        "--url", default=DEFAULT_URL, show_default=True, envvar=URL_ENV,
-        show_envvar=True, help="A running liveroom server (any node over the store).")(command)
-    return command
-
-
-def _room(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    try:
-        return check_name("room", value)
-    except BadRequest as exc:
-        raise click.BadParameter(f"{value!r}: {exc.message}") from None
-
-
-def _operate(url: str, admin_token: str | None, store: str | None,
-             via_server: Callable[[Client], Awaitable[T]],
-             via_store: Callable[[Store], Awaitable[T]]) -> T:
-    """Run one operators' call against the server at ``url``, or the store."""
-    from ..client import Client, ClientError
-    from ..store import open_store
-
-    if store is not None and not is_shared(store):
-        raise click.BadParameter(
-            "the memory store lives inside the server process: use --url to reach "
-            "the running server instead", param_hint="--store")
-
-    async def run() -> T:
-        if store is None:
-            async with Client(url, token=admin_token) as client:
-                try:
-                    return await via_server(client)
-                except ClientError as exc:
-                    raise _clear(exc, None if admin_token else
-                                 f"give --admin-token or set {env_of('admin_token')}") from None
-        try:
-            engine = open_store(store, DEFAULTS.log_policy(), SystemClock(), node_id="cli")
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--store") from None
-        # No start(): a one-shot command needs no notify channel (the engine
-        # connects on the first call), and closing a started redis engine while
-        # Redis is down can hang in its reconnect loop.
-        try:
-            return await via_store(engine)
-        except LiveroomError as exc:
-            raise click.ClickException(exc.message) from None
-        finally:
-            await engine.close()
-
-    return asyncio.run(run())
 
 
 def _sect_change(call: Callable[[Store, int], Awaitable[SectChange]]
@@ -465,46 +387,46 @@ def vip() -> None:
 
 
 @vip.command("add")
-@click.argument("room", callback=_room)
-@_operators_options
+@click.argument("room", callback=check_room)
+@operators_options
 def vip_add(room: str, url: str, admin_token: str | None, store: str | None) -> None:
     """Pin ROOM to the vip sect (as `vip pin ROOM vip`)."""
-    change = _operate(url, admin_token, store, lambda c: c.vip_add(room),
-                      _sect_change(lambda s, now: _pin(s, room, "vip", now)))
+    change = operate(url, admin_token, store, lambda c: c.vip_add(room),
+                     _sect_change(lambda s, now: _pin(s, room, "vip", now)))
     click.echo(_said(change))
 
 
 @vip.command("remove")
-@click.argument("room", callback=_room)
-@_operators_options
+@click.argument("room", callback=check_room)
+@operators_options
 def vip_remove(room: str, url: str, admin_token: str | None, store: str | None) -> None:
     """Unpin ROOM and move it to the normal sect now (the automatic rule may
     promote it again when it grows)."""
-    change = _operate(url, admin_token, store, lambda c: c.vip_remove(room),
-                      _sect_change(lambda s, now: _release(s, room, now)))
+    change = operate(url, admin_token, store, lambda c: c.vip_remove(room),
+                     _sect_change(lambda s, now: _release(s, room, now)))
     click.echo(_said(change))
 
 
 @vip.command("pin")
-@click.argument("room", callback=_room)
+@click.argument("room", callback=check_room)
 @click.argument("sect", type=click.Choice(["vip", "normal"]))
-@_operators_options
+@operators_options
 def vip_pin(room: str, sect: Sect, url: str, admin_token: str | None,
             store: str | None) -> None:
     """Pin ROOM to SECT (vip or normal), moving it there now: the automatic
     rule leaves it there until `vip unpin`."""
-    change = _operate(url, admin_token, store, lambda c: c.vip_pin(room, sect),
-                      _sect_change(lambda s, now: _pin(s, room, sect, now)))
+    change = operate(url, admin_token, store, lambda c: c.vip_pin(room, sect),
+                     _sect_change(lambda s, now: _pin(s, room, sect, now)))
     click.echo(_said(change, sect))
 
 
 @vip.command("unpin")
-@click.argument("room", callback=_room)
-@_operators_options
+@click.argument("room", callback=check_room)
+@operators_options
 def vip_unpin(room: str, url: str, admin_token: str | None, store: str | None) -> None:
     """Give ROOM back to the automatic rule; it stays in its sect for now."""
-    change = _operate(url, admin_token, store, lambda c: c.vip_unpin(room),
-                      _sect_change(lambda s, now: _pin(s, room, None, now)))
+    change = operate(url, admin_token, store, lambda c: c.vip_unpin(room),
+                     _sect_change(lambda s, now: _pin(s, room, None, now)))
     sect = "vip" if change.vip else "normal"
     click.echo(f"room {room} is unpinned (in the {sect} sect; the automatic rule decides)")
 
@@ -521,26 +443,20 @@ async def _sects_of_server(client: Client) -> list[RoomSect]:
     return list(await client.vip_sects())
 
 
-def _when(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ms / 1000))
-
-
 @vip.command("list")
-@_operators_options
+@operators_options
 def vip_list(url: str, admin_token: str | None, store: str | None) -> None:
     """Print the rooms in the vip sect, the pinned ones and those the rule is
     watching: one a line, with the sect, pinned or auto, and since when."""
-    found = [s for s in _operate(url, admin_token, store, _sects_of_server, _sects_of_store)
+    found = [s for s in operate(url, admin_token, store, _sects_of_server, _sects_of_store)
              if s.vip or s.pinned or s.candidate_since is not None]
     width = max((len(s.room) for s in found), default=0)
     for s in found:
         line = f"{s.room:<{width}}  {'vip' if s.vip else 'normal':<6}  {s.mode:<6}  " \
-               f"since {_when(s.since)}"
+               f"since {when(s.since)}"
         if s.candidate_since is not None:
             line += f"  (moving to {'normal' if s.vip else 'vip'} if it stays, " \
-                    f"since {_when(s.candidate_since)})"
+                    f"since {when(s.candidate_since)})"
         click.echo(line)
     if not found:
         click.echo("no vip rooms", err=True)
@@ -552,8 +468,8 @@ def room() -> None:
 
 
 @room.command("start")
-@click.argument("room_name", metavar="ROOM", callback=_room)
-@_operators_options
+@click.argument("room_name", metavar="ROOM", callback=check_room)
+@operators_options
 def room_start(room_name: str, url: str, admin_token: str | None, store: str | None) -> None:
     """Open ROOM before its first message.
 
@@ -570,15 +486,15 @@ def room_start(room_name: str, url: str, admin_token: str | None, store: str | N
         started = await c.start_broadcast(room_name)
         return started.epoch, started.broadcast, started.created
 
-    epoch, broadcast, created = _operate(url, admin_token, store, through_server,
-                                         through_store)
+    epoch, broadcast, created = operate(url, admin_token, store, through_server,
+                                        through_store)
     state = "opened" if created else "was open already"
     click.echo(f"room {room_name} {state}: broadcast {broadcast} (epoch {epoch})")
 
 
 @room.command("end")
-@click.argument("room_name", metavar="ROOM", callback=_room)
-@_operators_options
+@click.argument("room_name", metavar="ROOM", callback=check_room)
+@operators_options
 def room_end(room_name: str, url: str, admin_token: str | None, store: str | None) -> None:
     """End ROOM's broadcast and start the next one.
 
@@ -599,62 +515,12 @@ def room_end(room_name: str, url: str, admin_token: str | None, store: str | Non
         ended = await c.end_broadcast(room_name)
         return ended.epoch, ended.broadcast
 
-    epoch, broadcast = _operate(url, admin_token, store, through_server, through_store)
+    epoch, broadcast = operate(url, admin_token, store, through_server, through_store)
     click.echo(f"room {room_name}: broadcast {broadcast - 1} ended, broadcast {broadcast} "
                f"started (epoch {epoch})")
 
 
 # -- a room from a terminal: listen and send --------------------------------------
-
-def _url_option(command: F) -> F:
-    return click.option(
-        "--url", default=DEFAULT_URL, show_default=True, envvar=URL_ENV,
-        show_envvar=True, help="A running liveroom server (any node).")(command)
-
-
-def _ticket_option(command: F) -> F:
-    return click.option(
-        "--ticket", envvar=TICKET_ENV, show_envvar=True,
-        help="A ticket your backend signed (servers run with --auth ticket): it names "
-             "the uid; see `liveroom ticket`. Given as a flag, it wins over the "
-             f"environment's {UID_ENV} (and, for send, "
-             f"{env_of('publisher_token')}).")(command)
-
-
-def _flags_first(ctx: click.Context, credentials: tuple[str, ...]) -> tuple[str, list[str]]:
-    """Whose word a command takes: flags first, then the environment.
-
-    ``credentials`` names the command's parameters that say who speaks
-    (``ticket``, ``token``). When one is given as a flag, those that came from
-    the environment are left aside, and so is a uid from the environment when
-    the flag is ``--ticket`` (the ticket names its uid): a shell that exports
-    the tokens (the production recipe's) cannot outvote a ticket typed on the
-    command line. Returns the flags given (``--ticket``...) and the
-    parameters left aside, for the caller to drop."""
-    def given(name: str) -> ParameterSource | None:
-        return ctx.get_parameter_source(name)
-
-    flags = [name for name in credentials if given(name) is ParameterSource.COMMANDLINE]
-    if not flags:
-        return "", []
-    aside = [name for name in credentials if given(name) is ParameterSource.ENVIRONMENT]
-    if "ticket" in flags and given("uid") is ParameterSource.ENVIRONMENT:
-        aside.append("uid")
-    return " and ".join(f"--{name.replace('_', '-')}" for name in flags), aside
-
-
-def _left_aside_note(ctx: click.Context, flags: str, aside: list[str]) -> str:
-    """The ``--`` line saying which environment variables a flag outvoted."""
-    envs = [env for param in ctx.command.params if param.name in aside
-            for env in ([param.envvar] if isinstance(param.envvar, str)
-                        else param.envvar or [])]
-    verb = "is" if len(envs) == 1 else "are"
-    return (f"-- {' and '.join(envs)} from the environment {verb} not used: the {flags} "
-            f"given speaks (a flag wins over the environment)")
-
-
-def _optional_uid(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    return None if value is None else _uid(ctx, param, value)
 
 
 def _body_text(body: Any) -> str:
@@ -707,12 +573,12 @@ def _notes(answer: Answer, first: bool, slow: int = 0) -> list[str]:
 
 
 @main.command()
-@click.argument("room_name", metavar="ROOM", callback=_room)
-@click.option("--uid", callback=_optional_uid, envvar=UID_ENV, show_envvar=True,
+@click.argument("room_name", metavar="ROOM", callback=check_room)
+@click.option("--uid", callback=check_optional_uid, envvar=UID_ENV, show_envvar=True,
               help="Who listens (open mode) [default: a made-up listener-XXXXXX; with "
                    "--ticket, the ticket's].")
-@_ticket_option
-@_url_option
+@ticket_option
+@url_option
 @click.option("--recent", type=click.IntRange(0, DEFAULTS.recent_max), default=None,
               help=f"Normal messages to show from before now (0-{DEFAULTS.recent_max}) "
                    f"[default: the server's, {DEFAULTS.recent_default}].")
@@ -748,7 +614,7 @@ def listen(room_name: str, uid: str | None, ticket: str | None, url: str,
     from ..client import Client, ClientError
 
     ctx = click.get_current_context()
-    flags, aside = _flags_first(ctx, ("ticket",))
+    flags, aside = flags_first(ctx, ("ticket",))
     if "uid" in aside:
         uid = None
     if uid is None and ticket is None:
@@ -799,20 +665,20 @@ def listen(room_name: str, uid: str | None, ticket: str | None, url: str,
         asyncio.run(run())
     except ClientError as exc:
         if aside:
-            note(_left_aside_note(ctx, flags, aside))
-        raise _clear(exc, None if ticket else f"give --ticket or set {TICKET_ENV}") from None
+            note(left_aside_note(ctx, flags, aside))
+        raise clear(exc, None if ticket else f"give --ticket or set {TICKET_ENV}") from None
 
 
 @main.command()
-@click.argument("room_name", metavar="ROOM", callback=_room)
+@click.argument("room_name", metavar="ROOM", callback=check_room)
 @click.argument("text")
-@click.option("--uid", callback=_optional_uid, envvar=UID_ENV, show_envvar=True,
+@click.option("--uid", callback=check_optional_uid, envvar=UID_ENV, show_envvar=True,
               help="Who sends (open mode, or for the --token holder) [default: a "
                    "made-up sender-XXXXXX, said on stderr; with --ticket, the ticket's].")
 @click.option("--important", is_flag=True,
               help="An important message (a system signal: never lost, delivered first); "
                    "needs --token or a ticket minted with --publish.")
-@click.option("--to", callback=_optional_uid, default=None, metavar="UID",
+@click.option("--to", callback=check_optional_uid, default=None, metavar="UID",
               help="A personal message for UID alone (important; needs --token or a "
                    "ticket minted with --publish); prints its pseq, its position among "
                    "the room's personal messages (not a seq).")
@@ -822,12 +688,12 @@ def listen(room_name: str, uid: str | None, ticket: str | None, url: str,
               help="Sending twice with one id within the server's --dedup-ttl "
                    f"({default_text('dedup_ttl')} s unless told otherwise) stores it once "
                    "[default: made up].")
-@_ticket_option
+@ticket_option
 @click.option("--token", envvar=env_of("publisher_token"), show_envvar=True,
               help="The publisher (or admin) token: your backend speaking for --uid, not "
                    "rate limited; needed for --important without a publishing ticket. "
                    "Not used from the environment when --ticket is given as a flag.")
-@_url_option
+@url_option
 def send(room_name: str, text: str, uid: str | None, important: bool, to: str | None,
          as_json: bool, client_msg_id: str | None, ticket: str | None, token: str | None,
          url: str) -> None:
@@ -846,7 +712,7 @@ def send(room_name: str, text: str, uid: str | None, important: bool, to: str | 
     from ..client import Client, ClientError
 
     ctx = click.get_current_context()
-    flags, aside = _flags_first(ctx, ("ticket", "token"))
+    flags, aside = flags_first(ctx, ("ticket", "token"))
     if "ticket" in aside:
         ticket = None
     if "token" in aside:
@@ -884,23 +750,23 @@ def send(room_name: str, text: str, uid: str | None, important: bool, to: str | 
         said = asyncio.run(run())
     except ClientError as exc:
         if aside:
-            click.echo(_left_aside_note(ctx, flags, aside), err=True)
+            click.echo(left_aside_note(ctx, flags, aside), err=True)
         hint = (f"give --token or set {env_of('publisher_token')}"
                 if (important or to) and not token
                 else None if ticket or token else f"give --ticket or set {TICKET_ENV}")
-        raise _clear(exc, hint) from None
+        raise clear(exc, hint) from None
     click.echo(said)
 
 
 @main.command()
-@click.argument("room_name", metavar="ROOM", callback=_room)
+@click.argument("room_name", metavar="ROOM", callback=check_room)
 @click.option("--count", type=click.IntRange(1, 100), default=1, show_default=True,
               help="Taps in this request (a client batches its taps).")
-@click.option("--uid", callback=_optional_uid, envvar=UID_ENV, show_envvar=True,
+@click.option("--uid", callback=check_optional_uid, envvar=UID_ENV, show_envvar=True,
               help="Who taps (open mode) [default: a made-up fan-XXXXXX; with --ticket, the "
                    "ticket's].")
-@_ticket_option
-@_url_option
+@ticket_option
+@url_option
 def like(room_name: str, count: int, uid: str | None, ticket: str | None, url: str) -> None:
     """Tap COUNT likes in ROOM and print the room's total as the node knows it.
 
@@ -920,22 +786,22 @@ def like(room_name: str, count: int, uid: str | None, ticket: str | None, url: s
     try:
         total = asyncio.run(run())
     except ClientError as exc:
-        raise _clear(exc, None if ticket or uid else f"give --ticket or set {TICKET_ENV}") \
+        raise clear(exc, None if ticket or uid else f"give --ticket or set {TICKET_ENV}") \
             from None
     click.echo(f"{room_name}: {total} likes")
 
 
 @main.command()
-@click.argument("room_name", metavar="ROOM", callback=_room)
-@click.option("--uid", callback=_optional_uid, required=True, help="The giver.")
+@click.argument("room_name", metavar="ROOM", callback=check_room)
+@click.option("--uid", callback=check_optional_uid, required=True, help="The giver.")
 @click.option("--value", type=click.IntRange(1, 10**12), required=True,
               help="What the gift is worth, in your backend's unit.")
 @click.option("--gift", "name", default="gift", show_default=True, help="The gift's name.")
-@_ticket_option
+@ticket_option
 @click.option("--token", envvar=env_of("publisher_token"), show_envvar=True,
               help="The publisher (or admin) token: gifts are your backend's call (or a "
                    "ticket minted with --publish).")
-@_url_option
+@url_option
 def gift(room_name: str, uid: str, value: int, name: str, ticket: str | None,
          token: str | None, url: str) -> None:
     """Give UID's gift worth VALUE in ROOM and print the giver's rank and score.
@@ -953,16 +819,16 @@ def gift(room_name: str, uid: str, value: int, name: str, ticket: str | None,
     try:
         said = asyncio.run(run())
     except ClientError as exc:
-        raise _clear(exc, None if token or ticket
-                     else f"give --token or set {env_of('publisher_token')}") from None
+        raise clear(exc, None if token or ticket
+                    else f"give --token or set {env_of('publisher_token')}") from None
     click.echo(said)
 
 
 @main.command()
-@click.argument("room_name", metavar="ROOM", callback=_room)
+@click.argument("room_name", metavar="ROOM", callback=check_room)
 @click.option("--limit", type=click.IntRange(1, 100), default=10, show_default=True,
               help="Givers to list.")
-@_url_option
+@url_option
 def leaderboard(room_name: str, limit: int, url: str) -> None:
     """Print ROOM's top givers in its current broadcast, best first, and its gift total."""
     from ..client import Client, ClientError
@@ -977,69 +843,18 @@ def leaderboard(room_name: str, limit: int, url: str) -> None:
     try:
         lines = asyncio.run(run())
     except ClientError as exc:
-        raise _clear(exc, None) from None
+        raise clear(exc, None) from None
     for line in lines:
         click.echo(line)
 
 
 # -- moderation: recall, mute, ban, slow mode and the audit ------------------------
 
-MODERATION_SECONDS_MAX = 30 * 86_400
-"""The longest mute, ban or slow mode (the server's and the store's limit)."""
-_UNITS = (("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1))
-_DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?", re.ASCII)
-
-
-def seconds_of(text: str) -> int | None:
-    """The seconds ``text`` spells: plain seconds (``90``), or numbers with a
-    unit each, largest first (``30s``, ``10m``, ``2h``, ``1d``, ``1h30m``);
-    ``None`` when it spells no duration."""
-    text = text.strip().lower()
-    if re.fullmatch(r"\d+", text, re.ASCII):
-        return int(text)
-    found = _DURATION.fullmatch(text)
-    if not text or found is None:
-        return None
-    return sum(int(n) * size for n, (_, size) in zip(found.groups(), _UNITS, strict=True)
-               if n)
-
-
-def duration_text(seconds: int) -> str:
-    """``seconds`` as :func:`seconds_of` reads it back: ``90`` is ``1m30s``."""
-    parts = []
-    for unit, size in _UNITS:
-        count, seconds = divmod(seconds, size)
-        if count:
-            parts.append(f"{count}{unit}")
-    return "".join(parts) or "0s"
-
-
-class _Duration(click.types.IntParamType):
-    """A duration (:func:`seconds_of`) from ``low`` seconds to 30 days (a
-    whole number of seconds, as ``click.INT`` makes one)."""
-
-    name = "duration"
-
-    def __init__(self, low: int) -> None:
-        self.low = low
-
-    def convert(self, value: Any, param: click.Parameter | None,
-                ctx: click.Context | None) -> int:
-        seconds = value if isinstance(value, int) and not isinstance(value, bool) \
-            else seconds_of(str(value))
-        if seconds is None:
-            self.fail(f"{value!r} is not a duration: give seconds (90) or numbers with a "
-                      f"unit, s, m, h or d (30s, 10m, 2h, 1d, 1h30m)", param, ctx)
-        if not self.low <= seconds <= MODERATION_SECONDS_MAX:
-            self.fail(f"{value!r} is out of range: from {duration_text(self.low)} to "
-                      f"{duration_text(MODERATION_SECONDS_MAX)}", param, ctx)
-        return seconds
-
 
 @main.command()
-@click.argument("room_name", metavar="ROOM", callback=_room)
+@click.argument("room_name", metavar="ROOM", callback=check_room)
 @click.argument("seq", type=click.IntRange(1))
-@click.option("--uid", callback=_optional_uid, default=None,
+@click.option("--uid", callback=check_optional_uid, default=None,
               help="Recall as this sender, one of its own messages, on a server in open "
                    "mode (within the server's --recall-window, 120 s, of sending it); "
                    "the admin token is not used then.")
@@ -1054,7 +869,7 @@ class _Duration(click.types.IntParamType):
 @click.option("--admin-token", envvar=env_of("admin_token"), show_envvar=True,
               help="The server's admin token (or the publisher token): recalls any "
                    "message the room keeps.")
-@_url_option
+@url_option
 def recall(room_name: str, seq: int, uid: str | None, personal: bool, ticket: str | None,
            admin_token: str | None, url: str) -> None:
     """Recall message SEQ of ROOM: its body is gone for good, and every
@@ -1084,7 +899,7 @@ def recall(room_name: str, seq: int, uid: str | None, personal: bool, ticket: st
             raise click.UsageError("--uid recalls as that sender, --admin-token as a "
                                    "moderator: give one of them")
         admin_token = None  # the sender speaks, not the environment's token
-    flags, aside = _flags_first(ctx, ("ticket", "admin_token"))
+    flags, aside = flags_first(ctx, ("ticket", "admin_token"))
     if "ticket" in aside:
         ticket = None
     if "admin_token" in aside:
@@ -1108,8 +923,8 @@ def recall(room_name: str, seq: int, uid: str | None, personal: bool, ticket: st
         said = asyncio.run(run())
     except ClientError as exc:
         if aside:
-            click.echo(_left_aside_note(ctx, flags, aside), err=True)
-        raise _clear(exc) from None
+            click.echo(left_aside_note(ctx, flags, aside), err=True)
+        raise clear(exc) from None
     click.echo(said)
 
 
@@ -1158,17 +973,17 @@ def _sanctioned(room: str, uid: str, kind: str, seconds: int, sanction: Sanction
     if seconds:
         how = f"for {duration_text(seconds)}"
         if sanction is not None:
-            how += f" (until {_when(sanction.until_ms)})"
+            how += f" (until {when(sanction.until_ms)})"
     return f"{uid} is {verb} room {room} {how}" + (f": {reason}" if reason else "")
 
 
 @main.command()
-@click.argument("room_name", metavar="ROOM", callback=_room)
-@click.argument("uid", callback=_uid)
-@click.option("--for", "seconds", type=_Duration(1), required=True, metavar="DURATION",
+@click.argument("room_name", metavar="ROOM", callback=check_room)
+@click.argument("uid", callback=check_uid)
+@click.option("--for", "seconds", type=Duration(1), required=True, metavar="DURATION",
               help="How long: 30s, 10m, 2h, 1d, 1h30m, or plain seconds; at most 30d.")
 @_reason_option
-@_operators_options
+@operators_options
 def mute(room_name: str, uid: str, seconds: int, reason: str, url: str,
          admin_token: str | None, store: str | None) -> None:
     """Mute UID in ROOM for a while: its sends are refused (HTTP 403 muted,
@@ -1183,15 +998,15 @@ def mute(room_name: str, uid: str, seconds: int, reason: str, url: str,
         now_ms, state = await _act_in_store(s, room_name, "mute", uid, seconds, reason)
         return _stored_sanction(room_name, "muted", uid, now_ms, state)
 
-    sanction = _operate(url, admin_token, store,
-                        lambda c: c.mute(room_name, uid, seconds, reason), through_store)
+    sanction = operate(url, admin_token, store,
+                       lambda c: c.mute(room_name, uid, seconds, reason), through_store)
     click.echo(_sanctioned(room_name, uid, "muted", seconds, sanction, reason))
 
 
 @main.command()
-@click.argument("room_name", metavar="ROOM", callback=_room)
-@click.argument("uid", callback=_uid)
-@_operators_options
+@click.argument("room_name", metavar="ROOM", callback=check_room)
+@click.argument("uid", callback=check_uid)
+@operators_options
 def unmute(room_name: str, uid: str, url: str, admin_token: str | None,
            store: str | None) -> None:
     """Lift UID's mute in ROOM: it may send again at once (a uid that was not
@@ -1200,18 +1015,18 @@ def unmute(room_name: str, uid: str, url: str, admin_token: str | None,
     async def through_store(s: Store) -> None:
         await _act_in_store(s, room_name, "unmute", uid, 0, "")
 
-    _operate(url, admin_token, store, lambda c: c.unmute(room_name, uid), through_store)
+    operate(url, admin_token, store, lambda c: c.unmute(room_name, uid), through_store)
     click.echo(f"{uid}'s mute in room {room_name} is lifted")
 
 
 @main.command()
-@click.argument("room_name", metavar="ROOM", callback=_room)
-@click.argument("uid", callback=_uid)
-@click.option("--for", "seconds", type=_Duration(1), default=None, metavar="DURATION",
+@click.argument("room_name", metavar="ROOM", callback=check_room)
+@click.argument("uid", callback=check_uid)
+@click.option("--for", "seconds", type=Duration(1), default=None, metavar="DURATION",
               help="How long: 30s, 10m, 2h, 1d, 1h30m, or plain seconds; at most 30d "
                    "[default: until lifted].")
 @_reason_option
-@_operators_options
+@operators_options
 def ban(room_name: str, uid: str, seconds: int | None, reason: str, url: str,
         admin_token: str | None, store: str | None) -> None:
     """Ban UID from ROOM, until lifted or --for a while: its polls and sends
@@ -1228,15 +1043,15 @@ def ban(room_name: str, uid: str, seconds: int | None, reason: str, url: str,
         now_ms, state = await _act_in_store(s, room_name, "ban", uid, given, reason)
         return _stored_sanction(room_name, "banned", uid, now_ms, state)
 
-    sanction = _operate(url, admin_token, store,
-                        lambda c: c.ban(room_name, uid, given, reason), through_store)
+    sanction = operate(url, admin_token, store,
+                       lambda c: c.ban(room_name, uid, given, reason), through_store)
     click.echo(_sanctioned(room_name, uid, "banned", given, sanction, reason))
 
 
 @main.command()
-@click.argument("room_name", metavar="ROOM", callback=_room)
-@click.argument("uid", callback=_uid)
-@_operators_options
+@click.argument("room_name", metavar="ROOM", callback=check_room)
+@click.argument("uid", callback=check_uid)
+@operators_options
 def unban(room_name: str, uid: str, url: str, admin_token: str | None,
           store: str | None) -> None:
     """Lift UID's ban from ROOM: it may listen and send again at once (a uid
@@ -1245,7 +1060,7 @@ def unban(room_name: str, uid: str, url: str, admin_token: str | None,
     async def through_store(s: Store) -> None:
         await _act_in_store(s, room_name, "unban", uid, 0, "")
 
-    _operate(url, admin_token, store, lambda c: c.unban(room_name, uid), through_store)
+    operate(url, admin_token, store, lambda c: c.unban(room_name, uid), through_store)
     click.echo(f"{uid}'s ban from room {room_name} is lifted")
 
 
@@ -1254,9 +1069,9 @@ def _slow_text(seconds: int) -> str:
 
 
 @main.command()
-@click.argument("room_name", metavar="ROOM", callback=_room)
-@click.argument("seconds", type=_Duration(0), metavar="SECONDS")
-@_operators_options
+@click.argument("room_name", metavar="ROOM", callback=check_room)
+@click.argument("seconds", type=Duration(0), metavar="SECONDS")
+@operators_options
 def slow(room_name: str, seconds: int, url: str, admin_token: str | None,
          store: str | None) -> None:
     """Put ROOM in slow mode: each uid may send one normal message per
@@ -1272,8 +1087,8 @@ def slow(room_name: str, seconds: int, url: str, admin_token: str | None,
         _, state = await _act_in_store(s, room_name, "slow", "", seconds, "")
         return 0 if state is None else int(state.slow)
 
-    now = _operate(url, admin_token, store, lambda c: c.slow(room_name, seconds),
-                   through_store)
+    now = operate(url, admin_token, store, lambda c: c.slow(room_name, seconds),
+                  through_store)
     click.echo(f"room {room_name}: {_slow_text(now)} per uid" if now
                else f"room {room_name}: slow mode off")
 
@@ -1296,10 +1111,10 @@ def _action_text(entry: AuditEntry) -> str:
 
 
 @main.command()
-@click.argument("room_name", metavar="ROOM", callback=_room)
+@click.argument("room_name", metavar="ROOM", callback=check_room)
 @click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True,
               help="Actions of the audit to print, newest first.")
-@_operators_options
+@operators_options
 def moderation(room_name: str, limit: int, url: str, admin_token: str | None,
                store: str | None) -> None:
     """Print ROOM's moderation: slow mode, how many uids are muted and
@@ -1322,13 +1137,12 @@ def moderation(room_name: str, limit: int, url: str, admin_token: str | None,
             tuple(AuditEntry(e.at_ms, e.by, e.action, e.target, e.seconds, e.reason)
                   for e in entries))
 
-    state = _operate(url, admin_token, store, lambda c: c.moderation(room_name, limit),
-                     through_store)
+    state = operate(url, admin_token, store, lambda c: c.moderation(room_name, limit),
+                    through_store)
     click.echo(f"room {state.room}: {_slow_text(state.slow)}; {state.muted} muted, "
                f"{state.banned} banned")
     width = max((len(e.by) for e in state.audit), default=0)
     for entry in state.audit:
-        click.echo(f"{_when(entry.at_ms)}  {entry.by:<{width}}  {_action_text(entry)}")
+        click.echo(f"{when(entry.at_ms)}  {entry.by:<{width}}  {_action_text(entry)}")
     if not state.audit:
         click.echo("no moderation in this broadcast yet")
-
