@@ -1,8 +1,11 @@
 """The ``liveroom`` command: a package of its command modules."""
 
+from . import serve
 from .moderation import _action_text, _message_line, _personal_line, main
 from .options import DEFAULT_URL, TICKET_ENV, UID_ENV, URL_ENV
 from .times import MODERATION_SECONDS_MAX, duration_text, seconds_of
+
+main.add_command(serve.serve)
 
 __all__ = ["DEFAULT_URL", "MODERATION_SECONDS_MAX", "TICKET_ENV", "UID_ENV", "URL_ENV",
            "_action_text", "_message_line", "_personal_line", "duration_text", "main",
