@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import secrets
 import signal
 import sys
@@ -22,7 +21,7 @@ from click.core import ParameterSource
 from .. import __version__, sects
 from ..clock import SystemClock
 from ..sects import Sect
-from ..settings import DEFAULTS, SECRETS, TICKET_KEY_MIN, TICKET_TTL, default_text, env_of
+from ..settings import DEFAULTS, default_text, env_of
 from .calls import clear, operate
 from .credentials import flags_first, left_aside_note
 from .options import (
@@ -69,74 +68,6 @@ def main() -> None:
     watch a room with `liveroom listen ROOM` and talk in it with `liveroom
     send ROOM TEXT`. The API is described at /openapi.json on every server.
     """
-
-
-# -- secrets ------------------------------------------------------------------------
-
-@main.command("secrets")
-def secrets_command() -> None:
-    """Print fresh random values for every secret setting, as env-file lines.
-
-    One LIVEROOM_NAME=VALUE line each (the admin and publisher tokens, the
-    context secret, a ticket key and a metrics token; 32 random bytes each,
-    URL-safe base64). Append them to a copy of deploy/liveroom.env, whose
-    empty lines for them come earlier, so these win:
-
-        liveroom secrets >> ~/liveroom.env
-
-    Every node over one store must be given the same values.
-    """
-    for name in SECRETS:
-        click.echo(f"{env_of(name)}={secrets.token_urlsafe(32)}")
-
-
-# -- tickets ------------------------------------------------------------------------
-
-
-def _rooms(ctx: click.Context, param: click.Parameter,
-           value: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(check_room(ctx, param, room) for room in value)
-
-
-@main.command()
-@click.option("--uid", required=True, callback=check_uid,
-              help="The uid the ticket names (its sub claim).")
-@click.option("--room", "rooms", multiple=True, callback=_rooms, metavar="ROOM",
-              help="A room the ticket is good for; repeat for several. Required unless "
-                   "--any-room.")
-@click.option("--any-room", is_flag=True,
-              help="Mint a ticket good for every room (it can create rooms by sending, "
-                   "within --rooms-per-uid; it cannot read member lists).")
-@click.option("--ttl", default=TICKET_TTL, show_default=True, type=click.IntRange(1),
-              help="Seconds the ticket is valid.")
-@click.option("--publish", is_flag=True,
-              help="The holder may send important messages in its rooms.")
-@click.option("--key", default=None,
-              help="The HS256 key to sign with [default: the first of "
-                   f"{env_of('ticket_keys')}].")
-def ticket(uid: str, rooms: tuple[str, ...], any_room: bool, ttl: int, publish: bool,
-           key: str | None) -> None:
-    """Print one ticket for UID, signed as your backend would sign it.
-
-    For trying things out: a server started with --auth ticket and the same
-    key takes the uid from it. Pass it as Authorization: Bearer TICKET, or as
-    ?ticket=TICKET on a poll.
-    """
-    if key is None:
-        key = os.environ.get(env_of("ticket_keys"), "").split(",")[0].strip() or None
-    if key is None:
-        raise click.UsageError(f"give --key or set {env_of('ticket_keys')}")
-    if len(key.encode()) < TICKET_KEY_MIN:
-        raise click.BadParameter(f"a ticket key must be at least {TICKET_KEY_MIN} bytes",
-                                 param_hint="--key")
-    if not rooms and not any_room:
-        raise click.UsageError("name the rooms the ticket is good for with --room ROOM "
-                               "(repeat it), or mint one for every room with --any-room")
-    if rooms and any_room:
-        raise click.UsageError("--room and --any-room exclude each other")
-    from proxy.tickets import mint  # PyJWT: only this command needs it
-
-    click.echo(mint(key, uid, rooms=None if any_room else rooms, ttl=ttl, publish=publish))
 
 
 # -- operators: the vip whitelist and the end of a broadcast ----------------------
