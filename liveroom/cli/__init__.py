@@ -1,6 +1,6 @@
 """The ``liveroom`` command: a package of its command modules."""
 
-from . import secrets, serve, ticket
+from . import operators, secrets, serve, ticket
 from .moderation import _action_text, _message_line, _personal_line, main
 from .options import DEFAULT_URL, TICKET_ENV, UID_ENV, URL_ENV
 from .times import MODERATION_SECONDS_MAX, duration_text, seconds_of
@@ -8,6 +8,8 @@ from .times import MODERATION_SECONDS_MAX, duration_text, seconds_of
 main.add_command(serve.serve)
 main.add_command(secrets.secrets_command)
 main.add_command(ticket.ticket)
+main.add_command(operators.vip)
+main.add_command(operators.room)
 
 __all__ = ["DEFAULT_URL", "MODERATION_SECONDS_MAX", "TICKET_ENV", "UID_ENV", "URL_ENV",
            "_action_text", "_message_line", "_personal_line", "duration_text", "main",
