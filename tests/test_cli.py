@@ -26,12 +26,11 @@ from liveroom.cli import (
     UID_ENV,
     URL_ENV,
     _action_text,
-    _message_line,
-    _personal_line,
     duration_text,
     main,
     seconds_of,
 )
+from liveroom.cli.listen import _message_line, _personal_line
 from liveroom.client import AuditEntry, Message, PersonalMessage
 from liveroom.clock import FakeClock
 from liveroom.settings import Settings, declared, env_of, settings_from

@@ -1,7 +1,7 @@
 """The ``liveroom`` command: a package of its command modules."""
 
-from . import operators, secrets, serve, ticket
-from .moderation import _action_text, _message_line, _personal_line, main
+from . import listen, operators, secrets, serve, ticket
+from .moderation import _action_text, main
 from .options import DEFAULT_URL, TICKET_ENV, UID_ENV, URL_ENV
 from .times import MODERATION_SECONDS_MAX, duration_text, seconds_of
 
@@ -10,7 +10,7 @@ main.add_command(secrets.secrets_command)
 main.add_command(ticket.ticket)
 main.add_command(operators.vip)
 main.add_command(operators.room)
+main.add_command(listen.listen)
 
 __all__ = ["DEFAULT_URL", "MODERATION_SECONDS_MAX", "TICKET_ENV", "UID_ENV", "URL_ENV",
-           "_action_text", "_message_line", "_personal_line", "duration_text", "main",
-           "seconds_of"]
+           "_action_text", "duration_text", "main", "seconds_of"]
