@@ -1,9 +1,8 @@
-"""The ``liveroom`` command.
-
-``liveroom serve`` runs every role in one process. Every option also reads an
-environment variable (shown in ``--help``), so a container can be configured
-without flags.
-"""
+"""Moderation from a terminal: ``liveroom recall`` a message, ``mute`` and
+``unmute``, ``ban`` and ``unban`` a uid, put a room in ``slow`` mode, and read
+its ``moderation`` (the state and the broadcast's audit). Every one but
+``recall`` is an operators' command, made through a running server or, with
+--store, in the store itself."""
 
 from __future__ import annotations
 
@@ -13,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 import click
 from click.core import ParameterSource
 
-from .. import __version__
 from ..clock import SystemClock
 from ..settings import env_of
 from .calls import clear, operate
@@ -29,31 +27,12 @@ from .options import (
 )
 from .times import Duration, duration_text, when
 
-# Each command imports what only it needs when it runs: `ticket` signs without
-# aiohttp, `send` and `listen` are clients (aiohttp's) that load nothing of the
-# server, and only `serve` imports the roles (tests/test_packaging.py).
 if TYPE_CHECKING:
     from ..client import AuditEntry, RoomModeration, Sanction
     from ..store.base import Store
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(__version__, prog_name="liveroom")
-def main() -> None:
-    """liveroom: a long-polling live-room message server.
-
-    Listeners long-poll GET /v1/rooms/ROOM/poll, senders POST
-    /v1/rooms/ROOM/messages; important messages are never lost and huge rooms
-    are served from one cached snapshot. Start with `liveroom serve`, then
-    watch a room with `liveroom listen ROOM` and talk in it with `liveroom
-    send ROOM TEXT`. The API is described at /openapi.json on every server.
-    """
-
-
-# -- moderation: recall, mute, ban, slow mode and the audit ------------------------
-
-
-@main.command()
+@click.command()
 @click.argument("room_name", metavar="ROOM", callback=check_room)
 @click.argument("seq", type=click.IntRange(1))
 @click.option("--uid", callback=check_optional_uid, default=None,
@@ -179,7 +158,7 @@ def _sanctioned(room: str, uid: str, kind: str, seconds: int, sanction: Sanction
     return f"{uid} is {verb} room {room} {how}" + (f": {reason}" if reason else "")
 
 
-@main.command()
+@click.command()
 @click.argument("room_name", metavar="ROOM", callback=check_room)
 @click.argument("uid", callback=check_uid)
 @click.option("--for", "seconds", type=Duration(1), required=True, metavar="DURATION",
@@ -205,7 +184,7 @@ def mute(room_name: str, uid: str, seconds: int, reason: str, url: str,
     click.echo(_sanctioned(room_name, uid, "muted", seconds, sanction, reason))
 
 
-@main.command()
+@click.command()
 @click.argument("room_name", metavar="ROOM", callback=check_room)
 @click.argument("uid", callback=check_uid)
 @operators_options
@@ -221,7 +200,7 @@ def unmute(room_name: str, uid: str, url: str, admin_token: str | None,
     click.echo(f"{uid}'s mute in room {room_name} is lifted")
 
 
-@main.command()
+@click.command()
 @click.argument("room_name", metavar="ROOM", callback=check_room)
 @click.argument("uid", callback=check_uid)
 @click.option("--for", "seconds", type=Duration(1), default=None, metavar="DURATION",
@@ -250,7 +229,7 @@ def ban(room_name: str, uid: str, seconds: int | None, reason: str, url: str,
     click.echo(_sanctioned(room_name, uid, "banned", given, sanction, reason))
 
 
-@main.command()
+@click.command()
 @click.argument("room_name", metavar="ROOM", callback=check_room)
 @click.argument("uid", callback=check_uid)
 @operators_options
@@ -270,7 +249,7 @@ def _slow_text(seconds: int) -> str:
     return f"slow mode, one message per {seconds} s" if seconds else "slow mode off"
 
 
-@main.command()
+@click.command()
 @click.argument("room_name", metavar="ROOM", callback=check_room)
 @click.argument("seconds", type=Duration(0), metavar="SECONDS")
 @operators_options
@@ -312,7 +291,7 @@ def _action_text(entry: AuditEntry) -> str:
     return text + (f": {entry.reason}" if entry.reason else "")
 
 
-@main.command()
+@click.command()
 @click.argument("room_name", metavar="ROOM", callback=check_room)
 @click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True,
               help="Actions of the audit to print, newest first.")
