@@ -25,13 +25,12 @@ from liveroom.cli import (
     TICKET_ENV,
     UID_ENV,
     URL_ENV,
-    _action_text,
-    _message_line,
-    _personal_line,
     duration_text,
     main,
     seconds_of,
 )
+from liveroom.cli.listen import _message_line, _personal_line
+from liveroom.cli.moderation import _action_text
 from liveroom.client import AuditEntry, Message, PersonalMessage
 from liveroom.clock import FakeClock
 from liveroom.settings import Settings, declared, env_of, settings_from
