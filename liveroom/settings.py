@@ -163,6 +163,9 @@ class Spec:
     secret: bool = False
     many: bool = False
     """Given several times (``--ticket-key`` each; comma-separated in the env)."""
+    formerly: tuple[str, ...] = ()
+    """Names the setting had before (their flags and environment variables
+    are still taken for one release, with a warning: :func:`take_former`)."""
 
 
 def setting(default: Any, help: str, group: str, **spec: Any) -> Any:
@@ -170,9 +173,10 @@ def setting(default: Any, help: str, group: str, **spec: Any) -> Any:
     return field(default=default, metadata={"spec": Spec(help, group, **spec)})
 
 
-SERVER, IDENTITY, LISTENING, BOUNDS, TRAFFIC, CACHE, STORE, PRESENCE = (
-    "Server", "Identity and secrets", "Listening", "Bounds", "Traffic control",
-    "Room cache (recvsvr)", "Store", "Presence and viewers (statsvr)")
+SERVER, IDENTITY, LISTENING, BOUNDS, HOLD, SENDS, LIKES, VIP, CACHE, STORE, PRESENCE = (
+    "Server", "Identity and secrets", "Listening", "Bounds", "Holding polls", "Sends",
+    "Likes and gifts", "The vip sect", "Room cache (recvsvr)", "Store",
+    "Presence and viewers (statsvr)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,32 +310,34 @@ class Settings:
         "cached room that does not exist costs about 1.3 KiB.",
         BOUNDS, lo=1)
 
-    # -- traffic control -----------------------------------------------------------------
+    # -- holding polls ---------------------------------------------------------------------
     tiers: tuple[Tier, ...] = setting(
         DEFAULT_TIERS, "The adaptive hold: ONLINE:INTERVAL[+JITTER] (seconds), "
         "comma-separated. From ONLINE listeners on, each listener gets at most one "
         "non-empty answer per INTERVAL (+ up to JITTER); 'off' for plain long polls.",
-        TRAFFIC, parse=parse_tiers, show=_tiers_text)
+        HOLD, parse=parse_tiers, show=_tiers_text)
     hold_tick: float = setting(
         0.2, "Seconds between two room-wide releases of held polls in a tiered room.",
-        TRAFFIC, lo=0.05, hi=1.0)
+        HOLD, lo=0.05, hi=1.0)
     cut_through_every: float = setting(
         0.5, "Important messages release a tiered room's held polls at most this often "
-        "(seconds).", TRAFFIC, lo=0.05, hi=10)
+        "(seconds).", HOLD, lo=0.05, hi=10)
     hold_interval_max: float = setting(
-        10.0, "The longest interval (plus jitter) a tier may give, in seconds.", TRAFFIC,
+        10.0, "The longest interval (plus jitter) a tier may give, in seconds.", HOLD,
         lo=0, hi=60)
+
+    # -- sends -----------------------------------------------------------------------------
     rate_limits: RateLimits = setting(
         DEFAULT_RATE_LIMITS, "Sends allowed per uid in a room: LIMIT/[N]UNIT windows (UNIT "
-        "s, m, h or d), comma-separated, all enforced; 'off' for none.", TRAFFIC,
+        "s, m, h or d), comma-separated, all enforced; 'off' for none.", SENDS,
         parse=_rate_limits, show=lambda r: _windows_text(r.per_uid))
     room_rate_limit: int = setting(
         0, "Sends accepted per second in one room, all senders together (0: off).",
-        TRAFFIC, lo=0)
+        SENDS, lo=0)
     rooms_per_uid: tuple[Window, ...] = setting(
         ROOMS_PER_UID, "New rooms a uid's sends may create on this node: LIMIT/[N]UNIT "
         "windows; past them its sends still reach rooms that exist (429 for a new one); "
-        "'off' for none. The backend's tokens are not limited.", TRAFFIC,
+        "'off' for none. The backend's tokens are not limited.", SENDS,
         parse=parse_windows, show=_windows_text)
     rooms_per_address: tuple[Window, ...] = setting(
         ROOMS_PER_ADDRESS, "New rooms the sends of one client address (an IPv6 one by its "
@@ -339,74 +345,79 @@ class Settings:
         "--rooms-per-node so that one client cannot use up the node's window; 'off' for "
         "none. Behind a proxy of --trusted-proxies the client is the one X-Forwarded-For "
         "names (as for --connections-per-ip, which must be on for it); behind another, every "
-        "client has the proxy's address: raise it to --rooms-per-node there.", TRAFFIC,
+        "client has the proxy's address: raise it to --rooms-per-node there.", SENDS,
         parse=parse_windows, show=_windows_text)
     rooms_per_node: tuple[Window, ...] = setting(
         ROOMS_PER_NODE, "New rooms all sends together may create on this node: "
         "LIMIT/[N]UNIT windows (a backstop: --rooms-per-address keeps one client from "
-        "using it up); 'off' for none.", TRAFFIC, parse=parse_windows,
+        "using it up); 'off' for none.", SENDS, parse=parse_windows,
         show=_windows_text)
-    likes_flush: float = setting(
-        0.25, "Seconds between two writes of this node's likes to the store, all rooms "
-        "in one round trip (one add per room): a crash loses at most this long of "
-        "acknowledged taps.", TRAFFIC, lo=0.01, hi=10)
-    like_requests: tuple[Window, ...] = setting(
-        LIKE_REQUESTS, "Like requests (each up to 100 taps) allowed per uid on this node: "
-        "LIMIT/[N]UNIT fixed windows; 'off' for none.", TRAFFIC, parse=parse_windows,
-        show=_windows_text)
-    like_taps: tuple[Window, ...] = setting(
-        LIKE_TAPS, "Taps allowed per uid on this node: LIMIT/[N]UNIT fixed windows; 'off' "
-        "for none.", TRAFFIC, parse=parse_windows, show=_windows_text)
-    likes_rooms_max: int = setting(
-        10_000, "Rooms whose taps may wait for the store on this node (while it is "
-        "unavailable): a tap for one more is refused (503).", TRAFFIC, lo=1)
-    likes_uids_max: int = setting(
-        200_000, "Uids whose like windows this node keeps at once (those seen in the last "
-        "two of the longest window): one more is refused (503).", TRAFFIC, lo=1)
-    gift_important: int = setting(
-        0, "A gift worth at least this much also goes out as an important message of "
-        "its giver ({\"gift\", \"value\"}), ahead of the chat; 0: none.", TRAFFIC, lo=0,
-        hi=10**12)
     recall_window: float = setting(
         120.0, "Seconds after sending a message during which its sender may recall it "
         "(DELETE /v1/rooms/ROOM/messages/SEQ with its ticket, or its uid in open mode); "
-        "moderators and the backend recall any message the room keeps.", TRAFFIC, lo=0,
+        "moderators and the backend recall any message the room keeps.", SENDS, lo=0,
         hi=86_400)
+
+    # -- likes and gifts ---------------------------------------------------------------------
+    likes_flush: float = setting(
+        0.25, "Seconds between two writes of this node's likes to the store, all rooms "
+        "in one round trip (one add per room): a crash loses at most this long of "
+        "acknowledged taps.", LIKES, lo=0.01, hi=10)
+    likes_requests: tuple[Window, ...] = setting(
+        LIKE_REQUESTS, "Like requests (each up to 100 taps) allowed per uid on this node: "
+        "LIMIT/[N]UNIT fixed windows; 'off' for none.", LIKES, parse=parse_windows,
+        show=_windows_text, formerly=("like_requests",))
+    likes_taps: tuple[Window, ...] = setting(
+        LIKE_TAPS, "Taps allowed per uid on this node: LIMIT/[N]UNIT fixed windows; 'off' "
+        "for none.", LIKES, parse=parse_windows, show=_windows_text,
+        formerly=("like_taps",))
+    likes_rooms_max: int = setting(
+        10_000, "Rooms whose taps may wait for the store on this node (while it is "
+        "unavailable): a tap for one more is refused (503).", LIKES, lo=1)
+    likes_uids_max: int = setting(
+        200_000, "Uids whose like windows this node keeps at once (those seen in the last "
+        "two of the longest window): one more is refused (503).", LIKES, lo=1)
+    gift_important: int = setting(
+        0, "A gift worth at least this much also goes out as an important message of "
+        "its giver ({\"gift\", \"value\"}), ahead of the chat; 0: none.", LIKES, lo=0,
+        hi=10**12)
+
+    # -- the vip sect ------------------------------------------------------------------------
     vip_refresh: float = setting(
         2.0, "Seconds between two reads of the rooms' sects: a room moved through another "
         "node (or by the automatic rule) moves here within this time; the rule runs as "
-        "often.", TRAFFIC, lo=0.1, hi=60)
+        "often.", VIP, lo=0.1, hi=60)
     auto_vip: str = setting(
         "on", "Move rooms between the normal and the vip sect by their count of trusted "
         "listeners (--vip-promote, --vip-demote): with --auth ticket every listener; in "
         "open mode a uid once it comes back with the ctx its answer carried (made-up "
         "first polls count online, not here). A pinned room stays where it is pinned.",
-        TRAFFIC,
+        VIP,
         choices=("on", "off"))
     vip_promote: int = setting(
         50_000, "Trusted listeners (--auto-vip) at or above which a room joins the vip "
-        "sect, once it stays there for --vip-promote-after.", TRAFFIC, lo=1)
+        "sect, once it stays there for --vip-promote-after.", VIP, lo=1)
     vip_promote_after: float = setting(
         60.0, "Seconds a room stays at or above --vip-promote before it joins the vip "
-        "sect.", TRAFFIC, lo=0)
+        "sect.", VIP, lo=0)
     vip_demote: int = setting(
         20_000, "Trusted listeners (--auto-vip) below which a vip room goes back to the "
         "normal sect, once it stays there for --vip-demote-after (at most --vip-promote). "
         "In open mode a poll's ctx is checked for it in rooms with this many online.",
-        TRAFFIC, lo=0)
+        VIP, lo=0)
     vip_demote_after: float = setting(
         600.0, "Seconds a vip room stays below --vip-demote before it leaves the vip "
-        "sect.", TRAFFIC, lo=0)
+        "sect.", VIP, lo=0)
     vip_settle: float = setting(
         600.0, "Seconds after the automatic rule moved a room during which it does not move "
         "it again: at most one automatic move per room per this period, whatever its "
         "count does (a count pushed up and let fall cannot toggle a room). An operator's "
         "move gives the room back to the rule at once.",
-        TRAFFIC, lo=0)
+        VIP, lo=0)
     vip_spread: int = setting(
         64, "Routing hints of a vip room: its answers carry \"spread\": K (0 to N-1, "
         "stable per listener), which clients echo as ?spread=K so a load balancer hashing "
-        "room and hint spreads the room over up to N nodes; 1: no hint.", TRAFFIC, lo=1,
+        "room and hint spreads the room over up to N nodes; 1: no hint.", VIP, lo=1,
         hi=4096)
 
     # -- the room cache (recvsvr) ----------------------------------------------------------
@@ -736,6 +747,33 @@ def _convert(name: str, given: Any) -> Any:
     if kind == (str | None):
         return text or None
     return text
+
+
+FORMER_SUFFIX = "__former"
+"""Where a setting's former name's value waits in what flags gave
+(``like_requests__former``), until :func:`take_former` folds it in."""
+
+
+def former_names() -> list[tuple[str, str]]:
+    """``(setting, former name)`` of every setting renamed within a release."""
+    return [(name, old) for name, spec, _ in declared() for old in spec.formerly]
+
+
+def take_former(given: dict[str, Any]) -> list[str]:
+    """Fold the values given under former names (flags and environment
+    variables a renamed setting still takes for one release) into ``given``,
+    in place: a value under the new name wins. One warning each, to say."""
+    warnings = []
+    for name, old in former_names():
+        value = given.pop(old + FORMER_SUFFIX, None)
+        if value is None or value == ():
+            continue
+        new_flag, old_flag = flag_of(name), "--" + old.replace("_", "-")
+        warnings.append(f"{old_flag} and {ENV_PREFIX}{old.upper()} are deprecated and go "
+                        f"in the next release: use {new_flag} ({env_of(name)})")
+        if given.get(name) in (None, ()):
+            given[name] = value
+    return warnings
 
 
 def settings_from(given: dict[str, Any]) -> tuple[Settings | None, list[ConfigError]]:

@@ -44,6 +44,9 @@ def table() -> str:
         shown = default_text(name)
         env = env_of(name) + (" (comma-separated)" if spec.many else "")
         meaning = spec.help.replace("|", "\\|")
+        for old in spec.formerly:
+            meaning += (f" Formerly `--{old.replace('_', '-')}` (`{env_of(old)}`), still taken, "
+                        "with a warning, until the next release.")
         lines.append(f"| `{flag_of(name)}` | `{env}` | {f'`{shown}`' if shown else 'none'} "
                      f"| {meaning} |")
     lines += ["", END]

@@ -996,7 +996,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="gifts in flight at once (default 16)")
     p.add_argument("--serve-arg", action="append", default=[], metavar="ARG",
                    help="one more argument to every liveroom serve (repeat it, with =: --serve-arg="
-                        "--like-taps --serve-arg=off)")
+                        "--likes-taps --serve-arg=off)")
     p.add_argument("--seed", type=int, default=35)
     p.add_argument("--json", type=Path, help="also write the results to this JSON file")
     p.add_argument("--logs", type=Path, metavar="DIR",

@@ -88,7 +88,7 @@ class Proxy:
         # the ranking their top givers.
         recent = RecentRooms()
         self.likes = Likes(counters, clock, TapLimits(
-            settings.like_requests, settings.like_taps, settings.likes_uids_max), recent,
+            settings.likes_requests, settings.likes_taps, settings.likes_uids_max), recent,
             likes_flush=settings.likes_flush, likes_rooms_max=settings.likes_rooms_max,
             metrics=metrics)
         self.ranking = Ranking(counters, clock, recent)

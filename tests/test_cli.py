@@ -33,7 +33,7 @@ from liveroom.cli.listen import _message_line, _personal_line
 from liveroom.cli.moderation import _action_text
 from liveroom.client import AuditEntry, Message, PersonalMessage
 from liveroom.clock import FakeClock
-from liveroom.settings import Settings, declared, env_of, settings_from
+from liveroom.settings import Settings, declared, env_of, parse_windows, settings_from, take_former
 from liveroom.store.base import SANCTION_SECONDS_MAX
 from proxy.tickets import mint
 
@@ -966,3 +966,35 @@ def test_a_recalled_message_is_shown_without_its_body() -> None:
         == "p3 [to ann] [recalled] system"
     assert _action_text(AuditEntry(0, "admin", "recall", "personal:3", 0, "")) == \
         "recall personal message p3"
+
+
+@pytest.mark.parametrize(("args", "env"), [
+    pytest.param(["serve", "--like-requests", "bogus"], {}, id="flag"),
+    pytest.param(["serve"], {"LIVEROOM_LIKE_REQUESTS": "bogus"}, id="env"),
+])
+def test_a_renamed_settings_former_name_is_taken_for_a_release_with_a_warning(
+        args: list[str], env: dict[str, str]) -> None:
+    """``--like-requests`` became ``--likes-requests`` (one prefix for the
+    like settings): the former flag and variable still set it, and say so."""
+    result = CliRunner().invoke(main, args, env=env)
+    assert result.exit_code == 2, result.output
+    said = flat(result.output)
+    assert "--like-requests and LIVEROOM_LIKE_REQUESTS are deprecated" in said
+    assert "use --likes-requests (LIVEROOM_LIKES_REQUESTS)" in said
+    assert "--likes-requests" in said.split("Error:", 1)[1]  # the value reached the setting
+
+
+def test_the_new_name_wins_over_the_former_and_help_shows_only_the_new() -> None:
+    given = {"likes_taps": "5/s", "like_taps__former": "7/s", "likes_requests": None,
+             "like_requests__former": "3/s"}
+    warnings = take_former(given)
+    assert given == {"likes_taps": "5/s", "likes_requests": "3/s"}
+    assert len(warnings) == 2
+    built, problems = settings_from(given)
+    assert built is not None
+    assert not problems
+    assert built.likes_taps == parse_windows("5/s")
+    assert built.likes_requests == parse_windows("3/s")
+    text = CliRunner().invoke(main, ["serve", "--help"]).output
+    assert "--likes-taps" in text
+    assert "--like-taps" not in text

@@ -160,7 +160,7 @@ async def test_bad_likes_are_4xx_with_a_reason(client: tuple[Running, Client]) -
 async def test_a_uid_past_its_windows_gets_429_with_retry_after(
         client: tuple[Running, Client]) -> None:
     _, c = client
-    for _ in range(10):  # --like-requests 10/s
+    for _ in range(10):  # --likes-requests 10/s
         assert (await c.like({"uid": "eager", "count": 1}))[0] == 202
     status, body, retry = await c.like({"uid": "eager", "count": 1})
     assert status == 429

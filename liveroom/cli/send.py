@@ -122,7 +122,7 @@ def like(room_name: str, count: int, uid: str | None, ticket: str | None, url: s
     """Tap COUNT likes in ROOM and print the room's total as the node knows it.
 
     Each uid may send a few like requests a second (the server's
-    --like-requests and --like-taps): past them the node answers 429 and this
+    --likes-requests and --likes-taps): past them the node answers 429 and this
     exits with status 1 and its message."""
     from ..client import Client, ClientError
 

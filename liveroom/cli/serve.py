@@ -20,6 +20,8 @@ import click
 from .. import __version__, build
 from ..errors import ConfigError
 from ..settings import (
+    ENV_PREFIX,
+    FORMER_SUFFIX,
     SECRET_SETTINGS,
     Settings,
     Spec,
@@ -29,6 +31,7 @@ from ..settings import (
     flag_of,
     is_shared,
     settings_from,
+    take_former,
     unset_secrets,
     weak_secrets,
 )
@@ -130,6 +133,10 @@ def _settings_options(command: F) -> F:
                                   show_envvar=True, metavar=_metavar(name, spec, default),
                                   help=help_text)
         command = option(command)
+        for old in spec.formerly:  # one release more, hidden, with a warning
+            command = click.option("--" + old.replace("_", "-"), old + FORMER_SUFFIX,
+                                   default=None, envvar=ENV_PREFIX + old.upper(),
+                                   hidden=True)(command)
     return command
 
 
@@ -166,6 +173,8 @@ def serve(**given: Any) -> None:
     except ConfigError as exc:
         problems.append(f"{exc.option}: {exc.message}")
         known_store = not exc.message.startswith("unknown store")
+    for warning in take_former(given):
+        click.echo(f"Warning: {warning}", err=True)
     built, found = settings_from(given)
     problems += [f"{p.option}: {p.message}" for p in found]
     if known_store:  # what is no store says nothing of what it needs
