@@ -58,6 +58,7 @@ COMPILED = (
     "proxy.polls.route",
     "proxy.polls.step",
     "proxy.polls.tiers",
+    "proxy.recent_rooms",
     "proxy.reply",
     "proxy.sends.new_rooms",
     "proxy.sends.route",
