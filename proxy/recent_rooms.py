@@ -4,8 +4,8 @@ totals and gift rankings the node keeps fresh.
 One :class:`RecentRooms` per node serves both: the likes note a room each
 time they show its total (every poll answer, every tap's answer), the
 likes' refresher ages the set once a second and forgets the rooms not noted
-for :data:`KEPT_FOR` refreshes, and the ranking reads the same rooms'
-standings. Noting a room is one dict store: nothing on a poll's path reads
+for :data:`KEPT_FOR` refreshes, and the rankings are read for the same
+rooms. Noting a room is one dict store: nothing on a poll's path reads
 a clock or the store.
 """
 

@@ -33,7 +33,7 @@ from .front.routing import LIKE, POLL, SEND
 from .front.server import Front
 from .front.site import FrontSite
 from .gifts.gifts import Gifts
-from .gifts.ranking import Ranking
+from .gifts.ranking import Rankings
 from .likes.likes import Likes, TapLimits
 from .likes.route import LikeRoute
 from .likes.taps import Taps
@@ -91,7 +91,7 @@ class Proxy:
             settings.likes_requests, settings.likes_taps, settings.likes_uids_max), recent,
             likes_flush=settings.likes_flush, likes_rooms_max=settings.likes_rooms_max,
             metrics=metrics)
-        self.ranking = Ranking(counters, clock, recent)
+        self.ranking = Rankings(counters, clock, recent)
         self._forget = forget
         self.moderation = Moderation(moderation, clock, on_ban=self._banned)
         self.polls = Polls(settings, reader, self.heartbeats, stats, self.holds, tiers,

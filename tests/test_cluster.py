@@ -29,7 +29,7 @@ from liveroom.clock import FakeClock
 from liveroom.errors import StoreUnavailable
 from liveroom.model import NewMessage
 from liveroom.store import PullRequest
-from liveroom.store.base import GiftRank, Leaderboard
+from liveroom.store.base import GiftRank, Ranking
 from liveroom.store.redis import keys
 from liveroom.store.redis import log as redis_log
 
@@ -416,7 +416,7 @@ async def test_likes_and_gifts_span_every_master_and_follow_a_moved_slot(
         await counters.add_likes(dict.fromkeys(rooms, 2), t + 60_000)
         assert await counters.add_gift("room0", "v", 7, "rose", t) == GiftRank(1, 7, 12)
         assert await counters.likes(rooms) == dict.fromkeys(rooms, 5)
-        assert await counters.leaderboard("room0", 5) == Leaderboard(
+        assert await counters.ranking("room0", 5) == Ranking(
             (("v", 7), ("u", 5)), 12, 2)
         minute = t // 60_000 * 60
         assert await counters.read_likes("room0", 60, 0, 2**40) == [

@@ -25,11 +25,11 @@ from liveroom.errors import StoreUnavailable
 from liveroom.store import LogPolicy, Store
 from liveroom.store.base import (
     GIFT_VALUE_MAX,
-    LEADERBOARD_MAX,
     RANKING_KEPT,
+    RANKING_MAX,
     SERIES_RESOLUTIONS,
     GiftRank,
-    Leaderboard,
+    Ranking,
     series_horizon_ms,
 )
 from liveroom.store.redis import keys
@@ -157,7 +157,7 @@ async def test_a_flush_of_many_rooms_is_one_round_trip(
     assert await counters.likes(rooms) == dict.fromkeys(rooms, 2)
     assert trips.count == 2
     await counters.add_gift("r", "u", 3, "rose", now_ms(fake_clock))
-    await counters.leaderboard("r", 10)
+    await counters.ranking("r", 10)
     assert trips.count == 4
     assert set(await counters.rankings([*rooms, "r"], 3)) == {"r"}
     assert trips.count == 5
@@ -194,10 +194,10 @@ async def test_likes_expire_after_the_history_ttl_on_the_memory_engine(
         await counters.add_gift("r", "v", 1, "rose", now_ms(fake_clock))
         await fake_clock.advance(59)
         assert await counters.likes(["r"]) == {"r": 6}
-        assert await counters.leaderboard("r", 5) == Leaderboard((("u", 7), ("v", 1)), 8, 2)
+        assert await counters.ranking("r", 5) == Ranking((("u", 7), ("v", 1)), 8, 2)
         await fake_clock.advance(2)
         assert await counters.likes(["r"]) == {"r": 0}
-        assert await counters.leaderboard("r", 5) == Leaderboard((), 0, 0)
+        assert await counters.ranking("r", 5) == Ranking((), 0, 0)
         assert await counters.read_likes("r", 3_600, *ALL_TIME) != []  # the series lives on
         await fake_clock.advance(series_horizon_ms(SERIES_RESOLUTIONS, 0) / 1000)
         assert await counters.read_likes("r", 3_600, *ALL_TIME) == []
@@ -210,18 +210,18 @@ async def test_gifts_rank_givers_and_sum_the_room(
         store: Store, fake_clock: FakeClock) -> None:
     counters = store.counters
     t = now_ms(fake_clock)
-    assert await counters.leaderboard("r", 10) == Leaderboard((), 0, 0)
+    assert await counters.ranking("r", 10) == Ranking((), 0, 0)
     assert await counters.add_gift("r", "ann", 50, "rocket", t) == GiftRank(1, 50, 50)
     assert await counters.add_gift("r", "bob", 20, "rose", t) == GiftRank(2, 20, 70)
     assert await counters.add_gift("r", "bob", 40, "rose", t) == GiftRank(1, 60, 110)
     assert await counters.add_gift("r", "cy", GIFT_VALUE_MAX, "castle", t) == GiftRank(
         1, GIFT_VALUE_MAX, GIFT_VALUE_MAX + 110)
     assert await counters.add_gift("s", "ann", 1, "rose", t) == GiftRank(1, 1, 1)
-    assert await counters.leaderboard("r", 10) == Leaderboard(
+    assert await counters.ranking("r", 10) == Ranking(
         (("cy", GIFT_VALUE_MAX), ("bob", 60), ("ann", 50)), GIFT_VALUE_MAX + 110, 4)
-    assert await counters.leaderboard("r", 2) == Leaderboard(
+    assert await counters.ranking("r", 2) == Ranking(
         (("cy", GIFT_VALUE_MAX), ("bob", 60)), GIFT_VALUE_MAX + 110, 4)
-    assert await counters.leaderboard("s", 1) == Leaderboard((("ann", 1),), 1, 1)
+    assert await counters.ranking("s", 1) == Ranking((("ann", 1),), 1, 1)
 
 
 async def test_equal_scores_rank_by_giver_name_descending(
@@ -232,22 +232,22 @@ async def test_equal_scores_rank_by_giver_name_descending(
     assert await counters.add_gift("r", "a", 5, "rose", t) == GiftRank(2, 5, 10)
     assert await counters.add_gift("r", "c", 5, "rose", t) == GiftRank(1, 5, 15)
     assert await counters.add_gift("r", "é", 5, "rose", t) == GiftRank(1, 5, 20)
-    assert (await counters.leaderboard("r", 10)).top == (("é", 5), ("c", 5), ("b", 5),
+    assert (await counters.ranking("r", 10)).top == (("é", 5), ("c", 5), ("b", 5),
                                                          ("a", 5))
 
 
 async def test_the_leaderboard_lists_at_most_its_limit(
         store: Store, fake_clock: FakeClock) -> None:
     counters = store.counters
-    for n in range(LEADERBOARD_MAX + 20):
+    for n in range(RANKING_MAX + 20):
         await counters.add_gift("r", f"u{n:03}", n + 1, "rose", now_ms(fake_clock))
-    board = await counters.leaderboard("r", LEADERBOARD_MAX)
-    assert len(board.top) == LEADERBOARD_MAX
-    assert board.top[0] == (f"u{LEADERBOARD_MAX + 19:03}", LEADERBOARD_MAX + 20)
+    board = await counters.ranking("r", RANKING_MAX)
+    assert len(board.top) == RANKING_MAX
+    assert board.top[0] == (f"u{RANKING_MAX + 19:03}", RANKING_MAX + 20)
     assert board.top[-1] == ("u020", 21)
-    assert board.count == LEADERBOARD_MAX + 20
-    assert board.total == sum(range(1, LEADERBOARD_MAX + 21))
-    assert (await counters.leaderboard("r", 1)).top == (board.top[0],)
+    assert board.count == RANKING_MAX + 20
+    assert board.total == sum(range(1, RANKING_MAX + 21))
+    assert (await counters.ranking("r", 1)).top == (board.top[0],)
 
 
 async def test_rankings_read_many_rooms_leaving_out_those_without_gifts(
@@ -258,14 +258,14 @@ async def test_rankings_read_many_rooms_leaving_out_those_without_gifts(
         await counters.add_gift(room, giver, value, "rose", t)
     await counters.add_likes({"liked": 3}, t)
     boards = await counters.rankings(["r", "{s}", "liked", "none"], 1)
-    assert boards == {"r": Leaderboard((("b", 9),), 15, 3), "{s}": Leaderboard((("c", 1),), 1, 1)}
-    assert await counters.rankings(["r"], LEADERBOARD_MAX) == {
-        "r": await counters.leaderboard("r", LEADERBOARD_MAX)}
+    assert boards == {"r": Ranking((("b", 9),), 15, 3), "{s}": Ranking((("c", 1),), 1, 1)}
+    assert await counters.rankings(["r"], RANKING_MAX) == {
+        "r": await counters.ranking("r", RANKING_MAX)}
     assert await counters.rankings([], 3) == {}
     await store.operators.end_broadcast("r", t, 30_000)
-    assert await counters.rankings(["r", "{s}"], 3) == {"{s}": Leaderboard((("c", 1),), 1, 1)}
+    assert await counters.rankings(["r", "{s}"], 3) == {"{s}": Ranking((("c", 1),), 1, 1)}
     with pytest.raises(ValueError, match="limit"):
-        await counters.rankings(["r"], LEADERBOARD_MAX + 1)
+        await counters.rankings(["r"], RANKING_MAX + 1)
 
 
 @pytest.mark.parametrize("value", [0, -1, GIFT_VALUE_MAX + 1, 2.0, True])
@@ -273,13 +273,13 @@ async def test_bad_gift_values_are_refused_and_nothing_is_added(
         store: Store, fake_clock: FakeClock, value: int) -> None:
     with pytest.raises(ValueError, match="value"):
         await store.counters.add_gift("r", "u", value, "rose", now_ms(fake_clock))
-    assert await store.counters.leaderboard("r", 5) == Leaderboard((), 0, 0)
+    assert await store.counters.ranking("r", 5) == Ranking((), 0, 0)
 
 
-@pytest.mark.parametrize("limit", [0, -1, LEADERBOARD_MAX + 1, 1.0])
+@pytest.mark.parametrize("limit", [0, -1, RANKING_MAX + 1, 1.0])
 async def test_bad_leaderboard_limits_are_refused(store: Store, limit: int) -> None:
     with pytest.raises(ValueError, match="limit"):
-        await store.counters.leaderboard("r", limit)
+        await store.counters.ranking("r", limit)
 
 
 def ranking(scores: dict[str, int]) -> list[tuple[str, int]]:
@@ -315,9 +315,9 @@ async def _run_gifts(url: str, given_gifts: list[tuple[str, str, int]]) -> None:
                                    ledger[room][giver], sum(ledger[room].values()))
         for room in ("r", "{s}", "t"):
             count = sum(1 for r, _, _ in given_gifts if r == room)
-            assert await store.counters.leaderboard(room, LEADERBOARD_MAX) == Leaderboard(
+            assert await store.counters.ranking(room, RANKING_MAX) == Ranking(
                 tuple(ranking(ledger[room])), sum(ledger[room].values()), count)
-            assert (await store.counters.leaderboard(room, 3)).top == tuple(
+            assert (await store.counters.ranking(room, 3)).top == tuple(
                 ranking(ledger[room])[:3])
 
 
@@ -334,7 +334,7 @@ async def test_ending_a_broadcast_archives_its_counters_and_starts_at_zero(
     await counters.add_likes({"r": 40, "other": 2}, t)
     for n in range(RANKING_KEPT + 20):
         await counters.add_gift("r", f"u{n:03}", n + 1, "rose", t)
-    before = await counters.leaderboard("r", LEADERBOARD_MAX)
+    before = await counters.ranking("r", RANKING_MAX)
     ended = await store.operators.end_broadcast("r", t, ARCHIVE_TTL_MS)
     assert ended.broadcast == 2
     (past,) = await store.operators.broadcasts("r")
@@ -345,7 +345,7 @@ async def test_ending_a_broadcast_archives_its_counters_and_starts_at_zero(
     assert past.ranking == before.top[:RANKING_KEPT]
     # The new broadcast starts at zero; another room and the series go on.
     assert await counters.likes(["r", "other"]) == {"r": 0, "other": 2}
-    assert await counters.leaderboard("r", 10) == Leaderboard((), 0, 0)
+    assert await counters.ranking("r", 10) == Ranking((), 0, 0)
     assert sum(n for _, n in await counters.read_likes("r", 60, *ALL_TIME)) == 40
     await counters.add_likes({"r": 5}, t + 1_000)
     assert await counters.add_gift("r", "u000", 3, "rose", t) == GiftRank(1, 3, 3)
@@ -365,7 +365,7 @@ async def test_an_archived_ranking_keeps_ties_in_leaderboard_order(
     t = now_ms(fake_clock)
     for n in range(RANKING_KEPT + 5):
         await store.counters.add_gift("r", f"g{n:03}", 7, "rose", t)
-    top = (await store.counters.leaderboard("r", LEADERBOARD_MAX)).top
+    top = (await store.counters.ranking("r", RANKING_MAX)).top
     await store.operators.end_broadcast("r", t, ARCHIVE_TTL_MS)
     (past,) = await store.operators.broadcasts("r")
     assert past.ranking == top == tuple(
@@ -446,7 +446,7 @@ async def test_every_counters_call_reports_redis_down_as_unavailable(
                 lambda: counters.likes(["r"]),
                 lambda: counters.read_likes("r", 60, 0, 1),
                 lambda: counters.add_gift("r", "u", 1, "rose", 0),
-                lambda: counters.leaderboard("r", 10),
+                lambda: counters.ranking("r", 10),
                 lambda: counters.rankings(["r"], 10),
             ]
             for call in calls:

@@ -21,12 +21,12 @@ from __future__ import annotations
 from typing import Protocol
 
 from .counters import GIFT_VALUE_MAX as GIFT_VALUE_MAX
-from .counters import LEADERBOARD_MAX as LEADERBOARD_MAX
 from .counters import RANKING_KEPT as RANKING_KEPT
+from .counters import RANKING_MAX as RANKING_MAX
 from .counters import SCORE_EXACT as SCORE_EXACT
 from .counters import Counters as Counters
 from .counters import GiftRank as GiftRank
-from .counters import Leaderboard as Leaderboard
+from .counters import Ranking as Ranking
 from .counters import bucket_horizon as bucket_horizon
 from .counters import bucket_start as bucket_start
 from .counters import check_gift as check_gift

@@ -15,8 +15,8 @@ from typing import Protocol
 
 GIFT_VALUE_MAX = 10**12
 """The largest value of one gift (:meth:`Counters.add_gift`)."""
-LEADERBOARD_MAX = 100
-"""The most givers one :meth:`Counters.leaderboard` lists."""
+RANKING_MAX = 100
+"""The most givers one :meth:`Counters.ranking` lists."""
 RANKING_KEPT = 100
 """Givers an ended broadcast's archive keeps (``PastBroadcast.ranking``)."""
 SCORE_EXACT = 2**53
@@ -30,7 +30,7 @@ class GiftRank:
     """A giver's place after a gift, in the room's current broadcast."""
 
     rank: int
-    """1 for the top giver (see :meth:`Counters.leaderboard` for ties)."""
+    """1 for the top giver (see :meth:`Counters.ranking` for ties)."""
     score: int
     """The giver's sum of gift values in this broadcast."""
     total: int
@@ -38,7 +38,7 @@ class GiftRank:
 
 
 @dataclass(frozen=True, slots=True)
-class Leaderboard:
+class Ranking:
     """The top givers of a room's current broadcast."""
 
     top: tuple[tuple[str, int], ...]
@@ -63,9 +63,9 @@ def check_gift(value: int) -> None:
 
 
 def check_limit(limit: int) -> None:
-    """Raise ``ValueError`` unless ``limit`` is an int in 1..:data:`LEADERBOARD_MAX`."""
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= LEADERBOARD_MAX:
-        raise ValueError(f"limit must be an int in 1..{LEADERBOARD_MAX}, not {limit!r}")
+    """Raise ``ValueError`` unless ``limit`` is an int in 1..:data:`RANKING_MAX`."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= RANKING_MAX:
+        raise ValueError(f"limit must be an int in 1..{RANKING_MAX}, not {limit!r}")
 
 
 def bucket_start(t_ms: int, step: int) -> int:
@@ -132,8 +132,8 @@ class Counters(Protocol):
         sums, not a ledger (the caller logs or sends gifts it must keep).
         Raises ``ValueError`` for a value out of range."""
 
-    async def leaderboard(self, room: str, limit: int) -> Leaderboard:
-        """The ``limit`` (1..:data:`LEADERBOARD_MAX`) top givers of the room's
+    async def ranking(self, room: str, limit: int) -> Ranking:
+        """The ``limit`` (1..:data:`RANKING_MAX`) top givers of the room's
         current broadcast with their scores, and its gift total and count.
 
         Order: score descending; givers with equal scores by name
@@ -141,8 +141,8 @@ class Counters(Protocol):
         of Redis's ``ZREVRANGE``, which every engine follows, so a rank is the
         same everywhere. Read-only, one round trip."""
 
-    async def rankings(self, rooms: Sequence[str], limit: int) -> dict[str, Leaderboard]:
-        """The :meth:`leaderboard` of each room with a gift in its current
+    async def rankings(self, rooms: Sequence[str], limit: int) -> dict[str, Ranking]:
+        """The :meth:`ranking` of each room with a gift in its current
         broadcast (the others absent from the answer): all rooms in one round
         trip (on a cluster, one per node, sent together). Nodes read the rooms
         their listeners poll, once a second, for the ranking in answers."""

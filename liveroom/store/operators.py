@@ -54,7 +54,7 @@ class PastBroadcast:
     """Its gift total (the sum of the gifts' values)."""
     ranking: tuple[tuple[str, int], ...] = ()
     """Its top givers (at most ``RANKING_KEPT``) with their scores, in
-    ``Counters.leaderboard``'s order."""
+    ``Counters.ranking``'s order."""
     moderation: tuple[AuditEntry, ...] = ()
     """Its moderation audit (``ModerationStore.audit``), newest first, at most
     ``AUDIT_KEPT`` entries (empty in an archive of before moderation)."""

@@ -24,7 +24,7 @@ from liveroom.metrics import Metrics
 from liveroom.model import check_name, parse_count
 from liveroom.roles import RoomReader, StatsReader
 from liveroom.settings import Settings
-from liveroom.store.base import LEADERBOARD_MAX
+from liveroom.store.base import RANKING_MAX
 
 from ..auth import Right, Tokens, bearer
 from ..front.limits import FrontLimits, HeadRules
@@ -51,8 +51,8 @@ change; tests/test_openapi.py checks it against the routes both ways and
 tests/test_api_fuzz.py the server against it. Package data beside this
 module, read at the first request for it (``importlib.resources`` would cost
 every start 2 ms of imports for a file that is always there)."""
-LEADERBOARD_DEFAULT = 10
-"""Givers a leaderboard lists when it is not told how many."""
+RANKING_DEFAULT = 10
+"""Givers ``GET /leaderboard`` lists when it is not told how many."""
 HEALTH_EVERY = 1.0
 """Seconds a ``/healthz`` answer is reused: a flood of health checks costs the
 store one round trip a second."""
@@ -274,10 +274,10 @@ class Routes:
 
     async def leaderboard(self, request: web.Request) -> web.StreamResponse:
         query = request.query
-        limit = parse_count("limit", query["limit"], 1, LEADERBOARD_MAX) \
-            if "limit" in query else LEADERBOARD_DEFAULT
+        limit = parse_count("limit", query["limit"], 1, RANKING_MAX) \
+            if "limit" in query else RANKING_DEFAULT
         room = request.match_info["room"]
-        board = await self.gifts.leaderboard(room, limit)
+        board = await self.gifts.ranking(room, limit)
         return document(request, {"room": room, "top": [
             {"uid": uid, "score": score} for uid, score in board.top],
             "total": board.total, "count": board.count})

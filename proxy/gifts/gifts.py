@@ -11,7 +11,7 @@ goes out as an important message of the giver, ``{"gift", "value"}`` its
 body, so every listener sees it ahead of the chat.
 
 ``GET /v1/rooms/{room}/leaderboard?limit=N`` (1 to
-:data:`~liveroom.store.base.LEADERBOARD_MAX`, default 10) gives the top
+:data:`~liveroom.store.base.RANKING_MAX`, default 10) gives the top
 givers with their scores, the gift total and count. ``room end`` freezes the
 ranking into the broadcast's archive (``/broadcasts``) and starts a new one.
 Givers with equal scores rank by uid, descending (the store's order).
@@ -24,7 +24,7 @@ from typing import Any
 from liveroom.clock import Clock
 from liveroom.errors import BadBody, Forbidden, Unauthorized
 from liveroom.model import NewMessage, check_name
-from liveroom.store.base import GIFT_VALUE_MAX, Counters, GiftRank, Leaderboard, MessageLog
+from liveroom.store.base import GIFT_VALUE_MAX, Counters, GiftRank, MessageLog, Ranking
 
 from ..auth import Right, Tokens, bearer
 from ..params import body_uid
@@ -51,7 +51,7 @@ def parse_gift(doc: Any) -> tuple[str, int, str]:
 
 
 class Gifts:
-    """A node's gift requests and leaderboards (the backend's calls: no
+    """A node's gift requests and rankings (the backend's calls: no
     listener waits on them, they go to the store)."""
 
     def __init__(self, counters: Counters, log: MessageLog, tokens: Tokens, clock: Clock, *,
@@ -90,6 +90,6 @@ class Gifts:
                 uid=giver, body={"gift": gift, "value": value}, important=True, ts=now_ms))
         return rank, giver
 
-    async def leaderboard(self, room: str, limit: int) -> Leaderboard:
+    async def ranking(self, room: str, limit: int) -> Ranking:
         check_name("room", room)
-        return await self._counters.leaderboard(room, limit)
+        return await self._counters.ranking(room, limit)

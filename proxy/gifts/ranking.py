@@ -1,14 +1,17 @@
 """The gift ranking in poll answers: a room's top givers, sent only when they changed.
 
-Once a second a node reads the leaderboards of the rooms its listeners
-asked about lately (:class:`~proxy.recent_rooms.RecentRooms`, the rooms the
-likes keep fresh too: one ``Counters.rankings`` call for all of them) and
-keeps, per room with gifts, its :data:`TOP` givers ready encoded as a
-:class:`Standing`. Its ``version`` is a checksum of what it says, the same on
-every node.
+Once a second a node reads the rankings of the rooms its listeners asked
+about lately (:class:`~proxy.recent_rooms.RecentRooms`, the rooms the likes
+keep fresh too: one ``Counters.rankings`` call for all of them) and keeps,
+per room with gifts, its ranking's :data:`TOP` givers ready encoded as an
+:class:`EncodedRanking`. Its ``version`` is a checksum of what it says, the
+same on every node.
+
+Words: a room's *ranking* is its givers by score; its *top* is the list of
+the best of them (``Counters.ranking``'s, and the answers').
 
 An answer carries ``ranking`` (``{"version", "top": [{"uid", "score"}, ...]}``)
-when the room has a standing and the poll did not echo its version as
+when the room has a ranking and the poll did not echo its version as
 ``ranking``: a client that echoes the last version it got hears of the
 ranking again only when the top changed, on whichever node it polls. Without
 gifts in the room nothing is added; a room whose broadcast ended after gifts
@@ -17,8 +20,8 @@ clear theirs. On the poll's path this
 costs one dict lookup; nothing there touches the store.
 
 Limits: a change shows within about a second plus a store round trip (the
-leaderboard, ``GET /leaderboard``, is exact at once); while the store is
-unavailable the last standings stay.
+ranking read by ``GET /leaderboard`` is exact at once); while the store is
+unavailable the last rankings read stay.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import orjson
 from liveroom.clock import Clock
 from liveroom.errors import StoreUnavailable
 from liveroom.lifecycle import Outage, Periodic
-from liveroom.store.base import Counters, Leaderboard
+from liveroom.store.base import Counters, Ranking
 
 from ..recent_rooms import RecentRooms
 
@@ -42,12 +45,12 @@ logger: Final = logging.getLogger("liveroom.proxy.ranking")
 TOP: Final = 3
 """Givers a ranking in answers lists."""
 REFRESH_EVERY: Final = 1.0
-"""Seconds between two reads of the rooms' leaderboards."""
+"""Seconds between two reads of the rooms' rankings."""
 
 _RANKING_MP: Final = msgpack.packb("ranking")
 
 
-class Standing:
+class EncodedRanking:
     """A room's top givers as answers carry them, encoded once."""
 
     __slots__ = ("json", "mp", "top", "version")
@@ -65,19 +68,19 @@ class Standing:
         """The msgpack answer's key and value."""
 
 
-NO_GIFTS: Final = Standing(())
+NO_GIFTS: Final = EncodedRanking(())
 """What a poll that echoes a ranking's version hears of a room without
 gifts (its broadcast ended, or the client's version is from elsewhere)."""
 
 
-class Ranking:
-    """A node's standings of the rooms polled here. Start and stop it with the
-    node."""
+class Rankings:
+    """A node's rankings of the rooms asked about lately, encoded for
+    answers. Start and stop it with the node."""
 
     def __init__(self, store: Counters, clock: Clock, recent: RecentRooms) -> None:
         self._store = store
         self._recent = recent
-        self.standings: dict[str, Standing] = {}
+        self.encoded: dict[str, EncodedRanking] = {}
         """By room: read by every answer (a room without gifts is absent)."""
         self._outage = Outage(logger)
         self._refresher = Periodic("proxy-ranking", REFRESH_EVERY, self.refresh, clock, logger)
@@ -89,26 +92,26 @@ class Ranking:
         await self._refresher.stop()
 
     async def refresh(self) -> None:
-        """Read the leaderboards of the rooms polled here; forget the rooms no
+        """Read the rankings of the rooms asked about lately; forget the rooms no
         longer polled. Logs an outage once, and once when it ends."""
         rooms = list(self._recent.rooms())
         try:
-            boards = await self._store.rankings(rooms, TOP) if rooms else {}
+            rankings = await self._store.rankings(rooms, TOP) if rooms else {}
         except StoreUnavailable:
             self._outage.failed("the store is unavailable: answers keep the last rankings")
             return
         self._outage.worked("the store is back: rankings are read again")
-        self.update(boards)
+        self.update(rankings)
 
-    def update(self, boards: dict[str, Leaderboard]) -> None:
-        """Take the leaderboards read: a new standing for each
-        board whose top changed, the same one for the others; a room without
-        a board (no gifts, or its broadcast ended) has none (a poll that
+    def update(self, rankings: dict[str, Ranking]) -> None:
+        """Take the rankings read: a new encoding for each ranking whose top
+        changed, the same one for the others; a room without a ranking (no
+        gifts, or its broadcast ended) has none (a poll that
         echoes another version than :data:`NO_GIFTS`'s gets that)."""
-        before = self.standings
-        standings: dict[str, Standing] = {}
-        for room, board in boards.items():
+        before = self.encoded
+        encoded: dict[str, EncodedRanking] = {}
+        for room, ranking in rankings.items():
             old = before.get(room)
-            standings[room] = old if old is not None and old.top == board.top \
-                else Standing(board.top)
-        self.standings = standings
+            encoded[room] = old if old is not None and old.top == ranking.top \
+                else EncodedRanking(ranking.top)
+        self.encoded = encoded

@@ -56,7 +56,7 @@ from liveroom.settings import Settings
 from liveroom.snapshot import ABSENT_EPOCH, Delivery, Snapshot, read, recent
 
 from ..front.request import Held
-from ..gifts.ranking import NO_GIFTS, Ranking
+from ..gifts.ranking import NO_GIFTS, Rankings
 from ..likes.likes import Likes
 from ..moderation.rules import RoomRules
 from ..params import Cursor, PollParams, parse_poll
@@ -109,7 +109,7 @@ class Polls:
                  clock: Clock, metrics: Metrics,
                  is_vip: Callable[[str], bool] = lambda room: False, *,
                  tickets: Tickets | None = None, likes: Likes | None = None,
-                 ranking: Ranking | None = None,
+                 ranking: Rankings | None = None,
                  rules: dict[str, RoomRules] | None = None) -> None:
         self.is_vip = is_vip
         self.vip_spread = settings.vip_spread
@@ -130,8 +130,8 @@ class Polls:
         """The node's moderation by room (``Moderation.rules``, kept up to
         date in place): a poll of a room in it is checked for a ban."""
         self.ranking = ranking
-        """The node's gift standings (set by the proxy): answers carry a
-        room's when the listener has not seen it."""
+        """The node's gift rankings: answers carry a room's when the
+        listener has not seen it (None: none)."""
         rule = settings.vip_rule()
         self.trust_ctx = rule is not None
         """In open mode, a poll's heartbeat is trusted when its ``ctx`` is
@@ -167,19 +167,19 @@ class Polls:
 
     def ranking_field(self, room: str, seen: int | None, use_msgpack: bool) -> bytes:
         """The ``ranking`` field of an answer (empty: none): the room's
-        standing unless its version is ``seen``, the one the poll echoed
+        ranking unless its version is ``seen``, the one the poll echoed
         (:mod:`.ranking`)."""
         ranking = self.ranking
         if ranking is None:
             return b""
-        standing = ranking.standings.get(room)
-        if standing is None:
+        current = ranking.encoded.get(room)
+        if current is None:
             if seen is None or seen == NO_GIFTS.version:
                 return b""
-            standing = NO_GIFTS
-        elif standing.version == seen:
+            current = NO_GIFTS
+        elif current.version == seen:
             return b""
-        return standing.mp if use_msgpack else standing.json
+        return current.mp if use_msgpack else current.json
 
     def likes_of(self, room: str) -> int:
         """The room's likes as answers show them (0 without likes)."""

@@ -13,8 +13,8 @@ from ..base import (
     RANKING_KEPT,
     SERIES_RESOLUTIONS,
     GiftRank,
-    Leaderboard,
     LogPolicy,
+    Ranking,
     bucket_horizon,
     bucket_start,
     check_gift,
@@ -79,18 +79,18 @@ class MemoryCounters:
         self._gifts.put(room, gifts, self._ttl_ms)
         return GiftRank(gifts.rank(giver, score), score, gifts.total)
 
-    async def leaderboard(self, room: str, limit: int) -> Leaderboard:
+    async def ranking(self, room: str, limit: int) -> Ranking:
         check_limit(limit)
         gifts = self._gifts.get(room) or _Gifts()
-        return Leaderboard(gifts.top(limit), gifts.total, gifts.count)
+        return Ranking(gifts.top(limit), gifts.total, gifts.count)
 
-    async def rankings(self, rooms: Sequence[str], limit: int) -> dict[str, Leaderboard]:
+    async def rankings(self, rooms: Sequence[str], limit: int) -> dict[str, Ranking]:
         check_limit(limit)
         boards = {}
         for room in rooms:
             gifts = self._gifts.get(room)
             if gifts is not None and gifts.count:
-                boards[room] = Leaderboard(gifts.top(limit), gifts.total, gifts.count)
+                boards[room] = Ranking(gifts.top(limit), gifts.total, gifts.count)
         return boards
 
     # -- the end of a broadcast ---------------------------------------------------------

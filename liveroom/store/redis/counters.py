@@ -7,7 +7,7 @@
   one batch per cluster node, in parallel: each call stays in its room's slot.
   Totals are read with one pipelined ``GET`` per room.
 - **Gifts**: one ``lua/counters_gift.lua`` call per gift (``ZINCRBY`` on the ranking
-  ``gr``, ``HINCRBY`` on the totals ``gf``); the leaderboard is ``ZREVRANGE``
+  ``gr``, ``HINCRBY`` on the totals ``gf``); the ranking is ``ZREVRANGE``
   and ``HMGET`` of one slot in one pipeline.
 
 Scores are sorted-set scores, doubles: exact below
@@ -22,8 +22,8 @@ from typing import Any
 from ..base import (
     SERIES_RESOLUTIONS,
     GiftRank,
-    Leaderboard,
     LogPolicy,
+    Ranking,
     check_gift,
     check_limit,
     check_taps,
@@ -101,17 +101,17 @@ class RedisCounters:
                 [giver, value, self._ttl_ms])])
         return GiftRank(int(rank) + 1, score(points), int(total))
 
-    async def leaderboard(self, room: str, limit: int) -> Leaderboard:
+    async def ranking(self, room: str, limit: int) -> Ranking:
         check_limit(limit)
-        with unavailable("reading the leaderboard"):
+        with unavailable("reading the ranking"):
             async with self._client.pipeline(transaction=False) as pipe:
                 pipe.zrevrange(keys.givers(room), 0, limit - 1, withscores=True,
                                score_cast_func=bytes)
                 pipe.hmget(keys.gifts(room), ["t", "c"])
                 top, (total, count) = await pipe.execute()
-        return Leaderboard(ranking(top), int(total or 0), int(count or 0))
+        return Ranking(ranking(top), int(total or 0), int(count or 0))
 
-    async def rankings(self, rooms: Sequence[str], limit: int) -> dict[str, Leaderboard]:
+    async def rankings(self, rooms: Sequence[str], limit: int) -> dict[str, Ranking]:
         check_limit(limit)
         if not rooms:
             return {}
@@ -126,5 +126,5 @@ class RedisCounters:
         for at, room in enumerate(rooms):
             (total, count), top = replies[2 * at], replies[2 * at + 1]
             if count:
-                boards[room] = Leaderboard(ranking(top), int(total or 0), int(count))
+                boards[room] = Ranking(ranking(top), int(total or 0), int(count))
         return boards
