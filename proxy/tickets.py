@@ -99,9 +99,9 @@ class Tickets:
 
     def verify(self, token: str, room: str) -> str:
         """The uid of ``token`` if it is good for ``room``; else 401."""
-        return self.admit(room, token, None).uid
+        return self.good_for(room, token, None).uid
 
-    def admit(self, room: str, token: str, uid: str | None) -> Claims:
+    def good_for(self, room: str, token: str, uid: str | None) -> Claims:
         """The claims of a request of ``room`` carrying ``token`` and naming
         ``uid`` (``None``: it names none). A named uid that is not the ticket's
         is refused (401 "uid mismatch"): the server never lets a request
@@ -139,7 +139,7 @@ class Tickets:
         if (claims is None or (claims.rooms is not None and room not in claims.rooms)
                 or (named is not None and named != claims.uid)
                 or self._clock.time() > claims.exp + self.ticket_leeway):
-            claims = self.admit(room, token, named)
+            claims = self.good_for(room, token, named)
         uid = claims.uid
         if named is not None:
             return query

@@ -154,18 +154,18 @@ def test_an_ipv6_client_counts_by_its_slash_64() -> None:
     rooms = NewRooms(per_uid=(), per_node=(), per_address=parse_windows("2/m"))
     now = 1_700_000_000_000
     for address in ("2001:db8:1:2::a", "2001:db8:1:2:ffff::b"):
-        place = rooms.admit(f"u-{address}", address, now)
+        place = rooms.reserve(f"u-{address}", address, now)
         assert isinstance(place, Place)
         rooms.settled(place, now)
-    refused = rooms.admit("u3", "2001:db8:1:2::c", now)
+    refused = rooms.reserve("u3", "2001:db8:1:2::c", now)
     assert isinstance(refused, RateLimited)
     assert "address 2001:db8:1:2::/64 over 2 new rooms per 1 min" in refused.message
-    assert isinstance(rooms.admit("u4", "2001:db8:1:3::a", now), Place)
+    assert isinstance(rooms.reserve("u4", "2001:db8:1:3::a", now), Place)
     for address in ("192.0.2.1", "::ffff:192.0.2.1"):
-        place = rooms.admit("v", address, now)
+        place = rooms.reserve("v", address, now)
         assert isinstance(place, Place)
         rooms.settled(place, now)
-    assert isinstance(rooms.admit("w", "192.0.2.1", now), RateLimited)
+    assert isinstance(rooms.reserve("w", "192.0.2.1", now), RateLimited)
 
 
 

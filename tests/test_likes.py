@@ -43,12 +43,12 @@ def test_tap_windows_admit_exactly_what_fixed_windows_allow(
         allowed = all(used.get(k, 0) + cost <= k[1].limit
                       for k, (_, cost) in zip(keys, costs, strict=True))
         if allowed:
-            limits.admit("r", uid, count, now)
+            limits.take("r", uid, count, now)
             for k, (_, cost) in zip(keys, costs, strict=True):
                 used[k] = used.get(k, 0) + cost
         else:
             with pytest.raises(RateLimited) as refused:
-                limits.admit("r", uid, count, now)
+                limits.take("r", uid, count, now)
             assert refused.value.retry_after is not None
             assert 0 < refused.value.retry_after <= 60
 
@@ -56,24 +56,24 @@ def test_tap_windows_admit_exactly_what_fixed_windows_allow(
 def test_a_refusal_says_which_window_and_when_it_frees() -> None:
     limits = TapLimits(parse_windows("2/s"), parse_windows("1000/m"), uids_max=10)
     now = 1_700_000_000_250
-    limits.admit("r", "u", 1, now)
-    limits.admit("r", "u", 1, now)
+    limits.take("r", "u", 1, now)
+    limits.take("r", "u", 1, now)
     with pytest.raises(RateLimited, match=r"uid u over 2 requests per 1 s in room r; retry in "
                                           r"0\.75 s"):
-        limits.admit("r", "u", 1, now)
-    limits.admit("r", "u", 1, now + 750)  # the next second
+        limits.take("r", "u", 1, now)
+    limits.take("r", "u", 1, now + 750)  # the next second
 
 
 def test_the_uid_table_is_bounded_and_forgets_whole_turns() -> None:
     limits = TapLimits(parse_windows("10/s"), parse_windows("100/m"), uids_max=3)
     now = 1_700_000_000_000
     for uid in "abc":
-        limits.admit("r", uid, 1, now)
+        limits.take("r", uid, 1, now)
     with pytest.raises(Overloaded):
-        limits.admit("r", "d", 1, now)
-    limits.admit("r", "a", 1, now + 60_000)  # the next turn: a moves on, b and c wait
+        limits.take("r", "d", 1, now)
+    limits.take("r", "a", 1, now + 60_000)  # the next turn: a moves on, b and c wait
     assert len(limits) == 3
-    limits.admit("r", "d", 1, now + 120_000)  # two turns on: only a's is left before it
+    limits.take("r", "d", 1, now + 120_000)  # two turns on: only a's is left before it
     assert len(limits) == 2
 
 

@@ -102,7 +102,7 @@ class Shared:
     closing: bool
     """The node is shutting down: answers close their connections."""
 
-    def admit(self, conn: Connection, host: str) -> bytes | None:
+    def seat(self, conn: Connection, host: str) -> bytes | None:
         """Take ``conn`` in, or the answer that refuses it."""
         raise NotImplementedError
 
@@ -183,7 +183,7 @@ class Connection(asyncio.Protocol):
         front = self._front
         peer = transport.get_extra_info("peername") if front.admission.connections_per_ip \
             else None
-        refusal = front.admit(self, peer[0] if isinstance(peer, tuple) else "")
+        refusal = front.seat(self, peer[0] if isinstance(peer, tuple) else "")
         if refusal is not None:
             # Past a cap: one answer, read nothing. (Pausing accept would leave
             # the clients waiting in the backlog with no word of why.)

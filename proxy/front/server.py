@@ -158,7 +158,7 @@ class Front(Shared):
             self._date = f"Date: {formatdate(now, usegmt=True)}\r\n".encode()
         return self._date
 
-    def admit(self, conn: Connection, host: str) -> bytes | None:
+    def seat(self, conn: Connection, host: str) -> bytes | None:
         """Take ``conn`` in, or the answer that refuses it (:class:`~.admission.Admission`)."""
         refusal = self.admission.admit(conn, host, len(self.connections) + self.handed())
         if refusal is None:

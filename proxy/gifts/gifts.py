@@ -74,7 +74,7 @@ class Gifts:
         tickets = self.tickets
         if tickets is None:
             raise Unauthorized("a gift needs the publisher token (or the admin token)")
-        claims = tickets.admit(room, token, None)
+        claims = tickets.good_for(room, token, None)
         if not claims.publish:
             raise Forbidden("this ticket cannot give gifts (it has no publish right)")
 

@@ -79,7 +79,7 @@ class TapLimits:
     def __len__(self) -> int:
         return len(self._now) + len(self._before)
 
-    def admit(self, room: str, uid: str, count: int, now_ms: int) -> None:
+    def take(self, room: str, uid: str, count: int, now_ms: int) -> None:
         """Count one request of ``count`` taps by ``uid``, or raise
         :class:`RateLimited` (nothing counted) with the wait."""
         turn = now_ms // self._turn_ms
@@ -188,7 +188,7 @@ class Likes:
             raise Overloaded("this node holds as many rooms' taps as it may until the store "
                              "takes them; retry later", retry_after=1.0)
         try:
-            self.limits.admit(room, uid, count, int(self._clock.time() * 1000))
+            self.limits.take(room, uid, count, int(self._clock.time() * 1000))
         except RateLimited:
             counts[_LIMITED] += 1
             raise

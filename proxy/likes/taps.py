@@ -61,7 +61,7 @@ class Taps:
                 uid, count = parse_taps(decode_request(media_type(content_type), raw),
                                         uid_required=True)
             else:
-                claims = tickets.admit(room, bearer(authorization), None)
+                claims = tickets.good_for(room, bearer(authorization), None)
                 uid, count = parse_taps(decode_request(media_type(content_type), raw),
                                         uid_required=False)
                 if uid is not None and uid != claims.uid:

@@ -13,7 +13,7 @@ business backend (publisher or admin token) are not limited.
 
 **Counted where they are admitted.** A send that may create a room takes a
 place in all three windows *before* its append goes to the store
-(:meth:`NewRooms.admit`): a place *held*, which counts against the windows
+(:meth:`NewRooms.reserve`): a place *held*, which counts against the windows
 like a room created. When the append returns (:meth:`NewRooms.settled`) the
 place becomes a room counted in the windows if the append created the room,
 and is freed otherwise (the room existed, the ``client_msg_id`` was seen, a
@@ -122,7 +122,7 @@ class NewRooms:
         self._uid = _Level("uid {}", per_uid)
         self._swept_ms = 0
 
-    def admit(self, uid: str, address: str, now_ms: int) -> Place | RateLimited:
+    def reserve(self, uid: str, address: str, now_ms: int) -> Place | RateLimited:
         """A place for the room a send by ``uid`` from ``address`` may create
         at ``now_ms``, held until :meth:`settled`; or why it may not create
         one (the full window that frees last): its append may then only go

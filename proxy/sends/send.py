@@ -162,7 +162,7 @@ class Sends:
             # The credential first: a sender without one costs no body decoding.
             token = bearer(authorization)
             trusted = self.tokens.right_of(token) is not None
-            claims = None if trusted else tickets.admit(room, token, None)
+            claims = None if trusted else tickets.good_for(room, token, None)
             doc, bound = decode_request_bounded(media_type(content_type), raw)
             sp = parse_send(doc, max_body=self._max_body,
                             uid_required=trusted, size_bound=bound)
@@ -186,7 +186,7 @@ class Sends:
             limits = moderation.send_limits(room, uid, limits, message.important)
         # The new room takes its place in the windows before the append's round
         # trip, so sends in flight together never pass them; settled after it.
-        admitted = self.new_rooms.admit(uid, address or peer_address(peer), message.ts)
+        admitted = self.new_rooms.reserve(uid, address or peer_address(peer), message.ts)
         return _Pending(message, limits, admitted,
                         admitted if isinstance(admitted, Place) else None, True)
 

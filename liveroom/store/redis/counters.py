@@ -39,7 +39,7 @@ def score(value: Any) -> int:
     return int(float(text(value)))
 
 
-def ranking(reply: Sequence[tuple[Any, Any]]) -> tuple[tuple[str, int], ...]:
+def top_of(reply: Sequence[tuple[Any, Any]]) -> tuple[tuple[str, int], ...]:
     """``(giver, score)`` pairs from a ``ZREVRANGE ... WITHSCORES`` reply."""
     return tuple((text(giver), score(points)) for giver, points in reply)
 
@@ -109,7 +109,7 @@ class RedisCounters:
                                score_cast_func=bytes)
                 pipe.hmget(keys.gifts(room), ["t", "c"])
                 top, (total, count) = await pipe.execute()
-        return Ranking(ranking(top), int(total or 0), int(count or 0))
+        return Ranking(top_of(top), int(total or 0), int(count or 0))
 
     async def rankings(self, rooms: Sequence[str], limit: int) -> dict[str, Ranking]:
         check_limit(limit)
@@ -126,5 +126,5 @@ class RedisCounters:
         for at, room in enumerate(rooms):
             (total, count), top = replies[2 * at], replies[2 * at + 1]
             if count:
-                boards[room] = Ranking(ranking(top), int(total or 0), int(count))
+                boards[room] = Ranking(top_of(top), int(total or 0), int(count))
         return boards

@@ -43,7 +43,7 @@ from ..base import (
 )
 from . import keys
 from .calls import Client, Lua, run_scripts, text, unavailable
-from .counters import ranking
+from .counters import top_of
 from .moderation import unpack_audit
 from .stats import viewers_state
 
@@ -155,6 +155,6 @@ class RedisOperators:
                 # one of before moderation no audit.
                 past.append(PastBroadcast(
                     n, ended_ms, viewers_state(exact, meta.get(b"complete"), by_node, n),
-                    int(meta.get(b"likes", 0)), int(meta.get(b"gifts", 0)), ranking(top),
+                    int(meta.get(b"likes", 0)), int(meta.get(b"gifts", 0)), top_of(top),
                     unpack_audit(audit)))
         return past
