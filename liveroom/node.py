@@ -176,7 +176,7 @@ def node_runner(app: web.Application) -> web.AppRunner:
 def node_site(runner: web.AppRunner, host: str | None, port: int, *,
               sock: socket.socket | None = None, reuse_port: bool = False) -> FrontSite:
     """The node's listening socket: the front, handing aiohttp what is not a
-    poll or a send (call after ``runner.setup()``, then ``start()``)."""
+    poll, a send or a like (call after ``runner.setup()``, then ``start()``)."""
     return runner.app[NODE].proxy.site(runner, host, port, sock=sock, reuse_port=reuse_port)
 
 

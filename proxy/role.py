@@ -163,8 +163,8 @@ class Proxy:
 
     def site(self, runner: web.AppRunner, host: str | None, port: int, *,
              sock: socket.socket | None = None, reuse_port: bool = False) -> FrontSite:
-        """The listening socket: the front, handing aiohttp what is not a poll
-        or a send (call after ``runner.setup()``, then ``start()``)."""
+        """The listening socket: the front, handing aiohttp what is not a
+        poll, a send or a like (call after ``runner.setup()``, then ``start()``)."""
         return FrontSite(runner, self.front, host, port, sock=sock, reuse_port=reuse_port)
 
     async def start(self) -> None:

@@ -105,7 +105,7 @@ class Running:
 
 class FrontTestServer(BaseTestServer):
     """pytest-aiohttp's test server, serving a node's application the way
-    ``liveroom serve`` does: on the front (polls and sends) with aiohttp behind."""
+    ``liveroom serve`` does: on the front (polls, sends and likes) with aiohttp behind."""
 
     def __init__(self, app: web.Application, **kwargs: Any) -> None:
         super().__init__(**kwargs)

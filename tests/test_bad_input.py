@@ -544,7 +544,7 @@ async def test_body_cut_by_disconnect_leaves_no_task(make_client: MakeClient) ->
 
 async def handed_over(client: TestClient[Any, Any]) -> tuple[asyncio.StreamReader,
                                                               asyncio.StreamWriter]:
-    """A raw connection aiohttp serves (its first request was not a poll or a send)."""
+    """A raw connection aiohttp serves (its first request was not a poll, a send or a like)."""
     assert client.host is not None
     reader, writer = await asyncio.open_connection(client.host, client.port)
     writer.write(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")

@@ -333,7 +333,7 @@ async def test_a_flood_of_refused_requests_does_not_keep_a_listener_out() -> Non
 def test_polls_never_read_on_a_connection_aiohttp_serves_are_cut_off_too(
         loop_factory: LoopFactory) -> None:
     """A connection the front handed to aiohttp (its first request was not a
-    poll or a send) has the same write deadline."""
+    poll, a send or a like) has the same write deadline."""
     async def scenario() -> None:
         async with big_answers() as (node, path):
             with raw_client(node, rcvbuf=4096) as sock:

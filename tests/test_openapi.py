@@ -36,7 +36,7 @@ def is_page(path: str) -> bool:
 
 def app_routes() -> set[tuple[str, str]]:
     """``(METHOD, path)`` of every route of a node's aiohttp application (the
-    front serves polls and sends too, but aiohttp has a route for each)."""
+    front serves polls, sends and likes too, but aiohttp has a route for each)."""
     app = build_app(BASE)
     routes = set()
     for route in app.router.routes():

@@ -1,10 +1,11 @@
 """The proxy's aiohttp routes, and the middleware that shapes errors.
 
-The listener path (poll, send) is served by the front (:mod:`.front`) on
-every connection it keeps; the routes here serve everything else, and the
-listener path too on a connection the front handed to aiohttp (its first
-request was not a poll or a send), through the same :mod:`.poll` and
-:mod:`.send` as the front: the answers are the same bytes.
+The listener path (poll, send, like) is served by the front
+(:mod:`proxy.front`) on every connection it keeps; the routes here serve
+everything else, and the listener path too on a connection the front handed
+to aiohttp (its first request was not a poll, a send or a like), through the
+same :mod:`proxy.polls.poll`, :mod:`proxy.sends.send` and
+:mod:`proxy.likes.taps` as the front: the answers are the same bytes.
 """
 
 from __future__ import annotations
