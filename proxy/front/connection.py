@@ -32,7 +32,7 @@ from .admission import CROWDED_REPLY, Admission
 from .flow import FlowControl
 from .handler import Handler
 from .handoff import hand_over
-from .limits import FrontLimits, HeadRules
+from .limits import FrontLimits
 from .reader import Arriving, Fed, RequestReader
 from .request import Held, Request
 from .routing import METHODS
@@ -85,22 +85,28 @@ def reset(transport: asyncio.Transport) -> None:
 # direct call, through a Protocol a lookup by name on every answer.
 class Shared:
     """The front as its connections see it: all they may ask of it
-    (:class:`~.server.Front` is one)."""
+    (:class:`~.server.Front` is one). Its attributes are set here, once: a
+    subclass that declared them again would give a compiled build two
+    layouts of one object."""
 
-    limits: FrontLimits
-    handlers: tuple[Handler | None, ...]
-    """Each route's handler, by kind (:mod:`.routing`; index 0: none)."""
-    heads: tuple[HeadRules | None, ...]
-    """Each route's head rules, by kind (None: a route without a body)."""
-    admission: Admission
-    paused: set[Connection]
-    """Connections not read now (their client is ahead of its answers)."""
-    timers: Deadlines[Connection]
-    """The deadlines of requests still arriving, and of lingering closes."""
-    write_deadlines: Deadlines[Connection]
-    """The deadlines of answers not taken (flow control)."""
-    closing: bool
-    """The node is shutting down: answers close their connections."""
+    def __init__(self, handlers: tuple[Handler | None, ...], limits: FrontLimits,
+                 admission: Admission) -> None:
+        self.limits = limits
+        self.handlers = handlers
+        """Each route's handler, by kind (:mod:`.routing`; index 0: none)."""
+        self.heads = tuple(None if handler is None else handler.head_rules
+                           for handler in handlers)
+        """Each route's head rules, by kind (None: a route without a body)."""
+        self.admission = admission
+        self.paused: set[Connection] = set()
+        """Connections not read now (their client is ahead of its answers)."""
+        self.timers: Deadlines[Connection] = Deadlines(Connection.timed_out, resolution=0.1)
+        """The deadlines of requests still arriving, and of lingering closes."""
+        self.write_deadlines: Deadlines[Connection] = Deadlines(Connection.write_timed_out,
+                                                                resolution=0.1)
+        """The deadlines of answers not taken (flow control)."""
+        self.closing = False
+        """The node is shutting down: answers close their connections."""
 
     def seat(self, conn: Connection, host: str) -> bytes | None:
         """Take ``conn`` in, or the answer that refuses it."""

@@ -63,7 +63,6 @@ from http import HTTPStatus
 from time import monotonic as _monotonic
 from typing import Final
 
-from ..deadlines import Deadlines
 from .admission import Admission
 from .connection import Connection, Shared, reset
 from .handler import Handler
@@ -100,11 +99,9 @@ class Front(Shared):
         missing = [ROUTES[kind - 1][0] for kind in range(1, KINDS) if kind not in handlers]
         if missing:
             raise ValueError(f"no handler for the front's routes {', '.join(missing)}")
-        self.handlers = tuple(handlers.get(kind) for kind in range(KINDS))
-        self.heads = tuple(None if handler is None else handler.head_rules
-                           for handler in self.handlers)
-        self.limits = limits or FrontLimits()
-        self.admission = Admission(self.limits, self.shed, on_refused)
+        limits = limits or FrontLimits()
+        super().__init__(tuple(handlers.get(kind) for kind in range(KINDS)), limits,
+                         Admission(limits, self.shed, on_refused))
         self.handoff: Callable[[Callable[[], None] | None], asyncio.Protocol] | None = None
         """Makes aiohttp's protocol for a connection handed over (set when
         serving); it calls what it is given when the connection closes."""
@@ -121,16 +118,10 @@ class Front(Shared):
         """Lingering closes aborted past :data:`~.connection.LINGER_MAX`."""
         self.trim = Trim()
         self.connections: set[Connection] = set()
-        self.paused: set[Connection] = set()
-        """Connections not read now (their client is ahead of its answers)."""
-        self.timers: Deadlines[Connection] = Deadlines(Connection.timed_out, resolution=0.1)
-        self.write_deadlines: Deadlines[Connection] = Deadlines(Connection.write_timed_out,
-                                                                resolution=0.1)
         self._sweeper: asyncio.TimerHandle | None = None
         self._teardown: deque[tuple[Held, bool]] = deque()
         """Held requests whose clients left: (held, answer it) in arrival order."""
         self._teardown_due = False
-        self.closing = False
         self._drained = asyncio.Event()
         self._heads: dict[tuple[int, str], bytes] = {}
         self._date_at = 0
