@@ -9,7 +9,6 @@ Raw sockets where a client library would hide what is on the wire.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import json
 from collections.abc import AsyncIterator
@@ -18,34 +17,21 @@ from typing import Any
 
 import aiohttp
 import pytest
-from support import ADMIN_HEADERS, Listener, Running, read_response, running_node, send
+from support import (
+    ADMIN_HEADERS,
+    Listener,
+    Running,
+    closed_by_server,
+    connect,
+    get,
+    read_response,
+    running_node,
+    send,
+)
 
 from liveroom.clock import FakeClock
 from liveroom.settings import Settings
 from proxy.front.limits import FrontLimits
-
-Raw = tuple[asyncio.StreamReader, asyncio.StreamWriter]
-
-
-@asynccontextmanager
-async def connect(node: Running) -> AsyncIterator[Raw]:
-    host, port = node.url.removeprefix("http://").split(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
-    try:
-        yield reader, writer
-    finally:
-        writer.close()
-        with contextlib.suppress(ConnectionResetError):  # the node may have reset it
-            await writer.wait_closed()
-
-
-async def closed_by_server(reader: asyncio.StreamReader, within: float = 5.0) -> bool:
-    async with asyncio.timeout(within):
-        return await reader.read() == b""
-
-
-def get(path: str, *extra: str, version: str = "1.1") -> bytes:
-    return "\r\n".join([f"GET {path} HTTP/{version}", "Host: t", *extra, "", ""]).encode()
 
 
 def post(path: str, body: bytes, *extra: str) -> bytes:

@@ -21,8 +21,8 @@ import pytest
 from front_corpus import CASES, Case, _head, _poll, _send
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from request_streams import streams
 from support import BASE, PUBLISHER
-from test_front_streams import streams
 
 from proxy.front.limits import FrontLimits, HeadRules
 from proxy.front.reader import BACKLOG_MAX, Arriving, Fed, Request, RequestReader

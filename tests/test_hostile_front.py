@@ -26,8 +26,17 @@ from pathlib import Path
 import aiohttp
 import pytest
 import uvloop
-from support import ADMIN_HEADERS, Listener, Running, read_response, running_node, send
-from test_front import closed_by_server, connect, get
+from support import (
+    ADMIN_HEADERS,
+    Listener,
+    Running,
+    closed_by_server,
+    connect,
+    get,
+    read_response,
+    running_node,
+    send,
+)
 
 LOOPS = [pytest.param(asyncio.new_event_loop, id="asyncio"),
          pytest.param(uvloop.new_event_loop, id="uvloop")]
