@@ -24,7 +24,7 @@ from support import ADMIN, free_port
 
 from liveroom import __version__, build
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TRANSCRIPT = ROOT / "tests" / "transcript.py"
 
 

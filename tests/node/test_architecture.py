@@ -11,7 +11,7 @@ import re
 import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "architecture.md"
 NODE = ROOT / "liveroom" / "node.py"
 ROLES = ("proxy", "recvsvr", "statsvr")
