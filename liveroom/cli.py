@@ -49,7 +49,7 @@ from .settings import (
 
 # Each command imports what only it needs when it runs: `ticket` signs without
 # aiohttp, `send` and `listen` are clients (aiohttp's) that load nothing of the
-# server, and only `serve` imports the roles (tests/test_packaging.py).
+# server, and only `serve` imports the roles (tests/faces/test_packaging.py).
 if TYPE_CHECKING:
     from .client import (
         Answer,

@@ -78,7 +78,7 @@ def test_commands_that_do_not_serve_import_no_role_and_no_numpy(args: list[str])
 
 NUMERIC = ("numpy", "scipy", "datasketch")
 """datasketch's dependencies, most of a node's start-up before issue 33; its
-HyperLogLog is the tests' reference (tests/test_viewers.py), never a node's."""
+HyperLogLog is the tests' reference (tests/stats/test_viewers.py), never a node's."""
 SERVER = ("proxy", "recvsvr", "statsvr", "liveroom.node", "liveroom.store", "liveroom.workers",
           "liveroom.whitelist", "liveroom.metrics", "prometheus_client", "redis", "aiohttp.web")
 """What only a server needs: the roles, the node, the store and its engines, the

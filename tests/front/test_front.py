@@ -282,7 +282,7 @@ async def test_connections_past_the_cap_are_answered_503_and_closed() -> None:
             assert (await read_response(r2))[0] == 200
             async with connect(node) as (r3, w3):
                 # Served a valid request: not one to close to make room (see
-                # tests/test_hostile_front.py).
+                # tests/hostile/test_hostile_front.py).
                 w3.write(get("/v1/rooms/cap/poll?uid=w"))
                 assert (await read_response(r3))[0] == 200
                 async with connect(node) as (r4, _w4):
