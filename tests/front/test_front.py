@@ -17,17 +17,8 @@ from typing import Any
 
 import aiohttp
 import pytest
-from support import (
-    ADMIN_HEADERS,
-    Listener,
-    Running,
-    closed_by_server,
-    connect,
-    get,
-    read_response,
-    running_node,
-    send,
-)
+from raw_http import closed_by_server, connect, get
+from support import ADMIN_HEADERS, Listener, Running, read_response, running_node, send
 
 from liveroom.clock import FakeClock
 from liveroom.settings import Settings

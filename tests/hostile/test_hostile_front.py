@@ -26,17 +26,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 import uvloop
-from support import (
-    ADMIN_HEADERS,
-    Listener,
-    Running,
-    closed_by_server,
-    connect,
-    get,
-    read_response,
-    running_node,
-    send,
-)
+from raw_http import closed_by_server, connect, get
+from support import ADMIN_HEADERS, Listener, Running, read_response, running_node, send
 
 LOOPS = [pytest.param(asyncio.new_event_loop, id="asyncio"),
          pytest.param(uvloop.new_event_loop, id="uvloop")]
