@@ -20,7 +20,7 @@ _CLIENT_MSG_ID: Final = re.compile(r"[A-Za-z0-9_.:\-]{1,128}")
 
 # Names and counts are checked with str methods, not patterns: a poll checks its
 # room, uid, epoch and cursors, and a regex match costs several times a method
-# call (tests/test_poll_query.py checks they agree with the patterns on any text).
+# call (tests/front/test_poll_query.py checks they agree with the patterns on any text).
 
 
 def is_name(value: str) -> bool:

@@ -15,7 +15,7 @@ and reading its source with ``ast`` at first use would tie the node to that
 file's layout, read and parse 72 KB on every process that crosses the
 threshold, and fail in a deployment installed without datasketch: two tuples
 in a ``.pyc`` cost microseconds and nothing can go missing. datasketch stays
-the reference: ``tests/test_viewers.py`` checks these tuples against its
+the reference: ``tests/stats/test_viewers.py`` checks these tuples against its
 arrays value for value, so a change there is noticed.
 """
 

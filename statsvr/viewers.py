@@ -34,7 +34,7 @@ after read the same; :meth:`ViewerSketch.count` is its ``count()`` (linear
 counting, then HLL++'s bias correction, from its tables, in
 :mod:`statsvr.sketch_bias`). It is written again in pure Python because
 importing datasketch imports numpy and scipy (its ``lsh`` module), most of a
-node's start-up; ``tests/test_viewers.py`` compares the two on random uids and
+node's start-up; ``tests/stats/test_viewers.py`` compares the two on random uids and
 on registers drawn from a cardinality of 0 to 10**12, merges and round trips
 included.
 

@@ -11,7 +11,7 @@ variants, obs-fold, bare CR or LF, NUL, ``Expect``, HTTP/1.0, absolute form).
 ``closes`` whether the server closes the connection after them (else a poll
 sent next on the same connection must be answered). ``half_close``: the
 client shuts its sending side right after the bytes. The runner is
-``tests/test_front_corpus.py``; the node it runs on has 0.5 s timeouts.
+``tests/front/test_front_corpus.py``; the node it runs on has 0.5 s timeouts.
 """
 
 from __future__ import annotations

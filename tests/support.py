@@ -87,7 +87,7 @@ SHARED_SECRET = "secret-every-test-node-shares-0123456789"
 ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN}"}
 """What reads ``/metrics`` (no metrics token set: the admin token)."""
 # Tests send faster than a person chats: sender rate limits are off unless a
-# test turns them on (tests/test_traffic.py, tests/test_rate_limits.py).
+# test turns them on (tests/front/test_traffic.py, tests/hostile/test_rate_limits.py).
 BASE = Settings(admin_token=ADMIN, publisher_token=PUBLISHER, secret="test-secret",
                 rate_limits=RateLimits(per_uid=()), rooms_per_uid=(), rooms_per_node=(),
                 rooms_per_address=())

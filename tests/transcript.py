@@ -6,7 +6,7 @@ front's corpus (``tests/front_corpus.py``) and a listener's conversation (first
 polls, sends, deliveries in JSON and msgpack, important and personal messages,
 an empty answer, refusals), each on its own connection, and writes every byte
 the node answered to standard output (the ``Date`` header's value masked).
-:mod:`tests.test_compiled_build` runs it under the pure and the compiled build and
+``tests/node/test_compiled_build.py`` runs it under the pure and the compiled build and
 compares the two outputs byte for byte.
 
 It imports whichever build the environment gives it (``PYTHONPATH`` and

@@ -48,7 +48,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 CORE = ("__init__.py", "py.typed", "errors.py", "model.py")
-"""What the client imports of the core (tests/test_client_package.py checks it),
+"""What the client imports of the core (tests/faces/test_client_package.py checks it),
 besides ``liveroom/client/`` itself."""
 ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # the earliest a zip can say
 

@@ -13,7 +13,7 @@ the ``vip`` and ``room`` groups; :mod:`.listen`; :mod:`.send` (with ``like``,
 :mod:`.calls` and :mod:`.times`. Each command imports what only it needs when
 it runs: ``ticket`` signs without aiohttp, ``send`` and ``listen`` are clients
 (aiohttp's) that load nothing of the server, and only ``serve`` imports the
-roles (tests/test_packaging.py).
+roles (tests/faces/test_packaging.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``liveroom ticket``: one ticket signed as the backend signs them, to try a
 server run with --auth ticket. It mints with ``proxy.tickets``, the one role
-module the core imports besides the node's (tests/test_architecture.py)."""
+module the core imports besides the node's (tests/node/test_architecture.py)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ them all, and re-exports everything they define: callers import it from here.
 
 Two engines implement them side by side: :mod:`.memory` (the embedded default,
 one process) and :mod:`.redis` (many processes and hosts, Redis or Redis
-Cluster). One contract test suite (``tests/test_store_contract.py``) runs against
+Cluster). One contract test suite (``tests/store/test_store_contract.py``) runs against
 both, so the memory engine is a faithful stand-in.
 
 Every method may raise :class:`~liveroom.errors.StoreUnavailable` and nothing

@@ -48,8 +48,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 OPENAPI = Path(__file__).parent.parent / "openapi.json"
 """The OpenAPI 3.1 document of the v1 API, served at ``/openapi.json``. A
 plain file, not generated: what people and tools read, reviewed as the API's
-change; tests/test_openapi.py checks it against the routes both ways and
-tests/test_api_fuzz.py the server against it. Package data beside this
+change; tests/faces/test_openapi.py checks it against the routes both ways and
+tests/faces/test_api_fuzz.py the server against it. Package data beside this
 module, read at the first request for it (``importlib.resources`` would cost
 every start 2 ms of imports for a file that is always there)."""
 RANKING_DEFAULT = 10

@@ -12,7 +12,7 @@ hand-over (the request is not a listener route: the connection goes to
 aiohttp with :attr:`RequestReader.raw`, every byte since that request
 began). It holds no transport, reads no clock and writes nothing; deadlines,
 flow control and answers are the connection's (:mod:`.connection`).
-``tests/test_front_reader.py`` runs the framing corpus against it directly.
+``tests/front/test_front_reader.py`` runs the framing corpus against it directly.
 
 **HTTP.** Keep-alive (HTTP/1.1 by default, HTTP/1.0 when asked), pipelined
 requests (at most ``max_pipelined`` complete ones wait: the rest of a read
@@ -41,7 +41,7 @@ after it, and that llhttp would read without a refusal, is read without llhttp
 (:func:`~.whole.read_whole`): its callbacks cost more than the rest of
 a send. Whatever is not plain (a refusal to make, a hand-over, chunks,
 ``Expect``, pipelining, a request split over reads) goes to llhttp, which
-stays the reference: ``tests/test_front_reader.py`` holds the two readings
+stays the reference: ``tests/front/test_front_reader.py`` holds the two readings
 equal on generated requests.
 """
 

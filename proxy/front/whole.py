@@ -5,7 +5,7 @@ for each answer sends each request in one write, so most requests arrive
 whole in one read. :func:`read_whole` takes such a read as one request when
 it is one plain request, whole, and nothing else; anything else is left to
 llhttp (:mod:`.reader`), which stays the reference:
-``tests/test_front_reader.py`` holds the two readings equal on generated
+``tests/front/test_front_reader.py`` holds the two readings equal on generated
 requests. A pure function: no state, no I/O, no clock.
 """
 

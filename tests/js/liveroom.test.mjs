@@ -1,6 +1,6 @@
 // The poll loop of liveroom.js against a running server (node --test).
 //
-// Run by tests/test_liveroom_js.py, which starts the servers and passes:
+// Run by tests/faces/test_liveroom_js.py, which starts the servers and passes:
 //   LIVEROOM_JS       path of liveroom.js (copied to a .mjs file)
 //   LIVEROOM_URL      a node with a sender rate limit of 1 a second per uid,
 //                     20 normal and 5 important messages cached per room

@@ -28,7 +28,7 @@ from liveroom import settings_docs
 from liveroom.cli import main
 from liveroom.settings import Settings, former_names
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 
 METRIC = re.compile(r"\bliveroom_[a-z_]+\b")

@@ -37,7 +37,7 @@ from support import (
 
 pytestmark = pytest.mark.timeout(150)
 
-DEPLOY = Path(__file__).parent.parent / "deploy"
+DEPLOY = Path(__file__).parents[2] / "deploy"
 LISTENERS = 40
 STAYING = 3
 PROMOTE = 30

@@ -26,8 +26,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 import uvloop
+from raw_http import closed_by_server, connect, get
 from support import ADMIN_HEADERS, Listener, Running, read_response, running_node, send
-from test_front import closed_by_server, connect, get
 
 LOOPS = [pytest.param(asyncio.new_event_loop, id="asyncio"),
          pytest.param(uvloop.new_event_loop, id="uvloop")]

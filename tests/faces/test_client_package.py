@@ -26,7 +26,7 @@ from support import clean_env, serve
 
 import liveroom
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CLIENT = ROOT / "clients" / "python"
 SERVER_ONLY = ("proxy", "recvsvr", "statsvr", "redis", "hiredis", "msgpack", "orjson", "click",
                "prometheus_client", "datasketch", "numpy", "uvloop", "httptools", "jwt")

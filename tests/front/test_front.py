@@ -9,7 +9,6 @@ Raw sockets where a client library would hide what is on the wire.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import json
 from collections.abc import AsyncIterator
@@ -18,34 +17,12 @@ from typing import Any
 
 import aiohttp
 import pytest
+from raw_http import closed_by_server, connect, get
 from support import ADMIN_HEADERS, Listener, Running, read_response, running_node, send
 
 from liveroom.clock import FakeClock
 from liveroom.settings import Settings
 from proxy.front.limits import FrontLimits
-
-Raw = tuple[asyncio.StreamReader, asyncio.StreamWriter]
-
-
-@asynccontextmanager
-async def connect(node: Running) -> AsyncIterator[Raw]:
-    host, port = node.url.removeprefix("http://").split(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
-    try:
-        yield reader, writer
-    finally:
-        writer.close()
-        with contextlib.suppress(ConnectionResetError):  # the node may have reset it
-            await writer.wait_closed()
-
-
-async def closed_by_server(reader: asyncio.StreamReader, within: float = 5.0) -> bool:
-    async with asyncio.timeout(within):
-        return await reader.read() == b""
-
-
-def get(path: str, *extra: str, version: str = "1.1") -> bytes:
-    return "\r\n".join([f"GET {path} HTTP/{version}", "Host: t", *extra, "", ""]).encode()
 
 
 def post(path: str, body: bytes, *extra: str) -> bytes:
@@ -296,7 +273,7 @@ async def test_connections_past_the_cap_are_answered_503_and_closed() -> None:
             assert (await read_response(r2))[0] == 200
             async with connect(node) as (r3, w3):
                 # Served a valid request: not one to close to make room (see
-                # tests/test_hostile_front.py).
+                # tests/hostile/test_hostile_front.py).
                 w3.write(get("/v1/rooms/cap/poll?uid=w"))
                 assert (await read_response(r3))[0] == 200
                 async with connect(node) as (r4, _w4):

@@ -7,11 +7,12 @@ start and stop orders are the ones it says."""
 from __future__ import annotations
 
 import ast
+import itertools
 import re
 import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "architecture.md"
 NODE = ROOT / "liveroom" / "node.py"
 ROLES = ("proxy", "recvsvr", "statsvr")
@@ -224,9 +225,27 @@ def test_the_lifecycle_starts_and_stops_the_parts_in_the_order_the_doc_says() ->
 
 
 def test_every_test_file_is_in_the_index_of_docs_development() -> None:
+    """Every ``tests/<folder>/test_*.py`` listed once, each folder's lines
+    together and in the order of their names."""
     doc = (ROOT / "docs" / "development.md").read_text()
     section = doc.split("## Index of the tests", 1)[1].split("\n## ", 1)[0]
-    listed = re.findall(r"^- `tests/(test_\w+\.py)`: \S", section, re.M)
-    files = sorted(p.name for p in (ROOT / "tests").glob("test_*.py"))
+    listed = re.findall(r"^- `tests/((?:\w+/)*test_\w+\.py)`: \S", section, re.M)
+    tests = ROOT / "tests"
+    files = sorted(p.relative_to(tests).as_posix() for p in tests.rglob("test_*.py"))
     assert sorted(listed) == files, {"missing": sorted(set(files) - set(listed)),
                                      "gone": sorted(set(listed) - set(files))}
+    folders = [name.rpartition("/")[0] for name in listed]
+    runs = [folder for folder, _ in itertools.groupby(folders)]
+    assert len(runs) == len(set(runs)), f"a folder's lines apart: {runs}"
+    for folder in runs:
+        lines = [name for name in listed if name.rpartition("/")[0] == folder]
+        assert lines == sorted(lines), f"tests/{folder}/ out of order: {lines}"
+
+
+def test_no_test_file_imports_another() -> None:
+    """What tests share lives in the shared modules at the top of tests/
+    (support.py, front_corpus.py...), never in a test file."""
+    tests = {p.stem for p in (ROOT / "tests").rglob("test_*.py")}
+    for path in (ROOT / "tests").rglob("*.py"):
+        found = {name.split(".")[0] for name in imports_of(path)} & tests
+        assert not found, f"{path.relative_to(ROOT)} imports {sorted(found)}"

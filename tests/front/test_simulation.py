@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from simulation import Answer, SimListener, Truth, check, run_seed
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 CI_SEEDS = 200
 """Seeds CI runs (about 25 s here). With the hold trusting its lagging copy

@@ -20,7 +20,7 @@ from support import ADMIN, PUBLISHER, running_node
 from liveroom.ratelimit import RateLimits, Window
 from proxy.api.pages import STATIC
 
-TESTS = Path(__file__).parent / "js" / "liveroom.test.mjs"
+TESTS = Path(__file__).parents[1] / "js" / "liveroom.test.mjs"
 
 
 @pytest.mark.timeout(120)

@@ -3,7 +3,7 @@
 Owner side (joined, flush) and reader side (refresh, figure) of
 :class:`statsvr.history.ViewersHistory`, and how both start over in a new
 broadcast. The HyperLogLog's accuracy at a million and the merge rule on pure
-sketches are in ``tests/test_viewers.py``.
+sketches are in ``tests/stats/test_viewers.py``.
 """
 
 from __future__ import annotations

@@ -18,8 +18,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support import expected_conditions as seen
 from selenium.webdriver.support.ui import WebDriverWait
-from support import Running, read_response, running_node
-from test_serve_process import serve
+from support import Running, read_response, running_node, serve
 
 from proxy.api.pages import STATIC, load_static
 

@@ -145,7 +145,7 @@ async def test_1000_held_polls_are_answered_by_one_message(engine_url: str) -> N
         listeners = [Listener(session, "big", uid=f"u{i}") for i in range(1000)]
         await asyncio.gather(*(lst.poll(node.url) for lst in listeners))
         # Every join shows in the merged online view (within 5 s of fake time:
-        # tests/test_stats_http.py). Here the clock is real and 1 000 polls
+        # tests/stats/test_stats_http.py). Here the clock is real and 1 000 polls
         # share two loaded cores, so the bound only guards against a hang.
         async with asyncio.timeout(30):
             while True:

@@ -129,7 +129,7 @@ BAD_POLLS: list[Any] = [
     pytest.param(poll_path(uid="u", epoch="e" * 65, seq="0"), "epoch", id="epoch-too-long"),
     pytest.param(poll_path(uid="u", epoch=EPOCH, seq="0", ctx="c" * 513), "ctx",
                  id="ctx-513-chars"),
-    # Found by the schemathesis run (tests/test_api_fuzz.py): a first poll
+    # Found by the schemathesis run (tests/faces/test_api_fuzz.py): a first poll
     # took any ctx, where its document (and a later poll) allows 512 chars.
     pytest.param(poll_path(uid="u", ctx="c" * 513), "ctx", id="ctx-513-chars-first-poll"),
     # Found by the schemathesis run: without seq, iseq was not read at all

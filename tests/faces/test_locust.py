@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from support import ADMIN_HEADERS, PUBLISHER, free_port, serve
 
-LOCUSTFILE = Path(__file__).resolve().parent.parent / "loadtest" / "locustfile.py"
+LOCUSTFILE = Path(__file__).resolve().parents[2] / "loadtest" / "locustfile.py"
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 

@@ -2,7 +2,7 @@
 token's bearer (or the admin token) unless made public, and ``/healthz`` at
 the cost of one store check a second however often it is asked.
 
-(Member lists in ticket mode: ``tests/test_tickets.py``; the refusal of weak
+(Member lists in ticket mode: ``tests/hostile/test_tickets.py``; the refusal of weak
 or equal secrets over Redis: the same file.)
 """
 

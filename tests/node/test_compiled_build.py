@@ -24,7 +24,7 @@ from support import ADMIN, free_port
 
 from liveroom import __version__, build
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TRANSCRIPT = ROOT / "tests" / "transcript.py"
 
 
@@ -118,4 +118,4 @@ def test_an_install_without_a_compiler_is_pure_python_and_says_so(tmp_path: Path
     assert said == ["liveroom: no C compiler found: installing pure Python (the listener "
                     "path runs slower; install gcc and reinstall for the compiled build)"]
     assert not list(target.rglob("*.so"))
-    assert (target / "proxy" / "front.py").is_file()
+    assert (target / "proxy" / "front" / "server.py").is_file()

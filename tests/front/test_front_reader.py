@@ -3,7 +3,7 @@ in; requests, refusals, hand-overs and "need more" out, with no socket, no
 loop and no clock.
 
 The framing corpus (``tests/front_corpus.py``) runs here against the reader
-directly, as it runs over a real socket in ``tests/test_front_corpus.py``:
+directly, as it runs over a real socket in ``tests/front/test_front_corpus.py``:
 what the reader decides (each request routed or refused, in order) must be
 the statuses a client sees. Where the corpus's answer comes from somewhere
 else (a deadline of the connection, aiohttp after a hand-over), the test
@@ -21,8 +21,8 @@ import pytest
 from front_corpus import CASES, Case, _head, _poll, _send
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from request_streams import streams
 from support import BASE, PUBLISHER
-from test_front_streams import streams
 
 from proxy.front.limits import FrontLimits, HeadRules
 from proxy.front.reader import BACKLOG_MAX, Arriving, Fed, Request, RequestReader

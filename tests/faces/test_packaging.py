@@ -25,7 +25,7 @@ from support import clean_env, free_port, running_node, serve
 
 import liveroom
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 STATIC = ROOT / "proxy" / "static"
 HEAVY = ("datasketch", "numpy", "scipy", "statsvr", "recvsvr")
 
@@ -78,7 +78,7 @@ def test_commands_that_do_not_serve_import_no_role_and_no_numpy(args: list[str])
 
 NUMERIC = ("numpy", "scipy", "datasketch")
 """datasketch's dependencies, most of a node's start-up before issue 33; its
-HyperLogLog is the tests' reference (tests/test_viewers.py), never a node's."""
+HyperLogLog is the tests' reference (tests/stats/test_viewers.py), never a node's."""
 SERVER = ("proxy", "recvsvr", "statsvr", "liveroom.node", "liveroom.store", "liveroom.workers",
           "liveroom.whitelist", "liveroom.metrics", "prometheus_client", "redis", "aiohttp.web")
 """What only a server needs: the roles, the node, the store and its engines, the
@@ -289,5 +289,5 @@ def test_nothing_points_to_files_outside_the_repository() -> None:
                                ".yml", ".mjs", ".service", ".env") or not path.is_file():
             continue
         text = path.read_text(errors="replace")
-        assert "DESIGN.md" not in text or name == "tests/test_packaging.py", name
-        assert "seeds/" not in text or name == "tests/test_packaging.py", name
+        assert "DESIGN.md" not in text or name == "tests/faces/test_packaging.py", name
+        assert "seeds/" not in text or name == "tests/faces/test_packaging.py", name

@@ -3,7 +3,7 @@
 engines, and two nodes over one Redis seeing one registry.
 
 Time is a fake clock shared by the node(s): heartbeat flushes, shard writes,
-merges and announcements all sleep on it (see tests/test_stats_http.py).
+merges and announcements all sleep on it (see tests/stats/test_stats_http.py).
 """
 
 from __future__ import annotations

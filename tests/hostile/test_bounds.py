@@ -104,7 +104,7 @@ async def test_rooms_with_held_polls_are_kept_and_past_rooms_max_a_new_room_gets
     every cached place held by a room that exists, a poll for a new room is
     refused (503), a poll of a held room is still answered, and once a room's
     polls leave, new rooms come in again. (Rooms that do not exist are held
-    outside the bound: tests/test_hostile_cache.py.)"""
+    outside the bound: tests/hostile/test_hostile_cache.py.)"""
     async with aiohttp.ClientSession() as session, \
             running_node(engine_url, rooms_max=3, held_max=100) as node:
         reader = node.node.recvsvr

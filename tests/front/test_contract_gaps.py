@@ -238,7 +238,7 @@ async def test_a_context_counts_only_for_its_room_and_uid_and_never_ahead_of_now
 
 # -- the jitter, drawn the same on every process ---------------------------------------
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DUE_TIMES = """
 import json
 from liveroom.settings import Tier
