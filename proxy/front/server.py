@@ -127,7 +127,10 @@ class Front(Shared):
         self._date_at = 0
         self._date = b""
 
-    def __call__(self) -> Connection:
+    def connection(self) -> Connection:
+        """A new connection: the listening socket's protocol factory. (Not
+        ``__call__``: compiled, a subclass of a native class of another
+        module crashed when called.)"""
         return Connection(self)
 
     def head(self, status: int, content_type: str) -> bytes:

@@ -170,9 +170,9 @@ class FrontSite(web.BaseSite):
         self._front.handed = lambda: len(handed)
         loop = asyncio.get_running_loop()
         if self._sock is not None:
-            self._server = await loop.create_server(self._front, sock=self._sock,
+            self._server = await loop.create_server(self._front.connection, sock=self._sock,
                                                     backlog=self._backlog)
         else:
             self._server = await loop.create_server(
-                self._front, self._host, self._port, backlog=self._backlog,
+                self._front.connection, self._host, self._port, backlog=self._backlog,
                 reuse_address=True, reuse_port=self._reuse_port or None)
