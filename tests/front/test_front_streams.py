@@ -205,7 +205,7 @@ async def answered(served: NodeThread, pieces: list[bytes]) -> list[tuple[int, b
     the client's FIN."""
     assert served.node is not None
     reads = Reads()
-    conn = served.node.node.proxy.front()
+    conn = served.node.node.proxy.front.connection()
     reads.attach(conn)
     for piece in pieces:
         conn.data_received(piece)
