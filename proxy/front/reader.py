@@ -111,7 +111,12 @@ class Answerer(Protocol):
     def on_request(self, req: Request) -> None:
         """``req`` is complete and waits (last) in ``waiting``: called from
         inside :meth:`RequestReader.feed`, so that the connection may answer
-        it before the rest of the read is parsed."""
+        it before the rest of the read is parsed. (websockets' pull model,
+        parse a read whole, then take its requests, was tried: the first of
+        a read then still waits while the rest are parsed, so the pipelining
+        bounds trip one request sooner and the corpus's answers change; and
+        the connection's guard would stay, since a poll may answer inside
+        its own start.)"""
 
     def answering(self) -> bool:
         """Whether a request is being answered now."""
