@@ -1,8 +1,8 @@
 """proxy: the HTTP face of liveroom.
 
-It parses requests, holds long polls (:mod:`.hold`), answers them from the
-snapshots a :class:`~liveroom.roles.RoomReader` hands out (:mod:`.answer`), signs
-listener contexts (:mod:`.context`) and appends sends to the store. The role's
+It parses requests, holds long polls (:mod:`.polls.hold`), answers them from the
+snapshots a :class:`~liveroom.roles.RoomReader` hands out (:mod:`.polls.answer`), signs
+listener contexts (:mod:`.polls.context`) and appends sends to the store. The role's
 entry point is :class:`~proxy.role.Proxy`.
 
 The entry points are imported when first asked for (``from proxy import

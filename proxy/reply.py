@@ -1,7 +1,7 @@
 """What the listener path answers, before any HTTP framing: a :class:`Reply`.
 
 The front (:mod:`.front`) frames a reply with ready header bytes; aiohttp
-(:mod:`.routes`, for connections it serves) turns it into a ``web.Response``.
+(:mod:`.api.routes`, for connections it serves) turns it into a ``web.Response``.
 Both send the same bytes in the body, so a client cannot tell which served it.
 """
 

@@ -192,7 +192,7 @@ class Proxy:
 
 
 def unsent_max(settings: Settings) -> int:
-    """Unsent bytes past which a connection is aborted: :data:`~.front.UNSENT_MAX`,
+    """Unsent bytes past which a connection is aborted: :data:`~.front.limits.UNSENT_MAX`,
     or the high-water mark and two of the largest answers these settings
     allow (a budget's worth of messages and one more message) if that is more."""
     return max(UNSENT_MAX, WRITE_HIGH + 2 * (settings.answer_bytes_max

@@ -3,16 +3,16 @@ client address.
 
 At most ``connections_max`` open connections per node, those handed to
 aiohttp included (default: the open-file limit less a reserve,
-:func:`~.front_limits.connection_capacity`). At the cap, the connection that
+:func:`~.limits.connection_capacity`). At the cap, the connection that
 has gone longest without a valid request (an answer under 400, or a poll
 held) is aborted to make room; only when there is none is the new one
 answered 503 ``overloaded`` with ``Retry-After`` and closed. At most
 ``connections_per_ip`` come from one client address
-(:func:`~.addresses.address_key`), handed ones included until aiohttp closes
+(:func:`~proxy.addresses.address_key`), handed ones included until aiohttp closes
 them; one more is answered the same way. A connection from one of
 ``trusted_proxies`` is not counted under the proxy's address but under the
 client each of its requests names in ``X-Forwarded-For``
-(:func:`~.addresses.forwarded_client`); over its cap, that request is
+(:func:`~proxy.addresses.forwarded_client`); over its cap, that request is
 answered 503 and the connection closes. The count is a dict entry per
 address, updated at each accept and close.
 """

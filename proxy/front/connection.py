@@ -1,8 +1,8 @@
 """One client connection to the front: requests read, answered in order,
-timed, paused and closed (see :mod:`.front` for the whole picture).
+timed, paused and closed (see :mod:`.server` for the whole picture).
 
 **A connection's life** (:class:`State`). ``READING``: requests are read
-(:class:`~.request_reader.RequestReader`) and answered in order, one at a
+(:class:`~.reader.RequestReader`) and answered in order, one at a
 time (a send the store appends at once is answered without a task; a poll
 is held until its answer). ``STOPPED``: the reader stopped (a refusal, a
 body that did not arrive in time, the client's half-close): what waits is
@@ -320,7 +320,7 @@ class Connection(asyncio.Protocol):
         if self._current is not None:
             reader.rest()
 
-    # -- what the reader asks (request_reader.Answerer) ------------------------
+    # -- what the reader asks (reader.Answerer) ------------------------
 
     def on_request(self, req: Request) -> None:
         self.idle_since = 0.0

@@ -2,14 +2,14 @@
 answers is not read either, and has ``write_timeout`` to take them.
 
 As uvicorn's ``FlowControl``: the transport calls ``pause_writing`` past its
-high-water mark (:data:`~.front_limits.WRITE_HIGH`) and ``resume_writing``
+high-water mark (:data:`~.limits.WRITE_HIGH`) and ``resume_writing``
 below a quarter of it; while writing is paused the connection answers
 nothing more and reads nothing more, and the write deadline runs. Reading
 also pauses on its own while a client is ahead of its answers
 (``max_pipelined`` requests wait). The front keeps the connections whose
 reading is paused in one set (its sweep asks ``poll(2)`` about them: a paused
 transport sees no FIN) and their write deadlines in one
-:class:`~.deadlines.Deadlines`: never a timer per connection.
+:class:`~proxy.deadlines.Deadlines`: never a timer per connection.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A connection whose request is not a listener route (:mod:`.routing`) goes to
 the protocol aiohttp's low-level server makes (:mod:`.site`), with every
 byte read since that request began, and the front leaves it: later polls on
-it are served by aiohttp, through the same :mod:`.poll`. It stays counted
+it are served by aiohttp, through the same :mod:`proxy.polls.poll`. It stays counted
 under its client address until aiohttp closes it (the ``on_lost`` the
 protocol was made with).
 """

@@ -1,5 +1,5 @@
 """One listening socket for the front and aiohttp: an aiohttp site whose
-connections start on the front (:mod:`.front`).
+connections start on the front (:mod:`.server`).
 
 :class:`FrontSite` takes the place of aiohttp's ``TCPSite`` (or ``SockSite``)
 in a runner: the runner still owns the application's lifecycle and its

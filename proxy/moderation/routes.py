@@ -22,7 +22,7 @@ for the publisher's):
   a recall from (the dashboard's list). Read from the node's snapshot, not
   polled: the moderator is no listener, counted nowhere.
 
-Each action is applied through the store (:mod:`.moderation`: every node
+Each action is applied through the store (:mod:`.rules`: every node
 within about a second), recorded in the audit and logged, one line.
 """
 

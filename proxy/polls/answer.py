@@ -90,7 +90,7 @@ def finish(head: bytes, ctx: str, use_msgpack: bool, spread: int | None = None,
     positions of its recalled ones, ``precalled``) and ``pgap`` (only when
     there are some), in a vip room its routing hint
     ``spread``, and the room's gift ranking when the listener has not seen
-    it (``ranking``: the field, key and value, as :mod:`.ranking` encodes it
+    it (``ranking``: the field, key and value, as :mod:`proxy.gifts.ranking` encodes it
     in the answer's format; empty: none), and a slow room's ``slow``
     seconds (0: not slow, no field)."""
     if use_msgpack:

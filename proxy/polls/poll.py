@@ -5,8 +5,8 @@
 when it can (a first poll, messages pending), later when the poll was held
 (:mod:`.hold` wakes it) or had to wait for a pull. It returns the poll while
 it is in flight, so the caller can :meth:`Poll.cancel` it when the client
-leaves. Nothing here knows HTTP: the front (:mod:`.front`) and aiohttp's
-routes (:mod:`.routes`) both call it.
+leaves. Nothing here knows HTTP: the front (:mod:`proxy.front`) and aiohttp's
+routes (:mod:`proxy.api.routes`) both call it.
 
 What a poll does, in order (docs/design.md, "Listening"):
 
@@ -168,7 +168,7 @@ class Polls:
     def ranking_field(self, room: str, seen: int | None, use_msgpack: bool) -> bytes:
         """The ``ranking`` field of an answer (empty: none): the room's
         ranking unless its version is ``seen``, the one the poll echoed
-        (:mod:`.ranking`)."""
+        (:mod:`proxy.gifts.ranking`)."""
         ranking = self.ranking
         if ranking is None:
             return b""
@@ -313,7 +313,7 @@ class Poll(Held):
 
     def fail(self, exc: Exception) -> None:
         """Answer the poll for ``exc`` (call it while handling it): the one
-        guard of every step of a poll (:func:`.reply.answer_to`)."""
+        guard of every step of a poll (:func:`proxy.reply.answer_to`)."""
         self.finish(answer_to(exc, logger, _FAILED, self.params.room))
 
     async def first_pull(self) -> None:
