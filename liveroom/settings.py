@@ -683,7 +683,13 @@ def is_shared(store: str) -> bool:
 
 def flag_of(name: str) -> str:
     spec: Spec = Settings.__dataclass_fields__[name].metadata["spec"]
-    return spec.flag or "--" + name.replace("_", "-")
+    return spec.flag or dashed(name)
+
+
+def dashed(name: str) -> str:
+    """A setting's name as a flag spells it: ``--name-with-dashes`` (a former
+    name's too, which has no declaration of its own)."""
+    return "--" + name.replace("_", "-")
 
 
 ENV_PREFIX = "LIVEROOM_"
@@ -768,8 +774,8 @@ def take_former(given: dict[str, Any]) -> list[str]:
         value = given.pop(old + FORMER_SUFFIX, None)
         if value is None or value == ():
             continue
-        new_flag, old_flag = flag_of(name), "--" + old.replace("_", "-")
-        warnings.append(f"{old_flag} and {ENV_PREFIX}{old.upper()} are deprecated and go "
+        new_flag, old_flag = flag_of(name), dashed(old)
+        warnings.append(f"{old_flag} and {env_of(old)} are deprecated and go "
                         f"in the next release: use {new_flag} ({env_of(name)})")
         if given.get(name) in (None, ()):
             given[name] = value

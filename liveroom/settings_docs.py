@@ -10,7 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from .settings import declared, default_text, env_of, flag_of
+from .settings import dashed, declared, default_text, env_of, flag_of
 
 BEGIN = "<!-- settings: made by python -m liveroom.settings_docs; edit liveroom/settings.py -->"
 END = "<!-- settings: end -->"
@@ -45,7 +45,7 @@ def table() -> str:
         env = env_of(name) + (" (comma-separated)" if spec.many else "")
         meaning = spec.help.replace("|", "\\|")
         for old in spec.formerly:
-            meaning += (f" Formerly `--{old.replace('_', '-')}` (`{env_of(old)}`), still taken, "
+            meaning += (f" Formerly `{dashed(old)}` (`{env_of(old)}`), still taken, "
                         "with a warning, until the next release.")
         lines.append(f"| `{flag_of(name)}` | `{env}` | {f'`{shown}`' if shown else 'none'} "
                      f"| {meaning} |")
@@ -87,11 +87,18 @@ def env_template() -> str:
     return "\n".join(out)
 
 
+def spliced(page: str, begin: str, end: str, block: str) -> str:
+    """``page`` with what stands from its ``begin`` marker to its ``end``
+    marker replaced by ``block`` (which carries both markers): a made section
+    of a doc (this table, the routes' costs of ``proxy/route_costs.py``)."""
+    head, _, rest = page.partition(begin)
+    _, _, tail = rest.partition(end)
+    return head + block + tail
+
+
 def operations_page(current: str) -> str:
     """docs/operations.md with its settings table made again."""
-    head, _, rest = current.partition(BEGIN)
-    _, _, tail = rest.partition(END)
-    return head + table() + tail
+    return spliced(current, BEGIN, END, table())
 
 
 def main() -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Final
 
 from liveroom.settings import flag_of
+from liveroom.settings_docs import spliced
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,9 +173,7 @@ def table() -> str:
 
 def operations_page(page: str) -> str:
     """docs/operations.md with the table between its markers made anew."""
-    head, _, rest = page.partition(BEGIN)
-    _, _, tail = rest.partition(END)
-    return head + table() + tail
+    return spliced(page, BEGIN, END, table())
 
 
 if __name__ == "__main__":

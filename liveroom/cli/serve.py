@@ -20,11 +20,11 @@ import click
 from .. import __version__, build
 from ..errors import ConfigError
 from ..settings import (
-    ENV_PREFIX,
     FORMER_SUFFIX,
     SECRET_SETTINGS,
     Settings,
     Spec,
+    dashed,
     declared,
     default_text,
     env_of,
@@ -134,8 +134,8 @@ def _settings_options(command: F) -> F:
                                   help=help_text)
         command = option(command)
         for old in spec.formerly:  # one release more, hidden, with a warning
-            command = click.option("--" + old.replace("_", "-"), old + FORMER_SUFFIX,
-                                   default=None, envvar=ENV_PREFIX + old.upper(),
+            command = click.option(dashed(old), old + FORMER_SUFFIX,
+                                   default=None, envvar=env_of(old),
                                    hidden=True)(command)
     return command
 

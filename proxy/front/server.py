@@ -123,7 +123,7 @@ class Front(Shared):
         """Held requests whose clients left: (held, answer it) in arrival order."""
         self._teardown_due = False
         self._drained = asyncio.Event()
-        self._heads: dict[tuple[int, str], bytes] = {}
+        self._answer_heads: dict[tuple[int, str], bytes] = {}
         self._date_at = 0
         self._date = b""
 
@@ -136,10 +136,10 @@ class Front(Shared):
     def head(self, status: int, content_type: str) -> bytes:
         """The status line and fixed headers of an answer (built once)."""
         key = (status, content_type)
-        head = self._heads.get(key)
+        head = self._answer_heads.get(key)
         if head is None:
             phrase = HTTPStatus(status).phrase
-            head = self._heads[key] = (f"HTTP/1.1 {status} {phrase}\r\n"
+            head = self._answer_heads[key] = (f"HTTP/1.1 {status} {phrase}\r\n"
                                        f"Server: liveroom\r\n"
                                        f"Content-Type: {content_type}\r\n").encode("latin-1")
         return head
