@@ -32,12 +32,6 @@ class RecentRooms:
         """``room`` was asked about now."""
         self._noted[room] = self._age
 
-    def __contains__(self, room: object) -> bool:
-        return room in self._noted
-
-    def __len__(self) -> int:
-        return len(self._noted)
-
     def rooms(self) -> Collection[str]:
         """The rooms asked about lately (a view: read it at once)."""
         return self._noted.keys()

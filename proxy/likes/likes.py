@@ -271,9 +271,10 @@ class Likes:
         for room in recent.age():
             self._stored.pop(room, None)
             self._shown.pop(room, None)
-        if not len(recent):
+        rooms = list(recent.rooms())
+        if not rooms:
             return
-        totals = await self._store.likes(list(recent.rooms()))
+        totals = await self._store.likes(rooms)
         for room, total in totals.items():
             before = self._stored.get(room)
             if before is not None and total < before:
