@@ -59,9 +59,6 @@ HEALTH_EVERY = 1.0
 store one round trip a second."""
 
 
-
-
-
 HEAD_LIMITS = FrontLimits()
 """The front's bounds on a request's head (its defaults: the node sets no others)."""
 

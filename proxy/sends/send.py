@@ -63,7 +63,6 @@ _dumps: Final = orjson.dumps
 """Bound once: compiled code looks a module's attribute up at each call."""
 
 
-
 def send_heads(settings: Settings) -> HeadRules:
     """What a send's head may be under ``settings``: its body a message
     (``max_message_bytes``) plus its fields."""
