@@ -79,6 +79,13 @@ class NotFound(LiveroomError):
     status = 404
 
 
+class NoSuchRoom(NotFound):
+    """The room does not exist (no first message, no operator's start) where
+    the route needs one that does."""
+
+    code = "no_such_room"
+
+
 class RequestTimeout(LiveroomError):
     code = "request_timeout"
     status = 408

@@ -24,12 +24,13 @@ from liveroom.settings import Settings
 from liveroom.store.base import Counters, MessageLog, ModerationStore, Operators
 from liveroom.whitelist import VipList
 
+from .api.bounds import RouteBounds
 from .api.operators import OperatorRoutes
 from .api.pages import Pages
 from .api.routes import Routes, errors_middleware
 from .auth import Tokens
 from .front.limits import UNSENT_MAX, WRITE_HIGH, FrontLimits
-from .front.routing import LIKE, POLL, SEND
+from .front.routing import LIKE, METHODS, POLL, ROUTES, SEND
 from .front.server import Front
 from .front.site import FrontSite
 from .gifts.gifts import Gifts
@@ -47,6 +48,8 @@ from .polls.poll import Polls
 from .polls.route import PollRoute
 from .polls.tiers import TierTable
 from .recent_rooms import RecentRooms
+from .room_gate import RoomGate
+from .route_costs import EXISTS, RouteCost, row_of
 from .sends.route import SendRoute
 from .sends.send import Sends
 from .tickets import Tickets
@@ -99,15 +102,25 @@ class Proxy:
                            likes=self.likes, ranking=self.ranking, rules=self.moderation.rules)
         self.sends = Sends(settings, log, tokens, clock, metrics, tickets=self.tickets,
                            moderation=self.moderation)
+        # What the cost table's rows ask of a route's room (a like in a room
+        # that exists), asked of the room cache as a first poll asks it.
+        gate = RoomGate(reader)
+        self.bounds = RouteBounds(gate)
         # A like's head is held to a send's bounds (a body of a few bytes
         # is far under them): one value, given to both routes.
-        self.taps = Taps(self.likes, self.sends.head_rules, self.tickets)
+        self.taps = Taps(self.likes, self.sends.head_rules, self.tickets,
+                         gate=gate if _row(LIKE).room == EXISTS else None,
+                         moderation=self.moderation)
         self.gifts = Gifts(counters, log, tokens, clock, gift_important=settings.gift_important,
                            tickets=self.tickets)
         # The front's routes and their handlers: a new front route is a row
         # of proxy/front/routing.py and its handler here.
+        handlers = {POLL: PollRoute(self.polls), SEND: SendRoute(self.sends),
+                    LIKE: LikeRoute(self.taps)}
+        for kind, handler in handlers.items():
+            handler.finishes = _row(kind).finishes  # the cost table's, as on aiohttp
         self.front = Front(
-            {POLL: PollRoute(self.polls), SEND: SendRoute(self.sends), LIKE: LikeRoute(self.taps)},
+            handlers,
             FrontLimits(
                 header_timeout=settings.header_timeout, request_timeout=settings.request_timeout,
                 keepalive_timeout=settings.keepalive_timeout,
@@ -151,7 +164,7 @@ class Proxy:
     def application(self) -> web.Application:
         """The node's aiohttp application with every route of the API and the
         pages, the errors middleware, and held polls answered at shutdown."""
-        app = web.Application(middlewares=[errors_middleware],
+        app = web.Application(middlewares=[errors_middleware, self.bounds.middleware],
                               client_max_size=self.sends.head_rules.body_limit)
         self.routes.add_routes(app)
         self.operators.add_routes(app)
@@ -189,6 +202,12 @@ class Proxy:
         (within the runner's shutdown grace) and close its connections."""
         self.holds.release_all()
         await self.front.shutdown(self.settings.shutdown_grace)
+        await self.bounds.drain(self.settings.shutdown_grace)
+
+
+def _row(kind: int) -> RouteCost:
+    """The cost table's row of the front's route ``kind``."""
+    return row_of(METHODS[kind].decode(), "/v1/rooms/{room}" + ROUTES[kind - 1][0])
 
 
 def unsent_max(settings: Settings) -> int:

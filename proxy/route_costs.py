@@ -17,12 +17,28 @@ than its row allows, the row says so under ``known``.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from liveroom.settings import flag_of
 from liveroom.settings_docs import spliced
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """A request a route takes, as the hostile suite sends it: ``{uid}`` in
+    the query and the body's strings stands for a uid; the path's
+    parameters take a room, a uid, ``1`` for a seq and a file the node
+    serves. ``token``: the credential it carries where it has one to give:
+    ``listener`` (a uid of its own: the query's or body's in ``open`` mode,
+    a ticket in ``ticket`` mode), ``publisher``, ``admin`` or ``metrics``
+    ("": none)."""
+
+    query: str = ""
+    body: Mapping[str, object] | None = None
+    token: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,10 +54,52 @@ class RouteCost:
     ("nothing": a read)."""
     bounds: tuple[str, ...] = ()
     """The settings (``liveroom.settings``) that bound what it creates or costs."""
+    room: str = ""
+    """What the route asks of the room its path names (``""``: it names none):
+    :data:`EXISTS` (refused 404 unless the room exists, before anything is
+    created: the node enforces it from this row), :data:`CREATES` (it may
+    create the room, within the new-room windows), or :data:`ANY` (a made-up
+    name costs what a real one does, within its row's bounds)."""
     known: str = ""
-    """A way it is known to pass its bounds (issue 44's findings), until fixed."""
+    """A way it is known to pass its bounds, until fixed."""
+    sample: Sample = Sample()
+    """A request the route takes (the hostile suite sends it, and variants)."""
+    keeps: int = 0
+    """Bytes of node memory one request may leave behind once answered,
+    at most: a made-up room's entry in the room cache, say (within that
+    cache's bound). The hostile suite measures it, per request, over a
+    flood of made-up rooms and uids."""
+
+    @property
+    def method(self) -> str:
+        return self.route.partition(" ")[0]
+
+    @property
+    def finishes(self) -> bool:
+        """Whether the route, once its request is read whole, runs to its end
+        whatever the client does then (a reset, a close): every route that
+        writes. Its answer may go nowhere, but what it counted, created and
+        told is never left half done (the front and aiohttp alike enforce it
+        from this row)."""
+        return self.method in _WRITES
 
 
+EXISTS: Final = "exists"
+"""The route's room must exist: a 404 ``no_such_room`` otherwise, asked of the
+node's room cache as a first poll asks it (no store write)."""
+CREATES: Final = "creates"
+"""The route may create its room, within the new-room windows."""
+ANY: Final = "any"
+"""The route takes any room name: a made-up one costs what a real one does."""
+_WRITES: Final = frozenset(("POST", "PUT", "DELETE"))
+
+_AS_ADMIN: Final = Sample(token="admin")
+_CACHED: Final = 1536
+"""A made-up room's place in the room cache (its absent snapshot, about 1.3
+KiB), kept within ``--rooms-max`` (the least recently read idle room goes)."""
+_NEW_ROOM: Final = 4096
+"""A room a send created (its log in the node, on the memory engine), within
+the new-room windows."""
 _ANYONE: Final = "anyone (open mode); a ticket for the room (ticket mode)"
 _BACKEND: Final = "the publisher or admin token; a ticket with publish for the room"
 _ADMIN: Final = "the admin token"
@@ -57,7 +115,8 @@ COSTS: Final = (
         "after its last poll. Store: presence shards and viewers history, written in "
         "batches by statsvr (a poll itself touches no store)",
         ("connections_max", "connections_per_ip", "holds_per_listener", "holds_per_uid",
-         "held_max", "rooms_max", "poll_timeout_max", "answer_bytes_max", "online_ttl")),
+         "held_max", "rooms_max", "poll_timeout_max", "answer_bytes_max", "online_ttl"), room=ANY,
+        sample=Sample("uid={uid}&timeout=1", token="listener"), keeps=_CACHED),
     RouteCost(
         "POST /v1/rooms/{room}/messages", "anyone naming its uid (open mode); a ticket "
         "(ticket mode); the publisher or admin token for the backend",
@@ -68,32 +127,37 @@ COSTS: Final = (
         ("rate_limits", "room_rate_limit", "rooms_per_uid", "rooms_per_address",
          "rooms_per_node", "max_message_bytes", "log_cap", "personal_hard_cap",
          "personal_node_cap", "dedup_ttl", "room_ttl", "empty_room_ttl"),
-        known="a reset while the append is in flight frees the new-room place (Redis)"),
+        room=CREATES,
+        sample=Sample(body={"uid": "{uid}", "body": "hi"}, token="listener"), keeps=_NEW_ROOM),
     RouteCost(
         "POST /v1/rooms/{room}/likes", "anyone naming its uid (open mode); a ticket",
         "store: the room's likes total and series, --history-ttl after the last write. "
-        "Node: the room's pending taps until the next flush, the uid's windows, the room "
-        "kept fresh for a minute after it was last asked about",
+        "Node: the room's pending taps until the next flush, the uid's windows (the "
+        "oldest uid's evicted past the table's bound), the room kept fresh for a minute "
+        "after it was last asked about",
         ("likes_requests", "likes_taps", "likes_rooms_max", "likes_uids_max",
-         "likes_flush", "history_ttl"),
-        known="any room name, existing or not, outside the new-room windows; made-up "
-              "uids fill the node's uid table (open mode)"),
+         "likes_flush", "history_ttl", "rooms_max"), room=EXISTS,
+        sample=Sample(body={"uid": "{uid}", "count": 1}, token="listener"), keeps=_CACHED),
     # -- the rest of the listener and backend API (aiohttp) ----------------------
     RouteCost(
         "POST /v1/rooms/{room}/gifts", _BACKEND,
         "store: the giver's score and the room's gift total, --history-ttl after the "
         "last write; an important message when the gift is worth --gift-important",
-        ("gift_important", "history_ttl", "max_message_bytes")),
-    RouteCost("GET /v1/rooms/{room}/leaderboard", "anyone", _NOTHING),
+        ("gift_important", "history_ttl", "max_message_bytes"), room=EXISTS,
+        sample=Sample(body={"uid": "{uid}", "value": 1, "gift": "rose"}, token="publisher"),
+        keeps=_CACHED),
+    RouteCost("GET /v1/rooms/{room}/leaderboard", "anyone", _NOTHING, room=ANY),
     RouteCost(
         "GET /v1/rooms/{room}/online", "anyone (open mode); a ticket for the room or the "
         "admin token (ticket mode)",
-        "node: the room's merged online view, kept while it is read", ("online_ttl",)),
+        "node: the room's merged online view, kept while it is read", ("online_ttl",), room=ANY,
+        sample=Sample(token="listener")),
     RouteCost("GET /v1/rooms/{room}/stats", "anyone",
-              "node: the room's merged online view, kept while it is read"),
-    RouteCost("GET /v1/rooms/{room}/stats/online", "anyone", _NOTHING),
-    RouteCost("GET /v1/rooms/{room}/stats/likes", "anyone", _NOTHING),
-    RouteCost("GET /v1/rooms/{room}/broadcasts", "anyone", _NOTHING),
+              "node: the room's merged online view, kept while it is read", room=ANY,
+              keeps=_CACHED),
+    RouteCost("GET /v1/rooms/{room}/stats/online", "anyone", _NOTHING, room=ANY),
+    RouteCost("GET /v1/rooms/{room}/stats/likes", "anyone", _NOTHING, room=ANY),
+    RouteCost("GET /v1/rooms/{room}/broadcasts", "anyone", _NOTHING, room=ANY),
     RouteCost(
         "DELETE /v1/rooms/{room}/messages/{seq}", "its sender within --recall-window; "
         "moderators and the backend",
@@ -101,56 +165,89 @@ COSTS: Final = (
         "keeps its newest 1 000), a notice to every listener",
         ("recall_window",),
         known="no rate limit: one sender can push the moderators' entries out of the "
-              "audit; a reset mid-recall leaves it half done"),
+              "audit; a reset mid-recall leaves it half done", room=EXISTS,
+        sample=Sample("uid={uid}", token="listener"), keeps=_CACHED),
     RouteCost(
         "DELETE /v1/rooms/{room}/personal/{seq}", "the publisher or admin token",
-        "store: the personal message's tombstone and an audit entry", ()),
+        "store: the personal message's tombstone and an audit entry", (), room=EXISTS,
+        sample=Sample(token="publisher"), keeps=_CACHED),
     # -- health, metrics and pages -----------------------------------------------
     RouteCost("GET /healthz", "anyone",
               "nothing: the store is asked at most once a second, whatever the rate"),
     RouteCost("GET /metrics", "the metrics token (anyone with --metrics-public)", _NOTHING,
-              ("metrics_token", "metrics_public")),
+              ("metrics_token", "metrics_public"),
+        sample=Sample(token="metrics")),
     RouteCost("GET /", "anyone", _FILE),
     RouteCost("GET /openapi.json", "anyone", _FILE),
     RouteCost("GET /admin", "anyone (the page; its calls need the admin token)", _FILE),
-    RouteCost("GET /rooms/{room}", "anyone", _FILE),
+    RouteCost("GET /rooms/{room}", "anyone", _FILE, room=ANY),
     RouteCost("GET /static/{name}", "anyone", _FILE),
     RouteCost("GET /static/vendor/{lib}/{name}", "anyone", _FILE),
     # -- the operators' and moderators' API ----------------------------------------
-    RouteCost("GET /v1/admin/nodes", _ADMIN, _NOTHING),
-    RouteCost("GET /v1/admin/rooms", _ADMIN, _NOTHING),
-    RouteCost("GET /v1/admin/vip", _ADMIN, _NOTHING),
-    RouteCost("GET /v1/admin/vip/{room}", _ADMIN, _NOTHING),
+    RouteCost("GET /v1/admin/nodes", _ADMIN, _NOTHING,
+        sample=_AS_ADMIN),
+    RouteCost("GET /v1/admin/rooms", _ADMIN, _NOTHING,
+        sample=_AS_ADMIN),
+    RouteCost("GET /v1/admin/vip", _ADMIN, _NOTHING,
+        sample=_AS_ADMIN),
+    RouteCost("GET /v1/admin/vip/{room}", _ADMIN, _NOTHING, room=ANY,
+        sample=_AS_ADMIN),
     RouteCost("PUT /v1/admin/vip/{room}", _ADMIN,
-              "store: the room's sect record until removed", ()),
-    RouteCost("DELETE /v1/admin/vip/{room}", _ADMIN, "store: the sect record's removal"),
+              "store: the room's sect record until removed", (), room=ANY,
+        sample=_AS_ADMIN),
+    RouteCost("DELETE /v1/admin/vip/{room}", _ADMIN, "store: the sect record's removal", room=ANY,
+        sample=_AS_ADMIN),
     RouteCost("PUT /v1/admin/vip/{room}/pin", _ADMIN,
-              "store: the room's pin until unpinned", ()),
-    RouteCost("DELETE /v1/admin/vip/{room}/pin", _ADMIN, "store: the pin's removal"),
+              "store: the room's pin until unpinned", (), room=ANY,
+        sample=Sample("sect=vip", token="admin")),
+    RouteCost("DELETE /v1/admin/vip/{room}/pin", _ADMIN, "store: the pin's removal", room=ANY,
+        sample=_AS_ADMIN),
     RouteCost("POST /v1/admin/rooms/{room}/start", _ADMIN,
               "store: a new broadcast's log, --empty-room-ttl until its first message",
-              ("empty_room_ttl",)),
+              ("empty_room_ttl",), room=CREATES,
+        sample=_AS_ADMIN),
     RouteCost("POST /v1/admin/rooms/{room}/end", _ADMIN,
               "store: the ended broadcast's archive (viewers, likes, gifts, its top 100 "
-              "givers, the audit) for --history-ttl", ("history_ttl",)),
-    RouteCost("GET /v1/admin/rooms/{room}/messages", _ADMIN, _NOTHING),
-    RouteCost("GET /v1/admin/rooms/{room}/moderation", _ADMIN, _NOTHING),
-    RouteCost("GET /v1/admin/rooms/{room}/muted", _ADMIN, _NOTHING),
-    RouteCost("GET /v1/admin/rooms/{room}/banned", _ADMIN, _NOTHING),
+              "givers, the audit) for --history-ttl", ("history_ttl",), room=ANY,
+        sample=_AS_ADMIN),
+    RouteCost("GET /v1/admin/rooms/{room}/messages", _ADMIN, _NOTHING, room=ANY,
+        sample=_AS_ADMIN),
+    RouteCost("GET /v1/admin/rooms/{room}/moderation", _ADMIN, _NOTHING, room=ANY,
+        sample=_AS_ADMIN),
+    RouteCost("GET /v1/admin/rooms/{room}/muted", _ADMIN, _NOTHING, room=ANY,
+        sample=_AS_ADMIN),
+    RouteCost("GET /v1/admin/rooms/{room}/banned", _ADMIN, _NOTHING, room=ANY,
+        sample=_AS_ADMIN),
     RouteCost("PUT /v1/admin/rooms/{room}/muted/{uid}", _ADMIN,
               "store: a sanction (a room holds at most 10 000) until it ends, and an audit "
-              "entry", ("history_ttl",)),
+              "entry", ("history_ttl",), room=ANY,
+        sample=Sample(body={"seconds": 60}, token="admin")),
     RouteCost("DELETE /v1/admin/rooms/{room}/muted/{uid}", _ADMIN,
-              "store: an audit entry", ("history_ttl",)),
+              "store: an audit entry", ("history_ttl",), room=ANY,
+        sample=_AS_ADMIN),
     RouteCost("PUT /v1/admin/rooms/{room}/banned/{uid}", _ADMIN,
               "store: a sanction (a room holds at most 10 000) until it ends, and an audit "
-              "entry; node: the uid's held polls answered 403", ("history_ttl",)),
+              "entry; node: the uid's held polls answered 403", ("history_ttl",), room=ANY,
+        sample=Sample(body={}, token="admin")),
     RouteCost("DELETE /v1/admin/rooms/{room}/banned/{uid}", _ADMIN,
-              "store: an audit entry", ("history_ttl",)),
+              "store: an audit entry", ("history_ttl",), room=ANY,
+        sample=_AS_ADMIN),
     RouteCost("PUT /v1/admin/rooms/{room}/slow", _ADMIN,
-              "store: the room's slow mode and an audit entry", ("history_ttl",)),
+              "store: the room's slow mode and an audit entry", ("history_ttl",), room=ANY,
+        sample=Sample(body={"seconds": 5}, token="admin")),
 )
 """Every route of a node, one row each."""
+
+_ROWS: Final = {row.route: row for row in COSTS}
+_ROOM_TEXT: Final = {"": "-", EXISTS: "must exist (else 404)", CREATES: "may create it",
+                     ANY: "any name"}
+
+
+def row_of(method: str, path: str) -> RouteCost:
+    """The row of ``METHOD path`` (``KeyError`` for a route without one: the
+    node does not start)."""
+    return _ROWS[f"{method} {path}"]
+
 
 BEGIN: Final = ("<!-- route costs: made by python -m proxy.route_costs; edit "
                 "proxy/route_costs.py -->")
@@ -160,13 +257,16 @@ OPERATIONS: Final = Path(__file__).resolve().parent.parent / "docs" / "operation
 
 def table() -> str:
     """The table as docs/operations.md shows it, between its markers."""
-    lines = [BEGIN, "", "| route | who | may create, and for how long | bounded by |",
-             "| --- | --- | --- | --- |"]
+    lines = [BEGIN, "", "| route | who | its room | may create, and for how long | node memory "
+             "left per request, at most | bounded by |",
+             "| --- | --- | --- | --- | --- | --- |"]
     for row in COSTS:
         bounds = ", ".join(f"`{flag_of(name)}`" for name in row.bounds) or "-"
         creates = row.creates + (f". **Known to pass its bounds:** {row.known}."
                                  if row.known else "")
-        lines.append(f"| `{row.route}` | {row.who} | {creates} | {bounds} |")
+        room = _ROOM_TEXT[row.room] + ("; runs to its end once read" if row.finishes else "")
+        keeps = f"{row.keeps} B" if row.keeps else "nothing"
+        lines.append(f"| `{row.route}` | {row.who} | {room} | {creates} | {keeps} | {bounds} |")
     lines += ["", END]
     return "\n".join(lines)
 

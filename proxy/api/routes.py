@@ -25,6 +25,7 @@ from liveroom.metrics import Metrics
 from liveroom.model import check_name, parse_count
 from liveroom.roles import RoomReader, StatsReader
 from liveroom.settings import Settings
+from liveroom.snapshot import is_absent
 from liveroom.store.base import RANKING_MAX
 
 from ..auth import Right, Tokens, bearer
@@ -227,8 +228,9 @@ class Routes:
     async def like(self, request: web.Request) -> web.StreamResponse:
         headers = request.headers
         room, raw = await self._posted(request, self.taps.head_rules)
-        return response(self.taps.tap(room, headers.get("Content-Type", ""), raw,
-                                      headers.get("Authorization"), headers.get("Accept", "")))
+        reply = self.taps.tap(room, headers.get("Content-Type", ""), raw,
+                              headers.get("Authorization"), headers.get("Accept", ""))
+        return response(reply if isinstance(reply, Reply) else await reply)
 
     # -- stats -----------------------------------------------------------------
 
@@ -248,13 +250,21 @@ class Routes:
                 if claims.rooms is None or room not in claims.rooms:
                     raise Forbidden("a member list needs a ticket that names this room (an "
                                     "any-room ticket does not) or the admin token")
+        if is_absent(await self.reader.snapshot(room)):
+            # A room that does not exist has nobody: statsvr is not asked to
+            # keep a view of a made-up name (one per name, for a read window).
+            return document(request, {"room": room, "online": 0, "members": []})
         online, members = await self.stats.members(room, offset, limit)
         return document(request, {"room": room, "online": online, "members": members})
 
     async def room_stats(self, request: web.Request) -> web.StreamResponse:
         room = check_name("room", request.match_info["room"])
-        figures = await self.stats.stats(room)
         snap = await self.reader.snapshot(room)
+        if is_absent(snap):  # as for /online: nothing kept, nothing read for a made-up name
+            return document(request, {
+                "room": room, "online": 0, "viewers": 0, "viewers_exact": True,
+                "vip": self.is_vip(room), "seq": 0, "likes": 0})
+        figures = await self.stats.stats(room)
         likes = await self.likes.current(room)
         return document(request, {
             "room": room, "online": figures.online, "viewers": figures.viewers,

@@ -83,6 +83,10 @@ def reset(transport: asyncio.Transport) -> None:
 # server through its ServerState): a base class rather than a
 # typing.Protocol, since compiled (mypyc) a call through a base class is a
 # direct call, through a Protocol a lookup by name on every answer.
+def _finishes(handler: Handler | None) -> bool:
+    return handler is not None and handler.finishes
+
+
 class Shared:
     """The front as its connections see it: all they may ask of it
     (:class:`~.server.Front` is one). Its attributes are set here, once: a
@@ -107,6 +111,15 @@ class Shared:
         """The deadlines of answers not taken (flow control)."""
         self.closing = False
         """The node is shutting down: answers close their connections."""
+        self.finishing: set[asyncio.Task[Reply]] = set()
+        """Writes whose client left, running to their end (:meth:`finish`)."""
+
+    def finish(self, task: asyncio.Task[Reply]) -> None:
+        """Keep ``task``, a write whose client left, until it ends: its answer
+        goes nowhere, but what it counts and creates is settled as if the
+        client had stayed."""
+        self.finishing.add(task)
+        task.add_done_callback(self.finishing.discard)
 
     def seat(self, conn: Connection, host: str) -> bytes | None:
         """Take ``conn`` in, or the answer that refuses it."""
@@ -458,6 +471,12 @@ class Connection(asyncio.Protocol):
         work, req.work = req.work, None
         if isinstance(work, Held) and work.holding():
             self._front.let_go(work, False)  # its answer, if any, goes nowhere now
+        elif isinstance(work, asyncio.Task) and _finishes(self._front.handlers[req.kind]):
+            # A write read whole runs to its end whatever its client does: a
+            # send cancelled while the store may still run its append would
+            # free its new-room place as "nothing created". Its answer goes
+            # nowhere (the request is no longer current).
+            self._front.finish(work)
         elif work is not None:
             work.cancel()
 

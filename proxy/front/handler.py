@@ -29,10 +29,14 @@ class Handler:
     the head of a request with a body may be, checked before its body is
     read (None: the route takes no body)."""
 
-    __slots__ = ("head_rules",)
+    __slots__ = ("finishes", "head_rules")
 
     def __init__(self, head_rules: HeadRules | None) -> None:
         self.head_rules = head_rules
+        self.finishes = False
+        """Whether the coroutine of a request read whole runs to its end
+        when its client goes (a write: the role sets it from the route's row
+        of the cost table); else it is cancelled."""
 
     def start(self, req: Request, answer: Callable[[Reply], None], address: str,
               peer: asyncio.BaseTransport | None) -> Outcome:

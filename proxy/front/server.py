@@ -221,6 +221,8 @@ class Front(Shared):
                 await asyncio.wait_for(self._drained.wait(), grace)
         for conn in list(self.connections):
             conn.abort()
+        if self.finishing:  # writes whose client left end before the store closes
+            await asyncio.wait(set(self.finishing), timeout=grace)
         while self._teardown:
             held, _ = self._teardown.popleft()
             held.cancel()

@@ -25,6 +25,7 @@ again from the store's figure.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import Sequence
@@ -62,8 +63,12 @@ class TapLimits:
     taps. Kept for the uids seen in the last two of the longest window (one
     table for the window now, one for the one before: a uid's state moves to
     the current table when it taps, and the older table is dropped whole at
-    each turn), and for at most ``uids_max`` uids at once: one more is
-    refused (503) until a turn frees places."""
+    each turn), and for at most ``uids_max`` uids at once. One more evicts
+    a uid's state rather than refuse anyone: one not seen in this turn if
+    there is one, else the newest of this turn (so a flood of made-up uids
+    evicts its own, and the uids that tapped before it keep their windows).
+    An evicted uid starts its windows afresh: at worst it taps a window's
+    worth more, never less."""
 
     def __init__(self, requests: Sequence[Window], taps: Sequence[Window],
                  uids_max: int) -> None:
@@ -75,13 +80,18 @@ class TapLimits:
         self._turn = -1
         self._now: dict[str, list[int]] = {}
         self._before: dict[str, list[int]] = {}
+        self.evicted = 0
+        """Uids whose state made way for another's (the table was full)."""
 
     def __len__(self) -> int:
         return len(self._now) + len(self._before)
 
-    def take(self, room: str, uid: str, count: int, now_ms: int) -> None:
+    def take(self, room: str, uid: str, count: int, now_ms: int, slow: int = 0) -> None:
         """Count one request of ``count`` taps by ``uid``, or raise
-        :class:`RateLimited` (nothing counted) with the wait."""
+        :class:`RateLimited` (nothing counted) with the wait. ``slow``: the
+        room's slow mode (seconds; 0: none), where a uid's like requests are
+        paced as its messages are, one per ``slow`` seconds (its taps
+        batched in them)."""
         turn = now_ms // self._turn_ms
         if turn != self._turn:
             self._before = self._now if turn == self._turn + 1 else {}
@@ -92,10 +102,16 @@ class TapLimits:
             state = self._before.pop(uid, None)
             if state is None:
                 if len(self._now) + len(self._before) >= self.uids_max:
-                    raise Overloaded("this node counts taps for as many users as it may; "
-                                     "retry later", retry_after=1.0)
-                state = [0] * (2 * (len(self.requests) + len(self.taps)))
+                    (self._before or self._now).popitem()  # O(1); see the docstring
+                    self.evicted += 1
+                state = [0] * (2 * (len(self.requests) + len(self.taps)) + 1)
             self._now[uid] = state
+        if slow:
+            wait_ms = state[-1] + slow * 1000 - now_ms
+            if state[-1] and wait_ms > 0:
+                raise RateLimited(f"room {room} is in slow mode: one like request per "
+                                  f"{span(slow)} per uid; retry in {wait_ms / 1000:g} s",
+                                  retry_after=wait_ms / 1000)
         at = 0
         for windows, cost in ((self.requests, 1), (self.taps, count)):
             for window in windows:
@@ -116,6 +132,7 @@ class TapLimits:
                     state[at], state[at + 1] = start, 0
                 state[at + 1] += cost
                 at += 2
+        state[-1] = now_ms
 
 
 class Likes:
@@ -150,6 +167,9 @@ class Likes:
         self.oldest_pending = 0.0
         """When the oldest taps not yet written were acknowledged (monotonic; 0: none)."""
         self._refreshed = 0.0
+        self._flushes = 0
+        """Flushes begun (:meth:`learn` reads again if one began while it read)."""
+        self._learning: dict[str, asyncio.Future[None]] = {}
         self._outage = Outage(logger)
         # One task flushes, then refreshes when due: a refresh never reads the
         # store while a flush of this node's taps may or may not be in it.
@@ -176,11 +196,12 @@ class Likes:
         """Taps acknowledged and not yet written."""
         return sum(self._pending.values()) + sum(self._writing.values())
 
-    def tap(self, room: str, uid: str, count: int) -> int:
+    def tap(self, room: str, uid: str, count: int, slow: int = 0) -> int:
         """Acknowledge ``count`` taps of ``uid`` in ``room``; the room's total
         as this node knows it. Raises :class:`RateLimited` past the uid's
-        windows, :class:`Overloaded` when ``likes_rooms_max`` rooms wait for
-        a flush already (or the uid table is full)."""
+        windows (or its room's slow mode, ``slow`` seconds),
+        :class:`Overloaded` when ``likes_rooms_max`` rooms wait for a flush
+        already."""
         pending = self._pending
         counts = self.counts
         if room not in pending and len(pending) + len(self._writing) >= self.likes_rooms_max:
@@ -188,7 +209,7 @@ class Likes:
             raise Overloaded("this node holds as many rooms' taps as it may until the store "
                              "takes them; retry later", retry_after=1.0)
         try:
-            self.limits.take(room, uid, count, int(self._clock.time() * 1000))
+            self.limits.take(room, uid, count, int(self._clock.time() * 1000), slow)
         except RateLimited:
             counts[_LIMITED] += 1
             raise
@@ -200,6 +221,39 @@ class Likes:
         pending[room] = pending.get(room, 0) + count
         counts[_TAPS] += count
         return self.total(room)
+
+    def knows(self, room: str) -> bool:
+        """Whether this node holds the room's stored total (read within the
+        last minute): else :meth:`learn` it before a tap is answered, so an
+        answer never shows less than one before it."""
+        return room in self._stored
+
+    async def learn(self, room: str) -> None:
+        """Read the store's total of ``room`` (one round trip, shared by the
+        taps that ask meanwhile), for a room this node forgot (not asked
+        about for a minute). A flush that began meanwhile may or may not be
+        in what was read: then it reads again (at most three times, then
+        leaves it to the next refresh)."""
+        waiting = self._learning.get(room)
+        if waiting is not None:
+            await asyncio.shield(waiting)
+            return
+        future = self._learning[room] = asyncio.get_running_loop().create_future()
+        try:
+            for _ in range(3):
+                if room in self._stored:
+                    break
+                flushes, busy = self._flushes, bool(self._writing)
+                total = (await self._store.likes([room]))[room]
+                if room in self._stored:
+                    break
+                if not busy and flushes == self._flushes:
+                    self._stored[room] = total
+                    self._recent.note(room)
+                    break
+        finally:
+            del self._learning[room]
+            future.set_result(None)
 
     def total(self, room: str) -> int:
         """The room's total as shown (see the module's docstring): a few dict
@@ -247,6 +301,7 @@ class Likes:
             return
         batch, self._pending = self._pending, {}
         self._writing = batch
+        self._flushes += 1
         try:
             await self._store.add_likes(batch, int(self._clock.time() * 1000))
         except BaseException:
@@ -258,7 +313,10 @@ class Likes:
             self.counts[_WRITTEN] += 1
             stored = self._stored
             for room, n in batch.items():
-                stored[room] = stored.get(room, 0) + n
+                # A room whose total this node does not hold is read whole
+                # later (these taps in it): n alone would be far too low.
+                if room in stored:
+                    stored[room] += n
         finally:
             self._writing = {}
             if not self._pending:

@@ -11,16 +11,20 @@ the taps reach the store with the node's next flush (:mod:`.likes`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Coroutine
 from typing import Any, Final
 
 from liveroom.codec import decode_request, media_type, wants_msgpack
-from liveroom.errors import BadBody, Unauthorized
+from liveroom.errors import BadBody, StoreUnavailable, Unauthorized
 
 from ..auth import bearer
 from ..front.limits import HeadRules
+from ..moderation.rules import Moderation
 from ..params import body_uid
 from ..reply import Reply, answer_to, document_reply
+from ..room_gate import RoomGate
 from ..tickets import UID_MISMATCH, Tickets
 from .likes import MAX_COUNT, Likes
 
@@ -43,33 +47,87 @@ class Taps:
     """The like requests of one node (both paths: the front and aiohttp)."""
 
     def __init__(self, likes: Likes, head_rules: HeadRules,
-                 tickets: Tickets | None = None) -> None:
+                 tickets: Tickets | None = None, *, gate: RoomGate | None = None,
+                 moderation: Moderation | None = None) -> None:
         self.likes = likes
         self.head_rules = head_rules
         """What a like's head may be (checked before its body is read)."""
         self.tickets = tickets
         """Set by the role in ``ticket`` mode (None: open)."""
+        self.gate = gate
+        """Where the cost table says a like's room must exist: who asks (None: any name)."""
+        self.moderation = moderation
+        """The rooms' mutes, bans and slow mode (None: none)."""
 
     def tap(self, room: str, content_type: str, raw: bytes,
-            authorization: str | bytes | None, accept: str) -> Reply:
+            authorization: str | bytes | None,
+            accept: str) -> Reply | Coroutine[Any, Any, Reply]:
         """The answer to one like request (202, or the error's); its head, the
         room's name included, was checked by :attr:`head_rules` (on the
-        front and on aiohttp alike)."""
+        front and on aiohttp alike). A coroutine giving it when the node must
+        first learn whether the room exists or what its total is (a room it
+        has not read lately)."""
         try:
-            tickets = self.tickets
-            if tickets is None:
-                uid, count = parse_taps(decode_request(media_type(content_type), raw),
-                                        uid_required=True)
-            else:
-                claims = tickets.good_for(room, bearer(authorization), None)
-                uid, count = parse_taps(decode_request(media_type(content_type), raw),
-                                        uid_required=False)
-                if uid is not None and uid != claims.uid:
-                    raise Unauthorized(UID_MISMATCH)
-                uid = claims.uid
-            assert uid is not None
-            total = self.likes.tap(room, uid, count)
-            return document_reply({"likes": total}, use_msgpack=wants_msgpack(accept),
-                                  status=202)
+            # The room first, as aiohttp's routes check it (proxy/api/bounds.py):
+            # the same request gets the same refusal on either path.
+            gate = self.gate
+            known = True if gate is None else gate.known(room)
+            if known is None:
+                return self._tap_later(room, content_type, raw, authorization, accept)
+            if not known:
+                assert gate is not None
+                raise gate.refusal(room)
+            uid, count = self._taps_of(room, content_type, raw, authorization)
+            if not self.likes.knows(room):
+                return self._learn_then_tap(room, uid, count, accept)
+            return self._tapped(room, uid, count, accept)
         except Exception as exc:
             return answer_to(exc, logger, "a like in room %s failed", room)
+
+    async def _tap_later(self, room: str, content_type: str, raw: bytes,
+                         authorization: str | bytes | None, accept: str) -> Reply:
+        try:
+            assert self.gate is not None
+            await self.gate.require(room)
+            uid, count = self._taps_of(room, content_type, raw, authorization)
+        except Exception as exc:
+            return answer_to(exc, logger, "a like in room %s failed", room)
+        return await self._learn_then_tap(room, uid, count, accept)
+
+    async def _learn_then_tap(self, room: str, uid: str, count: int, accept: str) -> Reply:
+        try:
+            if not self.likes.knows(room):
+                # The store away: the taps are still acknowledged (they wait in
+                # memory), the total shown from what this node holds.
+                with contextlib.suppress(StoreUnavailable):
+                    await self.likes.learn(room)
+            return self._tapped(room, uid, count, accept)
+        except Exception as exc:
+            return answer_to(exc, logger, "a like in room %s failed", room)
+
+    def _taps_of(self, room: str, content_type: str, raw: bytes,
+                 authorization: str | bytes | None) -> tuple[str, int]:
+        """``(uid, count)``: who taps, by its credential, and how often."""
+        tickets = self.tickets
+        if tickets is None:
+            uid, count = parse_taps(decode_request(media_type(content_type), raw),
+                                    uid_required=True)
+        else:
+            claims = tickets.good_for(room, bearer(authorization), None)
+            uid, count = parse_taps(decode_request(media_type(content_type), raw),
+                                    uid_required=False)
+            if uid is not None and uid != claims.uid:
+                raise Unauthorized(UID_MISMATCH)
+            uid = claims.uid
+        assert uid is not None
+        return uid, count
+
+    def _tapped(self, room: str, uid: str, count: int, accept: str) -> Reply:
+        """Count the taps (a uid that may not speak in the room may not tap
+        either; slow mode paces its like requests); the 202."""
+        moderation = self.moderation
+        slow = 0
+        if moderation is not None and room in moderation.rules:
+            slow = moderation.like_pace(room, uid)
+        total = self.likes.tap(room, uid, count, slow)
+        return document_reply({"likes": total}, use_msgpack=wants_msgpack(accept), status=202)

@@ -143,6 +143,17 @@ class Moderation:
                 per_uid=per_uid, room_per_second=base.room_per_second)
         return slowed
 
+    def like_pace(self, room: str, uid: str) -> int:
+        """The room's slow mode (seconds; 0: none), which paces a uid's like
+        requests as it paces its messages. Raises :class:`Banned` or
+        :class:`Muted` first: a uid that may not speak in the room may not
+        tap either."""
+        rules = self.rules.get(room)
+        if rules is None:
+            return 0
+        rules.check_send(room, uid, self._now_ms())
+        return rules.slow
+
     # -- changes ------------------------------------------------------------------
 
     async def act(self, room: str, entry: AuditEntry) -> RoomModeration | None:

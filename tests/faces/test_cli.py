@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 from click.testing import CliRunner, Result
 from conftest import RedisServer
-from support import ADMIN, PUBLISHER, Listener, clean_env, liveroom_process, running_node
+from support import ADMIN, PUBLISHER, Listener, clean_env, liveroom_process, running_node, send
 
 from liveroom import __version__
 from liveroom.cli import (
@@ -609,6 +609,11 @@ async def test_a_personal_send_says_its_pseq_is_not_a_seq() -> None:
 async def test_like_gift_and_leaderboard_through_a_running_node() -> None:
     async with running_node() as node:
         env = {"LIVEROOM_URL": node.url}
+        result = await liveroom("like", "stage", "--count", "7", "--uid", "fan", env=env)
+        assert result.exit_code == 1  # no such room yet
+        assert "no such room: stage" in result.output
+        async with aiohttp.ClientSession() as session:
+            await send(session, node.url, "stage", "the show starts")
         result = await liveroom("like", "stage", "--count", "7", "--uid", "fan", env=env)
         assert (result.exit_code, result.output) == (0, "stage: 7 likes\n")
         result = await liveroom("like", "stage", "--count", "101", "--uid", "fan", env=env)

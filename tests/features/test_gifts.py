@@ -27,10 +27,29 @@ async def call(session: aiohttp.ClientSession, method: str, url: str, *,
         return resp.status, await resp.json()
 
 
+async def open_room(session: aiohttp.ClientSession, url: str, room: str = ROOM) -> None:
+    """The room exists (an operator's start): gifts need one that does."""
+    status, body = await call(session, "POST", f"{url}/v1/admin/rooms/{room}/start",
+                              headers=ADMIN_HEADERS)
+    assert status == 201, body
+
+
 @pytest.fixture
-async def node_url(engine_url: str) -> AsyncIterator[str]:
+async def node_url(engine_url: str, session: aiohttp.ClientSession) -> AsyncIterator[str]:
     async with running_node(engine_url, gift_important=1000) as node:
+        await open_room(session, node.url)
         yield node.url
+
+
+async def test_a_gift_in_a_room_that_does_not_exist_is_404_and_counts_nothing(
+        node_url: str, session: aiohttp.ClientSession) -> None:
+    """Issue 44: a ticket with publish for any room made up rooms with gifts."""
+    status, body = await call(session, "POST", f"{node_url}/v1/rooms/made-up/gifts",
+                              json={"uid": "g", "value": 5, "gift": "rose"},
+                              headers=PUBLISHER_HEADERS)
+    assert (status, body["error"]) == (404, "no_such_room")
+    _, board = await call(session, "GET", f"{node_url}/v1/rooms/made-up/leaderboard")
+    assert board == {"room": "made-up", "top": [], "total": 0, "count": 0}
 
 
 async def test_scores_and_ranks_are_exact_against_a_ledger(
@@ -121,6 +140,7 @@ async def test_ending_the_broadcast_freezes_its_ranking(
 async def test_in_ticket_mode_a_ticket_needs_publish(session: aiohttp.ClientSession) -> None:
     clock = FakeClock()
     async with running_node(clock=clock, auth="ticket", ticket_keys=(KEY,)) as node:
+        await open_room(session, node.url)
         url = f"{node.url}/v1/rooms/{ROOM}/gifts"
         gift = {"uid": "g", "value": 5, "gift": "rose"}
         fan = mint(KEY, "fan", rooms=[ROOM], now=clock.time())

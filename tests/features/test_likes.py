@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from support import ADMIN_HEADERS, Running, running_node, send
 
 from liveroom.clock import FakeClock
-from liveroom.errors import Overloaded, RateLimited
+from liveroom.errors import RateLimited
 from liveroom.ratelimit import Window, parse_windows
 from proxy.likes.likes import TapLimits
 
@@ -69,12 +69,28 @@ def test_the_uid_table_is_bounded_and_forgets_whole_turns() -> None:
     now = 1_700_000_000_000
     for uid in "abc":
         limits.take("r", uid, 1, now)
-    with pytest.raises(Overloaded):
-        limits.take("r", "d", 1, now)
-    limits.take("r", "a", 1, now + 60_000)  # the next turn: a moves on, b and c wait
+    limits.take("r", "d", 1, now)  # full: the newest of this turn (c) makes way
     assert len(limits) == 3
-    limits.take("r", "d", 1, now + 120_000)  # two turns on: only a's is left before it
+    assert limits.evicted == 1
+    limits.take("r", "a", 1, now + 60_000)  # the next turn: a moves on, b and d wait
+    assert len(limits) == 3
+    limits.take("r", "e", 1, now + 120_000)  # two turns on: only a's is left before it
     assert len(limits) == 2
+
+
+def test_a_flood_of_made_up_uids_never_refuses_a_real_one_nor_resets_its_windows() -> None:
+    """Issue 44: 200 000 likes from made-up uids filled the table and every
+    real listener's like was 503 for 80 s. Now the flood evicts its own."""
+    limits = TapLimits(parse_windows("2/s"), parse_windows("1000/m"), uids_max=100)
+    now = 1_700_000_000_000
+    limits.take("r", "real", 1, now)
+    limits.take("r", "real", 1, now)
+    for n in range(10_000):
+        limits.take("r", f"made-up-{n}", 1, now)
+    assert len(limits) == 100
+    with pytest.raises(RateLimited):  # its windows were kept: still over 2 a second
+        limits.take("r", "real", 1, now)
+    limits.take("r", "real", 1, now + 1000)  # and it is never refused for want of room
 
 
 # -- over HTTP, on a node ------------------------------------------------------
@@ -91,6 +107,7 @@ async def client(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Running,
         connector = aiohttp.TCPConnector(force_close=request.param == "front",
                                          limit=0 if request.param == "front" else 1)
         async with aiohttp.ClientSession(connector=connector) as session:
+            await send(session, node.url, ROOM, "a room that exists")  # likes need one
             if request.param == "aiohttp":
                 async with session.get(f"{node.url}/healthz") as resp:
                     assert resp.status == 200
@@ -122,6 +139,7 @@ async def test_taps_are_acknowledged_at_once_and_reach_the_store_in_one_add_per_
         total += i % 7 + 1
         assert status == 202
         assert body == {"likes": total}
+    await send(c.session, c.url, "other-room", "hello")
     await c.like({"uid": "v", "count": 3}, room="other-room")
     assert await counters.likes([ROOM, "other-room"]) == {ROOM: 0, "other-room": 0}
     await likes.flush()  # the flusher's step, forced
@@ -195,6 +213,7 @@ async def test_a_clean_stop_writes_every_acknowledged_tap() -> None:
     async with running_node() as node:
         store = node.node.store
         async with aiohttp.ClientSession() as session:
+            await send(session, node.url, ROOM, "hello")
             for i in range(30):
                 async with session.post(f"{node.url}/v1/rooms/{ROOM}/likes",
                                         json={"uid": f"u{i}", "count": 2}) as resp:
@@ -240,6 +259,7 @@ async def test_taps_wait_while_redis_is_down_and_are_written_when_it_is_back(
         redis_server: RedisServer, redis_url: str) -> None:
     async with running_node(redis_url) as node, aiohttp.ClientSession() as session:
         likes, counters = node.node.proxy.likes, node.node.store.counters
+        await send(session, node.url, ROOM, "hello")
 
         async def like(uid: str, count: int) -> int:
             async with session.post(f"{node.url}/v1/rooms/{ROOM}/likes",
@@ -268,6 +288,7 @@ async def test_taps_wait_while_redis_is_down_and_are_written_when_it_is_back(
 async def test_a_stop_with_the_store_away_says_what_it_could_not_write(
         redis_server: RedisServer, redis_url: str, caplog: pytest.LogCaptureFixture) -> None:
     async with running_node(redis_url) as node, aiohttp.ClientSession() as session:
+        await send(session, node.url, ROOM, "hello")
         async with session.post(f"{node.url}/v1/rooms/{ROOM}/likes",
                                 json={"uid": "a", "count": 9}) as resp:
             assert resp.status == 202
