@@ -33,7 +33,15 @@ import aiohttp
 import pytest
 import uvloop
 from raw_http import closed_by_server, connect, get
-from support import ADMIN_HEADERS, Listener, Running, read_response, running_node, send
+from support import (
+    ADMIN_HEADERS,
+    Listener,
+    Running,
+    fixed_send_buffer,
+    read_response,
+    running_node,
+    send,
+)
 
 from liveroom.settings import DEFAULTS
 
@@ -160,14 +168,6 @@ def test_a_last_answer_never_read_does_not_keep_the_socket(loop_factory: LoopFac
 
 
 # -- A': what the kernel holds for a client that never reads ----------------------------------
-
-
-def fixed_send_buffer(size: int) -> int:
-    """What the kernel makes of ``SO_SNDBUF`` set to ``size`` (Linux doubles
-    it and caps it at ``net.core.wmem_max``), read back off a socket of our own."""
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
-        return int(probe.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF))
 
 
 def send_buffer(fd: int) -> int:
