@@ -123,6 +123,38 @@ def _rate_limits(text: str) -> RateLimits:
     return RateLimits(per_uid=parse_windows(text))
 
 
+SEND_BUFFER = 160 * 1024
+"""The default send buffer of a client connection (SO_SNDBUF). Linux doubles
+it: 320 KiB of kernel memory at most, which takes about 230 KiB of answers
+(the rest is the kernel's bookkeeping): with the transport's 64 KiB
+high-water mark above it, the largest answer of the default
+``answer_bytes_max`` (255 KiB with its last message and envelope) is written
+in one go, without pausing its connection, even to a client whose own kernel
+takes none of it. 1 000 clients that never read fill 320 MB of it, not the
+3.9 GB of buffers left to grow to ``tcp_wmem``'s 4 MiB. Under
+``net.core.wmem_max``'s usual 208 KiB, so the kernel takes it as given."""
+SEND_BUFFER_MIN = 16 * 1024
+"""The smallest send buffer a node accepts (0 aside): the size TCP starts
+a connection with (``tcp_wmem``'s usual middle value); below it a node would
+send slower than with no setting at all."""
+
+
+def _send_buffer(text: str) -> int:
+    """A number of bytes, or ``"off"`` (``"none"``) for 0."""
+    text = text.strip().lower()
+    if text in ("off", "none"):
+        return 0
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError("send_buffer", f"{text!r} is neither a number of bytes nor "
+                                         f"'off'") from None
+
+
+def _bytes_text(value: int) -> str:
+    return str(value) if value else "off"
+
+
 MAX_WORKERS = 256
 
 
@@ -278,6 +310,16 @@ class Settings:
         256 * 1024, "Bytes of messages in one poll answer (and in a first poll's recent "
         "ones); what does not fit stays pending and comes in the next answer.", BOUNDS,
         lo=1024)
+    send_buffer: int = setting(
+        SEND_BUFFER, "Bytes of kernel send buffer each client connection may fill (SO_SNDBUF "
+        "on every accepted socket). Linux doubles it for its bookkeeping and caps it at "
+        "net.core.wmem_max; the default takes the largest answer of the default "
+        "--answer-bytes-max in one go. It bounds what a client that asks for answers and "
+        "never reads holds of the host's TCP memory until --write-timeout cuts it; it also "
+        "bounds how fast one connection sends (about this much per round trip). 'off' "
+        "leaves the kernel to grow it, up to net.ipv4.tcp_wmem's largest (4 MiB: 1 000 "
+        "such clients can push the whole host past its TCP memory pressure mark).",
+        BOUNDS, lo=0, parse=_send_buffer, show=_bytes_text, metavar="BYTES|off")
     holds_per_listener: int = setting(
         4, "Polls held at once per room and uid; a newer one answers the oldest at once, "
         "empty (a reconnecting client never waits on its own ghost).", BOUNDS, lo=1)
@@ -552,6 +594,9 @@ class Settings:
         if self.poll_timeout > self.poll_timeout_max:
             found.append(ConfigError("poll_timeout", f"poll_timeout ({self.poll_timeout:g} s) "
                                      f"exceeds poll_timeout_max ({self.poll_timeout_max} s)"))
+        if 0 < self.send_buffer < SEND_BUFFER_MIN:
+            found.append(ConfigError("send_buffer", f"send_buffer must be 0 (off) or at "
+                                     f"least {SEND_BUFFER_MIN} bytes, not {self.send_buffer}"))
         if self.recent_default > self.recent_max:
             found.append(ConfigError("recent_default", "recent_default exceeds recent_max"))
         longest = self.poll_timeout_max + self.hold_interval_max

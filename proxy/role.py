@@ -127,7 +127,7 @@ class Proxy:
                 connections_max=settings.connections_max,
                 connections_per_ip=settings.connections_per_ip,
                 trusted_proxies=settings.trusted_proxies, write_timeout=settings.write_timeout,
-                unsent_max=unsent_max(settings)),
+                unsent_max=unsent_max(settings), send_buffer=settings.send_buffer),
             on_shed=lambda reason: metrics.shed_connections.labels(reason).inc(),
             on_refused=metrics.refused_connections.inc)
         metrics.track(metrics.connections, lambda: self.front.open_connections)

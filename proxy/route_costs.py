@@ -112,10 +112,13 @@ COSTS: Final = (
         "GET /v1/rooms/{room}/poll", _ANYONE,
         "node: a held poll (its connection and hold, about 3.4 KiB) until its timeout; "
         "the room in its sect's cache while read; the uid's presence until --online-ttl "
-        "after its last poll. Store: presence shards and viewers history, written in "
-        "batches by statsvr (a poll itself touches no store)",
+        "after its last poll. Kernel: what its answers fill of the connection's send "
+        "buffer (twice --send-buffer at most), until a client that does not read them is "
+        "cut. Store: presence shards and viewers history, written in batches by statsvr (a "
+        "poll itself touches no store)",
         ("connections_max", "connections_per_ip", "holds_per_listener", "holds_per_uid",
-         "held_max", "rooms_max", "poll_timeout_max", "answer_bytes_max", "online_ttl"), room=ANY,
+         "held_max", "rooms_max", "poll_timeout_max", "answer_bytes_max", "online_ttl",
+         "send_buffer", "write_timeout"), room=ANY,
         sample=Sample("uid={uid}&timeout=1", token="listener"), keeps=_CACHED),
     RouteCost(
         "POST /v1/rooms/{room}/messages", "anyone naming its uid (open mode); a ticket "

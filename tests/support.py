@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import resource
+import shutil
 import socket
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -70,6 +73,54 @@ def nginx_including(tmp: Path, snippet: Path) -> Path:
         f"events {{}}\nhttp {{\n  {temp}\n  access_log off;\n"
         f"  include {snippet};\n}}\n")
     return conf
+
+
+DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+
+
+@contextmanager
+def deployed_nginx(tmp: Path, upstreams: Iterable[str], *, location: str = "",
+                   changes: Mapping[str, str] | None = None) -> Iterator[str]:
+    """nginx running deploy/nginx.conf as a distribution would include it,
+    its nodes replaced by ``upstreams``, its port by a free loopback one,
+    ``location`` (directives) added to its ``location /`` and each text of
+    ``changes`` replaced by its value; its URL."""
+    binary = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
+    assert binary, "nginx is not installed: run scripts/install-test-deps"
+    snippet = (DEPLOY / "nginx.conf").read_text()
+    servers = "\n".join(f"    server {u.removeprefix('http://')} max_fails=0;"
+                        for u in upstreams)
+    port = free_port()
+    replaced = {"    server 127.0.0.1:8080 max_fails=1 fail_timeout=10s;": servers,
+                "    listen 80": f"    listen 127.0.0.1:{port}",
+                "    location / {\n": "    location / {\n" + location, **(changes or {})}
+    for text, value in replaced.items():
+        assert text in snippet, text
+        snippet = snippet.replace(text, value)
+    (tmp / "liveroom.conf").write_text(snippet)
+    conf = nginx_including(tmp, tmp / "liveroom.conf")
+    proc = subprocess.Popen([binary, "-p", f"{tmp}/", "-c", str(conf),
+                             "-e", str(tmp / "error.log")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        for _ in range(300):
+            with contextlib.suppress(OSError), socket.create_connection(
+                    ("127.0.0.1", port), timeout=0.1):
+                break
+            assert proc.poll() is None, (tmp / "error.log").read_text()
+            time.sleep(0.02)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def fixed_send_buffer(size: int) -> int:
+    """What the kernel makes of ``SO_SNDBUF`` set to ``size`` (Linux doubles
+    it and caps it at ``net.core.wmem_max``), read back off a socket of our own."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
+        return int(probe.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF))
 
 
 def free_port() -> int:

@@ -70,6 +70,9 @@ class FrontLimits:
     mark (or unsent at all once it closes) before it is aborted."""
     unsent_max: int = UNSENT_MAX
     """Bytes of unsent answers past which a connection is aborted at once."""
+    send_buffer: int = DEFAULTS.send_buffer
+    """``SO_SNDBUF`` of each connection's socket (0: the kernel's own, which
+    grows to ``tcp_wmem``'s largest for a client that does not read)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -110,6 +110,10 @@ def test_unknown_store_is_refused(args: list[str], env: dict[str, str]) -> None:
     (["serve", "--port", "70000"], "--port: port must be between 0 and 65535, not 70000"),
     (["serve", "--port", "http"], "--port: 'http' is not a whole number"),
     (["serve", "--log-level", "loud"], "--log-level: log_level must be one of debug, info"),
+    (["serve", "--send-buffer", "4096"],
+     "--send-buffer: send_buffer must be 0 (off) or at least 16384 bytes, not 4096"),
+    (["serve", "--send-buffer", "64k"],
+     "--send-buffer: '64k' is neither a number of bytes nor 'off'"),
 ])
 def test_bad_options_are_refused(args: list[str], said: str) -> None:
     result = CliRunner().invoke(main, args)

@@ -9,6 +9,7 @@ README says.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -22,7 +23,17 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from support import ADMIN, clean_env, free_port, nginx_including, running_node
+from support import (
+    ADMIN,
+    clean_env,
+    deployed_nginx,
+    fixed_send_buffer,
+    free_port,
+    held_polls,
+    nginx_including,
+    read_response,
+    running_node,
+)
 
 from liveroom import settings_docs
 from liveroom.cli import main
@@ -65,6 +76,100 @@ def test_the_nginx_config_routes_polls_sends_and_stats_by_room() -> None:
     # Room and routing hint: a vip room's polls spread over the nodes.
     assert "hash $liveroom_room:$arg_spread consistent;" in text
     assert "proxy_buffering off;" in text
+
+
+def test_the_nginx_config_limits_each_address_as_the_node_does() -> None:
+    """The per-address limits of deploy/nginx.conf, each the figure of the
+    node's own setting behind it; writes are limited, polls (GETs) are not."""
+    text = (DEPLOY / "nginx.conf").read_text()
+    defaults = Settings()
+    found = re.search(r"^\s*listen 80 sndbuf=(\d+)k;", text, re.M)
+    assert found, "the client sockets' send buffer is not fixed"
+    assert int(found.group(1)) * 1024 == defaults.send_buffer
+    assert f"send_timeout {defaults.write_timeout:g}s;" in text
+    assert "reset_timedout_connection on;" in text
+    assert "limit_conn_zone $liveroom_client zone=liveroom_connections:10m;" in text
+    assert f"limit_conn liveroom_connections {defaults.connections_per_ip};" in text
+    assert "    default $binary_remote_addr;" in text
+    writes = re.search(r"map \$request_method \$liveroom_writer \{(.*?)\}", text, re.S)
+    assert writes, "no map of the writes"
+    assert re.findall(r'^\s*(\w+) "";', writes.group(1), re.M) == ["GET", "HEAD", "OPTIONS"]
+    assert "limit_req_zone $liveroom_writer zone=liveroom_writes:10m rate=20r/s;" in text
+    assert "limit_req zone=liveroom_writes burst=100 nodelay;" in text
+    assert "limit_conn_status 429;" in text
+    assert "limit_req_status 429;" in text
+
+
+async def test_nginx_answers_a_flood_of_writes_429_and_still_lets_polls_through(
+        tmp_path: Path) -> None:
+    """One address sending as fast as it can: nginx passes the burst (100
+    and the first) and what 20 a second refills, answers the rest 429, and
+    no node sees those; a poll from the same address still goes through."""
+    async with running_node() as node, aiohttp.ClientSession() as session:
+        with deployed_nginx(tmp_path, [node.url]) as front:
+            async def post(i: int) -> int:
+                async with session.post(f"{front}/v1/rooms/flood/messages",
+                                        json={"uid": f"u{i}", "body": "hi"}) as resp:
+                    await resp.read()
+                    return resp.status
+
+            started = asyncio.get_running_loop().time()
+            statuses = await asyncio.gather(*(post(i) for i in range(200)))
+            took = asyncio.get_running_loop().time() - started
+            passed = statuses.count(201)
+            assert set(statuses) == {201, 429}
+            assert 101 <= passed <= 101 + 20 * took + 1, (passed, took)
+            async with session.get(f"{front}/v1/rooms/flood/poll?uid=v&recent=0") as resp:
+                assert resp.status == 200
+                head = await resp.json()
+            assert head["seq"] == passed  # the 429s never reached the node
+
+
+async def test_nginx_caps_the_connections_of_one_address(tmp_path: Path) -> None:
+    """At its cap of connections in progress (the test's copy: 4; held polls
+    are), the next request from that address, a poll or a send, is answered
+    429 by nginx; one of them answered, the next goes through."""
+    async with running_node() as node, aiohttp.ClientSession() as session:
+        with deployed_nginx(tmp_path, [node.url], changes={
+                "limit_conn liveroom_connections 256;": "limit_conn liveroom_connections 4;"
+        }) as front:
+            async with session.get(f"{front}/v1/rooms/cap/poll?uid=u") as resp:
+                head = await resp.json()
+            held = (f"{front}/v1/rooms/cap/poll?uid=u&epoch={head['epoch']}"
+                    f"&seq={head['seq']}&iseq={head['iseq']}&timeout=60")
+            polls = [asyncio.create_task(session.get(f"{held}&n={i}")) for i in range(4)]
+            await held_polls(node.node.proxy.holds, 4)
+            async with session.get(held) as resp:
+                assert resp.status == 429
+            async with session.post(f"{front}/v1/rooms/cap/messages",
+                                    json={"uid": "s", "body": "hi"}) as resp:
+                assert resp.status == 429
+            # A send straight to the node answers the held polls.
+            async with session.post(f"{node.url}/v1/rooms/cap/messages",
+                                    json={"uid": "s", "body": "hi"}) as resp:
+                assert resp.status == 201
+            for answered in await asyncio.gather(*polls):
+                assert answered.status == 200
+                answered.release()
+            async with session.get(f"{front}/v1/rooms/cap/poll?uid=u") as resp:
+                assert resp.status == 200
+
+
+async def test_nginx_fixes_the_send_buffer_of_its_client_sockets(tmp_path: Path) -> None:
+    """The client sockets nginx accepts have the send buffer of its ``listen
+    ... sndbuf=`` (seen by ``ss``: the kernel's ``tb``), not one the kernel
+    grows."""
+    async with running_node() as node:
+        with deployed_nginx(tmp_path, [node.url]) as front:
+            port = front.rsplit(":", 1)[1]
+            reader, writer = await asyncio.open_connection("127.0.0.1", int(port))
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+            assert (await read_response(reader))[0] == 200
+            done = run(tool("ss"), "-tmnH", "state", "established", f"( sport = :{port} )")
+            writer.close()
+            assert done.returncode == 0, done.stderr
+            buffers = re.findall(r"\btb(\d+)\b", done.stdout)
+            assert buffers == [str(fixed_send_buffer(Settings().send_buffer))], done.stdout
 
 
 def test_the_systemd_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:

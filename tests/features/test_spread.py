@@ -13,13 +13,7 @@ heartbeats when they are flushed.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
-import shutil
-import socket
-import subprocess
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +23,15 @@ from support import (
     ADMIN_HEADERS,
     Listener,
     PollRefused,
-    free_port,
-    nginx_including,
+    deployed_nginx,
     send,
     serve,
 )
 
 pytestmark = pytest.mark.timeout(150)
 
-DEPLOY = Path(__file__).parents[2] / "deploy"
+UPSTREAM_HEADER = "        add_header X-Upstream $upstream_addr always;\n"
+"""What the test's copy of the config adds to ``location /``."""
 LISTENERS = 40
 STAYING = 3
 PROMOTE = 30
@@ -48,42 +42,6 @@ NODE_FLAGS = (
     "--vip-promote", str(PROMOTE), "--vip-promote-after", "0",
     "--vip-demote", str(DEMOTE), "--vip-demote-after", "0", "--vip-settle", "0",
     "--vip-spread", "64")
-
-
-@contextlib.contextmanager
-def nginx(tmp: Path, upstreams: list[str]) -> Iterator[str]:
-    """nginx running deploy/nginx.conf (its nodes replaced by ``upstreams``,
-    its port by a free loopback one) as a distribution would include it."""
-    binary = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
-    assert binary, "nginx is not installed: run scripts/install-test-deps"
-    snippet = (DEPLOY / "nginx.conf").read_text()
-    servers = "\n".join(f"    server {u.removeprefix('http://')} max_fails=0;"
-                        for u in upstreams)
-    one = "    server 127.0.0.1:8080 max_fails=1 fail_timeout=10s;"
-    assert one in snippet
-    assert "    listen 80;" in snippet
-    port = free_port()
-    location = "    location / {\n"
-    assert location in snippet
-    snippet = snippet.replace(one, servers).replace(
-        "    listen 80;", f"    listen 127.0.0.1:{port};").replace(
-        location, location + "        add_header X-Upstream $upstream_addr always;\n")
-    (tmp / "liveroom.conf").write_text(snippet)
-    conf = nginx_including(tmp, tmp / "liveroom.conf")
-    proc = subprocess.Popen([binary, "-p", f"{tmp}/", "-c", str(conf),
-                             "-e", str(tmp / "error.log")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    try:
-        for _ in range(300):
-            with contextlib.suppress(OSError), socket.create_connection(
-                    ("127.0.0.1", port), timeout=0.1):
-                break
-            assert proc.poll() is None, (tmp / "error.log").read_text()
-            time.sleep(0.02)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 async def metrics(session: aiohttp.ClientSession, node: str) -> str:
@@ -165,7 +123,7 @@ async def test_a_growing_room_spreads_over_the_nodes_and_gathers_again(
     with serve("--store", redis_url, "--node-id", "a", *NODE_FLAGS) as (a, _), \
             serve("--store", redis_url, "--node-id", "b", *NODE_FLAGS) as (b, _), \
             serve("--store", redis_url, "--node-id", "c", *NODE_FLAGS) as (c, _), \
-            nginx(tmp_path, [a, b, c]) as front:
+            deployed_nginx(tmp_path, [a, b, c], location=UPSTREAM_HEADER) as front:
         nodes = [a, b, c]
         async with aiohttp.ClientSession() as session:
             sent = 0

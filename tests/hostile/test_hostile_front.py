@@ -14,20 +14,36 @@ asyncio's and uvloop's.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import json
+import os
 import resource
 import select
 import socket
+import stat
 import struct
+import termios
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 import uvloop
 from raw_http import closed_by_server, connect, get
-from support import ADMIN_HEADERS, Listener, Running, read_response, running_node, send
+from support import (
+    ADMIN_HEADERS,
+    Listener,
+    Running,
+    fixed_send_buffer,
+    read_response,
+    running_node,
+    send,
+)
+
+from liveroom.settings import DEFAULTS
 
 LOOPS = [pytest.param(asyncio.new_event_loop, id="asyncio"),
          pytest.param(uvloop.new_event_loop, id="uvloop")]
@@ -104,13 +120,14 @@ def kernel_send_buffer_max() -> int:
 
 
 @asynccontextmanager
-async def big_answers() -> AsyncIterator[tuple[Running, bytes]]:
-    """A node with a write deadline of 0.5 s and a room whose poll answer
-    is one and a half times what the kernel may take (about 6 MB with
-    Linux's default), and the request for that answer."""
+async def big_answers(**overrides: Any) -> AsyncIterator[tuple[Running, bytes]]:
+    """A node with a write deadline of 0.5 s (or ``overrides``' settings) and
+    a room whose poll answer is one and a half times what the kernel may take
+    of a send buffer left to grow (about 6 MB with Linux's default), and the
+    request for that answer."""
     size = min(1 << 20, max(60_000, kernel_send_buffer_max() * 3 // 200))  # 100 messages
-    async with running_node(write_timeout=0.5, max_message_bytes=size + 64,
-                            answer_bytes_max=200 * size) as node:
+    async with running_node(**{"write_timeout": 0.5, "max_message_bytes": size + 64,
+                               "answer_bytes_max": 200 * size, **overrides}) as node:
         async with aiohttp.ClientSession() as session:
             for i in range(100):
                 await send(session, node.url, "big", "x" * size + str(i))
@@ -147,6 +164,130 @@ def test_a_last_answer_never_read_does_not_keep_the_socket(loop_factory: LoopFac
                 sock.send(get(path.decode(), "Connection: close"))
                 assert await reset_by_server(sock, within=3)
             assert node.node.proxy.front.write_timeouts == 1
+    on_loop(loop_factory, scenario())
+
+
+# -- A': what the kernel holds for a client that never reads ----------------------------------
+
+
+def send_buffer(fd: int) -> int:
+    """The send buffer of the socket ``fd`` (what the kernel lets it fill)."""
+    with socket.socket(fileno=os.dup(fd)) as sock:
+        return int(sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF))
+
+
+def unsent_in_kernel(fd: int) -> int:
+    """Bytes written to the socket ``fd`` that its peer has not yet
+    acknowledged: what its send buffer holds (Linux's ``SIOCOUTQ``)."""
+    return int(struct.unpack("i", fcntl.ioctl(fd, termios.TIOCOUTQ, b"\0" * 4))[0])
+
+
+def accepted_send_buffers(node: Running) -> list[int]:
+    """The send buffer of every connected socket this process holds on
+    ``node``'s port: the node's accepted ones, the front's and aiohttp's alike
+    (the node runs in this process; its clients' sockets have ports of their own)."""
+    port = int(node.url.rsplit(":", 1)[1])
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # (the listing's own descriptor, closed by now)
+            if not stat.S_ISSOCK(os.fstat(int(name)).st_mode):
+                continue
+            with socket.socket(fileno=os.dup(int(name))) as sock:
+                if (sock.family not in (socket.AF_INET, socket.AF_INET6)
+                        or sock.type != socket.SOCK_STREAM or sock.getsockname()[1] != port):
+                    continue
+                with contextlib.suppress(OSError):  # not connected: the listening socket
+                    sock.getpeername()
+                    found.append(int(sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)))
+    return found
+
+
+@pytest.mark.parametrize("loop_factory", LOOPS)
+def test_a_client_that_never_reads_fills_no_more_of_the_kernel_than_its_send_buffer(
+        loop_factory: LoopFactory) -> None:
+    """A poll whose answer is 6 MB, never read: the node writes what its
+    socket takes, and once its own buffer backs up (the connection is
+    paused) the kernel holds at most the node's send buffer of it, fixed:
+    not a buffer the kernel grew. (Left to grow, it held 2.8 MB of it in a
+    4 MiB buffer until the write deadline, here on loopback; a thousand such
+    clients took the host past its TCP memory pressure mark.)"""
+    async def scenario() -> None:
+        async with big_answers(write_timeout=30) as (node, path):
+            front = node.node.proxy.front
+            with raw_client(node, rcvbuf=4096) as sock:
+                sock.send(get(path.decode()))
+                assert await until(lambda: len(front.paused) == 1, 5)
+                (conn,) = front.paused
+                bound = fixed_send_buffer(DEFAULTS.send_buffer)
+                assert send_buffer(conn.fileno()) == bound
+                assert 0 < unsent_in_kernel(conn.fileno()) <= bound
+    on_loop(loop_factory, scenario())
+
+
+def test_send_buffer_off_leaves_the_kernel_to_grow_it() -> None:
+    """``--send-buffer off``: the kernel's own sizing, which lets the same
+    client as above hold more than the default bound of kernel memory (what
+    the bound is for)."""
+    async def scenario() -> None:
+        async with big_answers(write_timeout=30, send_buffer=0) as (node, path):
+            front = node.node.proxy.front
+            with raw_client(node, rcvbuf=4096) as sock:
+                sock.send(get(path.decode()))
+                assert await until(lambda: len(front.paused) == 1, 5)
+                (conn,) = front.paused
+                assert unsent_in_kernel(conn.fileno()) > fixed_send_buffer(DEFAULTS.send_buffer)
+    on_loop(asyncio.new_event_loop, scenario())
+
+
+@pytest.mark.parametrize("loop_factory", LOOPS)
+def test_a_fresh_node_fixes_the_send_buffer_of_every_connection(
+        loop_factory: LoopFactory) -> None:
+    """No setting given: every socket the node accepts has its send buffer
+    fixed at the default ``--send-buffer``, a connection the front answers
+    and one it handed to aiohttp alike. (Before, the kernel sized each
+    itself: 3.9 MB from the start on loopback, and growing.)"""
+    async def scenario() -> None:
+        async with running_node() as node, connect(node) as (r1, w1), \
+                connect(node) as (r2, w2):
+            w1.write(get("/v1/rooms/fresh/poll?uid=u"))  # the front's
+            assert (await read_response(r1))[0] == 200
+            w2.write(get("/healthz"))  # aiohttp's
+            assert (await read_response(r2))[0] == 200
+            assert node.runner.server is not None
+            assert len(node.runner.server.connections) == 1
+            assert accepted_send_buffers(node) == [fixed_send_buffer(DEFAULTS.send_buffer)] * 2
+    on_loop(loop_factory, scenario())
+
+
+@pytest.mark.parametrize("loop_factory", LOOPS)
+def test_the_largest_answer_of_the_default_settings_is_written_in_one_go(
+        loop_factory: LoopFactory) -> None:
+    """The default send buffer bounds no honest answer: a first poll's
+    answer of a full ``--answer-bytes-max`` (and its last message, and its
+    envelope) is taken by the kernel and the transport's buffer below its
+    high-water mark, without pausing its connection, even when the
+    client's own kernel takes none of it (a 4 KiB window, nothing read
+    until the answer began to arrive)."""
+    async def scenario() -> None:
+        async with running_node() as node:
+            front, body = node.node.proxy.front, "x" * (DEFAULTS.max_message_bytes - 96)
+            async with aiohttp.ClientSession() as session:
+                for i in range(DEFAULTS.answer_bytes_max // len(body) + 8):
+                    await send(session, node.url, "full", f"{body}{i}")
+            with raw_client(node, rcvbuf=4096) as sock:
+                loop = asyncio.get_running_loop()
+                arriving = loop.create_future()
+                loop.add_reader(sock, lambda: arriving.done() or arriving.set_result(None))
+                sock.send(get(f"/v1/rooms/full/poll?uid=u&recent={DEFAULTS.recent_max}"))
+                await asyncio.wait_for(arriving, 5)  # the node wrote it all in one call
+                loop.remove_reader(sock)
+                assert not front.paused
+                reader, writer = await asyncio.open_connection(sock=sock.dup())
+                status, _, answer = await read_response(reader)
+                writer.close()
+            assert status == 200
+            # As full as an answer gets: within one message of the budget.
+            assert len(answer) > DEFAULTS.answer_bytes_max - DEFAULTS.max_message_bytes
     on_loop(loop_factory, scenario())
 
 
