@@ -188,3 +188,86 @@ def refusal(room: str, uid: str | None, window: Window, free_ms: int,
     what = (f"uid {uid} {limit} in room {room}" if uid is not None
             else f"room {room} {limit} from all senders")
     return RateLimited(f"{what}; retry in {retry_after:g} s", retry_after=retry_after)
+
+
+class UidWindows:
+    """Per-uid windows over a node's requests of one kind (a like's taps, a
+    recall), kept in memory: each a fixed window (``limit`` per ``seconds``,
+    counted from the window's start), for requests or for the units they
+    carry (taps; ``what`` names both in refusals). Kept for the uids seen in
+    the last two of the longest window (one table for the window now, one
+    for the one before: a uid's state moves to the current table when it
+    asks, and the older table is dropped whole at
+    each turn), and for at most ``uids_max`` uids at once. One more evicts
+    a uid's state rather than refuse anyone: one not seen in this turn if
+    there is one, else the newest of this turn (so a flood of made-up uids
+    evicts its own, and the uids that tapped before it keep their windows).
+    An evicted uid starts its windows afresh: at worst it taps a window's
+    worth more, never less."""
+
+    def __init__(self, requests: Sequence[Window], taps: Sequence[Window],
+                 uids_max: int, what: tuple[str, str, str] = ("requests", "taps",
+                                                              "like request")) -> None:
+        self.what = what
+        """How refusals name a request, a unit, and a request in slow mode."""
+        self.requests = tuple(requests)
+        self.taps = tuple(taps)
+        self.uids_max = uids_max
+        longest = max((w.seconds for w in (*self.requests, *self.taps)), default=1)
+        self._turn_ms = longest * 1000
+        self._turn = -1
+        self._now: dict[str, list[int]] = {}
+        self._before: dict[str, list[int]] = {}
+        self.evicted = 0
+        """Uids whose state made way for another's (the table was full)."""
+
+    def __len__(self) -> int:
+        return len(self._now) + len(self._before)
+
+    def take(self, room: str, uid: str, count: int, now_ms: int, slow: int = 0) -> None:
+        """Count one request of ``count`` taps by ``uid``, or raise
+        :class:`RateLimited` (nothing counted) with the wait. ``slow``: the
+        room's slow mode (seconds; 0: none), where a uid's like requests are
+        paced as its messages are, one per ``slow`` seconds (its taps
+        batched in them)."""
+        turn = now_ms // self._turn_ms
+        if turn != self._turn:
+            self._before = self._now if turn == self._turn + 1 else {}
+            self._now = {}
+            self._turn = turn
+        state = self._now.get(uid)
+        if state is None:
+            state = self._before.pop(uid, None)
+            if state is None:
+                if len(self._now) + len(self._before) >= self.uids_max:
+                    (self._before or self._now).popitem()  # O(1); see the docstring
+                    self.evicted += 1
+                state = [0] * (2 * (len(self.requests) + len(self.taps)) + 1)
+            self._now[uid] = state
+        if slow:
+            wait_ms = state[-1] + slow * 1000 - now_ms
+            if state[-1] and wait_ms > 0:
+                raise RateLimited(f"room {room} is in slow mode: one {self.what[2]} per "
+                                  f"{span(slow)} per uid; retry in {wait_ms / 1000:g} s",
+                                  retry_after=wait_ms / 1000)
+        at = 0
+        for windows, cost in ((self.requests, 1), (self.taps, count)):
+            for window in windows:
+                start = now_ms // (window.seconds * 1000)
+                used = state[at + 1] if state[at] == start else 0
+                if used + cost > window.limit:
+                    wait = ((start + 1) * window.seconds * 1000 - now_ms) / 1000
+                    what = self.what[0] if windows is self.requests else self.what[1]
+                    raise RateLimited(
+                        f"uid {uid} over {window.limit} {what} per {span(window.seconds)} "
+                        f"in room {room}; retry in {wait:g} s", retry_after=wait)
+                at += 2
+        at = 0
+        for windows, cost in ((self.requests, 1), (self.taps, count)):
+            for window in windows:
+                start = now_ms // (window.seconds * 1000)
+                if state[at] != start:
+                    state[at], state[at + 1] = start, 0
+                state[at + 1] += cost
+                at += 2
+        state[-1] = now_ms

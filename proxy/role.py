@@ -19,6 +19,7 @@ from aiohttp import web
 from liveroom.clock import Clock
 from liveroom.errors import Banned, ConfigError
 from liveroom.metrics import Metrics
+from liveroom.ratelimit import UidWindows
 from liveroom.roles import HeartbeatSink, RoomReader, StatsReader
 from liveroom.settings import Settings
 from liveroom.store.base import Counters, MessageLog, ModerationStore, Operators
@@ -35,7 +36,7 @@ from .front.server import Front
 from .front.site import FrontSite
 from .gifts.gifts import Gifts
 from .gifts.ranking import Rankings
-from .likes.likes import Likes, TapLimits
+from .likes.likes import Likes
 from .likes.route import LikeRoute
 from .likes.taps import Taps
 from .moderation.recall import Recalls
@@ -90,7 +91,7 @@ class Proxy:
         # The rooms asked about lately: the likes keep their totals fresh,
         # the ranking their top givers.
         recent = RecentRooms()
-        self.likes = Likes(counters, clock, TapLimits(
+        self.likes = Likes(counters, clock, UidWindows(
             settings.likes_requests, settings.likes_taps, settings.likes_uids_max), recent,
             likes_flush=settings.likes_flush, likes_rooms_max=settings.likes_rooms_max,
             metrics=metrics)
@@ -139,7 +140,8 @@ class Proxy:
                              is_vip=vip_list.is_vip, clock=clock, metrics=metrics,
                              health=health)
         self.recalls = Recalls(log, tokens, self.moderation, clock,
-                               recall_window=settings.recall_window, tickets=self.tickets)
+                               recall_window=settings.recall_window, tickets=self.tickets,
+                               windows=settings.rate_limits.per_uid)
         self.moderators = ModerationRoutes(self.moderation, moderation, tokens, clock,
                                            self.recalls, operators, reader)
         self.operators = OperatorRoutes(operators, tokens, clock, settings, stats=stats,

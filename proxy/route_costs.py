@@ -162,13 +162,15 @@ COSTS: Final = (
     RouteCost("GET /v1/rooms/{room}/stats/likes", "anyone", _NOTHING, room=ANY),
     RouteCost("GET /v1/rooms/{room}/broadcasts", "anyone", _NOTHING, room=ANY),
     RouteCost(
-        "DELETE /v1/rooms/{room}/messages/{seq}", "its sender within --recall-window; "
-        "moderators and the backend",
-        "store: the message's tombstone in place of its body, an audit entry (the room "
-        "keeps its newest 1 000), a notice to every listener",
-        ("recall_window",),
-        known="no rate limit: one sender can push the moderators' entries out of the "
-              "audit; a reset mid-recall leaves it half done", room=EXISTS,
+        "DELETE /v1/rooms/{room}/messages/{seq}", "its sender (its own normal messages, "
+        "within --recall-window, not banned or muted); moderators and the backend",
+        "store: the message's tombstone in place of its body and a notice to every "
+        "listener; a moderator's or the backend's recall also an audit entry (the room "
+        "keeps its newest 1 000; a sender's own recall is none). Node: the sender's "
+        "recall windows",
+        ("recall_window", "rate_limits"),
+        known="a reset mid-recall leaves it half done (the tombstone without its notice)",
+        room=EXISTS,
         sample=Sample("uid={uid}", token="listener"), keeps=_CACHED),
     RouteCost(
         "DELETE /v1/rooms/{room}/personal/{seq}", "the publisher or admin token",

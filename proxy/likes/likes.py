@@ -1,7 +1,7 @@
 """Likes: taps counted in memory, written to the store as one add per room.
 
 A listener's client batches its taps (``count`` 1 to :data:`MAX_COUNT` a
-request). The node checks the uid's windows (:class:`TapLimits`), adds the
+request). The node checks the uid's windows (:class:`UidWindows`), adds the
 taps to the room's pending sum and answers at once: nothing on a tap's path
 touches the store. Every ``likes_flush`` seconds one call adds every dirty
 room's sum to the store (``Counters.add_likes``: one round trip, atomic per
@@ -28,14 +28,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
 from typing import Final
 
 from liveroom.clock import Clock
 from liveroom.errors import Overloaded, RateLimited, StoreUnavailable
 from liveroom.lifecycle import Outage, Periodic
 from liveroom.metrics import Metrics
-from liveroom.ratelimit import Window, span
+from liveroom.ratelimit import UidWindows
 from liveroom.store.base import Counters
 
 from ..recent_rooms import RecentRooms
@@ -57,89 +56,11 @@ _LIMITED: Final = 3
 _FULL: Final = 4
 
 
-class TapLimits:
-    """Per-uid windows over a node's taps: each a fixed window (``limit``
-    per ``seconds``, counted from the window's start), for requests or for
-    taps. Kept for the uids seen in the last two of the longest window (one
-    table for the window now, one for the one before: a uid's state moves to
-    the current table when it taps, and the older table is dropped whole at
-    each turn), and for at most ``uids_max`` uids at once. One more evicts
-    a uid's state rather than refuse anyone: one not seen in this turn if
-    there is one, else the newest of this turn (so a flood of made-up uids
-    evicts its own, and the uids that tapped before it keep their windows).
-    An evicted uid starts its windows afresh: at worst it taps a window's
-    worth more, never less."""
-
-    def __init__(self, requests: Sequence[Window], taps: Sequence[Window],
-                 uids_max: int) -> None:
-        self.requests = tuple(requests)
-        self.taps = tuple(taps)
-        self.uids_max = uids_max
-        longest = max((w.seconds for w in (*self.requests, *self.taps)), default=1)
-        self._turn_ms = longest * 1000
-        self._turn = -1
-        self._now: dict[str, list[int]] = {}
-        self._before: dict[str, list[int]] = {}
-        self.evicted = 0
-        """Uids whose state made way for another's (the table was full)."""
-
-    def __len__(self) -> int:
-        return len(self._now) + len(self._before)
-
-    def take(self, room: str, uid: str, count: int, now_ms: int, slow: int = 0) -> None:
-        """Count one request of ``count`` taps by ``uid``, or raise
-        :class:`RateLimited` (nothing counted) with the wait. ``slow``: the
-        room's slow mode (seconds; 0: none), where a uid's like requests are
-        paced as its messages are, one per ``slow`` seconds (its taps
-        batched in them)."""
-        turn = now_ms // self._turn_ms
-        if turn != self._turn:
-            self._before = self._now if turn == self._turn + 1 else {}
-            self._now = {}
-            self._turn = turn
-        state = self._now.get(uid)
-        if state is None:
-            state = self._before.pop(uid, None)
-            if state is None:
-                if len(self._now) + len(self._before) >= self.uids_max:
-                    (self._before or self._now).popitem()  # O(1); see the docstring
-                    self.evicted += 1
-                state = [0] * (2 * (len(self.requests) + len(self.taps)) + 1)
-            self._now[uid] = state
-        if slow:
-            wait_ms = state[-1] + slow * 1000 - now_ms
-            if state[-1] and wait_ms > 0:
-                raise RateLimited(f"room {room} is in slow mode: one like request per "
-                                  f"{span(slow)} per uid; retry in {wait_ms / 1000:g} s",
-                                  retry_after=wait_ms / 1000)
-        at = 0
-        for windows, cost in ((self.requests, 1), (self.taps, count)):
-            for window in windows:
-                start = now_ms // (window.seconds * 1000)
-                used = state[at + 1] if state[at] == start else 0
-                if used + cost > window.limit:
-                    wait = ((start + 1) * window.seconds * 1000 - now_ms) / 1000
-                    what = "requests" if windows is self.requests else "taps"
-                    raise RateLimited(
-                        f"uid {uid} over {window.limit} {what} per {span(window.seconds)} "
-                        f"in room {room}; retry in {wait:g} s", retry_after=wait)
-                at += 2
-        at = 0
-        for windows, cost in ((self.requests, 1), (self.taps, count)):
-            for window in windows:
-                start = now_ms // (window.seconds * 1000)
-                if state[at] != start:
-                    state[at], state[at + 1] = start, 0
-                state[at + 1] += cost
-                at += 2
-        state[-1] = now_ms
-
-
 class Likes:
     """One node's likes: taps merged per room, flushed, and the totals shown.
     Start and stop it with the node."""
 
-    def __init__(self, store: Counters, clock: Clock, limits: TapLimits, recent: RecentRooms,
+    def __init__(self, store: Counters, clock: Clock, limits: UidWindows, recent: RecentRooms,
                  *, likes_flush: float, likes_rooms_max: int,
                  metrics: Metrics | None = None) -> None:
         self._store = store

@@ -5,9 +5,14 @@ normal or important:
 
 - the admin token or the publisher token (the backend, a moderator) recall
   any message the room keeps; so does a ticket with ``publish``;
-- its sender recalls its own within ``--recall-window`` (120 s) of sending
-  it: with a ticket naming it, or in ``open`` mode with ``?uid=`` (open mode
-  proves no uid, as for sends).
+- its sender recalls its own normal messages within ``--recall-window``
+  (120 s) of sending them: with a ticket naming it, or in ``open`` mode with
+  ``?uid=`` (open mode proves no uid, as for sends). Not while banned or
+  muted in the room, and within windows like its sends' (counted apart, on
+  this node). An important message carrying its uid is the backend's (a
+  gift's announcement): the sender cannot recall it. A sender's own recall
+  is not moderation and is not in the room's audit (so no sender can push
+  the moderators' entries out of it); the moderators' and the backend's are.
 
 ``DELETE /v1/rooms/{room}/personal/{pseq}`` recalls a personal message (the
 backend's: a token, or a ticket with ``publish``): its notice is a personal
@@ -31,10 +36,12 @@ recall appends it once; a recall whose notice could not be appended answers
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from liveroom.clock import Clock
 from liveroom.errors import BadRequest, Forbidden, Unauthorized
 from liveroom.model import RECALL_UID, NewMessage, check_name, parse_count, recall_notice
+from liveroom.ratelimit import UidWindows, Window
 from liveroom.store.base import AuditEntry, MessageLog
 
 from ..auth import Right, Tokens, bearer
@@ -43,12 +50,17 @@ from .rules import Moderation
 
 logger = logging.getLogger("liveroom.proxy.moderation")
 
+SENDERS_MAX = 100_000
+"""Senders whose recall windows a node keeps at once (one more evicts
+another's, :class:`~liveroom.ratelimit.UidWindows`)."""
+
 
 class Recalls:
     """A node's recalls."""
 
     def __init__(self, log: MessageLog, tokens: Tokens, moderation: Moderation, clock: Clock,
-                 *, recall_window: float, tickets: Tickets | None = None) -> None:
+                 *, recall_window: float, tickets: Tickets | None = None,
+                 windows: Sequence[Window] = ()) -> None:
         self._log = log
         self._tokens = tokens
         self._moderation = moderation
@@ -56,6 +68,9 @@ class Recalls:
         self.recall_window = recall_window
         self.tickets = tickets
         """The ticket verifier in ``ticket`` mode; None: open."""
+        self.senders = UidWindows(windows, (), SENDERS_MAX, ("recalls", "", ""))
+        """A sender's own recalls, counted in windows like its sends (the
+        sends' ``--rate-limits``, counted apart on this node)."""
 
     def _who(self, room: str, authorization: str | None,
              uid: str | None) -> tuple[str, str | None]:
@@ -80,6 +95,12 @@ class Recalls:
             raise Unauthorized("the ticket names another uid than the query's")
         return f"uid:{claims.uid}", None if claims.publish else claims.uid
 
+    def _may_recall(self, room: str, sender: str) -> None:
+        """A sender recalling its own message: not while banned or muted, and
+        within its windows (429 past them)."""
+        self._moderation.check_speaker(room, sender)
+        self.senders.take(room, sender, 1, int(self._clock.time() * 1000))
+
     async def recall(self, room: str, raw_seq: str, authorization: str | None,
                      uid: str | None, *, personal: bool = False) -> dict[str, object]:
         """Recall message ``raw_seq`` of ``room`` (``personal``: the personal
@@ -90,6 +111,8 @@ class Recalls:
         if personal and sender is not None:
             raise Forbidden("a personal message is the backend's: recalling one needs the "
                             "publisher or admin token, or a ticket with publish")
+        if sender is not None:
+            self._may_recall(room, sender)
         now_ms = int(self._clock.time() * 1000)
         recalled = await self._log.recall(room, seq, personal=personal, sender=sender,
                                           since_ms=now_ms - int(self.recall_window * 1000))
@@ -99,9 +122,13 @@ class Recalls:
                                                recalled.ts, recalled.ic, recalled.n),
                             client_msg_id=f"!recall:{lane}:{seq}")
         appended = await self._log.append(room, notice, may_create=False)
-        await self._moderation.record(room, AuditEntry(
-            at_ms=now_ms, by=by, action="recall", target=f"{lane}:{seq}", seconds=0,
-            reason=""))
+        if sender is None:
+            # The moderators' and the backend's recalls are moderation, in the
+            # audit; a sender taking back its own message is not, and a
+            # sender's recalls cannot push the moderators' entries out.
+            await self._moderation.record(room, AuditEntry(
+                at_ms=now_ms, by=by, action="recall", target=f"{lane}:{seq}", seconds=0,
+                reason=""))
         logger.info("moderation: recall of %s message %d (uid %s) in room %s by %s", lane,
                     seq, recalled.uid, room, by)
         if personal:

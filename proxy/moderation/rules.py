@@ -143,11 +143,17 @@ class Moderation:
                 per_uid=per_uid, room_per_second=base.room_per_second)
         return slowed
 
+    def check_speaker(self, room: str, uid: str) -> None:
+        """Raise :class:`Banned` or :class:`Muted` if ``uid`` may not speak in
+        ``room`` now: nor send, nor tap, nor recall."""
+        rules = self.rules.get(room)
+        if rules is not None:
+            rules.check_send(room, uid, self._now_ms())
+
     def like_pace(self, room: str, uid: str) -> int:
         """The room's slow mode (seconds; 0: none), which paces a uid's like
         requests as it paces its messages. Raises :class:`Banned` or
-        :class:`Muted` first: a uid that may not speak in the room may not
-        tap either."""
+        :class:`Muted` first (:meth:`check_speaker`)."""
         rules = self.rules.get(room)
         if rules is None:
             return 0

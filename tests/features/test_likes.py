@@ -19,8 +19,7 @@ from support import ADMIN_HEADERS, Running, running_node, send
 
 from liveroom.clock import FakeClock
 from liveroom.errors import RateLimited
-from liveroom.ratelimit import Window, parse_windows
-from proxy.likes.likes import TapLimits
+from liveroom.ratelimit import UidWindows, Window, parse_windows
 
 # -- the uid's windows ---------------------------------------------------------
 
@@ -33,7 +32,7 @@ def test_tap_windows_admit_exactly_what_fixed_windows_allow(
     """Against a model: per uid and window, the requests (or taps) counted
     since the window's start, a refusal counting nothing."""
     requests, taps = parse_windows("3/s"), parse_windows("250/m")
-    limits = TapLimits(requests, taps, uids_max=1_000)
+    limits = UidWindows(requests, taps, uids_max=1_000)
     used: dict[tuple[str, Window, int], int] = {}
     now = 1_700_000_000_000
     for uid, count, step in events:
@@ -54,7 +53,7 @@ def test_tap_windows_admit_exactly_what_fixed_windows_allow(
 
 
 def test_a_refusal_says_which_window_and_when_it_frees() -> None:
-    limits = TapLimits(parse_windows("2/s"), parse_windows("1000/m"), uids_max=10)
+    limits = UidWindows(parse_windows("2/s"), parse_windows("1000/m"), uids_max=10)
     now = 1_700_000_000_250
     limits.take("r", "u", 1, now)
     limits.take("r", "u", 1, now)
@@ -65,7 +64,7 @@ def test_a_refusal_says_which_window_and_when_it_frees() -> None:
 
 
 def test_the_uid_table_is_bounded_and_forgets_whole_turns() -> None:
-    limits = TapLimits(parse_windows("10/s"), parse_windows("100/m"), uids_max=3)
+    limits = UidWindows(parse_windows("10/s"), parse_windows("100/m"), uids_max=3)
     now = 1_700_000_000_000
     for uid in "abc":
         limits.take("r", uid, 1, now)
@@ -81,7 +80,7 @@ def test_the_uid_table_is_bounded_and_forgets_whole_turns() -> None:
 def test_a_flood_of_made_up_uids_never_refuses_a_real_one_nor_resets_its_windows() -> None:
     """Issue 44: 200 000 likes from made-up uids filled the table and every
     real listener's like was 503 for 80 s. Now the flood evicts its own."""
-    limits = TapLimits(parse_windows("2/s"), parse_windows("1000/m"), uids_max=100)
+    limits = UidWindows(parse_windows("2/s"), parse_windows("1000/m"), uids_max=100)
     now = 1_700_000_000_000
     limits.take("r", "real", 1, now)
     limits.take("r", "real", 1, now)
@@ -330,7 +329,7 @@ async def test_a_stop_during_a_flush_writes_its_taps_once(redis_url: str) -> Non
     await store.start()
     try:
         held = HeldAfterTheStore(store.counters)
-        likes = Likes(held, clock, TapLimits((), (), 100), RecentRooms(), likes_flush=0.25,
+        likes = Likes(held, clock, UidWindows((), (), 100), RecentRooms(), likes_flush=0.25,
                       likes_rooms_max=10)
         likes.tap(ROOM, "u", 40)
         likes.start()
