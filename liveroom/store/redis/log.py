@@ -18,7 +18,7 @@ from redis.exceptions import RedisError
 from ...codec import pack_stored, unpack_stored
 from ...errors import Forbidden, NewRoomRefused, NotFound, StoreUnavailable
 from ...model import Entry, NewMessage, recalled_target, tombstone_of
-from ...ratelimit import RateLimits, refusal
+from ...ratelimit import RateLimits, Window, refusal
 from ..base import (
     PERSONAL_PULL,
     Appended,
@@ -85,7 +85,7 @@ class RedisLog:
         """Where pulls read: the replicas, when appends wait for them (see
         :class:`RedisStore`)."""
         self._looked_at = float("-inf")
-        self._append = Lua("log_append.lua", uses=["log_new.lua"])
+        self._append = Lua("log_append.lua", uses=["log_new.lua", "log_append_fn.lua"])
         self._appends = Batched(client)
         """Appends of concurrent sends, one pipeline a loop turn."""
         self._epoch = Lua("log_epoch.lua", uses=["log_new.lua"])
@@ -124,15 +124,9 @@ class RedisLog:
                  keys.client_msg_id(room, cmid or "", personal=to is not None),
                  keys.rate_uid(room, message.uid), keys.rate_room(room),
                  keys.personal(room), keys.ordinals(room)],
-                [proposed, packed, int(message.important), message.ts,
-                 policy.log_cap, policy.important_keep, policy.important_window_ms,
-                 policy.important_hard_cap, policy.room_ttl_ms, policy.dedup_ttl_ms,
-                 int(cmid is not None), keys.notify_how(room, sharded=self.sharded), room,
-                 len(per_uid), len(per_room),
-                 (2 if provisional else 1) if may_create else 0, policy.empty_room_ttl_ms,
-                 message.uid, to or "", policy.personal_hard_cap,
-                 *(n for w in windows for n in (w.seconds, w.limit, w.bucket_ms,
-                                                w.buckets))])
+                self._append_args(room, message, packed, proposed,
+                                  (2 if provisional else 1) if may_create else 0,
+                                  len(per_uid), windows))
         replicas = policy.durable_replicas
         with unavailable("storing a message"):
             if replicas:
@@ -157,6 +151,21 @@ class RedisLog:
             raise refusal(room, uid, windows[position - 1], free_ms, message.ts)
         epoch = text(epoch)
         return Appended(epoch, int(seq), duplicate=bool(status), created=epoch == proposed)
+
+    def _append_args(self, room: str, message: NewMessage, packed: bytes, proposed: str,
+                     create: int, uid_windows: int, windows: Sequence[Window]) -> list[Any]:
+        """``log_append.lua``'s ARGV for ``message`` (``packed``), of which the
+        first ``uid_windows`` of ``windows`` are the sender's, the others the
+        room's; ``create``: its ARGV[16]."""
+        policy = self.policy
+        return [proposed, packed, int(message.important), message.ts,
+                policy.log_cap, policy.important_keep, policy.important_window_ms,
+                policy.important_hard_cap, policy.room_ttl_ms, policy.dedup_ttl_ms,
+                int(message.client_msg_id is not None),
+                keys.notify_how(room, sharded=self.sharded), room,
+                uid_windows, len(windows) - uid_windows, create, policy.empty_room_ttl_ms,
+                message.uid, message.to or "", policy.personal_hard_cap,
+                *(n for w in windows for n in (w.seconds, w.limit, w.bucket_ms, w.buckets))]
 
     async def recall(self, room: str, seq: int, *, personal: bool = False,
                      sender: str | None = None, since_ms: int = 0) -> Recalled:
