@@ -13,19 +13,23 @@ normal or important:
 backend's: a token, or a ticket with ``publish``): its notice is a personal
 message to the same addressee, whose answers list it in ``precalled``.
 
-Two steps, each atomic in the store: the message's tombstone takes its place
-(``MessageLog.recall``: its body leaves the store), then the recall's
+One atomic step in the store (``MessageLog.recall``): the message's
+tombstone takes its place (its body leaves the store) and the recall's
 *notice* is appended, an important entry of ``RECALL_UID`` whose body says
-which message and what its tombstone keeps. The notice travels like any
-important message (the notify, the fallback pull, the cut-through of a paced
-room): never lost within the important window, on every node. A node that
-reads it puts the tombstone in place of the message in its snapshot, so the
-body is gone from every later answer, first polls and ``recent`` included,
-and answers list the recalled seqs after the listener's cursor as
-``recalled: [seq, ...]`` (ahead of ``important``). The notice takes the
-client_msg_id ``!recall:room:<seq>`` (no sender may use ``!``), so a retried
-recall appends it once; a recall whose notice could not be appended answers
-503 and is retried the same way.
+which message and what its tombstone keeps. A recall cut short (the client
+resets and the handler is cancelled, the node dies) is done whole or not at
+all: never a body gone from the store with no notice to tell the nodes that
+cached it. The notice travels like any important message (the notify, the
+fallback pull, the cut-through of a paced room): never lost within the
+important window, on every node. A node that reads it puts the tombstone in
+place of the message in its snapshot, so the body is gone from every later
+answer, first polls and ``recent`` included, and answers list the recalled
+seqs after the listener's cursor as ``recalled: [seq, ...]`` (ahead of
+``important``). The notice's client_msg_id is ``!recall:room:<seq>`` (no
+sender may use ``!``). A retried recall answers the same, its notice's seq
+included, and appends nothing; one the store could not confirm answers 503
+and is retried the same way. The audit entry is written after, a call of
+its own: a recall cut short between the two is done, unaudited.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import logging
 
 from liveroom.clock import Clock
 from liveroom.errors import BadRequest, Forbidden, Unauthorized
-from liveroom.model import RECALL_UID, NewMessage, check_name, parse_count, recall_notice
+from liveroom.model import check_name, parse_count
 from liveroom.store.base import AuditEntry, MessageLog
 
 from ..auth import Right, Tokens, bearer
@@ -91,14 +95,10 @@ class Recalls:
             raise Forbidden("a personal message is the backend's: recalling one needs the "
                             "publisher or admin token, or a ticket with publish")
         now_ms = int(self._clock.time() * 1000)
-        recalled = await self._log.recall(room, seq, personal=personal, sender=sender,
+        recalled = await self._log.recall(room, seq, at_ms=now_ms, personal=personal,
+                                          sender=sender,
                                           since_ms=now_ms - int(self.recall_window * 1000))
         lane = "personal" if personal else "room"
-        notice = NewMessage(uid=RECALL_UID, important=True, ts=now_ms, to=recalled.to,
-                            body=recall_notice(seq, recalled.uid, recalled.important,
-                                               recalled.ts, recalled.ic, recalled.n),
-                            client_msg_id=f"!recall:{lane}:{seq}")
-        appended = await self._log.append(room, notice, may_create=False)
         await self._moderation.record(room, AuditEntry(
             at_ms=now_ms, by=by, action="recall", target=f"{lane}:{seq}", seconds=0,
             reason=""))
@@ -106,6 +106,6 @@ class Recalls:
                     seq, recalled.uid, room, by)
         if personal:
             return {"room": room, "pseq": seq, "uid": recalled.uid, "to": recalled.to,
-                    "recalled": True, "notice": appended.seq}
+                    "recalled": True, "notice": recalled.notice}
         return {"room": room, "seq": seq, "uid": recalled.uid, "recalled": True,
-                "notice": appended.seq}
+                "notice": recalled.notice}

@@ -17,7 +17,14 @@ from redis.exceptions import RedisError
 
 from ...codec import pack_stored, unpack_stored
 from ...errors import Forbidden, NewRoomRefused, NotFound, StoreUnavailable
-from ...model import Entry, NewMessage, recalled_target, tombstone_of
+from ...model import (
+    RECALL_UID,
+    Entry,
+    NewMessage,
+    recall_notice_id,
+    recalled_target,
+    tombstone_of,
+)
 from ...ratelimit import RateLimits, Window, refusal
 from ..base import (
     PERSONAL_PULL,
@@ -90,7 +97,7 @@ class RedisLog:
         """Appends of concurrent sends, one pipeline a loop turn."""
         self._epoch = Lua("log_epoch.lua", uses=["log_new.lua"])
         self._touch = Lua("log_touch.lua")
-        self._recall = Lua("log_recall.lua")
+        self._recall = Lua("log_recall.lua", uses=["log_new.lua", "log_append_fn.lua"])
 
     async def _room_epoch(self, what: str, room: str, stale: str, extend: int) -> str:
         with unavailable(what):
@@ -167,14 +174,27 @@ class RedisLog:
                 message.uid, message.to or "", policy.personal_hard_cap,
                 *(n for w in windows for n in (w.seconds, w.limit, w.bucket_ms, w.buckets))]
 
-    async def recall(self, room: str, seq: int, *, personal: bool = False,
+    async def recall(self, room: str, seq: int, *, at_ms: int, personal: bool = False,
                      sender: str | None = None, since_ms: int = 0) -> Recalled:
-        """One script call (``lua/log_recall.lua``), waiting for the replicas
-        like an append when appends do."""
+        """One script call (``lua/log_recall.lua``: the tombstone, then the
+        notice appended by ``log_append.lua``'s own code), waiting for the
+        replicas like an append when appends do.
+
+        A recall an older version made in two calls (its tombstone recorded
+        without its notice's seq, and perhaps without a notice, if it was cut
+        short) gets its notice when it is retried: the notice's client_msg_id
+        answers the first one's, or it is appended then."""
         policy = self.policy
+        notice_id = recall_notice_id(seq, personal=personal)
+        # The script fills in its body and addressee (from the message); it may
+        # not create the log, so it proposes no epoch.
+        notice = NewMessage(uid=RECALL_UID, body=None, important=True, ts=at_ms,
+                            client_msg_id=notice_id)
         call = (self._recall, [keys.meta(room), keys.log(room), keys.important(room),
-                               keys.recalled(room), keys.personal(room)],
-                [seq, policy.room_ttl_ms, sender or "", since_ms, int(personal)])
+                               keys.recalled(room), keys.personal(room), keys.ordinals(room),
+                               keys.client_msg_id(room, notice_id, personal=personal)],
+                [seq, policy.room_ttl_ms, sender or "", since_ms, int(personal),
+                 *self._append_args(room, notice, b"", "", 0, 0, ())])
         with unavailable("recalling a message"):
             if policy.durable_replicas:
                 reply, acked = await run_durable(self._client, call, policy.durable_replicas,
@@ -191,9 +211,10 @@ class RedisLog:
             raise Forbidden(f"uid {sender} can recall only its own messages, and only "
                             f"for a while after sending them")
         uid, important, ts, ic, *to_n = msgpack.unpackb(reply[1], raw=False)
+        notice_seq = int(reply[2])
         if to_n:
-            return Recalled(seq, uid, True, int(ts), 0, to_n[0], int(to_n[1]))
-        return Recalled(seq, uid, bool(important), int(ts), int(ic))
+            return Recalled(seq, uid, True, int(ts), 0, to_n[0], int(to_n[1]), notice_seq)
+        return Recalled(seq, uid, bool(important), int(ts), int(ic), notice=notice_seq)
 
     async def pull(self, requests: Sequence[PullRequest]) -> list[Pulled]:
         """One pipeline for the whole batch: four read-only commands a room.
