@@ -97,14 +97,17 @@ COSTS: Final = (
     RouteCost(
         "DELETE /v1/rooms/{room}/messages/{seq}", "its sender within --recall-window; "
         "moderators and the backend",
-        "store: the message's tombstone in place of its body, an audit entry (the room "
-        "keeps its newest 1 000), a notice to every listener",
+        "store: the message's tombstone in place of its body and a notice to every "
+        "listener (one step: a reset mid-recall leaves both or neither), an audit entry "
+        "(the room keeps its newest 1 000)",
         ("recall_window",),
         known="no rate limit: one sender can push the moderators' entries out of the "
-              "audit; a reset mid-recall leaves it half done"),
+              "audit; a reset after the recall and before its audit entry leaves it "
+              "unaudited"),
     RouteCost(
         "DELETE /v1/rooms/{room}/personal/{seq}", "the publisher or admin token",
-        "store: the personal message's tombstone and an audit entry", ()),
+        "store: the personal message's tombstone and a notice to its addressee (one "
+        "step), an audit entry", ()),
     # -- health, metrics and pages -----------------------------------------------
     RouteCost("GET /healthz", "anyone",
               "nothing: the store is asked at most once a second, whatever the rate"),
