@@ -201,6 +201,14 @@ def recall_notice(seq: int, uid: str, important: bool, ts: int, ic: int,
     return notice
 
 
+def recall_notice_id(seq: int, *, personal: bool = False) -> str:
+    """The client_msg_id of the notice that message ``seq`` (``personal``:
+    the personal message at that position) was recalled: no sender may
+    take it (a client_msg_id of a send never starts with ``!``), and a
+    retried recall appends its notice once."""
+    return f"!recall:{'personal' if personal else 'room'}:{seq}"
+
+
 def recalled_target(entry: Entry) -> int:
     """The seq (a personal notice: the position) a recall notice recalls; 0
     for any other entry."""

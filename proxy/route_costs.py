@@ -165,16 +165,15 @@ COSTS: Final = (
         "DELETE /v1/rooms/{room}/messages/{seq}", "its sender (its own normal messages, "
         "within --recall-window, not banned or muted); moderators and the backend",
         "store: the message's tombstone in place of its body and a notice to every "
-        "listener; a moderator's or the backend's recall also an audit entry (the room "
-        "keeps its newest 1 000; a sender's own recall is none). Node: the sender's "
-        "recall windows",
-        ("recall_window", "rate_limits"),
-        known="a reset mid-recall leaves it half done (the tombstone without its notice)",
-        room=EXISTS,
+        "listener, in one step; a moderator's or the backend's recall also an audit entry "
+        "(the room keeps its newest 1 000; a sender's own recall is none). Node: the "
+        "sender's recall windows",
+        ("recall_window", "rate_limits"), room=EXISTS,
         sample=Sample("uid={uid}", token="listener"), keeps=_CACHED),
     RouteCost(
         "DELETE /v1/rooms/{room}/personal/{seq}", "the publisher or admin token",
-        "store: the personal message's tombstone and an audit entry", (), room=EXISTS,
+        "store: the personal message's tombstone and a notice to its addressee (one "
+        "step), an audit entry", (), room=EXISTS,
         sample=Sample(token="publisher"), keeps=_CACHED),
     # -- health, metrics and pages -----------------------------------------------
     RouteCost("GET /healthz", "anyone",

@@ -92,7 +92,8 @@ class LogPolicy:
 
 @dataclass(frozen=True, slots=True)
 class Recalled:
-    """A recalled message: what its tombstone keeps (everything but its body)."""
+    """A recalled message: what its tombstone keeps (everything but its
+    body), and where the recall's notice is."""
 
     seq: int
     uid: str
@@ -104,6 +105,9 @@ class Recalled:
     """A personal message's addressee (then ``seq`` is its position)."""
     n: int = 0
     """A personal message's ordinal for its addressee."""
+    notice: int = 0
+    """The seq of the recall's notice (a personal message's: its position in
+    the room's personal sequence)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,27 +205,36 @@ class MessageLog(Protocol):
     async def pull(self, requests: Sequence[PullRequest]) -> list[Pulled]:
         """Read several rooms in one batch (one round trip on Redis)."""
 
-    async def recall(self, room: str, seq: int, *, personal: bool = False,
+    async def recall(self, room: str, seq: int, *, at_ms: int, personal: bool = False,
                      sender: str | None = None, since_ms: int = 0) -> Recalled:
-        """Put message ``seq``'s tombstone in its place (``personal``: the
-        personal message at position ``seq``): its body is gone
-        from the store, and every later pull returns the entry with body
-        ``None`` (its seq, ic, uid, lane and ts kept) wherever it returned the
-        message. Atomic, one round trip; recalling a recalled message answers
-        the same again.
+        """Recall message ``seq`` (``personal``: the personal message at
+        position ``seq``): its tombstone takes its place and the recall's
+        notice is appended, in one atomic step and one round trip. A reader
+        finds both or neither: never a message gone without its notice.
 
-        It does not tell anyone: the caller appends the recall's notice
-        (``model.recall_notice``, an important entry of
-        ``model.RECALL_UID``), which every reader of the room then sees; on
-        Redis a pull that holds the notice puts the tombstone where the
-        message was, and one that holds the message holds the notice (it is
-        newer, and important). A personal message's notice is a personal
-        message to its addressee: a pull that reads the notice reads the
-        tombstone too. Raises :class:`~liveroom.errors.NotFound`
-        when the room keeps no such message (never sent, trimmed, a notice
-        itself, or the room has no log); with ``sender``,
-        :class:`~liveroom.errors.Forbidden` unless the message is that
-        uid's, sent at or after ``since_ms``."""
+        The tombstone: its body is gone from the store, and every later pull
+        returns the entry with body ``None`` (its seq, ic, uid, lane and ts
+        kept) wherever it returned the message. The notice: an important
+        entry of ``model.RECALL_UID`` at ``at_ms``, body
+        ``model.recall_notice`` of what the tombstone keeps, client_msg_id
+        ``model.recall_notice_id``; a personal message's is a personal
+        message to the same addressee. It is appended as :meth:`append`
+        appends (its seq, the notify to every recvsvr, the trimming), so
+        every reader of the room sees it: on Redis a pull that holds the
+        notice puts the tombstone where the message was, and one that holds
+        the message holds the notice (it is newer, and important); a pull
+        that reads a personal notice reads the tombstone too.
+
+        Recalling a recalled message answers the same again (its notice's
+        seq included) and appends nothing, while the room keeps its record
+        of the recall (``room_ttl_ms``, longer than the notice's
+        client_msg_id is remembered). Raises
+        :class:`~liveroom.errors.NotFound` when the room keeps no such
+        message (never sent, trimmed, a notice itself, or the room has no
+        log); with ``sender``, :class:`~liveroom.errors.Forbidden` unless the
+        message is that uid's, normal (an important message carrying its uid
+        is the backend's), sent at or after ``since_ms``. Either changes
+        nothing."""
 
     async def renew_epoch(self, room: str, stale: str) -> str:
         """Give the room a new epoch if it is still ``stale``; return the current one."""

@@ -18,19 +18,25 @@ normal or important:
 backend's: a token, or a ticket with ``publish``): its notice is a personal
 message to the same addressee, whose answers list it in ``precalled``.
 
-Two steps, each atomic in the store: the message's tombstone takes its place
-(``MessageLog.recall``: its body leaves the store), then the recall's
+One atomic step in the store (``MessageLog.recall``): the message's
+tombstone takes its place (its body leaves the store) and the recall's
 *notice* is appended, an important entry of ``RECALL_UID`` whose body says
-which message and what its tombstone keeps. The notice travels like any
-important message (the notify, the fallback pull, the cut-through of a paced
-room): never lost within the important window, on every node. A node that
-reads it puts the tombstone in place of the message in its snapshot, so the
-body is gone from every later answer, first polls and ``recent`` included,
-and answers list the recalled seqs after the listener's cursor as
-``recalled: [seq, ...]`` (ahead of ``important``). The notice takes the
-client_msg_id ``!recall:room:<seq>`` (no sender may use ``!``), so a retried
-recall appends it once; a recall whose notice could not be appended answers
-503 and is retried the same way.
+which message and what its tombstone keeps. A recall cut short (the client
+resets and the handler is cancelled, the node dies) is done whole or not at
+all: never a body gone from the store with no notice to tell the nodes that
+cached it. The notice travels like any important message (the notify, the
+fallback pull, the cut-through of a paced room): never lost within the
+important window, on every node. A node that reads it puts the tombstone in
+place of the message in its snapshot, so the body is gone from every later
+answer, first polls and ``recent`` included, and answers list the recalled
+seqs after the listener's cursor as ``recalled: [seq, ...]`` (ahead of
+``important``). The notice's client_msg_id is ``!recall:room:<seq>`` (no
+sender may use ``!``). A retried recall answers the same, its notice's seq
+included, and appends nothing; one the store could not confirm answers 503
+and is retried the same way. The audit entry is written after, a call of
+its own; the route runs to its end whatever its client does once it is
+read (the cost table's rows), so only a node that dies between the two
+leaves a recall done and unaudited.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from collections.abc import Sequence
 
 from liveroom.clock import Clock
 from liveroom.errors import BadRequest, Forbidden, Unauthorized
-from liveroom.model import RECALL_UID, NewMessage, check_name, parse_count, recall_notice
+from liveroom.model import check_name, parse_count
 from liveroom.ratelimit import UidWindows, Window
 from liveroom.store.base import AuditEntry, MessageLog
 
@@ -114,14 +120,10 @@ class Recalls:
         if sender is not None:
             self._may_recall(room, sender)
         now_ms = int(self._clock.time() * 1000)
-        recalled = await self._log.recall(room, seq, personal=personal, sender=sender,
+        recalled = await self._log.recall(room, seq, at_ms=now_ms, personal=personal,
+                                          sender=sender,
                                           since_ms=now_ms - int(self.recall_window * 1000))
         lane = "personal" if personal else "room"
-        notice = NewMessage(uid=RECALL_UID, important=True, ts=now_ms, to=recalled.to,
-                            body=recall_notice(seq, recalled.uid, recalled.important,
-                                               recalled.ts, recalled.ic, recalled.n),
-                            client_msg_id=f"!recall:{lane}:{seq}")
-        appended = await self._log.append(room, notice, may_create=False)
         if sender is None:
             # The moderators' and the backend's recalls are moderation, in the
             # audit; a sender taking back its own message is not, and a
@@ -133,6 +135,6 @@ class Recalls:
                     seq, recalled.uid, room, by)
         if personal:
             return {"room": room, "pseq": seq, "uid": recalled.uid, "to": recalled.to,
-                    "recalled": True, "notice": appended.seq}
+                    "recalled": True, "notice": recalled.notice}
         return {"room": room, "seq": seq, "uid": recalled.uid, "recalled": True,
-                "notice": appended.seq}
+                "notice": recalled.notice}

@@ -1,32 +1,50 @@
-"""Recalling a message: the store keeps its tombstone, not its body, on every
-engine; every listener learns of it through the important lane (``recalled``),
-on every node; its body is gone from every later answer; who may recall what.
+"""Recalling a message: the store keeps its tombstone, not its body, and
+appends the recall's notice in the same step, on every engine; every
+listener learns of it through the important lane (``recalled``), on every
+node; its body is gone from every later answer; who may recall what; a
+recall cut short on its way to Redis is whole or not done at all.
 
 The store's part runs on memory, one Redis and a Redis Cluster (``store``),
-with a hypothesis model of pulls around recalls; the HTTP part on one node
-per engine and on two nodes over one Redis.
+with a hypothesis model of pulls around recalls; the cut recall on one Redis
+behind a relay that loses the answer; the HTTP part on one node per engine
+and on two nodes over one Redis.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 import aiohttp
 import msgpack
 import pytest
-from conftest import ENGINES, TEST_POLICY, fresh_engine_url, opened
+import redis.asyncio
+from conftest import ENGINES, TEST_POLICY, Notified, fresh_engine_url, hearing, opened
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from support import ADMIN_HEADERS, PUBLISHER, SHARED_SECRET, Listener, Running, running_node
+from support import (
+    ADMIN,
+    ADMIN_HEADERS,
+    PUBLISHER,
+    SHARED_SECRET,
+    Listener,
+    Running,
+    running_node,
+)
+from yarl import URL
 
 from liveroom.clock import FakeClock
-from liveroom.errors import Forbidden, NotFound
-from liveroom.model import RECALL_UID, Entry, NewMessage, recall_notice
+from liveroom.errors import Forbidden, NotFound, StoreUnavailable
+from liveroom.model import RECALL_UID, Entry, NewMessage, recall_notice, recalled_target
 from liveroom.settings import Tier
 from liveroom.store import PullRequest, Store
 from liveroom.store.base import Recalled
+from liveroom.store.redis import keys
+from proxy.auth import Tokens
+from proxy.moderation.recall import Recalls
+from proxy.moderation.rules import Moderation
 from proxy.tickets import mint
 
 ROOM = "recall-room"
@@ -36,15 +54,6 @@ KEY = "recall-ticket-key-0123456789abcdef-01"
 
 def now_ms(clock: FakeClock) -> int:
     return int(clock.time() * 1000)
-
-
-async def recall(store: Store, room: str, seq: int, ts: int, **who: Any) -> Recalled:
-    """The proxy's two steps: the tombstone, then the notice."""
-    done = await store.log.recall(room, seq, **who)
-    await store.log.append(room, NewMessage(
-        uid=RECALL_UID, important=True, ts=ts, client_msg_id=f"!recall:{seq}",
-        body=recall_notice(seq, done.uid, done.important, done.ts, done.ic)))
-    return done
 
 
 async def entries(store: Store, room: str, after: int = 0, limit: int = 100) -> list[Entry]:
@@ -60,8 +69,8 @@ async def test_a_recalled_message_reads_as_its_tombstone(
     t = now_ms(fake_clock)
     for n, important in [(1, False), (2, True), (3, False)]:
         await store.log.append("r", NewMessage(f"u{n}", {"n": n}, important, t + n))
-    done = await recall(store, "r", 2, t + 10)
-    assert done == Recalled(2, "u2", True, t + 2, 1)
+    done = await store.log.recall("r", 2, at_ms=t + 10)
+    assert done == Recalled(2, "u2", True, t + 2, 1, notice=4)
     pulled = await entries(store, "r")
     assert [(e.seq, e.uid, e.body) for e in pulled] == [
         (1, "u1", {"n": 1}), (2, "u2", None), (3, "u3", {"n": 3}),
@@ -76,30 +85,61 @@ async def test_a_recalled_message_reads_as_its_tombstone(
     assert whole.complete
 
 
-async def test_a_recall_answers_the_same_twice_and_refuses_what_it_cannot(
+async def test_a_recall_appends_its_notice_in_the_same_step_and_only_once(
         store: Store, fake_clock: FakeClock) -> None:
+    """The contract of ``MessageLog.recall``: once it returned, a pull reads
+    the tombstone and the notice (an important entry of ``RECALL_UID`` at
+    ``at_ms``, its body :func:`recall_notice`'s, keys in its order, as the
+    answers encode it), and the notice's notify went out as an append's; a
+    second recall answers the same notice and appends nothing; a refused
+    one changes nothing."""
     t = now_ms(fake_clock)
+    await hearing(store, "r")
+    notified = Notified(store)
     await store.log.append("r", NewMessage("alice", "hi", False, t))
-    first = await recall(store, "r", 1, t + 1)
-    assert await store.log.recall("r", 1) == first
-    assert [e.seq for e in await entries(store, "r")] == [1, 2]  # one notice
-    await recall(store, "r", 1, t + 2)  # the notice's client_msg_id: still one
-    assert [e.seq for e in await entries(store, "r")] == [1, 2]
-    for room, seq in [("r", 2), ("r", 3), ("none", 1)]:  # a notice, unsent, no log
+    await store.log.append("r", NewMessage("host", {"pin": 1}, True, t + 1))
+    refused = [({"sender": "bob"}, Forbidden), ({"sender": "alice", "since_ms": t + 1},
+                                                Forbidden)]
+    for who, error in refused:
+        with pytest.raises(error):
+            await store.log.recall("r", 1, at_ms=t + 2, **who)
+    for seq in (3, 9):  # no such message yet; never sent
         with pytest.raises(NotFound):
-            await store.log.recall(room, seq)
+            await store.log.recall("r", seq, at_ms=t + 2)
+    assert [(e.seq, e.body) for e in await entries(store, "r")] == [(1, "hi"), (2, {"pin": 1})]
 
+    done = await store.log.recall("r", 1, at_ms=t + 5, sender="alice", since_ms=t)
+    assert done == Recalled(1, "alice", False, t, 0, notice=3)
+    pulled = await entries(store, "r")
+    assert [(e.seq, e.uid, e.important, e.ts, e.body) for e in pulled] == [
+        (1, "alice", False, t, None), (2, "host", True, t + 1, {"pin": 1}),
+        (3, RECALL_UID, True, t + 5, recall_notice(1, "alice", False, t, 0))]
+    assert list(pulled[2].body) == list(recall_notice(1, "alice", False, t, 0))
+    assert pulled[2].ic == 2  # counted as an important message
+    await notified.until(3)
+    assert notified.got == [("r", 1), ("r", 2), ("r", 3)]
 
-async def test_a_sender_recalls_only_its_own_recent_messages(
-        store: Store, fake_clock: FakeClock) -> None:
-    t = now_ms(fake_clock)
-    await store.log.append("r", NewMessage("alice", "hi", False, t))
+    # Again, by another caller, later: the same answer, nothing appended.
+    assert await store.log.recall("r", 1, at_ms=t + 60_000) == done
+    assert (await store.log.pull([PullRequest("r", 0, 100)]))[0].head == 3
+    # A notice is not a message to recall; refusals after the recall change nothing.
+    with pytest.raises(NotFound):
+        await store.log.recall("r", 3, at_ms=t + 6)
     with pytest.raises(Forbidden):
-        await store.log.recall("r", 1, sender="bob", since_ms=0)
-    with pytest.raises(Forbidden):
-        await store.log.recall("r", 1, sender="alice", since_ms=t + 1)
-    assert [e.body for e in await entries(store, "r")] == ["hi"]  # nothing happened
-    assert (await store.log.recall("r", 1, sender="alice", since_ms=t)).uid == "alice"
+        await store.log.recall("r", 1, at_ms=t + 6, sender="bob")
+    assert await entries(store, "r") == pulled
+    # An important message's notice comes after it, and counts in ic too.
+    done = await store.log.recall("r", 2, at_ms=t + 7)
+    assert done == Recalled(2, "host", True, t + 1, 1, notice=4)
+    pulled = await entries(store, "r")
+    assert [(e.seq, e.ic, e.body) for e in pulled] == [
+        (1, 0, None), (2, 1, None), (3, 2, recall_notice(1, "alice", False, t, 0)),
+        (4, 3, recall_notice(2, "host", True, t + 1, 1))]
+    for room, seq in [("r", 4), ("r", 5), ("none", 1)]:  # a notice, unsent, no log
+        with pytest.raises(NotFound):
+            await store.log.recall(room, seq, at_ms=t + 8)
+    assert await entries(store, "r") == pulled
+    assert (await store.log.pull([PullRequest("none", 0, 100)]))[0].epoch is None
 
 
 async def test_a_recalled_personal_message_reads_as_its_tombstone_for_its_addressee(
@@ -108,23 +148,65 @@ async def test_a_recalled_personal_message_reads_as_its_tombstone_for_its_addres
     await store.log.append("r", NewMessage("host", "open", False, t))
     for n, to in enumerate(["alice", "bob", "alice"], 1):
         await store.log.append("r", NewMessage("system", {"n": n}, True, t + n, to=to))
-    done = await store.log.recall("r", 3, personal=True)
-    assert done == Recalled(3, "system", True, t + 3, 0, "alice", 2)
-    await store.log.append("r", NewMessage(
-        uid=RECALL_UID, important=True, ts=t + 9, to="alice", client_msg_id="!recall:p3",
-        body=recall_notice(3, done.uid, True, done.ts, 0, done.n)))
-    assert await store.log.recall("r", 3, personal=True) == done  # the same again
-    (pulled,) = await store.log.pull([PullRequest("r", 0, 100, 0)])
-    assert [(e.seq, e.to, e.n, e.body) for e in pulled.personal] == [
-        (1, "alice", 1, {"n": 1}), (2, "bob", 1, {"n": 2}), (3, "alice", 2, None),
-        (4, "alice", 3, recall_notice(3, "system", True, t + 3, 0, 2))]
+    await hearing(store, "r")
+    notified = Notified(store)
+    with pytest.raises(Forbidden):
+        await store.log.recall("r", 3, at_ms=t + 9, personal=True, sender="bob")
+    done = await store.log.recall("r", 3, at_ms=t + 9, personal=True)
+    assert done == Recalled(3, "system", True, t + 3, 0, "alice", 2, notice=4)
+    await notified.until(1)
+    assert notified.got == [("r", 0)]  # a personal message's: "pull me"
+    assert await store.log.recall("r", 3, at_ms=t + 10, personal=True) == done  # the same
+    (whole,) = await store.log.pull([PullRequest("r", 0, 100, 0)])
+    assert [(e.seq, e.to, e.n, e.uid, e.ts, e.body) for e in whole.personal] == [
+        (1, "alice", 1, "system", t + 1, {"n": 1}), (2, "bob", 1, "system", t + 2, {"n": 2}),
+        (3, "alice", 2, "system", t + 3, None),
+        (4, "alice", 3, RECALL_UID, t + 9, recall_notice(3, "system", True, t + 3, 0, 2))]
+    assert list(whole.personal[3].body) == list(recall_notice(3, "system", True, t + 3, 0, 2))
+    assert whole.phead == 4
+    assert [e.seq for e in whole.entries] == [1]  # the room's lane: nothing new
     (pulled,) = await store.log.pull([PullRequest("r", 0, 100, 2)])
     assert [(e.seq, e.body is None) for e in pulled.personal] == [(3, True), (4, False)]
     for position in (4, 9):  # a notice, a position never taken
         with pytest.raises(NotFound):
-            await store.log.recall("r", position, personal=True)
+            await store.log.recall("r", position, at_ms=t + 11, personal=True)
     with pytest.raises(NotFound):
-        await store.log.recall("r", 3)  # seq 3 of the room: there is none
+        await store.log.recall("r", 3, at_ms=t + 11)  # seq 3 of the room: there is none
+    assert (await store.log.pull([PullRequest("r", 0, 100, 0)]))[0] == whole
+
+
+@pytest.mark.redis_engines
+async def test_a_recall_an_older_version_left_half_done_gets_its_notice_on_its_retry(
+        store: Store, fake_clock: FakeClock, raw_redis: redis.asyncio.Redis | None) -> None:
+    """An older version recalled in two calls: the tombstone (the message out
+    of its streams, what it keeps in ``lr:{R}:rc``), then the notice. Cut
+    between them, the room holds the tombstone alone; the retry appends the
+    notice. One that got its notice has it answered (the notice's
+    client_msg_id), not appended again."""
+    assert raw_redis is not None  # the redis engines only: the keys are theirs
+    t = now_ms(fake_clock)
+    for n in (1, 2):
+        await store.log.append("r", NewMessage(f"u{n}", f"m{n}", False, t + n))
+    # What the older version's first call left of message 1, and of message
+    # 2 with its notice (its second call), appended as it did.
+    for seq in (1, 2):
+        await raw_redis.xdel(keys.log("r"), f"{seq}-0")
+        await raw_redis.hset(keys.recalled("r"), str(seq),
+                             msgpack.packb([f"u{seq}", False, t + seq, 0]))
+    old = await store.log.append("r", NewMessage(
+        uid=RECALL_UID, important=True, ts=t + 5, client_msg_id="!recall:room:2",
+        body=recall_notice(2, "u2", False, t + 2, 0)))
+    assert [(e.seq, e.body) for e in await entries(store, "r")] == [
+        (2, None), (3, recall_notice(2, "u2", False, t + 2, 0))]  # 1: gone, untold
+
+    assert await store.log.recall("r", 2, at_ms=t + 6) == Recalled(
+        2, "u2", False, t + 2, 0, notice=old.seq)
+    done = await store.log.recall("r", 1, at_ms=t + 7)
+    assert done == Recalled(1, "u1", False, t + 1, 0, notice=4)
+    assert await store.log.recall("r", 1, at_ms=t + 8) == done
+    assert [(e.seq, e.body) for e in await entries(store, "r")] == [
+        (1, None), (2, None), (3, recall_notice(2, "u2", False, t + 2, 0)),
+        (4, recall_notice(1, "u1", False, t + 1, 0))]
 
 
 steps = st.lists(st.one_of(
@@ -153,6 +235,7 @@ async def _run_model(url: str, history: list[tuple[str, Any]],
     clock = FakeClock()
     t = now_ms(clock)
     model: list[tuple[int, bool, object]] = []  # (seq, important, body) of the log
+    notices: dict[int, int] = {}  # the seq of each recalled message's notice
     async with opened(url, TEST_POLICY, clock) as store:
         for what, arg in history:
             if what == "send":
@@ -166,14 +249,16 @@ async def _run_model(url: str, history: list[tuple[str, Any]],
             recalled = target <= len(model) and model[target - 1][2] is None
             if not real and not recalled:
                 with pytest.raises(NotFound):
-                    await store.log.recall("r", target)
+                    await store.log.recall("r", target, at_ms=t)
                 continue
-            done = await recall(store, "r", target, t)
+            done = await store.log.recall("r", target, at_ms=t)
             if real:
                 seq, important, _ = model[target - 1]
                 model[target - 1] = (seq, important, None)
                 model.append((len(model) + 1, True, recall_notice(
                     target, "u", done.important, t, done.ic)))
+                notices[target] = len(model)
+            assert done.notice == notices[target]  # a second recall: the first's
         for after, limit in reads:
             if not model:
                 break
@@ -182,6 +267,140 @@ async def _run_model(url: str, history: list[tuple[str, Any]],
             floor = newest[0][0] if newest else len(model) + 1
             want = [m for m in model if after < m[0] < floor and m[1]] + newest
             assert [(e.seq, e.important, e.body) for e in got] == want, (after, limit)
+
+
+# --- a recall cut short -------------------------------------------------------------
+
+
+class Relay:
+    """A TCP relay in front of a redis-server that forwards both ways, until
+    it is armed: then the first command that carries ``marker`` reaches the
+    server, which runs it, but the server's answer never reaches the client.
+    :attr:`answered` is set when the server answered it; :meth:`cut` then
+    closes that client's connection (else the client waits for the answer
+    until it is cancelled). Everything else passes, before and after."""
+
+    def __init__(self, port: int, marker: bytes) -> None:
+        self._port = port
+        self._marker = marker
+        self._armed = False
+        self.answered = asyncio.Event()
+        self._cut: asyncio.StreamWriter | None = None
+        self._writers: list[asyncio.StreamWriter] = []
+        self._relaying: set[asyncio.Task[Any]] = set()
+
+    def arm(self) -> None:
+        self._armed = True
+
+    def cut(self) -> None:
+        """Close the connection whose answer is held (the client reads its end)."""
+        assert self._cut is not None
+        self._cut.close()
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[str]:
+        """The relay's ``redis://`` URL while it runs."""
+        server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        try:
+            yield f"redis://127.0.0.1:{server.sockets[0].getsockname()[1]}/0"
+        finally:
+            server.close()
+            for writer in self._writers:
+                writer.close()
+            await asyncio.gather(*self._relaying)
+            await server.wait_closed()
+
+    async def _serve(self, client_in: asyncio.StreamReader,
+                     client_out: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._relaying.add(task)
+        self._writers.append(client_out)
+        server_in, server_out = await asyncio.open_connection("127.0.0.1", self._port)
+        self._writers.append(server_out)
+        held = False  # this connection carried the marker: the answers stop here
+
+        async def up() -> None:
+            nonlocal held
+            tail = b""  # the marker may come in two reads
+            while data := await client_in.read(65536):
+                if self._armed and self._marker in tail + data:
+                    self._armed, self._cut, held = False, client_out, True
+                tail = (tail + data)[-len(self._marker):]
+                server_out.write(data)
+                await server_out.drain()
+
+        async def down() -> None:
+            while data := await server_in.read(65536):
+                if held:
+                    self.answered.set()  # the server ran it: its answer goes nowhere
+                    continue
+                client_out.write(data)
+                await client_out.drain()
+
+        await asyncio.gather(_pumped(up(), server_out), _pumped(down(), client_out))
+
+
+async def _pumped(pump: Coroutine[Any, Any, None], writer: asyncio.StreamWriter) -> None:
+    """Run ``pump`` until its side ends or fails, then close ``writer`` (the
+    other side)."""
+    try:
+        await pump
+    except ConnectionError:
+        pass
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize("how", ["cancelled", "disconnected"])
+async def test_a_recall_cut_short_is_never_left_half_done(
+        redis_url: str, fake_clock: FakeClock, how: str) -> None:
+    """Issue 44, "a recall cut short is left half done": the recall's caller
+    is cancelled (aiohttp cancels the handler of a client that reset) or
+    loses its connection to Redis right after Redis ran what it sent, before
+    it read the answer. The store must then hold the message as it was, or
+    its tombstone and the recall's notice together, never the tombstone
+    alone (a node that cached the room would keep serving the body, a fresh
+    one would show the message simply gone). Here Redis ran the call, so
+    the recall must be whole, and its notify gone out."""
+    port = URL(redis_url).port
+    assert port is not None
+    relay = Relay(port, keys.recalled(ROOM).encode())  # the recall's call names it
+    async with relay.running() as url, opened(url, TEST_POLICY, fake_clock) as store:
+        recalls = Recalls(store.log, Tokens(admin=ADMIN, publisher=PUBLISHER),
+                          Moderation(store.moderation, fake_clock), fake_clock,
+                          recall_window=120)
+        t = now_ms(fake_clock)
+        await store.log.append(ROOM, NewMessage("fan", "warm up", False, t))
+        rude = (await store.log.append(ROOM, NewMessage("troll", "rude words", False, t))).seq
+        # A recall first: Redis then knows the scripts, the cut call runs at once.
+        await recalls.recall(ROOM, "1", f"Bearer {ADMIN}", None)
+        await hearing(store, ROOM)
+        notified = Notified(store)
+        relay.arm()
+        recall = asyncio.create_task(recalls.recall(ROOM, str(rude), f"Bearer {ADMIN}", None))
+        await asyncio.wait_for(relay.answered.wait(), 5)
+        if how == "cancelled":
+            recall.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await recall
+        else:
+            relay.cut()
+            with pytest.raises(StoreUnavailable):
+                await recall
+
+        pulled = await entries(store, ROOM)
+        message = [e.body for e in pulled if e.seq == rude]
+        notices = [e.seq for e in pulled if recalled_target(e) == rude]
+        state = {(("rude words",), 0): "as it was", ((None,), 1): "recalled"}.get(
+            (tuple(message), len(notices)), f"half done: {message}, notices {notices}")
+        assert state == "recalled"  # Redis ran the call: never "as it was" either
+        await notified.until(1)
+        assert notified.got == [(ROOM, notices[0])]
+        # Retried (the client's retry): the same answer, no second notice.
+        again = await recalls.recall(ROOM, str(rude), f"Bearer {ADMIN}", None)
+        assert again["notice"] == notices[0]
+        assert [e.seq for e in await entries(store, ROOM)][-1] == notices[0]
 
 
 # --- over HTTP --------------------------------------------------------------------
@@ -275,6 +494,11 @@ async def test_who_may_recall_what(node: tuple[Running, FakeClock],
     assert (await delete(session, url, mine, headers={"Authorization": "Bearer x"}))[0] == 401
     status, doc = await delete(session, url, mine, headers={}, uid="alice")
     assert (status, doc["recalled"]) == (200, True)
+    # An important message carrying alice's uid is the backend's (a gift's
+    # announcement, issue 44): hers to read, not to recall.
+    gift = await post(session, url, "alice", {"gift": "rocket"}, important=True)
+    status, doc = await delete(session, url, gift, headers={}, uid="alice")
+    assert (status, doc["error"]) == (403, "forbidden")
     late = await post(session, url, "alice", "old news")
     await clock.advance(121)  # past --recall-window
     status, doc = await delete(session, url, late, headers={}, uid="alice")

@@ -6,13 +6,20 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from typing import Final
 
 from ...clock import Clock
 from ...errors import Forbidden, NewRoomRefused, NotFound
-from ...model import Entry, NewMessage, recalled_target
+from ...model import (
+    RECALL_UID,
+    Entry,
+    NewMessage,
+    recall_notice,
+    recall_notice_id,
+    recalled_target,
+)
 from ...personal import NodeCap, Share
 from ...ratelimit import (
     Counts,
@@ -73,6 +80,9 @@ class _RoomLog:
     recalled: dict[int, Recalled] = field(default_factory=dict)
     """The messages of this epoch recalled, by seq (their tombstones are in
     ``log`` and ``important``)."""
+    precalled: dict[int, Recalled] = field(default_factory=dict)
+    """The personal messages of this epoch recalled, by position (their
+    tombstones are in ``personal`` while it keeps them)."""
     live: bool = False
     """Started or ended by an operator: it expires like a room with messages
     (``room_ttl_ms`` after its last use), message or not (``lua/operators_start_broadcast.lua``)."""
@@ -320,65 +330,82 @@ class MemoryLog:
                       tuple(extra + picked), complete=complete, phead=phead,
                       personal=tuple(personal))
 
-    async def recall(self, room: str, seq: int, *, personal: bool = False,
+    async def recall(self, room: str, seq: int, *, at_ms: int, personal: bool = False,
                      sender: str | None = None, since_ms: int = 0) -> Recalled:
-        return self.recall_at_once(room, seq, personal=personal, sender=sender,
+        return self.recall_at_once(room, seq, at_ms=at_ms, personal=personal, sender=sender,
                                    since_ms=since_ms)
 
-    def recall_at_once(self, room: str, seq: int, *, personal: bool = False,
+    def recall_at_once(self, room: str, seq: int, *, at_ms: int, personal: bool = False,
                        sender: str | None = None, since_ms: int = 0) -> Recalled:
-        """:meth:`recall` without an await (``lua/log_recall.lua``'s order)."""
+        """:meth:`recall` without an await (``lua/log_recall.lua``'s order):
+        the message is found and checked, then its tombstone takes its place
+        and its notice is appended by :meth:`append_at_once`, with nothing
+        awaited between them (one step, as the script is)."""
         state = self._room(room, create=False)
         if state is None:
             raise NotFound(f"room {room} has no messages")
-        if personal:
-            return self._recall_personal(room, state, seq, sender, since_ms)
-        done = state.recalled.get(seq)
+        done = (state.precalled if personal else state.recalled).get(seq)
         if done is None:
-            log = state.log
-            at = seq - log[0].seq if log else -1
-            entry = log[at] if 0 <= at < len(log) else next(
-                (e for e in state.important if e.seq == seq), None)
-            if entry is None or recalled_target(entry):
-                raise NotFound(f"room {room} keeps no message {seq} (too old, or never sent)")
-            done = Recalled(seq, entry.uid, entry.important, entry.ts, entry.ic)
-        if sender is not None and (done.uid != sender or done.ts < since_ms):
-            raise Forbidden(f"uid {sender} can recall only its own messages, and only "
+            done = self._recallable(room, state, seq, personal)
+        if sender is not None and (done.uid != sender or done.ts < since_ms or done.important):
+            raise Forbidden(f"uid {sender} can recall only its own normal messages, and only "
                             f"for a while after sending them")
-        if seq not in state.recalled:
-            state.recalled[seq] = done
-            tombstone = Entry(seq=seq, ic=done.ic, uid=done.uid, important=done.important,
-                              ts=done.ts, body=None)
-            log = state.log
-            at = seq - log[0].seq if log else -1
-            if 0 <= at < len(log):
-                log[at] = tombstone
-            if done.important:
-                kept = state.important
-                for i, e in enumerate(kept):
-                    if e.seq == seq:
-                        kept[i] = tombstone
-                        break
+        if done.notice:
+            return done  # recalled before: the same answer, no second notice
+        self._put_tombstone(state, done)
+        notice = NewMessage(uid=RECALL_UID, important=True, ts=at_ms, to=done.to,
+                            body=recall_notice(seq, done.uid, done.important, done.ts,
+                                               done.ic, done.n),
+                            client_msg_id=recall_notice_id(seq, personal=personal))
+        appended = self.append_at_once(room, notice, may_create=False)
+        done = replace(done, notice=appended.seq)
+        (state.precalled if personal else state.recalled)[seq] = done
         return done
 
     @staticmethod
-    def _recall_personal(room: str, state: _RoomLog, position: int, sender: str | None,
-                         since_ms: int) -> Recalled:
-        kept = state.personal
-        at = bisect_right(kept, position, lo=state.pstart, key=_seq) - 1
-        entry = kept[at] if at >= state.pstart else None
-        if entry is None or entry.seq != position or recalled_target(entry):
-            raise NotFound(f"room {room} keeps no personal message {position} (too old, or "
-                           f"never sent)")
-        assert entry.to is not None
-        done = Recalled(position, entry.uid, True, entry.ts, 0, entry.to, entry.n)
-        if sender is not None and (done.uid != sender or done.ts < since_ms):
-            raise Forbidden(f"uid {sender} can recall only its own messages, and only "
-                            f"for a while after sending them")
-        if entry.body is not None:
-            kept[at] = Entry(seq=position, ic=0, uid=entry.uid, important=True, ts=entry.ts,
-                             body=None, to=entry.to, n=entry.n)
-        return done
+    def _recallable(room: str, state: _RoomLog, seq: int, personal: bool) -> Recalled:
+        """What the tombstone of message ``seq`` (``personal``: of the
+        personal message at that position) keeps, with no notice yet; raise
+        NotFound when the room keeps no such message."""
+        if personal:
+            kept = state.personal
+            at = bisect_right(kept, seq, lo=state.pstart, key=_seq) - 1
+            entry = kept[at] if at >= state.pstart else None
+            if entry is None or entry.seq != seq or recalled_target(entry):
+                raise NotFound(f"room {room} keeps no personal message {seq} (too old, or "
+                               f"never sent)")
+            assert entry.to is not None
+            return Recalled(seq, entry.uid, True, entry.ts, 0, entry.to, entry.n)
+        log = state.log
+        at = seq - log[0].seq if log else -1
+        entry = log[at] if 0 <= at < len(log) else next(
+            (e for e in state.important if e.seq == seq), None)
+        if entry is None or recalled_target(entry):
+            raise NotFound(f"room {room} keeps no message {seq} (too old, or never sent)")
+        return Recalled(seq, entry.uid, entry.important, entry.ts, entry.ic)
+
+    @staticmethod
+    def _put_tombstone(state: _RoomLog, done: Recalled) -> None:
+        """Put the tombstone ``done`` describes where its message is kept."""
+        seq = done.seq
+        tombstone = Entry(seq=seq, ic=done.ic, uid=done.uid, important=done.important,
+                          ts=done.ts, body=None, to=done.to, n=done.n)
+        if done.to is not None:
+            kept = state.personal
+            at = bisect_right(kept, seq, lo=state.pstart, key=_seq) - 1
+            if at >= state.pstart and kept[at].seq == seq:
+                kept[at] = tombstone
+            return
+        log = state.log
+        at = seq - log[0].seq if log else -1
+        if 0 <= at < len(log):
+            log[at] = tombstone
+        if done.important:
+            important = state.important
+            for i, e in enumerate(important):
+                if e.seq == seq:
+                    important[i] = tombstone
+                    break
 
     def start_room(self, room: str) -> tuple[str, bool]:
         """Make the room live (``lua/operators_start_broadcast.lua``), creating its log if it has
@@ -399,6 +426,7 @@ class MemoryLog:
         state.log.clear()
         state.important.clear()
         state.recalled.clear()
+        state.precalled.clear()
         state.clear_personal()
         state.live, state.by, state.used_ms = True, None, self._now_ms()
         return state.epoch, state.seq

@@ -6,8 +6,10 @@ contract suite runs on both); the differences are what Redis adds or takes away:
 
 - **Round trips.** ``append`` is one script call, rate limits included (the
   counters are hashes under the room's hash tag, pruned as they are read:
-  about the sum of the windows' buckets each); ``pull`` is one pipeline of
-  read-only commands for the whole batch; ``touch`` one pipeline.
+  about the sum of the windows' buckets each); ``recall`` is one script
+  call too, its notice appended by the append's own Lua function
+  (``lua/log_append_fn.lua``); ``pull`` is one pipeline of read-only
+  commands for the whole batch; ``touch`` one pipeline.
 - **statsvr's tables** are in :mod:`.stats`: a batch is one round trip.
 - **No retries.** The driver never retries a command: a retried append could be
   stored twice. A connection error, timeout or a server that is loading becomes

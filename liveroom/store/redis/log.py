@@ -17,8 +17,15 @@ from redis.exceptions import RedisError
 
 from ...codec import pack_stored, unpack_stored
 from ...errors import Forbidden, NewRoomRefused, NotFound, StoreUnavailable
-from ...model import Entry, NewMessage, recalled_target, tombstone_of
-from ...ratelimit import RateLimits, refusal
+from ...model import (
+    RECALL_UID,
+    Entry,
+    NewMessage,
+    recall_notice_id,
+    recalled_target,
+    tombstone_of,
+)
+from ...ratelimit import RateLimits, Window, refusal
 from ..base import (
     PERSONAL_PULL,
     Appended,
@@ -85,12 +92,12 @@ class RedisLog:
         """Where pulls read: the replicas, when appends wait for them (see
         :class:`RedisStore`)."""
         self._looked_at = float("-inf")
-        self._append = Lua("log_append.lua", uses=["log_new.lua"])
+        self._append = Lua("log_append.lua", uses=["log_new.lua", "log_append_fn.lua"])
         self._appends = Batched(client)
         """Appends of concurrent sends, one pipeline a loop turn."""
         self._epoch = Lua("log_epoch.lua", uses=["log_new.lua"])
         self._touch = Lua("log_touch.lua")
-        self._recall = Lua("log_recall.lua")
+        self._recall = Lua("log_recall.lua", uses=["log_new.lua", "log_append_fn.lua"])
 
     async def _room_epoch(self, what: str, room: str, stale: str, extend: int) -> str:
         with unavailable(what):
@@ -124,15 +131,9 @@ class RedisLog:
                  keys.client_msg_id(room, cmid or "", personal=to is not None),
                  keys.rate_uid(room, message.uid), keys.rate_room(room),
                  keys.personal(room), keys.ordinals(room)],
-                [proposed, packed, int(message.important), message.ts,
-                 policy.log_cap, policy.important_keep, policy.important_window_ms,
-                 policy.important_hard_cap, policy.room_ttl_ms, policy.dedup_ttl_ms,
-                 int(cmid is not None), keys.notify_how(room, sharded=self.sharded), room,
-                 len(per_uid), len(per_room),
-                 (2 if provisional else 1) if may_create else 0, policy.empty_room_ttl_ms,
-                 message.uid, to or "", policy.personal_hard_cap,
-                 *(n for w in windows for n in (w.seconds, w.limit, w.bucket_ms,
-                                                w.buckets))])
+                self._append_args(room, message, packed, proposed,
+                                  (2 if provisional else 1) if may_create else 0,
+                                  len(per_uid), windows))
         replicas = policy.durable_replicas
         with unavailable("storing a message"):
             if replicas:
@@ -158,14 +159,42 @@ class RedisLog:
         epoch = text(epoch)
         return Appended(epoch, int(seq), duplicate=bool(status), created=epoch == proposed)
 
-    async def recall(self, room: str, seq: int, *, personal: bool = False,
-                     sender: str | None = None, since_ms: int = 0) -> Recalled:
-        """One script call (``lua/log_recall.lua``), waiting for the replicas
-        like an append when appends do."""
+    def _append_args(self, room: str, message: NewMessage, packed: bytes, proposed: str,
+                     create: int, uid_windows: int, windows: Sequence[Window]) -> list[Any]:
+        """``log_append.lua``'s ARGV for ``message`` (``packed``), of which the
+        first ``uid_windows`` of ``windows`` are the sender's, the others the
+        room's; ``create``: its ARGV[16]."""
         policy = self.policy
+        return [proposed, packed, int(message.important), message.ts,
+                policy.log_cap, policy.important_keep, policy.important_window_ms,
+                policy.important_hard_cap, policy.room_ttl_ms, policy.dedup_ttl_ms,
+                int(message.client_msg_id is not None),
+                keys.notify_how(room, sharded=self.sharded), room,
+                uid_windows, len(windows) - uid_windows, create, policy.empty_room_ttl_ms,
+                message.uid, message.to or "", policy.personal_hard_cap,
+                *(n for w in windows for n in (w.seconds, w.limit, w.bucket_ms, w.buckets))]
+
+    async def recall(self, room: str, seq: int, *, at_ms: int, personal: bool = False,
+                     sender: str | None = None, since_ms: int = 0) -> Recalled:
+        """One script call (``lua/log_recall.lua``: the tombstone, then the
+        notice appended by ``log_append.lua``'s own code), waiting for the
+        replicas like an append when appends do.
+
+        A recall an older version made in two calls (its tombstone recorded
+        without its notice's seq, and perhaps without a notice, if it was cut
+        short) gets its notice when it is retried: the notice's client_msg_id
+        answers the first one's, or it is appended then."""
+        policy = self.policy
+        notice_id = recall_notice_id(seq, personal=personal)
+        # The script fills in its body and addressee (from the message); it may
+        # not create the log, so it proposes no epoch.
+        notice = NewMessage(uid=RECALL_UID, body=None, important=True, ts=at_ms,
+                            client_msg_id=notice_id)
         call = (self._recall, [keys.meta(room), keys.log(room), keys.important(room),
-                               keys.recalled(room), keys.personal(room)],
-                [seq, policy.room_ttl_ms, sender or "", since_ms, int(personal)])
+                               keys.recalled(room), keys.personal(room), keys.ordinals(room),
+                               keys.client_msg_id(room, notice_id, personal=personal)],
+                [seq, policy.room_ttl_ms, sender or "", since_ms, int(personal),
+                 *self._append_args(room, notice, b"", "", 0, 0, ())])
         with unavailable("recalling a message"):
             if policy.durable_replicas:
                 reply, acked = await run_durable(self._client, call, policy.durable_replicas,
@@ -179,12 +208,13 @@ class RedisLog:
         if not status:
             raise NotFound(f"room {room} keeps no message {seq} (too old, or never sent)")
         if status == 2:
-            raise Forbidden(f"uid {sender} can recall only its own messages, and only "
+            raise Forbidden(f"uid {sender} can recall only its own normal messages, and only "
                             f"for a while after sending them")
         uid, important, ts, ic, *to_n = msgpack.unpackb(reply[1], raw=False)
+        notice_seq = int(reply[2])
         if to_n:
-            return Recalled(seq, uid, True, int(ts), 0, to_n[0], int(to_n[1]))
-        return Recalled(seq, uid, bool(important), int(ts), int(ic))
+            return Recalled(seq, uid, True, int(ts), 0, to_n[0], int(to_n[1]), notice_seq)
+        return Recalled(seq, uid, bool(important), int(ts), int(ic), notice=notice_seq)
 
     async def pull(self, requests: Sequence[PullRequest]) -> list[Pulled]:
         """One pipeline for the whole batch: four read-only commands a room.
