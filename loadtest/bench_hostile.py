@@ -1,198 +1,199 @@
-"""What clients that never read their answers cost a node, before and after
-its write deadline (``--write-timeout``) lets them go.
+"""The regression guard of issue 44: every route of the cost table
+(``proxy/route_costs.py``) under its worst case, one line each.
 
-Starts ``python -m liveroom serve`` (memory engine) on a free 127.0.0.1 port
-with ``--write-timeout``, fills one room with ``--messages`` messages of
-``--size`` bytes, then measures the server's RSS and its open connections
-(``liveroom_connections`` in /metrics) in three states:
+Starts ``python -m liveroom serve`` (the memory engine in ``open`` mode by
+default; ``--store redis://...`` runs it on Redis in ``ticket`` mode) on a
+free 127.0.0.1 port, then for each row of the table, one after the other:
 
-1. **idle**: the room filled and read once, no client;
-2. **stalled**: ``--clients`` connections, each with a small receive buffer
-   (4 KiB) writing ``--polls`` pipelined polls for the room's recent messages
-   and reading nothing
-   (the peak RSS while the first deadlines are still to pass);
-3. **after**: the node holds none of them any more (each is cut
-   ``--write-timeout`` after the node found it not reading), plus a sweep.
+1. a flood of ``--requests`` requests, each naming a new made-up room and a
+   new uid (in ``ticket`` mode the one any-room ticket's), ``--clients`` at a
+   time, a connection each (a hostile client does not keep its connections
+   alive for us), made from the row's sample request as the hostile suite
+   makes them (``tests/route_attacks.py``): with the row's credential where
+   anybody may call it, without where it is the backend's or the operators';
+2. the node's CPU time and its RSS (settled) before and after;
+3. a probe: a real listener's poll in a real room brings its message, and its
+   like is counted.
 
-Target: after the deadline, the node is back within 5 % of its idle RSS and
-holds none of these connections.
+Per route it prints the bound (the row's ``cpu_us`` and ``keeps``, and
+whether the flood may create rooms), what the flood cost (µs of the node's
+CPU and bytes of its RSS per request, rooms it left in the store on Redis),
+and PASS or FAIL: FAIL when the CPU per request passes ``cpu_us``, the RSS
+per request ``keeps`` plus 2 KiB (the allocator's and the URL caches' share,
+as in the suite), when the store keeps a made-up room the row may not
+create, or when the probe fails.
 
     python loadtest/bench_hostile.py
-    python loadtest/bench_hostile.py --clients 200 --write-timeout 10
     python loadtest/bench_hostile.py --compiled-tree build/compiled
+    python loadtest/bench_hostile.py --store redis://127.0.0.1:6379/0 --routes likes,messages
 
-``--write-timeout 0`` passes no such flag (to measure a checkout without it:
-run this script from that checkout; the server is always the one beside the
-script). Loopback only; bounded loops; the run stops by itself (each round
-at most ``--write-timeout`` plus 40 seconds).
+Loopback only; each route's flood is bounded by ``--requests``; the run
+stops by itself. The stalled clients of the last round (clients that never
+read) are ``bench_stalled.py``'s.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import datetime
-import json
-import re
-import select
-import socket
+import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from bench_front import rss_settled
+from kit import REPO
 from kit.builds import add_compiled_tree, server_env
-from kit.machine import raise_nofile
 from kit.provenance import commit, invocation
 from kit.servers import ADMIN_TOKEN, PUBLISHER_TOKEN, Server, liveroom_server
 
-ROOM = "stalled"
-RCVBUF = 4096
-"""Each client's receive buffer: small, so the node's writes back up at once."""
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))
+from route_attacks import (
+    TICKET_KEY,
+    Credentials,
+    exchange,
+    is_public,
+    request_bytes,
+)
+
+from proxy.route_costs import COSTS, CREATES, RouteCost
+
+NOISE = 2048
+"""Bytes of RSS a request may seem to keep beyond its row's ``keeps``."""
 
 
-def fill(port: int, messages: int, size: int) -> None:
-    """``messages`` messages of ``size`` bytes in the room (as the backend: not rate limited)."""
-    for i in range(messages):
-        body = json.dumps({"uid": f"s{i}", "body": "x" * size}).encode()
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{port}/v1/rooms/{ROOM}/messages", data=body, method="POST",
-            headers={"Content-Type": "application/json",
-                     "Authorization": f"Bearer {PUBLISHER_TOKEN}"})
-        with urllib.request.urlopen(request, timeout=10) as resp:
-            assert resp.status == 201
+async def flood(port: int, row: RouteCost, creds: Credentials, requests: int, clients: int,
+                tag: str) -> dict[int, int]:
+    """The flood of one row; how many answers of each status."""
+    given = creds if is_public(row) else None
+    statuses: dict[int, int] = {}
+    queue = iter(range(requests))
+
+    async def client() -> None:
+        for n in queue:
+            uid = "mallory" if creds.ticket_mode else f"mallory{n}"
+            try:
+                status, _, _ = await exchange(port, request_bytes(
+                    row, f"{tag}-{n}", uid, given), timeout=30)
+            except (OSError, asyncio.IncompleteReadError, TimeoutError):
+                status = 0
+            statuses[status] = statuses.get(status, 0) + 1
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return statuses
 
 
-def open_connections(port: int) -> int:
-    """The node's open connections, as its /metrics says."""
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics",
-                                     headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
-    try:
-        with urllib.request.urlopen(request, timeout=10) as resp:
-            text = resp.read().decode()
-    except urllib.error.HTTPError as exc:
-        raise SystemExit(f"/metrics answered {exc.code}: {exc.read().decode()}") from None
-    found = re.search(r"^liveroom_connections (\S+)$", text, re.M)
-    assert found, "no liveroom_connections in /metrics"
-    return int(float(found.group(1)))
+async def probe(port: int, creds: Credentials) -> bool:
+    """A real listener is served: its poll brings the room's message, its like counts."""
+    room = "probe-room"
+    publisher = f"Authorization: Bearer {PUBLISHER_TOKEN}\r\n"
+    body = b'{"uid": "host", "body": "still here"}'
+    status, _, _ = await exchange(port, (
+        f"POST /v1/rooms/{room}/messages HTTP/1.1\r\nHost: x\r\n{publisher}"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n").encode() + body)
+    if status != 201:
+        return False
+    auth = "".join(f"{k}: {v}\r\n" for k, v in creds.header("listener", "prober").items())
+    uid = "" if creds.ticket_mode else "uid=prober&"
+    for _ in range(20):  # a node that cached the room as absent learns it exists
+        status, _, answer = await exchange(port, (
+            f"GET /v1/rooms/{room}/poll?{uid}recent=5 HTTP/1.1\r\nHost: x\r\n{auth}"
+            "Connection: close\r\n\r\n").encode())
+        if status == 200 and b"still here" in answer:
+            break
+        await asyncio.sleep(0.1)
+    else:
+        return False
+    like = b'{"count": 1}' if creds.ticket_mode else b'{"uid": "prober", "count": 1}'
+    status, _, _ = await exchange(port, (
+        f"POST /v1/rooms/{room}/likes HTTP/1.1\r\nHost: x\r\n{auth}"
+        f"Content-Type: application/json\r\nContent-Length: {len(like)}\r\n"
+        "Connection: close\r\n\r\n").encode() + like)
+    return status == 202
 
 
-def reset(socks: list[socket.socket]) -> int:
-    """Connections the server reset (or closed both ways), seen without reading them."""
-    watch = select.poll()
-    for sock in socks:
-        watch.register(sock, select.POLLERR | select.POLLHUP)
-    return sum(1 for _, events in watch.poll(0) if events & (select.POLLERR | select.POLLHUP))
+def made_up_rooms(store: str | None, tag: str) -> int:
+    """Rooms of the flood the store keeps anything of (Redis only; -1: not known)."""
+    if not store or not store.startswith("redis"):
+        return -1
+    import redis
+
+    client = redis.Redis.from_url(store)
+    rooms = {key.decode().split("{")[-1].split("}")[0]
+             for key in client.scan_iter(match=f"*{tag}-*", count=1000)}
+    client.close()
+    return len(rooms)
 
 
-def stalled_client(port: int, polls: int) -> socket.socket:
-    """A connection that asks for ``polls`` answers and will read none."""
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)  # before connect: the window
-    sock.settimeout(10)
-    sock.connect(("127.0.0.1", port))
-    sock.sendall((f"GET /v1/rooms/{ROOM}/poll?uid=u&recent=100 HTTP/1.1\r\n"
-                  f"Host: bench\r\n\r\n").encode() * polls)
-    return sock
-
-
-def stall(server: Server, args: argparse.Namespace, idle: int, round_: int) -> tuple[int, int]:
-    """One round: the stalled clients, their peak, and the node after their
-    deadline (its RSS and open connections)."""
-    print(f"round {round_}:", flush=True)
-    started = time.monotonic()
-    clients: list[socket.socket] = []
-    for i in range(args.clients):
-        clients.append(stalled_client(server.port, args.polls))
-        if (i + 1) % 250 == 0:
-            print(f"  {i + 1}/{args.clients} clients written", flush=True)
-    written = time.monotonic() - started
-    # The node answers as it reads: the peak comes while the first
-    # deadlines are still to pass.
-    peak, stalled_open = 0, 0
-    while time.monotonic() < started + (args.write_timeout or 30.0) - 0.5:
-        rss = server.rss()
-        if rss > peak:
-            peak, stalled_open = rss, open_connections(server.port) - 1  # less /metrics'
-        time.sleep(0.25)
-    print(f"stalled (all written in {written:.1f} s): peak RSS {peak / 2**20:.1f} MiB "
-          f"(+{(peak - idle) / 2**20:.1f} MiB, {(peak - idle) / args.clients / 1024:.0f} KiB "
-          f"a client), {stalled_open} connections open then", flush=True)
-
-    deadline = args.write_timeout or 30.0
-    # Each deadline runs from when the node found its client not reading,
-    # which may be seconds after the client wrote on a busy machine: wait
-    # until the node holds none of them (at most 30 s more), then for a sweep
-    # (1 s, which hands freed memory back).
-    time.sleep(max(0.0, started + deadline - time.monotonic()))
-    while open_connections(server.port) > 1 and time.monotonic() < started + deadline + 30:
-        time.sleep(0.25)
-    gone = time.monotonic() - started
-    time.sleep(1.1)
-    after = rss_settled(server.rss)
-    after_open = open_connections(server.port) - 1
-    cut = reset(clients)
-    print(f"after the deadline ({deadline:g} s; the last client cut {gone:.1f} s after the "
-          f"first wrote): RSS {after / 2**20:.1f} MiB "
-          f"({(after - idle) / idle * 100:+.1f} % of idle), {after_open} connections "
-          f"open on the node, {cut} of {args.clients} clients reset", flush=True)
-    for sock in clients:
-        sock.close()
-    return after, after_open
+def measure(server: Server, row: RouteCost, creds: Credentials, args: argparse.Namespace,
+            index: int) -> tuple[str, bool]:
+    tag = f"made-up-{index}"
+    rss_before = rss_settled(server.rss, 1.0)
+    cpu_before = server.cpu()
+    began = time.monotonic()
+    statuses = asyncio.run(flood(server.port, row, creds, args.requests, args.clients, tag))
+    took = time.monotonic() - began
+    cpu = (server.cpu() - cpu_before) / args.requests * 1e6
+    rss = (rss_settled(server.rss, 1.5) - rss_before) / args.requests
+    rooms = made_up_rooms(args.store, tag)
+    may_create = row.room == CREATES and is_public(row)
+    served = asyncio.run(probe(server.port, creds))
+    errors = sum(n for status, n in statuses.items() if status >= 500 and status != 503)
+    ok = (rss <= row.keeps + NOISE and cpu <= row.cpu_us and served and errors == 0
+          and (rooms <= 0 or may_create))
+    answers = " ".join(f"{status}x{n}" for status, n in sorted(statuses.items()))
+    bound = (f"<= {row.cpu_us} us, keeps <= {row.keeps + NOISE} B"
+             + ("" if may_create else ", no room"))
+    stored = "" if rooms < 0 else f", {rooms} rooms stored"
+    line = (f"{row.route:<44} {bound:<32} {cpu:7.0f} us {rss:7.0f} B{stored}  "
+            f"[{answers}, {args.requests / took:,.0f}/s, probe {'ok' if served else 'FAILED'}]"
+            f"  {'PASS' if ok else 'FAIL'}")
+    return line, ok
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--clients", type=int, default=1000,
-                        help="connections that never read (default 1000)")
-    parser.add_argument("--polls", type=int, default=100,
-                        help="pipelined polls each writes (default 100: about 6 MB of "
-                             "answers, more than the kernel buffers take)")
-    parser.add_argument("--messages", type=int, default=20,
-                        help="messages in the room (default 20)")
-    parser.add_argument("--size", type=int, default=3000,
-                        help="bytes of each message (default 3000: a poll's answer is "
-                             "about 60 KiB)")
-    parser.add_argument("--write-timeout", type=float, default=10.0,
-                        help="the server's --write-timeout in seconds (default 10; 0: not "
-                             "passed)")
-    parser.add_argument("--rounds", type=int, default=2,
-                        help="crowds of stalled clients, one after the other (default 2: "
-                             "the second shows whether what stays after the first is kept "
-                             "or reused)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=2000,
+                        help="made-up rooms each route's flood names (default 2000)")
+    parser.add_argument("--clients", type=int, default=8,
+                        help="requests in flight at once (default 8)")
+    parser.add_argument("--store", default=None,
+                        help="a redis:// URL: the node runs on it in ticket mode (default: "
+                        "the memory engine in open mode)")
+    parser.add_argument("--routes", default="",
+                        help="only the routes whose text contains one of these "
+                        "comma-separated words (default: every route)")
     add_compiled_tree(parser)
     args = parser.parse_args(argv)
-    env = server_env(args.compiled_tree)
-    nofile = raise_nofile(args.clients + 200)
-    command = invocation("loadtest/bench_hostile.py", argv)
-    # (Loopback clients sending no X-Forwarded-For are not capped per address:
-    # loopback is a trusted proxy by default.)
-    extra = ["--write-timeout", f"{args.write_timeout:g}"] if args.write_timeout else []
-    with tempfile.TemporaryDirectory() as tmp, \
-            liveroom_server(Path(tmp), nofile, "off", None, 1, extra=extra,
-                            env=env) as server:
-        fill(server.port, args.messages, args.size)
-        # One poll as the clients' first: what it leaves (the room's answer
-        # bytes, kept for the next reader) belongs to the idle node.
-        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/v1/rooms/{ROOM}/poll"
-                                    f"?uid=u&recent=100", timeout=10) as resp:
-            resp.read()
-        idle = rss_settled(server.rss)
-        print(f"idle ({'compiled' if env else 'pure'} build): RSS {idle / 2**20:.1f} MiB, "
-              f"{open_connections(server.port)} connections", flush=True)
-
-        after, after_open = idle, 0
-        for round_ in range(1, args.rounds + 1):
-            after, after_open = stall(server, args, idle, round_)
-    met = after <= idle * 1.05 and after_open == 0
-    print(f"\n{'meets' if met else 'misses'} the target (within 5 % of idle, no connection "
-          f"left)")
-    print(f"command: {command}\ncommit: {commit()}, "
-          f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC")
-    return 0
+    words = [w for w in args.routes.split(",") if w]
+    rows = [row for row in COSTS if not words or any(w in row.route for w in words)]
+    extra = ["--write-timeout", "5"]
+    if args.store:
+        extra += ["--auth", "ticket", "--ticket-keys", TICKET_KEY]
+    creds = Credentials(ADMIN_TOKEN, PUBLISHER_TOKEN, ticket_mode=bool(args.store),
+                        now=time.time())
+    print(f"# {invocation('loadtest/bench_hostile.py', argv)}")
+    print(f"# commit {commit()}, {datetime.date.today()}, "
+          f"{'compiled' if args.compiled_tree else 'pure'} build, "
+          f"{'redis, ticket mode' if args.store else 'memory, open mode'}, "
+          f"{args.requests} requests a route, {args.clients} at a time")
+    failed = 0
+    with tempfile.TemporaryDirectory(prefix="bench-hostile-") as tmp, \
+            liveroom_server(Path(tmp), 4096, None, args.store, 1, extra=extra,
+                            env=server_env(args.compiled_tree)) as server:
+        for index, row in enumerate(rows):
+            line, ok = measure(server, row, creds, args, index)
+            failed += not ok
+            print(line, flush=True)
+            server.check_alive()
+    print(f"# {len(rows) - failed} of {len(rows)} routes within their bounds")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

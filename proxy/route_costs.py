@@ -64,6 +64,12 @@ class RouteCost:
     """A way it is known to pass its bounds, until fixed."""
     sample: Sample = Sample()
     """A request the route takes (the hostile suite sends it, and variants)."""
+    cpu_us: int = 1000
+    """µs of the node's CPU one request may cost, at most, its connection's
+    accept and close included (a hostile client opens one a request): the
+    pure build, under a flood of made-up rooms (``loadtest/bench_hostile.py``
+    measures it, 200 to 500 µs a route on the 2-core machine of the figures
+    in docs/performance.md)."""
     keeps: int = 0
     """Bytes of node memory one request may leave behind once answered,
     at most: a made-up room's entry in the room cache, say (within that
@@ -97,6 +103,8 @@ _AS_ADMIN: Final = Sample(token="admin")
 _CACHED: Final = 1536
 """A made-up room's place in the room cache (its absent snapshot, about 1.3
 KiB), kept within ``--rooms-max`` (the least recently read idle room goes)."""
+_HOT: Final = 600
+"""The listener path's budget (a poll, a send, a like): tighter than the rest's."""
 _NEW_ROOM: Final = 4096
 """A room a send created (its log in the node, on the memory engine), within
 the new-room windows."""
@@ -119,7 +127,7 @@ COSTS: Final = (
         ("connections_max", "connections_per_ip", "holds_per_listener", "holds_per_uid",
          "held_max", "rooms_max", "poll_timeout_max", "answer_bytes_max", "online_ttl",
          "send_buffer", "write_timeout"), room=ANY,
-        sample=Sample("uid={uid}&timeout=1", token="listener"), keeps=_CACHED),
+        sample=Sample("uid={uid}&timeout=1", token="listener"), keeps=_CACHED, cpu_us=_HOT),
     RouteCost(
         "POST /v1/rooms/{room}/messages", "anyone naming its uid (open mode); a ticket "
         "(ticket mode); the publisher or admin token for the backend",
@@ -131,7 +139,8 @@ COSTS: Final = (
          "rooms_per_node", "max_message_bytes", "log_cap", "personal_hard_cap",
          "personal_node_cap", "dedup_ttl", "room_ttl", "empty_room_ttl"),
         room=CREATES,
-        sample=Sample(body={"uid": "{uid}", "body": "hi"}, token="listener"), keeps=_NEW_ROOM),
+        sample=Sample(body={"uid": "{uid}", "body": "hi"}, token="listener"), keeps=_NEW_ROOM,
+        cpu_us=_HOT),
     RouteCost(
         "POST /v1/rooms/{room}/likes", "anyone naming its uid (open mode); a ticket",
         "store: the room's likes total and series, --history-ttl after the last write. "
@@ -140,7 +149,8 @@ COSTS: Final = (
         "after it was last asked about",
         ("likes_requests", "likes_taps", "likes_rooms_max", "likes_uids_max",
          "likes_flush", "history_ttl", "rooms_max"), room=EXISTS,
-        sample=Sample(body={"uid": "{uid}", "count": 1}, token="listener"), keeps=_CACHED),
+        sample=Sample(body={"uid": "{uid}", "count": 1}, token="listener"), keeps=_CACHED,
+        cpu_us=_HOT),
     # -- the rest of the listener and backend API (aiohttp) ----------------------
     RouteCost(
         "POST /v1/rooms/{room}/gifts", _BACKEND,
@@ -262,15 +272,16 @@ OPERATIONS: Final = Path(__file__).resolve().parent.parent / "docs" / "operation
 def table() -> str:
     """The table as docs/operations.md shows it, between its markers."""
     lines = [BEGIN, "", "| route | who | its room | may create, and for how long | node memory "
-             "left per request, at most | bounded by |",
-             "| --- | --- | --- | --- | --- | --- |"]
+             "left per request, at most | node CPU per request, at most | bounded by |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for row in COSTS:
         bounds = ", ".join(f"`{flag_of(name)}`" for name in row.bounds) or "-"
         creates = row.creates + (f". **Known to pass its bounds:** {row.known}."
                                  if row.known else "")
         room = _ROOM_TEXT[row.room] + ("; runs to its end once read" if row.finishes else "")
         keeps = f"{row.keeps} B" if row.keeps else "nothing"
-        lines.append(f"| `{row.route}` | {row.who} | {room} | {creates} | {keeps} | {bounds} |")
+        lines.append(f"| `{row.route}` | {row.who} | {room} | {creates} | {keeps} | "
+                     f"{row.cpu_us} µs | {bounds} |")
     lines += ["", END]
     return "\n".join(lines)
 
