@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [row for row in COSTS if not words or any(w in row.route for w in words)]
     extra = ["--write-timeout", "5"]
     if args.store:
-        extra += ["--auth", "ticket", "--ticket-keys", TICKET_KEY]
+        extra += ["--auth", "ticket", "--ticket-key", TICKET_KEY]  # after --auth open
     creds = Credentials(ADMIN_TOKEN, PUBLISHER_TOKEN, ticket_mode=bool(args.store),
                         now=time.time())
     print(f"# {invocation('loadtest/bench_hostile.py', argv)}")
