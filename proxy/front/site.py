@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from typing import Any
 
@@ -37,13 +37,18 @@ class _Handler(RequestHandler):
     answers a request it cannot parse before any handler or middleware runs,
     as plain text with its own ``Server`` header; here that answer is JSON
     ``{"error", "message"}`` with liveroom's, like every other. ``on_lost``
-    runs when the connection closes (the front's count of it by address)."""
+    runs when the connection closes (the front's count of it by address). A
+    half-close is handled as the front handles it (:meth:`eof_received`)."""
 
     on_lost: Callable[[], None] | None = None
     write_timeout: float = 0.0
     """Seconds a client has to take what is written once the transport's
     buffer is full (the front's ``--write-timeout``; 0: none)."""
     _stalled: asyncio.TimerHandle | None = None
+    half_closed = False
+    """The client half-closed: held polls are answered at once."""
+    _eof = False
+    """The FIN came behind requests still queued: close once they are answered."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -96,25 +101,57 @@ class _Handler(RequestHandler):
         answer.force_close()
         return answer
 
+    async def _handle_request(self, request: BaseRequest, start_time: float | None,
+                              request_handler: Callable[[BaseRequest],
+                                                        Awaitable[web.StreamResponse]],
+                              ) -> tuple[web.StreamResponse, bool]:
+        answer = await super()._handle_request(request, start_time, request_handler)
+        if self._eof and not self._messages:
+            self._close = True  # the last request that came before the FIN is answered
+        return answer
+
     def eof_received(self) -> bool:  # type: ignore[override]  # asyncio.Protocol: bool | None
-        """The client half-closed its side (a FIN right behind its request),
-        handled as the front handles it: a request that arrived whole is
-        answered (a held poll at once, as if its hold ran out), then the
-        connection closes; one half-arrived is dropped, and an idle
-        connection closes. aiohttp's own closes at once, which cancels the
-        handler: a send was stored and never answered."""
+        """The client half-closed its side (a FIN right behind its requests),
+        handled as the front handles it: the requests that arrived whole are
+        answered, in order (a held poll at once, as if its hold ran out, and
+        one that starts later too), then the connection closes; one
+        half-arrived is dropped, and an idle connection closes. aiohttp's own
+        closes at once, which cancels the handler (a send was stored and
+        never answered), and an EOF that only stops the handler's loop drops
+        what waits behind the request being answered (a send pipelined
+        behind ``GET /healthz``: neither answered nor stored)."""
+        self.half_closed = True
         waiter = self._waiter
         if waiter is not None and not waiter.done() and not self._messages:
             return False  # idle: nothing asked
         request = self._current_request
         if request is not None and not request.content.is_eof():
             return False  # its body half-arrived: dropped (the handler is cancelled)
-        self._close = True  # no keep-alive past the answers owed
+        queued = self._messages
+        if queued and not queued[-1][1].is_eof():
+            # The last one's body half-arrived: dropped. (When it is all that
+            # is left and the loop is about to take it, the connection closes.)
+            if len(queued) == 1 and waiter is not None:
+                return False
+            queued.pop()
+        if queued:
+            self._eof = True  # closes once those queued are answered
+        else:
+            self._close = True  # no keep-alive past the answer owed
         if request is not None:
             held = request.get(HELD_POLL)
             if held is not None:
                 held.release()
         return True
+
+
+def hold(request: web.Request, poll: Held) -> None:
+    """``poll`` is what ``request`` waits for: a half-close of its connection
+    answers it at once (now, if the client half-closed already)."""
+    request[HELD_POLL] = poll
+    protocol = request.protocol
+    if isinstance(protocol, _Handler) and protocol.half_closed:
+        poll.release()
 
 
 def handler_of(server: web.Server, on_lost: Callable[[], None] | None = None, *,
