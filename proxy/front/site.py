@@ -33,14 +33,22 @@ HANDED_QUEUE = 2
 
 
 class _Handler(RequestHandler):
-    """aiohttp's protocol for a connection the front handed over. aiohttp
-    answers a request it cannot parse before any handler or middleware runs,
-    as plain text with its own ``Server`` header; here that answer is JSON
-    ``{"error", "message"}`` with liveroom's, like every other. ``on_lost``
-    runs when the connection closes (the front's count of it by address). A
-    half-close is handled as the front handles it (:meth:`eof_received`)."""
+    """aiohttp's protocol for a connection the front handed over
+    (:class:`~.handoff.Handed`).
 
-    on_lost: Callable[[], None] | None = None
+    It stays in the front's books until it closes: counted under its client
+    address; between two requests (none queued, none being answered) it is
+    unproven after an answer of 400 or more, spare after a valid one, and may
+    then be closed to make room at a cap (:mod:`.admission`), as aiohttp's
+    keep-alive timeout closes it. A request aiohttp is answering is never
+    cut to make room.
+
+    aiohttp answers a request it cannot parse before any handler or
+    middleware runs, as plain text with its own ``Server`` header; here that
+    answer is JSON ``{"error", "message"}`` with liveroom's, like every
+    other. A half-close is handled as the front handles it
+    (:meth:`eof_received`)."""
+
     write_timeout: float = 0.0
     """Seconds a client has to take what is written once the transport's
     buffer is full (the front's ``--write-timeout``; 0: none)."""
@@ -49,14 +57,70 @@ class _Handler(RequestHandler):
     """The client half-closed: held polls are answered at once."""
     _eof = False
     """The FIN came behind requests still queued: close once they are answered."""
+    address = ""
+    """The client address it is counted under (``""``: not counted)."""
+    proxied = False
+    forwarded: bytes | None = None
+    unproven = False
+    """Idle after an answer of 400 or more: the first closed at a cap."""
+    spare = False
+    """Idle after a valid answer: closed at a cap when none is unproven."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, front: Front, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._front: Front | None = front
+        """Whose books it is in (None once closed)."""
         # aiohttp queues up to 32 parsed requests a connection, each with its
         # body's buffer (~3 MB behind one held poll); the front queues at
         # most a few answers. Two here, then reading pauses until one is done.
         self._max_msg_queue_size = HANDED_QUEUE
         self._msg_queue_resume_size = HANDED_QUEUE - 1
+
+    # -- the front's books ----------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if (self.spare or self.unproven) and self._messages and self._front is not None:
+            self._front.admission.busy(self)  # a request arrived: not one to close
+
+    async def _handle_request(self, request: BaseRequest, start_time: float | None,
+                              request_handler: Callable[[BaseRequest],
+                                                        Awaitable[web.StreamResponse]],
+                              ) -> tuple[web.StreamResponse, bool]:
+        answer = await super()._handle_request(request, start_time, request_handler)
+        if not self._messages:
+            response, reset_ = answer
+            front = self._front
+            if self._eof:
+                self._close = True  # the last request that came before the FIN is answered
+            elif front is not None and not reset_ and response.keep_alive \
+                    and not self._close and not self._force_close:
+                # Idle until the next request: one that may make room.
+                front.admission.idle(self, response.status < 400)
+        return answer
+
+    def abort(self) -> None:
+        """Closed to make room (it is idle): out of the front's books now,
+        then a FIN after what it was sent (as aiohttp's keep-alive timeout
+        closes it), or a reset if its client has not taken all of it yet."""
+        self._forget()
+        transport = self.transport
+        if transport is not None and transport.get_write_buffer_size():
+            reset(transport)
+        else:
+            self.force_close()
+
+    def _forget(self) -> None:
+        front, self._front = self._front, None
+        if front is not None:
+            front.forget_handed(self)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._unstall()
+        self._forget()
+        super().connection_lost(exc)
+
+    # -- flow control ----------------------------------------------------------
 
     def pause_writing(self) -> None:
         super().pause_writing()
@@ -81,12 +145,7 @@ class _Handler(RequestHandler):
         if self.transport is not None:
             reset(self.transport)
 
-    def connection_lost(self, exc: BaseException | None) -> None:
-        self._unstall()
-        super().connection_lost(exc)
-        on_lost, self.on_lost = self.on_lost, None
-        if on_lost is not None:
-            on_lost()
+    # -- answers aiohttp makes itself, and the half-close ----------------------
 
     def handle_error(self, request: BaseRequest, status: int = 500,
                      exc: BaseException | None = None,
@@ -99,15 +158,6 @@ class _Handler(RequestHandler):
             status=status, content_type="application/json", headers={"Server": "liveroom"},
             body=orjson.dumps({"error": phrase.lower().replace(" ", "_"), "message": text}))
         answer.force_close()
-        return answer
-
-    async def _handle_request(self, request: BaseRequest, start_time: float | None,
-                              request_handler: Callable[[BaseRequest],
-                                                        Awaitable[web.StreamResponse]],
-                              ) -> tuple[web.StreamResponse, bool]:
-        answer = await super()._handle_request(request, start_time, request_handler)
-        if self._eof and not self._messages:
-            self._close = True  # the last request that came before the FIN is answered
         return answer
 
     def eof_received(self) -> bool:  # type: ignore[override]  # asyncio.Protocol: bool | None
@@ -138,11 +188,14 @@ class _Handler(RequestHandler):
             self._eof = True  # closes once those queued are answered
         else:
             self._close = True  # no keep-alive past the answer owed
-        if request is not None:
-            held = request.get(HELD_POLL)
-            if held is not None:
-                held.release()
+        self._release_held()
         return True
+
+    def _release_held(self) -> None:
+        request = self._current_request
+        held = request.get(HELD_POLL) if request is not None else None
+        if held is not None:
+            held.release()
 
 
 def hold(request: web.Request, poll: Held) -> None:
@@ -154,15 +207,13 @@ def hold(request: web.Request, poll: Held) -> None:
         poll.release()
 
 
-def handler_of(server: web.Server, on_lost: Callable[[], None] | None = None, *,
-               write_timeout: float = 0.0) -> RequestHandler:
+def handler_of(server: web.Server, front: Front, *, write_timeout: float = 0.0) -> _Handler:
     """The protocol ``server`` would make for a connection, answering its
-    parse errors as :class:`_Handler` does, calling ``on_lost`` when it
-    closes, and resetting it when its client does not read for
+    parse errors as :class:`_Handler` does, kept in ``front``'s books until
+    it closes, and reset when its client does not read for
     ``write_timeout`` seconds (0: never)."""
     # What web.Server.__call__ does, with our class.
-    handler = _Handler(server, loop=server._loop, **server._kwargs)
-    handler.on_lost = on_lost
+    handler = _Handler(front, server, loop=server._loop, **server._kwargs)
     handler.write_timeout = write_timeout
     return handler
 
@@ -199,12 +250,8 @@ class FrontSite(web.BaseSite):
         handoff = self._runner.server
         assert handoff is not None
         write_timeout = self._front.limits.write_timeout
-        self._front.handoff = lambda on_lost: handler_of(handoff, on_lost,
-                                                         write_timeout=write_timeout)
-        # aiohttp's server keeps its connections in a dict; its public
-        # ``connections`` copies them into a list, too dear for every accept.
-        handed = handoff._connections
-        self._front.handed = lambda: len(handed)
+        self._front.handoff = lambda front: handler_of(handoff, front,
+                                                       write_timeout=write_timeout)
         loop = asyncio.get_running_loop()
         if self._sock is not None:
             self._server = await loop.create_server(self._front.connection, sock=self._sock,
