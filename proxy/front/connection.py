@@ -137,7 +137,7 @@ class Shared:
         raise NotImplementedError
 
     def hand(self, conn: Connection, transport: asyncio.Transport, raw: list[bytes],
-             reading_paused: bool) -> None:
+             reading_paused: bool, hung_up: bool) -> None:
         """Give ``conn``'s ``transport`` to aiohttp with the bytes ``raw`` of
         its request (:func:`~.handoff.hand_over`); the connection aiohttp
         serves takes its place in the front's books."""
@@ -564,4 +564,4 @@ class Connection(asyncio.Protocol):
         raw, reader.raw = reader.raw, None
         reader.drop()
         # aiohttp's connection stays in the front's books until it closes.
-        front.hand(self, transport, raw, self._flow.reading_paused)
+        front.hand(self, transport, raw, self._flow.reading_paused, self._hangup)

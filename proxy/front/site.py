@@ -40,8 +40,9 @@ class _Handler(RequestHandler):
     address; between two requests (none queued, none being answered) it is
     unproven after an answer of 400 or more, spare after a valid one, and may
     then be closed to make room at a cap (:mod:`.admission`), as aiohttp's
-    keep-alive timeout closes it. A request aiohttp is answering is never
-    cut to make room.
+    keep-alive timeout closes it; while aiohttp does not read it, the front's
+    sweep watches it for a client gone. A request aiohttp is answering is
+    never cut to make room.
 
     aiohttp answers a request it cannot parse before any handler or
     middleware runs, as plain text with its own ``Server`` header; here that
@@ -54,7 +55,8 @@ class _Handler(RequestHandler):
     buffer is full (the front's ``--write-timeout``; 0: none)."""
     _stalled: asyncio.TimerHandle | None = None
     half_closed = False
-    """The client half-closed: held polls are answered at once."""
+    """The client half-closed (or was seen gone while not read): held polls
+    are answered at once."""
     _eof = False
     """The FIN came behind requests still queued: close once they are answered."""
     address = ""
@@ -119,6 +121,41 @@ class _Handler(RequestHandler):
         self._unstall()
         self._forget()
         super().connection_lost(exc)
+
+    # -- a client gone while it is not read ------------------------------------
+
+    def _pause_transport_reading(self) -> None:
+        super()._pause_transport_reading()
+        if self._front is not None:
+            self._front.watch_handed(self, True)
+
+    def _resume_transport_reading(self) -> None:
+        super()._resume_transport_reading()
+        if self._front is not None:
+            self._front.watch_handed(self, False)
+
+    def fileno(self) -> int:
+        transport = self.transport
+        sock = transport.get_extra_info("socket") if transport is not None else None
+        return int(sock.fileno()) if sock is not None else -1
+
+    def hung_up(self, reset_: bool) -> None:
+        """Its client closed while aiohttp did not read it (seen by the
+        front's sweep, or by the front before the hand-over). A reset closes
+        it. A FIN may be a half-close: as after :meth:`eof_received`, held
+        polls are answered at once, the requests queued are answered, and
+        the connection closes once aiohttp reads the FIN (its reading
+        resumes as the queue drains); a client gone for good resets the
+        first of these answers, which closes it sooner."""
+        if self._front is not None:
+            self._front.watch_handed(self, False)  # seen: no need to look again
+        transport = self.transport
+        if reset_:
+            if transport is not None:
+                reset(transport)
+            return
+        self.half_closed = True
+        self._release_held()
 
     # -- flow control ----------------------------------------------------------
 

@@ -116,7 +116,7 @@ async def test_a_send_cut_short_by_a_half_close_is_dropped_and_stores_nothing(
             assert (await resp.json())["seq"] == 0
 
 
-@pytest.mark.parametrize("behind", ["a send"])
+@pytest.mark.parametrize("behind", ["a send", "a held poll and two sends"])
 async def test_requests_pipelined_behind_a_handed_one_then_a_half_close_are_answered(
         engine_url: str, session: aiohttp.ClientSession, behind: str) -> None:
     """Issue 44: a send pipelined behind ``GET /healthz`` (the connection goes

@@ -457,3 +457,35 @@ async def test_one_address_kept_alive_on_aiohttp_does_not_keep_its_own_listener_
                 assert await closed_by_server(r1)
                 assert front.admission.per_address == {"127.0.0.1": 2}
             assert (front.admission.evicted, front.admission.refused_per_ip) == (1, 0)
+
+
+@pytest.mark.parametrize("closing", ["fin", "reset"])
+@pytest.mark.parametrize("loop_factory", LOOPS)
+def test_a_client_gone_while_its_requests_wait_on_aiohttp_is_let_go(
+        loop_factory: LoopFactory, closing: str) -> None:
+    """As B, on a connection handed to aiohttp: it queues two requests behind
+    the one it answers, then stops reading the connection, and so sees no FIN
+    (nor, on some loops, a reset). Before: the client's held poll and the
+    connection stayed until each poll's hold ran out, one after the other."""
+    async def scenario() -> None:
+        async with running_node(keepalive_timeout=0.5) as node:
+            front, proxy = node.node.proxy.front, node.node.proxy
+            async with aiohttp.ClientSession() as session:
+                first = await Listener(session, "gone").poll(node.url)
+            held = get(f"/v1/rooms/gone/poll?uid=u&epoch={first['epoch']}&seq={first['seq']}"
+                       f"&iseq={first['iseq']}&timeout=60")
+            host, port = node.url.removeprefix("http://").split(":")
+            reader, writer = await asyncio.open_connection(host, int(port))
+            try:
+                writer.write(get("/healthz"))
+                assert (await read_response(reader))[0] == 200
+                writer.write(held * 24)
+                assert await until(lambda: proxy.held_polls() == 1, 2)
+                if closing == "reset":
+                    writer.get_extra_info("socket").setsockopt(
+                        socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            finally:
+                writer.close()
+            # Closed while not read: found and let go within a sweep or two.
+            assert await until(lambda: not front.open_connections and not proxy.held_polls(), 2)
+    on_loop(loop_factory, scenario())
