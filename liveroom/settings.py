@@ -330,12 +330,14 @@ class Settings:
         0, "Polls this node holds at once; beyond, 503 with Retry-After. 0: the open-file "
         "limit (raised to its hard limit at start) less a reserve.", BOUNDS, lo=0)
     connections_max: int = setting(
-        0, "Connections this node keeps open at once; one more is answered 503 with "
-        "Retry-After and closed. 0: the open-file limit less a reserve of 1 % (at least "
-        "64).", BOUNDS, lo=0)
+        0, "Connections this node keeps open at once; at the cap, one without a valid "
+        "request yet (else one idle on aiohttp: a keep-alive to /healthz, say) is closed to "
+        "make room, and when none is, one more is answered 503 with Retry-After and closed. "
+        "0: the open-file limit less a reserve of 1 % (at least 64).", BOUNDS, lo=0)
     connections_per_ip: int = setting(
         256, "Connections this node keeps open at once from one client address (an IPv6 "
-        "client: its /64); one more is answered 503 with Retry-After and closed. Clients "
+        "client: its /64); at the cap, one of its own makes room as at --connections-max, "
+        "and when none may, one more is answered 503 with Retry-After and closed. Clients "
         "behind one NAT share it. 0: no limit.", BOUNDS, lo=0)
     trusted_proxies: tuple[str, ...] = setting(
         LOOPBACK, "Addresses or networks (CIDR) of your load balancers: only on their "

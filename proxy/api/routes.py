@@ -31,7 +31,7 @@ from liveroom.store.base import RANKING_MAX
 from ..auth import Right, Tokens, bearer
 from ..front.limits import FrontLimits, HeadRules
 from ..front.routing import parse_query
-from ..front.site import HELD_POLL
+from ..front.site import hold
 from ..gifts.gifts import Gifts
 from ..likes.likes import Likes
 from ..likes.taps import Taps
@@ -182,7 +182,7 @@ class Routes:
         poll = self.polls.start(request.match_info["room"], query,
                                 headers.get("Accept", ""), reply, headers.get("Authorization"))
         if poll is not None:
-            request[HELD_POLL] = poll  # a half-close answers it at once
+            hold(request, poll)  # a half-close answers it at once
         try:
             return response(await answered)
         finally:

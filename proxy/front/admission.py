@@ -1,20 +1,39 @@
 """Who may hold a connection to the front: the node's cap and the cap per
-client address.
+client address, and which connection goes first when one is reached.
 
 At most ``connections_max`` open connections per node, those handed to
 aiohttp included (default: the open-file limit less a reserve,
-:func:`~.limits.connection_capacity`). At the cap, the connection that
-has gone longest without a valid request (an answer under 400, or a poll
-held) is aborted to make room; only when there is none is the new one
-answered 503 ``overloaded`` with ``Retry-After`` and closed. At most
-``connections_per_ip`` come from one client address
-(:func:`~proxy.addresses.address_key`), handed ones included until aiohttp closes
-them; one more is answered the same way. A connection from one of
-``trusted_proxies`` is not counted under the proxy's address but under the
-client each of its requests names in ``X-Forwarded-For``
-(:func:`~proxy.addresses.forwarded_client`); over its cap, that request is
-answered 503 and the connection closes. The count is a dict entry per
-address, updated at each accept and close.
+:func:`~.limits.connection_capacity`); at most ``connections_per_ip`` from
+one client address (:func:`~proxy.addresses.address_key`), handed ones
+included. At either cap, one open connection within it makes room for the
+new one, in this order:
+
+1. the one longest **unproven**: on the front, no valid request yet (an
+   answer under 400, or a poll held); handed to aiohttp, idle after an
+   answer of 400 or more (a refused request, a 404);
+2. else the one handed to aiohttp longest **spare**: idle (a keep-alive
+   between two requests: none queued, none being answered) after a valid
+   answer (``GET /healthz``, say).
+
+A front connection is aborted (a reset); a handed one is closed as
+aiohttp's keep-alive timeout closes it (a FIN after its last answer, or a
+reset if the client has not taken it). Only when there is none is the new
+connection answered 503 ``overloaded`` with ``Retry-After`` and closed: a
+request being answered is never cut, nor a listener that had one valid
+request on the front. So a flood of refused requests, silent connections or
+keep-alives on other routes cannot keep listeners out.
+
+A connection from one of ``trusted_proxies`` is not counted under the
+proxy's address but under the client each of its requests names in
+``X-Forwarded-For`` (:func:`~proxy.addresses.forwarded_client`); over that
+client's cap (with none of its connections to close), that request is
+answered 503 and the connection closes.
+
+The books are a dict entry per address (the count) and, for the
+connections that may be closed, one ordered dict per order above for the
+node and for each address that has such a connection: taking a connection
+in, marking it proven, idle or busy, and choosing the one to close are each
+O(1).
 """
 
 from __future__ import annotations
@@ -22,10 +41,11 @@ from __future__ import annotations
 import ipaddress
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Final, Protocol
+from typing import Final, Protocol, TypeVar
 
 from ..addresses import address_key, forwarded_client
 from ..reply import error_reply
+from .handoff import Handed
 from .limits import FrontLimits, connection_capacity
 
 
@@ -39,9 +59,12 @@ class Seated(Protocol):
     forwarded: bytes | None
     """The ``X-Forwarded-For`` its address was last taken from."""
     unproven: bool
-    """Open, and no valid request yet (first closed at the cap)."""
+    """In the books of the first closed at a cap (see the module's docstring)."""
 
     def abort(self) -> None: ...
+
+
+S = TypeVar("S", bound=Seated)
 
 
 class Admission:
@@ -57,8 +80,15 @@ class Admission:
         self.per_address: dict[str, int] = {}
         """Open connections per client address (those counted: with a cap)."""
         self.unproven: OrderedDict[Seated, None] = OrderedDict()
-        """Connections that have had no valid request yet, oldest first: the
-        first closed at the cap."""
+        """Connections unproven (see the module's docstring), oldest first:
+        the first closed at the cap."""
+        self.spare: OrderedDict[Handed, None] = OrderedDict()
+        """Connections handed to aiohttp, idle after a valid answer, longest
+        idle first: closed at the cap when no connection is unproven."""
+        self._unproven_at: dict[str, OrderedDict[Seated, None]] = {}
+        """:attr:`unproven`, for each address that has one."""
+        self._spare_at: dict[str, OrderedDict[Handed, None]] = {}
+        """:attr:`spare`, for each address that has one."""
         self.refused = 0
         """Connections refused past ``connections_max`` since start."""
         self.on_refused = on_refused
@@ -66,15 +96,15 @@ class Admission:
         self.refused_per_ip = 0
         """Connections (or proxied requests) refused past ``connections_per_ip``."""
         self.evicted = 0
-        """Connections closed at the cap to make room, never having had a valid request."""
+        """Connections closed at a cap to make room (unproven or spare)."""
 
     def admit(self, conn: Seated, host: str, open_now: int) -> bytes | None:
         """Take ``conn`` (from ``host``, ``""`` if unknown; ``open_now``
         connections are open) in, or return the answer that refuses it: past
-        ``connections_per_ip`` for its address, or past ``connections_max``
-        when no connection that never had a valid request can be closed to
-        make room (the oldest such is). A trusted proxy's connection is
-        counted under the client its requests name."""
+        ``connections_per_ip`` for its address, or past ``connections_max``,
+        when no connection within that cap can be closed to make room (see
+        the module's docstring). A trusted proxy's connection is counted
+        under the client its requests name."""
         address = ""
         if self.connections_per_ip and host:
             if self.trusts(host):
@@ -82,10 +112,12 @@ class Admission:
             else:
                 address = address_key(host)
                 if self.per_address.get(address, 0) >= self.connections_per_ip:
-                    self.refused_per_ip += 1
-                    self._shed("per_ip")
-                    return _CROWDED
-        if open_now >= self.connections_max and not self._make_room():
+                    if not self._make_room(address):
+                        self.refused_per_ip += 1
+                        self._shed("per_ip")
+                        return _CROWDED
+                    open_now -= 1  # closed, though not yet at the node's cap
+        if open_now >= self.connections_max and not self._make_room(""):
             self.refused += 1
             if self.on_refused is not None:
                 self.on_refused()
@@ -94,13 +126,14 @@ class Admission:
             self.per_address[address] = self.per_address.get(address, 0) + 1
             conn.address = address
         conn.unproven = True
-        self.unproven[conn] = None
+        _enter(self.unproven, self._unproven_at, conn)
         return None
 
     def readdress(self, conn: Seated, forwarded: bytes | None) -> bool:
         """Count a trusted proxy's connection under the client its request
         names in ``X-Forwarded-For`` (none: not counted); False when that
-        client has ``connections_per_ip`` already."""
+        client has ``connections_per_ip`` already and none of them can be
+        closed to make room."""
         if forwarded == conn.forwarded:
             return True  # the header of its last request: the same client, counted
         conn.forwarded = forwarded
@@ -108,23 +141,28 @@ class Admission:
         if address == conn.address:
             return True
         if conn.address:
+            if conn.unproven:
+                _leave_address(self._unproven_at, conn)
             self.release(conn.address)
             conn.address = ""
         if not address:
             return True
-        if self.per_address.get(address, 0) >= self.connections_per_ip:
+        if self.per_address.get(address, 0) >= self.connections_per_ip \
+                and not self._make_room(address):
             self.refused_per_ip += 1
             self._shed("per_ip")
             return False
         self.per_address[address] = self.per_address.get(address, 0) + 1
         conn.address = address
+        if conn.unproven:
+            _enter_address(self._unproven_at, conn)
         return True
 
     def forget(self, conn: Seated) -> None:
-        """``conn`` is closed, or aiohttp's: count it no more (safe to repeat)."""
+        """``conn`` is closed: count it no more (safe to repeat)."""
         if conn.unproven:
             conn.unproven = False
-            self.unproven.pop(conn, None)
+            _leave(self.unproven, self._unproven_at, conn)
         address = conn.address
         if address:
             conn.address = ""
@@ -141,7 +179,47 @@ class Admission:
     def prove(self, conn: Seated) -> None:
         """``conn`` had a valid request: no longer the first closed at the cap."""
         conn.unproven = False
-        self.unproven.pop(conn, None)
+        _leave(self.unproven, self._unproven_at, conn)
+
+    # -- connections handed to aiohttp ---------------------------------------
+
+    def hand(self, conn: Seated, handed: Handed) -> None:
+        """``conn`` goes to aiohttp as ``handed``, which takes its place
+        under its address; busy (its first request is being answered), it
+        is in no book until it falls idle."""
+        if conn.unproven:
+            conn.unproven = False
+            _leave(self.unproven, self._unproven_at, conn)
+        handed.address, conn.address = conn.address, ""
+
+    def idle(self, handed: Handed, valid: bool) -> None:
+        """``handed`` answered its requests and waits for the next one: spare
+        after a ``valid`` answer (under 400), else unproven."""
+        if handed.unproven or handed.spare:
+            self.busy(handed)
+        if valid:
+            handed.spare = True
+            _enter(self.spare, self._spare_at, handed)
+        else:
+            handed.unproven = True
+            _enter(self.unproven, self._unproven_at, handed)
+
+    def busy(self, handed: Handed) -> None:
+        """``handed`` has a request again: closed to make room no more."""
+        if handed.spare:
+            handed.spare = False
+            _leave(self.spare, self._spare_at, handed)
+        elif handed.unproven:
+            handed.unproven = False
+            _leave(self.unproven, self._unproven_at, handed)
+
+    def forget_handed(self, handed: Handed) -> None:
+        """``handed`` is closed: count it no more (safe to repeat)."""
+        self.busy(handed)
+        address = handed.address
+        if address:
+            handed.address = ""
+            self.release(address)
 
     def trusts(self, host: str) -> bool:
         """Whether ``host`` is one of the trusted proxies."""
@@ -155,18 +233,60 @@ class Admission:
             ip = ip.ipv4_mapped
         return any(ip in network for network in self._trusted)
 
-    def _make_room(self) -> bool:
-        """At the cap: close the connection that has gone longest without a
-        valid request, if there is one (a flood of refused requests must not
-        keep listeners out)."""
-        if not self.unproven:
+    def _make_room(self, address: str) -> bool:
+        """At the cap of ``address`` (``""``: the node's): close the
+        connection within it that goes first (the module's docstring), if
+        there is one. It leaves the books (and its count) at once."""
+        if address:
+            unproven = self._unproven_at.get(address)
+            spare = self._spare_at.get(address)
+        else:
+            unproven, spare = self.unproven, self.spare
+        victim: Seated
+        if unproven:
+            victim = next(iter(unproven))
+            victim.unproven = False
+            _leave(self.unproven, self._unproven_at, victim)
+        elif spare:
+            handed = next(iter(spare))
+            handed.spare = False
+            _leave(self.spare, self._spare_at, handed)
+            victim = handed
+        else:
             return False
-        conn, _ = self.unproven.popitem(last=False)
-        conn.unproven = False
         self.evicted += 1
         self._shed("evicted")
-        conn.abort()
+        victim.abort()
         return True
+
+
+def _enter(book: OrderedDict[S, None], at: dict[str, OrderedDict[S, None]], conn: S) -> None:
+    """Put ``conn`` last in ``book``, and in its address's (``at``) if counted."""
+    book[conn] = None
+    if conn.address:
+        _enter_address(at, conn)
+
+
+def _enter_address(at: dict[str, OrderedDict[S, None]], conn: S) -> None:
+    entries = at.get(conn.address)
+    if entries is None:
+        entries = at[conn.address] = OrderedDict()
+    entries[conn] = None
+
+
+def _leave(book: OrderedDict[S, None], at: dict[str, OrderedDict[S, None]], conn: S) -> None:
+    """Take ``conn`` out of ``book`` and out of its address's (``at``)."""
+    book.pop(conn, None)
+    if conn.address:
+        _leave_address(at, conn)
+
+
+def _leave_address(at: dict[str, OrderedDict[S, None]], conn: S) -> None:
+    entries = at.get(conn.address)
+    if entries is not None:
+        entries.pop(conn, None)
+        if not entries:
+            del at[conn.address]
 
 
 def _refusal(message: str) -> bytes:

@@ -31,7 +31,6 @@ from ..reply import Reply, error_reply
 from .admission import CROWDED_REPLY, Admission
 from .flow import FlowControl
 from .handler import Handler
-from .handoff import hand_over
 from .limits import FrontLimits
 from .reader import Arriving, Fed, RequestReader
 from .request import Held, Request
@@ -150,9 +149,11 @@ class Shared:
         """The ``Date`` header line."""
         raise NotImplementedError
 
-    def protocol_for(self, address: str) -> asyncio.Protocol:
-        """aiohttp's protocol for a connection handed over, counted under
-        ``address`` (``""``: not counted) until it closes."""
+    def hand(self, conn: Connection, transport: asyncio.Transport, raw: list[bytes],
+             reading_paused: bool, hung_up: bool) -> None:
+        """Give ``conn``'s ``transport`` to aiohttp with the bytes ``raw`` of
+        its request (:func:`~.handoff.hand_over`); the connection aiohttp
+        serves takes its place in the front's books."""
         raise NotImplementedError
 
 
@@ -579,10 +580,7 @@ class Connection(asyncio.Protocol):
         self._disarm()
         self._flow.disarm_write(self)
         self._state = State.CLOSED  # for this protocol
-        # aiohttp's connection stays counted under its address until it closes.
-        address, self.address = self.address, ""
-        front.forget(self)
-        protocol = front.protocol_for(address)
         raw, reader.raw = reader.raw, None
         reader.drop()
-        hand_over(transport, protocol, raw, self._flow.reading_paused)
+        # aiohttp's connection stays in the front's books until it closes.
+        front.hand(self, transport, raw, self._flow.reading_paused, self._hangup)

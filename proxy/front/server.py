@@ -17,15 +17,19 @@ handler built. It knows no feature: the role gives it one
 - :mod:`.connection`: one connection's life, and what it sees of the
   front (:class:`~.connection.Shared`);
 - :mod:`.flow`: flow control (a client that does not read is not read);
-- :mod:`.admission`: the caps on open connections, per node and per client;
+- :mod:`.admission`: the caps on open connections, per node and per client,
+  and which connection makes room at a cap;
 - :mod:`.handoff` and :mod:`.site`: a connection whose request is anything
-  else goes to aiohttp (the rest of the API), on the same listening socket;
+  else goes to aiohttp (the rest of the API), on the same listening socket,
+  and stays in the front's books (counted, closed at a cap when idle,
+  watched while paused) until it closes;
 - :mod:`.limits`: the bounds; :mod:`.trim`: memory handed back.
 
 Each connection is a :class:`~.connection.Connection` (its life: the
 :class:`~.connection.State` it is in); the :class:`Front` is what they
 share: the protocol factory, the admission books, the deadlines, the sweep,
-the teardown of held requests whose clients left, and the shutdown.
+the teardown of held requests whose clients left, and the shutdown. It
+keeps the connections it handed to aiohttp too (:class:`~.handoff.Handed`).
 
 **Timeouts.** The head of a request must arrive within ``header_timeout`` of
 its first byte (bytes that begin no request, like bare CRLFs, do not count as
@@ -45,7 +49,10 @@ cancelled and its waiting requests dropped. A client that closes while its
 connection is not read (paused: the transport sees no FIN, and on some loops
 no reset, until it reads again) is found by the idle sweep, which asks
 ``poll(2)`` about the paused sockets: a reset aborts, a FIN is taken as a
-half-close.
+half-close. The sweep asks about the paused connections handed to aiohttp
+too (aiohttp stops reading one with two requests queued behind the one it
+answers): a reset closes it, a FIN answers its held poll at once, and what it
+queued is answered before it closes.
 """
 
 from __future__ import annotations
@@ -58,7 +65,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from email.utils import formatdate
-from functools import partial
 from http import HTTPStatus
 from time import monotonic as _monotonic
 from typing import Final
@@ -66,6 +72,7 @@ from typing import Final
 from .admission import Admission
 from .connection import Connection, Shared, reset
 from .handler import Handler
+from .handoff import Handed, hand_over
 from .limits import FrontLimits
 from .request import Held
 from .routing import KINDS, ROUTES
@@ -102,16 +109,20 @@ class Front(Shared):
         limits = limits or FrontLimits()
         super().__init__(tuple(handlers.get(kind) for kind in range(KINDS)), limits,
                          Admission(limits, self.shed, on_refused))
-        self.handoff: Callable[[Callable[[], None] | None], asyncio.Protocol] | None = None
+        self.handoff: Callable[[Front], Handed] | None = None
         """Makes aiohttp's protocol for a connection handed over (set when
-        serving); it calls what it is given when the connection closes."""
-        self.handed: Callable[[], int] = lambda: 0
-        """How many connections handed over are still open (set when serving)."""
+        serving); it tells this front when it falls idle, gets busy, pauses
+        and closes."""
+        self.handed: set[Handed] = set()
+        """The connections handed to aiohttp, open still."""
+        self.handed_paused: set[Handed] = set()
+        """Those aiohttp does not read now (the sweep watches them)."""
         self.on_shed = on_shed
         """Called with the reason for each connection shed (a metric): its
         client did not read (``write_timeout``, ``unsent``), flooded a lingering
-        close (``linger``), was closed to make room (``evicted``) or refused
-        past ``connections_per_ip`` (``per_ip``)."""
+        close (``linger``), was closed to make room at a cap (``evicted``: one
+        handed to aiohttp too) or refused past ``connections_per_ip``
+        (``per_ip``)."""
         self.write_timeouts = 0
         """Connections aborted because their client did not take its answers."""
         self.lingers_cut = 0
@@ -154,7 +165,7 @@ class Front(Shared):
 
     def seat(self, conn: Connection, host: str) -> bytes | None:
         """Take ``conn`` in, or the answer that refuses it (:class:`~.admission.Admission`)."""
-        refusal = self.admission.admit(conn, host, len(self.connections) + self.handed())
+        refusal = self.admission.admit(conn, host, len(self.connections) + len(self.handed))
         if refusal is None:
             self.connections.add(conn)
             if self._sweeper is None and not self.closing:
@@ -180,9 +191,31 @@ class Front(Shared):
     def dropped(self, unsent: int) -> None:
         self.trim.dropped += unsent
 
-    def protocol_for(self, address: str) -> asyncio.Protocol:
+    def hand(self, conn: Connection, transport: asyncio.Transport, raw: list[bytes],
+             reading_paused: bool, hung_up: bool) -> None:
         assert self.handoff is not None  # set when serving
-        return self.handoff(partial(self.admission.release, address) if address else None)
+        handed = self.handoff(self)
+        self.admission.hand(conn, handed)  # before forget: the address is the handed one's
+        self.forget(conn)
+        self.handed.add(handed)
+        hand_over(transport, handed, raw, reading_paused, hung_up)
+
+    def forget_handed(self, handed: Handed) -> None:
+        """``handed`` (aiohttp's) is closed: count it no more (safe to repeat)."""
+        self.handed.discard(handed)
+        self.handed_paused.discard(handed)
+        self.admission.forget_handed(handed)
+
+    def watch_handed(self, handed: Handed, paused: bool) -> None:
+        """aiohttp paused reading ``handed`` (or resumed it): the sweep
+        watches it for a client gone meanwhile (or no more)."""
+        if not paused:
+            self.handed_paused.discard(handed)
+        elif handed in self.handed:
+            self.handed_paused.add(handed)
+            if self._sweeper is None and not self.closing:
+                self._sweeper = asyncio.get_running_loop().call_later(
+                    min(SWEEP_EVERY, self.limits.keepalive_timeout / 2), self._sweep)
 
     def let_go(self, held: Held, answer: bool) -> None:
         """Its client left: answer ``held`` at once, empty (``answer``: a
@@ -235,14 +268,15 @@ class Front(Shared):
     @property
     def open_connections(self) -> int:
         """Connections open on this node: the front's and aiohttp's."""
-        return len(self.connections) + self.handed()
+        return len(self.connections) + len(self.handed)
 
     def _sweep(self) -> None:
-        """Close connections idle for ``keepalive_timeout``; again in a second while
-        there are connections. A flag check per connection: cheaper than
-        arming a deadline after every answer."""
+        """Close connections idle for ``keepalive_timeout`` and look for clients
+        gone from paused ones; again in a second while there are connections
+        (or paused ones handed to aiohttp). A flag check per connection:
+        cheaper than arming a deadline after every answer."""
         self.trim.due()
-        if not self.connections and not self.trim.dropped:
+        if not self.connections and not self.handed_paused and not self.trim.dropped:
             self._sweeper = None
             return
         self._sweeper = asyncio.get_running_loop().call_later(
@@ -251,14 +285,15 @@ class Front(Shared):
         stale = [c for c in self.connections if 0 < c.idle_since <= before]
         for conn in stale:
             conn.close_if_idle()
-        if self.paused:
+        if self.paused or self.handed_paused:
             self._watch_paused()
 
     def _watch_paused(self) -> None:
         """Find clients gone while their connections are not read: a paused
         transport reads nothing, so it sees neither a FIN nor (on some loops)
         a reset until it reads again, which may be a held poll's whole hold
-        away. One poll(2) that does not wait, for all of them."""
+        away. One poll(2) that does not wait, for all of them, the front's
+        and aiohttp's."""
         watch = select.poll()
         by_fd: dict[int, Connection] = {}
         for conn in self.paused:
@@ -266,8 +301,18 @@ class Front(Shared):
             if fd >= 0:
                 watch.register(fd, _RDHUP)
                 by_fd[fd] = conn
+        handed_by_fd: dict[int, Handed] = {}
+        for handed in self.handed_paused:
+            fd = handed.fileno()
+            if fd >= 0:
+                watch.register(fd, _RDHUP)
+                handed_by_fd[fd] = handed
         for fd, events in watch.poll(0):
-            conn = by_fd[fd]
-            conn.hung_up(bool(events & (select.POLLHUP | select.POLLERR | select.POLLNVAL)))
+            gone = bool(events & (select.POLLHUP | select.POLLERR | select.POLLNVAL))
+            found = by_fd.get(fd)
+            if found is not None:
+                found.hung_up(gone)
+            else:
+                handed_by_fd[fd].hung_up(gone)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from http import HTTPStatus
 from typing import Any
 
@@ -33,25 +33,131 @@ HANDED_QUEUE = 2
 
 
 class _Handler(RequestHandler):
-    """aiohttp's protocol for a connection the front handed over. aiohttp
-    answers a request it cannot parse before any handler or middleware runs,
-    as plain text with its own ``Server`` header; here that answer is JSON
-    ``{"error", "message"}`` with liveroom's, like every other. ``on_lost``
-    runs when the connection closes (the front's count of it by address)."""
+    """aiohttp's protocol for a connection the front handed over
+    (:class:`~.handoff.Handed`).
 
-    on_lost: Callable[[], None] | None = None
+    It stays in the front's books until it closes: counted under its client
+    address; between two requests (none queued, none being answered) it is
+    unproven after an answer of 400 or more, spare after a valid one, and may
+    then be closed to make room at a cap (:mod:`.admission`), as aiohttp's
+    keep-alive timeout closes it; while aiohttp does not read it, the front's
+    sweep watches it for a client gone. A request aiohttp is answering is
+    never cut to make room.
+
+    aiohttp answers a request it cannot parse before any handler or
+    middleware runs, as plain text with its own ``Server`` header; here that
+    answer is JSON ``{"error", "message"}`` with liveroom's, like every
+    other. A half-close is handled as the front handles it
+    (:meth:`eof_received`)."""
+
     write_timeout: float = 0.0
     """Seconds a client has to take what is written once the transport's
     buffer is full (the front's ``--write-timeout``; 0: none)."""
     _stalled: asyncio.TimerHandle | None = None
+    half_closed = False
+    """The client half-closed (or was seen gone while not read): held polls
+    are answered at once."""
+    _eof = False
+    """The FIN came behind requests still queued: close once they are answered."""
+    address = ""
+    """The client address it is counted under (``""``: not counted)."""
+    proxied = False
+    forwarded: bytes | None = None
+    unproven = False
+    """Idle after an answer of 400 or more: the first closed at a cap."""
+    spare = False
+    """Idle after a valid answer: closed at a cap when none is unproven."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, front: Front, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._front: Front | None = front
+        """Whose books it is in (None once closed)."""
         # aiohttp queues up to 32 parsed requests a connection, each with its
         # body's buffer (~3 MB behind one held poll); the front queues at
         # most a few answers. Two here, then reading pauses until one is done.
         self._max_msg_queue_size = HANDED_QUEUE
         self._msg_queue_resume_size = HANDED_QUEUE - 1
+
+    # -- the front's books ----------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if (self.spare or self.unproven) and self._messages and self._front is not None:
+            self._front.admission.busy(self)  # a request arrived: not one to close
+
+    async def _handle_request(self, request: BaseRequest, start_time: float | None,
+                              request_handler: Callable[[BaseRequest],
+                                                        Awaitable[web.StreamResponse]],
+                              ) -> tuple[web.StreamResponse, bool]:
+        answer = await super()._handle_request(request, start_time, request_handler)
+        if not self._messages:
+            response, reset_ = answer
+            front = self._front
+            if self._eof:
+                self._close = True  # the last request that came before the FIN is answered
+            elif front is not None and not reset_ and response.keep_alive \
+                    and not self._close and not self._force_close:
+                # Idle until the next request: one that may make room.
+                front.admission.idle(self, response.status < 400)
+        return answer
+
+    def abort(self) -> None:
+        """Closed to make room (it is idle): out of the front's books now,
+        then a FIN after what it was sent (as aiohttp's keep-alive timeout
+        closes it), or a reset if its client has not taken all of it yet."""
+        self._forget()
+        transport = self.transport
+        if transport is not None and transport.get_write_buffer_size():
+            reset(transport)
+        else:
+            self.force_close()
+
+    def _forget(self) -> None:
+        front, self._front = self._front, None
+        if front is not None:
+            front.forget_handed(self)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._unstall()
+        self._forget()
+        super().connection_lost(exc)
+
+    # -- a client gone while it is not read ------------------------------------
+
+    def _pause_transport_reading(self) -> None:
+        super()._pause_transport_reading()
+        if self._front is not None:
+            self._front.watch_handed(self, True)
+
+    def _resume_transport_reading(self) -> None:
+        super()._resume_transport_reading()
+        if self._front is not None:
+            self._front.watch_handed(self, False)
+
+    def fileno(self) -> int:
+        transport = self.transport
+        sock = transport.get_extra_info("socket") if transport is not None else None
+        return int(sock.fileno()) if sock is not None else -1
+
+    def hung_up(self, reset_: bool) -> None:
+        """Its client closed while aiohttp did not read it (seen by the
+        front's sweep, or by the front before the hand-over). A reset closes
+        it. A FIN may be a half-close: as after :meth:`eof_received`, held
+        polls are answered at once, the requests queued are answered, and
+        the connection closes once aiohttp reads the FIN (its reading
+        resumes as the queue drains); a client gone for good resets the
+        first of these answers, which closes it sooner."""
+        if self._front is not None:
+            self._front.watch_handed(self, False)  # seen: no need to look again
+        transport = self.transport
+        if reset_:
+            if transport is not None:
+                reset(transport)
+            return
+        self.half_closed = True
+        self._release_held()
+
+    # -- flow control ----------------------------------------------------------
 
     def pause_writing(self) -> None:
         super().pause_writing()
@@ -76,12 +182,7 @@ class _Handler(RequestHandler):
         if self.transport is not None:
             reset(self.transport)
 
-    def connection_lost(self, exc: BaseException | None) -> None:
-        self._unstall()
-        super().connection_lost(exc)
-        on_lost, self.on_lost = self.on_lost, None
-        if on_lost is not None:
-            on_lost()
+    # -- answers aiohttp makes itself, and the half-close ----------------------
 
     def handle_error(self, request: BaseRequest, status: int = 500,
                      exc: BaseException | None = None,
@@ -97,35 +198,59 @@ class _Handler(RequestHandler):
         return answer
 
     def eof_received(self) -> bool:  # type: ignore[override]  # asyncio.Protocol: bool | None
-        """The client half-closed its side (a FIN right behind its request),
-        handled as the front handles it: a request that arrived whole is
-        answered (a held poll at once, as if its hold ran out), then the
-        connection closes; one half-arrived is dropped, and an idle
-        connection closes. aiohttp's own closes at once, which cancels the
-        handler: a send was stored and never answered."""
+        """The client half-closed its side (a FIN right behind its requests),
+        handled as the front handles it: the requests that arrived whole are
+        answered, in order (a held poll at once, as if its hold ran out, and
+        one that starts later too), then the connection closes; one
+        half-arrived is dropped, and an idle connection closes. aiohttp's own
+        closes at once, which cancels the handler (a send was stored and
+        never answered), and an EOF that only stops the handler's loop drops
+        what waits behind the request being answered (a send pipelined
+        behind ``GET /healthz``: neither answered nor stored)."""
+        self.half_closed = True
         waiter = self._waiter
         if waiter is not None and not waiter.done() and not self._messages:
             return False  # idle: nothing asked
         request = self._current_request
         if request is not None and not request.content.is_eof():
             return False  # its body half-arrived: dropped (the handler is cancelled)
-        self._close = True  # no keep-alive past the answers owed
-        if request is not None:
-            held = request.get(HELD_POLL)
-            if held is not None:
-                held.release()
+        queued = self._messages
+        if queued and not queued[-1][1].is_eof():
+            # The last one's body half-arrived: dropped. (When it is all that
+            # is left and the loop is about to take it, the connection closes.)
+            if len(queued) == 1 and waiter is not None:
+                return False
+            queued.pop()
+        if queued:
+            self._eof = True  # closes once those queued are answered
+        else:
+            self._close = True  # no keep-alive past the answer owed
+        self._release_held()
         return True
 
+    def _release_held(self) -> None:
+        request = self._current_request
+        held = request.get(HELD_POLL) if request is not None else None
+        if held is not None:
+            held.release()
 
-def handler_of(server: web.Server, on_lost: Callable[[], None] | None = None, *,
-               write_timeout: float = 0.0) -> RequestHandler:
+
+def hold(request: web.Request, poll: Held) -> None:
+    """``poll`` is what ``request`` waits for: a half-close of its connection
+    answers it at once (now, if the client half-closed already)."""
+    request[HELD_POLL] = poll
+    protocol = request.protocol
+    if isinstance(protocol, _Handler) and protocol.half_closed:
+        poll.release()
+
+
+def handler_of(server: web.Server, front: Front, *, write_timeout: float = 0.0) -> _Handler:
     """The protocol ``server`` would make for a connection, answering its
-    parse errors as :class:`_Handler` does, calling ``on_lost`` when it
-    closes, and resetting it when its client does not read for
+    parse errors as :class:`_Handler` does, kept in ``front``'s books until
+    it closes, and reset when its client does not read for
     ``write_timeout`` seconds (0: never)."""
     # What web.Server.__call__ does, with our class.
-    handler = _Handler(server, loop=server._loop, **server._kwargs)
-    handler.on_lost = on_lost
+    handler = _Handler(front, server, loop=server._loop, **server._kwargs)
     handler.write_timeout = write_timeout
     return handler
 
@@ -164,12 +289,8 @@ class FrontSite(web.BaseSite):
         handoff = self._runner.server
         assert handoff is not None
         write_timeout = self._front.limits.write_timeout
-        self._front.handoff = lambda on_lost: handler_of(handoff, on_lost,
-                                                         write_timeout=write_timeout)
-        # aiohttp's server keeps its connections in a dict; its public
-        # ``connections`` copies them into a list, too dear for every accept.
-        handed = handoff._connections
-        self._front.handed = lambda: len(handed)
+        self._front.handoff = lambda front: handler_of(handoff, front,
+                                                       write_timeout=write_timeout)
         loop = asyncio.get_running_loop()
         if self._sock is not None:
             server = await loop.create_server(self._front.connection, sock=self._sock,

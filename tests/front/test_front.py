@@ -269,6 +269,15 @@ async def test_connections_past_the_cap_are_answered_503_and_closed() -> None:
         async with connect(node) as (r1, w1), connect(node) as (r2, w2):
             w1.write(get("/healthz"))  # handed to aiohttp: still counted
             assert (await read_response(r1))[0] == 200
+            # A poll held there: busy, not one to close to make room (idle,
+            # it would be: tests/hostile/test_hostile_front.py).
+            w1.write(get("/v1/rooms/cap/poll?uid=h"))
+            first = json.loads((await read_response(r1))[2])
+            w1.write(get(f"/v1/rooms/cap/poll?uid=h&epoch={first['epoch']}&seq={first['seq']}"
+                         f"&iseq={first['iseq']}&timeout=60"))
+            async with asyncio.timeout(5):
+                while node.node.proxy.held_polls() < 1:
+                    await asyncio.sleep(0.01)
             w2.write(get("/v1/rooms/cap/poll?uid=u"))
             assert (await read_response(r2))[0] == 200
             async with connect(node) as (r3, w3):

@@ -116,6 +116,70 @@ async def test_a_send_cut_short_by_a_half_close_is_dropped_and_stores_nothing(
             assert (await resp.json())["seq"] == 0
 
 
+@pytest.mark.parametrize("behind", ["a send", "a held poll and two sends"])
+async def test_requests_pipelined_behind_a_handed_one_then_a_half_close_are_answered(
+        engine_url: str, session: aiohttp.ClientSession, behind: str) -> None:
+    """Issue 44: a send pipelined behind ``GET /healthz`` (the connection goes
+    to aiohttp with both), then a FIN, was neither answered nor stored: the
+    FIN closed the connection after the first answer. Each is answered, as
+    on a connection the front keeps: a held poll at once, the sends stored."""
+    async with running_node(engine_url) as node:
+        await send(session, node.url, "behind", "open")
+        first = await poll_once(session, node.url, "behind", {"uid": "a"})
+        sends = [post("/v1/rooms/behind/messages", json.dumps({"uid": "s", "body": text}).encode())
+                 for text in ("behind", "last")]
+        caught_up = (f"GET /v1/rooms/behind/poll?uid=a&epoch={first['epoch']}&seq=1&iseq="
+                     f"{first['iseq']}&timeout=60 HTTP/1.1\r\nHost: t\r\n\r\n").encode()
+        pipelined = [sends[0]] if behind == "a send" else [caught_up, *sends]
+        host, port = node.url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n" + b"".join(pipelined))
+            writer.write_eof()
+            assert (await read_response(reader))[0] == 200
+            for request in pipelined:
+                status, _, body = await read_response(reader, within=5)
+                if request is caught_up:  # held, and answered at once (not after 60 s)
+                    assert status == 200, body
+                    assert (json.loads(body)["seq"], json.loads(body)["messages"]) == (1, [])
+                else:
+                    assert status == 201, body
+            async with asyncio.timeout(5):
+                assert await reader.read() == b""  # closed after the answers
+        finally:
+            writer.close()
+        # Stored: a listener behind them gets them (each as soon as this node
+        # has it: on Redis a moment after its answer).
+        expected = ["behind", "last"][:sum(request is not caught_up for request in pipelined)]
+        bodies: list[Any] = []
+        cursor = first
+        while len(bodies) < len(expected):
+            cursor = await poll_once(session, node.url, "behind", {
+                "uid": "b", "epoch": first["epoch"], "seq": cursor["seq"],
+                "iseq": cursor["iseq"], "timeout": 5})
+            assert cursor["messages"], f"not stored: {expected[len(bodies):]}"
+            bodies += [m["body"] for m in cursor["messages"]]
+        assert bodies == expected
+
+
+async def test_a_send_cut_short_behind_a_handed_request_is_dropped(
+        session: aiohttp.ClientSession) -> None:
+    async with running_node() as node:
+        host, port = node.url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n"
+                         + post("/v1/rooms/cut/messages", b'{"uid": "s", "bo', length=40))
+            writer.write_eof()
+            assert (await read_response(reader))[0] == 200
+            async with asyncio.timeout(5):
+                assert await reader.read() == b""
+        finally:
+            writer.close()
+        async with session.get(f"{node.url}/v1/rooms/cut/poll", params={"uid": "r"}) as resp:
+            assert (await resp.json())["seq"] == 0
+
+
 # -- a fragment in a poll's query --------------------------------------------------------
 
 

@@ -401,10 +401,19 @@ def test_a_flood_after_a_refusal_is_dropped_only_so_far(loop_factory: LoopFactor
 async def test_one_address_cannot_take_more_than_its_connections() -> None:
     async with running_node(connections_per_ip=3, trusted_proxies=()) as node:
         front = node.node.proxy.front
-        async with connect(node) as (r1, w1), connect(node) as (_r2, _w2):
+        async with aiohttp.ClientSession() as session:
+            first = await Listener(session, "ip").poll(node.url)
+        held = get(f"/v1/rooms/ip/poll?uid=u&epoch={first['epoch']}&seq={first['seq']}"
+                   f"&iseq={first['iseq']}&timeout=60")
+        async with connect(node) as (r1, w1), connect(node) as (_r2, w2):
             w1.write(get("/healthz"))  # handed to aiohttp: still counted
             assert (await read_response(r1))[0] == 200
-            async with connect(node) as (_r3, _):
+            # Each with a poll held: none to close to make room.
+            w1.write(held)
+            w2.write(held)
+            async with connect(node) as (_r3, w3):
+                w3.write(held)
+                assert await until(lambda: node.node.proxy.held_polls() == 3, 5)
                 async with connect(node) as (r4, _):
                     status, headers, body = await read_response(r4)
                     assert (status, headers["connection"], headers["retry-after"]) == (
@@ -444,10 +453,44 @@ async def test_x_forwarded_for_names_the_client_only_behind_a_trusted_proxy() ->
             assert front.admission.per_address == {"198.51.100.7": 2, "203.0.113.9": 1}
     # From anyone else, X-Forwarded-For says nothing: the connection's address counts.
     async with running_node(connections_per_ip=2, trusted_proxies=()) as node, \
-            connect(node) as (r1, w1), connect(node) as (_r2, _w2), connect(node) as (r3, _w3):
-        w1.write(get("/v1/rooms/xf/poll?uid=u", "X-Forwarded-For: 203.0.113.10"))
-        assert (await read_response(r1))[0] == 200
-        assert (await read_response(r3))[0] == 503
+            connect(node) as (r1, w1), connect(node) as (r2, w2):
+        for reader, writer in ((r1, w1), (r2, w2)):  # each had a valid request: kept
+            writer.write(get("/v1/rooms/xf/poll?uid=u", "X-Forwarded-For: 203.0.113.10"))
+            assert (await read_response(reader))[0] == 200
+        async with connect(node) as (r3, _w3):
+            assert (await read_response(r3))[0] == 503
+
+
+async def test_silent_connections_of_one_address_make_room_for_its_listener() -> None:
+    """At ``--connections-per-ip`` as at ``--connections-max``: the address's
+    connection longest without a valid request makes room (one address
+    behind a NAT, some of its clients silent)."""
+    async with running_node(connections_per_ip=2, trusted_proxies=()) as node:
+        front = node.node.proxy.front
+        async with connect(node) as (r1, _w1), connect(node) as (_r2, _w2):
+            async with connect(node) as (reader, writer):
+                writer.write(get("/v1/rooms/ip/poll?uid=listener"))
+                assert (await read_response(reader))[0] == 200
+                assert await cut_off(r1)
+                assert front.admission.per_address == {"127.0.0.1": 2}
+            assert (front.admission.evicted, front.admission.refused_per_ip) == (1, 0)
+
+
+async def test_a_proxied_client_refused_on_its_connections_makes_room_for_its_listener() -> None:
+    forwarded = "X-Forwarded-For: 198.51.100.7"
+    async with running_node(connections_per_ip=2, trusted_proxies=("127.0.0.0/8",)) as node:
+        front = node.node.proxy.front
+        async with connect(node) as (r1, w1), connect(node) as (r2, w2), \
+                connect(node) as (r3, w3):
+            for reader, writer in ((r1, w1), (r2, w2)):
+                writer.write(get("/v1/rooms/xf/poll", forwarded))  # no uid: a 400, kept alive
+                assert (await read_response(reader))[0] == 400
+            assert front.admission.per_address == {"198.51.100.7": 2}
+            w3.write(get("/v1/rooms/xf/poll?uid=listener", forwarded))
+            assert (await read_response(r3))[0] == 200
+            assert await cut_off(r1)
+            assert front.admission.per_address == {"198.51.100.7": 2}
+            assert (front.admission.evicted, front.admission.refused_per_ip) == (1, 0)
 
 
 async def test_a_flood_of_refused_requests_does_not_keep_a_listener_out() -> None:
@@ -483,4 +526,107 @@ def test_polls_never_read_on_a_connection_aiohttp_serves_are_cut_off_too(
                                    and len(node.runner.server.connections) == 1, 2)
                 assert await reset_by_server(sock, within=3)
             assert node.node.proxy.held_polls() == 0
+    on_loop(loop_factory, scenario())
+
+
+# -- E: connections aiohttp serves crowding the node (issue 44) -------------------------------
+
+
+@pytest.mark.parametrize(("path", "status"), [("/healthz", 200), ("/no/such/path", 404)])
+async def test_connections_kept_alive_on_aiohttp_do_not_keep_a_listener_out(
+        path: str, status: int) -> None:
+    """Before: a connection handed to aiohttp was counted but never closed
+    to make room, so a few clients asking ``/healthz`` (or a 404) and keeping
+    their connections kept every listener at 503."""
+    async with running_node(connections_max=4) as node:
+        front = node.node.proxy.front
+        async with connect(node) as (r1, w1), connect(node) as (r2, w2), \
+                connect(node) as (r3, w3), connect(node) as (r4, w4):
+            for reader, writer in ((r1, w1), (r2, w2), (r3, w3), (r4, w4)):
+                writer.write(get(path))
+                answered, headers, _ = await read_response(reader)
+                assert answered == status
+                assert "connection" not in headers  # kept alive
+            assert front.open_connections == 4
+            async with connect(node) as (reader, writer):
+                writer.write(get("/v1/rooms/ka/poll?uid=listener"))
+                assert (await read_response(reader))[0] == 200
+            assert await closed_by_server(r1)  # the one idle longest, at a request's end
+            assert (front.admission.evicted, front.admission.refused) == (1, 0)
+            # The others still serve.
+            w2.write(get(path))
+            assert (await read_response(r2))[0] == status
+
+
+async def test_a_request_aiohttp_is_answering_is_not_cut_to_make_room() -> None:
+    async with running_node(connections_max=3) as node:
+        front = node.node.proxy.front
+        async with aiohttp.ClientSession() as session:
+            first = await Listener(session, "busy").poll(node.url)
+        held = get(f"/v1/rooms/busy/poll?uid=u&epoch={first['epoch']}&seq={first['seq']}"
+                   f"&iseq={first['iseq']}&timeout=60")
+        async with connect(node) as (r1, w1), connect(node) as (r2, w2):
+            for reader, writer in ((r1, w1), (r2, w2)):
+                writer.write(get("/healthz"))  # handed to aiohttp, then a poll held there
+                assert (await read_response(reader))[0] == 200
+                writer.write(held)
+            async with connect(node) as (_r3, w3):
+                w3.write(held)  # and one held on the front
+                assert await until(lambda: node.node.proxy.held_polls() == 3, 5)
+                async with connect(node) as (reader, _):
+                    assert (await read_response(reader))[0] == 503
+                assert (front.admission.evicted, front.admission.refused) == (0, 1)
+            assert await until(lambda: front.open_connections == 2, 5)
+            async with aiohttp.ClientSession() as session:
+                await send(session, node.url, "busy", "still here")
+            for reader in (r1, r2):
+                status, _, body = await read_response(reader)
+                assert status == 200
+                assert [m["body"] for m in json.loads(body)["messages"]] == ["still here"]
+
+
+async def test_one_address_kept_alive_on_aiohttp_does_not_keep_its_own_listener_out() -> None:
+    async with running_node(connections_per_ip=2, trusted_proxies=()) as node:
+        front = node.node.proxy.front
+        async with connect(node) as (r1, w1), connect(node) as (r2, w2):
+            for reader, writer in ((r1, w1), (r2, w2)):
+                writer.write(get("/healthz"))
+                assert (await read_response(reader))[0] == 200
+            async with connect(node) as (reader, writer):
+                writer.write(get("/v1/rooms/ip/poll?uid=listener"))
+                assert (await read_response(reader))[0] == 200
+                assert await closed_by_server(r1)
+                assert front.admission.per_address == {"127.0.0.1": 2}
+            assert (front.admission.evicted, front.admission.refused_per_ip) == (1, 0)
+
+
+@pytest.mark.parametrize("closing", ["fin", "reset"])
+@pytest.mark.parametrize("loop_factory", LOOPS)
+def test_a_client_gone_while_its_requests_wait_on_aiohttp_is_let_go(
+        loop_factory: LoopFactory, closing: str) -> None:
+    """As B, on a connection handed to aiohttp: it queues two requests behind
+    the one it answers, then stops reading the connection, and so sees no FIN
+    (nor, on some loops, a reset). Before: the client's held poll and the
+    connection stayed until each poll's hold ran out, one after the other."""
+    async def scenario() -> None:
+        async with running_node(keepalive_timeout=0.5) as node:
+            front, proxy = node.node.proxy.front, node.node.proxy
+            async with aiohttp.ClientSession() as session:
+                first = await Listener(session, "gone").poll(node.url)
+            held = get(f"/v1/rooms/gone/poll?uid=u&epoch={first['epoch']}&seq={first['seq']}"
+                       f"&iseq={first['iseq']}&timeout=60")
+            host, port = node.url.removeprefix("http://").split(":")
+            reader, writer = await asyncio.open_connection(host, int(port))
+            try:
+                writer.write(get("/healthz"))
+                assert (await read_response(reader))[0] == 200
+                writer.write(held * 24)
+                assert await until(lambda: proxy.held_polls() == 1, 2)
+                if closing == "reset":
+                    writer.get_extra_info("socket").setsockopt(
+                        socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            finally:
+                writer.close()
+            # Closed while not read: found and let go within a sweep or two.
+            assert await until(lambda: not front.open_connections and not proxy.held_polls(), 2)
     on_loop(loop_factory, scenario())
