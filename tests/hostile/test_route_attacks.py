@@ -311,7 +311,9 @@ async def test_a_flood_past_the_limits_is_429_and_others_are_served(
                 assert float(headers["retry-after"]) > 0
             statuses.append(status)
         assert 429 in statuses, statuses
-        # Another client, another address and uid, is served.
+        # Another client, another address and uid, is not limited by it (a
+        # recall of the probe's message is hers to refuse: 403, not 429).
         status, _, body = await exchange(port, request_bytes(
             row, "probe-room", "someone-else", creds), source="127.0.0.2")
-        assert status < 300, (status, body)
+        assert status < 500, (status, body)
+        assert status != 429, body
