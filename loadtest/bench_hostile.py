@@ -20,7 +20,8 @@ whether the flood may create rooms), what the flood cost (µs of the node's
 CPU and bytes of its RSS per request, rooms it left in the store on Redis),
 and PASS or FAIL: FAIL when the CPU per request passes ``cpu_us``, the RSS
 per request ``keeps`` plus 2 KiB (the allocator's and the URL caches' share,
-as in the suite), when the store keeps a made-up room the row may not
+as in the suite), when a row whose room must exist takes a request for a
+made-up one (a 2xx), when the store keeps a made-up room the row may not
 create, or when the probe fails.
 
     python loadtest/bench_hostile.py
@@ -58,7 +59,7 @@ from route_attacks import (
     request_bytes,
 )
 
-from proxy.route_costs import COSTS, CREATES, RouteCost
+from proxy.route_costs import COSTS, CREATES, EXISTS, RouteCost
 
 NOISE = 2048
 """Bytes of RSS a request may seem to keep beyond its row's ``keeps``."""
@@ -142,8 +143,10 @@ def measure(server: Server, row: RouteCost, creds: Credentials, args: argparse.N
     may_create = row.room == CREATES and is_public(row)
     served = asyncio.run(probe(server.port, creds))
     errors = sum(n for status, n in statuses.items() if status >= 500 and status != 503)
+    # A row whose room must exist takes none of the made-up ones.
+    taken = sum(n for status, n in statuses.items() if 200 <= status < 300)
     ok = (rss <= row.keeps + NOISE and cpu <= row.cpu_us and served and errors == 0
-          and (rooms <= 0 or may_create))
+          and (rooms <= 0 or may_create) and not (row.room == EXISTS and taken))
     answers = " ".join(f"{status}x{n}" for status, n in sorted(statuses.items()))
     bound = (f"<= {row.cpu_us} us, keeps <= {row.keeps + NOISE} B"
              + ("" if may_create else ", no room"))
