@@ -76,7 +76,13 @@ class RouteBounds:
         task = asyncio.ensure_future(handler(request))
         self.finishing.add(task)
         task.add_done_callback(self._finished)
-        return await asyncio.shield(task)
+        try:
+            return await asyncio.shield(task)
+        finally:
+            # An error raised here keeps this frame in its traceback, and the
+            # task keeps the error: without this, a cycle that only the
+            # collector frees (a request's objects with it, a few KiB each).
+            del task
 
     def _finished(self, task: asyncio.Task[web.StreamResponse]) -> None:
         self.finishing.discard(task)
