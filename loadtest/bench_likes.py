@@ -475,6 +475,17 @@ class RedisProbe:
         return int(self.client.get(keys.likes(room)) or 0)
 
 
+def open_rooms(port: int, rooms: tuple[str, ...]) -> None:
+    """Start each room's broadcast (the operators' ``room start``): likes and
+    gifts go to rooms that exist (issue 44)."""
+    for room in rooms:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v1/admin/rooms/{room}/start", data=b"", method="POST",
+            headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            assert resp.status in (200, 201), resp.status
+
+
 def get(port: int, path: str, token: str | None = None) -> tuple[int, bytes]:
     request = urllib.request.Request(
         f"http://127.0.0.1:{port}{path}",
@@ -567,6 +578,7 @@ def tap_run(args: argparse.Namespace, tmp: Path, store: Server, probe: RedisProb
         say(f"{label}: starting {args.nodes} nodes over redis://127.0.0.1:{store.port}/0")
         nodes = start_nodes(stack, tmp, f"redis://127.0.0.1:{store.port}/0", args, label)
         ports = tuple(node.port for node in nodes)
+        open_rooms(ports[0], rooms)
         time.sleep(1.0)
         say(f"{label}: idle for {args.idle:g} s (the store's background load)")
         r0 = probe.sample()
@@ -777,6 +789,7 @@ def gift_run(args: argparse.Namespace, tmp: Path, store: Server) -> dict[str, An
         say(f"gifts: starting {args.nodes} nodes")
         nodes = start_nodes(stack, tmp, f"redis://127.0.0.1:{store.port}/0", args, "gifts")
         ports = tuple(node.port for node in nodes)
+        open_rooms(ports[0], (room,))
         say(f"gifts: {args.gifts:,} gifts from {args.givers:,} givers, "
             f"{args.gift_concurrency} at once")
         cpu0 = [node.cpu() for node in nodes]
