@@ -580,8 +580,8 @@ def test_a_ticket_server_says_what_is_missing_then_takes_a_ticket(
         WebDriverWait(browser, 5).until(lambda b: bodies(b, "#chat")[-1] == "message recalled")
         status, audit = call(f"{node.url}/v1/admin/rooms/locked/moderation", token=ADMIN)
         assert status == 200
-        assert [(e["action"], e["target"], e["by"]) for e in audit["audit"]] == [
-            ("recall", f"room:{seq}", "uid:frank")]
+        # frank's recall of his own line is not moderation: the audit has none.
+        assert audit["audit"] == []
 
 
 def test_the_room_page_for_the_readme(browser: WebDriver, tmp_path: Path) -> None:

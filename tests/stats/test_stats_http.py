@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 import redis.asyncio as aioredis
 from conftest import RedisServer
-from support import ADMIN, ADMIN_HEADERS, Listener, in_page_order, running_node, until
+from support import ADMIN, ADMIN_HEADERS, Listener, in_page_order, running_node, send, until
 
 from liveroom.clock import FakeClock
 
@@ -120,6 +120,7 @@ async def test_the_online_series_has_one_step_per_answer(
         engine_url: str, session: aiohttp.ClientSession) -> None:
     clock = FakeClock(start=1_700_000_000.0)  # 13:33:20 UTC: buckets are not aligned to it
     async with running_node(engine_url, clock) as node:
+        await send(session, node.url, "r", "hello")  # a room that exists has listeners
         node.node.statsvr.tables.beat("r", ["a", "b"])
         start = clock.time()
         await until(clock, lambda: online_is(session, node.url, "r", 2))
