@@ -114,7 +114,11 @@ async def _memory_rooms(node: Running) -> set[str]:
     store: Any = node.node.store
     found: set[str] = set()
     for part in (store.log, store.counters, store.moderation, store.operators, store.stats):
-        for value in vars(part).values():
+        # dir(), not vars(): a compiled part (mypyc) is a native object without a __dict__.
+        for name in dir(part):
+            value = getattr(part, name, None)
+            if name.startswith("__") or callable(value):
+                continue
             table = getattr(value, "_items", value)
             if not isinstance(table, dict):
                 continue
