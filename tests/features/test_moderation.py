@@ -27,8 +27,10 @@ from support import (
 
 from liveroom.clock import FakeClock
 from liveroom.ratelimit import RateLimits
+from proxy.tickets import mint
 
 ROOM = "mod-room"
+KEY = "moderation-ticket-key-0123456789abcdef"
 PUBLISHER_HEADERS = {"Authorization": f"Bearer {PUBLISHER}"}
 
 
@@ -147,6 +149,33 @@ async def test_slow_mode_lets_a_uid_send_one_normal_message_per_window(
     assert (await post(session, url, "other"))[0] == 201  # an answer at once
     assert "slow" not in await listener.poll(url)
     assert (await post(session, url, "fan"))[0] == 201
+
+
+async def test_in_slow_mode_a_ticket_with_publish_sends_important_messages_freely(
+        session: aiohttp.ClientSession) -> None:
+    """Important messages are exempt from slow mode whoever may send them: a
+    ticket with the ``publish`` right (ticket mode) as well as the backend's
+    tokens, which are not moderated at all. Its normal messages are paced."""
+    clock = FakeClock()
+    async with running_node(clock=clock, auth="ticket", ticket_keys=(KEY,)) as running:
+        url = running.url
+        host = {"Authorization": "Bearer " + mint(KEY, "host", rooms=[ROOM], publish=True,
+                                                 now=clock.time())}
+
+        async def speak(important: bool) -> int:
+            status, doc, _ = await call(session, "POST", f"{url}/v1/rooms/{ROOM}/messages",
+                                        json={"body": "hi", "important": important},
+                                        headers=host)
+            assert status in (201, 429), doc
+            return status
+
+        assert (await post(session, url, "system", "open", important=True))[0] == 201
+        assert (await call(session, "PUT", admin(url, "slow"), json={"seconds": 30}))[0] == 200
+        assert await speak(important=False) == 201
+        assert [await speak(important=True) for _ in range(3)] == [201, 201, 201]
+        assert await speak(important=False) == 429
+        await clock.advance(30)
+        assert await speak(important=False) == 201
 
 
 async def test_the_audit_lists_every_action_newest_first(
