@@ -5,6 +5,7 @@ totals answers show."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +16,7 @@ import pytest
 from conftest import RedisServer
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import ADMIN_HEADERS, Running, running_node, send
+from support import ADMIN_HEADERS, Running, poll_once, running_node, send
 
 from liveroom.clock import FakeClock
 from liveroom.errors import RateLimited
@@ -303,17 +304,26 @@ async def test_a_stop_with_the_store_away_says_what_it_could_not_write(
 class HeldAfterTheStore:
     """The store's counters, each ``add_likes`` held once Redis ran it until
     the test lets it return: a stop then comes while a flush is in flight,
-    at the one point where a cancel would lose track of what Redis holds."""
+    at the one point where a cancel would lose track of what Redis holds.
+    Its ``add_likes`` calls the counters' as they were when it was made
+    (:attr:`add_likes_now`), so it may also take their place on a running
+    node's counters."""
 
     def __init__(self, counters: Any) -> None:
         self._counters = counters
+        self.add_likes_now = counters.add_likes
+        """The counters' own, never held."""
         self.ran = asyncio.Event()
         self.go_on = asyncio.Event()
 
     async def add_likes(self, taps: Any, now_ms: int) -> None:
-        await self._counters.add_likes(taps, now_ms)
+        await self.add_likes_now(taps, now_ms)
         self.ran.set()
         await self.go_on.wait()
+
+    def hold_again(self) -> None:
+        """Hold the next ``add_likes`` too (the one under way, if any, goes on)."""
+        self.ran, self.go_on = asyncio.Event(), asyncio.Event()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._counters, name)
@@ -344,3 +354,129 @@ async def test_a_stop_during_a_flush_writes_its_taps_once(redis_url: str) -> Non
         assert likes.pending == 0
     finally:
         await store.close()
+
+
+@dataclass
+class HeldNode:
+    """A node on Redis whose flushes the test holds once Redis ran them
+    (:class:`HeldAfterTheStore` in place of its counters' ``add_likes``) and
+    steps itself: its flusher waits 10 fake seconds, and the clock moves
+    less than that."""
+
+    running: Running
+    session: aiohttp.ClientSession
+    clock: FakeClock
+    held: HeldAfterTheStore
+    seen: list[int]
+    """Every total a reader was shown, in order."""
+
+    @property
+    def likes(self) -> Any:
+        return self.running.node.proxy.likes
+
+    async def like(self, room: str, uid: str, count: int) -> int:
+        """Tap; the total its 202 shows."""
+        async with self.session.post(f"{self.running.url}/v1/rooms/{room}/likes",
+                                     json={"uid": uid, "count": count}) as resp:
+            assert resp.status == 202, await resp.text()
+            total = int((await resp.json())["likes"])
+        self.seen.append(total)
+        return total
+
+    async def shown(self, room: str) -> int:
+        """The total a poll answer shows (a first poll: answered at once)."""
+        answer = await poll_once(self.session, self.running.url, room, {"uid": "watcher"})
+        self.seen.append(answer["likes"])
+        return int(answer["likes"])
+
+    async def elsewhere(self, room: str, count: int) -> None:
+        """Another node's taps, written to Redis."""
+        await self.held.add_likes_now({room: count}, int(self.clock.time() * 1000))
+
+    @contextlib.asynccontextmanager
+    async def flushing(self) -> AsyncIterator[None]:
+        """A step of the node's likes (a flush, a refresh if one is due):
+        the block runs once Redis has the flush's taps and before the node
+        saw the write return; the step then ends."""
+        self.held.hold_again()
+        step = asyncio.create_task(self.likes.step())
+        await asyncio.wait_for(self.held.ran.wait(), 5)
+        try:
+            yield
+        finally:
+            self.held.go_on.set()
+            await asyncio.wait_for(step, 5)
+
+
+@pytest.fixture
+async def held_node(redis_url: str, monkeypatch: pytest.MonkeyPatch
+                    ) -> AsyncIterator[HeldNode]:
+    clock = FakeClock()
+    async with running_node(redis_url, clock=clock, likes_flush=10) as running, \
+            aiohttp.ClientSession() as session:
+        counters = running.node.store.counters
+        held = HeldAfterTheStore(counters)
+        monkeypatch.setattr(counters, "add_likes", held.add_likes)
+        await send(session, running.url, ROOM, "a room that exists")
+        node = HeldNode(running, session, clock, held, [])
+        try:
+            yield node
+        finally:
+            node.held.go_on.set()  # a failed test lets the node's last flush end
+
+
+async def test_likes_shown_during_a_flush_count_its_taps_and_never_go_down(
+        held_node: HeldNode) -> None:
+    """While a flush is under way (Redis ran it, the node has not seen it
+    return), poll answers and taps show the store's total at the last
+    refresh plus every tap this node acknowledged, those in the flush
+    included: the taps are neither lost from the figure nor counted twice."""
+    n = held_node
+    assert await n.like(ROOM, "u", 5) == 5
+    async with n.flushing():  # the first step: it refreshes after its flush
+        assert n.likes.total(ROOM) == await n.shown(ROOM) == 5
+        assert await n.like(ROOM, "v", 3) == 8
+        assert await n.shown(ROOM) == 8
+        await n.elsewhere(ROOM, 100)  # read by the step's refresh
+    # Nobody asks until the next flush (a quarter second without a poll):
+    # the node holds the store's 105 and the 3 it acknowledged since.
+    async with n.flushing():  # Redis has the 3, the node does not know yet
+        assert n.likes.total(ROOM) == await n.shown(ROOM) == 108
+    assert n.likes.total(ROOM) == await n.shown(ROOM) == 108
+    await n.clock.advance(1)
+    await n.likes.step()  # a refresh: the store agrees
+    assert await n.shown(ROOM) == 108
+    assert n.seen == sorted(n.seen), n.seen
+
+
+async def test_a_room_tapped_while_the_store_was_away_never_goes_down(
+        held_node: HeldNode, redis_server: RedisServer) -> None:
+    """A tap in a room whose total this node does not hold reads it from the
+    store first (``Likes.learn``); the store away, it is acknowledged from
+    what the node holds. A tap that comes while those taps are being written
+    must not take the store's total (which may or may not hold them yet) as
+    the room's: the flush's return would add them again, and the refresh
+    that corrects the double count would show less."""
+    n = held_node
+    room = "away-room"
+    await send(n.session, n.running.url, room, "hello")
+    await n.likes.step()  # the first refresh: the next step only flushes
+    assert await n.shown(room) == 0  # the node reads the room (it exists), not its total
+    redis_server.stop()
+    try:
+        assert await n.like(room, "u", 7) == 7  # from what the node holds
+    finally:
+        redis_server.start()  # empty
+    await send(n.session, n.running.url, room, "the room again")
+    async with asyncio.timeout(5):  # until the node's room cache has read it again
+        while not (await poll_once(n.session, n.running.url, room, {"uid": "w"}))["messages"]:
+            await asyncio.sleep(0.02)
+    await n.elsewhere(room, 100)
+    async with n.flushing():  # the 7: Redis holds 107, the node does not know yet
+        await n.like(room, "v", 3)
+    await n.shown(room)
+    await n.clock.advance(1)
+    await n.likes.step()  # the 3 written, and a refresh
+    assert await n.shown(room) == 110
+    assert await n.running.node.store.counters.likes([room]) == {room: 110}
+    assert n.seen == sorted(n.seen), n.seen

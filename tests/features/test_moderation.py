@@ -27,8 +27,10 @@ from support import (
 
 from liveroom.clock import FakeClock
 from liveroom.ratelimit import RateLimits
+from proxy.tickets import mint
 
 ROOM = "mod-room"
+KEY = "moderation-ticket-key-0123456789abcdef"
 PUBLISHER_HEADERS = {"Authorization": f"Bearer {PUBLISHER}"}
 
 
@@ -149,6 +151,33 @@ async def test_slow_mode_lets_a_uid_send_one_normal_message_per_window(
     assert (await post(session, url, "fan"))[0] == 201
 
 
+async def test_in_slow_mode_a_ticket_with_publish_sends_important_messages_freely(
+        session: aiohttp.ClientSession) -> None:
+    """Important messages are exempt from slow mode whoever may send them: a
+    ticket with the ``publish`` right (ticket mode) as well as the backend's
+    tokens, which are not moderated at all. Its normal messages are paced."""
+    clock = FakeClock()
+    async with running_node(clock=clock, auth="ticket", ticket_keys=(KEY,)) as running:
+        url = running.url
+        host = {"Authorization": "Bearer " + mint(KEY, "host", rooms=[ROOM], publish=True,
+                                                 now=clock.time())}
+
+        async def speak(important: bool) -> int:
+            status, doc, _ = await call(session, "POST", f"{url}/v1/rooms/{ROOM}/messages",
+                                        json={"body": "hi", "important": important},
+                                        headers=host)
+            assert status in (201, 429), doc
+            return status
+
+        assert (await post(session, url, "system", "open", important=True))[0] == 201
+        assert (await call(session, "PUT", admin(url, "slow"), json={"seconds": 30}))[0] == 200
+        assert await speak(important=False) == 201
+        assert [await speak(important=True) for _ in range(3)] == [201, 201, 201]
+        assert await speak(important=False) == 429
+        await clock.advance(30)
+        assert await speak(important=False) == 201
+
+
 async def test_the_audit_lists_every_action_newest_first(
         node: tuple[Running, FakeClock], session: aiohttp.ClientSession) -> None:
     url = node[0].url
@@ -229,6 +258,37 @@ async def test_a_ban_through_one_node_answers_held_polls_on_both_within_a_second
         assert time.monotonic() - banned_at < 1.0
         status, doc, _ = await post(session, two.url, "troll")
         assert (status, doc["error"]) == (403, "banned")
+
+
+@pytest.mark.parametrize("before", ["muted/fan", "slow"])
+async def test_a_ban_in_a_room_already_moderated_answers_held_polls_on_both_within_a_second(
+        redis_url: str, session: aiohttp.ClientSession, before: str) -> None:
+    """The room has a mute or slow mode in force on both nodes (their copy of
+    its rules) when the ban comes: a ban is news in a room with rules too."""
+    async with running_node(redis_url, secret=SHARED_SECRET) as one, \
+            running_node(redis_url, secret=SHARED_SECRET) as two:
+        await send(session, one.url, ROOM, "hello")
+        status, doc, _ = await call(session, "PUT", admin(one.url, before),
+                                    json={"seconds": 600})
+        assert status == 200, doc
+        held = []
+        for running in (one, two):
+            async with asyncio.timeout(2):  # the node applies the room's rules
+                while ROOM not in running.node.proxy.moderation.rules:
+                    await asyncio.sleep(0.01)
+            troll = Listener(session, ROOM, uid="troll")
+            await troll.poll(running.url)
+            held.append(asyncio.create_task(troll.poll(running.url, timeout=30)))
+            await until_held(running, 1)
+        status, _, _ = await call(session, "PUT", admin(one.url, "banned/troll"))
+        banned_at = time.monotonic()
+        assert status == 200
+        for task in held:
+            with pytest.raises(PollRefused) as refused:
+                await asyncio.wait_for(task, 5)
+            assert refused.value.status == 403
+            assert '"banned"' in str(refused.value)
+        assert time.monotonic() - banned_at < 1.0
 
 
 async def test_a_mute_and_slow_mode_set_through_one_node_apply_on_the_other(

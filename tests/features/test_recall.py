@@ -516,6 +516,55 @@ async def test_who_may_recall_what(node: tuple[Running, FakeClock],
         ("recall", f"room:{late}", "publisher")]
 
 
+async def test_recalling_twice_answers_the_same_and_tells_listeners_once(
+        node: tuple[Running, FakeClock], session: aiohttp.ClientSession) -> None:
+    """A recall retried (the backend's client timed out, a second moderator
+    clicked too): the same answer, its notice's seq included; the room's log
+    holds one notice, and a listener, whether it had read the message or
+    not, finds the seq in ``recalled`` once."""
+    running, _ = node
+    url = running.url
+    await post(session, url, "fan", "hello")
+    behind = Listener(session, ROOM, uid="behind")
+    await behind.poll(url)  # its cursor is before the message
+    seq = await post(session, url, "troll", "rude words")
+    fan = Listener(session, ROOM, uid="fan", epoch=behind.epoch, seq=behind.seq,
+                   iseq=behind.iseq, ctx=behind.ctx)
+    await fan.poll(url)
+    assert fan.bodies() == ["rude words"]
+    held = asyncio.create_task(fan.poll(url, timeout=30))
+    first = await delete(session, url, seq, headers=PUBLISHER_HEADERS)
+    assert first == (200, {"room": ROOM, "seq": seq, "uid": "troll", "recalled": True,
+                           "notice": seq + 1})
+    assert (await asyncio.wait_for(held, 10))["recalled"] == [seq]
+    assert await delete(session, url, seq, headers=PUBLISHER_HEADERS) == first
+    tick = await post(session, url, "chatter", "tick")
+    assert tick == seq + 2  # nothing appended in between
+    for listener in (fan, behind):
+        async with asyncio.timeout(10):
+            while "tick" not in listener.bodies():
+                await listener.poll(url, timeout=5)
+        told = [s for answer in listener.answers for s in answer.get("recalled", [])]
+        assert told == [seq], listener.uid
+    pulled = await entries(running.node.store, ROOM)
+    assert [e.seq for e in pulled if recalled_target(e) == seq] == [seq + 1]
+
+
+async def test_a_sender_recalls_its_own_message_until_the_recall_window_ends(
+        node: tuple[Running, FakeClock], session: aiohttp.ClientSession) -> None:
+    """``--recall-window`` (120 s here) counted from the message's time: a
+    recall part-way through it and just before its end is done, one just
+    after is refused (403)."""
+    running, clock = node
+    url = running.url
+    for waited, status in [(60, 200), (119.5, 200), (120.5, 403)]:
+        seq = await post(session, url, "alice", f"sent {waited} s ago")
+        await clock.advance(waited)
+        got, doc = await delete(session, url, seq, headers={}, uid="alice")
+        assert got == status, (waited, doc)
+    assert (await delete(session, url, seq, headers=PUBLISHER_HEADERS))[0] == 200  # the backend
+
+
 async def test_a_moderator_reads_the_latest_messages_tombstones_included(
         node: tuple[Running, FakeClock], session: aiohttp.ClientSession) -> None:
     """``GET /v1/admin/rooms/{room}/messages``: what the dashboard picks a
