@@ -91,6 +91,8 @@ class Likes:
         self._flushes = 0
         """Flushes begun (:meth:`learn` reads again if one began while it read)."""
         self._learning: dict[str, asyncio.Future[None]] = {}
+        self._flush_ended: asyncio.Future[None] | None = None
+        """Resolved when the flush under way ends (None: none under way)."""
         self._outage = Outage(logger)
         # One task flushes, then refreshes when due: a refresh never reads the
         # store while a flush of this node's taps may or may not be in it.
@@ -152,9 +154,10 @@ class Likes:
     async def learn(self, room: str) -> None:
         """Read the store's total of ``room`` (one round trip, shared by the
         taps that ask meanwhile), for a room this node forgot (not asked
-        about for a minute). A flush that began meanwhile may or may not be
-        in what was read: then it reads again (at most three times, then
-        leaves it to the next refresh)."""
+        about for a minute). A flush under way may or may not be in what a
+        read finds: the read waits for it to end, and one that begins during
+        the read makes it read again (at most three reads, then it leaves the
+        room to the next refresh)."""
         waiting = self._learning.get(room)
         if waiting is not None:
             await asyncio.shield(waiting)
@@ -162,13 +165,15 @@ class Likes:
         future = self._learning[room] = asyncio.get_running_loop().create_future()
         try:
             for _ in range(3):
+                while self._flush_ended is not None and room not in self._stored:
+                    await asyncio.shield(self._flush_ended)
                 if room in self._stored:
                     break
-                flushes, busy = self._flushes, bool(self._writing)
+                flushes = self._flushes
                 total = (await self._store.likes([room]))[room]
                 if room in self._stored:
                     break
-                if not busy and flushes == self._flushes:
+                if flushes == self._flushes:  # no flush began while it read
                     self._stored[room] = total
                     self._recent.note(room)
                     break
@@ -223,6 +228,7 @@ class Likes:
         batch, self._pending = self._pending, {}
         self._writing = batch
         self._flushes += 1
+        self._flush_ended = asyncio.get_running_loop().create_future()
         try:
             await self._store.add_likes(batch, int(self._clock.time() * 1000))
         except BaseException:
@@ -242,6 +248,8 @@ class Likes:
             self._writing = {}
             if not self._pending:
                 self.oldest_pending = 0.0
+            ended, self._flush_ended = self._flush_ended, None
+            ended.set_result(None)
 
     async def refresh(self) -> None:
         """Read the totals of the rooms asked about lately (one call); forget
