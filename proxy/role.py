@@ -111,7 +111,7 @@ class Proxy:
         # is far under them): one value, given to both routes.
         self.taps = Taps(self.likes, self.sends.head_rules, self.tickets,
                          gate=gate if _row(LIKE).room == EXISTS else None,
-                         moderation=self.moderation)
+                         moderation=self.moderation, tokens=tokens)
         self.gifts = Gifts(counters, log, tokens, clock, gift_important=settings.gift_important,
                            tickets=self.tickets)
         # The front's routes and their handlers: a new front route is a row

@@ -2,7 +2,8 @@
 
 Who taps: in ``open`` mode the body names its uid; in ``ticket`` mode the
 ticket does (a uid in the body must be the ticket's, as for a send), and the
-ticket must be good for the room. The room need not exist yet (a broadcast
+ticket must be good for the room; the backend's tokens (publisher or admin)
+tap for the uid the body names. The room need not exist yet (a broadcast
 may be tapped before its first message) but its name must be valid. ``count``
 is 1 to :data:`~.likes.MAX_COUNT` (a client batches its taps). Answered
 ``202 {"likes": total}``, the room's total as this node knows it, at once:
@@ -19,7 +20,7 @@ from typing import Any, Final
 from liveroom.codec import decode_request, media_type, wants_msgpack
 from liveroom.errors import BadBody, StoreUnavailable, Unauthorized
 
-from ..auth import bearer
+from ..auth import Tokens, bearer
 from ..front.limits import HeadRules
 from ..moderation.rules import Moderation
 from ..params import body_uid
@@ -48,7 +49,7 @@ class Taps:
 
     def __init__(self, likes: Likes, head_rules: HeadRules,
                  tickets: Tickets | None = None, *, gate: RoomGate | None = None,
-                 moderation: Moderation | None = None) -> None:
+                 moderation: Moderation | None = None, tokens: Tokens | None = None) -> None:
         self.likes = likes
         self.head_rules = head_rules
         """What a like's head may be (checked before its body is read)."""
@@ -58,6 +59,9 @@ class Taps:
         """Where the cost table says a like's room must exist: who asks (None: any name)."""
         self.moderation = moderation
         """The rooms' mutes, bans and slow mode (None: none)."""
+        self.tokens = tokens
+        """The backend's tokens: in ``ticket`` mode they tap for the uid the
+        body names (None: tickets only)."""
 
     def tap(self, room: str, content_type: str, raw: bytes,
             authorization: str | bytes | None,
@@ -113,7 +117,14 @@ class Taps:
             uid, count = parse_taps(decode_request(media_type(content_type), raw),
                                     uid_required=True)
         else:
-            claims = tickets.good_for(room, bearer(authorization), None)
+            token = bearer(authorization)
+            if self.tokens is not None and self.tokens.right_of(token) is not None:
+                # The backend taps for a uid it names (as it sends for one).
+                uid, count = parse_taps(decode_request(media_type(content_type), raw),
+                                        uid_required=True)
+                assert uid is not None
+                return uid, count
+            claims = tickets.good_for(room, token, None)
             uid, count = parse_taps(decode_request(media_type(content_type), raw),
                                     uid_required=False)
             if uid is not None and uid != claims.uid:

@@ -575,7 +575,6 @@ def test_a_ticket_server_says_what_is_missing_then_takes_a_ticket(
         screenshot(browser, tmp_path, "ticket")
         # The ticket's uid is the viewer's: its line is its own, recalled with the ticket.
         mine = browser.find_element(By.CSS_SELECTOR, '#chat .message.mine[data-uid="frank"]')
-        seq = int(str(mine.get_attribute("data-seq")))
         mine.find_element(By.CSS_SELECTOR, "button.recall").click()
         WebDriverWait(browser, 5).until(lambda b: bodies(b, "#chat")[-1] == "message recalled")
         status, audit = call(f"{node.url}/v1/admin/rooms/locked/moderation", token=ADMIN)

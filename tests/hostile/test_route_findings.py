@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 import pytest
 import redis.asyncio as aioredis
-from support import ADMIN_HEADERS, Running, running_node, send
+from support import ADMIN_HEADERS, PUBLISHER, Running, running_node, send
 
 from liveroom.clock import FakeClock
 from liveroom.model import NewMessage
@@ -257,3 +257,21 @@ async def test_banned_and_muted_senders_cannot_recall() -> None:
                 assert resp.status == 200
             status, body = await _recall(session, node.url, "strict", seqs[uid], uid)
             assert (status, body["error"]) == (403, kind)
+
+
+async def test_in_ticket_mode_the_backends_tokens_tap_for_the_uid_they_name() -> None:
+    """Issue 46: the admin or publisher token could not tap for a uid in ticket
+    mode, and the refusal said "the ticket is malformed"."""
+    clock = FakeClock()
+    async with running_node(clock=clock, auth="ticket", ticket_keys=(KEY,)) as node, \
+            aiohttp.ClientSession() as session:
+        async with session.post(f"{node.url}/v1/admin/rooms/backed/start",
+                                headers=ADMIN_HEADERS) as resp:
+            assert resp.status == 201
+        publisher = {"Authorization": f"Bearer {PUBLISHER}"}
+        assert await _like(session, node.url, "backed", {"uid": "fan", "count": 4},
+                           publisher) == (202, {"likes": 4})
+        assert await _like(session, node.url, "backed", {"uid": "fan", "count": 1},
+                           ADMIN_HEADERS) == (202, {"likes": 5})
+        status, body = await _like(session, node.url, "backed", {"count": 1}, publisher)
+        assert (status, body["error"]) == (400, "bad_body")  # whose taps?
