@@ -42,6 +42,11 @@ class RoomGate:
         snap = self._reader.peek(room)
         return None if snap is None else not is_absent(snap)
 
+    def epoch(self, room: str) -> str:
+        """The room's epoch as the cache holds it ("": none held)."""
+        snap = self._reader.peek(room)
+        return "" if snap is None else snap.epoch
+
     def refusal(self, room: str) -> NoSuchRoom:
         return NoSuchRoom(f"no such room: {room} ({_HINT})")
 

@@ -98,7 +98,8 @@ class Counters(Protocol):
     - Every call is one round trip (the memory engine never suspends).
     """
 
-    async def add_likes(self, taps: Mapping[str, int], now_ms: int) -> None:
+    async def add_likes(self, taps: Mapping[str, int], now_ms: int,
+                        epochs: Mapping[str, str] | None = None) -> None:
         """Add each room's taps (an int of at least 1) to its current
         broadcast's total and to the likes series: each ``(step, retention)``
         of ``SERIES_RESOLUTIONS`` sums the taps of the ``step``-second
@@ -107,6 +108,16 @@ class Counters(Protocol):
         ``StatsStore.record_online`` does). The series is the room's, by
         time: a broadcast's end does not reset it (its buckets are minutes
         of the room, whatever broadcast they fell in).
+
+        **A tap belongs to the broadcast in which it was acknowledged.**
+        ``epochs`` names, for a room, the epoch of the log in which the
+        node acknowledged its taps (its snapshot's). Where that epoch is one
+        a broadcast of the room ended with (``Operators.end_broadcast``
+        records it), the taps go to that ended broadcast's total, as its
+        archive keeps it (``PastBroadcast.likes``), not to the current one;
+        where the epoch is the current one, not known (the log was lost and
+        renewed), or the ended broadcast's archive is gone, to the current
+        broadcast. The series takes them all, by time.
 
         All rooms in one round trip (on a cluster, one per node, sent
         together); atomic per room, not across rooms. Raises ``ValueError``

@@ -91,6 +91,10 @@ class Likes:
         self._flushes = 0
         """Flushes begun (:meth:`learn` reads again if one began while it read)."""
         self._learning: dict[str, asyncio.Future[None]] = {}
+        self._pending_epoch: dict[str, str] = {}
+        """The epoch each room's pending taps were acknowledged in."""
+        self._older: dict[tuple[str, str], int] = {}
+        """Taps of an epoch their room left while they waited: (room, epoch) -> n."""
         self._flush_ended: asyncio.Future[None] | None = None
         """Resolved when the flush under way ends (None: none under way)."""
         self._outage = Outage(logger)
@@ -109,22 +113,26 @@ class Likes:
         await self._flusher.stop()
         with contextlib.suppress(StoreUnavailable):  # what is left is said below
             await self.flush()
-        left = sum(self._pending.values())
+        left = sum(self._pending.values()) + sum(self._older.values())
         if left:
             logger.warning("%d acknowledged taps in %d rooms were not written: the store "
-                           "was unavailable at shutdown", left, len(self._pending))
+                           "was unavailable at shutdown", left,
+                           len(self._pending) + len(self._older))
 
     @property
     def pending(self) -> int:
         """Taps acknowledged and not yet written."""
-        return sum(self._pending.values()) + sum(self._writing.values())
+        return (sum(self._pending.values()) + sum(self._writing.values())
+                + sum(self._older.values()))
 
-    def tap(self, room: str, uid: str, count: int, slow: int = 0) -> int:
+    def tap(self, room: str, uid: str, count: int, slow: int = 0, epoch: str = "") -> int:
         """Acknowledge ``count`` taps of ``uid`` in ``room``; the room's total
-        as this node knows it. Raises :class:`RateLimited` past the uid's
-        windows (or its room's slow mode, ``slow`` seconds),
-        :class:`Overloaded` when ``likes_rooms_max`` rooms wait for a flush
-        already."""
+        as this node knows it. ``epoch``: the room's, as this node's cache
+        holds it (the broadcast the taps belong to: taps that waited in an
+        epoch the room has left are written to the broadcast that ended
+        with it). Raises :class:`RateLimited` past the uid's windows (or its
+        room's slow mode, ``slow`` seconds), :class:`Overloaded` when
+        ``likes_rooms_max`` rooms wait for a flush already."""
         pending = self._pending
         counts = self.counts
         if room not in pending and len(pending) + len(self._writing) >= self.likes_rooms_max:
@@ -139,6 +147,16 @@ class Likes:
         except Overloaded:
             counts[_FULL] += 1
             raise
+        if epoch:
+            was = self._pending_epoch.get(room)
+            if was is not None and was != epoch:
+                # The broadcast ended while they waited: they are the ended
+                # one's, and the room's total starts again.
+                older = self._older
+                older[room, was] = older.get((room, was), 0) + pending.pop(room, 0)
+                self._stored.pop(room, None)
+                self._shown.pop(room, None)
+            self._pending_epoch[room] = epoch
         if not pending and not self._writing:
             self.oldest_pending = self._clock.monotonic()
         pending[room] = pending.get(room, 0) + count
@@ -221,20 +239,32 @@ class Likes:
         self._outage.worked("the store is back: the likes that waited are written")
 
     async def flush(self) -> None:
-        """Hand every room's pending taps to the store in one call; put them
-        back if it fails."""
+        """Hand every room's pending taps to the store in one call (each
+        room's with the epoch it was tapped in); put them back if it fails.
+        Taps of an epoch their room has left go in calls of their own after
+        it (one per epoch a room left while they waited: rare)."""
+        if self._older and not self._writing:
+            await self._flush_older()
         if not self._pending or self._writing:
             return
         batch, self._pending = self._pending, {}
+        epochs, self._pending_epoch = self._pending_epoch, {}
         self._writing = batch
         self._flushes += 1
         self._flush_ended = asyncio.get_running_loop().create_future()
         try:
-            await self._store.add_likes(batch, int(self._clock.time() * 1000))
+            await self._store.add_likes(batch, int(self._clock.time() * 1000), epochs)
         except BaseException:
             self.counts[_FAILED] += 1
             for room, n in batch.items():
+                epoch = epochs.get(room)
+                now = self._pending_epoch.get(room)
+                if epoch is not None and now is not None and now != epoch:
+                    self._older[room, epoch] = self._older.get((room, epoch), 0) + n
+                    continue
                 self._pending[room] = self._pending.get(room, 0) + n
+                if epoch is not None:
+                    self._pending_epoch[room] = epoch
             raise
         else:
             self.counts[_WRITTEN] += 1
@@ -250,6 +280,25 @@ class Likes:
                 self.oldest_pending = 0.0
             ended, self._flush_ended = self._flush_ended, None
             ended.set_result(None)
+
+    async def _flush_older(self) -> None:
+        """Write the taps whose room left their epoch while they waited, a
+        call for each epoch a room left; put back what a failed call held."""
+        while self._older:
+            taps: dict[str, int] = {}
+            epochs: dict[str, str] = {}
+            for (room, epoch), n in list(self._older.items()):
+                if room not in taps:
+                    taps[room], epochs[room] = n, epoch
+                    del self._older[room, epoch]
+            try:
+                await self._store.add_likes(taps, int(self._clock.time() * 1000), epochs)
+            except BaseException:
+                self.counts[_FAILED] += 1
+                for room, n in taps.items():
+                    key = (room, epochs[room])
+                    self._older[key] = self._older.get(key, 0) + n
+                raise
 
     async def refresh(self) -> None:
         """Read the totals of the rooms asked about lately (one call); forget

@@ -140,5 +140,6 @@ class Taps:
         slow = 0
         if moderation is not None and room in moderation.rules:
             slow = moderation.like_pace(room, uid)
-        total = self.likes.tap(room, uid, count, slow)
+        gate = self.gate
+        total = self.likes.tap(room, uid, count, slow, "" if gate is None else gate.epoch(room))
         return document_reply({"likes": total}, use_msgpack=wants_msgpack(accept), status=202)

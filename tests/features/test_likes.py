@@ -240,6 +240,34 @@ async def test_stats_give_the_likes_and_a_likes_series(client: tuple[Running, Cl
     assert series["points"] == [[now // 60 * 60, 42]]
 
 
+async def test_taps_acknowledged_before_a_room_end_are_the_ended_broadcasts(
+        client: tuple[Running, Client]) -> None:
+    """Issue 45: two taps (20 and 17, both 202), a poll shows 37, ``room end``
+    at once, before the node's flush: the archive said 0 and every answer of
+    the new broadcast 37. A tap belongs to the broadcast in which it was
+    acknowledged."""
+    node, c = client
+    likes = node.node.proxy.likes
+    assert (await c.like({"uid": "a", "count": 20}))[:2] == (202, {"likes": 20})
+    assert (await c.like({"uid": "b", "count": 17}))[:2] == (202, {"likes": 37})
+    first = (await poll_once(c.session, c.url, ROOM, {"uid": "w"}))["epoch"]
+    async with c.session.post(f"{c.url}/v1/admin/rooms/{ROOM}/end",
+                              headers=ADMIN_HEADERS) as resp:
+        assert resp.status == 200
+    assert likes.pending == 37  # not written yet
+    # The node learns of the new broadcast (its cache pulls the end's notify).
+    async with asyncio.timeout(5):
+        while (await poll_once(c.session, c.url, ROOM, {"uid": "w"}))["epoch"] == first:
+            await asyncio.sleep(0.01)
+    assert (await c.like({"uid": "c", "count": 2}))[:2] == (202, {"likes": 2})
+    await likes.flush()
+    await likes.flush()
+    async with c.session.get(f"{c.url}/v1/rooms/{ROOM}/broadcasts") as resp:
+        past = (await resp.json())["broadcasts"]
+    assert [(b["broadcast"], b["likes"]) for b in past] == [(1, 37)]
+    assert await node.node.store.counters.likes([ROOM]) == {ROOM: 2}
+
+
 async def test_an_ended_broadcast_keeps_its_likes(client: tuple[Running, Client]) -> None:
     node, c = client
     await send(c.session, c.url, ROOM, "hello")
@@ -316,8 +344,8 @@ class HeldAfterTheStore:
         self.ran = asyncio.Event()
         self.go_on = asyncio.Event()
 
-    async def add_likes(self, taps: Any, now_ms: int) -> None:
-        await self.add_likes_now(taps, now_ms)
+    async def add_likes(self, taps: Any, now_ms: int, epochs: Any = None) -> None:
+        await self.add_likes_now(taps, now_ms, epochs)
         self.ran.set()
         await self.go_on.wait()
 

@@ -360,6 +360,27 @@ async def test_ending_a_broadcast_archives_its_counters_and_starts_at_zero(
     assert await counters.likes(["r"]) == {"r": 0}
 
 
+async def test_taps_acknowledged_in_an_ended_broadcast_are_its_own(
+        store: Store, fake_clock: FakeClock) -> None:
+    """Issue 45: taps a node acknowledged before ``room end`` and wrote after
+    it went into the next broadcast. A tap belongs to the broadcast in which
+    it was acknowledged: the epoch it names says which."""
+    counters, t = store.counters, now_ms(fake_clock)
+    first = await store.log.open_room("r")
+    await counters.add_likes({"r": 20}, t, {"r": first})  # written in time
+    second = (await store.operators.end_broadcast("r", t, ARCHIVE_TTL_MS)).epoch
+    # A node's 17 taps of the first broadcast, written after its end; and taps
+    # of the new broadcast, of an epoch the store never ended with, of none.
+    await counters.add_likes({"r": 17}, t + 100, {"r": first})
+    await counters.add_likes({"r": 3}, t + 100, {"r": second})
+    await counters.add_likes({"r": 2}, t + 100, {"r": "never-an-epoch"})
+    await counters.add_likes({"r": 1}, t + 100)
+    (past,) = await store.operators.broadcasts("r")
+    assert past.likes == 37
+    assert await counters.likes(["r"]) == {"r": 6}
+    assert sum(n for _, n in await counters.read_likes("r", 60, *ALL_TIME)) == 43
+
+
 async def test_an_archived_ranking_keeps_ties_in_leaderboard_order(
         store: Store, fake_clock: FakeClock) -> None:
     t = now_ms(fake_clock)

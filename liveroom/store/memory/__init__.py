@@ -43,6 +43,7 @@ class MemoryStore:
         self.log = MemoryLog(policy, clock, self.notifier)
         self.stats = MemoryStats(clock, self.log.provisional)
         self.counters = MemoryCounters(policy, clock)
+        self.counters.add_to_ended = self.stats.add_ended_likes
         self.moderation = MemoryModeration(policy, clock)
         self.operators = MemoryOperators(self.log, self.stats, self.notifier, self.counters,
                                          self.moderation)

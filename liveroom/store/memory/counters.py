@@ -5,7 +5,7 @@ the store's clock, as its key does in Redis."""
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ...clock import Clock
@@ -42,6 +42,11 @@ class MemoryCounters:
         self._series: Expiring[tuple[str, int], dict[int, int]] = Expiring(clock)
         """(room, step) -> bucket start (Unix s) -> taps, ascending (``lks:<step>``)."""
         self._gifts: Expiring[str, _Gifts] = Expiring(clock)
+        self._ended_epochs: Expiring[tuple[str, str], int] = Expiring(clock)
+        """``(room, epoch)`` -> the broadcast that ended with that epoch."""
+        self.add_to_ended: Callable[[str, int, int], bool] = lambda room, broadcast, n: False
+        """Adds taps to an ended broadcast's archive (the stats' table keeps
+        it); False when it is gone. Set by the store."""
         """room -> its current broadcast's givers and gift sums (``gr``, ``gf``)."""
 
     def sweep(self) -> None:
@@ -51,10 +56,20 @@ class MemoryCounters:
 
     # -- likes -------------------------------------------------------------------
 
-    async def add_likes(self, taps: Mapping[str, int], now_ms: int) -> None:
+    def ended(self, room: str, epoch: str, broadcast: int, ttl_ms: int) -> None:
+        """Broadcast ``broadcast`` of ``room`` ended with ``epoch``: taps
+        acknowledged in it and added after go to its archive, while it is
+        kept (``p:<epoch>`` in ``lr:{R}:bc`` on Redis)."""
+        self._ended_epochs.put((room, epoch), broadcast, ttl_ms)
+
+    async def add_likes(self, taps: Mapping[str, int], now_ms: int,
+                        epochs: Mapping[str, str] | None = None) -> None:
         check_taps(taps)
         for room, n in taps.items():
-            self._likes.put(room, (self._likes.get(room) or 0) + n, self._ttl_ms)
+            epoch = epochs.get(room) if epochs else None
+            ended = None if epoch is None else self._ended_epochs.get((room, epoch))
+            if ended is None or not self.add_to_ended(room, ended, n):
+                self._likes.put(room, (self._likes.get(room) or 0) + n, self._ttl_ms)
             for step, retention in SERIES_RESOLUTIONS:
                 key = (room, step)
                 buckets = self._series.get(key) or {}

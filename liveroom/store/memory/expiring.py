@@ -50,6 +50,14 @@ class Expiring(Generic[K, V]):
         self._items[key] = (value, deadline)
         return True
 
+    def replace(self, key: K, value: V) -> bool:
+        """Put ``value`` in the place of the key's, its deadline kept; False
+        when there is no such key (nothing stored)."""
+        if self.get(key) is None:
+            return False
+        self._items[key] = (value, self._items[key][1])
+        return True
+
     def pop(self, key: K) -> None:
         self._items.pop(key, None)
 

@@ -52,9 +52,12 @@ class MemoryOperators:
         return Started(epoch, self._stats.current_broadcast(room), created)
 
     async def end_broadcast(self, room: str, now_ms: int, ttl_ms: int) -> Ended:
+        ended_with = self._log.epoch_of(room)
         epoch, head = self._log.start_epoch(room)
         broadcast = self._stats.end_broadcast(room, now_ms, ttl_ms, self._counters.take(room),
                                               self._moderation.take_audit(room))
+        if ended_with is not None:
+            self._counters.ended(room, ended_with, broadcast - 1, ttl_ms)
         self._notifier.publish(room, head)
         return Ended(epoch, broadcast)
 

@@ -214,6 +214,16 @@ class MemoryStats:
         broadcasts.current = ended + 1
         return broadcasts.current
 
+    def add_ended_likes(self, room: str, broadcast: int, taps: int) -> bool:
+        """Add ``taps`` to ended broadcast ``broadcast``'s likes; False when its
+        archive is gone (nothing added)."""
+        archived = self._ended.get((room, broadcast))
+        if archived is None:
+            return False
+        viewers, (likes, gifts, ranking), audit = archived
+        return self._ended.replace((room, broadcast),
+                                   (viewers, (likes + taps, gifts, ranking), audit))
+
     def ended_broadcasts(self, room: str) -> list[PastBroadcast]:
         broadcasts = self._broadcasts.get(room)
         if broadcasts is None:

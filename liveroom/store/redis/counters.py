@@ -57,14 +57,18 @@ class RedisCounters:
 
     # -- likes -------------------------------------------------------------------
 
-    async def add_likes(self, taps: Mapping[str, int], now_ms: int) -> None:
+    async def add_likes(self, taps: Mapping[str, int], now_ms: int,
+                        epochs: Mapping[str, str] | None = None) -> None:
         check_taps(taps)
         if not taps:
             return
+        epochs = epochs or {}
         calls: list[Call] = [
             (self._likes,
-             [keys.likes(room), *(keys.likes_series(room, step) for step, _ in SERIES_RESOLUTIONS)],
-             [n, now_ms, self._ttl_ms, self._series_ms, *self._resolution_args])
+             [keys.likes(room), *(keys.likes_series(room, step) for step, _ in SERIES_RESOLUTIONS),
+              keys.broadcasts(room)],
+             [n, now_ms, self._ttl_ms, self._series_ms, *self._resolution_args,
+              epochs.get(room, "")])
             for room, n in taps.items()]
         with unavailable("adding likes"):
             await run_scripts(self._client, calls)

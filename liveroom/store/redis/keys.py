@@ -45,8 +45,10 @@ lr:{R}:vm                hash   ``complete``: ``"0"`` once the exact set is
 lr:{R}:vh                hash   field node -> its HyperLogLog registers (16 KiB)
 lr:{R}:bc                hash   the room's broadcasts: ``n`` the current number
                                 (absent: 1); ``e:<n>`` ``"<ended_ms> <until_ms>"``
-                                of ended broadcast n (pruned on the caller's
-                                clock by the next end)
+                                of ended broadcast n, ``p:<epoch>`` ``"<n>
+                                <until_ms>"`` the epoch it ended with (taps
+                                of that epoch go to its archive); both pruned
+                                on the caller's clock by the next end
 lr:{R}:vx:<n>            set    the exact set, vm and vh of ended broadcast n
 lr:{R}:vm:<n>            hash   (renamed aside when it ended; ``vm:<n>`` always
 lr:{R}:vh:<n>            hash   exists while it is kept, with ``ended``)

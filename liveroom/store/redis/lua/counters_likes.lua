@@ -5,20 +5,41 @@
 -- KEYS[1]    lr:{R}:lk            string: the current broadcast's likes total
 -- KEYS[1+j]  lr:{R}:lks:<step j>  zset: member "<start>:<taps>", score start
 --                                 (Unix s, a multiple of step j)
+-- KEYS[#KEYS] lr:{R}:bc           hash: p:<epoch> = '<k> <kept until ms>' for the
+--                                 epoch broadcast k ended with (operators_end_broadcast.lua)
 --
 -- ARGV[1]  n: the taps (an integer >= 1)     ARGV[2]  now_ms (the caller's clock)
 -- ARGV[3]  ms the total lives after this add (the history's ttl)
 -- ARGV[4]  ms the series lives after this add (its longest retention)
 -- then per resolution j: ARGV[3 + 2j] its step and ARGV[4 + 2j] its retention (s)
+-- ARGV[#ARGV]  the epoch the taps were acknowledged in ('': the current one)
 --
--- Returns the new total.
+-- A tap belongs to the broadcast in which it was acknowledged: taps of an
+-- epoch a broadcast ended with go to that broadcast's archive
+-- (lr:{R}:vm:<k>, field likes) while it is kept, not to the current total.
+-- Returns the new total (the archive's, for those).
 
 local n = tonumber(ARGV[1])
 local t = tonumber(ARGV[2])
-local total = redis.call('INCRBY', KEYS[1], ARGV[1])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
+local bc = KEYS[#KEYS]
+local epoch = ARGV[#ARGV]
+local total
+if epoch ~= '' then
+  local ended = redis.call('HGET', bc, 'p:' .. epoch)
+  if ended then
+    -- The archive's name is the total's with vm:<k> for lk (same hash slot).
+    local archive = (string.gsub(KEYS[1], ':lk$', ':vm:' .. string.match(ended, '^(%d+)')))
+    if redis.call('EXISTS', archive) == 1 then
+      total = redis.call('HINCRBY', archive, 'likes', n)
+    end
+  end
+end
+if not total then
+  total = redis.call('INCRBY', KEYS[1], ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+end
 
-for j = 1, #KEYS - 1 do
+for j = 1, #KEYS - 2 do
   local key = KEYS[1 + j]
   local step = tonumber(ARGV[3 + 2 * j])
   local retention = tonumber(ARGV[4 + 2 * j])

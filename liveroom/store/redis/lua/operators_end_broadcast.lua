@@ -10,7 +10,8 @@
 -- KEYS[2]  lr:{R}:log     stream: the log
 -- KEYS[3]  lr:{R}:imp     stream: important entries kept beyond the log cap
 -- KEYS[4]  lr:{R}:bc      hash: n = the current broadcast (absent: 1);
---                         e:<k> = '<ended_ms> <kept until ms>' of ended ones
+--                         e:<k> = '<ended_ms> <kept until ms>' of ended ones;
+--                         p:<epoch> = '<k> <kept until ms>': the epoch k ended with
 -- KEYS[5]  lr:{R}:vx      KEYS[6]  lr:{R}:vm      KEYS[7]  lr:{R}:vh
 --                         the current broadcast's viewers history
 -- KEYS[8]  lr:{R}:vx:<n>  KEYS[9]  lr:{R}:vm:<n>  KEYS[10] lr:{R}:vh:<n>
@@ -45,7 +46,8 @@ local now, ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
 -- log (the ended broadcast's messages go, personal ones too); seq, ic, the
 -- personal sequence and the ordinals go on.
 local epoch = ARGV[2]
-if redis.call('HGET', meta, 'epoch') then
+local old_epoch = redis.call('HGET', meta, 'epoch')
+if old_epoch then
   redis.call('HSET', meta, 'epoch', epoch)
   redis.call('DEL', log, imp, KEYS[11])
   redis.call('HDEL', meta, 'by')
@@ -86,7 +88,7 @@ end
 -- The record: drop ended broadcasts past their keeping, add this one.
 local fields = redis.call('HGETALL', bc)
 for i = 1, #fields, 2 do
-  if string.match(fields[i], '^e:') then
+  if string.match(fields[i], '^[ep]:') then
     local kept_until = tonumber(string.match(fields[i + 1], ' (%d+)$'))
     if not kept_until or kept_until <= now then
       redis.call('HDEL', bc, fields[i])
@@ -95,6 +97,11 @@ for i = 1, #fields, 2 do
 end
 redis.call('HSET', bc, string.format('e:%d', ended), string.format('%d %d', now, now + ttl),
            'n', ended + 1)
+if old_epoch then
+  -- The epoch it ended with: taps acknowledged in it and written after
+  -- (counters_likes.lua) go to its archive.
+  redis.call('HSET', bc, 'p:' .. old_epoch, string.format('%d %d', ended, now + ttl))
+end
 -- bc outlives every viewers history of the room (add_viewers extends it too).
 if redis.call('PTTL', bc) < ttl then
   redis.call('PEXPIRE', bc, ARGV[4])
