@@ -12,6 +12,7 @@ import sys
 import time
 import zlib
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -19,6 +20,7 @@ from support import (
     ADMIN,
     PUBLISHER,
     Listener,
+    Running,
     clean_env,
     free_port,
     liveroom_process,
@@ -46,6 +48,7 @@ from liveroom.ratelimit import RateLimits, Window
 from proxy.tickets import mint
 
 TICKET_KEY = "k" * 32
+ROOT = Path(__file__).resolve().parents[2]
 
 
 async def next_answer(listening: Listening, within: float = 10.0) -> Answer:
@@ -152,6 +155,95 @@ async def test_stop_ends_a_held_poll_at_once_and_the_node_lets_it_go() -> None:
         async with asyncio.timeout(5):
             while node.node.proxy.held_polls():
                 await asyncio.sleep(0.01)
+
+
+async def held(node: Running, polls: int = 1) -> None:
+    """Until the node holds ``polls`` polls."""
+    async with asyncio.timeout(5):
+        while node.node.proxy.held_polls() != polls:
+            await asyncio.sleep(0.01)
+
+
+async def test_a_listener_cancelled_as_an_answer_comes_ends() -> None:
+    """A listener task ends when cancelled, whenever the cancellation comes.
+    One that came in the loop iterations after an answer arrived was
+    swallowed (the loop awaited its helper tasks with CancelledError
+    suppressed) and the task polled on: ``asyncio.run``, which cancels each
+    task once, then never returned (issue 46). The cancellation is swept over
+    the iterations after a send."""
+    async with running_node() as node, Client(node.url) as client:
+        for spins in range(24):
+            room = f"hall{spins}"
+            listening = client.listen(room, uid="ann", timeout=5)
+            await next_answer(listening)
+
+            async def consume(listening: Listening = listening) -> None:
+                async for _ in listening:
+                    pass
+
+            listener = asyncio.ensure_future(consume())
+            await held(node)
+            await client.send(room, "hi", uid="bob")
+            for _ in range(spins):
+                await asyncio.sleep(0)
+            listener.cancel()
+            done, _ = await asyncio.wait((listener,), timeout=2)
+            assert done, f"still listening after a cancellation {spins} iterations on"
+            assert listener.cancelled()
+            await held(node, 0)
+
+
+LEAVING = """\
+import asyncio, sys
+from liveroom.client import Client
+
+async def main(url: str, room: str, spins: int) -> None:
+    async with Client(url) as client:
+        heard = asyncio.Event()
+
+        async def listen() -> None:
+            async for answer in client.listen(room, uid="ann", timeout=5):
+                if answer.delivered:
+                    heard.set()
+
+        listener = asyncio.create_task(listen())
+        await client.send(room, "hi", uid="bob")
+        await heard.wait()
+        await asyncio.sleep(0.1)  # its next poll is held
+    for _ in range(spins):
+        await asyncio.sleep(0)
+
+for spins in range(16):
+    asyncio.run(main(sys.argv[1], f"room{spins}", spins))
+    print(spins, flush=True)
+"""
+
+
+async def test_a_program_leaving_the_client_ends() -> None:
+    """What issue 46's user saw: a program that leaves ``async with Client``
+    while a listener task runs, after it heard a message, and ends with
+    ``asyncio.run``. Leaving closed the session under the poll, the
+    listener's one cancellation came as the failed poll was put away and was
+    swallowed, and ``asyncio.run`` waited for it for ever. The moment it
+    leaves is swept over the loop iterations; every run must end."""
+    async with running_node() as node:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", LEAVING, node.url, cwd=ROOT, env=clean_env(),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        runs: list[str] = []
+        try:
+            async with asyncio.timeout(20):
+                while line := await proc.stdout.readline():
+                    runs.append(line.decode().strip())
+                await proc.wait()
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+        err = (await proc.stderr.read()).decode()
+        assert runs == [str(n) for n in range(16)], f"asyncio.run hung after runs {runs}"
+        assert (proc.returncode, err) == (0, "")
 
 
 async def test_breaking_out_of_the_loop_and_a_context_manager() -> None:
