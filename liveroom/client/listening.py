@@ -46,7 +46,11 @@ class Listening:
     """A room being listened to: an async iterator of :class:`Answer`.
 
     Made by :meth:`Client.listen`. :meth:`stop` ends it from anywhere (the
-    poll in flight is abandoned); ``async with`` stops it on exit.
+    poll in flight is abandoned); ``async with`` stops it on exit, and so
+    does closing its client (leaving ``async with Client(...)``). Stopped,
+    its ``async for`` ends without an error (``anext`` raises
+    :class:`StopAsyncIteration`). Cancelling the task iterating it ends it
+    too, whenever the cancellation comes.
     """
 
     def __init__(self, client: Client, room: str, *, uid: str | None, timeout: int,

@@ -13,6 +13,7 @@ import time
 import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -33,6 +34,7 @@ from liveroom.client import (
     ApiError,
     AuditEntry,
     Client,
+    ClientClosed,
     Cursor,
     Listening,
     Message,
@@ -162,6 +164,70 @@ async def held(node: Running, polls: int = 1) -> None:
     async with asyncio.timeout(5):
         while node.node.proxy.held_polls() != polls:
             await asyncio.sleep(0.01)
+
+
+@pytest.mark.parametrize("auth", ["open", "ticket"])
+@pytest.mark.parametrize("message", [True, False], ids=["after-a-message", "quiet"])
+async def test_leaving_the_client_ends_its_listener(auth: str, message: bool) -> None:
+    """Issue 46: a task iterating ``listen()`` when its client closes has its
+    ``async for`` ended at once, without an error, whether the listener heard
+    a message or only held a poll. It used to poll on, on a session it opened
+    anew, so a program that awaited it (or whose ``asyncio.run`` lost its one
+    cancellation, see below) never ended."""
+    ticketed = auth == "ticket"
+    settings: dict[str, Any] = {"auth": "ticket", "ticket_keys": (TICKET_KEY,)} if ticketed else {}
+    async with running_node(**settings) as node, \
+            Client(node.url, token=PUBLISHER) as sender:
+        heard: list[object] = []
+        delivered = asyncio.Event()
+        async with Client(node.url, ticket=mint(TICKET_KEY, "ann", rooms=["hall"])
+                          if ticketed else None) as client:
+
+            async def consume() -> None:
+                async for answer in client.listen("hall", uid=None if ticketed else "ann",
+                                                  timeout=5):
+                    heard.extend(m.body for m in answer.delivered)
+                    if answer.delivered:
+                        delivered.set()
+
+            listener = asyncio.ensure_future(consume())
+            await held(node)
+            if message:
+                await sender.send("hall", "hi", uid="bob")
+                async with asyncio.timeout(5):
+                    await delivered.wait()
+                await held(node)  # its next poll
+        done, _ = await asyncio.wait((listener,), timeout=2)
+        listener.cancel()
+        assert done, "still listening 2 s after its client closed"
+        listener.result()  # its loop ended without an error
+        assert heard == (["hi"] if message else [])
+        await held(node, 0)  # the node let the poll go
+        with pytest.raises(ClientClosed):
+            await client.send("hall", "late", uid="bob")
+        with pytest.raises(ClientClosed):
+            await next_answer(client.listen("hall", uid="ann"))
+
+
+async def test_a_client_on_a_closed_session_says_it_is_closed() -> None:
+    """A client given a session its owner closed raises :class:`ClientClosed`
+    (aiohttp's bare ``RuntimeError`` got through; a listener whose next poll
+    met it ended with it), and closing the client leaves that session alone."""
+    async with running_node() as node:
+        session = aiohttp.ClientSession()
+        client = Client(node.url, session=session)
+        await client.send("hall", "hi", uid="bob")
+        await session.close()
+        with pytest.raises(ClientClosed):
+            await client.send("hall", "late", uid="bob", retries=0)
+        assert not client.closed
+        with pytest.raises(ClientClosed):
+            await next_answer(client.listen("hall", uid="ann"))
+        async with aiohttp.ClientSession() as kept:
+            async with Client(node.url, session=kept) as client:
+                await client.send("hall", "hi", uid="bob")
+            assert client.closed
+            assert not kept.closed
 
 
 async def test_a_listener_cancelled_as_an_answer_comes_ends() -> None:
