@@ -5,6 +5,7 @@ calls; and ``liveroom listen`` / ``liveroom send`` as real processes."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import signal
@@ -23,6 +24,7 @@ from support import (
     Listener,
     Running,
     clean_env,
+    deployed_nginx,
     free_port,
     liveroom_process,
     running_node,
@@ -166,21 +168,25 @@ async def held(node: Running, polls: int = 1) -> None:
             await asyncio.sleep(0.01)
 
 
-@pytest.mark.parametrize("auth", ["open", "ticket"])
+@pytest.mark.parametrize("route", ["open", "ticket", "ticket-nginx"])
 @pytest.mark.parametrize("message", [True, False], ids=["after-a-message", "quiet"])
-async def test_leaving_the_client_ends_its_listener(auth: str, message: bool) -> None:
+async def test_leaving_the_client_ends_its_listener(route: str, message: bool,
+                                                    tmp_path: Path) -> None:
     """Issue 46: a task iterating ``listen()`` when its client closes has its
     ``async for`` ended at once, without an error, whether the listener heard
-    a message or only held a poll. It used to poll on, on a session it opened
+    a message or only held a poll, in open mode and in ticket mode, straight
+    or through deploy/nginx.conf. It used to poll on, on a session it opened
     anew, so a program that awaited it (or whose ``asyncio.run`` lost its one
     cancellation, see below) never ended."""
-    ticketed = auth == "ticket"
+    ticketed = route != "open"
     settings: dict[str, Any] = {"auth": "ticket", "ticket_keys": (TICKET_KEY,)} if ticketed else {}
-    async with running_node(**settings) as node, \
-            Client(node.url, token=PUBLISHER) as sender:
+    async with running_node(**settings) as node, contextlib.AsyncExitStack() as stack:
+        url = (stack.enter_context(deployed_nginx(tmp_path, [node.url]))
+               if route == "ticket-nginx" else node.url)
+        sender = await stack.enter_async_context(Client(url, token=PUBLISHER))
         heard: list[object] = []
         delivered = asyncio.Event()
-        async with Client(node.url, ticket=mint(TICKET_KEY, "ann", rooms=["hall"])
+        async with Client(url, ticket=mint(TICKET_KEY, "ann", rooms=["hall"])
                           if ticketed else None) as client:
 
             async def consume() -> None:
