@@ -256,9 +256,12 @@ class Client:
         return f"/v1/rooms/{_segment(room)}/{tail}"
 
     async def room_stats(self, room: str) -> RoomStats:
+        """``room``'s figures now: online, viewers, sect, head and likes (a room
+        nobody used answers zeros)."""
         doc = await self._call("GET", self._room_path(room, "stats"))
         return RoomStats(str(doc["room"]), int(doc["online"]), int(doc["viewers"]),
-                         bool(doc["viewers_exact"]), bool(doc["vip"]), int(doc["seq"]))
+                         bool(doc["viewers_exact"]), bool(doc["vip"]), int(doc["seq"]),
+                         int(doc.get("likes", 0)))
 
     async def members(self, room: str, *, offset: int = 0, limit: int = 100) -> Members:
         """One page of who is online in ``room`` (a ticket for the room or the

@@ -38,8 +38,10 @@ from liveroom.client import (
     Client,
     ClientClosed,
     Cursor,
+    Given,
     Listening,
     Message,
+    Ranking,
     Recalled,
     RecalledPersonal,
     Retry,
@@ -393,6 +395,29 @@ async def test_a_listener_hears_the_top_givers_when_they_change() -> None:
         assert answer.ranking.top == ()
         assert listening.ranking == answer.ranking
         listening.stop()
+
+
+async def test_likes_gifts_the_leaderboard_and_the_rooms_likes() -> None:
+    """``like()``, ``gift()`` and ``leaderboard()``, and the room's likes in
+    ``room_stats()`` (issue 46: ``RoomStats`` had none, though the server
+    answers them)."""
+    async with running_node() as node, Client(node.url, token=ADMIN) as client:
+        with pytest.raises(ApiError) as refused:
+            await client.like("hall", uid="ann")  # no such room yet
+        assert (refused.value.status, refused.value.code) == (404, "no_such_room")
+        await client.send("hall", "hello", uid="bob")
+        assert (await client.room_stats("hall")).likes == 0
+        assert await client.like("hall", 3, uid="ann") == 3
+        assert await client.like("hall", uid="bob") == 4
+        stats = await client.room_stats("hall")
+        assert (stats.room, stats.seq, stats.likes) == ("hall", 1, 4)
+        assert (await client.room_stats("nobody")).likes == 0
+        assert await client.gift("hall", "ann", 520, "rocket") == Given("hall", "ann", 1, 520, 520)
+        assert await client.gift("hall", "bob", 100, "rose") == Given("hall", "bob", 2, 100, 620)
+        assert await client.leaderboard("hall", limit=1) == Ranking("hall", (("ann", 520),),
+                                                                    620, 2)
+        board = await client.leaderboard("hall")
+        assert (board.top, board.total, board.count) == ((("ann", 520), ("bob", 100)), 620, 2)
 
 
 async def test_a_rate_limit_is_waited_out_for_its_retry_after() -> None:
