@@ -35,13 +35,18 @@ retrying it would fail the same way.
 
 **Stopping.** ``break`` out of the ``async for``, call :meth:`Listening.stop`
 from elsewhere (the poll in flight is abandoned and its connection closed;
-the iteration ends without an error), or cancel the task.
+the iteration ends without an error), or cancel the task. Leaving ``async
+with Client(...)`` (:meth:`Client.close`) stops every listening the client
+made, as :meth:`Listening.stop` does: a task still iterating one sees its
+``async for`` end without an error, and can be awaited; any later call on
+the client raises :class:`ClientClosed`.
 
 This package is part of the core: it imports no role, and nothing of the
 server beyond the name rule. :mod:`.api` holds :class:`Client` (one call a
 method), :mod:`.listening` the loop, :mod:`.answers` the typed answers
-(frozen dataclasses) and :mod:`.errors` :class:`ApiError` and
-:class:`Unreachable`; everything is importable from ``liveroom.client``.
+(frozen dataclasses) and :mod:`.errors` :class:`ApiError`,
+:class:`Unreachable` and :class:`ClientClosed`; everything is importable
+from ``liveroom.client``.
 """
 
 from __future__ import annotations
@@ -75,7 +80,7 @@ from .answers import (
     VipChange,
 )
 from .api import CALL_TIMEOUT, Client
-from .errors import ApiError, ClientError, Unreachable
+from .errors import ApiError, ClientClosed, ClientError, Unreachable
 from .listening import BACKOFF_FIRST, BACKOFF_MAX, READ_MARGIN, Backoff, Listening
 
 __all__ = [
@@ -91,6 +96,7 @@ __all__ = [
     "BroadcastEnded",
     "BroadcastStarted",
     "Client",
+    "ClientClosed",
     "ClientError",
     "Cursor",
     "Given",

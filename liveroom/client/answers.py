@@ -188,6 +188,10 @@ class RoomStats:
     vip: bool
     seq: int
     """The room's head: the seq of its last message."""
+    likes: int = 0
+    """The room's likes in its current broadcast, read now: the store's total
+    and the taps the node answering has not written yet (0 from an older
+    server)."""
 
 
 @dataclass(frozen=True, slots=True)

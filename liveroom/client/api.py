@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import weakref
 from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
@@ -35,7 +36,7 @@ from .answers import (
     SeriesPoint,
     VipChange,
 )
-from .errors import ApiError, Unreachable, checked_name, refusal
+from .errors import ApiError, ClientClosed, Unreachable, checked_name, refusal
 from .listening import Backoff, Listening
 
 CALL_TIMEOUT = 30.0
@@ -59,7 +60,7 @@ class Client:
 
     Use it as ``async with Client(...) as client`` (or call :meth:`close`); it
     makes its own ``aiohttp.ClientSession`` unless given one (which it then
-    leaves open).
+    leaves open). Leaving it ends every listening it made (see :meth:`close`).
     """
 
     def __init__(self, url: str, *, ticket: str | None = None, token: str | None = None,
@@ -69,6 +70,9 @@ class Client:
         self.token = token
         self._session = session
         self._own_session = session is None
+        self._closed = False
+        # Weak: a listening its caller dropped (a ``break``) needs no stopping.
+        self._listenings: weakref.WeakSet[Listening] = weakref.WeakSet()
 
     async def __aenter__(self) -> Client:
         return self
@@ -78,12 +82,36 @@ class Client:
         await self.close()
 
     async def close(self) -> None:
+        """Close the client: every listening it made stops, as by
+        :meth:`Listening.stop` (a task iterating one has its ``async for``
+        ended without an error, :class:`StopAsyncIteration` to ``anext``, the
+        poll in flight abandoned; :attr:`Listening.cursor` is where it
+        stopped), then the session closes if the client made it. Any call
+        after that, or cut short by it, raises :class:`ClientClosed`, and so
+        does the first poll of a listening made after it. Closing again does
+        nothing.
+
+        A listener used to poll on after its client closed, on a session it
+        opened anew, so a program that waited for it never ended (issue 46).
+        """
+        self._closed = True
+        for listening in list(self._listenings):
+            listening.stop()
         if self._own_session and self._session is not None:
-            await self._session.close()
-            self._session = None
+            session, self._session = self._session, None
+            await session.close()
+
+    @property
+    def closed(self) -> bool:
+        """:meth:`close` was called (leaving ``async with`` calls it)."""
+        return self._closed
 
     @property
     def session(self) -> aiohttp.ClientSession:
+        """The session calls go through (made at the first call); once the
+        client is closed, :class:`ClientClosed`."""
+        if self._closed:
+            raise ClientClosed(self.url)
         if self._session is None:
             self._session = aiohttp.ClientSession()
         return self._session
@@ -97,9 +125,12 @@ class Client:
     async def _call(self, method: str, path: str, *, params: Mapping[str, str] | None = None,
                     json: object = None, headers: Mapping[str, str] | None = None,
                     read_for: float = CALL_TIMEOUT) -> Any:
-        """One call; its JSON document, or :class:`ApiError` / :class:`Unreachable`."""
+        """One call; its JSON document, or :class:`ApiError` / :class:`Unreachable`
+        (:class:`ClientClosed` once the client, or the session it was given, is
+        closed)."""
+        session = self.session
         try:
-            async with self.session.request(
+            async with session.request(
                     method, f"{self.url}{path}", params=params, json=json,
                     headers=headers, timeout=aiohttp.ClientTimeout(total=read_for)) as resp:
                 if resp.status >= 400:
@@ -110,7 +141,13 @@ class Client:
                     raise ApiError(resp.status, "bad_answer",
                                    "the answer is not JSON") from None
         except (aiohttp.ClientError, TimeoutError) as exc:
+            if self._closed:  # the connection closed under the call
+                raise ClientClosed(self.url) from None
             raise Unreachable(self.url, why_unreachable(exc, read_for)) from None
+        except RuntimeError:
+            if session.closed:  # aiohttp's "Session is closed"
+                raise ClientClosed(self.url) from None
+            raise
 
     # -- listening --------------------------------------------------------------
 
@@ -129,9 +166,12 @@ class Client:
         answer is always yielded. ``on_retry`` is told before each wait after
         a network error, a 429 or a 503.
         """
-        return Listening(self, checked_name("room", room),
-                         uid=None if uid is None else checked_name("uid", uid), timeout=timeout,
-                         recent=recent, cursor=cursor, empty=empty, on_retry=on_retry)
+        listening = Listening(self, checked_name("room", room),
+                              uid=None if uid is None else checked_name("uid", uid),
+                              timeout=timeout, recent=recent, cursor=cursor, empty=empty,
+                              on_retry=on_retry)
+        self._listenings.add(listening)
+        return listening
 
     # -- sending --------------------------------------------------------------------
 
@@ -216,9 +256,12 @@ class Client:
         return f"/v1/rooms/{_segment(room)}/{tail}"
 
     async def room_stats(self, room: str) -> RoomStats:
+        """``room``'s figures now: online, viewers, sect, head and likes (a room
+        nobody used answers zeros)."""
         doc = await self._call("GET", self._room_path(room, "stats"))
         return RoomStats(str(doc["room"]), int(doc["online"]), int(doc["viewers"]),
-                         bool(doc["viewers_exact"]), bool(doc["vip"]), int(doc["seq"]))
+                         bool(doc["viewers_exact"]), bool(doc["vip"]), int(doc["seq"]),
+                         int(doc.get("likes", 0)))
 
     async def members(self, room: str, *, offset: int = 0, limit: int = 100) -> Members:
         """One page of who is online in ``room`` (a ticket for the room or the

@@ -2,7 +2,8 @@
 
     ClientError
     ├── ApiError       the server refused a call (status, code, message, retry_after)
-    └── Unreachable    no answer: a network error or a timeout
+    ├── Unreachable    no answer: a network error or a timeout
+    └── ClientClosed   the client (or the session it was given) is closed
 """
 
 from __future__ import annotations
@@ -40,6 +41,16 @@ class Unreachable(ClientError):
         super().__init__(f"cannot reach {url}: {reason}")
         self.url = url
         self.reason = reason
+
+
+class ClientClosed(ClientError):
+    """A call on a closed :class:`~liveroom.client.Client`, or one its closing
+    cut short. Its listenings are not told so: closing stops them, and their
+    loops end without an error."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(f"the client of {url} is closed")
+        self.url = url
 
 
 def retry_after_of(headers: Mapping[str, str]) -> float | None:

@@ -4,7 +4,6 @@ and the :class:`Backoff` between retries."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 from collections.abc import AsyncIterator, Callable, Coroutine
 from types import TracebackType
@@ -47,7 +46,11 @@ class Listening:
     """A room being listened to: an async iterator of :class:`Answer`.
 
     Made by :meth:`Client.listen`. :meth:`stop` ends it from anywhere (the
-    poll in flight is abandoned); ``async with`` stops it on exit.
+    poll in flight is abandoned); ``async with`` stops it on exit, and so
+    does closing its client (leaving ``async with Client(...)``). Stopped,
+    its ``async for`` ends without an error (``anext`` raises
+    :class:`StopAsyncIteration`). Cancelling the task iterating it ends it
+    too, whenever the cancellation comes.
     """
 
     def __init__(self, client: Client, room: str, *, uid: str | None, timeout: int,
@@ -122,31 +125,41 @@ class Listening:
         raise StopAsyncIteration
 
     async def _until_stopped(self, call: Coroutine[Any, Any, Answer]) -> Answer:
-        """``await call``, unless :meth:`stop` comes first (then :class:`_Stopped`)."""
+        """``await call``, unless :meth:`stop` comes first (then :class:`_Stopped`,
+        whatever the poll brought: the cursor stays where it was).
+
+        A cancellation of the task awaiting this goes through whenever it
+        comes. Its helper tasks are waited for with :func:`asyncio.wait`, which
+        raises nothing of theirs; awaiting them with their ``CancelledError``
+        suppressed also swallowed the task's own cancellation when it came in
+        the loop iterations after an answer arrived, and the loop polled on
+        (issue 46: ``asyncio.run`` cancels each task once, and never returned).
+        """
         poll: asyncio.Task[Answer] = asyncio.ensure_future(call)
+        poll.add_done_callback(_retrieved)
         stopped = asyncio.ensure_future(self._stopped.wait())
         try:
             await asyncio.wait((poll, stopped), return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for task in (poll, stopped):
-                if not task.done():
-                    task.cancel()
-            # Let the cancelled poll close its connection before going on.
-            with contextlib.suppress(asyncio.CancelledError):
-                await stopped
+            stopped.cancel()
             if not poll.done():
-                with contextlib.suppress(asyncio.CancelledError):
-                    await poll
-        if poll.cancelled():
+                poll.cancel()
+                # Let the cancelled poll close its connection before going on.
+                await asyncio.wait((poll,))
+        if self._stopped.is_set() or poll.cancelled():
             raise _Stopped
         return poll.result()
 
     async def _wait(self, retry: Retry) -> None:
-        """Wait ``retry.delay`` seconds, or until stopped."""
+        """Wait ``retry.delay`` seconds, or until stopped (a cancellation of
+        the waiting task goes through, as in :meth:`_until_stopped`)."""
         if self.on_retry is not None:
             self.on_retry(retry)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stopped.wait(), retry.delay)
+        stopped = asyncio.ensure_future(self._stopped.wait())
+        try:
+            await asyncio.wait((stopped,), timeout=retry.delay)
+        finally:
+            stopped.cancel()
 
     async def _poll(self) -> Answer:
         params: dict[str, str] = {"timeout": str(self.timeout)}
@@ -174,6 +187,14 @@ class Listening:
                                  params=params, headers=client._bearer(client.ticket),
                                  read_for=read_for)
         return Answer.from_doc(doc)
+
+
+def _retrieved(poll: asyncio.Future[Answer]) -> None:
+    """Take a finished poll's error, so that one nobody reads (the listening
+    stopped, or its task was cancelled, as it failed) is not logged as never
+    retrieved; :meth:`Listening._until_stopped` still raises it."""
+    if not poll.cancelled():
+        poll.exception()
 
 
 class _Stopped(Exception):

@@ -5,6 +5,7 @@ calls; and ``liveroom listen`` / ``liveroom send`` as real processes."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import signal
@@ -12,6 +13,8 @@ import sys
 import time
 import zlib
 from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -19,7 +22,9 @@ from support import (
     ADMIN,
     PUBLISHER,
     Listener,
+    Running,
     clean_env,
+    deployed_nginx,
     free_port,
     liveroom_process,
     running_node,
@@ -31,9 +36,12 @@ from liveroom.client import (
     ApiError,
     AuditEntry,
     Client,
+    ClientClosed,
     Cursor,
+    Given,
     Listening,
     Message,
+    Ranking,
     Recalled,
     RecalledPersonal,
     Retry,
@@ -46,6 +54,7 @@ from liveroom.ratelimit import RateLimits, Window
 from proxy.tickets import mint
 
 TICKET_KEY = "k" * 32
+ROOT = Path(__file__).resolve().parents[2]
 
 
 async def next_answer(listening: Listening, within: float = 10.0) -> Answer:
@@ -154,6 +163,163 @@ async def test_stop_ends_a_held_poll_at_once_and_the_node_lets_it_go() -> None:
                 await asyncio.sleep(0.01)
 
 
+async def held(node: Running, polls: int = 1) -> None:
+    """Until the node holds ``polls`` polls."""
+    async with asyncio.timeout(5):
+        while node.node.proxy.held_polls() != polls:
+            await asyncio.sleep(0.01)
+
+
+@pytest.mark.parametrize("route", ["open", "ticket", "ticket-nginx"])
+@pytest.mark.parametrize("message", [True, False], ids=["after-a-message", "quiet"])
+async def test_leaving_the_client_ends_its_listener(route: str, message: bool,
+                                                    tmp_path: Path) -> None:
+    """Issue 46: a task iterating ``listen()`` when its client closes has its
+    ``async for`` ended at once, without an error, whether the listener heard
+    a message or only held a poll, in open mode and in ticket mode, straight
+    or through deploy/nginx.conf. It used to poll on, on a session it opened
+    anew, so a program that awaited it (or whose ``asyncio.run`` lost its one
+    cancellation, see below) never ended."""
+    ticketed = route != "open"
+    settings: dict[str, Any] = {"auth": "ticket", "ticket_keys": (TICKET_KEY,)} if ticketed else {}
+    async with running_node(**settings) as node, contextlib.AsyncExitStack() as stack:
+        url = (stack.enter_context(deployed_nginx(tmp_path, [node.url]))
+               if route == "ticket-nginx" else node.url)
+        sender = await stack.enter_async_context(Client(url, token=PUBLISHER))
+        heard: list[object] = []
+        delivered = asyncio.Event()
+        async with Client(url, ticket=mint(TICKET_KEY, "ann", rooms=["hall"])
+                          if ticketed else None) as client:
+
+            async def consume() -> None:
+                async for answer in client.listen("hall", uid=None if ticketed else "ann",
+                                                  timeout=5):
+                    heard.extend(m.body for m in answer.delivered)
+                    if answer.delivered:
+                        delivered.set()
+
+            listener = asyncio.ensure_future(consume())
+            await held(node)
+            if message:
+                await sender.send("hall", "hi", uid="bob")
+                async with asyncio.timeout(5):
+                    await delivered.wait()
+                await held(node)  # its next poll
+        done, _ = await asyncio.wait((listener,), timeout=2)
+        listener.cancel()
+        assert done, "still listening 2 s after its client closed"
+        listener.result()  # its loop ended without an error
+        assert heard == (["hi"] if message else [])
+        await held(node, 0)  # the node let the poll go
+        with pytest.raises(ClientClosed):
+            await client.send("hall", "late", uid="bob")
+        with pytest.raises(ClientClosed):
+            await next_answer(client.listen("hall", uid="ann"))
+
+
+async def test_a_client_on_a_closed_session_says_it_is_closed() -> None:
+    """A client given a session its owner closed raises :class:`ClientClosed`
+    (aiohttp's bare ``RuntimeError`` got through; a listener whose next poll
+    met it ended with it), and closing the client leaves that session alone."""
+    async with running_node() as node:
+        session = aiohttp.ClientSession()
+        client = Client(node.url, session=session)
+        await client.send("hall", "hi", uid="bob")
+        await session.close()
+        with pytest.raises(ClientClosed):
+            await client.send("hall", "late", uid="bob", retries=0)
+        assert not client.closed
+        with pytest.raises(ClientClosed):
+            await next_answer(client.listen("hall", uid="ann"))
+        async with aiohttp.ClientSession() as kept:
+            async with Client(node.url, session=kept) as client:
+                await client.send("hall", "hi", uid="bob")
+            assert client.closed
+            assert not kept.closed
+
+
+async def test_a_listener_cancelled_as_an_answer_comes_ends() -> None:
+    """A listener task ends when cancelled, whenever the cancellation comes.
+    One that came in the loop iterations after an answer arrived was
+    swallowed (the loop awaited its helper tasks with CancelledError
+    suppressed) and the task polled on: ``asyncio.run``, which cancels each
+    task once, then never returned (issue 46). The cancellation is swept over
+    the iterations after a send."""
+    async with running_node() as node, Client(node.url) as client:
+        for spins in range(24):
+            room = f"hall{spins}"
+            listening = client.listen(room, uid="ann", timeout=5)
+            await next_answer(listening)
+
+            async def consume(listening: Listening = listening) -> None:
+                async for _ in listening:
+                    pass
+
+            listener = asyncio.ensure_future(consume())
+            await held(node)
+            await client.send(room, "hi", uid="bob")
+            for _ in range(spins):
+                await asyncio.sleep(0)
+            listener.cancel()
+            done, _ = await asyncio.wait((listener,), timeout=2)
+            assert done, f"still listening after a cancellation {spins} iterations on"
+            assert listener.cancelled()
+            await held(node, 0)
+
+
+LEAVING = """\
+import asyncio, sys
+from liveroom.client import Client
+
+async def main(url: str, room: str, spins: int) -> None:
+    async with Client(url) as client:
+        heard = asyncio.Event()
+
+        async def listen() -> None:
+            async for answer in client.listen(room, uid="ann", timeout=5):
+                if answer.delivered:
+                    heard.set()
+
+        listener = asyncio.create_task(listen())
+        await client.send(room, "hi", uid="bob")
+        await heard.wait()
+        await asyncio.sleep(0.1)  # its next poll is held
+    for _ in range(spins):
+        await asyncio.sleep(0)
+
+for spins in range(16):
+    asyncio.run(main(sys.argv[1], f"room{spins}", spins))
+    print(spins, flush=True)
+"""
+
+
+async def test_a_program_leaving_the_client_ends() -> None:
+    """What issue 46's user saw: a program that leaves ``async with Client``
+    while a listener task runs, after it heard a message, and ends with
+    ``asyncio.run``. Leaving closed the session under the poll, the
+    listener's one cancellation came as the failed poll was put away and was
+    swallowed, and ``asyncio.run`` waited for it for ever. The moment it
+    leaves is swept over the loop iterations; every run must end."""
+    async with running_node() as node:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", LEAVING, node.url, cwd=ROOT, env=clean_env(),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        runs: list[str] = []
+        try:
+            async with asyncio.timeout(20):
+                while line := await proc.stdout.readline():
+                    runs.append(line.decode().strip())
+                await proc.wait()
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+        err = (await proc.stderr.read()).decode()
+        assert runs == [str(n) for n in range(16)], f"asyncio.run hung after runs {runs}"
+        assert (proc.returncode, err) == (0, "")
+
+
 async def test_breaking_out_of_the_loop_and_a_context_manager() -> None:
     async with running_node() as node, Client(node.url) as client:
         await client.send("hall", "hi", uid="bob")
@@ -229,6 +395,29 @@ async def test_a_listener_hears_the_top_givers_when_they_change() -> None:
         assert answer.ranking.top == ()
         assert listening.ranking == answer.ranking
         listening.stop()
+
+
+async def test_likes_gifts_the_leaderboard_and_the_rooms_likes() -> None:
+    """``like()``, ``gift()`` and ``leaderboard()``, and the room's likes in
+    ``room_stats()`` (issue 46: ``RoomStats`` had none, though the server
+    answers them)."""
+    async with running_node() as node, Client(node.url, token=ADMIN) as client:
+        with pytest.raises(ApiError) as refused:
+            await client.like("hall", uid="ann")  # no such room yet
+        assert (refused.value.status, refused.value.code) == (404, "no_such_room")
+        await client.send("hall", "hello", uid="bob")
+        assert (await client.room_stats("hall")).likes == 0
+        assert await client.like("hall", 3, uid="ann") == 3
+        assert await client.like("hall", uid="bob") == 4
+        stats = await client.room_stats("hall")
+        assert (stats.room, stats.seq, stats.likes) == ("hall", 1, 4)
+        assert (await client.room_stats("nobody")).likes == 0
+        assert await client.gift("hall", "ann", 520, "rocket") == Given("hall", "ann", 1, 520, 520)
+        assert await client.gift("hall", "bob", 100, "rose") == Given("hall", "bob", 2, 100, 620)
+        assert await client.leaderboard("hall", limit=1) == Ranking("hall", (("ann", 520),),
+                                                                    620, 2)
+        board = await client.leaderboard("hall")
+        assert (board.top, board.total, board.count) == ((("ann", 520), ("bob", 100)), 620, 2)
 
 
 async def test_a_rate_limit_is_waited_out_for_its_retry_after() -> None:
