@@ -124,14 +124,14 @@ SENT = re.compile(r"^  sent normal +(\d+) stored \(201\), (\d+) refused by a rat
 
 
 def senders_against_default_limits(tmp_path: Path, **extra: str) -> tuple[int, str, int]:
-    """One sender at 10 a second for 4 s, no listener, against a server with
+    """One sender at 10 a second for 6 s, no listener, against a server with
     the default per-uid limits (5 a second, 30 a minute, 300 an hour):
     locust's exit status, its output (its table and summary, final; the CSV
     may lag them), and the room's head once it quit."""
     with serve("--tiers", "off", "--rate-limits", DEFAULT_LIMITS) as (url, _):
         env = load_env(tmp_path, "limits", LOADTEST_SEND_RATE="10",
                        LOADTEST_SEND_AS_PUBLISHER="", **extra)
-        proc = locust("--headless", "-u", "1", "-r", "1", "-t", "4s", "--host", url,
+        proc = locust("--headless", "-u", "1", "-r", "1", "-t", "6s", "--host", url,
                       "--only-summary", "SenderUser", env=env, log=tmp_path / "limits.log")
         status = proc.wait(60)
         with urllib.request.urlopen(f"{url}/v1/rooms/limits/poll?uid=reader&recent=0") as got:
@@ -157,7 +157,8 @@ def test_the_default_load_is_within_a_default_servers_rate_limits(tmp_path: Path
     assert sent, log
     stored, refused, failed = map(int, sent.groups())
     assert (refused, failed) == (0, 0), log
-    assert 30 <= stored <= head <= stored + 1, log  # one may be stopped in flight
+    # One may be stopped in flight. Ten or more: one uid would have passed 5 a second.
+    assert 10 <= stored <= head <= stored + 1, log
     assert row(log, "/messages") == (stored, 0)
     assert row(log, "/messages [429]") is None
 
