@@ -70,8 +70,8 @@ from kit.servers import (
 DEPENDENCIES = ("aiohttp.web", "uvloop", "httptools", "prometheus_client", "jwt", "msgpack",
                 "orjson", "click")
 """What a node over the memory engine imports of pyproject.toml's runtime
-dependencies (datasketch is the tests' reference only; redis is the redis
-engine's, added with ``--store redis-server``)."""
+dependencies (redis is the redis engine's, added with ``--store
+redis-server``)."""
 PACKAGES = ("liveroom", "proxy", "recvsvr", "statsvr")
 TARGET = 1.3
 START_TIMEOUT = 30.0

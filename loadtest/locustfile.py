@@ -14,12 +14,20 @@ listeners (``-u 200`` runs 4 senders, so about 4 messages a second); naming
 classes on the command line (``... ListenerUser``) or ``--class-picker`` in the
 web UI runs only some of them.
 
+The default load runs clean against a default ``liveroom serve``: a sender is
+a crowd of chatters, each as fast as a person (one message every
+``LOADTEST_CHAT_INTERVAL``, 20 s: 3 a minute, 180 an hour, inside the server's
+default per-uid limits of 5 a second, 30 a minute and 300 an hour). A 429 is
+an answer, not a failure: the server's rate limit saying no, counted in a row
+of its own (``POST /messages [429]``) and in the summary.
+
 Users
     ``ListenerUser`` polls ``GET /v1/rooms/{room}/poll`` in a loop: a first poll
     without cursors, then at once again with the ``epoch``, ``seq``, ``iseq`` and
     ``ctx`` of the last answer, as a real client does (the server does the
     waiting). ``SenderUser`` posts ``{"uid", "body": {"text", "sent_at"}}`` to
-    ``/v1/rooms/{room}/messages``, every Nth one important.
+    ``/v1/rooms/{room}/messages``, every Nth one important, as its chatters in
+    turn (``ceil(LOADTEST_SEND_RATE x LOADTEST_CHAT_INTERVAL)`` uids of its own).
     ``ImportantSenderUser`` (only with ``LOADTEST_IMPORTANT_RATE``; one of it)
     posts only important messages, evenly spaced, at its own phase.
 
@@ -28,6 +36,8 @@ setting's, read here only for the publisher token it sets)
     ``LOADTEST_ROOM``              room every user joins (default ``loadtest``)
     ``LOADTEST_POLL_TIMEOUT``      the poll's ``timeout`` in seconds, 1-60 (default 25)
     ``LOADTEST_SEND_RATE``         sends per second per sender (default 1)
+    ``LOADTEST_CHAT_INTERVAL``     seconds between two sends of one chatter (uid) of a
+                                   sender (default 20); 0: each sender is one uid
     ``LOADTEST_IMPORTANT_EVERY``   every Nth send is important (default 0: never)
     ``LIVEROOM_PUBLISHER_TOKEN``   bearer token for important sends: the server's
                                    own setting (``--publisher-token``), same value
@@ -57,7 +67,10 @@ percentiles):
         after ``timeout`` seconds, so these times measure the server's waiting,
         not its speed. Anything but 200 is a failure.
     ``POST /messages``, ``POST /messages [important]``
-        Sends; anything but 201 is a failure (429 means a rate limit was hit).
+        Sends; anything but 201 (or 429) is a failure.
+    ``POST /messages [429]``, ``POST /messages [important] [429]``
+        Sends a rate limit refused (the server's per-uid windows, or nginx's
+        per-address one): answers, not failures; the sender keeps its pace.
     ``DELIVER normal``, ``DELIVER important``
         One row per answer that carried messages of that kind, its "response
         time" being the delivery latency of the oldest of them (the answer's
@@ -97,6 +110,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import math
 import os
 import random
 import secrets
@@ -124,6 +138,7 @@ def _env_float(name: str, default: float) -> float:
 ROOM = os.environ.get("LOADTEST_ROOM", "").strip() or "loadtest"
 POLL_TIMEOUT = _env_int("LOADTEST_POLL_TIMEOUT", 25)
 SEND_RATE = _env_float("LOADTEST_SEND_RATE", 1.0)
+CHAT_INTERVAL = _env_float("LOADTEST_CHAT_INTERVAL", 20.0)
 IMPORTANT_EVERY = _env_int("LOADTEST_IMPORTANT_EVERY", 0)
 PUBLISHER_TOKEN = os.environ.get("LIVEROOM_PUBLISHER_TOKEN", "").strip()
 LISTENER_WEIGHT = _env_int("LOADTEST_LISTENER_WEIGHT", 50)
@@ -146,8 +161,11 @@ if not 1 <= POLL_TIMEOUT <= 60:
     raise ValueError(f"LOADTEST_POLL_TIMEOUT must be 1-60 seconds, not {POLL_TIMEOUT}")
 if SEND_RATE <= 0:
     raise ValueError(f"LOADTEST_SEND_RATE must be above 0, not {SEND_RATE}")
-if IMPORTANT_RATE < 0 or SENDERS < 0:
-    raise ValueError("LOADTEST_IMPORTANT_RATE and LOADTEST_SENDERS cannot be negative")
+if IMPORTANT_RATE < 0 or SENDERS < 0 or CHAT_INTERVAL < 0:
+    raise ValueError("LOADTEST_IMPORTANT_RATE, LOADTEST_SENDERS and LOADTEST_CHAT_INTERVAL "
+                     "cannot be negative")
+CHATTERS = max(1, math.ceil(SEND_RATE * CHAT_INTERVAL))
+"""The uids a sender speaks as, in turn: each sends once every CHAT_INTERVAL."""
 for _host in HOSTS:
     if not _host.startswith(("http://", "https://")):
         raise ValueError(f"LOADTEST_HOSTS holds {_host!r}: give base URLs, http://HOST:PORT")
@@ -333,22 +351,24 @@ class ListenerUser(FastHttpUser):
 
 
 class _Sender(FastHttpUser):
-    """What both senders share: a uid, a count, and one send."""
+    """What both senders share: their uids, a count, and one send."""
 
     abstract = True
     host = HOSTS[0] if HOSTS else None
+    chatters = 1
 
     def __init__(self, environment: Environment) -> None:
         super().__init__(environment)
-        self.uid = _new_uid("sender")
+        self.uids = [_new_uid("sender") for _ in range(self.chatters)]
         self.sent = 0
         self.path = f"{_base()}{ROOM_PATH}/messages"
 
     def _post(self, *, important: bool) -> None:
         sent_at = time.time()
+        uid = self.uids[self.sent % len(self.uids)]
         payload: dict[str, Any] = {
-            "uid": self.uid,
-            "body": {"text": f"message {self.sent} from {self.uid}", "sent_at": sent_at},
+            "uid": uid,
+            "body": {"text": f"message {self.sent} from {uid}", "sent_at": sent_at},
         }
         headers: dict[str, str] = {}
         if important:
@@ -367,14 +387,22 @@ class _Sender(FastHttpUser):
                 response.success()
                 if REPORT and important:
                     _important_sent.append(sent_at)
+            elif response.status_code == 429:
+                # A rate limit saying no, as it should: an answer, in a row of
+                # its own (request_meta is locust's public record of the request).
+                response.request_meta["name"] = f"{name} [429]"
+                response.success()
             else:
                 response.failure(_describe(response))
 
 
 class SenderUser(_Sender):
-    """A chatter: sends at LOADTEST_SEND_RATE, every LOADTEST_IMPORTANT_EVERY-th important."""
+    """Chatters: send at LOADTEST_SEND_RATE, every LOADTEST_IMPORTANT_EVERY-th
+    important, as CHATTERS uids in turn, so that each uid sends once every
+    LOADTEST_CHAT_INTERVAL, as a person chats (the server limits each uid)."""
 
     weight = SENDER_WEIGHT
+    chatters = CHATTERS
     fixed_count = SENDERS
     wait_time = constant_throughput(SEND_RATE)
 
@@ -454,6 +482,13 @@ def _print_summary(environment: Environment, **_kwargs: Any) -> None:
         lines.append(line)
     resets = entries.get(("poll", "RESET"), empty)
     lines.append(f"  resets     {resets.num_requests}")
+    for kind, name in (("normal", "/messages"), ("important", "/messages [important]")):
+        sent = entries.get((name, "POST"), empty)
+        limited = entries.get((f"{name} [429]", "POST"), empty)
+        if sent.num_requests or limited.num_requests:
+            lines.append(f"  sent {kind:9}  {sent.num_requests - sent.num_failures} stored (201), "
+                         f"{limited.num_requests} refused by a rate limit (429), "
+                         f"{sent.num_failures} failed")
     print("\n".join(lines))
 
 

@@ -78,41 +78,56 @@ def nginx_including(tmp: Path, snippet: Path) -> Path:
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 
 
-@contextmanager
-def deployed_nginx(tmp: Path, upstreams: Iterable[str], *, location: str = "",
-                   changes: Mapping[str, str] | None = None) -> Iterator[str]:
-    """nginx running deploy/nginx.conf as a distribution would include it,
-    its nodes replaced by ``upstreams``, its port by a free loopback one,
-    ``location`` (directives) added to its ``location /`` and each text of
-    ``changes`` replaced by its value; its URL."""
-    binary = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
-    assert binary, "nginx is not installed: run scripts/install-test-deps"
+def deploy_snippet(upstreams: Iterable[str], port: int, *, location: str = "",
+                   changes: Mapping[str, str] | None = None) -> str:
+    """deploy/nginx.conf with its nodes replaced by ``upstreams``, its port 80
+    by ``port`` on loopback, ``location`` (directives) added to its ``location
+    /`` and each text of ``changes`` replaced by its value."""
     snippet = (DEPLOY / "nginx.conf").read_text()
     servers = "\n".join(f"    server {u.removeprefix('http://')} max_fails=0;"
                         for u in upstreams)
-    port = free_port()
     replaced = {"    server 127.0.0.1:8080 max_fails=1 fail_timeout=10s;": servers,
-                "    listen 80": f"    listen 127.0.0.1:{port}",
+                "    listen 80 ": f"    listen 127.0.0.1:{port} ",
                 "    location / {\n": "    location / {\n" + location, **(changes or {})}
     for text, value in replaced.items():
         assert text in snippet, text
         snippet = snippet.replace(text, value)
-    (tmp / "liveroom.conf").write_text(snippet)
-    conf = nginx_including(tmp, tmp / "liveroom.conf")
-    proc = subprocess.Popen([binary, "-p", f"{tmp}/", "-c", str(conf),
-                             "-e", str(tmp / "error.log")],
+    return snippet
+
+
+@contextmanager
+def running_nginx(prefix: Path, conf: Path, port: int) -> Iterator[str]:
+    """nginx run on ``conf`` in the foreground (``-p PREFIX/``, its error log
+    ``PREFIX/error.log``), once it accepts on ``port`` of 127.0.0.1: its URL."""
+    binary = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
+    assert binary, "nginx is not installed: run scripts/install-test-deps"
+    proc = subprocess.Popen([binary, "-p", f"{prefix}/", "-c", str(conf),
+                             "-e", str(prefix / "error.log")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     try:
         for _ in range(300):
             with contextlib.suppress(OSError), socket.create_connection(
                     ("127.0.0.1", port), timeout=0.1):
                 break
-            assert proc.poll() is None, (tmp / "error.log").read_text()
+            assert proc.poll() is None, (prefix / "error.log").read_text()
             time.sleep(0.02)
         yield f"http://127.0.0.1:{port}"
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@contextmanager
+def deployed_nginx(tmp: Path, upstreams: Iterable[str], *, location: str = "",
+                   changes: Mapping[str, str] | None = None) -> Iterator[str]:
+    """nginx running deploy/nginx.conf as a distribution would include it
+    (:func:`deploy_snippet`: its nodes ``upstreams``, its port a free loopback
+    one); its URL."""
+    port = free_port()
+    (tmp / "liveroom.conf").write_text(
+        deploy_snippet(upstreams, port, location=location, changes=changes))
+    with running_nginx(tmp, nginx_including(tmp, tmp / "liveroom.conf"), port) as url:
+        yield url
 
 
 def fixed_send_buffer(size: int) -> int:

@@ -18,20 +18,24 @@ import shutil
 import subprocess
 import textwrap
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import aiohttp
 import pytest
 from support import (
     ADMIN,
     clean_env,
+    deploy_snippet,
     deployed_nginx,
     fixed_send_buffer,
     free_port,
     held_polls,
     nginx_including,
     read_response,
+    running_nginx,
     running_node,
 )
 
@@ -83,7 +87,7 @@ def test_the_nginx_config_limits_each_address_as_the_node_does() -> None:
     node's own setting behind it; writes are limited, polls (GETs) are not."""
     text = (DEPLOY / "nginx.conf").read_text()
     defaults = Settings()
-    found = re.search(r"^\s*listen 80 sndbuf=(\d+)k;", text, re.M)
+    found = re.search(r"^\s*listen 80 default_server sndbuf=(\d+)k;", text, re.M)
     assert found, "the client sockets' send buffer is not fixed"
     assert int(found.group(1)) * 1024 == defaults.send_buffer
     assert f"send_timeout {defaults.write_timeout:g}s;" in text
@@ -383,6 +387,7 @@ def test_the_template_alone_is_refused_saying_what_is_missing(
 SERVICE_STEPS = "### A node as a systemd service"
 PROMETHEUS_STEPS = "### Prometheus: scraping and alerts"
 GRAFANA_STEPS = "### The Grafana dashboard"
+NGINX_STEPS = "### nginx in front"
 
 
 def blocks_under(heading: str, lang: str) -> list[str]:
@@ -470,6 +475,150 @@ def test_the_service_steps_useradd_makes_the_units_user_and_group(tmp_path: Path
     assert user[3] == groups[unit_setting("Group")][2]
     assert int(user[2]) < 1000, "not a system account"
     assert user[6] == "/usr/sbin/nologin"
+
+
+# Debian's /etc/nginx/nginx.conf (bookworm's nginx 1.22; Ubuntu's is the same) and
+# its default site, the lines that matter here: the process lines (user, pid,
+# logs, modules) are made to run in a temporary folder.
+DEBIAN_NGINX_CONF = """\
+daemon off;
+worker_processes 1;
+pid {prefix}/nginx.pid;
+events {{
+    worker_connections 768;
+}}
+http {{
+    {temp}
+    sendfile on;
+    tcp_nopush on;
+    types_hash_max_size 2048;
+    default_type application/octet-stream;
+    access_log off;
+    gzip on;
+    include {etc}/conf.d/*.conf;
+    include {etc}/sites-enabled/*;
+}}
+"""
+DEBIAN_DEFAULT_SITE = """\
+server {
+\tlisten 80 default_server;
+\tlisten [::]:80 default_server;
+\troot /var/www/html;
+\tindex index.html index.htm index.nginx-debian.html;
+\tserver_name _;
+\tlocation / {
+\t\ttry_files $uri $uri/ =404;
+\t}
+}
+"""
+
+
+def debian_nginx(prefix: Path, port: int) -> Path:
+    """A copy of what Debian's and Ubuntu's nginx package installs, its
+    ``/etc/nginx`` in ``prefix/etc/nginx``: an nginx.conf that includes
+    ``conf.d/*.conf`` and ``sites-enabled/*``, and the default site enabled
+    (a link to ``sites-available/default``), its port 80 ``port`` on loopback
+    (its IPv6 line left out) and its root a folder of ``prefix``; the
+    nginx.conf."""
+    etc = prefix / "etc" / "nginx"
+    for folder in ("conf.d", "sites-available", "sites-enabled"):
+        (etc / folder).mkdir(parents=True)
+    www = prefix / "www"
+    www.mkdir()
+    (www / "index.nginx-debian.html").write_text("<h1>Welcome to nginx!</h1>\n")
+    temp = " ".join(f"{kind}_temp_path {prefix / kind};"
+                    for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    conf = etc / "nginx.conf"
+    conf.write_text(DEBIAN_NGINX_CONF.format(prefix=prefix, etc=etc, temp=temp))
+    site = (DEBIAN_DEFAULT_SITE.replace("\tlisten [::]:80 default_server;\n", "")
+            .replace("listen 80 ", f"listen 127.0.0.1:{port} ")
+            .replace("/var/www/html", str(www)))
+    (etc / "sites-available" / "default").write_text(site)
+    (etc / "sites-enabled" / "default").symlink_to(etc / "sites-available" / "default")
+    return conf
+
+
+def run_file_steps(prefix: Path, steps: Sequence[list[str]]) -> None:
+    """Run the steps that put files in place (``install``, ``rm``) from the
+    checkout, on the copy of :func:`debian_nginx` in ``prefix``; a step of
+    another kind, or naming a path outside the copy, fails the test rather
+    than run on this machine."""
+    for step in steps:
+        argv = [arg.replace("/etc/nginx/", f"{prefix}/etc/nginx/") for arg in step]
+        assert argv[0] in ("install", "rm"), f"a step the test cannot run on a copy: {step}"
+        outside = [arg for arg in argv[1:]
+                   if arg.startswith("/") and not arg.startswith(f"{prefix}/")]
+        assert not outside, f"{step} names {outside}"
+        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=30,
+                              check=False)
+        assert done.returncode == 0, (step, done.stderr)
+
+
+def nginx_steps() -> tuple[list[list[str]], list[list[str]]]:
+    """The steps of "nginx in front": those that put files in place, before
+    ``nginx -t && systemctl reload nginx``, and the ``curl``s after it."""
+    steps = commands(blocks_under(NGINX_STEPS, "sh")[0])
+    check = ["nginx", "-t", "&&", "systemctl", "reload", "nginx"]
+    assert check in steps, steps
+    at = steps.index(check)
+    return steps[:at], [step for step in steps[at + 1:] if step[0] == "curl"]
+
+
+def nginx_t(prefix: Path, conf: Path) -> subprocess.CompletedProcess[str]:
+    return run(tool("nginx"), "-t", "-p", f"{prefix}/", "-c", conf, "-e", prefix / "error.log")
+
+
+async def test_the_nginx_steps_on_debians_nginx_leave_liveroom_answering_port_80(
+        tmp_path: Path) -> None:
+    """Debian's and Ubuntu's nginx package enables a default site that takes
+    port 80 as its ``default_server``, with a ``server_name _`` and a folder
+    of static files. The steps, run as written on a copy of that layout,
+    pass ``nginx -t`` with no warning, and then port 80 answers with
+    liveroom, whatever name the client asks for, and the steps' ``curl``
+    gets the node's health: not the default site's 404 (before issue 46,
+    ``nginx -t`` warned of a conflicting server name ``_`` and every request
+    went to the default site)."""
+    files, curls = nginx_steps()
+    assert curls, "no step asks nginx whether liveroom answers"
+    port = free_port()
+    conf = debian_nginx(tmp_path, port)
+    run_file_steps(tmp_path, files)
+    installed = tmp_path / "etc" / "nginx" / "conf.d" / "liveroom.conf"
+    assert installed.read_text() == (DEPLOY / "nginx.conf").read_text()
+    async with running_node() as node, aiohttp.ClientSession() as session:
+        installed.write_text(deploy_snippet([node.url], port))
+        done = nginx_t(tmp_path, conf)
+        assert done.returncode == 0, done.stderr
+        assert "[warn]" not in done.stderr, done.stderr
+        with running_nginx(tmp_path, conf, port) as front:
+            for host in ("127.0.0.1", "live.example.com"):
+                async with session.get(f"{front}/v1/rooms/demo/poll?uid=u",
+                                       headers={"Host": host}) as resp:
+                    assert resp.status == 200, (host, await resp.text())
+                    assert (await resp.json())["room"] == "demo"
+            for curl in curls:
+                url = urlsplit(curl[-1])
+                assert url.netloc == "127.0.0.1", curl  # port 80
+                async with session.get(f"{front}{url.path}") as resp:
+                    assert resp.status == 200, (curl, await resp.text())
+                    assert await resp.json() == {"status": "ok"}
+
+
+def test_debians_default_site_left_enabled_fails_nginx_t_saying_so(tmp_path: Path) -> None:
+    """An operator who skips the step that disables the default site gets
+    ``nginx -t`` refusing the configuration, naming that site (both servers
+    are port 80's ``default_server``), rather than one that passes and
+    serves the default site's 404 to every client."""
+    files, _ = nginx_steps()
+    port = free_port()
+    conf = debian_nginx(tmp_path, port)
+    run_file_steps(tmp_path, [step for step in files if step[0] == "install"])
+    installed = tmp_path / "etc" / "nginx" / "conf.d" / "liveroom.conf"
+    installed.write_text(deploy_snippet(["127.0.0.1:8080"], port))
+    done = nginx_t(tmp_path, conf)
+    assert done.returncode == 1, done.stderr
+    assert "a duplicate default server" in done.stderr, done.stderr
+    assert "sites-enabled/default" in done.stderr, done.stderr
 
 
 def test_the_prometheus_steps_load_the_alerts_and_scrape_with_the_token(

@@ -1,12 +1,14 @@
 """The load test's own tools, run for real: a distributed locust run (a master
-and two workers on 127.0.0.1) against a ``liveroom serve`` process, and users
-spread over several addresses (``LOADTEST_HOSTS``)."""
+and two workers on 127.0.0.1) against a ``liveroom serve`` process, users
+spread over several addresses (``LOADTEST_HOSTS``), and senders against a
+server with the default rate limits."""
 
 from __future__ import annotations
 
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -16,7 +18,11 @@ from pathlib import Path
 import pytest
 from support import ADMIN_HEADERS, PUBLISHER, free_port, serve
 
+from liveroom.settings import Settings
+
 LOCUSTFILE = Path(__file__).resolve().parents[2] / "loadtest" / "locustfile.py"
+DEFAULT_LIMITS = ",".join(str(window) for window in Settings().rate_limits.per_uid)
+"""A default server's per-uid windows (the tests' servers run without them)."""
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -111,3 +117,64 @@ def online_within(url: str, room: str, want: int, seconds: float = 15.0) -> int:
         if online >= want or time.monotonic() > deadline:
             return online
         time.sleep(0.2)
+
+
+SENT = re.compile(r"^  sent normal +(\d+) stored \(201\), (\d+) refused by a rate limit "
+                  r"\(429\), (\d+) failed$", re.M)
+
+
+def senders_against_default_limits(tmp_path: Path, **extra: str) -> tuple[int, str, int]:
+    """One sender at 10 a second for 6 s, no listener, against a server with
+    the default per-uid limits (5 a second, 30 a minute, 300 an hour):
+    locust's exit status, its output (its table and summary, final; the CSV
+    may lag them), and the room's head once it quit."""
+    with serve("--tiers", "off", "--rate-limits", DEFAULT_LIMITS) as (url, _):
+        env = load_env(tmp_path, "limits", LOADTEST_SEND_RATE="10",
+                       LOADTEST_SEND_AS_PUBLISHER="", **extra)
+        proc = locust("--headless", "-u", "1", "-r", "1", "-t", "6s", "--host", url,
+                      "--only-summary", "SenderUser", env=env, log=tmp_path / "limits.log")
+        status = proc.wait(60)
+        with urllib.request.urlopen(f"{url}/v1/rooms/limits/poll?uid=reader&recent=0") as got:
+            head = int(json.load(got)["seq"])
+    return status, (tmp_path / "limits.log").read_text(), head
+
+
+def row(log: str, name: str) -> tuple[int, int] | None:
+    """Requests and failures of the row ``POST name`` of locust's table."""
+    found = re.search(rf"^POST +{re.escape(name)} +(\d+) +(\d+)\(", log, re.M)
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+def test_the_default_load_is_within_a_default_servers_rate_limits(tmp_path: Path) -> None:
+    """A sender speaks as chatters in turn, each at a person's pace (one
+    message every LOADTEST_CHAT_INTERVAL, 20 s): at 10 sends a second, 200
+    uids, none near its limits; every send stored, locust exits 0. (Before
+    issue 46 a sender was one uid: at the documented 1 a second, half the
+    sends of a 60 s run were 429s counted as failures, and locust exited 1.)"""
+    status, log, head = senders_against_default_limits(tmp_path)
+    assert status == 0, log
+    sent = SENT.search(log)
+    assert sent, log
+    stored, refused, failed = map(int, sent.groups())
+    assert (refused, failed) == (0, 0), log
+    # One may be stopped in flight. Ten or more: one uid would have passed 5 a second.
+    assert 10 <= stored <= head <= stored + 1, log
+    assert row(log, "/messages") == (stored, 0)
+    assert row(log, "/messages [429]") is None
+
+
+def test_a_rate_limits_429_is_an_answer_counted_apart(tmp_path: Path) -> None:
+    """One uid at 10 sends a second (LOADTEST_CHAT_INTERVAL=0) passes its
+    limit of 5 a second: the 429s are the server's answers, in a row of their
+    own and in the summary, not failures; locust exits 0, and the sends it
+    counts as stored are the room's."""
+    status, log, head = senders_against_default_limits(tmp_path, LOADTEST_CHAT_INTERVAL="0")
+    assert status == 0, log
+    sent = SENT.search(log)
+    assert sent, log
+    stored, refused, failed = map(int, sent.groups())
+    assert refused > 0, log
+    assert failed == 0, log
+    assert stored <= head <= stored + 1, log  # one may be stopped in flight
+    assert row(log, "/messages") == (stored, 0)
+    assert row(log, "/messages [429]") == (refused, 0)

@@ -11,17 +11,20 @@ import contextlib
 import importlib.metadata
 import json
 import re
+import shlex
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
-from support import clean_env, free_port, running_node, serve
+from support import ADMIN, PUBLISHER, clean_env, free_port, running_node, serve
 
 import liveroom
 
@@ -245,6 +248,128 @@ def test_the_readme_is_a_front_door() -> None:
     assert "python3 -m venv .venv && . .venv/bin/activate && pip install -e . && " \
            "liveroom serve" in text
     assert "\nscripts/test\n" in text
+
+
+def tour_steps() -> list[tuple[str, list[str]]]:
+    """The README's tour ("Five minutes with it"): its shell commands in
+    order, each (a continued line joined) with the comment lines below it."""
+    text = (ROOT / "README.md").read_text()
+    section = re.split(r"^## ", text.split("\n## Five minutes with it\n", 1)[1], maxsplit=1,
+                       flags=re.M)[0]
+    steps: list[tuple[str, list[str]]] = []
+    for _, block in re.findall(r"^( *)```sh\n(.*?)^\1```", section, re.S | re.M):
+        command = ""
+        for line in textwrap.dedent(block).splitlines():
+            if line.startswith("#"):
+                steps[-1][1].append(line[1:].strip())
+                continue
+            command += line.split("  # ")[0].rstrip()  # its own comment, if any
+            if command.endswith("\\"):
+                command = command[:-1]
+            else:
+                steps.append((command, []))
+                command = ""
+    return steps
+
+
+def answer_pattern(comment: str) -> tuple[int | None, Any] | None:
+    """A comment showing an answer (``[STATUS ]{...}``, then prose): its
+    status if shown and its body, where ``"..."`` and ``[...]`` stand for any
+    value and a ``...`` member for any other members; None for prose."""
+    found = re.fullmatch(r"(?:(\d{3}) )?(\{.*)", comment)
+    if not found:
+        return None
+    text = found.group(2).replace("[...]", '"..."')
+    text = re.sub(r"(?<=[{,])\s*\.\.\.\s*(?=[,}])", ' "...": "..."', text)
+    body, _ = json.JSONDecoder().raw_decode(text)
+    return (int(found.group(1)) if found.group(1) else None), body
+
+
+def matches(pattern: Any, value: Any) -> bool:
+    if pattern == "...":
+        return True
+    if isinstance(pattern, dict):
+        keys = set(pattern) - {"..."}
+        return (isinstance(value, dict) and keys <= set(value)
+                and ("..." in pattern or keys == set(value))
+                and all(matches(pattern[key], value[key]) for key in keys))
+    if isinstance(pattern, list):
+        return (isinstance(value, list) and len(pattern) == len(value)
+                and all(map(matches, pattern, value)))
+    return type(pattern) is type(value) and bool(pattern == value)
+
+
+@pytest.mark.slow
+async def test_the_readmes_tour_does_what_it_says() -> None:
+    """The tour pasted in order on a fresh ``liveroom serve`` (its tokens
+    exported): alice's listener, the ``liveroom`` commands (a send prints its
+    seq), then the curls, each answering what its comment shows (``...`` any
+    value; a GET asked again for up to 5 s: a poll counts online within a
+    second), and the lines alice's listener prints, her personal messages
+    among them. Before issue 46 the README showed a first poll bringing an
+    important message and ``"iseq": 1``, and its personal messages went to an
+    alice who was not listening yet."""
+    (listen, _), *steps = tour_steps()
+    assert shlex.split(listen, comments=True) == ["liveroom", "listen", "demo", "--uid", "alice"]
+    with serve() as (url, _):
+        env = clean_env(LIVEROOM_URL=url, LIVEROOM_ADMIN_TOKEN=ADMIN,
+                        LIVEROOM_PUBLISHER_TOKEN=PUBLISHER)
+        listener = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "liveroom", *shlex.split(listen, comments=True)[1:], cwd=ROOT,
+            env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        assert listener.stdout is not None
+        printed: list[str] = []
+
+        async def prints(text: str) -> None:
+            """Until alice's listener has printed a line starting with ``text``."""
+            async with asyncio.timeout(10):
+                while not any(line.startswith(text) for line in printed):
+                    line = await listener.stdout.readline()  # type: ignore[union-attr]
+                    assert line, f"the listener stopped: {printed}"
+                    printed.append(line.decode().rstrip("\n"))
+
+        async def shell(command: str) -> str:
+            proc = await asyncio.create_subprocess_exec(
+                "bash", "-c", command, cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE)
+            out, err = await asyncio.wait_for(proc.communicate(), 30)
+            assert proc.returncode == 0, (command, err.decode())
+            return out.decode()
+
+        try:
+            await prints("-- listening to demo")
+            seq = 0
+            for command, comments in steps:
+                argv = shlex.split(command, comments=True)
+                if argv[0] == "liveroom":
+                    out = await shell(shlex.join([sys.executable, "-m", *argv]))
+                    if argv[1] == "send" and "--to" in argv:
+                        await prints(f"p1 [to {argv[argv.index('--to') + 1]}] ")
+                    elif argv[1] == "send":
+                        seq += 1
+                        assert out == f"{seq}\n", (command, out)
+                    continue
+                assert argv[0] == "curl", command
+                asked = command.replace("http://127.0.0.1:8080", url) + " -s -w '\\n%{http_code}'"
+                shown = [found for found in map(answer_pattern, comments) if found]
+                assert len(shown) <= 1, comments
+                status, pattern = shown[0] if shown else (None, "...")
+                # A GET may be asked again (a poll counts online within a second).
+                deadline = time.monotonic() + (0 if "-X POST" in command else 5)
+                while True:
+                    body, code = (await shell(asked)).rsplit("\n", 1)
+                    if ((status in (None, int(code)) and matches(pattern, json.loads(body)))
+                            or time.monotonic() >= deadline):
+                        break
+                    await asyncio.sleep(0.1)
+                assert status in (None, int(code)), (command, code, body)
+                assert matches(pattern, json.loads(body)), (command, shown, body)
+                for comment in comments:
+                    if comment.startswith("alice's listener prints: "):
+                        await prints(comment.removeprefix("alice's listener prints: "))
+        finally:
+            listener.terminate()
+            await listener.wait()
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
