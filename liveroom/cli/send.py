@@ -10,6 +10,7 @@ import secrets
 from typing import TYPE_CHECKING, Any
 
 import click
+from click.core import ParameterSource
 
 from ..settings import default_text, env_of
 from .calls import clear
@@ -17,7 +18,7 @@ from .credentials import flags_first, left_aside_note
 from .options import TICKET_ENV, UID_ENV, check_optional_uid, check_room, ticket_option, url_option
 
 if TYPE_CHECKING:
-    from ..client import Retry
+    from ..client import Retry, Sent
 
 
 @click.command()
@@ -41,9 +42,12 @@ if TYPE_CHECKING:
                    "[default: made up].")
 @ticket_option
 @click.option("--token", envvar=env_of("publisher_token"), show_envvar=True,
-              help="The publisher (or admin) token: your backend speaking for --uid, not "
-                   "rate limited; needed for --important without a publishing ticket. "
-                   "Not used from the environment when --ticket is given as a flag.")
+              help="The publisher (or admin) token: your backend speaking for --uid, "
+                   "exempt from moderation and rate limits; needed for --important and --to "
+                   "without a publishing ticket. From the environment it is used for "
+                   "those only, or where the server takes no uid without a ticket (a chat "
+                   "line for --uid is that uid's own); not at all when --ticket is given "
+                   "as a flag.")
 @url_option
 def send(room_name: str, text: str, uid: str | None, important: bool, to: str | None,
          as_json: bool, client_msg_id: str | None, ticket: str | None, token: str | None,
@@ -59,8 +63,13 @@ def send(room_name: str, text: str, uid: str | None, important: bool, to: str | 
     as a flag is used, and LIVEROOM_TICKET or LIVEROOM_PUBLISHER_TOKEN from the
     environment is not (with a --ticket flag, nor is LIVEROOM_UID: the ticket
     names the uid). Given both the same way, the token speaks, for --uid.
+    The environment's token speaks only for --important and --to: a normal
+    message for --uid goes as that uid's own, moderated and rate limited
+    (give --token as a flag for the backend to speak for it; it says so); a
+    server in ticket mode, which takes no uid without a ticket, gets it with
+    the environment's token after all, and the command says so.
     """
-    from ..client import Client, ClientError
+    from ..client import ApiError, Client, ClientError
 
     ctx = click.get_current_context()
     flags, aside = flags_first(ctx, ("ticket", "token"))
@@ -70,6 +79,17 @@ def send(room_name: str, text: str, uid: str | None, important: bool, to: str | 
         token = None
     if "uid" in aside:
         uid = None
+    fallback = None
+    if token is not None and ticket is None and not (important or to) \
+            and ctx.get_parameter_source("token") is not ParameterSource.COMMANDLINE:
+        # The environment's publisher token (the README's exports) speaks only
+        # where the backend must: a chat line for --uid is that uid's, muted,
+        # banned, slowed and rate limited as its own (issue 46). A server that
+        # takes no uid without a ticket (--auth ticket) gets it with the token
+        # after all, said on stderr; --token as a flag speaks at once, and says so.
+        fallback, token = token, None
+    if client_msg_id is None:
+        client_msg_id = secrets.token_hex(8)  # one id if the token must send it again
     if uid is None and ticket is None:
         uid = f"sender-{secrets.token_hex(3)}"
         click.echo(f"-- sending as {uid} (give --uid to choose)", err=True)
@@ -84,18 +104,30 @@ def send(room_name: str, text: str, uid: str | None, important: bool, to: str | 
         why = f"HTTP {retry.status}" if retry.status else "network"
         click.echo(f"-- {why}: {retry.reason}; again in {retry.delay:.1f} s", err=True)
 
-    async def run() -> str:
+    async def sent_by(token: str | None) -> Sent:
         async with Client(url, ticket=ticket, token=token) as client:
             sent = await client.send(room_name, body, uid=uid, important=important,
                                      client_msg_id=client_msg_id, to=to, on_retry=retrying)
-            if sent.private is False:
-                click.echo(f"-- not private: the server runs --auth open, where any client "
-                           f"can read {to}'s personal messages (--auth ticket makes them "
-                           f"{to}'s alone)", err=True)
-            if sent.pseq is None:
-                return str(sent.seq)
-            return (f"personal message to {to}: pseq {sent.pseq}, its position among "
-                    f"{room_name}'s personal messages (numbered apart from the room's seq)")
+            if token is not None and not (important or to):
+                click.echo(f"-- sent with the publisher token: the backend speaking for {uid}, "
+                           "exempt from moderation and rate limits", err=True)
+            return sent
+
+    async def run() -> str:
+        try:
+            sent = await sent_by(token)
+        except ApiError as exc:
+            if fallback is None or exc.status != 401:
+                raise
+            sent = await sent_by(fallback)  # a ticket server: the backend's token, said
+        if sent.private is False:
+            click.echo(f"-- not private: the server runs --auth open, where any client "
+                       f"can read {to}'s personal messages (--auth ticket makes them "
+                       f"{to}'s alone)", err=True)
+        if sent.pseq is None:
+            return str(sent.seq)
+        return (f"personal message to {to}: pseq {sent.pseq}, its position among "
+                f"{room_name}'s personal messages (numbered apart from the room's seq)")
 
     try:
         said = asyncio.run(run())

@@ -1008,3 +1008,27 @@ def test_the_new_name_wins_over_the_former_and_help_shows_only_the_new() -> None
     text = CliRunner().invoke(main, ["serve", "--help"]).output
     assert "--likes-taps" in text
     assert "--like-taps" not in text
+
+
+async def test_send_for_a_uid_is_that_uids_own_unless_the_token_is_given_as_a_flag(
+        session: aiohttp.ClientSession) -> None:
+    """Issue 46: with the README's exports, every ``liveroom send --uid X`` went
+    out with LIVEROOM_PUBLISHER_TOKEN, exempt from moderation: mute seemed not
+    to work. The environment's token now speaks only where the backend must."""
+    async with running_node() as node:
+        env = {"LIVEROOM_URL": node.url, "LIVEROOM_PUBLISHER_TOKEN": PUBLISHER}
+        await send(session, node.url, "stage", "the show starts")
+        async with session.put(f"{node.url}/v1/admin/rooms/stage/muted/troll",
+                               json={"seconds": 600},
+                               headers={"Authorization": f"Bearer {ADMIN}"}) as resp:
+            assert resp.status == 200
+        result = await liveroom("send", "stage", "spam", "--uid", "troll", env=env)
+        assert result.exit_code == 1
+        assert "muted" in result.output
+        result = await liveroom("send", "stage", "a signal", "--uid", "host", "--important",
+                                env=env)  # the backend must: the environment's token
+        assert result.exit_code == 0, result.output
+        result = await liveroom("send", "stage", "for troll", "--uid", "troll",
+                                "--token", PUBLISHER, env=env)
+        assert result.exit_code == 0, result.output
+        assert "sent with the publisher token" in result.stderr
