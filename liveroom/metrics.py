@@ -102,6 +102,14 @@ class Metrics:
             "Held polls answered empty because a newer poll of the same listener came",
             registry=r)
         self.sends = Counter("liveroom_sends", "Sends", ["outcome"], registry=r)
+        self.moderation_actions = Counter(
+            "liveroom_moderation_actions", "Moderation through this node, by action (mute, "
+            "unmute, ban, unban, slow, recall: a moderator's or the backend's; own_recall: a "
+            "sender's of its own message)", ["action"], registry=r)
+        self.gifts = Counter("liveroom_gifts", "Gifts given through this node", registry=r)
+        self.gift_value = Counter("liveroom_gift_value",
+                                  "The value of the gifts given through this node (the "
+                                  "backend's unit)", registry=r)
         self.pulls = Counter("liveroom_pulls", "Room pulls from the store", registry=r)
         self.pull_batches = Counter("liveroom_pull_batches", "Batched store reads", registry=r)
         self.notifies = Counter("liveroom_notifies", "Notifies received", registry=r)

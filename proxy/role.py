@@ -97,7 +97,7 @@ class Proxy:
             metrics=metrics)
         self.ranking = Rankings(counters, clock, recent)
         self._forget = forget
-        self.moderation = Moderation(moderation, clock, on_ban=self._banned)
+        self.moderation = Moderation(moderation, clock, on_ban=self._banned, metrics=metrics)
         self.polls = Polls(settings, reader, self.heartbeats, stats, self.holds, tiers,
                            signer, clock, metrics, is_vip=vip_list.is_vip, tickets=self.tickets,
                            likes=self.likes, ranking=self.ranking, rules=self.moderation.rules)
@@ -113,7 +113,7 @@ class Proxy:
                          gate=gate if _row(LIKE).room == EXISTS else None,
                          moderation=self.moderation, tokens=tokens)
         self.gifts = Gifts(counters, log, tokens, clock, gift_important=settings.gift_important,
-                           tickets=self.tickets)
+                           tickets=self.tickets, metrics=metrics)
         # The front's routes and their handlers: a new front route is a row
         # of proxy/front/routing.py and its handler here.
         handlers = {POLL: PollRoute(self.polls), SEND: SendRoute(self.sends),

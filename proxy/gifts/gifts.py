@@ -23,6 +23,7 @@ from typing import Any
 
 from liveroom.clock import Clock
 from liveroom.errors import BadBody, Forbidden, Unauthorized
+from liveroom.metrics import Metrics
 from liveroom.model import NewMessage, check_name
 from liveroom.store.base import GIFT_VALUE_MAX, Counters, GiftRank, MessageLog, Ranking
 
@@ -55,7 +56,9 @@ class Gifts:
     listener waits on them, they go to the store)."""
 
     def __init__(self, counters: Counters, log: MessageLog, tokens: Tokens, clock: Clock, *,
-                 gift_important: int, tickets: Tickets | None = None) -> None:
+                 gift_important: int, tickets: Tickets | None = None,
+                 metrics: Metrics | None = None) -> None:
+        self._metrics = metrics
         self._counters = counters
         self._log = log
         self._tokens = tokens
@@ -85,6 +88,9 @@ class Gifts:
         giver, value, gift = parse_gift(doc)
         now_ms = int(self._clock.time() * 1000)
         rank = await self._counters.add_gift(room, giver, value, gift, now_ms)
+        if self._metrics is not None:
+            self._metrics.gifts.inc()
+            self._metrics.gift_value.inc(value)
         if self.gift_important and value >= self.gift_important:
             await self._log.append(room, NewMessage(
                 uid=giver, body={"gift": gift, "value": value}, important=True, ts=now_ms))

@@ -131,6 +131,8 @@ class Recalls:
             await self._moderation.record(room, AuditEntry(
                 at_ms=now_ms, by=by, action="recall", target=f"{lane}:{seq}", seconds=0,
                 reason=""))
+        else:
+            self._moderation.count("own_recall")
         logger.info("moderation: recall of %s message %d (uid %s) in room %s by %s", lane,
                     seq, recalled.uid, room, by)
         if personal:

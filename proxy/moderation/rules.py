@@ -36,6 +36,7 @@ from collections.abc import Callable
 from liveroom.clock import Clock
 from liveroom.errors import Banned, Muted, StoreUnavailable
 from liveroom.lifecycle import Outage, Periodic
+from liveroom.metrics import Metrics
 from liveroom.ratelimit import RateLimits, Window
 from liveroom.store.base import AuditEntry, ModerationStore, RoomModeration, Sanction, in_force
 
@@ -93,7 +94,8 @@ class Moderation:
 
     def __init__(self, store: ModerationStore, clock: Clock, *,
                  on_ban: Callable[[str, str, Banned], None] = lambda room, uid, refusal: None,
-                 every: float = MODERATION_EVERY) -> None:
+                 every: float = MODERATION_EVERY, metrics: Metrics | None = None) -> None:
+        self._metrics = metrics
         self._store = store
         self._clock = clock
         self.on_ban = on_ban
@@ -162,11 +164,17 @@ class Moderation:
 
     # -- changes ------------------------------------------------------------------
 
+    def count(self, action: str) -> None:
+        """One more ``action`` (``liveroom_moderation_actions_total``)."""
+        if self._metrics is not None:
+            self._metrics.moderation_actions.labels(action).inc()
+
     async def act(self, room: str, entry: AuditEntry) -> RoomModeration | None:
         """Apply ``entry`` through the store and here at once; the room's
         moderation after it (None: none left)."""
         now_ms = self._now_ms()
         await self._store.act(room, entry, now_ms)
+        self.count(entry.action)
         state = (await self._store.rooms([room], now_ms)).get(room)
         self._apply(room, state)
         return state
@@ -174,6 +182,7 @@ class Moderation:
     async def record(self, room: str, entry: AuditEntry) -> None:
         """Record ``entry`` (a recall: nothing else changes) in the room's audit."""
         await self._store.act(room, entry, self._now_ms())
+        self.count(entry.action)
 
     async def refresh(self) -> None:
         """Read the rooms the journal says changed since :attr:`version` (all

@@ -37,7 +37,9 @@ import orjson
 from liveroom.clock import Clock
 from liveroom.codec import decode_request_bounded, media_type, wants_msgpack
 from liveroom.errors import (
+    Banned,
     Forbidden,
+    Muted,
     NewRoomRefused,
     RateLimited,
     StoreUnavailable,
@@ -88,7 +90,8 @@ class Sends:
         self._metrics = metrics
         self._tally = metrics.tally(
             [*(metrics.sends.labels(o) for o in ("stored", "duplicate", "limited", "unavailable")),
-             metrics.store_errors.labels("append")])
+             metrics.store_errors.labels("append"),
+             *(metrics.sends.labels(o) for o in ("muted", "banned"))])
         # A wrapper that hands other calls on to a log (by __getattr__) is not
         # taken for one that appends at once: its append is its own.
         self._append_at_once: AppendAtOnce | None = (
@@ -121,6 +124,8 @@ class Sends:
                 self._failed(pending, exc)
             return self._stored(pending, appended, accept)
         except Exception as exc:
+            if isinstance(exc, Forbidden):  # a muted or banned sender: a spam wave's mark
+                self._refused(exc)
             return answer_to(exc, logger, "a send to room %s failed", room)
 
     async def send(self, room: str, content_type: str, raw: bytes,
@@ -140,6 +145,8 @@ class Sends:
                 self._failed(pending, exc)
             return self._stored(pending, appended, accept)
         except Exception as exc:
+            if isinstance(exc, Forbidden):  # a muted or banned sender: a spam wave's mark
+                self._refused(exc)
             return answer_to(exc, logger, "a send to room %s failed", room)
 
     def _prepare(self, room: str, content_type: str, raw: bytes,
@@ -189,6 +196,12 @@ class Sends:
         return _Pending(message, limits, admitted,
                         admitted if isinstance(admitted, Place) else None, True)
 
+    def _refused(self, exc: Forbidden) -> None:
+        if isinstance(exc, Muted):
+            self._tally[_MUTED] += 1
+        elif isinstance(exc, Banned):
+            self._tally[_BANNED] += 1
+
     def _failed(self, pending: _Pending, exc: BaseException) -> NoReturn:
         """The append raised ``exc``: count it, free the new room's place, and
         raise what the sender is told."""
@@ -236,6 +249,8 @@ _DUPLICATE: Final = 1
 _LIMITED: Final = 2
 _UNAVAILABLE: Final = 3
 _APPEND_ERRORS: Final = 4
+_MUTED: Final = 5
+_BANNED: Final = 6
 
 
 class _Pending:

@@ -11,6 +11,8 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import re
+
 import aiohttp
 import msgpack
 import pytest
@@ -344,3 +346,41 @@ async def test_a_room_full_of_mutes_refuses_one_more_with_409(
         await call(session, "DELETE", admin(url, "muted/b"))
         assert (await call(session, "PUT", admin(url, "muted/c"),
                            json={"seconds": 60}))[0] == 200
+
+
+async def test_moderation_and_gifts_are_counted_in_the_metrics() -> None:
+    """Issue 46 item 12: an operator can alert on a spam wave: refused sends of
+    muted and banned uids, moderation actions and gifts are counted."""
+    async with running_node() as node, aiohttp.ClientSession() as session:
+        await send(session, node.url, "counted", "hello", uid="host")
+        admin = f"{node.url}/v1/admin/rooms/counted"
+        for kind, uid in (("muted", "loud"), ("banned", "bad")):
+            async with session.put(f"{admin}/{kind}/{uid}", json={"seconds": 60},
+                                   headers=ADMIN_HEADERS) as resp:
+                assert resp.status == 200
+            for _ in range(2):
+                async with session.post(f"{node.url}/v1/rooms/counted/messages",
+                                        json={"uid": uid, "body": "spam"}) as resp:
+                    assert resp.status == 403
+        mine = (await send(session, node.url, "counted", "oops", uid="fan"))["seq"]
+        async with session.delete(f"{node.url}/v1/rooms/counted/messages/{mine}",
+                                  params={"uid": "fan"}) as resp:
+            assert resp.status == 200
+        async with session.post(f"{node.url}/v1/rooms/counted/gifts", headers=ADMIN_HEADERS,
+                                json={"uid": "whale", "value": 520, "gift": "rocket"}) as resp:
+            assert resp.status == 201
+        async with session.get(f"{node.url}/metrics", headers=ADMIN_HEADERS) as resp:
+            text = await resp.text()
+
+    def value(pattern: str) -> float:
+        found = re.search(rf"^{pattern} (\S+)$", text, re.M)
+        assert found, pattern
+        return float(found.group(1))
+
+    assert value(r'liveroom_sends_total\{outcome="muted"\}') == 2
+    assert value(r'liveroom_sends_total\{outcome="banned"\}') == 2
+    assert value(r'liveroom_moderation_actions_total\{action="mute"\}') == 1
+    assert value(r'liveroom_moderation_actions_total\{action="ban"\}') == 1
+    assert value(r'liveroom_moderation_actions_total\{action="own_recall"\}') == 1
+    assert value("liveroom_gifts_total") == 1
+    assert value("liveroom_gift_value_total") == 520
