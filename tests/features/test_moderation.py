@@ -7,11 +7,10 @@ did what; bad input is a 4xx."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import AsyncIterator
 from typing import Any
-
-import re
 
 import aiohttp
 import msgpack
