@@ -638,9 +638,24 @@ async function onRecent(event) {
   }
   const button = event.target.closest("button.recall");
   if (!button) return;
-  const room = state.room;
-  await moderate(button,
-    () => api("DELETE", `/v1/rooms/${encodeURIComponent(room)}/messages/${li.dataset.seq}`),
+  // A recall cannot be undone: it is asked first (issue 46), as an end is.
+  pendingRecall = { button, room: state.room, seq: li.dataset.seq };
+  $("recall-seq").textContent = li.dataset.seq;
+  $("recall-uid").textContent = li.dataset.uid;
+  $("recall-text").textContent = li.querySelector(".text")?.textContent ?? "";
+  $("confirm-recall").returnValue = "";
+  $("confirm-recall").showModal();
+}
+
+/** The recall the moderator asked for, once confirmed. */
+let pendingRecall = null;
+
+async function onRecallClosed() {
+  const asked = pendingRecall;
+  pendingRecall = null;
+  if (!asked || $("confirm-recall").returnValue !== "recall") return;
+  await moderate(asked.button,
+    () => api("DELETE", `/v1/rooms/${encodeURIComponent(asked.room)}/messages/${asked.seq}`),
     (doc) => `Message ${doc.seq} of ${doc.uid} recalled in ${doc.room}.`);
 }
 
@@ -867,6 +882,7 @@ function main() {
   $("vip-unpin").addEventListener("click", unpin);
   $("end-broadcast").addEventListener("click", askEnd);
   $("confirm-end").addEventListener("close", onConfirmClosed);
+  $("confirm-recall").addEventListener("close", onRecallClosed);
   $("ranges").addEventListener("click", chooseRange);
   $("recent").addEventListener("click", onRecent);
   $("sanction").addEventListener("submit", onSanction);

@@ -528,7 +528,20 @@ def test_a_moderator_recalls_a_message_from_the_rooms_latest(
     assert "troll" in rude.text
     assert "rude words" in rude.text
     assert len(browser.find_elements(By.CSS_SELECTOR, "#recent button.recall")) == 4
+    # A recall is asked first (issue 46): cancelled, nothing is recalled.
+    dialog = browser.find_element(By.ID, "confirm-recall")
     rude.find_element(By.CSS_SELECTOR, "button.recall").click()
+    WebDriverWait(browser, 5).until(lambda b: dialog.get_attribute("open") is not None)
+    assert "troll" in dialog.text
+    assert "rude words" in dialog.text
+    screenshot(browser, tmp_path, "confirm-recall")
+    browser.find_element(By.ID, "confirm-recall-no").click()
+    WebDriverWait(browser, 5).until(lambda b: dialog.get_attribute("open") is None)
+    assert audit_of(served, "talk") == []
+    rude = browser.find_element(By.CSS_SELECTOR, f'#recent li[data-seq="{sent[1]}"]')
+    rude.find_element(By.CSS_SELECTOR, "button.recall").click()
+    WebDriverWait(browser, 5).until(lambda b: dialog.get_attribute("open") is not None)
+    browser.find_element(By.ID, "confirm-recall-yes").click()
     WebDriverWait(browser, 10).until(lambda b: read_list(
         b, f'#recent li[data-seq="{sent[1]}"]', "className") == ["recalled"])
     screenshot(browser, tmp_path, "recalled")
