@@ -395,9 +395,18 @@ function startListening() {
       follow(answer);
       clearProblem();
       status("live", "live");
-      $("online").textContent = answer.online.toLocaleString();
-      showLikes(answer.likes ?? 0);
-      if (answer.online > viewersShown) refreshStatsSoon(); // a new listener is a new viewer
+      // A room nobody has sent to yet does not exist (epoch "0"): it has no
+      // figures to show, and takes no likes until its first message.
+      roomAbsent = answer.epoch === "0";
+      $("unstarted").hidden = !roomAbsent;
+      $("heart").disabled = roomAbsent;
+      if (roomAbsent) {
+        for (const id of ["online", "viewers", "likes"]) $(id).textContent = "–";
+      } else {
+        $("online").textContent = answer.online.toLocaleString();
+        showLikes(answer.likes ?? 0);
+      }
+      if (!roomAbsent && answer.online > viewersShown) refreshStatsSoon(); // a new viewer
       $("interval").textContent = pace(answer.interval_ms);
       $("interval").dataset.ms = String(answer.interval_ms);
     },
@@ -417,6 +426,8 @@ function startListening() {
 
 let viewersShown = 0;
 let refreshing = null;
+/** Whether the room does not exist yet (the last answer's epoch "0"). */
+let roomAbsent = false;
 
 /** Stats again within a second, once however often it is asked. */
 function refreshStatsSoon() {
@@ -426,6 +437,7 @@ function refreshStatsSoon() {
 async function refreshStats() {
   try {
     const stats = await roomStats(room);
+    if (roomAbsent) return; // its zeros are no figures: the note says why
     viewersShown = stats.viewers;
     $("online").textContent = stats.online.toLocaleString();
     showLikes(stats.likes ?? 0);

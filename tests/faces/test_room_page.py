@@ -608,3 +608,22 @@ def test_the_room_page_for_the_readme(browser: WebDriver, tmp_path: Path) -> Non
     target = os.environ.get("LIVEROOM_SCREENSHOT_DIR")
     if target:
         shutil.copyfile(shot, Path(target) / "room.png")
+
+
+def test_a_room_nobody_has_sent_to_says_so_until_its_first_message(
+        browser: WebDriver, served: Served, tmp_path: Path) -> None:
+    """Issue 46: the page said "online: 0, have watched: 0" in a room with no
+    message yet, and its heart tapped a room that does not exist (404)."""
+    open_room(browser, served, "not-yet")
+    unstarted = browser.find_element(By.ID, "unstarted")
+    assert unstarted.get_attribute("hidden") is None
+    assert "Nothing has been said in this room yet" in unstarted.text
+    assert (text_of(browser, "#online"), text_of(browser, "#viewers")) == ("\u2013", "\u2013")
+    assert browser.find_element(By.ID, "heart").get_attribute("disabled") is not None
+    screenshot(browser, tmp_path, "not-yet")
+    send_message(served, "not-yet", "first!", uid="host")
+    WebDriverWait(browser, 10).until(lambda b: "first!" in bodies(b, "#chat"))
+    WebDriverWait(browser, 10).until(
+        lambda b: b.find_element(By.ID, "unstarted").get_attribute("hidden") is not None)
+    assert browser.find_element(By.ID, "heart").get_attribute("disabled") is None
+    assert text_of(browser, "#online").isdigit()
