@@ -10,6 +10,7 @@ replica within a few seconds; every process is killed by its PID at the end.
 
 from __future__ import annotations
 
+import random
 import shutil
 import socket
 import subprocess
@@ -24,21 +25,35 @@ NODE_TIMEOUT_MS = 1000
 failover then takes about twice this)."""
 
 
+def _ephemeral_low() -> int:
+    """The first port of the kernel's range for outgoing connections (Linux's
+    ``ip_local_port_range``; 32768 where it cannot be read)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_ports(count: int) -> list[int]:
     """Ports on 127.0.0.1 nobody listens on now, each with its cluster bus port
-    (port + 10000) free as well."""
+    (port + 10000) free as well, both below the range the kernel gives
+    outgoing connections: a node killed and started again (a failover test)
+    must find its ports free, and a client connection of the suite (thousands
+    of them, the hostile ones) could otherwise take one meanwhile."""
+    high = min(_ephemeral_low(), 65536) - 10000
+    low = max(1024, high - 12000)
+    rng = random.Random()
     ports: list[int] = []
     while len(ports) < count:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port: int = sock.getsockname()[1]
-        if port + 10000 > 65535 or port in ports:
+        port = rng.randrange(low, high)
+        if port in ports:
             continue
-        with socket.socket() as bus:
-            try:
+        try:
+            with socket.socket() as sock, socket.socket() as bus:
+                sock.bind(("127.0.0.1", port))
                 bus.bind(("127.0.0.1", port + 10000))
-            except OSError:
-                continue
+        except OSError:
+            continue
         ports.append(port)
     return ports
 
