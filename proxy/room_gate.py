@@ -22,7 +22,7 @@ from typing import Final
 from liveroom.errors import NoSuchRoom
 from liveroom.model import check_name
 from liveroom.roles import RoomReader
-from liveroom.snapshot import is_absent
+from liveroom.snapshot import ABSENT_EPOCH
 
 _HINT: Final = ("a room exists from its first message or an operator's room start; "
                 "a like, a gift or a recall needs one that exists")
@@ -36,26 +36,24 @@ class RoomGate:
     def __init__(self, reader: RoomReader) -> None:
         self._reader = reader
 
-    def known(self, room: str) -> bool | None:
-        """Whether ``room`` exists as the cache holds it now, without waiting;
-        None when the cache holds nothing of it yet."""
+    def epoch(self, room: str) -> str | None:
+        """The room's epoch as the cache holds it now, without waiting:
+        :data:`~liveroom.snapshot.ABSENT_EPOCH` for a room that does not
+        exist; None when the cache holds nothing of it yet."""
         snap = self._reader.peek(room)
-        return None if snap is None else not is_absent(snap)
-
-    def epoch(self, room: str) -> str:
-        """The room's epoch as the cache holds it ("": none held)."""
-        snap = self._reader.peek(room)
-        return "" if snap is None else snap.epoch
+        return None if snap is None else snap.epoch
 
     def refusal(self, room: str) -> NoSuchRoom:
         return NoSuchRoom(f"no such room: {room} ({_HINT})")
 
-    async def require(self, room: str) -> None:
-        """Return when ``room`` exists; raise :class:`NoSuchRoom` (404) when it
-        does not, ``BadRequest`` for a name that is not one, or what the
-        cache's first pull raises (503 with the store unreachable)."""
-        known = self.known(check_name("room", room))
-        if known is None:
-            known = not is_absent(await self._reader.snapshot(room))
-        if not known:
+    async def require(self, room: str) -> str:
+        """The epoch of ``room``, a room that exists; raise :class:`NoSuchRoom`
+        (404) when it does not, ``BadRequest`` for a name that is not one,
+        or what the cache's first pull raises (503 with the store
+        unreachable)."""
+        epoch = self.epoch(check_name("room", room))
+        if epoch is None:
+            epoch = (await self._reader.snapshot(room)).epoch
+        if epoch == ABSENT_EPOCH:
             raise self.refusal(room)
+        return epoch

@@ -86,12 +86,11 @@ class RouteBounds:
 
     def _finished(self, task: asyncio.Task[web.StreamResponse]) -> None:
         self.finishing.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            # Its caller may have gone (the client left): the errors
-            # middleware shaped it for a caller still there.
-            exc = task.exception()
-            if not isinstance(exc, (LiveroomError, web.HTTPException)):
-                logger.error("a write whose client left failed", exc_info=exc)
+        exc = None if task.cancelled() else task.exception()
+        # Its caller may have gone (the client left): the errors middleware
+        # shaped the expected ones for a caller still there.
+        if exc is not None and not isinstance(exc, (LiveroomError, web.HTTPException)):
+            logger.error("a write whose client left failed", exc_info=exc)
 
     async def drain(self, grace: float) -> None:
         """Let the writes whose client left end (at most ``grace`` seconds)."""

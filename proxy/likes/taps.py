@@ -3,8 +3,9 @@
 Who taps: in ``open`` mode the body names its uid; in ``ticket`` mode the
 ticket does (a uid in the body must be the ticket's, as for a send), and the
 ticket must be good for the room; the backend's tokens (publisher or admin)
-tap for the uid the body names. The room need not exist yet (a broadcast
-may be tapped before its first message) but its name must be valid. ``count``
+tap for the uid the body names. The room must exist (its first message, or
+an operator's ``room start``: a 404 ``no_such_room`` otherwise, asked of the
+room cache as a first poll asks it, :mod:`proxy.room_gate`). ``count``
 is 1 to :data:`~.likes.MAX_COUNT` (a client batches its taps). Answered
 ``202 {"likes": total}``, the room's total as this node knows it, at once:
 the taps reach the store with the node's next flush (:mod:`.likes`).
@@ -19,6 +20,7 @@ from typing import Any, Final
 
 from liveroom.codec import decode_request, media_type, wants_msgpack
 from liveroom.errors import BadBody, StoreUnavailable, Unauthorized
+from liveroom.snapshot import ABSENT_EPOCH
 
 from ..auth import Tokens, bearer
 from ..front.limits import HeadRules
@@ -74,17 +76,20 @@ class Taps:
         try:
             # The room first, as aiohttp's routes check it (proxy/api/bounds.py):
             # the same request gets the same refusal on either path.
+            # The room first, as aiohttp's routes check it (proxy/api/bounds.py):
+            # the same request gets the same refusal on either path. Its epoch
+            # is the broadcast the taps belong to ("": not asked, any name).
             gate = self.gate
-            known = True if gate is None else gate.known(room)
-            if known is None:
+            epoch = "" if gate is None else gate.epoch(room)
+            if epoch is None:
                 return self._tap_later(room, content_type, raw, authorization, accept)
-            if not known:
+            if epoch == ABSENT_EPOCH:
                 assert gate is not None
                 raise gate.refusal(room)
             uid, count = self._taps_of(room, content_type, raw, authorization)
             if not self.likes.knows(room):
-                return self._learn_then_tap(room, uid, count, accept)
-            return self._tapped(room, uid, count, accept)
+                return self._learn_then_tap(room, uid, count, accept, epoch)
+            return self._tapped(room, uid, count, accept, epoch)
         except Exception as exc:
             return answer_to(exc, logger, "a like in room %s failed", room)
 
@@ -92,54 +97,50 @@ class Taps:
                          authorization: str | bytes | None, accept: str) -> Reply:
         try:
             assert self.gate is not None
-            await self.gate.require(room)
+            epoch = await self.gate.require(room)
             uid, count = self._taps_of(room, content_type, raw, authorization)
         except Exception as exc:
             return answer_to(exc, logger, "a like in room %s failed", room)
-        return await self._learn_then_tap(room, uid, count, accept)
+        return await self._learn_then_tap(room, uid, count, accept, epoch)
 
-    async def _learn_then_tap(self, room: str, uid: str, count: int, accept: str) -> Reply:
+    async def _learn_then_tap(self, room: str, uid: str, count: int, accept: str,
+                              epoch: str) -> Reply:
         try:
             if not self.likes.knows(room):
                 # The store away: the taps are still acknowledged (they wait in
                 # memory), the total shown from what this node holds.
                 with contextlib.suppress(StoreUnavailable):
                     await self.likes.learn(room)
-            return self._tapped(room, uid, count, accept)
+            return self._tapped(room, uid, count, accept, epoch)
         except Exception as exc:
             return answer_to(exc, logger, "a like in room %s failed", room)
 
     def _taps_of(self, room: str, content_type: str, raw: bytes,
                  authorization: str | bytes | None) -> tuple[str, int]:
-        """``(uid, count)``: who taps, by its credential, and how often."""
+        """``(uid, count)``: who taps, by its credential (checked before the
+        body is decoded), and how often."""
+        claims = None
         tickets = self.tickets
-        if tickets is None:
-            uid, count = parse_taps(decode_request(media_type(content_type), raw),
-                                    uid_required=True)
-        else:
+        if tickets is not None:
             token = bearer(authorization)
-            if self.tokens is not None and self.tokens.right_of(token) is not None:
-                # The backend taps for a uid it names (as it sends for one).
-                uid, count = parse_taps(decode_request(media_type(content_type), raw),
-                                        uid_required=True)
-                assert uid is not None
-                return uid, count
-            claims = tickets.good_for(room, token, None)
-            uid, count = parse_taps(decode_request(media_type(content_type), raw),
-                                    uid_required=False)
+            # The backend's tokens tap for a uid the body names (as they send for one).
+            if self.tokens is None or self.tokens.right_of(token) is None:
+                claims = tickets.good_for(room, token, None)
+        uid, count = parse_taps(decode_request(media_type(content_type), raw),
+                                uid_required=claims is None)
+        if claims is not None:
             if uid is not None and uid != claims.uid:
                 raise Unauthorized(UID_MISMATCH)
             uid = claims.uid
         assert uid is not None
         return uid, count
 
-    def _tapped(self, room: str, uid: str, count: int, accept: str) -> Reply:
+    def _tapped(self, room: str, uid: str, count: int, accept: str, epoch: str) -> Reply:
         """Count the taps (a uid that may not speak in the room may not tap
         either; slow mode paces its like requests); the 202."""
         moderation = self.moderation
         slow = 0
         if moderation is not None and room in moderation.rules:
             slow = moderation.like_pace(room, uid)
-        gate = self.gate
-        total = self.likes.tap(room, uid, count, slow, "" if gate is None else gate.epoch(room))
+        total = self.likes.tap(room, uid, count, slow, epoch)
         return document_reply({"likes": total}, use_msgpack=wants_msgpack(accept), status=202)

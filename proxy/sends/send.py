@@ -124,8 +124,7 @@ class Sends:
                 self._failed(pending, exc)
             return self._stored(pending, appended, accept)
         except Exception as exc:
-            if isinstance(exc, Forbidden):  # a muted or banned sender: a spam wave's mark
-                self._refused(exc)
+            self._refused(exc)
             return answer_to(exc, logger, "a send to room %s failed", room)
 
     async def send(self, room: str, content_type: str, raw: bytes,
@@ -145,8 +144,7 @@ class Sends:
                 self._failed(pending, exc)
             return self._stored(pending, appended, accept)
         except Exception as exc:
-            if isinstance(exc, Forbidden):  # a muted or banned sender: a spam wave's mark
-                self._refused(exc)
+            self._refused(exc)
             return answer_to(exc, logger, "a send to room %s failed", room)
 
     def _prepare(self, room: str, content_type: str, raw: bytes,
@@ -196,7 +194,8 @@ class Sends:
         return _Pending(message, limits, admitted,
                         admitted if isinstance(admitted, Place) else None, True)
 
-    def _refused(self, exc: Forbidden) -> None:
+    def _refused(self, exc: Exception) -> None:
+        """Count a muted or banned sender's refusal (a spam wave's mark)."""
         if isinstance(exc, Muted):
             self._tally[_MUTED] += 1
         elif isinstance(exc, Banned):
