@@ -294,6 +294,14 @@ def test_the_largest_answer_of_the_default_settings_is_written_in_one_go(
 # -- B: a client that leaves while its pipelined requests wait ---------------------------------
 
 
+async def held_poll_request(node: Running) -> bytes:
+    """A poll of room ``gone`` at its head, that the node holds (60 s)."""
+    async with aiohttp.ClientSession() as session:
+        first = await Listener(session, "gone").poll(node.url)
+    return get(f"/v1/rooms/gone/poll?uid=u&epoch={first['epoch']}&seq={first['seq']}"
+               f"&iseq={first['iseq']}&timeout=60")
+
+
 @pytest.mark.parametrize("closing", ["fin", "reset"])
 @pytest.mark.parametrize("loop_factory", LOOPS)
 def test_a_client_gone_while_its_pipelined_polls_wait_is_let_go(
@@ -302,10 +310,7 @@ def test_a_client_gone_while_its_pipelined_polls_wait_is_let_go(
         # keepalive 0.5 s: the front's sweep (which looks for such clients) every 0.25 s.
         async with running_node(keepalive_timeout=0.5) as node:
             front, proxy = node.node.proxy.front, node.node.proxy
-            async with aiohttp.ClientSession() as session:
-                first = await Listener(session, "gone").poll(node.url)
-            held = get(f"/v1/rooms/gone/poll?uid=u&epoch={first['epoch']}&seq={first['seq']}"
-                       f"&iseq={first['iseq']}&timeout=60")
+            held = await held_poll_request(node)
             with raw_client(node) as sock:
                 # 16 wait their turn behind the held one, the rest is kept
                 # unparsed: the front stops reading this connection.
@@ -611,10 +616,7 @@ def test_a_client_gone_while_its_requests_wait_on_aiohttp_is_let_go(
     async def scenario() -> None:
         async with running_node(keepalive_timeout=0.5) as node:
             front, proxy = node.node.proxy.front, node.node.proxy
-            async with aiohttp.ClientSession() as session:
-                first = await Listener(session, "gone").poll(node.url)
-            held = get(f"/v1/rooms/gone/poll?uid=u&epoch={first['epoch']}&seq={first['seq']}"
-                       f"&iseq={first['iseq']}&timeout=60")
+            held = await held_poll_request(node)
             host, port = node.url.removeprefix("http://").split(":")
             reader, writer = await asyncio.open_connection(host, int(port))
             try:
