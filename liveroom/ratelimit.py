@@ -197,8 +197,8 @@ class UidWindows:
     carry (taps; ``what`` names both in refusals). Kept for the uids seen in
     the last two of the longest window (one table for the window now, one
     for the one before: a uid's state moves to the current table when it
-    asks, and the older table is dropped whole at
-    each turn), and for at most ``uids_max`` uids at once. One more evicts
+    asks, and the older table is dropped whole at each turn), and for at
+    most ``uids_max`` uids at once. One more evicts
     a uid's state rather than refuse anyone: one not seen in this turn if
     there is one, else the newest of this turn (so a flood of made-up uids
     evicts its own, and the uids that tapped before it keep their windows).
