@@ -78,6 +78,7 @@ from .review import Held as Held
 from .review import Holding as Holding
 from .review import ReviewStore as ReviewStore
 from .review import Verdict as Verdict
+from .review import check_find as check_find
 from .review import check_hold as check_hold
 from .review import check_id as check_id
 from .review import check_list as check_list

@@ -127,6 +127,11 @@ def check_list(room: str, limit: int) -> None:
         raise ValueError(f"limit must be an int in 1..{LIST_MAX}, not {limit!r}")
 
 
+def check_find(room: str, held_id: str) -> None:
+    check_room(room)
+    check_id(held_id)
+
+
 def check_verdict(room: str, held_id: str, verdict: str) -> None:
     check_room(room)
     check_id(held_id)
@@ -174,6 +179,10 @@ class ReviewStore(Protocol):
     async def held(self, room: str, limit: int) -> tuple[list[Held], int]:
         """The room's waiting messages, oldest first, at most ``limit``
         (1..:data:`LIST_MAX`), and how many wait in all. Read-only."""
+
+    async def find(self, room: str, held_id: str) -> Held | None:
+        """Message ``held_id`` of ``room`` while it waits; ``None`` once it
+        is decided, and for an id the room does not know. Read-only."""
 
     async def decide(self, room: str, held_id: str, verdict: str) -> Verdict | None:
         """Decide message ``held_id`` of ``room`` (``"approve"`` or

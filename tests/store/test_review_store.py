@@ -131,6 +131,19 @@ async def test_a_denial_drops_the_body_at_once_and_stands(store: Store) -> None:
     assert await review.decide("r", "1", "approve") == replace(denied, first=False)
 
 
+async def test_find_reads_a_message_while_it_waits(store: Store) -> None:
+    review = store.review
+    await review.hold("r", said("bob", {"t": 1}, to="al"), "w")
+    await review.hold("r", said("eve", 2), "w")
+    assert await review.find("r", "1") == Held("1", "bob", "personal", {"t": 1}, T, "w",
+                                               to="al")
+    await review.decide("r", "1", "approve")
+    assert await review.find("r", "1") is None  # decided: no longer waiting
+    assert (await review.find("r", "2")) is not None
+    assert await review.find("r", "3") is None
+    assert await review.find("elsewhere", "2") is None
+
+
 async def test_unknown_ids_are_none_and_change_nothing(store: Store) -> None:
     review = store.review
     assert await review.decide("r", "1", "approve") is None
@@ -186,6 +199,8 @@ async def test_bad_input_is_refused_and_nothing_is_stored(store: Store) -> None:
         lambda: review.held("r", 0),
         lambda: review.held("r", 1001),
         lambda: review.held("bad room", 1),
+        lambda: review.find("r", "0"),
+        lambda: review.find("r r", "1"),
         lambda: review.decide("r", "0", "approve"),
         lambda: review.decide("r", "01x", "approve"),
         lambda: review.decide("r", "", "deny"),
@@ -221,6 +236,8 @@ async def test_every_call_is_one_round_trip(store: Store,
     await review.decide("r", "5", "approve")
     await review.settle("r", "5", "e", 2)
     assert trips.count == 13
+    assert await review.find("r", "6") is not None
+    assert trips.count == 14
 
 
 async def test_a_queue_expires_with_the_rooms_ttl(memory_store: Store,
@@ -283,6 +300,7 @@ async def test_records_that_do_not_decode_are_left_out(
     listed, count = await store.review.held("r", 10)
     assert ([h.id for h in listed], count) == (["1"], 3)
     assert await store.review.decide("r", "7", "approve") is None
+    assert await store.review.find("r", "8") is None
 
 
 async def test_every_review_call_reports_redis_down_as_unavailable(
@@ -294,6 +312,7 @@ async def test_every_review_call_reports_redis_down_as_unavailable(
             calls: list[Callable[[], Awaitable[object]]] = [
                 lambda: review.hold("r", said(), "w"),
                 lambda: review.held("r", 10),
+                lambda: review.find("r", "1"),
                 lambda: review.decide("r", "1", "approve"),
                 lambda: review.settle("r", "1", "e", 1),
             ]
@@ -409,3 +428,5 @@ async def _run_steps(url: str, given_steps: list[tuple[Any, ...]]) -> None:
                 queue = model.rooms.get(room, QueueModel())
                 assert await review.held(room, 10) == (list(queue.waiting.values()),
                                                        len(queue.waiting))
+                for held_id in map(str, range(1, 9)):
+                    assert await review.find(room, held_id) == queue.waiting.get(held_id)

@@ -14,6 +14,7 @@ from ..base import (
     Holding,
     LogPolicy,
     Verdict,
+    check_find,
     check_hold,
     check_list,
     check_settle,
@@ -93,6 +94,11 @@ class MemoryReview:
         waiting = queue.waiting
         return [held for held, _ in zip(waiting.values(), range(limit), strict=False)], \
             len(waiting)
+
+    async def find(self, room: str, held_id: str) -> Held | None:
+        check_find(room, held_id)
+        queue = self._rooms.get(room)
+        return None if queue is None else queue.waiting.get(held_id)
 
     async def decide(self, room: str, held_id: str, verdict: str) -> Verdict | None:
         check_verdict(room, held_id, verdict)

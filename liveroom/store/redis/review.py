@@ -6,7 +6,8 @@ the ``client_msg_id`` index and the counters), the sorted set ``rvq`` (the
 ids waiting, oldest first) and ``rvd`` (the ids decided, oldest first, to
 forget the oldest). Every call is one script: ``lua/review_hold.lua``,
 ``review_decide.lua``, ``review_settle.lua`` (with the shared rules of
-``review_forget.lua``) and the read-only ``review_list.lua``.
+``review_forget.lua``) and the read-only ``review_list.lua``; ``find`` is
+one ``HMGET``.
 
 **Records** are msgpack: a held message ``[uid, kind, to, at_ms, why,
 client_msg_id]`` (its id is its field's), its body packed alone. One that
@@ -26,6 +27,7 @@ from ..base import (
     Holding,
     LogPolicy,
     Verdict,
+    check_find,
     check_hold,
     check_list,
     check_settle,
@@ -103,6 +105,15 @@ class RedisReview:
         listed = [unpack_held(rest[i], rest[i + 1], rest[i + 2])
                   for i in range(0, len(rest), 3)]
         return [held for held in listed if held is not None], int(count)
+
+    async def find(self, room: str, held_id: str) -> Held | None:
+        check_find(room, held_id)
+        with unavailable("reading a held message"):
+            record, body, decided = await self._client.hmget(
+                keys.review(room), [held_id, f"b:{held_id}", f"s:{held_id}"])
+        if record is None or decided is not None:
+            return None
+        return unpack_held(held_id, record, body)
 
     async def decide(self, room: str, held_id: str, verdict: str) -> Verdict | None:
         check_verdict(room, held_id, verdict)
