@@ -96,6 +96,21 @@ def moved_past(snap: Snapshot, given: Snapshot) -> bool:
     return snap.epoch != given.epoch or snap.head > given.head or snap.phead > given.phead
 
 
+def anchors(snap: Snapshot) -> tuple[int, int]:
+    """The ``ts`` of the message ``snap`` holds at its head and of the personal
+    one at its ``phead`` (0 where it holds none): a pull after them checks the
+    store holds the same there (``liveroom.store.log.Pulled.rewritten``)."""
+    head = 0
+    for items in (snap.normal, snap.important):
+        if items and items[-1].seq == snap.head:
+            head = items[-1].ts
+    personal = snap.personal
+    phead = 0
+    if personal is not None and personal.order and personal.order[-1][0] == snap.phead:
+        phead = personal.order[-1][1]
+    return head, phead
+
+
 def absent(room: str) -> Snapshot:
     """The snapshot of a room that does not exist: empty, in :data:`ABSENT_EPOCH`.
 

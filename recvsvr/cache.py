@@ -85,7 +85,7 @@ from liveroom.settings import (
     ROOMS_MAX,
     TOUCH_INTERVAL,
 )
-from liveroom.snapshot import Snapshot, absent, is_absent
+from liveroom.snapshot import Snapshot, absent, anchors, is_absent
 from liveroom.store.base import MessageLog, Notifier, Pulled, PullRequest
 
 from .next_snapshot import Retention, advance
@@ -543,11 +543,15 @@ class RoomCache:
                 state.confirm_now.append(state.confirm_next)
                 state.confirm_next = None
             snap = state.snapshot
-            after, pafter = (0, 0) if snap is None or state.restart \
-                else (snap.head, snap.phead)
+            if snap is None or state.restart:
+                after = pafter = anchor = panchor = 0
+            else:
+                after, pafter = snap.head, snap.phead
+                anchor, panchor = anchors(snap)
             # Read enough entries for the normal list even with important ones
             # interleaved (those beyond the log are returned anyway).
-            requests.append(PullRequest(state.name, after, self._pull_limit, pafter))
+            requests.append(PullRequest(state.name, after, self._pull_limit, pafter,
+                                        anchor, panchor))
         self._metrics.pull_batches.inc()
         try:
             results = await self._log.pull(requests)
@@ -598,6 +602,16 @@ class RoomCache:
                             "(listeners see them in gap; not logged again for this room)",
                             state.name, pulled.undecodable)
         if old is not None and pulled.epoch != old.epoch and request.after:
+            state.restart = True
+            self.request_pull(state.name)
+            return
+        if old is not None and pulled.epoch == old.epoch and pulled.rewritten:
+            # The store holds another message where this copy ends: a restart
+            # lost its last writes and appends took their seqs again.
+            logger.warning("room %s: the store holds another message at seq %d or personal "
+                           "position %d than this node: its log was rewritten, new epoch",
+                           state.name, old.head, old.phead)
+            await self._log.renew_epoch(state.name, old.epoch)
             state.restart = True
             self.request_pull(state.name)
             return

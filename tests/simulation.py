@@ -49,6 +49,17 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from sim_redis import (
+    ENGINES,
+    NodeNotifier,
+    RedisFaults,
+    SimRedis,
+    SimRedisStore,
+    drawn_from,
+    server,
+)
 
 from liveroom.errors import StoreUnavailable
 from liveroom.model import NewMessage
@@ -58,6 +69,7 @@ from liveroom.snapshot import ABSENT_EPOCH
 from liveroom.store.base import Pulled, PullRequest
 from liveroom.store.memory import MemoryStore
 from liveroom.store.memory import log as memory_log
+from liveroom.store.redis import keys as redis_keys
 
 ROOM = "sim"
 TOKENS = dict(admin_token="sim-admin-token-0123456789", publisher_token="sim-pub-0123456789",
@@ -154,10 +166,20 @@ class Faults:
 class FaultyLog:
     """A node's view of the shared log: pulls yield, and may be delayed or fail."""
 
-    def __init__(self, log: Any, rng: random.Random, faults: Faults) -> None:
+    def __init__(self, log: Any, rng: random.Random, faults: Faults,
+                 truth: Truth | None = None) -> None:
         self._log = log
         self._rng = rng
         self._faults = faults
+        self._truth = truth
+
+    async def renew_epoch(self, room: str, stale: str) -> str:
+        """A node renews an epoch (it found the store behind its copy): the
+        ledger learns the new epoch, which kept the stale one's log."""
+        epoch: str = await self._log.renew_epoch(room, stale)
+        if self._truth is not None and epoch != stale:
+            self._truth.epoch_seen(epoch, carried=stale)
+        return epoch
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._log, name)
@@ -200,6 +222,8 @@ class SimNode:
         self.index = index
         self.node: Node | None = None
         self.generation = 0
+        self.notifier: NodeNotifier | None = None
+        """Its notify channel, on the Redis engine."""
         world.store.notifier.subscribe(self._notify, self._resync)
 
     @property
@@ -208,9 +232,18 @@ class SimNode:
 
     async def start(self) -> None:
         world = self.world
-        view = StoreView(FaultyLog(world.store.log, world.rng, world.faults),
-                         world.store.notifier, world.store.stats, world.store.operators,
-                         world.store.counters, world.store.moderation)
+        store = world.store
+        if isinstance(store, SimRedisStore):
+            parts = store.node_parts()
+            self.notifier = NodeNotifier(store.sim, world.rng, self._resync)
+            view = StoreView(FaultyLog(parts.log, world.rng, world.faults, world.truth),
+                             self.notifier,
+                             parts.stats, parts.operators, parts.counters, parts.moderation,
+                             name="redis")
+        else:
+            view = StoreView(FaultyLog(store.log, world.rng, world.faults, world.truth),
+                             store.notifier,
+                             store.stats, store.operators, store.counters, store.moderation)
         node = build_node(replace(world.settings, node_id=f"n{self.index}"), world.clock,
                           store=view)  # type: ignore[arg-type]
         await node.vip_list.start()
@@ -231,6 +264,8 @@ class SimNode:
 
     def _notify(self, room: str, seq: int) -> None:
         rng, faults, loop = self.world.rng, self.world.faults, self.world.loop
+        if self.notifier is not None and not self.notifier.hears(room):
+            return  # sharded: not subscribed (yet) to the room's channel
         draw = rng.random()
         if draw < faults.notify_lost:
             return
@@ -271,6 +306,10 @@ class Truth:
     """Per epoch: seq -> important."""
     personal: dict[str, dict[int, str]] = field(default_factory=dict)
     """Per epoch: pseq -> addressee."""
+    bodies: dict[tuple[str, str], dict[int, Any]] = field(default_factory=dict)
+    """Per (``"room"`` or ``"personal"``, epoch): seq -> the body stored there last."""
+    lost: set[tuple[str, str, int, Any]] = field(default_factory=set)
+    """(kind, epoch, seq, body) acknowledged, then lost by a Redis restart."""
 
     def epoch_seen(self, epoch: str, carried: str | None = None) -> None:
         """``epoch`` exists now; ``carried``: the epoch whose log it kept (a renewal)."""
@@ -279,6 +318,41 @@ class Truth:
         self.epochs.append(epoch)
         self.sent[epoch] = dict(self.sent.get(carried, {})) if carried else {}
         self.personal[epoch] = dict(self.personal.get(carried, {})) if carried else {}
+        for kind in ("room", "personal"):
+            self.bodies[kind, epoch] = dict(self.bodies.get((kind, carried or ""), {}))
+        if carried:
+            self.lost |= {(kind, epoch, seq, body) for kind, e, seq, body in self.lost
+                          if e == carried}
+
+    def stored(self, kind: str, epoch: str, seq: int, body: Any) -> None:
+        """An append acknowledged at ``seq`` (of the room's or the personal
+        numbering) of ``epoch``."""
+        self.bodies.setdefault((kind, epoch), {})[seq] = body
+
+    def lose_after(self, epoch: str, head: int, phead: int) -> int:
+        """A restart kept ``epoch``'s log up to ``head`` (personal: ``phead``):
+        what was acknowledged after is lost (it stays in the ledger until a
+        later append takes its seq). How many were lost."""
+        before = len(self.lost)
+        for kind, last in (("room", head), ("personal", phead)):
+            for seq, body in self.bodies.get((kind, epoch), {}).items():
+                if seq > last:
+                    self.lost.add((kind, epoch, seq, body))
+        return len(self.lost) - before
+
+    def reused(self) -> dict[str, set[tuple[str, str, int, Any]]]:
+        """Per epoch: the lost messages whose seq a later message took."""
+        taken: dict[str, set[tuple[str, str, int, Any]]] = {}
+        for lost in self.lost:
+            kind, epoch, seq, body = lost
+            if self.bodies.get((kind, epoch), {}).get(seq) != body:
+                taken.setdefault(epoch, set()).add(lost)
+        return taken
+
+    def present(self, kind: str, epoch: str) -> dict[int, Any]:
+        """``epoch``'s seqs the store holds now (not lost)."""
+        return {seq: body for seq, body in self.bodies.get((kind, epoch), {}).items()
+                if (kind, epoch, seq, body) not in self.lost}
 
 
 class SimListener:
@@ -354,7 +428,7 @@ class World:
     rng: random.Random
     faults: Faults
     settings: Settings
-    store: MemoryStore
+    store: MemoryStore | SimRedisStore
     clock: LoopClock
     timeout: int
     interval_max: float
@@ -364,12 +438,20 @@ class World:
     nodes: list[SimNode] = field(default_factory=list)
     listeners: list[SimListener] = field(default_factory=list)
     events: list[str] = field(default_factory=list)
+    engine: str = "memory"
+    redis_faults: RedisFaults = field(default_factory=RedisFaults)
+
+    @property
+    def redis(self) -> SimRedis | None:
+        return self.store.sim if isinstance(self.store, SimRedisStore) else None
 
     def note(self, text: str) -> None:
         self.events.append(f"{self.loop.time():9.3f} {text}")
 
 
-def draw_world(seed: int, loop: SimLoop) -> World:
+def draw_world(seed: int, loop: SimLoop, engine: str = "memory") -> World:
+    """The world of ``seed`` on ``engine`` (one of :data:`sim_redis.ENGINES`):
+    the same seed draws the same world on each, but for the Redis faults."""
     rng = random.Random(seed)
     loop.rng = rng
     tiered = rng.random() < 0.4
@@ -389,9 +471,23 @@ def draw_world(seed: int, loop: SimLoop) -> World:
                         hold_tick=0.1, heartbeat_flush=0.2, merge_every=0.5,
                         first_pull_timeout=3.0, fallback_pull_interval=1.0)
     clock = LoopClock(loop)
-    store = MemoryStore(settings.log_policy(), clock)
+    store: MemoryStore | SimRedisStore
+    redis_faults = RedisFaults()
+    if engine == "memory":
+        store = MemoryStore(settings.log_policy(), clock)
+    else:
+        redis_faults = RedisFaults(
+            request_held=rng.choice([0.0, 0.05, 0.2]),
+            reply_held=rng.choice([0.0, 0.05, 0.2]),
+            reply_lost=rng.choice([0.0, 0.0, 0.02]),
+            restarts=rng.choice([0, 0, 1, 2]),
+            lossy_restarts=rng.choice([0, 0, 1]),
+        )
+        sim = SimRedis(server(), loop, rng, redis_faults, sharded=engine == "redis-sharded")
+        store = SimRedisStore(sim, settings.log_policy())
     world = World(seed, loop, rng, faults, settings, store, clock, timeout,
-                  interval_max=1.0 if tiered else 0.0, drawn=faults)
+                  interval_max=1.0 if tiered else 0.0, drawn=faults, engine=engine,
+                  redis_faults=redis_faults)
     for i in range(rng.choice([1, 2, 3])):
         world.nodes.append(SimNode(world, i))
     return world
@@ -409,24 +505,59 @@ async def publish(world: World, until: float) -> None:
         important = to is not None or draw < 0.35
         message = NewMessage(uid=f"pub{n % 3}", body=n, important=important,
                              ts=int(world.clock.time() * 1000), to=to)
-        appended = await world.store.log.append(ROOM, message)
-        truth.epoch_seen(appended.epoch)
+        try:
+            appended = await world.store.log.append(ROOM, message)
+        except StoreUnavailable:
+            continue  # Redis restarting: the call never reached it
+        # An epoch first heard of here with its numbering going on was
+        # renewed by a node (a Redis restart lost writes): it kept the log.
+        carried = truth.epochs[-1] if appended.seq > 1 else None
+        truth.epoch_seen(appended.epoch, carried=carried)
         if to is None:
             truth.sent[appended.epoch][appended.seq] = important
         else:
             truth.personal[appended.epoch][appended.seq] = to
+        truth.stored("room" if to is None else "personal", appended.epoch, appended.seq, n)
 
 
 async def strike(world: World, until: float) -> None:
     """The faults that are events: restarts, renewals, ends."""
     rng, loop, truth, faults = world.rng, world.loop, world.truth, world.faults
     events: list[tuple[float, str]] = []
+    redis = world.redis_faults
     for kind, count in (("restart", faults.restarts), ("renew", faults.renewals),
-                        ("end", faults.ends)):
+                        ("end", faults.ends), ("redis restart", redis.restarts),
+                        ("redis loses", redis.lossy_restarts)):
         events += [(rng.uniform(1.0, until), kind) for _ in range(count)]
-    for at, kind in sorted(events):
+    events.sort()
+    saved_at: list[tuple[float, str]] = []
+    saved: dict[bytes, tuple[int, bytes]] = {}
+    for i, (at, kind) in enumerate(events):
+        # The second a lossy restart loses: drawn from before it, and never
+        # back across an epoch's change (an operator's end, a renewal): what
+        # it loses is messages (see sim_redis).
+        if kind == "redis loses":
+            changes = [t for t, k in events[:i] if k in ("renew", "end", "redis loses")]
+            floor = max([0.5, *(t + 0.01 for t in changes)])
+            saved_at.append((max(floor, at - rng.uniform(0.0, 1.0)), "redis saves"))
+    for at, kind in sorted(events + saved_at):
         await asyncio.sleep(max(0.0, at - loop.time()))
-        if kind == "restart":
+        sim_redis = world.redis
+        if kind == "redis saves" and sim_redis is not None:
+            saved = sim_redis.snapshot()
+        elif kind in ("redis restart", "redis loses") and sim_redis is not None:
+            lossy = kind == "redis loses"
+            downtime = rng.uniform(0.05, 2.0)
+            sim_redis.restart(downtime, saved if lossy else None)
+            lost = 0
+            current = truth.epochs[-1]
+            if lossy and current != ABSENT_EPOCH:
+                meta = sim_redis.conn.hgetall(redis_keys.meta(ROOM))
+                head, phead = int(meta.get(b"seq", 0)), int(meta.get(b"ps", 0))
+                lost = truth.lose_after(current, head, phead)
+            world.note(f"redis restarts, down {downtime:.3f} s"
+                       + (f", {lost} acknowledged messages lost" if lossy else ""))
+        elif kind == "restart":
             sim = rng.choice(world.nodes)
             world.note(f"restart node {sim.index}")
             await sim.stop()
@@ -436,12 +567,20 @@ async def strike(world: World, until: float) -> None:
             current = truth.epochs[-1]
             if current == ABSENT_EPOCH:
                 continue
-            epoch = await world.store.log.renew_epoch(ROOM, current)
+            try:
+                epoch = await world.store.log.renew_epoch(ROOM, current)
+            except StoreUnavailable:
+                world.note("renew skipped: Redis is restarting")
+                continue
             world.note(f"renew epoch {current} -> {epoch}")
             truth.epoch_seen(epoch, carried=current)
         else:
-            ended = await world.store.operators.end_broadcast(
-                ROOM, int(world.clock.time() * 1000), 86_400_000)
+            try:
+                ended = await world.store.operators.end_broadcast(
+                    ROOM, int(world.clock.time() * 1000), 86_400_000)
+            except StoreUnavailable:
+                world.note("end skipped: Redis is restarting")
+                continue
             world.note(f"end broadcast -> {ended.epoch}")
             truth.epoch_seen(ended.epoch)
 
@@ -458,6 +597,8 @@ async def simulate(world: World, *, seconds: float = 30.0, quiet: float = 15.0) 
     tasks = [asyncio.ensure_future(listener.run(end + quiet)) for listener in world.listeners]
     await asyncio.gather(publish(world, end), strike(world, end))
     world.faults = Faults()  # the quiet: every fault stops
+    if world.redis is not None:
+        world.redis.faults = RedisFaults()
     for sim in world.nodes:
         if sim.node is None:
             await sim.start()
@@ -485,6 +626,10 @@ def _check_listener(listener: SimListener, truth: Truth, order: dict[str, int]) 
     seen: set[tuple[str, int]] = set()
     pseen: set[tuple[str, int]] = set()
     last_epoch = ABSENT_EPOCH
+    # Seqs a Redis restart lost after this listener got them, taken again by
+    # later messages: it must leave that epoch (a reset) to get those.
+    reused = truth.reused()
+    stranded: dict[str, list[str]] = {}
     for a in listener.answers:
         body, before = a.body, a.before
         epoch = body["epoch"]
@@ -492,6 +637,15 @@ def _check_listener(listener: SimListener, truth: Truth, order: dict[str, int]) 
         if epoch not in order:
             problems.append(f"{where}: unknown epoch {epoch}")
             continue
+        if epoch != last_epoch:
+            stranded.pop(last_epoch, None)
+        elif body.get("reset"):
+            # A reset within its epoch (its cursor was past the node's head:
+            # the store lost writes) starts over like a first poll: what it
+            # brings again is no repeat.
+            seen = {key for key in seen if key[0] != epoch}
+            pseen = {key for key in pseen if key[0] != epoch}
+            stranded.pop(epoch, None)
         if order[epoch] < order[last_epoch]:
             problems.append(f"{where}: went back from epoch {last_epoch} to {epoch}"
                             f"{' (reset)' if body.get('reset') else ''}")
@@ -502,8 +656,15 @@ def _check_listener(listener: SimListener, truth: Truth, order: dict[str, int]) 
             if key in seen:
                 problems.append(f"{where}: seq {m['seq']} of epoch {epoch} again")
             seen.add(key)
+            if ("room", epoch, m["seq"], m.get("body")) in reused.get(epoch, ()):
+                stranded.setdefault(epoch, []).append(
+                    f"{where}: seq {m['seq']} of {epoch} named {m['body']!r}, lost by a Redis "
+                    f"restart; another message took that seq and this listener never left "
+                    f"the epoch to get it")
+                continue
             if truth.sent.get(epoch, {}).get(m["seq"]) != m["important"]:
                 problems.append(f"{where}: seq {m['seq']} was not sent so in {epoch}")
+            problems += _same_message(truth, "room", epoch, m["seq"], m.get("body"), where)
         for m in body.get("personal", ()):
             if m["to"] != listener.uid:
                 problems.append(f"{where}: personal pseq {m['pseq']} for {m['to']}")
@@ -511,18 +672,32 @@ def _check_listener(listener: SimListener, truth: Truth, order: dict[str, int]) 
             if key in pseen:
                 problems.append(f"{where}: personal pseq {m['pseq']} again")
             pseen.add(key)
+            if ("personal", epoch, m["pseq"], m.get("body")) in reused.get(epoch, ()):
+                stranded.setdefault(epoch, []).append(
+                    f"{where}: pseq {m['pseq']} of {epoch} named {m['body']!r}, lost by a "
+                    f"Redis restart; another message took it and this listener never left "
+                    f"the epoch to get it")
+                continue
+            problems += _same_message(truth, "personal", epoch, m["pseq"], m.get("body"), where)
+        # Important or personal messages a Redis restart lost before this
+        # listener got them are gaps it is right to report.
+        lossy = any(e == epoch for _, e, _, _ in truth.lost)
         # A listener that waited on the room from before it existed reads the
         # epoch it finds from its start; when that is a later broadcast than
         # the room's first, the ended ones' messages (gone with their
         # broadcast, as for a listener reset by the end) count in its gaps.
         later = (before is not None and before["epoch"] == ABSENT_EPOCH
                  and epoch not in (ABSENT_EPOCH, truth.epochs[1]))
-        if body.get("igap") and not later:
+        if body.get("igap") and not later and not lossy:
             problems.append(f"{where}: igap {body['igap']} (important lost)")
-        if body.get("pgap"):
+        if body.get("pgap") and not lossy:
             problems.append(f"{where}: pgap {body['pgap']} (personal lost)")
         if body.get("reset") or before is None:
             continue  # a first poll or a reset: a new stretch starts at its cursors
+        if epoch in reused:
+            # Counted against the ledger as it ends, which holds other
+            # messages at the reused seqs: the strandings above say enough.
+            continue
         if not (before["epoch"] == epoch or (before["epoch"] == ABSENT_EPOCH
                                              and before["seq"] == 0 and before["iseq"] == 0)):
             problems.append(f"{where}: epoch {before['epoch']} -> {epoch} without a reset")
@@ -548,15 +723,28 @@ def _check_listener(listener: SimListener, truth: Truth, order: dict[str, int]) 
             if mine != got_p + body.get("pgap", 0):
                 problems.append(f"{where}: {mine} personal for it in ({p0}, {p1}], "
                                 f"{got_p} delivered + pgap {body.get('pgap', 0)}")
+    for lines in stranded.values():
+        problems += lines
     # Liveness: once the faults stopped, everybody reached the head.
     final = truth.epochs[-1]
     if listener.answers and final != ABSENT_EPOCH:
         last = listener.answers[-1].body
-        head = max(truth.sent.get(final, {}) or [0])
+        head = max(truth.present("room", final) or [0])
         if last["epoch"] != final or max(last["seq"], last["iseq"]) < head:
             problems.append(f"never caught up: last answer at {last['epoch']} "
                             f"{last['seq']}/{last['iseq']}, head {final} {head}")
     return problems
+
+
+def _same_message(truth: Truth, kind: str, epoch: str, seq: int, body: Any,
+                  where: str) -> list[str]:
+    """Within an epoch, a seq names one message: the one the store holds (or
+    held: a message a Redis restart lost is checked by the caller)."""
+    stored = truth.bodies.get((kind, epoch), {}).get(seq)
+    if stored == body or (stored is None and not truth.bodies):
+        return []
+    what = "pseq" if kind == "personal" else "seq"
+    return [f"{where}: {what} {seq} of {epoch} carries {body!r}, the store {stored!r}"]
 
 
 # -- running seeds --------------------------------------------------------------------------
@@ -570,13 +758,13 @@ class Outcome:
     callbacks: int
 
 
-def run_seed(seed: int, *, seconds: float = 30.0,
+def run_seed(seed: int, *, seconds: float = 30.0, engine: str = "memory",
              patch: Callable[[World], None] | None = None) -> Outcome:
     """Run one seed in a fresh loop; ``patch`` may change the drawn world."""
     random.seed(seed)  # anything the product draws from the module's generator
     rng = random.Random(seed)
     loop = SimLoop(rng)
-    world = draw_world(seed, loop)
+    world = draw_world(seed, loop, engine)
     if patch is not None:
         patch(world)
     asyncio.set_event_loop(loop)
@@ -586,8 +774,9 @@ def run_seed(seed: int, *, seconds: float = 30.0,
     alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
     memory_log.new_epoch = lambda: "".join(rng.choice(alphabet) for _ in range(12))
     try:
-        main: Coroutine[Any, Any, None] = simulate(world, seconds=seconds)
-        loop.run_until_complete(main)
+        with drawn_from(rng):
+            main: Coroutine[Any, Any, None] = simulate(world, seconds=seconds)
+            loop.run_until_complete(main)
         problems = check(world)
     except Stalled as exc:
         problems = [f"stalled: {exc}"]
@@ -598,17 +787,19 @@ def run_seed(seed: int, *, seconds: float = 30.0,
     return Outcome(seed, problems, world, loop.callbacks)
 
 
-def replay_line(seed: int) -> str:
-    return f"scripts/simulate --seed {seed} --verbose"
+def replay_line(seed: int, engine: str = "memory") -> str:
+    where = "" if engine == "memory" else f" --engine {engine}"
+    return f"scripts/simulate{where} --seed {seed} --verbose"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="scripts/simulate",
         description="Run the deterministic simulation of the listener path: one to three "
-                    "nodes over the memory engine on a seeded scheduler with virtual time, "
-                    "with faults (notifies lost or late, pulls late or failed, node "
-                    "restarts, epoch renewals, ended broadcasts, listeners moving). Each "
+                    "nodes over the memory or the redis engine on a seeded scheduler with "
+                    "virtual time, with faults (notifies lost or late, pulls late or failed, node "
+                    "restarts, epoch renewals, ended broadcasts, listeners moving; on Redis, "
+                    "round trips held or lost and Redis restarts). Each "
                     "seed is one world; a failing seed prints the line that replays it.")
     parser.add_argument("--seed", type=int, help="run this one seed")
     parser.add_argument("--seeds", type=int, default=100,
@@ -616,6 +807,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--first", type=int, default=0, help="the first seed (default 0)")
     parser.add_argument("--seconds", type=float, default=30.0,
                         help="virtual seconds of traffic and faults per seed (default 30)")
+    parser.add_argument("--engine", choices=ENGINES, default="memory",
+                        help="the store the nodes share: the memory engine, or the redis "
+                             "engine with its Lua scripts on a real redis-server (started "
+                             "here), with one notify channel (redis) or a cluster's "
+                             "sharded notifies per room (redis-sharded); default memory")
     parser.add_argument("--verbose", action="store_true",
                         help="print the world drawn, its fault events and every problem")
     args = parser.parse_args(argv)
@@ -627,17 +823,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     last_report = started
     total = len(seeds)
     for done, seed in enumerate(seeds, 1):
-        outcome = run_seed(seed, seconds=args.seconds)
+        outcome = run_seed(seed, seconds=args.seconds, engine=args.engine)
         if args.verbose:
             w = outcome.world
             print(f"seed {seed}: {len(w.nodes)} nodes, {len(w.listeners)} listeners, "
-                  f"tiers {w.settings.tiers}, {w.drawn}; {outcome.callbacks} callbacks")
+                  f"tiers {w.settings.tiers}, {w.drawn}"
+                  + (f", {w.redis_faults}" if w.redis is not None else "")
+                  + f"; {outcome.callbacks} callbacks")
             for event in w.events:
                 print(f"  {event}")
         if outcome.problems:
             failed.append(seed)
             print(f"seed {seed} FAILED ({len(outcome.problems)} problems); replay: "
-                  f"{replay_line(seed)}")
+                  f"{replay_line(seed, args.engine)}")
             for problem in outcome.problems[:20 if args.verbose else 3]:
                 print(f"  {problem}")
         now = time.perf_counter()

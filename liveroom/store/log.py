@@ -125,6 +125,11 @@ class PullRequest:
     pafter: int = 0
     """Return personal messages with a position greater than this (the
     oldest first, at most :data:`PERSONAL_PULL` of them)."""
+    anchor_ts: int = 0
+    """The ``ts`` of the message at ``after`` as the reader holds it (0: none
+    to check): see :attr:`Pulled.rewritten`."""
+    panchor_ts: int = 0
+    """The same for the personal message at ``pafter``."""
 
 
 PERSONAL_PULL = 10_000
@@ -157,6 +162,13 @@ class Pulled:
     personal: tuple[Entry, ...] = ()
     """Retained personal messages after the request's ``pafter``, ascending
     position (their ``seq``), each with its addressee's ordinal ``n``."""
+    rewritten: bool = False
+    """The store holds, at the request's ``after`` (or ``pafter``), a message
+    of another ``ts`` than the reader's ``anchor_ts`` (``panchor_ts``): its log
+    was rewritten under the same epoch (a Redis restart lost its last writes,
+    and appends took their seqs again). A reader must then not go on from its
+    copy. A message the store no longer holds there (trimmed, recalled) is no
+    evidence either way."""
 
 
 class MessageLog(Protocol):

@@ -10,6 +10,7 @@ from conftest import RedisServer
 from support import Listener, running_node, send
 
 from liveroom.clock import FakeClock
+from liveroom.model import NewMessage
 from liveroom.snapshot import ABSENT_EPOCH
 
 
@@ -175,6 +176,46 @@ async def test_a_store_that_went_backwards_starts_a_new_epoch(redis_url: str,
         assert sent["seq"] == 3
         await listener.poll_until(node.url, 6)
         assert listener.bodies()[-1] == "after"
+
+
+async def test_a_store_that_lost_its_last_writes_and_refilled_their_seqs_starts_a_new_epoch(
+        redis_url: str, session: Any) -> None:
+    """Redis restarted with ``appendfsync everysec`` and lost the last two
+    messages; two new ones took their seqs before the node pulled again. Its
+    head is not behind the store's, yet what it holds at its head is not what
+    the store holds there: it starts a new epoch, and the listener, reset
+    onto it, gets the two new messages (found by the simulator on Redis:
+    ``scripts/simulate --engine redis --seed 226``; before, the listener
+    never got them and nothing said so)."""
+    async with running_node(redis_url) as node:
+        listener = Listener(session, "refill")
+        for i in range(3):
+            await send(session, node.url, "refill", i)
+        client = aioredis.from_url(redis_url)
+        try:
+            room_keys = [key async for key in client.scan_iter("lr:{refill}:*")]
+            saved = {key: await client.dump(key) for key in room_keys}
+            for i in (3, 4):
+                await send(session, node.url, "refill", i)
+            await listener.poll_until(node.url, 5)
+            assert listener.seq == 5
+            # The restart: the data set as it was before the last two sends.
+            await client.delete(*[key async for key in client.scan_iter("lr:{refill}:*")])
+            for key, dumped in saved.items():
+                await client.restore(key, 0, dumped)
+        finally:
+            await client.aclose()
+        for ts, body in enumerate(("new-a", "new-b"), 1_000):
+            await node.node.store.log.append("refill", NewMessage(
+                uid="u", body=body, important=False, ts=ts))
+        async with asyncio.timeout(10):
+            snap = await node.node.recvsvr.wait_pulled("refill")
+            while snap.epoch == listener.epoch:
+                snap = await node.node.recvsvr.wait_pulled("refill")
+        answer = await listener.poll(node.url)
+        assert answer["reset"] is True
+        assert answer["epoch"] == snap.epoch
+        assert [m["body"] for m in answer["messages"]][-2:] == ["new-a", "new-b"]
 
 
 async def test_a_lagging_node_answers_a_cursor_ahead_of_it_from_a_pull_not_a_reset(

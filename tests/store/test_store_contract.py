@@ -313,6 +313,29 @@ async def test_renew_epoch_of_a_room_without_a_log_creates_it(store: Store) -> N
     assert await pull(store, "r", 0, 5) == Pulled("r", epoch, 0, 0, (), True)
 
 
+async def test_a_pull_says_when_the_store_holds_another_message_at_its_anchors(
+        store: Store, fake_clock: FakeClock) -> None:
+    """A reader names the ``ts`` of the message its copy ends with (and of
+    its last personal one): ``rewritten`` only when the store holds another
+    one there; the same one, no anchor, or nothing held there (trimmed,
+    recalled, past the head) is no evidence."""
+    await fill(store, fake_clock, "r", 3)
+    await fake_clock.advance(1)
+    await store.log.append("r", NewMessage(uid="backend", body=1, important=True,
+                                           ts=int(fake_clock.time() * 1000), to="bob"))
+    (whole,) = await store.log.pull([PullRequest("r", 0, 10)])
+    ts, pts = whole.entries[-1].ts, whole.personal[-1].ts
+    asked = [PullRequest("r", 3, 10, 1, ts, pts), PullRequest("r", 3, 10, 1),
+             PullRequest("r", 3, 10, 1, ts + 1, pts), PullRequest("r", 3, 10, 1, ts, pts + 1),
+             PullRequest("r", 4, 10, 2, ts + 1, pts + 1),
+             PullRequest("r", 2, 10, 0, ts)]  # seq 2 was sent at ts too
+    assert [p.rewritten for p in await store.log.pull(asked)] == [
+        False, False, True, True, False, False]
+    await store.log.recall("r", 3, at_ms=int(fake_clock.time() * 1000))
+    (after_recall,) = await store.log.pull([PullRequest("r", 3, 10, 1, ts + 1, pts)])
+    assert not after_recall.rewritten
+
+
 # --- personal messages --------------------------------------------------------------
 
 

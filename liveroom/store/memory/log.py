@@ -313,7 +313,7 @@ class MemoryLog:
         after = request.after
         log = state.log
         # The log is dense: the entry with seq s sits at index s - first.
-        first = log[0].seq if log else state.seq + 1
+        first = log_first = log[0].seq if log else state.seq + 1
         start = max(0, after + 1 - first)
         newer = max(0, len(log) - start)
         take = min(newer, request.limit)
@@ -326,9 +326,21 @@ class MemoryLog:
         first = bisect_right(kept, request.pafter, lo=state.pstart, key=_seq)
         personal = kept[first:first + PERSONAL_PULL]
         phead = personal[-1].seq if len(personal) == PERSONAL_PULL else state.pseq
+        # What the reader holds at its positions is what this log holds there
+        # (a memory log is never rewritten under its epoch: it is lost whole);
+        # checked all the same, as the redis engine does, where a recalled
+        # message has left the log (no evidence).
+        rewritten = False
+        if request.anchor_ts and 0 <= (at := after - log_first) < len(log) \
+                and after not in state.recalled:
+            rewritten = log[at].ts != request.anchor_ts
+        if request.panchor_ts and first > state.pstart \
+                and kept[first - 1].seq == request.pafter \
+                and request.pafter not in state.precalled:
+            rewritten = rewritten or kept[first - 1].ts != request.panchor_ts
         return Pulled(request.room, state.epoch, state.seq, state.ic,
                       tuple(extra + picked), complete=complete, phead=phead,
-                      personal=tuple(personal))
+                      personal=tuple(personal), rewritten=rewritten)
 
     async def recall(self, room: str, seq: int, *, at_ms: int, personal: bool = False,
                      sender: str | None = None, since_ms: int = 0) -> Recalled:

@@ -239,7 +239,7 @@ class RedisLog:
             pos = 0
             for i in todo:
                 request = requests[i]
-                n = 5 if request.limit > 0 else 4
+                n = _pull_replies(request)
                 pulled = _build_pulled(request, replies[pos:pos + n])
                 pos += n
                 if pulled is None:
@@ -312,8 +312,15 @@ class RedisLog:
                 for room in rooms])
 
 
+def _pull_replies(request: PullRequest) -> int:
+    """How many commands :func:`_queue_pull` queues for ``request``."""
+    return (4 + (request.limit > 0) + (request.anchor_ts > 0 and request.after > 0)
+            + (request.panchor_ts > 0 and request.pafter > 0))
+
+
 def _queue_pull(pipe: Pipeline | ClusterPipeline, request: PullRequest) -> None:
-    """Queue the reads of one room: 4 commands, 5 when ``limit`` > 0."""
+    """Queue the reads of one room: 4 commands, one more when ``limit`` > 0
+    and one for each anchor to check (the entry at ``after``, at ``pafter``)."""
     room = request.room
     after = f"({request.after}-0"
     pipe.hmget(keys.meta(room), ["epoch", "seq", "ic", "ps"])
@@ -321,7 +328,22 @@ def _queue_pull(pipe: Pipeline | ClusterPipeline, request: PullRequest) -> None:
         pipe.xrevrange(keys.log(room), "+", after, count=request.limit)
     pipe.xrange(keys.important(room), after, "+")
     pipe.xrange(keys.personal(room), f"({request.pafter}-0", "+", count=PERSONAL_PULL)
+    if request.anchor_ts > 0 and request.after > 0:
+        at = f"{request.after}-0"
+        pipe.xrange(keys.log(room), at, at)
+    if request.panchor_ts > 0 and request.pafter > 0:
+        at = f"{request.pafter}-0"
+        pipe.xrange(keys.personal(room), at, at)
     pipe.hget(keys.meta(room), "epoch")
+
+
+def _rewritten(read: list[Any], ts: int) -> bool:
+    """Whether the entry read at an anchor (none: no evidence) has another ts."""
+    if not read:
+        return False
+    sid, fields = read[0]
+    entry = _entry(sid, fields) if b"c" in fields else _personal(sid, fields)
+    return entry is not None and entry.ts != ts
 
 
 def _build_pulled(request: PullRequest, replies: list[Any]) -> Pulled | None:
@@ -332,10 +354,15 @@ def _build_pulled(request: PullRequest, replies: list[Any]) -> Pulled | None:
     between ``after`` and the oldest of them.
     """
     (epoch, meta_seq, meta_ic, meta_ps), *rest = replies
-    newest_first: list[Any] = rest[0] if request.limit > 0 else []
-    important, personal_read, epoch_again = rest[-3], rest[-2], rest[-1]
+    newest_first: list[Any] = rest.pop(0) if request.limit > 0 else []
+    important, personal_read, *anchors, epoch_again = rest
     if epoch != epoch_again:
         return None
+    rewritten = False
+    if request.anchor_ts > 0 and request.after > 0:
+        rewritten = _rewritten(anchors.pop(0), request.anchor_ts)
+    if request.panchor_ts > 0 and request.pafter > 0:
+        rewritten = _rewritten(anchors.pop(0), request.panchor_ts) or rewritten
     if epoch is None:
         return Pulled(request.room, None, 0, 0, (), complete=True)
     head = int(meta_seq or 0)
@@ -380,7 +407,7 @@ def _build_pulled(request: PullRequest, replies: list[Any]) -> Pulled | None:
         phead = personal[-1].seq  # appended after the meta was read
     return Pulled(request.room, text(epoch), head, head_ic, tuple(extra + picked),
                   complete=complete, undecodable=undecodable, phead=phead,
-                  personal=tuple(personal))
+                  personal=tuple(personal), rewritten=rewritten)
 
 
 
