@@ -12,7 +12,9 @@ publishers, personal messages) and the faults:
 - a pull delayed, or failed (``StoreUnavailable``);
 - a node restarted (its held polls answered, its cache gone);
 - an epoch renewed (a failover that lost writes), a broadcast ended;
-- a listener moving to another node between two polls.
+- a listener moving to another node between two polls;
+- a write through a node (a send, a recall) delayed, or failed (and a
+  recall's answer lost after the store ran it).
 
 Listeners poll through :meth:`proxy.polls.poll.Polls.start` (no HTTP: the front and
 aiohttp have their own suites) and keep a ledger of every answer; publishers
@@ -25,6 +27,10 @@ keep one of every append. :func:`check` then says, for every listener:
 - personal messages reach only their addressee, exactly once, ``pgap`` = 0;
 - every poll a running node took is answered within its timeout and the
   tier's interval, and once the faults stop every listener reaches the head.
+
+The newer features (likes, gifts and the ranking, recalls, mute, ban and
+slow mode, and nodes killed) are in ``tests/sim_features.py``: its actors
+start with the traffic and its checks join :func:`check`'s.
 
 Run it with ``scripts/simulate`` (``--help``); a failure prints its seed and
 the one line that replays it. docs/development.md ("The simulator") says how
@@ -60,6 +66,8 @@ from sim_redis import (
     drawn_from,
     server,
 )
+
+import sim_features
 
 from liveroom.errors import StoreUnavailable
 from liveroom.model import NewMessage
@@ -161,6 +169,11 @@ class Faults:
     ends: int = 0
     move: float = 0.0
     """A listener's chance to poll another node next."""
+    write_delay: float = 0.0
+    """The longest round trip of a write through a node (a send, a recall)."""
+    write_failed: float = 0.0
+    """A write's chance to fail: half before the store runs it, half (a
+    recall only) after, its answer lost."""
 
 
 class FaultyLog:
@@ -195,6 +208,30 @@ class FaultyLog:
         pulled: list[Pulled] = await self._log.pull(requests)
         await asyncio.sleep(0)
         return pulled
+
+    async def append(self, room: str, message: NewMessage, *args: Any, **kwargs: Any) -> Any:
+        # Its answer is never lost: a send stored is known by its 201 alone.
+        return await self._write(lambda: self._log.append(room, message, *args, **kwargs),
+                                 answer_lost=False)
+
+    async def recall(self, room: str, seq: int, **kwargs: Any) -> Any:
+        return await self._write(lambda: self._log.recall(room, seq, **kwargs),
+                                 answer_lost=True)
+
+    async def _write(self, call: Callable[[], Coroutine[Any, Any, Any]], *,
+                     answer_lost: bool) -> Any:
+        """A write's round trip: it may fail before the store runs it, or
+        (``answer_lost``) after, its answer lost; either raises StoreUnavailable."""
+        rng, faults = self._rng, self._faults
+        await asyncio.sleep(rng.uniform(0.0, faults.write_delay) if faults.write_delay else 0)
+        draw = rng.random() if faults.write_failed else 1.0
+        if draw < faults.write_failed / 2:
+            raise StoreUnavailable("simulated write failure")
+        done = await call()
+        await asyncio.sleep(0)
+        if answer_lost and draw < faults.write_failed:
+            raise StoreUnavailable("simulated lost answer")
+        return done
 
 
 @dataclass
@@ -232,6 +269,8 @@ class SimNode:
         return self.node is not None
 
     async def start(self) -> None:
+        if self.node is not None:  # started meanwhile (a restart and a kill together)
+            return
         world = self.world
         store = world.store
         if isinstance(store, SimRedisStore):
@@ -296,6 +335,10 @@ class Answer:
     node: int
     before: dict[str, Any] | None
     body: dict[str, Any]
+    generation: int = 0
+    """The node's generation (its starts) that answered."""
+    sent: float = 0.0
+    """When the poll was sent."""
 
 
 @dataclass
@@ -312,12 +355,16 @@ class Truth:
     """Per (``"room"`` or ``"personal"``, epoch): seq -> the body stored there last."""
     lost: set[tuple[str, str, int, Any]] = field(default_factory=set)
     """(kind, epoch, seq, body) acknowledged, then lost by a Redis restart."""
+    carried: dict[str, str] = field(default_factory=dict)
+    """A renewed epoch -> the epoch whose log it kept (its broadcast's)."""
 
     def epoch_seen(self, epoch: str, carried: str | None = None) -> None:
         """``epoch`` exists now; ``carried``: the epoch whose log it kept (a renewal)."""
         if epoch in self.epochs:
             return
         self.epochs.append(epoch)
+        if carried:
+            self.carried[epoch] = carried
         self.sent[epoch] = dict(self.sent.get(carried, {})) if carried else {}
         self.personal[epoch] = dict(self.personal.get(carried, {})) if carried else {}
         for kind in ("room", "personal"):
@@ -368,6 +415,9 @@ class SimListener:
         self.node = world.rng.randrange(len(world.nodes))
         self.hung: list[str] = []
         self.refused = 0
+        self.refusals: list[tuple[float, float, int, int, int, str]] = []
+        """Polls answered with an error: (sent, answered, node, generation,
+        status, error): 503, or 403 ``banned`` (a chatter, sim_features)."""
 
     def query(self) -> dict[str, str]:
         query = {"uid": self.uid, "timeout": str(self.world.timeout)}
@@ -407,12 +457,16 @@ class SimListener:
                                      f"unanswered after {limit:g} s")
                 continue
             if r.status != 200:
-                assert r.status == 503, (r.status, r.body)
+                error = json.loads(r.body).get("error", "")
+                assert r.status == 503 or error == "banned", (r.status, r.body)
+                self.refusals.append((sent_at, loop.time(), self.node, generation, r.status,
+                                      error))
                 self.refused += 1
                 await asyncio.sleep(rng.uniform(0.05, 0.5))
                 continue
             body = json.loads(r.body)
-            self.answers.append(Answer(loop.time(), self.node, self.cursor, body))
+            self.answers.append(Answer(loop.time(), self.node, self.cursor, body, generation,
+                                       sent_at))
             self.cursor = body
             if rng.random() < 0.2:  # a client's think time between polls
                 await asyncio.sleep(rng.uniform(0, 0.3))
@@ -446,6 +500,8 @@ class World:
     @property
     def redis(self) -> SimRedis | None:
         return self.store.sim if isinstance(self.store, SimRedisStore) else None
+    features: Any = None
+    """The newer features' world and ledgers (``sim_features.FeatureRun``)."""
 
     def note(self, text: str) -> None:
         self.events.append(f"{self.loop.time():9.3f} {text}")
@@ -466,6 +522,8 @@ def draw_world(seed: int, loop: SimLoop, engine: str = "memory") -> World:
         renewals=rng.choice([0, 1, 2]),
         ends=rng.choice([0, 0, 1]),
         move=rng.choice([0.0, 0.1, 0.5]),
+        write_delay=rng.choice([0.0, 0.0, 0.02]),
+        write_failed=rng.choice([0.0, 0.0, 0.1]),
     )
     timeout = rng.choice([2, 5])
     settings = Settings(store="memory", **TOKENS, poll_timeout=timeout,
@@ -492,6 +550,7 @@ def draw_world(seed: int, loop: SimLoop, engine: str = "memory") -> World:
                   redis_faults=redis_faults)
     for i in range(rng.choice([1, 2, 3])):
         world.nodes.append(SimNode(world, i))
+    world.features = sim_features.FeatureRun(sim_features.draw_features(rng))
     return world
 
 
@@ -595,9 +654,11 @@ async def simulate(world: World, *, seconds: float = 30.0, quiet: float = 15.0) 
         await sim.start()
     rng = world.rng
     world.listeners = [SimListener(world, f"u{i}") for i in range(rng.randint(2, 8))]
+    world.listeners += [SimListener(world, uid) for uid in sim_features.chatters(world)]
     end = world.loop.time() + seconds
     tasks = [asyncio.ensure_future(listener.run(end + quiet)) for listener in world.listeners]
-    await asyncio.gather(publish(world, end), strike(world, end))
+    await asyncio.gather(publish(world, end), strike(world, end),
+                         *sim_features.actors(world, end))
     world.faults = Faults()  # the quiet: every fault stops
     if world.redis is not None:
         world.redis.faults = RedisFaults()
@@ -605,8 +666,10 @@ async def simulate(world: World, *, seconds: float = 30.0, quiet: float = 15.0) 
         if sim.node is None:
             await sim.start()
     await asyncio.gather(*tasks)
+    await sim_features.observe_nodes(world)
     for sim in world.nodes:
         await sim.stop()
+    await sim_features.observe_store(world)
     await world.store.close()
 
 
@@ -620,7 +683,7 @@ def check(world: World) -> list[str]:
     problems: list[str] = []
     for listener in world.listeners:
         problems += [f"{listener.uid}: {p}" for p in _check_listener(listener, truth, order)]
-    return problems
+    return problems + sim_features.check(world)
 
 
 def _check_listener(listener: SimListener, truth: Truth, order: dict[str, int]) -> list[str]:

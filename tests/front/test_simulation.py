@@ -1,6 +1,8 @@
-"""The deterministic simulation of the listener path (tests/simulation.py) as
-tests: a fixed budget of seeds must keep every promise, a seed replays
-exactly, and the checker catches each kind of broken promise it names.
+"""The deterministic simulation of the listener path (tests/simulation.py,
+with the newer features of tests/sim_features.py) as tests: a fixed budget
+of seeds must keep every promise, a seed replays exactly, the seeds that
+found a bug keep every promise, and the checkers catch each kind of broken
+promise they name.
 
 ``scripts/simulate --seeds 100000`` runs a longer budget before a release
 (docs/development.md, "The simulator").
@@ -14,14 +16,30 @@ import sys
 from pathlib import Path
 
 import pytest
+from sim_features import (
+    Act,
+    FeatureRun,
+    Features,
+    Gift,
+    NodeEnd,
+    RecallTry,
+    Send,
+    StoreEnd,
+    Tap,
+)
+from sim_features import check as check_features
 from simulation import Answer, SimListener, Truth, check, run_seed
+
+from liveroom.model import Entry
+from liveroom.store.base import PastBroadcast, Ranking, ViewersState
 
 ROOT = Path(__file__).resolve().parents[2]
 
 CI_SEEDS = 200
-"""Seeds CI runs on each engine (memory: about 25 s here). With the hold
-trusting its lagging copy (the race of 4379dfc), seed 24 was the first of 7
-in 100 to fail on memory."""
+"""Seeds CI runs on each engine (memory: about 30 s here with the features,
+7.8 seeds a second of CPU, 10 without them). With the hold trusting its
+lagging copy (the race of 4379dfc), seed 24 was the first of 7 in 100 to
+fail on memory (before the features' draws changed every world)."""
 
 REDIS_PARTS = (("redis", 0), ("redis", 50), ("redis-sharded", 100), ("redis-sharded", 150))
 """The Redis engine's 200 seeds, in four parts that run side by side: one
@@ -91,6 +109,10 @@ def test_a_seed_replays_exactly() -> None:
     # random in them; the ctx carries the same values).
     assert ledger == [[a.body for a in listener.answers]
                       for listener in again.world.listeners]
+    ran, rerun = first.world.features, again.world.features
+    assert ran.taps or ran.gifts or ran.recalls or ran.sends, "the seed ran no feature"
+    assert (ran.taps, ran.gifts, ran.recalls, ran.acts, ran.sends, ran.lost) == (
+        rerun.taps, rerun.gifts, rerun.recalls, rerun.acts, rerun.sends, rerun.lost)
     assert not first.problems
 
 
@@ -164,4 +186,233 @@ def test_the_checker_names_a_listener_left_in_an_epoch_whose_lost_seq_was_taken_
 def test_the_checker_names_each_broken_promise(broken: list[dict[str, object]],
                                                says: str) -> None:
     problems = _world_with(broken, _truth())
+    assert any(says in p for p in problems), problems
+
+
+# -- the newer features (tests/sim_features.py) ------------------------------------------
+
+
+def test_a_seed_of_the_likes_leak_keeps_every_promise() -> None:
+    """Seed 46 found likes of a broadcast leaking into the next one: with
+    ``Counters.add_likes`` deaf to the taps' epochs (c241a76 reverted: the
+    memory engine added every flush to the current broadcast), taps one node
+    acknowledged before ``room end`` (26.150 s) and flushed after it made the
+    archive of broadcast 1 hold 818 of its 863 taps and broadcast 2 131 of
+    its 86."""
+    assert run_seed(46).problems == []
+
+
+def test_a_seed_of_the_recall_cut_short_by_a_kill_keeps_every_promise() -> None:
+    """Seed 15 found a recall left half done: with the tombstone and the
+    notice two steps again (b42c749 reverted: ``MessageLog.recall`` stored
+    the tombstone, ``Recalls.recall`` appended the notice after), node 0
+    killed at 13.898 s while the admin's recall of message 36 ran through it
+    (never retried) left the tombstone in the store with no notice, and the
+    listeners that had message 36's body were never told."""
+    assert run_seed(15).problems == []
+
+
+def test_a_seed_of_the_recall_answered_503_keeps_every_promise() -> None:
+    """Seed 17 found the same half-done recall through a failed write (b42c749
+    reverted): c0's own recall of message 69 answered 503 when the notice's
+    append failed after the tombstone was stored, and c0 did not try again;
+    so did the admin's recall of personal message 1."""
+    assert run_seed(17).problems == []
+
+
+def _truth_of_two_broadcasts() -> Truth:
+    """Broadcast 1 (epoch E1, renewed into E1r) ended at 10 s into broadcast 2 (E2)."""
+    truth = Truth()
+    truth.epoch_seen("E1")
+    truth.sent["E1"].update({1: False, 2: True, 3: False})
+    truth.epoch_seen("E1r", carried="E1")
+    truth.epoch_seen("E2")
+    truth.sent["E2"].update({4: False, 5: False})
+    truth.personal["E2"][1] = "u0"
+    return truth
+
+
+def _fabricated(**ledgers: object) -> list[str]:
+    """What the features' checker says of a fabricated run in the world of
+    :func:`_truth_of_two_broadcasts` (the traffic stopped at 30 s, the store
+    ended empty but for broadcast 1's archive); ``ledgers`` set the run's
+    fields (``listeners``: the world's)."""
+    world = run_seed(1, seconds=0.5).world
+    world.truth = _truth_of_two_broadcasts()
+    world.events = ["   10.000 end broadcast -> E2"]
+    world.listeners = ledgers.pop("listeners", [])  # type: ignore[assignment]
+    run = FeatureRun(Features(), until=30.0)
+    run.store = StoreEnd([_past(1)], 0, Ranking((), 0, 0), (), ())
+    for name, value in ledgers.pop("store", {}).items():  # type: ignore[attr-defined]
+        setattr(run.store, name, value)
+    for name, value in ledgers.items():
+        setattr(run, name, value)
+    world.features = run
+    return check_features(world)
+
+
+def _past(broadcast: int, likes: int = 0, gifts: int = 0,
+          ranking: tuple[tuple[str, int], ...] = ()) -> PastBroadcast:
+    return PastBroadcast(broadcast, 1_700_000_010_000, ViewersState(0, True, ()), likes, gifts,
+                         ranking)
+
+
+def _listener(uid: str, answers: list[tuple[float, dict[str, object]]],
+              refusals: tuple[tuple[float, float, int, int, int, str], ...] = ()) -> SimListener:
+    """A listener of node 0 (generation 1) whose polls were sent 0.1 s
+    before their answers (each answer's fields over an empty one's)."""
+    listener = SimListener.__new__(SimListener)
+    listener.uid, listener.hung, listener.refusals = uid, [], list(refusals)
+    listener.answers = []
+    before = None
+    for at, fields in answers:
+        body = {"seq": 0, "iseq": 0, "pseq": 0, "gap": 0, "igap": 0, "reset": False,
+                "messages": [], "important": [], **fields}
+        listener.answers.append(Answer(at, 0, before, body, 1, at - 0.1))
+        before = body
+    return listener
+
+
+def _ms(t: float) -> int:
+    return int((1_700_000_000.0 + t) * 1000)
+
+
+def _tap(at: float, n: int, epoch: str, node: int = 0, uid: str = "u0") -> Tap:
+    return Tap(at, at, node, uid, n, (epoch,))
+
+
+def _gift(at: float, giver: str, value: int, epoch: str, rank: int, score: int,
+          total: int) -> Gift:
+    return Gift(at, 0, giver, value, (epoch, epoch), rank, score, total)
+
+
+def _recalled(seq: int, notice: int, lane: str = "room", by: str = "admin",
+              epoch: str = "E2") -> RecallTry:
+    return RecallTry(13.0, 13.0, 0, lane, seq, epoch, by, "done", notice)
+
+
+def _act(at: float, action: str, uid: str, seconds: int, node: int = 0) -> Act:
+    return Act(at, at, node, action, uid, seconds, _ms(at))
+
+
+def _send(at: float, uid: str, status: int, error: str = "", seq: int = 0,
+          node: int = 0) -> Send:
+    return Send(at, _ms(at), node, uid, status, error, "E2" if seq else "", seq)
+
+
+_TOP = (("g2", 10), ("g1", 10))
+"""Equal scores: the uid descending first."""
+_BOARD = Ranking(_TOP, 20, 2)
+_GIFTS = [_gift(12.0, "g1", 10, "E2", 1, 10, 10), _gift(13.0, "g2", 10, "E2", 1, 10, 20)]
+_RANKED = {"version": 1, "top": [{"uid": "g2", "score": 10}, {"uid": "g1", "score": 10}]}
+_NOTICE = Entry(6, 3, "", True, 0, {"recall": 5})
+_TOMBSTONE = Entry(5, 2, "c0", False, 0, None)
+
+
+def test_the_features_checker_passes_a_ledger_that_keeps_every_promise() -> None:
+    listener = _listener("u0", [
+        (11.0, {"epoch": "E2", "seq": 4, "iseq": 3, "likes": 0}),
+        (12.5, {"epoch": "E2", "seq": 5, "iseq": 3, "likes": 4,
+                "messages": [{"seq": 5, "body": "hi"}]}),
+        (14.0, {"epoch": "E2", "seq": 6, "iseq": 6, "likes": 6, "recalled": [5]}),
+        (36.0, {"epoch": "E2", "seq": 6, "iseq": 6, "likes": 6, "ranking": _RANKED}),
+    ])
+    assert _fabricated(
+        listeners=[listener],
+        taps=[_tap(1.0, 5, "E1r"), _tap(9.9, 3, "E1r"), _tap(12.0, 4, "E2"),
+              _tap(13.0, 2, "E2")],
+        gifts=_GIFTS, nodes=[NodeEnd(0, 1, _TOP, _BOARD)], recalls=[_recalled(5, 6)],
+        acts=[_act(1.0, "slow", "", 5), _act(2.0, "mute", "c0", 3), _act(20.0, "ban", "c0", 2)],
+        sends=[_send(1.5, "c0", 201, seq=4), _send(2.5, "c0", 403, "muted"),
+               _send(6.5, "c0", 201, seq=5)],
+        store={"archives": [_past(1, likes=8)], "likes": 6, "board": _BOARD,
+               "entries": (_TOMBSTONE, _NOTICE)}) == []
+
+
+def test_a_tap_of_a_renewed_epoch_written_after_the_end_may_count_in_the_next_broadcast(
+        ) -> None:
+    # Acknowledged in E1 (renewed into E1r, the epoch broadcast 1 ended
+    # with) within a flush of the end: the store does not know E1 and adds
+    # it to the broadcast current when it is written (Counters.add_likes).
+    for archived, current in ((5, 0), (0, 5)):
+        assert _fabricated(taps=[_tap(9.9, 5, "E1")],
+                           store={"archives": [_past(1, likes=archived)],
+                                  "likes": current}) == []
+    assert _fabricated(taps=[_tap(8.0, 5, "E1")], store={"likes": 5}) != []
+
+
+@pytest.mark.parametrize(("ledgers", "says"), [
+    # likes
+    ({"taps": [_tap(1.0, 5, "E1r")], "store": {"archives": [_past(1, likes=3)]}},
+     "ended broadcast 1 holds 3, but 5 taps"),
+    ({"taps": [_tap(12.0, 4, "E2")], "store": {"likes": 7}},
+     "the current broadcast holds 7, but 4 taps"),
+    ({"taps": [_tap(11.0, 6, "E2"), _tap(11.9, 4, "E2")], "lost": {"E2": 10},
+      "kills": [(12.0, 0, 10)]}, "killed at 12.000 lost 10 taps, it acknowledged 4"),
+    ({"taps": [_tap(11.5, 3, "E2")], "store": {"likes": 3},
+      "listeners": [_listener("u0", [(12.0, {"epoch": "E2", "likes": 40})])]},
+     "likes 40, only 3 taps acknowledged in it so far"),
+    ({"taps": [_tap(11.0, 5, "E2")], "store": {"likes": 5},
+      "listeners": [_listener("u0", [(12.0, {"epoch": "E2", "likes": 5}),
+                                     (12.5, {"epoch": "E2", "likes": 2})])]},
+     "likes 2, down from 5"),
+    # gifts
+    ({"gifts": [_gift(12.0, "g1", 10, "E2", 2, 10, 10)],
+      "store": {"board": Ranking((("g1", 10),), 10, 1)}}, "the ledger says 1, 10, 10"),
+    ({"gifts": _GIFTS, "nodes": [NodeEnd(0, 1, _TOP, Ranking((), 0, 0))],
+      "store": {"board": _BOARD}}, "node 0's leaderboard"),
+    ({"gifts": _GIFTS, "nodes": [NodeEnd(0, 1, None, _BOARD)], "store": {"board": _BOARD},
+      "listeners": [_listener("u0", [(36.0, {"epoch": "E2", "ranking": _RANKED})])]},
+     "node 0's ranking in answers is None"),
+    ({"gifts": _GIFTS, "nodes": [NodeEnd(0, 1, _TOP, _BOARD)], "store": {"board": _BOARD},
+      "listeners": [_listener("u0", [(36.0, {"epoch": "E2"})])]},
+     "last answer's ranking ()"),
+    ({"gifts": [_gift(5.0, "g1", 10, "E1r", 1, 10, 10)]}, "ended broadcast 1 archived total 0"),
+    # recalls
+    ({"store": {"entries": (_TOMBSTONE,)}}, "tombstone of room message 5 and no notice"),
+    ({"recalls": [_recalled(5, 6), _recalled(5, 7)]}, "answered notices [6, 7]"),
+    ({"recalls": [_recalled(5, 6)], "listeners": [_listener("u0", [
+        (11.0, {"epoch": "E2", "seq": 4, "iseq": 3}),
+        (14.0, {"epoch": "E2", "seq": 6, "iseq": 6})])]},
+     "passed notice 6 and did not list message 5"),
+    ({"listeners": [_listener("u0", [
+        (14.0, {"epoch": "E2", "seq": 6, "iseq": 6, "recalled": [5]}),
+        (15.0, {"epoch": "E2", "seq": 7, "iseq": 7, "recalled": [5]})])]},
+     "told again of the recall of room message 5"),
+    ({"recalls": [_recalled(5, 6)], "listeners": [_listener("u0", [
+        (14.0, {"epoch": "E2", "seq": 6, "iseq": 6, "recalled": [5],
+                "messages": [{"seq": 5, "body": "hi"}]})])]},
+     "the body of room message 5, whose recall's notice 6"),
+    ({"store": {"entries": (_TOMBSTONE,)}, "listeners": [_listener("u0", [
+        (12.0, {"epoch": "E2", "seq": 5, "iseq": 3, "messages": [{"seq": 5, "body": "hi"}]}),
+        (36.0, {"epoch": "E2", "seq": 5, "iseq": 3})])]},
+     "had the body of room message 5 (answer at 12.000), whose recall was done, and was "
+     "never told"),
+    ({"recalls": [_recalled(1, 2, lane="personal")], "listeners": [_listener("u0", [
+        (11.0, {"epoch": "E2", "pseq": 1}), (14.0, {"epoch": "E2", "pseq": 2})])]},
+     "passed notice p2 and did not list personal message 1 in precalled"),
+    # mute, ban, slow mode
+    ({"acts": [_act(5.0, "mute", "c0", 10)], "sends": [_send(6.0, "c0", 201, seq=4)]},
+     "stored as seq 4, muted at 5.000"),
+    ({"sends": [_send(6.0, "c0", 403, "muted")]}, "refused as muted, no mute in force"),
+    ({"acts": [_act(5.0, "ban", "c0", 10)], "taps": [_tap(6.0, 3, "E1r", node=1, uid="c0")],
+      "store": {"archives": [_past(1, likes=3)]}}, "3 taps acknowledged at 6.000 (node 1), banned"),
+    ({"acts": [_act(5.0, "ban", "c0", 10)],
+      "listeners": [_listener("c0", [(7.0, {"epoch": "E1r"})])]},
+     "poll sent at 6.900 (node 0) answered 200, banned at 5.000"),
+    ({"acts": [_act(5.0, "ban", "c0", 10)],
+      "listeners": [_listener("c0", [], refusals=((4.0, 7.0, 0, 1, 403, "banned"),))]},
+     "held when it was banned at 5.000, answered 403 only at 7.000"),
+    ({"listeners": [_listener("c0", [], refusals=((4.0, 7.0, 0, 1, 403, "banned"),))],
+      "sends": [_send(3.0, "c0", 429, "rate_limited")]}, "refused as banned at 7.000, no ban"),
+    ({"acts": [_act(1.0, "slow", "", 5)],
+      "sends": [_send(2.0, "c0", 201, seq=4), _send(4.0, "c0", 201, seq=5)]},
+     "sends at 2.000 (node 0) and 4.000 (node 0) both stored in slow mode 5 s"),
+    ({"acts": [_act(5.0, "mute", "c0", 10)],
+      "recalls": [RecallTry(6.0, 6.0, 0, "room", 3, "E1r", "uid:c0", "done", 7)]},
+     "own recall of message 3 at 6.000 (node 0) done, muted at 5.000"),
+])
+def test_the_features_checker_names_each_broken_promise(ledgers: dict[str, object],
+                                                        says: str) -> None:
+    problems = _fabricated(**ledgers)
     assert any(says in p for p in problems), problems
