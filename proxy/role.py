@@ -88,14 +88,18 @@ class Proxy:
         self.tickets = Tickets(settings.ticket_keys, clock, ticket_leeway=settings.ticket_leeway) \
             if settings.auth == "ticket" else None
         """One verifier (one cache) for polls, sends and member lists; None: open."""
+        # What the cost table's rows ask of a route's room (a like in a room
+        # that exists), asked of the room cache as a first poll asks it; and
+        # the broadcast (epoch) the likes and rankings read are of.
+        gate = RoomGate(reader)
         # The rooms asked about lately: the likes keep their totals fresh,
         # the ranking their top givers.
         recent = RecentRooms()
         self.likes = Likes(counters, clock, UidWindows(
             settings.likes_requests, settings.likes_taps, settings.likes_uids_max), recent,
             likes_flush=settings.likes_flush, likes_rooms_max=settings.likes_rooms_max,
-            metrics=metrics)
-        self.ranking = Rankings(counters, clock, recent)
+            metrics=metrics, epoch_of=gate.epoch)
+        self.ranking = Rankings(counters, clock, recent, epoch_of=gate.epoch)
         self._forget = forget
         self.moderation = Moderation(moderation, clock, on_ban=self._banned, metrics=metrics)
         self.polls = Polls(settings, reader, self.heartbeats, stats, self.holds, tiers,
@@ -103,9 +107,6 @@ class Proxy:
                            likes=self.likes, ranking=self.ranking, rules=self.moderation.rules)
         self.sends = Sends(settings, log, tokens, clock, metrics, tickets=self.tickets,
                            moderation=self.moderation)
-        # What the cost table's rows ask of a route's room (a like in a room
-        # that exists), asked of the room cache as a first poll asks it.
-        gate = RoomGate(reader)
         self.bounds = RouteBounds(gate)
         # A like's head is held to a send's bounds (a body of a few bytes
         # is far under them): one value, given to both routes.
