@@ -394,7 +394,7 @@ class Likes:
             if epoch:
                 self._turn(room, epoch)
             self._stored[room] = total
-            if total != before:
+            if total != (before or 0):  # (answers showed no stored total before)
                 self._on_change(room)
 
     def flush_lag(self) -> float:
