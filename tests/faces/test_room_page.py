@@ -487,6 +487,42 @@ def test_slow_mode_shows_under_the_input_and_a_refusal_shows_the_wait(
     WebDriverWait(browser, 5).until(lambda b: "second" in bodies(b, "#chat"))
 
 
+def test_the_send_button_comes_back_when_slow_mode_is_lifted_in_a_quiet_room(
+        browser: WebDriver, served: Served, tmp_path: Path) -> None:
+    """Issue 46: the page learnt of slow mode, and of its lifting, only from
+    its next answer, which in a quiet room came with its poll's timeout
+    (25 s): the Send button stayed disabled for the refused send's wait.
+    Now the change answers the page's held poll; nothing is sent to the
+    room meanwhile."""
+    send_message(served, "hushed", "hello", uid="carol")
+    open_room(browser, served, "hushed", uid="erin")
+    status, _ = call(f"{served.url}/v1/admin/rooms/hushed/slow", "PUT", {"seconds": 60},
+                     token=ADMIN)
+    assert status == 200
+    WebDriverWait(browser, 5, poll_frequency=0.05).until(
+        lambda b: b.find_element(By.ID, "slow").is_displayed())
+    field = browser.find_element(By.ID, "text")
+    submit = browser.find_element(By.CSS_SELECTOR, "#send button[type=submit]")
+    field.send_keys("first")
+    submit.click()
+    WebDriverWait(browser, 5).until(lambda b: "first" in bodies(b, "#chat"))
+    field.send_keys("second")
+    submit.click()
+    WebDriverWait(browser, 5).until(lambda b: "Wait" in text_of(b, "#send-error"))
+    assert not submit.is_enabled()  # for up to a minute
+    status, _ = call(f"{served.url}/v1/admin/rooms/hushed/slow", "PUT", {"seconds": 0},
+                     token=ADMIN)
+    assert status == 200
+    WebDriverWait(browser, 5, poll_frequency=0.05).until(lambda b: submit.is_enabled())
+    screenshot(browser, tmp_path, "slow-lifted")
+    assert not browser.find_element(By.ID, "slow").is_displayed()
+    assert field.get_attribute("placeholder") == "Say something"
+    assert text_of(browser, "#send-error") == ""
+    assert bodies(browser, "#chat") == ["hello", "first"]
+    submit.click()
+    WebDriverWait(browser, 5).until(lambda b: "second" in bodies(b, "#chat"))
+
+
 def test_a_muted_or_banned_viewer_is_told_the_servers_words(
         browser: WebDriver, served: Served, tmp_path: Path) -> None:
     send_message(served, "muting", "hello", uid="carol")
