@@ -126,11 +126,11 @@ class HeldPoll:
     def __init__(self, poll: Wakeable, name: str, room: _HeldRoom, paced: bool, uid: str, *,
                  epoch: str = "", top: int = 0, iseq: int = 0, pending: bool = False) -> None:
         self.poll = poll
-        self.told = room.news
-        """The room's news when it was held: its poll read everything up to there."""
         """The poll to wake."""
         self.name = name
         self.room = room
+        self.told = room.news
+        """The room's news when it was held: its poll read everything up to there."""
         self.paced = paced
         self.uid = uid
         self.key = 0
