@@ -368,6 +368,13 @@ class Settings:
     cut_through_every: float = setting(
         0.5, "Important messages release a tiered room's held polls at most this often "
         "(seconds).", HOLD, lo=0.05, hi=10)
+    news_every: float = setting(
+        1.0, "Seconds between two answers a room's held polls get for its news alone: a new "
+        "likes total, new top givers, slow mode turned on, off or changed. A change is told "
+        "within --hold-tick of the node learning it, to the held polls with nothing pending "
+        "(an answer like a timeout's: the same cursors, no messages), then at most once per "
+        "this period, or per the room's tier's interval plus jitter when that is longer: "
+        "bigger rooms are told less often.", HOLD, lo=0.1, hi=60)
     hold_interval_max: float = setting(
         10.0, "The longest interval (plus jitter) a tier may give, in seconds.", HOLD,
         lo=0, hi=60)

@@ -49,6 +49,7 @@ from .moderation.rules import Moderation
 from .polls.context import ContextSigner
 from .polls.heartbeats import Heartbeats
 from .polls.hold import Holds
+from .polls.news import RoomNews
 from .polls.poll import Polls
 from .polls.route import PollRoute
 from .polls.tiers import TierTable
@@ -90,27 +91,34 @@ class Proxy:
                            holds_per_listener=settings.holds_per_listener,
                            holds_per_uid=settings.holds_per_uid,
                            held_max=settings.held_max, metrics=metrics)
+        # News of a room (its likes, top givers, slow mode) answers its
+        # quiet held polls, at most once per room per period.
+        self.news = RoomNews(self.holds, clock, tiers, stats.online,
+                             news_every=settings.news_every, tick=settings.hold_tick)
         self.tickets = Tickets(settings.ticket_keys, clock, ticket_leeway=settings.ticket_leeway) \
             if settings.auth == "ticket" else None
         """One verifier (one cache) for polls, sends and member lists; None: open."""
+        # What the cost table's rows ask of a route's room (a like in a room
+        # that exists), asked of the room cache as a first poll asks it; and
+        # the broadcast (epoch) the likes and rankings read are of.
+        gate = RoomGate(reader)
         # The rooms asked about lately: the likes keep their totals fresh,
         # the ranking their top givers.
         recent = RecentRooms()
         self.likes = Likes(counters, clock, UidWindows(
             settings.likes_requests, settings.likes_taps, settings.likes_uids_max), recent,
             likes_flush=settings.likes_flush, likes_rooms_max=settings.likes_rooms_max,
-            metrics=metrics)
-        self.ranking = Rankings(counters, clock, recent)
+            metrics=metrics, epoch_of=gate.epoch, on_change=self.news.changed)
+        self.ranking = Rankings(counters, clock, recent, epoch_of=gate.epoch,
+                                on_change=self.news.changed)
         self._forget = forget
-        self.moderation = Moderation(moderation, clock, on_ban=self._banned, metrics=metrics)
+        self.moderation = Moderation(moderation, clock, on_ban=self._banned,
+                                     on_slow=self.news.changed, metrics=metrics)
         self.polls = Polls(settings, reader, self.heartbeats, stats, self.holds, tiers,
                            signer, clock, metrics, is_vip=vip_list.is_vip, tickets=self.tickets,
                            likes=self.likes, ranking=self.ranking, rules=self.moderation.rules)
         self.sends = Sends(settings, log, tokens, clock, metrics, tickets=self.tickets,
                            moderation=self.moderation, review=review)
-        # What the cost table's rows ask of a route's room (a like in a room
-        # that exists), asked of the room cache as a first poll asks it.
-        gate = RoomGate(reader)
         self.bounds = RouteBounds(gate)
         # A like's head is held to a send's bounds (a body of a few bytes
         # is far under them): one value, given to both routes.
@@ -190,8 +198,10 @@ class Proxy:
 
     async def start(self) -> None:
         """Start handing heartbeats to statsvr (before the first poll) and
-        likes to the store, and reading the rooms' gift rankings."""
+        likes to the store, reading the rooms' gift rankings and telling
+        held polls the rooms' news."""
         await self.heartbeats.start()
+        self.news.start()
         self.likes.start()
         self.ranking.start()
         await self.moderation.start()
@@ -199,6 +209,7 @@ class Proxy:
     async def stop(self) -> None:
         """Answer and drop every held poll, write the last likes, then hand
         over the last heartbeats."""
+        await self.news.stop()
         await self.holds.close()
         await self.likes.stop()
         await self.ranking.stop()

@@ -20,7 +20,21 @@ the store held at the last refresh (at most one a second per node, for the
 rooms asked about in the last minute), plus what this node has acknowledged
 and not yet seen written. It never goes down within a broadcast: a total
 that went down in the store is a new broadcast (``room end``), which starts
-again from the store's figure.
+again from the store's figure. A node that learns of a change (a tap here,
+another node's taps at a refresh) tells ``on_change(room)``, which wakes the
+room's held polls (:mod:`proxy.polls.news`).
+
+**Of one broadcast.** The totals a node holds are of one broadcast of the
+room, named by its epoch: the one the room cache held (``epoch_of``) before
+the store was read, or the one a tap was acknowledged in. An answer asks for
+its own epoch's total (:meth:`Likes.total`): of another broadcast it gets
+only this node's taps acknowledged in it (0 right after ``room end``, until
+the next refresh reads the new broadcast), never the ended one's figure, and
+it changes nothing, so a poll answered from an older snapshot cannot take
+the room's shown total back. (The cache's epoch is read before the store:
+the store's counters turn with the log's epoch in one step, so a total read
+after the cache saw an epoch is of that broadcast or a later one, never an
+earlier one.)
 """
 
 from __future__ import annotations
@@ -28,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Final
 
 from liveroom.clock import Clock
@@ -35,6 +50,7 @@ from liveroom.errors import Overloaded, RateLimited, StoreUnavailable
 from liveroom.lifecycle import Outage, Periodic
 from liveroom.metrics import Metrics
 from liveroom.ratelimit import UidWindows
+from liveroom.snapshot import ABSENT_EPOCH
 from liveroom.store.base import Counters
 
 from ..recent_rooms import RecentRooms
@@ -62,8 +78,14 @@ class Likes:
 
     def __init__(self, store: Counters, clock: Clock, limits: UidWindows, recent: RecentRooms,
                  *, likes_flush: float, likes_rooms_max: int,
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None,
+                 epoch_of: Callable[[str], str | None] = lambda room: "",
+                 on_change: Callable[[str], None] = lambda room: None) -> None:
         self._store = store
+        self._epoch_of = epoch_of
+        """The room's epoch as the node's room cache holds it (None: nothing
+        held; "": no cache to ask, every total of one broadcast)."""
+        self._on_change = on_change
         self._recent = recent
         self._clock = clock
         self.limits = limits
@@ -76,6 +98,9 @@ class Likes:
         """The store's totals at the last refresh."""
         self._shown: dict[str, int] = {}
         """The totals answered so far (never down within a broadcast)."""
+        self._epoch: dict[str, str] = {}
+        """The broadcast (its epoch) ``_stored`` and ``_shown`` are of ("":
+        not known, any)."""
         self.counts = [0] * 5 if metrics is None else metrics.tally([
             metrics.likes_taps, metrics.likes_flushes.labels("written"),
             metrics.likes_flushes.labels("failed"), metrics.likes_refused.labels("rate_limited"),
@@ -93,6 +118,8 @@ class Likes:
         self._learning: dict[str, asyncio.Future[None]] = {}
         self._pending_epoch: dict[str, str] = {}
         """The epoch each room's pending taps were acknowledged in."""
+        self._writing_epoch: dict[str, str] = {}
+        """The same for the taps in the flush under way."""
         self._older: dict[tuple[str, str], int] = {}
         """Taps of an epoch their room left while they waited: (room, epoch) -> n."""
         self._flush_ended: asyncio.Future[None] | None = None
@@ -151,31 +178,47 @@ class Likes:
             was = self._pending_epoch.get(room)
             if was is not None and was != epoch:
                 # The broadcast ended while they waited: they are the ended
-                # one's, and the room's total starts again.
+                # one's.
                 older = self._older
                 older[room, was] = older.get((room, was), 0) + pending.pop(room, 0)
-                self._stored.pop(room, None)
-                self._shown.pop(room, None)
             self._pending_epoch[room] = epoch
+            self._turn(room, epoch)
         if not pending and not self._writing:
             self.oldest_pending = self._clock.monotonic()
         pending[room] = pending.get(room, 0) + count
         counts[_TAPS] += count
-        return self.total(room)
+        self._on_change(room)
+        return self.total(room, epoch or None)
 
-    def knows(self, room: str) -> bool:
+    def _turn(self, room: str, epoch: str) -> None:
+        """The room's totals are of broadcast ``epoch`` from now: those of
+        another one are forgotten (the room's total starts again)."""
+        known = self._epoch.get(room)
+        if known != epoch:
+            if known:
+                self._stored.pop(room, None)
+                self._shown.pop(room, None)
+            self._epoch[room] = epoch
+
+    def knows(self, room: str, epoch: str = "") -> bool:
         """Whether this node holds the room's stored total (read within the
-        last minute): else :meth:`learn` it before a tap is answered, so an
-        answer never shows less than one before it."""
-        return room in self._stored
+        last minute), of broadcast ``epoch`` ("": any): else :meth:`learn`
+        it before a tap is answered, so an answer never shows less than one
+        before it."""
+        if room not in self._stored:
+            return False
+        known = self._epoch.get(room, "")
+        return not epoch or not known or known == epoch
 
-    async def learn(self, room: str) -> None:
+    async def learn(self, room: str, epoch: str = "") -> None:
         """Read the store's total of ``room`` (one round trip, shared by the
         taps that ask meanwhile), for a room this node forgot (not asked
-        about for a minute). A flush under way may or may not be in what a
-        read finds: the read waits for it to end, and one that begins during
-        the read makes it read again (at most three reads, then it leaves the
-        room to the next refresh)."""
+        about for a minute), or whose total it holds is of another
+        broadcast than ``epoch`` (the one the room cache holds now: the
+        total read is of it or a later one). A flush under way may or may
+        not be in what a read finds: the read waits for it to end, and one
+        that begins during the read makes it read again (at most three
+        reads, then it leaves the room to the next refresh)."""
         waiting = self._learning.get(room)
         if waiting is not None:
             await asyncio.shield(waiting)
@@ -183,15 +226,17 @@ class Likes:
         future = self._learning[room] = asyncio.get_running_loop().create_future()
         try:
             for _ in range(3):
-                while self._flush_ended is not None and room not in self._stored:
+                while self._flush_ended is not None and not self.knows(room, epoch):
                     await asyncio.shield(self._flush_ended)
-                if room in self._stored:
+                if self.knows(room, epoch):
                     break
                 flushes = self._flushes
                 total = (await self._store.likes([room]))[room]
-                if room in self._stored:
+                if self.knows(room, epoch):
                     break
                 if flushes == self._flushes:  # no flush began while it read
+                    if epoch:
+                        self._turn(room, epoch)
                     self._stored[room] = total
                     self._recent.note(room)
                     break
@@ -199,16 +244,33 @@ class Likes:
             del self._learning[room]
             future.set_result(None)
 
-    def total(self, room: str) -> int:
-        """The room's total as shown (see the module's docstring): a few dict
-        lookups, nothing more (read on every poll answer)."""
+    def total(self, room: str, epoch: str | None = None) -> int:
+        """The room's total as shown in broadcast ``epoch`` (None: the one
+        this node's totals are of; see the module's docstring): a few dict
+        lookups, nothing more (read on every poll answer). Of another
+        broadcast than the node's totals, only this node's taps
+        acknowledged in it, and nothing is noted as shown."""
         self._recent.note(room)
-        known = (self._stored.get(room, 0) + self._pending.get(room, 0)
-                 + self._writing.get(room, 0))
+        known = self._epoch.get(room, "")
+        if epoch is not None and known and epoch != known:
+            return self._taps_in(room, epoch)
+        count = self._stored.get(room, 0) + self._taps_in(room, known)
         shown = self._shown.get(room, 0)
-        if known > shown:
-            self._shown[room] = shown = known
+        if count > shown:
+            self._shown[room] = shown = count
         return shown
+
+    def _taps_in(self, room: str, epoch: str) -> int:
+        """This node's taps of ``room`` not yet seen written, acknowledged
+        in broadcast ``epoch`` ("": any)."""
+        taps = 0
+        pending = self._pending.get(room)
+        if pending and (not epoch or self._pending_epoch.get(room, epoch) == epoch):
+            taps += pending
+        writing = self._writing.get(room)
+        if writing and (not epoch or self._writing_epoch.get(room, epoch) == epoch):
+            taps += writing
+        return taps
 
     async def current(self, room: str) -> int:
         """The room's total read now, for a reader off the poll's path (``GET
@@ -249,7 +311,7 @@ class Likes:
             return
         batch, self._pending = self._pending, {}
         epochs, self._pending_epoch = self._pending_epoch, {}
-        self._writing = batch
+        self._writing, self._writing_epoch = batch, epochs
         self._flushes += 1
         self._flush_ended = asyncio.get_running_loop().create_future()
         try:
@@ -272,10 +334,11 @@ class Likes:
             for room, n in batch.items():
                 # A room whose total this node does not hold is read whole
                 # later (these taps in it): n alone would be far too low.
-                if room in stored:
+                # Taps of another broadcast than the total's are not in it.
+                if room in stored and self.knows(room, epochs.get(room, "")):
                     stored[room] += n
         finally:
-            self._writing = {}
+            self._writing, self._writing_epoch = {}, {}
             if not self._pending:
                 self.oldest_pending = 0.0
             ended, self._flush_ended = self._flush_ended, None
@@ -301,22 +364,38 @@ class Likes:
                 raise
 
     async def refresh(self) -> None:
-        """Read the totals of the rooms asked about lately (one call); forget
-        the others."""
+        """Read the totals of the rooms asked about lately (one call), each
+        of the broadcast the room cache held before the read (a room the
+        cache holds nothing of, or that does not exist, is left as it
+        was); forget the others. Tells ``on_change`` of each room whose
+        total or broadcast changed."""
         recent = self._recent
         for room in recent.age():
             self._stored.pop(room, None)
             self._shown.pop(room, None)
+            self._epoch.pop(room, None)
         rooms = list(recent.rooms())
         if not rooms:
             return
+        epochs = {room: self._epoch_of(room) for room in rooms}
         totals = await self._store.likes(rooms)
         for room, total in totals.items():
+            epoch = epochs.get(room)
+            if epoch is None or epoch == ABSENT_EPOCH:
+                continue
+            known = self._epoch.get(room)
             before = self._stored.get(room)
-            if before is not None and total < before:
-                # The store's total went down: a new broadcast. Show from it.
+            if epoch and known and epoch != known:  # a new broadcast
+                before = None
+            elif before is not None and total < before:
+                # The store's total went down (the cache has not seen the new
+                # broadcast yet): a new broadcast. Show from it.
                 self._shown[room] = 0
+            if epoch:
+                self._turn(room, epoch)
             self._stored[room] = total
+            if total != (before or 0):  # (answers showed no stored total before)
+                self._on_change(room)
 
     def flush_lag(self) -> float:
         """Seconds the oldest taps not yet written have waited (0: none)."""

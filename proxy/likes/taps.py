@@ -75,8 +75,6 @@ class Taps:
         has not read lately)."""
         try:
             # The room first, as aiohttp's routes check it (proxy/api/bounds.py):
-            # the same request gets the same refusal on either path.
-            # The room first, as aiohttp's routes check it (proxy/api/bounds.py):
             # the same request gets the same refusal on either path. Its epoch
             # is the broadcast the taps belong to ("": not asked, any name).
             gate = self.gate
@@ -87,7 +85,7 @@ class Taps:
                 assert gate is not None
                 raise gate.refusal(room)
             uid, count = self._taps_of(room, content_type, raw, authorization)
-            if not self.likes.knows(room):
+            if not self.likes.knows(room, epoch):
                 return self._learn_then_tap(room, uid, count, accept, epoch)
             return self._tapped(room, uid, count, accept, epoch)
         except Exception as exc:
@@ -106,11 +104,11 @@ class Taps:
     async def _learn_then_tap(self, room: str, uid: str, count: int, accept: str,
                               epoch: str) -> Reply:
         try:
-            if not self.likes.knows(room):
+            if not self.likes.knows(room, epoch):
                 # The store away: the taps are still acknowledged (they wait in
                 # memory), the total shown from what this node holds.
                 with contextlib.suppress(StoreUnavailable):
-                    await self.likes.learn(room)
+                    await self.likes.learn(room, epoch)
             return self._tapped(room, uid, count, accept, epoch)
         except Exception as exc:
             return answer_to(exc, logger, "a like in room %s failed", room)

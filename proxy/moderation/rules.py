@@ -21,7 +21,9 @@ applies it at once. So an action applies everywhere within about
 - **Slow mode** (``slow`` seconds): each uid may send one normal message per
   ``slow``-second window (one more of the windows the store counts sends in,
   so across nodes too); the refusal is a 429 with ``Retry-After``. Answers
-  carry ``"slow": s`` so clients can show it.
+  carry ``"slow": s`` so clients can show it; the node tells ``on_slow(room)``
+  when it learns that a room's slow mode changed (its held polls are
+  answered with it: :mod:`proxy.polls.news`).
 
 The backend's tokens (publisher, admin) speak for the system: their sends
 are not moderated. Sanctions end by the node's clock (``until_ms``) without
@@ -90,15 +92,18 @@ class Moderation:
     """A node's copy of every room's moderation. Start and stop it with the
     node; ``on_ban(room, uid, refusal)`` is called once for each ban the
     node learns of (to answer the uid's held polls with ``refusal`` and drop
-    its presence)."""
+    its presence), ``on_slow(room)`` once for each change of a room's slow
+    mode (on, off, another interval)."""
 
     def __init__(self, store: ModerationStore, clock: Clock, *,
                  on_ban: Callable[[str, str, Banned], None] = lambda room, uid, refusal: None,
+                 on_slow: Callable[[str], None] = lambda room: None,
                  every: float = MODERATION_EVERY, metrics: Metrics | None = None) -> None:
         self._metrics = metrics
         self._store = store
         self._clock = clock
         self.on_ban = on_ban
+        self.on_slow = on_slow
         self.rules: dict[str, RoomRules] = {}
         """By room, the rooms with some moderation (never replaced: the poll
         path keeps a reference to it)."""
@@ -201,19 +206,24 @@ class Moderation:
         self._outage.worked("the store is back: moderation is read again")
         if reset:
             for room in set(self.rules) - set(states):
-                del self.rules[room]
+                self._apply(room, None)
         for room in rooms:
             self._apply(room, states.get(room))
         self.version = version
 
     def _apply(self, room: str, state: RoomModeration | None) -> None:
         old = self.rules.get(room)
+        was_slow = 0 if old is None else old.slow
         if state is None or not (state.muted or state.banned or state.slow):
             self.rules.pop(room, None)
+            if was_slow:
+                self.on_slow(room)
             return
         if old is not None and state.version < old.version:
             return  # a read older than what this node applied already
         rules = self.rules[room] = RoomRules(state)
+        if rules.slow != was_slow:
+            self.on_slow(room)
         now_ms = self._now_ms()
         for uid in rules.banned:
             refusal = rules.ban_of(room, uid, now_ms)

@@ -38,6 +38,14 @@ together share encoded answers. At a tick a paced poll is released when
   empty; with messages pending it stays held until due: the hold may run past
   the timeout by up to the interval).
 
+*News* of a room (a new likes total, new top givers, slow mode: what an
+answer shows beside its messages) is not a change of its snapshot:
+:meth:`Holds.note_news` counts it in the room, and :meth:`Holds.tell_news`
+(which :mod:`.news` calls at most once per room per period) answers the
+room's held polls that were held before it and have nothing pending, empty,
+so their answers carry it. A poll with messages pending carries it when it
+is due.
+
 The ticker's work is per released poll, not per held poll: waiting polls sit
 in heaps by due time and deadline, polls that are due but have nothing pending
 wait in a list released whole at the next change, and only a cut-through scans
@@ -113,7 +121,7 @@ class HeldPoll:
     compared and hashed by identity.)"""
 
     __slots__ = ("done", "epoch", "iseq", "key", "name", "paced", "pending", "poll", "room",
-                 "top", "uid")
+                 "told", "top", "uid")
 
     def __init__(self, poll: Wakeable, name: str, room: _HeldRoom, paced: bool, uid: str, *,
                  epoch: str = "", top: int = 0, iseq: int = 0, pending: bool = False) -> None:
@@ -121,6 +129,8 @@ class HeldPoll:
         """The poll to wake."""
         self.name = name
         self.room = room
+        self.told = room.news
+        """The room's news when it was held: its poll read everything up to there."""
         self.paced = paced
         self.uid = uid
         self.key = 0
@@ -197,6 +207,8 @@ class _HeldRoom:
     """A poll that missed the last cut-through (it was on its way) is held."""
     waking: bool = False
     """The watcher is waking this room's plain polls (it must not be cancelled)."""
+    news: int = 0
+    """News of the room noted while it had held polls (:meth:`Holds.note_news`)."""
     watcher: asyncio.Task[None] | None = None
     ticker: asyncio.Task[None] | None = None
 
@@ -603,6 +615,42 @@ class Holds:
         room.deadlines = _sweep(deadlines, held)
         room.not_due = _sweep(not_due, held)
         return released
+
+    def note_news(self, room: str) -> bool:
+        """The room's news changed (its likes, top givers or slow mode):
+        counted in it if it has polls held (a dict lookup); whether it has."""
+        state = self._rooms.get(room)
+        if state is None or state.empty:
+            return False
+        state.news += 1
+        return True
+
+    def tell_news(self, room: str) -> int:
+        """Answer now, empty (same cursors, the room's figures as they are
+        now), the room's held polls that were held before its last news and
+        have nothing pending: its plain polls, and its paced ones with
+        nothing to deliver (a paced poll with messages pending, or a first
+        poll held until due, carries the news when it is due). How many."""
+        state = self._rooms.get(room)
+        if state is None:
+            return 0
+        news, snap = state.news, state.snapshot
+        told = [held_poll for held_poll in state.waiters if held_poll.told < news]
+        told += [held_poll for held_poll in state.paced
+                 if held_poll.told < news and not held_poll.has_news(snap)]
+        # Like _wake_plain: the room stays while it wakes (an answer may let
+        # the client's next poll in at once); left below if empty.
+        waking, state.waking = state.waking, True
+        answered = 0
+        try:
+            for held_poll in told:
+                if self._take(held_poll):  # not answered meanwhile by another's wake-up
+                    answered += 1
+                    self._wake(held_poll, None)
+        finally:
+            state.waking = waking
+        self._leave(room, state)
+        return answered
 
     def kept(self, room: str) -> int:
         """Entries the room's paced heaps keep now: its held paced polls, and

@@ -165,14 +165,15 @@ class Polls:
                 refused += 1
         return refused
 
-    def ranking_field(self, room: str, seen: int | None, use_msgpack: bool) -> bytes:
-        """The ``ranking`` field of an answer (empty: none): the room's
-        ranking unless its version is ``seen``, the one the poll echoed
-        (:mod:`proxy.gifts.ranking`)."""
+    def ranking_field(self, room: str, seen: int | None, use_msgpack: bool,
+                      epoch: str) -> bytes:
+        """The ``ranking`` field of an answer in broadcast ``epoch`` (empty:
+        none): the room's ranking unless its version is ``seen``, the one
+        the poll echoed (:mod:`proxy.gifts.ranking`)."""
         ranking = self.ranking
         if ranking is None:
             return b""
-        current = ranking.encoded.get(room)
+        current = ranking.of(room, epoch)
         if current is None:
             if seen is None or seen == NO_GIFTS.version:
                 return b""
@@ -181,10 +182,13 @@ class Polls:
             return b""
         return current.mp if use_msgpack else current.json
 
-    def likes_of(self, room: str) -> int:
-        """The room's likes as answers show them (0 without likes)."""
+    def likes_of(self, room: str, epoch: str) -> int:
+        """The room's likes as an answer in broadcast ``epoch`` shows them
+        (0 without likes, or in a room that does not exist)."""
         likes = self.likes
-        return 0 if likes is None else likes.total(room)
+        if likes is None or epoch == ABSENT_EPOCH:
+            return 0
+        return likes.total(room, epoch)
 
     def loop_time(self) -> float:
         """The running loop's time (plain polls' deadlines are on it)."""
@@ -340,7 +344,6 @@ class Poll(Held):
             # A room that does not exist counts no heartbeat: statsvr keeps no
             # presence, viewers or series for made-up names (online stays 0).
             self.online = polls.stats.online(params.room)
-            self.likes = polls.likes_of(params.room)
             polls.heartbeats.beat(params.room, params.uid, self.trusted(cursor))
             polls.reader.read_by(params.room, params.uid)
         # The timeout counts from the poll's arrival, a confirming pull included.
@@ -408,6 +411,7 @@ class Poll(Held):
         polls, params = self._polls, self.params
         cursor = params.cursor
         now_ms = int(polls.clock.time() * 1000)
+        self.likes = polls.likes_of(params.room, snap.epoch)
         tiers = polls.tiers
         tier = tiers.tier(self.online)
         pace = self.pace = tiers.pace_in(
@@ -598,7 +602,14 @@ class Poll(Held):
             if newest is not None and newest.epoch != snap.epoch:
                 snap = newest
         self.online = polls.stats.online(params.room)
-        self.likes = polls.likes_of(params.room)
+        # The likes of the epoch the answer will be in.
+        if snap is not None:
+            epoch = snap.epoch
+        elif self.held_as == HOLD_RECENT and self.recent is not None:
+            epoch = self.recent.epoch
+        else:
+            epoch = ABSENT_EPOCH if cursor is None else cursor.epoch
+        self.likes = polls.likes_of(params.room, epoch)
         if snap is not None and snap.epoch != ABSENT_EPOCH and cursor is not None \
                 and cursor.epoch == ABSENT_EPOCH:
             # Held before the room existed (no heartbeat then): an operator
@@ -650,7 +661,7 @@ class Poll(Held):
                                 delivery.seq_ic, delivery.iseq_ic, now_ms, self.pn_out)
         use_msgpack = self.use_msgpack
         room = params.room
-        ranking = polls.ranking_field(room, params.ranking, use_msgpack)
+        ranking = polls.ranking_field(room, params.ranking, use_msgpack, epoch)
         rules = polls.rules.get(room) if polls.rules else None
         self.finish(Reply(200, answer.finish(head, ctx, use_msgpack, self._spread(),
                                              self.pseq_out, delivery.personal, delivery.pgap,
@@ -675,7 +686,7 @@ class Poll(Held):
                            online=self.online, interval_ms=pace.interval_ms,
                            use_msgpack=self.use_msgpack, likes=self.likes)
         room = params.room
-        ranking = polls.ranking_field(room, params.ranking, self.use_msgpack)
+        ranking = polls.ranking_field(room, params.ranking, self.use_msgpack, cursor.epoch)
         rules = polls.rules.get(room) if polls.rules else None
         self.finish(Reply(200, answer.finish(head, ctx, self.use_msgpack, self._spread(),
                                              self.pseq_out, ranking=ranking,

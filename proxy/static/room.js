@@ -221,9 +221,12 @@ const SAY = "Say something";
 let slowShown = 0;
 let waiting = null; // the countdown of a refused send's wait
 
-/** The room's slow mode under the input and as its placeholder (0: off). */
+/** The room's slow mode under the input and as its placeholder (0: off). A
+ * refused send's wait ends when slow mode is lifted or shortened (the server
+ * tells held polls within a second or two), not when it is turned on or
+ * lengthened: the wait the refusal gave still holds then. */
 function showSlow(seconds) {
-  if (seconds !== slowShown && waiting !== null) stopWaiting(); // the wait was slow mode's
+  if (seconds < slowShown && waiting !== null) stopWaiting();
   slowShown = seconds;
   const text = seconds > 0 ? `slow mode: one message per ${seconds.toLocaleString()} s` : "";
   $("slow").textContent = text;

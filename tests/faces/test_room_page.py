@@ -23,6 +23,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from support import ADMIN, PUBLISHER
 
 from liveroom.clock import FakeClock
+from liveroom.ratelimit import RateLimits, parse_windows
 from liveroom.settings import Tier
 from proxy.tickets import mint
 
@@ -485,6 +486,68 @@ def test_slow_mode_shows_under_the_input_and_a_refusal_shows_the_wait(
     assert text_of(browser, "#send-error") == ""
     submit.click()
     WebDriverWait(browser, 5).until(lambda b: "second" in bodies(b, "#chat"))
+
+
+def test_the_send_button_comes_back_when_slow_mode_is_lifted_in_a_quiet_room(
+        browser: WebDriver, served: Served, tmp_path: Path) -> None:
+    """Issue 46: the page learnt of slow mode, and of its lifting, only from
+    its next answer, which in a quiet room came with its poll's timeout
+    (25 s): the Send button stayed disabled for the refused send's wait.
+    Now the change answers the page's held poll; nothing is sent to the
+    room meanwhile."""
+    send_message(served, "hushed", "hello", uid="carol")
+    open_room(browser, served, "hushed", uid="erin")
+    status, _ = call(f"{served.url}/v1/admin/rooms/hushed/slow", "PUT", {"seconds": 60},
+                     token=ADMIN)
+    assert status == 200
+    WebDriverWait(browser, 5, poll_frequency=0.05).until(
+        lambda b: b.find_element(By.ID, "slow").is_displayed())
+    field = browser.find_element(By.ID, "text")
+    submit = browser.find_element(By.CSS_SELECTOR, "#send button[type=submit]")
+    field.send_keys("first")
+    submit.click()
+    WebDriverWait(browser, 5).until(lambda b: "first" in bodies(b, "#chat"))
+    field.send_keys("second")
+    submit.click()
+    WebDriverWait(browser, 5).until(lambda b: "Wait" in text_of(b, "#send-error"))
+    assert not submit.is_enabled()  # for up to a minute
+    status, _ = call(f"{served.url}/v1/admin/rooms/hushed/slow", "PUT", {"seconds": 0},
+                     token=ADMIN)
+    assert status == 200
+    WebDriverWait(browser, 5, poll_frequency=0.05).until(lambda b: submit.is_enabled())
+    screenshot(browser, tmp_path, "slow-lifted")
+    assert not browser.find_element(By.ID, "slow").is_displayed()
+    assert field.get_attribute("placeholder") == "Say something"
+    assert text_of(browser, "#send-error") == ""
+    assert bodies(browser, "#chat") == ["hello", "first"]
+    submit.click()
+    WebDriverWait(browser, 5).until(lambda b: "second" in bodies(b, "#chat"))
+
+
+def test_a_refused_sends_wait_stays_when_slow_mode_is_turned_on(
+        browser: WebDriver, tmp_path: Path) -> None:
+    """The wait a refusal gave still holds when the room turns slow (now
+    heard within a second): the page lets the viewer send again only when
+    slow mode is lifted or shortened, not when it is turned on."""
+    with served_node(rate_limits=RateLimits(per_uid=parse_windows("1/m"))) as node:
+        send_message(node, "strict", "hello", uid="carol")
+        open_room(browser, node, "strict", uid="erin")
+        field = browser.find_element(By.ID, "text")
+        submit = browser.find_element(By.CSS_SELECTOR, "#send button[type=submit]")
+        field.send_keys("first")
+        submit.click()
+        WebDriverWait(browser, 5).until(lambda b: "first" in bodies(b, "#chat"))
+        field.send_keys("second")
+        submit.click()
+        WebDriverWait(browser, 5).until(lambda b: "Wait" in text_of(b, "#send-error"))
+        status, _ = call(f"{node.url}/v1/admin/rooms/strict/slow", "PUT", {"seconds": 30},
+                         token=ADMIN)
+        assert status == 200
+        WebDriverWait(browser, 5, poll_frequency=0.05).until(
+            lambda b: b.find_element(By.ID, "slow").is_displayed())
+        screenshot(browser, tmp_path, "slow-on-while-waiting")
+        assert not submit.is_enabled()
+        assert "Wait" in text_of(browser, "#send-error")
 
 
 def test_a_muted_or_banned_viewer_is_told_the_servers_words(

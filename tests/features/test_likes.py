@@ -496,8 +496,12 @@ async def test_a_room_tapped_while_the_store_was_away_never_goes_down(
     finally:
         redis_server.start()  # empty
     await send(n.session, n.running.url, room, "the room again")
-    async with asyncio.timeout(5):  # until the node's room cache has read it again
-        while not (await poll_once(n.session, n.running.url, room, {"uid": "w"}))["messages"]:
+    # Until the node's room cache has read it again: a new log, in a new
+    # epoch (the old one went with Redis), which the taps below are of.
+    async with asyncio.timeout(5):
+        while [m["body"] for m in (await poll_once(n.session, n.running.url, room,
+                                                   {"uid": "w"}))["messages"]] \
+                != ["the room again"]:
             await asyncio.sleep(0.02)
     await n.elsewhere(room, 100)
     async with n.flushing():  # the 7: Redis holds 107, the node does not know yet
@@ -513,3 +517,95 @@ async def test_a_room_tapped_while_the_store_was_away_never_goes_down(
     assert await n.shown(room) == 110
     assert await n.running.node.store.counters.likes([room]) == {room: 110}
     assert n.seen == sorted(n.seen), n.seen
+
+
+async def test_a_new_broadcasts_first_answers_never_show_the_ended_ones_likes_or_givers(
+        engine_url: str) -> None:
+    """Issue 46, item 9: for about a second after ``room end`` (until the
+    node's next read of the totals) first polls still carried the ended
+    broadcast's likes and top givers. Nothing here refreshes the totals
+    between the end and the polls (the fake clock stands still): an answer
+    in the new epoch shows 0 and no givers until the node read the new
+    broadcast's."""
+    async with running_node(engine_url, clock=FakeClock()) as node, \
+            aiohttp.ClientSession() as session:
+        status, _ = await call(session, "POST", f"{node.url}/v1/admin/rooms/{ROOM}/start")
+        assert status == 201
+        async with session.post(f"{node.url}/v1/rooms/{ROOM}/likes",
+                                json={"uid": "fan", "count": 30}) as resp:
+            assert resp.status == 202
+        status, _ = await call(session, "POST", f"{node.url}/v1/rooms/{ROOM}/gifts",
+                               {"uid": "giver", "value": 520, "gift": "rocket"})
+        assert status == 201
+        proxy = node.node.proxy
+        await proxy.likes.step()  # written, and read back
+        await proxy.ranking.refresh()
+        seen = await poll_once(session, node.url, ROOM, {"uid": "w"})
+        assert seen["likes"] == 30
+        assert seen["ranking"]["top"] == [{"uid": "giver", "score": 520}]
+        status, _ = await call(session, "POST", f"{node.url}/v1/admin/rooms/{ROOM}/end")
+        assert status == 200
+        async with asyncio.timeout(5):  # the node's cache pulls the end's notify
+            while (first := await poll_once(session, node.url, ROOM, {"uid": "w"})
+                   )["epoch"] == seen["epoch"]:
+                await asyncio.sleep(0.01)
+        assert first["likes"] == 0
+        assert "ranking" not in first
+        # A listener that echoes the ended broadcast's ranking is told to clear it.
+        echoed = await poll_once(session, node.url, ROOM,
+                                 {"uid": "w", "ranking": seen["ranking"]["version"]})
+        assert echoed["epoch"] != seen["epoch"]
+        assert echoed["ranking"]["top"] == []
+        assert echoed["likes"] == 0
+        # Once read, the new broadcast's totals show.
+        async with session.post(f"{node.url}/v1/rooms/{ROOM}/likes",
+                                json={"uid": "fan", "count": 2}) as resp:
+            assert (resp.status, await resp.json()) == (202, {"likes": 2})
+        await proxy.likes.step()
+        assert (await poll_once(session, node.url, ROOM, {"uid": "w"}))["likes"] == 2
+
+
+async def test_totals_are_of_one_broadcast_and_an_older_answer_takes_nothing_back() -> None:
+    """A node's totals are of the broadcast its room cache held before the
+    store was read: an answer in another epoch gets none of them, and an
+    answer from an older snapshot (a poll held across the end) neither
+    shows the new broadcast's total nor changes what the room shows."""
+    from liveroom.store import LogPolicy, open_store
+    from proxy.likes.likes import Likes
+    from proxy.recent_rooms import RecentRooms
+
+    clock = FakeClock()
+    store = open_store("memory", LogPolicy(), clock)
+    await store.start()
+    try:
+        cache = {ROOM: "first"}  # the epoch the node's room cache holds
+        changed: list[str] = []
+        likes = Likes(store.counters, clock, UidWindows((), (), 100), RecentRooms(),
+                      likes_flush=0.25, likes_rooms_max=10, epoch_of=cache.get,
+                      on_change=changed.append)
+        await store.counters.add_likes({ROOM: 40}, 0)  # another node's taps
+        assert likes.total(ROOM, "first") == 0
+        await likes.refresh()
+        assert (likes.total(ROOM, "first"), changed) == (40, [ROOM])
+        await store.operators.end_broadcast(ROOM, 0, 60_000)
+        cache[ROOM] = "second"  # the cache pulled the end
+        assert likes.total(ROOM, "second") == 0  # not the ended broadcast's 40
+        assert likes.total(ROOM, "first") == 40
+        await store.counters.add_likes({ROOM: 5}, 0)
+        await likes.refresh()
+        assert changed == [ROOM, ROOM]
+        assert likes.total(ROOM, "second") == 5
+        assert likes.total(ROOM, "first") == 0  # an answer from an older snapshot...
+        assert likes.total(ROOM, "second") == 5  # ...took nothing back
+        assert likes.total(ROOM) == 5
+        assert likes.tap(ROOM, "u", 2, epoch="second") == 7
+        assert likes.total(ROOM, "first") == 0
+    finally:
+        await store.close()
+
+
+async def call(session: aiohttp.ClientSession, method: str, url: str,
+               doc: Any = None) -> tuple[int, Any]:
+    """One call with the admin token (an operator's, or a gift: the backend's)."""
+    async with session.request(method, url, json=doc, headers=ADMIN_HEADERS) as resp:
+        return resp.status, await resp.json()
