@@ -113,6 +113,8 @@ def build_node(settings: Settings, clock: Clock | None = None,
                   clock=clock, metrics=metrics, health=partial(store_health, store),
                   forget=statsvr.forget)
     statsvr.count_held_polls(proxy.held_polls)
+    # A renewed epoch is the same broadcast: its likes and top givers go on.
+    recvsvr.on_renewed(proxy.renewed)
     # The automatic vip rule reads the merged trusted counts, not the online ones.
     vip_list.observe(statsvr.merge.trusted_counts, statsvr.merge.trusted)
     return Node(settings, clock, store, metrics, vip_list, recvsvr, statsvr, proxy, review,

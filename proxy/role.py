@@ -54,6 +54,7 @@ from .polls.poll import Polls
 from .polls.route import PollRoute
 from .polls.tiers import TierTable
 from .recent_rooms import RecentRooms
+from .renewals import Renewals
 from .room_gate import RoomGate
 from .route_costs import EXISTS, RouteCost, row_of
 from .sends.route import SendRoute
@@ -105,12 +106,15 @@ class Proxy:
         # The rooms asked about lately: the likes keep their totals fresh,
         # the ranking their top givers.
         recent = RecentRooms()
+        # Renewed epochs (the same broadcast), as the room cache tells them.
+        self.renewals = Renewals()
         self.likes = Likes(counters, clock, UidWindows(
             settings.likes_requests, settings.likes_taps, settings.likes_uids_max), recent,
             likes_flush=settings.likes_flush, likes_rooms_max=settings.likes_rooms_max,
-            metrics=metrics, epoch_of=gate.epoch, on_change=self.news.changed)
+            metrics=metrics, epoch_of=gate.epoch, on_change=self.news.changed,
+            renewals=self.renewals)
         self.ranking = Rankings(counters, clock, recent, epoch_of=gate.epoch,
-                                on_change=self.news.changed)
+                                on_change=self.news.changed, renewals=self.renewals)
         self._forget = forget
         self.moderation = Moderation(moderation, clock, on_ban=self._banned,
                                      on_slow=self.news.changed, metrics=metrics)
@@ -160,6 +164,13 @@ class Proxy:
                                            self.recalls, operators, reader, self.reviews)
         self.operators = OperatorRoutes(operators, tokens, clock, settings, stats=stats,
                                         reader=reader, log=log, vip_list=vip_list)
+
+    def renewed(self, room: str, old: str, new: str) -> None:
+        """The room's epoch ``old`` was renewed into ``new`` (the same
+        broadcast): its likes total and top givers are ``new``'s too."""
+        self.renewals.note(room, old, new)
+        self.likes.renewed(room, old, new)
+        self.ranking.renewed(room, old, new)
 
     def _banned(self, room: str, uid: str, refusal: Banned) -> None:
         """A ban this node learnt of: the uid's held polls here are answered

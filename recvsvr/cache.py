@@ -68,7 +68,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -127,6 +127,20 @@ BEHIND_PATIENCE: Final = 5.0
 it counts as lost writes (a new epoch), rather than a lagging replica."""
 
 
+OnRenewed = Callable[[str, str, str], None]
+
+
+def _renewed(old: Snapshot, pulled: Pulled) -> bool:
+    """Whether ``pulled``, a read of a new epoch from its start, kept the log
+    ``old`` was of: a renewal (a store that lost writes), the same broadcast.
+    An ended broadcast's next epoch starts with an empty log, its seqs going
+    on past the old head; a renewed one keeps its messages, so it holds some
+    at or before ``old``'s head (a renewal of a log with no message looks
+    like an end)."""
+    return any(e.seq <= old.head for e in pulled.entries) or any(
+        e.seq <= old.phead for e in pulled.personal)
+
+
 @dataclass(eq=False)
 class _CachedRoom:
     """One room in the cache: its snapshot, its pulls and their waiters."""
@@ -180,6 +194,9 @@ class RoomCache:
         self.retention = retention
         self._limits = limits
         self.name = name
+        self.on_renewed: OnRenewed | None = None
+        """Told ``(room, old, new)`` when the room's epoch changed and kept
+        its log (a renewal: the same broadcast, see :func:`_renewed`)."""
         self._rooms: OrderedDict[str, _CachedRoom] = OrderedDict()
         """Rooms neither kept nor parked, least recently read first: the
         eviction order."""
@@ -639,6 +656,8 @@ class RoomCache:
         base = None if (old is None or pulled.epoch != old.epoch) else old
         if old is None or is_absent(old):
             self._touch_soon[state.name] = state.readers
+        elif base is None and self.on_renewed is not None and _renewed(old, pulled):
+            self.on_renewed(state.name, old.epoch, pulled.epoch)
         snap = advance(base, pulled, request.after, self.retention, now_ms)
         state.restart = False
         self._install(state, snap)

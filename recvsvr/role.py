@@ -41,7 +41,7 @@ from liveroom.settings import Settings
 from liveroom.snapshot import Snapshot, moved_past, sent_per_minute
 from liveroom.store.base import MessageLog, Notifier
 
-from .cache import RoomCache, SectLimits
+from .cache import OnRenewed, RoomCache, SectLimits
 from .next_snapshot import Retention
 
 logger = logging.getLogger("liveroom.recvsvr")
@@ -240,3 +240,10 @@ class Recvsvr:
     def on_resync(self, rooms: Collection[str] | None = None) -> None:
         self.normal.on_resync(rooms)
         self.vip.on_resync(rooms)
+
+    def on_renewed(self, listener: OnRenewed) -> None:
+        """Tell ``listener(room, old, new)`` of each room whose epoch a cache
+        saw renewed (its log kept: the same broadcast; see
+        :attr:`RoomCache.on_renewed`). One listener."""
+        self.normal.on_renewed = listener
+        self.vip.on_renewed = listener

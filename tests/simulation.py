@@ -809,8 +809,8 @@ def _same_message(truth: Truth, kind: str, epoch: str, seq: int, body: Any,
     """Within an epoch, a seq names one message: the one the store holds (or
     held: a message a Redis restart lost is checked by the caller)."""
     stored = truth.bodies.get((kind, epoch), {}).get(seq)
-    if stored == body or (stored is None and not truth.bodies):
-        return []
+    if stored is None or body is None or stored == body:
+        return []  # not the publishers' (a chatter's), or a recall's tombstone
     what = "pseq" if kind == "personal" else "seq"
     return [f"{where}: {what} {seq} of {epoch} carries {body!r}, the store {stored!r}"]
 

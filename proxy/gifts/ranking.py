@@ -51,6 +51,7 @@ from liveroom.snapshot import ABSENT_EPOCH
 from liveroom.store.base import Counters, Ranking
 
 from ..recent_rooms import RecentRooms
+from ..renewals import Renewals
 
 logger: Final = logging.getLogger("liveroom.proxy.ranking")
 
@@ -93,13 +94,15 @@ class Rankings:
 
     def __init__(self, store: Counters, clock: Clock, recent: RecentRooms, *,
                  epoch_of: Callable[[str], str | None] = lambda room: "",
-                 on_change: Callable[[str], None] = lambda room: None) -> None:
+                 on_change: Callable[[str], None] = lambda room: None,
+                 renewals: Renewals | None = None) -> None:
         self._store = store
         self._recent = recent
         self._epoch_of = epoch_of
         """The room's epoch as the node's room cache holds it (None: nothing
         held; "": no cache to ask)."""
         self._on_change = on_change
+        self._renewals = renewals if renewals is not None else Renewals()
         self.encoded: dict[str, EncodedRanking] = {}
         """By room: read by every answer (a room without gifts is absent)."""
         self._outage = Outage(logger)
@@ -136,7 +139,7 @@ class Rankings:
         before = self.encoded
         encoded: dict[str, EncodedRanking] = {}
         for room, ranking in rankings.items():
-            epoch = "" if epochs is None else epochs.get(room)
+            epoch = "" if epochs is None else self._renewals.now(room, epochs.get(room))
             if epoch is None or epoch == ABSENT_EPOCH:
                 continue
             old = before.get(room)
@@ -152,8 +155,18 @@ class Rankings:
     def of(self, room: str, epoch: str) -> EncodedRanking | None:
         """The room's ranking as an answer in broadcast ``epoch`` shows it:
         None without gifts, or when the ranking read is of another
-        broadcast (until the next read). One dict lookup."""
+        broadcast (until the next read). One dict lookup (two in a room
+        renewed lately)."""
         current = self.encoded.get(room)
-        if current is not None and current.epoch and current.epoch != epoch:
+        if current is not None and current.epoch and current.epoch != epoch \
+                and current.epoch != self._renewals.now(room, epoch):
             return None
         return current
+
+    def renewed(self, room: str, old: str, new: str) -> None:
+        """The room's epoch ``old`` was renewed into ``new`` (noted in the
+        node's :class:`~proxy.renewals.Renewals` already): the same
+        broadcast, so its ranking is ``new``'s."""
+        current = self.encoded.get(room)
+        if current is not None and current.epoch == old:
+            current.epoch = new

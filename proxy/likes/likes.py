@@ -54,6 +54,7 @@ from liveroom.snapshot import ABSENT_EPOCH
 from liveroom.store.base import Counters
 
 from ..recent_rooms import RecentRooms
+from ..renewals import Renewals
 
 logger: Final = logging.getLogger("liveroom.proxy.likes")
 
@@ -63,6 +64,7 @@ REFRESH_EVERY: Final = 1.0
 """Seconds between two reads of the totals of the rooms asked about
 (:class:`~proxy.recent_rooms.RecentRooms`, which forgets a room a minute
 after it was last asked about)."""
+
 
 
 _TAPS: Final = 0
@@ -80,7 +82,8 @@ class Likes:
                  *, likes_flush: float, likes_rooms_max: int,
                  metrics: Metrics | None = None,
                  epoch_of: Callable[[str], str | None] = lambda room: "",
-                 on_change: Callable[[str], None] = lambda room: None) -> None:
+                 on_change: Callable[[str], None] = lambda room: None,
+                 renewals: Renewals | None = None) -> None:
         self._store = store
         self._epoch_of = epoch_of
         """The room's epoch as the node's room cache holds it (None: nothing
@@ -101,6 +104,10 @@ class Likes:
         self._epoch: dict[str, str] = {}
         """The broadcast (its epoch) ``_stored`` and ``_shown`` are of ("":
         not known, any)."""
+        self._ended: dict[str, tuple[str, int]] = {}
+        """By room: the broadcast (epoch) its totals were of before, and the
+        last total shown in it: what answers still in it show (held on an
+        older snapshot), never less."""
         self.counts = [0] * 5 if metrics is None else metrics.tally([
             metrics.likes_taps, metrics.likes_flushes.labels("written"),
             metrics.likes_flushes.labels("failed"), metrics.likes_refused.labels("rate_limited"),
@@ -122,6 +129,8 @@ class Likes:
         """The same for the taps in the flush under way."""
         self._older: dict[tuple[str, str], int] = {}
         """Taps of an epoch their room left while they waited: (room, epoch) -> n."""
+        self._renewals = renewals if renewals is not None else Renewals()
+        """Rooms' epochs renewed lately (the same broadcast)."""
         self._flush_ended: asyncio.Future[None] | None = None
         """Resolved when the flush under way ends (None: none under way)."""
         self._outage = Outage(logger)
@@ -152,6 +161,18 @@ class Likes:
         return (sum(self._pending.values()) + sum(self._writing.values())
                 + sum(self._older.values()))
 
+    def renewed(self, room: str, old: str, new: str) -> None:
+        """The room's epoch ``old`` was renewed into ``new`` (noted in the
+        node's :class:`~proxy.renewals.Renewals` already): the same
+        broadcast, so what this node holds of ``old`` is ``new``'s; taps,
+        answers and reads still naming ``old`` count as ``new``'s."""
+        for held in (self._epoch, self._pending_epoch, self._writing_epoch):
+            if held.get(room) == old:
+                held[room] = new
+
+    def _now(self, room: str, epoch: str | None) -> str | None:
+        return self._renewals.now(room, epoch)
+
     def tap(self, room: str, uid: str, count: int, slow: int = 0, epoch: str = "") -> int:
         """Acknowledge ``count`` taps of ``uid`` in ``room``; the room's total
         as this node knows it. ``epoch``: the room's, as this node's cache
@@ -174,6 +195,7 @@ class Likes:
         except Overloaded:
             counts[_FULL] += 1
             raise
+        epoch = self._now(room, epoch) or ""
         if epoch:
             was = self._pending_epoch.get(room)
             if was is not None and was != epoch:
@@ -197,7 +219,7 @@ class Likes:
         if known != epoch:
             if known:
                 self._stored.pop(room, None)
-                self._shown.pop(room, None)
+                self._ended[room] = (known, self._shown.pop(room, 0))
             self._epoch[room] = epoch
 
     def knows(self, room: str, epoch: str = "") -> bool:
@@ -208,7 +230,7 @@ class Likes:
         if room not in self._stored:
             return False
         known = self._epoch.get(room, "")
-        return not epoch or not known or known == epoch
+        return not epoch or not known or known == self._now(room, epoch)
 
     async def learn(self, room: str, epoch: str = "") -> None:
         """Read the store's total of ``room`` (one round trip, shared by the
@@ -235,6 +257,7 @@ class Likes:
                 if self.knows(room, epoch):
                     break
                 if flushes == self._flushes:  # no flush began while it read
+                    epoch = self._now(room, epoch) or ""
                     if epoch:
                         self._turn(room, epoch)
                     self._stored[room] = total
@@ -252,8 +275,11 @@ class Likes:
         acknowledged in it, and nothing is noted as shown."""
         self._recent.note(room)
         known = self._epoch.get(room, "")
+        epoch = self._now(room, epoch)
         if epoch is not None and known and epoch != known:
-            return self._taps_in(room, epoch)
+            ended = self._ended.get(room)
+            taps = self._taps_in(room, epoch)
+            return max(ended[1], taps) if ended is not None and ended[0] == epoch else taps
         count = self._stored.get(room, 0) + self._taps_in(room, known)
         shown = self._shown.get(room, 0)
         if count > shown:
@@ -319,7 +345,7 @@ class Likes:
         except BaseException:
             self.counts[_FAILED] += 1
             for room, n in batch.items():
-                epoch = epochs.get(room)
+                epoch = self._now(room, epochs.get(room))
                 now = self._pending_epoch.get(room)
                 if epoch is not None and now is not None and now != epoch:
                     self._older[room, epoch] = self._older.get((room, epoch), 0) + n
@@ -374,13 +400,14 @@ class Likes:
             self._stored.pop(room, None)
             self._shown.pop(room, None)
             self._epoch.pop(room, None)
+            self._ended.pop(room, None)
         rooms = list(recent.rooms())
         if not rooms:
             return
         epochs = {room: self._epoch_of(room) for room in rooms}
         totals = await self._store.likes(rooms)
         for room, total in totals.items():
-            epoch = epochs.get(room)
+            epoch = self._now(room, epochs.get(room))
             if epoch is None or epoch == ABSENT_EPOCH:
                 continue
             known = self._epoch.get(room)
@@ -388,9 +415,11 @@ class Likes:
             if epoch and known and epoch != known:  # a new broadcast
                 before = None
             elif before is not None and total < before:
-                # The store's total went down (the cache has not seen the new
-                # broadcast yet): a new broadcast. Show from it.
-                self._shown[room] = 0
+                # The store's total went down: a new broadcast the room cache
+                # has not seen yet (none of its taps are this epoch's), or a
+                # store that lost writes. This epoch's answers keep what they
+                # show; a read once the cache holds the new epoch is of it.
+                continue
             if epoch:
                 self._turn(room, epoch)
             self._stored[room] = total

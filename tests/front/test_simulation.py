@@ -124,6 +124,7 @@ def _world_with(answers: list[dict[str, object]], truth: Truth) -> list[str]:
     listener.answers = [Answer(float(i), 0, answers[i - 1] if i else None, a)
                         for i, a in enumerate(answers)]
     world.listeners, world.truth = [listener], truth
+    world.features = None  # the listener path's checker alone
     return check(world)
 
 
