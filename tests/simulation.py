@@ -354,6 +354,9 @@ class Truth:
     """Per (``"room"`` or ``"personal"``, epoch): seq -> the body stored there last."""
     lost: set[tuple[str, str, int, Any]] = field(default_factory=set)
     """(kind, epoch, seq, body) acknowledged, then lost by a Redis restart."""
+    gone: set[str] = field(default_factory=set)
+    """Epochs a Redis restart lost with their whole log (made in the second
+    it lost): their listeners are rightly reset into the absent epoch."""
     carried: dict[str, str] = field(default_factory=dict)
     """A renewed epoch -> the epoch whose log it kept (its broadcast's)."""
 
@@ -619,6 +622,8 @@ async def strike(world: World, until: float) -> None:
                 meta = sim_redis.conn.hgetall(redis_keys.meta(ROOM))
                 head, phead = int(meta.get(b"seq", 0)), int(meta.get(b"ps", 0))
                 lost = truth.lose_after(current, head, phead)
+                if meta.get(b"epoch", b"").decode() != current:
+                    truth.gone.add(current)  # made in the second lost: no log now
             world.note(f"redis restarts, down {downtime:.3f} s"
                        + (f", {lost} acknowledged messages lost" if lossy else ""))
         elif kind == "restart":
@@ -714,7 +719,8 @@ def _check_listener(listener: SimListener, truth: Truth, order: dict[str, int]) 
             seen = {key for key in seen if key[0] != epoch}
             pseen = {key for key in pseen if key[0] != epoch}
             stranded.pop(epoch, None)
-        if order[epoch] < order[last_epoch]:
+        if order[epoch] < order[last_epoch] and not (
+                epoch == ABSENT_EPOCH and body.get("reset") and last_epoch in truth.gone):
             problems.append(f"{where}: went back from epoch {last_epoch} to {epoch}"
                             f"{' (reset)' if body.get('reset') else ''}")
         last_epoch = epoch if order[epoch] >= order[last_epoch] else last_epoch

@@ -147,6 +147,10 @@ class Polls:
         self._recent_default = settings.recent_default
         self._recent_max = settings.recent_max
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.pulling: dict[tuple[str, str], list[Poll]] = {}
+        """Polls waiting for a pull (a first one, a confirming one), by room
+        and uid: not held yet, and a ban answers them too. At most every
+        poll in flight; an entry goes with its pull."""
         # Counted in plain integers and added to the metrics when they are
         # rendered or refreshed: a Prometheus increment takes a lock.
         self.tally = metrics.tally([*(metrics.polls.labels(o) for o in OUTCOMES),
@@ -163,6 +167,11 @@ class Polls:
                 held.held_poll = None
                 held.fail(exc)
                 refused += 1
+        for poll in self.pulling.pop((room, uid), ()):
+            if poll.task is not None:
+                poll.task.cancel()
+            poll.fail(exc)
+            refused += 1
         return refused
 
     def ranking_field(self, room: str, seen: int | None, use_msgpack: bool,
@@ -322,6 +331,7 @@ class Poll(Held):
 
     async def first_pull(self) -> None:
         """The slow path of a room this node holds no snapshot of yet."""
+        self._pull_begins()
         try:
             snap = await self._polls.reader.snapshot(self.params.room)
         except Exception as exc:
@@ -329,7 +339,34 @@ class Poll(Held):
             return
         finally:
             self.task = None
-        self.run(self.begin, snap)
+            self._pull_ends()
+        self.run(self._pulled, snap)
+
+    def _pull_begins(self) -> None:
+        """The poll waits for a pull: where a ban finds it (until
+        :meth:`_pull_ends`)."""
+        self._polls.pulling.setdefault((self.params.room, self.params.uid), []).append(self)
+
+    def _pull_ends(self) -> None:
+        pulling, key = self._polls.pulling, (self.params.room, self.params.uid)
+        waiting = pulling.get(key)
+        if waiting is not None and self in waiting:
+            waiting.remove(self)
+            if not waiting:
+                del pulling[key]
+
+    def _pulled(self, snap: Snapshot) -> None:
+        self._check_ban()
+        self.begin(snap)
+
+    def _check_ban(self) -> None:
+        """Refuse the poll (403 ``banned``) when its uid was banned while it
+        waited for a pull: a ban answers the polls held then, and this one
+        was not held yet (found by the simulator: seed 255)."""
+        polls, params = self._polls, self.params
+        rules = polls.rules.get(params.room) if polls.rules else None
+        if rules is not None:
+            rules.check_poll(params.room, params.uid, int(polls.clock.time() * 1000))
 
     def begin(self, snap: Snapshot) -> None:
         polls, params = self._polls, self.params
@@ -351,6 +388,7 @@ class Poll(Held):
         self._decide(snap, False)
 
     async def _confirm(self) -> None:
+        self._pull_begins()
         try:
             snap = await self._polls.reader.wait_pulled(self.params.room)
         except Exception as exc:
@@ -358,9 +396,11 @@ class Poll(Held):
             return
         finally:
             self.task = None
+            self._pull_ends()
         self.run(self._confirmed, snap)
 
     def _confirmed(self, snap: Snapshot) -> None:
+        self._check_ban()
         self._decide(snap, True)
 
     def trusted(self, cursor: Cursor | None) -> bool:
