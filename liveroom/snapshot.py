@@ -18,7 +18,7 @@ counted as normal messages.
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import TYPE_CHECKING, Final, NamedTuple
@@ -70,6 +70,10 @@ class Snapshot:
     personal: Personal | None = field(default=None, compare=False, repr=False)
     """The room's personal messages (:mod:`.personal`), read up to ``phead``;
     ``None`` while the room has had none this epoch."""
+    born_ms: int = field(default=0, compare=False)
+    """When this node's copy of the room's epoch began (its first pull of
+    it, Unix ms): a young copy checks the messages listeners' contexts name
+    (``proxy.polls.poll``)."""
     memo: dict[object, tuple[Delivery, bytes]] = field(default_factory=dict, compare=False,
                                                        repr=False)
     """What listeners at one cursor read, and their answer's encoded head,
@@ -94,6 +98,15 @@ def moved_past(snap: Snapshot, given: Snapshot) -> bool:
     """Whether ``snap`` is further on than ``given``: another epoch, a newer
     message, or a newer personal message."""
     return snap.epoch != given.epoch or snap.head > given.head or snap.phead > given.phead
+
+
+def ts_at(snap: Snapshot, seq: int) -> int:
+    """The ``ts`` of the message ``snap`` holds at ``seq`` (0: none held)."""
+    for items in (snap.normal, snap.important):
+        at = bisect_left(items, seq, key=_seq)
+        if at < len(items) and items[at].seq == seq:
+            return items[at].ts
+    return 0
 
 
 def anchors(snap: Snapshot) -> tuple[int, int]:

@@ -1,11 +1,14 @@
 """The listener's context (``ctx``): what the server tells itself across polls.
 
-A ``ctx`` is 66 characters of base64url: a version byte, four 64-bit
+A ``ctx`` is 76 characters of base64url: a version byte, five 64-bit
 integers (the important counts at the answer's cursors, so ``gap``/``igap``
 stay exact for a listener older than what a node keeps; the time of the
 last non-empty answer, for the adaptive hold; the listener's ordinal among
 its personal messages at its ``pseq`` plus one, 0 when unknown, so ``pgap``
-is exact, see :mod:`liveroom.personal`) and a 16-byte MAC: keyed
+is exact, see :mod:`liveroom.personal`; the ``ts`` of the message at the
+answer's ``seq``, 0 when unknown, so that a node whose copy of the room
+holds another message there, the store having lost the one the listener
+got, resets it) and a 16-byte MAC: keyed
 BLAKE2s over those bytes and what the context is bound to (room, uid, epoch,
 and the answer's cursors), under a secret every node over one store shares.
 The bound values are in the request already, so they are not repeated in the
@@ -23,8 +26,8 @@ import hmac
 import struct
 from typing import Final, NamedTuple
 
-_VERSION: Final = 3
-_FIELDS: Final = struct.Struct(">BQQQQ")
+_VERSION: Final = 4
+_FIELDS: Final = struct.Struct(">BQQQQQ")
 _MAC: Final = 16
 _SIZE: Final = _FIELDS.size + _MAC
 _LENGTH: Final = (_SIZE * 4 + 2) // 3
@@ -41,6 +44,8 @@ class Context(NamedTuple):
     """When this listener last got a non-empty answer (ms since the epoch)."""
     pn: int | None = None
     """Its personal messages in the room up to its ``pseq`` (``None``: unknown)."""
+    anchor: int = 0
+    """The ``ts`` of the message at its ``seq`` (0: unknown)."""
 
 
 class ContextSigner:
@@ -55,9 +60,10 @@ class ContextSigner:
         return mac.digest()
 
     def sign(self, room: str, uid: str, epoch: str, seq: int, iseq: int, seq_ic: int,
-             iseq_ic: int, last_ms: int, pn: int | None = None) -> str:
+             iseq_ic: int, last_ms: int, pn: int | None = None, anchor: int = 0) -> str:
         """The context of an answer at ``(seq, iseq)`` of ``epoch`` (see :class:`Context`)."""
-        fields = _FIELDS.pack(_VERSION, seq_ic, iseq_ic, last_ms, 0 if pn is None else pn + 1)
+        fields = _FIELDS.pack(_VERSION, seq_ic, iseq_ic, last_ms, 0 if pn is None else pn + 1,
+                              anchor)
         raw = fields + self._mac(fields, room, uid, epoch, seq, iseq)
         return binascii.b2a_base64(raw, newline=False)[:_LENGTH].translate(_TO_URL).decode()
 
@@ -75,5 +81,5 @@ class ContextSigner:
         if raw[0] != _VERSION or not hmac.compare_digest(
                 raw[_FIELDS.size:], self._mac(fields, room, uid, epoch, seq, iseq)):
             return None
-        _, seq_ic, iseq_ic, last_ms, pn = _FIELDS.unpack(fields)
-        return Context(seq_ic, iseq_ic, last_ms, pn - 1 if pn else None)
+        _, seq_ic, iseq_ic, last_ms, pn, anchor = _FIELDS.unpack(fields)
+        return Context(seq_ic, iseq_ic, last_ms, pn - 1 if pn else None, anchor)

@@ -53,7 +53,7 @@ from liveroom.metrics import Metrics
 from liveroom.personal import PersonalRead, read_personal
 from liveroom.roles import RoomReader, StatsReader
 from liveroom.settings import Settings
-from liveroom.snapshot import ABSENT_EPOCH, Delivery, Snapshot, read, recent
+from liveroom.snapshot import ABSENT_EPOCH, Delivery, Snapshot, read, recent, ts_at
 
 from ..front.request import Held
 from ..gifts.ranking import NO_GIFTS, Rankings
@@ -100,6 +100,21 @@ MEMO_MAX: Final = 64
 """Answers kept per snapshot (distinct cursors and formats)."""
 MEMO_BYTES_MAX: Final = 64 * 1024
 """Answers larger than this (a far-behind listener's catch-up) are not kept."""
+
+ANCHORS_YOUNG_MS: Final = 60_000
+"""How long after this node's copy of a room began its polls check the
+message their context names at their cursor (:meth:`Poll._rewritten`)."""
+
+
+def _anchor(delivery: Delivery) -> int:
+    """The ``ts`` of the message at ``delivery``'s ``seq``, when it delivers
+    it (0: unknown; the next answer that delivers one names it)."""
+    seq = delivery.seq
+    for items in (delivery.messages, delivery.important):
+        if items and items[-1].seq == seq:
+            return items[-1].ts
+    return 0
+
 
 class Polls:
     """The listener path of one node."""
@@ -457,7 +472,29 @@ class Poll(Held):
         pace = self.pace = tiers.pace_in(
             tier, params.uid,
             self._check(cursor, now_ms) if needs_ctx(cursor, tier, snap) else now_ms)
-        self._take(step(snap, cursor, pace, now_ms, confirmed=confirmed), snap, now_ms, None)
+        rewritten = cursor is not None and self._rewritten(snap, cursor, now_ms)
+        self._take(step(snap, cursor, pace, now_ms, confirmed=confirmed, rewritten=rewritten),
+                   snap, now_ms, None)
+
+    def _rewritten(self, snap: Snapshot, cursor: Cursor, now_ms: int) -> bool:
+        """Whether ``snap`` holds another message at the cursor's ``seq``
+        than the one the listener's context names: the store lost the
+        listener's (a Redis restart that lost its last second) and a later
+        send took its seq, and this node's copy began after (a node whose
+        copy held the lost one starts a new epoch instead, see
+        ``recvsvr.cache``). Checked where the context is read anyway, and
+        where the copy is young (it began within :data:`ANCHORS_YOUNG_MS`:
+        a node restarted, a room read again), so a steady room's plain
+        polls pay nothing; a listener away for longer that comes back to a
+        copy made after such a loss is not checked."""
+        if cursor.epoch != snap.epoch or (
+                not self.ctx_read and now_ms - snap.born_ms >= ANCHORS_YOUNG_MS):
+            return False
+        ctx = self._context(cursor)
+        if ctx is None or not ctx.anchor:
+            return False
+        held = ts_at(snap, cursor.seq)
+        return held != 0 and held != ctx.anchor
 
     def _take(self, decision: Step, snap: Snapshot | None, now_ms: int,
               held_as: Step | None) -> None:
@@ -698,7 +735,8 @@ class Poll(Held):
         if delivery.personal:
             tally[_PERSONAL] += len(delivery.personal)
         ctx = polls.signer.sign(params.room, params.uid, epoch, delivery.seq, delivery.iseq,
-                                delivery.seq_ic, delivery.iseq_ic, now_ms, self.pn_out)
+                                delivery.seq_ic, delivery.iseq_ic, now_ms, self.pn_out,
+                                _anchor(delivery))
         use_msgpack = self.use_msgpack
         room = params.room
         ranking = polls.ranking_field(room, params.ranking, use_msgpack, epoch)
@@ -721,7 +759,7 @@ class Poll(Held):
         polls.tally[_EMPTY] += 1
         ctx = polls.signer.sign(params.room, params.uid, cursor.epoch, delivery.seq,
                                 delivery.iseq, delivery.seq_ic, delivery.iseq_ic, last_ms,
-                                self.pn_out)
+                                self.pn_out, 0 if self.ctx is None else self.ctx.anchor)
         head = answer.head(params.room, cursor.epoch, delivery, reset=False,
                            online=self.online, interval_ms=pace.interval_ms,
                            use_msgpack=self.use_msgpack, likes=self.likes)

@@ -120,7 +120,7 @@ def needs_ctx(cursor: Cursor | None, tier: Tier, snap: Snapshot) -> TypeGuard[Cu
 
 def step(snap: Snapshot | None, cursor: Cursor | None, pace: Pace, now_ms: int,
          d: Delivery | None = None, *, confirmed: bool = False,
-         held_as: Step | None = None) -> Step:
+         held_as: Step | None = None, rewritten: bool = False) -> Step:
     """What the poll does next.
 
     ``snap`` is the room's snapshot the poll stands on (``None`` only when a
@@ -129,7 +129,9 @@ def step(snap: Snapshot | None, cursor: Cursor | None, pace: Pace, now_ms: int,
     in ms. ``d`` is what the cursor has pending in ``snap``, once read (only
     after :data:`READ`); ``confirmed`` says a fresh pull brought ``snap``
     (only after :data:`CONFIRM`); ``held_as`` is how the poll was held when the
-    hold released it (``None``: not released).
+    hold released it (``None``: not released); ``rewritten`` says the
+    snapshot holds another message than the one the listener's context
+    names at its cursor (a store that lost it): the cursor is not placed.
 
     A pace is due at ``pace.due_ms``; a plain pace is due at once (its due
     time is its last answer, never after now).
@@ -156,7 +158,7 @@ def step(snap: Snapshot | None, cursor: Cursor | None, pace: Pace, now_ms: int,
     assert snap is not None  # only a hold releases a poll without a snapshot
     if cursor is None:
         return RECENT if now_ms >= pace.due_ms else HOLD_RECENT
-    if places(snap, cursor):
+    if places(snap, cursor) and not rewritten:
         return READ
     if not confirmed:
         return CONFIRM

@@ -256,6 +256,17 @@ def test_a_cursor_behind_the_head_reads_and_gets_what_is_pending() -> None:
     assert steps(snap, at_head, PLAIN_NOW) == [Step.READ, Step.HOLD_PLAIN]
 
 
+def test_a_cursor_at_a_message_the_snapshot_holds_otherwise_is_confirmed_then_reset(
+        ) -> None:
+    """The listener's context names another message at its seq than the
+    snapshot holds there (the store lost it, a later send took the seq)."""
+    snap = room("e1", [False] * 3)
+    cursor = Cursor("e1", 2, 2, None)
+    assert step(snap, cursor, PLAIN_NOW, NOW, rewritten=True) == Step.CONFIRM
+    assert step(snap, cursor, PLAIN_NOW, NOW, confirmed=True, rewritten=True) == Step.RESET
+    assert step(snap, cursor, PLAIN_NOW, NOW, confirmed=True) == Step.READ
+
+
 def test_a_cursor_of_another_epoch_is_confirmed_then_reset() -> None:
     snap = room("e1", [False] * 3)
     cursor = Cursor("e2", 2, 2, None)

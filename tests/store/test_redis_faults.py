@@ -218,6 +218,39 @@ async def test_a_store_that_lost_its_last_writes_and_refilled_their_seqs_starts_
         assert [m["body"] for m in answer["messages"]][-2:] == ["new-a", "new-b"]
 
 
+async def test_a_listener_whose_last_messages_the_store_lost_is_reset_by_a_fresh_node(
+        redis_url: str, session: Any) -> None:
+    """As above, but the node that held the lost messages is gone (it
+    restarted with Redis): the one that answers the listener next made its
+    copy after the loss, so only the listener's context knows which message
+    it got last. That node resets it, and it gets the two new messages
+    (found by the simulator: ``scripts/simulate --engine redis-sharded
+    --seed 119``; before, it answered the listener as if it had them)."""
+    listener = Listener(session, "lost")
+    client = aioredis.from_url(redis_url)
+    try:
+        async with running_node(redis_url) as node:
+            for i in range(3):
+                await send(session, node.url, "lost", i)
+            saved = {key: await client.dump(key)
+                     async for key in client.scan_iter("lr:{lost}:*")}
+            for i in (3, 4):
+                await send(session, node.url, "lost", i)
+            await listener.poll_until(node.url, 5)
+        await client.delete(*[key async for key in client.scan_iter("lr:{lost}:*")])
+        for key, dumped in saved.items():
+            await client.restore(key, 0, dumped)
+    finally:
+        await client.aclose()
+    async with running_node(redis_url) as node:
+        for ts, body in enumerate(("new-a", "new-b"), 1_000):
+            await node.node.store.log.append("lost", NewMessage(
+                uid="u", body=body, important=False, ts=ts))
+        answer = await listener.poll(node.url)
+        assert answer["reset"] is True
+        assert [m["body"] for m in answer["messages"]][-2:] == ["new-a", "new-b"]
+
+
 async def test_a_lagging_node_answers_a_cursor_ahead_of_it_from_a_pull_not_a_reset(
         redis_url: str, session: Any) -> None:
     """Node b gets no notify (its channel is closed) and no fallback pull (its
