@@ -27,7 +27,8 @@ contract suite runs on both); the differences are what Redis adds or takes away:
   (:mod:`.sharded`). At most once, like every Redis pub/sub.
 - **Operators** (the vip whitelist, ending a broadcast) are in
   :mod:`.operators`, the likes and gifts in :mod:`.counters`, the rooms'
-  moderation in :mod:`.moderation`; how scripts run and driver errors are
+  moderation in :mod:`.moderation`, the word filter's lists in
+  :mod:`.filters`; how scripts run and driver errors are
   mapped, for every module of the engine, in :mod:`.calls`.
 - **Durability** is what the server's persistence setting promises, and with
   ``LogPolicy.durable_replicas`` N > 0 an append also waits (``WAIT``) until N
@@ -59,6 +60,7 @@ from ..base import LogPolicy
 from . import keys
 from .calls import Client, unavailable
 from .counters import RedisCounters
+from .filters import RedisFilters
 from .log import RedisLog
 from .moderation import RedisModeration
 from .notify import RedisNotifier, pool_options
@@ -150,6 +152,7 @@ class RedisStore:
         self.stats = RedisStats(client)
         self.counters = RedisCounters(client, policy)
         self.moderation = RedisModeration(client, policy, sharded=self.cluster)
+        self.filters = RedisFilters(client)
         self.operators = RedisOperators(client, policy, self.log, sharded=self.cluster)
 
     async def start(self) -> None:
