@@ -103,7 +103,8 @@ def build_node(settings: Settings, clock: Clock | None = None,
                                  rate=recvsvr.rate)
     proxy = Proxy(settings, reader=recvsvr, stats=statsvr, sink=statsvr,
                   vip_list=vip_list, log=store.log, operators=store.operators,
-                  counters=store.counters, moderation=store.moderation, clock=clock,
+                  counters=store.counters, moderation=store.moderation,
+                  filters=store.filters, clock=clock,
                   metrics=metrics, health=partial(store_health, store), forget=statsvr.forget)
     statsvr.count_held_polls(proxy.held_polls)
     # The automatic vip rule reads the merged trusted counts, not the online ones.

@@ -4,7 +4,8 @@ The proxy reads rooms through :class:`RoomReader` whether the recvsvr behind it
 runs in this process or (later) on another host, hands heartbeats to a
 :class:`HeartbeatSink` and reads online figures through :class:`StatsReader`,
 whatever statsvr stands behind them. Readers return values: a room reader
-hands out immutable :class:`~liveroom.snapshot.Snapshot` values.
+hands out immutable :class:`~liveroom.snapshot.Snapshot` values. A message
+the word filter holds goes to a :class:`ReviewQueue`, when the node has one.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from .model import NewMessage
 from .snapshot import Snapshot
 from .store.base import NodeState, RankedRoom
 
@@ -159,3 +161,24 @@ class StatsReader(Protocol):
         """The room's ended broadcasts still kept, newest first, with their
         viewers figures. Reads the store on every call (an operator's page, not
         a poll's path); raises StoreUnavailable when it cannot."""
+
+
+class ReviewQueue(Protocol):
+    """Where a message the word filter holds waits for a moderator: the seam
+    between the send path and the review queue (issue 47). The node hands
+    one to the proxy (``Proxy(review=...)``, given on to
+    :class:`proxy.sends.send.Sends`); without one, a send a ``hold`` list
+    matched is refused, 503 ``review_unavailable``."""
+
+    async def hold(self, room: str, message: NewMessage, lists: tuple[str, ...]) -> str:
+        """Keep ``message`` for review in ``room``, as it was sent (the filter
+        masks nothing of a held message: its reviewer reads it whole);
+        ``lists`` are the ``hold`` lists whose words it holds. Returns the
+        id the sender is answered with, 202 ``{"held": id}``.
+
+        Raises a :class:`~liveroom.errors.LiveroomError` the sender is
+        answered with (``StoreUnavailable``; a full queue as ``RateLimited``
+        or ``Conflict``). The send path counted the message in none of the
+        sender's windows (the append counts them, and a held message is
+        not appended): the queue bounds what one sender, and one room, may
+        hold."""

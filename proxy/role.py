@@ -20,9 +20,9 @@ from liveroom.clock import Clock
 from liveroom.errors import Banned, ConfigError
 from liveroom.metrics import Metrics
 from liveroom.ratelimit import UidWindows
-from liveroom.roles import HeartbeatSink, RoomReader, StatsReader
+from liveroom.roles import HeartbeatSink, ReviewQueue, RoomReader, StatsReader
 from liveroom.settings import Settings
-from liveroom.store.base import Counters, MessageLog, ModerationStore, Operators
+from liveroom.store.base import Counters, FilterStore, MessageLog, ModerationStore, Operators
 from liveroom.whitelist import VipList
 
 from .api.bounds import RouteBounds
@@ -30,6 +30,8 @@ from .api.operators import OperatorRoutes
 from .api.pages import Pages
 from .api.routes import Routes, errors_middleware
 from .auth import Tokens
+from .filters.lists import Filters
+from .filters.routes import FilterRoutes
 from .front.limits import UNSENT_MAX, WRITE_HIGH, FrontLimits
 from .front.routing import LIKE, METHODS, POLL, ROUTES, SEND
 from .front.server import Front
@@ -65,14 +67,18 @@ class Proxy:
     them up for the memory engine before it builds the proxy). ``health``
     returns ``None`` when the node is healthy, else what is wrong; ``vip_list``
     says which rooms are vip, and hears of the sect changes the operators' API
-    just stored.
+    just stored. ``review``: where a message a ``hold`` list of the word
+    filter matched goes (none: such a send is refused, 503
+    ``review_unavailable``).
     """
 
     def __init__(self, settings: Settings, *, reader: RoomReader, stats: StatsReader,
                  sink: HeartbeatSink, vip_list: VipList, log: MessageLog,
                  operators: Operators, counters: Counters, moderation: ModerationStore,
-                 clock: Clock, metrics: Metrics, health: Callable[[], Awaitable[str | None]],
-                 forget: Callable[[str, str], None] = lambda room, uid: None) -> None:
+                 filters: FilterStore, clock: Clock, metrics: Metrics,
+                 health: Callable[[], Awaitable[str | None]],
+                 forget: Callable[[str, str], None] = lambda room, uid: None,
+                 review: ReviewQueue | None = None) -> None:
         self.settings = settings
         tokens = Tokens(admin=_given(settings.admin_token, "admin_token"),
                         publisher=_given(settings.publisher_token, "publisher_token"))
@@ -101,8 +107,9 @@ class Proxy:
         self.polls = Polls(settings, reader, self.heartbeats, stats, self.holds, tiers,
                            signer, clock, metrics, is_vip=vip_list.is_vip, tickets=self.tickets,
                            likes=self.likes, ranking=self.ranking, rules=self.moderation.rules)
+        self.filters = Filters(filters, clock)
         self.sends = Sends(settings, log, tokens, clock, metrics, tickets=self.tickets,
-                           moderation=self.moderation)
+                           moderation=self.moderation, filters=self.filters, review=review)
         # What the cost table's rows ask of a route's room (a like in a room
         # that exists), asked of the room cache as a first poll asks it.
         gate = RoomGate(reader)
@@ -146,6 +153,7 @@ class Proxy:
                                            self.recalls, operators, reader)
         self.operators = OperatorRoutes(operators, tokens, clock, settings, stats=stats,
                                         reader=reader, log=log, vip_list=vip_list)
+        self.filter_routes = FilterRoutes(self.filters, filters, tokens, clock, settings)
 
     def _banned(self, room: str, uid: str, refusal: Banned) -> None:
         """A ban this node learnt of: the uid's held polls here are answered
@@ -171,6 +179,7 @@ class Proxy:
         self.routes.add_routes(app)
         self.operators.add_routes(app)
         self.moderators.add_routes(app)
+        self.filter_routes.add_routes(app)
         Pages().add_routes(app)
         app.on_response_prepare.append(_our_server_header)
         app.on_shutdown.append(self._release)
@@ -184,11 +193,13 @@ class Proxy:
 
     async def start(self) -> None:
         """Start handing heartbeats to statsvr (before the first poll) and
-        likes to the store, and reading the rooms' gift rankings."""
+        likes to the store, and reading the rooms' gift rankings, their
+        moderation and the word filter's lists."""
         await self.heartbeats.start()
         self.likes.start()
         self.ranking.start()
         await self.moderation.start()
+        await self.filters.start()
 
     async def stop(self) -> None:
         """Answer and drop every held poll, write the last likes, then hand
@@ -197,6 +208,7 @@ class Proxy:
         await self.likes.stop()
         await self.ranking.stop()
         await self.moderation.stop()
+        await self.filters.stop()
         await self.heartbeats.stop()
 
     async def _release(self, app: web.Application) -> None:

@@ -186,6 +186,7 @@ class StoreView:
     operators: Any
     counters: Any
     moderation: Any
+    filters: Any
     name: str = "memory"
 
     async def ping(self) -> None:
@@ -210,7 +211,8 @@ class SimNode:
         world = self.world
         view = StoreView(FaultyLog(world.store.log, world.rng, world.faults),
                          world.store.notifier, world.store.stats, world.store.operators,
-                         world.store.counters, world.store.moderation)
+                         world.store.counters, world.store.moderation,
+                         world.store.filters)
         node = build_node(replace(world.settings, node_id=f"n{self.index}"), world.clock,
                           store=view)  # type: ignore[arg-type]
         await node.vip_list.start()

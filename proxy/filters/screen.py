@@ -4,11 +4,14 @@ pure, no I/O.
 Each :class:`WordScreen` is one list's Aho-Corasick automaton over its
 words folded (:mod:`liveroom.folding`): a body's text is folded once and
 each list finds its words in it in one pass, whatever their number. The
-library is ``ahocorasick_rs`` (the Rust ``aho-corasick`` crate): measured
-here, 0.4 to 0.5 µs a pass over 20 to 50 folded characters with 10 000
-words, Latin or Chinese; ``pyahocorasick`` took as long on Latin text but
-about 21 µs on Chinese (its trie looks a character up among a node's
-children one by one, and the root of 10 000 words has thousands).
+library is ``ahocorasick_rs`` (the Rust ``aho-corasick`` crate), its
+contiguous NFA: measured here, 0.5 to 0.7 µs a pass over 20 to 50 folded
+characters with 10 000 words, Latin or Chinese, and about 0.8 MB a list
+of 10 000 words of 2 to 10 characters (7 MB for words of 32: the
+automaton grows with the words' characters); built in 20 to 100 ms, with
+the GIL released. ``pyahocorasick`` took as long on Latin text but about
+21 µs on Chinese (its trie looks a character up among a node's children
+one by one, and the root of 10 000 words has thousands).
 
 **Which text.** Every string in the body: the body itself when it is one,
 else the values of its objects and the items of its arrays, at any depth
@@ -28,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Final
 
-from ahocorasick_rs import AhoCorasick
+from ahocorasick_rs import AhoCorasick, Implementation
 
 from liveroom.folding import fold, fold_spans
 from liveroom.store.base import FILTER_ACTIONS, WordList
@@ -41,8 +44,8 @@ _RANK: Final = {action: rank for rank, action in enumerate(FILTER_ACTIONS)}
 
 class WordScreen:
     """One list as a node applies it: its name, action, rooms and version,
-    and the automaton of its folded words (built in about 20 ms for 10 000
-    words)."""
+    and the automaton of its folded words (see the module for its cost;
+    build it off the event loop)."""
 
     __slots__ = ("_automaton", "action", "name", "rooms", "version")
 
@@ -52,7 +55,8 @@ class WordScreen:
         self.rooms = word_list.rooms
         self.version = word_list.version
         # Words that fold alike are one word to the automaton.
-        self._automaton = AhoCorasick(sorted({fold(word) for word in word_list.words} - {""}))
+        self._automaton = AhoCorasick(sorted({fold(word) for word in word_list.words} - {""}),
+                                      implementation=Implementation.ContiguousNFA)
 
     def finds(self, folded: str) -> bool:
         """Whether a word of the list is in ``folded`` (text folded)."""

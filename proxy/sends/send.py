@@ -19,6 +19,15 @@ sender, per their ticket's uid; the backend's tokens are not.
 client address, per node; a place held before the append, freed when it
 created nothing).
 
+**The word filter** (:mod:`proxy.filters`) screens every send but the
+backend's tokens' (a ticket's important and personal sends included),
+after moderation and before the new-room windows: a ``block`` list's word
+refuses it (403 ``filtered``), a ``mask`` list's is stored masked, and a
+``hold`` list's goes to the node's review queue
+(:class:`~liveroom.roles.ReviewQueue`), answered 202 ``{"held": id}``
+(503 ``review_unavailable`` on a node without one). A room no list applies
+to costs one dict lookup.
+
 **Personal messages are private in ticket mode only.** A poll in ``open``
 mode names its uid and proves nothing, so anybody can read ``uid=alice``'s
 personal messages. They are accepted there (the quick start uses them), and
@@ -38,21 +47,26 @@ from liveroom.clock import Clock
 from liveroom.codec import decode_request_bounded, media_type, wants_msgpack
 from liveroom.errors import (
     Banned,
+    Filtered,
     Forbidden,
     Muted,
     NewRoomRefused,
     RateLimited,
+    ReviewUnavailable,
     StoreUnavailable,
     Unauthorized,
 )
 from liveroom.metrics import Metrics
 from liveroom.model import NewMessage
 from liveroom.ratelimit import RateLimits
+from liveroom.roles import ReviewQueue
 from liveroom.settings import Settings
 from liveroom.store.base import AppendAtOnce, Appended, MessageLog
 
 from ..addresses import peer_address
 from ..auth import Right, Tokens, bearer
+from ..filters.lists import Filters
+from ..filters.screen import BLOCK, HOLD
 from ..front.limits import HeadRules
 from ..moderation.rules import Moderation
 from ..params import parse_send
@@ -76,7 +90,8 @@ class Sends:
 
     def __init__(self, settings: Settings, log_: MessageLog, tokens: Tokens, clock: Clock,
                  metrics: Metrics, *, tickets: Tickets | None = None,
-                 moderation: Moderation | None = None) -> None:
+                 moderation: Moderation | None = None, filters: Filters | None = None,
+                 review: ReviewQueue | None = None) -> None:
         self.settings = settings
         self._log = log_
         self.tokens = tokens
@@ -86,12 +101,17 @@ class Sends:
         self.moderation = moderation
         """The node's moderation: a muted or banned uid's sends are refused,
         a slow room's counted in one more window (None: none)."""
+        self.filters = filters
+        """The node's word lists (None: no filter)."""
+        self.review = review
+        """Where a held message goes (None: none, a held send is refused)."""
         self._clock = clock
         self._metrics = metrics
         self._tally = metrics.tally(
             [*(metrics.sends.labels(o) for o in ("stored", "duplicate", "limited", "unavailable")),
              metrics.store_errors.labels("append"),
-             *(metrics.sends.labels(o) for o in ("muted", "banned"))])
+             *(metrics.sends.labels(o) for o in ("muted", "banned", "filtered", "held")),
+             metrics.masked_sends])
         # A wrapper that hands other calls on to a log (by __getattr__) is not
         # taken for one that appends at once: its append is its own.
         self._append_at_once: AppendAtOnce | None = (
@@ -111,12 +131,16 @@ class Sends:
                      peer: asyncio.BaseTransport | None = None) -> Reply | None:
         """The answer of a send (as :meth:`send`'s) when the store appends
         without waiting (the memory engine): no task, no await. ``None``
-        when the store may wait (Redis): await :meth:`send` instead."""
+        when the store may wait (Redis), or when the message goes to review
+        (the queue may wait): await :meth:`send` instead (it checks the send
+        again: a held one costs its checks twice)."""
         append = self._append_at_once
         if append is None:
             return None
         try:
             pending = self._prepare(room, content_type, raw, authorization, address, peer)
+            if pending.held:
+                return None
             try:
                 appended = append(room, pending.message, pending.limits,
                                   may_create=pending.may_create, provisional=pending.provisional)
@@ -136,6 +160,8 @@ class Sends:
         window needs it (not for the backend)."""
         try:
             pending = self._prepare(room, content_type, raw, authorization, address, peer)
+            if pending.held:
+                return await self._hold(room, pending, accept)
             try:
                 appended = await self._log.append(
                     room, pending.message, pending.limits, may_create=pending.may_create,
@@ -188,18 +214,41 @@ class Sends:
         moderation = self.moderation
         if moderation is not None and room in moderation.rules:  # mute, ban, slow mode
             limits = moderation.send_limits(room, uid, limits, message.important)
+        filters = self.filters
+        if filters is not None:
+            screened = filters.screens.screen(room, message.body)
+            if screened is not None:
+                if screened.action == BLOCK:
+                    raise Filtered(f"the message holds a word room {room} does not allow")
+                if screened.action == HOLD:
+                    return _Pending(message, limits, None, None, True, screened.lists)
+                message.body = screened.body
+                self._tally[_MASKED] += 1
         # The new room takes its place in the windows before the append's round
         # trip, so sends in flight together never pass them; settled after it.
         admitted = self.new_rooms.reserve(uid, address or peer_address(peer), message.ts)
         return _Pending(message, limits, admitted,
                         admitted if isinstance(admitted, Place) else None, True)
 
+    async def _hold(self, room: str, pending: _Pending, accept: str) -> Reply:
+        """A message a ``hold`` list matched, handed to the review queue."""
+        review = self.review
+        if review is None:
+            raise ReviewUnavailable("the message holds a word that sends it to review, and "
+                                    "this node has no review queue")
+        held = await review.hold(room, pending.message, pending.held)
+        self._tally[_HELD] += 1
+        return document_reply({"held": held}, use_msgpack=wants_msgpack(accept), status=202)
+
     def _refused(self, exc: Exception) -> None:
-        """Count a muted or banned sender's refusal (a spam wave's mark)."""
+        """Count a muted, banned or filtered sender's refusal (a spam wave's
+        mark)."""
         if isinstance(exc, Muted):
             self._tally[_MUTED] += 1
         elif isinstance(exc, Banned):
             self._tally[_BANNED] += 1
+        elif isinstance(exc, Filtered):
+            self._tally[_FILTERED] += 1
 
     def _failed(self, pending: _Pending, exc: BaseException) -> NoReturn:
         """The append raised ``exc``: count it, free the new room's place, and
@@ -250,16 +299,20 @@ _UNAVAILABLE: Final = 3
 _APPEND_ERRORS: Final = 4
 _MUTED: Final = 5
 _BANNED: Final = 6
+_FILTERED: Final = 7
+_HELD: Final = 8
+_MASKED: Final = 9
 
 
 class _Pending:
     """A send between its checks and its append's answer."""
 
-    __slots__ = ("admitted", "limits", "may_create", "message", "place", "provisional")
+    __slots__ = ("admitted", "held", "limits", "may_create", "message", "place",
+                 "provisional")
 
     def __init__(self, message: NewMessage, limits: RateLimits | None,
                  admitted: Place | RateLimited | None, place: Place | None,
-                 provisional: bool) -> None:
+                 provisional: bool, held: tuple[str, ...] = ()) -> None:
         self.message = message
         self.limits = limits
         """The sender's windows (None: the backend, or limits off)."""
@@ -269,3 +322,5 @@ class _Pending:
         self.place = place
         self.may_create = admitted is None or place is not None
         self.provisional = provisional
+        self.held = held
+        """The ``hold`` lists whose words it holds (empty: not held)."""
