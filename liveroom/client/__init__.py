@@ -78,6 +78,7 @@ from .answers import (
     SeriesPoint,
     TopGivers,
     VipChange,
+    WordList,
 )
 from .api import CALL_TIMEOUT, Client
 from .errors import ApiError, ClientClosed, ClientError, Unreachable
@@ -121,4 +122,5 @@ __all__ = [
     "TopGivers",
     "Unreachable",
     "VipChange",
+    "WordList",
 ]

@@ -175,6 +175,10 @@ class Sent:
     private: bool | None = None
     """A personal message: whether only its addressee can read it (false on
     a server in open mode, where any client can); ``None`` for a room message."""
+    held: str | None = None
+    """A message the server's word filter held for review (202): its id in
+    the review queue; then ``seq`` is 0 and ``epoch`` empty, the message is
+    not in the room. ``None`` for a message stored."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -463,3 +467,24 @@ class RoomModeration:
     """How many bans are in force."""
     audit: tuple[AuditEntry, ...]
     """The current broadcast's actions, newest first."""
+
+
+@dataclass(frozen=True, slots=True)
+class WordList:
+    """One list of the server's word filter."""
+
+    name: str
+    action: str
+    """``block``, ``hold`` or ``mask``."""
+    rooms: tuple[str, ...]
+    """The rooms it applies to; empty: every room."""
+    words: tuple[str, ...]
+    version: int
+    """The filters' version at its last put."""
+    at_ms: int
+    """When it was put (Unix ms)."""
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any]) -> WordList:
+        return cls(str(doc["name"]), str(doc["action"]), tuple(str(r) for r in doc["rooms"]),
+                   tuple(str(w) for w in doc["words"]), int(doc["version"]), int(doc["at_ms"]))
