@@ -47,7 +47,7 @@ class WordScreen:
     and the automaton of its folded words (see the module for its cost;
     build it off the event loop)."""
 
-    __slots__ = ("_automaton", "action", "name", "rooms", "version")
+    __slots__ = ("_automaton", "action", "find", "name", "rooms", "version")
 
     def __init__(self, word_list: WordList) -> None:
         self.name = word_list.name
@@ -57,10 +57,13 @@ class WordScreen:
         # Words that fold alike are one word to the automaton.
         self._automaton = AhoCorasick(sorted({fold(word) for word in word_list.words} - {""}),
                                       implementation=Implementation.ContiguousNFA)
+        self.find = self._automaton.find_matches_as_indexes
+        """``find(folded)``: the words' matches in text folded, ``[]`` for
+        none (bound once: a send calls it for each list)."""
 
     def finds(self, folded: str) -> bool:
         """Whether a word of the list is in ``folded`` (text folded)."""
-        return bool(self._automaton.find_matches_as_indexes(folded))
+        return bool(self.find(folded))
 
     def spans(self, folded: str) -> list[tuple[int, int]]:
         """Every ``[start, end)`` of ``folded`` a word of the list covers,
@@ -92,7 +95,13 @@ def texts_of(body: Any) -> list[str]:
     if type(body) is str:
         return [body]
     found: list[str] = []
-    if type(body) is dict or type(body) is list:
+    if type(body) is dict:
+        if len(body) == 1:  # {"text": ...}, most chat
+            (value,) = body.values()
+            if type(value) is str:
+                return [value]
+        _gather(body, found)
+    elif type(body) is list:
         _gather(body, found)
     return found
 
@@ -167,16 +176,16 @@ class Screens:
         screens = self._by_room.get(room, self._everywhere)
         if not screens:
             return None
-        texts = texts_of(body)
-        if not texts:
-            return None
-        folded = [fold(text) for text in texts]
+        folded = list(map(fold, texts_of(body)))
         found: list[WordScreen] = []
         for screen in screens:
             if found and found[0].action != screen.action:
                 break  # a list of a stronger action matched
-            if any(screen.finds(f) for f in folded):
-                found.append(screen)
+            find = screen.find
+            for text in folded:
+                if find(text):
+                    found.append(screen)
+                    break
         if not found:
             return None
         action = found[0].action
