@@ -20,8 +20,14 @@ In one process, no sockets; the figures are CPU µs per call, best of
 The words are made up (``--seed``): half Latin (4 to 10 letters), half
 Chinese (2 to 4 characters), as a list an operator would paste.
 
+``--base DIR``: the send with no list, A/B against the code of another
+checkout (say the commit before the filter: ``git archive 3eabd15 | tar -x
+-C DIR``), each in a fresh process, alternated ``--ab-runs`` times: what the
+filter costs a send when no list is set.
+
     python loadtest/bench_filter.py
     python loadtest/bench_filter.py --words 10000 --calls 20000 --rounds 5
+    python loadtest/bench_filter.py --base /tmp/base --ab-runs 5
 
 Bounded: about ten seconds with the defaults (at most 100 000 words,
 200 000 calls).
@@ -34,7 +40,9 @@ import asyncio
 import gc
 import os
 import random
+import statistics
 import string
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -189,6 +197,57 @@ async def sending(args: argparse.Namespace, bodies: list[dict[str, str]]) -> dic
         await runner.cleanup()
 
 
+_SEND_PROBE = """
+import asyncio, sys, time
+sys.path.insert(0, sys.argv[1])
+import orjson
+from liveroom.node import NODE, build_app, node_runner
+from liveroom.ratelimit import RateLimits
+from liveroom.settings import Settings
+
+async def probe(calls, rounds):
+    settings = Settings(admin_token="a", publisher_token="p", secret="s",
+                        rate_limits=RateLimits(per_uid=()), rooms_per_uid=(),
+                        rooms_per_address=(), rooms_per_node=())
+    runner = node_runner(build_app(settings))
+    await runner.setup()
+    try:
+        sends = runner.app[NODE].proxy.sends
+        raws = [orjson.dumps({"uid": "fan", "body": {"text": t}}) for t in sys.argv[4:]]
+        best = float("inf")
+        for _ in range(rounds):
+            start = time.process_time()
+            for i in range(calls):
+                reply = sends.send_at_once("bench", "application/json", raws[i % len(raws)],
+                                           None, "", "127.0.0.1")
+                assert reply.status == 201, reply
+            best = min(best, time.process_time() - start)
+        print(best / calls * 1e6)
+    finally:
+        await runner.cleanup()
+
+asyncio.run(probe(int(sys.argv[2]), int(sys.argv[3])))
+"""
+"""The in-process send with no list, run from the checkout its first argument
+names (the calls, the rounds, then the bodies' texts)."""
+
+
+def send_ab(base: str, runs: int, calls: int, rounds: int,
+            bodies: list[dict[str, str]]) -> dict[str, list[float]]:
+    """µs CPU per send, no list, of ``base``'s code and this checkout's, each
+    in a fresh process, alternated ``runs`` times."""
+    here = str(Path(__file__).resolve().parent.parent)
+    texts = [b["text"] for b in bodies[:8]]
+    found: dict[str, list[float]] = {base: [], here: []}
+    for _ in range(runs):
+        for tree in (base, here):
+            out = subprocess.run([sys.executable, "-c", _SEND_PROBE, tree, str(calls),
+                                  str(rounds), *texts], capture_output=True, text=True,
+                                 check=True, timeout=300, cwd=tree)
+            found[tree].append(float(out.stdout))
+    return found
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--words", type=int, default=10_000,
@@ -199,10 +258,17 @@ def main(argv: list[str] | None = None) -> None:
                         help="calls a round (1 000 to 200 000) [20 000]")
     parser.add_argument("--rounds", type=int, default=5, help="rounds, best kept (1 to 20) [5]")
     parser.add_argument("--seed", type=int, default=47, help="the made-up words' seed [47]")
+    parser.add_argument("--base", metavar="DIR",
+                        help="a checkout to A/B the send with no list against (see above)")
+    parser.add_argument("--ab-runs", type=int, default=3,
+                        help="alternated runs of the A/B (1 to 10) [3]")
     args = parser.parse_args(argv)
     if not (1 <= args.words <= 100_000 and 3 <= args.lists <= 16
-            and 1000 <= args.calls <= 200_000 and 1 <= args.rounds <= 20):
+            and 1000 <= args.calls <= 200_000 and 1 <= args.rounds <= 20
+            and 1 <= args.ab_runs <= 10):
         parser.error("out of bounds: see --help")
+    if args.base is not None and not (Path(args.base) / "liveroom" / "node.py").is_file():
+        parser.error(f"--base {args.base}: no liveroom checkout there")
     figures, bodies = screening(args)
     figures.update(asyncio.run(sending(args, bodies)))
     lengths = [len(b["text"]) for b in bodies]
@@ -214,6 +280,13 @@ def main(argv: list[str] | None = None) -> None:
     for name, value in figures.items():
         unit = "" if name.endswith(("ms", "MB RSS")) else " µs CPU per call"
         print(f"{name:>52}: {value:8.2f}{unit}")
+    if args.base is not None:
+        runs = send_ab(args.base, args.ab_runs, max(args.calls // 4, 1000), args.rounds,
+                       bodies)
+        for tree, figures_of_tree in runs.items():
+            shown = ", ".join(f"{f:.2f}" for f in figures_of_tree)
+            print(f"send, no list, {tree}: {shown} µs CPU per call "
+                  f"(median {statistics.median(figures_of_tree):.2f})")
 
 
 if __name__ == "__main__":

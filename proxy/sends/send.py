@@ -214,9 +214,9 @@ class Sends:
         moderation = self.moderation
         if moderation is not None and room in moderation.rules:  # mute, ban, slow mode
             limits = moderation.send_limits(room, uid, limits, message.important)
-        filters = self.filters
-        if filters is not None:
-            screened = filters.screens.screen(room, message.body)
+        screens = None if self.filters is None else self.filters.screens
+        if screens is not None and screens.lists:  # no list at all: nothing more
+            screened = screens.screen(room, message.body)
             if screened is not None:
                 if screened.action == BLOCK:
                     raise Filtered(f"the message holds a word room {room} does not allow")
