@@ -6,12 +6,19 @@ words folded (:mod:`liveroom.folding`): a body's text is folded once and
 each list finds its words in it in one pass, whatever their number. The
 library is ``ahocorasick_rs`` (the Rust ``aho-corasick`` crate), its
 contiguous NFA: measured here, 0.5 to 0.7 µs a pass over 20 to 50 folded
-characters with 10 000 words, Latin or Chinese, and about 0.8 MB a list
-of 10 000 words of 2 to 10 characters (7 MB for words of 32: the
-automaton grows with the words' characters); built in 20 to 100 ms, with
-the GIL released. ``pyahocorasick`` took as long on Latin text but about
-21 µs on Chinese (its trie looks a character up among a node's children
-one by one, and the root of 10 000 words has thousands).
+characters with 10 000 words, Latin or Chinese; a list of 10 000 words of
+2 to 10 characters adds about 3 MB to a node's RSS (up to about 8 MB for
+words of 32: the automaton grows with the words' characters), built in
+about 30 ms (up to 100), the GIL released meanwhile. ``pyahocorasick``
+took as long on Latin text but about 21 µs on Chinese (its trie looks a
+character up among a node's children one by one, and the root of 10 000
+words has thousands).
+
+**One automaton a list**: a change rebuilds only its list, and a send
+pays one pass for each list that applies to its room (about 0.8 µs each
+with 10 000 words: 16 global lists cost about 16 µs a send). Few big
+lists are cheaper than many small ones; one automaton over every list
+would make the pass one, at the price of rebuilding all on any change.
 
 **Which text.** Every string in the body: the body itself when it is one,
 else the values of its objects and the items of its arrays, at any depth
