@@ -11,7 +11,8 @@ carries ``Retry-After``)::
     ├── Unauthorized          401  token missing or wrong
     ├── Forbidden             403  a valid token without the right
     │   ├── Muted             403  a muted uid's send (a moderator's mute)
-    │   └── Banned            403  a banned uid's poll or send
+    │   ├── Banned            403  a banned uid's poll or send
+    │   └── Filtered          403  a send holding a word of a block list (the word filter)
     ├── NotFound              404  a message (to recall) the room does not keep
     ├── RequestTimeout        408  a request body not received in time
     ├── Conflict              409  the room's state refuses it (its mutes or bans are full)
@@ -20,7 +21,8 @@ carries ``Retry-After``)::
     ├── RateLimited           429  a sender limit (temporary)
     │   └── NewRoomRefused    429  a send that would create a room may not
     ├── StoreUnavailable      503  the KV store cannot be reached (temporary)
-    └── Overloaded            503  the node holds all the polls it may (temporary)
+    ├── Overloaded            503  the node holds all the polls it may (temporary)
+    └── ReviewUnavailable     503  a send a hold list matched, on a node without a review queue
 
 Engines turn their driver's connection errors into :class:`StoreUnavailable` at
 their boundary, so nothing above the store knows which engine runs. One
@@ -72,6 +74,13 @@ class Banned(Forbidden):
     """The uid may neither listen nor send in this room."""
 
     code = "banned"
+
+
+class Filtered(Forbidden):
+    """The message holds a word of a ``block`` list of the word filter that
+    applies to its room: refused, nothing stored."""
+
+    code = "filtered"
 
 
 class NotFound(LiveroomError):
@@ -157,6 +166,15 @@ class Overloaded(LiveroomError):
     def __init__(self, message: str = "this node holds all the polls it can; retry later",
                  *, retry_after: float | None = 2.0) -> None:
         super().__init__(message, retry_after=retry_after)
+
+
+class ReviewUnavailable(LiveroomError):
+    """The message holds a word of a ``hold`` list, and this node has no
+    review queue to hold it in: refused, nothing stored. Not temporary: the
+    node's assembly, not a passing fault (no ``Retry-After``)."""
+
+    code = "review_unavailable"
+    status = 503
 
 
 class ConfigError(ValueError):

@@ -102,6 +102,9 @@ class Metrics:
             "Held polls answered empty because a newer poll of the same listener came",
             registry=r)
         self.sends = Counter("liveroom_sends", "Sends", ["outcome"], registry=r)
+        self.masked_sends = Counter(
+            "liveroom_masked_sends", "Sends stored with words a mask list of the word filter "
+            "holds masked (also counted as stored)", registry=r)
         self.moderation_actions = Counter(
             "liveroom_moderation_actions", "Moderation through this node, by action (mute, "
             "unmute, ban, unban, slow, recall: a moderator's or the backend's; own_recall: a "

@@ -110,8 +110,8 @@ def build_node(settings: Settings, clock: Clock | None = None,
     proxy = Proxy(settings, reader=recvsvr, stats=statsvr, sink=statsvr,
                   vip_list=vip_list, log=store.log, operators=store.operators,
                   counters=store.counters, moderation=store.moderation, review=review,
-                  clock=clock, metrics=metrics, health=partial(store_health, store),
-                  forget=statsvr.forget)
+                  filters=store.filters, clock=clock, metrics=metrics,
+                  health=partial(store_health, store), forget=statsvr.forget)
     statsvr.count_held_polls(proxy.held_polls)
     # A renewed epoch is the same broadcast: its likes and top givers go on.
     recvsvr.on_renewed(proxy.renewed)

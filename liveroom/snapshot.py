@@ -70,6 +70,9 @@ class Snapshot:
     personal: Personal | None = field(default=None, compare=False, repr=False)
     """The room's personal messages (:mod:`.personal`), read up to ``phead``;
     ``None`` while the room has had none this epoch."""
+    root: str = field(default="", compare=False)
+    """The epoch the room's broadcast began with, as the store said ("": not
+    known): a renewed epoch keeps it."""
     born_ms: int = field(default=0, compare=False)
     """When this node's copy of the room's epoch began (its first pull of
     it, Unix ms): a young copy checks the messages listeners' contexts name

@@ -5,10 +5,13 @@ it (a message answers the poll first, the next request arrives). A loop timer
 per waiting thing would be created and cancelled thousands of times a second;
 here waiting things go into buckets of ``resolution`` seconds on the loop's
 clock, and one loop timer, armed for the earliest bucket, expires them a whole
-bucket at a time. Adding and removing are a set operation each.
+bucket at a time. Adding and removing are a dict operation each.
 
 Limits: a deadline fires up to ``resolution`` late (never more than 2 ms early), in the order
-of buckets but in no particular order within one.
+of buckets, and within one in the order things were added: a bucket is an
+insertion-ordered dict, not a set, whose order would follow the things'
+addresses in memory and differ from run to run (the simulator replays a
+seed exactly only if nothing depends on them).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ class Deadlines(Generic[T]):
     def __init__(self, on_due: Callable[[T], None], *, resolution: float = 0.05) -> None:
         self._on_due = on_due
         self._resolution = resolution
-        self._buckets: dict[int, set[T]] = {}
+        self._buckets: dict[int, dict[T, None]] = {}
         self._keys: list[int] = []
         """Heap of the buckets' keys (a key may stay after its bucket emptied)."""
         self._timer: asyncio.TimerHandle | None = None
@@ -43,11 +46,11 @@ class Deadlines(Generic[T]):
         key = math.ceil(when / self._resolution)
         bucket = self._buckets.get(key)
         if bucket is None:
-            bucket = self._buckets[key] = set()
+            bucket = self._buckets[key] = {}
             heapq.heappush(self._keys, key)
             if key < self._armed:
                 self._arm(key)
-        bucket.add(thing)
+        bucket[thing] = None
         self._count += 1
         return key
 
@@ -55,7 +58,7 @@ class Deadlines(Generic[T]):
         """Forget ``thing`` (added with ``key``); nothing happens if it is not there."""
         bucket = self._buckets.get(key)
         if bucket is not None and thing in bucket:
-            bucket.remove(thing)
+            del bucket[thing]
             self._count -= 1
             if not bucket:
                 del self._buckets[key]

@@ -25,7 +25,7 @@ from liveroom.ratelimit import UidWindows
 from liveroom.review import ReviewQueue
 from liveroom.roles import HeartbeatSink, RoomReader, StatsReader
 from liveroom.settings import Settings
-from liveroom.store.base import Counters, MessageLog, ModerationStore, Operators
+from liveroom.store.base import Counters, FilterStore, MessageLog, ModerationStore, Operators
 from liveroom.whitelist import VipList
 
 from .api.bounds import RouteBounds
@@ -33,6 +33,8 @@ from .api.operators import OperatorRoutes
 from .api.pages import Pages
 from .api.routes import Routes, errors_middleware
 from .auth import Tokens
+from .filters.lists import Filters
+from .filters.routes import FilterRoutes
 from .front.limits import UNSENT_MAX, WRITE_HIGH, FrontLimits
 from .front.routing import LIKE, METHODS, POLL, ROUTES, SEND
 from .front.server import Front
@@ -71,13 +73,15 @@ class Proxy:
     them up for the memory engine before it builds the proxy). ``health``
     returns ``None`` when the node is healthy, else what is wrong; ``vip_list``
     says which rooms are vip, and hears of the sect changes the operators' API
-    just stored.
+    just stored. ``review``: where a message a ``hold`` list of the word
+    filter matched goes (none: such a send is refused, 503
+    ``review_unavailable``).
     """
 
     def __init__(self, settings: Settings, *, reader: RoomReader, stats: StatsReader,
                  sink: HeartbeatSink, vip_list: VipList, log: MessageLog,
                  operators: Operators, counters: Counters, moderation: ModerationStore,
-                 review: ReviewQueue, clock: Clock, metrics: Metrics,
+                 review: ReviewQueue, filters: FilterStore, clock: Clock, metrics: Metrics,
                  health: Callable[[], Awaitable[str | None]],
                  forget: Callable[[str, str], None] = lambda room, uid: None) -> None:
         self.settings = settings
@@ -121,8 +125,9 @@ class Proxy:
         self.polls = Polls(settings, reader, self.heartbeats, stats, self.holds, tiers,
                            signer, clock, metrics, is_vip=vip_list.is_vip, tickets=self.tickets,
                            likes=self.likes, ranking=self.ranking, rules=self.moderation.rules)
+        self.filters = Filters(filters, clock)
         self.sends = Sends(settings, log, tokens, clock, metrics, tickets=self.tickets,
-                           moderation=self.moderation, review=review)
+                           moderation=self.moderation, filters=self.filters, review=review)
         self.bounds = RouteBounds(gate)
         # A like's head is held to a send's bounds (a body of a few bytes
         # is far under them): one value, given to both routes.
@@ -164,6 +169,7 @@ class Proxy:
                                            self.recalls, operators, reader, self.reviews)
         self.operators = OperatorRoutes(operators, tokens, clock, settings, stats=stats,
                                         reader=reader, log=log, vip_list=vip_list)
+        self.filter_routes = FilterRoutes(self.filters, filters, tokens, clock, settings)
 
     def renewed(self, room: str, old: str, new: str) -> None:
         """The room's epoch ``old`` was renewed into ``new`` (the same
@@ -196,6 +202,7 @@ class Proxy:
         self.routes.add_routes(app)
         self.operators.add_routes(app)
         self.moderators.add_routes(app)
+        self.filter_routes.add_routes(app)
         Pages().add_routes(app)
         app.on_response_prepare.append(_our_server_header)
         app.on_shutdown.append(self._release)
@@ -209,13 +216,15 @@ class Proxy:
 
     async def start(self) -> None:
         """Start handing heartbeats to statsvr (before the first poll) and
-        likes to the store, reading the rooms' gift rankings and telling
-        held polls the rooms' news."""
+        likes to the store, reading the rooms' gift rankings, their
+        moderation and the word filter's lists, and telling held polls the
+        rooms' news."""
         await self.heartbeats.start()
         self.news.start()
         self.likes.start()
         self.ranking.start()
         await self.moderation.start()
+        await self.filters.start()
 
     async def stop(self) -> None:
         """Answer and drop every held poll, write the last likes, then hand
@@ -225,6 +234,7 @@ class Proxy:
         await self.likes.stop()
         await self.ranking.stop()
         await self.moderation.stop()
+        await self.filters.stop()
         await self.heartbeats.stop()
 
     async def _release(self, app: web.Application) -> None:

@@ -31,10 +31,11 @@ class Sample:
     """A request a route takes, as the hostile suite sends it: ``{uid}`` in
     the query and the body's strings stands for a uid; the path's
     parameters take a room, a uid, ``1`` for a seq (and for a held
-    message's id) and a file the node serves. ``token``: the credential it
-    carries where it has one to give: ``listener`` (a uid of its own: the
-    query's or body's in ``open`` mode, a ticket in ``ticket`` mode),
-    ``publisher``, ``admin`` or ``metrics`` ("": none)."""
+    message's id), a file the node serves, and the room's name for any
+    other ``{name}`` (a word list's). ``token``: the credential it carries
+    where it has one to give: ``listener`` (a uid of its own: the query's or
+    body's in ``open`` mode, a ticket in ``ticket`` mode), ``publisher``,
+    ``admin`` or ``metrics`` ("": none)."""
 
     query: str = ""
     body: Mapping[str, object] | None = None
@@ -263,6 +264,20 @@ COSTS: Final = (
               "store: the held message's decision (its body dropped) among the room's latest "
               "--review-max until --room-ttl, and an audit entry",
               ("review_max", "room_ttl", "history_ttl"), room=ANY,
+        sample=_AS_ADMIN),
+    # -- the word filter ---------------------------------------------------------------
+    RouteCost("GET /v1/admin/filters", _ADMIN, _NOTHING,
+        sample=_AS_ADMIN),
+    RouteCost("PUT /v1/admin/filters/{name}", _ADMIN,
+              "store: the list until deleted (at most --filter-lists-max lists, each of "
+              "--filter-words-max words of --filter-word-chars characters and 1 000 rooms at "
+              "most: up to about 1.3 MB). Node, on every node: the list's automaton until it "
+              "is deleted (about 3 MB for 10 000 words, built in a thread); its body (up to "
+              "about 3.9 MB by default) while it is read. The operator's own put of 10 000 "
+              "words costs its node about 30 to 50 ms of CPU",
+              ("filter_lists_max", "filter_words_max", "filter_word_chars", "request_timeout"),
+        sample=Sample(body={"words": ["spam"], "action": "mask"}, token="admin")),
+    RouteCost("DELETE /v1/admin/filters/{name}", _ADMIN, "store: the list's removal",
         sample=_AS_ADMIN),
 )
 """Every route of a node, one row each."""

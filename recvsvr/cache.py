@@ -131,12 +131,14 @@ OnRenewed = Callable[[str, str, str], None]
 
 
 def _renewed(old: Snapshot, pulled: Pulled) -> bool:
-    """Whether ``pulled``, a read of a new epoch from its start, kept the log
-    ``old`` was of: a renewal (a store that lost writes), the same broadcast.
-    An ended broadcast's next epoch starts with an empty log, its seqs going
-    on past the old head; a renewed one keeps its messages, so it holds some
-    at or before ``old``'s head (a renewal of a log with no message looks
-    like an end)."""
+    """Whether ``pulled``, a read of a new epoch from its start, is of the
+    broadcast ``old`` was of: a renewal (a store that lost writes). The
+    store says so (``root``: the epoch the broadcast began with); for a log
+    written before it did, a renewed epoch keeps its messages, so it holds
+    some at or before ``old``'s head, where an ended broadcast's next starts
+    empty, its seqs going on past it."""
+    if pulled.root and old.root:
+        return pulled.root == old.root
     return any(e.seq <= old.head for e in pulled.entries) or any(
         e.seq <= old.phead for e in pulled.personal)
 

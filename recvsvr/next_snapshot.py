@@ -126,6 +126,7 @@ def advance(old: Snapshot | None, pulled: Pulled, after: int, keep: Retention,
         index=tuple(index),
         phead=phead,
         personal=personal,
+        root=pulled.root,
         born_ms=now_ms if old is None else old.born_ms,
     )
     return _trim_important(snap, keep, now_ms)

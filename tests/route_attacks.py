@@ -78,6 +78,8 @@ def request_bytes(row: RouteCost, room: str, uid: str, creds: Credentials | None
         for part, name in zip(("{lib}", "{name}") if len(files) == 2 else ("{name}",), files,
                               strict=True):
             path = path.replace(part, name)
+    else:  # another name (a word list's) is made up like a room's
+        path = path.replace("{name}", quote(room))
     sample = row.sample
     ticket = creds is not None and creds.ticket_mode and sample.token == "listener"
     query = sample.query.replace("{uid}", quote(uid))

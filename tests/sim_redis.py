@@ -56,6 +56,7 @@ from redis import exceptions as rexc
 from liveroom.store.base import LogPolicy, OnNotify, OnResync
 from liveroom.store.redis import keys
 from liveroom.store.redis.counters import RedisCounters
+from liveroom.store.redis.filters import RedisFilters
 from liveroom.store.redis.log import RedisLog
 from liveroom.store.redis.moderation import RedisModeration
 from liveroom.store.redis.operators import RedisOperators
@@ -384,6 +385,7 @@ class RedisParts:
     counters: RedisCounters = field(init=False)
     moderation: RedisModeration = field(init=False)
     review: RedisReview = field(init=False)
+    filters: RedisFilters = field(init=False)
     operators: RedisOperators = field(init=False)
 
     def __post_init__(self) -> None:
@@ -393,6 +395,7 @@ class RedisParts:
         self.counters = RedisCounters(client, self.policy)
         self.moderation = RedisModeration(client, self.policy, sharded=self.sharded)
         self.review = RedisReview(client, self.policy)
+        self.filters = RedisFilters(client)
         self.operators = RedisOperators(client, self.policy, self.log, sharded=self.sharded)
 
 
@@ -409,6 +412,7 @@ class SimRedisStore:
         self.log, self.stats, self.counters = parts.log, parts.stats, parts.counters
         self.moderation, self.operators = parts.moderation, parts.operators
         self.review = parts.review
+        self.filters = parts.filters
         self.notifier = self
 
     def subscribe(self, on_notify: OnNotify, on_resync: OnResync) -> None:

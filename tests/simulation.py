@@ -245,6 +245,7 @@ class StoreView:
     counters: Any
     moderation: Any
     review: Any
+    filters: Any
     name: str = "memory"
 
     async def ping(self) -> None:
@@ -278,12 +279,12 @@ class SimNode:
             view = StoreView(FaultyLog(parts.log, world.rng, world.faults, world.truth),
                              self.notifier,
                              parts.stats, parts.operators, parts.counters, parts.moderation,
-                             parts.review, name="redis")
+                             parts.review, parts.filters, name="redis")
         else:
             view = StoreView(FaultyLog(store.log, world.rng, world.faults, world.truth),
                              store.notifier,
                              store.stats, store.operators, store.counters, store.moderation,
-                             store.review)
+                             store.review, store.filters)
         node = build_node(replace(world.settings, node_id=f"n{self.index}"), world.clock,
                           store=view)  # type: ignore[arg-type]
         await node.vip_list.start()

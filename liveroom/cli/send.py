@@ -128,6 +128,8 @@ def send(room_name: str, text: str, uid: str | None, important: bool, to: str | 
             click.echo(f"-- not private: the server runs --auth open, where any client "
                        f"can read {to}'s personal messages (--auth ticket makes them "
                        f"{to}'s alone)", err=True)
+        if sent.held is not None:
+            return f"held for review ({sent.held}): the word filter sent it to the moderators"
         if sent.pseq is None:
             return str(sent.seq)
         return (f"personal message to {to}: pseq {sent.pseq}, its position among "

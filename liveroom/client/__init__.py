@@ -82,6 +82,7 @@ from .answers import (
     SeriesPoint,
     TopGivers,
     VipChange,
+    WordList,
 )
 from .api import CALL_TIMEOUT, Client
 from .errors import ApiError, ClientClosed, ClientError, Unreachable
@@ -129,4 +130,5 @@ __all__ = [
     "TopGivers",
     "Unreachable",
     "VipChange",
+    "WordList",
 ]

@@ -545,3 +545,24 @@ class Denied:
     id: str
     uid: str
     """Its sender."""
+
+
+@dataclass(frozen=True, slots=True)
+class WordList:
+    """One list of the server's word filter."""
+
+    name: str
+    action: str
+    """``block``, ``hold`` or ``mask``."""
+    rooms: tuple[str, ...]
+    """The rooms it applies to; empty: every room."""
+    words: tuple[str, ...]
+    version: int
+    """The filters' version at its last put."""
+    at_ms: int
+    """When it was put (Unix ms)."""
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any]) -> WordList:
+        return cls(str(doc["name"]), str(doc["action"]), tuple(str(r) for r in doc["rooms"]),
+                   tuple(str(w) for w in doc["words"]), int(doc["version"]), int(doc["at_ms"]))

@@ -6,7 +6,7 @@ import asyncio
 import os
 import secrets
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 from urllib.parse import quote
@@ -39,6 +39,7 @@ from .answers import (
     Sent,
     SeriesPoint,
     VipChange,
+    WordList,
 )
 from .errors import ApiError, ClientClosed, Unreachable, checked_name, refusal
 from .listening import Backoff, Listening
@@ -189,9 +190,13 @@ class Client:
         ``uid`` names the sender (in ``ticket`` mode it may be left out: the
         ticket names it). ``important`` needs the publisher or admin token
         (``token``), or a ticket with ``publish``; so does ``to``, which makes
-        a personal message for that uid alone (important; ``Sent.pseq``). A 429 (a rate limit) or a
-        503 is retried after its ``Retry-After``, a network error after a
-        backoff, up to ``retries`` times; every try carries the same
+        a personal message for that uid alone (important; ``Sent.pseq``). A
+        message the server's word filter holds for review is not in the room
+        (``Sent.held``; a blocked one is :class:`ApiError` 403 ``filtered``).
+        A 429 (a rate limit) or a 503 is retried after its ``Retry-After``
+        (not a 503 ``review_unavailable``: a node without a review queue
+        says so every time), a network error after a backoff, up to
+        ``retries`` times; every try carries the same
         ``client_msg_id`` (made up when not given), so a send the server
         stored before the connection dropped is not stored twice. Then the
         last failure is raised (:class:`ApiError`, :class:`Unreachable`).
@@ -219,7 +224,8 @@ class Client:
                                 private=None if private is None else bool(private))
                 return Sent(int(sent["seq"]), str(sent["epoch"]))
             except ApiError as exc:
-                if attempt == retries or exc.status not in (429, 503):
+                if (attempt == retries or exc.status not in (429, 503)
+                        or exc.code == "review_unavailable"):
                     raise
                 wait = Retry(exc.retry_after if exc.retry_after is not None
                              else backoff.next(), exc.status, exc.message)
@@ -514,6 +520,38 @@ class Client:
         doc = await self._call("POST", self._held_path(room, held_id, "deny"),
                                headers=self._admin())
         return Denied(str(doc["room"]), str(doc["id"]), str(doc["uid"]))
+    # -- the word filter (the admin token) -----------------------------------------------
+
+    async def word_lists(self) -> tuple[WordList, ...]:
+        """Every list of the server's word filter, by name."""
+        doc = await self._call("GET", "/v1/admin/filters", headers=self._admin())
+        return tuple(WordList.from_doc(d) for d in doc["lists"])
+
+    async def put_word_list(self, name: str, words: Sequence[str], action: str,
+                            rooms: Sequence[str] = ()) -> WordList:
+        """Store the word list ``name`` (replacing one of that name): its
+        ``words`` (each once; folded to match: case, full-width, marks,
+        spaces and symbols aside), its ``action`` (``block``, ``hold`` or
+        ``mask``) and the ``rooms`` it applies to (none: every room). The
+        list as stored; every node applies it within about a second."""
+        doc = await self._call("PUT", f"/v1/admin/filters/{_list_segment(name)}",
+                               json={"words": list(words), "action": action,
+                                     "rooms": list(rooms)}, headers=self._admin())
+        return WordList.from_doc(doc)
+
+    async def delete_word_list(self, name: str) -> None:
+        """Delete the word list ``name`` (:class:`ApiError` 404 when there is none)."""
+        await self._call("DELETE", f"/v1/admin/filters/{_list_segment(name)}",
+                         headers=self._admin())
+
+
+def _list_segment(name: str) -> str:
+    """A word list's name, checked as a room's is (a path segment)."""
+    try:
+        return quote(checked_name("room", name), safe="")
+    except ValueError:
+        raise ValueError(f"a word list's name must match [A-Za-z0-9_.-]{{1,64}}, not only "
+                         f"dots, not {name!r}") from None
 
 
 def why_unreachable(exc: BaseException, read_for: float) -> str:

@@ -4,9 +4,10 @@ One contract per module, each with its value types and checks:
 :mod:`.log` (the message log and the notifier), :mod:`.stats` (statsvr's
 tables), :mod:`.operators` (sect records, the start and end of a broadcast),
 :mod:`.counters` (likes and gifts), :mod:`.moderation` (mutes, bans, slow
-mode and their audit) and :mod:`.review` (held messages waiting for a
-moderator). This module holds the :class:`Store` that reaches
-them all, and re-exports everything they define: callers import it from here.
+mode and their audit), :mod:`.review` (held messages waiting for a
+moderator) and :mod:`.filters` (the word filter's lists). This module holds
+the :class:`Store` that reaches them all, and re-exports everything they
+define: callers import it from here.
 
 Two engines implement them side by side: :mod:`.memory` (the embedded default,
 one process) and :mod:`.redis` (many processes and hosts, Redis or Redis
@@ -33,6 +34,16 @@ from .counters import bucket_start as bucket_start
 from .counters import check_gift as check_gift
 from .counters import check_limit as check_limit
 from .counters import check_taps as check_taps
+from .filters import FILTER_ACTIONS as FILTER_ACTIONS
+from .filters import FILTER_ROOMS_MAX as FILTER_ROOMS_MAX
+from .filters import FilterLimits as FilterLimits
+from .filters import FiltersFull as FiltersFull
+from .filters import FilterStore as FilterStore
+from .filters import WordList as WordList
+from .filters import check_filter_name as check_filter_name
+from .filters import check_filter_version as check_filter_version
+from .filters import check_list as check_list
+from .filters import made_list as made_list
 from .log import PERSONAL_PULL as PERSONAL_PULL
 from .log import AppendAtOnce as AppendAtOnce
 from .log import Appended as Appended
@@ -81,7 +92,7 @@ from .review import Verdict as Verdict
 from .review import check_find as check_find
 from .review import check_hold as check_hold
 from .review import check_id as check_id
-from .review import check_list as check_list
+from .review import check_held_list as check_held_list
 from .review import check_settle as check_settle
 from .review import check_verdict as check_verdict
 from .review import held_kind as held_kind
@@ -127,6 +138,9 @@ class Store(Protocol):
 
     @property
     def review(self) -> ReviewStore: ...
+
+    @property
+    def filters(self) -> FilterStore: ...
 
     async def start(self) -> None:
         """Connect and start background tasks (notify listener, probes, expiry)."""

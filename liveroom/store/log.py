@@ -15,7 +15,7 @@ import base64
 import os
 import random
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..model import Appended as Appended  # the store's answer, kept in a compiled module
@@ -162,6 +162,10 @@ class Pulled:
     personal: tuple[Entry, ...] = ()
     """Retained personal messages after the request's ``pafter``, ascending
     position (their ``seq``), each with its addressee's ordinal ``n``."""
+    root: str = field(default="", compare=False)
+    """The epoch the room's broadcast began with: a renewal keeps it, an
+    ended broadcast's next starts its own ("": not known, a log written
+    before the store kept it)."""
     rewritten: bool = False
     """The store holds, at the request's ``after`` (or ``pafter``), a message
     of another ``ts`` than the reader's ``anchor_ts`` (``panchor_ts``): its log

@@ -121,7 +121,7 @@ def check_hold(room: str, message: NewMessage, why: str) -> None:
         raise ValueError("why must be text UTF-8 can hold (no lone surrogate)") from None
 
 
-def check_list(room: str, limit: int) -> None:
+def check_held_list(room: str, limit: int) -> None:
     check_room(room)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= LIST_MAX:
         raise ValueError(f"limit must be an int in 1..{LIST_MAX}, not {limit!r}")

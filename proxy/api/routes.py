@@ -20,7 +20,7 @@ from aiohttp import web
 
 from liveroom.clock import Clock
 from liveroom.codec import decode_request, media_type
-from liveroom.errors import BadRequest, Forbidden, LiveroomError, RequestTimeout, Unauthorized
+from liveroom.errors import Forbidden, LiveroomError, Unauthorized
 from liveroom.metrics import Metrics
 from liveroom.model import check_name, parse_count
 from liveroom.roles import RoomReader, StatsReader
@@ -29,6 +29,7 @@ from liveroom.snapshot import is_absent
 from liveroom.store.base import RANKING_MAX
 
 from ..auth import Right, Tokens, bearer
+from ..bodies import read_body
 from ..front.limits import FrontLimits, HeadRules
 from ..front.routing import parse_query
 from ..front.site import hold
@@ -199,24 +200,8 @@ class Routes:
         return room, await self._read_body(request, rules)
 
     async def _read_body(self, request: web.Request, rules: HeadRules) -> bytes:
-        limit = rules.body_limit
-        # ``read(n)`` returns what has arrived so far, not n bytes: read until
-        # the end of the body (a chunked body comes in pieces of any size).
-        chunks: list[bytes] = []
-        size = 0
-        try:
-            async with asyncio.timeout(self.settings.request_timeout):
-                while chunk := await request.content.read(limit + 1 - size):
-                    chunks.append(chunk)
-                    size += len(chunk)
-                    if size > limit:
-                        raise rules.too_large()
-        except TimeoutError:
-            raise RequestTimeout("request body not received in time") from None
-        length = request.content_length
-        if length is not None and size < length:
-            raise BadRequest("request body ended early")
-        return b"".join(chunks)
+        return await read_body(request, rules.body_limit, self.settings.request_timeout,
+                               rules.too_large)
 
     async def send(self, request: web.Request) -> web.StreamResponse:
         headers = request.headers

@@ -25,6 +25,14 @@ keeps back is not stored: it goes to the room's review queue
 202 ``{"held": "<id>"}`` (:func:`held_reply`); a moderator approves it
 (stored then, as its sender's) or denies it. Nobody but its sender and the
 moderators knows of it.
+**The word filter** (:mod:`proxy.filters`) screens every send but the
+backend's tokens' (a ticket's important and personal sends included),
+after moderation and before the new-room windows: a ``block`` list's word
+refuses it (403 ``filtered``), a ``mask`` list's is stored masked, and a
+``hold`` list's goes to the node's review queue
+(:class:`~liveroom.review.ReviewQueue`), answered 202 ``{"held": id}``
+(503 ``review_unavailable`` on a node without one). A room no list applies
+to costs one dict lookup.
 
 **Personal messages are private in ticket mode only.** A poll in ``open``
 mode names its uid and proves nothing, so anybody can read ``uid=alice``'s
@@ -45,10 +53,12 @@ from liveroom.clock import Clock
 from liveroom.codec import decode_request_bounded, media_type, wants_msgpack
 from liveroom.errors import (
     Banned,
+    Filtered,
     Forbidden,
     Muted,
     NewRoomRefused,
     RateLimited,
+    ReviewUnavailable,
     StoreUnavailable,
     Unauthorized,
 )
@@ -56,11 +66,14 @@ from liveroom.metrics import Metrics
 from liveroom.model import NewMessage
 from liveroom.ratelimit import RateLimits
 from liveroom.review import ReviewQueue
+from liveroom.store.review import WHY_MAX
 from liveroom.settings import Settings
 from liveroom.store.base import AppendAtOnce, Appended, MessageLog
 
 from ..addresses import peer_address
 from ..auth import Right, Tokens, bearer
+from ..filters.lists import Filters
+from ..filters.screen import BLOCK, HOLD
 from ..front.limits import HeadRules
 from ..moderation.rules import Moderation
 from ..params import parse_send
@@ -84,7 +97,7 @@ class Sends:
 
     def __init__(self, settings: Settings, log_: MessageLog, tokens: Tokens, clock: Clock,
                  metrics: Metrics, *, tickets: Tickets | None = None,
-                 moderation: Moderation | None = None,
+                 moderation: Moderation | None = None, filters: Filters | None = None,
                  review: ReviewQueue | None = None) -> None:
         self.settings = settings
         self._log = log_
@@ -95,16 +108,19 @@ class Sends:
         self.moderation = moderation
         """The node's moderation: a muted or banned uid's sends are refused,
         a slow room's counted in one more window (None: none)."""
+        self.filters = filters
+        """The node's word lists (None: no filter)."""
         self.review = review
         """Where a send kept back for review is held (``await
         review.hold(room, message, why)``, then :func:`held_reply`); None:
-        none (a node without one holds nothing)."""
+        none (a held send is refused, 503 ``review_unavailable``)."""
         self._clock = clock
         self._metrics = metrics
         self._tally = metrics.tally(
             [*(metrics.sends.labels(o) for o in ("stored", "duplicate", "limited", "unavailable")),
              metrics.store_errors.labels("append"),
-             *(metrics.sends.labels(o) for o in ("muted", "banned"))])
+             *(metrics.sends.labels(o) for o in ("muted", "banned", "filtered", "held")),
+             metrics.masked_sends])
         # A wrapper that hands other calls on to a log (by __getattr__) is not
         # taken for one that appends at once: its append is its own.
         self._append_at_once: AppendAtOnce | None = (
@@ -124,12 +140,16 @@ class Sends:
                      peer: asyncio.BaseTransport | None = None) -> Reply | None:
         """The answer of a send (as :meth:`send`'s) when the store appends
         without waiting (the memory engine): no task, no await. ``None``
-        when the store may wait (Redis): await :meth:`send` instead."""
+        when the store may wait (Redis), or when the message goes to review
+        (the queue may wait): await :meth:`send` instead (it checks the send
+        again: a held one costs its checks twice)."""
         append = self._append_at_once
         if append is None:
             return None
         try:
             pending = self._prepare(room, content_type, raw, authorization, address, peer)
+            if pending.held:
+                return None
             try:
                 appended = append(room, pending.message, pending.limits,
                                   may_create=pending.may_create, provisional=pending.provisional)
@@ -149,6 +169,8 @@ class Sends:
         window needs it (not for the backend)."""
         try:
             pending = self._prepare(room, content_type, raw, authorization, address, peer)
+            if pending.held:
+                return await self._hold(room, pending, accept)
             try:
                 appended = await self._log.append(
                     room, pending.message, pending.limits, may_create=pending.may_create,
@@ -201,18 +223,44 @@ class Sends:
         moderation = self.moderation
         if moderation is not None and room in moderation.rules:  # mute, ban, slow mode
             limits = moderation.send_limits(room, uid, limits, message.important)
+        screens = None if self.filters is None else self.filters.screens
+        if screens is not None and screens.lists:  # no list at all: nothing more
+            screened = screens.screen(room, message.body)
+            if screened is not None:
+                if screened.action == BLOCK:
+                    raise Filtered(f"the message holds a word room {room} does not allow")
+                if screened.action == HOLD:
+                    return _Pending(message, limits, None, None, True, screened.lists)
+                message.body = screened.body
+                self._tally[_MASKED] += 1
         # The new room takes its place in the windows before the append's round
         # trip, so sends in flight together never pass them; settled after it.
         admitted = self.new_rooms.reserve(uid, address or peer_address(peer), message.ts)
         return _Pending(message, limits, admitted,
                         admitted if isinstance(admitted, Place) else None, True)
 
+    async def _hold(self, room: str, pending: _Pending, accept: str) -> Reply:
+        """A message a ``hold`` list matched, handed to the review queue."""
+        review = self.review
+        if review is None:
+            raise ReviewUnavailable("the message holds a word that sends it to review, and "
+                                    "this node has no review queue")
+        why = f"word lists: {', '.join(pending.held)}"
+        if len(why) > WHY_MAX:
+            why = why[:WHY_MAX - 1] + "…"
+        held = await review.hold(room, pending.message, why)
+        self._tally[_HELD] += 1
+        return held_reply(held, accept)
+
     def _refused(self, exc: Exception) -> None:
-        """Count a muted or banned sender's refusal (a spam wave's mark)."""
+        """Count a muted, banned or filtered sender's refusal (a spam wave's
+        mark)."""
         if isinstance(exc, Muted):
             self._tally[_MUTED] += 1
         elif isinstance(exc, Banned):
             self._tally[_BANNED] += 1
+        elif isinstance(exc, Filtered):
+            self._tally[_FILTERED] += 1
 
     def _failed(self, pending: _Pending, exc: BaseException) -> NoReturn:
         """The append raised ``exc``: count it, free the new room's place, and
@@ -271,16 +319,20 @@ _UNAVAILABLE: Final = 3
 _APPEND_ERRORS: Final = 4
 _MUTED: Final = 5
 _BANNED: Final = 6
+_FILTERED: Final = 7
+_HELD: Final = 8
+_MASKED: Final = 9
 
 
 class _Pending:
     """A send between its checks and its append's answer."""
 
-    __slots__ = ("admitted", "limits", "may_create", "message", "place", "provisional")
+    __slots__ = ("admitted", "held", "limits", "may_create", "message", "place",
+                 "provisional")
 
     def __init__(self, message: NewMessage, limits: RateLimits | None,
                  admitted: Place | RateLimited | None, place: Place | None,
-                 provisional: bool) -> None:
+                 provisional: bool, held: tuple[str, ...] = ()) -> None:
         self.message = message
         self.limits = limits
         """The sender's windows (None: the backend, or limits off)."""
@@ -290,3 +342,5 @@ class _Pending:
         self.place = place
         self.may_create = admitted is None or place is not None
         self.provisional = provisional
+        self.held = held
+        """The ``hold`` lists whose words it holds (empty: not held)."""

@@ -20,6 +20,7 @@
 //   GET  /v1/admin/rooms/{room}/moderation its slow mode and audit, newest first
 //   GET  /v1/admin/rooms/{room}/review     its messages held for review, oldest first
 //   POST /v1/admin/rooms/{room}/review/{id}/approve|deny   decide one (after a confirmation)
+//   GET|PUT|DELETE /v1/admin/filters[/{name}]   the word filter's lists (admin-filters.js)
 //
 // The token is asked once and kept in sessionStorage: this tab only, gone
 // when it closes. A refused token (401, or 403 for the publisher token)
@@ -29,6 +30,8 @@
 // with uPlot (vendored in /static/vendor/uplot/, loaded by admin.html as a
 // classic script: the global `uPlot`). Nothing from the server is ever put
 // into the page as markup: text only.
+
+import { mountFilters } from "./admin-filters.js";
 
 const TOKEN_KEY = "liveroom.admin.token";
 const REFRESH_MS = 5000;
@@ -63,6 +66,7 @@ const state = {
   busy: false,
   failure: null, // what went wrong since the last refresh began
   window: [0, 0], // the curve's time axis: the whole range asked for, [since, until]
+  filters: null, // the word filter card's refresh (admin-filters.js)
 };
 
 // -- calling the API -----------------------------------------------------------------
@@ -184,7 +188,8 @@ async function refresh() {
   state.busy = true;
   state.failure = null;
   try {
-    await Promise.all([refreshRooms(), refreshNodes(), state.room && refreshRoom()]);
+    await Promise.all([refreshRooms(), refreshNodes(), state.room && refreshRoom(),
+      state.filters?.()]);
     showError(state.failure);
     if (state.token && !state.failure) $("status").textContent = `updated ${clock(Date.now())}`;
   } finally {
@@ -985,6 +990,7 @@ function main() {
     setSlow($("slow-set"), Number(field.value));
   });
   $("slow-lift").addEventListener("click", () => setSlow($("slow-lift"), 0));
+  state.filters = mountFilters({ api, guarded });
   new ResizeObserver(() => state.plot?.setSize({ width: chartWidth(), height: 240 }))
     .observe($("chart"));
   if (typeof globalThis.uPlot !== "function") {

@@ -1128,3 +1128,108 @@ async def test_send_for_a_uid_is_that_uids_own_unless_the_token_is_given_as_a_fl
                                 "--token", PUBLISHER, env=env)
         assert result.exit_code == 0, result.output
         assert "sent with the publisher token" in result.stderr
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["filters", "--help"], "The word filter: lists of words, each with an action"),
+    (["filters", "list", "--help"], "Print every word list, one a line"),
+    (["filters", "put", "--help"], "Store the word list NAME, replacing a list of that name"),
+    (["filters", "delete", "--help"], "Delete the word list NAME"),
+])
+def test_the_filters_commands_explain_themselves(args: list[str], said: str) -> None:
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    text = flat(result.output)
+    assert said in text
+    if len(args) > 2:
+        for option, env in [("--url", "LIVEROOM_URL"),
+                            ("--admin-token", "LIVEROOM_ADMIN_TOKEN")]:
+            assert option in text
+            assert f"env var: {env}" in text
+        assert "--store" in text
+    result = CliRunner().invoke(main, ["--help"])
+    assert re.search(r"^\s+filters\b", result.output, re.MULTILINE), result.output
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["filters", "put", "no/slash", "--action", "mask", "--word", "x"],
+     "a list's name must match"),
+    (["filters", "put", "spam", "--action", "mask"], "give the list's words: --word WORD"),
+    (["filters", "put", "spam", "--word", "x"], "Missing option '--action'"),
+    (["filters", "put", "spam", "--action", "drop", "--word", "x"], "'drop' is not one of"),
+    (["filters", "put", "spam", "--action", "mask", "--word", "x", "--room", "a room"],
+     "room must match"),
+    (["filters", "delete", ".."], "a list's name must match"),
+])
+def test_bad_filters_input_is_refused_before_any_call(args: list[str], said: str) -> None:
+    result = CliRunner().invoke(main, [*args, "--url", "http://127.0.0.1:1"])
+    assert result.exit_code == 2, result.output
+    assert said in flat(result.output)
+
+
+async def test_filters_commands_through_a_running_node(session: aiohttp.ClientSession,
+                                                       tmp_path: Path) -> None:
+    words = tmp_path / "words.txt"
+    words.write_text("广告\n\n  free money  \n", encoding="utf-8")
+    async with running_node() as node:
+        env = {"LIVEROOM_URL": node.url, "LIVEROOM_ADMIN_TOKEN": ADMIN}
+        result = await liveroom("filters", "put", "scams", "--action", "block", "--word",
+                                "spam", "--words-file", str(words), "--room", "stage",
+                                "--room", "hall", env=env)
+        assert result.exit_code == 0, result.output
+        assert re.fullmatch(r"word list scams: block, 3 words, rooms hall, stage "
+                            r"\(version \d+\)\n", result.output), result.output
+        async with session.post(f"{node.url}/v1/rooms/stage/messages",
+                                json={"uid": "fan", "body": "FREE money"}) as resp:
+            assert (resp.status, (await resp.json())["error"]) == (403, "filtered")
+        result = await liveroom("filters", "put", "rude", "--action", "mask", "--word", "x",
+                                env=env)
+        assert result.output.startswith("word list rude: mask, 1 word, every room")
+        result = await liveroom("filters", "list", env=env)
+        assert re.fullmatch(rf"rude: mask, 1 word, every room \(put {WHEN}\)\n"
+                            rf"scams: block, 3 words, rooms hall, stage \(put {WHEN}\)\n",
+                            result.stdout), result.stdout
+        result = await liveroom("filters", "list", "--words", env=env)
+        assert re.fullmatch(r"rude: .*\n  x\nscams: .*\n  spam\n  广告\n  free money\n",
+                            result.stdout), result.stdout
+        result = await liveroom("filters", "put", "rude", "--action", "mask", "--word", "!!!",
+                                env=env)
+        assert result.exit_code == 1
+        assert result.output.startswith("Error: the word '!!!' has no letter or digit")
+        assert result.output.endswith("(HTTP 400)\n")
+        result = await liveroom("filters", "delete", "rude", env=env)
+        assert (result.exit_code, result.output) == (0, "word list rude deleted\n")
+        result = await liveroom("filters", "delete", "rude", env=env)
+        assert (result.exit_code, result.output) == (
+            1, "Error: no word list is named rude (HTTP 404)\n")
+        await liveroom("filters", "delete", "scams", env=env)
+        result = await liveroom("filters", "list", env=env)
+        assert (result.exit_code, result.stdout, result.stderr) == (0, "", "no word lists\n")
+
+
+async def test_filters_commands_on_the_store_reach_the_node(redis_url: str) -> None:
+    clock = FakeClock()
+    async with running_node(redis_url, clock) as node:
+        result = await liveroom("filters", "put", "spam", "--action", "mask", "--word", "spam",
+                                "--store", redis_url)
+        assert result.exit_code == 0, result.output
+        assert result.output.startswith("word list spam: mask, 1 word, every room (version ")
+        filters = node.node.proxy.filters
+        async with asyncio.timeout(10):  # read within the node's refresh period
+            while "spam" not in filters.screens.lists:
+                await clock.advance(0.25)
+                await asyncio.sleep(0.01)
+        result = await liveroom("filters", "list", "--store", redis_url)
+        assert result.stdout.startswith("spam: mask, 1 word, every room (put ")
+        result = await liveroom("filters", "delete", "spam", "--store", redis_url)
+        assert (result.exit_code, result.output) == (0, "word list spam deleted\n")
+        result = await liveroom("filters", "delete", "spam", "--store", redis_url)
+        assert (result.exit_code, result.output) == (1, "Error: no word list is named spam\n")
+        result = await liveroom("filters", "put", "bad", "--action", "mask", "--word", "?",
+                                "--store", redis_url)
+        assert result.exit_code == 1
+        assert "has no letter or digit" in result.output
+        async with asyncio.timeout(10):
+            while filters.screens.lists:
+                await clock.advance(0.25)
+                await asyncio.sleep(0.01)

@@ -48,6 +48,7 @@ from liveroom.client import (
     RoomModeration,
     TopGivers,
     Unreachable,
+    WordList,
 )
 from liveroom.clock import FakeClock
 from liveroom.ratelimit import RateLimits, Window
@@ -693,6 +694,42 @@ async def test_the_review_calls() -> None:
             with pytest.raises(ApiError) as refused:
                 await call
             assert (refused.value.status, refused.value.code) == (403, "forbidden")
+async def test_the_word_filters_calls_and_a_held_send() -> None:
+    async with running_node() as node, Client(node.url, token=ADMIN) as client, \
+            Client(node.url) as chat:
+        stored = await client.put_word_list("rude", ["bad", "坏人"], "mask", ["hall"])
+        assert isinstance(stored, WordList)
+        assert (stored.name, stored.action, stored.rooms, stored.words) == (
+            "rude", "mask", ("hall",), ("bad", "坏人"))
+        await client.put_word_list("links", ["http"], "hold")
+        await client.put_word_list("scams", ["free money"], "block")
+        assert [w.name for w in await client.word_lists()] == ["links", "rude", "scams"]
+        sent = await chat.send("hall", "so BAD", uid="fan")
+        assert (sent.seq, sent.held) == (1, None)
+        with pytest.raises(ApiError) as refused:
+            await chat.send("hall", "free money!", uid="fan")
+        assert (refused.value.status, refused.value.code) == (403, "filtered")
+        sent = await chat.send("hall", "see http", uid="fan")
+        assert (sent.seq, sent.epoch, sent.held) == (0, "", "1")
+        queue = await client.held("hall")
+        assert [(h.id, h.uid, h.body, h.why) for h in queue.held] == [
+            ("1", "fan", "see http", "word lists: links")]
+        sends = node.node.proxy.sends
+        review, sends.review = sends.review, None
+        with pytest.raises(ApiError) as refused:  # no queue: said at once, not retried
+            await chat.send("hall", "see http", uid="fan", on_retry=lambda retry: pytest.fail(
+                "retried"))
+        assert (refused.value.status, refused.value.code) == (503, "review_unavailable")
+        sends.review = review
+        answer = await next_answer(chat.listen("hall", uid="fan", recent=10))
+        assert [m.body for m in answer.messages] == ["so ***"]
+        await client.delete_word_list("rude")
+        with pytest.raises(ApiError) as refused:
+            await client.delete_word_list("rude")
+        assert (refused.value.status, refused.value.code) == (404, "not_found")
+        with pytest.raises(ValueError, match="word list's name"):
+            await client.delete_word_list("..")
+        assert [w.name for w in await client.word_lists()] == ["links", "scams"]
 
 
 async def test_a_listener_hears_when_slow_mode_changes() -> None:

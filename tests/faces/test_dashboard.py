@@ -2,8 +2,8 @@
 real sockets: it lists the rooms that have listeners, draws a room's online
 curve, toggles vip through the admin API, ends a broadcast after a
 confirmation, moderates a room (recalls, held messages approved or denied
-after a confirmation, mutes, bans, slow mode, the audit),
-and says so when the token is wrong. Waits are on the page's
+after a confirmation, mutes, bans, slow mode, the audit), keeps the word
+filter's lists, and says so when the token is wrong. Waits are on the page's
 DOM (WebDriverWait), never sleeps; each test saves screenshots under its
 ``tmp_path``.
 
@@ -737,3 +737,63 @@ def test_a_moderator_approves_and_denies_held_messages_after_a_confirmation(
     WebDriverWait(browser, 10).until(lambda b: b.find_element(By.ID, "held-empty").is_displayed())
     assert held_ids(browser) == []
     assert browser.find_element(By.ID, "held-count").text == ""
+def filter_rows(browser: WebDriver) -> list[list[str]]:
+    """The word lists' rows, their first four cells' text, read in one go (a
+    read of the lists draws the table again)."""
+    rows: list[list[str]] = browser.execute_script(
+        "return [...document.querySelectorAll('#filters tbody tr')]"
+        ".map((r) => [...r.cells].slice(0, 4).map((c) => c.innerText));")
+    return rows
+
+
+def save_list(browser: WebDriver, name: str, action: str, words: str, rooms: str = "") -> None:
+    for field, value in (("filter-name", name), ("filter-rooms", rooms),
+                         ("filter-words", words)):
+        element = browser.find_element(By.ID, field)
+        element.clear()
+        element.send_keys(value)
+    Select(browser.find_element(By.ID, "filter-action")).select_by_value(action)
+    browser.find_element(By.ID, "filter-put").click()
+
+
+def test_word_lists_are_added_edited_and_deleted_from_the_dashboard(
+        browser: WebDriver, served: Served, tmp_path: Path) -> None:
+    open_dashboard(browser, served)
+    WebDriverWait(browser, 10).until(
+        lambda b: b.find_element(By.ID, "filters-empty").is_displayed())
+    save_list(browser, "scams", "block", "free money\n\n广告 ", "calm, lobby")
+    WebDriverWait(browser, 10).until(
+        lambda b: filter_rows(b) == [["scams", "block", "2", "calm, lobby"]])
+    note = browser.find_element(By.ID, "filters-note").text
+    assert note == "Word list scams saved: block, 2 words, calm, lobby."
+    assert not browser.find_element(By.ID, "filters-empty").is_displayed()
+    status, doc = call(f"{served.url}/v1/rooms/calm/messages", "POST",
+                       {"uid": "fan", "body": "FREE money!"})
+    assert (status, doc["error"]) == (403, "filtered")
+    screenshot(browser, tmp_path, "filters")
+
+    browser.find_element(By.CSS_SELECTOR, '#filters tr[data-list="scams"] button.pick').click()
+    assert browser.find_element(By.ID, "filter-words").get_attribute("value") == \
+        "free money\n广告"
+    assert browser.find_element(By.ID, "filter-rooms").get_attribute("value") == "calm, lobby"
+    Select(browser.find_element(By.ID, "filter-action")).select_by_value("mask")
+    browser.find_element(By.ID, "filter-rooms").clear()
+    browser.find_element(By.ID, "filter-put").click()
+    WebDriverWait(browser, 10).until(
+        lambda b: filter_rows(b) == [["scams", "mask", "2", "every room"]])
+    status, _ = call(f"{served.url}/v1/rooms/calm/messages", "POST",
+                     {"uid": "fan", "body": "FREE money!"})
+    assert status == 201
+
+    save_list(browser, "empty", "mask", "!!!")  # refused: said, the form kept
+    WebDriverWait(browser, 10).until(lambda b: b.find_element(
+        By.ID, "filters-note").text.startswith("Not saved: the word '!!!' has no letter"))
+    assert browser.find_element(By.ID, "filter-name").get_attribute("value") == "empty"
+    assert not browser.find_element(By.ID, "error").is_displayed()
+
+    browser.find_element(By.CSS_SELECTOR,
+                         '#filters tr[data-list="scams"] button.delete').click()
+    WebDriverWait(browser, 10).until(
+        lambda b: b.find_element(By.ID, "filters-empty").is_displayed())
+    assert filter_rows(browser) == []
+    assert call(f"{served.url}/v1/admin/filters", token=ADMIN)[1]["lists"] == []

@@ -159,9 +159,9 @@ async def test_a_client_msg_id_from_a_lost_epoch_is_forgotten(
 
 def test_a_pull_whose_epoch_changed_underneath_is_read_again() -> None:
     request = PullRequest("r", 0, 10)
-    assert _build_pulled(request, [[b"e1", b"3", b"0", b"0"], [], [], [], b"e2"]) is None
-    assert _build_pulled(request, [[None, None, None, None], [], [], [], b"e2"]) is None
-    assert _build_pulled(request, [[b"e1", b"3", b"0", b"0"], [], [], [], None]) is None
+    assert _build_pulled(request, [[b"e1", b"3", b"0", b"0", b"e1"], [], [], [], b"e2"]) is None
+    assert _build_pulled(request, [[None, None, None, None, None], [], [], [], b"e2"]) is None
+    assert _build_pulled(request, [[b"e1", b"3", b"0", b"0", b"e1"], [], [], [], None]) is None
 
 
 async def test_pulls_stay_consistent_while_epochs_are_renewed(

@@ -8,7 +8,8 @@ statsvr's tables (:class:`MemoryStats`) mirror the redis engine's keys, with
 the same rules and the same expiry, measured on the store's clock; so do the
 rate counters, the ended broadcasts (:class:`MemoryOperators`), the likes
 and gifts (:class:`MemoryCounters`), the rooms' moderation
-(:class:`MemoryModeration`) and their review queues (:class:`MemoryReview`).
+(:class:`MemoryModeration`), their review queues (:class:`MemoryReview`)
+and the word filter's lists (:class:`MemoryFilters`, which never expire).
 """
 
 
@@ -20,6 +21,7 @@ from ...clock import Clock
 from ...lifecycle import Periodic
 from ..base import LogPolicy
 from .counters import MemoryCounters
+from .filters import MemoryFilters
 from .log import MemoryLog
 from .moderation import MemoryModeration
 from .notifier import MemoryNotifier
@@ -29,8 +31,8 @@ from .stats import MemoryStats
 
 logger = logging.getLogger("liveroom.store.memory")
 
-__all__ = ["MemoryCounters", "MemoryLog", "MemoryModeration", "MemoryNotifier",
-           "MemoryOperators", "MemoryReview", "MemoryStats", "MemoryStore"]
+__all__ = ["MemoryCounters", "MemoryFilters", "MemoryLog", "MemoryModeration",
+           "MemoryNotifier", "MemoryOperators", "MemoryReview", "MemoryStats", "MemoryStore"]
 
 
 class MemoryStore:
@@ -47,6 +49,7 @@ class MemoryStore:
         self.counters.add_to_ended = self.stats.add_ended_likes
         self.moderation = MemoryModeration(policy, clock)
         self.review = MemoryReview(policy, clock)
+        self.filters = MemoryFilters()
         self.operators = MemoryOperators(self.log, self.stats, self.notifier, self.counters,
                                          self.moderation)
         self._sweeper = Periodic("memory-store-sweep", 60.0, self._sweep, clock, logger)

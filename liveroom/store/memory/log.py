@@ -59,6 +59,8 @@ class _RoomLog:
     """When it was created, last sent to or read: with messages, it expires
     ``room_ttl_ms`` after; with none yet, ``empty_room_ttl_ms`` after its creation
     (reads do not move this then, like ``lua/log_touch.lua``)."""
+    root: str = ""
+    """The epoch its broadcast began with (a renewal keeps it)."""
     seq: int = 0
     ic: int = 0
     log: deque[Entry] = field(default_factory=deque)
@@ -159,7 +161,8 @@ class MemoryLog:
             self._drop(room, state)
             state = None
         if state is None and create:
-            state = self._rooms[room] = _RoomLog(epoch=new_epoch(), used_ms=now)
+            epoch = new_epoch()
+            state = self._rooms[room] = _RoomLog(epoch=epoch, used_ms=now, root=epoch)
             state.share = self._node_cap.share(state)
         return state
 
@@ -340,7 +343,7 @@ class MemoryLog:
             rewritten = rewritten or kept[first - 1].ts != request.panchor_ts
         return Pulled(request.room, state.epoch, state.seq, state.ic,
                       tuple(extra + picked), complete=complete, phead=phead,
-                      personal=tuple(personal), rewritten=rewritten)
+                      personal=tuple(personal), rewritten=rewritten, root=state.root)
 
     async def recall(self, room: str, seq: int, *, at_ms: int, personal: bool = False,
                      sender: str | None = None, since_ms: int = 0) -> Recalled:
@@ -439,7 +442,7 @@ class MemoryLog:
         the epoch and the room's head."""
         state = self._room(room, create=True)
         assert state is not None
-        state.epoch = new_epoch()
+        state.epoch = state.root = new_epoch()
         state.log.clear()
         state.important.clear()
         state.recalled.clear()

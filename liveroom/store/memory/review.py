@@ -16,7 +16,7 @@ from ..base import (
     Verdict,
     check_find,
     check_hold,
-    check_list,
+    check_held_list,
     check_settle,
     check_verdict,
     held_kind,
@@ -87,7 +87,7 @@ class MemoryReview:
         return Holding(held_id, again=False, dropped=tuple(dropped))
 
     async def held(self, room: str, limit: int) -> tuple[list[Held], int]:
-        check_list(room, limit)
+        check_held_list(room, limit)
         queue = self._rooms.get(room)
         if queue is None:
             return [], 0

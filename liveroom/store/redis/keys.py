@@ -102,6 +102,11 @@ lr:{lr}:modj             zset   the journal: room -> the version of its last
 lr:{lr}:modx             zset   room -> when its moderation ends (the caller's
                                 ms; ``inf`` while it holds a ban until lifted):
                                 acts prune ``modj`` and ``modx`` by it
+lr:{lr}:flv              string the word filter's version (a counter)
+lr:{lr}:fls              hash   its lists: name -> the version of the list's
+                                last put (its size: the lists held, their cap)
+lr:{lr}:fl:<name>        string one list: msgpack ``[action, [word, ...],
+                                [room, ...], at_ms]`` (no rooms: every room)
 lr:{lr}:stats:nodes      hash   the node registry: node -> ``"<expires_ms> "``
                                 then its last announcement, msgpack
                                 ``[announced_ms, [rooms_cached, held_polls,
@@ -128,7 +133,8 @@ their last act, or until their last sanction ends when later, and without
 expiry while a ban until lifted holds; the journal's keys never expire: each
 act prunes the rooms whose moderation ended (``modx``) from it. A room's
 review queue (``rv``, ``rvq``, ``rvd``) lives the room's ttl after its last
-hold or decision.
+hold or decision. The word filter's keys (``flv``, ``fls``, ``fl:<name>``)
+never expire: a list stays until an operator deletes it.
 """
 
 from __future__ import annotations
@@ -279,6 +285,15 @@ def review_decided(room: str) -> str:
 MODERATION_VERSION = f"{GLOBAL}:modv"
 MODERATION_JOURNAL = f"{GLOBAL}:modj"
 MODERATION_ENDS = f"{GLOBAL}:modx"
+FILTERS_VERSION = f"{GLOBAL}:flv"
+FILTERS = f"{GLOBAL}:fls"
+
+
+def filter_list(name: str) -> str:
+    """One list of the word filter (under the global tag, as all of them)."""
+    return f"{GLOBAL}:fl:{name}"
+
+
 STATS_NODES = f"{GLOBAL}:stats:nodes"
 VIP = f"{GLOBAL}:vip"
 VIP_RECORDS = f"{GLOBAL}:vips"

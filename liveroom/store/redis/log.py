@@ -323,7 +323,7 @@ def _queue_pull(pipe: Pipeline | ClusterPipeline, request: PullRequest) -> None:
     and one for each anchor to check (the entry at ``after``, at ``pafter``)."""
     room = request.room
     after = f"({request.after}-0"
-    pipe.hmget(keys.meta(room), ["epoch", "seq", "ic", "ps"])
+    pipe.hmget(keys.meta(room), ["epoch", "seq", "ic", "ps", "root"])
     if request.limit > 0:
         pipe.xrevrange(keys.log(room), "+", after, count=request.limit)
     pipe.xrange(keys.important(room), after, "+")
@@ -353,7 +353,7 @@ def _build_pulled(request: PullRequest, replies: list[Any]) -> Pulled | None:
     ``limit`` entries after ``after``, then every retained important entry
     between ``after`` and the oldest of them.
     """
-    (epoch, meta_seq, meta_ic, meta_ps), *rest = replies
+    (epoch, meta_seq, meta_ic, meta_ps, root), *rest = replies
     newest_first: list[Any] = rest.pop(0) if request.limit > 0 else []
     important, personal_read, *anchors, epoch_again = rest
     if epoch != epoch_again:
@@ -407,7 +407,8 @@ def _build_pulled(request: PullRequest, replies: list[Any]) -> Pulled | None:
         phead = personal[-1].seq  # appended after the meta was read
     return Pulled(request.room, text(epoch), head, head_ic, tuple(extra + picked),
                   complete=complete, undecodable=undecodable, phead=phead,
-                  personal=tuple(personal), rewritten=rewritten)
+                  personal=tuple(personal), rewritten=rewritten,
+                  root=text(root) if root is not None else "")
 
 
 

@@ -29,7 +29,7 @@ from ..base import (
     Verdict,
     check_find,
     check_hold,
-    check_list,
+    check_held_list,
     check_settle,
     check_verdict,
     held_kind,
@@ -97,7 +97,7 @@ class RedisReview:
         return Holding(text(held_id), again=bool(int(again)), dropped=tuple(dropped))
 
     async def held(self, room: str, limit: int) -> tuple[list[Held], int]:
-        check_list(room, limit)
+        check_held_list(room, limit)
         with unavailable("reading a room's review queue"):
             (reply,) = await run_scripts(self._client, [(
                 self._list, self._keys(room)[:2], [limit])])

@@ -48,7 +48,7 @@ local now, ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
 local epoch = ARGV[2]
 local old_epoch = redis.call('HGET', meta, 'epoch')
 if old_epoch then
-  redis.call('HSET', meta, 'epoch', epoch)
+  redis.call('HSET', meta, 'epoch', epoch, 'root', epoch)
   redis.call('DEL', log, imp, KEYS[11])
   redis.call('HDEL', meta, 'by')
 else
