@@ -46,6 +46,11 @@ class Window:
         if self.limit < 1 or self.seconds < 1:
             raise ValueError(f"a rate window needs a positive limit and length: {self}")
 
+    def __reduce__(self) -> tuple[type[Window], tuple[int, int]]:
+        # Pickled with the settings a node hands its workers: compiled, a
+        # frozen class refuses the field-by-field restore pickle does.
+        return Window, (self.limit, self.seconds)
+
     @property
     def buckets(self) -> int:
         return 10 if self.seconds < 60 else 60
@@ -70,6 +75,9 @@ class RateLimits:
     """Windows counted per (room, uid); all must allow a send."""
     room_per_second: int = 0
     """Accepted sends per second in one room, all senders together; 0 is off."""
+
+    def __reduce__(self) -> tuple[type[RateLimits], tuple[tuple[Window, ...], int]]:
+        return RateLimits, (self.per_uid, self.room_per_second)  # (see Window's)
 
     @property
     def off(self) -> bool:

@@ -57,6 +57,20 @@ def test_this_run_imports_the_build_it_names() -> None:
     assert compiled == (list(build.COMPILED) if wanted == "compiled" else [])
 
 
+def test_the_settings_a_node_hands_its_workers_pickle_on_this_build() -> None:
+    """``--workers`` pickles the settings for each worker: a compiled frozen
+    class refused the restore (every worker of a compiled build exited, found
+    walking the production steps)."""
+    import pickle
+
+    from liveroom.ratelimit import RateLimits, Window
+    from liveroom.settings import Settings
+
+    settings = Settings(rate_limits=RateLimits(per_uid=(Window(5, 1), Window(30, 60)),
+                                               room_per_second=50))
+    assert pickle.loads(pickle.dumps(settings)) == settings
+
+
 def test_serve_says_which_build_it_runs_on_its_start_line_and_in_its_metrics() -> None:
     wanted = os.environ.get("LIVEROOM_TEST_BUILD", "pure")
     port = free_port()
