@@ -105,7 +105,14 @@ class Metrics:
         self.moderation_actions = Counter(
             "liveroom_moderation_actions", "Moderation through this node, by action (mute, "
             "unmute, ban, unban, slow, recall: a moderator's or the backend's; own_recall: a "
-            "sender's of its own message)", ["action"], registry=r)
+            "sender's of its own message; approve, deny: a held message's review)", ["action"],
+            registry=r)
+        self.review_held = Counter(
+            "liveroom_review_held", "Messages held for review through this node (a word "
+            "filter's or the send hook's)", registry=r)
+        self.review_dropped = Counter(
+            "liveroom_review_dropped", "Held messages a full review queue dropped (the oldest, "
+            "pushed out by a hold through this node)", registry=r)
         self.gifts = Counter("liveroom_gifts", "Gifts given through this node", registry=r)
         self.gift_value = Counter("liveroom_gift_value",
                                   "The value of the gifts given through this node (the "

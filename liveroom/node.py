@@ -30,6 +30,7 @@ from .clock import Clock, SystemClock
 from .errors import ConfigError, StoreUnavailable
 from .lograte import ServerLog
 from .metrics import Metrics
+from .review import ReviewQueue
 from .settings import Settings, env_of, flag_of
 from .store import Store, open_store
 from .whitelist import VipList
@@ -58,6 +59,8 @@ class Node:
     recvsvr: Recvsvr
     statsvr: Statsvr
     proxy: Proxy
+    review: ReviewQueue
+    """Where held messages wait for a moderator (the proxy's too)."""
     announce: Callable[[Node], None] | None = None
     generated: dict[str, str] = field(default_factory=dict)
     """Tokens this node made up because none was configured (to print them)."""
@@ -101,14 +104,18 @@ def build_node(settings: Settings, clock: Clock | None = None,
                                  clock, metrics, counters=store.counters,
                                  rooms_cached=recvsvr.__len__,
                                  rate=recvsvr.rate)
+    # Where the send path holds what a word filter or the send hook keeps
+    # back, and the moderators find it.
+    review = ReviewQueue(store.review, metrics=metrics)
     proxy = Proxy(settings, reader=recvsvr, stats=statsvr, sink=statsvr,
                   vip_list=vip_list, log=store.log, operators=store.operators,
-                  counters=store.counters, moderation=store.moderation, clock=clock,
-                  metrics=metrics, health=partial(store_health, store), forget=statsvr.forget)
+                  counters=store.counters, moderation=store.moderation, review=review,
+                  clock=clock, metrics=metrics, health=partial(store_health, store),
+                  forget=statsvr.forget)
     statsvr.count_held_polls(proxy.held_polls)
     # The automatic vip rule reads the merged trusted counts, not the online ones.
     vip_list.observe(statsvr.merge.trusted_counts, statsvr.merge.trusted)
-    return Node(settings, clock, store, metrics, vip_list, recvsvr, statsvr, proxy,
+    return Node(settings, clock, store, metrics, vip_list, recvsvr, statsvr, proxy, review,
                 announce, generated)
 
 

@@ -53,6 +53,8 @@ ONLINE_TTL = 90.0
 VIP_SHARDS = 16
 VIEWERS_THRESHOLD = 10_000
 HISTORY_TTL = 90 * 86_400.0
+REVIEW_MAX = 1_000
+"""Held messages a room's review queue keeps (``--review-max``)."""
 
 
 LOOPBACK = ("127.0.0.0/8", "::1")
@@ -401,6 +403,13 @@ class Settings:
         "(DELETE /v1/rooms/ROOM/messages/SEQ with its ticket, or its uid in open mode); "
         "moderators and the backend recall any message the room keeps.", SENDS, lo=0,
         hi=86_400)
+    review_max: int = setting(
+        REVIEW_MAX, "Messages a room's review queue holds at most (sends a word filter or the "
+        "send hook held for a moderator, GET /v1/admin/rooms/ROOM/review): one more drops "
+        "the oldest, counted in liveroom_review_dropped_total and logged. As many decisions "
+        "are remembered besides, so a repeated approval answers the same. Held messages "
+        "expire --room-ttl after the room's last hold or decision.", SENDS, lo=1,
+        hi=100_000)
 
     # -- likes and gifts ---------------------------------------------------------------------
     likes_flush: float = setting(
@@ -673,6 +682,7 @@ class Settings:
             durable_replicas=self.durable_replicas,
             durable_timeout_ms=int(self.durable_timeout * 1000),
             history_ttl_ms=int(self.history_ttl * 1000),
+            review_max=self.review_max,
         )
 
 

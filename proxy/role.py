@@ -5,7 +5,9 @@ roles through their interfaces (:mod:`liveroom.roles`: a room reader, a stats
 reader, a heartbeat sink), the store's message log and operators, and the
 settings; from them it builds what serves a listener (the holds, polls,
 sends, tickets and the front), the operators' API and the pages, and hands
-the node one aiohttp application and one listening site.
+the node one aiohttp application and one listening site. The review queue
+(:class:`~liveroom.review.ReviewQueue`) is the node's, given to the proxy:
+its sender path holds messages in it, its moderators decide them.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from liveroom.clock import Clock
 from liveroom.errors import Banned, ConfigError
 from liveroom.metrics import Metrics
 from liveroom.ratelimit import UidWindows
+from liveroom.review import ReviewQueue
 from liveroom.roles import HeartbeatSink, RoomReader, StatsReader
 from liveroom.settings import Settings
 from liveroom.store.base import Counters, MessageLog, ModerationStore, Operators
@@ -40,6 +43,7 @@ from .likes.likes import Likes
 from .likes.route import LikeRoute
 from .likes.taps import Taps
 from .moderation.recall import Recalls
+from .moderation.review import Reviews
 from .moderation.routes import ModerationRoutes
 from .moderation.rules import Moderation
 from .polls.context import ContextSigner
@@ -71,7 +75,8 @@ class Proxy:
     def __init__(self, settings: Settings, *, reader: RoomReader, stats: StatsReader,
                  sink: HeartbeatSink, vip_list: VipList, log: MessageLog,
                  operators: Operators, counters: Counters, moderation: ModerationStore,
-                 clock: Clock, metrics: Metrics, health: Callable[[], Awaitable[str | None]],
+                 review: ReviewQueue, clock: Clock, metrics: Metrics,
+                 health: Callable[[], Awaitable[str | None]],
                  forget: Callable[[str, str], None] = lambda room, uid: None) -> None:
         self.settings = settings
         tokens = Tokens(admin=_given(settings.admin_token, "admin_token"),
@@ -102,7 +107,7 @@ class Proxy:
                            signer, clock, metrics, is_vip=vip_list.is_vip, tickets=self.tickets,
                            likes=self.likes, ranking=self.ranking, rules=self.moderation.rules)
         self.sends = Sends(settings, log, tokens, clock, metrics, tickets=self.tickets,
-                           moderation=self.moderation)
+                           moderation=self.moderation, review=review)
         # What the cost table's rows ask of a route's room (a like in a room
         # that exists), asked of the room cache as a first poll asks it.
         gate = RoomGate(reader)
@@ -142,8 +147,9 @@ class Proxy:
         self.recalls = Recalls(log, tokens, self.moderation, clock,
                                recall_window=settings.recall_window, tickets=self.tickets,
                                windows=settings.rate_limits.per_uid)
+        self.reviews = Reviews(review.store, log, self.moderation, clock)
         self.moderators = ModerationRoutes(self.moderation, moderation, tokens, clock,
-                                           self.recalls, operators, reader)
+                                           self.recalls, operators, reader, self.reviews)
         self.operators = OperatorRoutes(operators, tokens, clock, settings, stats=stats,
                                         reader=reader, log=log, vip_list=vip_list)
 

@@ -30,11 +30,11 @@ from liveroom.settings_docs import spliced
 class Sample:
     """A request a route takes, as the hostile suite sends it: ``{uid}`` in
     the query and the body's strings stands for a uid; the path's
-    parameters take a room, a uid, ``1`` for a seq and a file the node
-    serves. ``token``: the credential it carries where it has one to give:
-    ``listener`` (a uid of its own: the query's or body's in ``open`` mode,
-    a ticket in ``ticket`` mode), ``publisher``, ``admin`` or ``metrics``
-    ("": none)."""
+    parameters take a room, a uid, ``1`` for a seq (and for a held
+    message's id) and a file the node serves. ``token``: the credential it
+    carries where it has one to give: ``listener`` (a uid of its own: the
+    query's or body's in ``open`` mode, a ticket in ``ticket`` mode),
+    ``publisher``, ``admin`` or ``metrics`` ("": none)."""
 
     query: str = ""
     body: Mapping[str, object] | None = None
@@ -134,10 +134,12 @@ COSTS: Final = (
         "store: one log entry (the room's log is capped; important ones kept their "
         "window, personal ones to the room's cap), its client_msg_id for --dedup-ttl, "
         "and a new room's keys until --empty-room-ttl (its sender's alone) or "
+        "--room-ttl; or, held for review (a word filter's or the send hook's call), one "
+        "message in the room's review queue (its oldest dropped past --review-max) until "
         "--room-ttl. Node: the message in the room's cache",
         ("rate_limits", "room_rate_limit", "rooms_per_uid", "rooms_per_address",
          "rooms_per_node", "max_message_bytes", "log_cap", "personal_hard_cap",
-         "personal_node_cap", "dedup_ttl", "room_ttl", "empty_room_ttl"),
+         "personal_node_cap", "dedup_ttl", "room_ttl", "empty_room_ttl", "review_max"),
         room=CREATES,
         sample=Sample(body={"uid": "{uid}", "body": "hi"}, token="listener"), keeps=_NEW_ROOM,
         cpu_us=_HOT),
@@ -249,6 +251,19 @@ COSTS: Final = (
     RouteCost("PUT /v1/admin/rooms/{room}/slow", _ADMIN,
               "store: the room's slow mode and an audit entry", ("history_ttl",), room=ANY,
         sample=Sample(body={"seconds": 5}, token="admin")),
+    RouteCost("GET /v1/admin/rooms/{room}/review", _ADMIN, _NOTHING, room=ANY,
+        sample=_AS_ADMIN),
+    RouteCost("POST /v1/admin/rooms/{room}/review/{id}/approve", _ADMIN,
+              "store: the held message appended to the room's log as its sender's send (the "
+              "room's keys if it had none, as a send's), its decision among the room's "
+              "latest --review-max until --room-ttl, and an audit entry",
+              ("review_max", "room_ttl", "log_cap", "history_ttl"), room=CREATES,
+        sample=_AS_ADMIN),
+    RouteCost("POST /v1/admin/rooms/{room}/review/{id}/deny", _ADMIN,
+              "store: the held message's decision (its body dropped) among the room's latest "
+              "--review-max until --room-ttl, and an audit entry",
+              ("review_max", "room_ttl", "history_ttl"), room=ANY,
+        sample=_AS_ADMIN),
 )
 """Every route of a node, one row each."""
 

@@ -71,7 +71,7 @@ def request_bytes(row: RouteCost, room: str, uid: str, creds: Credentials | None
     mode a listener's uid is its ticket's)."""
     method, _, template = row.route.partition(" ")
     path = template.replace("{room}", quote(room)).replace("{seq}", "1").replace(
-        "{uid}", quote(uid))
+        "{id}", "1").replace("{uid}", quote(uid))
     files = STATIC_FILE.get(template)
     if files is not None:
         path = template

@@ -9,8 +9,9 @@ The commands: :mod:`.serve`; :mod:`.secrets`, a deployment's fresh secrets;
 :mod:`.ticket`, a ticket signed as the backend signs them; :mod:`.operators`,
 the ``vip`` and ``room`` groups; :mod:`.listen`; :mod:`.send` (with ``like``,
 ``gift`` and ``leaderboard``); :mod:`.moderation` (``recall``, ``mute``...
-``moderation``). What they share: :mod:`.options`, :mod:`.credentials`,
-:mod:`.calls` and :mod:`.times`. Each command imports what only it needs when
+``moderation``); :mod:`.review` (``review``, the held messages). What they
+share: :mod:`.options`, :mod:`.credentials`, :mod:`.calls` and
+:mod:`.times`. Each command imports what only it needs when
 it runs: ``ticket`` signs without aiohttp, ``send`` and ``listen`` are clients
 (aiohttp's) that load nothing of the server, and only ``serve`` imports the
 roles (tests/faces/test_packaging.py).
@@ -21,7 +22,7 @@ from __future__ import annotations
 import click
 
 from .. import __version__
-from . import listen, moderation, operators, secrets, send, serve, ticket
+from . import listen, moderation, operators, review, secrets, send, serve, ticket
 from .options import DEFAULT_URL, TICKET_ENV, UID_ENV, URL_ENV
 from .times import MODERATION_SECONDS_MAX, duration_text, seconds_of
 
@@ -45,5 +46,6 @@ def main() -> None:
 for command in (serve.serve, secrets.secrets_command, ticket.ticket, operators.vip,
                 operators.room, listen.listen, send.send, send.like, send.gift,
                 send.leaderboard, moderation.recall, moderation.mute, moderation.unmute,
-                moderation.ban, moderation.unban, moderation.slow, moderation.moderation):
+                moderation.ban, moderation.unban, moderation.slow, moderation.moderation,
+                review.review):
     main.add_command(command)

@@ -286,6 +286,10 @@ def _action_text(entry: AuditEntry) -> str:
         lane, _, seq = target.partition(":")
         text = {"room": f"recall message {seq}",
                 "personal": f"recall personal message p{seq}"}.get(lane, f"recall {target}")
+    elif action in ("approve", "deny"):  # the reason is why it was held
+        uid, _, held_id = target.partition(":")
+        return f"{action} held message {held_id} of {uid}" + (
+            f" (held for: {entry.reason})" if entry.reason else "")
     else:
         text = f"{action} {target}".rstrip()
     return text + (f": {entry.reason}" if entry.reason else "")

@@ -52,7 +52,8 @@ if TYPE_CHECKING:
 def send(room_name: str, text: str, uid: str | None, important: bool, to: str | None,
          as_json: bool, client_msg_id: str | None, ticket: str | None, token: str | None,
          url: str) -> None:
-    """Send TEXT to ROOM and print its seq (with --to, a line saying its pseq).
+    """Send TEXT to ROOM and print its seq (with --to, a line saying its pseq;
+    held for review by a word filter or the send hook, a line saying so).
 
     The body is TEXT as a string (or, with --json, the JSON value TEXT is). A
     rate limit (429) or a busy server (503) is waited out (its Retry-After) and
@@ -120,6 +121,9 @@ def send(room_name: str, text: str, uid: str | None, important: bool, to: str | 
             if fallback is None or exc.status != 401:
                 raise
             sent = await sent_by(fallback)  # a ticket server: the backend's token, said
+        if sent.held is not None:
+            return (f"held for review as message {sent.held} of {room_name}'s queue: not "
+                    f"sent until a moderator approves it (`liveroom review {room_name}`)")
         if sent.private is False:
             click.echo(f"-- not private: the server runs --auth open, where any client "
                        f"can read {to}'s personal messages (--auth ticket makes them "

@@ -166,7 +166,9 @@ class Cursor:
 @dataclass(frozen=True, slots=True)
 class Sent:
     """A send's answer: the message's place in the room's log (a personal
-    message's: in the room's personal sequence, ``seq`` 0)."""
+    message's: in the room's personal sequence, ``seq`` 0); or, for a send
+    held for review, its id in the room's review queue (``held``; ``seq``
+    0, ``epoch`` ``""``)."""
 
     seq: int
     epoch: str
@@ -175,6 +177,11 @@ class Sent:
     private: bool | None = None
     """A personal message: whether only its addressee can read it (false on
     a server in open mode, where any client can); ``None`` for a room message."""
+    held: str | None = None
+    """A word filter or the send hook kept it back for a moderator (202): not
+    stored yet, and nobody else sees it; show it as pending. Approved, it
+    comes like any message (then with its sender's uid and a ``seq``);
+    denied, never."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -436,9 +443,11 @@ class AuditEntry:
     by: str
     """Who: ``admin``, ``publisher`` or ``uid:<uid>`` (a sender's own recall)."""
     action: str
-    """``mute``, ``unmute``, ``ban``, ``unban``, ``slow`` or ``recall``."""
+    """``mute``, ``unmute``, ``ban``, ``unban``, ``slow``, ``recall``, or
+    ``approve`` and ``deny`` (a held message's review)."""
     target: str
-    """The uid; for a recall the message, ``room:<seq>``; ``""`` for slow."""
+    """The uid; for a recall the message, ``room:<seq>``; for an approval or
+    a denial the held message, ``<uid>:<id>``; ``""`` for slow."""
     seconds: int
     """A mute's or ban's duration (0: a ban until lifted), slow mode's
     seconds (0: lifted); 0 for the others."""
@@ -463,3 +472,76 @@ class RoomModeration:
     """How many bans are in force."""
     audit: tuple[AuditEntry, ...]
     """The current broadcast's actions, newest first."""
+
+
+@dataclass(frozen=True, slots=True)
+class HeldMessage:
+    """A message waiting in a room's review queue."""
+
+    id: str
+    """Its id in the room's queue."""
+    uid: str
+    """Its sender."""
+    kind: str
+    """``normal``, ``important`` or ``personal``."""
+    body: Any
+    at_ms: int
+    """When its send was accepted (Unix ms)."""
+    why: str
+    """Why it was held (a word filter's or the send hook's words)."""
+    to: str | None = None
+    """A personal message's addressee."""
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any]) -> HeldMessage:
+        return cls(str(doc["id"]), str(doc["uid"]), str(doc["kind"]), doc["body"],
+                   int(doc["at_ms"]), str(doc["why"]), _text_or_none(doc.get("to")))
+
+
+@dataclass(frozen=True, slots=True)
+class ReviewQueue:
+    """A room's held messages (``GET /v1/admin/rooms/{room}/review``)."""
+
+    room: str
+    count: int
+    """How many wait in all."""
+    held: tuple[HeldMessage, ...]
+    """The oldest first, as many as asked for."""
+
+
+@dataclass(frozen=True, slots=True)
+class Approved:
+    """An approval's answer: where the held message was stored, as its
+    sender's."""
+
+    room: str
+    id: str
+    uid: str
+    """Its sender."""
+    epoch: str
+    seq: int
+    """Its seq (a personal message's: its position in the room's personal
+    sequence)."""
+    kind: str
+    """``normal``, ``important`` or ``personal``."""
+    to: str | None = None
+    """A personal message's addressee."""
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any]) -> Approved:
+        """From the server's answer: ``seq``, ``iseq`` (important) or
+        ``pseq`` (personal)."""
+        kind = "personal" if "pseq" in doc else "important" if "iseq" in doc else "normal"
+        seq = doc.get("pseq", doc.get("iseq", doc.get("seq")))
+        return cls(str(doc["room"]), str(doc["id"]), str(doc["uid"]), str(doc["epoch"]),
+                   int(seq), kind, _text_or_none(doc.get("to")))
+
+
+@dataclass(frozen=True, slots=True)
+class Denied:
+    """A denial's answer: the held message is dropped."""
+
+    room: str
+    id: str
+    uid: str
+    """Its sender."""

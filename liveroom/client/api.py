@@ -14,12 +14,15 @@ from urllib.parse import quote
 import aiohttp
 
 from .answers import (
+    Approved,
     AuditEntry,
     Broadcast,
     BroadcastEnded,
     BroadcastStarted,
     Cursor,
+    Denied,
     Given,
+    HeldMessage,
     LiveNode,
     LiveRoom,
     Members,
@@ -28,6 +31,7 @@ from .answers import (
     Recalled,
     RecalledPersonal,
     Retry,
+    ReviewQueue,
     RoomModeration,
     RoomSect,
     RoomStats,
@@ -191,6 +195,9 @@ class Client:
         ``client_msg_id`` (made up when not given), so a send the server
         stored before the connection dropped is not stored twice. Then the
         last failure is raised (:class:`ApiError`, :class:`Unreachable`).
+        A send kept back for review (a word filter's or the send hook's
+        call) returns ``Sent.held``, its id: not stored until a moderator
+        approves it.
         """
         doc: dict[str, Any] = {"body": body, "important": important or to is not None,
                                "client_msg_id": client_msg_id or secrets.token_urlsafe(16)}
@@ -204,6 +211,8 @@ class Client:
         for attempt in range(retries + 1):
             try:
                 sent = await self._call("POST", path, json=doc, headers=headers)
+                if "held" in sent:
+                    return Sent(0, "", held=str(sent["held"]))
                 if to is not None:
                     private = sent.get("private")  # absent from an older server
                     return Sent(0, str(sent["epoch"]), int(sent["pseq"]),
@@ -473,6 +482,38 @@ class Client:
         return RoomModeration(str(doc["room"]), int(doc["slow"]), int(doc["muted"]),
                               int(doc["banned"]),
                               tuple(AuditEntry.from_doc(e) for e in doc["audit"]))
+
+
+    # -- the review queue ------------------------------------------------------------
+
+    def _held_path(self, room: str, held_id: str, verdict: str) -> str:
+        if not isinstance(held_id, str) or not held_id.isascii() or not held_id.isdigit():
+            raise ValueError(f"a held message's id is its digits, not {held_id!r}")
+        return self._moderation_path(room, f"review/{held_id}/{verdict}")
+
+    async def held(self, room: str, limit: int = 100) -> ReviewQueue:
+        """``room``'s messages held for review, oldest first, at most
+        ``limit`` (1-1000), and how many wait in all (the admin token)."""
+        doc = await self._call("GET", self._moderation_path(room, "review"),
+                               params={"limit": str(limit)}, headers=self._admin())
+        return ReviewQueue(str(doc["room"]), int(doc["count"]),
+                           tuple(HeldMessage.from_doc(h) for h in doc["held"]))
+
+    async def approve(self, room: str, held_id: str) -> Approved:
+        """Approve held message ``held_id`` of ``room``: stored now as its
+        sender's, every listener gets it. Approving twice answers the same;
+        a message denied, or whose sender is muted or banned now, is a 409
+        (the latter stays held)."""
+        doc = await self._call("POST", self._held_path(room, held_id, "approve"),
+                               headers=self._admin())
+        return Approved.from_doc(doc)
+
+    async def deny(self, room: str, held_id: str) -> Denied:
+        """Deny held message ``held_id`` of ``room``: it is dropped. Denying
+        twice answers the same; a message approved is a 409."""
+        doc = await self._call("POST", self._held_path(room, held_id, "deny"),
+                               headers=self._admin())
+        return Denied(str(doc["room"]), str(doc["id"]), str(doc["uid"]))
 
 
 def why_unreachable(exc: BaseException, read_for: float) -> str:

@@ -3,8 +3,9 @@
 One contract per module, each with its value types and checks:
 :mod:`.log` (the message log and the notifier), :mod:`.stats` (statsvr's
 tables), :mod:`.operators` (sect records, the start and end of a broadcast),
-:mod:`.counters` (likes and gifts) and :mod:`.moderation` (mutes, bans, slow
-mode and their audit). This module holds the :class:`Store` that reaches
+:mod:`.counters` (likes and gifts), :mod:`.moderation` (mutes, bans, slow
+mode and their audit) and :mod:`.review` (held messages waiting for a
+moderator). This module holds the :class:`Store` that reaches
 them all, and re-exports everything they define: callers import it from here.
 
 Two engines implement them side by side: :mod:`.memory` (the embedded default,
@@ -68,6 +69,22 @@ from .operators import Operators as Operators
 from .operators import PastBroadcast as PastBroadcast
 from .operators import Started as Started
 from .operators import VipSwap as VipSwap
+from .review import KINDS as KINDS
+from .review import LIST_MAX as LIST_MAX
+from .review import REVIEW_MAX as REVIEW_MAX
+from .review import VERDICTS as VERDICTS
+from .review import WHY_MAX as WHY_MAX
+from .review import Held as Held
+from .review import Holding as Holding
+from .review import ReviewStore as ReviewStore
+from .review import Verdict as Verdict
+from .review import check_find as check_find
+from .review import check_hold as check_hold
+from .review import check_id as check_id
+from .review import check_list as check_list
+from .review import check_settle as check_settle
+from .review import check_verdict as check_verdict
+from .review import held_kind as held_kind
 from .stats import RANKED_ROOMS_MAX as RANKED_ROOMS_MAX
 from .stats import SERIES_RESOLUTIONS as SERIES_RESOLUTIONS
 from .stats import Announcement as Announcement
@@ -107,6 +124,9 @@ class Store(Protocol):
 
     @property
     def moderation(self) -> ModerationStore: ...
+
+    @property
+    def review(self) -> ReviewStore: ...
 
     async def start(self) -> None:
         """Connect and start background tasks (notify listener, probes, expiry)."""

@@ -31,6 +31,7 @@ from ..settings import (
     LOG_CAP,
     PERSONAL_HARD_CAP,
     PERSONAL_NODE_CAP,
+    REVIEW_MAX,
     ROOM_TTL,
 )
 
@@ -88,6 +89,9 @@ class LogPolicy:
     ``Counters``) and its moderation (``ModerationStore``: longer while
     a sanction lasts) live after their last write: the viewers history's
     keeping (``--history-ttl``)."""
+    review_max: int = REVIEW_MAX
+    """Held messages a room's review queue keeps (``ReviewStore``: one more
+    drops the oldest), and decisions it remembers besides."""
 
 
 @dataclass(frozen=True, slots=True)

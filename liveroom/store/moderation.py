@@ -15,7 +15,7 @@ from typing import Protocol
 
 from ..model import MAX_INT, is_digits, is_name, is_room
 
-MODERATION_ACTIONS = ("mute", "unmute", "ban", "unban", "slow", "recall")
+MODERATION_ACTIONS = ("mute", "unmute", "ban", "unban", "slow", "recall", "approve", "deny")
 """What :meth:`ModerationStore.act` does (``AuditEntry.action``)."""
 SANCTION_SECONDS_MAX = 30 * 86_400
 """The longest mute or ban (and slow mode's longest gap), in seconds: 30 days."""
@@ -77,11 +77,13 @@ class AuditEntry:
     action: str
     """One of :data:`MODERATION_ACTIONS`."""
     target: str
-    """The uid; for ``"recall"`` the message's ``"<lane>:<seq>"``; ``""``
-    for ``"slow"``."""
+    """The uid; for ``"recall"`` the message's ``"<lane>:<seq>"``; for
+    ``"approve"`` and ``"deny"`` the held message's ``"<uid>:<id>"`` (its
+    sender, its id in the room's review queue); ``""`` for ``"slow"``."""
     seconds: int
     """The duration given: a mute's or ban's (0: a ban until lifted), slow
-    mode's gap (0: lifted); 0 for ``unmute``, ``unban`` and ``recall``."""
+    mode's gap (0: lifted); 0 for ``unmute``, ``unban``, ``recall``,
+    ``approve`` and ``deny``."""
     reason: str
 
 
@@ -104,6 +106,11 @@ def _check_int(what: str, value: object, low: int, high: int) -> None:
         raise ValueError(f"{what} must be an int in {low}..{high}, not {value!r}")
 
 
+_TARGETS = {"slow": "''", "recall": "'<lane>:<seq>'", "approve": "'<uid>:<id>'",
+                    "deny": "'<uid>:<id>'"}
+"""The actions whose target is no uid, and what it is."""
+
+
 def check_act(room: str, entry: AuditEntry, now_ms: int) -> None:
     """Raise ``ValueError`` unless :meth:`ModerationStore.act` may apply ``entry``
     to ``room`` (its rules are the ones listed there)."""
@@ -121,17 +128,17 @@ def check_act(room: str, entry: AuditEntry, now_ms: int) -> None:
         raise ValueError(f"by must be 'admin', 'publisher' or 'uid:<uid>', not {by!r}")
     if action == "slow":
         ok_target = target == ""
-    elif action == "recall":
-        lane, sep, seq = target.partition(":") if isinstance(target, str) else ("", "", "")
-        ok_target = bool(sep) and is_name(lane) and is_digits(seq)
+    elif action in _TARGETS:
+        name, sep, number = target.partition(":") if isinstance(target, str) else ("", "", "")
+        ok_target = bool(sep) and is_name(name) and is_digits(number)
     else:
         ok_target = isinstance(target, str) and is_name(target)
     if not ok_target:
         raise ValueError(f"target of {action} must be "
-                         + {"slow": "''", "recall": "'<lane>:<seq>'"}.get(
-                             action, "a uid, [A-Za-z0-9_.-]{1,64}") + f", not {target!r}")
+                         + _TARGETS.get(action, "a uid, [A-Za-z0-9_.-]{1,64}")
+                         + f", not {target!r}")
     low = 1 if action == "mute" else 0
-    high = 0 if action in ("unmute", "unban", "recall") else SANCTION_SECONDS_MAX
+    high = SANCTION_SECONDS_MAX if action in ("mute", "ban", "slow") else 0
     _check_int(f"seconds of {action}", seconds, low, high)
     reason = entry.reason
     if not isinstance(reason, str) or len(reason) > REASON_MAX:
@@ -234,14 +241,18 @@ class ModerationStore(Protocol):
         - ``slow`` sets the room's slow mode to ``seconds`` (0 lifts it).
         - ``recall`` changes nothing but the audit (``target`` names the
           message, ``"<lane>:<seq>"``: the caller removes it).
+        - ``approve`` and ``deny`` change nothing but the audit either
+          (``target`` names a held message, ``"<uid>:<id>"``: the caller
+          decides it in the room's review queue).
 
         Raises ``ValueError``, storing nothing, for: a room or uid that is not
         a name (``[A-Za-z0-9_.-]{1,64}``, a room not only dots), an action not
         in :data:`MODERATION_ACTIONS`, ``by`` not ``"admin"``,
         ``"publisher"`` or ``"uid:<uid>"``, a recall's target not
-        ``"<lane>:<seq>"`` (a name, digits), slow's not ``""``, ``seconds``
-        out of 0..:data:`SANCTION_SECONDS_MAX` (1.. for a mute, 0 for
-        ``unmute``, ``unban`` and ``recall``), a reason over
+        ``"<lane>:<seq>"`` (a name, digits), an approval's or denial's not
+        ``"<uid>:<id>"``, slow's not ``""``, ``seconds`` out of
+        0..:data:`SANCTION_SECONDS_MAX` (1.. for a mute, 0 for ``unmute``,
+        ``unban``, ``recall``, ``approve`` and ``deny``), a reason over
         :data:`REASON_MAX` characters, ``at_ms`` or ``now_ms`` not an int
         in 0..2**53-1. Raises :class:`SanctionsFull` (a ``ValueError``,
         storing nothing) for a new uid's mute (ban) when the room holds

@@ -16,6 +16,10 @@ for the publisher's):
 - ``GET /v1/admin/rooms/{room}/moderation?limit=N`` (1 to 1000, default 100):
   the room's slow mode and the audit of its current broadcast, newest first;
   with ``&broadcast=N``, the audit archived with ended broadcast N.
+- ``GET /v1/admin/rooms/{room}/review?limit=N`` (1 to 1000, default 100):
+  the room's held messages, oldest first; ``POST .../review/{id}/approve``
+  stores one as its sender's (201), ``POST .../review/{id}/deny`` drops it
+  (:mod:`.review`).
 - ``GET /v1/admin/rooms/{room}/messages?limit=N`` (1 to 100, default 50): the
   room's latest messages as this node holds them, normal and important in
   one list by seq, recalled ones as their tombstones: what a moderator picks
@@ -43,6 +47,7 @@ from liveroom.model import check_name, parse_count
 from liveroom.roles import RoomReader
 from liveroom.store.base import (
     AUDIT_KEPT,
+    LIST_MAX,
     AuditEntry,
     ModerationStore,
     Operators,
@@ -55,6 +60,7 @@ from liveroom.store.base import (
 from ..auth import Right, Tokens
 from ..responses import document
 from .recall import Recalls
+from .review import LIST_DEFAULT, Reviews
 from .rules import Moderation
 
 logger = logging.getLogger("liveroom.proxy.moderation")
@@ -109,9 +115,10 @@ class ModerationRoutes:
 
     def __init__(self, moderation: Moderation, store: ModerationStore, tokens: Tokens,
                  clock: Clock, recalls: Recalls, operators: Operators,
-                 reader: RoomReader) -> None:
+                 reader: RoomReader, reviews: Reviews) -> None:
         self.moderation = moderation
         self.recalls = recalls
+        self.reviews = reviews
         self._operators = operators
         self._reader = reader
         self._store = store
@@ -128,6 +135,9 @@ class ModerationRoutes:
         app.router.add_get("/v1/admin/rooms/{room}/messages", self.messages)
         app.router.add_delete("/v1/rooms/{room}/messages/{seq}", self.recall)
         app.router.add_delete("/v1/rooms/{room}/personal/{seq}", self.recall_personal)
+        app.router.add_get("/v1/admin/rooms/{room}/review", self.held)
+        app.router.add_post("/v1/admin/rooms/{room}/review/{id}/approve", self.approve)
+        app.router.add_post("/v1/admin/rooms/{room}/review/{id}/deny", self.deny)
 
     def _now_ms(self) -> int:
         return int(self._clock.time() * 1000)
@@ -236,3 +246,18 @@ class ModerationRoutes:
                                 key=_seq))
         return document(request, {"room": room, "epoch": snap.epoch, "seq": snap.head,
                                   "messages": [orjson.loads(i.json) for i in held[-limit:]]})
+
+    async def held(self, request: web.Request) -> web.StreamResponse:
+        room = self._admin(request)
+        raw = request.query.get("limit")
+        limit = LIST_DEFAULT if raw is None else parse_count("limit", raw, 1, LIST_MAX)
+        return document(request, await self.reviews.listing(room, limit))
+
+    async def approve(self, request: web.Request) -> web.StreamResponse:
+        room = self._admin(request)
+        return document(request, await self.reviews.approve(room, request.match_info["id"]),
+                        status=201)
+
+    async def deny(self, request: web.Request) -> web.StreamResponse:
+        room = self._admin(request)
+        return document(request, await self.reviews.deny(room, request.match_info["id"]))

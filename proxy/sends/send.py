@@ -19,6 +19,13 @@ sender, per their ticket's uid; the backend's tokens are not.
 client address, per node; a place held before the append, freed when it
 created nothing).
 
+**Held for review.** A send that a word filter or the backend's send hook
+keeps back is not stored: it goes to the room's review queue
+(:attr:`Sends.review`, ``ReviewQueue.hold``) and its sender is answered
+202 ``{"held": "<id>"}`` (:func:`held_reply`); a moderator approves it
+(stored then, as its sender's) or denies it. Nobody but its sender and the
+moderators knows of it.
+
 **Personal messages are private in ticket mode only.** A poll in ``open``
 mode names its uid and proves nothing, so anybody can read ``uid=alice``'s
 personal messages. They are accepted there (the quick start uses them), and
@@ -48,6 +55,7 @@ from liveroom.errors import (
 from liveroom.metrics import Metrics
 from liveroom.model import NewMessage
 from liveroom.ratelimit import RateLimits
+from liveroom.review import ReviewQueue
 from liveroom.settings import Settings
 from liveroom.store.base import AppendAtOnce, Appended, MessageLog
 
@@ -76,7 +84,8 @@ class Sends:
 
     def __init__(self, settings: Settings, log_: MessageLog, tokens: Tokens, clock: Clock,
                  metrics: Metrics, *, tickets: Tickets | None = None,
-                 moderation: Moderation | None = None) -> None:
+                 moderation: Moderation | None = None,
+                 review: ReviewQueue | None = None) -> None:
         self.settings = settings
         self._log = log_
         self.tokens = tokens
@@ -86,6 +95,10 @@ class Sends:
         self.moderation = moderation
         """The node's moderation: a muted or banned uid's sends are refused,
         a slow room's counted in one more window (None: none)."""
+        self.review = review
+        """Where a send kept back for review is held (``await
+        review.hold(room, message, why)``, then :func:`held_reply`); None:
+        none (a node without one holds nothing)."""
         self._clock = clock
         self._metrics = metrics
         self._tally = metrics.tally(
@@ -241,6 +254,14 @@ class Sends:
                 appended.seq, _dumps(appended.epoch), _dumps(to),
                 b"true" if private else b"false")
         return Reply(201, body, JSON_UTF8)
+
+
+def held_reply(held_id: str, accept: str) -> Reply:
+    """The answer to a send held for review: 202 ``{"held": "<id>"}`` (its id
+    in the room's review queue), in the format the sender asked for."""
+    if wants_msgpack(accept):
+        return document_reply({"held": held_id}, use_msgpack=True, status=202)
+    return Reply(202, b'{"held":%b}' % _dumps(held_id), JSON_UTF8)
 
 
 _STORED: Final = 0

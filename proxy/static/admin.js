@@ -18,6 +18,8 @@
 //   GET  /v1/admin/rooms/{room}/muted, .../banned                      those in force
 //   PUT  /v1/admin/rooms/{room}/slow       slow mode (0 lifts it)
 //   GET  /v1/admin/rooms/{room}/moderation its slow mode and audit, newest first
+//   GET  /v1/admin/rooms/{room}/review     its messages held for review, oldest first
+//   POST /v1/admin/rooms/{room}/review/{id}/approve|deny   decide one (after a confirmation)
 //
 // The token is asked once and kept in sessionStorage: this tab only, gone
 // when it closes. A refused token (401, or 403 for the publisher token)
@@ -439,6 +441,7 @@ async function onConfirmClosed() {
 
 const RECENT_LIMIT = 20;
 const AUDIT_LIMIT = 20;
+const HELD_LIMIT = 50;
 
 /** "45 s", "10 min", "1 h 30 min", "2 d 3 h": a duration as people read it. */
 function duration(seconds) {
@@ -479,11 +482,12 @@ let moderationShown = 0; // the last of them drawn
 async function refreshModeration() {
   const room = state.room;
   const asked = (moderationAsked += 1);
-  const [recent, muted, banned, audit] = await Promise.all([
+  const [recent, muted, banned, audit, held] = await Promise.all([
     guarded(() => api("GET", roomPath(room, "messages"), { limit: RECENT_LIMIT })),
     guarded(() => api("GET", roomPath(room, "muted"))),
     guarded(() => api("GET", roomPath(room, "banned"))),
     guarded(() => api("GET", roomPath(room, "moderation"), { limit: AUDIT_LIMIT })),
+    guarded(() => api("GET", roomPath(room, "review"), { limit: HELD_LIMIT })),
   ]);
   // A read that began before an action must not draw what it undid.
   if (room !== state.room || asked < moderationShown) return;
@@ -495,6 +499,7 @@ async function refreshModeration() {
     showSlow(audit.slow);
     showAudit(audit.audit);
   }
+  if (held) showHeld(held);
 }
 
 function showRecent(messages) {
@@ -526,6 +531,46 @@ function showRecent(messages) {
     return li;
   }));
   $("recent-empty").hidden = messages.length > 0;
+}
+
+/** The messages held for review (a word filter's or the send hook's), oldest
+ * first, each with Approve and Deny. Nobody else sees them. */
+function showHeld(queue) {
+  const key = queue.held.map((h) => h.id).join(" ");
+  redraw($("held"), key, () => queue.held.map((h) => {
+    const li = document.createElement("li");
+    li.dataset.id = h.id;
+    li.dataset.uid = h.uid;
+    const when = document.createElement("time");
+    when.dateTime = new Date(h.at_ms).toISOString();
+    when.textContent = clock(h.at_ms);
+    const who = document.createElement("span");
+    who.className = "uid";
+    who.textContent = h.uid;
+    const text = document.createElement("span");
+    text.className = "text";
+    const lane = h.kind === "important" ? "★ " : h.kind === "personal" ? `to ${h.to}: ` : "";
+    text.textContent = `${lane}${bodyText(h.body)}`;
+    const why = document.createElement("span");
+    why.className = "why";
+    why.textContent = h.why;
+    const approve = document.createElement("button");
+    approve.type = "button";
+    approve.className = "approve";
+    approve.dataset.verdict = "approve";
+    approve.textContent = "approve";
+    const deny = document.createElement("button");
+    deny.type = "button";
+    deny.className = "danger deny";
+    deny.dataset.verdict = "deny";
+    deny.textContent = "deny";
+    li.append(when, who, text, why, approve, deny);
+    return li;
+  }));
+  const more = queue.count - queue.held.length;
+  $("held-count").textContent = queue.count
+    ? `${queue.count} waiting, oldest first${more > 0 ? ` (${more} more not shown)` : ""}` : "";
+  $("held-empty").hidden = queue.count > 0;
 }
 
 function showSanctions(kind, sanctions) {
@@ -572,8 +617,12 @@ function showSlow(seconds) {
 }
 
 function auditText(entry) {
-  const target = entry.action === "recall" ? `message ${entry.target.replace(/^room:/, "")}`
-    : entry.target;
+  let target = entry.target;
+  if (entry.action === "recall") target = `message ${entry.target.replace(/^room:/, "")}`;
+  else if (entry.action === "approve" || entry.action === "deny") {
+    const [uid, id] = entry.target.split(":");
+    target = `held message ${id} of ${uid}`;
+  }
   let what = `${entry.action}${target ? ` ${target}` : ""}`;
   if (entry.action === "slow") what = entry.seconds ? `slow mode ${duration(entry.seconds)}` : "slow mode off";
   else if (entry.action === "ban") what += entry.seconds ? ` for ${duration(entry.seconds)}` : " until lifted";
@@ -657,6 +706,41 @@ async function onRecallClosed() {
   await moderate(asked.button,
     () => api("DELETE", `/v1/rooms/${encodeURIComponent(asked.room)}/messages/${asked.seq}`),
     (doc) => `Message ${doc.seq} of ${doc.uid} recalled in ${doc.room}.`);
+}
+
+/** The decision the moderator asked for, once confirmed. */
+let pendingReview = null;
+
+/** Approve or deny a held message: asked first, as a recall is (neither can be undone). */
+function onHeld(event) {
+  const button = event.target.closest("button[data-verdict]");
+  if (!button) return;
+  const li = button.closest("li[data-id]");
+  const verdict = button.dataset.verdict;
+  pendingReview = { button, room: state.room, id: li.dataset.id, verdict };
+  $("review-verdict").textContent = verdict === "approve" ? "Approve" : "Deny";
+  $("review-id").textContent = li.dataset.id;
+  $("review-uid").textContent = li.dataset.uid;
+  $("review-text").textContent = li.querySelector(".text")?.textContent ?? "";
+  $("review-approve-note").hidden = verdict !== "approve";
+  $("review-deny-note").hidden = verdict === "approve";
+  const yes = $("confirm-review-yes");
+  yes.textContent = verdict === "approve" ? "Approve" : "Deny";
+  yes.className = verdict === "approve" ? "" : "danger";
+  $("confirm-review").returnValue = "";
+  $("confirm-review").showModal();
+}
+
+async function onReviewClosed() {
+  const asked = pendingReview;
+  pendingReview = null;
+  if (!asked || $("confirm-review").returnValue !== "yes") return;
+  await moderate(asked.button,
+    () => api("POST", roomPath(asked.room, `review/${asked.id}/${asked.verdict}`)),
+    (doc) => (doc.denied ? `Held message ${doc.id} of ${doc.uid} denied in ${doc.room}.`
+      : `Held message ${doc.id} of ${doc.uid} approved in ${doc.room}: sent as ${
+        doc.pseq ? `personal message p${doc.pseq} to ${doc.to}`
+          : `message ${doc.iseq ?? doc.seq}`}.`));
 }
 
 /** Mute (1 min to 1 day) or ban (those, or until lifted) the uid typed. */
@@ -883,8 +967,10 @@ function main() {
   $("end-broadcast").addEventListener("click", askEnd);
   $("confirm-end").addEventListener("close", onConfirmClosed);
   $("confirm-recall").addEventListener("close", onRecallClosed);
+  $("confirm-review").addEventListener("close", onReviewClosed);
   $("ranges").addEventListener("click", chooseRange);
   $("recent").addEventListener("click", onRecent);
+  $("held").addEventListener("click", onHeld);
   $("sanction").addEventListener("submit", onSanction);
   $("sanction-for").addEventListener("change", onSanctionFor);
   $("muted").addEventListener("click", onLift);

@@ -235,7 +235,9 @@ export class Listener {
 }
 
 export function listen(room: string, options?: ListenOptions): Listener;
-export function send(room: string, body: unknown, options?: SendOptions): Promise<{ seq: number; epoch: string }>;
+/** A send kept back for review (202): its id in the room's review queue; not stored yet. */
+export interface Held { held: string; seq?: undefined; epoch?: undefined }
+export function send(room: string, body: unknown, options?: SendOptions): Promise<{ seq: number; epoch: string } | Held>;
 export function roomStats(room: string, options?: StatsOptions): Promise<RoomStats>;
 /**
  * Recall message `seq`: its sender within the server's window (its ticket, or `uid` in open

@@ -384,7 +384,10 @@ async function retrying(attempt, options, signal) {
 }
 
 /**
- * Send a message; resolves to {seq, epoch} ({pseq, epoch, to} with `to`). `body` is any JSON value (4 KiB
+ * Send a message; resolves to {seq, epoch} ({pseq, epoch, to} with `to`), or to
+ * {held} when a word filter or the send hook kept it back for a moderator (202:
+ * not stored yet, nobody else sees it; show it as pending: approved, it comes
+ * like any message, its sender's; denied, never). `body` is any JSON value (4 KiB
  * at most by default). With retries (default 2), a failure worth retrying is
  * tried again with the same client_msg_id, so the message is stored once:
  * network errors and 5xx after a backoff, 429 and 503 after Retry-After when
@@ -410,6 +413,7 @@ export async function send(room, body, options = {}) {
     return request(fetcher, `${base}/v1/rooms/${room}/messages`,
       { method: "POST", headers, body: payload }, (options.readTimeout ?? 15) * 1000, signal);
   }, options, signal);
+  if (typeof answer.held === "string") return { held: answer.held };
   return options.to
     ? { pseq: answer.pseq, epoch: answer.epoch, to: answer.to }
     : { seq: answer.seq, epoch: answer.epoch };

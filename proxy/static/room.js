@@ -10,8 +10,8 @@
 // for the server's recall window. Slow mode shows under the input (onSlow).
 // Failures are shown, never a blank page: the listener's in a banner (with
 // the retry it is waiting for), a send's under the box (a mute or ban with the
-// server's words, a slow room's refusal with the wait). Bodies are shown as
-// text, never as markup.
+// server's words, a slow room's refusal with the wait); a send held for review
+// says so there, to its sender alone. Bodies are shown as text, never as markup.
 //
 // A new uid or ticket is a new listener, whose first poll brings the recent
 // chat again: the page keeps the lines it shows and skips those it has
@@ -527,13 +527,18 @@ $("send").addEventListener("submit", async (event) => {
   out.textContent = "";
   let refused = null;
   try {
-    await send(room, { text }, {
+    const sent = await send(room, { text }, {
       ...asViewer(),
       important: $("important-flag").checked,
       // In a slow room a refusal's wait is the viewer's to see, not a pause.
       ...(slowShown > 0 ? { maxWait: 0 } : {}),
     });
     field.value = "";
+    // Kept back for a moderator: pending, for its sender's eyes only.
+    if (sent.held) {
+      out.textContent = `Held for review: “${text}” shows in the chat once a moderator `
+        + "approves it.";
+    }
   } catch (error) {
     if (!(error instanceof LiveroomError)) throw error;
     refused = error;

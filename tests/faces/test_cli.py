@@ -976,6 +976,102 @@ def test_a_recalled_message_is_shown_without_its_body() -> None:
         == "p3 [to ann] [recalled] system"
     assert _action_text(AuditEntry(0, "admin", "recall", "personal:3", 0, "")) == \
         "recall personal message p3"
+    assert _action_text(AuditEntry(0, "admin", "approve", "bob:3", 0, "word: darn")) == \
+        "approve held message 3 of bob (held for: word: darn)"
+    assert _action_text(AuditEntry(0, "admin", "deny", "eve:12", 0, "")) == \
+        "deny held message 12 of eve"
+
+
+# -- the review queue (issue 47) ---------------------------------------------------------
+
+
+def test_review_explains_itself() -> None:
+    result = CliRunner().invoke(main, ["review", "--help"])
+    assert result.exit_code == 0, result.output
+    text = flat(result.output)
+    assert "List ROOM's messages held for review" in text
+    for option, env in [("--url", "LIVEROOM_URL"), ("--admin-token", "LIVEROOM_ADMIN_TOKEN")]:
+        assert option in text
+        assert f"env var: {env}" in text
+    assert "--approve ID" in text
+    assert "--deny ID" in text
+    assert "--store" not in text  # an approval is a send: through a server
+    result = CliRunner().invoke(main, ["--help"])
+    assert re.search(r"^\s+review\b", result.output, re.MULTILINE), result.output
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["review", "stage", "--approve", "1", "--deny", "2"], "give --approve or --deny, not both"),
+    (["review", "stage", "--approve", "x"], "'x': a held message's id is its number"),
+    (["review", "stage", "--deny", "0"], "'0': a held message's id is its number"),
+    (["review", "stage", "--limit", "0"], "0 is not in the range 1<=x<=1000"),
+    (["review", "no room"], "room must match"),
+])
+def test_bad_review_input_is_refused_before_any_call(args: list[str], said: str) -> None:
+    result = CliRunner().invoke(main, [*args, "--url", "http://127.0.0.1:1"])
+    assert result.exit_code == 2, result.output
+    assert said in flat(result.output)
+
+
+async def test_review_through_a_running_node(session: aiohttp.ClientSession) -> None:
+    from liveroom.model import NewMessage
+
+    async with running_node() as node:
+        env = {"LIVEROOM_URL": node.url, "LIVEROOM_ADMIN_TOKEN": ADMIN}
+        result = await liveroom("review", "stage", env=env)
+        assert (result.exit_code, result.output) == (0, "room stage: 0 held for review\n")
+        await send(session, node.url, "stage", "hello", uid="host")
+        hold = node.node.review.hold
+        await hold("stage", NewMessage("bob", "darn it", False, 1_790_000_000_000), "word: darn")
+        await hold("stage", NewMessage("host", {"event": "x"}, True, 1_790_000_000_001), "")
+        await hold("stage", NewMessage("sys", "psst", True, 1_790_000_000_002, to="al"), "hook")
+        result = await liveroom("review", "stage", env=env)
+        assert result.exit_code == 0, result.output
+        assert result.output == (
+            "room stage: 3 held for review\n"
+            "   1  2026-09-21 14:13:20 UTC  bob (word: darn): darn it\n"
+            '   2  2026-09-21 14:13:20 UTC  host [important]: {"event": "x"}\n'
+            "   3  2026-09-21 14:13:20 UTC  sys [to al] (hook): psst\n")
+        result = await liveroom("review", "stage", "--limit", "1", env=env)
+        assert result.output.splitlines()[0] == \
+            "room stage: 3 held for review (the oldest 1 shown)"
+        result = await liveroom("review", "stage", "--approve", "1", env=env)
+        assert (result.exit_code, result.output) == (
+            0, "room stage: held message 1 of bob approved, sent as message 2\n")
+        result = await liveroom("review", "stage", "--approve", "1", env=env)
+        assert result.output == "room stage: held message 1 of bob approved, sent as message 2\n"
+        result = await liveroom("review", "stage", "--approve", "2", env=env)
+        assert result.output == ("room stage: held message 2 of host approved, sent as "
+                                 "important message 3\n")
+        result = await liveroom("review", "stage", "--deny", "3", env=env)
+        assert (result.exit_code, result.output) == (
+            0, "room stage: held message 3 of sys denied (dropped)\n")
+        result = await liveroom("review", "stage", "--approve", "3", env=env)
+        assert result.exit_code == 1
+        assert result.output == "Error: held message 3 of room stage was denied already " \
+                                "(HTTP 409)\n"
+        result = await liveroom("review", "stage", "--deny", "9", env=env)
+        assert result.exit_code == 1
+        assert result.output.endswith("(HTTP 404)\n")
+        listener = Listener(session, "stage", uid="fan")
+        await listener.poll(node.url)
+        assert listener.bodies() == ["hello", "darn it"]  # a first poll: no old important
+        result = await liveroom("moderation", "stage", env=env)
+        assert [line.split("  ", 2)[2] for line in result.output.splitlines()[1:]] == [
+            "deny held message 3 of sys (held for: hook)", "approve held message 2 of host",
+            "approve held message 1 of bob (held for: word: darn)"]
+
+
+async def test_review_needs_the_admin_token() -> None:
+    async with running_node() as node:
+        for args in (["review", "stage"], ["review", "stage", "--deny", "1"]):
+            result = await liveroom(*args, "--url", node.url, "--admin-token", PUBLISHER)
+            assert (result.exit_code, result.output) == (
+                1, "Error: the publisher token cannot do this (HTTP 403)\n")
+            result = await liveroom(*args, "--url", node.url)
+            assert result.exit_code == 1
+            assert "(give --admin-token or set LIVEROOM_ADMIN_TOKEN) (HTTP 401)" in \
+                result.output
 
 
 @pytest.mark.parametrize(("args", "env"), [

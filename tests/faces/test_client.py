@@ -663,6 +663,38 @@ async def test_the_moderators_calls() -> None:
             assert (refused.value.status, refused.value.code) == (403, "forbidden")
 
 
+async def test_the_review_calls() -> None:
+    from liveroom.client import Approved, Denied, HeldMessage, ReviewQueue
+    from liveroom.model import NewMessage
+
+    async with running_node() as node, Client(node.url, token=ADMIN) as client:
+        await client.send("hall", "hello", uid="host")
+        hold = node.node.review.hold
+        await hold("hall", NewMessage("bob", {"t": "darn"}, False, 5), "word: darn")
+        await hold("hall", NewMessage("host", "psst", True, 6, to="al"), "hook")
+        await hold("hall", NewMessage("eve", "rude", False, 7), "hook")
+        assert await client.held("hall", limit=2) == ReviewQueue("hall", 3, (
+            HeldMessage("1", "bob", "normal", {"t": "darn"}, 5, "word: darn"),
+            HeldMessage("2", "host", "personal", "psst", 6, "hook", to="al")))
+        approved = await client.approve("hall", "1")
+        assert approved == Approved("hall", "1", "bob", approved.epoch, 2, "normal")
+        assert await client.approve("hall", "1") == approved
+        assert await client.approve("hall", "2") == Approved("hall", "2", "host",
+                                                             approved.epoch, 1, "personal", "al")
+        assert await client.deny("hall", "3") == Denied("hall", "3", "eve")
+        with pytest.raises(ApiError) as refused:
+            await client.approve("hall", "3")
+        assert (refused.value.status, refused.value.code) == (409, "conflict")
+        with pytest.raises(ValueError, match="id is its digits"):
+            await client.deny("hall", "../x")
+        assert (await client.held("hall")).count == 0
+    async with running_node() as node, Client(node.url, token=PUBLISHER) as client:
+        for call in (client.held("hall"), client.approve("hall", "1"), client.deny("hall", "1")):
+            with pytest.raises(ApiError) as refused:
+                await call
+            assert (refused.value.status, refused.value.code) == (403, "forbidden")
+
+
 async def test_a_listener_hears_when_slow_mode_changes() -> None:
     async with running_node() as node, Client(node.url, token=ADMIN) as client:
         await client.send("hall", "hello", uid="bob")

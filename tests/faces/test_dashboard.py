@@ -1,7 +1,8 @@
 """The operators' dashboard (/admin) in headless Chromium, against a node over
 real sockets: it lists the rooms that have listeners, draws a room's online
 curve, toggles vip through the admin API, ends a broadcast after a
-confirmation, moderates a room (recalls, mutes, bans, slow mode, the audit),
+confirmation, moderates a room (recalls, held messages approved or denied
+after a confirmation, mutes, bans, slow mode, the audit),
 and says so when the token is wrong. Waits are on the page's
 DOM (WebDriverWait), never sleeps; each test saves screenshots under its
 ``tmp_path``.
@@ -663,3 +664,76 @@ def test_slow_mode_is_set_and_lifted_from_the_dashboard(
         lambda b: read_list(b, "#audit li", "dataset.action") == ["slow", "slow"])
     assert [line.split(" ", 1)[1] for line in lines(browser, "audit")] == [
         "admin: slow mode off", "admin: slow mode 30 s"]
+
+
+def held_ids(browser: WebDriver) -> list[str]:
+    return read_list(browser, "#held li[data-id]", "dataset.id")
+
+
+def test_a_moderator_approves_and_denies_held_messages_after_a_confirmation(
+        browser: WebDriver, served: Served, tmp_path: Path) -> None:
+    from liveroom.model import NewMessage
+
+    send_message(served, "review", "hello", uid="carol")
+    for uid, body, why in [("bob", {"text": "darn it"}, "word: darn"),
+                           ("eve", "buy cheap pills", "hook: spam"),
+                           ("host", {"event": "quiz"}, "hook: unsure")]:
+        served.run(served.node.review.hold(
+            "review", NewMessage(uid, body, uid == "host", int(time.time() * 1000)), why))
+    open_room_panel(browser, served, "review")
+    WebDriverWait(browser, 10).until(lambda b: held_ids(b) == ["1", "2", "3"])
+    assert browser.find_element(By.ID, "held-count").text == "3 waiting, oldest first"
+    assert [read_list(browser, f"#held li .{part}", "textContent") for part in
+            ("uid", "text", "why")] == [["bob", "eve", "host"],
+                                        ["darn it", "buy cheap pills", '★ {"event":"quiz"}'],
+                                        ["word: darn", "hook: spam", "hook: unsure"]]
+    browser.execute_script("arguments[0].scrollIntoView()", browser.find_element(By.ID, "held"))
+    screenshot(browser, tmp_path, "held")
+    # Asked first: cancelled, nothing is decided.
+    dialog = browser.find_element(By.ID, "confirm-review")
+    approve = '#held li[data-id="1"] button.approve'
+    browser.find_element(By.CSS_SELECTOR, approve).click()
+    WebDriverWait(browser, 5).until(lambda b: dialog.get_attribute("open") is not None)
+    assert "Approve held message 1 of bob?" in dialog.text
+    assert "darn it" in dialog.text
+    assert "every listener gets it" in dialog.text
+    screenshot(browser, tmp_path, "confirm-approve")
+    browser.find_element(By.ID, "confirm-review-no").click()
+    WebDriverWait(browser, 5).until(lambda b: dialog.get_attribute("open") is None)
+    assert audit_of(served, "review") == []
+    assert call(f"{served.url}/v1/admin/rooms/review/review", token=ADMIN)[1]["count"] == 3
+    # Approved: sent as bob's, gone from the list.
+    browser.find_element(By.CSS_SELECTOR, approve).click()
+    WebDriverWait(browser, 5).until(lambda b: dialog.get_attribute("open") is not None)
+    browser.find_element(By.ID, "confirm-review-yes").click()
+    WebDriverWait(browser, 10).until(lambda b: held_ids(b) == ["2", "3"])
+    assert browser.find_element(By.ID, "mod-note").text == \
+        "Held message 1 of bob approved in review: sent as message 2."
+    status, page = call(f"{served.url}/v1/rooms/review/poll?uid=x")
+    assert status == 200
+    assert [(m["uid"], m["body"]) for m in page["messages"]] == [
+        ("carol", "hello"), ("bob", {"text": "darn it"})]
+    # Denied: dropped, nobody ever reads it.
+    browser.find_element(By.CSS_SELECTOR, '#held li[data-id="2"] button.deny').click()
+    WebDriverWait(browser, 5).until(lambda b: dialog.get_attribute("open") is not None)
+    assert "Deny held message 2 of eve?" in dialog.text
+    assert "nobody will ever see it" in dialog.text
+    browser.find_element(By.ID, "confirm-review-yes").click()
+    WebDriverWait(browser, 10).until(lambda b: held_ids(b) == ["3"])
+    assert browser.find_element(By.ID, "mod-note").text == \
+        "Held message 2 of eve denied in review."
+    assert [(e["action"], e["target"]) for e in audit_of(served, "review")] == [
+        ("deny", "eve:2"), ("approve", "bob:1")]
+    WebDriverWait(browser, 10).until(lambda b: [
+        line.split(" ", 1)[1] for line in lines(b, "audit")] == [
+        "admin: deny held message 2 of eve (hook: spam)",
+        "admin: approve held message 1 of bob (word: darn)"])
+    status, page = call(f"{served.url}/v1/rooms/review/poll?uid=y")
+    assert "buy cheap pills" not in str(page)
+    # The last one, and the list says none waits.
+    browser.find_element(By.CSS_SELECTOR, '#held li[data-id="3"] button.deny').click()
+    WebDriverWait(browser, 5).until(lambda b: dialog.get_attribute("open") is not None)
+    browser.find_element(By.ID, "confirm-review-yes").click()
+    WebDriverWait(browser, 10).until(lambda b: b.find_element(By.ID, "held-empty").is_displayed())
+    assert held_ids(browser) == []
+    assert browser.find_element(By.ID, "held-count").text == ""

@@ -159,6 +159,16 @@ async def test_a_recall_is_only_recorded(store: Store, fake_clock: FakeClock) ->
     assert await mod.changed(0) == (1, ["r"])
 
 
+async def test_a_review_decision_is_only_recorded(store: Store, fake_clock: FakeClock) -> None:
+    mod, t = store.moderation, now_ms(fake_clock)
+    approved = act("approve", "bob:3", at_ms=t, reason="word: darn")
+    denied = act("deny", "eve.x:12", at_ms=t + 1)
+    assert await mod.act("r", approved, t) == 1
+    assert await mod.act("r", denied, t + 1) == 2
+    assert await mod.rooms(["r"], t + 1) == {}
+    assert await mod.audit("r", 5) == [denied, approved]
+
+
 # --- the audit --------------------------------------------------------------------------
 
 
@@ -303,6 +313,10 @@ BAD_ACTS: list[tuple[str, object]] = [
     ("r", act("recall", "room", at_ms=T)),
     ("r", act("recall", "room:x", at_ms=T)),
     ("r", act("recall", ":1", at_ms=T)),
+    ("r", act("approve", "bob", at_ms=T)),
+    ("r", act("approve", "bob:x", at_ms=T)),
+    ("r", act("deny", "a b:1", at_ms=T)),
+    ("r", act("deny", "bob:1", 5, at_ms=T)),
     ("r", act("mute", "bob", True, at_ms=T)),
     ("r", act("mute", "bob", 1.5, at_ms=T)),  # type: ignore[arg-type]
     ("r", act("mute", "bob", 60, at_ms=T, reason="x" * (REASON_MAX + 1))),

@@ -7,8 +7,8 @@ is also checked when a room is touched, so a room past its TTL is never seen.
 statsvr's tables (:class:`MemoryStats`) mirror the redis engine's keys, with
 the same rules and the same expiry, measured on the store's clock; so do the
 rate counters, the ended broadcasts (:class:`MemoryOperators`), the likes
-and gifts (:class:`MemoryCounters`) and the rooms' moderation
-(:class:`MemoryModeration`).
+and gifts (:class:`MemoryCounters`), the rooms' moderation
+(:class:`MemoryModeration`) and their review queues (:class:`MemoryReview`).
 """
 
 
@@ -24,12 +24,13 @@ from .log import MemoryLog
 from .moderation import MemoryModeration
 from .notifier import MemoryNotifier
 from .operators import MemoryOperators
+from .review import MemoryReview
 from .stats import MemoryStats
 
 logger = logging.getLogger("liveroom.store.memory")
 
 __all__ = ["MemoryCounters", "MemoryLog", "MemoryModeration", "MemoryNotifier",
-           "MemoryOperators", "MemoryStats", "MemoryStore"]
+           "MemoryOperators", "MemoryReview", "MemoryStats", "MemoryStore"]
 
 
 class MemoryStore:
@@ -45,6 +46,7 @@ class MemoryStore:
         self.counters = MemoryCounters(policy, clock)
         self.counters.add_to_ended = self.stats.add_ended_likes
         self.moderation = MemoryModeration(policy, clock)
+        self.review = MemoryReview(policy, clock)
         self.operators = MemoryOperators(self.log, self.stats, self.notifier, self.counters,
                                          self.moderation)
         self._sweeper = Periodic("memory-store-sweep", 60.0, self._sweep, clock, logger)
@@ -60,6 +62,7 @@ class MemoryStore:
         self.stats.sweep()
         self.counters.sweep()
         self.moderation.sweep()
+        self.review.sweep()
 
     async def ping(self) -> None:
         return None

@@ -27,8 +27,9 @@ contract suite runs on both); the differences are what Redis adds or takes away:
   (:mod:`.sharded`). At most once, like every Redis pub/sub.
 - **Operators** (the vip whitelist, ending a broadcast) are in
   :mod:`.operators`, the likes and gifts in :mod:`.counters`, the rooms'
-  moderation in :mod:`.moderation`; how scripts run and driver errors are
-  mapped, for every module of the engine, in :mod:`.calls`.
+  moderation in :mod:`.moderation`, their review queues in :mod:`.review`;
+  how scripts run and driver errors are mapped, for every module of the
+  engine, in :mod:`.calls`.
 - **Durability** is what the server's persistence setting promises, and with
   ``LogPolicy.durable_replicas`` N > 0 an append also waits (``WAIT``) until N
   replicas hold it before it is acknowledged: a failover then loses no
@@ -63,6 +64,7 @@ from .log import RedisLog
 from .moderation import RedisModeration
 from .notify import RedisNotifier, pool_options
 from .operators import RedisOperators
+from .review import RedisReview
 from .sharded import ShardedNotifier
 from .stats import RedisStats
 
@@ -150,6 +152,7 @@ class RedisStore:
         self.stats = RedisStats(client)
         self.counters = RedisCounters(client, policy)
         self.moderation = RedisModeration(client, policy, sharded=self.cluster)
+        self.review = RedisReview(client, policy)
         self.operators = RedisOperators(client, policy, self.log, sharded=self.cluster)
 
     async def start(self) -> None:

@@ -82,6 +82,20 @@ lr:{R}:aud               list   the current broadcast's moderation audit, newest
                                 action, target, seconds, reason]``
 lr:{R}:aud:<n>           list   ended broadcast n's audit (renamed aside when it
                                 ended, kept like ``vm:<n>``)
+lr:{R}:rv                hash   the room's review queue: ``n`` the last id
+                                given, ``dn`` the decisions counted;
+                                ``<id>`` -> msgpack ``[uid, kind, to,
+                                at_ms, why, client_msg_id]`` of a held
+                                message, ``b:<id>`` its packed body (until
+                                it is denied or its approval settled),
+                                ``s:<id>`` its decision (``deny``,
+                                ``approve``, ``approve <epoch> <seq>``
+                                once stored), ``c:<cmid>`` -> the id its
+                                client_msg_id was held under, ``k:<id>``
+                                -> that client_msg_id
+lr:{R}:rvq               zset   ids waiting, by ``n`` (the oldest first)
+lr:{R}:rvd               zset   ids decided, by ``dn`` (the oldest forgotten
+                                first)
 lr:{lr}:modv             string the system's moderation version (a counter)
 lr:{lr}:modj             zset   the journal: room -> the version of its last
                                 moderation change
@@ -112,7 +126,9 @@ so broadcast numbers never go back while a history is kept. A room's
 moderation keys (``mod``, ``modt``, ``aud``) live the history's ttl after
 their last act, or until their last sanction ends when later, and without
 expiry while a ban until lifted holds; the journal's keys never expire: each
-act prunes the rooms whose moderation ended (``modx``) from it.
+act prunes the rooms whose moderation ended (``modx``) from it. A room's
+review queue (``rv``, ``rvq``, ``rvd``) lives the room's ttl after its last
+hold or decision.
 """
 
 from __future__ import annotations
@@ -246,6 +262,18 @@ def moderation_ends(room: str) -> str:
 def audit(room: str, ended: int | None = None) -> str:
     """The current broadcast's moderation audit, or ended broadcast ``ended``'s."""
     return f"{PREFIX}:{{{room}}}:aud{_ended(ended)}"
+
+
+def review(room: str) -> str:
+    return f"{PREFIX}:{{{room}}}:rv"
+
+
+def review_waiting(room: str) -> str:
+    return f"{PREFIX}:{{{room}}}:rvq"
+
+
+def review_decided(room: str) -> str:
+    return f"{PREFIX}:{{{room}}}:rvd"
 
 
 MODERATION_VERSION = f"{GLOBAL}:modv"
