@@ -55,6 +55,7 @@ from .polls.tiers import TierTable
 from .recent_rooms import RecentRooms
 from .room_gate import RoomGate
 from .route_costs import EXISTS, RouteCost, row_of
+from .sends.hook import SendHook
 from .sends.route import SendRoute
 from .sends.send import Sends
 from .tickets import Tickets
@@ -106,8 +107,10 @@ class Proxy:
         self.polls = Polls(settings, reader, self.heartbeats, stats, self.holds, tiers,
                            signer, clock, metrics, is_vip=vip_list.is_vip, tickets=self.tickets,
                            likes=self.likes, ranking=self.ranking, rules=self.moderation.rules)
+        self.send_hook = SendHook(settings, clock, metrics) if settings.send_hook else None
+        """The backend's send hook (``--send-hook``), which screens untrusted sends."""
         self.sends = Sends(settings, log, tokens, clock, metrics, tickets=self.tickets,
-                           moderation=self.moderation, review=review)
+                           moderation=self.moderation, review=review, hook=self.send_hook)
         # What the cost table's rows ask of a route's room (a like in a room
         # that exists), asked of the room cache as a first poll asks it.
         gate = RoomGate(reader)
@@ -190,16 +193,22 @@ class Proxy:
 
     async def start(self) -> None:
         """Start handing heartbeats to statsvr (before the first poll) and
-        likes to the store, and reading the rooms' gift rankings."""
+        likes to the store, reading the rooms' gift rankings, and open the
+        send hook's connections (before the first send)."""
+        if self.send_hook is not None:
+            await self.send_hook.start()
         await self.heartbeats.start()
         self.likes.start()
         self.ranking.start()
         await self.moderation.start()
 
     async def stop(self) -> None:
-        """Answer and drop every held poll, write the last likes, then hand
-        over the last heartbeats."""
+        """Answer and drop every held poll, write the last likes, close the
+        send hook's connections (a send still waiting gets the failure
+        policy), then hand over the last heartbeats."""
         await self.holds.close()
+        if self.send_hook is not None:
+            await self.send_hook.stop()
         await self.likes.stop()
         await self.ranking.stop()
         await self.moderation.stop()
