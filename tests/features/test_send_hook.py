@@ -26,6 +26,7 @@ import pytest
 from aiohttp import web
 from support import ADMIN_HEADERS, PUBLISHER, SHARED_SECRET, Listener, running_node
 
+from liveroom.client.answers import Answer
 from liveroom.clock import FakeClock
 from liveroom.codec import pack_stored, unpack_stored
 from liveroom.model import Entry
@@ -241,10 +242,11 @@ async def test_a_rewritten_message_and_its_extra_reach_a_listener_on_another_nod
         body = {"text": "Darn, darn", "color": "red"}
         status, answer, _ = await post(session, a.url, {"uid": "bob", "body": body})
         assert status == 201, answer
-        await asyncio.wait_for(waiting, 10)
+        answer = await asyncio.wait_for(waiting, 10)
         (message,) = fan.received
         assert (message["uid"], message["body"], message["extra"]) == (
             "bob", {"text": "****, ****", "color": "red"}, {"masked": 2})
+        assert Answer.from_doc(answer).messages[0].extra == {"masked": 2}  # the Python client
         # In msgpack too, and to a first poll of the other node.
         async with session.get(f"{b.url}/v1/rooms/{ROOM}/poll", params={"uid": "mp"},
                                headers={"Accept": "application/msgpack"}) as resp:
