@@ -419,16 +419,47 @@ async def test_a_wrong_signature_is_refused_by_the_example_and_counts_as_a_faile
 # -- batches -------------------------------------------------------------------------------
 
 
-async def test_sends_waiting_for_a_call_go_together_and_each_gets_its_own_verdict(
+def odd_rejected_even_shouted(message: dict[str, Any]) -> dict[str, Any]:
+    """Sends ``mN``: an odd N is rejected (its body the reason), an even one
+    accepted in capitals."""
+    if int(message["body"][1:]) % 2:
+        return {"id": message["id"], "action": "reject", "reason": message["body"]}
+    return {"id": message["id"], "action": "accept", "body": message["body"].upper()}
+
+
+async def test_sends_arriving_while_a_call_is_in_flight_go_together_in_the_next(
         backstage: tuple[Backstage, str], session: aiohttp.ClientSession) -> None:
-    """41 sends make 4 calls: the first alone (nothing in flight), then, while
-    it is, a full batch leaves at once (two calls in flight at most) and the
-    rest wait for a call to end; each sender gets its own message's verdict."""
     backend, url = backstage
     backend.late = True
-    backend.decide = lambda m: {"id": m["id"], "action": "reject", "reason": m["body"]} \
-        if int(m["body"][1:]) % 2 else {"id": m["id"], "action": "accept",
-                                        "body": m["body"].upper()}
+    backend.decide = odd_rejected_even_shouted
+    async with running_node(**hooked(url, send_hook_timeout=10.0)) as node:
+        hook = node.node.proxy.send_hook
+        assert hook is not None
+        first = asyncio.create_task(post(session, node.url, {"uid": "u0", "body": "m0"}))
+        await asyncio.wait_for(backend.arrived.get(), 10)  # the first call is in flight
+        sends = [asyncio.create_task(post(session, node.url, {"uid": f"u{n}",
+                                                              "body": f"m{n}"}))
+                 for n in range(1, 41)]
+        async with asyncio.timeout(10):
+            while hook.waiting < 40:  # every one waits for the call in flight
+                await asyncio.sleep(0.01)
+        assert (hook.calls_in_flight, len(backend.calls)) == (1, 1)
+        backend.release.set()
+        answers = await asyncio.gather(first, *sends)
+    assert [len(c.messages) for c in backend.calls] == [1, 40]
+    assert [(status, answer.get("message")) for status, answer, _ in answers] == [
+        (403, f"m{n}") if n % 2 else (201, None) for n in range(41)]
+
+
+async def test_a_full_batch_leaves_at_once_within_the_calls_in_flight(
+        backstage: tuple[Backstage, str], session: aiohttp.ClientSession) -> None:
+    """41 sends make 4 calls: the first alone (nothing in flight), then, while
+    it is, a full batch (--send-hook-batch) leaves at once, two calls in
+    flight at most (--send-hook-calls), and the rest wait for a call to end;
+    each sender gets its own message's verdict."""
+    backend, url = backstage
+    backend.late = True
+    backend.decide = odd_rejected_even_shouted
     async with running_node(**hooked(url, send_hook_batch=16, send_hook_calls=2,
                                      send_hook_timeout=10.0)) as node:
         hook = node.node.proxy.send_hook
