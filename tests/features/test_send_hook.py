@@ -29,8 +29,10 @@ from support import ADMIN_HEADERS, PUBLISHER, SHARED_SECRET, Listener, running_n
 from liveroom.client.answers import Answer
 from liveroom.clock import FakeClock
 from liveroom.codec import pack_stored, unpack_stored
+from liveroom.errors import ConfigError
 from liveroom.model import Entry
 from liveroom.ratelimit import RateLimits, parse_windows
+from liveroom.settings import Settings
 from liveroom.signature import HEADER, verify
 from proxy.sends.circuit import Circuit
 from proxy.tickets import mint
@@ -519,3 +521,23 @@ def test_entries_stored_before_extras_read_as_before_and_pack_the_same() -> None
     assert unpack_stored(1, 0, with_extra).extra == {"k": [1]}
     odd = msgpack.packb(["bob", False, 7, "hi", None, "not an object"])
     assert unpack_stored(1, 0, odd).extra is None
+
+
+# -- settings -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("given", "refused"), [
+    ({"send_hook": "http://127.0.0.1:8090/hook"}, "a send hook needs send_hook_secret"),
+    ({"send_hook": "http://127.0.0.1:8090/hook", "send_hook_secret": "short"},
+     "send_hook_secret must have at least 32 bytes"),
+    ({"send_hook": "ftp://127.0.0.1/hook", "send_hook_secret": HOOK_SECRET},
+     "send_hook must be an http:// or https:// URL"),
+    ({"send_hook": "127.0.0.1:8090/hook", "send_hook_secret": HOOK_SECRET},
+     "send_hook must be an http:// or https:// URL"),
+    ({"send_hook": "http://127.0.0.1:8090/hook", "send_hook_secret": HOOK_SECRET,
+      "send_hook_failure": "drop"}, "send_hook_failure must be one of accept, reject, hold"),
+])
+def test_a_send_hook_needs_a_url_and_a_strong_secret(given: dict[str, Any], refused: str) -> None:
+    with pytest.raises(ConfigError, match=refused):
+        Settings(**given)
+    Settings(send_hook="https://backend.internal/hook", send_hook_secret=HOOK_SECRET)
