@@ -59,6 +59,7 @@ from liveroom.store.redis.counters import RedisCounters
 from liveroom.store.redis.log import RedisLog
 from liveroom.store.redis.moderation import RedisModeration
 from liveroom.store.redis.operators import RedisOperators
+from liveroom.store.redis.review import RedisReview
 from liveroom.store.redis.stats import RedisStats
 
 ENGINES = ("memory", "redis", "redis-sharded")
@@ -382,6 +383,7 @@ class RedisParts:
     stats: RedisStats = field(init=False)
     counters: RedisCounters = field(init=False)
     moderation: RedisModeration = field(init=False)
+    review: RedisReview = field(init=False)
     operators: RedisOperators = field(init=False)
 
     def __post_init__(self) -> None:
@@ -390,6 +392,7 @@ class RedisParts:
         self.stats = RedisStats(client)
         self.counters = RedisCounters(client, self.policy)
         self.moderation = RedisModeration(client, self.policy, sharded=self.sharded)
+        self.review = RedisReview(client, self.policy)
         self.operators = RedisOperators(client, self.policy, self.log, sharded=self.sharded)
 
 
@@ -405,6 +408,7 @@ class SimRedisStore:
         parts = RedisParts(SimClient(sim, faulty=False), policy, sim.sharded)
         self.log, self.stats, self.counters = parts.log, parts.stats, parts.counters
         self.moderation, self.operators = parts.moderation, parts.operators
+        self.review = parts.review
         self.notifier = self
 
     def subscribe(self, on_notify: OnNotify, on_resync: OnResync) -> None:

@@ -208,6 +208,7 @@ class StoreView:
     operators: Any
     counters: Any
     moderation: Any
+    review: Any
     name: str = "memory"
 
     async def ping(self) -> None:
@@ -239,11 +240,12 @@ class SimNode:
             view = StoreView(FaultyLog(parts.log, world.rng, world.faults, world.truth),
                              self.notifier,
                              parts.stats, parts.operators, parts.counters, parts.moderation,
-                             name="redis")
+                             parts.review, name="redis")
         else:
             view = StoreView(FaultyLog(store.log, world.rng, world.faults, world.truth),
                              store.notifier,
-                             store.stats, store.operators, store.counters, store.moderation)
+                             store.stats, store.operators, store.counters, store.moderation,
+                             store.review)
         node = build_node(replace(world.settings, node_id=f"n{self.index}"), world.clock,
                           store=view)  # type: ignore[arg-type]
         await node.vip_list.start()
