@@ -24,7 +24,17 @@ import msgpack
 import orjson
 import pytest
 from aiohttp import web
-from support import ADMIN_HEADERS, PUBLISHER, SHARED_SECRET, Listener, running_node
+from support import (
+    ADMIN,
+    ADMIN_HEADERS,
+    PUBLISHER,
+    SHARED_SECRET,
+    Listener,
+    clean_env,
+    free_port,
+    liveroom_process,
+    running_node,
+)
 
 from liveroom.client.answers import Answer
 from liveroom.clock import FakeClock
@@ -523,6 +533,28 @@ def test_entries_stored_before_extras_read_as_before_and_pack_the_same() -> None
     assert unpack_stored(1, 0, with_extra).extra == {"k": [1]}
     odd = msgpack.packb(["bob", False, 7, "hi", None, "not an object"])
     assert unpack_stored(1, 0, odd).extra is None
+
+
+async def test_serve_takes_the_hook_from_its_environment_and_says_so(
+        example_url: str, session: aiohttp.ClientSession) -> None:
+    """A real ``liveroom serve`` given LIVEROOM_SEND_HOOK and its secret in the
+    environment: its start line names the hook, and its sends are screened."""
+    port = free_port()
+    env = clean_env(LIVEROOM_SEND_HOOK=example_url, LIVEROOM_SEND_HOOK_SECRET=HOOK_SECRET,
+                    LIVEROOM_SEND_HOOK_FAILURE="hold", LIVEROOM_ADMIN_TOKEN=ADMIN,
+                    LIVEROOM_PUBLISHER_TOKEN=PUBLISHER)
+    async with liveroom_process("serve", "--port", str(port), env=env) as proc:
+        assert proc.stdout is not None
+        said = []
+        async with asyncio.timeout(30):
+            while not said or "stop with Ctrl-C" not in said[-1]:
+                line = (await proc.stdout.readline()).decode()
+                assert line, "".join(said)
+                said.append(line)
+        assert f"  send hook: {example_url} (at most 1 s a send; late or failing: hold)\n" in said
+        url = f"http://127.0.0.1:{port}"
+        status, answer, _ = await post(session, url, {"uid": "eve", "body": "spam"})
+        assert (status, answer["error"]) == (403, "rejected")
 
 
 # -- settings -------------------------------------------------------------------------------
