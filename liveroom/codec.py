@@ -193,17 +193,31 @@ def json_size(value: Any) -> int:
     return len(orjson.dumps(value))
 
 
-def pack_stored(uid: str, important: bool, ts: int, body: Any, to: str | None = None) -> bytes:
+def pack_stored(uid: str, important: bool, ts: int, body: Any, to: str | None = None,
+                extra: dict[str, Any] | None = None) -> bytes:
     """The stored form of a message (the store adds seq and ic beside it, or
-    a personal message's position and ordinal)."""
-    fields = (uid, important, ts, body) if to is None else (uid, important, ts, body, to)
+    a personal message's position and ordinal): a msgpack array ``[uid,
+    important, ts, body]``, then ``to`` for a personal message, then (``to``
+    or nil before it) the send hook's ``extra`` for a message with one. The
+    Lua scripts read it by position (``lua/log_recall.lua``): fields are only
+    ever added at its end."""
+    if extra is not None:
+        fields: tuple[Any, ...] = (uid, important, ts, body, to, extra)
+    elif to is not None:
+        fields = (uid, important, ts, body, to)
+    else:
+        fields = (uid, important, ts, body)
     return msgpack.packb(fields, use_bin_type=True)  # type: ignore[no-any-return]
 
 
 def unpack_stored(seq: int, ic: int, blob: bytes, n: int = 0) -> Entry:
+    """The entry of a stored message (:func:`pack_stored`'s), of any release:
+    one stored before extras existed reads with ``extra`` None, and so does
+    one whose extra is no object (written by something else)."""
     uid, important, ts, body, *rest = msgpack.unpackb(blob, raw=False)
+    extra = rest[1] if len(rest) > 1 and type(rest[1]) is dict else None
     return Entry(seq=seq, ic=ic, uid=uid, important=bool(important), ts=int(ts), body=body,
-                 to=rest[0] if rest else None, n=n)
+                 to=rest[0] if rest else None, n=n, extra=extra)
 
 
 def encode_message(entry: Entry) -> tuple[bytes, bytes]:
@@ -211,18 +225,19 @@ def encode_message(entry: Entry) -> tuple[bytes, bytes]:
     personal message has ``pseq`` (its position in the room's personal
     sequence), ``n`` (its ordinal for its addressee) and ``to`` instead of
     ``seq``. A recalled message (its tombstone: no body) has ``"body": null``
-    and ``"recalled": true``."""
+    and ``"recalled": true``. A message the send hook gave an ``extra`` has
+    it after its body (no field without one)."""
     doc: dict[str, Any]
     if entry.to is None:
         doc = {"seq": entry.seq, "uid": entry.uid, "important": entry.important,
                "ts": entry.ts, "body": entry.body}
-        if entry.body is None:  # a recalled message's tombstone
-            doc["recalled"] = True
     else:
         doc = {"pseq": entry.seq, "n": entry.n, "uid": entry.uid, "to": entry.to,
                "important": True, "ts": entry.ts, "body": entry.body}
-        if entry.body is None:
-            doc["recalled"] = True
+    if entry.body is None:  # a recalled message's tombstone
+        doc["recalled"] = True
+    elif entry.extra is not None:
+        doc["extra"] = entry.extra
     return orjson.dumps(doc), msgpack.packb(doc, use_bin_type=True)
 
 

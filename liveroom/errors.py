@@ -12,7 +12,8 @@ carries ``Retry-After``)::
     ├── Forbidden             403  a valid token without the right
     │   ├── Muted             403  a muted uid's send (a moderator's mute)
     │   ├── Banned            403  a banned uid's poll or send
-    │   └── Filtered          403  a send holding a word of a block list (the word filter)
+    │   ├── Filtered          403  a send holding a word of a block list (the word filter)
+    │   └── Rejected          403  a send the backend's send hook rejected
     ├── NotFound              404  a message (to recall) the room does not keep
     ├── RequestTimeout        408  a request body not received in time
     ├── Conflict              409  the room's state refuses it (its mutes or bans are full)
@@ -21,6 +22,7 @@ carries ``Retry-After``)::
     ├── RateLimited           429  a sender limit (temporary)
     │   └── NewRoomRefused    429  a send that would create a room may not
     ├── StoreUnavailable      503  the KV store cannot be reached (temporary)
+    ├── SendHookUnavailable   503  the send hook could not screen a send (temporary)
     ├── Overloaded            503  the node holds all the polls it may (temporary)
     └── ReviewUnavailable     503  a send a hold list matched, on a node without a review queue
 
@@ -81,6 +83,10 @@ class Filtered(Forbidden):
     applies to its room: refused, nothing stored."""
 
     code = "filtered"
+class Rejected(Forbidden):
+    """The backend's send hook rejected the send (its reason is the message)."""
+
+    code = "rejected"
 
 
 class NotFound(LiveroomError):
@@ -154,6 +160,18 @@ class StoreRefused(StoreUnavailable):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, retry_after=None)
+
+
+class SendHookUnavailable(LiveroomError):
+    """The send hook's backend was late, failing, or its circuit open, and
+    ``--send-hook-failure reject`` refuses the send: nothing was stored."""
+
+    code = "send_hook_unavailable"
+    status = 503
+    temporary = True
+
+    def __init__(self, message: str, *, retry_after: float | None = 1.0) -> None:
+        super().__init__(message, retry_after=retry_after)
 
 
 class Overloaded(LiveroomError):

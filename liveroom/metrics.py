@@ -116,6 +116,22 @@ class Metrics:
         self.review_dropped = Counter(
             "liveroom_review_dropped", "Held messages a full review queue dropped (the oldest, "
             "pushed out by a hold through this node)", registry=r)
+        self.send_hook_calls = Counter(
+            "liveroom_send_hook_calls", "Calls to the send hook's backend, by outcome (ok; "
+            "error: no answer, or not 200; timeout: none within --send-hook-timeout; "
+            "bad_answer: not a valid verdict for each of its messages)", ["outcome"],
+            registry=r)
+        self.send_hook_messages = Counter(
+            "liveroom_send_hook_messages", "Sends the send hook screened, by the backend's "
+            "verdict (accept, reject, hold) or, where --send-hook-failure decided, by why "
+            "(late, failed, circuit: it was open, stopped: the node was)", ["verdict"],
+            registry=r)
+        self.send_hook_circuit = gauge(
+            "liveroom_send_hook_circuit_open", "1 while the send hook's circuit is open (or "
+            "trying one call): screened sends get --send-hook-failure without a call")
+        self.send_hook_opened = Counter(
+            "liveroom_send_hook_circuit_opened", "Times the send hook's circuit opened (after "
+            "--send-hook-trip failed calls in a row)", registry=r)
         self.gifts = Counter("liveroom_gifts", "Gifts given through this node", registry=r)
         self.gift_value = Counter("liveroom_gift_value",
                                   "The value of the gifts given through this node (the "

@@ -114,21 +114,27 @@ class NewMessage:
 
     ``ts``: milliseconds since the epoch, taken by the proxy that accepted it.
     ``to``: the one uid a personal message is for (then it is important);
-    ``None`` for a room message, which every listener reads."""
+    ``None`` for a room message, which every listener reads. ``extra``: what
+    the backend's send hook attached to it (a small JSON object, bounded by
+    ``--send-hook-extra-bytes``), stored and delivered with it; ``None``:
+    nothing."""
 
-    __slots__ = ("body", "client_msg_id", "important", "to", "ts", "uid")
+    __slots__ = ("body", "client_msg_id", "extra", "important", "to", "ts", "uid")
 
     def __init__(self, uid: str, body: Any, important: bool, ts: int,
-                 client_msg_id: str | None = None, to: str | None = None) -> None:
+                 client_msg_id: str | None = None, to: str | None = None,
+                 extra: dict[str, Any] | None = None) -> None:
         self.uid = uid
         self.body = body
         self.important = important
         self.ts = ts
         self.client_msg_id = client_msg_id
         self.to = to
+        self.extra = extra
 
     def _fields(self) -> tuple[Any, ...]:
-        return (self.uid, self.body, self.important, self.ts, self.client_msg_id, self.to)
+        return (self.uid, self.body, self.important, self.ts, self.client_msg_id, self.to,
+                self.extra)
 
     def __eq__(self, other: object) -> bool:
         return same_value(self, other)
@@ -138,7 +144,8 @@ class NewMessage:
 
     def __repr__(self) -> str:
         return (f"NewMessage(uid={self.uid!r}, body={self.body!r}, important={self.important}, "
-                f"ts={self.ts}, client_msg_id={self.client_msg_id!r}, to={self.to!r})")
+                f"ts={self.ts}, client_msg_id={self.client_msg_id!r}, to={self.to!r}, "
+                f"extra={self.extra!r})")
 
 
 class Entry:
@@ -151,12 +158,17 @@ class Entry:
     ``to``: a personal message's addressee. Then ``seq`` is its position in the
     room's personal sequence (apart from the room's), ``ic`` is 0, and ``n``
     its ordinal among the messages to ``to`` in the room (1, 2, ...).
+
+    ``extra``: the send hook's object stored with it (``NewMessage.extra``);
+    ``None`` for a message without one, an entry stored before extras
+    existed, and a tombstone.
     """
 
-    __slots__ = ("body", "ic", "important", "n", "seq", "to", "ts", "uid")
+    __slots__ = ("body", "extra", "ic", "important", "n", "seq", "to", "ts", "uid")
 
     def __init__(self, seq: int, ic: int, uid: str, important: bool, ts: int, body: Any,
-                 to: str | None = None, n: int = 0) -> None:
+                 to: str | None = None, n: int = 0,
+                 extra: dict[str, Any] | None = None) -> None:
         self.seq = seq
         self.ic = ic
         self.uid = uid
@@ -165,10 +177,11 @@ class Entry:
         self.body = body
         self.to = to
         self.n = n
+        self.extra = extra
 
     def _fields(self) -> tuple[Any, ...]:
         return (self.seq, self.ic, self.uid, self.important, self.ts, self.body, self.to,
-                self.n)
+                self.n, self.extra)
 
     def __eq__(self, other: object) -> bool:
         return same_value(self, other)
@@ -179,7 +192,7 @@ class Entry:
     def __repr__(self) -> str:
         return (f"Entry(seq={self.seq}, ic={self.ic}, uid={self.uid!r}, "
                 f"important={self.important}, ts={self.ts}, body={self.body!r}, "
-                f"to={self.to!r}, n={self.n})")
+                f"to={self.to!r}, n={self.n}, extra={self.extra!r})")
 
 
 RECALL_UID: Final = ""

@@ -13,7 +13,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from .model import NewMessage
 from .snapshot import Snapshot
 from .store.base import NodeState, RankedRoom
 

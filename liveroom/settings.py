@@ -207,10 +207,14 @@ def setting(default: Any, help: str, group: str, **spec: Any) -> Any:
     return field(default=default, metadata={"spec": Spec(help, group, **spec)})
 
 
-SERVER, IDENTITY, LISTENING, BOUNDS, HOLD, SENDS, FILTER, LIKES, VIP, CACHE, STORE, PRESENCE = (
+(SERVER, IDENTITY, LISTENING, BOUNDS, HOLD, SENDS, FILTER, HOOK, LIKES, VIP, CACHE, STORE,
+ PRESENCE) = (
     "Server", "Identity and secrets", "Listening", "Bounds", "Holding polls", "Sends",
-    "The word filter", "Likes and gifts", "The vip sect", "Room cache (recvsvr)", "Store",
-    "Presence and viewers (statsvr)")
+    "The word filter", "The send hook (your backend screens sends)", "Likes and gifts",
+    "The vip sect", "Room cache (recvsvr)", "Store", "Presence and viewers (statsvr)")
+HOOK_FAILURES = ("accept", "reject", "hold")
+"""What a send gets when the send hook's backend is late or failing
+(``--send-hook-failure``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -431,6 +435,44 @@ class Settings:
     filter_word_chars: int = setting(
         32, "Characters one word has at most (as written, before it is folded).", FILTER,
         lo=1, hi=256)
+    # -- the send hook ------------------------------------------------------------------------
+    send_hook: str = setting(
+        "", "URL your backend screens sends at (http or https): every send but the backend's "
+        "own tokened ones (a viewer's chat; a ticket's important and personal sends) is "
+        "POSTed there, signed, in batches, before it is stored; the backend answers accept "
+        "(its body maybe replaced, an extra attached), reject (403 to the sender) or hold "
+        "(the review queue). Empty: no hook. docs/api.md, \"The send hook\".", HOOK,
+        metavar="URL")
+    send_hook_secret: str | None = setting(
+        None, "Key the send hook's calls are signed with (Liveroom-Signature: HMAC-SHA256), "
+        "at least 32 bytes; required with --send-hook.", HOOK, secret=True)
+    send_hook_timeout: float = setting(
+        1.0, "Seconds a send waits for the backend's verdict, its wait for a call included; "
+        "past them --send-hook-failure decides, and the call is given up.", HOOK, lo=0.01,
+        hi=30)
+    send_hook_failure: str = setting(
+        "accept", "What a send gets when the backend is late, fails, or its circuit is open: "
+        "accept (stored as sent), reject (503 send_hook_unavailable, with Retry-After) or "
+        "hold (the room's review queue, 202).", HOOK, choices=HOOK_FAILURES)
+    send_hook_batch: int = setting(
+        64, "Sends one call carries at most: sends that arrive while calls are in flight, or "
+        "in the same turn of the event loop, go together in the next call; 1: a call a "
+        "send.", HOOK, lo=1, hi=1000)
+    send_hook_calls: int = setting(
+        8, "Calls to the backend in flight at once (and keep-alive connections kept to it): "
+        "a full batch leaves at once while fewer are in flight.", HOOK, lo=1, hi=256)
+    send_hook_extra_bytes: int = setting(
+        1024, "Largest extra (a JSON object, measured as JSON) the backend may attach to a "
+        "message; a bigger one counts as a failed verdict for its message.", HOOK, lo=2,
+        hi=65_536)
+    send_hook_trip: int = setting(
+        5, "Failed calls in a row (errors, timeouts, answers that are not a verdict per "
+        "message) that open the send hook's circuit: then no call is made and "
+        "--send-hook-failure applies at once, said in /healthz, the metrics and the log.",
+        HOOK, lo=1, hi=1000)
+    send_hook_cooldown: float = setting(
+        5.0, "Seconds an open circuit waits before one trial call; a trial that succeeds "
+        "closes it, one that fails opens it again.", HOOK, lo=0.05, hi=600)
 
     # -- likes and gifts ---------------------------------------------------------------------
     likes_flush: float = setting(
@@ -621,6 +663,7 @@ class Settings:
             found.append(ConfigError("ticket_keys",
                                      f"a ticket key must be at least {TICKET_KEY_MIN} bytes "
                                      f"(HS256 with a shorter key can be brute-forced)"))
+        found += self._send_hook_problems()
         if self.metrics_token is not None and not self.metrics_token:
             found.append(ConfigError("metrics_token", "metrics_token must not be empty"))
         if self.poll_timeout > self.poll_timeout_max:
@@ -659,6 +702,24 @@ class Settings:
                 f"{self.workers} workers need a store they can share: the memory store "
                 f"lives inside one process (use --store redis://HOST:PORT/DB, or "
                 f"--workers 1)")))
+        return found
+
+    def _send_hook_problems(self) -> list[ConfigError]:
+        """The send hook's URL and secret, when a hook is set."""
+        found: list[ConfigError] = []
+        secret = self.send_hook_secret
+        if secret is not None and len(secret.encode()) < SECRET_MIN:
+            found.append(ConfigError("send_hook_secret", f"send_hook_secret must have at "
+                                     f"least {SECRET_MIN} bytes (`liveroom secrets` makes one)"))
+        if not self.send_hook:
+            return found
+        scheme, _, rest = self.send_hook.partition("://")
+        if scheme.lower() not in ("http", "https") or not rest or rest.startswith("/"):
+            found.append(ConfigError("send_hook", f"send_hook must be an http:// or https:// "
+                                     f"URL, not {self.send_hook!r}"))
+        if not secret:
+            found.append(ConfigError("send_hook_secret", "a send hook needs send_hook_secret "
+                                     "(its calls are signed; `liveroom secrets` makes one)"))
         return found
 
     def vip_rule(self) -> VipRule | None:

@@ -20,10 +20,19 @@ stopped after it:
   is not rate limited (docs/api.md, "Rate limits"; proxy/sends/send.py), so no send
   is refused (429) however fast they come, with the server's default
   ``--rate-limits``. With ``--store redis`` (``--auth open``) it runs against
-  a throw-away ``redis-server`` on a free port.
+  a throw-away ``redis-server`` on a free port. Two more kinds are a
+  viewer's chat, the normal send without a token, on a server run with
+  ``--rate-limits off``: ``chat`` as it is, and ``hooked``, "send with the
+  hook on (a backend that accepts at once)": the server runs with
+  ``--send-hook`` to loadtest/hook_backend.py (its own process: it checks
+  each batch's signature and accepts every message), so each send waits for
+  the backend's verdict in a batch with the others in flight.
 - **nchan**: nginx + Nchan from loadtest/nchan.conf (one worker), ``POST
   /pub/ROOM`` with ``BODY`` as the raw message (Nchan has no envelope, no
-  important or personal kind: one ``publish`` row). On Redis with
+  important or personal kind: one ``publish`` row; with ``hooked`` in
+  ``--kinds``, a ``hooked`` row too: ``nchan_publisher_upstream_request``
+  posts each message, one request each, to the same backend over keep-alive
+  connections, which answers 304, "publish it as it came"). On Redis with
   ``nchan_redis_url`` + ``nchan_use_redis on`` against a throw-away
   ``redis-server`` of its own.
 - **floor**: loadtest/floor_server.py, the Python floor, run by this
@@ -62,7 +71,8 @@ Reported per row:
   process and its descendants (nginx master + worker) over the measured
   window, divided by the messages the server stored in it (the progress line
   and ``--json`` also give the kernel's share, stime); the Redis rows
-  add **redis µs/msg**, redis-server's own CPU per message, apart;
+  add **redis µs/msg**, redis-server's own CPU per message, apart, and the
+  ``hooked`` rows **backend µs/msg**, the hook backend's;
 - **sends/s per core** = 1 / (server CPU per message): what one core of this
   machine would sustain on the send path (Redis's CPU not included: Redis
   runs on a core of its own);
@@ -127,11 +137,13 @@ from kit.progress import say
 from kit.provenance import commit, versions
 from kit.servers import (
     ADMIN_TOKEN,
+    HOOK_SECRET,
     NCHAN_MODULE,
     PUBLISHER_TOKEN,
     Server,
     floor_compiled_server,
     floor_server,
+    hook_backend,
     interrupt_on_signals,
     liveroom_server,
     nchan_available,
@@ -147,7 +159,9 @@ SENDER = "viewer42"
 ADDRESSEES = 1000
 """Personal sends go to u0 ... u999 in turn."""
 NOFILE = 4096
-KINDS = ("normal", "important", "personal")
+KINDS = ("normal", "important", "personal", "chat", "hooked")
+VIEWERS = ("chat", "hooked")
+"""A viewer's sends: no token (so the send hook screens them), rate limits off."""
 SERVERS = ("liveroom", "compiled", "nchan", "floor", "floor-compiled")
 FLOORS = ("floor", "floor-compiled")
 """The Python floor's servers: one normal row each, memory engine only."""
@@ -178,8 +192,8 @@ class Row:
 
 def liveroom_doc(kind: str, to: str | None = None) -> bytes:
     """A liveroom send's request body around ``BODY``."""
-    extra = {"normal": b"", "important": b',"important":true',
-             "personal": b',"to":"%s"' % (to or "u0").encode()}[kind]
+    extra = {"important": b',"important":true',
+             "personal": b',"to":"%s"' % (to or "u0").encode()}.get(kind, b"")
     return b'{"uid":"%s","body":%s%s}' % (SENDER.encode(), BODY, extra)
 
 
@@ -187,8 +201,9 @@ def requests_of(row: Row) -> tuple[list[tuple[str, bytes]], dict[str, str]]:
     """The (path, body) pairs wrk sends in turn, and its headers."""
     if row.server == "nchan":
         return [(f"/pub/{row.room}", BODY)], {"Content-Type": "application/json"}
-    headers = {"Content-Type": "application/json",
-               "Authorization": f"Bearer {PUBLISHER_TOKEN}"}
+    headers = {"Content-Type": "application/json"}
+    if row.kind not in VIEWERS:
+        headers["Authorization"] = f"Bearer {PUBLISHER_TOKEN}"
     path = f"/v1/rooms/{row.room}/messages"
     # The floor gets liveroom's normal send, token and all: the same bytes to parse.
     if row.kind == "personal":
@@ -390,17 +405,39 @@ def stored(row: Row, port: int) -> int:
     return int(float(found.group(1)))
 
 
+def hook_calls(row: Row, port: int) -> int:
+    """The send hook's calls a liveroom server made so far (0 for any other row)."""
+    if row.kind != "hooked" or row.server == "nchan":
+        return 0
+    status, text = http("GET", f"http://127.0.0.1:{port}/metrics",
+                        headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    found = re.findall(rb'^liveroom_send_hook_calls_total\{outcome="[a-z_]+"\} ([0-9.e+]+)$',
+                       text, re.MULTILINE)
+    if status != 200:
+        raise RuntimeError(f"{row.server}: no /metrics ({status})")
+    return int(sum(float(n) for n in found))
+
+
 @contextlib.contextmanager
 def servers_of(row: Row, tmp: Path, tree: Path, extra: list[str],
-               floor_build: Path | None) -> Iterator[tuple[Server, Server | None]]:
-    """The server of a row and its Redis (None on the memory engine);
-    ``floor_build``: the directory ``build_floor`` compiled the floor in, for
-    floor-compiled."""
+               floor_build: Path | None
+               ) -> Iterator[tuple[Server, Server | None, Server | None]]:
+    """The server of a row, its Redis (None on the memory engine) and its
+    hook backend (None but for ``hooked`` rows); ``floor_build``: the
+    directory ``build_floor`` compiled the floor in, for floor-compiled."""
     with contextlib.ExitStack() as stack:
         redis = stack.enter_context(redis_server(tmp)) if row.engine == "redis" else None
         url = f"redis://127.0.0.1:{redis.port}" if redis else None
+        backend = (stack.enter_context(hook_backend(tmp, NOFILE)) if row.kind == "hooked"
+                   else None)
+        if row.kind in VIEWERS:
+            extra = [*extra, "--rate-limits", "off"]
+        if backend is not None:
+            extra = [*extra, "--send-hook", f"http://127.0.0.1:{backend.port}/hook",
+                     "--send-hook-secret", HOOK_SECRET]
         if row.server == "nchan":
-            server = stack.enter_context(nchan_server(tmp, NOFILE, False, url))
+            server = stack.enter_context(nchan_server(
+                tmp, NOFILE, False, url, backend.port if backend is not None else None))
         elif row.server == "floor":
             server = stack.enter_context(floor_server(tmp, NOFILE))
         elif row.server == "floor-compiled":
@@ -410,7 +447,7 @@ def servers_of(row: Row, tmp: Path, tree: Path, extra: list[str],
             server = stack.enter_context(liveroom_server(
                 tmp, NOFILE, None, f"{url}/0" if url else None, 1, name=row.server,
                 extra=extra, env=compiled_env(tree) if row.server == "compiled" else None))
-        yield server, redis
+        yield server, redis, backend
 
 
 # -- one row -----------------------------------------------------------------------
@@ -420,7 +457,7 @@ def measure(row: Row, args: argparse.Namespace,
             floor_build: Path | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix=f"bench-send-{row.name}-") as tmp_, \
             servers_of(row, Path(tmp_), args.compiled_tree, args.serve_arg,
-                       floor_build) as (server, redis):
+                       floor_build) as (server, redis, backend):
         tmp = Path(tmp_)
         label = f"{row.server}/{row.engine}"
         script = tmp / "send.lua"
@@ -431,20 +468,22 @@ def measure(row: Row, args: argparse.Namespace,
         if args.warmup > 0:
             run_wrk(server.port, script, args.warmup, args.connections, args.threads)
         wait_quiet(server)
-        count0 = stored(row, server.port)
+        count0, calls0 = stored(row, server.port), hook_calls(row, server.port)
         profiler = start_profile(row, server, args) if args.profile else None
         (user0, sys0), rcpu0 = server.cpu_times(), redis.cpu() if redis else 0.0
+        bcpu0 = backend.cpu() if backend else 0.0
         busy0, t0 = machine_busy(), time.monotonic()
         wrk = run_wrk(server.port, script, args.duration, args.connections, args.threads)
         (user1, sys1), rcpu1 = server.cpu_times(), redis.cpu() if redis else 0.0
+        bcpu1 = backend.cpu() if backend else 0.0
         busy1, t1 = machine_busy(), time.monotonic()
-        count1 = stored(row, server.port)
+        count1, calls1 = stored(row, server.port), hook_calls(row, server.port)
         profile = finish_profile(profiler) if profiler else None
         server.check_alive()
         checked = read_back(row, server.port)
     messages = count1 - count0
     window = t1 - t0
-    user, system, rcpu = user1 - user0, sys1 - sys0, rcpu1 - rcpu0
+    user, system, rcpu, bcpu = user1 - user0, sys1 - sys0, rcpu1 - rcpu0, bcpu1 - bcpu0
     cpu = user + system
     notes = []
     if not wrk.accepted <= messages <= wrk.accepted + args.connections:
@@ -453,7 +492,7 @@ def measure(row: Row, args: argparse.Namespace,
     if wrk.non_2xx or wrk.socket_errors:
         notes.append(f"{row.name}: {wrk.non_2xx} non-2xx answers, "
                      f"{wrk.socket_errors} socket errors")
-    others = (busy1 - busy0) - cpu - rcpu - wrk.client_cpu
+    others = (busy1 - busy0) - cpu - rcpu - bcpu - wrk.client_cpu
     if others / window > OTHERS_BUSY:
         notes.append(f"{row.name}: other processes used {100 * others / window:.0f} % of a "
                      "core during the window")
@@ -473,6 +512,9 @@ def measure(row: Row, args: argparse.Namespace,
         "sys_share": system / cpu if cpu else 0.0,
         "redis_cpu_us": 1e6 * rcpu / messages if redis and messages else None,
         "redis_cpu_pct": 100 * rcpu / window if redis else None,
+        "backend_cpu_us": 1e6 * bcpu / messages if backend and messages else None,
+        "backend_cpu_pct": 100 * bcpu / window if backend else None,
+        "hook_calls": calls1 - calls0,
         "client_cpu_pct": 100 * wrk.client_cpu / window,
         "p50_ms": wrk.p50_ms, "p99_ms": wrk.p99_ms, "max_ms": wrk.max_ms,
         "read_back": checked, "notes": notes, "profile": profile}
@@ -481,6 +523,9 @@ def measure(row: Row, args: argparse.Namespace,
         f"server {r['server_cpu_pct']:.0f} % of a core, {r['cpu_us']:.1f} µs/msg "
         f"({100 * r['sys_share']:.0f} % in the kernel)"
         + (f" + redis {r['redis_cpu_us']:.1f} µs/msg" if redis else "")
+        + (f" + backend {r['backend_cpu_us']:.1f} µs/msg" if backend else "")
+        + (f" ({calls1 - calls0} calls to it, {messages / (calls1 - calls0):.1f} messages "
+           "a call)" if calls1 > calls0 else "")
         + f", p50 {wrk.p50_ms:.2f} ms, p99 {wrk.p99_ms:.2f} ms, wrk "
         f"{r['client_cpu_pct']:.0f} % of a core; read back: {checked}")
     for n in notes:
@@ -570,13 +615,14 @@ def table(results: list[dict[str, Any]]) -> str:
         return f"{x:.2f} ms"
 
     lines = ["| engine | server | kind | sends accepted | sends/s | server CPU | CPU µs/msg "
-             "| redis µs/msg | sends/s per core | p50 | p99 |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| redis µs/msg | backend µs/msg | sends/s per core | p50 | p99 |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         redis = f"{r['redis_cpu_us']:.1f}" if r["redis_cpu_us"] is not None else "-"
+        backend = f"{r['backend_cpu_us']:.1f}" if r.get("backend_cpu_us") is not None else "-"
         lines.append(f"| {r['engine']} | {r['server']} | {r['kind']} | {r['accepted']:,} "
                      f"| {r['rate']:,.0f} | {r['server_cpu_pct']:.0f} % | {r['cpu_us']:.1f} "
-                     f"| {redis} | {r['per_core']:,.0f} | {ms(r['p50_ms'])} "
+                     f"| {redis} | {backend} | {r['per_core']:,.0f} | {ms(r['p50_ms'])} "
                      f"| {ms(r['p99_ms'])} |")
     return "\n".join(lines)
 
@@ -601,7 +647,7 @@ def kinds_of(server: str, engine: str, kinds: list[str]) -> tuple[str, ...]:
     """The rows a server has on an engine: Nchan its one publish, the floor
     one normal on the memory engine and none on Redis."""
     if server == "nchan":
-        return ("publish",)
+        return ("publish", "hooked") if "hooked" in kinds else ("publish",)
     if server in FLOORS:
         return ("normal",) if engine == "memory" else ()
     return tuple(kinds)
@@ -676,8 +722,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--engines", type=names(ENGINES), default=list(ENGINES),
                    help="memory, redis or both (default: memory,redis)")
     p.add_argument("--kinds", type=names(KINDS), default=list(KINDS),
-                   help="liveroom's sends: normal, important, personal (default: all; Nchan "
-                        "always has its one publish row, the floor its one normal row)")
+                   help="liveroom's sends: normal, important, personal, chat (a viewer's "
+                        "normal send, no token), hooked (the same with the send hook on, "
+                        "to a backend that accepts at once) (default: all; Nchan always has "
+                        "its publish row, and a hooked row with hooked; the floor its one "
+                        "normal row)")
     p.add_argument("--duration", type=int, default=10,
                    help="whole seconds wrk sends in each measured window (default 10)")
     p.add_argument("--warmup", type=int, default=1,
@@ -769,6 +818,10 @@ def main(argv: list[str] | None = None) -> int:
           f"listeners; body {len(BODY)} bytes (liveroom's request {len(liveroom_doc('normal'))})")
     print()
     print(table(results))
+    for r in results:
+        if r.get("hook_calls"):
+            print(f"\n{r['engine']}-{r['server']}-{r['kind']}: {r['hook_calls']:,} calls to the "
+                  f"send hook's backend, {r['stored'] / r['hook_calls']:.1f} messages a call")
     notes += [n for r in results for n in r["notes"]]
     if notes:
         print()

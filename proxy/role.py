@@ -59,6 +59,7 @@ from .recent_rooms import RecentRooms
 from .renewals import Renewals
 from .room_gate import RoomGate
 from .route_costs import EXISTS, RouteCost, row_of
+from .sends.hook import SendHook
 from .sends.route import SendRoute
 from .sends.send import Sends
 from .tickets import Tickets
@@ -126,8 +127,11 @@ class Proxy:
                            signer, clock, metrics, is_vip=vip_list.is_vip, tickets=self.tickets,
                            likes=self.likes, ranking=self.ranking, rules=self.moderation.rules)
         self.filters = Filters(filters, clock)
+        self.send_hook = SendHook(settings, clock, metrics) if settings.send_hook else None
+        """The backend's send hook (``--send-hook``), which screens untrusted sends."""
         self.sends = Sends(settings, log, tokens, clock, metrics, tickets=self.tickets,
-                           moderation=self.moderation, filters=self.filters, review=review)
+                           moderation=self.moderation, filters=self.filters, review=review,
+                           hook=self.send_hook)
         self.bounds = RouteBounds(gate)
         # A like's head is held to a send's bounds (a body of a few bytes
         # is far under them): one value, given to both routes.
@@ -217,8 +221,11 @@ class Proxy:
     async def start(self) -> None:
         """Start handing heartbeats to statsvr (before the first poll) and
         likes to the store, reading the rooms' gift rankings, their
-        moderation and the word filter's lists, and telling held polls the
-        rooms' news."""
+        moderation and the word filter's lists, telling held polls the
+        rooms' news, and open the send hook's connections (before the first
+        send)."""
+        if self.send_hook is not None:
+            await self.send_hook.start()
         await self.heartbeats.start()
         self.news.start()
         self.likes.start()
@@ -227,10 +234,13 @@ class Proxy:
         await self.filters.start()
 
     async def stop(self) -> None:
-        """Answer and drop every held poll, write the last likes, then hand
-        over the last heartbeats."""
+        """Answer and drop every held poll, write the last likes, close the
+        send hook's connections (a send still waiting gets the failure
+        policy), then hand over the last heartbeats."""
         await self.news.stop()
         await self.holds.close()
+        if self.send_hook is not None:
+            await self.send_hook.stop()
         await self.likes.stop()
         await self.ranking.stop()
         await self.moderation.stop()

@@ -137,10 +137,16 @@ COSTS: Final = (
         "and a new room's keys until --empty-room-ttl (its sender's alone) or "
         "--room-ttl; or, held for review (a word filter's or the send hook's call), one "
         "message in the room's review queue (its oldest dropped past --review-max) until "
-        "--room-ttl. Node: the message in the room's cache",
+        "--room-ttl. Node: the message in the room's cache. With --send-hook, a send that is "
+        "not the backend's waits for the backend's verdict, --send-hook-timeout at most (its "
+        "place in the next call's batch, and a share of one of --send-hook-calls keep-alive "
+        "calls), then the verdict's extra stored with it; a sender the store refused for its "
+        "rate limits is remembered until its windows free (about 200 B, 100 000 senders at "
+        "most)",
         ("rate_limits", "room_rate_limit", "rooms_per_uid", "rooms_per_address",
          "rooms_per_node", "max_message_bytes", "log_cap", "personal_hard_cap",
-         "personal_node_cap", "dedup_ttl", "room_ttl", "empty_room_ttl", "review_max"),
+         "personal_node_cap", "dedup_ttl", "room_ttl", "empty_room_ttl", "review_max",
+         "send_hook_timeout", "send_hook_batch", "send_hook_calls", "send_hook_extra_bytes"),
         room=CREATES,
         sample=Sample(body={"uid": "{uid}", "body": "hi"}, token="listener"), keeps=_NEW_ROOM,
         cpu_us=_HOT),

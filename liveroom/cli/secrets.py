@@ -15,8 +15,8 @@ def secrets_command() -> None:
     """Print fresh random values for every secret setting, as env-file lines.
 
     One LIVEROOM_NAME=VALUE line each (the admin and publisher tokens, the
-    context secret, a ticket key and a metrics token; 32 random bytes each,
-    URL-safe base64). Append them to a copy of deploy/liveroom.env, whose
+    context secret, a ticket key, a metrics token and the send hook's secret;
+    32 random bytes each, URL-safe base64). Append them to a copy of deploy/liveroom.env, whose
     empty lines for them come earlier, so these win:
 
         liveroom secrets >> ~/liveroom.env

@@ -49,6 +49,9 @@ def _announce(node: Node) -> None:
     click.echo(f"  auth: {s.auth}" + (f" ({len(s.ticket_keys)} ticket keys)"
                                       if s.auth == "ticket" else
                                       " (clients name their own uid)"))
+    if s.send_hook:
+        click.echo(f"  send hook: {s.send_hook} (at most {s.send_hook_timeout:g} s a send; "
+                   f"late or failing: {s.send_hook_failure})")
     made_up = {name: value for name, value in node.generated.items()
                if name in ("admin_token", "publisher_token")}
     if made_up:

@@ -22,11 +22,15 @@ class Message:
     recalled: bool = False
     """A moderator (or its sender) recalled it: its body is gone (``None``);
     show it as recalled, or not at all."""
+    extra: Mapping[str, Any] | None = None
+    """What the backend's send hook attached to it (a small object: a
+    badge, a translation...); ``None``: nothing."""
 
     @classmethod
     def from_doc(cls, doc: Mapping[str, Any]) -> Message:
         return cls(int(doc["seq"]), str(doc["uid"]), bool(doc["important"]),
-                   int(doc["ts"]), doc["body"], bool(doc.get("recalled", False)))
+                   int(doc["ts"]), doc["body"], bool(doc.get("recalled", False)),
+                   doc.get("extra"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,11 +49,14 @@ class PersonalMessage:
     """``None`` once recalled."""
     recalled: bool = False
     """The backend recalled it: its body is gone (``None``)."""
+    extra: Mapping[str, Any] | None = None
+    """What the backend's send hook attached to it; ``None``: nothing."""
 
     @classmethod
     def from_doc(cls, doc: Mapping[str, Any]) -> PersonalMessage:
         return cls(int(doc["pseq"]), int(doc["n"]), str(doc["uid"]), str(doc["to"]),
-                   int(doc["ts"]), doc["body"], bool(doc.get("recalled", False)))
+                   int(doc["ts"]), doc["body"], bool(doc.get("recalled", False)),
+                   doc.get("extra"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -90,9 +90,9 @@ from .review import Holding as Holding
 from .review import ReviewStore as ReviewStore
 from .review import Verdict as Verdict
 from .review import check_find as check_find
+from .review import check_held_list as check_held_list
 from .review import check_hold as check_hold
 from .review import check_id as check_id
-from .review import check_held_list as check_held_list
 from .review import check_settle as check_settle
 from .review import check_verdict as check_verdict
 from .review import held_kind as held_kind

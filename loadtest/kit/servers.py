@@ -215,26 +215,58 @@ def nchan_available() -> bool:
 
 
 def nginx_config(tmp: Path, port: int, nofile: int, multipart: bool,
-                 redis_url: str | None = None) -> str:
+                 redis_url: str | None = None, hook_port: int | None = None) -> str:
     """``nchan.conf`` with its @NAMES@ filled in; with ``redis_url``
-    (``redis://HOST:PORT``) Nchan keeps its channels in that Redis."""
+    (``redis://HOST:PORT``) Nchan keeps its channels in that Redis; with
+    ``hook_port``, every publish first goes to hook_backend.py's ``POST
+    /nchan`` on that port (``nchan_publisher_upstream_request``)."""
     text = (LOADTEST / "nchan.conf").read_text()
     redis = (f'nchan_redis_url "{redis_url}";\n    nchan_use_redis on;'
              if redis_url else "# channels in Nchan's own memory store")
+    upstream = publish = location = "# no backend screens a publish"
+    if hook_port is not None:
+        upstream = (f"upstream hook_backend {{\n        server 127.0.0.1:{hook_port};\n"
+                    f"        keepalive 32;\n    }}")
+        publish = "nchan_publisher_upstream_request /upstream_pub;"
+        location = ("location = /upstream_pub {\n            internal;\n"
+                    "            proxy_pass http://hook_backend/nchan;\n"
+                    "            proxy_http_version 1.1;\n"
+                    '            proxy_set_header Connection "";\n        }')
     for name, value in {"DIR": str(tmp), "PORT": str(port),
                         "CONNECTIONS": str(max(1024, nofile * 3 // 2)), "NOFILE": str(nofile),
-                        "MULTIPART": "on" if multipart else "off", "REDIS": redis}.items():
+                        "MULTIPART": "on" if multipart else "off", "REDIS": redis,
+                        "HOOK_UPSTREAM": upstream, "PUBLISH_HOOK": publish,
+                        "HOOK_LOCATION": location}.items():
         text = text.replace(f"@{name}@", value)
     return text
 
 
-def nchan_server(tmp: Path, nofile: int, multipart: bool,
-                 redis_url: str | None = None) -> contextlib.AbstractContextManager[Server]:
+def nchan_server(tmp: Path, nofile: int, multipart: bool, redis_url: str | None = None,
+                 hook_port: int | None = None) -> contextlib.AbstractContextManager[Server]:
     """nginx + Nchan from ``nchan.conf``, ready once it accepts and its worker
-    runs; its channels in the Redis at ``redis_url`` when one is given."""
+    runs; its channels in the Redis at ``redis_url`` when one is given; each
+    publish screened by the backend on ``hook_port`` when one is given."""
     port = free_port()
     return nginx_server(tmp, "nchan", port,
-                        nginx_config(tmp, port, nofile, multipart, redis_url), nofile)
+                        nginx_config(tmp, port, nofile, multipart, redis_url, hook_port),
+                        nofile)
+
+
+HOOK_SECRET = "bench-send-hook-secret-0123456789abcdef"
+"""The send hook's secret between a bench's liveroom and its hook backend."""
+
+
+@contextlib.contextmanager
+def hook_backend(tmp: Path, nofile: int) -> Iterator[Server]:
+    """loadtest/hook_backend.py, a backend that accepts every send at once
+    (liveroom's send hook at ``/hook``, Nchan's upstream at ``/nchan``),
+    ready once it accepts connections."""
+    port = free_port()
+    with announcing_server("hook-backend", [str(LOADTEST / "hook_backend.py"), "--port",
+                                            str(port), "--secret", HOOK_SECRET],
+                           port, tmp, nofile) as server:
+        wait_until("accepting connections", lambda: accepts(port), 30, server)
+        yield server
 
 
 @contextlib.contextmanager

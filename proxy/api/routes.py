@@ -318,7 +318,13 @@ class Routes:
         problem = await self._health_now()
         if problem is not None:
             return error_response(503, "unhealthy", problem, retry_after=1)
-        return web.json_response({"status": "ok"})
+        hook = self.sends.hook
+        if hook is None:
+            return web.json_response({"status": "ok"})
+        # The backend's circuit is said, not judged: a node whose backend fails
+        # still serves (sends get --send-hook-failure), and taking every node
+        # out of a balancer for it would turn a backend's outage into a whole one.
+        return web.json_response({"status": "ok", "send_hook": hook.state})
 
     async def openapi(self, request: web.Request) -> web.StreamResponse:
         """The API's OpenAPI document (read once, kept as bytes)."""

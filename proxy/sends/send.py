@@ -34,6 +34,17 @@ refuses it (403 ``filtered``), a ``mask`` list's is stored masked, and a
 (503 ``review_unavailable`` on a node without one). A room no list applies
 to costs one dict lookup.
 
+**The send hook** (:mod:`.hook`, ``--send-hook``): with it on, every send
+but the backend's tokens' goes to the backend after the checks above and
+before the append, and waits for its verdict (``--send-hook-timeout`` at
+most): accept (stored, its body maybe the backend's, its ``extra``
+delivered with it), reject (403 ``rejected``, the backend's reason) or hold
+(the review queue, 202). A late or failing backend: ``--send-hook-failure``
+decides (reject is a 503 ``send_hook_unavailable``). A sender the store
+refused for its rate limits is refused again at once, without a call, until
+its windows free (:mod:`.limited`). A send rejected or held creates no room
+and counts in no rate window.
+
 **Personal messages are private in ticket mode only.** A poll in ``open``
 mode names its uid and proves nothing, so anybody can read ``uid=alice``'s
 personal messages. They are accepted there (the quick start uses them), and
@@ -58,7 +69,9 @@ from liveroom.errors import (
     Muted,
     NewRoomRefused,
     RateLimited,
+    Rejected,
     ReviewUnavailable,
+    SendHookUnavailable,
     StoreUnavailable,
     Unauthorized,
 )
@@ -66,9 +79,9 @@ from liveroom.metrics import Metrics
 from liveroom.model import NewMessage
 from liveroom.ratelimit import RateLimits
 from liveroom.review import ReviewQueue
-from liveroom.store.review import WHY_MAX
 from liveroom.settings import Settings
 from liveroom.store.base import AppendAtOnce, Appended, MessageLog
+from liveroom.store.review import WHY_MAX
 
 from ..addresses import peer_address
 from ..auth import Right, Tokens, bearer
@@ -78,7 +91,9 @@ from ..front.limits import HeadRules
 from ..moderation.rules import Moderation
 from ..params import parse_send
 from ..reply import JSON_UTF8, Reply, answer_to, document_reply
-from ..tickets import UID_MISMATCH, Tickets
+from ..tickets import UID_MISMATCH, Claims, Tickets
+from .hook import ACCEPT, REJECT, SendHook
+from .limited import LimitedSenders
 from .new_rooms import NewRooms, Place
 
 logger: Final = logging.getLogger("liveroom.proxy")
@@ -98,7 +113,7 @@ class Sends:
     def __init__(self, settings: Settings, log_: MessageLog, tokens: Tokens, clock: Clock,
                  metrics: Metrics, *, tickets: Tickets | None = None,
                  moderation: Moderation | None = None, filters: Filters | None = None,
-                 review: ReviewQueue | None = None) -> None:
+                 review: ReviewQueue | None = None, hook: SendHook | None = None) -> None:
         self.settings = settings
         self._log = log_
         self.tokens = tokens
@@ -114,13 +129,17 @@ class Sends:
         """Where a send kept back for review is held (``await
         review.hold(room, message, why)``, then :func:`held_reply`); None:
         none (a held send is refused, 503 ``review_unavailable``)."""
+        self.hook = hook
+        """The backend's send hook, which screens every untrusted send (None: off)."""
+        self.limited = LimitedSenders()
+        """Senders the store refused for their rate limits lately (the hook's peek)."""
         self._clock = clock
         self._metrics = metrics
         self._tally = metrics.tally(
             [*(metrics.sends.labels(o) for o in ("stored", "duplicate", "limited", "unavailable")),
              metrics.store_errors.labels("append"),
              *(metrics.sends.labels(o) for o in ("muted", "banned", "filtered", "held")),
-             metrics.masked_sends])
+             metrics.masked_sends, metrics.sends.labels("rejected")])
         # A wrapper that hands other calls on to a log (by __getattr__) is not
         # taken for one that appends at once: its append is its own.
         self._append_at_once: AppendAtOnce | None = (
@@ -140,11 +159,12 @@ class Sends:
                      peer: asyncio.BaseTransport | None = None) -> Reply | None:
         """The answer of a send (as :meth:`send`'s) when the store appends
         without waiting (the memory engine): no task, no await. ``None``
-        when the store may wait (Redis), or when the message goes to review
-        (the queue may wait): await :meth:`send` instead (it checks the send
-        again: a held one costs its checks twice)."""
+        when the store may wait (Redis), when the message goes to review
+        (the queue may wait), or when the send hook screens it: await
+        :meth:`send` instead (it checks the send again: a held one costs its
+        checks twice)."""
         append = self._append_at_once
-        if append is None:
+        if append is None or (self.hook is not None and not self._from_backend(authorization)):
             return None
         try:
             pending = self._prepare(room, content_type, raw, authorization, address, peer)
@@ -171,11 +191,19 @@ class Sends:
             pending = self._prepare(room, content_type, raw, authorization, address, peer)
             if pending.held:
                 return await self._hold(room, pending, accept)
+            if pending.screen:
+                held = await self._screened(room, pending, accept)
+                if held is not None:
+                    return held
             try:
                 appended = await self._log.append(
                     room, pending.message, pending.limits, may_create=pending.may_create,
                     provisional=pending.provisional)
             except BaseException as exc:
+                if pending.screen and isinstance(exc, RateLimited) \
+                        and pending.limits is not None and not isinstance(exc, NewRoomRefused):
+                    self.limited.refused(room, pending.message.uid, pending.limits,
+                                         pending.message.ts, exc.retry_after)
                 self._failed(pending, exc)
             return self._stored(pending, appended, accept)
         except Exception as exc:
@@ -197,6 +225,7 @@ class Sends:
             if trusted:
                 self.tokens.require(authorization, Right.PUBLISH)
             uid = sp.uid
+            claims = None
         else:
             # The credential first: a sender without one costs no body decoding.
             token = bearer(authorization)
@@ -233,11 +262,71 @@ class Sends:
                     return _Pending(message, limits, None, None, True, screened.lists)
                 message.body = screened.body
                 self._tally[_MASKED] += 1
+        screen = self.hook is not None
+        if screen:  # a sender the store refused lately costs the backend no call
+            self.limited.check(room, uid, limits, message.ts)
         # The new room takes its place in the windows before the append's round
         # trip, so sends in flight together never pass them; settled after it.
-        admitted = self.new_rooms.reserve(uid, address or peer_address(peer), message.ts)
+        address = address or peer_address(peer)
+        admitted = self.new_rooms.reserve(uid, address, message.ts)
         return _Pending(message, limits, admitted,
-                        admitted if isinstance(admitted, Place) else None, True)
+                        admitted if isinstance(admitted, Place) else None, True,
+                        screen=screen, address=address, claims=claims)
+
+    def _from_backend(self, authorization: str | bytes | None) -> bool:
+        """Whether a send with ``authorization`` is the backend's (a token,
+        not a ticket): the send hook does not screen it. A wrong token is
+        refused by the send itself."""
+        if authorization is None:
+            return False
+        if self.tickets is None:
+            return True  # open mode: any token a send carries must be the backend's
+        try:
+            return self.tokens.right_of(bearer(authorization)) is not None
+        except Unauthorized:
+            return False
+
+    async def _screened(self, room: str, pending: _Pending, accept: str) -> Reply | None:
+        """The send hook's verdict on ``pending``: None to store it (its
+        message now the backend's, when it rewrote it), else the answer of a
+        send held (202); raises the refusal of one rejected. A send not
+        stored frees its new room's place."""
+        hook = self.hook
+        assert hook is not None
+        message = pending.message
+        try:
+            verdict = await hook.screen(room, message, pending.address, pending.claims)
+        except BaseException:
+            self._unplaced(pending)
+            raise
+        if verdict.action == ACCEPT:
+            if verdict.body is not None or verdict.extra is not None:
+                pending.message = NewMessage(
+                    message.uid, message.body if verdict.body is None else verdict.body,
+                    message.important, message.ts, message.client_msg_id, message.to,
+                    verdict.extra)
+            return None
+        self._unplaced(pending)
+        if verdict.action == REJECT:
+            if verdict.fallback:
+                raise SendHookUnavailable(f"the send hook could not screen this message "
+                                          f"({verdict.reason}); retry")
+            self._tally[_REJECTED] += 1
+            raise Rejected(verdict.reason or "the backend rejected this message")
+        review = self.review
+        if review is None:
+            raise SendHookUnavailable("the send hook holds this message and this node has "
+                                      "no review queue")
+        why = f"hook: {verdict.reason}"[:WHY_MAX] if verdict.reason else "hook"
+        held = await review.hold(room, message, why)
+        self._tally[_HELD] += 1
+        return held_reply(held, accept)
+
+    def _unplaced(self, pending: _Pending) -> None:
+        """A send that will not be stored frees its new room's place."""
+        if pending.place is not None:
+            self.new_rooms.settled(pending.place, None)
+            pending.place = None
 
     async def _hold(self, room: str, pending: _Pending, accept: str) -> Reply:
         """A message a ``hold`` list matched, handed to the review queue."""
@@ -322,17 +411,19 @@ _BANNED: Final = 6
 _FILTERED: Final = 7
 _HELD: Final = 8
 _MASKED: Final = 9
+_REJECTED: Final = 10
 
 
 class _Pending:
     """A send between its checks and its append's answer."""
 
-    __slots__ = ("admitted", "held", "limits", "may_create", "message", "place",
-                 "provisional")
+    __slots__ = ("address", "admitted", "claims", "held", "limits", "may_create", "message",
+                 "place", "provisional", "screen")
 
     def __init__(self, message: NewMessage, limits: RateLimits | None,
                  admitted: Place | RateLimited | None, place: Place | None,
-                 provisional: bool, held: tuple[str, ...] = ()) -> None:
+                 provisional: bool, held: tuple[str, ...] = (), *, screen: bool = False,
+                 address: str = "", claims: Claims | None = None) -> None:
         self.message = message
         self.limits = limits
         """The sender's windows (None: the backend, or limits off)."""
@@ -344,3 +435,9 @@ class _Pending:
         self.provisional = provisional
         self.held = held
         """The ``hold`` lists whose words it holds (empty: not held)."""
+        self.screen = screen
+        """The send hook screens it before its append."""
+        self.address = address
+        """The client's address (the hook's ``address``)."""
+        self.claims = claims
+        """Its ticket's claims (ticket mode), for the hook."""

@@ -526,6 +526,13 @@ function showRecent(messages) {
     text.className = "text";
     text.textContent = `${m.important ? "★ " : ""}${m.recalled ? "recalled" : bodyText(m.body)}`;
     li.append(when, who, text);
+    if (m.extra && !m.recalled) {
+      const extra = document.createElement("span");
+      extra.className = "extra";
+      extra.title = "what the backend's send hook attached to it";
+      extra.textContent = JSON.stringify(m.extra);
+      li.append(extra);
+    }
     if (!m.recalled) {
       const recall = document.createElement("button");
       recall.type = "button";

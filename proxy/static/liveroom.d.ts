@@ -12,6 +12,8 @@ export interface Message {
   body: unknown;
   /** Present (true) on a recalled message: its tombstone, body null. */
   recalled?: true;
+  /** What the backend's send hook attached to it (a small object); absent: nothing. */
+  extra?: Record<string, unknown>;
 }
 
 /** A message for one listener alone (sent with "to": its uid); always important. */
@@ -29,6 +31,8 @@ export interface PersonalMessage {
   body: unknown;
   /** Present when the message was recalled: its body is gone. */
   recalled?: true;
+  /** What the backend's send hook attached to it (a small object); absent: nothing. */
+  extra?: Record<string, unknown>;
 }
 
 /** One giver of a ranking. */

@@ -38,6 +38,7 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 from support import ADMIN, PUBLISHER, Listener
 
 from liveroom.clock import FakeClock
+from liveroom.model import NewMessage
 
 ROOMS = {"finals": 1500, "cooking": 240, "lobby": 35, "chess": 12}
 """Rooms and their listeners at their peak in the simulated hour (the
@@ -582,6 +583,19 @@ def in_force(served: Served, room: str, kind: str) -> dict[str, dict[str, Any]]:
     status, doc = call(f"{served.url}/v1/admin/rooms/{room}/{kind}", token=ADMIN)
     assert status == 200, doc
     return {s["uid"]: s for s in doc[kind]}
+
+
+def test_a_messages_extra_shows_beside_it_in_the_rooms_latest(
+        browser: WebDriver, served: Served) -> None:
+    """What the send hook attached to a message (its ``extra``) is on its line."""
+    send_message(served, "hooked", "plain", uid="carol")
+    marked = served.run(served.node.store.log.append("hooked", NewMessage(
+        "bob", "**** it", False, int(time.time() * 1000), extra={"masked": 1})))
+    open_room_panel(browser, served, "hooked")
+    WebDriverWait(browser, 10).until(lambda b: len(recent_seqs(b)) == 2)
+    line = browser.find_element(By.CSS_SELECTOR, f'#recent li[data-seq="{marked.seq}"]')
+    assert line.find_element(By.CSS_SELECTOR, ".extra").text == '{"masked":1}'
+    assert read_list(browser, "#recent li .extra", "innerText") == ['{"masked":1}']
 
 
 def test_mutes_and_bans_are_given_for_a_while_listed_with_the_time_left_and_lifted(

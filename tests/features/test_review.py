@@ -3,9 +3,9 @@ a held message is nobody's to see until a moderator approves it, then every
 listener gets it as its sender's; a denial drops it; one decision each,
 audited; a full queue drops its oldest and says so.
 
-No word filter or send hook exists yet to hold a send: messages are held
-through the seam the node wires into its sender path
-(``node.review.hold``), as those will hold them.
+Messages are held here through the seam the node wires into its sender
+path (``node.review.hold``), as a word filter or the send hook holds them
+(the hook's holds over HTTP: tests/features/test_send_hook.py).
 """
 
 from __future__ import annotations

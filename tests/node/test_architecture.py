@@ -190,10 +190,10 @@ def test_the_links_back_are_the_ones_the_node_makes() -> None:
              and ast.unparse(st).startswith("node.store.notifier.")]
     (block,) = _blocks("python")
     shown = " ".join(block.split())
-    assert len(made) == 4
+    assert len(made) == 5
     for call in made:
         assert call in shown, call
-    assert "Four links go back" in " ".join(DOC.read_text().split())
+    assert "Five links go back" in " ".join(DOC.read_text().split())
 
 
 def _awaited(body: list[ast.stmt]) -> list[str]:

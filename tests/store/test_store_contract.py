@@ -103,6 +103,21 @@ async def test_entries_keep_what_was_sent(store: Store, fake_clock: FakeClock) -
                           body=body)
 
 
+async def test_a_messages_extra_is_kept_with_it_in_both_lanes(
+        store: Store, fake_clock: FakeClock) -> None:
+    """The send hook's ``extra`` travels with its message through the store
+    (a room message and a personal one); a message without one has none."""
+    extra = {"badge": "vip", "score": 3, "tags": ["a", "b"]}
+    await store.log.append("r", NewMessage("alice", "hi", False, 1_700_000_000_001,
+                                           extra=extra))
+    await store.log.append("r", NewMessage("bob", "yo", False, 1_700_000_000_002))
+    await store.log.append("r", NewMessage("host", "psst", True, 1_700_000_000_003, to="al",
+                                           extra={"k": 1}))
+    pulled = await pull(store, "r", 0, 10)
+    assert [(e.body, e.extra) for e in pulled.entries] == [("hi", extra), ("yo", None)]
+    assert [(e.body, e.to, e.extra) for e in pulled.personal] == [("psst", "al", {"k": 1})]
+
+
 # --- pull ---------------------------------------------------------------------
 
 

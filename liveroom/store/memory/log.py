@@ -233,7 +233,8 @@ class MemoryLog:
         state.seq += 1
         state.ic += message.important
         entry = Entry(seq=state.seq, ic=state.ic, uid=message.uid,
-                      important=message.important, ts=message.ts, body=message.body)
+                      important=message.important, ts=message.ts, body=message.body,
+                      extra=message.extra)
         state.log.append(entry)
         if len(state.log) > policy.log_cap:
             state.log.popleft()
@@ -261,7 +262,8 @@ class MemoryLog:
         state.pseq += 1
         n = state.ordinals[message.to] = state.ordinals.get(message.to, 0) + 1
         state.personal.append(Entry(seq=state.pseq, ic=0, uid=message.uid, important=True,
-                                    ts=message.ts, body=message.body, to=message.to, n=n))
+                                    ts=message.ts, body=message.body, to=message.to, n=n,
+                                    extra=message.extra))
         if state.share is not None:
             state.share.added(1)
         oldest_ok = message.ts - policy.important_window_ms

@@ -121,7 +121,8 @@ class RedisLog:
         policy = self.policy
         cmid = message.client_msg_id
         to = message.to
-        packed = pack_stored(message.uid, message.important, message.ts, message.body, to)
+        packed = pack_stored(message.uid, message.important, message.ts, message.body, to,
+                             message.extra)
         proposed = new_epoch()
         per_uid = limits.per_uid if limits is not None else ()
         per_room = limits.room_windows if limits is not None else ()
