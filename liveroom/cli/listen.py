@@ -39,9 +39,10 @@ def _personal_line(message: PersonalMessage) -> str:
     return f"p{message.pseq} [to {message.to}] {message.uid}: {_body_text(message.body)}"
 
 
-def _notes(answer: Answer, first: bool, slow: int = 0) -> list[str]:
+def _notes(answer: Answer, first: bool, slow: int = 0, likes: int = 0) -> list[str]:
     """What an answer says besides its messages, as ``--`` lines (stderr);
-    ``slow`` is the slow mode the listener knew before it."""
+    ``slow`` and ``likes`` are the slow mode and the likes total the listener
+    knew before it."""
     notes = []
     if first:
         notes.append(f"-- listening to {answer.room} (epoch {answer.epoch}, seq {answer.seq}, "
@@ -68,6 +69,8 @@ def _notes(answer: Answer, first: bool, slow: int = 0) -> list[str]:
     if answer.ranking is not None:
         top = ", ".join(f"{uid} {score}" for uid, score in answer.ranking.top)
         notes.append(f"-- ranking: {top or 'no gifts (the broadcast ended)'}")
+    if answer.likes != likes and not (first and not answer.likes):
+        notes.append(f"-- likes: {answer.likes}")
     return notes
 
 
@@ -98,7 +101,8 @@ def listen(room_name: str, uid: str | None, ticket: str | None, url: str,
     come first, `pPSEQ [to UID] SENDER: BODY`. Lines starting with `--` on stderr say
     where listening began, when the room was reset (a broadcast ended), how
     many messages were missed (gap), the room's top givers when they change
-    (`-- ranking: UID SCORE, ...`, best first), the messages a moderator (or
+    (`-- ranking: UID SCORE, ...`, best first), the room's likes total when
+    it changes (`-- likes: N`), the messages a moderator (or
     their sender) recalled (`-- recalled: SEQ, ...`, `pPSEQ` for the
     listener's personal ones: hide them; a recalled message not yet shown
     comes as `SEQ [recalled] UID`, without its body),
@@ -137,12 +141,12 @@ def listen(room_name: str, uid: str | None, ticket: str | None, url: str,
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(signum, listening.stop)
             first = True
-            slow = 0
+            slow = likes = 0
             async for answer in listening:
-                for line in _notes(answer, first, slow):
+                for line in _notes(answer, first, slow, likes):
                     note(line)
                 first = False
-                slow = answer.slow
+                slow, likes = answer.slow, answer.likes
                 for mine in answer.personal:
                     click.echo(json.dumps({"pseq": mine.pseq, "n": mine.n, "uid": mine.uid,
                                            "to": mine.to, "important": True, "ts": mine.ts,

@@ -70,6 +70,9 @@ class Listening:
         """The room's top givers from the last answer that carried them (None
         before one); the polls echo its version."""
         self.slow = 0
+        self.likes = 0
+        """The room's likes total in the last answer (an answer that changes
+        it is yielded, as one that changes slow mode is)."""
         """The room's slow mode in seconds, from the last answer (0: off)."""
         self.empty = empty
         self.on_retry = on_retry
@@ -120,7 +123,11 @@ class Listening:
                 self.ranking = answer.ranking
             slowed = answer.slow != self.slow
             self.slow = answer.slow
-            if first or self.empty or slowed or not answer.empty:
+            # A new likes total is news too (a quiet room's held poll is
+            # answered with it): yielded like slow mode.
+            liked = answer.likes != self.likes
+            self.likes = answer.likes
+            if first or self.empty or slowed or liked or not answer.empty:
                 return answer
         raise StopAsyncIteration
 

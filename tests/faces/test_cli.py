@@ -915,6 +915,10 @@ async def test_listen_notes_recalls_and_slow_mode_and_shows_tombstones(
             assert await line(notes) == "-- slow mode: one message per 5 s"
             assert (await liveroom("slow", "stage", "0", env=env)).exit_code == 0
             assert await line(notes) == "-- slow mode: off"
+            # A quiet room's new likes total reaches the held poll: said too.
+            assert (await liveroom("like", "stage", "--count", "12", "--uid", "bob",
+                                   env=env)).exit_code == 0
+            assert await line(notes) == "-- likes: 12"
             proc.send_signal(signal.SIGINT)
             async with asyncio.timeout(5):
                 assert await proc.wait() == 0

@@ -26,6 +26,7 @@ from support import (
     clean_env,
     deployed_nginx,
     free_port,
+    held_polls,
     liveroom_process,
     running_node,
 )
@@ -748,6 +749,23 @@ async def test_a_listener_hears_when_slow_mode_changes() -> None:
         await client.slow("hall", 0)
         answer = await next_answer(listening)
         assert (answer.slow, answer.delivered, listening.slow) == (0, (), 0)
+        listening.stop()
+
+
+async def test_a_listener_hears_a_new_likes_total_in_a_quiet_room() -> None:
+    """The node answers a quiet room's held polls with a new total (news):
+    the listener yields that answer, though it brings no message."""
+    async with running_node() as node, Client(node.url) as client:
+        await client.send("hall", "hello", uid="bob")
+        listening = client.listen("hall", uid="ann", timeout=20)
+        first = await next_answer(listening)
+        assert first.likes == 0
+        polled = asyncio.ensure_future(next_answer(listening, within=20))
+        await held_polls(node.node.proxy.holds, 1)  # the next poll waits, held
+        await client.like("hall", 7, uid="bob")
+        async with asyncio.timeout(5):  # well before the poll's 20 s timeout
+            answer = await polled
+        assert (answer.likes, answer.delivered) == (7, ())
         listening.stop()
 
 
