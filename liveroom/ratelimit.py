@@ -163,13 +163,20 @@ def count_send(counts: Counts, windows: Sequence[Window], now_ms: int) -> None:
 
 
 def prune(counts: Counts, windows: Sequence[Window], now_ms: int) -> None:
-    """Drop the buckets no window reads at ``now_ms`` or later (also those of
-    windows no longer configured), so a sender's counts stay bounded by the
-    sum of its windows' buckets."""
-    oldest: dict[int, int] = {}
-    for w in windows:
-        oldest[w.seconds] = bucket_of(w, now_ms) - w.buckets + 1
-    for key in [(s, j) for s, j in counts if s not in oldest or j < oldest[s]]:
+    """Drop the buckets no window of their length reads at ``now_ms`` or
+    later, whether this send counts in such a window or not: a window this
+    send does not know (slow mode that another node applies already, or
+    this one no longer) keeps what it counted until it could read it no
+    more. A sender's counts stay bounded by its windows' buckets, one set a
+    length used within the key's life. ``windows`` (this send's) need not
+    name every length counted."""
+    oldest: dict[int, int] = {w.seconds: bucket_of(w, now_ms) - w.buckets + 1
+                              for w in windows}
+    for s, _ in counts:
+        if s not in oldest:
+            buckets = 10 if s < 60 else 60
+            oldest[s] = now_ms // (s * 1000 // buckets) - buckets + 1
+    for key in [(s, j) for s, j in counts if j < oldest[s]]:
         del counts[key]
 
 

@@ -79,6 +79,8 @@ def _simulate(*args: str) -> None:
          "broadcast's taps only"),
     (255, "a poll waiting for its pull when its uid was banned, answered 200 (then, with "
           "the ban checked after the pull, 403 only when the slow pull ended, 1.3 s on)"),
+    (30621, "a uid's sends 0.9 s apart both stored in a 5 s slow mode: a send through a "
+            "node not slow yet pruned the slow window's counts (found at 72f2a52)"),
 ])
 def test_seeds_that_found_a_broken_promise_of_the_features_keep_them(seed: int,
                                                                      found: str) -> None:

@@ -235,6 +235,20 @@ async def test_a_refused_send_creates_no_log(
     assert await send(store, T0 + 1000, limits=None) == 1
 
 
+async def test_a_send_that_knows_fewer_windows_keeps_the_others_counts(store: Store) -> None:
+    """Slow mode adds a window (one send per N s) that the node it went
+    through applies at once and the others within a second: a send through
+    one of those, counted without it, must not wipe what the slow window
+    counted (found by the simulator, seed 21816 at f7bd46f: a uid's two
+    sends 0.34 s apart were both stored in a 5 s slow mode)."""
+    slowed = RateLimits(per_uid=(*DEFAULT.per_uid, Window(1, 5)))
+    assert await send(store, T0, limits=slowed) == 1
+    assert await send(store, T0 + 100, limits=DEFAULT) == 2  # a node not slow yet
+    refusal = await refused(store, T0 + 340, limits=slowed)
+    assert refusal.retry_after == pytest.approx(4.5, abs=0.51)
+    assert await send(store, T0 + 5_000, limits=slowed) == 3
+
+
 async def test_counters_stay_bounded_and_expire_on_redis(
         redis_store: Store, redis_url: str) -> None:
     limits = RateLimits(per_uid=(Window(5, 1), Window(30, 60)), room_per_second=100)

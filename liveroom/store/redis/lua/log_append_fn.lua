@@ -57,7 +57,10 @@ local function append(KEYS, ARGV)
   end
 
   -- The buckets each window length reads at ts, as {index, count} lists by
-  -- seconds; fields no window reads at ts or later are deleted on the way.
+  -- seconds; fields no window of their length reads at ts or later are
+  -- deleted on the way, whether this send counts in such a window or not
+  -- (a window it does not know, slow mode another node applies already,
+  -- keeps its counts: ratelimit.prune's rule).
   local function read_counts(counter)
     local oldest = {}
     for _, w in ipairs(counter.windows) do
@@ -68,7 +71,12 @@ local function append(KEYS, ARGV)
     for i = 1, #flat, 2 do
       local seconds, j = string.match(flat[i], '^(%d+):(%d+)$')
       j = tonumber(j)
-      if not seconds or not oldest[seconds] or j < oldest[seconds] then
+      if seconds and not oldest[seconds] then
+        local s = tonumber(seconds)
+        local buckets = s < 60 and 10 or 60
+        oldest[seconds] = math.floor(ts / math.floor(s * 1000 / buckets)) - buckets + 1
+      end
+      if not seconds or j < oldest[seconds] then
         stale[#stale + 1] = flat[i]
       else
         local list = by_seconds[seconds] or {}
