@@ -1102,8 +1102,11 @@ def check_moderation(run: FeatureRun, listeners: list[SimListener]) -> list[str]
             continue
         uid = attempt.by[4:]
         for family in ("mute", "ban"):
-            given = sanctions.surely(family, uid, attempt.node, attempt.start, attempt.start,
-                                     _ms(attempt.start))
+            # In force for the whole request, as for taps: the node checks
+            # when it gets to it (after the room gate, which may wait for a
+            # pull), and a sanction lifted meanwhile no longer applies.
+            given = sanctions.surely(family, uid, attempt.node, attempt.start, attempt.at,
+                                     _ms(attempt.at))
             if given is not None:
                 # "its sender recalls its own normal messages [...] unless it
                 # is banned or muted in the room"
