@@ -116,10 +116,7 @@ def anchors(snap: Snapshot) -> tuple[int, int]:
     """The ``ts`` of the message ``snap`` holds at its head and of the personal
     one at its ``phead`` (0 where it holds none): a pull after them checks the
     store holds the same there (``liveroom.store.log.Pulled.rewritten``)."""
-    head = 0
-    for items in (snap.normal, snap.important):
-        if items and items[-1].seq == snap.head:
-            head = items[-1].ts
+    head = ts_at(snap, snap.head)
     personal = snap.personal
     phead = 0
     if personal is not None and personal.order and personal.order[-1][0] == snap.phead:
