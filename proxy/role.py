@@ -125,7 +125,8 @@ class Proxy:
                                      on_slow=self.news.changed, metrics=metrics)
         self.polls = Polls(settings, reader, self.heartbeats, stats, self.holds, tiers,
                            signer, clock, metrics, is_vip=vip_list.is_vip, tickets=self.tickets,
-                           likes=self.likes, ranking=self.ranking, rules=self.moderation.rules)
+                           likes=self.likes, ranking=self.ranking, rules=self.moderation.rules,
+                           news=self.news)
         self.filters = Filters(filters, clock)
         self.send_hook = SendHook(settings, clock, metrics) if settings.send_hook else None
         """The backend's send hook (``--send-hook``), which screens untrusted sends."""

@@ -177,7 +177,7 @@ def like(room_name: str, count: int, uid: str | None, ticket: str | None, url: s
     except ClientError as exc:
         raise clear(exc, None if ticket or uid else f"give --ticket or set {TICKET_ENV}") \
             from None
-    click.echo(f"{room_name}: {total} likes")
+    click.echo(f"{room_name}: {total} {'like' if total == 1 else 'likes'}")
 
 
 @click.command()

@@ -1,6 +1,6 @@
 """The listener's context (``ctx``): what the server tells itself across polls.
 
-A ``ctx`` is 76 characters of base64url: a version byte, five 64-bit
+A ``ctx`` is 84 characters of base64url: a version byte, five 64-bit
 integers (the important counts at the answer's cursors, so ``gap``/``igap``
 stay exact for a listener older than what a node keeps; the time of the
 last non-empty answer, for the adaptive hold; the listener's ordinal among
@@ -8,7 +8,11 @@ its personal messages at its ``pseq`` plus one, 0 when unknown, so ``pgap``
 is exact, see :mod:`liveroom.personal`; the ``ts`` of the message at the
 answer's ``seq``, 0 when unknown, so that a node whose copy of the room
 holds another message there, the store having lost the one the listener
-got, resets it) and a 16-byte MAC: keyed
+got, resets it), a 48-bit mark of the figures the answer showed beside its
+messages (its likes, slow mode and top givers, :func:`news_mark`; 0 when
+unknown), so a
+poll that missed a change between its answer and its next poll is told it
+(:mod:`.news`), and a 16-byte MAC: keyed
 BLAKE2s over those bytes and what the context is bound to (room, uid, epoch,
 and the answer's cursors), under a secret every node over one store shares.
 The bound values are in the request already, so they are not repeated in the
@@ -26,8 +30,11 @@ import hmac
 import struct
 from typing import Final, NamedTuple
 
-_VERSION: Final = 4
-_FIELDS: Final = struct.Struct(">BQQQQQ")
+_VERSION: Final = 5
+_FIELDS: Final = struct.Struct(">BQQQQQHI")
+"""The last two (16 and 32 bits) are the news mark's 48: a context of 63
+bytes is a whole number of base64 characters, none with bits a forger
+could flip unseen."""
 _MAC: Final = 16
 _SIZE: Final = _FIELDS.size + _MAC
 _LENGTH: Final = (_SIZE * 4 + 2) // 3
@@ -46,6 +53,23 @@ class Context(NamedTuple):
     """Its personal messages in the room up to its ``pseq`` (``None``: unknown)."""
     anchor: int = 0
     """The ``ts`` of the message at its ``seq`` (0: unknown)."""
+    news: int = 0
+    """The :func:`news_mark` of the figures its answer showed (0: unknown)."""
+
+
+_MARKS: Final = 1 << 48
+
+
+def news_mark(likes: int, slow: int, ranking: int = 0) -> int:
+    """A 48-bit mark of what a listener has after an answer, beside its
+    messages: its likes total, its slow mode and the version of its top
+    givers (``ranking``, a CRC-32; the listener has the room's current one,
+    shown or echoed). Never 0 (the mark of an unknown). Two different
+    figures may share a mark (about one in 2**48; never likes a thousand
+    apart with the same ranking): such a change then reaches the listener
+    with its next answer, as it did before marks."""
+    return 1 + (likes * 0x9E3779B97F4A7C15 + ranking * 0xC2B2AE3D27D4EB4F + slow) \
+        % (_MARKS - 1)
 
 
 class ContextSigner:
@@ -60,10 +84,11 @@ class ContextSigner:
         return mac.digest()
 
     def sign(self, room: str, uid: str, epoch: str, seq: int, iseq: int, seq_ic: int,
-             iseq_ic: int, last_ms: int, pn: int | None = None, anchor: int = 0) -> str:
+             iseq_ic: int, last_ms: int, pn: int | None = None, anchor: int = 0,
+             news: int = 0) -> str:
         """The context of an answer at ``(seq, iseq)`` of ``epoch`` (see :class:`Context`)."""
         fields = _FIELDS.pack(_VERSION, seq_ic, iseq_ic, last_ms, 0 if pn is None else pn + 1,
-                              anchor)
+                              anchor, news >> 32, news & 0xFFFFFFFF)
         raw = fields + self._mac(fields, room, uid, epoch, seq, iseq)
         return binascii.b2a_base64(raw, newline=False)[:_LENGTH].translate(_TO_URL).decode()
 
@@ -81,5 +106,6 @@ class ContextSigner:
         if raw[0] != _VERSION or not hmac.compare_digest(
                 raw[_FIELDS.size:], self._mac(fields, room, uid, epoch, seq, iseq)):
             return None
-        _, seq_ic, iseq_ic, last_ms, pn, anchor = _FIELDS.unpack(fields)
-        return Context(seq_ic, iseq_ic, last_ms, pn - 1 if pn else None, anchor)
+        _, seq_ic, iseq_ic, last_ms, pn, anchor, news_high, news_low = _FIELDS.unpack(fields)
+        return Context(seq_ic, iseq_ic, last_ms, pn - 1 if pn else None, anchor,
+                       news_high << 32 | news_low)

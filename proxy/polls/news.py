@@ -32,6 +32,17 @@ one); telling a room answers its quiet held polls, each like a timeout
 after the last change read it already and are left held. The work is per
 room and per answer, never per change; nothing here touches the store.
 
+**A change between an answer and the next poll.** A listener is not held
+while its answer travels and its next poll comes back, and a change then
+would wait for its next answer. So every answer's ``ctx`` carries a mark of
+the likes, slow mode and top givers it left the listener with
+(:func:`.context.news_mark`). A poll held in a room whose news
+changed in the last :data:`LATELY` seconds (:meth:`RoomNews.lately`, a dict
+lookup; a quiet room's polls pay nothing more) compares them with what it
+would show now; where they differ it counts as held before the change,
+and the room is told at its next turn, within its period, as above
+(``proxy.polls.poll``).
+
 Limits: a change is told once the node knows of it: a tap on this node at
 once; another node's taps at this node's next read of the totals (a second,
 after that node's ``--likes-flush``); gifts at the next read of the rankings
@@ -54,6 +65,11 @@ from .hold import Holds
 from .tiers import TierTable
 
 logger: Final = logging.getLogger("liveroom.proxy.news")
+
+LATELY: Final = 10.0
+"""Seconds after a room's last change in which a poll held there checks
+that its last answer showed the room's figures as they are now: far longer
+than an answer's round trip back to the next poll."""
 
 
 def news_period(news_every: float, tier: Tier) -> float:
@@ -80,6 +96,9 @@ class RoomNews:
         self._free_at: dict[str, float] = {}
         """Rooms told lately, and when they may be told again; in the order
         they were told (forgotten from the front once free)."""
+        self._lately: dict[str, float] = {}
+        """Rooms whose news changed in the last :data:`LATELY` seconds, and
+        when (monotonic); in that order (forgotten from the front)."""
         self.told = 0
         """Rooms told (the times their held polls were answered for news)."""
         self._ticker = Periodic("proxy-news", tick, self._step, clock, logger)
@@ -93,13 +112,22 @@ class RoomNews:
     def changed(self, room: str) -> None:
         """What answers show of ``room`` beside its messages changed: tell
         its held polls at the next tick, or when its period since it was
-        last told is over. Nothing for a room without held polls."""
+        last told is over. A room without held polls is only noted as
+        changed :meth:`lately`."""
+        now = self._clock.monotonic()
+        lately = self._lately
+        lately.pop(room, None)  # to the back: changed last
+        lately[room] = now
         if not self._holds.note_news(room) or room in self._due:
             return
-        now = self._clock.monotonic()
         free_at = self._free_at.get(room, now)
         at = self._due[room] = free_at if free_at > now else now
         heapq.heappush(self._order, (at, room))
+
+    def lately(self, room: str) -> bool:
+        """Whether the room's news changed in the last :data:`LATELY` seconds."""
+        at = self._lately.get(room)
+        return at is not None and self._clock.monotonic() - at < LATELY
 
     def period(self, room: str) -> float:
         """The room's period now (:func:`news_period` of its tier)."""
@@ -122,6 +150,12 @@ class RoomNews:
             if free_at[room] > now:
                 break
             del free_at[room]
+        lately = self._lately
+        while lately:
+            room = next(iter(lately))
+            if now - lately[room] < LATELY:
+                break
+            del lately[room]
         self.told += told
         return told
 

@@ -63,9 +63,10 @@ from ..params import Cursor, PollParams, parse_poll
 from ..reply import Reply, answer_to
 from ..tickets import Tickets
 from . import answer
-from .context import Context, ContextSigner
+from .context import Context, ContextSigner, news_mark
 from .heartbeats import Heartbeats
 from .hold import HeldPoll, Holds
+from .news import RoomNews
 from .step import (
     CONFIRM,
     DELIVER,
@@ -116,6 +117,10 @@ def _anchor(delivery: Delivery) -> int:
     return 0
 
 
+_NO_RANKING: Final = NO_GIFTS.version
+"""The ranking version of a room without gifts."""
+
+
 class Polls:
     """The listener path of one node."""
 
@@ -125,7 +130,8 @@ class Polls:
                  is_vip: Callable[[str], bool] = lambda room: False, *,
                  tickets: Tickets | None = None, likes: Likes | None = None,
                  ranking: Rankings | None = None,
-                 rules: dict[str, RoomRules] | None = None) -> None:
+                 rules: dict[str, RoomRules] | None = None,
+                 news: RoomNews | None = None) -> None:
         self.is_vip = is_vip
         self.vip_spread = settings.vip_spread
         self.reader = reader
@@ -147,6 +153,9 @@ class Polls:
         self.ranking = ranking
         """The node's gift rankings: answers carry a room's when the
         listener has not seen it (None: none)."""
+        self.news = news
+        """The node's news of its rooms: a poll held in a room whose news
+        changed lately, and that missed it, has the room told (None: never)."""
         rule = settings.vip_rule()
         self.trust_ctx = rule is not None
         """In open mode, a poll's heartbeat is trusted when its ``ctx`` is
@@ -190,21 +199,39 @@ class Polls:
         return refused
 
     def ranking_field(self, room: str, seen: int | None, use_msgpack: bool,
-                      epoch: str) -> bytes:
+                      epoch: str) -> tuple[bytes, int]:
         """The ``ranking`` field of an answer in broadcast ``epoch`` (empty:
         none): the room's ranking unless its version is ``seen``, the one
-        the poll echoed (:mod:`proxy.gifts.ranking`)."""
+        the poll echoed (:mod:`proxy.gifts.ranking`); and the version the
+        listener has after it."""
         ranking = self.ranking
         if ranking is None:
-            return b""
+            return b"", _NO_RANKING
         current = ranking.of(room, epoch)
         if current is None:
-            if seen is None or seen == NO_GIFTS.version:
-                return b""
+            if seen is None or seen == _NO_RANKING:
+                return b"", _NO_RANKING
             current = NO_GIFTS
         elif current.version == seen:
-            return b""
-        return current.mp if use_msgpack else current.json
+            return b"", seen
+        return current.mp if use_msgpack else current.json, current.version
+
+    def slow_of(self, room: str) -> int:
+        """The room's slow mode as answers show it (0: off)."""
+        rules = self.rules.get(room)
+        return 0 if rules is None else rules.slow
+
+    def missed_news(self, room: str, epoch: str, ctx: Context | None, likes: int) -> bool:
+        """Whether a listener whose last answer's ``ctx`` marks what it
+        showed would be shown other figures now (``likes``, in ``epoch``):
+        it missed a change between that answer and this poll. Unknown (no
+        ``ctx``) is not a miss: such a listener is told at its next answer."""
+        if ctx is None or ctx.news == 0:
+            return False
+        ranking = self.ranking
+        current = None if ranking is None else ranking.of(room, epoch)
+        return ctx.news != news_mark(likes, self.slow_of(room),
+                                     _NO_RANKING if current is None else current.version)
 
     def likes_of(self, room: str, epoch: str) -> int:
         """The room's likes as an answer in broadcast ``epoch`` shows them
@@ -632,6 +659,7 @@ class Poll(Held):
         kept = self._polls.holds.hold(self.params.room, self.params.uid, snap, self, self.deadline)
         if isinstance(kept, HeldPoll):
             self.held_poll = kept
+            self._tell_if_missed(snap.epoch)
         else:
             # Released at once: with the room's newer snapshot (it moved on
             # since ``snap``), or without one (not held: shutting down).
@@ -654,6 +682,23 @@ class Poll(Held):
             iseq=cursor.iseq, pending=pending, due=self.due, deadline=self.paced_deadline)
         if self.held_poll is None:  # not held (shutting down): released at once
             self._released(None)
+        elif not pending:  # a poll with messages pending shows the news when due
+            self._tell_if_missed(cursor.epoch)
+
+    def _tell_if_missed(self, epoch: str) -> None:
+        """Just held in a room whose news changed lately: if the listener's
+        last answer showed other figures than the room has now (a change
+        landed between that answer and this poll), the room's news is told
+        at its next turn, and this poll with it (``proxy.polls.news``)."""
+        polls, params = self._polls, self.params
+        news = polls.news
+        room = params.room
+        if news is None or not news.lately(room):
+            return
+        cursor = params.cursor
+        ctx = None if cursor is None else self._context(cursor)
+        if polls.missed_news(room, epoch, ctx, self.likes):
+            news.changed(room)
 
     def wake(self, snapshot: Snapshot | None) -> None:
         """The hold released this poll: answer it, or hold it again."""
@@ -734,16 +779,16 @@ class Poll(Held):
             tally[_NORMAL] += len(delivery.messages)
         if delivery.personal:
             tally[_PERSONAL] += len(delivery.personal)
-        ctx = polls.signer.sign(params.room, params.uid, epoch, delivery.seq, delivery.iseq,
-                                delivery.seq_ic, delivery.iseq_ic, now_ms, self.pn_out,
-                                _anchor(delivery))
-        use_msgpack = self.use_msgpack
         room = params.room
-        ranking = polls.ranking_field(room, params.ranking, use_msgpack, epoch)
-        rules = polls.rules.get(room) if polls.rules else None
+        slow = polls.slow_of(room)
+        use_msgpack = self.use_msgpack
+        ranking, version = polls.ranking_field(room, params.ranking, use_msgpack, epoch)
+        ctx = polls.signer.sign(room, params.uid, epoch, delivery.seq, delivery.iseq,
+                                delivery.seq_ic, delivery.iseq_ic, now_ms, self.pn_out,
+                                _anchor(delivery), news_mark(self.likes, slow, version))
         self.finish(Reply(200, answer.finish(head, ctx, use_msgpack, self._spread(),
                                              self.pseq_out, delivery.personal, delivery.pgap,
-                                             ranking, 0 if rules is None else rules.slow),
+                                             ranking, slow),
                            MSGPACK if use_msgpack else JSON))
 
     def _empty(self) -> None:
@@ -757,18 +802,19 @@ class Poll(Held):
         last_ms = pace.last_ms if self.checked else self._check(
             cursor, int(polls.clock.time() * 1000))
         polls.tally[_EMPTY] += 1
-        ctx = polls.signer.sign(params.room, params.uid, cursor.epoch, delivery.seq,
+        room = params.room
+        slow = polls.slow_of(room)
+        ranking, version = polls.ranking_field(room, params.ranking, self.use_msgpack,
+                                               cursor.epoch)
+        ctx = polls.signer.sign(room, params.uid, cursor.epoch, delivery.seq,
                                 delivery.iseq, delivery.seq_ic, delivery.iseq_ic, last_ms,
-                                self.pn_out, 0 if self.ctx is None else self.ctx.anchor)
-        head = answer.head(params.room, cursor.epoch, delivery, reset=False,
+                                self.pn_out, 0 if self.ctx is None else self.ctx.anchor,
+                                news_mark(self.likes, slow, version))
+        head = answer.head(room, cursor.epoch, delivery, reset=False,
                            online=self.online, interval_ms=pace.interval_ms,
                            use_msgpack=self.use_msgpack, likes=self.likes)
-        room = params.room
-        ranking = polls.ranking_field(room, params.ranking, self.use_msgpack, cursor.epoch)
-        rules = polls.rules.get(room) if polls.rules else None
         self.finish(Reply(200, answer.finish(head, ctx, self.use_msgpack, self._spread(),
-                                             self.pseq_out, ranking=ranking,
-                                             slow=0 if rules is None else rules.slow),
+                                             self.pseq_out, ranking=ranking, slow=slow),
                            MSGPACK if self.use_msgpack else JSON))
 
     def _spread(self) -> int | None:

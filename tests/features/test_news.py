@@ -238,3 +238,55 @@ def test_the_period_grows_with_the_rooms_tier() -> None:
     assert news_period(1.0, Tier(100_000, 5.0)) == 5.0
     assert news_period(1.0, Tier(1_000_000, 8.0, 2.0)) == 10.0
     assert news_period(3.0, Tier(10_000, 2.0)) == 3.0
+
+
+async def test_a_change_between_an_answer_and_the_next_poll_reaches_that_poll(
+        engine_url: str) -> None:
+    """A listener is not held while its answer travels back and its next poll
+    comes in: likes, top givers or slow mode changed then reach that next
+    poll within a period, not at its timeout (25 s). The answer's ``ctx``
+    says which likes and slow mode it showed; ``ranking`` which top givers."""
+    clock = FakeClock()
+    async with nodes(engine_url, clock) as (listened, other), aiohttp.ClientSession() as s:
+        assert (await call(s, "POST", f"{other.url}/v1/admin/rooms/{ROOM}/start"))[0] == 201
+        listener = await held_listener(s, listened)
+        version: dict[str, Any] = {}
+
+        async def changed_between(change: Any) -> dict[str, Any]:
+            # Let the change reach the listener's node with no poll held there.
+            await change()
+            await pass_time(clock, 1.5)
+            assert listened.node.proxy.holds.count == 0
+            poll = asyncio.ensure_future(listener.poll(listened.url, timeout=25, **version))
+            answer, took = await answered(clock, poll, limit=WITHIN + 3)
+            assert took <= WITHIN + IO_MARGIN, took
+            if "ranking" in answer:
+                version["ranking"] = answer["ranking"]["version"]
+            return answer
+
+        async def tap() -> None:
+            async with s.post(f"{other.url}/v1/rooms/{ROOM}/likes",
+                              json={"uid": "fan", "count": 7}) as resp:
+                assert resp.status == 202
+
+        async def gift() -> None:
+            status, _ = await call(s, "POST", f"{other.url}/v1/rooms/{ROOM}/gifts",
+                                   {"uid": "giver", "value": 520, "gift": "rocket"})
+            assert status == 201
+
+        async def slow() -> None:
+            status, _ = await call(s, "PUT", f"{other.url}/v1/admin/rooms/{ROOM}/slow",
+                                   {"seconds": 30})
+            assert status == 200
+
+        assert (await changed_between(tap))["likes"] == 7
+        assert (await changed_between(gift))["ranking"]["top"] == [
+            {"uid": "giver", "score": 520}]
+        assert (await changed_between(slow))["slow"] == 30
+        # Nothing changed since: the next poll is held (a listener that saw
+        # the news is not answered again for it).
+        poll = asyncio.ensure_future(listener.poll(listened.url, timeout=25, **version))
+        await held_polls(listened.node.proxy.holds, 1)
+        await pass_time(clock, 3 * WITHIN)
+        assert not poll.done()
+        poll.cancel()

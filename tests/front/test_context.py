@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from proxy.polls.context import Context, ContextSigner
+from proxy.polls.context import Context, ContextSigner, news_mark
 
 names = st.from_regex(r"[A-Za-z0-9_.\-]{1,64}", fullmatch=True)
 counts = st.integers(0, 2**53 - 1)
@@ -13,16 +13,19 @@ SIGNER = ContextSigner("secret")
 
 
 @given(room=names, uid=names, epoch=names, seq=counts, iseq=counts, seq_ic=counts,
-       iseq_ic=counts, last_ms=counts, pn=st.none() | counts)
+       iseq_ic=counts, last_ms=counts, pn=st.none() | counts, anchor=counts,
+       likes=counts, slow=st.integers(0, 3600))
 def test_a_context_reads_back_what_was_signed(room: str, uid: str, epoch: str, seq: int,
                                               iseq: int, seq_ic: int, iseq_ic: int,
-                                              last_ms: int, pn: int | None) -> None:
-    token = SIGNER.sign(room, uid, epoch, seq, iseq, seq_ic, iseq_ic, last_ms, pn)
-    assert len(token) == 76
+                                              last_ms: int, pn: int | None, anchor: int,
+                                              likes: int, slow: int) -> None:
+    news = news_mark(likes, slow)
+    token = SIGNER.sign(room, uid, epoch, seq, iseq, seq_ic, iseq_ic, last_ms, pn, anchor, news)
+    assert len(token) == 84
     assert set(token) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
                              "0123456789-_")
-    assert SIGNER.verify(token, room, uid, epoch, seq, iseq) == Context(seq_ic, iseq_ic,
-                                                                       last_ms, pn)
+    assert SIGNER.verify(token, room, uid, epoch, seq, iseq) == Context(
+        seq_ic, iseq_ic, last_ms, pn, anchor, news)
 
 
 @given(bound=st.tuples(names, names, names, counts, counts), which=st.integers(0, 4),
@@ -37,7 +40,7 @@ def test_a_context_is_ignored_for_anything_else(bound: tuple[str, str, str, int,
     assert SIGNER.verify(token, str(room), str(uid), str(epoch), int(seq), int(iseq)) is None
 
 
-@given(position=st.integers(0, 54), char=st.sampled_from("AZaz09-_"))
+@given(position=st.integers(0, 83), char=st.sampled_from("AZaz09-_"))
 def test_a_changed_character_or_another_secret_is_refused(position: int, char: str) -> None:
     token = SIGNER.sign("r", "u", "e", 5, 4, 1, 0, 1_700_000_000_000)
     forged = token[:position] + char + token[position + 1:]
@@ -48,6 +51,17 @@ def test_a_changed_character_or_another_secret_is_refused(position: int, char: s
 
 def test_malformed_contexts_are_refused() -> None:
     token = SIGNER.sign("r", "u", "e", 5, 4, 1, 0, 7)
-    for bad in ("", "x", token[:-1], token + "A", "=" * 76, "é" * 76, "+" * 76,
-                "\udcff" * 76, token.replace(token[0], "!", 1)):
+    for bad in ("", "x", token[:-1], token + "A", "=" * 84, "é" * 84, "+" * 84,
+                "\udcff" * 84, token.replace(token[0], "!", 1)):
         assert SIGNER.verify(bad, "r", "u", "e", 5, 4) is None
+
+
+@given(likes=counts, slow=st.integers(0, 3600), other_likes=counts,
+       other_slow=st.integers(0, 3600))
+def test_a_news_mark_is_never_unknown_and_tells_near_figures_apart(
+        likes: int, slow: int, other_likes: int, other_slow: int) -> None:
+    mark = news_mark(likes, slow)
+    assert 0 < mark < 1 << 48
+    # Figures a tap or two apart, or slow mode turned on or off, never share a mark.
+    if (likes, slow) != (other_likes, other_slow) and abs(likes - other_likes) < 1000:
+        assert news_mark(other_likes, other_slow) != mark
