@@ -237,7 +237,8 @@ class RedisNotifier:
         await stop_task(task)
         client, self._client = self._client, None
         if client is not None:
-            await client.aclose()
+            with contextlib.suppress(rexc.RedisError):  # slow to close: closed all the same
+                await client.aclose()
         self._state.set(False, log=False)
 
     async def _run(self) -> None:
