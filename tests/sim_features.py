@@ -664,6 +664,11 @@ async def kill(world: World, sim: SimNode, generation: int) -> None:
         for room, n in likes._writing.items():
             epoch = likes._writing_epoch.get(room, "")
             run.unsure[epoch] = run.unsure.get(epoch, 0) + n
+        for write in likes._retries:  # failed: maybe added, the reply lost
+            for room, n in write.taps.items():
+                epoch = write.epochs.get(room, "")
+                run.unsure[epoch] = run.unsure.get(epoch, 0) + n
+        likes._retries.clear()
         likes._store = _Dead(likes._store)  # type: ignore[assignment]
         lost = 0
         for room, n in likes._pending.items():
@@ -709,12 +714,15 @@ class FlushedCounters:
         self._world = world
         self._index = index
         self._counters = counters
+        self._names: set[str] = set()
 
-    async def add_likes(self, *args: Any, **kwargs: Any) -> None:
+    async def add_likes(self, *args: Any, write_id: str = "", **kwargs: Any) -> None:
         start = self._world.loop.time()
-        await self._counters.add_likes(*args, **kwargs)
+        retry = write_id in self._names
+        self._names.add(write_id)
+        await self._counters.add_likes(*args, write_id=write_id, **kwargs)
         run: FeatureRun | None = self._world.features
-        if run is not None:
+        if run is not None and not retry:  # a retry holds taps of before the last write
             run.flushed[self._index] = max(run.flushed.get(self._index, 0.0), start)
 
     def __getattr__(self, name: str) -> Any:
