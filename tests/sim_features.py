@@ -283,6 +283,12 @@ class FeatureRun:
     """Per node: the requests a kill cuts short (insertion-ordered: replays exactly)."""
     killing: dict[int, None] = field(default_factory=dict)
     mid_recall_kills: int = 0
+    reach: float = REACH
+    """Seconds within which an action applies on every node: :data:`REACH`,
+    and on Redis what its round trips may be held besides (a node reads the
+    actions from the store: a refresh is two round trips, each of which
+    may wait a second each way, a reply lost two seconds, and a restart
+    two seconds)."""
 
 
 @dataclass
@@ -327,6 +333,11 @@ def actors(world: World, until: float) -> list[Coroutine[Any, Any, None]]:
     drawn = run.drawn
     run.until = until
     run.flush_every = world.settings.likes_flush
+    if world.redis is not None:
+        faults = world.redis_faults
+        run.reach = REACH + 2 * (float(faults.request_held > 0) + float(faults.reply_held > 0)
+                                 + 2.0 * float(faults.reply_lost > 0)) \
+            + 2.0 * float(faults.restarts + faults.lossy_restarts > 0)
     world.note(f"features {drawn}")
     made: list[Coroutine[Any, Any, None]] = []
     uids = chatters(world)
@@ -691,6 +702,31 @@ async def kill(world: World, sim: SimNode, generation: int) -> None:
         await sim.start()
     finally:
         del run.killing[sim.index]
+
+
+def stopped(world: World, node: Any) -> None:
+    """A node stopped cleanly: the taps its last flush could not write (the
+    store away: "written when it is back", but the node is gone) are lost,
+    and those of writes that failed maybe written."""
+    run: FeatureRun | None = world.features
+    if run is None:
+        return
+    likes = node.proxy.likes
+    left = 0
+    for room, n in likes._pending.items():
+        epoch = likes._pending_epoch.get(room, "")
+        run.lost[epoch] = run.lost.get(epoch, 0) + n
+        left += n
+    for (_, epoch), n in likes._older.items():
+        run.lost[epoch] = run.lost.get(epoch, 0) + n
+        left += n
+    for write in likes._retries:
+        for room, n in write.taps.items():
+            epoch = write.epochs.get(room, "")
+            run.unsure[epoch] = run.unsure.get(epoch, 0) + n
+            left += n
+    if left:
+        world.note(f"a node stopped with {left} taps not written (the store away)")
 
 
 class _Dead:
@@ -1169,6 +1205,11 @@ class _Target:
     notices: dict[int, None] = field(default_factory=dict)
     done: bool = False
     """Acknowledged, or its tombstone found in the store."""
+    asked: float = 0.0
+    """When the first recall that was done (else the first one) was asked
+    (0: not known, a tombstone found): an answer before knows nothing of
+    its notice (after a Redis restart lost a notice, a later one may take
+    its seq, and a node may still serve the lost one while Redis is down)."""
 
     @property
     def notice(self) -> int:
@@ -1193,8 +1234,11 @@ def check_recalls(run: FeatureRun, bc: Broadcasts, listeners: list[SimListener],
         if target is None:
             to = truth.personal.get(attempt.epoch, {}).get(attempt.seq) \
                 if attempt.lane == "personal" else None
-            target = targets[key] = _Target(attempt.lane, attempt.seq, b, to)
+            target = targets[key] = _Target(attempt.lane, attempt.seq, b, to,
+                                            asked=attempt.start)
         if attempt.outcome == "done":
+            target.asked = attempt.start if not target.done else min(target.asked,
+                                                                     attempt.start)
             target.done = True
             target.notices[attempt.notice] = None
     for key in skipped:
@@ -1268,7 +1312,8 @@ def _check_told(listener: SimListener, bc: Broadcasts,
                 target = targets.get(key)
                 # "every later answer [...] on every node, carries the
                 # tombstone instead"
-                if target is not None and target.notice and reach >= target.notice:
+                if (target is not None and target.notice and reach >= target.notice
+                        and a.at >= target.asked):
                     problems.append(f"{where}: the body of {lane} message {m[key_name]}, "
                                     f"whose recall's notice {target.notice} it reaches")
         for lane, field_name in (("room", "recalled"), ("personal", "precalled")):
@@ -1284,7 +1329,7 @@ def _check_told(listener: SimListener, bc: Broadcasts,
         p0, p1 = before.get("pseq") or 0, phead
         for target in by_broadcast.get(b, ()):
             n = target.notice
-            if not n:
+            if not n or a.at < target.asked:
                 continue
             if target.lane == "room" and i0 < n <= i1 and target.seq not in body.get(
                     "recalled", ()):
@@ -1313,7 +1358,9 @@ class Sanctions:
     """The moderation actions by what they act on: ``("mute", uid)``,
     ``("ban", uid)``, ``("slow", "")``."""
 
-    def __init__(self, acts: list[Act], lossy: list[tuple[float, float]] = ()) -> None:  # type: ignore[assignment]
+    def __init__(self, acts: list[Act], lossy: list[tuple[float, float]] = (),  # type: ignore[assignment]
+                 reach: float = REACH) -> None:
+        self.reach = reach
         self.acts: dict[tuple[str, str], list[Act]] = {}
         for act in sorted(acts, key=lambda a: a.issued):
             if any(act.issued <= to and act.acked >= since for since, to in lossy):
@@ -1337,7 +1384,7 @@ class Sanctions:
         act = acts[i]
         if act.action not in ("mute", "ban", "slow") or (act.action == "slow" and not act.seconds):
             return None
-        if act.acked + (0.0 if node == act.node else REACH) > t0:
+        if act.acked + (0.0 if node == act.node else self.reach) > t0:
             return None
         if i + 1 < len(acts) and acts[i + 1].issued <= t1:
             return None
@@ -1358,7 +1405,7 @@ class Sanctions:
                 continue
             if act.seconds and t_ms >= act.issued_ms + act.seconds * 1000:
                 continue  # ended
-            if any(later.acked + REACH <= t for later in acts[i + 1:] if not later.maybe):
+            if any(later.acked + self.reach <= t for later in acts[i + 1:] if not later.maybe):
                 continue
             return True
         return False
@@ -1369,7 +1416,7 @@ _PAST = {"mute": "muted", "ban": "banned"}
 
 def check_moderation(run: FeatureRun, listeners: list[SimListener]) -> list[str]:
     problems: list[str] = []
-    sanctions = Sanctions(run.acts, run.lossy)
+    sanctions = Sanctions(run.acts, run.lossy, run.reach)
     uids = {s.uid for s in run.sends} | {a.uid for a in run.acts if a.uid}
     for send in run.sends:
         for family in ("mute", "ban"):
@@ -1454,7 +1501,7 @@ def _check_bans(listener: SimListener, sanctions: Sanctions) -> list[str]:
     for ban in sanctions.acts.get(("ban", uid), []):
         if ban.action != "ban":
             continue
-        due = ban.acked + REACH
+        due = ban.acked + sanctions.reach
         due_ms = _ms(due)
         changed = any(a.issued <= due and a.issued > ban.issued
                       for a in sanctions.acts[("ban", uid)])

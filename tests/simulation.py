@@ -301,6 +301,7 @@ class SimNode:
         if node is None:
             return
         await node.proxy.stop()
+        sim_features.stopped(self.world, node)
         await node.vip_list.stop()
         await node.recvsvr.stop()
         await node.statsvr.stop()
