@@ -55,6 +55,26 @@ what docs/api.md promises of them.
   are a window apart (``s`` seconds, counted in tenths: "a window slides at
   bucket granularity").
 
+**On Redis** (``--engine redis``, ``redis-sharded``) the same actors and
+checks run; the ledgers allow what Redis may do, and no more:
+
+- a gift or a moderation action answered 503 may have been done (its reply
+  lost after Redis ran it): ``maybe``, allowed and not required; a chatter's
+  send carries a ``client_msg_id`` and a 503 is resolved by reading that key
+  off the server (:func:`_stored_send`, an oracle read);
+- a kill during a write of taps, or with writes that failed and wait to be
+  tried again, leaves them maybe written (``unsure``); a node stopped while
+  Redis is away loses what it could not write (:func:`stopped`); a kill
+  loses at most what the node acknowledged since its last answered write
+  began (:class:`FlushedCounters`), not a flush period;
+- a restart that loses its last second takes exactly what the counters
+  show it took (:func:`counted` before and after, :func:`lost_second`),
+  which the likes and gifts checks subtract; the actions, recalls and
+  slow-mode sends of that second are not checked (their effect may be gone,
+  a lost notice's seq taken again);
+- an action reaches every node within :data:`REACH` plus what the world's
+  Redis faults may hold a node's reads of the store (``FeatureRun.reach``).
+
 Kept apart from simulation.py so that it changes little there: a few hooks
 call :func:`draw_features`, :func:`chatters`, :func:`actors`,
 :func:`observe_nodes`, :func:`observe_store` and :func:`check`.
@@ -279,6 +299,9 @@ class FeatureRun:
     """The seconds Redis restarts lost: (from, to) of virtual time."""
     redis_lost: list[Loss] = field(default_factory=list)
     """What each of them took from the counters."""
+    retried: list[tuple[float, float, dict[str, str], int]] = field(default_factory=list)
+    """Writes of taps answered on a retry: (first tried, answered, epochs,
+    taps): one a restart lost (its name with it) is added again."""
     inflight: dict[int, dict[asyncio.Future[Any], None]] = field(default_factory=dict)
     """Per node: the requests a kill cuts short (insertion-ordered: replays exactly)."""
     killing: dict[int, None] = field(default_factory=dict)
@@ -586,6 +609,12 @@ async def _recall(world: World, lane: str, seq: int, epoch: str, by: str,
         try:
             doc = await _on(world, sim, _recall_call(node, lane, seq, authorization, uid))
             outcome, notice = "done", doc["notice"]
+            # The notice takes a seq of its lane's numbering: one a Redis
+            # restart may lose, and a later message take again.
+            kind = "room" if lane == "room" else "personal"
+            for e in _descendants(world.truth, epoch):
+                if notice not in world.truth.bodies.get((kind, e), {}):
+                    world.truth.stored(kind, e, notice, ("notice", seq))
         except asyncio.CancelledError:
             outcome = "cut"
         except LiveroomError as exc:
@@ -729,6 +758,32 @@ def stopped(world: World, node: Any) -> None:
         world.note(f"a node stopped with {left} taps not written (the store away)")
 
 
+def _numbering_unsure(world: World, run: FeatureRun) -> None:
+    """A recall or a send that a Redis restart's lost second may have taken
+    (stored then, answered after, or answered 503): its seq was maybe lost
+    and taken again, which the truth cannot say. Its epoch's counts are not
+    checked (as for a lost message whose seq was taken: ``Truth.reused``)."""
+    truth = world.truth
+    unsure: set[str] = set()
+    for since, to in run.lossy:
+        # A reply may come up to two seconds after Redis ran its call.
+        for attempt in run.recalls:
+            if attempt.start <= to and attempt.at >= since:
+                unsure.add(attempt.epoch)
+            elif attempt.outcome != "done" and attempt.at >= since:
+                # A notice the truth does not know of (maybe stored, its
+                # reply lost or its node killed), in a numbering a restart
+                # rewound: the seqs it and the lost ones took are not known.
+                unsure.add(attempt.epoch)
+        for send in run.sends:
+            if since - 2.0 <= send.at <= to:
+                # (answered 503 and not found: maybe stored and lost)
+                unsure.update([send.epoch] if send.epoch else truth.epochs)
+    for epoch in unsure:
+        for e in _descendants(truth, epoch):
+            truth.lost.add(("room", e, -1, ("maybe taken again",)))
+
+
 class _Dead:
     """A killed node's counters: it writes no more taps."""
 
@@ -750,16 +805,24 @@ class FlushedCounters:
         self._world = world
         self._index = index
         self._counters = counters
-        self._names: set[str] = set()
+        self._names: dict[str, float] = {}
+        """Each write's name: when it was first tried."""
 
-    async def add_likes(self, *args: Any, write_id: str = "", **kwargs: Any) -> None:
+    async def add_likes(self, taps: Any, now_ms: int, epochs: Any = None,
+                        write_id: str = "") -> None:
         start = self._world.loop.time()
-        retry = write_id in self._names
-        self._names.add(write_id)
-        await self._counters.add_likes(*args, write_id=write_id, **kwargs)
+        first = self._names.setdefault(write_id, start)
+        kwargs = {"write_id": write_id} if write_id else {}
+        await self._counters.add_likes(taps, now_ms, epochs, **kwargs)
         run: FeatureRun | None = self._world.features
-        if run is not None and not retry:  # a retry holds taps of before the last write
+        if run is None:
+            return
+        if first == start:  # a retry holds taps of before the last write
             run.flushed[self._index] = max(run.flushed.get(self._index, 0.0), start)
+        else:
+            for room, n in taps.items():
+                run.retried.append((first, self._world.loop.time(),
+                                    {room: (epochs or {}).get(room, "")}, n))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._counters, name)
@@ -824,6 +887,7 @@ async def observe_store(world: World) -> None:
     run: FeatureRun | None = world.features
     if run is None:
         return
+    _numbering_unsure(world, run)
     store = world.store
     pulled = (await store.log.pull([PullRequest(ROOM, 0, 100_000)]))[0]
     run.store = StoreEnd(await store.operators.broadcasts(ROOM),
@@ -949,6 +1013,15 @@ def check_likes(run: FeatureRun, bc: Broadcasts, listeners: list[SimListener]) -
     for loss in run.redis_lost:
         for b, n in loss.likes.items():
             redis_lost[b] = redis_lost.get(b, 0) + n
+    # A write a restart lost, its name with it, answered on a retry after
+    # the restart: added again (maybe).
+    back: dict[int, int] = {}
+    for first, answered, epochs, n in run.retried:
+        if any(first <= to <= answered for _, to in run.lossy):
+            for epoch in epochs.values():
+                of = bc.of(epoch) if epoch else bc.current
+                if of is not None:
+                    back[of] = back.get(of, 0) + n
     store = run.store
     if store is not None:
         # "A tap belongs to the broadcast in which it was acknowledged [...]
@@ -958,7 +1031,7 @@ def check_likes(run: FeatureRun, bc: Broadcasts, listeners: list[SimListener]) -
         shown[bc.current] = store.likes
         for b in sorted(shown):
             low = sure.get(b, 0) - lost.get(b, 0) - redis_lost.get(b, 0)
-            high = sure.get(b, 0) + maybe.get(b, 0) - redis_lost.get(b, 0)
+            high = sure.get(b, 0) + maybe.get(b, 0) - redis_lost.get(b, 0) + back.get(b, 0)
             if not low <= shown[b] <= high:
                 where = "the current broadcast" if b == bc.current else f"ended broadcast {b}"
                 problems.append(
@@ -969,7 +1042,9 @@ def check_likes(run: FeatureRun, bc: Broadcasts, listeners: list[SimListener]) -
         acked = sum(tap.n for tap in run.taps)
         total, gone = sum(shown.values()), sum(run.lost.values())
         unsure, by_redis = sum(run.unsure.values()), sum(redis_lost.values())
-        if not acked - gone - unsure - stale - by_redis <= total <= acked - gone - by_redis:
+        again = sum(back.values())
+        if not (acked - gone - unsure - stale - by_redis <= total
+                <= acked - gone - by_redis + again):
             problems.append(f"likes: the broadcasts hold {total} in all, {acked} taps were "
                             f"acknowledged, {gone} lost with killed nodes"
                             + (f" ({unsure} maybe)" if unsure else "")
@@ -1243,6 +1318,7 @@ def check_recalls(run: FeatureRun, bc: Broadcasts, listeners: list[SimListener],
             target.notices[attempt.notice] = None
     for key in skipped:
         targets.pop(key, None)
+    lost_seqs = {(e, seq) for _, e, seq, _ in truth.lost}
     for target in targets.values():
         # "recalling twice answers the same (the same notice, and no second
         # one is sent)"; "a 503 or a lost answer is retried as it was"
@@ -1280,14 +1356,18 @@ def check_recalls(run: FeatureRun, bc: Broadcasts, listeners: list[SimListener],
         by_broadcast.setdefault(target.broadcast, []).append(target)
     for listener in listeners:
         problems += [f"{listener.uid}: {p}"
-                     for p in _check_told(listener, bc, targets, by_broadcast, skipped)]
+                     for p in _check_told(listener, bc, targets, by_broadcast, skipped,
+                                          lost_seqs)]
     return problems
 
 
 def _check_told(listener: SimListener, bc: Broadcasts,
                 targets: dict[tuple[int, str, int], _Target],
                 by_broadcast: dict[int, list[_Target]],
-                skipped: set[tuple[int, str, int]] = frozenset()) -> list[str]:  # type: ignore[assignment]
+                skipped: set[tuple[int, str, int]] = frozenset(),  # type: ignore[assignment]
+                lost_seqs: set[tuple[str, int]] = frozenset()) -> list[str]:  # type: ignore[assignment]
+    """``lost_seqs``: (epoch, seq) a Redis restart lost (and a later
+    message may have taken): a notice there may be the lost one's."""
     problems: list[str] = []
     told: dict[tuple[int, str, int], int] = {}
     received: dict[tuple[int, str, int], int] = {}
@@ -1313,7 +1393,7 @@ def _check_told(listener: SimListener, bc: Broadcasts,
                 # "every later answer [...] on every node, carries the
                 # tombstone instead"
                 if (target is not None and target.notice and reach >= target.notice
-                        and a.at >= target.asked):
+                        and a.at >= target.asked and (epoch, target.notice) not in lost_seqs):
                     problems.append(f"{where}: the body of {lane} message {m[key_name]}, "
                                     f"whose recall's notice {target.notice} it reaches")
         for lane, field_name in (("room", "recalled"), ("personal", "precalled")):
@@ -1329,7 +1409,7 @@ def _check_told(listener: SimListener, bc: Broadcasts,
         p0, p1 = before.get("pseq") or 0, phead
         for target in by_broadcast.get(b, ()):
             n = target.notice
-            if not n or a.at < target.asked:
+            if not n or a.at < target.asked or (epoch, n) in lost_seqs:
                 continue
             if target.lane == "room" and i0 < n <= i1 and target.seq not in body.get(
                     "recalled", ()):
@@ -1490,7 +1570,8 @@ def _check_bans(listener: SimListener, sanctions: Sanctions) -> list[str]:
     for sent, at, node, _, status, error in polls:
         sent_ms = _ms(sent)
         given = sanctions.surely("ban", uid, node, sent, sent, sent_ms)
-        if given is not None and error != "banned":
+        if given is not None and error != "banned" and status != 503:
+            # (a 503: the node could not serve it at all, the store away)
             # "Ban: its polls and sends get 403 banned"
             problems.append(f"poll sent at {sent:.3f} (node {node}) answered {status}, banned "
                             f"at {given.acked:.3f} through node {given.node}")

@@ -30,7 +30,8 @@ keep one of every append. :func:`check` then says, for every listener:
 
 The newer features (likes, gifts and the ranking, recalls, mute, ban and
 slow mode, and nodes killed) are in ``tests/sim_features.py``: its actors
-start with the traffic and its checks join :func:`check`'s.
+start with the traffic and its checks join :func:`check`'s, on every engine
+(on Redis their ledgers allow what Redis may do: see that module).
 
 Run it with ``scripts/simulate`` (``--help``); a failure prints its seed and
 the one line that replays it. docs/development.md ("The simulator") says how
