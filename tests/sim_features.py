@@ -297,6 +297,8 @@ class FeatureRun:
     (what it acknowledged before is written)."""
     lossy: list[tuple[float, float]] = field(default_factory=list)
     """The seconds Redis restarts lost: (from, to) of virtual time."""
+    lossy_epochs: set[str] = field(default_factory=set)
+    """The epochs whose numbering such a restart rewound."""
     redis_lost: list[Loss] = field(default_factory=list)
     """What each of them took from the counters."""
     retried: list[tuple[float, float, dict[str, str], int]] = field(default_factory=list)
@@ -770,7 +772,8 @@ def _numbering_unsure(world: World, run: FeatureRun) -> None:
         for attempt in run.recalls:
             if attempt.start <= to and attempt.at >= since:
                 unsure.add(attempt.epoch)
-            elif attempt.outcome != "done" and attempt.at >= since:
+            elif attempt.outcome != "done" and set(
+                    _descendants(truth, attempt.epoch)) & run.lossy_epochs:
                 # A notice the truth does not know of (maybe stored, its
                 # reply lost or its node killed), in a numbering a restart
                 # rewound: the seqs it and the lost ones took are not known.
@@ -852,6 +855,7 @@ def lost_second(world: World, before: Counted, since: float) -> None:
     after = counted(world)
     at = world.loop.time()
     run.lossy.append((since, at))
+    run.lossy_epochs.add(_current(world))
     likes = {b: n - after.likes.get(b, 0) for b, n in before.likes.items()
              if n != after.likes.get(b, 0)}
     givers = {g: s - after.givers.get(g, 0) for g, s in before.givers.items()
