@@ -29,6 +29,11 @@ What the seed draws on top of the memory engine's faults:
   watch, notifies before it lost; then the room alone is resynced), as
   :mod:`liveroom.store.redis.sharded` promises.
 
+The features' checks (tests/sim_features.py) read a few keys straight off
+the server (``SimRedis.conn``: a send's ``client_msg_id``, the counters
+before and after a lossy restart): an oracle, outside the world's order,
+that changes nothing and draws nothing.
+
 The notify channels are modelled from their contracts
 (:class:`liveroom.store.log.Notifier`), not run: their connection code has
 its own tests against real servers. Keys' TTLs run on the server's clock

@@ -30,7 +30,8 @@ keep one of every append. :func:`check` then says, for every listener:
 
 The newer features (likes, gifts and the ranking, recalls, mute, ban and
 slow mode, and nodes killed) are in ``tests/sim_features.py``: its actors
-start with the traffic and its checks join :func:`check`'s.
+start with the traffic and its checks join :func:`check`'s, on every engine
+(on Redis their ledgers allow what Redis may do: see that module).
 
 Run it with ``scripts/simulate`` (``--help``); a failure prints its seed and
 the one line that replays it. docs/development.md ("The simulator") says how
@@ -276,14 +277,16 @@ class SimNode:
         if isinstance(store, SimRedisStore):
             parts = store.node_parts()
             self.notifier = NodeNotifier(store.sim, world.rng, self._resync)
+            counters = sim_features.FlushedCounters(world, self.index, parts.counters)
             view = StoreView(FaultyLog(parts.log, world.rng, world.faults, world.truth),
                              self.notifier,
-                             parts.stats, parts.operators, parts.counters, parts.moderation,
+                             parts.stats, parts.operators, counters, parts.moderation,
                              parts.review, parts.filters, name="redis")
         else:
+            counters = sim_features.FlushedCounters(world, self.index, store.counters)
             view = StoreView(FaultyLog(store.log, world.rng, world.faults, world.truth),
                              store.notifier,
-                             store.stats, store.operators, store.counters, store.moderation,
+                             store.stats, store.operators, counters, store.moderation,
                              store.review, store.filters)
         node = build_node(replace(world.settings, node_id=f"n{self.index}"), world.clock,
                           store=view)  # type: ignore[arg-type]
@@ -299,6 +302,7 @@ class SimNode:
         if node is None:
             return
         await node.proxy.stop()
+        sim_features.stopped(self.world, node)
         await node.vip_list.stop()
         await node.recvsvr.stop()
         await node.statsvr.stop()
@@ -554,10 +558,7 @@ def draw_world(seed: int, loop: SimLoop, engine: str = "memory") -> World:
     for i in range(rng.choice([1, 2, 3])):
         world.nodes.append(SimNode(world, i))
     features = sim_features.FeatureRun(sim_features.draw_features(rng))
-    # The features' actors and ledgers know the memory engine's ways (a
-    # store that never refuses, a flush that never waits): on Redis, the
-    # listener path alone for now.
-    world.features = features if engine == "memory" else None
+    world.features = features
     return world
 
 
@@ -600,6 +601,7 @@ async def strike(world: World, until: float) -> None:
     events.sort()
     saved_at: list[tuple[float, str]] = []
     saved: dict[bytes, tuple[int, bytes]] = {}
+    saved_when = 0.0
     for i, (at, kind) in enumerate(events):
         # The second a lossy restart loses: drawn from before it, and never
         # back across an epoch's change (an operator's end, a renewal): what
@@ -612,11 +614,14 @@ async def strike(world: World, until: float) -> None:
         await asyncio.sleep(max(0.0, at - loop.time()))
         sim_redis = world.redis
         if kind == "redis saves" and sim_redis is not None:
-            saved = sim_redis.snapshot()
+            saved, saved_when = sim_redis.snapshot(), loop.time()
         elif kind in ("redis restart", "redis loses") and sim_redis is not None:
             lossy = kind == "redis loses"
             downtime = rng.uniform(0.05, 2.0)
+            counted = sim_features.counted(world) if lossy else None
             sim_redis.restart(downtime, saved if lossy else None)
+            if counted is not None:
+                sim_features.lost_second(world, counted, saved_when)
             lost = 0
             current = truth.epochs[-1]
             if lossy and current != ABSENT_EPOCH:

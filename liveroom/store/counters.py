@@ -99,7 +99,7 @@ class Counters(Protocol):
     """
 
     async def add_likes(self, taps: Mapping[str, int], now_ms: int,
-                        epochs: Mapping[str, str] | None = None) -> None:
+                        epochs: Mapping[str, str] | None = None, write_id: str = "") -> None:
         """Add each room's taps (an int of at least 1) to its current
         broadcast's total and to the likes series: each ``(step, retention)``
         of ``SERIES_RESOLUTIONS`` sums the taps of the ``step``-second
@@ -118,6 +118,13 @@ class Counters(Protocol):
         where the epoch is the current one, not known (the log was lost and
         renewed), or the ended broadcast's archive is gone, to the current
         broadcast. The series takes them all, by time.
+
+        **A write tried again is added once.** ``write_id`` ("": none) names
+        this write: a caller that could not tell whether a write was added
+        (its reply lost: ``StoreUnavailable`` after the store ran it) tries
+        it again with the same name and the same taps, and a room that took
+        it already takes nothing more, within ``LogPolicy.dedup_ttl_ms``
+        (one key per room and name until then, on Redis).
 
         All rooms in one round trip (on a cluster, one per node, sent
         together); atomic per room, not across rooms. Raises ``ValueError``

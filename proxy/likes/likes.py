@@ -9,11 +9,15 @@ room), so the store's writes a second depend on the rooms tapped, never on
 the tap rate (the seed's counting at huge QPS: merge the increments, write
 one ``+n``).
 
-**Never more, never silently less.** A flush that fails (the store down)
-puts its sums back and the next one tries again; meanwhile at most
+**Never more, never silently less.** A write that fails (the store down,
+or its reply lost after the store added it: the node cannot tell) is kept
+as it was, its sums and its name (``write_id``), and the next flush tries
+it again first: the store adds a named write once (``Counters.add_likes``),
+so a lost reply never counts the taps twice. Meanwhile at most
 ``likes_rooms_max`` rooms wait (a tap for one more is refused, 503). A clean
 stop flushes what is left. A crash loses the taps acknowledged since the
-last flush: at most ``likes_flush`` seconds of them.
+last write that was answered: at most ``likes_flush`` seconds of them while
+the store answers.
 
 **Everyone sees it.** Poll answers carry the room's total as ``likes``: what
 the store held at the last refresh (at most one a second per node, for the
@@ -41,8 +45,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
+import secrets
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Final
 
 from liveroom.clock import Clock
@@ -72,6 +79,18 @@ _WRITTEN: Final = 1
 _FAILED: Final = 2
 _LIMITED: Final = 3
 _FULL: Final = 4
+
+
+@dataclass
+class _Write:
+    """A write of taps whose outcome is not known (it failed: the store may
+    have added it), tried again as it was."""
+
+    taps: dict[str, int]
+    epochs: dict[str, str]
+    """The epoch each room's taps were acknowledged in."""
+    name: str
+    """Its ``write_id``: the store adds a named write once."""
 
 
 class Likes:
@@ -133,6 +152,10 @@ class Likes:
         """Rooms' epochs renewed lately (the same broadcast)."""
         self._flush_ended: asyncio.Future[None] | None = None
         """Resolved when the flush under way ends (None: none under way)."""
+        self._retries: list[_Write] = []
+        """Writes that failed, in order: tried again first, each as it was."""
+        self._names = (f"{secrets.token_hex(8)}.{n}" for n in itertools.count())
+        """Each write's name: this node's start, and a count."""
         self._outage = Outage(logger)
         # One task flushes, then refreshes when due: a refresh never reads the
         # store while a flush of this node's taps may or may not be in it.
@@ -149,24 +172,28 @@ class Likes:
         await self._flusher.stop()
         with contextlib.suppress(StoreUnavailable):  # what is left is said below
             await self.flush()
-        left = sum(self._pending.values()) + sum(self._older.values())
+        left = (sum(self._pending.values()) + sum(self._older.values())
+                + sum(n for write in self._retries for n in write.taps.values()))
         if left:
-            logger.warning("%d acknowledged taps in %d rooms were not written: the store "
-                           "was unavailable at shutdown", left,
-                           len(self._pending) + len(self._older))
+            rooms = {*self._pending, *(room for room, _ in self._older),
+                     *(room for write in self._retries for room in write.taps)}
+            logger.warning("%d acknowledged taps in %d rooms were not written (or not known "
+                           "to be): the store was unavailable at shutdown", left, len(rooms))
 
     @property
     def pending(self) -> int:
         """Taps acknowledged and not yet written."""
         return (sum(self._pending.values()) + sum(self._writing.values())
-                + sum(self._older.values()))
+                + sum(self._older.values())
+                + sum(n for write in self._retries for n in write.taps.values()))
 
     def renewed(self, room: str, old: str, new: str) -> None:
         """The room's epoch ``old`` was renewed into ``new`` (noted in the
         node's :class:`~proxy.renewals.Renewals` already): the same
         broadcast, so what this node holds of ``old`` is ``new``'s; taps,
         answers and reads still naming ``old`` count as ``new``'s."""
-        for held in (self._epoch, self._pending_epoch, self._writing_epoch):
+        for held in (self._epoch, self._pending_epoch, self._writing_epoch,
+                     *(write.epochs for write in self._retries)):
             if held.get(room) == old:
                 held[room] = new
 
@@ -183,7 +210,8 @@ class Likes:
         ``likes_rooms_max`` rooms wait for a flush already."""
         pending = self._pending
         counts = self.counts
-        if room not in pending and len(pending) + len(self._writing) >= self.likes_rooms_max:
+        if room not in pending and len(pending) + len(self._writing) + sum(
+                len(write.taps) for write in self._retries) >= self.likes_rooms_max:
             counts[_FULL] += 1
             raise Overloaded("this node holds as many rooms' taps as it may until the store "
                              "takes them; retry later", retry_after=1.0)
@@ -205,7 +233,7 @@ class Likes:
                 older[room, was] = older.get((room, was), 0) + pending.pop(room, 0)
             self._pending_epoch[room] = epoch
             self._turn(room, epoch)
-        if not pending and not self._writing:
+        if not pending and not self._writing and not self._retries:
             self.oldest_pending = self._clock.monotonic()
         pending[room] = pending.get(room, 0) + count
         counts[_TAPS] += count
@@ -296,6 +324,10 @@ class Likes:
         writing = self._writing.get(room)
         if writing and (not epoch or self._writing_epoch.get(room, epoch) == epoch):
             taps += writing
+        for write in self._retries:
+            retried = write.taps.get(room)
+            if retried and (not epoch or write.epochs.get(room, epoch) == epoch):
+                taps += retried
         return taps
 
     async def current(self, room: str) -> int:
@@ -328,51 +360,61 @@ class Likes:
 
     async def flush(self) -> None:
         """Hand every room's pending taps to the store in one call (each
-        room's with the epoch it was tapped in); put them back if it fails.
-        Taps of an epoch their room has left go in calls of their own after
-        it (one per epoch a room left while they waited: rare)."""
-        if self._older and not self._writing:
+        room's with the epoch it was tapped in). The writes that failed go
+        first, each again as it was (the store adds a named write once);
+        a write that fails joins them. Taps of an epoch their room has left
+        go in calls of their own before the pending ones (one per epoch a
+        room left while they waited: rare)."""
+        if self._writing:
+            return
+        while self._retries:
+            write = self._retries[0]
+            await self._write(write)  # raises, and stays first, if it fails again
+            self._retries.remove(write)
+        if self._older:
             await self._flush_older()
-        if not self._pending or self._writing:
+        if not self._pending:
             return
         batch, self._pending = self._pending, {}
         epochs, self._pending_epoch = self._pending_epoch, {}
         self._writing, self._writing_epoch = batch, epochs
+        try:
+            await self._write(_Write(batch, epochs, next(self._names)))
+        finally:
+            self._writing, self._writing_epoch = {}, {}
+            if not self._pending and not self._retries:
+                self.oldest_pending = 0.0
+
+    async def _write(self, write: _Write) -> None:
+        """One call of :meth:`Counters.add_likes`, a flush under way for
+        :meth:`learn` while it runs; kept for a retry if it fails."""
         self._flushes += 1
         self._flush_ended = asyncio.get_running_loop().create_future()
         try:
-            await self._store.add_likes(batch, int(self._clock.time() * 1000), epochs)
+            await self._store.add_likes(write.taps, int(self._clock.time() * 1000),
+                                        write.epochs, write_id=write.name)
         except BaseException:
             self.counts[_FAILED] += 1
-            for room, n in batch.items():
-                epoch = self._now(room, epochs.get(room))
-                now = self._pending_epoch.get(room)
-                if epoch is not None and now is not None and now != epoch:
-                    self._older[room, epoch] = self._older.get((room, epoch), 0) + n
-                    continue
-                self._pending[room] = self._pending.get(room, 0) + n
-                if epoch is not None:
-                    self._pending_epoch[room] = epoch
+            if write not in self._retries:
+                self._retries.append(write)
             raise
         else:
             self.counts[_WRITTEN] += 1
             stored = self._stored
-            for room, n in batch.items():
+            for room, n in write.taps.items():
                 # A room whose total this node does not hold is read whole
                 # later (these taps in it): n alone would be far too low.
                 # Taps of another broadcast than the total's are not in it.
-                if room in stored and self.knows(room, epochs.get(room, "")):
+                if room in stored and self.knows(room, write.epochs.get(room, "")):
                     stored[room] += n
         finally:
-            self._writing, self._writing_epoch = {}, {}
-            if not self._pending:
-                self.oldest_pending = 0.0
             ended, self._flush_ended = self._flush_ended, None
             ended.set_result(None)
 
     async def _flush_older(self) -> None:
         """Write the taps whose room left their epoch while they waited, a
-        call for each epoch a room left; put back what a failed call held."""
+        call for each epoch a room left (a failed one is tried again as it
+        was, with the writes that failed)."""
         while self._older:
             taps: dict[str, int] = {}
             epochs: dict[str, str] = {}
@@ -380,14 +422,7 @@ class Likes:
                 if room not in taps:
                     taps[room], epochs[room] = n, epoch
                     del self._older[room, epoch]
-            try:
-                await self._store.add_likes(taps, int(self._clock.time() * 1000), epochs)
-            except BaseException:
-                self.counts[_FAILED] += 1
-                for room, n in taps.items():
-                    key = (room, epochs[room])
-                    self._older[key] = self._older.get(key, 0) + n
-                raise
+            await self._write(_Write(taps, epochs, next(self._names)))
 
     async def refresh(self) -> None:
         """Read the totals of the rooms asked about lately (one call), each

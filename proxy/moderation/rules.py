@@ -208,12 +208,21 @@ class Moderation:
             for room in set(self.rules) - set(states):
                 self._apply(room, None)
         for room in rooms:
-            self._apply(room, states.get(room))
+            self._apply(room, states.get(room), read_at=version)
         self.version = version
 
-    def _apply(self, room: str, state: RoomModeration | None) -> None:
+    def _apply(self, room: str, state: RoomModeration | None,
+               read_at: int | None = None) -> None:
+        """Apply a read of the room's moderation (None: none), unless it is
+        older than what this node applied already: a state by its version,
+        none by ``read_at``, the journal's version before the read (an
+        action through this node may land between a refresh's read and its
+        reply; a later refresh reads what it missed)."""
         old = self.rules.get(room)
         was_slow = 0 if old is None else old.slow
+        if state is None and old is not None and read_at is not None \
+                and read_at < old.version:
+            return  # none left, as read before what this node applied
         if state is None or not (state.muted or state.banned or state.slow):
             self.rules.pop(room, None)
             if was_slow:

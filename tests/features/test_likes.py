@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from support import ADMIN_HEADERS, Running, poll_once, running_node, send
 
 from liveroom.clock import FakeClock
-from liveroom.errors import RateLimited
+from liveroom.errors import RateLimited, StoreUnavailable
 from liveroom.ratelimit import UidWindows, Window, parse_windows
 
 # -- the uid's windows ---------------------------------------------------------
@@ -344,8 +344,9 @@ class HeldAfterTheStore:
         self.ran = asyncio.Event()
         self.go_on = asyncio.Event()
 
-    async def add_likes(self, taps: Any, now_ms: int, epochs: Any = None) -> None:
-        await self.add_likes_now(taps, now_ms, epochs)
+    async def add_likes(self, taps: Any, now_ms: int, epochs: Any = None,
+                        write_id: str = "") -> None:
+        await self.add_likes_now(taps, now_ms, epochs, write_id)
         self.ran.set()
         await self.go_on.wait()
 
@@ -612,3 +613,55 @@ async def call(session: aiohttp.ClientSession, method: str, url: str,
     """One call with the admin token (an operator's, or a gift: the backend's)."""
     async with session.request(method, url, json=doc, headers=ADMIN_HEADERS) as resp:
         return resp.status, await resp.json()
+
+
+class ReplyLostAfterTheStore:
+    """The store's counters, whose next ``lose`` writes of taps run on Redis
+    and then fail as a lost reply does (the engine's timeout: the node sees
+    ``StoreUnavailable`` and cannot tell whether Redis added them)."""
+
+    def __init__(self, counters: Any, lose: int) -> None:
+        self._counters = counters
+        self.lose = lose
+
+    async def add_likes(self, *args: Any, **kwargs: Any) -> None:
+        await self._counters.add_likes(*args, **kwargs)
+        if self.lose:
+            self.lose -= 1
+            raise StoreUnavailable("redis unavailable while adding likes: the reply was lost")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._counters, name)
+
+
+async def test_a_flush_whose_reply_was_lost_is_written_once(redis_url: str) -> None:
+    """Found by the simulator on Redis (a reply lost after Redis ran the
+    flush, seeds 14 and 29 among the first 50): the node put the taps back
+    and wrote them again with the next flush, so the store held them twice
+    ("never more"). A write tried again after a failure is the same write:
+    the store adds it once."""
+    from liveroom.store import LogPolicy, open_store
+    from proxy.likes.likes import Likes
+    from proxy.recent_rooms import RecentRooms
+
+    clock = FakeClock()
+    store = open_store(redis_url, LogPolicy(), clock)
+    await store.start()
+    try:
+        lost = ReplyLostAfterTheStore(store.counters, lose=2)
+        likes = Likes(lost, clock, UidWindows((), (), 100), RecentRooms(), likes_flush=0.25,
+                      likes_rooms_max=10)
+        likes.tap(ROOM, "u", 40)
+        with pytest.raises(StoreUnavailable):
+            await likes.flush()
+        assert likes.pending == 40  # acknowledged, and not known to be written
+        likes.tap(ROOM, "v", 2)
+        with pytest.raises(StoreUnavailable):  # lost again: the same write, and the new taps
+            await likes.flush()
+        likes.tap(ROOM, "w", 1)
+        await likes.flush()
+        await likes.flush()
+        assert await store.counters.likes([ROOM]) == {ROOM: 43}
+        assert likes.pending == 0
+    finally:
+        await store.close()

@@ -365,3 +365,63 @@ async def test_moderation_and_gifts_are_counted_in_the_metrics() -> None:
     assert value(r'liveroom_moderation_actions_total\{action="own_recall"\}') == 1
     assert value("liveroom_gifts_total") == 1
     assert value("liveroom_gift_value_total") == 520
+
+
+class HeldRooms:
+    """The store's moderation, whose next ``rooms`` read runs on Redis and
+    then waits for the test before it returns (a reply held in flight)."""
+
+    def __init__(self, moderation: Any) -> None:
+        self._moderation = moderation
+        self.holding = False
+        self.ran = asyncio.Event()
+        self.go_on = asyncio.Event()
+
+    async def rooms(self, *args: Any) -> Any:
+        found = await self._moderation.rooms(*args)
+        if self.holding:
+            self.holding = False
+            self.ran.set()
+            await self.go_on.wait()
+        return found
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._moderation, name)
+
+
+async def test_a_refresh_read_before_a_ban_through_this_node_does_not_lift_it(
+        redis_url: str) -> None:
+    """Found by the simulator on Redis (seed 77: a reply held): a node's
+    refresh read a room with no moderation left (lifted through another
+    node), its reply came back after a ban through this node had applied,
+    and the stale read dropped the ban here until the next refresh (a poll
+    of the banned uid answered 200). A read that finds no moderation is
+    applied only when it is not older than what this node applied."""
+    from liveroom.store import LogPolicy, open_store
+    from liveroom.store.base import AuditEntry
+    from proxy.moderation.rules import Moderation
+
+    clock = FakeClock()
+    store = open_store(redis_url, LogPolicy(), clock)
+    await store.start()
+    try:
+        now_ms = int(clock.time() * 1000)
+        held = HeldRooms(store.moderation)
+        node = Moderation(held, clock)  # type: ignore[arg-type]
+        await node.refresh()
+        for action, seconds in (("mute", 60), ("unmute", 0)):  # another node's: none left
+            await store.moderation.act(
+                ROOM, AuditEntry(now_ms, "admin", action, "v", seconds, ""), now_ms)
+        held.holding = True
+        refreshing = asyncio.create_task(node.refresh())
+        await asyncio.wait_for(held.ran.wait(), 5)  # read: no moderation in the room
+        await node.act(ROOM, AuditEntry(now_ms, "admin", "ban", "u", 0, ""))
+        assert node.rules[ROOM].ban_of(ROOM, "u", now_ms) is not None
+        held.go_on.set()
+        await asyncio.wait_for(refreshing, 5)
+        assert ROOM in node.rules, "the ban was lifted by a read from before it"
+        assert node.rules[ROOM].ban_of(ROOM, "u", now_ms) is not None
+        await node.refresh()  # and the next one keeps it
+        assert node.rules[ROOM].ban_of(ROOM, "u", now_ms) is not None
+    finally:
+        await store.close()

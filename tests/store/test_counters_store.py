@@ -82,6 +82,22 @@ async def test_likes_add_up_per_room_and_start_at_zero(
     assert await counters.likes([]) == {}
 
 
+async def test_a_named_write_tried_again_is_added_once(
+        store: Store, fake_clock: FakeClock) -> None:
+    """A node whose write's reply was lost tries it again under its name:
+    each room that took it takes nothing more, a room that did not takes
+    it, another name is another write (and the series counts it once too)."""
+    counters = store.counters
+    t = now_ms(fake_clock)
+    await counters.add_likes({"a": 3}, t, write_id="n1.7")
+    await counters.add_likes({"a": 3, "b": 2}, t, write_id="n1.7")
+    await counters.add_likes({"a": 3}, t, write_id="n1.8")
+    await counters.add_likes({"a": 1}, t)
+    await counters.add_likes({"a": 1}, t)
+    assert await counters.likes(["a", "b"]) == {"a": 8, "b": 2}
+    assert sum(n for _, n in await counters.read_likes("a", 60, *ALL_TIME)) == 8
+
+
 @pytest.mark.parametrize("taps", [{"a": 0}, {"a": -2}, {"a": 1, "b": 0}, {"a": 1.5},
                                   {"a": True}, {"a": "3"}])
 async def test_bad_taps_are_refused_and_nothing_is_added(

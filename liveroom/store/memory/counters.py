@@ -37,6 +37,9 @@ class MemoryCounters:
     def __init__(self, policy: LogPolicy, clock: Clock) -> None:
         self._ttl_ms = policy.history_ttl_ms
         self._series_ms = series_horizon_ms(SERIES_RESOLUTIONS, 0)
+        self._dedup_ms = policy.dedup_ttl_ms
+        self._writes: Expiring[tuple[str, str], bool] = Expiring(clock)
+        """(room, write_id) -> taken (``lkw:<id>``)."""
         self._likes: Expiring[str, int] = Expiring(clock)
         """room -> its current broadcast's likes total (``lk``)."""
         self._series: Expiring[tuple[str, int], dict[int, int]] = Expiring(clock)
@@ -51,7 +54,7 @@ class MemoryCounters:
 
     def sweep(self) -> None:
         """Drop whatever expired on the store's clock."""
-        for table in (self._likes, self._series, self._gifts):
+        for table in (self._likes, self._series, self._gifts, self._writes):
             table.sweep()
 
     # -- likes -------------------------------------------------------------------
@@ -63,9 +66,13 @@ class MemoryCounters:
         self._ended_epochs.put((room, epoch), broadcast, ttl_ms)
 
     async def add_likes(self, taps: Mapping[str, int], now_ms: int,
-                        epochs: Mapping[str, str] | None = None) -> None:
+                        epochs: Mapping[str, str] | None = None, write_id: str = "") -> None:
         check_taps(taps)
         for room, n in taps.items():
+            if write_id:
+                if self._writes.get((room, write_id)):
+                    continue  # this write, tried again
+                self._writes.put((room, write_id), True, self._dedup_ms)
             epoch = epochs.get(room) if epochs else None
             ended = None if epoch is None else self._ended_epochs.get((room, epoch))
             if ended is None or not self.add_to_ended(room, ended, n):

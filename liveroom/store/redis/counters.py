@@ -52,13 +52,14 @@ class RedisCounters:
         self._ttl_ms = policy.history_ttl_ms
         self._series_ms = series_horizon_ms(SERIES_RESOLUTIONS, 0)
         self._resolution_args = [n for resolution in SERIES_RESOLUTIONS for n in resolution]
+        self._dedup_ms = policy.dedup_ttl_ms
         self._likes = Lua("counters_likes.lua")
         self._gift = Lua("counters_gift.lua")
 
     # -- likes -------------------------------------------------------------------
 
     async def add_likes(self, taps: Mapping[str, int], now_ms: int,
-                        epochs: Mapping[str, str] | None = None) -> None:
+                        epochs: Mapping[str, str] | None = None, write_id: str = "") -> None:
         check_taps(taps)
         if not taps:
             return
@@ -66,9 +67,9 @@ class RedisCounters:
         calls: list[Call] = [
             (self._likes,
              [keys.likes(room), *(keys.likes_series(room, step) for step, _ in SERIES_RESOLUTIONS),
-              keys.broadcasts(room)],
+              keys.likes_write(room, write_id), keys.broadcasts(room)],
              [n, now_ms, self._ttl_ms, self._series_ms, *self._resolution_args,
-              epochs.get(room, "")])
+              self._dedup_ms, write_id, epochs.get(room, "")])
             for room, n in taps.items()]
         with unavailable("adding likes"):
             await run_scripts(self._client, calls)

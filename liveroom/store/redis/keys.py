@@ -60,6 +60,8 @@ lr:{R}:ts:<step>         zset   online series resolution: member
                                 score start (Unix s)
 lr:{R}:tsl               string time of the series' last sample (Unix ms)
 lr:{R}:lk                string the current broadcast's likes total
+lr:{R}:lkw:<id>          string a write of taps the room took (its ``write_id``;
+                                dedup_ttl: tried again, it adds nothing)
 lr:{R}:lks:<step>        zset   likes series resolution: member
                                 ``"<start>:<taps>"``, score start (Unix s)
 lr:{R}:gr                zset   the current broadcast's givers: giver -> score
@@ -242,6 +244,10 @@ def series_last(room: str) -> str:
 
 def likes(room: str) -> str:
     return f"{PREFIX}:{{{room}}}:lk"
+
+
+def likes_write(room: str, write_id: str) -> str:
+    return f"{PREFIX}:{{{room}}}:lkw:{write_id}"
 
 
 def likes_series(room: str, step: int) -> str:

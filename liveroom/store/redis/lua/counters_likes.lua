@@ -5,6 +5,7 @@
 -- KEYS[1]    lr:{R}:lk            string: the current broadcast's likes total
 -- KEYS[1+j]  lr:{R}:lks:<step j>  zset: member "<start>:<taps>", score start
 --                                 (Unix s, a multiple of step j)
+-- KEYS[#KEYS-1] lr:{R}:lkw:<id>   string: this write, taken (ARGV[#ARGV-1] names it)
 -- KEYS[#KEYS] lr:{R}:bc           hash: p:<epoch> = '<k> <kept until ms>' for the
 --                                 epoch broadcast k ended with (operators_end_broadcast.lua)
 --
@@ -12,12 +13,20 @@
 -- ARGV[3]  ms the total lives after this add (the history's ttl)
 -- ARGV[4]  ms the series lives after this add (its longest retention)
 -- then per resolution j: ARGV[3 + 2j] its step and ARGV[4 + 2j] its retention (s)
+-- ARGV[#ARGV-2]  ms a write's name is remembered (the dedup ttl)
+-- ARGV[#ARGV-1]  the write's name ('': none); a write of that name the room
+--                took already adds nothing (a retry after a lost reply)
 -- ARGV[#ARGV]  the epoch the taps were acknowledged in ('': the current one)
 --
 -- A tap belongs to the broadcast in which it was acknowledged: taps of an
 -- epoch a broadcast ended with go to that broadcast's archive
 -- (lr:{R}:vm:<k>, field likes) while it is kept, not to the current total.
 -- Returns the new total (the archive's, for those).
+
+local write = ARGV[#ARGV - 1]
+if write ~= '' and not redis.call('SET', KEYS[#KEYS - 1], '1', 'NX', 'PX', ARGV[#ARGV - 2]) then
+  return tonumber(redis.call('GET', KEYS[1]) or '0')
+end
 
 local n = tonumber(ARGV[1])
 local t = tonumber(ARGV[2])
@@ -39,7 +48,7 @@ if not total then
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
 end
 
-for j = 1, #KEYS - 2 do
+for j = 1, #KEYS - 3 do
   local key = KEYS[1 + j]
   local step = tonumber(ARGV[3 + 2 * j])
   local retention = tonumber(ARGV[4 + 2 * j])
