@@ -19,9 +19,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from .events import NO_EVENTS, Events
 from .metrics import Metrics
 from .model import NewMessage
-from .store.base import Held, ReviewStore
+from .store.base import Held, ReviewStore, held_kind
 
 logger = logging.getLogger("liveroom.review")
 
@@ -39,8 +40,12 @@ class ReviewQueue:
     webhooks of a later issue subscribe to (nothing else listens yet).
     """
 
-    def __init__(self, store: ReviewStore, *, metrics: Metrics | None = None) -> None:
+    def __init__(self, store: ReviewStore, *, metrics: Metrics | None = None,
+                 events: Events = NO_EVENTS) -> None:
         self.store = store
+        self.events = events
+        """Where a hold writes its ``message.held`` event (the moderators'
+        decisions write theirs through the same)."""
         """The store's review queues (the moderators' routes decide through it)."""
         self._metrics = metrics
         self.on_dropped: list[OnDropped] = []
@@ -62,8 +67,12 @@ class ReviewQueue:
         (then nothing is held: the sender is answered 503 and retries)."""
         holding = await self.store.hold(room, message, why)
         metrics = self._metrics
-        if not holding.again and metrics is not None:
-            metrics.review_held.inc()
+        if not holding.again:
+            if metrics is not None:
+                metrics.review_held.inc()
+            await self.events.emit("message.held", room, id=holding.id, uid=message.uid,
+                                   kind=held_kind(message), to=message.to, body=message.body,
+                                   why=why)
         for gone in holding.dropped:
             if metrics is not None:
                 metrics.review_dropped.inc()
