@@ -44,6 +44,8 @@ TYPES: Final = (
     "room.sect_changed", "gift.given",
 )
 """Every event type, in the order docs/api.md lists them."""
+COMMON: Final = frozenset(("id", "type", "at_ms", "room"))
+"""The fields every event has (a type's own fields are named otherwise)."""
 
 
 def new_event_id() -> str:
@@ -77,14 +79,17 @@ class Events:
 
     async def emit(self, kind: str, room: str, /, **fields: Any) -> str | None:
         """Write event ``kind`` (one of :data:`TYPES`) of ``room`` with
-        ``fields`` (JSON values) to the outbox; its id, ``None`` when
-        webhooks are off or the store failed the write (logged, counted:
-        the action stands). Raises ``ValueError`` for an unknown type."""
+        ``fields`` (JSON values; none of :data:`COMMON`) to the outbox; its
+        id, ``None`` when webhooks are off or the store failed the write
+        (logged, counted: the action stands). Raises ``ValueError`` for an
+        unknown type or a field of :data:`COMMON`."""
         outbox = self._outbox
         if outbox is None:
             return None
         if kind not in TYPES:
             raise ValueError(f"unknown event type {kind!r}")
+        if not COMMON.isdisjoint(fields):
+            raise ValueError(f"an event's own fields cannot be {', '.join(sorted(COMMON))}")
         event_id = new_event_id()
         data = orjson.dumps(event_document(event_id, kind, int(self._clock.time() * 1000),
                                            room, fields))

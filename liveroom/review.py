@@ -70,7 +70,7 @@ class ReviewQueue:
         if not holding.again:
             if metrics is not None:
                 metrics.review_held.inc()
-            await self.events.emit("message.held", room, id=holding.id, uid=message.uid,
+            await self.events.emit("message.held", room, held_id=holding.id, uid=message.uid,
                                    kind=held_kind(message), to=message.to, body=message.body,
                                    why=why)
         for gone in holding.dropped:

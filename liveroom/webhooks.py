@@ -40,7 +40,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import random
+import secrets
 from collections import deque
 from dataclasses import dataclass
 from typing import Final
@@ -122,7 +124,11 @@ class Webhooks:
         self._outbox = outbox
         self._clock = clock
         self._metrics = metrics
-        self.holder = holder or settings.name
+        self.holder = holder or f"{settings.name}/{os.getpid()}/{secrets.token_hex(4)}"
+        """This process's name as the lease and the consumer group know it:
+        unique (the workers of one ``liveroom serve --workers N`` share a
+        node name), so a restarted node is a new consumer, which takes over
+        its former self's events as any other's."""
         self.holding = False
         """This node holds the lease (it delivers)."""
         self._pending: dict[str, _Pending] = {}
@@ -130,6 +136,7 @@ class Webhooks:
         self._calls: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         self._session: aiohttp.ClientSession | None = None
         self._outage = Outage(logger)
         if metrics is not None:
@@ -160,6 +167,7 @@ class Webhooks:
     async def start(self) -> None:
         if self._task is not None:
             return
+        self._stopping = False
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=CALLS, keepalive_timeout=30.0),
             headers={"User-Agent": f"liveroom/{__version__} (webhooks)"})
@@ -167,6 +175,7 @@ class Webhooks:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
+        self._stopping = True
         await stop_task(task)
         for call in list(self._calls):
             await stop_task(call)
@@ -182,7 +191,7 @@ class Webhooks:
     # -- the loop -------------------------------------------------------------------
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 await self._turn()
                 self._outage.worked("webhooks: the outbox answers again")
@@ -192,8 +201,11 @@ class Webhooks:
                 logger.exception("webhooks: a turn failed")
             wait = min(TURN, self._next_due()) if self.holding else self._lease_ms / 3000
             self._wake.clear()
+            # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a
+            # cancel that comes as the event is set, and the task would run on.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), wait)
+                async with asyncio.timeout(wait):
+                    await self._wake.wait()
 
     def _next_due(self) -> float:
         now = self._clock.time()

@@ -177,7 +177,8 @@ class Proxy:
                              gifts=self.gifts, stats=stats,
                              tickets=self.tickets,
                              is_vip=vip_list.is_vip, clock=clock, metrics=metrics,
-                             health=health)
+                             health=health,
+                             webhooks=None if webhooks is None else lambda: webhooks.state)
         self.recalls = Recalls(log, tokens, self.moderation, clock,
                                recall_window=settings.recall_window, tickets=self.tickets,
                                windows=settings.rate_limits.per_uid, events=events)

@@ -123,8 +123,8 @@ class Reviews:
         # Written once the message is stored: an approval retried after a
         # failure writes it then (and one racing another may write it twice).
         await self._events.emit("message.approved", room, **{
-            key: value for key, value in doc.items() if key not in ("room", "approved")},
-            kind=held.kind, by="admin")
+            key: value for key, value in doc.items() if key not in ("room", "approved", "id")},
+            held_id=held.id, kind=held.kind, by="admin")
         return doc
 
     async def deny(self, room: str, raw_id: str) -> dict[str, object]:
@@ -136,7 +136,7 @@ class Reviews:
             await self._record(room, held, "deny", self._now_ms())
             logger.info("review: held message %s of uid %s in room %s denied by admin",
                         held.id, held.uid, room)
-            await self._events.emit("message.denied", room, id=held.id, uid=held.uid,
+            await self._events.emit("message.denied", room, held_id=held.id, uid=held.uid,
                                     kind=held.kind, by="admin")
         return {"room": room, "id": held.id, "uid": held.uid, "denied": True}
 
