@@ -10,7 +10,8 @@ event's signature and keeps every event it took, by id.
 - a node killed while it delivers (a real ``liveroom serve`` process):
   another takes the outbox over, 0 lost;
 - an event given up after ``--webhook-retry-for`` waits in the failed list
-  (HTTP and ``liveroom webhooks``), and a replay delivers it under its id.
+  (HTTP and ``liveroom webhooks failed``), and a replay (HTTP and
+  ``liveroom webhooks replay``) delivers it under its id.
 """
 
 from __future__ import annotations
@@ -30,10 +31,13 @@ from aiohttp import web
 from conftest import RedisServer
 from redis_cluster import LocalCluster
 from support import (
+    ADMIN,
     ADMIN_HEADERS,
     PUBLISHER,
     SHARED_SECRET,
+    clean_env,
     free_port,
+    liveroom_process,
     running_node,
     serve,
 )
@@ -300,10 +304,19 @@ async def test_given_up_after_retry_for_then_replayed(session: aiohttp.ClientSes
             [("uid.muted", ROOM, "500")] * 2
         ids = [f["id"] for f in doc["failed"]]
         assert [f["event"]["id"] for f in doc["failed"]] == ids
+        env = clean_env(LIVEROOM_URL=node.url, LIVEROOM_ADMIN_TOKEN=ADMIN)
+        async with liveroom_process("webhooks", "failed", env=env) as proc:
+            out, err = await proc.communicate()
+        lines = out.decode().splitlines()
+        assert (proc.returncode, lines[0]) == (0, "2 events given up"), err
+        assert [line.split()[0] for line in lines[1:]] == ids
+        assert all("(500)  uid.muted room hooked-room" in line for line in lines[1:])
         ledger.status = 200
-        replayed = await call(session, "POST", f"{node.url}/v1/admin/webhooks/replay",
-                              json={"ids": ids[:1]})
-        assert replayed == {"replayed": ids[:1], "count": 1}
+        async with liveroom_process("webhooks", "replay", ids[0], "ev_nothere",
+                                    env=env) as proc:
+            out, err = await proc.communicate()
+        assert (proc.returncode, out.decode()) == (0, "1 events replayed\n"), err
+        assert "ev_nothere: not in the failed list" in err.decode()
         await ledger.wait(lambda: list(ledger.events) == ids[:1])
         replayed = await call(session, "POST", f"{node.url}/v1/admin/webhooks/replay")
         assert replayed == {"replayed": ids[1:], "count": 1}
