@@ -332,7 +332,7 @@ def test_the_readmes_redis_recipe_starts_a_node(tmp_path: Path, redis_url: str) 
     values = dict(line.split("=", 1) for line in text.removeprefix(template).splitlines())
     assert set(values) == {"LIVEROOM_ADMIN_TOKEN", "LIVEROOM_PUBLISHER_TOKEN",
                            "LIVEROOM_SECRET", "LIVEROOM_TICKET_KEYS", "LIVEROOM_METRICS_TOKEN",
-                           "LIVEROOM_SEND_HOOK_SECRET"}
+                           "LIVEROOM_SEND_HOOK_SECRET", "LIVEROOM_WEBHOOK_SECRET"}
     port = free_port()
     text = text.replace("LIVEROOM_STORE=redis://127.0.0.1:6379/0", f"LIVEROOM_STORE={redis_url}")
     env_file.write_text(text + f"LIVEROOM_PORT={port}\n")

@@ -17,11 +17,13 @@ event's signature and keeps every event it took, by id.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import signal
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -46,15 +48,35 @@ from liveroom.errors import ConfigError
 from liveroom.events import TYPES
 from liveroom.model import NewMessage
 from liveroom.settings import Settings, settings_from
-from liveroom.signature import HEADER, verify
+from liveroom.signature import HEADER, sign, verify
 from liveroom.webhooks import BACKOFF_MAX, backoff
 
 SECRET = "webhook-secret-of-the-tests-0123456789"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "backend.py"
 ROOM = "hooked-room"
 PUBLISHER_HEADERS = {"Authorization": f"Bearer {PUBLISHER}"}
 WAIT = 10.0
 """Seconds a test waits for events to arrive, at most (they take a turn
 or two: well under a second, but the machine's 2 cores are shared)."""
+
+
+def _example() -> Any:
+    spec = importlib.util.spec_from_file_location("example_backend_webhooks", EXAMPLE)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_EXAMPLE = _example()
+EXAMPLE_EVENTS = _EXAMPLE.EVENTS
+
+
+def example_backend(secret: str) -> web.Application:
+    """The docs' example backend (examples/backend.py), keyed with ``secret``."""
+    app: web.Application = _EXAMPLE.backend(secret)
+    return app
 
 
 class Ledger:
@@ -393,3 +415,31 @@ def test_the_retry_window_takes_a_duration_and_the_hook_the_webhook_secret() -> 
     assert hooked_node.hook_secret == SECRET
     with pytest.raises(ConfigError, match="send_hook_secret or webhook_secret"):
         Settings(send_hook="http://127.0.0.1:9/hook")
+
+
+async def test_the_example_backend_takes_the_events_once_each(
+        session: aiohttp.ClientSession) -> None:
+    app = example_backend(SECRET)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        hook = f"http://127.0.0.1:{port}/webhooks"
+        async with running_node(**hooked(hook)) as node:
+            await mutes(session, node.url, 3)
+            taken = app[EXAMPLE_EVENTS]
+            async with asyncio.timeout(WAIT):
+                while len(taken) < 3:
+                    await asyncio.sleep(0.02)
+            event = next(iter(taken.values()))
+            body = orjson.dumps(event)
+            async with session.post(hook, data=body, headers={
+                    HEADER: sign(SECRET, body, int(time.time()))}) as resp:
+                assert resp.status == 200  # a repeat: answered, not taken again
+            async with session.post(hook, data=body, headers={
+                    HEADER: sign(SECRET, body, int(time.time()) - 400)}) as resp:
+                assert resp.status == 401  # an old signature: refused
+    finally:
+        await runner.cleanup()
+    assert sorted(e["uid"] for e in taken.values()) == ["u0", "u1", "u2"]
