@@ -658,7 +658,7 @@ def test_the_prometheus_steps_load_the_alerts_and_scrape_with_the_token(
     (tmp_path / "prometheus.yml").write_text(copy)
     done = run(tool("promtool"), "check", "config", tmp_path / "prometheus.yml")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 8 rules found" in done.stdout, done.stdout
+    assert "SUCCESS: 10 rules found" in done.stdout, done.stdout
 
 
 def test_the_grafana_steps_put_the_dashboard_where_the_provider_reads() -> None:
