@@ -40,6 +40,7 @@ logger: Final = logging.getLogger("liveroom.events")
 TYPES: Final = (
     "broadcast.started", "broadcast.ended",
     "message.recalled", "message.held", "message.approved", "message.denied",
+    "message.dropped",
     "uid.muted", "uid.banned", "uid.unbanned",
     "room.sect_changed", "gift.given",
 )

@@ -35,9 +35,9 @@ class ReviewQueue:
 
     **Dropped messages.** A room's queue holds ``--review-max`` messages: one
     more drops the oldest, whichever node held it. The node whose hold
-    dropped it counts it (``liveroom_review_dropped_total``), logs one line
-    and calls every :attr:`on_dropped` listener, once: the hook the
-    webhooks of a later issue subscribe to (nothing else listens yet).
+    dropped it counts it (``liveroom_review_dropped_total``), logs one line,
+    calls every :attr:`on_dropped` listener and writes its
+    ``message.dropped`` event, once.
     """
 
     def __init__(self, store: ReviewStore, *, metrics: Metrics | None = None,
@@ -49,7 +49,8 @@ class ReviewQueue:
         """The store's review queues (the moderators' routes decide through it)."""
         self._metrics = metrics
         self.on_dropped: list[OnDropped] = []
-        """Listeners told of each message a full queue dropped (webhooks, later)."""
+        """Listeners told of each message a full queue dropped (the webhooks
+        hear of it through :attr:`events`)."""
 
     async def hold(self, room: str, message: NewMessage, why: str) -> str:
         """Hold ``message`` (as the sender path made it, its ``ts`` the time
@@ -83,4 +84,6 @@ class ReviewQueue:
                     listener(room, gone)
                 except Exception:  # a listener's fault is not the sender's
                     logger.exception("review: a listener of dropped messages failed")
+            await self.events.emit("message.dropped", room, held_id=gone.id, uid=gone.uid,
+                                   kind=gone.kind, to=gone.to, why=gone.why)
         return holding.id

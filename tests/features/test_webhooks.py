@@ -177,7 +177,7 @@ async def test_each_action_writes_its_event_once_with_its_fields(
         session: aiohttp.ClientSession) -> None:
     ledger = Ledger()
     async with receiving(ledger, free_port()) as hook, \
-            running_node(**hooked(hook, gift_important=0)) as node:
+            running_node(**hooked(hook, gift_important=0, review_max=1)) as node:
         url, admin = node.url, f"{node.url}/v1/admin/rooms/{ROOM}"
         await call(session, "POST", f"{admin}/start")
         sent = await call(session, "POST", f"{url}/v1/rooms/{ROOM}/messages",
@@ -192,16 +192,18 @@ async def test_each_action_writes_its_event_once_with_its_fields(
         held = node.node.review
         message = NewMessage("bob", "darn it", False, int(time.time() * 1000))
         first = await held.hold(ROOM, message, "word: darn")
-        second = await held.hold(ROOM, message, "word: darn")
         await call(session, "POST", f"{admin}/review/{first}/approve")
+        second = await held.hold(ROOM, message, "word: darn")
         await call(session, "POST", f"{admin}/review/{second}/deny")
+        third = await held.hold(ROOM, message, "word: darn")
+        await held.hold(ROOM, message, "word: darn")  # the queue holds one: third dropped
         await call(session, "PUT", f"{url}/v1/admin/vip/{ROOM}")
         await call(session, "POST", f"{admin}/end")
-        await ledger.wait(lambda: len(ledger.events) >= len(TYPES) + 1)
+        await ledger.wait(lambda: len(ledger.events) >= len(TYPES) + 3)
         await asyncio.sleep(0.3)  # nothing more comes
-    # Every type once, but message.held: two messages were held.
+    # Every type once, but message.held: four messages were held.
     assert sorted(e["type"] for e in ledger.events.values()) == \
-        sorted([*TYPES, "message.held"])
+        sorted([*TYPES, *["message.held"] * 3])
     assert (ledger.repeats, ledger.refused) == (0, 0)
     for event in ledger.events.values():
         assert event["room"] == ROOM
@@ -220,9 +222,10 @@ async def test_each_action_writes_its_event_once_with_its_fields(
     assert (recalled["seq"], recalled["uid"], recalled["lane"], recalled["by"]) == \
         (sent["seq"], "bob", "room", "admin")
     assert [(e["held_id"], e["uid"], e["kind"], e["body"], e["why"])
-            for e in sorted(ledger.of("message.held"), key=lambda e: e["held_id"])] == \
-        [(first, "bob", "normal", "darn it", "word: darn"),
-         (second, "bob", "normal", "darn it", "word: darn")]
+            for e in sorted(ledger.of("message.held"), key=lambda e: int(e["held_id"]))] == \
+        [(str(n), "bob", "normal", "darn it", "word: darn") for n in range(1, 5)]
+    (dropped,) = ledger.of("message.dropped")
+    assert (dropped["held_id"], dropped["uid"], dropped["why"]) == (third, "bob", "word: darn")
     (approved,) = ledger.of("message.approved")
     assert (approved["held_id"], approved["uid"], approved["kind"]) == (first, "bob", "normal")
     assert approved["seq"] > sent["seq"]
