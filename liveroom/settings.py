@@ -517,8 +517,9 @@ class Settings:
         "attempt, retried).", WEBHOOKS, lo=0.1, hi=300)
     webhook_lease: float = setting(
         10.0, "Seconds the node delivering the events holds its lease in the store between "
-        "renewals (renewed every third of it): when that node dies, another takes the "
-        "outbox over within this long and delivers what the dead one had not.", WEBHOOKS,
+        "renewals (the holder renews it about 5 times a second; the others ask for it every "
+        "third of it): when that node dies, another takes the outbox over within about 1⅓ "
+        "times this long and delivers what the dead one had not.", WEBHOOKS,
         lo=0.3, hi=600)
 
     # -- likes and gifts ---------------------------------------------------------------------
