@@ -98,7 +98,7 @@ async def test_bad_input_is_refused(store: Store) -> None:
 
 @pytest.mark.redis_engines
 async def test_one_holder_at_a_time_and_a_lost_lease_goes_to_the_next(
-        engine_url: str, fake_clock: FakeClock) -> None:
+        engine_url: str, fake_clock: FakeClock, raw_redis: Any) -> None:
     async with opened(engine_url, TEST_POLICY, fake_clock) as one, \
             opened(engine_url, TEST_POLICY, fake_clock) as other:
         assert await one.outbox.lease("a", 200)
@@ -113,6 +113,9 @@ async def test_one_holder_at_a_time_and_a_lost_lease_goes_to_the_next(
         assert await other.outbox.lease("b", 5_000)
         assert not await one.outbox.lease("a", 200)
         assert ids(await other.outbox.take_over("b", 10)) == ["ev_0001"]
+        if raw_redis is not None:  # the dead consumer is forgotten
+            consumers = await raw_redis.xinfo_consumers("lr:{lr}:wh", "deliver")
+            assert [c["name"] for c in consumers] == [b"b"]
 
 
 @pytest.mark.redis_engines

@@ -15,6 +15,8 @@ script there:
 - the hash ``whf`` and the sorted set ``whfo`` keep the events given up
   (``lua/outbox_give_up.lua``), and ``outbox_replay.lua`` puts them back.
 
+A node that takes the outbox over claims every pending entry, then forgets
+the group's other consumers (each process is a consumer of its own).
 The group is made when a node first takes the lease (``XGROUP CREATE ...
 0 MKSTREAM``: from the stream's start, so no event written before is
 skipped), and again when Redis answers that it is gone (a flushed server).
@@ -126,7 +128,18 @@ class RedisOutbox:
                     await self._client.xack(keys.WEBHOOKS, GROUP, *reply[2])
                 if start == "0-0":
                     break
+            if len(taken) < count:
+                await self._forget_consumers(holder)
         return taken
+
+    async def _forget_consumers(self, holder: str) -> None:
+        """Every other consumer of the group, now that this one claimed all
+        they had: each process is one of its own (a restart makes a new
+        one), and the group would otherwise keep them all."""
+        for consumer in await self._client.xinfo_consumers(keys.WEBHOOKS, GROUP):
+            name = text(consumer.get("name", b""))
+            if name != holder and not int(consumer.get("pending", 0)):
+                await self._client.xgroup_delconsumer(keys.WEBHOOKS, GROUP, name)
 
     async def next(self, holder: str, count: int) -> list[Outgoing]:
         with unavailable("reading the outbox"):
