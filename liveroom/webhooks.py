@@ -131,6 +131,7 @@ class Webhooks:
         its former self's events as any other's."""
         self.holding = False
         """This node holds the lease (it delivers)."""
+        self._renewed_at = float("-inf")
         self._pending: dict[str, _Pending] = {}
         self._rooms: dict[str, deque[str]] = {}
         self._calls: set[asyncio.Task[None]] = set()
@@ -160,7 +161,8 @@ class Webhooks:
                 "lag_s": round(self.lag(), 3)}
 
     def wake(self) -> None:
-        self._wake.set()
+        if self.holding:  # the others have nothing to read
+            self._wake.set()
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -213,12 +215,18 @@ class Webhooks:
         return max(0.0, min(waits, default=TURN))
 
     async def _turn(self) -> None:
-        try:
-            held = await self._outbox.lease(self.holder, self._lease_ms)
-        except StoreUnavailable:
-            held = False
-            if self.holding:
-                raise
+        now = self._clock.monotonic()
+        if self.holding and now - self._renewed_at < TURN:
+            held = True  # renewed a moment ago: a turn an event woke only reads
+        else:
+            try:
+                held = await self._outbox.lease(self.holder, self._lease_ms)
+            except StoreUnavailable:
+                held = False
+                if self.holding:
+                    raise
+            if held:
+                self._renewed_at = now
         if held and not self.holding:
             self.holding = True
             self._forget_all()
