@@ -1,13 +1,15 @@
 """A business backend's send hook and webhook endpoint, as small as they get.
 
-    python examples/backend.py --port 8090 --secret "$LIVEROOM_SEND_HOOK_SECRET"
-    liveroom serve --send-hook http://127.0.0.1:8090/hook --send-hook-secret "$SECRET"
+    python examples/backend.py --port 8090 --secret "$SECRET"
+    liveroom serve --send-hook http://127.0.0.1:8090/hook \
+        --webhook http://127.0.0.1:8090/webhooks --webhook-secret "$SECRET"
 
 POST /hook takes liveroom's batches of sends (docs/api.md, "The send hook"),
 checks their signature, and answers a verdict for each: "spam" rejects,
 "refund" holds it for a moderator, "darn" is masked (its body rewritten, an
 extra {"masked": N} attached), anything else is accepted. POST /webhooks
-checks the signature and prints the events. Needs only aiohttp.
+checks the signature, drops an event it took before (by id: delivery is at
+least once) and prints the others. Needs only aiohttp.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 from aiohttp import web
 
 TOLERANCE = 300  # seconds a signature is good for
+EVENTS = web.AppKey("events", dict)  # the events taken, by id (a real one: a table)
 
 
 def signed(secret: str, header: str, body: bytes) -> bool:
@@ -69,10 +72,14 @@ def backend(secret: str) -> web.Application:
         raw = await request.read()
         if not signed(secret, request.headers.get("Liveroom-Signature", ""), raw):
             return web.json_response({"error": "bad signature"}, status=401)
-        print("webhook:", json.loads(raw), flush=True)  # your business here
+        event = json.loads(raw)
+        if event["id"] not in app[EVENTS]:  # a repeat is answered 200, not acted on
+            app[EVENTS][event["id"]] = event
+            print("webhook:", event, flush=True)  # your business here
         return web.json_response({})
 
     app = web.Application()
+    app[EVENTS] = {}
     app.router.add_post("/hook", hook)
     app.router.add_post("/webhooks", webhooks)
     return app
@@ -82,8 +89,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8090)
-    parser.add_argument("--secret", default=os.environ.get("LIVEROOM_SEND_HOOK_SECRET"))
+    parser.add_argument("--secret", default=os.environ.get("LIVEROOM_WEBHOOK_SECRET"))
     args = parser.parse_args()
     if not args.secret:
-        parser.error("give --secret (or LIVEROOM_SEND_HOOK_SECRET), as liveroom has it")
+        parser.error("give --secret (or LIVEROOM_WEBHOOK_SECRET), as liveroom has it")
     web.run_app(backend(args.secret), host=args.host, port=args.port)

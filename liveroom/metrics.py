@@ -132,6 +132,31 @@ class Metrics:
         self.send_hook_opened = Counter(
             "liveroom_send_hook_circuit_opened", "Times the send hook's circuit opened (after "
             "--send-hook-trip failed calls in a row)", registry=r)
+        self.webhook_queued = Counter(
+            "liveroom_webhook_events", "Events this node wrote to the webhooks' outbox, by "
+            "type", ["type"], registry=r)
+        self.webhook_lost = Counter(
+            "liveroom_webhook_events_lost", "Events whose outbox write failed (the store was "
+            "unavailable): their actions stand, the backend never hears of them", registry=r)
+        self.webhook_delivered = Counter(
+            "liveroom_webhook_delivered", "Events this node delivered (the backend answered "
+            "2xx)", registry=r)
+        self.webhook_attempts = Counter(
+            "liveroom_webhook_attempts_failed", "Delivery attempts that failed, by why "
+            "(status: an answer but 2xx; error: no answer; timeout), each retried",
+            ["why"], registry=r)
+        self.webhook_failed = Counter(
+            "liveroom_webhook_failed", "Events this node gave up after --webhook-retry-for "
+            "(kept in the failed list: liveroom webhooks failed)", registry=r)
+        self.webhook_lag = gauge(
+            "liveroom_webhook_lag_seconds", "Seconds the oldest event this node holds for "
+            "delivery has waited since its action (0: none waiting, or this node does not "
+            "deliver)")
+        self.webhook_holding = gauge(
+            "liveroom_webhook_events_held", "Events read from the outbox and not yet "
+            "delivered by this node (0 unless it holds the delivery lease)")
+        self.webhook_lease = gauge(
+            "liveroom_webhook_lease", "1 while this node holds the webhooks' delivery lease")
         self.gifts = Counter("liveroom_gifts", "Gifts given through this node", registry=r)
         self.gift_value = Counter("liveroom_gift_value",
                                   "The value of the gifts given through this node (the "

@@ -28,11 +28,13 @@ from statsvr import Statsvr
 
 from .clock import Clock, SystemClock
 from .errors import ConfigError, StoreUnavailable
+from .events import Events
 from .lograte import ServerLog
 from .metrics import Metrics
 from .review import ReviewQueue
 from .settings import Settings, env_of, flag_of
 from .store import Store, open_store
+from .webhooks import Webhooks
 from .whitelist import VipList
 
 logger = logging.getLogger("liveroom.node")
@@ -61,6 +63,10 @@ class Node:
     proxy: Proxy
     review: ReviewQueue
     """Where held messages wait for a moderator (the proxy's too)."""
+    events: Events
+    """Where the roles' actions write their events (to the store's outbox)."""
+    webhooks: Webhooks | None
+    """This node's part in delivering them (``None``: no ``--webhook``)."""
     announce: Callable[[Node], None] | None = None
     generated: dict[str, str] = field(default_factory=dict)
     """Tokens this node made up because none was configured (to print them)."""
@@ -95,8 +101,15 @@ def build_node(settings: Settings, clock: Clock | None = None,
         store = open_store(settings.store, settings.log_policy(), clock,
                            node_id=settings.name)
     metrics = Metrics()
+    # Every action that has an event writes it through ``events``; with
+    # --webhook this node also takes its turn delivering them.
+    events = Events(store.outbox if settings.webhook else None, clock, metrics=metrics)
+    webhooks = Webhooks(settings, store.outbox, clock, metrics=metrics) \
+        if settings.webhook else None
+    if webhooks is not None:
+        events.on_added.append(webhooks.wake)
     vip_list = VipList(store.operators, clock, vip_refresh=settings.vip_refresh,
-                       rule=settings.vip_rule(), metrics=metrics)
+                       rule=settings.vip_rule(), metrics=metrics, events=events)
     recvsvr = Recvsvr.configured(settings, store.log, store.notifier, vip_list.is_vip,
                                  clock, metrics)
     vip_list.on_change(recvsvr.moved)
@@ -106,19 +119,20 @@ def build_node(settings: Settings, clock: Clock | None = None,
                                  rate=recvsvr.rate)
     # Where the send path holds what a word filter or the send hook keeps
     # back, and the moderators find it.
-    review = ReviewQueue(store.review, metrics=metrics)
+    review = ReviewQueue(store.review, metrics=metrics, events=events)
     proxy = Proxy(settings, reader=recvsvr, stats=statsvr, sink=statsvr,
                   vip_list=vip_list, log=store.log, operators=store.operators,
                   counters=store.counters, moderation=store.moderation, review=review,
                   filters=store.filters, clock=clock, metrics=metrics,
-                  health=partial(store_health, store), forget=statsvr.forget)
+                  health=partial(store_health, store), forget=statsvr.forget,
+                  events=events, outbox=store.outbox, webhooks=webhooks)
     statsvr.count_held_polls(proxy.held_polls)
     # A renewed epoch is the same broadcast: its likes and top givers go on.
     recvsvr.on_renewed(proxy.renewed)
     # The automatic vip rule reads the merged trusted counts, not the online ones.
     vip_list.observe(statsvr.merge.trusted_counts, statsvr.merge.trusted)
     return Node(settings, clock, store, metrics, vip_list, recvsvr, statsvr, proxy, review,
-                announce, generated)
+                events, webhooks, announce, generated)
 
 
 def made_up_secrets(settings: Settings) -> tuple[Settings, dict[str, str]]:
@@ -148,10 +162,14 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         await node.recvsvr.start()
         await node.statsvr.start()
         await node.proxy.start()
+        if node.webhooks is not None:
+            await node.webhooks.start()
         if node.announce is not None:
             node.announce(node)
         yield
     finally:
+        if node.webhooks is not None:
+            await node.webhooks.stop()
         await node.proxy.stop()
         await node.vip_list.stop()
         await node.recvsvr.stop()

@@ -19,9 +19,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from .events import NO_EVENTS, Events
 from .metrics import Metrics
 from .model import NewMessage
-from .store.base import Held, ReviewStore
+from .store.base import Held, ReviewStore, held_kind
 
 logger = logging.getLogger("liveroom.review")
 
@@ -34,17 +35,22 @@ class ReviewQueue:
 
     **Dropped messages.** A room's queue holds ``--review-max`` messages: one
     more drops the oldest, whichever node held it. The node whose hold
-    dropped it counts it (``liveroom_review_dropped_total``), logs one line
-    and calls every :attr:`on_dropped` listener, once: the hook the
-    webhooks of a later issue subscribe to (nothing else listens yet).
+    dropped it counts it (``liveroom_review_dropped_total``), logs one line,
+    calls every :attr:`on_dropped` listener and writes its
+    ``message.dropped`` event, once.
     """
 
-    def __init__(self, store: ReviewStore, *, metrics: Metrics | None = None) -> None:
+    def __init__(self, store: ReviewStore, *, metrics: Metrics | None = None,
+                 events: Events = NO_EVENTS) -> None:
         self.store = store
+        self.events = events
+        """Where a hold writes its ``message.held`` event (the moderators'
+        decisions write theirs through the same)."""
         """The store's review queues (the moderators' routes decide through it)."""
         self._metrics = metrics
         self.on_dropped: list[OnDropped] = []
-        """Listeners told of each message a full queue dropped (webhooks, later)."""
+        """Listeners told of each message a full queue dropped (the webhooks
+        hear of it through :attr:`events`)."""
 
     async def hold(self, room: str, message: NewMessage, why: str) -> str:
         """Hold ``message`` (as the sender path made it, its ``ts`` the time
@@ -62,8 +68,12 @@ class ReviewQueue:
         (then nothing is held: the sender is answered 503 and retries)."""
         holding = await self.store.hold(room, message, why)
         metrics = self._metrics
-        if not holding.again and metrics is not None:
-            metrics.review_held.inc()
+        if not holding.again:
+            if metrics is not None:
+                metrics.review_held.inc()
+            await self.events.emit("message.held", room, held_id=holding.id, uid=message.uid,
+                                   kind=held_kind(message), to=message.to, body=message.body,
+                                   why=why)
         for gone in holding.dropped:
             if metrics is not None:
                 metrics.review_dropped.inc()
@@ -74,4 +84,6 @@ class ReviewQueue:
                     listener(room, gone)
                 except Exception:  # a listener's fault is not the sender's
                     logger.exception("review: a listener of dropped messages failed")
+            await self.events.emit("message.dropped", room, held_id=gone.id, uid=gone.uid,
+                                   kind=gone.kind, to=gone.to, why=gone.why)
         return holding.id

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
+from .durations import duration_text, seconds_of
 from .errors import ConfigError
 from .ratelimit import RateLimits, Window, parse_windows
 from .sects import VipRule
@@ -160,6 +161,18 @@ def _bytes_text(value: int) -> str:
 MAX_WORKERS = 256
 
 
+def _duration(name: str, text: str) -> float:
+    seconds = seconds_of(text)
+    if seconds is None:
+        try:
+            return float(text)
+        except ValueError:
+            raise ConfigError(name, f"{text!r} is not a duration: give seconds (90) or "
+                                    f"numbers with a unit, s, m, h or d (30s, 10m, 24h, "
+                                    f"1h30m)") from None
+    return float(seconds)
+
+
 def _workers(text: str) -> int:
     text = text.strip().lower()
     if text == "auto":
@@ -207,10 +220,11 @@ def setting(default: Any, help: str, group: str, **spec: Any) -> Any:
     return field(default=default, metadata={"spec": Spec(help, group, **spec)})
 
 
-(SERVER, IDENTITY, LISTENING, BOUNDS, HOLD, SENDS, FILTER, HOOK, LIKES, VIP, CACHE, STORE,
- PRESENCE) = (
+(SERVER, IDENTITY, LISTENING, BOUNDS, HOLD, SENDS, FILTER, HOOK, WEBHOOKS, LIKES, VIP, CACHE,
+ STORE, PRESENCE) = (
     "Server", "Identity and secrets", "Listening", "Bounds", "Holding polls", "Sends",
-    "The word filter", "The send hook (your backend screens sends)", "Likes and gifts",
+    "The word filter", "The send hook (your backend screens sends)",
+    "Event webhooks (your backend hears what happens)", "Likes and gifts",
     "The vip sect", "Room cache (recvsvr)", "Store", "Presence and viewers (statsvr)")
 HOOK_FAILURES = ("accept", "reject", "hold")
 """What a send gets when the send hook's backend is late or failing
@@ -445,7 +459,9 @@ class Settings:
         metavar="URL")
     send_hook_secret: str | None = setting(
         None, "Key the send hook's calls are signed with (Liveroom-Signature: HMAC-SHA256), "
-        "at least 32 bytes; required with --send-hook.", HOOK, secret=True)
+        "at least 32 bytes; required with --send-hook unless --webhook-secret is given "
+        "(then that one signs the hook's calls too).", HOOK, secret=True,
+        default_text="--webhook-secret")
     send_hook_timeout: float = setting(
         1.0, "Seconds a send waits for the backend's verdict, its wait for a call included; "
         "past them --send-hook-failure decides, and the call is given up.", HOOK, lo=0.01,
@@ -473,6 +489,38 @@ class Settings:
     send_hook_cooldown: float = setting(
         5.0, "Seconds an open circuit waits before one trial call; a trial that succeeds "
         "closes it, one that fails opens it again.", HOOK, lo=0.05, hi=600)
+
+    # -- event webhooks ----------------------------------------------------------------------
+    webhook: str = setting(
+        "", "URL your backend takes the rooms' events at (http or https): broadcast started "
+        "and ended, messages recalled, held, approved and denied, uids muted, banned and "
+        "unbanned, sects changed, big gifts. Each is written to the store's outbox with its "
+        "action and POSTed, signed, by one node at a time, until a 2xx answer, for "
+        "--webhook-retry-for; then kept as failed (liveroom webhooks failed, replay). The "
+        "memory store's outbox is in the process: a restart loses what it holds. Empty: no "
+        "webhooks. docs/api.md, \"Webhooks\".", WEBHOOKS, metavar="URL")
+    webhook_secret: str | None = setting(
+        None, "Key the webhooks are signed with (Liveroom-Signature: HMAC-SHA256), at least "
+        "32 bytes; required with --webhook. Also signs the send hook's calls unless "
+        "--send-hook-secret is given.", WEBHOOKS, secret=True)
+    webhook_retry_for: float = setting(
+        86_400.0, "How long an event is retried (with backoff, from 0.5 s doubling to at "
+        "most 5 min, jittered) before it is given up and kept as failed: seconds, or a "
+        "duration (30m, 24h, 2d).", WEBHOOKS, lo=0.1, hi=30 * 86_400,
+        parse=lambda text: _duration("webhook_retry_for", text),
+        show=lambda value: duration_text(int(value)))
+    webhook_gift_min: int = setting(
+        1, "A gift worth at least this much is a gift.given event; 0: no gift is.", WEBHOOKS,
+        lo=0, hi=10**12)
+    webhook_timeout: float = setting(
+        10.0, "Seconds the backend has to answer one event's POST (past them, a failed "
+        "attempt, retried).", WEBHOOKS, lo=0.1, hi=300)
+    webhook_lease: float = setting(
+        10.0, "Seconds the node delivering the events holds its lease in the store between "
+        "renewals (the holder renews it about 5 times a second; the others ask for it every "
+        "third of it): when that node dies, another takes the outbox over within about 1⅓ "
+        "times this long and delivers what the dead one had not.", WEBHOOKS,
+        lo=0.3, hi=600)
 
     # -- likes and gifts ---------------------------------------------------------------------
     likes_flush: float = setting(
@@ -664,6 +712,7 @@ class Settings:
                                      f"a ticket key must be at least {TICKET_KEY_MIN} bytes "
                                      f"(HS256 with a shorter key can be brute-forced)"))
         found += self._send_hook_problems()
+        found += self._webhook_problems()
         if self.metrics_token is not None and not self.metrics_token:
             found.append(ConfigError("metrics_token", "metrics_token must not be empty"))
         if self.poll_timeout > self.poll_timeout_max:
@@ -713,14 +762,38 @@ class Settings:
                                      f"least {SECRET_MIN} bytes (`liveroom secrets` makes one)"))
         if not self.send_hook:
             return found
-        scheme, _, rest = self.send_hook.partition("://")
-        if scheme.lower() not in ("http", "https") or not rest or rest.startswith("/"):
+        if not _is_http_url(self.send_hook):
             found.append(ConfigError("send_hook", f"send_hook must be an http:// or https:// "
                                      f"URL, not {self.send_hook!r}"))
-        if not secret:
+        if not self.hook_secret:
             found.append(ConfigError("send_hook_secret", "a send hook needs send_hook_secret "
-                                     "(its calls are signed; `liveroom secrets` makes one)"))
+                                     "or webhook_secret (its calls are signed; `liveroom "
+                                     "secrets` makes one)"))
         return found
+
+    def _webhook_problems(self) -> list[ConfigError]:
+        """The webhooks' URL and secret, when webhooks are set."""
+        found: list[ConfigError] = []
+        secret = self.webhook_secret
+        if secret is not None and len(secret.encode()) < SECRET_MIN:
+            found.append(ConfigError("webhook_secret", f"webhook_secret must have at least "
+                                     f"{SECRET_MIN} bytes, not {len(secret.encode())} "
+                                     f"(`liveroom secrets` makes one)"))
+        if not self.webhook:
+            return found
+        if not _is_http_url(self.webhook):
+            found.append(ConfigError("webhook", f"webhook must be an http:// or https:// URL, "
+                                     f"not {self.webhook!r}"))
+        if not secret:
+            found.append(ConfigError("webhook_secret", "webhooks need webhook_secret (each "
+                                     "event is signed; `liveroom secrets` makes one)"))
+        return found
+
+    @property
+    def hook_secret(self) -> str | None:
+        """The key the send hook's calls are signed with: ``send_hook_secret``,
+        else ``webhook_secret``."""
+        return self.send_hook_secret or self.webhook_secret
 
     def vip_rule(self) -> VipRule | None:
         """The automatic vip rule these settings ask for (``None``: off)."""
@@ -773,6 +846,11 @@ class Settings:
             history_ttl_ms=int(self.history_ttl * 1000),
             review_max=self.review_max,
         )
+
+
+def _is_http_url(url: str) -> bool:
+    scheme, _, rest = url.partition("://")
+    return scheme.lower() in ("http", "https") and bool(rest) and not rest.startswith("/")
 
 
 def _range(spec: Spec) -> str:

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from . import sects
 from .clock import Clock
 from .errors import StoreUnavailable
+from .events import NO_EVENTS, Events
 from .lifecycle import Outage, Periodic
 from .metrics import Metrics
 from .sects import NONE, Sect, VipRecord, VipRule, decode, encode, forgotten, observe
@@ -84,6 +85,12 @@ class SectChange:
     @property
     def moved(self) -> bool:
         return self.before.vip != self.after.vip
+
+
+def sect_event(record: VipRecord, reason: str) -> dict[str, object]:
+    """The fields of a ``room.sect_changed`` event: the room's sect now, and
+    why it moved (``auto``: the rule; ``pin``, ``operator``: an operator)."""
+    return {"sect": "vip" if record.vip else "normal", "reason": reason}
 
 
 def _decoded(room: str, raw: bytes) -> VipRecord:
@@ -141,7 +148,8 @@ class VipList:
 
     def __init__(self, operators: Operators, clock: Clock, *,
                  vip_refresh: float = DEFAULTS.vip_refresh, start_wait: float = 5.0,
-                 rule: VipRule | None = None, metrics: Metrics | None = None) -> None:
+                 rule: VipRule | None = None, metrics: Metrics | None = None,
+                 events: Events = NO_EVENTS) -> None:
         if vip_refresh <= 0:
             raise ValueError("the vip refresh period must be positive")
         self._operators = operators
@@ -149,6 +157,7 @@ class VipList:
         self._start_wait = start_wait
         self.rule = rule
         self._metrics = metrics
+        self._events = events
         self._listeners: list[OnChange] = []
         self._merged: Merged = lambda: ()
         self._trusted: Trusted = lambda room: None
@@ -273,7 +282,8 @@ class VipList:
             return []
         noted = self._noted
         applied = await self._operators.vip_swap([swap for swap, _ in swaps])
-        moved = []
+        moved: list[str] = []
+        moved_to: list[VipRecord] = []
         for (swap, after), ok in zip(swaps, applied, strict=True):
             if not ok:
                 continue  # another node decided first: its record is read next time
@@ -282,8 +292,11 @@ class VipList:
                 self._set(swap.room, swap.after, after)
             if before.vip != after.vip:
                 moved.append(swap.room)
+                moved_to.append(after)
                 self._moved(swap.room, after, "auto")
         self._publish()
+        for room, record in zip(moved, moved_to, strict=True):
+            await self._events.emit("room.sect_changed", room, **sect_event(record, "auto"))
         return moved
 
     # -- lifecycle ----------------------------------------------------------------

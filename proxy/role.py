@@ -20,12 +20,21 @@ from aiohttp import web
 
 from liveroom.clock import Clock
 from liveroom.errors import Banned, ConfigError
+from liveroom.events import NO_EVENTS, Events
 from liveroom.metrics import Metrics
 from liveroom.ratelimit import UidWindows
 from liveroom.review import ReviewQueue
 from liveroom.roles import HeartbeatSink, RoomReader, StatsReader
 from liveroom.settings import Settings
-from liveroom.store.base import Counters, FilterStore, MessageLog, ModerationStore, Operators
+from liveroom.store.base import (
+    Counters,
+    FilterStore,
+    MessageLog,
+    ModerationStore,
+    Operators,
+    Outbox,
+)
+from liveroom.webhooks import Webhooks
 from liveroom.whitelist import VipList
 
 from .api.bounds import RouteBounds
@@ -63,6 +72,7 @@ from .sends.hook import SendHook
 from .sends.route import SendRoute
 from .sends.send import Sends
 from .tickets import Tickets
+from .webhooks.routes import WebhookRoutes
 
 logger = logging.getLogger("liveroom.proxy")
 
@@ -84,7 +94,9 @@ class Proxy:
                  operators: Operators, counters: Counters, moderation: ModerationStore,
                  review: ReviewQueue, filters: FilterStore, clock: Clock, metrics: Metrics,
                  health: Callable[[], Awaitable[str | None]],
-                 forget: Callable[[str, str], None] = lambda room, uid: None) -> None:
+                 forget: Callable[[str, str], None] = lambda room, uid: None,
+                 events: Events = NO_EVENTS, outbox: Outbox | None = None,
+                 webhooks: Webhooks | None = None) -> None:
         self.settings = settings
         tokens = Tokens(admin=_given(settings.admin_token, "admin_token"),
                         publisher=_given(settings.publisher_token, "publisher_token"))
@@ -140,7 +152,8 @@ class Proxy:
                          gate=gate if _row(LIKE).room == EXISTS else None,
                          moderation=self.moderation, tokens=tokens)
         self.gifts = Gifts(counters, log, tokens, clock, gift_important=settings.gift_important,
-                           tickets=self.tickets, metrics=metrics)
+                           tickets=self.tickets, metrics=metrics, events=events,
+                           event_min=settings.webhook_gift_min)
         # The front's routes and their handlers: a new front route is a row
         # of proxy/front/routing.py and its handler here.
         handlers = {POLL: PollRoute(self.polls), SEND: SendRoute(self.sends),
@@ -165,16 +178,20 @@ class Proxy:
                              gifts=self.gifts, stats=stats,
                              tickets=self.tickets,
                              is_vip=vip_list.is_vip, clock=clock, metrics=metrics,
-                             health=health)
+                             health=health,
+                             webhooks=None if webhooks is None else lambda: webhooks.state)
         self.recalls = Recalls(log, tokens, self.moderation, clock,
                                recall_window=settings.recall_window, tickets=self.tickets,
-                               windows=settings.rate_limits.per_uid)
-        self.reviews = Reviews(review.store, log, self.moderation, clock)
+                               windows=settings.rate_limits.per_uid, events=events)
+        self.reviews = Reviews(review.store, log, self.moderation, clock, events=events)
         self.moderators = ModerationRoutes(self.moderation, moderation, tokens, clock,
-                                           self.recalls, operators, reader, self.reviews)
+                                           self.recalls, operators, reader, self.reviews,
+                                           events=events)
         self.operators = OperatorRoutes(operators, tokens, clock, settings, stats=stats,
-                                        reader=reader, log=log, vip_list=vip_list)
+                                        reader=reader, log=log, vip_list=vip_list,
+                                        events=events)
         self.filter_routes = FilterRoutes(self.filters, filters, tokens, clock, settings)
+        self.webhook_routes = WebhookRoutes(outbox, tokens, webhooks)
 
     def renewed(self, room: str, old: str, new: str) -> None:
         """The room's epoch ``old`` was renewed into ``new`` (the same
@@ -208,6 +225,7 @@ class Proxy:
         self.operators.add_routes(app)
         self.moderators.add_routes(app)
         self.filter_routes.add_routes(app)
+        self.webhook_routes.add_routes(app)
         Pages().add_routes(app)
         app.on_response_prepare.append(_our_server_header)
         app.on_shutdown.append(self._release)

@@ -285,6 +285,15 @@ COSTS: Final = (
         sample=Sample(body={"words": ["spam"], "action": "mask"}, token="admin")),
     RouteCost("DELETE /v1/admin/filters/{name}", _ADMIN, "store: the list's removal",
         sample=_AS_ADMIN),
+    # -- the webhooks ------------------------------------------------------------------
+    RouteCost("GET /v1/admin/webhooks/failed", _ADMIN, _NOTHING,
+        sample=_AS_ADMIN),
+    RouteCost("POST /v1/admin/webhooks/replay", _ADMIN,
+              "store: the failed events named (every one without ids, at most 100 000 "
+              "kept) move back to the outbox, until delivered or given up again after "
+              "--webhook-retry-for",
+              ("webhook_retry_for",),
+        sample=Sample(body={"ids": ["ev_0123456789abcdef01234567"]}, token="admin")),
 )
 """Every route of a node, one row each."""
 

@@ -150,7 +150,7 @@ ENGINES = ("memory", "redis", "cluster")
 """Every engine: ``cluster`` is the redis engine on a Redis Cluster."""
 CLUSTER_SUITES = frozenset({"test_store_contract", "test_stats_store", "test_counters_store",
                             "test_moderation_store", "test_review_store",
-                            "test_filters_store", "test_operators_store",
+                            "test_filters_store", "test_operators_store", "test_outbox_store",
                             "test_rate_limits", "test_presence", "test_recall"})
 """The store contract suites: they run on all :data:`ENGINES`, every other
 test that takes ``engine_url`` on memory and one Redis."""

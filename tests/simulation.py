@@ -247,6 +247,8 @@ class StoreView:
     moderation: Any
     review: Any
     filters: Any
+    outbox: Any = None
+    """No webhooks in the simulated worlds: their routes answer an empty list."""
     name: str = "memory"
 
     async def ping(self) -> None:

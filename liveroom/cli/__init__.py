@@ -10,7 +10,8 @@ The commands: :mod:`.serve`; :mod:`.secrets`, a deployment's fresh secrets;
 the ``vip`` and ``room`` groups; :mod:`.listen`; :mod:`.send` (with ``like``,
 ``gift`` and ``leaderboard``); :mod:`.moderation` (``recall``, ``mute``...
 ``moderation``); :mod:`.review` (``review``, the held messages);
-:mod:`.filters` (the word filter's lists). What they share:
+:mod:`.filters` (the word filter's lists); :mod:`.webhooks` (the events
+given up, their replay). What they share:
 :mod:`.options`, :mod:`.credentials`, :mod:`.calls` and :mod:`.times`. Each
 command imports what only it needs when it runs: ``ticket`` signs without
 aiohttp, ``send`` and ``listen`` are clients (aiohttp's) that load nothing of
@@ -23,7 +24,18 @@ from __future__ import annotations
 import click
 
 from .. import __version__
-from . import filters, listen, moderation, operators, review, secrets, send, serve, ticket
+from . import (
+    filters,
+    listen,
+    moderation,
+    operators,
+    review,
+    secrets,
+    send,
+    serve,
+    ticket,
+    webhooks,
+)
 from .options import DEFAULT_URL, TICKET_ENV, UID_ENV, URL_ENV
 from .times import MODERATION_SECONDS_MAX, duration_text, seconds_of
 
@@ -48,5 +60,5 @@ for command in (serve.serve, secrets.secrets_command, ticket.ticket, operators.v
                 operators.room, listen.listen, send.send, send.like, send.gift,
                 send.leaderboard, moderation.recall, moderation.mute, moderation.unmute,
                 moderation.ban, moderation.unban, moderation.slow, moderation.moderation,
-                review.review, filters.filters):
+                review.review, filters.filters, webhooks.webhooks):
     main.add_command(command)

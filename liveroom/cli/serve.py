@@ -36,6 +36,7 @@ from ..settings import (
     weak_secrets,
 )
 from .options import URL_ENV, F
+from .times import duration_text
 
 if TYPE_CHECKING:
     from ..node import Node
@@ -52,6 +53,12 @@ def _announce(node: Node) -> None:
     if s.send_hook:
         click.echo(f"  send hook: {s.send_hook} (at most {s.send_hook_timeout:g} s a send; "
                    f"late or failing: {s.send_hook_failure})")
+    if s.webhook:
+        kept = ("kept in the store until delivered" if s.shared_store else
+                "kept in this process's memory: a restart loses the events not yet "
+                "delivered (use a redis store to keep them)")
+        retried = duration_text(int(s.webhook_retry_for))
+        click.echo(f"  webhooks: {s.webhook} (retried for {retried}; {kept})")
     made_up = {name: value for name, value in node.generated.items()
                if name in ("admin_token", "publisher_token")}
     if made_up:

@@ -517,6 +517,36 @@ class ReviewQueue:
 
 
 @dataclass(frozen=True, slots=True)
+class FailedEvent:
+    """A webhook event given up after ``--webhook-retry-for``."""
+
+    id: str
+    type: str
+    room: str
+    failed_ms: int
+    """When it was given up (Unix ms)."""
+    why: str
+    """The last attempt's failure: a status, ``timeout`` or ``error``."""
+    event: Mapping[str, Any]
+    """The event as it is posted."""
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any]) -> FailedEvent:
+        return cls(str(doc["id"]), str(doc.get("type") or ""), str(doc.get("room") or ""),
+                   int(doc["failed_ms"]), str(doc["why"]), dict(doc.get("event") or {}))
+
+
+@dataclass(frozen=True, slots=True)
+class FailedEvents:
+    """The events given up (``GET /v1/admin/webhooks/failed``)."""
+
+    count: int
+    """How many are kept in all."""
+    failed: tuple[FailedEvent, ...]
+    """The oldest first, as many as asked for."""
+
+
+@dataclass(frozen=True, slots=True)
 class Approved:
     """An approval's answer: where the held message was stored, as its
     sender's."""

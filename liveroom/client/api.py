@@ -21,6 +21,8 @@ from .answers import (
     BroadcastStarted,
     Cursor,
     Denied,
+    FailedEvent,
+    FailedEvents,
     Given,
     HeldMessage,
     LiveNode,
@@ -543,6 +545,24 @@ class Client:
         """Delete the word list ``name`` (:class:`ApiError` 404 when there is none)."""
         await self._call("DELETE", f"/v1/admin/filters/{_list_segment(name)}",
                          headers=self._admin())
+
+    # -- the webhooks (the admin token) --------------------------------------------------
+
+    async def failed_events(self, limit: int = 100) -> FailedEvents:
+        """The webhook events given up, oldest first, at most ``limit``
+        (1-1000), and how many are kept in all."""
+        doc = await self._call("GET", "/v1/admin/webhooks/failed",
+                               params={"limit": str(limit)}, headers=self._admin())
+        return FailedEvents(int(doc["count"]),
+                            tuple(FailedEvent.from_doc(f) for f in doc["failed"]))
+
+    async def replay_events(self, ids: Sequence[str] | None = None) -> tuple[str, ...]:
+        """Send the failed events ``ids`` again (``None``: every one), each
+        under its own id; the ids replayed (those the failed list held)."""
+        doc = await self._call("POST", "/v1/admin/webhooks/replay",
+                               json=None if ids is None else {"ids": list(ids)},
+                               headers=self._admin())
+        return tuple(str(i) for i in doc["replayed"])
 
 
 def _list_segment(name: str) -> str:

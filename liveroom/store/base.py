@@ -5,7 +5,8 @@ One contract per module, each with its value types and checks:
 tables), :mod:`.operators` (sect records, the start and end of a broadcast),
 :mod:`.counters` (likes and gifts), :mod:`.moderation` (mutes, bans, slow
 mode and their audit), :mod:`.review` (held messages waiting for a
-moderator) and :mod:`.filters` (the word filter's lists). This module holds
+moderator), :mod:`.filters` (the word filter's lists) and :mod:`.outbox`
+(the webhooks' events waiting for delivery). This module holds
 the :class:`Store` that reaches them all, and re-exports everything they
 define: callers import it from here.
 
@@ -80,6 +81,15 @@ from .operators import Operators as Operators
 from .operators import PastBroadcast as PastBroadcast
 from .operators import Started as Started
 from .operators import VipSwap as VipSwap
+from .outbox import EVENT_ID_MAX as EVENT_ID_MAX
+from .outbox import FAILED_LIST_MAX as FAILED_LIST_MAX
+from .outbox import FAILED_MAX as FAILED_MAX
+from .outbox import OUTBOX_MAX as OUTBOX_MAX
+from .outbox import Failed as Failed
+from .outbox import Outbox as Outbox
+from .outbox import Outgoing as Outgoing
+from .outbox import check_event_id as check_event_id
+from .outbox import check_failed_limit as check_failed_limit
 from .review import KINDS as KINDS
 from .review import LIST_MAX as LIST_MAX
 from .review import REVIEW_MAX as REVIEW_MAX
@@ -141,6 +151,9 @@ class Store(Protocol):
 
     @property
     def filters(self) -> FilterStore: ...
+
+    @property
+    def outbox(self) -> Outbox: ...
 
     async def start(self) -> None:
         """Connect and start background tasks (notify listener, probes, expiry)."""

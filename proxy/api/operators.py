@@ -45,12 +45,20 @@ from aiohttp import web
 from liveroom import sects
 from liveroom.clock import Clock
 from liveroom.errors import BadRequest, StoreUnavailable
+from liveroom.events import NO_EVENTS, Events
 from liveroom.model import check_name, parse_count
 from liveroom.roles import RoomReader, StatsReader
 from liveroom.sects import NONE, Sect
 from liveroom.settings import Settings
 from liveroom.store.base import RANKED_ROOMS_MAX, MessageLog, Operators
-from liveroom.whitelist import SectChange, VipList, pin_room, read_sects, release_room
+from liveroom.whitelist import (
+    SectChange,
+    VipList,
+    pin_room,
+    read_sects,
+    release_room,
+    sect_event,
+)
 
 from ..auth import Right, Tokens
 from ..polls.tiers import TierTable
@@ -78,6 +86,8 @@ class OperatorRoutes:
     log: MessageLog
     vip_list: VipList
     """This node's sects: told at once of a change made through this API."""
+    events: Events = NO_EVENTS
+    """Where a broadcast's start and end and a room's move write their events."""
 
     tiers: TierTable = field(init=False)
     """The hold's tiers, to say which a room's online count gets."""
@@ -153,6 +163,9 @@ class OperatorRoutes:
         # Noted even when unchanged in the store: this node may not have read
         # another node's change yet.
         self.vip_list.note(change)
+        if change.moved:
+            await self.events.emit("room.sect_changed", room, **sect_event(
+                change.after, change.after.reason or "operator"))
         return document(request, {**sects.document(room, change.after),
                                    "changed": change.moved})
 
@@ -166,6 +179,8 @@ class OperatorRoutes:
             logger.info("room %s: opened, broadcast %d (epoch %s)", room,
                         started.broadcast, started.epoch)
             await self._pulled(room)
+        await self.events.emit("broadcast.started", room, broadcast=started.broadcast,
+                               epoch=started.epoch, created=started.created)
         return document(request, {"room": room, "epoch": started.epoch,
                                    "broadcast": started.broadcast,
                                    "created": started.created},
@@ -179,8 +194,29 @@ class OperatorRoutes:
         logger.info("room %s: broadcast %d started (epoch %s)", room, ended.broadcast,
                  ended.epoch)
         await self._pulled(room)
+        if self.events.enabled:
+            await self.events.emit("broadcast.ended", room,
+                                   **await self._ended(room, ended.broadcast - 1))
         return document(request, {"room": room, "epoch": ended.epoch,
                                    "broadcast": ended.broadcast})
+
+    async def _ended(self, room: str, number: int) -> dict[str, object]:
+        """A ``broadcast.ended`` event's fields: broadcast ``number``'s
+        figures as its archive keeps them (zeros when it cannot be read: the
+        end stands, and its event goes out all the same)."""
+        fields: dict[str, object] = {"broadcast": number, "viewers": 0, "likes": 0,
+                                     "gifts": 0, "ranking": []}
+        try:
+            past = next((b for b in await self.stats.broadcasts(room)
+                         if b.broadcast == number), None)
+        except StoreUnavailable:
+            past = None
+        if past is not None:
+            fields.update(ended_ms=past.ended_ms, viewers=past.viewers,
+                          viewers_exact=past.viewers_exact, likes=past.likes,
+                          gifts=past.gifts,
+                          ranking=[{"uid": uid, "score": score} for uid, score in past.ranking])
+        return fields
 
     async def _pulled(self, room: str) -> None:
         """This node's listeners see the change at once rather than at the

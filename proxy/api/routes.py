@@ -127,8 +127,12 @@ class Routes:
                  tickets: Tickets | None,
                  is_vip: Callable[[str], bool],
                  clock: Clock, metrics: Metrics,
-                 health: Callable[[], Awaitable[str | None]]) -> None:
+                 health: Callable[[], Awaitable[str | None]],
+                 webhooks: Callable[[], dict[str, object]] | None = None) -> None:
         self.settings = settings
+        self.webhooks = webhooks
+        """This node's part in the webhooks' delivery, as /healthz says it
+        (None: no ``--webhook``)."""
         self.reader = reader
         self.polls = polls
         self.sends = sends
@@ -318,13 +322,17 @@ class Routes:
         problem = await self._health_now()
         if problem is not None:
             return error_response(503, "unhealthy", problem, retry_after=1)
+        doc: dict[str, object] = {"status": "ok"}
+        # The backend's circuit and the webhooks' lag are said, not judged: a
+        # node whose backend fails still serves (sends get --send-hook-failure,
+        # events wait in the outbox), and taking every node out of a balancer
+        # for it would turn a backend's outage into a whole one.
         hook = self.sends.hook
-        if hook is None:
-            return web.json_response({"status": "ok"})
-        # The backend's circuit is said, not judged: a node whose backend fails
-        # still serves (sends get --send-hook-failure), and taking every node
-        # out of a balancer for it would turn a backend's outage into a whole one.
-        return web.json_response({"status": "ok", "send_hook": hook.state})
+        if hook is not None:
+            doc["send_hook"] = hook.state
+        if self.webhooks is not None:
+            doc["webhooks"] = self.webhooks()
+        return web.json_response(doc)
 
     async def openapi(self, request: web.Request) -> web.StreamResponse:
         """The API's OpenAPI document (read once, kept as bytes)."""

@@ -23,6 +23,7 @@ from typing import Any
 
 from liveroom.clock import Clock
 from liveroom.errors import BadBody, Forbidden, Unauthorized
+from liveroom.events import NO_EVENTS, Events
 from liveroom.metrics import Metrics
 from liveroom.model import NewMessage, check_name
 from liveroom.store.base import GIFT_VALUE_MAX, Counters, GiftRank, MessageLog, Ranking
@@ -57,8 +58,12 @@ class Gifts:
 
     def __init__(self, counters: Counters, log: MessageLog, tokens: Tokens, clock: Clock, *,
                  gift_important: int, tickets: Tickets | None = None,
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None, events: Events = NO_EVENTS,
+                 event_min: int = 0) -> None:
         self._metrics = metrics
+        self._events = events
+        self.event_min = event_min
+        """A gift worth at least this much is a ``gift.given`` event (0: none is)."""
         self._counters = counters
         self._log = log
         self._tokens = tokens
@@ -94,6 +99,9 @@ class Gifts:
         if self.gift_important and value >= self.gift_important:
             await self._log.append(room, NewMessage(
                 uid=giver, body={"gift": gift, "value": value}, important=True, ts=now_ms))
+        if self.event_min and value >= self.event_min:
+            await self._events.emit("gift.given", room, uid=giver, gift=gift, value=value,
+                                    rank=rank.rank, score=rank.score, total=rank.total)
         return rank, giver
 
     async def ranking(self, room: str, limit: int) -> Ranking:

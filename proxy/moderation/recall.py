@@ -46,6 +46,7 @@ from collections.abc import Sequence
 
 from liveroom.clock import Clock
 from liveroom.errors import BadRequest, Forbidden, Unauthorized
+from liveroom.events import NO_EVENTS, Events
 from liveroom.model import check_name, parse_count
 from liveroom.ratelimit import UidWindows, Window
 from liveroom.store.base import AuditEntry, MessageLog
@@ -66,8 +67,9 @@ class Recalls:
 
     def __init__(self, log: MessageLog, tokens: Tokens, moderation: Moderation, clock: Clock,
                  *, recall_window: float, tickets: Tickets | None = None,
-                 windows: Sequence[Window] = ()) -> None:
+                 windows: Sequence[Window] = (), events: Events = NO_EVENTS) -> None:
         self._log = log
+        self._events = events
         self._tokens = tokens
         self._moderation = moderation
         self._clock = clock
@@ -124,6 +126,8 @@ class Recalls:
                                           sender=sender,
                                           since_ms=now_ms - int(self.recall_window * 1000))
         lane = "personal" if personal else "room"
+        await self._events.emit("message.recalled", room, lane=lane, seq=seq,
+                                uid=recalled.uid, to=recalled.to if personal else None, by=by)
         if sender is None:
             # The moderators' and the backend's recalls are moderation, in the
             # audit; a sender taking back its own message is not, and a

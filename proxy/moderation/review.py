@@ -35,6 +35,7 @@ import logging
 
 from liveroom.clock import Clock
 from liveroom.errors import Conflict, Forbidden, NotFound
+from liveroom.events import NO_EVENTS, Events
 from liveroom.model import parse_count
 from liveroom.store.base import AuditEntry, Held, MessageLog, ReviewStore, Verdict
 
@@ -77,8 +78,9 @@ class Reviews:
     """A node's decisions on held messages (see the module's docstring)."""
 
     def __init__(self, store: ReviewStore, log: MessageLog, moderation: Moderation,
-                 clock: Clock) -> None:
+                 clock: Clock, events: Events = NO_EVENTS) -> None:
         self.store = store
+        self._events = events
         self._log = log
         self._moderation = moderation
         self._clock = clock
@@ -116,8 +118,14 @@ class Reviews:
         if verdict.first:
             logger.info("review: held message %s of uid %s in room %s approved by admin: "
                         "%s %d", held.id, held.uid, room, held.kind, appended.seq)
-        return approval_document(room, Verdict(held, "approve", verdict.first,
-                                               appended.epoch, appended.seq))
+        doc = approval_document(room, Verdict(held, "approve", verdict.first,
+                                              appended.epoch, appended.seq))
+        # Written once the message is stored: an approval retried after a
+        # failure writes it then (and one racing another may write it twice).
+        await self._events.emit("message.approved", room, **{
+            key: value for key, value in doc.items() if key not in ("room", "approved", "id")},
+            held_id=held.id, kind=held.kind, by="admin")
+        return doc
 
     async def deny(self, room: str, raw_id: str) -> dict[str, object]:
         """Deny held message ``raw_id`` of ``room``: its body is gone."""
@@ -128,6 +136,8 @@ class Reviews:
             await self._record(room, held, "deny", self._now_ms())
             logger.info("review: held message %s of uid %s in room %s denied by admin",
                         held.id, held.uid, room)
+            await self._events.emit("message.denied", room, held_id=held.id, uid=held.uid,
+                                    kind=held.kind, by="admin")
         return {"room": room, "id": held.id, "uid": held.uid, "denied": True}
 
     async def _decided(self, room: str, held_id: str, verdict: str) -> Verdict:

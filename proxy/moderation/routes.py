@@ -43,6 +43,7 @@ from aiohttp import web
 from liveroom.clock import Clock
 from liveroom.codec import decode_request, media_type
 from liveroom.errors import BadBody, Conflict, NotFound
+from liveroom.events import NO_EVENTS, Events
 from liveroom.model import check_name, parse_count
 from liveroom.roles import RoomReader
 from liveroom.store.base import (
@@ -77,6 +78,9 @@ MESSAGES_DEFAULT = 50
 """Messages ``GET .../messages`` lists without a ``limit``."""
 
 _seq = attrgetter("seq")
+
+SANCTION_EVENTS = {"mute": "uid.muted", "ban": "uid.banned", "unban": "uid.unbanned"}
+"""The moderation actions that are events, and their types."""
 
 
 def sanction_document(sanction: Sanction, now_ms: int) -> dict[str, object]:
@@ -115,8 +119,9 @@ class ModerationRoutes:
 
     def __init__(self, moderation: Moderation, store: ModerationStore, tokens: Tokens,
                  clock: Clock, recalls: Recalls, operators: Operators,
-                 reader: RoomReader, reviews: Reviews) -> None:
+                 reader: RoomReader, reviews: Reviews, events: Events = NO_EVENTS) -> None:
         self.moderation = moderation
+        self.events = events
         self.recalls = recalls
         self.reviews = reviews
         self._operators = operators
@@ -165,6 +170,10 @@ class ModerationRoutes:
             raise BadBody(str(exc)) from None
         logger.info("moderation: %s %s in room %s by admin%s%s", action, target or "-", room,
                     f" for {seconds} s" if seconds else "", f": {reason}" if reason else "")
+        kind = SANCTION_EVENTS.get(action)
+        if kind is not None:
+            await self.events.emit(kind, room, uid=target, seconds=seconds, reason=reason,
+                                   by="admin")
         return state
 
     async def sanction(self, request: web.Request) -> web.StreamResponse:

@@ -202,10 +202,10 @@ class SendHook:
     """A node's calls to the backend's send hook (see the module's docstring)."""
 
     def __init__(self, settings: Settings, clock: Clock, metrics: Metrics) -> None:
-        if not settings.send_hook or not settings.send_hook_secret:
+        if not settings.send_hook or not settings.hook_secret:
             raise ValueError("a send hook needs its URL and its secret")
         self.url = settings.send_hook
-        self._secret = settings.send_hook_secret
+        self._secret = settings.hook_secret
         self.timeout = settings.send_hook_timeout
         self.failure = settings.send_hook_failure
         self.batch = settings.send_hook_batch

@@ -21,6 +21,7 @@
 //   GET  /v1/admin/rooms/{room}/review     its messages held for review, oldest first
 //   POST /v1/admin/rooms/{room}/review/{id}/approve|deny   decide one (after a confirmation)
 //   GET|PUT|DELETE /v1/admin/filters[/{name}]   the word filter's lists (admin-filters.js)
+//   GET /v1/admin/webhooks/failed, POST .../replay   the events given up (admin-webhooks.js)
 //
 // The token is asked once and kept in sessionStorage: this tab only, gone
 // when it closes. A refused token (401, or 403 for the publisher token)
@@ -32,6 +33,7 @@
 // into the page as markup: text only.
 
 import { mountFilters } from "./admin-filters.js";
+import { mountWebhooks } from "./admin-webhooks.js";
 
 const TOKEN_KEY = "liveroom.admin.token";
 const REFRESH_MS = 5000;
@@ -67,6 +69,7 @@ const state = {
   failure: null, // what went wrong since the last refresh began
   window: [0, 0], // the curve's time axis: the whole range asked for, [since, until]
   filters: null, // the word filter card's refresh (admin-filters.js)
+  webhooks: null, // the webhooks card's refresh (admin-webhooks.js)
 };
 
 // -- calling the API -----------------------------------------------------------------
@@ -189,7 +192,7 @@ async function refresh() {
   state.failure = null;
   try {
     await Promise.all([refreshRooms(), refreshNodes(), state.room && refreshRoom(),
-      state.filters?.()]);
+      state.filters?.(), state.webhooks?.()]);
     showError(state.failure);
     if (state.token && !state.failure) $("status").textContent = `updated ${clock(Date.now())}`;
   } finally {
@@ -998,6 +1001,7 @@ function main() {
   });
   $("slow-lift").addEventListener("click", () => setSlow($("slow-lift"), 0));
   state.filters = mountFilters({ api, guarded });
+  state.webhooks = mountWebhooks({ api, guarded });
   new ResizeObserver(() => state.plot?.setSize({ width: chartWidth(), height: 240 }))
     .observe($("chart"));
   if (typeof globalThis.uPlot !== "function") {

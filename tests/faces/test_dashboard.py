@@ -35,7 +35,7 @@ from browser import Served, call, screenshot, send_message, served_node, window
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select, WebDriverWait
-from support import ADMIN, PUBLISHER, Listener
+from support import ADMIN, PUBLISHER, Listener, free_port
 
 from liveroom.clock import FakeClock
 from liveroom.model import NewMessage
@@ -811,3 +811,29 @@ def test_word_lists_are_added_edited_and_deleted_from_the_dashboard(
         lambda b: b.find_element(By.ID, "filters-empty").is_displayed())
     assert filter_rows(browser) == []
     assert call(f"{served.url}/v1/admin/filters", token=ADMIN)[1]["lists"] == []
+
+
+def test_failed_webhook_events_are_listed_and_replayed_from_the_dashboard(
+        browser: WebDriver) -> None:
+    """Events given up (their receiver's port closed, a retry window of 0.2 s)
+    are listed with why, and *Replay all* sends them again."""
+    with served_node(webhook=f"http://127.0.0.1:{free_port()}/events",
+                     webhook_secret="webhook-secret-of-the-dashboard-0123456789",
+                     webhook_retry_for=0.2) as served:
+        open_dashboard(browser, served)
+        WebDriverWait(browser, 10).until(lambda b: b.find_element(
+            By.ID, "webhooks-count").text == "no event given up")
+        assert not browser.find_element(By.ID, "webhooks-replay").is_enabled()
+        for uid in ("eve", "mal"):
+            status, _ = call(f"{served.url}/v1/admin/rooms/calm/muted/{uid}", "PUT",
+                             {"seconds": 60}, token=ADMIN)
+            assert status == 200
+        WebDriverWait(browser, 15).until(lambda b: b.find_element(
+            By.ID, "webhooks-count").text == "2 events given up")
+        rows = [[td.text for td in tr.find_elements(By.TAG_NAME, "td")]
+                for tr in browser.find_elements(By.CSS_SELECTOR, "#webhooks-failed tbody tr")]
+        assert [(r[1], r[2], r[3]) for r in rows] == [("uid.muted", "calm", "error")] * 2
+        assert all(r[0].startswith("ev_") for r in rows)
+        browser.find_element(By.ID, "webhooks-replay").click()
+        WebDriverWait(browser, 10).until(lambda b: b.find_element(
+            By.ID, "webhooks-note").text == "2 events sent again.")

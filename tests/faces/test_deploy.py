@@ -332,7 +332,7 @@ def test_the_readmes_redis_recipe_starts_a_node(tmp_path: Path, redis_url: str) 
     values = dict(line.split("=", 1) for line in text.removeprefix(template).splitlines())
     assert set(values) == {"LIVEROOM_ADMIN_TOKEN", "LIVEROOM_PUBLISHER_TOKEN",
                            "LIVEROOM_SECRET", "LIVEROOM_TICKET_KEYS", "LIVEROOM_METRICS_TOKEN",
-                           "LIVEROOM_SEND_HOOK_SECRET"}
+                           "LIVEROOM_SEND_HOOK_SECRET", "LIVEROOM_WEBHOOK_SECRET"}
     port = free_port()
     text = text.replace("LIVEROOM_STORE=redis://127.0.0.1:6379/0", f"LIVEROOM_STORE={redis_url}")
     env_file.write_text(text + f"LIVEROOM_PORT={port}\n")
@@ -658,7 +658,7 @@ def test_the_prometheus_steps_load_the_alerts_and_scrape_with_the_token(
     (tmp_path / "prometheus.yml").write_text(copy)
     done = run(tool("promtool"), "check", "config", tmp_path / "prometheus.yml")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 8 rules found" in done.stdout, done.stdout
+    assert "SUCCESS: 10 rules found" in done.stdout, done.stdout
 
 
 def test_the_grafana_steps_put_the_dashboard_where_the_provider_reads() -> None:

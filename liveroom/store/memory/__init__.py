@@ -9,7 +9,9 @@ the same rules and the same expiry, measured on the store's clock; so do the
 rate counters, the ended broadcasts (:class:`MemoryOperators`), the likes
 and gifts (:class:`MemoryCounters`), the rooms' moderation
 (:class:`MemoryModeration`), their review queues (:class:`MemoryReview`)
-and the word filter's lists (:class:`MemoryFilters`, which never expire).
+the word filter's lists (:class:`MemoryFilters`, which never expire) and
+the webhooks' outbox (:class:`MemoryOutbox`, bounded: a restart loses the
+events it holds).
 """
 
 
@@ -26,13 +28,15 @@ from .log import MemoryLog
 from .moderation import MemoryModeration
 from .notifier import MemoryNotifier
 from .operators import MemoryOperators
+from .outbox import MemoryOutbox
 from .review import MemoryReview
 from .stats import MemoryStats
 
 logger = logging.getLogger("liveroom.store.memory")
 
 __all__ = ["MemoryCounters", "MemoryFilters", "MemoryLog", "MemoryModeration",
-           "MemoryNotifier", "MemoryOperators", "MemoryReview", "MemoryStats", "MemoryStore"]
+           "MemoryNotifier", "MemoryOperators", "MemoryOutbox", "MemoryReview", "MemoryStats",
+           "MemoryStore"]
 
 
 class MemoryStore:
@@ -50,6 +54,7 @@ class MemoryStore:
         self.moderation = MemoryModeration(policy, clock)
         self.review = MemoryReview(policy, clock)
         self.filters = MemoryFilters()
+        self.outbox = MemoryOutbox()
         self.operators = MemoryOperators(self.log, self.stats, self.notifier, self.counters,
                                          self.moderation)
         self._sweeper = Periodic("memory-store-sweep", 60.0, self._sweep, clock, logger)

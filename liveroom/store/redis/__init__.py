@@ -28,7 +28,8 @@ contract suite runs on both); the differences are what Redis adds or takes away:
 - **Operators** (the vip whitelist, ending a broadcast) are in
   :mod:`.operators`, the likes and gifts in :mod:`.counters`, the rooms'
   moderation in :mod:`.moderation`, their review queues in :mod:`.review`,
-  the word filter's lists in :mod:`.filters`; how scripts run and driver
+  the word filter's lists in :mod:`.filters`, the webhooks' outbox in
+  :mod:`.outbox`; how scripts run and driver
   errors are mapped, for every module of the engine, in :mod:`.calls`.
 - **Durability** is what the server's persistence setting promises, and with
   ``LogPolicy.durable_replicas`` N > 0 an append also waits (``WAIT``) until N
@@ -66,6 +67,7 @@ from .log import RedisLog
 from .moderation import RedisModeration
 from .notify import RedisNotifier, pool_options
 from .operators import RedisOperators
+from .outbox import RedisOutbox
 from .review import RedisReview
 from .sharded import ShardedNotifier
 from .stats import RedisStats
@@ -156,6 +158,7 @@ class RedisStore:
         self.moderation = RedisModeration(client, policy, sharded=self.cluster)
         self.review = RedisReview(client, policy)
         self.filters = RedisFilters(client)
+        self.outbox = RedisOutbox(client)
         self.operators = RedisOperators(client, policy, self.log, sharded=self.cluster)
 
     async def start(self) -> None:

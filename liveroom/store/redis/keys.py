@@ -109,6 +109,13 @@ lr:{lr}:fls              hash   its lists: name -> the version of the list's
                                 last put (its size: the lists held, their cap)
 lr:{lr}:fl:<name>        string one list: msgpack ``[action, [word, ...],
                                 [room, ...], at_ms]`` (no rooms: every room)
+lr:{lr}:wh               stream the webhooks' outbox: fields ``e`` (event id),
+                                ``d`` (its JSON); consumer group ``deliver``
+lr:{lr}:whl              string the delivery lease: the holder node's name,
+                                expiring unless renewed
+lr:{lr}:whf              hash   events given up: ``d:<id>`` its JSON, ``w:<id>``
+                                ``"<failed_ms> <why>"``
+lr:{lr}:whfo             zset   their ids by when they were given up
 lr:{lr}:stats:nodes      hash   the node registry: node -> ``"<expires_ms> "``
                                 then its last announcement, msgpack
                                 ``[announced_ms, [rooms_cached, held_polls,
@@ -136,7 +143,10 @@ expiry while a ban until lifted holds; the journal's keys never expire: each
 act prunes the rooms whose moderation ended (``modx``) from it. A room's
 review queue (``rv``, ``rvq``, ``rvd``) lives the room's ttl after its last
 hold or decision. The word filter's keys (``flv``, ``fls``, ``fl:<name>``)
-never expire: a list stays until an operator deletes it.
+never expire: a list stays until an operator deletes it. Neither do the
+webhooks' (``wh``, ``whf``, ``whfo``): they are bounded by count (the
+stream trimmed at ``OUTBOX_MAX``, the failed list at ``FAILED_MAX``), and
+the lease ``whl`` expires unless its holder renews it.
 """
 
 from __future__ import annotations
@@ -300,6 +310,10 @@ def filter_list(name: str) -> str:
     return f"{GLOBAL}:fl:{name}"
 
 
+WEBHOOKS = f"{GLOBAL}:wh"
+WEBHOOKS_LEASE = f"{GLOBAL}:whl"
+WEBHOOKS_FAILED = f"{GLOBAL}:whf"
+WEBHOOKS_FAILED_ORDER = f"{GLOBAL}:whfo"
 STATS_NODES = f"{GLOBAL}:stats:nodes"
 VIP = f"{GLOBAL}:vip"
 VIP_RECORDS = f"{GLOBAL}:vips"

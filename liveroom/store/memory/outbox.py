@@ -1,0 +1,87 @@
+"""The webhooks' outbox in this process (``Outbox``): a bounded queue of
+events and a bounded failed list, lost with the process.
+
+There is one process, so the lease is always its own: :meth:`MemoryOutbox.lease`
+grants it to whoever asks (the node asks with its own name).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Sequence
+
+from ..outbox import (
+    FAILED_MAX,
+    OUTBOX_MAX,
+    Failed,
+    Outgoing,
+    check_event_id,
+    check_failed_limit,
+)
+
+
+class MemoryOutbox:
+    """``Outbox`` in memory: every call is O(1) per event it touches; no
+    method suspends, so each is atomic. A restart loses every event in it."""
+
+    def __init__(self, *, outbox_max: int = OUTBOX_MAX, failed_max: int = FAILED_MAX) -> None:
+        self._max = outbox_max
+        self._failed_max = failed_max
+        self._given = 0
+        self._new: deque[Outgoing] = deque()
+        self._read: dict[str, Outgoing] = {}
+        """Read and not finished, in the order read (entry -> event)."""
+        self._failed: OrderedDict[str, Failed] = OrderedDict()
+
+    async def add(self, event_id: str, data: bytes) -> None:
+        check_event_id(event_id)
+        self._given += 1
+        self._new.append(Outgoing(f"{self._given}-0", event_id, bytes(data)))
+        while len(self._new) + len(self._read) > self._max and self._new:
+            self._new.popleft()
+
+    async def lease(self, holder: str, ttl_ms: int) -> bool:
+        return True
+
+    async def release(self, holder: str) -> None:
+        return None
+
+    async def take_over(self, holder: str, count: int) -> list[Outgoing]:
+        return list(self._read.values())[:count]
+
+    async def next(self, holder: str, count: int) -> list[Outgoing]:
+        taken: list[Outgoing] = []
+        while self._new and len(taken) < count:
+            event = self._new.popleft()
+            self._read[event.entry] = event
+            taken.append(event)
+        return taken
+
+    async def done(self, entries: Sequence[str]) -> None:
+        for entry in entries:
+            self._read.pop(entry, None)
+
+    async def give_up(self, event: Outgoing, why: str, at_ms: int) -> None:
+        self._read.pop(event.entry, None)
+        self._failed.pop(event.event_id, None)
+        self._failed[event.event_id] = Failed(event.event_id, event.data, why, at_ms)
+        while len(self._failed) > self._failed_max:
+            self._failed.popitem(last=False)
+
+    async def failed(self, limit: int) -> tuple[list[Failed], int]:
+        check_failed_limit(limit)
+        return list(self._failed.values())[:limit], len(self._failed)
+
+    async def replay(self, event_ids: Sequence[str] | None) -> list[str]:
+        ids = list(self._failed) if event_ids is None else \
+            [check_event_id(event_id) for event_id in event_ids]
+        replayed = []
+        for event_id in ids:
+            gone = self._failed.pop(event_id, None)
+            if gone is not None:
+                await self.add(gone.event_id, gone.data)
+                replayed.append(event_id)
+        return replayed
+
+    async def waiting(self) -> int:
+        return len(self._new) + len(self._read)
