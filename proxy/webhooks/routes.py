@@ -51,8 +51,8 @@ def failed_document(failed: Failed) -> dict[str, object]:
 
 
 def parse_ids(doc: Any) -> list[str] | None:
-    """The ids a replay's body names (``None``: every failed event)."""
-    if doc == {} or doc is None:
+    """The ids a replay's body names (``None``: every failed event, ``{}``)."""
+    if doc == {}:
         return None
     if not isinstance(doc, dict):
         raise BadBody('the request body must be an object: {"ids": [...]}, or none')
@@ -98,9 +98,10 @@ class WebhookRoutes:
     async def replay(self, request: web.Request) -> web.StreamResponse:
         self._admin(request)
         raw = await request.read()
-        doc = decode_request(media_type(request.headers.get("Content-Type", "")), raw) \
+        # No body replays every failed event; a body must be an object (a
+        # JSON or msgpack null is no "none").
+        ids = parse_ids(decode_request(media_type(request.headers.get("Content-Type", "")), raw)) \
             if raw else None
-        ids = parse_ids(doc)
         if self._outbox is None:
             return document(request, {"replayed": [], "count": 0})
         replayed = await self._outbox.replay(ids)
