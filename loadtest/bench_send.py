@@ -26,7 +26,16 @@ stopped after it:
   hook on (a backend that accepts at once)": the server runs with
   ``--send-hook`` to loadtest/hook_backend.py (its own process: it checks
   each batch's signature and accepts every message), so each send waits for
-  the backend's verdict in a batch with the others in flight.
+  the backend's verdict in a batch with the others in flight. Two more are
+  many viewers' chat with the server's **default** rate limits, each send by
+  one of them at random (wrk formats every viewer's request once and picks
+  one per send): ``crowd``, 100 000 uids in open mode (``{"uid": "v<i>",
+  "body": BODY}``), and ``tickets``, 20 000 tickets in ticket mode (the
+  server run with ``--auth ticket --ticket-key``; each request carries one
+  ticket of ``t<i>``, body ``{"body": BODY}``). A uid's rate windows and a
+  ticket's verification are then a new uid's or ticket's most of the time,
+  as in a live room; the sends the windows refuse (429) are not counted as
+  accepted (a note gives their share).
 - **nchan**: nginx + Nchan from loadtest/nchan.conf (one worker), ``POST
   /pub/ROOM`` with ``BODY`` as the raw message (Nchan has no envelope, no
   important or personal kind: one ``publish`` row; with ``hooked`` in
@@ -805,7 +814,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--kinds", type=names(KINDS), default=list(KINDS),
                    help="liveroom's sends: normal, important, personal, chat (a viewer's "
                         "normal send, no token), hooked (the same with the send hook on, "
-                        "to a backend that accepts at once) (default: all; Nchan always has "
+                        "to a backend that accepts at once), crowd (100 000 uids at random, "
+                        "open mode, default rate limits), tickets (20 000 tickets at random, "
+                        "ticket mode, default rate limits) (default: all; Nchan always has "
                         "its publish row, and a hooked row with hooked; the floor its one "
                         "normal row)")
     p.add_argument("--duration", type=int, default=10,
