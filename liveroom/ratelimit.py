@@ -180,10 +180,138 @@ def prune(counts: Counts, windows: Sequence[Window], now_ms: int) -> None:
         del counts[key]
 
 
+class _Run:
+    """One window length's buckets of a :class:`Tally`: ``pairs`` holds
+    (bucket index, count) flattened, oldest first, and ``total`` their sum."""
+
+    __slots__ = ("bucket_ms", "buckets", "pairs", "seconds", "total")
+
+    def __init__(self, seconds: int) -> None:
+        self.seconds = seconds
+        self.buckets = 10 if seconds < 60 else 60  # Window.buckets's rule
+        self.bucket_ms = seconds * 1000 // self.buckets
+        self.pairs: list[int] = []
+        self.total = 0
+
+    def drop_unread(self, now_ms: int) -> None:
+        """Drop the buckets no window of this length reads at ``now_ms`` or
+        later (:func:`prune`'s rule)."""
+        pairs = self.pairs
+        last = now_ms // self.bucket_ms - self.buckets
+        n = len(pairs)
+        i = 0
+        while i < n and pairs[i] <= last:
+            self.total -= pairs[i + 1]
+            i += 2
+        if i:
+            del pairs[:i]
+
+    def read(self, now_ms: int) -> int:
+        """The sends a window of this length counts at ``now_ms`` (the
+        buckets not dropped, less those after ``now_ms``'s own: a clock gone
+        back does not read them)."""
+        pairs = self.pairs
+        cur = now_ms // self.bucket_ms
+        total = self.total
+        i = len(pairs) - 2
+        while i >= 0 and pairs[i] > cur:
+            total -= pairs[i + 1]
+            i -= 2
+        return total
+
+    def add(self, now_ms: int) -> None:
+        """Count one send in the bucket of ``now_ms``."""
+        pairs = self.pairs
+        cur = now_ms // self.bucket_ms
+        self.total += 1
+        i = len(pairs) - 2
+        if i < 0 or pairs[i] < cur:
+            pairs.append(cur)
+            pairs.append(1)
+            return
+        while i >= 0 and pairs[i] > cur:  # a clock gone back: its place in order
+            i -= 2
+        if i >= 0 and pairs[i] == cur:
+            pairs[i + 1] += 1
+        else:
+            pairs.insert(i + 2, 1)
+            pairs.insert(i + 2, cur)
+
+
+class Tally:
+    """The accepted sends of one sender (or of one room, for its cap) in
+    buckets, as :data:`Counts` holds them and by the same rules (the memory
+    engine's counters; :func:`refused_until`, :func:`count_send` and
+    :func:`prune` are the reference), at a cost that does not grow with the
+    senders or the sends: per window length one run of buckets, oldest
+    first, with its sum, so a check drops the buckets that left every
+    window from the run's front and reads a sum, and a count adds to the
+    last bucket or appends one. Nothing is allocated on that path but a
+    bucket appended (a list that grows in place). A window that is full
+    answers by :func:`refused_until` over :meth:`counts` (the refusal's path:
+    it builds a dict).
+
+    Lengths a send does not name keep their buckets (slow mode that one node
+    applies and another not yet: :func:`prune`'s rule); a tally holds at
+    most one run per length used in its life, each of at most its
+    ``buckets`` buckets (more only while a clock gone back reads older ones).
+    ``expires_ms``: when its owner may forget it (:func:`horizon_ms` after
+    its last count, on the store's clock)."""
+
+    __slots__ = ("_runs", "expires_ms")
+
+    def __init__(self) -> None:
+        self._runs: list[_Run] = []
+        self.expires_ms = 0
+
+    def _run(self, seconds: int) -> _Run | None:
+        for run in self._runs:
+            if run.seconds == seconds:
+                return run
+        return None
+
+    def refused(self, windows: Sequence[Window], now_ms: int,
+                held: int = 0) -> tuple[Window, int] | None:
+        """:func:`refused_until` of these counts after :func:`prune` at ``now_ms``."""
+        for each in self._runs:
+            each.drop_unread(now_ms)
+        for window in windows:
+            run = self._run(window.seconds)
+            if (0 if run is None else run.read(now_ms)) + held >= window.limit:
+                return refused_until(self.counts(), windows, now_ms, held)
+        return None
+
+    def count(self, windows: Sequence[Window], now_ms: int) -> None:
+        """:func:`count_send`: one send at ``now_ms``, once per window length."""
+        for i in range(len(windows)):
+            seconds = windows[i].seconds
+            j = 0
+            while j < i and windows[j].seconds != seconds:
+                j += 1
+            if j < i:
+                continue  # two windows of one length count in one run, once
+            run = self._run(seconds)
+            if run is None:
+                run = _Run(seconds)
+                self._runs.append(run)
+            run.add(now_ms)
+
+    def empty(self) -> bool:
+        return not any(run.pairs for run in self._runs)
+
+    def counts(self) -> dict[tuple[int, int], int]:
+        """The same counts as :data:`Counts` holds them."""
+        return {(run.seconds, run.pairs[i]): run.pairs[i + 1]
+                for run in self._runs for i in range(0, len(run.pairs), 2)}
+
+
 def horizon_ms(windows: Sequence[Window]) -> int:
     """How long counts matter after the last accepted send: the longest window
     plus one of its buckets (0 without windows)."""
-    return max((w.seconds * 1000 + w.bucket_ms for w in windows), default=0)
+    longest = 0
+    for w in windows:  # a loop, not max() over a generator: every send asks
+        longest = max(longest, w.seconds * 1000 + w.bucket_ms)
+    return longest
 
 
 def span(seconds: int) -> str:
