@@ -273,13 +273,17 @@ class Tally:
     def refused(self, windows: Sequence[Window], now_ms: int,
                 held: int = 0) -> tuple[Window, int] | None:
         """:func:`refused_until` of these counts after :func:`prune` at ``now_ms``."""
-        for each in self._runs:
-            each.drop_unread(now_ms)
+        self.drop_unread(now_ms)
         for window in windows:
             run = self._run(window.seconds)
             if (0 if run is None else run.read(now_ms)) + held >= window.limit:
                 return refused_until(self.counts(), windows, now_ms, held)
         return None
+
+    def drop_unread(self, now_ms: int) -> None:
+        """:func:`prune` at ``now_ms``."""
+        for run in self._runs:
+            run.drop_unread(now_ms)
 
     def count(self, windows: Sequence[Window], now_ms: int) -> None:
         """:func:`count_send`: one send at ``now_ms``, once per window length."""
