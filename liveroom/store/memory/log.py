@@ -157,6 +157,9 @@ class MemoryLog:
         # Apart from the rooms, like Redis's own keys: they expire on their own
         # horizon, not the room's TTL.
         self._rates: dict[str, _RoomRates] = {}
+        self._horizon_of: tuple[Window, ...] = ()
+        self._horizon_ms = 0
+        """:func:`horizon_ms` of the last per-uid windows counted (``_horizon_of``)."""
 
     def _now_ms(self) -> int:
         return int(self._clock.time() * 1000)
@@ -314,7 +317,9 @@ class MemoryLog:
             if tally is None:
                 tally = rates.uids[uid] = Tally()
             tally.count(per_uid, ts)
-            tally.expires_ms = now + horizon_ms(per_uid)
+            if per_uid is not self._horizon_of:  # the node's windows, as a rule
+                self._horizon_of, self._horizon_ms = per_uid, horizon_ms(per_uid)
+            tally.expires_ms = now + self._horizon_ms
         if cap:
             tally = rates.cap
             if tally is None or now > tally.expires_ms:
