@@ -49,7 +49,17 @@ from dataclasses import dataclass
 from typing import Final
 
 from liveroom.errors import RateLimited
-from liveroom.ratelimit import Tally, Window, refused_until, span
+from liveroom.ratelimit import (
+    Tally,
+    Window,
+    new_tally,
+    refused_until,
+    span,
+    tally_count,
+    tally_drop_unread,
+    tally_empty,
+    tally_refused,
+)
 
 from ..addresses import address_key
 
@@ -90,7 +100,7 @@ class _Level:
                 return None
             full = refused_until({}, self.windows, now_ms, held)
         else:
-            full = counts.refused(self.windows, now_ms, held)
+            full = tally_refused(counts, self.windows, now_ms, held)
         return None if full is None else (self.what.format(key), *full)
 
     def hold(self, key: str) -> None:
@@ -108,14 +118,14 @@ class _Level:
         if created_ms is not None:
             counts = self.counts.get(key)
             if counts is None:
-                counts = self.counts[key] = Tally()
-            counts.count(self.windows, created_ms)
-            counts.drop_unread(created_ms)
+                counts = self.counts[key] = new_tally()
+            tally_count(counts, self.windows, created_ms)
+            tally_drop_unread(counts, created_ms)
 
     def sweep(self, now_ms: int) -> None:
         for key, counts in list(self.counts.items()):
-            counts.drop_unread(now_ms)
-            if counts.empty():
+            tally_drop_unread(counts, now_ms)
+            if tally_empty(counts):
                 del self.counts[key]
 
 
