@@ -63,6 +63,7 @@ COMPILED = (
     "proxy.sends.new_rooms",
     "proxy.sends.route",
     "proxy.sends.send",
+    "proxy.tickets",
     "recvsvr.cache",
     "recvsvr.role",
     "statsvr.merge",

@@ -180,10 +180,152 @@ def prune(counts: Counts, windows: Sequence[Window], now_ms: int) -> None:
         del counts[key]
 
 
+Tally = list[int]
+"""The accepted sends of one sender (or of one room, for its cap) as the
+memory engine keeps them: the counts :data:`Counts` holds, by the same rules
+(:func:`refused_until`, :func:`count_send` and :func:`prune` are the
+reference), in one flat list of ints so that a sender costs the heap one
+object (the cyclic collector visits it, never its numbers), however many
+windows it is counted in::
+
+    [expires_ms,
+     seconds, total, n, bucket, count, ..., bucket, count,   # one window length
+     seconds, total, n, ...]                                  # the next
+
+Per window length a run of its ``n`` non-empty buckets, oldest first, and
+``total`` their sum: a check drops the buckets that left every window from a
+run's front and reads a sum, a count adds to the last bucket or appends one.
+Nothing is allocated on that path but a bucket appended in place. A window
+that is full answers by :func:`refused_until` over :func:`tally_counts` (the
+refusal's path builds a dict). Lengths a send does not name keep their
+buckets (slow mode one node applies and another not yet: :func:`prune`'s
+rule); a tally holds at most one run per length counted in its life, each of
+at most that length's ``buckets`` buckets (more only while a clock gone back
+reads older ones). ``expires_ms``: when its owner may forget it
+(:func:`horizon_ms` after its last count, on the store's clock)."""
+
+
+def new_tally() -> Tally:
+    return [0]
+
+
+def _bucket_ms(seconds: int) -> int:
+    return seconds * 1000 // (10 if seconds < 60 else 60)  # Window.bucket_ms's rule
+
+
+def _run_of(tally: Tally, seconds: int) -> int:
+    """The index of the run of ``seconds`` in ``tally``; -1 when it has none."""
+    i, end = 1, len(tally)
+    while i < end:
+        if tally[i] == seconds:
+            return i
+        i += 3 + 2 * tally[i + 2]
+    return -1
+
+
+def _read(tally: Tally, i: int, now_ms: int) -> int:
+    """What a window reads at ``now_ms`` in the run at ``i`` (its buckets not
+    dropped, less those after ``now_ms``'s own: a clock gone back does not
+    read them)."""
+    cur = now_ms // _bucket_ms(tally[i])
+    total = tally[i + 1]
+    k = i + 1 + 2 * tally[i + 2]
+    while k > i + 1 and tally[k] > cur:
+        total -= tally[k + 1]
+        k -= 2
+    return total
+
+
+def tally_drop_unread(tally: Tally, now_ms: int) -> None:
+    """:func:`prune` at ``now_ms``: drop the buckets no window of their
+    length reads at ``now_ms`` or later."""
+    i = 1
+    while i < len(tally):
+        seconds, n = tally[i], tally[i + 2]
+        last = now_ms // _bucket_ms(seconds) - (10 if seconds < 60 else 60)
+        first = k = i + 3
+        end = first + 2 * n
+        dropped = 0
+        while k < end and tally[k] <= last:
+            dropped += tally[k + 1]
+            k += 2
+        if k > first:
+            del tally[first:k]
+            tally[i + 1] -= dropped
+            n -= (k - first) // 2
+            tally[i + 2] = n
+        i += 3 + 2 * n
+
+
+def tally_refused(tally: Tally, windows: Sequence[Window], now_ms: int,
+                  held: int = 0) -> tuple[Window, int] | None:
+    """:func:`refused_until` of the tally's counts after :func:`prune` at ``now_ms``."""
+    tally_drop_unread(tally, now_ms)
+    for window in windows:
+        i = _run_of(tally, window.seconds)
+        if (0 if i < 0 else _read(tally, i, now_ms)) + held >= window.limit:
+            return refused_until(tally_counts(tally), windows, now_ms, held)
+    return None
+
+
+def tally_count(tally: Tally, windows: Sequence[Window], now_ms: int) -> None:
+    """:func:`count_send`: one send at ``now_ms``, once per window length."""
+    for w in range(len(windows)):
+        seconds = windows[w].seconds
+        v = 0
+        while v < w and windows[v].seconds != seconds:
+            v += 1
+        if v < w:
+            continue  # two windows of one length count in one run, once
+        cur = now_ms // _bucket_ms(seconds)
+        i = _run_of(tally, seconds)
+        if i < 0:
+            tally += (seconds, 1, 1, cur, 1)
+            continue
+        tally[i + 1] += 1
+        k = i + 1 + 2 * tally[i + 2]  # the run's last bucket
+        if k > i + 1 and tally[k] == cur:
+            tally[k + 1] += 1
+            continue
+        while k > i + 1 and tally[k] > cur:  # a clock gone back: its place in order
+            k -= 2
+        if k > i + 1 and tally[k] == cur:
+            tally[k + 1] += 1
+        else:
+            tally.insert(k + 2, 1)
+            tally.insert(k + 2, cur)
+            tally[i + 2] += 1
+
+
+def tally_empty(tally: Tally) -> bool:
+    """Whether the tally counts no send (its runs all empty)."""
+    i = 1
+    while i < len(tally):
+        if tally[i + 2]:
+            return False
+        i += 3
+    return True
+
+
+def tally_counts(tally: Tally) -> dict[tuple[int, int], int]:
+    """The tally's counts as :data:`Counts` holds them."""
+    counts = {}
+    i = 1
+    while i < len(tally):
+        seconds, n = tally[i], tally[i + 2]
+        for k in range(i + 3, i + 3 + 2 * n, 2):
+            counts[seconds, tally[k]] = tally[k + 1]
+        i += 3 + 2 * n
+    return counts
+
+
 def horizon_ms(windows: Sequence[Window]) -> int:
     """How long counts matter after the last accepted send: the longest window
     plus one of its buckets (0 without windows)."""
-    return max((w.seconds * 1000 + w.bucket_ms for w in windows), default=0)
+    longest = 0
+    for w in windows:  # a loop, not max() over a generator: every send asks
+        longest = max(longest, w.seconds * 1000 + w.bucket_ms)
+    return longest
 
 
 def span(seconds: int) -> str:

@@ -26,7 +26,16 @@ stopped after it:
   hook on (a backend that accepts at once)": the server runs with
   ``--send-hook`` to loadtest/hook_backend.py (its own process: it checks
   each batch's signature and accepts every message), so each send waits for
-  the backend's verdict in a batch with the others in flight.
+  the backend's verdict in a batch with the others in flight. Two more are
+  many viewers' chat with the server's **default** rate limits, each send by
+  one of them at random (wrk formats every viewer's request once and picks
+  one per send): ``crowd``, 100 000 uids in open mode (``{"uid": "v<i>",
+  "body": BODY}``), and ``tickets``, 20 000 tickets in ticket mode (the
+  server run with ``--auth ticket --ticket-key``; each request carries one
+  ticket of ``t<i>``, body ``{"body": BODY}``). A uid's rate windows and a
+  ticket's verification are then a new uid's or ticket's most of the time,
+  as in a live room; the sends the windows refuse (429) are not counted as
+  accepted (a note gives their share).
 - **nchan**: nginx + Nchan from loadtest/nchan.conf (one worker), ``POST
   /pub/ROOM`` with ``BODY`` as the raw message (Nchan has no envelope, no
   important or personal kind: one ``publish`` row; with ``hooked`` in
@@ -130,6 +139,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import jwt
 from kit import REPO
 from kit.builds import BUILD_COMPILED, build_floor, check_compiled_tree, compiled_env
 from kit.machine import machine_busy, raise_nofile
@@ -159,9 +169,18 @@ SENDER = "viewer42"
 ADDRESSEES = 1000
 """Personal sends go to u0 ... u999 in turn."""
 NOFILE = 4096
-KINDS = ("normal", "important", "personal", "chat", "hooked")
+KINDS = ("normal", "important", "personal", "chat", "hooked", "crowd", "tickets")
 VIEWERS = ("chat", "hooked")
 """A viewer's sends: no token (so the send hook screens them), rate limits off."""
+CROWDS = ("crowd", "tickets")
+"""Many viewers' chat, each send by one of them at random, with the default
+rate limits: ``crowd`` in open mode (``CROWD_UIDS`` uids), ``tickets`` in
+ticket mode (``CROWD_TICKETS`` tickets)."""
+CROWD_UIDS = 100_000
+CROWD_TICKETS = 20_000
+TICKET_KEY = "bench-send-ticket-key-0123456789abcdef"
+"""The ``--ticket-key`` of a ``tickets`` row's server, which signs its tickets."""
+TICKET_TTL = 3600
 SERVERS = ("liveroom", "compiled", "nchan", "floor", "floor-compiled")
 FLOORS = ("floor", "floor-compiled")
 """The Python floor's servers: one normal row each, memory engine only."""
@@ -197,8 +216,28 @@ def liveroom_doc(kind: str, to: str | None = None) -> bytes:
     return b'{"uid":"%s","body":%s%s}' % (SENDER.encode(), BODY, extra)
 
 
+def crowd_uid(i: int) -> str:
+    return f"v{i}"
+
+
+def ticket(uid: str) -> str:
+    """A ticket for ``uid`` signed with ``TICKET_KEY``, good for an hour (a
+    business backend's, HS256)."""
+    now = int(time.time())
+    return jwt.encode({"sub": uid, "iat": now, "exp": now + TICKET_TTL}, TICKET_KEY,
+                      algorithm="HS256")
+
+
 def requests_of(row: Row) -> tuple[list[tuple[str, bytes]], dict[str, str]]:
-    """The (path, body) pairs wrk sends in turn, and its headers."""
+    """The (path, body) pairs wrk sends in turn, and its headers (a crowd's
+    first viewer's send for ``crowd`` and ``tickets``: :func:`crowd_script`
+    writes their requests)."""
+    if row.kind == "crowd":
+        return [(f"/v1/rooms/{row.room}/messages", crowd_doc(crowd_uid(0)))], \
+            {"Content-Type": "application/json"}
+    if row.kind == "tickets":
+        return [(f"/v1/rooms/{row.room}/messages", TICKET_DOC)], \
+            {"Content-Type": "application/json", "Authorization": f"Bearer {ticket('t0')}"}
     if row.server == "nchan":
         return [(f"/pub/{row.room}", BODY)], {"Content-Type": "application/json"}
     headers = {"Content-Type": "application/json"}
@@ -209,6 +248,14 @@ def requests_of(row: Row) -> tuple[list[tuple[str, bytes]], dict[str, str]]:
     if row.kind == "personal":
         return [(path, liveroom_doc("personal", f"u{i}")) for i in range(ADDRESSEES)], headers
     return [(path, liveroom_doc(row.kind))], headers
+
+
+TICKET_DOC = b'{"body":%s}' % BODY
+"""A ticket holder's send: its uid is its ticket's."""
+
+
+def crowd_doc(uid: str) -> bytes:
+    return b'{"uid":"%s","body":%s}' % (uid.encode(), BODY)
 
 
 def lua_string(data: str | bytes) -> str:
@@ -253,6 +300,43 @@ def wrk_script(row: Row) -> str:
               "    n = n % #reqs + 1",
               "    return reqs[n]",
               "end"]
+    return "\n".join(lines) + "\n" + WRK_DONE
+
+
+def crowd_script(row: Row) -> str:
+    """The Lua script of a ``crowd`` or ``tickets`` row: every thread formats
+    one request per viewer once (``CROWD_UIDS`` bodies naming ``v<i>``, or
+    ``CROWD_TICKETS`` requests with ``t<i>``'s ticket each), then sends one
+    of them at random each time."""
+    path = lua_string(f"/v1/rooms/{row.room}/messages")
+    if row.kind == "crowd":
+        before, after = crowd_doc("\0").split(b"\0")
+        make = [f"local before, after = {lua_string(before)}, {lua_string(after)}",
+                "local function build(i)",
+                '    return wrk.format("POST", path, {["Content-Type"] = "application/json"},',
+                '                      before .. "v" .. (i - 1) .. after)',
+                "end",
+                f"local count = {CROWD_UIDS}"]
+    else:
+        make = ["local tickets = {"]
+        make += [f'    "{ticket(f"t{i}")}",' for i in range(CROWD_TICKETS)]
+        make += ["}",
+                 f"local body = {lua_string(TICKET_DOC)}",
+                 "local function build(i)",
+                 '    return wrk.format("POST", path, {["Content-Type"] = "application/json",',
+                 '                      ["Authorization"] = "Bearer " .. tickets[i]}, body)',
+                 "end",
+                 "local count = #tickets"]
+    lines = [f"-- written by loadtest/bench_send.py ({row.kind})",
+             f"local path = {path}", *make,
+             "local reqs = {}",
+             "init = function(args)",
+             "    for i = 1, count do reqs[i] = build(i) end",
+             "    math.randomseed(os.time())",
+             "end",
+             "request = function()",
+             "    return reqs[math.random(count)]",
+             "end"]
     return "\n".join(lines) + "\n" + WRK_DONE
 
 
@@ -350,7 +434,8 @@ def read_back(row: Row, port: int) -> str:
     seq = json.loads(answer)["seq"]
     if row.server in FLOORS:
         return floor_read_back(row, base, seq, json.loads(answer)["epoch"])
-    status, polled = http("GET", f"{base}/v1/rooms/{row.room}/poll?uid=reader&recent=1")
+    reader = f"&ticket={ticket('reader')}" if row.kind == "tickets" else ""
+    status, polled = http("GET", f"{base}/v1/rooms/{row.room}/poll?uid=reader&recent=1{reader}")
     messages = json.loads(polled).get("messages", []) if status == 200 else []
     last = messages[-1] if messages else {}
     if last.get("seq") != seq or last.get("body") != json.loads(BODY):
@@ -432,6 +517,8 @@ def servers_of(row: Row, tmp: Path, tree: Path, extra: list[str],
                    else None)
         if row.kind in VIEWERS:
             extra = [*extra, "--rate-limits", "off"]
+        if row.kind == "tickets":
+            extra = [*extra, "--auth", "ticket", "--ticket-key", TICKET_KEY]
         if backend is not None:
             extra = [*extra, "--send-hook", f"http://127.0.0.1:{backend.port}/hook",
                      "--send-hook-secret", HOOK_SECRET]
@@ -461,7 +548,8 @@ def measure(row: Row, args: argparse.Namespace,
         tmp = Path(tmp_)
         label = f"{row.server}/{row.engine}"
         script = tmp / "send.lua"
-        script.write_text(wrk_script(row))
+        script.write_text(crowd_script(row) if row.kind in CROWDS and row.server != "nchan"
+                          else wrk_script(row))
         say(label, row.kind, f"started (pid {server.proc.pid}"
             + (f", redis-server pid {redis.proc.pid}" if redis else "")
             + f"); probe: {probe(row, server.port)}")
@@ -490,7 +578,9 @@ def measure(row: Row, args: argparse.Namespace,
         notes.append(f"{row.name}: the server stored {messages} messages, wrk had "
                      f"{wrk.accepted} 2xx answers (expected at most {args.connections} more)")
     if wrk.non_2xx or wrk.socket_errors:
-        notes.append(f"{row.name}: {wrk.non_2xx} non-2xx answers, "
+        notes.append(f"{row.name}: {wrk.non_2xx} non-2xx answers "
+                     f"({100 * wrk.non_2xx / max(wrk.requests, 1):.2f} % of the sends; "
+                     f"429 for a rate limit in the crowd rows), "
                      f"{wrk.socket_errors} socket errors")
     others = (busy1 - busy0) - cpu - rcpu - bcpu - wrk.client_cpu
     if others / window > OTHERS_BUSY:
@@ -724,7 +814,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--kinds", type=names(KINDS), default=list(KINDS),
                    help="liveroom's sends: normal, important, personal, chat (a viewer's "
                         "normal send, no token), hooked (the same with the send hook on, "
-                        "to a backend that accepts at once) (default: all; Nchan always has "
+                        "to a backend that accepts at once), crowd (100 000 uids at random, "
+                        "open mode, default rate limits), tickets (20 000 tickets at random, "
+                        "ticket mode, default rate limits) (default: all; Nchan always has "
                         "its publish row, and a hooked row with hooked; the floor its one "
                         "normal row)")
     p.add_argument("--duration", type=int, default=10,

@@ -49,7 +49,17 @@ from dataclasses import dataclass
 from typing import Final
 
 from liveroom.errors import RateLimited
-from liveroom.ratelimit import Counts, Window, count_send, prune, refused_until, span
+from liveroom.ratelimit import (
+    Tally,
+    Window,
+    new_tally,
+    refused_until,
+    span,
+    tally_count,
+    tally_drop_unread,
+    tally_empty,
+    tally_refused,
+)
 
 from ..addresses import address_key
 
@@ -75,17 +85,22 @@ class _Level:
     def __init__(self, what: str, windows: Sequence[Window]) -> None:
         self.what = what
         self.windows = tuple(windows)
-        self.counts: dict[str, Counts] = {}
+        self.counts: dict[str, Tally] = {}
         self.held: dict[str, int] = {}
 
     def refusal(self, key: str, now_ms: int) -> tuple[str, Window, int] | None:
         """The full window of ``key`` that frees last, and when (ms); None
         when every window has a place."""
+        if not self.windows:
+            return None
         counts = self.counts.get(key)
         held = self.held.get(key, 0)
-        if not self.windows or (not counts and not held):
-            return None
-        full = refused_until(counts or {}, self.windows, now_ms, held)
+        if counts is None:
+            if not held:
+                return None
+            full = refused_until({}, self.windows, now_ms, held)
+        else:
+            full = tally_refused(counts, self.windows, now_ms, held)
         return None if full is None else (self.what.format(key), *full)
 
     def hold(self, key: str) -> None:
@@ -101,14 +116,16 @@ class _Level:
         else:
             del self.held[key]
         if created_ms is not None:
-            counts = self.counts.setdefault(key, {})
-            count_send(counts, self.windows, created_ms)
-            prune(counts, self.windows, created_ms)
+            counts = self.counts.get(key)
+            if counts is None:
+                counts = self.counts[key] = new_tally()
+            tally_count(counts, self.windows, created_ms)
+            tally_drop_unread(counts, created_ms)
 
     def sweep(self, now_ms: int) -> None:
         for key, counts in list(self.counts.items()):
-            prune(counts, self.windows, now_ms)
-            if not counts:
+            tally_drop_unread(counts, now_ms)
+            if tally_empty(counts):
                 del self.counts[key]
 
 

@@ -167,12 +167,26 @@ class Sends:
         if append is None or (self.hook is not None and not self._from_backend(authorization)):
             return None
         try:
-            pending = self._prepare(room, content_type, raw, authorization, address, peer)
+            pending = self._prepare(room, content_type, raw, authorization, address, peer,
+                                    admit=False)
             if pending.held:
                 return None
             try:
-                appended = append(room, pending.message, pending.limits,
-                                  may_create=pending.may_create, provisional=pending.provisional)
+                appended: Appended | None = None
+                if pending.provisional:
+                    # Nothing runs between this append and the next: a room that
+                    # exists needs no place in the new-room windows (the place
+                    # would be held and freed unseen), one that does not gets
+                    # its place now, as :meth:`send` takes it before its append.
+                    try:
+                        appended = append(room, pending.message, pending.limits,
+                                          may_create=False, provisional=True)
+                    except NewRoomRefused:
+                        self._admit(pending, address, peer)
+                if appended is None:
+                    appended = append(room, pending.message, pending.limits,
+                                      may_create=pending.may_create,
+                                      provisional=pending.provisional)
             except BaseException as exc:
                 self._failed(pending, exc)
             return self._stored(pending, appended, accept)
@@ -212,9 +226,11 @@ class Sends:
 
     def _prepare(self, room: str, content_type: str, raw: bytes,
                  authorization: str | bytes | None, address: str,
-                 peer: asyncio.BaseTransport | None) -> _Pending:
+                 peer: asyncio.BaseTransport | None, *, admit: bool = True) -> _Pending:
         """Everything before the append: the credential, the body, the
-        message, and its place in the new-room windows (raises a 4xx)."""
+        message, and (``admit``) its place in the new-room windows (raises a
+        4xx); without ``admit``, a sender's send has none yet
+        (:meth:`_admit` takes it)."""
         tickets = self.tickets
         if tickets is None:
             doc, bound = decode_request_bounded(media_type(content_type), raw)
@@ -265,13 +281,23 @@ class Sends:
         screen = self.hook is not None
         if screen:  # a sender the store refused lately costs the backend no call
             self.limited.check(room, uid, limits, message.ts)
-        # The new room takes its place in the windows before the append's round
-        # trip, so sends in flight together never pass them; settled after it.
+        pending = _Pending(message, limits, None, None, True, screen=screen, address=address,
+                           claims=claims)
+        if admit:
+            self._admit(pending, address, peer)
+        return pending
+
+    def _admit(self, pending: _Pending, address: str,
+               peer: asyncio.BaseTransport | None) -> None:
+        """Take ``pending``'s place in the new-room windows, or learn it may
+        create no room: before the append's round trip, so sends in flight
+        together never pass the windows; settled after it."""
         address = address or peer_address(peer)
-        admitted = self.new_rooms.reserve(uid, address, message.ts)
-        return _Pending(message, limits, admitted,
-                        admitted if isinstance(admitted, Place) else None, True,
-                        screen=screen, address=address, claims=claims)
+        admitted = self.new_rooms.reserve(pending.message.uid, address, pending.message.ts)
+        pending.address = address
+        pending.admitted = admitted
+        pending.place = admitted if isinstance(admitted, Place) else None
+        pending.may_create = pending.place is not None
 
     def _from_backend(self, authorization: str | bytes | None) -> bool:
         """Whether a send with ``authorization`` is the backend's (a token,

@@ -28,10 +28,15 @@ from liveroom.ratelimit import (
     count_send,
     freed_at,
     horizon_ms,
+    new_tally,
     parse_windows,
     prune,
     refused_until,
     span,
+    tally_count,
+    tally_counts,
+    tally_empty,
+    tally_refused,
 )
 from liveroom.store import LogPolicy, PullRequest, Store
 from liveroom.store.redis import keys
@@ -424,6 +429,43 @@ def test_the_bucket_functions_match_the_accepted_times_model(
             assert max(free for _, free in full) == now + retry * 1000
         for who, its_windows in checked:
             assert len(counts[who]) <= sum(w.buckets for w in its_windows)
+
+
+# Each send names some of these windows (a slow mode's 5 s one comes and goes),
+# sometimes two of one length; time mostly goes on, sometimes back.
+tally_windows = st.lists(st.sampled_from([Window(2, 1), Window(3, 1), Window(1, 5),
+                                          Window(4, 60), Window(6, 3600)]),
+                         max_size=4).map(lambda ws: tuple(sorted(ws, key=lambda w: w.seconds)))
+tally_ops = st.lists(st.tuples(tally_windows, st.one_of(steps, st.integers(-3_000, -1)),
+                               st.integers(0, 3)), max_size=60)
+
+
+@settings(max_examples=500, deadline=None)
+@given(start=st.sampled_from([0, 1, 50, 99, 59_999]), ops=tally_ops)
+def test_a_tally_answers_as_the_bucket_functions_over_its_counts(
+        start: int, ops: list[tuple[tuple[Window, ...], int, int]]) -> None:
+    """The memory engine's :data:`~liveroom.ratelimit.Tally` against the reference functions
+    over a plain dict: the same refusals (held places too), the same counts
+    after each send, whatever windows each send names and however the clock
+    moves."""
+    tally, counts = new_tally(), {}
+    now = T0 + start
+    for its_windows, step, held in ops:
+        now += step
+        prune(counts, its_windows, now)
+        expected = refused_until(counts, its_windows, now, held)
+        assert tally_refused(tally, its_windows, now, held) == expected
+        assert tally_counts(tally) == counts
+        if expected is None and not held:
+            count_send(counts, its_windows, now)
+            tally_count(tally, its_windows, now)
+            assert tally_counts(tally) == counts
+        i = 1  # each run's total is the sum of its buckets
+        while i < len(tally):
+            n = tally[i + 2]
+            assert tally[i + 1] == sum(tally[i + 4:i + 3 + 2 * n:2])
+            i += 3 + 2 * n
+    assert tally_empty(tally) == (not counts)
 
 
 @pytest.mark.parametrize("engine", ENGINES)

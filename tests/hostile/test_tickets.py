@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hmac
 import json
 import subprocess
 import sys
@@ -25,7 +26,7 @@ import aiohttp
 import jwt
 import pytest
 from click.testing import CliRunner
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import (
     ADMIN,
@@ -418,6 +419,60 @@ def test_any_mangled_ticket_is_refused_never_a_crash(data: st.DataObject) -> Non
     # Only a change that leaves the token's bytes meaning the same can pass
     # (base64's unused low bits in a last character, say).
     assert uid == "alice"
+
+
+def _pyjwt_payload(token: str, keys: list[str]) -> dict[str, Any] | None:
+    """What PyJWT makes of ``token`` as Tickets asks it (None: refused)."""
+    for key in keys:
+        try:
+            payload: dict[str, Any] = jwt.decode(token, key, algorithms=["HS256"], options={
+                "verify_exp": False, "verify_nbf": False, "verify_iat": False,
+                "require": ["exp", "sub"]})
+            return payload
+        except jwt.InvalidSignatureError:
+            continue
+        except jwt.PyJWTError:
+            return None
+    return None
+
+
+_HEADERS = st.sampled_from([
+    {"alg": "HS256", "typ": "JWT"}, {"typ": "JWT", "alg": "HS256"}, {"alg": "HS256"},
+    {"alg": "HS256", "typ": "JWT", "kid": 7}, {"alg": "HS256", "crit": ["x"]},
+    {"alg": "HS512", "typ": "JWT"}, {"alg": "none"}, {"typ": "JWT"}])
+_CLAIM_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70),
+                          st.floats(allow_nan=False), st.text(max_size=5),
+                          st.lists(st.text(max_size=3), max_size=2))
+_CLAIMS = st.dictionaries(
+    st.sampled_from(["sub", "exp", "iat", "nbf", "rooms", "publish", "aud", "jti", "iss",
+                     "x"]), _CLAIM_VALUES, max_size=6)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(header=_HEADERS, claims=_CLAIMS, signer=st.sampled_from([KEY, OLD, WRONG]),
+       compact=st.booleans(), tail=st.sampled_from(["", "=", "==", "A", "."]),
+       keys=st.sampled_from([[KEY], [OLD, KEY], [KEY, OLD]]))
+def test_the_fast_check_accepts_only_what_pyjwt_accepts_and_reads_it_alike(
+        header: dict[str, Any], claims: dict[str, Any], signer: str, compact: bool,
+        tail: str, keys: list[str]) -> None:
+    """A ticket's first verification skips PyJWT when it can vouch for the
+    ticket itself (:meth:`Tickets._plain`): whatever it accepts, PyJWT
+    accepts with the same payload; tickets as backends mint them take it."""
+    def part(doc: dict[str, Any]) -> str:
+        text = json.dumps(doc, separators=(",", ":") if compact else None)
+        return base64.urlsafe_b64encode(text.encode()).rstrip(b"=").decode()
+
+    signing = f"{part(header)}.{part(claims)}"
+    signature = jwt.api_jws.base64url_encode(
+        hmac.digest(signer.encode(), signing.encode(), "sha256")).decode()
+    token = f"{signing}.{signature}{tail}"
+    fast = Tickets(keys, FakeClock())._plain(token)
+    if fast is not None:
+        assert fast == _pyjwt_payload(token, keys)
+    if signer in keys:
+        minted = mint(signer, "a", rooms=["r"], publish=True, now=2_000_000_000)
+        assert Tickets(keys, FakeClock())._plain(minted) is not None
+        assert Tickets(keys, FakeClock())._plain(minted) == _pyjwt_payload(minted, keys)
 
 
 @given(st.text(max_size=300))

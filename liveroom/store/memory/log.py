@@ -22,14 +22,14 @@ from ...model import (
 )
 from ...personal import NodeCap, Share
 from ...ratelimit import (
-    Counts,
     RateLimits,
+    Tally,
     Window,
-    count_send,
     horizon_ms,
-    prune,
+    new_tally,
     refusal,
-    refused_until,
+    tally_count,
+    tally_refused,
 )
 from ..base import (
     PERSONAL_PULL,
@@ -40,12 +40,7 @@ from ..base import (
     Recalled,
     new_epoch,
 )
-from .expiring import Expiring
 from .notifier import MemoryNotifier
-
-_Counted = tuple[str, str | None]
-"""Whose sends a :data:`~liveroom.ratelimit.Counts` holds: (room, uid), or
-(room, None) for the room's cap."""
 
 _seq: Final = attrgetter("seq")
 
@@ -111,6 +106,34 @@ class _RoomLog:
         self.personal, self.pstart = [], 0
 
 
+class _RoomRates:
+    """The rate counters of one room: its senders' (by uid) and its cap's,
+    each expiring on the store's clock at its tally's ``expires_ms`` (its
+    first item), apart from the room's log (like Redis's keys of them)."""
+
+    __slots__ = ("cap", "uids")
+
+    def __init__(self) -> None:
+        self.uids: dict[str, Tally] = {}
+        self.cap: Tally | None = None
+
+    def live(self, uid: str, now: int) -> Tally | None:
+        """``uid``'s counts, unless they expired at ``now`` (then forgotten)."""
+        tally = self.uids.get(uid)
+        if tally is not None and now > tally[0]:
+            del self.uids[uid]
+            return None
+        return tally
+
+    def sweep(self, now: int) -> bool:
+        """Forget the counts expired at ``now``; whether none is left."""
+        for uid in [u for u, tally in self.uids.items() if now > tally[0]]:
+            del self.uids[uid]
+        if self.cap is not None and now > self.cap[0]:
+            self.cap = None
+        return not self.uids and self.cap is None
+
+
 class _Kept:
     """The policy's figures an append reads, as native attributes (the policy
     is an interpreted dataclass: each read a lookup by name; docs/development.md,
@@ -142,7 +165,10 @@ class MemoryLog:
         self._node_cap = NodeCap(policy.personal_node_cap)
         # Apart from the rooms, like Redis's own keys: they expire on their own
         # horizon, not the room's TTL.
-        self._counts: Expiring[_Counted, Counts] = Expiring(clock)
+        self._rates: dict[str, _RoomRates] = {}
+        self._horizon_of: tuple[Window, ...] = ()
+        self._horizon_ms = 0
+        """:func:`horizon_ms` of the last per-uid windows counted (``_horizon_of``)."""
 
     def _now_ms(self) -> int:
         return int(self._clock.time() * 1000)
@@ -171,7 +197,9 @@ class MemoryLog:
         now = self._now_ms()
         for room, state in [(r, s) for r, s in self._rooms.items() if self._expired(s, now)]:
             self._drop(room, state)
-        self._counts.sweep()
+        for room, rates in list(self._rates.items()):
+            if rates.sweep(now):
+                del self._rates[room]
 
     def _drop(self, room: str, state: _RoomLog) -> None:
         """Forget an expired room; its personal messages leave the node's count."""
@@ -216,7 +244,8 @@ class MemoryLog:
                 return Appended(state.epoch, seen[0], duplicate=True)
         if state is None and not may_create:
             raise NewRoomRefused()
-        counted = self._check_limits(room, message, limits) if limits is not None else []
+        if limits is not None:
+            self._check_limits(room, message, limits, now)
         created = state is None
         if state is None:
             state = self._room(room, create=True, now=now)
@@ -227,7 +256,7 @@ class MemoryLog:
         policy = self._kept
         if message.to is not None:
             position = self._append_personal(state, message, now)
-            self._count(counted, message.ts)
+            self._count(room, message.uid, limits, message.ts, now)
             self._notifier.publish(room, 0)
             return Appended(state.epoch, position, duplicate=False, created=created)
         state.seq += 1
@@ -251,7 +280,7 @@ class MemoryLog:
                 state.dedup = {k: v for k, v in state.dedup.items() if v[1] > now}
             state.dedup[cmid] = (state.seq, now + policy.dedup_ttl_ms)
         state.used_ms = now
-        self._count(counted, message.ts)
+        self._count(room, message.uid, limits, message.ts, now)
         self._notifier.publish(room, state.seq)
         return Appended(state.epoch, state.seq, duplicate=False, created=created)
 
@@ -280,33 +309,55 @@ class MemoryLog:
         state.used_ms = now
         return state.pseq
 
-    def _count(self, counted: list[tuple[_Counted, tuple[Window, ...]]], ts: int) -> None:
-        for key, windows in counted:
-            counts = self._counts.get(key)
-            if counts is None:
-                counts = {}
-            count_send(counts, windows, ts)
-            self._counts.put(key, counts, horizon_ms(windows))
+    def _count(self, room: str, uid: str, limits: RateLimits | None, ts: int,
+               now: int) -> None:
+        """Count an accepted send at ``ts`` in the windows of ``limits``
+        (``now``: the store's clock, from which the counts expire)."""
+        if limits is None:
+            return
+        per_uid, cap = limits.per_uid, limits.room_windows
+        if not per_uid and not cap:
+            return
+        rates = self._rates.get(room)
+        if rates is None:
+            rates = self._rates[room] = _RoomRates()
+        if per_uid:
+            tally = rates.live(uid, now)
+            if tally is None:
+                tally = rates.uids[uid] = new_tally()
+            tally_count(tally, per_uid, ts)
+            if per_uid is not self._horizon_of:  # the node's windows, as a rule
+                self._horizon_of, self._horizon_ms = per_uid, horizon_ms(per_uid)
+            tally[0] = now + self._horizon_ms
+        if cap:
+            tally = rates.cap
+            if tally is None or now > tally[0]:
+                tally = rates.cap = new_tally()
+            tally_count(tally, cap, ts)
+            tally[0] = now + horizon_ms(cap)
 
     def _check_limits(self, room: str, message: NewMessage, limits: RateLimits,
-                      ) -> list[tuple[_Counted, tuple[Window, ...]]]:
+                      now: int) -> None:
         """Raise RateLimited when a window of the sender or of the room is full
-        at ``message.ts`` (the one freeing last names the error); else return
-        the counts the send will go to."""
+        at ``message.ts`` (the one freeing last names the error)."""
+        rates = self._rates.get(room)
+        if rates is None:
+            return  # nothing counted: every window has a place
         ts = message.ts
-        checked = [((room, message.uid), limits.per_uid), ((room, None), limits.room_windows)]
         worst: tuple[str | None, Window, int] | None = None
-        for key, windows in checked:
-            counts = self._counts.get(key)
-            if counts is None or not windows:
-                continue
-            prune(counts, windows, ts)
-            full = refused_until(counts, windows, ts)
+        per_uid = limits.per_uid
+        if per_uid:
+            tally = rates.live(message.uid, now)
+            full = None if tally is None else tally_refused(tally, per_uid, ts)
+            if full is not None:
+                worst = message.uid, full[0], full[1]
+        cap = limits.room_windows
+        if cap and rates.cap is not None and now <= rates.cap[0]:
+            full = tally_refused(rates.cap, cap, ts)
             if full is not None and (worst is None or full[1] > worst[2]):
-                worst = key[1], *full
+                worst = None, full[0], full[1]
         if worst is not None:
             raise refusal(room, worst[0], worst[1], worst[2], ts)
-        return [(key, windows) for key, windows in checked if windows]
 
     async def pull(self, requests: Sequence[PullRequest]) -> list[Pulled]:
         return [self._pull_one(request) for request in requests]
