@@ -35,6 +35,11 @@ _LENGTH: Final = (_SIZE * 4 + 2) // 3
 _TO_URL: Final = bytes.maketrans(b"+/", b"-_")
 _FROM_URL: Final = bytes.maketrans(b"-_", b"+/")
 _PAD: Final = "=" * (-_LENGTH % 4)
+_ANCHOR_AT: Final = _FIELDS.size - 8
+"""The anchor's first byte: the last field, 8 bytes (a multiple of 3, so a
+base64 group begins there)."""
+_ANCHOR_CHARS: Final = slice(_ANCHOR_AT // 3 * 4, _ANCHOR_AT // 3 * 4 + 12)
+"""The characters of the base64 groups holding the anchor (and the MAC's first byte)."""
 
 
 class Context(NamedTuple):
@@ -66,6 +71,21 @@ class ContextSigner:
                               anchor)
         raw = fields + self._mac(fields, room, uid, epoch, seq, iseq)
         return binascii.b2a_base64(raw, newline=False)[:_LENGTH].translate(_TO_URL).decode()
+
+    @staticmethod
+    def claimed_anchor(token: str | None) -> int:
+        """The ``anchor`` a context says it holds, not verified (0: none, or
+        not a context): a few bytes decoded, no MAC. Where only a claim that
+        differs from what the node holds matters, the claim is compared
+        first and only a context that claims another message is verified."""
+        if not token or len(token) != _LENGTH:
+            return 0
+        try:
+            raw = binascii.a2b_base64(token[_ANCHOR_CHARS].encode().translate(_FROM_URL),
+                                      strict_mode=True)
+        except (binascii.Error, UnicodeEncodeError):
+            return 0
+        return int.from_bytes(raw[:8], "big")
 
     def verify(self, token: str | None, room: str, uid: str, epoch: str, seq: int,
                iseq: int) -> Context | None:

@@ -486,10 +486,23 @@ class Poll(Held):
         where the copy is young (it began within :data:`ANCHORS_YOUNG_MS`:
         a node restarted, a room read again), so a steady room's plain
         polls pay nothing; a listener away for longer that comes back to a
-        copy made after such a loss is not checked."""
+        copy made after such a loss is not checked. In a young copy the
+        context's claim is compared first, unverified: only one that names
+        another message than the copy's is verified, so a young room's polls
+        pay a few bytes of base64, not a MAC each."""
         if cursor.epoch != snap.epoch or (
                 not self.ctx_read and now_ms - snap.born_ms >= ANCHORS_YOUNG_MS):
             return False
+        if not self.ctx_read:
+            # Most contexts name the message the copy holds: their claim,
+            # read without the MAC, settles it; only a claim of another
+            # message is verified (a forged one must not reset anybody).
+            claimed = self._polls.signer.claimed_anchor(cursor.ctx)
+            if not claimed:
+                return False
+            held = ts_at(snap, cursor.seq)
+            if held == 0 or held == claimed:
+                return False
         ctx = self._context(cursor)
         if ctx is None or not ctx.anchor:
             return False
