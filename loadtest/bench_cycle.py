@@ -4,8 +4,9 @@
 takes about a third of the server's CPU and a machine shared with other work
 moves a run by 10-20 %. This measures only what the node's code costs: one
 node built as ``liveroom serve`` builds it (its defaults, ``--tiers off``
-unless told), ``--listeners`` front connections whose transports are plain
-objects, each polling again (from the next loop turn) with the cursors and
+unless told; the collector tuned and start-up frozen as there),
+``--listeners`` front connections whose transports are plain objects, each
+polling again (from the next loop turn) with the cursors and
 ``ctx`` of every answer, and a publisher connection posting one message a
 round with the backend's token. A round ends when every listener holds its
 next poll; the CPU of the process (``time.process_time``: the node, and the
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import re
 import sys
 import time
@@ -35,7 +37,7 @@ import aiohttp
 import uvloop
 
 from liveroom import build
-from liveroom.node import NODE, build_app, node_runner, node_site
+from liveroom.node import GC_THRESHOLDS, NODE, build_app, node_runner, node_site
 from liveroom.settings import Settings, parse_tiers
 
 ROOM = "bench"
@@ -64,7 +66,10 @@ class Listener(asyncio.Transport):
         if found is None:
             raise RuntimeError(f"not an answer: {data[:300]!r}")
         epoch, seq, iseq, ctx, pseq = found.groups()
-        self.bench.answers += 1
+        bench = self.bench
+        bench.answers += 1
+        if bench.answers >= bench.due:
+            bench.reached.set()
         request = b"%s&epoch=%s&seq=%s&iseq=%s&pseq=%s&ctx=%s%s" % (
             self.base, epoch, seq, iseq, pseq, ctx, self.tail)
         self.bench.loop.call_soon(self.conn.data_received, request)
@@ -112,6 +117,8 @@ class Bench:
         self.args = args
         self.loop = asyncio.get_event_loop()
         self.answers = 0
+        self.due = 0
+        self.reached = asyncio.Event()
         self.stopping = False
         self.published = asyncio.Event()
 
@@ -121,8 +128,10 @@ class Bench:
         await self.published.wait()
 
     async def until(self, answers: int) -> None:
-        while self.answers < answers:
-            await asyncio.sleep(0)
+        self.due = answers
+        self.reached.clear()
+        if self.answers < answers:
+            await self.reached.wait()
 
     async def run(self) -> list[float]:
         args = self.args
@@ -138,6 +147,10 @@ class Bench:
                     f"http://127.0.0.1:{site.port}/v1/admin/rooms/{ROOM}/end",
                     headers={"Authorization": f"Bearer {ADMIN}"}) as resp:
                 resp.raise_for_status()
+            # The collector as a node's process runs it (liveroom.node.run).
+            gc.collect()
+            gc.freeze()
+            gc.set_threshold(*GC_THRESHOLDS)
             front = app[NODE].proxy.front
             publisher = Publisher(self, "publisher")
             publisher.conn = front.connection()

@@ -28,6 +28,10 @@ from typing import Final, NamedTuple
 
 _VERSION: Final = 4
 _FIELDS: Final = struct.Struct(">BQQQQQ")
+# Bound once: compiled, a module's attribute is looked up at every call.
+_PACK: Final = _FIELDS.pack
+_B2A: Final = binascii.b2a_base64
+_A2B: Final = binascii.a2b_base64
 _MAC: Final = 16
 _SIZE: Final = _FIELDS.size + _MAC
 _LENGTH: Final = (_SIZE * 4 + 2) // 3
@@ -61,16 +65,22 @@ class ContextSigner:
     def _mac(self, fields: bytes, room: str, uid: str, epoch: str, seq: int,
              iseq: int) -> bytes:
         mac = self._keyed.copy()
-        mac.update(fields + f"{room}\x00{uid}\x00{epoch}\x00{seq}\x00{iseq}".encode())
+        mac.update(fields)  # two updates hash what one of the two joined would
+        mac.update(f"{room}\x00{uid}\x00{epoch}\x00{seq}\x00{iseq}".encode())
         return mac.digest()
 
     def sign(self, room: str, uid: str, epoch: str, seq: int, iseq: int, seq_ic: int,
              iseq_ic: int, last_ms: int, pn: int | None = None, anchor: int = 0) -> str:
         """The context of an answer at ``(seq, iseq)`` of ``epoch`` (see :class:`Context`)."""
-        fields = _FIELDS.pack(_VERSION, seq_ic, iseq_ic, last_ms, 0 if pn is None else pn + 1,
-                              anchor)
+        return self.sign_ascii(room, uid, epoch, seq, iseq, seq_ic, iseq_ic, last_ms, pn,
+                               anchor).decode()
+
+    def sign_ascii(self, room: str, uid: str, epoch: str, seq: int, iseq: int, seq_ic: int,
+                   iseq_ic: int, last_ms: int, pn: int | None = None, anchor: int = 0) -> bytes:
+        """:meth:`sign`'s context as ASCII bytes, as a JSON answer splices it in."""
+        fields = _PACK(_VERSION, seq_ic, iseq_ic, last_ms, 0 if pn is None else pn + 1, anchor)
         raw = fields + self._mac(fields, room, uid, epoch, seq, iseq)
-        return binascii.b2a_base64(raw, newline=False)[:_LENGTH].translate(_TO_URL).decode()
+        return _B2A(raw, newline=False)[:_LENGTH].translate(_TO_URL)
 
     @staticmethod
     def claimed_anchor(token: str | None) -> int:
@@ -80,10 +90,12 @@ class ContextSigner:
         first and only a context that claims another message is verified."""
         if not token or len(token) != _LENGTH:
             return 0
+        chars = token[_ANCHOR_CHARS]
+        if "-" in chars or "_" in chars:
+            chars = chars.replace("-", "+").replace("_", "/")
         try:
-            raw = binascii.a2b_base64(token[_ANCHOR_CHARS].encode().translate(_FROM_URL),
-                                      strict_mode=True)
-        except (binascii.Error, UnicodeEncodeError):
+            raw = _A2B(chars, strict_mode=True)
+        except (binascii.Error, ValueError):  # not base64, or not ASCII
             return 0
         return int.from_bytes(raw[:8], "big")
 

@@ -747,9 +747,9 @@ class Poll(Held):
             tally[_NORMAL] += len(delivery.messages)
         if delivery.personal:
             tally[_PERSONAL] += len(delivery.personal)
-        ctx = polls.signer.sign(params.room, params.uid, epoch, delivery.seq, delivery.iseq,
-                                delivery.seq_ic, delivery.iseq_ic, now_ms, self.pn_out,
-                                _anchor(delivery))
+        ctx = polls.signer.sign_ascii(params.room, params.uid, epoch, delivery.seq,
+                                      delivery.iseq, delivery.seq_ic, delivery.iseq_ic, now_ms,
+                                      self.pn_out, _anchor(delivery))
         use_msgpack = self.use_msgpack
         room = params.room
         ranking = polls.ranking_field(room, params.ranking, use_msgpack, epoch)
@@ -770,9 +770,9 @@ class Poll(Held):
         last_ms = pace.last_ms if self.checked else self._check(
             cursor, int(polls.clock.time() * 1000))
         polls.tally[_EMPTY] += 1
-        ctx = polls.signer.sign(params.room, params.uid, cursor.epoch, delivery.seq,
-                                delivery.iseq, delivery.seq_ic, delivery.iseq_ic, last_ms,
-                                self.pn_out, 0 if self.ctx is None else self.ctx.anchor)
+        ctx = polls.signer.sign_ascii(params.room, params.uid, cursor.epoch, delivery.seq,
+                                      delivery.iseq, delivery.seq_ic, delivery.iseq_ic, last_ms,
+                                      self.pn_out, 0 if self.ctx is None else self.ctx.anchor)
         head = answer.head(params.room, cursor.epoch, delivery, reset=False,
                            online=self.online, interval_ms=pace.interval_ms,
                            use_msgpack=self.use_msgpack, likes=self.likes)
