@@ -51,3 +51,19 @@ def test_malformed_contexts_are_refused() -> None:
     for bad in ("", "x", token[:-1], token + "A", "=" * 76, "é" * 76, "+" * 76,
                 "\udcff" * 76, token.replace(token[0], "!", 1)):
         assert SIGNER.verify(bad, "r", "u", "e", 5, 4) is None
+
+
+@given(anchor=st.integers(0, 2**64 - 1), pn=st.none() | counts, uid=names)
+def test_the_claimed_anchor_is_the_signed_one(anchor: int, pn: int | None, uid: str) -> None:
+    token = SIGNER.sign("r", uid, "e", 5, 4, 1, 0, 7, pn, anchor)
+    assert SIGNER.claimed_anchor(token) == anchor
+    assert SIGNER.sign_ascii("r", uid, "e", 5, 4, 1, 0, 7, pn, anchor) == token.encode()
+    ctx = SIGNER.verify(token, "r", uid, "e", 5, 4)
+    assert ctx is not None
+    assert ctx.anchor == anchor
+
+
+def test_a_claim_that_is_not_a_context_claims_nothing() -> None:
+    token = SIGNER.sign("r", "u", "e", 5, 4, 1, 0, 7, None, 99)
+    for bad in (None, "", "x", token[:-1], token + "A", "é" * 76, "\udcff" * 76, "!" * 76):
+        assert SIGNER.claimed_anchor(bad) == 0
