@@ -28,6 +28,7 @@ COMPILED = (
     "liveroom.snapshot",
     "liveroom.store.memory.log",
     "liveroom.store.memory.notifier",
+    "liveroom.whitelist",
     "proxy.addresses",
     "proxy.auth",
     "proxy.deadlines",
@@ -59,6 +60,7 @@ COMPILED = (
     "proxy.polls.step",
     "proxy.polls.tiers",
     "proxy.recent_rooms",
+    "proxy.renewals",
     "proxy.reply",
     "proxy.sends.new_rooms",
     "proxy.sends.route",
@@ -67,8 +69,14 @@ COMPILED = (
     "recvsvr.cache",
     "recvsvr.role",
     "statsvr.merge",
+    "statsvr.role",
 )
-"""Modules on the listener path and the send path that a compiled build compiles."""
+"""Modules on the listener path and the send path that a compiled build
+compiles: the modules a poll calls into on its way too (statsvr's online
+count, the vip list, the renewed epochs: an interpreted call there costs a
+frame each, twice a delivery). Not ``statsvr.table``: it reads batches from
+other nodes, whose entries a compiled loop would check by type and refuse
+with a TypeError where the pure one skips them."""
 
 _EXTENSIONS = tuple(importlib.machinery.EXTENSION_SUFFIXES)
 

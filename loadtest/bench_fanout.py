@@ -11,7 +11,11 @@ installed and floor-compiled without mypyc) it
    for ``compiled`` the same command with ``PYTHONPATH=DIR PYTHONSAFEPATH=1``,
    DIR the compiled tree (``--compiled-tree``, default build/compiled, made by
    scripts/build-compiled: ``pip install --no-deps --target DIR .``), checked
-   first to import ``proxy.front.server`` as an extension module there; nginx with
+   first to import ``proxy.front.server`` as an extension module there; for
+   ``liveroom-defaults`` and ``compiled-defaults`` the same two with the node's
+   own settings (the others run with ``--log-level warning``: the node's
+   default is ``info``; the publisher's token keeps rate limits out either
+   way); nginx with
    the nchan module, one worker, from ``loadtest/nchan.conf`` filled into a
    temporary directory; or ``floor_server.py``, the Python floor: the
    smallest uvloop + httptools long-poll server speaking just enough of
@@ -122,12 +126,18 @@ from kit.servers import (
     wait_until,
 )
 
-SPEAKS = {"liveroom": "liveroom", "compiled": "liveroom", "nchan": "nchan",
+SPEAKS = {"liveroom": "liveroom", "compiled": "liveroom",
+          "liveroom-defaults": "liveroom", "compiled-defaults": "liveroom", "nchan": "nchan",
           "floor": "liveroom", "floor-compiled": "liveroom"}
 """The servers --against names, each with the HTTP contract it speaks (the
 listeners' and the publisher's kind)."""
-LIVEROOMS = ("liveroom", "compiled")
+LIVEROOMS = ("liveroom", "compiled", "liveroom-defaults", "compiled-defaults")
 """The servers run by ``liveroom serve``: --tiers, --store and --workers are theirs."""
+COMPILED = ("compiled", "compiled-defaults")
+"""The servers run from the compiled tree."""
+DEFAULTS = ("liveroom-defaults", "compiled-defaults")
+"""The servers run with the node's own settings: not the bench's ``--log-level
+warning`` (the node's default is ``info``)."""
 GROUPS = {"both": ["liveroom", "nchan"],
           "all": ["liveroom", "compiled", "nchan", "floor", "floor-compiled"]}
 """--against's names for several servers; those ``all`` brings are left out,
@@ -224,13 +234,13 @@ def run_one(kind: str, args: argparse.Namespace, listeners: int, client_procs: i
             store_url = f"redis://127.0.0.1:{store.port}/0"
             say(kind, "start", f"a throw-away redis-server at {store_url}")
         say(kind, "start", "starting the server")
-        if kind == "liveroom":
-            server = stack.enter_context(
-                liveroom_server(tmp, nofile, args.tiers, store_url, args.workers))
-        elif kind == "compiled":
+        if kind in LIVEROOMS:
+            compiled = kind in COMPILED
             server = stack.enter_context(
                 liveroom_server(tmp, nofile, args.tiers, store_url, args.workers,
-                                name="liveroom-compiled", env=compiled_env(args.compiled_tree)))
+                                name=f"liveroom-{kind}",
+                                env=compiled_env(args.compiled_tree) if compiled else None,
+                                quiet=kind not in DEFAULTS))
         elif kind == "nchan":
             server = stack.enter_context(nchan_server(tmp, nofile, args.nchan_multipart))
         elif kind == "floor-compiled":
@@ -366,7 +376,8 @@ def label(r: dict[str, Any]) -> str:
         return "floor (uvloop + httptools, no contract)"
     if r["server"] == "floor-compiled":
         return "floor compiled (uvloop + httptools, no contract)"
-    return (("liveroom compiled" if r["server"] == "compiled" else "liveroom")
+    return (("liveroom compiled" if r["server"] in COMPILED else "liveroom")
+            + (" defaults" if r["server"] in DEFAULTS else "")
             + f" (tiers {r['tiers'] or 'default'}"
             + (f", {r['workers']} workers" if r["workers"] > 1 else "") + ")")
 
@@ -397,6 +408,8 @@ def table(results: list[dict[str, Any]]) -> str:
 
 RATIOS = [("liveroom", "nchan"), ("liveroom", "floor"), ("floor", "nchan"),
           ("compiled", "nchan"), ("compiled", "liveroom"), ("compiled", "floor-compiled"),
+          ("liveroom-defaults", "nchan"), ("compiled-defaults", "nchan"),
+          ("compiled-defaults", "compiled"), ("liveroom-defaults", "liveroom"),
           ("floor-compiled", "nchan")]
 """The pairs of rows compared below the table, when both rows are there."""
 
@@ -486,9 +499,10 @@ def choose(args: argparse.Namespace) -> tuple[list[str], list[str]]:
         if name != "all":
             named.update(group)
     missing = {}
-    if "compiled" in kinds and not args.compiled_tree.is_dir():
-        missing["compiled"] = (f"no compiled tree at {args.compiled_tree} (build one with "
-                               f"{BUILD_COMPILED}, or give --compiled-tree DIR)")
+    for kind in COMPILED:
+        if kind in kinds and not args.compiled_tree.is_dir():
+            missing[kind] = (f"no compiled tree at {args.compiled_tree} (build one with "
+                             f"{BUILD_COMPILED}, or give --compiled-tree DIR)")
     if "nchan" in kinds and not nchan_available():
         missing["nchan"] = (f"nginx with the nchan module ({NCHAN_MODULE}) not found "
                             "(apt-get install nginx libnginx-mod-nchan)")
@@ -500,7 +514,7 @@ def choose(args: argparse.Namespace) -> tuple[list[str], list[str]]:
             raise RuntimeError(why)
         kinds.remove(kind)
         notes.append(f"{kind} left out: {why}")
-    if "compiled" in kinds:
+    if any(kind in COMPILED for kind in kinds):
         check_compiled_tree(args.compiled_tree)
     return kinds, notes
 
@@ -514,7 +528,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--against", type=against, metavar="SERVER[,SERVER...]",
                    help="the server(s) to measure, with the same load, in this order: "
                         "liveroom; compiled = liveroom from the compiled tree "
-                        "(--compiled-tree); nchan; floor = floor_server.py, the Python floor "
+                        "(--compiled-tree); liveroom-defaults, compiled-defaults = the same "
+                        "with the node's own settings (its log level info, not the bench's "
+                        "warning); nchan; floor = floor_server.py, the Python floor "
                         "(uvloop + httptools, just enough of the poll contract, plain hold); "
                         "floor-compiled = the floor compiled by mypyc for the run; both = "
                         "liveroom,nchan; all = liveroom, compiled, nchan, floor, "

@@ -170,17 +170,18 @@ def announcing_server(name: str, args: list[str], port: int, tmp: Path, nofile: 
 
 def liveroom_server(tmp: Path, nofile: int, tiers: str | None, store: str | None,
                     workers: int, name: str = "liveroom", extra: Sequence[str] = (),
-                    env: Mapping[str, str] | None = None,
+                    env: Mapping[str, str] | None = None, quiet: bool = True,
                     ) -> contextlib.AbstractContextManager[Server]:
     """``python -m liveroom serve`` from this checkout, with ``extra`` arguments
-    and ``env`` (its log is ``tmp/<name>.log``)."""
+    and ``env`` (its log is ``tmp/<name>.log``); ``quiet``: ``--log-level
+    warning``, else the node's own default level."""
     port = free_port()
     # The bench sizes the server's descriptors for its listeners: the cap on
     # held polls and on connections is that budget, not the defaults' reserves
     # below it.
     args = ["-m", "liveroom", "serve", "--port", str(port),
             "--admin-token", ADMIN_TOKEN, "--publisher-token", PUBLISHER_TOKEN,
-            "--log-level", "warning",
+            *(["--log-level", "warning"] if quiet else []),
             "--held-max", str(nofile), "--connections-max", str(nofile)]
     if tiers is not None:
         args += ["--tiers", tiers]

@@ -73,16 +73,21 @@ def parse_query(query: str) -> dict[str, str]:
     if not query:
         return found
     escaped = "%" in query or "+" in query
-    for part in query.split("&"):
-        if not part:
-            continue
-        # find and slices rather than partition: no tuple per parameter.
-        at = part.find("=")
-        if at < 0:
-            name, value = part, ""
-        else:
-            name, value = part[:at], part[at + 1:]
-        if escaped:
-            name, value = unquote_plus(name), unquote_plus(value)
-        found.setdefault(name, value)
+    # Offsets into the query rather than split and partition: no list, no
+    # string per parameter, no tuple; only the names and values are made.
+    start, size = 0, len(query)
+    while start <= size:
+        end = query.find("&", start)
+        if end < 0:
+            end = size
+        if end > start:
+            at = query.find("=", start, end)
+            if at < 0:
+                name, value = query[start:end], ""
+            else:
+                name, value = query[start:at], query[at + 1:end]
+            if escaped:
+                name, value = unquote_plus(name), unquote_plus(value)
+            found.setdefault(name, value)
+        start = end + 1
     return found

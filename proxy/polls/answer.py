@@ -82,11 +82,11 @@ _SLOW_MP: Final = _pack("slow")
 _PRECALLED_MP: Final = _pack("precalled")
 
 
-def finish(head: bytes, ctx: str, use_msgpack: bool, spread: int | None = None,
+def finish(head: bytes, ctx: bytes, use_msgpack: bool, spread: int | None = None,
            pseq: int = 0, personal: tuple[Item, ...] = (), pgap: int = 0,
            ranking: bytes = b"", slow: int = 0) -> bytes:
     """The whole answer: ``head``, then what is the listener's own: its
-    ``ctx``, its personal cursor ``pseq``, its personal messages (and the
+    ``ctx`` (ASCII), its personal cursor ``pseq``, its personal messages (and the
     positions of its recalled ones, ``precalled``) and ``pgap`` (only when
     there are some), in a vip room its routing hint
     ``spread``, and the room's gift ranking when the listener has not seen
@@ -96,7 +96,7 @@ def finish(head: bytes, ctx: str, use_msgpack: bool, spread: int | None = None,
     if use_msgpack:
         # The head's map header is one byte (a fixmap of 13 fields, 14 with
         # ``recalled``).
-        parts = [b"", head[1:], _pack(ctx), _PSEQ_MP, _pack(pseq)]
+        parts = [b"", head[1:], _pack(ctx.decode()), _PSEQ_MP, _pack(pseq)]
         fields = (head[0] & 0x0F) + 1  # and pseq
         precalled: list[int] = []
         if personal:
@@ -137,4 +137,4 @@ def finish(head: bytes, ctx: str, use_msgpack: bool, spread: int | None = None,
         tail += ranking
     if slow:
         tail += b',"slow":' + str(slow).encode()
-    return head + ctx.encode() + tail + b"}"
+    return b"".join((head, ctx, tail, b"}"))

@@ -65,3 +65,21 @@ def test_a_news_mark_is_never_unknown_and_tells_near_figures_apart(
     # Figures a tap or two apart, or slow mode turned on or off, never share a mark.
     if (likes, slow) != (other_likes, other_slow) and abs(likes - other_likes) < 1000:
         assert news_mark(other_likes, other_slow) != mark
+
+
+@given(anchor=st.integers(0, 2**64 - 1), pn=st.none() | counts, uid=names,
+       news=st.integers(0, 2**48 - 1))
+def test_the_claimed_anchor_is_the_signed_one(anchor: int, pn: int | None, uid: str,
+                                              news: int) -> None:
+    token = SIGNER.sign("r", uid, "e", 5, 4, 1, 0, 7, pn, anchor, news)
+    assert SIGNER.claimed_anchor(token) == anchor
+    assert SIGNER.sign_ascii("r", uid, "e", 5, 4, 1, 0, 7, pn, anchor, news) == token.encode()
+    ctx = SIGNER.verify(token, "r", uid, "e", 5, 4)
+    assert ctx is not None
+    assert ctx.anchor == anchor
+
+
+def test_a_claim_that_is_not_a_context_claims_nothing() -> None:
+    token = SIGNER.sign("r", "u", "e", 5, 4, 1, 0, 7, None, 99)
+    for bad in (None, "", "x", token[:-1], token + "A", "é" * 84, "\udcff" * 84, "!" * 84):
+        assert SIGNER.claimed_anchor(bad) == 0
