@@ -296,6 +296,8 @@ class SimNode:
         await node.proxy.start()
         self.generation += 1
         self.node = node
+        if world.features is not None:
+            world.features.starts.setdefault(self.index, []).append(world.loop.time())
 
     async def stop(self) -> None:
         node, self.node = self.node, None
