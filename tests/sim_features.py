@@ -624,9 +624,12 @@ async def _recall(world: World, lane: str, seq: int, epoch: str, by: str,
             # The notice takes a seq of its lane's numbering: one a Redis
             # restart may lose, and a later message take again.
             kind = "room" if lane == "room" else "personal"
-            for e in _descendants(world.truth, epoch):
-                if notice not in world.truth.bodies.get((kind, e), {}):
-                    world.truth.stored(kind, e, notice, ("notice", seq))
+            truth = world.truth
+            for e in _descendants(truth, epoch):
+                held = truth.bodies.get((kind, e), {})
+                # (unless a retry's: the same notice, already there)
+                if notice not in held or (kind, e, notice, held[notice]) in truth.lost:
+                    truth.stored(kind, e, notice, ("notice", seq))
         except asyncio.CancelledError:
             outcome = "cut"
         except LiveroomError as exc:
@@ -782,6 +785,10 @@ def _numbering_unsure(world: World, run: FeatureRun) -> None:
         for attempt in run.recalls:
             if attempt.start <= to and attempt.at >= since:
                 unsure.add(attempt.epoch)
+                if attempt.notice:  # maybe lost with the second
+                    kind = "room" if attempt.lane == "room" else "personal"
+                    for e in _descendants(truth, attempt.epoch):
+                        truth.lost.add((kind, e, attempt.notice, ("notice", attempt.seq)))
             elif attempt.outcome != "done" and set(
                     _descendants(truth, attempt.epoch)) & run.lossy_epochs:
                 # A notice the truth does not know of (maybe stored, its
