@@ -299,6 +299,8 @@ class FeatureRun:
     """The seconds Redis restarts lost: (from, to) of virtual time."""
     lossy_epochs: set[str] = field(default_factory=set)
     """The epochs whose numbering such a restart rewound."""
+    starts: dict[int, list[float]] = field(default_factory=dict)
+    """Per node: when it started, in order."""
     redis_lost: list[Loss] = field(default_factory=list)
     """What each of them took from the counters."""
     retried: list[tuple[float, float, dict[str, str], int]] = field(default_factory=list)
@@ -308,6 +310,9 @@ class FeatureRun:
     """Per node: the requests a kill cuts short (insertion-ordered: replays exactly)."""
     killing: dict[int, None] = field(default_factory=dict)
     mid_recall_kills: int = 0
+    write_late: float = 0.0
+    """How much later than a flush period a tap may be written: none on
+    memory; on Redis any time (Redis away, a write tried again)."""
     reach: float = REACH
     """Seconds within which an action applies on every node: :data:`REACH`,
     and on Redis what its round trips may be held besides (a node reads the
@@ -335,9 +340,13 @@ class Loss:
 
     at: float
     broadcast: int
+    """The current broadcast, as the store numbered it then."""
     likes: dict[int, int]
     gifts: tuple[int, int]
     givers: dict[str, int]
+    epoch: str = ""
+    """The current epoch then (the store's numbering starts again when a
+    restart lost the room whole: the checker numbers by epochs)."""
 
 
 # -- the actors ---------------------------------------------------------------------------
@@ -359,6 +368,7 @@ def actors(world: World, until: float) -> list[Coroutine[Any, Any, None]]:
     run.until = until
     run.flush_every = world.settings.likes_flush
     if world.redis is not None:
+        run.write_late = float("inf")
         faults = world.redis_faults
         run.reach = REACH + 2 * (float(faults.request_held > 0) + float(faults.reply_held > 0)
                                  + 2.0 * float(faults.reply_lost > 0)) \
@@ -614,9 +624,12 @@ async def _recall(world: World, lane: str, seq: int, epoch: str, by: str,
             # The notice takes a seq of its lane's numbering: one a Redis
             # restart may lose, and a later message take again.
             kind = "room" if lane == "room" else "personal"
-            for e in _descendants(world.truth, epoch):
-                if notice not in world.truth.bodies.get((kind, e), {}):
-                    world.truth.stored(kind, e, notice, ("notice", seq))
+            truth = world.truth
+            for e in _descendants(truth, epoch):
+                held = truth.bodies.get((kind, e), {})
+                # (unless a retry's: the same notice, already there)
+                if notice not in held or (kind, e, notice, held[notice]) in truth.lost:
+                    truth.stored(kind, e, notice, ("notice", seq))
         except asyncio.CancelledError:
             outcome = "cut"
         except LiveroomError as exc:
@@ -772,6 +785,10 @@ def _numbering_unsure(world: World, run: FeatureRun) -> None:
         for attempt in run.recalls:
             if attempt.start <= to and attempt.at >= since:
                 unsure.add(attempt.epoch)
+                if attempt.notice:  # maybe lost with the second
+                    kind = "room" if attempt.lane == "room" else "personal"
+                    for e in _descendants(truth, attempt.epoch):
+                        truth.lost.add((kind, e, attempt.notice, ("notice", attempt.seq)))
             elif attempt.outcome != "done" and set(
                     _descendants(truth, attempt.epoch)) & run.lossy_epochs:
                 # A notice the truth does not know of (maybe stored, its
@@ -861,7 +878,7 @@ def lost_second(world: World, before: Counted, since: float) -> None:
     givers = {g: s - after.givers.get(g, 0) for g, s in before.givers.items()
               if s != after.givers.get(g, 0)}
     gifts = (before.gifts[0] - after.gifts[0], before.gifts[1] - after.gifts[1])
-    run.redis_lost.append(Loss(at, before.broadcast, likes, gifts, givers))
+    run.redis_lost.append(Loss(at, before.broadcast, likes, gifts, givers, _current(world)))
     if likes or gifts != (0, 0):
         world.note(f"the restart lost likes {likes}, gifts {gifts[0]} in {gifts[1]}")
 
@@ -927,12 +944,19 @@ class Broadcasts:
         for epoch, root in root_of.items():
             self.of_epoch[epoch] = b = first + roots.index(root)
             self.last_epoch[b] = epoch
+        self.gone = set(truth.gone)
+        """Epochs a Redis restart lost with the room's whole log."""
         self.ends: list[float] = []
         """When the broadcasts ended, in order (from the world's events)."""
         for event in events:
             at, _, what = event.strip().partition(" ")
             if what.startswith("end broadcast -> "):
                 self.ends.append(float(at))
+
+    def shift(self, loss: Loss) -> int:
+        """What to add to the store's broadcast numbers of ``loss`` for ours."""
+        ours = self.of(loss.epoch) if loss.epoch else None
+        return 0 if ours is None else ours - loss.broadcast
 
     def at(self, b: int, t: float) -> int:
         """The current broadcast at ``t``, at least ``b`` (the last one when
@@ -967,6 +991,11 @@ def check(world: World) -> list[str]:
 
 def _tap_broadcasts(tap: Tap, bc: Broadcasts, flush_every: float) -> tuple[int, ...]:
     """The broadcasts a tap may count in."""
+    if bc.gone.intersection(tap.epochs):
+        # Its room lost whole by a restart: written to whatever broadcast
+        # is current then (the store knows not its epoch).
+        first = min((b for b in map(bc.of, tap.epochs) if b is not None), default=None)
+        return () if first is None else tuple(range(first, bc.current + 1))
     if len(tap.epochs) == 1:
         b = bc.of(tap.epochs[0])
         if b is None:
@@ -993,7 +1022,7 @@ def check_likes(run: FeatureRun, bc: Broadcasts, listeners: list[SimListener]) -
     # acknowledged (an answer's bound).
     upto: dict[int, tuple[list[float], list[int]]] = {}
     for tap in sorted(run.taps, key=lambda t: t.at):
-        counted = _tap_broadcasts(tap, bc, run.flush_every)
+        counted = _tap_broadcasts(tap, bc, run.flush_every + run.write_late)
         if not counted:
             problems.append(f"likes: {tap.n} taps of {tap.uid} acknowledged at {tap.at:.3f} "
                             f"(node {tap.node}) in unknown epochs {tap.epochs}")
@@ -1015,8 +1044,9 @@ def check_likes(run: FeatureRun, bc: Broadcasts, listeners: list[SimListener]) -
     # What Redis restarts that lost their last second took: exactly that.
     redis_lost: dict[int, int] = {}
     for loss in run.redis_lost:
+        shift = bc.shift(loss)
         for b, n in loss.likes.items():
-            redis_lost[b] = redis_lost.get(b, 0) + n
+            redis_lost[b + shift] = redis_lost.get(b + shift, 0) + n
     # A write a restart lost, its name with it, answered on a retry after
     # the restart: added again (maybe).
     back: dict[int, int] = {}
@@ -1131,21 +1161,22 @@ def check_gifts(run: FeatureRun, bc: Broadcasts, listeners: list[SimListener]) -
     since = dict(run.lossy)
     for loss in run.redis_lost:
         if loss.gifts != (0, 0):
-            b = loss.broadcast
+            b = loss.broadcast + bc.shift(loss)
             loose[b] = min(loose.get(b, loss.at), since.get(loss.at, loss.at), loss.at)
     lost: dict[int, dict[str, int]] = {}
     lost_total: dict[int, tuple[int, int]] = {}
     for loss in run.redis_lost:
-        givers = lost.setdefault(loss.broadcast, {})
+        b = loss.broadcast + bc.shift(loss)
+        givers = lost.setdefault(b, {})
         for g, n in loss.givers.items():
             givers[g] = givers.get(g, 0) + n
-        t, c = lost_total.get(loss.broadcast, (0, 0))
-        lost_total[loss.broadcast] = (t + loss.gifts[0], c + loss.gifts[1])
+        t, c = lost_total.get(b, (0, 0))
+        lost_total[b] = (t + loss.gifts[0], c + loss.gifts[1])
     for gift in run.gifts:  # in the order the store added them
         if gift.maybe:
             continue
         first, last = bc.of(gift.epochs[0]), bc.of(gift.epochs[1])
-        if first != last or last is None:
+        if first != last or last is None or bc.gone.intersection(gift.epochs):
             unsure.update(b for b in (first, last) if b is not None)
             continue
         b = last
@@ -1443,8 +1474,10 @@ class Sanctions:
     ``("ban", uid)``, ``("slow", "")``."""
 
     def __init__(self, acts: list[Act], lossy: list[tuple[float, float]] = (),  # type: ignore[assignment]
-                 reach: float = REACH) -> None:
+                 reach: float = REACH, starts: dict[int, list[float]] | None = None) -> None:
         self.reach = reach
+        self.starts = starts or {}
+        """Per node: when it started (a restart, a kill's)."""
         self.acts: dict[tuple[str, str], list[Act]] = {}
         for act in sorted(acts, key=lambda a: a.issued):
             if any(act.issued <= to and act.acked >= since for since, to in lossy):
@@ -1469,6 +1502,11 @@ class Sanctions:
         if act.action not in ("mute", "ban", "slow") or (act.action == "slow" and not act.seconds):
             return None
         if act.acked + (0.0 if node == act.node else self.reach) > t0:
+            return None
+        # A node (re)started since reads the actions from the store: within
+        # the reach of its start.
+        started = [t for t in self.starts.get(node, ()) if act.issued < t <= t0]
+        if started and started[-1] + self.reach > t0:
             return None
         if i + 1 < len(acts) and acts[i + 1].issued <= t1:
             return None
@@ -1500,7 +1538,7 @@ _PAST = {"mute": "muted", "ban": "banned"}
 
 def check_moderation(run: FeatureRun, listeners: list[SimListener]) -> list[str]:
     problems: list[str] = []
-    sanctions = Sanctions(run.acts, run.lossy, run.reach)
+    sanctions = Sanctions(run.acts, run.lossy, run.reach, run.starts)
     uids = {s.uid for s in run.sends} | {a.uid for a in run.acts if a.uid}
     for send in run.sends:
         for family in ("mute", "ban"):

@@ -298,6 +298,8 @@ class SimNode:
         await node.proxy.start()
         self.generation += 1
         self.node = node
+        if world.features is not None:
+            world.features.starts.setdefault(self.index, []).append(world.loop.time())
 
     async def stop(self) -> None:
         node, self.node = self.node, None
@@ -757,6 +759,8 @@ def _check_listener(listener: SimListener, truth: Truth, order: dict[str, int]) 
                 problems.append(f"{where}: personal pseq {m['pseq']} again")
             pseen.add(key)
             if ("personal", epoch, m["pseq"], m.get("body")) in reused.get(epoch, ()):
+                if truth.personal.get(epoch, {}).get(m["pseq"]) != listener.uid:
+                    continue  # the message that took it is another's: nothing to get
                 stranded.setdefault(epoch, []).append(
                     f"{where}: pseq {m['pseq']} of {epoch} named {m['body']!r}, lost by a "
                     f"Redis restart; another message took it and this listener never left "

@@ -6,7 +6,9 @@ rooms that have some, :attr:`Moderation.rules`. It reads them all at start,
 then every :data:`MODERATION_EVERY` seconds asks the store's journal which
 rooms changed since the version it last saw (one round trip, nothing more
 when nothing changed) and rereads those. The node an action goes through
-applies it at once. So an action applies everywhere within about
+applies it at once, and a refresh that began before it leaves that room
+as the action made it (its read may be older, its reply held) and reads it
+again next time. So an action applies everywhere within about
 :data:`MODERATION_EVERY` plus two round trips.
 
 **On a poll's path** a room without moderation costs one dict lookup
@@ -109,6 +111,13 @@ class Moderation:
         path keeps a reference to it)."""
         self.version = -1
         """The journal's version last read (-1: nothing read yet)."""
+        self._seen = 0
+        """The highest version of the copies applied."""
+        self._ticks = 0
+        """Counts the refreshes begun and the actions through this node stored."""
+        self._acted: dict[str, int] = {}
+        """Room -> the tick of the last action through this node (kept
+        until a refresh that began after it ends)."""
         self._slow_limits: dict[tuple[int, RateLimits], RateLimits] = {}
         self._outage = Outage(logger)
         self._reader = Periodic("proxy-moderation", every, self.refresh, clock, logger)
@@ -179,6 +188,8 @@ class Moderation:
         moderation after it (None: none left)."""
         now_ms = self._now_ms()
         await self._store.act(room, entry, now_ms)
+        self._acted[room] = self._ticks
+        self._ticks += 1
         self.count(entry.action)
         state = (await self._store.rooms([room], now_ms)).get(room)
         self._apply(room, state)
@@ -191,46 +202,57 @@ class Moderation:
 
     async def refresh(self) -> None:
         """Read the rooms the journal says changed since :attr:`version` (all
-        of them the first time, or after the store lost its journal)."""
+        of them the first time, or after the store lost its journal). A
+        room an action through this node changed after the refresh began
+        is left as the action made it (the read may be older: a reply held)
+        and read again by the next refresh."""
+        began = self._ticks
+        self._ticks += 1
         try:
             version, rooms = await self._store.changed(max(self.version, 0))
             if version == self.version:
                 return
-            reset = version < self.version
-            if reset:  # the store restarted empty: read everything again
+            # Journal versions only grow, and a copy's is never past the
+            # journal's: one that went back is a store that restarted
+            # empty, or lost its last writes.
+            reset = version < max(self.version, self._seen)
+            if reset:  # read everything again
                 version, rooms = await self._store.changed(0)
             states = await self._store.rooms(rooms, self._now_ms()) if rooms else {}
         except StoreUnavailable:
             self._outage.failed("the store is unavailable: moderation stays as last read")
             return
         self._outage.worked("the store is back: moderation is read again")
+        acted = self._acted
+        later = {room for room, tick in acted.items() if tick > began}
         if reset:
-            for room in set(self.rules) - set(states):
+            self._seen = 0  # the copies' versions are of the store before
+            for room in set(self.rules) - set(states) - later:
                 self._apply(room, None)
         for room in rooms:
-            self._apply(room, states.get(room), read_at=version)
-        self.version = version
+            if room not in later:
+                # After a reset the versions started again: what is read
+                # is newer than any copy, whatever its version.
+                self._apply(room, states.get(room), newer=reset)
+        self._acted = {room: acted[room] for room in later}
+        if not later:  # else from the same version again: what it skipped
+            self.version = version
 
-    def _apply(self, room: str, state: RoomModeration | None,
-               read_at: int | None = None) -> None:
-        """Apply a read of the room's moderation (None: none), unless it is
-        older than what this node applied already: a state by its version,
-        none by ``read_at``, the journal's version before the read (an
-        action through this node may land between a refresh's read and its
-        reply; a later refresh reads what it missed)."""
+    def _apply(self, room: str, state: RoomModeration | None, *, newer: bool = False) -> None:
+        """Apply a read of the room's moderation (None: none), unless its
+        version is older than the copy's (``newer``: it is not, whatever
+        its version: read after the store restarted empty)."""
         old = self.rules.get(room)
         was_slow = 0 if old is None else old.slow
-        if state is None and old is not None and read_at is not None \
-                and read_at < old.version:
-            return  # none left, as read before what this node applied
         if state is None or not (state.muted or state.banned or state.slow):
             self.rules.pop(room, None)
             if was_slow:
                 self.on_slow(room)
             return
-        if old is not None and state.version < old.version:
+        if old is not None and state.version < old.version and not newer:
             return  # a read older than what this node applied already
         rules = self.rules[room] = RoomRules(state)
+        self._seen = max(self._seen, state.version)
         if rules.slow != was_slow:
             self.on_slow(room)
         now_ms = self._now_ms()
