@@ -128,7 +128,7 @@ class Proxy:
         self.likes = Likes(counters, clock, UidWindows(
             settings.likes_requests, settings.likes_taps, settings.likes_uids_max), recent,
             likes_flush=settings.likes_flush, likes_rooms_max=settings.likes_rooms_max,
-            metrics=metrics, epoch_of=gate.epoch, on_change=self.news.changed,
+            metrics=metrics, epoch_of=gate.epoch, root_of=gate.root, on_change=self.news.changed,
             renewals=self.renewals)
         self.ranking = Rankings(counters, clock, recent, epoch_of=gate.epoch,
                                 on_change=self.news.changed, renewals=self.renewals)

@@ -43,6 +43,13 @@ class RoomGate:
         snap = self._reader.peek(room)
         return None if snap is None else snap.epoch
 
+    def root(self, room: str) -> str | None:
+        """The broadcast the cache's copy of the room is of: the epoch it
+        began with (``Snapshot.root``; "" unknown); None when the cache holds
+        nothing of it yet."""
+        snap = self._reader.peek(room)
+        return None if snap is None else snap.root
+
     def refusal(self, room: str) -> NoSuchRoom:
         return NoSuchRoom(f"no such room: {room} ({_HINT})")
 

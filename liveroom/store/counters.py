@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol
 
 GIFT_VALUE_MAX = 10**12
 """The largest value of one gift (:meth:`Counters.add_gift`)."""
@@ -80,6 +80,10 @@ def bucket_horizon(start: int, step: int, retention: int) -> int:
     return start - (retention // step - 1) * step
 
 
+ROOT_MOVED: Final = "\x00moved"
+"""The root of a likes total read while its broadcast ended: none's."""
+
+
 class Counters(Protocol):
     """A room's likes and gifts, per broadcast (``Operators.end_broadcast``
     archives them and starts the next broadcast at zero).
@@ -133,6 +137,16 @@ class Counters(Protocol):
     async def likes(self, rooms: Sequence[str]) -> dict[str, int]:
         """The current broadcast's likes total of each room (0 for a room with
         none, or whose counters expired), one round trip."""
+
+    async def likes_in(self, rooms: Sequence[str]) -> dict[str, tuple[int, str]]:
+        """:meth:`likes`, each with the broadcast it counts: its ``root``
+        (the epoch it began with, as ``Pulled.root``); "" where the store
+        cannot tell, and :data:`ROOT_MOVED` where a broadcast ended while
+        the read ran (the total may be of either). A reader that noted a
+        room's broadcast before the read takes a total of another for none
+        of its own (a refresh whose read reached the store after ``room
+        end``). The memory engine says "": its read runs whole between two
+        of the caller's steps, so nothing ends between the note and it."""
 
     async def read_likes(self, room: str, step: int, low: int,
                          high: int) -> list[tuple[int, int]]:

@@ -101,12 +101,16 @@ class Likes:
                  *, likes_flush: float, likes_rooms_max: int,
                  metrics: Metrics | None = None,
                  epoch_of: Callable[[str], str | None] = lambda room: "",
+                 root_of: Callable[[str], str | None] = lambda room: "",
                  on_change: Callable[[str], None] = lambda room: None,
                  renewals: Renewals | None = None) -> None:
         self._store = store
         self._epoch_of = epoch_of
         """The room's epoch as the node's room cache holds it (None: nothing
         held; "": no cache to ask, every total of one broadcast)."""
+        self._root_of = root_of
+        """The broadcast (its first epoch) the cache's copy is of ("" or None:
+        unknown): a total the store says is another's is not taken."""
         self._on_change = on_change
         self._recent = recent
         self._clock = clock
@@ -440,10 +444,17 @@ class Likes:
         if not rooms:
             return
         epochs = {room: self._epoch_of(room) for room in rooms}
-        totals = await self._store.likes(rooms)
-        for room, total in totals.items():
+        roots = {room: self._root_of(room) for room in rooms}
+        totals = await self._store.likes_in(rooms)
+        for room, (total, root) in totals.items():
             epoch = self._now(room, epochs.get(room))
             if epoch is None or epoch == ABSENT_EPOCH:
+                continue
+            noted = roots.get(room)
+            if root and noted and root != noted:
+                # Another broadcast's total (the read reached the store after
+                # room end): this one's answers keep what they show, and a
+                # read once the cache holds the new broadcast takes it.
                 continue
             known = self._epoch.get(room)
             before = self._stored.get(room)

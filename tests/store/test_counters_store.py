@@ -22,6 +22,7 @@ from redis.crc import key_slot
 
 from liveroom.clock import FakeClock
 from liveroom.errors import StoreUnavailable
+from liveroom.model import NewMessage
 from liveroom.store import LogPolicy, Store
 from liveroom.store.base import (
     GIFT_VALUE_MAX,
@@ -80,6 +81,24 @@ async def test_likes_add_up_per_room_and_start_at_zero(
     await counters.add_likes({}, now_ms(fake_clock))
     assert await counters.likes(["a", "b", "c"]) == {"a": 103, "b": 1, "c": 0}
     assert await counters.likes([]) == {}
+
+
+async def test_a_likes_total_says_which_broadcast_it_counts(
+        store: Store, fake_clock: FakeClock, engine_url: str) -> None:
+    """``likes_in`` names the broadcast (its first epoch) each total is of,
+    where the engine can tell: a reader that noted another takes none of it."""
+    counters = store.counters
+    first = (await store.log.append("a", NewMessage("p", "hi", False, 0))).epoch
+    await counters.add_likes({"a": 5}, now_ms(fake_clock))
+    memory = engine_url.startswith("memory")
+    known = "" if memory else first
+    assert await counters.likes_in(["a", "b"]) == {"a": (5, known), "b": (0, "")}
+    second = await store.operators.end_broadcast("a", now_ms(fake_clock), 60_000)
+    await counters.add_likes({"a": 2}, now_ms(fake_clock))
+    read = await counters.likes_in(["a"])
+    assert read["a"][0] == 2
+    assert read["a"][1] == ("" if memory else second.epoch)
+    assert await counters.likes_in([]) == {}
 
 
 async def test_a_named_write_tried_again_is_added_once(

@@ -86,6 +86,9 @@ class MemoryCounters:
     async def likes(self, rooms: Sequence[str]) -> dict[str, int]:
         return {room: self._likes.get(room) or 0 for room in rooms}
 
+    async def likes_in(self, rooms: Sequence[str]) -> dict[str, tuple[int, str]]:
+        return {room: (self._likes.get(room) or 0, "") for room in rooms}
+
     async def read_likes(self, room: str, step: int, low: int,
                          high: int) -> list[tuple[int, int]]:
         buckets = self._series.get((room, step)) or {}

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..base import (
+    ROOT_MOVED,
     SERIES_RESOLUTIONS,
     GiftRank,
     LogPolicy,
@@ -83,6 +84,26 @@ class RedisCounters:
                     pipe.get(keys.likes(room))
                 totals: list[Any] = await pipe.execute()
         return {room: int(total or 0) for room, total in zip(rooms, totals, strict=True)}
+
+    async def likes_in(self, rooms: Sequence[str]) -> dict[str, tuple[int, str]]:
+        if not rooms:
+            return {}
+        # The root before and after the total, in one pipeline: a room's
+        # commands reach its node in order, and an end (one script) runs
+        # before, between or after them; roots are never used twice.
+        with unavailable("reading likes"):
+            async with self._client.pipeline(transaction=False) as pipe:
+                for room in rooms:
+                    pipe.hget(keys.meta(room), "root")
+                    pipe.get(keys.likes(room))
+                    pipe.hget(keys.meta(room), "root")
+                replies: list[Any] = await pipe.execute()
+        read = {}
+        for i, room in enumerate(rooms):
+            before, total, after = replies[3 * i:3 * i + 3]
+            root = "" if after is None else text(after)
+            read[room] = (int(total or 0), root if before == after else ROOT_MOVED)
+        return read
 
     async def read_likes(self, room: str, step: int, low: int,
                          high: int) -> list[tuple[int, int]]:
