@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import secrets
 from collections.abc import Callable
@@ -158,8 +157,12 @@ class Likes:
         """Resolved when the flush under way ends (None: none under way)."""
         self._retries: list[_Write] = []
         """Writes that failed, in order: tried again first, each as it was."""
-        self._names = (f"{secrets.token_hex(8)}.{n}" for n in itertools.count())
-        """Each write's name: this node's start, and a count."""
+        # A prefix and a count, not a generator expression over
+        # itertools.count(): compiled by mypyc, that one ran on without end
+        # when the node was made (the node never started).
+        self._name_prefix = secrets.token_hex(8)
+        """Each write's name: this node's (random) prefix, and a count."""
+        self._named = 0
         self._outage = Outage(logger)
         # One task flushes, then refreshes when due: a refresh never reads the
         # store while a flush of this node's taps may or may not be in it.
@@ -383,7 +386,7 @@ class Likes:
         epochs, self._pending_epoch = self._pending_epoch, {}
         self._writing, self._writing_epoch = batch, epochs
         try:
-            await self._write(_Write(batch, epochs, next(self._names)))
+            await self._write(_Write(batch, epochs, self._name()))
         finally:
             self._writing, self._writing_epoch = {}, {}
             if not self._pending and not self._retries:
@@ -426,7 +429,7 @@ class Likes:
                 if room not in taps:
                     taps[room], epochs[room] = n, epoch
                     del self._older[room, epoch]
-            await self._write(_Write(taps, epochs, next(self._names)))
+            await self._write(_Write(taps, epochs, self._name()))
 
     async def refresh(self) -> None:
         """Read the totals of the rooms asked about lately (one call), each
@@ -471,6 +474,11 @@ class Likes:
             self._stored[room] = total
             if total != (before or 0):  # (answers showed no stored total before)
                 self._on_change(room)
+
+    def _name(self) -> str:
+        """A new write's name (:meth:`Counters.add_likes`'s ``write_id``)."""
+        self._named += 1
+        return f"{self._name_prefix}.{self._named}"
 
     def flush_lag(self) -> float:
         """Seconds the oldest taps not yet written have waited (0: none)."""
