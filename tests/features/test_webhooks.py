@@ -30,8 +30,7 @@ import aiohttp
 import orjson
 import pytest
 from aiohttp import web
-from conftest import RedisServer
-from redis_cluster import LocalCluster
+from conftest import fresh_engine_url
 from support import (
     ADMIN,
     ADMIN_HEADERS,
@@ -267,22 +266,10 @@ async def test_the_signature_verifies_and_an_old_t_can_be_refused(
 # --- nothing lost -----------------------------------------------------------------------
 
 
-def _store_url(engine: str, request: pytest.FixtureRequest) -> str:
-    if engine == "cluster":
-        cluster: LocalCluster = request.getfixturevalue("redis_cluster")
-        cluster.wait_healthy()
-        cluster.flushall()
-        return cluster.url
-    server: RedisServer = request.getfixturevalue("redis_server")
-    server.start()
-    server.flushall()
-    return server.url
-
-
 @pytest.fixture(params=["redis", pytest.param("cluster", marks=pytest.mark.cluster)])
 def shared_url(request: pytest.FixtureRequest) -> str:
     """One Redis, then a Redis Cluster: empty."""
-    return _store_url(request.param, request)
+    return fresh_engine_url(request.param, request)
 
 
 async def test_the_receiver_down_then_up_loses_nothing(

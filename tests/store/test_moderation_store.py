@@ -369,7 +369,8 @@ async def test_a_room_holds_at_most_its_cap_of_mutes_and_as_many_bans(
         monkeypatch.setattr(f"liveroom.store.{engine}.moderation.SANCTIONS_MAX", cap)
     assert cap < SANCTIONS_MAX
     mod, t = store.moderation, now_ms(fake_clock)
-    gate = asyncio.Semaphore(8)  # a few connections: 64 new ones at once timed out on a loaded machine
+    # A few connections: 64 new ones at once timed out on a loaded machine.
+    gate = asyncio.Semaphore(8)
 
     async def mute(uid: str, seconds: int) -> None:
         async with gate:
