@@ -37,8 +37,8 @@ trial. Its state is in ``/healthz`` (``"send_hook"``), the metrics
 when it closes.
 
 **Connections.** One :class:`~liveroom.origin.Origin` a node, a keep-alive
-pool of ``--send-hook-calls`` HTTP/1.1 connections (a call costs a few µs
-there, against about 40 through ``aiohttp``'s client), made by
+pool of ``--send-hook-calls`` HTTP/1.1 connections (one write a call,
+httptools on the answer), made by
 :meth:`SendHook.start` and closed by :meth:`SendHook.stop` (the proxy's
 start and stop). A call
 task is the hook's: stopped with it, and the sends it carried then get the
