@@ -1,6 +1,5 @@
 """One backend origin, called with ``POST`` over a keep-alive pool of HTTP/1.1
-connections (the send hook's calls; anything on a path where a call's cost
-is paid per message).
+connections: the send hook's calls and the webhooks' deliveries.
 
 Why not ``aiohttp.ClientSession``: its calls were 29 % of a screened
 send's samples in a profile of the pure build (its request and response
@@ -13,7 +12,8 @@ parser the node's front uses for requests), on an ``asyncio.Protocol``.
 and the given headers (``Host``, ``Content-Length`` and ``User-Agent``
 added) on an idle connection, or on a new one, and returns the answer's
 status and body (at most ``body_max`` bytes: past it the call fails and
-the connection is closed). ``http`` and ``https`` (the system's default
+the connection is closed; with ``body_max=None`` the body is read and
+dropped, for a caller that wants only the status). ``http`` and ``https`` (the system's default
 TLS context). No redirects, no proxies, no cookies, no compression asked
 for: a backend answers plainly. The caller bounds a call's time (its
 ``asyncio.timeout``); a call cut short closes its connection, since the
@@ -42,7 +42,7 @@ from urllib.parse import urlsplit
 
 import httptools
 
-USER_AGENT: Final = b"liveroom"
+USER_AGENT: Final = "liveroom"
 
 
 class OriginError(OSError):
@@ -62,7 +62,8 @@ class _Connection(asyncio.Protocol):
         self._answer: asyncio.Future[tuple[int, bytes]] | None = None
         self._body: list[bytes] = []
         self._size = 0
-        self._body_max = 0
+        self._body_max: int | None = 0
+        """None: the current answer's body is read and dropped."""
         self._status = 0
         self._got = False
         """Any byte of the current answer came."""
@@ -103,6 +104,8 @@ class _Connection(asyncio.Protocol):
         self._status = self._parser.get_status_code()
 
     def on_body(self, body: bytes) -> None:
+        if self._body_max is None:
+            return
         self._size += len(body)
         if self._size > self._body_max:
             self._over = True
@@ -120,7 +123,7 @@ class _Connection(asyncio.Protocol):
 
     # -- calls --------------------------------------------------------------
 
-    def ask(self, request: bytes, body_max: int) -> asyncio.Future[tuple[int, bytes]]:
+    def ask(self, request: bytes, body_max: int | None) -> asyncio.Future[tuple[int, bytes]]:
         """Write ``request``; the future answers (status, body)."""
         assert self.transport is not None
         answer = self._answer = asyncio.get_running_loop().create_future()
@@ -152,7 +155,8 @@ class Origin:
     query are the path posted to), called over at most ``connections`` idle
     keep-alive connections (see the module)."""
 
-    def __init__(self, url: str, *, connections: int, idle: float = 30.0) -> None:
+    def __init__(self, url: str, *, connections: int, idle: float = 30.0,
+                 user_agent: str = USER_AGENT) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"{url!r} is not an http:// or https:// URL")
@@ -166,7 +170,7 @@ class Origin:
         if ":" in parts.hostname and not parts.hostname.startswith("["):
             host = f"[{parts.hostname}]" if default_port else f"[{parts.hostname}]:{parts.port}"
         self._head = (f"POST {path} HTTP/1.1\r\nHost: {host}\r\n").encode("ascii") \
-            + b"User-Agent: " + USER_AGENT + b"\r\n"
+            + f"User-Agent: {user_agent}\r\n".encode("ascii")
         self._connections = connections
         self._idle_for = idle
         self._idle: list[_Connection] = []
@@ -174,9 +178,9 @@ class Origin:
         self._closed = False
 
     async def post(self, body: bytes, headers: dict[str, str], *,
-                   body_max: int) -> tuple[int, bytes]:
+                   body_max: int | None) -> tuple[int, bytes]:
         """``POST`` ``body`` with ``headers``: the answer's status and body
-        (at most ``body_max`` bytes). Raises :class:`OriginError` (an
+        (at most ``body_max`` bytes; ``None``: read and dropped). Raises :class:`OriginError` (an
         ``OSError``) when the call fails; the caller bounds its time."""
         if self._closed:
             raise OriginError("the origin's connections are closed")

@@ -14,7 +14,8 @@ delivered twice (those the dead node had POSTed and not yet marked done).
 **A delivery** is ``POST URL`` of the event's JSON with ``Content-Type:
 application/json`` and ``Liveroom-Signature: t=<unix>,v1=<hex>``
 (:mod:`liveroom.signature`, keyed with ``--webhook-secret``; a new ``t``
-each attempt), over one keep-alive ``aiohttp`` session. Any 2xx answer is
+each attempt), over the node's keep-alive connections to the backend
+(:class:`~liveroom.origin.Origin`, as the send hook's calls). Any 2xx answer is
 delivery; anything else (another status, a redirect, no answer within
 ``--webhook-timeout``) is retried after a backoff of 0.5 s doubling up to 5
 minutes, each drawn between half and all of it (jitter, so that a
@@ -47,7 +48,6 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Final
 
-import aiohttp
 import orjson
 
 from . import __version__
@@ -55,6 +55,7 @@ from .clock import Clock
 from .errors import StoreUnavailable
 from .lifecycle import Outage, stop_task
 from .metrics import Metrics
+from .origin import Origin
 from .settings import Settings
 from .signature import HEADER, sign
 from .store.outbox import Outbox, Outgoing
@@ -106,9 +107,9 @@ def _room_and_time(data: bytes) -> tuple[str, int]:
 class Webhooks:
     """One node's part in delivering the outbox (see the module docstring).
 
-    :meth:`start` opens the session and starts the task, :meth:`stop`
-    cancels it, gives the lease up (so another node takes over at once,
-    not a lease later) and closes the session. :meth:`wake` makes the
+    :meth:`start` opens the backend's connections and starts the task,
+    :meth:`stop` cancels it, gives the lease up (so another node takes over
+    at once, not a lease later) and closes the connections. :meth:`wake` makes the
     delivering node read the outbox now (an event was just written).
     """
 
@@ -138,7 +139,7 @@ class Webhooks:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
-        self._session: aiohttp.ClientSession | None = None
+        self._origin: Origin | None = None
         self._outage = Outage(logger)
         if metrics is not None:
             metrics.webhook_lag.track(self.lag)
@@ -170,9 +171,8 @@ class Webhooks:
         if self._task is not None:
             return
         self._stopping = False
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=CALLS, keepalive_timeout=30.0),
-            headers={"User-Agent": f"liveroom/{__version__} (webhooks)"})
+        self._origin = Origin(self.url, connections=CALLS,
+                              user_agent=f"liveroom/{__version__} (webhooks)")
         self._task = asyncio.create_task(self._run(), name="webhooks")
 
     async def stop(self) -> None:
@@ -186,9 +186,9 @@ class Webhooks:
             with contextlib.suppress(StoreUnavailable):
                 await self._outbox.release(self.holder)
         self._forget_all()
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._origin is not None:
+            self._origin.close()
+            self._origin = None
 
     # -- the loop -------------------------------------------------------------------
 
@@ -324,18 +324,17 @@ class Webhooks:
     async def _post(self, body: bytes) -> str | None:
         """POST one event: ``None`` when delivered (2xx), else why not (the
         status, ``"timeout"`` or ``"error"``)."""
-        session = self._session
-        if session is None:
+        origin = self._origin
+        if origin is None:
             return "error"
         headers = {"Content-Type": "application/json",
                    HEADER: sign(self._secret, body, int(self._clock.time()))}
         try:
-            async with session.post(self.url, data=body, headers=headers,
-                                    allow_redirects=False,
-                                    timeout=aiohttp.ClientTimeout(total=self._timeout)) as answer:
-                await answer.read()
-                return None if 200 <= answer.status < 300 else str(answer.status)
+            async with asyncio.timeout(self._timeout):
+                status, _ = await origin.post(body, headers, body_max=None)
         except TimeoutError:
             return "timeout"
-        except (aiohttp.ClientError, OSError, ValueError):
+        except OSError:  # no connection, or no whole HTTP/1.1 answer on it
             return "error"
+        # A redirect is not followed: not a delivery, as any other status.
+        return None if 200 <= status < 300 else str(status)

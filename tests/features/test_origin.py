@@ -83,6 +83,18 @@ async def test_calls_share_one_keep_alive_connection_and_say_what_was_posted() -
                              b"User-Agent: liveroom", b"X-Sig: t=1", b"Content-Length: 8"}
 
 
+async def test_a_status_alone_drops_any_body_and_keeps_the_connection() -> None:
+    """``body_max=None`` (the webhooks: only the status counts): a body of
+    any size is read and dropped, the connection reused, the agent named."""
+    async with serving(echo()) as (server, url):
+        origin = Origin(url, connections=1, user_agent="liveroom/9 (webhooks)")
+        assert await origin.post(b"x" * 100_000, {}, body_max=None) == (200, b"")
+        assert await origin.post(b"y", {}, body_max=None) == (200, b"")
+        origin.close()
+    assert server.connections == 1
+    assert b"\r\nUser-Agent: liveroom/9 (webhooks)\r\n" in server.requests[0]
+
+
 async def test_an_origin_that_closes_after_each_answer_gets_a_connection_a_call() -> None:
     async with serving(echo(b"Connection: close\r\n")) as (server, url):
         origin = Origin(url, connections=4)
