@@ -503,13 +503,19 @@ class RoomCache:
 
     def on_notify(self, room: str, seq: int) -> None:
         """A hint that ``room`` reached ``seq`` (0: that it changed otherwise):
-        pull it if we hold it and lag."""
+        pull it if we hold it and lag, or if a pull of it is under way."""
         self._notified[0] += 1
         state = self._get(room)
         if state is None:
             return
-        if state.snapshot is None or seq > state.snapshot.head or seq == 0:
-            # seq 0: a personal message (or a room an operator opened).
+        if state.snapshot is None or seq > state.snapshot.head or seq == 0 \
+                or room in self._in_flight:
+            # seq 0: a personal message (or a room an operator opened). A pull
+            # under way may have read the store before this change: a store
+            # that lost the room (a restart, an expiry) starts its new log at
+            # seq 1 again, which the head this copy holds cannot tell from a
+            # notify it has seen, and the pull would then leave the room
+            # absent until its next message.
             self.request_pull(room)
 
     def on_resync(self, rooms: Collection[str] | None = None) -> None:

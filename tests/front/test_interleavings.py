@@ -232,3 +232,38 @@ async def test_a_paced_poll_read_against_an_older_snapshot_never_sets_the_rooms_
     # poll in the new one was released with it (then reset into the past).
     assert current.snapshots == []
     assert [s.epoch if s else None for s in late.snapshots] == [new.epoch]
+
+
+async def test_a_notify_during_a_pull_of_a_room_the_store_lost_is_not_lost(rig: Rig) -> None:
+    """A store that lost a room (a Redis restart, an expiry) starts its next
+    log at seq 1 again. A pull under way that read the store before that log
+    was written answers "no log"; the new log's notify (seq 1) came while it
+    was under way, and the cache, holding head 1 of the lost log, took it
+    for one it had seen: the room stayed absent until its next message. The
+    CI run of stop 52 met this under real timing
+    (tests/features/test_likes.py, the store away)."""
+    await rig.send(0)
+    old = await rig.pulled()
+    assert old.head == 1
+    log = rig.node.store.log
+    pull = log.pull
+    read, go_on = asyncio.Event(), asyncio.Event()
+
+    async def held_pull(requests: Any) -> Any:
+        got = await pull(requests)
+        if not read.is_set():
+            read.set()
+            await go_on.wait()
+        return got
+
+    log.pull = held_pull  # type: ignore[method-assign]
+    log._drop(ROOM, log._rooms[ROOM])  # what a restart without persistence does
+    rig.node.recvsvr.on_resync()  # the notify channel back: every room pulled
+    await asyncio.wait_for(read.wait(), 5)  # the pull read "no log"
+    await rig.send(1)  # a new log, seq 1, and its notify, while the pull is out
+    go_on.set()
+    async with asyncio.timeout(5):
+        while (now := rig.node.recvsvr.peek(ROOM)) is None or now.epoch in (ABSENT_EPOCH,
+                                                                           old.epoch):
+            await asyncio.sleep(0)
+    assert now.head == 1
