@@ -275,7 +275,10 @@ class Likes:
         total read is of it or a later one). A flush under way may or may
         not be in what a read finds: the read waits for it to end, and one
         that begins during the read makes it read again (at most three
-        reads, then it leaves the room to the next refresh)."""
+        reads, then it leaves the room to the next refresh). A total of
+        another broadcast than the room cache holds (read after ``room
+        end``, before the cache pulled it) is not taken: the room stays
+        unknown until the cache holds the new broadcast."""
         waiting = self._learning.get(room)
         if waiting is not None:
             await asyncio.shield(waiting)
@@ -288,8 +291,15 @@ class Likes:
                 if self.knows(room, epoch):
                     break
                 flushes = self._flushes
-                total = (await self._store.likes([room]))[room]
+                noted = self._root_of(room)
+                total, root = (await self._store.likes_in([room]))[room]
                 if self.knows(room, epoch):
+                    break
+                if root and noted and root != noted:
+                    # Another broadcast's total (the room ended, and the room
+                    # cache has not pulled the end yet): taken for this one's,
+                    # its taps would show in the ended broadcast's answers.
+                    # The tap is answered from what this node holds.
                     break
                 if flushes == self._flushes:  # no flush began while it read
                     epoch = self._now(room, epoch) or ""

@@ -721,3 +721,35 @@ async def test_a_refresh_read_across_an_end_gives_the_old_epoch_nothing_of_the_n
         assert likes.total(ROOM, first) == 0
     finally:
         await store.close()
+
+
+async def test_a_tap_that_reads_the_total_after_an_end_takes_nothing_of_the_new_broadcast(
+        redis_url: str) -> None:
+    """Found by the simulator on Redis (seed 52871): a node that held no
+    total of the room read it before answering a tap (``Likes.learn``), the
+    read reached Redis after ``room end`` and another node's taps in the new
+    broadcast, while this node's room cache still held the ended one: the
+    tap's answer, in the ended broadcast, showed 9 likes where 2 were
+    acknowledged in it."""
+    from liveroom.model import NewMessage
+    from liveroom.store import LogPolicy, open_store
+    from proxy.likes.likes import Likes
+    from proxy.recent_rooms import RecentRooms
+
+    clock = FakeClock()
+    store = open_store(redis_url, LogPolicy(), clock)
+    await store.start()
+    try:
+        first = (await store.log.append(ROOM, NewMessage("p", "hi", False, 0))).epoch
+        cache = {ROOM: first}  # the cache has not pulled the end
+        likes = Likes(store.counters, clock, UidWindows((), (), 100), RecentRooms(),
+                      likes_flush=0.25, likes_rooms_max=10, epoch_of=cache.get,
+                      root_of=cache.get)
+        await store.operators.end_broadcast(ROOM, 0, 60_000)
+        await store.counters.add_likes({ROOM: 7}, 0)  # another node's, in the new one
+        assert not likes.knows(ROOM, first)
+        await likes.learn(ROOM, first)
+        assert likes.tap(ROOM, "u", 2, epoch=first) == 2
+        assert likes.total(ROOM, first) == 2
+    finally:
+        await store.close()

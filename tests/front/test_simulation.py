@@ -122,6 +122,9 @@ def test_seed_193_on_redis_gets_every_listener_the_messages_that_took_lost_seqs(
     ("redis", 77, "a banned uid's poll answered 200 on the node the ban went through: a "
                   "refresh's read of no moderation, its reply held, landed after the ban "
                   "and lifted it there (fixed at 62f3a26)"),
+    ("redis", 52871, "likes 9 in an ended broadcast of 2 acknowledged taps: a tap's read of "
+                     "the total (the node held none) reached Redis after room end and took "
+                     "the new broadcast's 7 for the old one's"),
 ])
 def test_seeds_that_found_a_broken_promise_of_the_features_on_redis_keep_them(
         engine: str, seed: int, found: str) -> None:
