@@ -1178,6 +1178,11 @@ def check_gifts(run: FeatureRun, bc: Broadcasts, listeners: list[SimListener]) -
         first, last = bc.of(gift.epochs[0]), bc.of(gift.epochs[1])
         if first != last or last is None or bc.gone.intersection(gift.epochs):
             unsure.update(b for b in (first, last) if b is not None)
+            if bc.gone.intersection(gift.epochs) and last is not None:
+                # Its room lost whole by a restart: the store's broadcast goes
+                # on in the log made next (a new epoch, counted here as a new
+                # broadcast), its gifts with it.
+                unsure.add(last + 1)
             continue
         b = last
         givers = scores.setdefault(b, {})
