@@ -145,8 +145,8 @@ class Counters(Protocol):
         the read ran (the total may be of either). A reader that noted a
         room's broadcast before the read takes a total of another for none
         of its own (a refresh whose read reached the store after ``room
-        end``). The memory engine says "": its read runs whole between two
-        of the caller's steps, so nothing ends between the note and it."""
+        end``). The memory engine's read runs whole between two of the
+        caller's steps: its root is never :data:`ROOT_MOVED`."""
 
     async def read_likes(self, room: str, step: int, low: int,
                          high: int) -> list[tuple[int, int]]:

@@ -724,7 +724,7 @@ async def test_a_refresh_read_across_an_end_gives_the_old_epoch_nothing_of_the_n
 
 
 async def test_a_tap_that_reads_the_total_after_an_end_takes_nothing_of_the_new_broadcast(
-        redis_url: str) -> None:
+        engine_url: str) -> None:
     """Found by the simulator on Redis (seed 52871): a node that held no
     total of the room read it before answering a tap (``Likes.learn``), the
     read reached Redis after ``room end`` and another node's taps in the new
@@ -737,7 +737,7 @@ async def test_a_tap_that_reads_the_total_after_an_end_takes_nothing_of_the_new_
     from proxy.recent_rooms import RecentRooms
 
     clock = FakeClock()
-    store = open_store(redis_url, LogPolicy(), clock)
+    store = open_store(engine_url, LogPolicy(), clock)
     await store.start()
     try:
         first = (await store.log.append(ROOM, NewMessage("p", "hi", False, 0))).epoch

@@ -51,6 +51,7 @@ class MemoryStore:
         self.stats = MemoryStats(clock, self.log.provisional)
         self.counters = MemoryCounters(policy, clock)
         self.counters.add_to_ended = self.stats.add_ended_likes
+        self.counters.root_of = self.log.root_of
         self.moderation = MemoryModeration(policy, clock)
         self.review = MemoryReview(policy, clock)
         self.filters = MemoryFilters()

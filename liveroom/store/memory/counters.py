@@ -50,6 +50,9 @@ class MemoryCounters:
         self.add_to_ended: Callable[[str, int, int], bool] = lambda room, broadcast, n: False
         """Adds taps to an ended broadcast's archive (the stats' table keeps
         it); False when it is gone. Set by the store."""
+        self.root_of: Callable[[str], str] = lambda room: ""
+        """The broadcast (its first epoch) the room's log is of ("": no log).
+        Set by the store."""
         """room -> its current broadcast's givers and gift sums (``gr``, ``gf``)."""
 
     def sweep(self) -> None:
@@ -87,7 +90,9 @@ class MemoryCounters:
         return {room: self._likes.get(room) or 0 for room in rooms}
 
     async def likes_in(self, rooms: Sequence[str]) -> dict[str, tuple[int, str]]:
-        return {room: (self._likes.get(room) or 0, "") for room in rooms}
+        # Read whole between two of the caller's steps: the total is of the
+        # root the log holds now.
+        return {room: (self._likes.get(room) or 0, self.root_of(room)) for room in rooms}
 
     async def read_likes(self, room: str, step: int, low: int,
                          high: int) -> list[tuple[int, int]]:

@@ -484,6 +484,11 @@ class MemoryLog:
         state.live, state.by, state.used_ms = True, None, self._now_ms()
         return state.epoch, created
 
+    def root_of(self, room: str) -> str:
+        """The broadcast (its first epoch) the room's log is of ("": none)."""
+        state = self._rooms.get(room)
+        return "" if state is None else state.root
+
     def epoch_of(self, room: str) -> str | None:
         """The room's epoch now (None: it has no log)."""
         state = self._room(room, create=False)
