@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 import redis.asyncio as aioredis
 from conftest import RedisServer
 from support import Listener, running_node, send
@@ -314,3 +315,21 @@ async def test_a_key_of_the_wrong_type_is_a_500_not_an_outage(
             assert await resp.json() == {"error": "internal", "message": "internal error"}
         assert "redis refused a command while storing a message" in caplog.text
         assert (await send(session, node.url, "fine", "y"))["seq"] == 1
+
+
+async def test_the_drivers_own_attribute_error_on_a_dropped_connection_is_an_outage() -> None:
+    """redis-py's asyncio connection, dropped by another task while it was
+    connecting (a cluster's failover), writes on a writer it no longer has:
+    an ``AttributeError`` from the driver, which a send answered 500 (CI,
+    tests/store/test_cluster.py). It is a lost connection: 503. The same
+    error raised by our own code stays a bug."""
+    from liveroom.errors import StoreUnavailable
+    from liveroom.store.redis.calls import unavailable
+
+    never_connected = aioredis.Connection(host="127.0.0.1", port=1)
+    with pytest.raises(StoreUnavailable, match="connection lost while storing a message"), \
+            unavailable("storing a message"):
+        await never_connected._send_packed_command([b"PING\r\n"])
+    ours: Any = None
+    with pytest.raises(AttributeError), unavailable("storing a message"):
+        ours.writelines([])

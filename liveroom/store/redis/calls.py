@@ -20,10 +20,12 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import os
 from collections.abc import Iterator, Sequence
 from importlib import resources
 from typing import Any
 
+import redis
 from redis import exceptions as rexc
 from redis.asyncio import Redis, RedisCluster
 
@@ -71,6 +73,27 @@ def unavailable(what: str) -> Iterator[None]:
     except rexc.RedisError as exc:
         logger.error("redis failed while %s: %r", what, exc)
         raise StoreUnavailable(f"redis failed while {what}: {exc}") from exc
+    except AttributeError as exc:
+        if not _raised_in_driver(exc):
+            raise  # ours: a bug, answered 500
+        # redis-py's asyncio connection, dropped by another task while it
+        # connected (a cluster's failover), writes on a writer it no longer
+        # has: a lost connection, not a bug of the caller's (CI met it in
+        # tests/store/test_cluster.py, answered 500).
+        raise StoreUnavailable(f"redis connection lost while {what}: {exc!r}") from exc
+
+
+_DRIVER = os.path.dirname(redis.__file__) + os.sep
+
+
+def _raised_in_driver(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised in redis-py's own code."""
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame.f_code.co_filename.startswith(_DRIVER)
 
 
 def text(value: Any) -> str:
