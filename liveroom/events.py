@@ -11,12 +11,27 @@ type (docs/api.md, "Webhooks"). A new action adds its event in one line::
 
     await events.emit("uid.banned", room, uid=uid, seconds=seconds, reason=reason)
 
-**When it is written.** Right after the action's own write acknowledged, as
-one more store call (one ``XADD`` on Redis): the action's caller waits for
-it. A node that dies between the two loses the event; a store that fails
-the write loses it too (the action stands: it is logged, one line, and
-counted in ``liveroom_webhook_events_lost_total``). With no ``--webhook``
-nothing is written and :meth:`Events.emit` costs a call.
+**When it is written.** In the same step as its action: an action that
+has an event takes it, made by :meth:`Events.ahead` (which marks the room
+first: :meth:`Outbox.mark <liveroom.store.outbox.Outbox.mark>`), and
+its store call (one script on Redis) keeps it in the room's list of events
+beside the action's own writes, only when the action took effect (a
+recall repeated, a lift of no sanction writes none). The fields only the
+action knows (a recalled message's uid, a gift's rank) are added there.
+:meth:`Events.settle` then moves the room's events into the outbox. A node
+that dies between the two, or a store that fails the move, leaves them in
+their room, marked: the delivering node's :meth:`Events.sweep` (every
+:data:`SWEEP_EVERY` seconds) moves them. A ``broadcast.ended`` is kept with
+its number only; its figures are read from the ended broadcast's archive
+(which the same script wrote) when it moves.
+
+:meth:`Events.emit` writes an event straight to the outbox, for an action
+that has no store write of its own, or none that takes the event yet:
+today the review queue's events (``message.held``, ``.dropped``,
+``.approved``, ``.denied``) and ``room.sect_changed``. A node that dies
+between such an action and its emit loses the event (logged and counted
+in ``liveroom_webhook_events_lost_total`` when the store fails it).
+With no ``--webhook`` nothing is written and either costs a call.
 """
 
 from __future__ import annotations
@@ -24,7 +39,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
@@ -33,7 +49,7 @@ from .clock import Clock, SystemClock
 from .errors import StoreUnavailable
 from .lograte import Throttled
 from .metrics import Metrics
-from .store.outbox import Outbox
+from .store.outbox import Moving, Outbox
 
 logger: Final = logging.getLogger("liveroom.events")
 
@@ -47,6 +63,31 @@ TYPES: Final = (
 """Every event type, in the order docs/api.md lists them."""
 COMMON: Final = frozenset(("id", "type", "at_ms", "room"))
 """The fields every event has (a type's own fields are named otherwise)."""
+
+
+SWEEP_EVERY: Final = 30.0
+"""Seconds between two sweeps of the marked rooms by the delivering node."""
+SWEEP_GRACE_MS: Final = 10_000
+"""A room marked this recently is left to the node acting on it."""
+SWEEP_ROOMS: Final = 100
+"""Rooms one sweep moves at most (the oldest marks first)."""
+
+Complete = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+"""Completes an event kept with only what its action knew: the room, the
+event's document; the document to deliver."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ahead:
+    """An event made before its action: ``event`` goes to the action's store
+    call, which keeps it with the action; :meth:`Events.settle` moves it."""
+
+    room: str
+    kind: str
+    event: bytes
+    """The event's JSON, without the fields only the action knows."""
+    mark: int
+    """The room's mark (:meth:`Outbox.mark`), lifted by the move."""
 
 
 def new_event_id() -> str:
@@ -70,6 +111,7 @@ class Events:
         self._clock = clock
         self._metrics = metrics
         self._lost = Throttled(logger, 60.0)
+        self._complete: dict[str, Complete] = {}
         self.on_added: list[Callable[[], None]] = []
         """Told after each event this node wrote (the delivering node, to
         read it at once rather than at its next poll)."""
@@ -77,6 +119,88 @@ class Events:
     @property
     def enabled(self) -> bool:
         return self._outbox is not None
+
+    def completes(self, kind: str, complete: Complete) -> None:
+        """Events of ``kind`` are completed by ``complete`` as they move to
+        the outbox (``broadcast.ended``: its figures, read from its archive)."""
+        if self._outbox is not None:
+            self._complete[kind] = complete
+
+    def _document(self, kind: str, room: str, fields: dict[str, Any]) -> tuple[str, bytes]:
+        if kind not in TYPES:
+            raise ValueError(f"unknown event type {kind!r}")
+        if not COMMON.isdisjoint(fields):
+            raise ValueError(f"an event's own fields cannot be {', '.join(sorted(COMMON))}")
+        event_id = new_event_id()
+        return event_id, orjson.dumps(event_document(
+            event_id, kind, int(self._clock.time() * 1000), room, fields))
+
+    async def ahead(self, kind: str, room: str, /, **fields: Any) -> Ahead | None:
+        """Event ``kind`` of ``room`` with ``fields`` (those known before the
+        action), for the action's store call to keep; the room marked
+        first. ``None`` when webhooks are off. Raises ``ValueError`` as
+        :meth:`emit`, and ``StoreUnavailable`` when the mark cannot be
+        written (the action must not go on: its event could be stranded)."""
+        outbox = self._outbox
+        if outbox is None:
+            return None
+        _, event = self._document(kind, room, fields)
+        mark = await outbox.mark(room, int(self._clock.time() * 1000))
+        return Ahead(room, kind, event, mark)
+
+    async def settle(self, ahead: Ahead | None) -> None:
+        """Move ``ahead``'s room's events (its own, and any an earlier action
+        left) into the outbox, once its action returned. Never raises for
+        the store: events it cannot move stay in their room, marked, for the
+        sweep (logged)."""
+        if ahead is None:
+            return
+        try:
+            # Shielded: a caller cancelled mid-move (its client went away)
+            # leaves the sweep less to do.
+            await asyncio.shield(self._move(ahead.room, ahead.mark))
+        except StoreUnavailable as exc:
+            self._lost.warning("unmoved", "events of room %s wait in the room for the sweep: "
+                               "%s", ahead.room, exc.message)
+
+    async def sweep(self) -> int:
+        """Move the events of the rooms marked before the last
+        :data:`SWEEP_GRACE_MS` (their actions' nodes died, or their moves
+        failed), :data:`SWEEP_ROOMS` rooms at most; how many rooms. The
+        delivering node calls it every :data:`SWEEP_EVERY` seconds."""
+        outbox = self._outbox
+        if outbox is None:
+            return 0
+        before = int(self._clock.time() * 1000) - SWEEP_GRACE_MS
+        rooms = await outbox.marked(before, SWEEP_ROOMS)
+        for room, mark in rooms:
+            await self._move(room, mark)
+        return len(rooms)
+
+    async def _move(self, room: str, mark: int) -> None:
+        outbox = self._outbox
+        assert outbox is not None
+        moving, kinds = [], []
+        for kept in await outbox.pending(room):
+            try:
+                doc = orjson.loads(kept)
+                event_id, kind = str(doc["id"]), str(doc["type"])
+            except (orjson.JSONDecodeError, KeyError, TypeError):
+                # Only a hand-edited store has one: left where it is.
+                logger.error("room %s keeps an event that is no JSON event: %r", room,
+                             kept[:200])
+                continue
+            complete = self._complete.get(kind)
+            data = orjson.dumps(await complete(room, doc)) if complete is not None else kept
+            moving.append(Moving(kept, event_id, data))
+            kinds.append(kind)
+        await outbox.move(room, moving, mark)
+        if self._metrics is not None:
+            for kind in kinds:
+                self._metrics.webhook_queued.labels(kind).inc()
+        if moving:
+            for listener in self.on_added:
+                listener()
 
     async def emit(self, kind: str, room: str, /, **fields: Any) -> str | None:
         """Write event ``kind`` (one of :data:`TYPES`) of ``room`` with
@@ -87,13 +211,7 @@ class Events:
         outbox = self._outbox
         if outbox is None:
             return None
-        if kind not in TYPES:
-            raise ValueError(f"unknown event type {kind!r}")
-        if not COMMON.isdisjoint(fields):
-            raise ValueError(f"an event's own fields cannot be {', '.join(sorted(COMMON))}")
-        event_id = new_event_id()
-        data = orjson.dumps(event_document(event_id, kind, int(self._clock.time() * 1000),
-                                           room, fields))
+        event_id, data = self._document(kind, room, fields)
         try:
             # Shielded: a caller cancelled mid-write (its client went away)
             # must not leave the action done and its event unwritten.

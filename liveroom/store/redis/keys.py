@@ -113,6 +113,14 @@ lr:{lr}:wh               stream the webhooks' outbox: fields ``e`` (event id),
                                 ``d`` (its JSON); consumer group ``deliver``
 lr:{lr}:whl              string the delivery lease: the holder node's name,
                                 expiring unless renewed
+lr:{R}:ev                list   the room's webhook events written with their
+                                actions and not yet moved to ``wh`` (their JSON)
+lr:{lr}:whr              zset   rooms that may hold events not moved: room ->
+                                when it was marked (ms), for the sweep
+lr:{lr}:whrn             hash   room -> the number of its mark (``whrc`` counts)
+lr:{lr}:whrc             string the marks given (each mark's number)
+lr:{lr}:whm              zset   event ids ``wh`` took in from rooms -> when
+                                (ms), kept an hour: a repeated move adds none
 lr:{lr}:whf              hash   events given up: ``d:<id>`` its JSON, ``w:<id>``
                                 ``"<failed_ms> <why>"``
 lr:{lr}:whfo             zset   their ids by when they were given up
@@ -298,6 +306,10 @@ def review_decided(room: str) -> str:
     return f"{PREFIX}:{{{room}}}:rvd"
 
 
+def events(room: str) -> str:
+    return f"{PREFIX}:{{{room}}}:ev"
+
+
 MODERATION_VERSION = f"{GLOBAL}:modv"
 MODERATION_JOURNAL = f"{GLOBAL}:modj"
 MODERATION_ENDS = f"{GLOBAL}:modx"
@@ -312,6 +324,10 @@ def filter_list(name: str) -> str:
 
 WEBHOOKS = f"{GLOBAL}:wh"
 WEBHOOKS_LEASE = f"{GLOBAL}:whl"
+WEBHOOKS_ROOMS = f"{GLOBAL}:whr"
+WEBHOOKS_ROOM_MARKS = f"{GLOBAL}:whrn"
+WEBHOOKS_MARKS = f"{GLOBAL}:whrc"
+WEBHOOKS_MOVED = f"{GLOBAL}:whm"
 WEBHOOKS_FAILED = f"{GLOBAL}:whf"
 WEBHOOKS_FAILED_ORDER = f"{GLOBAL}:whfo"
 STATS_NODES = f"{GLOBAL}:stats:nodes"
