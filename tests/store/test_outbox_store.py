@@ -1,7 +1,10 @@
 """The outbox store contract (``liveroom/store/outbox.py``): events wait in
 order until done, one holder at a time reads them, a new holder takes over
 what the last one read and did not finish, and given-up events wait in the
-failed list until replayed.
+failed list until replayed. A room action's event is kept by the action's
+own step (``liveroom/events.py``): a node that dies right after the action
+leaves it in its room, and the sweep moves it; a move repeated adds it
+once; an action that changed nothing keeps none.
 
 Each test runs once per engine (``memory``, ``redis`` and ``cluster``);
 what only a shared store has (a lease another process can lose) runs on
@@ -13,12 +16,17 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import orjson
 import pytest
 from conftest import TEST_POLICY, opened
 
 from liveroom.clock import FakeClock
+from liveroom.events import SWEEP_GRACE_MS, Events
+from liveroom.model import NewMessage
 from liveroom.store import Store
-from liveroom.store.base import FAILED_LIST_MAX, Outgoing
+from liveroom.store.base import FAILED_LIST_MAX, AuditEntry, Moving, Outgoing
+
+ROOM = "evroom"
 
 
 def event(n: int) -> tuple[str, bytes]:
@@ -127,3 +135,129 @@ async def test_the_outbox_survives_a_flushed_group(engine_url: str, fake_clock: 
         await raw_redis.flushall()
         await add(store, 1)
         assert ids(await store.outbox.next("a", 10)) == ["ev_0001"]
+
+
+# --- events kept with their actions -----------------------------------------------------
+
+
+def docs(events: list[Outgoing]) -> list[dict[str, Any]]:
+    return [orjson.loads(e.data) for e in events]
+
+
+async def delivered(store: Store) -> list[dict[str, Any]]:
+    """What the delivering node reads now (and finishes)."""
+    assert await store.outbox.lease("d", 5_000)
+    found = await store.outbox.take_over("d", 100) + await store.outbox.next("d", 100)
+    await store.outbox.done([e.entry for e in found])
+    return docs(found)
+
+
+async def test_events_of_a_node_that_died_after_its_actions_are_swept_once(
+        store: Store, fake_clock: FakeClock) -> None:
+    """A ban, a gift, a recall and a broadcast's end, each kept by its
+    store call; the node dies before it moves them (no ``settle``): another
+    node's sweep moves them, once the grace passed, and only once."""
+    dying = Events(store.outbox, fake_clock)
+    at = int(fake_clock.time() * 1000)
+    sent = await store.log.append(ROOM, NewMessage("bob", "hi", False, at))
+    ahead = await dying.ahead("uid.banned", ROOM, uid="mal", seconds=0, reason="r", by="admin")
+    assert ahead is not None
+    await store.moderation.act(ROOM, AuditEntry(at, "admin", "ban", "mal", 0, "r"), at,
+                               event=ahead.event)
+    ahead = await dying.ahead("gift.given", ROOM, uid="fan", gift="rocket", value=30)
+    assert ahead is not None
+    await store.counters.add_gift(ROOM, "fan", 30, "rocket", at, event=ahead.event)
+    ahead = await dying.ahead("message.recalled", ROOM, lane="room", seq=sent.seq, by="admin")
+    assert ahead is not None
+    await store.log.recall(ROOM, sent.seq, at_ms=at, event=ahead.event)
+    ahead = await dying.ahead("broadcast.ended", ROOM)
+    assert ahead is not None
+    await store.operators.end_broadcast(ROOM, at, 60_000, event=ahead.event)
+    assert await store.outbox.waiting() == 0  # none moved: the node died
+    assert len(await store.outbox.pending(ROOM)) == 4
+
+    sweeping = Events(store.outbox, fake_clock)
+    assert await sweeping.sweep() == 0  # marked a moment ago: the acting node's
+    await fake_clock.advance(SWEEP_GRACE_MS / 1000 + 1)
+    assert await sweeping.sweep() == 1
+    assert await sweeping.sweep() == 0  # the mark is lifted
+    assert await store.outbox.pending(ROOM) == []
+    got = await delivered(store)
+    assert [e["type"] for e in got] == ["uid.banned", "gift.given", "message.recalled",
+                                        "broadcast.ended"]
+    banned, gift, recalled, ended = got
+    assert (banned["uid"], banned["reason"], banned["room"]) == ("mal", "r", ROOM)
+    assert (gift["rank"], gift["score"], gift["total"], gift["value"]) == (1, 30, 30, 30)
+    assert (recalled["uid"], recalled["to"], recalled["seq"]) == ("bob", None, sent.seq)
+    assert ended["broadcast"] == 1
+    assert len({e["id"] for e in got}) == 4
+
+
+async def test_a_move_repeated_adds_each_event_once(store: Store,
+                                                    fake_clock: FakeClock) -> None:
+    """Two movers read the room's events before either took them out (or
+    one died between the outbox taking them in and the room letting them
+    go, and the sweep moves them again): the outbox has each once."""
+    events = Events(store.outbox, fake_clock)
+    at = int(fake_clock.time() * 1000)
+    for value in (5, 7):
+        ahead = await events.ahead("gift.given", ROOM, uid="fan", gift="g", value=value)
+        assert ahead is not None
+        await store.counters.add_gift(ROOM, "fan", value, "g", at, event=ahead.event)
+    kept = await store.outbox.pending(ROOM)
+    moving = [Moving(k, orjson.loads(k)["id"], k) for k in kept]
+    await store.outbox.move(ROOM, moving, None)
+    await store.outbox.move(ROOM, moving, None)
+    assert await store.outbox.pending(ROOM) == []
+    assert await store.outbox.waiting() == 2
+    await events.settle(ahead)  # nothing left to move; the mark lifted
+    assert await store.outbox.waiting() == 2
+    assert await store.outbox.marked(at + 10**9, 10) == []
+    assert [e["total"] for e in await delivered(store)] == [5, 12]
+
+
+async def test_an_action_that_changed_nothing_keeps_no_event(store: Store,
+                                                             fake_clock: FakeClock) -> None:
+    """A recall repeated, a lift of no sanction, a retried act: no event."""
+    events = Events(store.outbox, fake_clock)
+    at = int(fake_clock.time() * 1000)
+    sent = await store.log.append(ROOM, NewMessage("bob", "hi", False, at))
+    for _ in range(2):
+        ahead = await events.ahead("message.recalled", ROOM, lane="room", seq=sent.seq,
+                                   by="admin")
+        assert ahead is not None
+        await store.log.recall(ROOM, sent.seq, at_ms=at, event=ahead.event)
+        await events.settle(ahead)
+    for action, kind in (("unban", "uid.unbanned"), ("ban", "uid.banned"),
+                         ("ban", "uid.banned"), ("unban", "uid.unbanned"),
+                         ("unban", "uid.unbanned")):
+        ahead = await events.ahead(kind, ROOM, uid="mal", seconds=0, reason="", by="admin")
+        assert ahead is not None
+        # The same entry twice: the second ban is a retry of the first.
+        await store.moderation.act(ROOM, AuditEntry(at, "admin", action, "mal", 0, ""), at,
+                                   event=ahead.event)
+        await events.settle(ahead)
+    assert [e["type"] for e in await delivered(store)] == \
+        ["message.recalled", "uid.banned", "uid.unbanned"]
+    assert await store.outbox.marked(at + 10**9, 10) == []
+
+
+async def test_a_started_broadcast_keeps_its_number_epoch_and_whether_it_opened_the_room(
+        store: Store, fake_clock: FakeClock) -> None:
+    events = Events(store.outbox, fake_clock)
+    for _ in range(2):
+        ahead = await events.ahead("broadcast.started", ROOM)
+        started = await store.operators.start_broadcast(
+            ROOM, event=None if ahead is None else ahead.event)
+        await events.settle(ahead)
+    got = await delivered(store)
+    assert [(e["broadcast"], e["epoch"], e["created"]) for e in got] == \
+        [(1, started.epoch, True), (1, started.epoch, False)]
+
+
+async def test_webhooks_off_keep_nothing(store: Store, fake_clock: FakeClock) -> None:
+    events = Events(None, fake_clock)
+    assert await events.ahead("gift.given", ROOM, uid="fan", gift="g", value=1) is None
+    await store.counters.add_gift(ROOM, "fan", 1, "g", 0, event=None)
+    assert await store.outbox.pending(ROOM) == []
+    assert await events.sweep() == 0
