@@ -28,7 +28,9 @@ its number only; its figures are read from the ended broadcast's archive
 :meth:`Events.emit` writes an event straight to the outbox, for an action
 that has no store write of its own, or none that takes the event yet:
 today the review queue's events (``message.held``, ``.dropped``,
-``.approved``, ``.denied``) and ``room.sect_changed``. A node that dies
+``.approved``, ``.denied``). A ``room.sect_changed`` needs no room list: the
+sect records are in the outbox's slot, so the swap's script writes the event
+to the outbox itself (:meth:`Events.made`). A node that dies
 between such an action and its emit loses the event (logged and counted
 in ``liveroom_webhook_events_lost_total`` when the store fails it).
 With no ``--webhook`` nothing is written and either costs a call.
@@ -135,6 +137,24 @@ class Events:
         return event_id, orjson.dumps(event_document(
             event_id, kind, int(self._clock.time() * 1000), room, fields))
 
+    def made(self, kind: str, room: str, /, **fields: Any) -> tuple[str, bytes] | None:
+        """Event ``kind`` of ``room`` with ``fields``: its id and JSON, for
+        an action whose store step writes it to the outbox itself (a sect
+        record's swap: the records and the outbox share the global slot);
+        :meth:`written` once it did. ``None`` when webhooks are off."""
+        if self._outbox is None:
+            return None
+        return self._document(kind, room, fields)
+
+    def written(self, kinds: list[str]) -> None:
+        """Events of ``kinds`` went to the outbox with their actions' steps."""
+        if self._metrics is not None:
+            for kind in kinds:
+                self._metrics.webhook_queued.labels(kind).inc()
+        if kinds:
+            for listener in self.on_added:
+                listener()
+
     async def ahead(self, kind: str, room: str, /, **fields: Any) -> Ahead | None:
         """Event ``kind`` of ``room`` with ``fields`` (those known before the
         action), for the action's store call to keep; the room marked
@@ -195,12 +215,7 @@ class Events:
             moving.append(Moving(kept, event_id, data))
             kinds.append(kind)
         await outbox.move(room, moving, mark)
-        if self._metrics is not None:
-            for kind in kinds:
-                self._metrics.webhook_queued.labels(kind).inc()
-        if moving:
-            for listener in self.on_added:
-                listener()
+        self.written(kinds)
 
     async def emit(self, kind: str, room: str, /, **fields: Any) -> str | None:
         """Write event ``kind`` (one of :data:`TYPES`) of ``room`` with

@@ -68,6 +68,11 @@ class VipSwap:
     before: bytes
     after: bytes
     vip: bool
+    event_id: str = ""
+    event: bytes = b""
+    """The ``room.sect_changed`` webhook event (its JSON; ``b""``: none),
+    written to the outbox (``Outbox``) in the same atomic step as the swap,
+    if it applies: the records and the outbox share the global slot."""
 
 
 class Operators(Protocol):

@@ -58,7 +58,6 @@ from liveroom.whitelist import (
     pin_room,
     read_sects,
     release_room,
-    sect_event,
 )
 
 from ..auth import Right, Tokens
@@ -135,11 +134,11 @@ class OperatorRoutes:
 
     async def vip_add(self, request: web.Request) -> web.StreamResponse:
         return await self._change(request, lambda room, now: pin_room(
-            self.operators, self.log, room, "vip", now))
+            self.operators, self.log, room, "vip", now, events=self.events))
 
     async def vip_remove(self, request: web.Request) -> web.StreamResponse:
         return await self._change(request, lambda room, now: release_room(
-            self.operators, room, now))
+            self.operators, room, now, events=self.events))
 
     async def vip_pin(self, request: web.Request) -> web.StreamResponse:
         sect: Sect
@@ -151,11 +150,11 @@ class OperatorRoutes:
             case _:
                 raise BadRequest("sect must be vip or normal")
         return await self._change(request, lambda room, now: pin_room(
-            self.operators, self.log, room, sect, now))
+            self.operators, self.log, room, sect, now, events=self.events))
 
     async def vip_unpin(self, request: web.Request) -> web.StreamResponse:
         return await self._change(request, lambda room, now: pin_room(
-            self.operators, self.log, room, None, now))
+            self.operators, self.log, room, None, now, events=self.events))
 
     async def _change(self, request: web.Request,
                       call: Callable[[str, int], Awaitable[SectChange]]) -> web.StreamResponse:
@@ -165,9 +164,6 @@ class OperatorRoutes:
         # Noted even when unchanged in the store: this node may not have read
         # another node's change yet.
         self.vip_list.note(change)
-        if change.moved:
-            await self.events.emit("room.sect_changed", room, **sect_event(
-                change.after, change.after.reason or "operator"))
         return document(request, {**sects.document(room, change.after),
                                    "changed": change.moved})
 

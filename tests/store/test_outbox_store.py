@@ -24,7 +24,7 @@ from liveroom.clock import FakeClock
 from liveroom.events import SWEEP_GRACE_MS, Events
 from liveroom.model import NewMessage
 from liveroom.store import Store
-from liveroom.store.base import FAILED_LIST_MAX, AuditEntry, Moving, Outgoing
+from liveroom.store.base import FAILED_LIST_MAX, AuditEntry, Moving, Outgoing, VipSwap
 
 ROOM = "evroom"
 
@@ -261,3 +261,21 @@ async def test_webhooks_off_keep_nothing(store: Store, fake_clock: FakeClock) ->
     await store.counters.add_gift(ROOM, "fan", 1, "g", 0, event=None)
     assert await store.outbox.pending(ROOM) == []
     assert await events.sweep() == 0
+
+
+async def test_a_sect_swap_writes_its_event_to_the_outbox_only_when_it_applies(
+        store: Store, fake_clock: FakeClock) -> None:
+    """The sect records share the outbox's slot: the swap's own step writes
+    the event, and a swap that lost the race (its ``before`` is stale)
+    writes none."""
+    events = Events(store.outbox, fake_clock)
+    made = events.made("room.sect_changed", ROOM, sect="vip", reason="pin")
+    assert made is not None
+    assert await store.operators.vip_swap([VipSwap(ROOM, b"", b"rec1", True, *made)]) == [True]
+    stale = events.made("room.sect_changed", ROOM, sect="normal", reason="pin")
+    assert stale is not None
+    assert await store.operators.vip_swap([VipSwap(ROOM, b"", b"rec2", False, *stale)]) == \
+        [False]
+    got = await delivered(store)
+    assert [(e["id"], e["type"], e["sect"], e["reason"]) for e in got] == \
+        [(made[0], "room.sect_changed", "vip", "pin")]

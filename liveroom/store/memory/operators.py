@@ -45,6 +45,8 @@ class MemoryOperators:
                     self._records[swap.room] = swap.after
                 else:
                     self._records.pop(swap.room, None)
+                if swap.event and self.outbox is not None:
+                    self.outbox.add_at_once(swap.event_id, swap.event)
             applied.append(ok)
         return applied
 

@@ -92,6 +92,10 @@ class MemoryOutbox:
         return [(room, mark) for _, room, mark in found[:count]]
 
     async def add(self, event_id: str, data: bytes) -> None:
+        self.add_at_once(event_id, data)
+
+    def add_at_once(self, event_id: str, data: bytes) -> None:
+        """:meth:`add` without an await: an action's step writes its event."""
         check_event_id(event_id)
         self._given += 1
         self._new.append(Outgoing(f"{self._given}-0", event_id, bytes(data)))

@@ -32,6 +32,7 @@ from typing import Any
 
 from ...errors import StoreUnavailable
 from ..base import (
+    OUTBOX_MAX,
     RANKING_KEPT,
     Ended,
     LogPolicy,
@@ -84,12 +85,13 @@ class RedisOperators:
         """One script call (``lua/operators_vip.lua``) for all of them."""
         if not swaps:
             return []
-        args: list[str | bytes | int] = []
+        args: list[str | bytes | int] = [OUTBOX_MAX]
         for swap in swaps:
-            args += (swap.room, swap.before, swap.after, int(swap.vip))
+            args += (swap.room, swap.before, swap.after, int(swap.vip), swap.event_id,
+                     swap.event)
         with unavailable("changing the vip records"):
             (applied,) = await run_scripts(self._client, [(
-                self._vip, [keys.VIP, keys.VIP_RECORDS], args)])
+                self._vip, [keys.VIP, keys.VIP_RECORDS, keys.WEBHOOKS], args)])
         return [bool(a) for a in applied]
 
     # -- broadcasts ------------------------------------------------------------------
