@@ -146,6 +146,20 @@ class Events:
             return None
         return self._document(kind, room, fields)
 
+    def several(self, kind: str, room: str) -> tuple[str, bytes] | None:
+        """For an action that may keep several events of ``kind`` (a hold
+        that pushes messages out of a full queue): an id stem (``ev_`` and
+        16 random hex digits: the store gives the i-th event the stem and
+        ``i`` in 8 hex digits) and the JSON of their ``type``, ``at_ms`` and
+        ``room``, to which the store adds the rest. ``None`` when webhooks
+        are off. The room is marked by the action's :meth:`ahead`."""
+        if self._outbox is None:
+            return None
+        if kind not in TYPES:
+            raise ValueError(f"unknown event type {kind!r}")
+        return "ev_" + secrets.token_hex(8), orjson.dumps(
+            {"type": kind, "at_ms": int(self._clock.time() * 1000), "room": room})
+
     def written(self, kinds: list[str]) -> None:
         """Events of ``kinds`` went to the outbox with their actions' steps."""
         if self._metrics is not None:

@@ -14,6 +14,7 @@ the redis engines.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -279,3 +280,53 @@ async def test_a_sect_swap_writes_its_event_to_the_outbox_only_when_it_applies(
     got = await delivered(store)
     assert [(e["id"], e["type"], e["sect"], e["reason"]) for e in got] == \
         [(made[0], "room.sect_changed", "vip", "pin")]
+
+
+@pytest.mark.parametrize("personal", [False, True])
+async def test_the_review_queue_keeps_its_events_with_its_steps(
+        engine_url: str, fake_clock: FakeClock, personal: bool) -> None:
+    """A hold keeps its message.held (not a hold repeated by its
+    client_msg_id) and a message.dropped for the message it pushed out of
+    a full queue; a first denial its message.denied (a second none); an
+    approval's first settle its message.approved (a second none)."""
+    async with opened(engine_url, replace(TEST_POLICY, review_max=2), fake_clock) as store:
+        events = Events(store.outbox, fake_clock)
+        review = store.review
+        to = "amy" if personal else None
+
+        async def hold(n: int) -> str:
+            message = NewMessage("bob", f"darn {n}", False, 1_000 + n, to=to,
+                                 client_msg_id=f"c{n}")
+            ahead = await events.ahead("message.held", ROOM, uid="bob", body=message.body)
+            assert ahead is not None
+            holding = await review.hold(ROOM, message, "word: darn", event=ahead.event,
+                                        dropped=events.several("message.dropped", ROOM))
+            await events.settle(ahead)
+            return holding.id
+
+        first, second = await hold(1), await hold(2)
+        assert await hold(2) == second  # the same send again: nothing held
+        third = await hold(3)  # the queue holds 2: the first is dropped
+        for _ in range(2):
+            ahead = await events.ahead("message.denied", ROOM, held_id=second, by="admin")
+            assert ahead is not None
+            await review.decide(ROOM, second, "deny", event=ahead.event)
+            await events.settle(ahead)
+        await review.decide(ROOM, third, "approve")
+        for seq in (7, 7):
+            ahead = await events.ahead("message.approved", ROOM, held_id=third, seq=seq)
+            assert ahead is not None
+            await review.settle(ROOM, third, "e1", seq, event=ahead.event)
+            await events.settle(ahead)
+        got = await delivered(store)
+    assert [(e["type"], e["held_id"]) for e in got] == [
+        ("message.held", first), ("message.held", second), ("message.held", third),
+        ("message.dropped", first), ("message.denied", second),
+        ("message.approved", third)]
+    dropped = got[3]
+    assert dropped["id"].startswith("ev_")
+    assert len(dropped["id"]) == 27
+    assert dropped["id"] not in {e["id"] for e in got[:3] + got[4:]}
+    assert (dropped["uid"], dropped["kind"], dropped["to"], dropped["why"]) == \
+        ("bob", "personal" if personal else "normal", to, "word: darn")
+    assert (got[4]["uid"], got[4]["kind"]) == ("bob", "personal" if personal else "normal")

@@ -60,7 +60,7 @@ class MemoryStore:
         # The room actions keep their webhook events in the outbox's room
         # lists, in their own step.
         self.log.outbox = self.counters.outbox = self.outbox
-        self.moderation.outbox = self.operators.outbox = self.outbox
+        self.moderation.outbox = self.operators.outbox = self.review.outbox = self.outbox
         self._sweeper = Periodic("memory-store-sweep", 60.0, self._sweep, clock, logger)
 
     async def start(self) -> None:

@@ -8,6 +8,9 @@
 -- members only the script knows ('"uid":"u1","to":null'; '' : none), added
 -- at its end.
 
+-- keep_event_as(key, id, event, fields): the same for an event whose id the
+-- script gives (several events of one call): event is its JSON without it.
+
 local function keep_event(key, event, fields)
   if event == nil or event == '' then
     return
@@ -16,4 +19,15 @@ local function keep_event(key, event, fields)
     event = string.sub(event, 1, -2) .. ',' .. fields .. '}'
   end
   redis.call('RPUSH', key, event)
+end
+
+local function keep_event_as(key, id, event, fields)
+  if event == nil or event == '' then
+    return
+  end
+  local rest = string.sub(event, 2, -2)
+  if fields ~= '' then
+    rest = rest .. ',' .. fields
+  end
+  redis.call('RPUSH', key, '{"id":' .. cjson.encode(id) .. ',' .. rest .. '}')
 end
