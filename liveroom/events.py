@@ -1,39 +1,45 @@
-"""The rooms' events, as the webhooks tell them: the one seam every action
-emits through (:meth:`Events.emit`), which writes the event to the store's
-outbox (:class:`~liveroom.store.outbox.Outbox`) for the delivering node
+"""The rooms' events, as the webhooks tell them: made here, written to the
+store with their actions, moved to the store's outbox
+(:class:`~liveroom.store.outbox.Outbox`) for the delivering node
 (:mod:`liveroom.webhooks`).
 
 An event is a JSON object ``{"id", "type", "at_ms", "room", ...}``: its id
 (``ev_`` and 24 hex digits, random) is the receiver's key to dedupe (an
 event may arrive twice: delivery is at least once), its type one of
 :data:`TYPES`, ``at_ms`` when its action happened, and the fields of its
-type (docs/api.md, "Webhooks"). A new action adds its event in one line::
+type (docs/api.md, "Webhooks"). A room action adds its event so::
 
-    await events.emit("uid.banned", room, uid=uid, seconds=seconds, reason=reason)
+    ahead = await events.ahead("uid.banned", room, uid=uid, seconds=seconds, reason=reason)
+    try:
+        await store.act(room, entry, now_ms, event=None if ahead is None else ahead.event)
+    finally:
+        await events.settle(ahead)
 
-**When it is written.** In the same step as its action: an action that
-has an event takes it, made by :meth:`Events.ahead` (which marks the room
-first: :meth:`Outbox.mark <liveroom.store.outbox.Outbox.mark>`), and
-its store call (one script on Redis) keeps it in the room's list of events
-beside the action's own writes, only when the action took effect (a
-recall repeated, a lift of no sanction writes none). The fields only the
-action knows (a recalled message's uid, a gift's rank) are added there.
-:meth:`Events.settle` then moves the room's events into the outbox. A node
-that dies between the two, or a store that fails the move, leaves them in
-their room, marked: the delivering node's :meth:`Events.sweep` (every
-:data:`SWEEP_EVERY` seconds) moves them. A ``broadcast.ended`` is kept with
-its number only; its figures are read from the ended broadcast's archive
-(which the same script wrote) when it moves.
+**When it is written.** In the same step as its action: :meth:`Events.ahead`
+makes the event (and marks the room first: :meth:`Outbox.mark
+<liveroom.store.outbox.Outbox.mark>`), and the action's store call (one
+script on Redis) keeps it in the room's list of events beside the action's
+own writes, only when the action took effect (a recall repeated, a lift of
+no sanction, a decision made before keep none). The fields only the action
+knows (a recalled message's uid, a gift's rank, a held message's id) are
+added there. :meth:`Events.settle` then moves the room's events into the
+outbox. A node that dies between the two, or a store that fails the move,
+leaves them in their room, marked: the delivering node's
+:meth:`Events.sweep` (every :data:`SWEEP_EVERY` seconds) moves them. A
+``broadcast.ended`` is kept with its number only; its figures are read from
+the ended broadcast's archive (which the same script wrote) as it moves.
 
-:meth:`Events.emit` writes an event straight to the outbox, for an action
-that has no store write of its own, or none that takes the event yet:
-today the review queue's events (``message.held``, ``.dropped``,
-``.approved``, ``.denied``). A ``room.sect_changed`` needs no room list: the
-sect records are in the outbox's slot, so the swap's script writes the event
-to the outbox itself (:meth:`Events.made`). A node that dies
-between such an action and its emit loses the event (logged and counted
-in ``liveroom_webhook_events_lost_total`` when the store fails it).
-With no ``--webhook`` nothing is written and either costs a call.
+A ``room.sect_changed`` needs no room list: the sect records are in the
+outbox's slot, so the swap's own script writes the event to the outbox
+(:meth:`Events.made`, then :meth:`Events.written`).
+
+:meth:`Events.emit` writes an event straight to the outbox after its
+action, one store call of its own: the seam for an action with no store
+write of its own to keep the event with (no action is one today). A node
+that dies between such an action and its emit loses the event; a store
+that fails the write loses it too (logged, counted in
+``liveroom_webhook_events_lost_total``). With no ``--webhook`` nothing is
+written and each of these costs a call.
 """
 
 from __future__ import annotations
