@@ -98,6 +98,8 @@ lr:{R}:rv                hash   the room's review queue: ``n`` the last id
 lr:{R}:rvq               zset   ids waiting, by ``n`` (the oldest first)
 lr:{R}:rvd               zset   ids decided, by ``dn`` (the oldest forgotten
                                 first)
+lr:{R}:ev                list   the room's webhook events written with their
+                                actions and not yet moved to ``wh`` (their JSON)
 lr:{lr}:modv             string the system's moderation version (a counter)
 lr:{lr}:modj             zset   the journal: room -> the version of its last
                                 moderation change
@@ -113,8 +115,6 @@ lr:{lr}:wh               stream the webhooks' outbox: fields ``e`` (event id),
                                 ``d`` (its JSON); consumer group ``deliver``
 lr:{lr}:whl              string the delivery lease: the holder node's name,
                                 expiring unless renewed
-lr:{R}:ev                list   the room's webhook events written with their
-                                actions and not yet moved to ``wh`` (their JSON)
 lr:{lr}:whr              zset   rooms that may hold events not moved: room ->
                                 when it was marked (ms), for the sweep
 lr:{lr}:whrn             hash   room -> the number of its mark (``whrc`` counts)
@@ -154,7 +154,10 @@ hold or decision. The word filter's keys (``flv``, ``fls``, ``fl:<name>``)
 never expire: a list stays until an operator deletes it. Neither do the
 webhooks' (``wh``, ``whf``, ``whfo``): they are bounded by count (the
 stream trimmed at ``OUTBOX_MAX``, the failed list at ``FAILED_MAX``), and
-the lease ``whl`` expires unless its holder renews it.
+the lease ``whl`` expires unless its holder renews it. A room's ``ev``
+never expires either: it empties as its events move (right after their
+actions, or at the sweep), and ``whr``/``whrn`` hold only the rooms marked
+and not yet swept; ``whm`` forgets each id an hour after it was taken in.
 """
 
 from __future__ import annotations
