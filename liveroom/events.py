@@ -190,9 +190,9 @@ class Events:
 
     async def settle(self, ahead: Ahead | None) -> None:
         """Move ``ahead``'s room's events (its own, and any an earlier action
-        left) into the outbox, once its action returned. Never raises for
-        the store: events it cannot move stay in their room, marked, for the
-        sweep (logged)."""
+        left) into the outbox, once its action returned (or failed: the mark
+        is lifted). Never raises: events it cannot move stay in their room,
+        marked, for the sweep (logged)."""
         if ahead is None:
             return
         try:
@@ -202,6 +202,9 @@ class Events:
         except StoreUnavailable as exc:
             self._lost.warning("unmoved", "events of room %s wait in the room for the sweep: "
                                "%s", ahead.room, exc.message)
+        except Exception:  # the action is done: its answer must not fail for its event
+            logger.exception("events of room %s wait in the room: their move failed",
+                             ahead.room)
 
     async def sweep(self) -> int:
         """Move the events of the rooms marked before the last
@@ -214,7 +217,13 @@ class Events:
         before = int(self._clock.time() * 1000) - SWEEP_GRACE_MS
         rooms = await outbox.marked(before, SWEEP_ROOMS)
         for room, mark in rooms:
-            await self._move(room, mark)
+            try:
+                await self._move(room, mark)
+            except StoreUnavailable:
+                raise
+            except Exception:  # one room's fault must not hold the others' events
+                logger.exception("events of room %s: their move failed; the next sweep "
+                                 "tries again", room)
         return len(rooms)
 
     async def _move(self, room: str, mark: int) -> None:
