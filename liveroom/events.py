@@ -57,7 +57,7 @@ from .clock import Clock, SystemClock
 from .errors import StoreUnavailable
 from .lograte import Throttled
 from .metrics import Metrics
-from .store.outbox import Moving, Outbox
+from .store.outbox import MOVE_MAX, Moving, Outbox
 
 logger: Final = logging.getLogger("liveroom.events")
 
@@ -230,7 +230,8 @@ class Events:
         outbox = self._outbox
         assert outbox is not None
         moving, kinds = [], []
-        for kept in await outbox.pending(room):
+        pending = await outbox.pending(room)
+        for kept in pending:
             try:
                 doc = orjson.loads(kept)
                 event_id, kind = str(doc["id"]), str(doc["type"])
@@ -243,7 +244,8 @@ class Events:
             data = orjson.dumps(await complete(room, doc)) if complete is not None else kept
             moving.append(Moving(kept, event_id, data))
             kinds.append(kind)
-        await outbox.move(room, moving, mark)
+        # A full read may have left more: the mark stays up for the sweep.
+        await outbox.move(room, moving, None if len(pending) >= MOVE_MAX else mark)
         self.written(kinds)
 
     async def emit(self, kind: str, room: str, /, **fields: Any) -> str | None:

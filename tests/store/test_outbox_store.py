@@ -330,3 +330,26 @@ async def test_the_review_queue_keeps_its_events_with_its_steps(
     assert (dropped["uid"], dropped["kind"], dropped["to"], dropped["why"]) == \
         ("bob", "personal" if personal else "normal", to, "word: darn")
     assert (got[4]["uid"], got[4]["kind"]) == ("bob", "personal" if personal else "normal")
+
+
+async def test_a_room_with_more_events_than_one_move_takes_stays_marked_until_all_moved(
+        memory_store: Store, fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    import liveroom.events
+    import liveroom.store.memory.outbox
+
+    for module in (liveroom.events, liveroom.store.memory.outbox):
+        monkeypatch.setattr(module, "MOVE_MAX", 2)
+    events = Events(memory_store.outbox, fake_clock)
+    aheads = []
+    for value in (1, 2, 3):
+        ahead = await events.ahead("gift.given", ROOM, uid="fan", gift="g", value=value)
+        assert ahead is not None
+        await memory_store.counters.add_gift(ROOM, "fan", value, "g", 0, event=ahead.event)
+        aheads.append(ahead)
+    await events.settle(aheads[-1])  # moves two of three: the mark stays
+    assert len(await memory_store.outbox.pending(ROOM)) == 1
+    await fake_clock.advance(SWEEP_GRACE_MS / 1000 + 1)
+    assert await events.sweep() == 1
+    assert await memory_store.outbox.pending(ROOM) == []
+    assert await events.sweep() == 0
+    assert [e["value"] for e in await delivered(memory_store)] == [1, 2, 3]
