@@ -200,8 +200,8 @@ class Events:
             # leaves the sweep less to do.
             await asyncio.shield(self._move(ahead.room, ahead.mark))
         except StoreUnavailable as exc:
-            self._lost.warning("unmoved", "events of room %s wait in the room for the sweep: "
-                               "%s", ahead.room, exc.message)
+            self._lost.warning("unmoved", "events of room %s (%s, and any before) wait in the "
+                               "room for the sweep: %s", ahead.room, ahead.kind, exc.message)
         except Exception:  # the action is done: its answer must not fail for its event
             logger.exception("events of room %s wait in the room: their move failed",
                              ahead.room)
