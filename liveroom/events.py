@@ -1,22 +1,45 @@
-"""The rooms' events, as the webhooks tell them: the one seam every action
-emits through (:meth:`Events.emit`), which writes the event to the store's
-outbox (:class:`~liveroom.store.outbox.Outbox`) for the delivering node
+"""The rooms' events, as the webhooks tell them: made here, written to the
+store with their actions, moved to the store's outbox
+(:class:`~liveroom.store.outbox.Outbox`) for the delivering node
 (:mod:`liveroom.webhooks`).
 
 An event is a JSON object ``{"id", "type", "at_ms", "room", ...}``: its id
 (``ev_`` and 24 hex digits, random) is the receiver's key to dedupe (an
 event may arrive twice: delivery is at least once), its type one of
 :data:`TYPES`, ``at_ms`` when its action happened, and the fields of its
-type (docs/api.md, "Webhooks"). A new action adds its event in one line::
+type (docs/api.md, "Webhooks"). A room action adds its event so::
 
-    await events.emit("uid.banned", room, uid=uid, seconds=seconds, reason=reason)
+    ahead = await events.ahead("uid.banned", room, uid=uid, seconds=seconds, reason=reason)
+    try:
+        await store.act(room, entry, now_ms, event=None if ahead is None else ahead.event)
+    finally:
+        await events.settle(ahead)
 
-**When it is written.** Right after the action's own write acknowledged, as
-one more store call (one ``XADD`` on Redis): the action's caller waits for
-it. A node that dies between the two loses the event; a store that fails
-the write loses it too (the action stands: it is logged, one line, and
-counted in ``liveroom_webhook_events_lost_total``). With no ``--webhook``
-nothing is written and :meth:`Events.emit` costs a call.
+**When it is written.** In the same step as its action: :meth:`Events.ahead`
+makes the event (and marks the room first: :meth:`Outbox.mark
+<liveroom.store.outbox.Outbox.mark>`), and the action's store call (one
+script on Redis) keeps it in the room's list of events beside the action's
+own writes, only when the action took effect (a recall repeated, a lift of
+no sanction, a decision made before keep none). The fields only the action
+knows (a recalled message's uid, a gift's rank, a held message's id) are
+added there. :meth:`Events.settle` then moves the room's events into the
+outbox. A node that dies between the two, or a store that fails the move,
+leaves them in their room, marked: the delivering node's
+:meth:`Events.sweep` (every :data:`SWEEP_EVERY` seconds) moves them. A
+``broadcast.ended`` is kept with its number only; its figures are read from
+the ended broadcast's archive (which the same script wrote) as it moves.
+
+A ``room.sect_changed`` needs no room list: the sect records are in the
+outbox's slot, so the swap's own script writes the event to the outbox
+(:meth:`Events.made`, then :meth:`Events.written`).
+
+:meth:`Events.emit` writes an event straight to the outbox after its
+action, one store call of its own: the seam for an action with no store
+write of its own to keep the event with (no action is one today). A node
+that dies between such an action and its emit loses the event; a store
+that fails the write loses it too (logged, counted in
+``liveroom_webhook_events_lost_total``). With no ``--webhook`` nothing is
+written and each of these costs a call.
 """
 
 from __future__ import annotations
@@ -24,7 +47,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
@@ -33,7 +57,7 @@ from .clock import Clock, SystemClock
 from .errors import StoreUnavailable
 from .lograte import Throttled
 from .metrics import Metrics
-from .store.outbox import Outbox
+from .store.outbox import MOVE_MAX, Moving, Outbox
 
 logger: Final = logging.getLogger("liveroom.events")
 
@@ -47,6 +71,31 @@ TYPES: Final = (
 """Every event type, in the order docs/api.md lists them."""
 COMMON: Final = frozenset(("id", "type", "at_ms", "room"))
 """The fields every event has (a type's own fields are named otherwise)."""
+
+
+SWEEP_EVERY: Final = 30.0
+"""Seconds between two sweeps of the marked rooms by the delivering node."""
+SWEEP_GRACE_MS: Final = 10_000
+"""A room marked this recently is left to the node acting on it."""
+SWEEP_ROOMS: Final = 100
+"""Rooms one sweep moves at most (the oldest marks first)."""
+
+Complete = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+"""Completes an event kept with only what its action knew: the room, the
+event's document; the document to deliver."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ahead:
+    """An event made before its action: ``event`` goes to the action's store
+    call, which keeps it with the action; :meth:`Events.settle` moves it."""
+
+    room: str
+    kind: str
+    event: bytes
+    """The event's JSON, without the fields only the action knows."""
+    mark: int
+    """The room's mark (:meth:`Outbox.mark`), lifted by the move."""
 
 
 def new_event_id() -> str:
@@ -70,6 +119,7 @@ class Events:
         self._clock = clock
         self._metrics = metrics
         self._lost = Throttled(logger, 60.0)
+        self._complete: dict[str, Complete] = {}
         self.on_added: list[Callable[[], None]] = []
         """Told after each event this node wrote (the delivering node, to
         read it at once rather than at its next poll)."""
@@ -77,6 +127,126 @@ class Events:
     @property
     def enabled(self) -> bool:
         return self._outbox is not None
+
+    def completes(self, kind: str, complete: Complete) -> None:
+        """Events of ``kind`` are completed by ``complete`` as they move to
+        the outbox (``broadcast.ended``: its figures, read from its archive)."""
+        if self._outbox is not None:
+            self._complete[kind] = complete
+
+    def _document(self, kind: str, room: str, fields: dict[str, Any]) -> tuple[str, bytes]:
+        if kind not in TYPES:
+            raise ValueError(f"unknown event type {kind!r}")
+        if not COMMON.isdisjoint(fields):
+            raise ValueError(f"an event's own fields cannot be {', '.join(sorted(COMMON))}")
+        event_id = new_event_id()
+        return event_id, orjson.dumps(event_document(
+            event_id, kind, int(self._clock.time() * 1000), room, fields))
+
+    def made(self, kind: str, room: str, /, **fields: Any) -> tuple[str, bytes] | None:
+        """Event ``kind`` of ``room`` with ``fields``: its id and JSON, for
+        an action whose store step writes it to the outbox itself (a sect
+        record's swap: the records and the outbox share the global slot);
+        :meth:`written` once it did. ``None`` when webhooks are off."""
+        if self._outbox is None:
+            return None
+        return self._document(kind, room, fields)
+
+    def several(self, kind: str, room: str) -> tuple[str, bytes] | None:
+        """For an action that may keep several events of ``kind`` (a hold
+        that pushes messages out of a full queue): an id stem (``ev_`` and
+        16 random hex digits: the store gives the i-th event the stem and
+        ``i`` in 8 hex digits) and the JSON of their ``type``, ``at_ms`` and
+        ``room``, to which the store adds the rest. ``None`` when webhooks
+        are off. The room is marked by the action's :meth:`ahead`."""
+        if self._outbox is None:
+            return None
+        if kind not in TYPES:
+            raise ValueError(f"unknown event type {kind!r}")
+        return "ev_" + secrets.token_hex(8), orjson.dumps(
+            {"type": kind, "at_ms": int(self._clock.time() * 1000), "room": room})
+
+    def written(self, kinds: list[str]) -> None:
+        """Events of ``kinds`` went to the outbox with their actions' steps."""
+        if self._metrics is not None:
+            for kind in kinds:
+                self._metrics.webhook_queued.labels(kind).inc()
+        if kinds:
+            for listener in self.on_added:
+                listener()
+
+    async def ahead(self, kind: str, room: str, /, **fields: Any) -> Ahead | None:
+        """Event ``kind`` of ``room`` with ``fields`` (those known before the
+        action), for the action's store call to keep; the room marked
+        first. ``None`` when webhooks are off. Raises ``ValueError`` as
+        :meth:`emit`, and ``StoreUnavailable`` when the mark cannot be
+        written (the action must not go on: its event could be stranded)."""
+        outbox = self._outbox
+        if outbox is None:
+            return None
+        _, event = self._document(kind, room, fields)
+        mark = await outbox.mark(room, int(self._clock.time() * 1000))
+        return Ahead(room, kind, event, mark)
+
+    async def settle(self, ahead: Ahead | None) -> None:
+        """Move ``ahead``'s room's events (its own, and any an earlier action
+        left) into the outbox, once its action returned (or failed: the mark
+        is lifted). Never raises: events it cannot move stay in their room,
+        marked, for the sweep (logged)."""
+        if ahead is None:
+            return
+        try:
+            # Shielded: a caller cancelled mid-move (its client went away)
+            # leaves the sweep less to do.
+            await asyncio.shield(self._move(ahead.room, ahead.mark))
+        except StoreUnavailable as exc:
+            self._lost.warning("unmoved", "events of room %s (%s, and any before) wait in the "
+                               "room for the sweep: %s", ahead.room, ahead.kind, exc.message)
+        except Exception:  # the action is done: its answer must not fail for its event
+            logger.exception("events of room %s wait in the room: their move failed",
+                             ahead.room)
+
+    async def sweep(self) -> int:
+        """Move the events of the rooms marked before the last
+        :data:`SWEEP_GRACE_MS` (their actions' nodes died, or their moves
+        failed), :data:`SWEEP_ROOMS` rooms at most; how many rooms. The
+        delivering node calls it every :data:`SWEEP_EVERY` seconds."""
+        outbox = self._outbox
+        if outbox is None:
+            return 0
+        before = int(self._clock.time() * 1000) - SWEEP_GRACE_MS
+        rooms = await outbox.marked(before, SWEEP_ROOMS)
+        for room, mark in rooms:
+            try:
+                await self._move(room, mark)
+            except StoreUnavailable:
+                raise
+            except Exception:  # one room's fault must not hold the others' events
+                logger.exception("events of room %s: their move failed; the next sweep "
+                                 "tries again", room)
+        return len(rooms)
+
+    async def _move(self, room: str, mark: int) -> None:
+        outbox = self._outbox
+        assert outbox is not None
+        moving, kinds = [], []
+        pending = await outbox.pending(room)
+        for kept in pending:
+            try:
+                doc = orjson.loads(kept)
+                event_id, kind = str(doc["id"]), str(doc["type"])
+            except (orjson.JSONDecodeError, KeyError, TypeError):
+                # Only a hand-edited store has one: left where it is.
+                logger.error("room %s keeps an event that is no JSON event: %r", room,
+                             kept[:200])
+                continue
+            complete = self._complete.get(kind)
+            data = orjson.dumps(await complete(room, doc)) if complete is not None else kept
+            moving.append(Moving(kept, event_id, data))
+            kinds.append(kind)
+        # A full read may have left more: the mark stays up for the sweep.
+        await outbox.move(room, moving, None if len(pending) >= MOVE_MAX else mark)
+        self.written(kinds)
 
     async def emit(self, kind: str, room: str, /, **fields: Any) -> str | None:
         """Write event ``kind`` (one of :data:`TYPES`) of ``room`` with
@@ -87,13 +257,7 @@ class Events:
         outbox = self._outbox
         if outbox is None:
             return None
-        if kind not in TYPES:
-            raise ValueError(f"unknown event type {kind!r}")
-        if not COMMON.isdisjoint(fields):
-            raise ValueError(f"an event's own fields cannot be {', '.join(sorted(COMMON))}")
-        event_id = new_event_id()
-        data = orjson.dumps(event_document(event_id, kind, int(self._clock.time() * 1000),
-                                           room, fields))
+        event_id, data = self._document(kind, room, fields)
         try:
             # Shielded: a caller cancelled mid-write (its client went away)
             # must not leave the action done and its event unwritten.

@@ -104,7 +104,7 @@ def build_node(settings: Settings, clock: Clock | None = None,
     # Every action that has an event writes it through ``events``; with
     # --webhook this node also takes its turn delivering them.
     events = Events(store.outbox if settings.webhook else None, clock, metrics=metrics)
-    webhooks = Webhooks(settings, store.outbox, clock, metrics=metrics) \
+    webhooks = Webhooks(settings, store.outbox, clock, metrics=metrics, sweep=events.sweep) \
         if settings.webhook else None
     if webhooks is not None:
         events.on_added.append(webhooks.wake)

@@ -66,14 +66,20 @@ class ReviewQueue:
         ``ValueError`` for what the store refuses (a ``why`` too long) and
         :class:`~liveroom.errors.StoreUnavailable` when the store is away
         (then nothing is held: the sender is answered 503 and retries)."""
-        holding = await self.store.hold(room, message, why)
+        # The store keeps the events with the hold: message.held (unless
+        # held before), and a message.dropped for each pushed out.
+        ahead = await self.events.ahead("message.held", room, uid=message.uid,
+                                        kind=held_kind(message), to=message.to,
+                                        body=message.body, why=why)
+        try:
+            holding = await self.store.hold(
+                room, message, why, event=None if ahead is None else ahead.event,
+                dropped=self.events.several("message.dropped", room))
+        finally:
+            await self.events.settle(ahead)
         metrics = self._metrics
-        if not holding.again:
-            if metrics is not None:
-                metrics.review_held.inc()
-            await self.events.emit("message.held", room, held_id=holding.id, uid=message.uid,
-                                   kind=held_kind(message), to=message.to, body=message.body,
-                                   why=why)
+        if not holding.again and metrics is not None:
+            metrics.review_held.inc()
         for gone in holding.dropped:
             if metrics is not None:
                 metrics.review_dropped.inc()
@@ -84,6 +90,4 @@ class ReviewQueue:
                     listener(room, gone)
                 except Exception:  # a listener's fault is not the sender's
                     logger.exception("review: a listener of dropped messages failed")
-            await self.events.emit("message.dropped", room, held_id=gone.id, uid=gone.uid,
-                                   kind=gone.kind, to=gone.to, why=gone.why)
         return holding.id

@@ -11,6 +11,11 @@ node to ask takes it and, first, every event the dead one had read and not
 finished (``Outbox.take_over``): nothing read is lost, some may be
 delivered twice (those the dead node had POSTed and not yet marked done).
 
+**The sweep.** The delivering node also moves, every
+:data:`~liveroom.events.SWEEP_EVERY` seconds (and when it takes the lease),
+the events left in their rooms by an action whose node died or whose move
+failed (:meth:`Events.sweep <liveroom.events.Events.sweep>`).
+
 **A delivery** is ``POST URL`` of the event's JSON with ``Content-Type:
 application/json`` and ``Liveroom-Signature: t=<unix>,v1=<hex>``
 (:mod:`liveroom.signature`, keyed with ``--webhook-secret``; a new ``t``
@@ -45,6 +50,7 @@ import os
 import random
 import secrets
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -53,6 +59,7 @@ import orjson
 from . import __version__
 from .clock import Clock
 from .errors import StoreUnavailable
+from .events import SWEEP_EVERY
 from .lifecycle import Outage, stop_task
 from .metrics import Metrics
 from .origin import Origin
@@ -114,7 +121,8 @@ class Webhooks:
     """
 
     def __init__(self, settings: Settings, outbox: Outbox, clock: Clock, *,
-                 metrics: Metrics | None = None, holder: str = "") -> None:
+                 metrics: Metrics | None = None, holder: str = "",
+                 sweep: Callable[[], Awaitable[int]] | None = None) -> None:
         if not settings.webhook or not settings.webhook_secret:
             raise ValueError("webhooks need their URL and their secret")
         self.url = settings.webhook
@@ -133,6 +141,8 @@ class Webhooks:
         self.holding = False
         """This node holds the lease (it delivers)."""
         self._renewed_at = float("-inf")
+        self._sweep = sweep
+        self._swept_at = float("-inf")
         self._pending: dict[str, _Pending] = {}
         self._rooms: dict[str, deque[str]] = {}
         self._calls: set[asyncio.Task[None]] = set()
@@ -229,6 +239,7 @@ class Webhooks:
                 self._renewed_at = now
         if held and not self.holding:
             self.holding = True
+            self._swept_at = float("-inf")
             self._forget_all()
             taken = await self._outbox.take_over(self.holder, HELD_MAX)
             logger.info("webhooks: this node delivers now (took over %d events)", len(taken))
@@ -239,6 +250,11 @@ class Webhooks:
             self._forget_all()
         if not self.holding:
             return
+        if self._sweep is not None and now - self._swept_at >= SWEEP_EVERY:
+            self._swept_at = now
+            swept = await self._sweep()
+            if swept:
+                logger.info("webhooks: moved the events left in %d rooms", swept)
         room_left = HELD_MAX - len(self._pending)
         if room_left > 0:
             self._hold(await self._outbox.next(self.holder, room_left))

@@ -101,12 +101,26 @@ def _decoded(room: str, raw: bytes) -> VipRecord:
         return NONE
 
 
+def sect_swap(events: Events, room: str, raw: bytes, stored: bytes, before: VipRecord,
+              after: VipRecord, reason: str) -> VipSwap:
+    """The swap of ``room``'s record ``raw`` for ``stored`` (``after``), with
+    its ``room.sect_changed`` event when the room moves between sects (the
+    swap's store step writes it, if it applies)."""
+    made = events.made("room.sect_changed", room, **sect_event(after, reason)) \
+        if before.vip != after.vip else None
+    if made is None:
+        return VipSwap(room, raw, stored, after.vip)
+    return VipSwap(room, raw, stored, after.vip, made[0], made[1])
+
+
 async def change_sect(operators: Operators, room: str,
-                      step: Callable[[VipRecord], VipRecord]) -> SectChange:
+                      step: Callable[[VipRecord], VipRecord], *,
+                      events: Events = NO_EVENTS) -> SectChange:
     """Apply ``step`` (a pin, an unpin, a release: :mod:`liveroom.sects`) to
     ``room``'s record in the store: read, decide, swap, again if another node
-    changed the record meanwhile. Raises ``StoreUnavailable`` when the store
-    is down, or the record kept changing."""
+    changed the record meanwhile; a move between sects writes its
+    ``room.sect_changed`` to ``events``' outbox with the swap. Raises
+    ``StoreUnavailable`` when the store is down, or the record kept changing."""
     for _ in range(SWAP_ATTEMPTS):
         records = await operators.vip_records()
         raw = records.get(room)
@@ -115,26 +129,32 @@ async def change_sect(operators: Operators, room: str,
         if after == before:
             return SectChange(room, before, after, raw or b"")
         stored = encode(after)
-        (applied,) = await operators.vip_swap([VipSwap(room, raw or b"", stored, after.vip)])
+        swap = sect_swap(events, room, raw or b"", stored, before, after,
+                         after.reason or "operator")
+        (applied,) = await operators.vip_swap([swap])
         if applied:
+            events.written(["room.sect_changed"] if swap.event else [])
             return SectChange(room, before, after, stored)
     raise StoreUnavailable(f"room {room}'s sect kept changing meanwhile; try again")
 
 
 async def pin_room(operators: Operators, log: MessageLog, room: str, sect: Sect | None,
-                   now_ms: int) -> SectChange:
+                   now_ms: int, *, events: Events = NO_EVENTS) -> SectChange:
     """An operator's pin of ``room`` to ``sect`` (``None``: unpin), as the API
     and the CLI make it. A room pinned to vip is opened first: an operator
     action makes the room exist (an empty log that lives ``--empty-room-ttl``
     until its first message)."""
     if sect == "vip":
         await log.open_room(room)
-    return await change_sect(operators, room, lambda r: sects.pin(r, sect, now_ms))
+    return await change_sect(operators, room, lambda r: sects.pin(r, sect, now_ms),
+                             events=events)
 
 
-async def release_room(operators: Operators, room: str, now_ms: int) -> SectChange:
+async def release_room(operators: Operators, room: str, now_ms: int, *,
+                       events: Events = NO_EVENTS) -> SectChange:
     """An operator's ``vip remove``: unpinned, and to the normal sect now."""
-    return await change_sect(operators, room, lambda r: sects.released(r, now_ms))
+    return await change_sect(operators, room, lambda r: sects.released(r, now_ms),
+                             events=events)
 
 
 async def read_sects(operators: Operators) -> dict[str, VipRecord]:
@@ -276,14 +296,13 @@ class VipList:
             if forgotten(after, now_ms):
                 after = NONE
             if after != before:
-                swaps.append((VipSwap(room, self._raw.get(room, b""), encode(after),
-                                      after.vip), after))
+                swaps.append((sect_swap(self._events, room, self._raw.get(room, b""),
+                                        encode(after), before, after, "auto"), after))
         if not swaps:
             return []
         noted = self._noted
         applied = await self._operators.vip_swap([swap for swap, _ in swaps])
         moved: list[str] = []
-        moved_to: list[VipRecord] = []
         for (swap, after), ok in zip(swaps, applied, strict=True):
             if not ok:
                 continue  # another node decided first: its record is read next time
@@ -292,11 +311,11 @@ class VipList:
                 self._set(swap.room, swap.after, after)
             if before.vip != after.vip:
                 moved.append(swap.room)
-                moved_to.append(after)
                 self._moved(swap.room, after, "auto")
         self._publish()
-        for room, record in zip(moved, moved_to, strict=True):
-            await self._events.emit("room.sect_changed", room, **sect_event(record, "auto"))
+        self._events.written(["room.sect_changed"
+                              for (swap, _), ok in zip(swaps, applied, strict=True)
+                              if ok and swap.event])
         return moved
 
     # -- lifecycle ----------------------------------------------------------------

@@ -85,8 +85,11 @@ from .operators import VipSwap as VipSwap
 from .outbox import EVENT_ID_MAX as EVENT_ID_MAX
 from .outbox import FAILED_LIST_MAX as FAILED_LIST_MAX
 from .outbox import FAILED_MAX as FAILED_MAX
+from .outbox import MOVE_MAX as MOVE_MAX
+from .outbox import MOVED_KEPT_MS as MOVED_KEPT_MS
 from .outbox import OUTBOX_MAX as OUTBOX_MAX
 from .outbox import Failed as Failed
+from .outbox import Moving as Moving
 from .outbox import Outbox as Outbox
 from .outbox import Outgoing as Outgoing
 from .outbox import check_event_id as check_event_id

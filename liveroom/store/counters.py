@@ -155,13 +155,18 @@ class Counters(Protocol):
         ``[low, high]``, oldest first; buckets without taps are absent."""
 
     async def add_gift(self, room: str, giver: str, value: int, gift: str,
-                       now_ms: int) -> GiftRank:
+                       now_ms: int, *, event: bytes | None = None) -> GiftRank:
         """Add ``value`` (1..:data:`GIFT_VALUE_MAX`) to ``giver``'s score in
         the room's current broadcast, to the room's gift total and one to its
         gift count, atomically; return the giver's rank, score and the total.
 
         ``gift`` (its name) and ``now_ms`` are not stored: the store keeps
         sums, not a ledger (the caller logs or sends gifts it must keep).
+        ``event``: the webhook event of the gift (``Events.ahead``'s JSON;
+        ``None``: none), kept in the room's list of events (``Outbox``) in
+        the same atomic step, with ``"rank"``, ``"score"`` and ``"total"``
+        (as answered) added.
+
         Raises ``ValueError`` for a value out of range."""
 
     async def ranking(self, room: str, limit: int) -> Ranking:

@@ -226,7 +226,8 @@ class MessageLog(Protocol):
         """Read several rooms in one batch (one round trip on Redis)."""
 
     async def recall(self, room: str, seq: int, *, at_ms: int, personal: bool = False,
-                     sender: str | None = None, since_ms: int = 0) -> Recalled:
+                     sender: str | None = None, since_ms: int = 0,
+                     event: bytes | None = None) -> Recalled:
         """Recall message ``seq`` (``personal``: the personal message at
         position ``seq``): its tombstone takes its place and the recall's
         notice is appended, in one atomic step and one round trip. A reader
@@ -254,7 +255,13 @@ class MessageLog(Protocol):
         log); with ``sender``, :class:`~liveroom.errors.Forbidden` unless the
         message is that uid's, normal (an important message carrying its uid
         is the backend's), sent at or after ``since_ms``. Either changes
-        nothing."""
+        nothing.
+
+        ``event``: the webhook event of the action (``Events.ahead``'s JSON;
+        ``None``: none), kept in the room's list of events in the same
+        atomic step (``Outbox``) when the message is recalled now
+        (not before), with ``"uid"`` (the message's sender) and ``"to"``
+        (a personal message's addressee, else ``null``) added."""
 
     async def renew_epoch(self, room: str, stale: str) -> str:
         """Give the room a new epoch if it is still ``stale``; return the current one."""

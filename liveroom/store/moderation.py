@@ -227,7 +227,8 @@ class ModerationStore(Protocol):
       again, on every engine).
     """
 
-    async def act(self, room: str, entry: AuditEntry, now_ms: int) -> int:
+    async def act(self, room: str, entry: AuditEntry, now_ms: int, *,
+                  event: bytes | None = None) -> int:
         """Apply one action to ``room`` and record ``entry`` in its audit, at
         ``now_ms`` (the caller's clock); return the new moderation version.
 
@@ -244,6 +245,12 @@ class ModerationStore(Protocol):
         - ``approve`` and ``deny`` change nothing but the audit either
           (``target`` names a held message, ``"<uid>:<id>"``: the caller
           decides it in the room's review queue).
+
+        ``event``: the webhook event of the action (``Events.ahead``'s JSON;
+        ``None``: none), kept in the room's list of events (``Outbox``) in
+        the same atomic step when the act took effect: a mute or ban not
+        a retry of the newest audit entry, an unmute or unban that lifted
+        a sanction in force.
 
         Raises ``ValueError``, storing nothing, for: a room or uid that is not
         a name (``[A-Za-z0-9_.-]{1,64}``, a room not only dots), an action not

@@ -68,6 +68,11 @@ class VipSwap:
     before: bytes
     after: bytes
     vip: bool
+    event_id: str = ""
+    event: bytes = b""
+    """The ``room.sect_changed`` webhook event (its JSON; ``b""``: none),
+    written to the outbox (``Outbox``) in the same atomic step as the swap,
+    if it applies: the records and the outbox share the global slot."""
 
 
 class Operators(Protocol):
@@ -85,15 +90,21 @@ class Operators(Protocol):
         none), each atomically: the record becomes ``after`` (``b""``: none)
         and the room is in the whitelist iff ``vip``. True for each applied."""
 
-    async def start_broadcast(self, room: str) -> Started:
+    async def start_broadcast(self, room: str, *, event: bytes | None = None) -> Started:
         """Open ``room`` before its first message: a room with no log gets one
         (a new epoch at seq 0, its listeners notified); a room with a log keeps
         it. Either way the room is *live*: it lives ``room_ttl_ms`` and reads
         keep it alive like a room with messages, so a node counts its listeners
         online (and as viewers) from the first poll. Idempotent; atomic.
+
+        ``event``: the webhook event (``Events.ahead``'s JSON; ``None``:
+        none), kept in the room's list of events (``Outbox``) in the same
+        atomic step, each call (``created`` says whether it opened the
+        room), with ``"broadcast"``, ``"epoch"`` and ``"created"`` added.
         """
 
-    async def end_broadcast(self, room: str, now_ms: int, ttl_ms: int) -> Ended:
+    async def end_broadcast(self, room: str, now_ms: int, ttl_ms: int, *,
+                            event: bytes | None = None) -> Ended:
         """End the room's broadcast: a new epoch with an empty log (the ended
         broadcast's messages are dropped; seqs go on) and a new viewers
         history. Atomic, and always effective: ending twice ends two broadcasts.
@@ -114,6 +125,10 @@ class Operators(Protocol):
         ``add_viewers`` work on the new, empty history from now on and report
         the new number, so a statsvr node forgets whom it had counted. Every
         recvsvr is notified with the room's head, as after an append.
+
+        ``event``: the webhook event (``Events.ahead``'s JSON; ``None``:
+        none), kept in the room's list of events (``Outbox``) in the same
+        atomic step, with ``"broadcast"`` (the ended one's number) added.
         """
 
     async def broadcasts(self, room: str) -> list[PastBroadcast]:

@@ -25,6 +25,12 @@ FAILED_LIST_MAX = 1_000
 """:meth:`Outbox.failed`'s largest ``limit``."""
 EVENT_ID_MAX = 64
 """Characters of an event's id."""
+MOVE_MAX = 1_000
+"""Events of one room :meth:`Outbox.pending` answers at most (a room with
+more gives the rest at its next move)."""
+MOVED_KEPT_MS = 3_600_000
+"""How long the outbox remembers the id of an event it took in from a room
+(:meth:`Outbox.move`), so that a move repeated within it adds nothing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +43,18 @@ class Outgoing:
     event_id: str
     data: bytes
     """The event's JSON document, as it is POSTed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Moving:
+    """An event on its way from its room to the outbox (:meth:`Outbox.move`)."""
+
+    kept: bytes
+    """The event as its room keeps it (what the move takes out of the room)."""
+    event_id: str
+    data: bytes
+    """The event's JSON document as it goes in the outbox (``kept``, or
+    ``kept`` completed: a ``broadcast.ended``'s figures)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,11 +89,20 @@ def check_failed_limit(limit: int) -> None:
 class Outbox(Protocol):
     """Events waiting for delivery, and the events given up.
 
-    - **Written with the action.** :meth:`add` is one round trip, made right
-      after the action's own write acknowledged (on a Redis Cluster the
-      outbox is in the global slot, not the room's, so the room's script
-      cannot write it too): a node that dies between the two loses that
-      event. Nothing else loses one short of :data:`OUTBOX_MAX`.
+    - **Written with the action.** An action that has an event writes it in
+      the same step as itself (the same script on Redis) to its room's list
+      of events not yet moved: on a Redis Cluster the outbox is in the
+      global slot, the room's keys in the room's, and no script touches
+      both. Before the action, the acting node marks the room
+      (:meth:`mark`); after it, it moves the room's events into the outbox
+      (:meth:`pending`, then :meth:`move`, which also lifts its mark). A
+      node that dies between the two, or a store that fails the move,
+      leaves the events in their room, its mark up: the delivering node's
+      sweep (:meth:`marked`) moves them. A move is safe to repeat (the
+      outbox adds an event id it took in during the last
+      :data:`MOVED_KEPT_MS` once). :meth:`add` is the same without a room
+      (a replay, an event whose action writes nothing of its own). Nothing
+      loses an event short of :data:`OUTBOX_MAX`.
     - **One consumer at a time.** A node delivers only while it holds the
       lease (:meth:`lease`: taken when free, renewed by its holder, gone
       when not renewed in time). A node that takes it takes over every
@@ -92,6 +119,27 @@ class Outbox(Protocol):
 
     async def add(self, event_id: str, data: bytes) -> None:
         """Queue the event ``data`` (its JSON) under ``event_id``."""
+
+    async def mark(self, room: str, at_ms: int) -> int:
+        """Note, before an action of ``room`` that has an event, that the
+        room may hold events not yet moved (from ``at_ms``); the mark's
+        number, which :meth:`move` takes to lift it."""
+
+    async def pending(self, room: str) -> list[bytes]:
+        """The events ``room``'s actions wrote and no move took yet, oldest
+        first, :data:`MOVE_MAX` at most."""
+
+    async def move(self, room: str, events: Sequence[Moving], mark: int | None) -> None:
+        """Put ``events`` (read by :meth:`pending`) in the outbox, each once
+        (an id taken in during the last :data:`MOVED_KEPT_MS` is not added
+        again), then take them out of ``room``, then lift the room's mark
+        if it is still ``mark`` (an action that marked it since has events
+        of its own to move). Safe to repeat, or to run beside another move
+        of the same room."""
+
+    async def marked(self, before_ms: int, count: int) -> list[tuple[str, int]]:
+        """At most ``count`` rooms marked at or before ``before_ms`` and not
+        lifted, oldest first: ``(room, mark)``, for the sweep."""
 
     async def lease(self, holder: str, ttl_ms: int) -> bool:
         """Take the lease for ``holder`` when it is free, or renew it when

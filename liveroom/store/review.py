@@ -168,13 +168,25 @@ class ReviewStore(Protocol):
       that breaks a rule raises ``ValueError`` and stores nothing.
     """
 
-    async def hold(self, room: str, message: NewMessage, why: str) -> Holding:
+    async def hold(self, room: str, message: NewMessage, why: str, *,
+                   event: bytes | None = None,
+                   dropped: tuple[str, bytes] | None = None) -> Holding:
         """Put ``message`` at the end of ``room``'s queue, held for ``why``
         (at most :data:`WHY_MAX` characters); its new id. A message whose
         ``client_msg_id`` the room holds (or decided) already answers that
         one's id with ``again`` and holds nothing. Raises ``ValueError`` for
         a room that is not a name, a uid or addressee that is not a name, a
-        ``ts`` not in 0..2**53-1, or a ``why`` too long."""
+        ``ts`` not in 0..2**53-1, or a ``why`` too long.
+
+        In the same atomic step, the webhook events (``None``: none) are
+        kept in the room's list of events (``Outbox``): ``event`` (the
+        ``message.held``'s JSON) with its ``"held_id"`` added, unless
+        ``again``; and for each message pushed out of a full queue, a
+        ``message.dropped`` made of ``dropped`` (an id stem of ``ev_`` and
+        16 hex digits, the i-th drop's id the stem and ``i`` in 8 hex
+        digits; and the JSON of the event's ``type``, ``at_ms`` and
+        ``room``) with ``"id"`` first and its ``"held_id"``, ``"uid"``,
+        ``"kind"``, ``"to"`` and ``"why"`` added."""
 
     async def held(self, room: str, limit: int) -> tuple[list[Held], int]:
         """The room's waiting messages, oldest first, at most ``limit``
@@ -184,16 +196,26 @@ class ReviewStore(Protocol):
         """Message ``held_id`` of ``room`` while it waits; ``None`` once it
         is decided, and for an id the room does not know. Read-only."""
 
-    async def decide(self, room: str, held_id: str, verdict: str) -> Verdict | None:
+    async def decide(self, room: str, held_id: str, verdict: str, *,
+                     event: bytes | None = None) -> Verdict | None:
         """Decide message ``held_id`` of ``room`` (``"approve"`` or
         ``"deny"``): it leaves the queue. A message decided before keeps its
         decision (``first`` false, the earlier ``verdict``). ``None`` for an
         id the room does not know (never given, dropped, expired, or a
         decision forgotten). A denied message's body is gone from the store
         at once; an approved one's stays until :meth:`settle` (its caller
-        stores the message, and may have to again after a failure)."""
+        stores the message, and may have to again after a failure).
 
-    async def settle(self, room: str, held_id: str, epoch: str, seq: int) -> None:
+        ``event``: the decision's webhook event (its JSON; ``None``: none),
+        kept in the room's list of events (``Outbox``) in the same atomic
+        step when the decision is the first, with ``"uid"`` and ``"kind"``
+        added."""
+
+    async def settle(self, room: str, held_id: str, epoch: str, seq: int, *,
+                     event: bytes | None = None) -> None:
         """An approved message was stored at ``epoch``, ``seq`` (a personal
         one's: its position): the decision keeps where, and the body goes.
-        Nothing happens for an id that is not approved (or not known)."""
+        Nothing happens for an id that is not approved (or not known).
+        ``event``: the ``message.approved`` webhook event (its JSON;
+        ``None``: none), kept in the room's list of events (``Outbox``) in
+        the same atomic step when this is the approval's first settle."""

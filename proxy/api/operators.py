@@ -39,6 +39,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import web
 
@@ -57,7 +58,6 @@ from liveroom.whitelist import (
     pin_room,
     read_sects,
     release_room,
-    sect_event,
 )
 
 from ..auth import Right, Tokens
@@ -94,6 +94,7 @@ class OperatorRoutes:
 
     def __post_init__(self) -> None:
         self.tiers = TierTable(self.settings.tiers)
+        self.events.completes("broadcast.ended", self._complete_ended)
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_get("/v1/admin/vip", self.sect_list)
@@ -133,11 +134,11 @@ class OperatorRoutes:
 
     async def vip_add(self, request: web.Request) -> web.StreamResponse:
         return await self._change(request, lambda room, now: pin_room(
-            self.operators, self.log, room, "vip", now))
+            self.operators, self.log, room, "vip", now, events=self.events))
 
     async def vip_remove(self, request: web.Request) -> web.StreamResponse:
         return await self._change(request, lambda room, now: release_room(
-            self.operators, room, now))
+            self.operators, room, now, events=self.events))
 
     async def vip_pin(self, request: web.Request) -> web.StreamResponse:
         sect: Sect
@@ -149,11 +150,11 @@ class OperatorRoutes:
             case _:
                 raise BadRequest("sect must be vip or normal")
         return await self._change(request, lambda room, now: pin_room(
-            self.operators, self.log, room, sect, now))
+            self.operators, self.log, room, sect, now, events=self.events))
 
     async def vip_unpin(self, request: web.Request) -> web.StreamResponse:
         return await self._change(request, lambda room, now: pin_room(
-            self.operators, self.log, room, None, now))
+            self.operators, self.log, room, None, now, events=self.events))
 
     async def _change(self, request: web.Request,
                       call: Callable[[str, int], Awaitable[SectChange]]) -> web.StreamResponse:
@@ -163,9 +164,6 @@ class OperatorRoutes:
         # Noted even when unchanged in the store: this node may not have read
         # another node's change yet.
         self.vip_list.note(change)
-        if change.moved:
-            await self.events.emit("room.sect_changed", room, **sect_event(
-                change.after, change.after.reason or "operator"))
         return document(request, {**sects.document(room, change.after),
                                    "changed": change.moved})
 
@@ -174,13 +172,16 @@ class OperatorRoutes:
     async def start_broadcast(self, request: web.Request) -> web.StreamResponse:
         self._admin(request)
         room = check_name("room", request.match_info["room"])
-        started = await self.operators.start_broadcast(room)
+        ahead = await self.events.ahead("broadcast.started", room)
+        try:
+            started = await self.operators.start_broadcast(
+                room, event=None if ahead is None else ahead.event)
+        finally:
+            await self.events.settle(ahead)
         if started.created:
             logger.info("room %s: opened, broadcast %d (epoch %s)", room,
                         started.broadcast, started.epoch)
             await self._pulled(room)
-        await self.events.emit("broadcast.started", room, broadcast=started.broadcast,
-                               epoch=started.epoch, created=started.created)
         return document(request, {"room": room, "epoch": started.epoch,
                                    "broadcast": started.broadcast,
                                    "created": started.created},
@@ -189,34 +190,36 @@ class OperatorRoutes:
     async def end_broadcast(self, request: web.Request) -> web.StreamResponse:
         self._admin(request)
         room = check_name("room", request.match_info["room"])
-        ended = await self.operators.end_broadcast(
-            room, int(self.clock.time() * 1000), int(self.settings.history_ttl * 1000))
+        ahead = await self.events.ahead("broadcast.ended", room)
+        try:
+            ended = await self.operators.end_broadcast(
+                room, int(self.clock.time() * 1000), int(self.settings.history_ttl * 1000),
+                event=None if ahead is None else ahead.event)
+        finally:
+            await self.events.settle(ahead)
         logger.info("room %s: broadcast %d started (epoch %s)", room, ended.broadcast,
                  ended.epoch)
         await self._pulled(room)
-        if self.events.enabled:
-            await self.events.emit("broadcast.ended", room,
-                                   **await self._ended(room, ended.broadcast - 1))
         return document(request, {"room": room, "epoch": ended.epoch,
                                    "broadcast": ended.broadcast})
 
-    async def _ended(self, room: str, number: int) -> dict[str, object]:
-        """A ``broadcast.ended`` event's fields: broadcast ``number``'s
-        figures as its archive keeps them (zeros when it cannot be read: the
-        end stands, and its event goes out all the same)."""
-        fields: dict[str, object] = {"broadcast": number, "viewers": 0, "likes": 0,
-                                     "gifts": 0, "ranking": []}
-        try:
-            past = next((b for b in await self.stats.broadcasts(room)
-                         if b.broadcast == number), None)
-        except StoreUnavailable:
-            past = None
+    async def _complete_ended(self, room: str, event: dict[str, Any]) -> dict[str, Any]:
+        """A ``broadcast.ended`` event, kept by the end with its number
+        alone, with its figures as the ended broadcast's archive keeps them
+        (zeros when the archive is gone: the end stands, and its event goes
+        out all the same). Raises ``StoreUnavailable`` when the archive
+        cannot be read: the event stays in its room for the next move."""
+        number = int(event["broadcast"])
+        fields: dict[str, Any] = {"broadcast": number, "viewers": 0, "likes": 0,
+                                  "gifts": 0, "ranking": []}
+        past = next((b for b in await self.stats.broadcasts(room)
+                     if b.broadcast == number), None)
         if past is not None:
             fields.update(ended_ms=past.ended_ms, viewers=past.viewers,
                           viewers_exact=past.viewers_exact, likes=past.likes,
                           gifts=past.gifts,
                           ranking=[{"uid": uid, "score": score} for uid, score in past.ranking])
-        return fields
+        return {**event, **fields}
 
     async def _pulled(self, room: str) -> None:
         """This node's listeners see the change at once rather than at the

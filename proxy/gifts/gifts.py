@@ -92,16 +92,21 @@ class Gifts:
         self.require_publisher(room, authorization)
         giver, value, gift = parse_gift(doc)
         now_ms = int(self._clock.time() * 1000)
-        rank = await self._counters.add_gift(room, giver, value, gift, now_ms)
+        # Kept by the store with the gift, its rank, score and total added.
+        ahead = await self._events.ahead("gift.given", room, uid=giver, gift=gift,
+                                         value=value) \
+            if self.event_min and value >= self.event_min else None
+        try:
+            rank = await self._counters.add_gift(room, giver, value, gift, now_ms,
+                                                 event=None if ahead is None else ahead.event)
+        finally:
+            await self._events.settle(ahead)
         if self._metrics is not None:
             self._metrics.gifts.inc()
             self._metrics.gift_value.inc(value)
         if self.gift_important and value >= self.gift_important:
             await self._log.append(room, NewMessage(
                 uid=giver, body={"gift": gift, "value": value}, important=True, ts=now_ms))
-        if self.event_min and value >= self.event_min:
-            await self._events.emit("gift.given", room, uid=giver, gift=gift, value=value,
-                                    rank=rank.rank, score=rank.score, total=rank.total)
         return rank, giver
 
     async def ranking(self, room: str, limit: int) -> Ranking:

@@ -122,12 +122,17 @@ class Recalls:
         if sender is not None:
             self._may_recall(room, sender)
         now_ms = int(self._clock.time() * 1000)
-        recalled = await self._log.recall(room, seq, at_ms=now_ms, personal=personal,
-                                          sender=sender,
-                                          since_ms=now_ms - int(self.recall_window * 1000))
         lane = "personal" if personal else "room"
-        await self._events.emit("message.recalled", room, lane=lane, seq=seq,
-                                uid=recalled.uid, to=recalled.to if personal else None, by=by)
+        # The script adds the event's uid and to, and keeps it only when it
+        # recalls the message now (not when recalled before).
+        ahead = await self._events.ahead("message.recalled", room, lane=lane, seq=seq, by=by)
+        try:
+            recalled = await self._log.recall(
+                room, seq, at_ms=now_ms, personal=personal, sender=sender,
+                since_ms=now_ms - int(self.recall_window * 1000),
+                event=None if ahead is None else ahead.event)
+        finally:
+            await self._events.settle(ahead)
         if sender is None:
             # The moderators' and the backend's recalls are moderation, in the
             # audit; a sender taking back its own message is not, and a

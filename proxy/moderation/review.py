@@ -114,36 +114,46 @@ class Reviews:
         appended = await self._log.append(
             room, held.message(now_ms, f"!review:{held.id}:{held.at_ms}"), None,
             may_create=True)
-        await self.store.settle(room, held.id, appended.epoch, appended.seq)
+        doc = approval_document(room, Verdict(held, "approve", verdict.first,
+                                              appended.epoch, appended.seq))
+        # Kept with the settle that first records where the message went: an
+        # approval retried after a failure keeps it then, once.
+        ahead = await self._events.ahead("message.approved", room, **{
+            key: value for key, value in doc.items() if key not in ("room", "approved", "id")},
+            held_id=held.id, kind=held.kind, by="admin")
+        try:
+            await self.store.settle(room, held.id, appended.epoch, appended.seq,
+                                    event=None if ahead is None else ahead.event)
+        finally:
+            await self._events.settle(ahead)
         if verdict.first:
             logger.info("review: held message %s of uid %s in room %s approved by admin: "
                         "%s %d", held.id, held.uid, room, held.kind, appended.seq)
-        doc = approval_document(room, Verdict(held, "approve", verdict.first,
-                                              appended.epoch, appended.seq))
-        # Written once the message is stored: an approval retried after a
-        # failure writes it then (and one racing another may write it twice).
-        await self._events.emit("message.approved", room, **{
-            key: value for key, value in doc.items() if key not in ("room", "approved", "id")},
-            held_id=held.id, kind=held.kind, by="admin")
         return doc
 
     async def deny(self, room: str, raw_id: str) -> dict[str, object]:
         """Deny held message ``raw_id`` of ``room``: its body is gone."""
         held_id = held_id_of(raw_id)
-        verdict = await self._decided(room, held_id, "deny")
+        # Kept with the decision, when it is the first, its uid and kind added.
+        ahead = await self._events.ahead("message.denied", room, held_id=held_id, by="admin")
+        try:
+            verdict = await self._decided(room, held_id, "deny",
+                                          None if ahead is None else ahead.event)
+        finally:
+            await self._events.settle(ahead)
         held = verdict.held
         if verdict.first:
             await self._record(room, held, "deny", self._now_ms())
             logger.info("review: held message %s of uid %s in room %s denied by admin",
                         held.id, held.uid, room)
-            await self._events.emit("message.denied", room, held_id=held.id, uid=held.uid,
-                                    kind=held.kind, by="admin")
         return {"room": room, "id": held.id, "uid": held.uid, "denied": True}
 
-    async def _decided(self, room: str, held_id: str, verdict: str) -> Verdict:
-        """The message's decision: ``verdict`` if it was still waiting;
-        404 for an id the room does not know, 409 when it went the other way."""
-        decided = await self.store.decide(room, held_id, verdict)
+    async def _decided(self, room: str, held_id: str, verdict: str,
+                       event: bytes | None = None) -> Verdict:
+        """The message's decision: ``verdict`` if it was still waiting (its
+        webhook ``event`` kept with it); 404 for an id the room does not
+        know, 409 when it went the other way."""
+        decided = await self.store.decide(room, held_id, verdict, event=event)
         if decided is None:
             raise NotFound(f"room {room} holds no message {held_id} for review (never held, "
                            f"dropped from a full queue, or expired)")

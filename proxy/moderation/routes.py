@@ -162,18 +162,22 @@ class ModerationRoutes:
                    reason: str) -> RoomModeration | None:
         entry = AuditEntry(at_ms=self._now_ms(), by="admin", action=action, target=target,
                            seconds=seconds, reason=reason)
+        kind = SANCTION_EVENTS.get(action)
+        # Kept by the store with the act, when it took effect (not a lift of
+        # no sanction, nor a retried act).
+        ahead = None if kind is None else await self.events.ahead(
+            kind, room, uid=target, seconds=seconds, reason=reason, by="admin")
         try:
-            state = await self.moderation.act(room, entry)
+            state = await self.moderation.act(room, entry,
+                                              event=None if ahead is None else ahead.event)
         except SanctionsFull as exc:
             raise Conflict(f"{exc}; lift some first") from None
         except ValueError as exc:  # what the store refuses that the body check let by
             raise BadBody(str(exc)) from None
+        finally:
+            await self.events.settle(ahead)
         logger.info("moderation: %s %s in room %s by admin%s%s", action, target or "-", room,
                     f" for {seconds} s" if seconds else "", f": {reason}" if reason else "")
-        kind = SANCTION_EVENTS.get(action)
-        if kind is not None:
-            await self.events.emit(kind, room, uid=target, seconds=seconds, reason=reason,
-                                   by="admin")
         return state
 
     async def sanction(self, request: web.Request) -> web.StreamResponse:

@@ -183,11 +183,13 @@ class Moderation:
         if self._metrics is not None:
             self._metrics.moderation_actions.labels(action).inc()
 
-    async def act(self, room: str, entry: AuditEntry) -> RoomModeration | None:
-        """Apply ``entry`` through the store and here at once; the room's
-        moderation after it (None: none left)."""
+    async def act(self, room: str, entry: AuditEntry, *,
+                  event: bytes | None = None) -> RoomModeration | None:
+        """Apply ``entry`` through the store (with its webhook ``event``:
+        ``ModerationStore.act``) and here at once; the room's moderation
+        after it (None: none left)."""
         now_ms = self._now_ms()
-        await self._store.act(room, entry, now_ms)
+        await self._store.act(room, entry, now_ms, event=event)
         self._acted[room] = self._ticks
         self._ticks += 1
         self.count(entry.action)

@@ -9,6 +9,10 @@ event's signature and keeps every event it took, by id.
   N, each id once after dedupe), on one Redis and on a Redis Cluster;
 - a node killed while it delivers (a real ``liveroom serve`` process):
   another takes the outbox over, 0 lost;
+- a move that fails right after the actions' scripts ran (a recall, a ban,
+  a gift, a broadcast's end): the actions stand, their events wait in
+  their rooms and the sweep delivers each once, on one Redis and on a
+  Redis Cluster; the same recall twice is one event;
 - an event given up after ``--webhook-retry-for`` waits in the failed list
   (HTTP and ``liveroom webhooks failed``), and a replay (HTTP and
   ``liveroom webhooks replay``) delivers it under its id.
@@ -43,8 +47,9 @@ from support import (
     serve,
 )
 
-from liveroom.errors import ConfigError
-from liveroom.events import TYPES
+from liveroom.clock import FakeClock
+from liveroom.errors import ConfigError, StoreUnavailable
+from liveroom.events import SWEEP_EVERY, SWEEP_GRACE_MS, TYPES
 from liveroom.model import NewMessage
 from liveroom.settings import Settings, settings_from
 from liveroom.signature import HEADER, sign, verify
@@ -298,6 +303,59 @@ async def test_the_receiver_down_then_up_loses_nothing(
         assert await outbox.waiting() == 0
     uids = sorted(int(e["uid"][1:]) for e in ledger.of("uid.muted"))
     assert uids == list(range(count))  # 0 lost of 40, each id once
+
+
+async def test_events_whose_move_failed_after_their_actions_are_swept_once(
+        session: aiohttp.ClientSession, shared_url: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The actions' scripts run, then every move to the outbox fails (as a
+    Redis connection lost right after the script would): the actions
+    answer as done, their events wait in the room, and the delivering
+    node's sweep (its own, on its clock) delivers each once. A recall
+    repeated is one event."""
+    ledger, clock = Ledger(), FakeClock(time.time())
+    async with receiving(ledger, free_port()) as hook, \
+            running_node(shared_url, clock=clock, **hooked(hook, gift_important=0)) as node:
+        url, admin = node.url, f"{node.url}/v1/admin/rooms/{ROOM}"
+        outbox = node.node.store.outbox
+        await call(session, "POST", f"{admin}/start")
+        sent = await call(session, "POST", f"{url}/v1/rooms/{ROOM}/messages",
+                          json={"uid": "bob", "body": "hello"})
+        await ledger.wait(lambda: len(ledger.events) == 1)  # broadcast.started
+
+        async def lost(*args: Any, **kwargs: Any) -> None:
+            raise StoreUnavailable("redis unavailable while moving a room's events: "
+                                   "the connection was lost")
+
+        monkeypatch.setattr(outbox, "move", lost)
+        await call(session, "DELETE", f"{url}/v1/rooms/{ROOM}/messages/{sent['seq']}")
+        await call(session, "DELETE", f"{url}/v1/rooms/{ROOM}/messages/{sent['seq']}")
+        await call(session, "PUT", f"{admin}/banned/mal", json={"reason": "spam"})
+        await call(session, "POST", f"{url}/v1/rooms/{ROOM}/gifts",
+                   json={"uid": "fan", "value": 50, "gift": "rocket"},
+                   headers=PUBLISHER_HEADERS)
+        await call(session, "POST", f"{admin}/end")
+        assert [orjson.loads(e)["type"] for e in await outbox.pending(ROOM)] == \
+            ["message.recalled", "uid.banned", "gift.given", "broadcast.ended"]
+        monkeypatch.undo()  # the store answers again
+        assert await node.node.events.sweep() == 0  # too recent: the acting node's
+        # The delivering node's next sweep (it swept when it took the lease).
+        await clock.advance(max(SWEEP_EVERY, SWEEP_GRACE_MS / 1000) + 1)
+        await ledger.wait(lambda: len(ledger.events) == 5)
+        assert await outbox.pending(ROOM) == []
+        await asyncio.sleep(0.3)  # nothing more comes
+    assert sorted(e["type"] for e in ledger.events.values()) == sorted(
+        ["broadcast.started", "message.recalled", "uid.banned", "gift.given",
+         "broadcast.ended"])
+    assert (ledger.repeats, ledger.refused) == (0, 0)
+    (recalled,) = ledger.of("message.recalled")
+    assert (recalled["uid"], recalled["seq"], recalled["by"]) == ("bob", sent["seq"], "admin")
+    assert ledger.of("uid.banned")[0]["reason"] == "spam"
+    (gift,) = ledger.of("gift.given")
+    assert (gift["rank"], gift["score"], gift["total"]) == (1, 50, 50)
+    (ended,) = ledger.of("broadcast.ended")
+    assert (ended["broadcast"], ended["gifts"], ended["ranking"]) == \
+        (1, 50, [{"uid": "fan", "score": 50}])
 
 
 async def test_given_up_after_retry_for_then_replayed(session: aiohttp.ClientSession,

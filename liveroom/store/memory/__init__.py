@@ -58,6 +58,10 @@ class MemoryStore:
         self.outbox = MemoryOutbox()
         self.operators = MemoryOperators(self.log, self.stats, self.notifier, self.counters,
                                          self.moderation)
+        # The room actions keep their webhook events in the outbox's room
+        # lists, in their own step.
+        self.log.outbox = self.counters.outbox = self.outbox
+        self.moderation.outbox = self.operators.outbox = self.review.outbox = self.outbox
         self._sweeper = Periodic("memory-store-sweep", 60.0, self._sweep, clock, logger)
 
     async def start(self) -> None:

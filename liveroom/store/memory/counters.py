@@ -23,6 +23,7 @@ from ..base import (
     series_horizon_ms,
 )
 from .expiring import Expiring
+from .outbox import MemoryOutbox
 
 
 class MemoryCounters:
@@ -36,6 +37,8 @@ class MemoryCounters:
 
     def __init__(self, policy: LogPolicy, clock: Clock) -> None:
         self._ttl_ms = policy.history_ttl_ms
+        self.outbox: MemoryOutbox | None = None
+        """Where the room actions' webhook events are kept (the store's)."""
         self._series_ms = series_horizon_ms(SERIES_RESOLUTIONS, 0)
         self._dedup_ms = policy.dedup_ttl_ms
         self._writes: Expiring[tuple[str, str], bool] = Expiring(clock)
@@ -102,12 +105,15 @@ class MemoryCounters:
     # -- gifts -------------------------------------------------------------------
 
     async def add_gift(self, room: str, giver: str, value: int, gift: str,
-                       now_ms: int) -> GiftRank:
+                       now_ms: int, *, event: bytes | None = None) -> GiftRank:
         check_gift(value)
         gifts = self._gifts.get(room) or _Gifts()
         score = gifts.add(giver, value)
         self._gifts.put(room, gifts, self._ttl_ms)
-        return GiftRank(gifts.rank(giver, score), score, gifts.total)
+        rank = GiftRank(gifts.rank(giver, score), score, gifts.total)
+        if self.outbox is not None:
+            self.outbox.keep(room, event, rank=rank.rank, score=rank.score, total=rank.total)
+        return rank
 
     async def ranking(self, room: str, limit: int) -> Ranking:
         check_limit(limit)

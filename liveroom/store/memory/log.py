@@ -41,6 +41,7 @@ from ..base import (
     new_epoch,
 )
 from .notifier import MemoryNotifier
+from .outbox import MemoryOutbox
 
 _seq: Final = attrgetter("seq")
 
@@ -162,6 +163,8 @@ class MemoryLog:
         self._clock = clock
         self._notifier = notifier
         self._rooms: dict[str, _RoomLog] = {}
+        self.outbox: MemoryOutbox | None = None
+        """Where the room actions' webhook events are kept (the store's)."""
         self._node_cap = NodeCap(policy.personal_node_cap)
         # Apart from the rooms, like Redis's own keys: they expire on their own
         # horizon, not the room's TTL.
@@ -399,12 +402,14 @@ class MemoryLog:
                       personal=tuple(personal), rewritten=rewritten, root=state.root)
 
     async def recall(self, room: str, seq: int, *, at_ms: int, personal: bool = False,
-                     sender: str | None = None, since_ms: int = 0) -> Recalled:
+                     sender: str | None = None, since_ms: int = 0,
+                     event: bytes | None = None) -> Recalled:
         return self.recall_at_once(room, seq, at_ms=at_ms, personal=personal, sender=sender,
-                                   since_ms=since_ms)
+                                   since_ms=since_ms, event=event)
 
     def recall_at_once(self, room: str, seq: int, *, at_ms: int, personal: bool = False,
-                       sender: str | None = None, since_ms: int = 0) -> Recalled:
+                       sender: str | None = None, since_ms: int = 0,
+                       event: bytes | None = None) -> Recalled:
         """:meth:`recall` without an await (``lua/log_recall.lua``'s order):
         the message is found and checked, then its tombstone takes its place
         and its notice is appended by :meth:`append_at_once`, with nothing
@@ -428,6 +433,8 @@ class MemoryLog:
         appended = self.append_at_once(room, notice, may_create=False)
         done = replace(done, notice=appended.seq)
         (state.precalled if personal else state.recalled)[seq] = done
+        if self.outbox is not None:
+            self.outbox.keep(room, event, uid=done.uid, to=done.to if personal else None)
         return done
 
     @staticmethod

@@ -30,6 +30,7 @@ from ..base import (
     sanction_until,
 )
 from .expiring import Expiring
+from .outbox import MemoryOutbox
 
 _KEPT_UNTIL_LIFTED_MS = 2**62
 """The time to live of a room that holds a ban until lifted: for ever."""
@@ -123,6 +124,8 @@ class MemoryModeration:
     def __init__(self, policy: LogPolicy, clock: Clock) -> None:
         self._ttl_ms = policy.history_ttl_ms
         self._rooms: Expiring[str, _Room] = Expiring(clock)
+        self.outbox: MemoryOutbox | None = None
+        """Where the room actions' webhook events are kept (the store's)."""
         """room -> its moderation (``mod``, ``modt``, ``aud``)."""
         self._version = 0
         """The system's moderation version (``modv``)."""
@@ -138,20 +141,25 @@ class MemoryModeration:
         """Drop the rooms whose moderation expired on the store's clock."""
         self._rooms.sweep()
 
-    async def act(self, room: str, entry: AuditEntry, now_ms: int) -> int:
+    async def act(self, room: str, entry: AuditEntry, now_ms: int, *,
+                  event: bytes | None = None) -> int:
         check_act(room, entry, now_ms)
         state = self._rooms.get(room) or _Room()
         state.prune(now_ms)
         action = entry.action
-        if action in ("mute", "ban"):
+        effect = action in ("mute", "ban")
+        if effect:
             state.give(_KIND[action], Sanction(entry.target, sanction_until(entry, now_ms),
                                            entry.reason, entry.by, entry.at_ms))
         elif action in ("unmute", "unban"):
+            effect = (_KIND[action], entry.target) in state.sanctions
             state.lift(_KIND[action], entry.target)
         elif action == "slow":
             state.slow = entry.seconds
         if not state.audit or state.audit[0] != entry:  # not a retried act
             state.audit.appendleft(entry)
+            if effect and self.outbox is not None:
+                self.outbox.keep(room, event)
         self._version += 1
         state.version = self._version
         lives_ms = moderation_lives_ms(self._ttl_ms, state.last_until(), now_ms)

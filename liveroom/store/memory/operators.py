@@ -11,6 +11,7 @@ from .counters import MemoryCounters
 from .log import MemoryLog
 from .moderation import MemoryModeration
 from .notifier import MemoryNotifier
+from .outbox import MemoryOutbox
 from .stats import MemoryStats
 
 
@@ -29,6 +30,8 @@ class MemoryOperators:
         self._moderation = moderation
         self._notifier = notifier
         self._records: dict[str, bytes] = {}
+        self.outbox: MemoryOutbox | None = None
+        """Where the room actions' webhook events are kept (the store's)."""
 
     async def vip_records(self) -> dict[str, bytes]:
         return dict(self._records)
@@ -42,16 +45,23 @@ class MemoryOperators:
                     self._records[swap.room] = swap.after
                 else:
                     self._records.pop(swap.room, None)
+                if swap.event and self.outbox is not None:
+                    self.outbox.add_at_once(swap.event_id, swap.event)
             applied.append(ok)
         return applied
 
-    async def start_broadcast(self, room: str) -> Started:
+    async def start_broadcast(self, room: str, *, event: bytes | None = None) -> Started:
         epoch, created = self._log.start_room(room)
         if created:
             self._notifier.publish(room, 0)
-        return Started(epoch, self._stats.current_broadcast(room), created)
+        started = Started(epoch, self._stats.current_broadcast(room), created)
+        if self.outbox is not None:
+            self.outbox.keep(room, event, broadcast=started.broadcast, epoch=started.epoch,
+                             created=started.created)
+        return started
 
-    async def end_broadcast(self, room: str, now_ms: int, ttl_ms: int) -> Ended:
+    async def end_broadcast(self, room: str, now_ms: int, ttl_ms: int, *,
+                            event: bytes | None = None) -> Ended:
         ended_with = self._log.epoch_of(room)
         epoch, head = self._log.start_epoch(room)
         broadcast = self._stats.end_broadcast(room, now_ms, ttl_ms, self._counters.take(room),
@@ -59,6 +69,8 @@ class MemoryOperators:
         if ended_with is not None:
             self._counters.ended(room, ended_with, broadcast - 1, ttl_ms)
         self._notifier.publish(room, head)
+        if self.outbox is not None:
+            self.outbox.keep(room, event, broadcast=broadcast - 1)
         return Ended(epoch, broadcast)
 
     async def broadcasts(self, room: str) -> list[PastBroadcast]:

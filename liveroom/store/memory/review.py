@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+import orjson
+
 from ...clock import Clock
 from ...model import NewMessage
 from ..base import (
@@ -22,6 +24,7 @@ from ..base import (
     held_kind,
 )
 from .expiring import Expiring
+from .outbox import MemoryOutbox
 
 
 @dataclass
@@ -59,13 +62,17 @@ class MemoryReview:
     def __init__(self, policy: LogPolicy, clock: Clock) -> None:
         self._ttl_ms = policy.room_ttl_ms
         self._max = policy.review_max
+        self.outbox: MemoryOutbox | None = None
+        """Where the decisions' webhook events are kept (the store's)."""
         self._rooms: Expiring[str, _Queue] = Expiring(clock)
 
     def sweep(self) -> None:
         """Drop the queues that expired on the store's clock."""
         self._rooms.sweep()
 
-    async def hold(self, room: str, message: NewMessage, why: str) -> Holding:
+    async def hold(self, room: str, message: NewMessage, why: str, *,
+                   event: bytes | None = None,
+                   dropped: tuple[str, bytes] | None = None) -> Holding:
         check_hold(room, message, why)
         queue = self._rooms.get(room) or _Queue()
         cmid = message.client_msg_id
@@ -77,14 +84,23 @@ class MemoryReview:
                                       message.ts, why, message.to, cmid)
         if cmid is not None:
             queue.by_cmid[cmid] = held_id
-        dropped = []
+        outbox = self.outbox
+        if outbox is not None:
+            outbox.keep(room, event, held_id=held_id)
+        gone_ones = []
         while len(queue.waiting) > self._max:
             oldest = next(iter(queue.waiting))
             gone = queue.waiting.pop(oldest)
             queue.forget(gone)
-            dropped.append(gone)
+            gone_ones.append(gone)
+            if outbox is not None and dropped is not None:
+                stem, drop = dropped
+                outbox.keep(room, orjson.dumps({"id": f"{stem}{len(gone_ones):08x}",
+                                                **orjson.loads(drop)}),
+                            held_id=gone.id, uid=gone.uid, kind=gone.kind, to=gone.to,
+                            why=gone.why)
         self._rooms.put(room, queue, self._ttl_ms)
-        return Holding(held_id, again=False, dropped=tuple(dropped))
+        return Holding(held_id, again=False, dropped=tuple(gone_ones))
 
     async def held(self, room: str, limit: int) -> tuple[list[Held], int]:
         check_held_list(room, limit)
@@ -100,7 +116,8 @@ class MemoryReview:
         queue = self._rooms.get(room)
         return None if queue is None else queue.waiting.get(held_id)
 
-    async def decide(self, room: str, held_id: str, verdict: str) -> Verdict | None:
+    async def decide(self, room: str, held_id: str, verdict: str, *,
+                     event: bytes | None = None) -> Verdict | None:
         check_verdict(room, held_id, verdict)
         queue = self._rooms.get(room)
         if queue is None:
@@ -118,14 +135,19 @@ class MemoryReview:
             oldest = next(iter(queue.decided))
             queue.forget(queue.decided.pop(oldest).held)
         self._rooms.put(room, queue, self._ttl_ms)
+        if self.outbox is not None:
+            self.outbox.keep(room, event, uid=held.uid, kind=held.kind)
         return Verdict(held, verdict, True)
 
-    async def settle(self, room: str, held_id: str, epoch: str, seq: int) -> None:
+    async def settle(self, room: str, held_id: str, epoch: str, seq: int, *,
+                     event: bytes | None = None) -> None:
         check_settle(room, held_id, epoch, seq)
         queue = self._rooms.get(room)
         decision = None if queue is None else queue.decided.get(held_id)
         if queue is None or decision is None or decision.verdict != "approve":
             return
+        if not decision.seq and self.outbox is not None:  # its first settle
+            self.outbox.keep(room, event)
         decision.held = replace(decision.held, body=None)
         decision.epoch, decision.seq = epoch, seq
         self._rooms.put(room, queue, self._ttl_ms)

@@ -55,7 +55,7 @@ class RedisCounters:
         self._resolution_args = [n for resolution in SERIES_RESOLUTIONS for n in resolution]
         self._dedup_ms = policy.dedup_ttl_ms
         self._likes = Lua("counters_likes.lua")
-        self._gift = Lua("counters_gift.lua")
+        self._gift = Lua("counters_gift.lua", uses=["room_event_fn.lua"])
 
     # -- likes -------------------------------------------------------------------
 
@@ -119,12 +119,12 @@ class RedisCounters:
     # -- gifts -------------------------------------------------------------------
 
     async def add_gift(self, room: str, giver: str, value: int, gift: str,
-                       now_ms: int) -> GiftRank:
+                       now_ms: int, *, event: bytes | None = None) -> GiftRank:
         check_gift(value)
         with unavailable("adding a gift"):
             ((rank, points, total),) = await run_scripts(self._client, [(
-                self._gift, [keys.givers(room), keys.gifts(room)],
-                [giver, value, self._ttl_ms])])
+                self._gift, [keys.givers(room), keys.gifts(room), keys.events(room)],
+                [giver, value, self._ttl_ms, event or b""])])
         return GiftRank(int(rank) + 1, score(points), int(total))
 
     async def ranking(self, room: str, limit: int) -> Ranking:

@@ -98,6 +98,8 @@ lr:{R}:rv                hash   the room's review queue: ``n`` the last id
 lr:{R}:rvq               zset   ids waiting, by ``n`` (the oldest first)
 lr:{R}:rvd               zset   ids decided, by ``dn`` (the oldest forgotten
                                 first)
+lr:{R}:ev                list   the room's webhook events written with their
+                                actions and not yet moved to ``wh`` (their JSON)
 lr:{lr}:modv             string the system's moderation version (a counter)
 lr:{lr}:modj             zset   the journal: room -> the version of its last
                                 moderation change
@@ -113,6 +115,12 @@ lr:{lr}:wh               stream the webhooks' outbox: fields ``e`` (event id),
                                 ``d`` (its JSON); consumer group ``deliver``
 lr:{lr}:whl              string the delivery lease: the holder node's name,
                                 expiring unless renewed
+lr:{lr}:whr              zset   rooms that may hold events not moved: room ->
+                                when it was marked (ms), for the sweep
+lr:{lr}:whrn             hash   room -> the number of its mark (``whrc`` counts)
+lr:{lr}:whrc             string the marks given (each mark's number)
+lr:{lr}:whm              zset   event ids ``wh`` took in from rooms -> when
+                                (ms), kept an hour: a repeated move adds none
 lr:{lr}:whf              hash   events given up: ``d:<id>`` its JSON, ``w:<id>``
                                 ``"<failed_ms> <why>"``
 lr:{lr}:whfo             zset   their ids by when they were given up
@@ -146,7 +154,10 @@ hold or decision. The word filter's keys (``flv``, ``fls``, ``fl:<name>``)
 never expire: a list stays until an operator deletes it. Neither do the
 webhooks' (``wh``, ``whf``, ``whfo``): they are bounded by count (the
 stream trimmed at ``OUTBOX_MAX``, the failed list at ``FAILED_MAX``), and
-the lease ``whl`` expires unless its holder renews it.
+the lease ``whl`` expires unless its holder renews it. A room's ``ev``
+never expires either: it empties as its events move (right after their
+actions, or at the sweep), and ``whr``/``whrn`` hold only the rooms marked
+and not yet swept; ``whm`` forgets each id an hour after it was taken in.
 """
 
 from __future__ import annotations
@@ -298,6 +309,10 @@ def review_decided(room: str) -> str:
     return f"{PREFIX}:{{{room}}}:rvd"
 
 
+def events(room: str) -> str:
+    return f"{PREFIX}:{{{room}}}:ev"
+
+
 MODERATION_VERSION = f"{GLOBAL}:modv"
 MODERATION_JOURNAL = f"{GLOBAL}:modj"
 MODERATION_ENDS = f"{GLOBAL}:modx"
@@ -312,6 +327,10 @@ def filter_list(name: str) -> str:
 
 WEBHOOKS = f"{GLOBAL}:wh"
 WEBHOOKS_LEASE = f"{GLOBAL}:whl"
+WEBHOOKS_ROOMS = f"{GLOBAL}:whr"
+WEBHOOKS_ROOM_MARKS = f"{GLOBAL}:whrn"
+WEBHOOKS_MARKS = f"{GLOBAL}:whrc"
+WEBHOOKS_MOVED = f"{GLOBAL}:whm"
 WEBHOOKS_FAILED = f"{GLOBAL}:whf"
 WEBHOOKS_FAILED_ORDER = f"{GLOBAL}:whfo"
 STATS_NODES = f"{GLOBAL}:stats:nodes"

@@ -97,7 +97,8 @@ class RedisLog:
         """Appends of concurrent sends, one pipeline a loop turn."""
         self._epoch = Lua("log_epoch.lua", uses=["log_new.lua"])
         self._touch = Lua("log_touch.lua")
-        self._recall = Lua("log_recall.lua", uses=["log_new.lua", "log_append_fn.lua"])
+        self._recall = Lua("log_recall.lua", uses=["log_new.lua", "log_append_fn.lua",
+                                                     "room_event_fn.lua"])
 
     async def _room_epoch(self, what: str, room: str, stale: str, extend: int) -> str:
         with unavailable(what):
@@ -176,7 +177,8 @@ class RedisLog:
                 *(n for w in windows for n in (w.seconds, w.limit, w.bucket_ms, w.buckets))]
 
     async def recall(self, room: str, seq: int, *, at_ms: int, personal: bool = False,
-                     sender: str | None = None, since_ms: int = 0) -> Recalled:
+                     sender: str | None = None, since_ms: int = 0,
+                     event: bytes | None = None) -> Recalled:
         """One script call (``lua/log_recall.lua``: the tombstone, then the
         notice appended by ``log_append.lua``'s own code), waiting for the
         replicas like an append when appends do.
@@ -193,9 +195,10 @@ class RedisLog:
                             client_msg_id=notice_id)
         call = (self._recall, [keys.meta(room), keys.log(room), keys.important(room),
                                keys.recalled(room), keys.personal(room), keys.ordinals(room),
-                               keys.client_msg_id(room, notice_id, personal=personal)],
+                               keys.client_msg_id(room, notice_id, personal=personal),
+                               keys.events(room)],
                 [seq, policy.room_ttl_ms, sender or "", since_ms, int(personal),
-                 *self._append_args(room, notice, b"", "", 0, 0, ())])
+                 *self._append_args(room, notice, b"", "", 0, 0, ()), event or b""])
         with unavailable("recalling a message"):
             if policy.durable_replicas:
                 reply, acked = await run_durable(self._client, call, policy.durable_replicas,

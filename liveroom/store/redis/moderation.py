@@ -114,12 +114,14 @@ class RedisModeration:
         self._client = client
         self._sharded = sharded
         self._ttl_ms = policy.history_ttl_ms
-        self._moderate = Lua("moderation_act.lua", uses=["moderation_note.lua"])
+        self._moderate = Lua("moderation_act.lua", uses=["moderation_note.lua",
+                                                          "room_event_fn.lua"])
         self._journal = Lua("moderation_journal.lua", uses=["moderation_note.lua"])
         self._stamp = Lua("moderation_stamp.lua")
         self._changed = Lua("moderation_changed.lua")
 
-    async def act(self, room: str, entry: AuditEntry, now_ms: int) -> int:
+    async def act(self, room: str, entry: AuditEntry, now_ms: int, *,
+                  event: bytes | None = None) -> int:
         check_act(room, entry, now_ms)
         action = entry.action
         field = f"{_KIND[action]}:{entry.target}" if action in _KIND else ""
@@ -133,12 +135,13 @@ class RedisModeration:
         elif action == "slow":
             value = entry.seconds
         journal = [keys.MODERATION_VERSION, keys.MODERATION_JOURNAL, keys.MODERATION_ENDS]
-        room_keys = [keys.moderation(room), keys.moderation_ends(room), keys.audit(room)]
+        room_keys = [keys.moderation(room), keys.moderation_ends(room), keys.audit(room),
+                     keys.events(room)]
         with unavailable("moderating a room"):
             ((applied, version, ends),) = await run_scripts(self._client, [(
                 self._moderate, room_keys if self._sharded else room_keys + journal,
                 [action, field, value, end, pack_audit(entry), now_ms, self._ttl_ms,
-                 AUDIT_KEPT, SANCTIONS_MAX, room, JOURNAL_PRUNED])])
+                 AUDIT_KEPT, SANCTIONS_MAX, room, JOURNAL_PRUNED, event or b""])])
         if not applied:
             kinds = "mutes" if action == "mute" else "bans"
             raise SanctionsFull(f"room {room} holds {SANCTIONS_MAX} {kinds} already")

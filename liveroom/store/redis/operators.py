@@ -32,6 +32,7 @@ from typing import Any
 
 from ...errors import StoreUnavailable
 from ..base import (
+    OUTBOX_MAX,
     RANKING_KEPT,
     Ended,
     LogPolicy,
@@ -60,8 +61,9 @@ class RedisOperators:
         self._sharded = sharded
         self._policy = policy
         self._log = log
-        self._end = Lua("operators_end_broadcast.lua", uses=["log_new.lua"])
-        self._start = Lua("operators_start_broadcast.lua", uses=["log_new.lua"])
+        self._end = Lua("operators_end_broadcast.lua", uses=["log_new.lua", "room_event_fn.lua"])
+        self._start = Lua("operators_start_broadcast.lua",
+                          uses=["log_new.lua", "room_event_fn.lua"])
         self._vip = Lua("operators_vip.lua")
 
     # -- the vip whitelist ---------------------------------------------------------
@@ -83,28 +85,31 @@ class RedisOperators:
         """One script call (``lua/operators_vip.lua``) for all of them."""
         if not swaps:
             return []
-        args: list[str | bytes | int] = []
+        args: list[str | bytes | int] = [OUTBOX_MAX]
         for swap in swaps:
-            args += (swap.room, swap.before, swap.after, int(swap.vip))
+            args += (swap.room, swap.before, swap.after, int(swap.vip), swap.event_id,
+                     swap.event)
         with unavailable("changing the vip records"):
             (applied,) = await run_scripts(self._client, [(
-                self._vip, [keys.VIP, keys.VIP_RECORDS], args)])
+                self._vip, [keys.VIP, keys.VIP_RECORDS, keys.WEBHOOKS], args)])
         return [bool(a) for a in applied]
 
     # -- broadcasts ------------------------------------------------------------------
 
-    async def start_broadcast(self, room: str) -> Started:
+    async def start_broadcast(self, room: str, *, event: bytes | None = None) -> Started:
         """One script call (``lua/operators_start_broadcast.lua``)."""
         with unavailable("starting a broadcast"):
             ((epoch, broadcast, created),) = await run_scripts(self._client, [(
                 self._start,
                 [keys.meta(room), keys.log(room), keys.important(room),
-                 keys.broadcasts(room), keys.personal(room), keys.ordinals(room)],
+                 keys.broadcasts(room), keys.personal(room), keys.ordinals(room),
+                 keys.events(room)],
                 [new_epoch(), self._policy.room_ttl_ms,
-                 keys.notify_how(room, sharded=self._sharded), room])])
+                 keys.notify_how(room, sharded=self._sharded), room, event or b""])])
         return Started(text(epoch), int(broadcast), bool(created))
 
-    async def end_broadcast(self, room: str, now_ms: int, ttl_ms: int) -> Ended:
+    async def end_broadcast(self, room: str, now_ms: int, ttl_ms: int, *,
+                            event: bytes | None = None) -> Ended:
         """Read the current broadcast, then end it in one script call."""
         for _ in range(_END_ATTEMPTS):
             with unavailable("ending a broadcast"):
@@ -120,9 +125,11 @@ class RedisOperators:
                      keys.viewers_sketches(room, current),
                      keys.personal(room), keys.ordinals(room),
                      keys.likes(room), keys.givers(room), keys.gifts(room),
-                     keys.givers(room, current), keys.audit(room), keys.audit(room, current)],
+                     keys.givers(room, current), keys.audit(room), keys.audit(room, current),
+                     keys.events(room)],
                     [current, new_epoch(), now_ms, ttl_ms, self._policy.room_ttl_ms,
-                     keys.notify_how(room, sharded=self._sharded), room, RANKING_KEPT])])
+                     keys.notify_how(room, sharded=self._sharded), room, RANKING_KEPT,
+                     event or b""])])
             if broadcast:
                 return Ended(text(epoch), int(broadcast))
         raise StoreUnavailable(f"room {room}'s broadcast kept ending meanwhile; try again")

@@ -12,6 +12,12 @@ script there:
 - the string ``whl`` is the lease: the holder's name, with an expiry
   (``lua/outbox_lease.lua`` takes or renews it, ``outbox_release.lua``
   gives it up);
+- a room's events not yet moved wait in its list ``ev`` (under the room's
+  tag: the room's action scripts write it, ``room_event_fn.lua``); the
+  sorted set ``whr`` (with ``whrn`` and the counter ``whrc``) marks the
+  rooms that may hold some (``lua/outbox_mark.lua``, lifted by
+  ``outbox_unmark.lua``), and ``outbox_take_in.lua`` adds moved events to
+  ``wh``, each id once while ``whm`` remembers it;
 - the hash ``whf`` and the sorted set ``whfo`` keep the events given up
   (``lua/outbox_give_up.lua``), and ``outbox_replay.lua`` puts them back.
 
@@ -32,8 +38,11 @@ from redis import exceptions as rexc
 from ..outbox import (
     FAILED_LIST_MAX,
     FAILED_MAX,
+    MOVE_MAX,
+    MOVED_KEPT_MS,
     OUTBOX_MAX,
     Failed,
+    Moving,
     Outgoing,
     check_event_id,
     check_failed_limit,
@@ -75,12 +84,56 @@ class RedisOutbox:
         self._done = Lua("outbox_done.lua")
         self._give_up = Lua("outbox_give_up.lua")
         self._replay = Lua("outbox_replay.lua")
+        self._mark = Lua("outbox_mark.lua")
+        self._unmark = Lua("outbox_unmark.lua")
+        self._take_in = Lua("outbox_take_in.lua")
 
     async def add(self, event_id: str, data: bytes) -> None:
         check_event_id(event_id)
         with unavailable("writing an event to the outbox"):
             await self._client.xadd(keys.WEBHOOKS, {"e": event_id, "d": data},
                                     maxlen=self._max, approximate=True)
+
+    async def mark(self, room: str, at_ms: int) -> int:
+        with unavailable("marking a room's events"):
+            (mark,) = await run_scripts(self._client, [(
+                self._mark, [keys.WEBHOOKS_ROOMS, keys.WEBHOOKS_ROOM_MARKS,
+                             keys.WEBHOOKS_MARKS], [room, at_ms])])
+        return int(mark)
+
+    async def pending(self, room: str) -> list[bytes]:
+        with unavailable("reading a room's events"):
+            kept = await self._client.lrange(keys.events(room), 0, MOVE_MAX - 1)
+        return [blob(event) or b"" for event in kept]
+
+    async def move(self, room: str, events: Sequence[Moving], mark: int | None) -> None:
+        """Three round trips: the outbox takes the events in (one script in
+        the global slot), the room lets them go (``LREM`` each, in the
+        room's slot), the mark is lifted (a script in the global slot)."""
+        if events:
+            with unavailable("moving a room's events to the outbox"):
+                await run_scripts(self._client, [(
+                    self._take_in, [keys.WEBHOOKS, keys.WEBHOOKS_MOVED],
+                    [self._max, MOVED_KEPT_MS,
+                     *(part for event in events for part in (event.event_id, event.data))])])
+                async with self._client.pipeline(transaction=False) as pipe:
+                    for event in events:
+                        pipe.execute_command("LREM", keys.events(room), 1, event.kept)
+                    await pipe.execute()
+        if mark is not None:
+            with unavailable("lifting a room's mark"):
+                await run_scripts(self._client, [(
+                    self._unmark, [keys.WEBHOOKS_ROOMS, keys.WEBHOOKS_ROOM_MARKS],
+                    [room, mark])])
+
+    async def marked(self, before_ms: int, count: int) -> list[tuple[str, int]]:
+        with unavailable("reading the marked rooms"):
+            rooms = [text(room) for room in await self._client.zrangebyscore(
+                keys.WEBHOOKS_ROOMS, "-inf", before_ms, start=0, num=count)]
+            if not rooms:
+                return []
+            marks = await self._client.hmget(keys.WEBHOOKS_ROOM_MARKS, rooms)
+        return [(room, int(mark or 0)) for room, mark in zip(rooms, marks, strict=True)]
 
     async def lease(self, holder: str, ttl_ms: int) -> bool:
         with unavailable("taking the webhooks' lease"):

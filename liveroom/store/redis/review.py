@@ -72,29 +72,35 @@ class RedisReview:
         self._client = client
         self._ttl_ms = policy.room_ttl_ms
         self._max = policy.review_max
-        self._hold = Lua("review_hold.lua", uses=["review_forget.lua"])
-        self._decide = Lua("review_decide.lua", uses=["review_forget.lua"])
-        self._settle = Lua("review_settle.lua", uses=["review_forget.lua"])
+        self._hold = Lua("review_hold.lua", uses=["review_forget.lua", "room_event_fn.lua"])
+        self._decide = Lua("review_decide.lua",
+                           uses=["review_forget.lua", "room_event_fn.lua"])
+        self._settle = Lua("review_settle.lua",
+                           uses=["review_forget.lua", "room_event_fn.lua"])
         self._list = Lua("review_list.lua")
 
     @staticmethod
     def _keys(room: str) -> list[str]:
         return [keys.review(room), keys.review_waiting(room), keys.review_decided(room)]
 
-    async def hold(self, room: str, message: NewMessage, why: str) -> Holding:
+    async def hold(self, room: str, message: NewMessage, why: str, *,
+                   event: bytes | None = None,
+                   dropped: tuple[str, bytes] | None = None) -> Holding:
         check_hold(room, message, why)
+        stem, drop = dropped or ("", b"")
         with unavailable("holding a message for review"):
             (reply,) = await run_scripts(self._client, [(
-                self._hold, self._keys(room),
+                self._hold, [*self._keys(room), keys.events(room)],
                 [pack_record(message, why), pack_body(message.body),
-                 message.client_msg_id or "", self._max, self._ttl_ms])])
+                 message.client_msg_id or "", self._max, self._ttl_ms, event or b"", stem,
+                 drop])])
         held_id, again, *rest = reply
-        dropped = []
+        gone_ones = []
         for i in range(0, len(rest), 3):
             gone = unpack_held(rest[i], rest[i + 1], rest[i + 2])
             if gone is not None:
-                dropped.append(gone)
-        return Holding(text(held_id), again=bool(int(again)), dropped=tuple(dropped))
+                gone_ones.append(gone)
+        return Holding(text(held_id), again=bool(int(again)), dropped=tuple(gone_ones))
 
     async def held(self, room: str, limit: int) -> tuple[list[Held], int]:
         check_held_list(room, limit)
@@ -115,11 +121,13 @@ class RedisReview:
             return None
         return unpack_held(held_id, record, body)
 
-    async def decide(self, room: str, held_id: str, verdict: str) -> Verdict | None:
+    async def decide(self, room: str, held_id: str, verdict: str, *,
+                     event: bytes | None = None) -> Verdict | None:
         check_verdict(room, held_id, verdict)
         with unavailable("deciding a held message"):
             (reply,) = await run_scripts(self._client, [(
-                self._decide, self._keys(room), [held_id, verdict, self._max, self._ttl_ms])])
+                self._decide, [*self._keys(room), keys.events(room)],
+                [held_id, verdict, self._max, self._ttl_ms, event or b""])])
         if not reply:
             return None
         first, decision, record, body = reply
@@ -130,9 +138,10 @@ class RedisReview:
         epoch, _, seq = where.partition(" ")
         return Verdict(held, said, bool(int(first)), epoch, int(seq) if seq else 0)
 
-    async def settle(self, room: str, held_id: str, epoch: str, seq: int) -> None:
+    async def settle(self, room: str, held_id: str, epoch: str, seq: int, *,
+                     event: bytes | None = None) -> None:
         check_settle(room, held_id, epoch, seq)
         with unavailable("settling an approval"):
             await run_scripts(self._client, [(
-                self._settle, self._keys(room),
-                [held_id, f"approve {epoch} {seq}", self._ttl_ms])])
+                self._settle, [*self._keys(room), keys.events(room)],
+                [held_id, f"approve {epoch} {seq}", self._ttl_ms, event or b""])])

@@ -35,6 +35,10 @@
 --          important, its ts, its client_msg_id, no rate window, may not
 --          create the log); its ARGV[2] (the packed notice) and ARGV[19]
 --          (the addressee) are this script's to fill in
+-- ARGV[26] the message.recalled event's JSON ('' : none), kept in KEYS[8]
+--          (room_event_fn.lua, sent in front) with its "uid" and "to" when
+--          the message is recalled now, not when it was before
+-- KEYS[8]  lr:{R}:ev     list: the room's events not yet moved to the outbox
 --
 -- Returns {1, packed, notice} when recalled (now or before): packed is what
 -- the tombstone keeps, notice the seq (position) of the notice; {2, packed}
@@ -82,7 +86,7 @@ end
 
 -- Append the notice of a recall whose tombstone keeps kept; its seq (position).
 local function append_notice(kept)
-  local argv = {unpack(ARGV, 6)}  -- the notice's: log_append.lua's ARGV[1..20]
+  local argv = {unpack(ARGV, 6, 25)}  -- the notice's: log_append.lua's ARGV[1..20]
   argv[2] = packed_notice(kept, tonumber(argv[4]))
   argv[19] = kept[5] or ''
   -- Its KEYS[5] and KEYS[6] (rate windows) are never read: there are none.
@@ -138,4 +142,7 @@ for _, stream in ipairs(streams) do
   redis.call('XDEL', stream, id)
 end
 redis.call('HSET', rc, field, kept)
-return {1, kept, append_notice(record)}
+local notice = append_notice(record)
+keep_event(KEYS[8], ARGV[26], '"uid":' .. cjson.encode(record[1]) .. ',"to":' ..
+           (personal and cjson.encode(record[5]) or 'null'))
+return {1, kept, notice}

@@ -8,8 +8,9 @@
 --                        v (version); nm, nb (mutes and bans held)
 -- KEYS[2]  lr:{R}:modt   zset: m:<uid>, b:<uid> -> until_ms ('inf': until lifted)
 -- KEYS[3]  lr:{R}:aud    list: packed audit entries, newest first
+-- KEYS[4]  lr:{R}:ev     list: the room's webhook events not yet moved
 -- On one Redis only, the journal (see moderation_note.lua):
--- KEYS[4]  lr:{lr}:modv  KEYS[5]  lr:{lr}:modj  KEYS[6]  lr:{lr}:modx
+-- KEYS[5]  lr:{lr}:modv  KEYS[6]  lr:{lr}:modj  KEYS[7]  lr:{lr}:modx
 --
 -- ARGV[1]  the action: mute, unmute, ban, unban, slow or recall
 -- ARGV[2]  the sanction's field, m:<uid> or b:<uid> ('' for slow and recall)
@@ -21,6 +22,10 @@
 -- ARGV[8]  audit entries kept (AUDIT_KEPT)
 -- ARGV[9]  mutes (and bans) a room may hold (SANCTIONS_MAX)
 -- ARGV[10] the room name    ARGV[11] rooms the journal prunes at most
+-- ARGV[12] the action's webhook event ('' : none), kept in KEYS[4]
+--          (room_event_fn.lua) when the act took effect: a mute or ban not
+--          a retry (the newest audit entry), an unmute or unban that lifted
+--          a sanction
 --
 -- Returns {1, the new version (0 on a cluster: not noted yet), when the
 -- room's moderation ends ('%d' ms or 'inf')}; {0, 0, ''} when a new uid's
@@ -28,6 +33,7 @@
 
 local mod, modt, aud = KEYS[1], KEYS[2], KEYS[3]
 local action, field, now = ARGV[1], ARGV[2], tonumber(ARGV[6])
+local effect = false
 
 -- Sanctions that ended go first: they neither count nor keep the room.
 local ended = redis.call('ZRANGEBYSCORE', modt, '-inf', ARGV[6])
@@ -56,8 +62,10 @@ if action == 'mute' or action == 'ban' then
   end
   redis.call('HSET', mod, field, ARGV[3])
   redis.call('ZADD', modt, ARGV[4], field)
+  effect = true
 elseif action == 'unmute' or action == 'unban' then
   if redis.call('HDEL', mod, field) == 1 then
+    effect = true
     redis.call('HINCRBY', mod, 'n' .. string.sub(field, 1, 1), -1)
     redis.call('ZREM', modt, field)
   end
@@ -73,6 +81,9 @@ end
 if redis.call('LINDEX', aud, 0) ~= ARGV[5] then
   redis.call('LPUSH', aud, ARGV[5])
   redis.call('LTRIM', aud, 0, tonumber(ARGV[8]) - 1)
+  if effect then
+    keep_event(KEYS[4], ARGV[12], '')
+  end
 end
 redis.call('HSETNX', mod, 'v', 0)
 
@@ -97,8 +108,8 @@ else
 end
 
 local version = 0
-if #KEYS > 3 then
-  version = note(KEYS[4], KEYS[5], KEYS[6], ARGV[10], ends, ARGV[6], ARGV[11])
+if #KEYS > 4 then
+  version = note(KEYS[5], KEYS[6], KEYS[7], ARGV[10], ends, ARGV[6], ARGV[11])
   redis.call('HSET', mod, 'v', version)
 end
 return {1, version, ends}

@@ -22,6 +22,7 @@
 -- KEYS[16] lr:{R}:gr:<n>  where its ranking goes (the top ARGV[8])
 -- KEYS[17] lr:{R}:aud     the current broadcast's moderation audit
 -- KEYS[18] lr:{R}:aud:<n> where it goes
+-- KEYS[19] lr:{R}:ev      list: the room's webhook events not yet moved
 --
 -- ARGV[1]  n: the current broadcast as the caller read it (names KEYS[8..10],
 --          KEYS[16], KEYS[18])
@@ -31,6 +32,9 @@
 -- ARGV[5]  room_ttl_ms
 -- ARGV[6]  how to notify, as log_append.lua's ARGV[12]   ARGV[7]  the room name
 -- ARGV[8]  givers an ended ranking keeps (RANKING_KEPT)
+-- ARGV[9]  the broadcast.ended event's JSON ('' : none), kept in KEYS[19]
+--          (room_event_fn.lua) with its "broadcast" (the ended one's
+--          number); the mover reads its figures from the archive written here
 --
 -- Returns {new epoch, new broadcast}; {'', 0} when the current broadcast is
 -- no longer ARGV[1] (ended meanwhile: the caller reads it again and retries).
@@ -110,4 +114,5 @@ end
 local head = tonumber(redis.call('HGET', meta, 'seq'))
 local how, channel = string.match(ARGV[6], '^(%u+) (.+)$')
 redis.call(how, channel, string.format('%d %s', head, ARGV[7]))
+keep_event(KEYS[19], ARGV[9], string.format('"broadcast":%d', ended))
 return {epoch, ended + 1}

@@ -8,10 +8,13 @@
 -- KEYS[2]  lr:{R}:log     KEYS[3]  lr:{R}:imp
 -- KEYS[4]  lr:{R}:bc      hash: n = the current broadcast (absent: 1)
 -- KEYS[5]  lr:{R}:pm      KEYS[6]  lr:{R}:pn   (personal messages, ordinals)
+-- KEYS[7]  lr:{R}:ev      list: the room's webhook events not yet moved
 --
 -- ARGV[1]  a new random epoch (used only for a room with no log)
 -- ARGV[2]  room_ttl_ms
 -- ARGV[3]  how to notify, as log_append.lua's ARGV[12]   ARGV[4]  the room name
+-- ARGV[5]  the broadcast.started event's JSON ('' : none), kept in KEYS[7]
+--          (room_event_fn.lua) with its "broadcast", "epoch" and "created"
 --
 -- Returns {epoch, broadcast, 1 if the log was created here else 0}.
 
@@ -32,4 +35,8 @@ if created == 1 then
   local how, channel = string.match(ARGV[3], '^(%u+) (.+)$')
   redis.call(how, channel, string.format('0 %s', ARGV[4]))
 end
-return {epoch, tonumber(redis.call('HGET', bc, 'n') or '1'), created}
+local broadcast = tonumber(redis.call('HGET', bc, 'n') or '1')
+keep_event(KEYS[7], ARGV[5], string.format('"broadcast":%d,"epoch":%s,"created":%s',
+                                           broadcast, cjson.encode(epoch),
+                                           created == 1 and 'true' or 'false'))
+return {epoch, broadcast, created}

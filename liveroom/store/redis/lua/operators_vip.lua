@@ -5,15 +5,19 @@
 --
 -- KEYS[1]  lr:{lr}:vip    set: the rooms in the vip sect
 -- KEYS[2]  lr:{lr}:vips   hash: room -> record
+-- KEYS[3]  lr:{lr}:wh     stream: the webhooks' outbox (fields e, d)
 --
--- ARGV     groups of four: room, the record expected now ('' for none),
---          the record after ('' to drop it), '1' if the room is vip after
+-- ARGV[1]  the outbox's length kept at most (approximately: OUTBOX_MAX)
+-- ARGV[2..] groups of six: room, the record expected now ('' for none),
+--          the record after ('' to drop it), '1' if the room is vip after,
+--          the room.sect_changed event's id and JSON ('' : none), added to
+--          the outbox when the swap applies
 --
 -- Returns one 1 (applied) or 0 (the record had changed) per group.
 
 local whitelist, records = KEYS[1], KEYS[2]
 local applied = {}
-for i = 1, #ARGV, 4 do
+for i = 2, #ARGV, 6 do
   local room, before, after, vip = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local now = redis.call('HGET', records, room) or ''
   if now == before then
@@ -26,6 +30,10 @@ for i = 1, #ARGV, 4 do
       redis.call('SADD', whitelist, room)
     else
       redis.call('SREM', whitelist, room)
+    end
+    if ARGV[i + 5] ~= '' then
+      redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[1], '*', 'e', ARGV[i + 4],
+                 'd', ARGV[i + 5])
     end
     applied[#applied + 1] = 1
   else

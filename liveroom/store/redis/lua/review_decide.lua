@@ -6,10 +6,14 @@
 -- KEYS[1]  lr:{R}:rv    hash (see review_hold.lua)
 -- KEYS[2]  lr:{R}:rvq   zset: ids waiting, by n
 -- KEYS[3]  lr:{R}:rvd   zset: ids decided, by dn
+-- KEYS[4]  lr:{R}:ev    list: the room's webhook events not yet moved
 --
 -- ARGV[1]  the id          ARGV[2]  the verdict: 'approve' or 'deny'
 -- ARGV[3]  decisions remembered at most (review_max)
 -- ARGV[4]  ms the room's queue lives after this call (the room's ttl)
+-- ARGV[5]  the decision's webhook event JSON ('' : none), kept in KEYS[4]
+--          (room_event_fn.lua) with the message's "uid" and "kind" when
+--          this call decides it
 --
 -- Returns {} for an id the room does not know; else {first, decision,
 -- record, body}: first 1 when this call decided it (0: decided before),
@@ -35,6 +39,11 @@ if verdict == 'deny' then
   redis.call('HDEL', rv, 'b:' .. id)
 end
 local body = redis.call('HGET', rv, 'b:' .. id)
+if ARGV[5] ~= '' then
+  local r = cmsgpack.unpack(record)  -- {uid, kind, to, at_ms, why, cmid}
+  keep_event(KEYS[4], ARGV[5], '"uid":' .. cjson.encode(r[1]) .. ',"kind":' ..
+             cjson.encode(r[2]))
+end
 
 local over = redis.call('ZCARD', rvd) - tonumber(ARGV[3])
 if over > 0 then
