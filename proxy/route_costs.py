@@ -114,6 +114,12 @@ _BACKEND: Final = "the publisher or admin token; a ticket with publish for the r
 _ADMIN: Final = "the admin token"
 _NOTHING: Final = "nothing"
 _FILE: Final = "nothing: a file the node holds in memory from its start"
+_EVENT: Final = (
+    "; with --webhook, its event (a few hundred bytes) in the room's list until moved to the "
+    "outbox (at once, or by the delivering node's sweep within a minute), there until "
+    "delivered or given up after --webhook-retry-for (1 000 000 waiting at most; the newest "
+    "100 000 given up kept)")
+"""What an action with a webhook event adds to its row (liveroom/events.py)."""
 
 COSTS: Final = (
     # -- the listener routes (the front, and aiohttp on connections handed over) --
@@ -142,11 +148,12 @@ COSTS: Final = (
         "place in the next call's batch, and a share of one of --send-hook-calls keep-alive "
         "calls), then the verdict's extra stored with it; a sender the store refused for its "
         "rate limits is remembered until its windows free (about 200 B, 100 000 senders at "
-        "most)",
+        "most)" + _EVENT + " (a hold's, and a message pushed out of a full queue's)",
         ("rate_limits", "room_rate_limit", "rooms_per_uid", "rooms_per_address",
          "rooms_per_node", "max_message_bytes", "log_cap", "personal_hard_cap",
          "personal_node_cap", "dedup_ttl", "room_ttl", "empty_room_ttl", "review_max",
-         "send_hook_timeout", "send_hook_batch", "send_hook_calls", "send_hook_extra_bytes"),
+         "send_hook_timeout", "send_hook_batch", "send_hook_calls", "send_hook_extra_bytes",
+         "webhook_retry_for"),
         room=CREATES,
         sample=Sample(body={"uid": "{uid}", "body": "hi"}, token="listener"), keeps=_NEW_ROOM,
         cpu_us=_HOT),
@@ -164,8 +171,10 @@ COSTS: Final = (
     RouteCost(
         "POST /v1/rooms/{room}/gifts", _BACKEND,
         "store: the giver's score and the room's gift total, --history-ttl after the "
-        "last write; an important message when the gift is worth --gift-important",
-        ("gift_important", "history_ttl", "max_message_bytes"), room=EXISTS,
+        "last write; an important message when the gift is worth --gift-important"
+        + _EVENT + " (a gift worth --webhook-gift-min)",
+        ("gift_important", "history_ttl", "max_message_bytes", "webhook_gift_min",
+         "webhook_retry_for"), room=EXISTS,
         sample=Sample(body={"uid": "{uid}", "value": 1, "gift": "rose"}, token="publisher"),
         keeps=_CACHED),
     RouteCost("GET /v1/rooms/{room}/leaderboard", "anyone", _NOTHING, room=ANY),
@@ -186,13 +195,13 @@ COSTS: Final = (
         "store: the message's tombstone in place of its body and a notice to every "
         "listener, in one step; a moderator's or the backend's recall also an audit entry "
         "(the room keeps its newest 1 000; a sender's own recall is none). Node: the "
-        "sender's recall windows",
-        ("recall_window", "rate_limits"), room=EXISTS,
+        "sender's recall windows" + _EVENT,
+        ("recall_window", "rate_limits", "webhook_retry_for"), room=EXISTS,
         sample=Sample("uid={uid}", token="listener"), keeps=_CACHED),
     RouteCost(
         "DELETE /v1/rooms/{room}/personal/{seq}", "the publisher or admin token",
         "store: the personal message's tombstone and a notice to its addressee (one "
-        "step), an audit entry", (), room=EXISTS,
+        "step), an audit entry" + _EVENT, ("webhook_retry_for",), room=EXISTS,
         sample=Sample(token="publisher"), keeps=_CACHED),
     # -- health, metrics and pages -----------------------------------------------
     RouteCost("GET /healthz", "anyone",
@@ -216,22 +225,27 @@ COSTS: Final = (
     RouteCost("GET /v1/admin/vip/{room}", _ADMIN, _NOTHING, room=ANY,
         sample=_AS_ADMIN),
     RouteCost("PUT /v1/admin/vip/{room}", _ADMIN,
-              "store: the room's sect record until removed", (), room=ANY,
+              "store: the room's sect record until removed" + _EVENT,
+              ("webhook_retry_for",), room=ANY,
         sample=_AS_ADMIN),
-    RouteCost("DELETE /v1/admin/vip/{room}", _ADMIN, "store: the sect record's removal", room=ANY,
+    RouteCost("DELETE /v1/admin/vip/{room}", _ADMIN, "store: the sect record's removal" + _EVENT,
+              ("webhook_retry_for",), room=ANY,
         sample=_AS_ADMIN),
     RouteCost("PUT /v1/admin/vip/{room}/pin", _ADMIN,
-              "store: the room's pin until unpinned", (), room=ANY,
+              "store: the room's pin until unpinned" + _EVENT, ("webhook_retry_for",),
+              room=ANY,
         sample=Sample("sect=vip", token="admin")),
-    RouteCost("DELETE /v1/admin/vip/{room}/pin", _ADMIN, "store: the pin's removal", room=ANY,
+    RouteCost("DELETE /v1/admin/vip/{room}/pin", _ADMIN, "store: the pin's removal" + _EVENT,
+              ("webhook_retry_for",), room=ANY,
         sample=_AS_ADMIN),
     RouteCost("POST /v1/admin/rooms/{room}/start", _ADMIN,
-              "store: a new broadcast's log, --empty-room-ttl until its first message",
-              ("empty_room_ttl",), room=CREATES,
+              "store: a new broadcast's log, --empty-room-ttl until its first message"
+              + _EVENT, ("empty_room_ttl", "webhook_retry_for"), room=CREATES,
         sample=_AS_ADMIN),
     RouteCost("POST /v1/admin/rooms/{room}/end", _ADMIN,
               "store: the ended broadcast's archive (viewers, likes, gifts, its top 100 "
-              "givers, the audit) for --history-ttl", ("history_ttl",), room=ANY,
+              "givers, the audit) for --history-ttl" + _EVENT,
+              ("history_ttl", "webhook_retry_for"), room=ANY,
         sample=_AS_ADMIN),
     RouteCost("GET /v1/admin/rooms/{room}/messages", _ADMIN, _NOTHING, room=ANY,
         sample=_AS_ADMIN),
@@ -243,17 +257,18 @@ COSTS: Final = (
         sample=_AS_ADMIN),
     RouteCost("PUT /v1/admin/rooms/{room}/muted/{uid}", _ADMIN,
               "store: a sanction (a room holds at most 10 000) until it ends, and an audit "
-              "entry", ("history_ttl",), room=ANY,
+              "entry" + _EVENT, ("history_ttl", "webhook_retry_for"), room=ANY,
         sample=Sample(body={"seconds": 60}, token="admin")),
     RouteCost("DELETE /v1/admin/rooms/{room}/muted/{uid}", _ADMIN,
-              "store: an audit entry", ("history_ttl",), room=ANY,
+              "store: an audit entry" + _EVENT, ("history_ttl", "webhook_retry_for"), room=ANY,
         sample=_AS_ADMIN),
     RouteCost("PUT /v1/admin/rooms/{room}/banned/{uid}", _ADMIN,
               "store: a sanction (a room holds at most 10 000) until it ends, and an audit "
-              "entry; node: the uid's held polls answered 403", ("history_ttl",), room=ANY,
+              "entry; node: the uid's held polls answered 403" + _EVENT,
+              ("history_ttl", "webhook_retry_for"), room=ANY,
         sample=Sample(body={}, token="admin")),
     RouteCost("DELETE /v1/admin/rooms/{room}/banned/{uid}", _ADMIN,
-              "store: an audit entry", ("history_ttl",), room=ANY,
+              "store: an audit entry" + _EVENT, ("history_ttl", "webhook_retry_for"), room=ANY,
         sample=_AS_ADMIN),
     RouteCost("PUT /v1/admin/rooms/{room}/slow", _ADMIN,
               "store: the room's slow mode and an audit entry", ("history_ttl",), room=ANY,
@@ -263,13 +278,14 @@ COSTS: Final = (
     RouteCost("POST /v1/admin/rooms/{room}/review/{id}/approve", _ADMIN,
               "store: the held message appended to the room's log as its sender's send (the "
               "room's keys if it had none, as a send's), its decision among the room's "
-              "latest --review-max until --room-ttl, and an audit entry",
-              ("review_max", "room_ttl", "log_cap", "history_ttl"), room=CREATES,
+              "latest --review-max until --room-ttl, and an audit entry" + _EVENT,
+              ("review_max", "room_ttl", "log_cap", "history_ttl", "webhook_retry_for"),
+              room=CREATES,
         sample=_AS_ADMIN),
     RouteCost("POST /v1/admin/rooms/{room}/review/{id}/deny", _ADMIN,
               "store: the held message's decision (its body dropped) among the room's latest "
-              "--review-max until --room-ttl, and an audit entry",
-              ("review_max", "room_ttl", "history_ttl"), room=ANY,
+              "--review-max until --room-ttl, and an audit entry" + _EVENT,
+              ("review_max", "room_ttl", "history_ttl", "webhook_retry_for"), room=ANY,
         sample=_AS_ADMIN),
     # -- the word filter ---------------------------------------------------------------
     RouteCost("GET /v1/admin/filters", _ADMIN, _NOTHING,
