@@ -69,6 +69,8 @@ TYPES: Final = (
     "room.sect_changed", "gift.given",
 )
 """Every event type, in the order docs/api.md lists them."""
+SANCTION_EVENTS: Final = {"mute": "uid.muted", "ban": "uid.banned", "unban": "uid.unbanned"}
+"""The moderation actions that are events, and their types."""
 COMMON: Final = frozenset(("id", "type", "at_ms", "room"))
 """The fields every event has (a type's own fields are named otherwise)."""
 

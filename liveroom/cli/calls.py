@@ -16,6 +16,7 @@ from ..settings import DEFAULTS, env_of, is_shared
 
 if TYPE_CHECKING:
     from ..client import Client, ClientError
+    from ..events import Events
     from ..store.base import Store
 
 T = TypeVar("T")
@@ -31,6 +32,16 @@ def clear(exc: ClientError, token_hint: str | None = None) -> click.ClickExcepti
             message += f" ({token_hint})"
         return click.ClickException(f"{message} (HTTP {exc.status})")
     return click.ClickException(str(exc))
+
+
+async def store_events(store: Store) -> Events:
+    """The events of an action taken in the store itself (``--store``): kept
+    with the action, as a node keeps them, when a node delivers this store's
+    webhooks; that node's sweep moves them to the outbox (within a minute: a
+    one-shot command moves nothing). None when no node delivers them."""
+    from ..events import NO_EVENTS, Events
+
+    return Events(store.outbox, SystemClock()) if await store.outbox.delivered() else NO_EVENTS
 
 
 def operate(url: str, admin_token: str | None, store: str | None,

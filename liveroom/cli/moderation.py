@@ -14,7 +14,7 @@ from click.core import ParameterSource
 
 from ..clock import SystemClock
 from ..settings import env_of
-from .calls import clear, operate
+from .calls import clear, operate, store_events
 from .credentials import flags_first, left_aside_note
 from .options import (
     TICKET_ENV,
@@ -121,12 +121,17 @@ async def _act_in_store(store: Store, room: str, action: str, target: str, secon
     """One moderation action taken in the store itself (``--store``): every
     node reads it from the store's journal within about a second. The time
     it was taken and the room's moderation after it (``None``: none left)."""
+    from ..events import SANCTION_EVENTS
     from ..store.base import AuditEntry as StoredEntry
 
+    kind = SANCTION_EVENTS.get(action)
+    ahead = None if kind is None else await (await store_events(store)).ahead(
+        kind, room, uid=target, seconds=seconds, reason=reason, by="admin")
     now_ms = int(SystemClock().time() * 1000)
     try:
         await store.moderation.act(room, StoredEntry(now_ms, "admin", action, target, seconds,
-                                                     reason), now_ms)
+                                                     reason), now_ms,
+                                   event=None if ahead is None else ahead.event)
     except ValueError as exc:  # what the store refuses (a reason too long, a full room)
         raise click.ClickException(str(exc)) from None
     return now_ms, (await store.moderation.rooms([room], now_ms)).get(room)

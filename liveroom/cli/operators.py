@@ -13,7 +13,7 @@ from .. import sects
 from ..clock import SystemClock
 from ..sects import Sect
 from ..settings import DEFAULTS
-from .calls import operate
+from .calls import operate, store_events
 from .options import check_room, operators_options
 from .times import when
 
@@ -40,14 +40,15 @@ async def _pin(store: Store, room: str, sect: Sect | None, now_ms: int) -> SectC
     """``room`` pinned to ``sect`` (``None``: unpinned) in the store itself."""
     from ..whitelist import pin_room
 
-    return await pin_room(store.operators, store.log, room, sect, now_ms)
+    return await pin_room(store.operators, store.log, room, sect, now_ms,
+                          events=await store_events(store))
 
 
 async def _release(store: Store, room: str, now_ms: int) -> SectChange:
     """``room`` unpinned and moved to the normal sect in the store itself."""
     from ..whitelist import release_room
 
-    return await release_room(store.operators, room, now_ms)
+    return await release_room(store.operators, room, now_ms, events=await store_events(store))
 
 
 def _said(change: VipChange, pinned: str | None = None) -> str:
@@ -169,7 +170,9 @@ def room_start(room_name: str, url: str, admin_token: str | None, store: str | N
     """
 
     async def through_store(store: Store) -> tuple[str, int, bool]:
-        started = await store.operators.start_broadcast(room_name)
+        ahead = await (await store_events(store)).ahead("broadcast.started", room_name)
+        started = await store.operators.start_broadcast(
+            room_name, event=None if ahead is None else ahead.event)
         return started.epoch, started.broadcast, started.created
 
     async def through_server(c: Client) -> tuple[str, int, bool]:
@@ -197,8 +200,10 @@ def room_end(room_name: str, url: str, admin_token: str | None, store: str | Non
     """
 
     async def through_store(store: Store) -> tuple[str, int]:
-        ended = await store.operators.end_broadcast(room_name, int(SystemClock().time() * 1000),
-                                      int(DEFAULTS.history_ttl * 1000))
+        ahead = await (await store_events(store)).ahead("broadcast.ended", room_name)
+        ended = await store.operators.end_broadcast(
+            room_name, int(SystemClock().time() * 1000), int(DEFAULTS.history_ttl * 1000),
+            event=None if ahead is None else ahead.event)
         return ended.epoch, ended.broadcast
 
     async def through_server(c: Client) -> tuple[str, int]:

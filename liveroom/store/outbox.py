@@ -148,6 +148,11 @@ class Outbox(Protocol):
     async def release(self, holder: str) -> None:
         """Give the lease up if ``holder`` has it (a node that stops)."""
 
+    async def delivered(self) -> bool:
+        """Whether a node delivers this outbox's events now (the lease is
+        held): an action taken in the store without a node (the CLI's
+        ``--store``) keeps its event only then, for that node's sweep."""
+
     async def take_over(self, holder: str, count: int) -> list[Outgoing]:
         """The events read before and not finished, whoever read them (a
         dead holder, this one before a restart), now ``holder``'s: at most

@@ -43,7 +43,7 @@ from aiohttp import web
 from liveroom.clock import Clock
 from liveroom.codec import decode_request, media_type
 from liveroom.errors import BadBody, Conflict, NotFound
-from liveroom.events import NO_EVENTS, Events
+from liveroom.events import NO_EVENTS, SANCTION_EVENTS, Events
 from liveroom.model import check_name, parse_count
 from liveroom.roles import RoomReader
 from liveroom.store.base import (
@@ -78,10 +78,6 @@ MESSAGES_DEFAULT = 50
 """Messages ``GET .../messages`` lists without a ``limit``."""
 
 _seq = attrgetter("seq")
-
-SANCTION_EVENTS = {"mute": "uid.muted", "ban": "uid.banned", "unban": "uid.unbanned"}
-"""The moderation actions that are events, and their types."""
-
 
 def sanction_document(sanction: Sanction, now_ms: int) -> dict[str, object]:
     """A mute or ban as the API shows it (``until_ms`` 0 and ``seconds_left``

@@ -358,6 +358,48 @@ async def test_events_whose_move_failed_after_their_actions_are_swept_once(
         (1, 50, [{"uid": "fan", "score": 50}])
 
 
+async def test_the_clis_store_actions_keep_their_events_for_the_delivering_node(
+        session: aiohttp.ClientSession, shared_url: str) -> None:
+    """``liveroom mute|room end|vip pin ... --store`` act in the store with no
+    node: their events are kept with their actions as a node keeps them,
+    and the delivering node's sweep (or its read of the outbox) delivers
+    them, a ``broadcast.ended`` completed with its figures. Without a node
+    delivering, a --store action keeps no event (nobody would move it)."""
+    from click.testing import CliRunner
+
+    from liveroom.cli import main
+
+    def cli(*args: str) -> None:
+        result = CliRunner().invoke(main, [*args, "--store", shared_url])
+        assert result.exit_code == 0, result.output
+
+    from liveroom.store import LogPolicy, open_store
+
+    await asyncio.to_thread(cli, "mute", ROOM, "early", "--for", "1m")
+    probe = open_store(shared_url, LogPolicy(), FakeClock())
+    try:  # no node delivers: nothing kept, nothing marked
+        assert (await probe.outbox.waiting(), await probe.outbox.marked(2**62, 10)) == (0, [])
+    finally:
+        await probe.close()
+    ledger, clock = Ledger(), FakeClock(time.time())
+    async with receiving(ledger, free_port()) as hook, \
+            running_node(shared_url, clock=clock, **hooked(hook)) as node:
+        await call(session, "POST", f"{node.url}/v1/admin/rooms/{ROOM}/start")
+        await ledger.wait(lambda: len(ledger.events) == 1)  # the lease is the node's
+        await asyncio.to_thread(cli, "mute", ROOM, "mal", "--for", "1m", "--reason", "spam")
+        await asyncio.to_thread(cli, "vip", "pin", ROOM, "vip")
+        await asyncio.to_thread(cli, "room", "end", ROOM)
+        await clock.advance(max(SWEEP_EVERY, SWEEP_GRACE_MS / 1000) + 1)
+        await ledger.wait(lambda: len(ledger.events) == 4)
+    assert sorted(e["type"] for e in ledger.events.values()) == sorted(
+        ["broadcast.started", "uid.muted", "room.sect_changed", "broadcast.ended"])
+    (muted,) = ledger.of("uid.muted")
+    assert (muted["uid"], muted["reason"], muted["by"]) == ("mal", "spam", "admin")
+    (ended,) = ledger.of("broadcast.ended")
+    assert (ended["broadcast"], ended["gifts"]) == (1, 0)
+    assert (ledger.repeats, ledger.refused) == (0, 0)
+
+
 async def test_given_up_after_retry_for_then_replayed(session: aiohttp.ClientSession,
                                                       redis_url: str) -> None:
     ledger = Ledger()

@@ -141,6 +141,10 @@ class RedisOutbox:
                 self._lease, [keys.WEBHOOKS_LEASE], [holder, ttl_ms])])
         return bool(int(held))
 
+    async def delivered(self) -> bool:
+        with unavailable("reading the webhooks' lease"):
+            return bool(await self._client.exists(keys.WEBHOOKS_LEASE))
+
     async def release(self, holder: str) -> None:
         with unavailable("giving the webhooks' lease up"):
             await run_scripts(self._client, [(
