@@ -126,6 +126,12 @@ def test_seed_193_on_redis_gets_every_listener_the_messages_that_took_lost_seqs(
     ("redis", 52871, "likes 9 in an ended broadcast of 2 acknowledged taps: a tap's read of "
                      "the total (the node held none) reached Redis after room end and took "
                      "the new broadcast's 7 for the old one's"),
+    ("redis-sharded", 90744, "a listener kept a message a Redis restart lost (seq 6): the "
+                             "message that took its seq was recalled before the node read "
+                             "it, and a pull's check of its anchor took the recall for no "
+                             "evidence"),
+    ("redis-sharded", 90444, "the simulator's own: a lossy restart's save drawn after the "
+                             "restart (an epoch renewed 3 ms before it) put back no room"),
 ])
 def test_seeds_that_found_a_broken_promise_of_the_features_on_redis_keep_them(
         engine: str, seed: int, found: str) -> None:

@@ -387,15 +387,13 @@ class MemoryLog:
         phead = personal[-1].seq if len(personal) == PERSONAL_PULL else state.pseq
         # What the reader holds at its positions is what this log holds there
         # (a memory log is never rewritten under its epoch: it is lost whole);
-        # checked all the same, as the redis engine does, where a recalled
-        # message has left the log (no evidence).
+        # checked all the same, as the redis engine does, a recalled
+        # message's tombstone by the ts it keeps.
         rewritten = False
-        if request.anchor_ts and 0 <= (at := after - log_first) < len(log) \
-                and after not in state.recalled:
+        if request.anchor_ts and 0 <= (at := after - log_first) < len(log):
             rewritten = log[at].ts != request.anchor_ts
         if request.panchor_ts and first > state.pstart \
-                and kept[first - 1].seq == request.pafter \
-                and request.pafter not in state.precalled:
+                and kept[first - 1].seq == request.pafter:
             rewritten = rewritten or kept[first - 1].ts != request.panchor_ts
         return Pulled(request.room, state.epoch, state.seq, state.ic,
                       tuple(extra + picked), complete=complete, phead=phead,
