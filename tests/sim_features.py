@@ -1354,6 +1354,11 @@ def check_recalls(run: FeatureRun, bc: Broadcasts, listeners: list[SimListener],
         if attempt.outcome == "done":
             target.asked = attempt.start if not target.done else min(target.asked,
                                                                      attempt.start)
+            if attempt.lane == "personal" and not target.done:
+                # The addressee of the message the recall took: an earlier try
+                # may have named a position a restart lost, which another
+                # addressee's message took since (redis seed 80919).
+                target.to = truth.personal.get(attempt.epoch, {}).get(attempt.seq)
             target.done = True
             target.notices[attempt.notice] = None
     for key in skipped:

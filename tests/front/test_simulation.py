@@ -132,6 +132,8 @@ def test_seed_193_on_redis_gets_every_listener_the_messages_that_took_lost_seqs(
                              "evidence"),
     ("redis-sharded", 90444, "the simulator's own: a lossy restart's save drawn after the "
                              "restart (an epoch renewed 3 ms before it) put back no room"),
+    ("redis", 80919, "the checker's own: a personal recall's addressee taken from a try that "
+                     "named a position a restart lost, which another uid's message took"),
 ])
 def test_seeds_that_found_a_broken_promise_of_the_features_on_redis_keep_them(
         engine: str, seed: int, found: str) -> None:
