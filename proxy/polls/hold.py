@@ -675,8 +675,8 @@ class Holds:
         return taken
 
     def release_all(self) -> None:
-        """Wake every held poll with ``None`` now (answered empty, same
-        cursors); hold no new ones."""
+        """Wake every held poll with ``None`` now (answered with what it had
+        pending, if anything: else empty, same cursors); hold no new ones."""
         self.closing = True
         held_polls = [t for room in self._rooms.values() for t in (*room.waiters, *room.paced)]
         for held_poll in held_polls:

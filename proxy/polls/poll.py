@@ -807,8 +807,10 @@ class Poll(Held):
                            MSGPACK if use_msgpack else JSON))
 
     def _empty(self) -> None:
-        """An empty answer: the listener's own cursors and epoch, unchanged, and
-        the time of its last non-empty answer kept in its new ``ctx``."""
+        """An answer with no snapshot to read (a hold released without one:
+        its node stopping): what the poll had read pending, if anything
+        (else the listener's own cursors and epoch, unchanged), and the time
+        of its last non-empty answer kept in its new ``ctx``."""
         polls, params = self._polls, self.params
         cursor, delivery, pace = params.cursor, self.last, self.pace
         assert cursor is not None
@@ -821,10 +823,17 @@ class Poll(Held):
         slow = polls.slow_of(room)
         ranking, version = polls.ranking_field(room, params.ranking, self.use_msgpack,
                                                cursor.epoch)
+        # The message the context names is the one at the delivery's seq: a
+        # paced poll released without a snapshot (its node stopping) answers
+        # what it had pending, and its listener's old anchor names another
+        # seq's (simulator, redis seed 81239: a fresh node then took no
+        # notice of a message a Redis restart lost).
+        anchor = _anchor(delivery)
+        if not anchor and delivery.seq == cursor.seq and self.ctx is not None:
+            anchor = self.ctx.anchor
         ctx = polls.signer.sign_ascii(room, params.uid, cursor.epoch, delivery.seq,
                                       delivery.iseq, delivery.seq_ic, delivery.iseq_ic, last_ms,
-                                      self.pn_out, 0 if self.ctx is None else self.ctx.anchor,
-                                      news_mark(self.likes, slow, version))
+                                      self.pn_out, anchor, news_mark(self.likes, slow, version))
         head = answer.head(room, cursor.epoch, delivery, reset=False,
                            online=self.online, interval_ms=pace.interval_ms,
                            use_msgpack=self.use_msgpack, likes=self.likes)

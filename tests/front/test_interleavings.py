@@ -267,3 +267,4 @@ async def test_a_notify_during_a_pull_of_a_room_the_store_lost_is_not_lost(rig: 
                                                                            old.epoch):
             await asyncio.sleep(0)
     assert now.head == 1
+

@@ -132,6 +132,9 @@ def test_seed_193_on_redis_gets_every_listener_the_messages_that_took_lost_seqs(
                              "evidence"),
     ("redis-sharded", 90444, "the simulator's own: a lossy restart's save drawn after the "
                              "restart (an epoch renewed 3 ms before it) put back no room"),
+    ("redis", 81239, "a listener kept a message a Redis restart lost: a paced poll released "
+                     "by its node's stop answered what it had pending with a context naming "
+                     "its old seq's message, and the fresh node checked nothing"),
     ("redis", 80919, "the checker's own: a personal recall's addressee taken from a try that "
                      "named a position a restart lost, which another uid's message took"),
 ])
