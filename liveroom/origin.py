@@ -184,10 +184,17 @@ class Origin:
         ``OSError``) when the call fails; the caller bounds its time."""
         if self._closed:
             raise OriginError("the origin's connections are closed")
-        request = b"".join((self._head, *(f"{name}: {value}\r\n".encode("latin-1")
-                                          for name, value in headers.items()),
-                            b"Content-Length: %d\r\n\r\n" % len(body), body))
-        connection, reused = await self._take()
+        lines = [self._head]
+        for name, value in headers.items():
+            lines.append(f"{name}: {value}\r\n".encode("latin-1"))
+        lines.append(b"Content-Length: %d\r\n\r\n" % len(body))
+        lines.append(body)
+        request = b"".join(lines)
+        # An idle connection is taken without a coroutine (the usual case).
+        connection = self._take_idle()
+        reused = connection is not None
+        if connection is None:
+            connection, reused = await self._take()
         try:
             try:
                 answer = await connection.ask(request, body_max)
@@ -206,18 +213,28 @@ class Origin:
         self._give_back(connection)
         return answer
 
-    async def _take(self, *, fresh: bool = False) -> tuple[_Connection, bool]:
-        """An idle connection still fresh (and whether it is reused), or a new one."""
-        loop = asyncio.get_running_loop()
-        now = loop.time()
+    def _take_idle(self) -> _Connection | None:
+        """An idle connection still fresh, now busy (None: none)."""
         idle = self._idle
-        while idle and not fresh:
+        if not idle:
+            return None
+        now = asyncio.get_running_loop().time()
+        while idle:
             connection = idle.pop()
             if connection.keep and connection.transport is not None \
                     and now - connection.used_at < self._idle_for:
                 self._busy.add(connection)
-                return connection, True
+                return connection
             connection.close()
+        return None
+
+    async def _take(self, *, fresh: bool = False) -> tuple[_Connection, bool]:
+        """An idle connection still fresh (and whether it is reused), or a new one."""
+        if not fresh:
+            connection = self._take_idle()
+            if connection is not None:
+                return connection, True
+        loop = asyncio.get_running_loop()
         try:
             _, connection = await loop.create_connection(
                 _Connection, self.host, self.port, ssl=self._ssl)
