@@ -42,12 +42,9 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from .errors import OriginError
+
 USER_AGENT: Final = "liveroom"
-
-
-class OriginError(OSError):
-    """A call failed: no connection, the connection lost before a whole
-    answer, an answer HTTP/1.1 could not parse, or one over its bound."""
 
 
 class _Connection(asyncio.Protocol):
