@@ -247,9 +247,16 @@ class Sends:
         hook = self.hook
         assert hook is not None
         try:
-            pending = self._prepare(room, content_type, raw, authorization, address, peer)
+            # No place in the new-room windows yet: it is taken when the
+            # verdict comes, right before the append, if the room is not
+            # there then (as :meth:`send_at_once` does); the backend sees
+            # the client's address all the same.
+            pending = self._prepare(room, content_type, raw, authorization, address, peer,
+                                    admit=False)
             if pending.held:
                 return self._held_send(room, pending, accept)
+            if not pending.address:
+                pending.address = peer_address(peer)
             verdict = hook.ask(room, pending.message, pending.address, pending.claims,
                                partial(self._verdict_came, room, pending, accept, answer))
             if verdict is None:
@@ -281,8 +288,19 @@ class Sends:
             append = self._append_at_once
             assert append is not None
             try:
-                appended = append(room, pending.message, pending.limits,
-                                  may_create=pending.may_create, provisional=pending.provisional)
+                appended: Appended | None = None
+                if pending.provisional:
+                    # Nothing runs between these appends and the place taken
+                    # for the second: the windows hold (see send_at_once).
+                    try:
+                        appended = append(room, pending.message, pending.limits,
+                                          may_create=False, provisional=True)
+                    except NewRoomRefused:
+                        self._admit(pending, pending.address, None)
+                if appended is None:
+                    appended = append(room, pending.message, pending.limits,
+                                      may_create=pending.may_create,
+                                      provisional=pending.provisional)
             except BaseException as exc:
                 self._append_failed(room, pending, exc)
             return self._stored(pending, appended, accept)
