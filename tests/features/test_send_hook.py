@@ -518,6 +518,29 @@ async def test_a_sender_over_its_rate_limits_costs_the_backend_no_more_calls(
         assert len(backend.calls) == 4
 
 
+async def test_a_screened_send_counts_in_the_new_room_windows_only_when_stored(
+        engine_url: str, backstage: tuple[Backstage, str],
+        session: aiohttp.ClientSession) -> None:
+    """A screened send that creates a room takes its place in the new-room
+    windows (before its call on Redis, when its verdict comes on memory);
+    one the backend rejects takes none, and a room that exists needs none."""
+    backend, url = backstage
+    backend.decide = lambda m: {"id": m["id"], "action": "reject" if m["body"] == "no"
+                                else "accept"}
+    async with running_node(engine_url, rooms_per_uid=parse_windows("1/m"),
+                            **hooked(url)) as node:
+        async def send(uid: str, room: str, body: str = "hi") -> int:
+            return (await post(session, node.url, {"uid": uid, "body": body}, room=room))[0]
+
+        assert await send("bob", "first") == 201
+        assert await send("bob", "second") == 429  # over its one new room a minute
+        assert await send("bob", "first") == 201  # a room that exists: no window
+        assert await send("al", "third", "no") == 403  # rejected: no room, no place
+        assert await send("al", "fourth") == 201
+        assert await send("al", "fifth") == 429
+        assert len(backend.calls) == 6  # every one screened, the refused too
+
+
 # -- the stored form ----------------------------------------------------------------------------
 
 
