@@ -410,9 +410,8 @@ class SendHook:
         problem = ""
         found: dict[str, Screened] = {}
         try:
-            async with asyncio.timeout(self.timeout):
-                status, raw = await session.post(body, headers, body_max=len(batch) * (
-                    2 * (self._max_body + self._extra_bytes) + 2048))
+            status, raw = await session.post(body, headers, body_max=len(batch) * (
+                2 * (self._max_body + self._extra_bytes) + 2048), within=self.timeout)
             if status != 200:
                 outcome, problem = "error", f"it answered {status}"
             else:
