@@ -207,7 +207,8 @@ class _Ask:
         self.id = ask_id
         self.doc = doc
         self.deliver = deliver
-        """Called once with its verdict (by :meth:`SendHook._settle`)."""
+        """Called once with its verdict (by :meth:`SendHook._settle`), unless
+        its sender stopped waiting first."""
         self.deadline = deadline
         """When it gets the failure policy (the loop's time)."""
         self.done = False
@@ -282,7 +283,7 @@ class SendHook:
             self._late_timer.cancel()
             self._late_timer = None
         while self._waiting:
-            self._settle(self._waiting.popleft(), self._fallback(STOPPED))
+            self._fall_back(self._waiting.popleft(), STOPPED)
         self._asked.clear()  # each is waiting (above) or in a call (below)
         calls = list(self._calls)
         for task in calls:
@@ -372,10 +373,14 @@ class SendHook:
 
     @staticmethod
     def _settle(ask: _Ask, verdict: Screened) -> None:
-        """Hand ``ask`` its verdict (once: it is done after)."""
+        """Hand ``ask`` its verdict (once: it is done after). A sender's
+        fault in taking it is logged, and the other sends still get theirs."""
         if not ask.done:
             ask.done = True
-            ask.deliver(verdict)
+            try:
+                ask.deliver(verdict)
+            except Exception:
+                logger.exception("send hook: a verdict could not be handed to its send")
 
     def _flush(self) -> None:
         """Send what waits, a batch a call, while fewer than
@@ -439,8 +444,7 @@ class SendHook:
                 self._fall_back(ask, FAILED)
             elif not ask.done:
                 counts[VERDICTS.index(verdict.action)] += 1
-                ask.done = True
-                ask.deliver(verdict)
+                self._settle(ask, verdict)
         if outcome == "ok":
             if self.circuit.passed():
                 logger.warning("send hook: circuit closed: %s answers again after %.1f s; "
