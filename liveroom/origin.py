@@ -217,30 +217,47 @@ class Origin:
         reused = connection is not None
         if connection is None:
             connection, reused = await self._open(False, deadline)
+        # No await inside an except clause: compiled by mypyc, a coroutine
+        # that suspends there leaves the exception as the one being handled
+        # for whatever the loop runs next (the front's parser then took it
+        # for its callbacks' error; found by the webhooks' tests).
+        again = False
         try:
+            answer = await connection.ask(request, body_max, deadline)
+        except OriginError:
+            if not (reused and connection.answered_nothing):
+                self._drop(connection)
+                raise
+            again = True
+        except BaseException:
+            self._drop(connection)
+            raise
+        if again:
+            # The origin closed an idle connection under us: once more, anew.
+            self._drop(connection)
+            connection, reused = await self._open(True, deadline)
             try:
                 answer = await connection.ask(request, body_max, deadline)
-            except OriginError:
-                if not (reused and connection.answered_nothing):
-                    raise
-                # The origin closed an idle connection under us: once more, anew.
-                connection.close()
-                self._busy.discard(connection)
-                connection, reused = await self._open(True, deadline)
-                answer = await connection.ask(request, body_max, deadline)
-        except BaseException:
-            connection.close()  # the answer may still come on it: never reuse it
-            self._busy.discard(connection)
-            raise
+            except BaseException:
+                self._drop(connection)
+                raise
         self._give_back(connection)
         return answer
 
+    def _drop(self, connection: _Connection) -> None:
+        """A call on ``connection`` failed: closed, never reused (its answer
+        may still come on it)."""
+        connection.close()
+        self._busy.discard(connection)
+
     async def _open(self, fresh: bool, deadline: float | None) -> tuple[_Connection, bool]:
-        """:meth:`_take`, given up at ``deadline`` (None: never)."""
+        """:meth:`_take`, given up at ``deadline`` (None: never). By
+        ``asyncio.wait_for``, not ``async with asyncio.timeout``: compiled, an
+        ``async with`` awaits its exit inside an except clause (see :meth:`post`)."""
         if deadline is None:
             return await self._take(fresh=fresh)
-        async with asyncio.timeout_at(deadline):
-            return await self._take(fresh=fresh)
+        loop = asyncio.get_running_loop()
+        return await asyncio.wait_for(self._take(fresh=fresh), max(0.0, deadline - loop.time()))
 
     def _take_idle(self) -> _Connection | None:
         """An idle connection still fresh, now busy (None: none)."""
