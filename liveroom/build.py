@@ -23,6 +23,7 @@ COMPILED = (
     "liveroom.clock",
     "liveroom.codec",
     "liveroom.model",
+    "liveroom.origin",
     "liveroom.personal",
     "liveroom.ratelimit",
     "liveroom.snapshot",
@@ -62,6 +63,7 @@ COMPILED = (
     "proxy.recent_rooms",
     "proxy.renewals",
     "proxy.reply",
+    "proxy.sends.hook",
     "proxy.sends.new_rooms",
     "proxy.sends.route",
     "proxy.sends.send",
@@ -74,7 +76,9 @@ COMPILED = (
 """Modules on the listener path and the send path that a compiled build
 compiles: the modules a poll calls into on its way too (statsvr's online
 count, the vip list, the renewed epochs: an interpreted call there costs a
-frame each, twice a delivery). Not ``statsvr.table``: it reads batches from
+frame each, twice a delivery), and the send hook's batching and its HTTP
+client (``proxy.sends.hook``, ``liveroom.origin``: what a screened send
+costs beside Nchan's upstream). Not ``statsvr.table``: it reads batches from
 other nodes, whose entries a compiled loop would check by type and refuse
 with a TypeError where the pure one skips them."""
 

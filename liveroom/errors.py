@@ -221,3 +221,11 @@ class ConfigError(ValueError):
 
 _FLAGS = {"ticket_keys": "--ticket-key", "rate_limits": "--rate-limits"}
 """Settings whose ``serve`` flag is not their name in kebab case."""
+
+
+class OriginError(OSError):
+    """A call to a backend origin failed (:mod:`liveroom.origin`): no
+    connection, the connection lost before a whole answer, an answer
+    HTTP/1.1 could not parse, or one over its bound. Here, not in
+    :mod:`liveroom.origin`, because a compiled module defines no exception
+    class (mypyc makes none from a builtin type)."""

@@ -15,8 +15,11 @@ status and body (at most ``body_max`` bytes: past it the call fails and
 the connection is closed; with ``body_max=None`` the body is read and
 dropped, for a caller that wants only the status). ``http`` and ``https`` (the system's default
 TLS context). No redirects, no proxies, no cookies, no compression asked
-for: a backend answers plainly. The caller bounds a call's time (its
-``asyncio.timeout``); a call cut short closes its connection, since the
+for: a backend answers plainly. ``within`` bounds a call's time (a
+connection opened for it included; past it, ``TimeoutError``), by one loop
+timer on the answer rather than an ``asyncio.timeout`` around the call
+(a coroutine and a context each, the send hook's cost); without it the
+caller bounds the call. A call cut short closes its connection, since the
 answer may still come on it.
 
 **Keep-alive.** A connection is reused while the origin keeps it open
@@ -42,19 +45,16 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from .errors import OriginError
+
 USER_AGENT: Final = "liveroom"
-
-
-class OriginError(OSError):
-    """A call failed: no connection, the connection lost before a whole
-    answer, an answer HTTP/1.1 could not parse, or one over its bound."""
 
 
 class _Connection(asyncio.Protocol):
     """One connection to the origin: one request at a time."""
 
     __slots__ = ("_answer", "_body", "_body_max", "_got", "_over", "_parser", "_size",
-                 "_status", "keep", "transport", "used_at")
+                 "_status", "_timer", "keep", "transport", "used_at")
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
@@ -69,6 +69,8 @@ class _Connection(asyncio.Protocol):
         """Any byte of the current answer came."""
         self._over = False
         """The current answer's body passed ``_body_max``."""
+        self._timer: asyncio.TimerHandle | None = None
+        """The current answer's deadline."""
         self.keep = True
         """The origin lets it be reused."""
         self.used_at = 0.0
@@ -116,6 +118,7 @@ class _Connection(asyncio.Protocol):
         if self._over:  # failed by data_received
             return
         answer, self._answer = self._answer, None
+        self._stop_timer()
         if not self._parser.should_keep_alive():
             self.keep = False
         if answer is not None and not answer.done():
@@ -123,14 +126,28 @@ class _Connection(asyncio.Protocol):
 
     # -- calls --------------------------------------------------------------
 
-    def ask(self, request: bytes, body_max: int | None) -> asyncio.Future[tuple[int, bytes]]:
-        """Write ``request``; the future answers (status, body)."""
+    def ask(self, request: bytes, body_max: int | None,
+            deadline: float | None) -> asyncio.Future[tuple[int, bytes]]:
+        """Write ``request``; the future answers (status, body), or fails
+        with ``TimeoutError`` at ``deadline`` (the loop's time; None: never)."""
         assert self.transport is not None
-        answer = self._answer = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        answer = self._answer = loop.create_future()
         self._body, self._size, self._body_max, self._got, self._over = [], 0, body_max, False, \
             False
+        if deadline is not None:
+            self._timer = loop.call_at(deadline, self._late)
         self.transport.write(request)
         return answer
+
+    def _late(self) -> None:
+        self._timer = None
+        self._fail(TimeoutError("no whole answer in time"))
+
+    def _stop_timer(self) -> None:
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
 
     @property
     def answered_nothing(self) -> bool:
@@ -138,14 +155,16 @@ class _Connection(asyncio.Protocol):
         by the origin before it read the request, most likely)."""
         return not self._got
 
-    def _fail(self, exc: OriginError) -> None:
+    def _fail(self, exc: OSError) -> None:
         answer, self._answer = self._answer, None
+        self._stop_timer()
         if answer is not None and not answer.done():
             answer.set_exception(exc)
         self.close()
 
     def close(self) -> None:
         self.keep = False
+        self._stop_timer()
         if self.transport is not None:
             self.transport.close()
 
@@ -177,47 +196,91 @@ class Origin:
         self._busy: set[_Connection] = set()
         self._closed = False
 
-    async def post(self, body: bytes, headers: dict[str, str], *,
-                   body_max: int | None) -> tuple[int, bytes]:
+    async def post(self, body: bytes, headers: dict[str, str], *, body_max: int | None,
+                   within: float | None = None) -> tuple[int, bytes]:
         """``POST`` ``body`` with ``headers``: the answer's status and body
         (at most ``body_max`` bytes; ``None``: read and dropped). Raises :class:`OriginError` (an
-        ``OSError``) when the call fails; the caller bounds its time."""
+        ``OSError``) when the call fails, ``TimeoutError`` when it took
+        ``within`` seconds (None: the caller bounds its time)."""
         if self._closed:
             raise OriginError("the origin's connections are closed")
-        request = b"".join((self._head, *(f"{name}: {value}\r\n".encode("latin-1")
-                                          for name, value in headers.items()),
-                            b"Content-Length: %d\r\n\r\n" % len(body), body))
-        connection, reused = await self._take()
+        loop = asyncio.get_running_loop()
+        deadline = None if within is None else loop.time() + within
+        lines = [self._head]
+        for name, value in headers.items():
+            lines.append(f"{name}: {value}\r\n".encode("latin-1"))
+        lines.append(b"Content-Length: %d\r\n\r\n" % len(body))
+        lines.append(body)
+        request = b"".join(lines)
+        # An idle connection is taken without a coroutine (the usual case).
+        connection = self._take_idle()
+        reused = connection is not None
+        if connection is None:
+            connection, reused = await self._open(False, deadline)
+        # No await inside an except clause: compiled by mypyc, a coroutine
+        # that suspends there leaves the exception as the one being handled
+        # for whatever the loop runs next (the front's parser then took it
+        # for its callbacks' error; found by the webhooks' tests).
+        again = False
         try:
-            try:
-                answer = await connection.ask(request, body_max)
-            except OriginError:
-                if not (reused and connection.answered_nothing):
-                    raise
-                # The origin closed an idle connection under us: once more, anew.
-                connection.close()
-                self._busy.discard(connection)
-                connection, reused = await self._take(fresh=True)
-                answer = await connection.ask(request, body_max)
+            answer = await connection.ask(request, body_max, deadline)
+        except OriginError:
+            if not (reused and connection.answered_nothing):
+                self._drop(connection)
+                raise
+            again = True
         except BaseException:
-            connection.close()  # the answer may still come on it: never reuse it
-            self._busy.discard(connection)
+            self._drop(connection)
             raise
+        if again:
+            # The origin closed an idle connection under us: once more, anew.
+            self._drop(connection)
+            connection, reused = await self._open(True, deadline)
+            try:
+                answer = await connection.ask(request, body_max, deadline)
+            except BaseException:
+                self._drop(connection)
+                raise
         self._give_back(connection)
         return answer
 
-    async def _take(self, *, fresh: bool = False) -> tuple[_Connection, bool]:
-        """An idle connection still fresh (and whether it is reused), or a new one."""
+    def _drop(self, connection: _Connection) -> None:
+        """A call on ``connection`` failed: closed, never reused (its answer
+        may still come on it)."""
+        connection.close()
+        self._busy.discard(connection)
+
+    async def _open(self, fresh: bool, deadline: float | None) -> tuple[_Connection, bool]:
+        """:meth:`_take`, given up at ``deadline`` (None: never). By
+        ``asyncio.wait_for``, not ``async with asyncio.timeout``: compiled, an
+        ``async with`` awaits its exit inside an except clause (see :meth:`post`)."""
+        if deadline is None:
+            return await self._take(fresh=fresh)
         loop = asyncio.get_running_loop()
-        now = loop.time()
+        return await asyncio.wait_for(self._take(fresh=fresh), max(0.0, deadline - loop.time()))
+
+    def _take_idle(self) -> _Connection | None:
+        """An idle connection still fresh, now busy (None: none)."""
         idle = self._idle
-        while idle and not fresh:
+        if not idle:
+            return None
+        now = asyncio.get_running_loop().time()
+        while idle:
             connection = idle.pop()
             if connection.keep and connection.transport is not None \
                     and now - connection.used_at < self._idle_for:
                 self._busy.add(connection)
-                return connection, True
+                return connection
             connection.close()
+        return None
+
+    async def _take(self, *, fresh: bool = False) -> tuple[_Connection, bool]:
+        """An idle connection still fresh (and whether it is reused), or a new one."""
+        if not fresh:
+            connection = self._take_idle()
+            if connection is not None:
+                return connection, True
+        loop = asyncio.get_running_loop()
         try:
             _, connection = await loop.create_connection(
                 _Connection, self.host, self.port, ssl=self._ssl)

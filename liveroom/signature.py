@@ -15,7 +15,6 @@ several ``v1`` values (one per secret, while a secret is rotated) and
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 from typing import Final
 
@@ -25,12 +24,14 @@ TOLERANCE: Final = 300.0
 """Seconds a signature is good for, either side of the verifier's clock."""
 
 
-def signature(secret: str, body: bytes, t: int) -> str:
-    """The hex HMAC-SHA256 with ``secret`` of ``"<t>.<body>"``."""
-    return hmac.new(secret.encode(), b"%d.%b" % (t, body), hashlib.sha256).hexdigest()
+def signature(secret: str | bytes, body: bytes, t: int) -> str:
+    """The hex HMAC-SHA256 with ``secret`` (its UTF-8 bytes) of ``"<t>.<body>"``."""
+    key = secret.encode() if isinstance(secret, str) else secret
+    # hmac.digest: one call into OpenSSL, no HMAC object (a third of hmac.new's cost).
+    return hmac.digest(key, b"%d.%b" % (t, body), "sha256").hex()
 
 
-def sign(secret: str, body: bytes, t: int) -> str:
+def sign(secret: str | bytes, body: bytes, t: int) -> str:
     """The :data:`HEADER` value of ``body`` posted at Unix second ``t``."""
     return f"t={t},v1={signature(secret, body, t)}"
 

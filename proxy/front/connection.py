@@ -422,8 +422,10 @@ class Connection(asyncio.Protocol):
             self._answer(req, task.result())
 
     def _answer_current(self, reply: Reply) -> None:
-        """A poll's answer: the request being answered is its own (requests
-        are answered one at a time, and a poll cancelled never answers)."""
+        """A poll's answer, or a screened send's: the request being answered
+        is its own (requests are answered one at a time, and a poll
+        cancelled never answers; a send's answer after its client left goes
+        nowhere, the connection closed)."""
         if self._current is not None:
             self._answer(self._current, reply)
 

@@ -20,8 +20,9 @@ from .request import Held, Request
 Outcome = Reply | Held | Coroutine[Any, Any, Reply] | None
 """What :meth:`Handler.start` gives back: an answer now (a :class:`Reply`),
 work held until ``answer`` is called (:class:`Held`), a coroutine the
-connection runs in a task and answers with, or None once ``answer`` was
-called already."""
+connection runs in a task and answers with, or None: ``answer`` was called
+already, or will be by work the handler keeps (a send waiting for the send
+hook's verdict), which nothing lets go of when its client leaves."""
 
 
 class Handler:

@@ -51,6 +51,8 @@ import asyncio
 import logging
 import secrets
 from collections import deque
+from collections.abc import Callable, Collection
+from functools import partial
 from typing import Any, Final
 
 import orjson
@@ -92,6 +94,10 @@ FALLBACK_REASONS: Final = {LATE: "the backend was late", FAILED: "the backend's 
                            CIRCUIT: "the backend's circuit is open",
                            STOPPED: "the node is stopping"}
 """A failure policy's verdict's ``reason``, by why it decided."""
+VERDICTS: Final = (*ACTIONS, *FALLBACKS)
+"""Every verdict a screened send may get, as the metrics count them."""
+OUTCOMES: Final = ("ok", "error", "timeout", "bad_answer")
+"""How a call may end, as the metrics count them."""
 
 
 class Screened:
@@ -118,6 +124,11 @@ class Screened:
                 f"reason={self.reason!r}, fallback={self.fallback!r})")
 
 
+ACCEPTED: Final = Screened(ACCEPT)
+"""The verdict of a plain accept (no body, extra or reason), shared by every
+send that gets one (no object a message): never changed."""
+
+
 def message_document(ask_id: str, room: str, message: NewMessage, address: str,
                      claims: Claims | None) -> dict[str, Any]:
     """A send as the backend reads it in a call's ``messages``."""
@@ -134,7 +145,7 @@ def claims_document(claims: Claims) -> dict[str, Any]:
             "publish": claims.publish, "exp": int(exp) if exp.is_integer() else exp}
 
 
-def verdicts(doc: Any, ids: set[str], *, max_body: int,
+def verdicts(doc: Any, ids: Collection[str], *, max_body: int,
              extra_bytes: int) -> tuple[dict[str, Screened], list[str]]:
     """The verdicts of a call's answer ``doc`` for the messages ``ids``,
     and what is wrong with it (empty: a valid verdict for each). A verdict
@@ -168,6 +179,8 @@ def _verdict(result: dict[str, Any], max_body: int, extra_bytes: int) -> Screene
     if action != ACCEPT:
         return Screened(action, reason=reason)
     body, extra = result.get("body"), result.get("extra")
+    if body is None and extra is None and not reason:
+        return ACCEPTED
     try:
         if body is not None:
             check_value(body)
@@ -187,15 +200,19 @@ def _verdict(result: dict[str, Any], max_body: int, extra_bytes: int) -> Screene
 class _Ask:
     """One send waiting for its verdict."""
 
-    __slots__ = ("deadline", "doc", "future", "id")
+    __slots__ = ("deadline", "deliver", "doc", "done", "id")
 
-    def __init__(self, ask_id: str, doc: dict[str, Any],
-                 future: asyncio.Future[Screened], deadline: float) -> None:
+    def __init__(self, ask_id: str, doc: dict[str, Any], deliver: Callable[[Screened], None],
+                 deadline: float) -> None:
         self.id = ask_id
         self.doc = doc
-        self.future = future
+        self.deliver = deliver
+        """Called once with its verdict (by :meth:`SendHook._settle`), unless
+        its sender stopped waiting first."""
         self.deadline = deadline
         """When it gets the failure policy (the loop's time)."""
+        self.done = False
+        """It got its verdict, or its sender stopped waiting."""
 
 
 class SendHook:
@@ -229,9 +246,11 @@ class SendHook:
         self._count = 0
         self._throttled = Throttled(logger)
         self._metrics = metrics
-        self._call_outcomes = {o: metrics.send_hook_calls.labels(o)
-                               for o in ("ok", "error", "timeout", "bad_answer")}
-        self._verdicts = {v: metrics.send_hook_messages.labels(v) for v in (*ACTIONS, *FALLBACKS)}
+        # Plain counts, added to the counters before each render (a
+        # Prometheus increment takes a lock: one a message was a cost of its own).
+        self._call_counts = metrics.tally([metrics.send_hook_calls.labels(o) for o in OUTCOMES])
+        self._verdict_counts = metrics.tally(
+            [metrics.send_hook_messages.labels(v) for v in VERDICTS])
         metrics.track(metrics.send_hook_circuit, lambda: float(self.circuit.is_open))
 
     @property
@@ -280,18 +299,47 @@ class SendHook:
         """The verdict on ``message`` (to ``room``, from ``address``, under
         ``claims`` in ticket mode): the backend's, or the failure policy's
         within ``--send-hook-timeout``. Never raises for the backend's
-        faults."""
+        faults. Cancelled, its send is left out of the call it waits for
+        (if that has not left yet)."""
+        at_once = self._refused()
+        if at_once is not None:
+            return at_once
+        future: asyncio.Future[Screened] = asyncio.get_running_loop().create_future()
+        ask = self._queue(room, message, address, claims, partial(_resolve, future))
+        try:
+            return await future
+        except asyncio.CancelledError:
+            ask.done = True
+            raise
+
+    def ask(self, room: str, message: NewMessage, address: str, claims: Claims | None,
+            deliver: Callable[[Screened], None]) -> Screened | None:
+        """:meth:`screen` without a coroutine: the failure policy's verdict
+        now when the circuit is open, else None and ``deliver`` is called
+        once, from the loop, with the verdict (it must not raise)."""
+        at_once = self._refused()
+        if at_once is None:
+            self._queue(room, message, address, claims, deliver)
+        return at_once
+
+    def _refused(self) -> Screened | None:
+        """The failure policy's verdict when no call may be made now."""
         if not self.circuit.admits() or self._session is None:
             return self._fallback(CIRCUIT if self._session is not None else STOPPED)
+        return None
+
+    def _queue(self, room: str, message: NewMessage, address: str, claims: Claims | None,
+               deliver: Callable[[Screened], None]) -> _Ask:
+        """Queue a send for a call; its deadline watched."""
         loop = asyncio.get_running_loop()
         self._count += 1
         ask_id = f"{self._prefix}-{self._count}"
         deadline = loop.time() + self.timeout
-        ask = _Ask(ask_id, message_document(ask_id, room, message, address, claims),
-                   loop.create_future(), deadline)
+        ask = _Ask(ask_id, message_document(ask_id, room, message, address, claims), deliver,
+                   deadline)
         self._waiting.append(ask)
         asked = self._asked
-        while asked and asked[0].future.done():  # answered: forgotten
+        while asked and asked[0].done:  # answered: forgotten
             asked.popleft()
         asked.append(ask)
         if self._late_timer is None:
@@ -300,7 +348,7 @@ class SendHook:
             self._flush()
         elif not self._calls and self._flush_soon is None:
             self._flush_soon = loop.call_soon(self._flush)
-        return await ask.future
+        return ask
 
     def _late(self) -> None:
         """Give the sends past their deadline the failure policy; wait for
@@ -308,18 +356,31 @@ class SendHook:
         loop = asyncio.get_running_loop()
         now = loop.time()
         asked = self._asked
-        while asked and (asked[0].future.done() or asked[0].deadline <= now):
-            self._fall_back(asked.popleft(), LATE)
+        while asked and (asked[0].done or asked[0].deadline <= now):
+            ask = asked.popleft()
+            if not ask.done:
+                self._settle(ask, self._fallback(LATE))
         self._late_timer = loop.call_at(asked[0].deadline, self._late) if asked else None
 
     def _fallback(self, why: str) -> Screened:
         """The failure policy's verdict, ``why`` it decided, counted."""
-        self._verdicts[why].inc()
+        self._verdict_counts[VERDICTS.index(why)] += 1
         return Screened(self.failure, reason=FALLBACK_REASONS[why], fallback=why)
 
     def _fall_back(self, ask: _Ask, why: str) -> None:
-        if not ask.future.done():
-            ask.future.set_result(self._fallback(why))
+        if not ask.done:
+            self._settle(ask, self._fallback(why))
+
+    @staticmethod
+    def _settle(ask: _Ask, verdict: Screened) -> None:
+        """Hand ``ask`` its verdict (once: it is done after). A sender's
+        fault in taking it is logged, and the other sends still get theirs."""
+        if not ask.done:
+            ask.done = True
+            try:
+                ask.deliver(verdict)
+            except Exception:
+                logger.exception("send hook: a verdict could not be handed to its send")
 
     def _flush(self) -> None:
         """Send what waits, a batch a call, while fewer than
@@ -330,7 +391,7 @@ class SendHook:
             batch: list[_Ask] = []
             while waiting and len(batch) < self.batch:
                 ask = waiting.popleft()
-                if not ask.future.done():
+                if not ask.done:
                     batch.append(ask)
             if not batch:
                 return
@@ -354,14 +415,13 @@ class SendHook:
         problem = ""
         found: dict[str, Screened] = {}
         try:
-            async with asyncio.timeout(self.timeout):
-                status, raw = await session.post(body, headers, body_max=len(batch) * (
-                    2 * (self._max_body + self._extra_bytes) + 2048))
+            status, raw = await session.post(body, headers, body_max=len(batch) * (
+                2 * (self._max_body + self._extra_bytes) + 2048), within=self.timeout)
             if status != 200:
                 outcome, problem = "error", f"it answered {status}"
             else:
                 found, problems = verdicts(
-                    _loads(raw), {ask.id for ask in batch}, max_body=self._max_body,
+                    _loads(raw), {ask.id: ask for ask in batch}, max_body=self._max_body,
                     extra_bytes=self._extra_bytes)
                 outcome = "bad_answer" if problems else "ok"
                 problem = "; ".join(problems[:3])
@@ -376,14 +436,15 @@ class SendHook:
         except Exception as exc:  # a fault of ours: its senders still get an answer
             logger.exception("send hook: a call to %s failed unexpectedly", self.url)
             outcome, problem = "error", f"{type(exc).__name__}: {exc}"
-        self._call_outcomes[outcome].inc()
+        self._call_counts[OUTCOMES.index(outcome)] += 1
+        counts = self._verdict_counts
         for ask in batch:
             verdict = found.get(ask.id)
             if verdict is None:
                 self._fall_back(ask, FAILED)
-            elif not ask.future.done():
-                self._verdicts[verdict.action].inc()
-                ask.future.set_result(verdict)
+            elif not ask.done:
+                counts[VERDICTS.index(verdict.action)] += 1
+                self._settle(ask, verdict)
         if outcome == "ok":
             if self.circuit.passed():
                 logger.warning("send hook: circuit closed: %s answers again after %.1f s; "
@@ -401,6 +462,11 @@ class SendHook:
                            "%s): sends get --send-hook-failure=%s without a call; one trial "
                            "call in %g s", self.circuit.trip, outcome, problem, self.failure,
                            self.circuit.cooldown)
+
+
+def _resolve(future: asyncio.Future[Screened], verdict: Screened) -> None:
+    if not future.done():  # cancelled: its sender stopped waiting
+        future.set_result(verdict)
 
 
 def _loads(raw: bytes) -> Any:

@@ -13,7 +13,9 @@ from .send import Sends
 
 class SendRoute(Handler):
     """Sends a message: answered at once when the store appends at once
-    (memory), else by the coroutine that awaits the store (Redis)."""
+    (memory), else by the coroutine that awaits the store (Redis). A send
+    the hook screens, on a store that appends at once, is answered through
+    ``answer`` when its verdict comes (no task)."""
 
     __slots__ = ("_sends",)
 
@@ -28,5 +30,8 @@ class SendRoute(Handler):
                                    req.accept, address, peer)
         if reply is not None:
             return reply
+        if sends.screens_at_once and not sends.from_backend(req.authorization):
+            return sends.send_screened(req.room, req.content_type, body, req.authorization,
+                                       req.accept, address, peer, answer)
         return sends.send(req.room, req.content_type, body, req.authorization, req.accept,
                           address, peer)

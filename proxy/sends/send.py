@@ -56,7 +56,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Final, NoReturn
+from collections.abc import Callable, Coroutine
+from functools import partial
+from typing import Any, Final, NoReturn
 
 import orjson
 
@@ -92,7 +94,7 @@ from ..moderation.rules import Moderation
 from ..params import parse_send
 from ..reply import JSON_UTF8, Reply, answer_to, document_reply
 from ..tickets import UID_MISMATCH, Claims, Tickets
-from .hook import ACCEPT, REJECT, SendHook
+from .hook import ACCEPT, REJECT, Screened, SendHook
 from .limited import LimitedSenders
 from .new_rooms import NewRooms, Place
 
@@ -145,6 +147,11 @@ class Sends:
         self._append_at_once: AppendAtOnce | None = (
             log_.append_at_once if hasattr(type(log_), "append_at_once")  # type: ignore[attr-defined]
             else None)
+        self.screens_at_once = hook is not None and self._append_at_once is not None
+        """Whether a screened send is answered by :meth:`send_screened` (the
+        store appends at once) rather than by :meth:`send`."""
+        self._holding: set[asyncio.Task[Reply]] = set()
+        """Sends the hook held, on their way to the review queue (:meth:`send_screened`)."""
         self.new_rooms = NewRooms(settings.rooms_per_uid, settings.rooms_per_node,
                                   settings.rooms_per_address)
         # Read once: settings are a plain class, each read a lookup by name.
@@ -164,7 +171,7 @@ class Sends:
         :meth:`send` instead (it checks the send again: a held one costs its
         checks twice)."""
         append = self._append_at_once
-        if append is None or (self.hook is not None and not self._from_backend(authorization)):
+        if append is None or (self.hook is not None and not self.from_backend(authorization)):
             return None
         try:
             pending = self._prepare(room, content_type, raw, authorization, address, peer,
@@ -214,15 +221,120 @@ class Sends:
                     room, pending.message, pending.limits, may_create=pending.may_create,
                     provisional=pending.provisional)
             except BaseException as exc:
-                if pending.screen and isinstance(exc, RateLimited) \
-                        and pending.limits is not None and not isinstance(exc, NewRoomRefused):
-                    self.limited.refused(room, pending.message.uid, pending.limits,
-                                         pending.message.ts, exc.retry_after)
-                self._failed(pending, exc)
+                self._append_failed(room, pending, exc)
             return self._stored(pending, appended, accept)
         except Exception as exc:
             self._refused(exc)
             return answer_to(exc, logger, "a send to room %s failed", room)
+
+    def send_screened(self, room: str, content_type: str, raw: bytes,
+                      authorization: str | bytes | None, accept: str, address: str,
+                      peer: asyncio.BaseTransport | None,
+                      answer: Callable[[Reply], None]) -> Reply | Coroutine[Any, Any, Reply] | None:
+        """A send the hook screens, when the store appends at once
+        (:attr:`screens_at_once`; not the backend's: :meth:`from_backend`):
+        its checks now, then no task and no coroutine while it waits. Its
+        answer now when it needs no call (refused, the circuit open), the
+        coroutine to run when a word list holds it, else None: ``answer``
+        takes it once the verdict came (its append done then, as
+        :meth:`send`'s after its ``await``). A send the hook holds goes to
+        the review queue in a task of its own (the queue may wait).
+
+        Nothing cancels it: a send whose client left is still decided and
+        stored, its answer going nowhere (the front makes a send's task
+        finish likewise), and a node that stops gives it the failure
+        policy's verdict (:meth:`SendHook.stop`) before its store closes."""
+        hook = self.hook
+        assert hook is not None
+        try:
+            # No place in the new-room windows yet: it is taken when the
+            # verdict comes, right before the append, if the room is not
+            # there then (as :meth:`send_at_once` does); the backend sees
+            # the client's address all the same.
+            pending = self._prepare(room, content_type, raw, authorization, address, peer,
+                                    admit=False)
+            if pending.held:
+                return self._held_send(room, pending, accept)
+            if not pending.address:
+                pending.address = peer_address(peer)
+            verdict = hook.ask(room, pending.message, pending.address, pending.claims,
+                               partial(self._verdict_came, room, pending, accept, answer))
+            if verdict is None:
+                return None
+            return self._decided(room, pending, accept, verdict, answer)
+        except Exception as exc:
+            self._refused(exc)
+            return answer_to(exc, logger, "a send to room %s failed", room)
+
+    def _verdict_came(self, room: str, pending: _Pending, accept: str,
+                      answer: Callable[[Reply], None], verdict: Screened) -> None:
+        """The hook's verdict on a send of :meth:`send_screened`: answered."""
+        reply = self._decided(room, pending, accept, verdict, answer)
+        if reply is not None:
+            answer(reply)
+
+    def _decided(self, room: str, pending: _Pending, accept: str, verdict: Screened,
+                 answer: Callable[[Reply], None]) -> Reply | None:
+        """What :meth:`send_screened`'s send answers with ``verdict``: stored
+        (the store appends at once), refused, or None when the hook holds it
+        (``answer`` takes its answer once the review queue has it)."""
+        try:
+            if not self._judged(pending, verdict):
+                task = asyncio.get_running_loop().create_task(
+                    self._hold_judged(room, pending, accept, verdict))
+                self._holding.add(task)
+                task.add_done_callback(partial(self._held_by_hook, room, answer))
+                return None
+            append = self._append_at_once
+            assert append is not None
+            try:
+                appended: Appended | None = None
+                if pending.provisional:
+                    # Nothing runs between these appends and the place taken
+                    # for the second: the windows hold (see send_at_once).
+                    try:
+                        appended = append(room, pending.message, pending.limits,
+                                          may_create=False, provisional=True)
+                    except NewRoomRefused:
+                        self._admit(pending, pending.address, None)
+                if appended is None:
+                    appended = append(room, pending.message, pending.limits,
+                                      may_create=pending.may_create,
+                                      provisional=pending.provisional)
+            except BaseException as exc:
+                self._append_failed(room, pending, exc)
+            return self._stored(pending, appended, accept)
+        except Exception as exc:
+            self._refused(exc)
+            return answer_to(exc, logger, "a send to room %s failed", room)
+
+    def _held_by_hook(self, room: str, answer: Callable[[Reply], None],
+                      task: asyncio.Task[Reply]) -> None:
+        self._holding.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is None:
+            answer(task.result())
+        elif isinstance(exc, Exception):
+            answer(answer_to(exc, logger, "a send to room %s failed", room))
+
+    async def _held_send(self, room: str, pending: _Pending, accept: str) -> Reply:
+        """:meth:`_hold` with :meth:`send`'s answer to what it raises."""
+        try:
+            return await self._hold(room, pending, accept)
+        except Exception as exc:
+            self._refused(exc)
+            return answer_to(exc, logger, "a send to room %s failed", room)
+
+    def _append_failed(self, room: str, pending: _Pending, exc: BaseException) -> NoReturn:
+        """The append of ``pending`` raised ``exc``: a screened sender's rate
+        limits remembered (the hook's peek), then as :meth:`_failed`."""
+        if pending.screen and isinstance(exc, RateLimited) \
+                and pending.limits is not None and not isinstance(exc, NewRoomRefused):
+            self.limited.refused(room, pending.message.uid, pending.limits,
+                                 pending.message.ts, exc.retry_after)
+        self._failed(pending, exc)
 
     def _prepare(self, room: str, content_type: str, raw: bytes,
                  authorization: str | bytes | None, address: str,
@@ -299,7 +411,7 @@ class Sends:
         pending.place = admitted if isinstance(admitted, Place) else None
         pending.may_create = pending.place is not None
 
-    def _from_backend(self, authorization: str | bytes | None) -> bool:
+    def from_backend(self, authorization: str | bytes | None) -> bool:
         """Whether a send with ``authorization`` is the backend's (a token,
         not a ticket): the send hook does not screen it. A wrong token is
         refused by the send itself."""
@@ -319,19 +431,27 @@ class Sends:
         stored frees its new room's place."""
         hook = self.hook
         assert hook is not None
-        message = pending.message
         try:
-            verdict = await hook.screen(room, message, pending.address, pending.claims)
+            verdict = await hook.screen(room, pending.message, pending.address, pending.claims)
         except BaseException:
             self._unplaced(pending)
             raise
+        if self._judged(pending, verdict):
+            return None
+        return await self._hold_judged(room, pending, accept, verdict)
+
+    def _judged(self, pending: _Pending, verdict: Screened) -> bool:
+        """Whether ``verdict`` stores ``pending`` (True: its message now the
+        backend's, when it rewrote it) or holds it (False); raises the
+        refusal of one rejected. A send not stored frees its new room's place."""
         if verdict.action == ACCEPT:
             if verdict.body is not None or verdict.extra is not None:
+                message = pending.message
                 pending.message = NewMessage(
                     message.uid, message.body if verdict.body is None else verdict.body,
                     message.important, message.ts, message.client_msg_id, message.to,
                     verdict.extra)
-            return None
+            return True
         self._unplaced(pending)
         if verdict.action == REJECT:
             if verdict.fallback:
@@ -339,12 +459,17 @@ class Sends:
                                           f"({verdict.reason}); retry")
             self._tally[_REJECTED] += 1
             raise Rejected(verdict.reason or "the backend rejected this message")
+        return False
+
+    async def _hold_judged(self, room: str, pending: _Pending, accept: str,
+                           verdict: Screened) -> Reply:
+        """A send the hook holds, handed to the review queue: the answer."""
         review = self.review
         if review is None:
             raise SendHookUnavailable("the send hook holds this message and this node has "
                                       "no review queue")
         why = f"hook: {verdict.reason}"[:WHY_MAX] if verdict.reason else "hook"
-        held = await review.hold(room, message, why)
+        held = await review.hold(room, pending.message, why)
         self._tally[_HELD] += 1
         return held_reply(held, accept)
 

@@ -200,3 +200,30 @@ def test_only_http_urls_are_origins() -> None:
             Origin(url, connections=1)
     assert Origin("https://example.com/h", connections=1).port == 443
     assert Origin("http://[::1]:8080/h", connections=1).host == "::1"
+
+
+async def test_a_call_within_a_time_fails_late_and_leaves_its_connection() -> None:
+    """``within``: no whole answer in time is a TimeoutError, and the
+    connection it waited on is closed (its answer may still come), so the
+    next call opens another."""
+    answered = asyncio.Event()
+
+    async def slow_first(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        if b"slow" in request:
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhalf")  # never whole
+            await writer.drain()
+            await answered.wait()
+            return False
+        return await echo()(request, writer)
+
+    async with serving(slow_first) as (server, url):
+        origin = Origin(url, connections=1)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(TimeoutError):
+            await origin.post(b"slow", {}, body_max=100, within=0.2)
+        assert 0.2 <= loop.time() - started < 2.0
+        assert await origin.post(b"fast", {}, body_max=100, within=5.0) == (200, b"fast")
+        assert server.connections == 2
+        answered.set()
+        origin.close()

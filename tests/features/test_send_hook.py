@@ -501,6 +501,38 @@ async def test_a_full_batch_leaves_at_once_within_the_calls_in_flight(
         f"M{n}" for n in range(0, 41, 2))
 
 
+async def test_a_screened_send_whose_client_left_is_still_decided_and_stored(
+        engine_url: str, backstage: tuple[Backstage, str],
+        session: aiohttp.ClientSession) -> None:
+    """A send is a write: its client closing while the backend decides
+    stops nothing (on memory no task waits for the verdict; over Redis the
+    send's task runs to its end), and the verdict is acted on all the same."""
+    backend, url = backstage
+    backend.late = True
+    async with running_node(engine_url, **hooked(url, send_hook_timeout=10.0)) as node:
+        host, port = node.url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        body = b'{"uid": "gone", "body": "left early"}'
+        writer.write(b"POST /v1/rooms/%s/messages HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                     % (ROOM.encode(), len(body), body))
+        await writer.drain()
+        await asyncio.wait_for(backend.arrived.get(), 10)  # its call is in flight
+        writer.close()
+        await writer.wait_closed()
+        assert await reader.read() == b""  # closed before any answer
+        backend.release.set()
+        # The next send's call leaves after the first call ended: its 201
+        # comes after the first verdict was acted on.
+        assert (await post(session, node.url, {"uid": "al", "body": "after"}))[0] == 201
+        async with session.get(f"{node.url}/v1/admin/rooms/{ROOM}/messages",
+                               headers=ADMIN_HEADERS) as resp:
+            listed = (await resp.json())["messages"]
+        assert [(m["uid"], m["body"]) for m in listed] == [("gone", "left early"),
+                                                           ("al", "after")]
+        assert len(backend.calls) == 2
+
+
 async def test_a_sender_over_its_rate_limits_costs_the_backend_no_more_calls(
         backstage: tuple[Backstage, str], session: aiohttp.ClientSession) -> None:
     backend, url = backstage
@@ -516,6 +548,29 @@ async def test_a_sender_over_its_rate_limits_costs_the_backend_no_more_calls(
         assert len(backend.calls) == 3
         assert (await post(session, node.url, {"uid": "al", "body": "hi"}))[0] == 201
         assert len(backend.calls) == 4
+
+
+async def test_a_screened_send_counts_in_the_new_room_windows_only_when_stored(
+        engine_url: str, backstage: tuple[Backstage, str],
+        session: aiohttp.ClientSession) -> None:
+    """A screened send that creates a room takes its place in the new-room
+    windows (before its call on Redis, when its verdict comes on memory);
+    one the backend rejects takes none, and a room that exists needs none."""
+    backend, url = backstage
+    backend.decide = lambda m: {"id": m["id"], "action": "reject" if m["body"] == "no"
+                                else "accept"}
+    async with running_node(engine_url, rooms_per_uid=parse_windows("1/m"),
+                            **hooked(url)) as node:
+        async def send(uid: str, room: str, body: str = "hi") -> int:
+            return (await post(session, node.url, {"uid": uid, "body": body}, room=room))[0]
+
+        assert await send("bob", "first") == 201
+        assert await send("bob", "second") == 429  # over its one new room a minute
+        assert await send("bob", "first") == 201  # a room that exists: no window
+        assert await send("al", "third", "no") == 403  # rejected: no room, no place
+        assert await send("al", "fourth") == 201
+        assert await send("al", "fifth") == 429
+        assert len(backend.calls) == 6  # every one screened, the refused too
 
 
 # -- the stored form ----------------------------------------------------------------------------
