@@ -170,8 +170,8 @@ class Sends:
         (the queue may wait), or when the send hook screens it: await
         :meth:`send` instead (it checks the send again: a held one costs its
         checks twice)."""
-        append = self._append_at_once
-        if append is None or (self.hook is not None and not self.from_backend(authorization)):
+        if self._append_at_once is None or (self.hook is not None
+                                            and not self.from_backend(authorization)):
             return None
         try:
             pending = self._prepare(room, content_type, raw, authorization, address, peer,
@@ -179,21 +179,7 @@ class Sends:
             if pending.held:
                 return None
             try:
-                appended: Appended | None = None
-                if pending.provisional:
-                    # Nothing runs between this append and the next: a room that
-                    # exists needs no place in the new-room windows (the place
-                    # would be held and freed unseen), one that does not gets
-                    # its place now, as :meth:`send` takes it before its append.
-                    try:
-                        appended = append(room, pending.message, pending.limits,
-                                          may_create=False, provisional=True)
-                    except NewRoomRefused:
-                        self._admit(pending, address, peer)
-                if appended is None:
-                    appended = append(room, pending.message, pending.limits,
-                                      may_create=pending.may_create,
-                                      provisional=pending.provisional)
+                appended = self._append_now(room, pending, address, peer)
             except BaseException as exc:
                 self._failed(pending, exc)
             return self._stored(pending, appended, accept)
@@ -285,28 +271,32 @@ class Sends:
                 self._holding.add(task)
                 task.add_done_callback(partial(self._held_by_hook, room, answer))
                 return None
-            append = self._append_at_once
-            assert append is not None
             try:
-                appended: Appended | None = None
-                if pending.provisional:
-                    # Nothing runs between these appends and the place taken
-                    # for the second: the windows hold (see send_at_once).
-                    try:
-                        appended = append(room, pending.message, pending.limits,
-                                          may_create=False, provisional=True)
-                    except NewRoomRefused:
-                        self._admit(pending, pending.address, None)
-                if appended is None:
-                    appended = append(room, pending.message, pending.limits,
-                                      may_create=pending.may_create,
-                                      provisional=pending.provisional)
+                appended = self._append_now(room, pending, pending.address, None)
             except BaseException as exc:
                 self._append_failed(room, pending, exc)
             return self._stored(pending, appended, accept)
         except Exception as exc:
             self._refused(exc)
             return answer_to(exc, logger, "a send to room %s failed", room)
+
+    def _append_now(self, room: str, pending: _Pending, address: str,
+                    peer: asyncio.BaseTransport | None) -> Appended:
+        """Append ``pending`` on a store that appends without waiting (the
+        memory engine). Nothing runs between its appends: a room that exists
+        needs no place in the new-room windows (the place would be held and
+        freed unseen), one that does not gets its place right before its
+        append, as :meth:`send` takes it before its own."""
+        append = self._append_at_once
+        assert append is not None
+        if pending.provisional:
+            try:
+                return append(room, pending.message, pending.limits, may_create=False,
+                              provisional=True)
+            except NewRoomRefused:
+                self._admit(pending, address, peer)
+        return append(room, pending.message, pending.limits, may_create=pending.may_create,
+                      provisional=pending.provisional)
 
     def _held_by_hook(self, room: str, answer: Callable[[Reply], None],
                       task: asyncio.Task[Reply]) -> None:

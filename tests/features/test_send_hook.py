@@ -522,14 +522,20 @@ async def test_a_screened_send_whose_client_left_is_still_decided_and_stored(
         await writer.wait_closed()
         assert await reader.read() == b""  # closed before any answer
         backend.release.set()
-        # The next send's call leaves after the first call ended: its 201
-        # comes after the first verdict was acted on.
         assert (await post(session, node.url, {"uid": "al", "body": "after"}))[0] == 201
-        async with session.get(f"{node.url}/v1/admin/rooms/{ROOM}/messages",
-                               headers=ADMIN_HEADERS) as resp:
-            listed = (await resp.json())["messages"]
-        assert [(m["uid"], m["body"]) for m in listed] == [("gone", "left early"),
-                                                           ("al", "after")]
+        # The first verdict is acted on once its call ended; over Redis its
+        # append may still be on its way when the second send is answered
+        # (the two appends race): wait for it.
+        async with asyncio.timeout(10):
+            while True:
+                async with session.get(f"{node.url}/v1/admin/rooms/{ROOM}/messages",
+                                       headers=ADMIN_HEADERS) as resp:
+                    listed = (await resp.json())["messages"]
+                if len(listed) >= 2:
+                    break
+                await asyncio.sleep(0.02)
+        assert sorted((m["uid"], m["body"]) for m in listed) == [("al", "after"),
+                                                                 ("gone", "left early")]
         assert len(backend.calls) == 2
 
 
