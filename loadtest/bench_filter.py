@@ -41,7 +41,6 @@ import gc
 import os
 import random
 import statistics
-import string
 import subprocess
 import sys
 import time
@@ -53,6 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import orjson
 from kit.provenance import commit, invocation, versions
+from kit.words import made_up_words
 
 from liveroom.node import NODE, build_app, node_runner
 from liveroom.ratelimit import RateLimits
@@ -62,22 +62,11 @@ from proxy.filters.screen import Screens, WordScreen
 
 ROOM = "bench"
 T = TypeVar("T")
-CHINESE = [chr(c) for c in range(0x4E00, 0x9FA6)]
 LATIN_CHAT = ("what a great stream tonight", "hello everyone from berlin",
               "lol this is so funny i cannot stop laughing", "gg well played",
               "can you play that song again please", "first time here, love it")
 CHINESE_CHAT = ("今天的直播真好看主播加油", "我们都支持你", "这首歌太好听了再来一遍",
                 "第一次来这里，很喜欢", "主播晚上好呀")
-
-
-def made_up_words(count: int, rng: random.Random) -> list[str]:
-    words: set[str] = set()
-    while len(words) < count:
-        if rng.random() < 0.5:
-            words.add("".join(rng.choices(string.ascii_lowercase, k=rng.randint(4, 10))))
-        else:
-            words.add("".join(rng.choices(CHINESE, k=rng.randint(2, 4))))
-    return sorted(words)
 
 
 def chat_bodies(rng: random.Random, screens: Screens) -> list[dict[str, str]]:

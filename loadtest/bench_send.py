@@ -26,7 +26,11 @@ stopped after it:
   hook on (a backend that accepts at once)": the server runs with
   ``--send-hook`` to loadtest/hook_backend.py (its own process: it checks
   each batch's signature and accepts every message), so each send waits for
-  the backend's verdict in a batch with the others in flight. Two more are
+  the backend's verdict in a batch with the others in flight; and
+  ``filtered``, "a send with 10 000 filter words": ``chat`` on a server
+  given one word list of 10 000 made-up words (``kit/words.py``: half Latin,
+  half Chinese; action mask, every room) through the admin API before the
+  warm-up. Two more are
   many viewers' chat with the server's **default** rate limits, each send by
   one of them at random (wrk formats every viewer's request once and picks
   one per send): ``crowd``, 100 000 uids in open mode (``{"uid": "v<i>",
@@ -124,6 +128,7 @@ import datetime
 import importlib.util
 import json
 import os
+import random
 import re
 import resource
 import shlex
@@ -161,6 +166,7 @@ from kit.servers import (
     redis_server,
     wait_quiet,
 )
+from kit.words import made_up_words
 
 BODY = (b'{"type":"chat","text":"that last play was unreal, can we see it again?",'
         b'"user":{"name":"Mika","lvl":12}}')
@@ -169,9 +175,11 @@ SENDER = "viewer42"
 ADDRESSEES = 1000
 """Personal sends go to u0 ... u999 in turn."""
 NOFILE = 4096
-KINDS = ("normal", "important", "personal", "chat", "hooked", "crowd", "tickets")
-VIEWERS = ("chat", "hooked")
+KINDS = ("normal", "important", "personal", "chat", "hooked", "filtered", "crowd", "tickets")
+VIEWERS = ("chat", "hooked", "filtered")
 """A viewer's sends: no token (so the send hook screens them), rate limits off."""
+FILTER_WORDS = 10_000
+"""Words of the one list a ``filtered`` row's server has (mask, every room)."""
 CROWDS = ("crowd", "tickets")
 """Many viewers' chat, each send by one of them at random, with the default
 rate limits: ``crowd`` in open mode (``CROWD_UIDS`` uids), ``tickets`` in
@@ -550,6 +558,14 @@ def measure(row: Row, args: argparse.Namespace,
         script = tmp / "send.lua"
         script.write_text(crowd_script(row) if row.kind in CROWDS and row.server != "nchan"
                           else wrk_script(row))
+        if row.kind == "filtered":
+            words = made_up_words(FILTER_WORDS, random.Random(47))
+            status, answer = http("PUT", f"http://127.0.0.1:{server.port}/v1/admin/filters/bench",
+                                  json.dumps({"words": words, "action": "mask"}).encode(),
+                                  headers={"Authorization": f"Bearer {ADMIN_TOKEN}",
+                                           "Content-Type": "application/json"})
+            if status != 200:
+                raise SystemExit(f"{label}: the word list was refused: {status} {answer!r}")
         say(label, row.kind, f"started (pid {server.proc.pid}"
             + (f", redis-server pid {redis.proc.pid}" if redis else "")
             + f"); probe: {probe(row, server.port)}")
@@ -814,7 +830,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--kinds", type=names(KINDS), default=list(KINDS),
                    help="liveroom's sends: normal, important, personal, chat (a viewer's "
                         "normal send, no token), hooked (the same with the send hook on, "
-                        "to a backend that accepts at once), crowd (100 000 uids at random, "
+                        "to a backend that accepts at once), filtered (chat with one word "
+                        "list of 10 000 words), crowd (100 000 uids at random, "
                         "open mode, default rate limits), tickets (20 000 tickets at random, "
                         "ticket mode, default rate limits) (default: all; Nchan always has "
                         "its publish row, and a hooked row with hooked; the floor its one "
