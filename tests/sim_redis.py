@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
 import shutil
 import subprocess
@@ -104,7 +105,8 @@ class RedisProcess:
             self._process = subprocess.Popen(
                 [binary, "--port", "0", "--unixsocket", self.socket, "--save", "",
                  "--appendonly", "no", "--daemonize", "no", "--dir", self._dir.name],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                preexec_fn=_dies_with_parent)
         deadline = time.monotonic() + 10
         while True:
             try:
@@ -131,6 +133,24 @@ class RedisProcess:
 _SERVER: RedisProcess | None = None
 
 
+def _dies_with_parent() -> None:
+    """In the redis-server child, before its exec: killed when the run that
+    started it dies, even by SIGKILL (a test's timeout kills so), on Linux
+    (``prctl(PR_SET_PDEATHSIG, SIGKILL)``); elsewhere nothing."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+    except (OSError, AttributeError):
+        pass
+
+
+def _stopped(*_: object) -> None:
+    if _SERVER is not None:
+        _SERVER.close()
+    os._exit(143)
+
+
 def server() -> RedisProcess:
     """The process's server, started at the first Redis world (seeds share it:
     each starts with an empty data set)."""
@@ -138,8 +158,13 @@ def server() -> RedisProcess:
     if _SERVER is None:
         _SERVER = RedisProcess()
         import atexit
+        import signal
 
         atexit.register(_SERVER.close)
+        # A run stopped by SIGTERM (a test's timeout, a kill of a long run):
+        # its redis-server must not outlive it (the world in flight is dropped).
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _stopped)
     return _SERVER
 
 
