@@ -113,9 +113,12 @@ class NodeRegistry:
                                           int(3 * self.every * 1000), announcement)
 
     async def start(self) -> None:
-        """Announce now (a store that is down only delays it), then every ``every`` s."""
+        """Announce now (a store that is down only delays it), then every
+        ``every`` s. The first announcement is made before this returns: a
+        node that answers lists itself among the nodes."""
         if self._task is None:
             self._stopping = False
+            await self._announce()
             self._task = asyncio.create_task(self._loop(), name="statsvr-announce")
 
     async def stop(self, *, withdraw: bool = True) -> None:
@@ -138,15 +141,20 @@ class NodeRegistry:
         # The flag as well as the cancel: redis-py may finish a command in
         # flight and swallow the cancel.
         while not self._stopping:
-            try:
-                await self.announce_once()
-            except StoreUnavailable as exc:
-                self._outage.failed("cannot announce this node, will retry: %s", exc.message)
-            except Exception:  # one bad pass must not end the announcements
-                logger.exception("announcing this node failed")
-            else:
-                self._outage.worked("announcing this node again")
             await self._clock.sleep(self.every)
+            if not self._stopping:
+                await self._announce()
+
+    async def _announce(self) -> None:
+        """One announcement; a failure is logged (once while it lasts), never raised."""
+        try:
+            await self.announce_once()
+        except StoreUnavailable as exc:
+            self._outage.failed("cannot announce this node, will retry: %s", exc.message)
+        except Exception:  # one bad pass must not end the announcements
+            logger.exception("announcing this node failed")
+        else:
+            self._outage.worked("announcing this node again")
 
     # -- reading -----------------------------------------------------------------------
 
