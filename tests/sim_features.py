@@ -1364,6 +1364,10 @@ def check_recalls(run: FeatureRun, bc: Broadcasts, listeners: list[SimListener],
     for key in skipped:
         targets.pop(key, None)
     lost_seqs = {(e, seq) for _, e, seq, _ in truth.lost}
+    # Epochs whose numbering a lossy restart rewound under writes the truth
+    # does not know of (``_numbering_unsure``): past the heads it kept, a
+    # position may have been taken twice.
+    retaken = {e: truth.rewound.get(e, (0, 0)) for _, e, seq, _ in truth.lost if seq == -1}
     for target in targets.values():
         # "recalling twice answers the same (the same notice, and no second
         # one is sent)"; "a 503 or a lost answer is retried as it was"
@@ -1402,7 +1406,7 @@ def check_recalls(run: FeatureRun, bc: Broadcasts, listeners: list[SimListener],
     for listener in listeners:
         problems += [f"{listener.uid}: {p}"
                      for p in _check_told(listener, bc, targets, by_broadcast, skipped,
-                                          lost_seqs)]
+                                          lost_seqs, retaken)]
     return problems
 
 
@@ -1410,9 +1414,17 @@ def _check_told(listener: SimListener, bc: Broadcasts,
                 targets: dict[tuple[int, str, int], _Target],
                 by_broadcast: dict[int, list[_Target]],
                 skipped: set[tuple[int, str, int]] = frozenset(),  # type: ignore[assignment]
-                lost_seqs: set[tuple[str, int]] = frozenset()) -> list[str]:  # type: ignore[assignment]
+                lost_seqs: set[tuple[str, int]] = frozenset(),  # type: ignore[assignment]
+                retaken: dict[str, tuple[int, int]] | None = None) -> list[str]:
     """``lost_seqs``: (epoch, seq) a Redis restart lost (and a later
-    message may have taken): a notice there may be the lost one's."""
+    message may have taken): a notice there may be the lost one's.
+    ``retaken``: per epoch whose numbering a lossy restart rewound under
+    writes the truth does not know of, the room and personal heads it kept.
+    A notice past them may sit where such a lost write sat: a node that held
+    the lost one answers over the notice until its next pull finds the log
+    rewritten (its anchor) and resets the room, so there the rule is that
+    a later answer resets the listener (redis-sharded seed 91829)."""
+    retaken = retaken or {}
     problems: list[str] = []
     told: dict[tuple[int, str, int], int] = {}
     received: dict[tuple[int, str, int], int] = {}
@@ -1452,9 +1464,14 @@ def _check_told(listener: SimListener, bc: Broadcasts,
         # "answers carry recalled: [seq, ...] for the recalls after its cursor"
         i0, i1 = before["iseq"], body["iseq"]
         p0, p1 = before.get("pseq") or 0, phead
+        kept = retaken.get(epoch)
+        reset_later = kept is not None and any(
+            later.body.get("reset") or later.body["epoch"] != epoch for later in answers[k + 1:])
         for target in by_broadcast.get(b, ()):
             n = target.notice
             if not n or a.at < target.asked or (epoch, n) in lost_seqs:
+                continue
+            if reset_later and kept is not None and n > kept[target.lane == "personal"]:
                 continue
             if target.lane == "room" and i0 < n <= i1 and target.seq not in body.get(
                     "recalled", ()):

@@ -368,6 +368,9 @@ class Truth:
     it lost): their listeners are rightly reset into the absent epoch."""
     carried: dict[str, str] = field(default_factory=dict)
     """A renewed epoch -> the epoch whose log it kept (its broadcast's)."""
+    rewound: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Per epoch: the lowest room and personal heads a lossy Redis restart
+    kept of its log (positions past them may have been taken twice)."""
 
     def epoch_seen(self, epoch: str, carried: str | None = None) -> None:
         """``epoch`` exists now; ``carried``: the epoch whose log it kept (a renewal)."""
@@ -383,6 +386,8 @@ class Truth:
         if carried:
             self.lost |= {(kind, epoch, seq, body) for kind, e, seq, body in self.lost
                           if e == carried}
+            if carried in self.rewound:
+                self.rewound[epoch] = self.rewound[carried]
 
     def stored(self, kind: str, epoch: str, seq: int, body: Any) -> None:
         """An append acknowledged at ``seq`` (of the room's or the personal
@@ -394,6 +399,8 @@ class Truth:
         what was acknowledged after is lost (it stays in the ledger until a
         later append takes its seq). How many were lost."""
         before = len(self.lost)
+        kept = self.rewound.get(epoch, (head, phead))
+        self.rewound[epoch] = (min(kept[0], head), min(kept[1], phead))
         for kind, last in (("room", head), ("personal", phead)):
             for seq, body in self.bodies.get((kind, epoch), {}).items():
                 if seq > last:

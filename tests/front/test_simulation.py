@@ -301,11 +301,13 @@ def _fabricated(**ledgers: object) -> list[str]:
     """What the features' checker says of a fabricated run in the world of
     :func:`_truth_of_two_broadcasts` (the traffic stopped at 30 s, the store
     ended empty but for broadcast 1's archive); ``ledgers`` set the run's
-    fields (``listeners``: the world's)."""
+    fields (``listeners``: the world's; ``truth``: its truth's)."""
     world = run_seed(1, seconds=0.5).world
     world.truth = _truth_of_two_broadcasts()
     world.events = ["   10.000 end broadcast -> E2"]
     world.listeners = ledgers.pop("listeners", [])  # type: ignore[assignment]
+    for name, value in ledgers.pop("truth", {}).items():  # type: ignore[attr-defined]
+        setattr(world.truth, name, value)
     run = FeatureRun(Features(), until=30.0)
     run.store = StoreEnd([_past(1)], 0, Ranking((), 0, 0), (), ())
     for name, value in ledgers.pop("store", {}).items():  # type: ignore[attr-defined]
@@ -510,6 +512,21 @@ def test_the_features_checker_allows_what_redis_may_do_and_no_more() -> None:
     assert any("ranking gives g3 50; the ledger 0, and 5 maybe" in p for p in _fabricated(
         gifts=[*_GIFTS, maybe], nodes=[NodeEnd(0, 1, _TOP, too_much)],
         store={"board": too_much}))
+    # A lossy restart rewound E2's personal numbering to 1 under a write the
+    # truth does not know of (a recall answered 503): a node that held that
+    # write at p2 answers over the notice at p2, and resets the room once its
+    # pull finds the log rewritten (redis-sharded seed 91829). The reset is
+    # required.
+    rewound = {"lost": {("room", "E2", -1, ("maybe taken again",))}, "rewound": {"E2": (5, 1)}}
+    over = [(11.0, {"epoch": "E2", "pseq": 1}), (14.0, {"epoch": "E2", "pseq": 2})]
+    recall = [_recalled(1, 2, lane="personal")]
+    assert _fabricated(truth=rewound, recalls=recall, listeners=[_listener("u0", [
+        *over, (15.0, {"epoch": "E3", "pseq": 2, "reset": True})])]) == []
+    assert any("passed notice p2 and did not list personal message 1" in p for p in _fabricated(
+        truth=rewound, recalls=recall, listeners=[_listener("u0", over)]))
+    assert any("passed notice p2 and did not list personal message 1" in p for p in _fabricated(
+        truth={**rewound, "rewound": {"E2": (5, 2)}}, recalls=recall, listeners=[_listener(
+            "u0", [*over, (15.0, {"epoch": "E3", "pseq": 2, "reset": True})])]))
     muted = Act(5.0, 5.5, 0, "mute", "c0", 10, _ms(5.0), maybe=True)
     assert _fabricated(acts=[muted], sends=[_send(6.0, "c0", 201, seq=4)]) == []
     assert any("since its last write began at 11.500" in p for p in _fabricated(
