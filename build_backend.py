@@ -1,7 +1,8 @@
 """setuptools' build backend, asking for mypy only when a build may compile.
 
 ``pip install .`` builds a wheel: unless ``LIVEROOM_BUILD=pure``, it asks for
-mypy (mypyc compiles the listener path, see ``setup.py``) and for the
+mypy and Cython (mypyc compiles the listener path, Cython its whole read, see
+``setup.py``) and for the
 project's dependencies (mypyc type-checks the modules it compiles against
 them, as CI does). ``pip install -e .`` asks for nothing more than setuptools:
 an editable install is pure Python.
@@ -32,4 +33,4 @@ def get_requires_for_build_wheel(config_settings: dict[str, Any] | None = None) 
     if wanted == "pure" or (wanted == "auto" and c_compiler() is None):
         return requires  # setup.py says why it builds pure Python
     project = tomllib.loads((Path(__file__).parent / "pyproject.toml").read_text())["project"]
-    return [*requires, "mypy>=1.10", *project["dependencies"]]
+    return [*requires, "mypy>=1.10", "Cython>=3.0", *project["dependencies"]]

@@ -1,12 +1,13 @@
 """The optional compiled build of the listener path (the rest is in pyproject.toml).
 
 ``pip install .`` compiles the modules of :data:`liveroom.build.COMPILED` with
-mypyc when it can; every module stays importable as pure Python beside its
-extension. What decides:
+mypyc, and those of :data:`liveroom.build.CYTHON` with Cython, when it can;
+every module stays importable as pure Python beside its extension (a Cython
+module stands for a pure one of another name). What decides:
 
 - ``pip install -e .`` (editable) and ``LIVEROOM_BUILD=pure``: pure Python, no
   compiler or mypy needed (``build_backend.py`` does not even ask for mypy);
-- otherwise mypy (mypyc) is fetched as a build requirement, and without a C
+- otherwise mypy (mypyc) and Cython are fetched as build requirements, and without a C
   compiler, or when compiling fails, the install goes on in pure Python and
   says so in one line;
 - ``LIVEROOM_BUILD=compiled``: compiling must succeed, else the install fails
@@ -21,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 from build_backend import c_compiler  # beside this file (pyproject's backend-path)
@@ -29,12 +30,13 @@ from build_backend import c_compiler  # beside this file (pyproject's backend-pa
 HERE = Path(__file__).resolve().parent
 
 
-def _modules() -> tuple[str, ...]:
+def _modules(which: str = "COMPILED") -> tuple[str, ...]:
+    """liveroom/build.py's COMPILED (mypyc) or CYTHON modules."""
     # liveroom/build.py is read, not imported: the package's dependencies are
     # not installed yet while it is built.
     namespace: dict[str, Any] = {}
     exec(compile((HERE / "liveroom" / "build.py").read_text(), "build.py", "exec"), namespace)
-    return tuple(namespace["COMPILED"])
+    return tuple(namespace[which])
 
 
 def _say(line: str) -> None:
@@ -90,9 +92,22 @@ def _extensions() -> dict[str, Any]:
     # Nothing of an earlier compiled build may be packaged: a module dropped
     # from the list would stay compiled, against an older shared library.
     shutil.rmtree(HERE / "build" / "wheel", ignore_errors=True)
+    try:
+        from Cython.Build import cythonize
+    except ImportError:
+        if wanted == "compiled":
+            raise SystemExit("LIVEROOM_BUILD=compiled needs Cython to build") from None
+        _say("Cython is not installed: installing pure Python")
+        return _pure()
     paths = [name.replace(".", "/") + ".py" for name in _modules()]
-    _say(f"compiling {len(paths)} modules of the listener path with mypyc")
-    return {"ext_modules": mypycify(paths, opt_level="3", target_dir="build/mypyc"),
+    cython = _modules("CYTHON")
+    _say(f"compiling {len(paths)} modules of the listener path with mypyc, "
+         f"{len(cython)} with Cython")
+    at_c_level = cythonize(
+        [Extension(name, [name.replace(".", "/") + ".pyx"]) for name in cython],
+        build_dir="build/cython", compiler_directives={"language_level": "3"}, quiet=True)
+    return {"ext_modules": [*mypycify(paths, opt_level="3", target_dir="build/mypyc"),
+                            *at_c_level],
             "cmdclass": {"build_ext": _BuildExt},
             "options": {"build": {"build_base": "build/wheel"}}}
 

@@ -82,6 +82,12 @@ costs beside Nchan's upstream). Not ``statsvr.table``: it reads batches from
 other nodes, whose entries a compiled loop would check by type and refuse
 with a TypeError where the pure one skips them."""
 
+CYTHON = ("proxy.front.whole_c",)
+"""Modules a compiled build builds with Cython, from their ``.pyx`` beside
+the pure module they stand for (``proxy.front.whole_c``: the whole read of
+``proxy.front.whole``, which the reader takes when it is built). Loaded by
+the module that takes them, never imported here."""
+
 _EXTENSIONS = tuple(importlib.machinery.EXTENSION_SUFFIXES)
 
 
@@ -100,13 +106,23 @@ def compiled_modules() -> list[str]:
     return [name for name in COMPILED if is_compiled(name)]
 
 
+def cython_modules() -> list[str]:
+    """The modules of :data:`CYTHON` this process runs (loaded, from C)."""
+    return [name for name in CYTHON if is_compiled(name)]
+
+
 def kind() -> str:
     """``"compiled"`` when every module of the listener path this process has
     loaded is compiled, ``"pure"`` when none is, else ``"mixed"`` (a broken
-    install: a compiled tree shadowed in part)."""
+    install: a compiled tree shadowed in part, or built without Cython). A
+    module of :data:`CYTHON` counts once its taker (``proxy.front.reader``)
+    is loaded."""
     loaded = [name for name in COMPILED
               if name in sys.modules or name.startswith("liveroom.")]
     compiled = sum(is_compiled(name) for name in loaded)
+    if "proxy.front.reader" in sys.modules:
+        loaded += CYTHON
+        compiled += len(cython_modules())
     if compiled == 0:
         return "pure"
     return "compiled" if compiled == len(loaded) else "mixed"
@@ -117,4 +133,5 @@ def describe() -> str:
     build = kind()
     if build == "pure":
         return "pure Python build"
-    return f"{build} build ({len(compiled_modules())} of {len(COMPILED)} modules compiled by mypyc)"
+    return (f"{build} build ({len(compiled_modules())} of {len(COMPILED)} modules compiled by "
+            f"mypyc, {len(cython_modules())} of {len(CYTHON)} by Cython)")

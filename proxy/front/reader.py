@@ -72,9 +72,13 @@ from .headers import (
 from .limits import FrontLimits, HeadRules
 from .request import Request
 from .routing import METHODS, route
-from .whole import read_whole
+from .whole import WholeRead, whole_read
 
 __all__ = ["BACKLOG_MAX", "Arriving", "Fed", "Request", "RequestReader"]
+
+WHOLE_READ: Final = whole_read()
+"""The whole read of this build: at C level where it was built (Cython,
+:mod:`.whole_c`), else :func:`~.whole.read_whole`."""
 
 MIN_REQUEST: Final = 16
 """Bytes of the shortest request llhttp accepts (``GET / HTTP/1.1`` and
@@ -158,6 +162,7 @@ class RequestReader:
         "raw",
         "stopped",
         "waiting",
+        "whole_read",
         "whole_reads",
     )
 
@@ -194,6 +199,9 @@ class RequestReader:
         """Read a plain request that arrives whole in one read without llhttp
         (:func:`~.whole.read_whole`); False: every request through llhttp (the
         differential test compares the two)."""
+        self.whole_read: WholeRead = WHOLE_READ
+        """The whole read this reader takes: the build's (:data:`WHOLE_READ`);
+        the differential test gives it each of them."""
 
     # -- what the connection asks ----------------------------------------------
 
@@ -223,7 +231,7 @@ class RequestReader:
         if self._between:
             if self.whole_reads and self._req is None and not self.waiting \
                     and not self.stopped and self.backlog is None:
-                req = read_whole(data, self._limits, self._heads, self.proxied)
+                req = self.whole_read(data, self._limits, self._heads, self.proxied)
                 if req is not None:
                     # As llhttp's callbacks leave a request that arrived whole.
                     self.raw = None

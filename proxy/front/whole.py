@@ -7,12 +7,18 @@ it is one plain request, whole, and nothing else; anything else is left to
 llhttp (:mod:`.reader`), which stays the reference:
 ``tests/front/test_front_reader.py`` holds the two readings equal on generated
 requests. A pure function: no state, no I/O, no clock.
+
+The same function is written at C level in ``whole_c.pyx`` (Cython), which
+``pip install .`` builds beside the modules mypyc compiles: the reader takes
+that one where it is there (:func:`whole_read`), and the differential test
+holds all three readings (llhttp's, this one, the C one) equal. A change
+here is made there too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Final
+from collections.abc import Callable, Sequence
+from typing import Final, TypeAlias
 
 from liveroom.errors import LiveroomError
 
@@ -31,6 +37,10 @@ from .headers import (
 from .limits import FrontLimits, HeadRules
 from .request import Request
 from .routing import METHODS, route_text
+
+WholeRead: TypeAlias = Callable[[bytes, FrontLimits, Sequence[HeadRules | None], bool],
+                                Request | None]
+"""What :func:`read_whole` is, at either level."""
 
 _PRINTABLE: Final = bytes(range(0x20, 0x7F))
 """Printable ASCII, the space included."""
@@ -152,3 +162,14 @@ def read_whole(data: bytes, limits: FrontLimits, heads: Sequence[HeadRules | Non
     req.method = method
     req.kind, req.room, req.query = found
     return req
+
+
+def whole_read() -> WholeRead:
+    """The whole read at C level (:mod:`.whole_c`, Cython) where this
+    install built it (``pip install .``), else :func:`read_whole`: the same
+    function, held equal by ``tests/front/test_front_reader.py``."""
+    try:
+        from .whole_c import read_whole as at_c_level
+    except ImportError:
+        return read_whole
+    return at_c_level

@@ -25,9 +25,9 @@ from request_streams import streams
 from support import BASE, PUBLISHER
 
 from proxy.front.limits import FrontLimits, HeadRules
-from proxy.front.reader import BACKLOG_MAX, Arriving, Fed, Request, RequestReader
+from proxy.front.reader import BACKLOG_MAX, WHOLE_READ, Arriving, Fed, Request, RequestReader
 from proxy.front.routing import KINDS, LIKE, POLL, SEND
-from proxy.front.whole import read_whole
+from proxy.front.whole import WholeRead, read_whole
 from proxy.sends.send import send_heads
 
 
@@ -301,17 +301,77 @@ def _outcome(conn: Answering, fed: Fed) -> list[object]:
     return seen
 
 
+_WHOLE_READS: list[WholeRead] = list(dict.fromkeys([read_whole, WHOLE_READ]))
+"""The whole reads of this build: the pure one, and on the compiled build the
+one at C level (``proxy/front/whole_c.pyx``), which the reader takes there
+(``tests/node/test_compiled_build.py`` checks it is taken)."""
+
+
+def _which(read: WholeRead) -> str:
+    return "pure" if read is read_whole else "c"
+
+
+_NAMES_PLAIN = st.sampled_from([
+    "Host", "host", "HOST", "Accept", "accept", "Content-Type", "content-type", "CoNtEnT-TyPe",
+    "Authorization", "authorization", "X-Forwarded-For", "x-forwarded-for", "Connection",
+    "connection", "CONNECTION", "Proxy-Connection", "Upgrade", "Expect", "Transfer-Encoding",
+    "Content-Encoding", "User-Agent", "X-Thing", "X_Thing", "-", "A-", "Content-Length",
+    "content-length"])
+_VALUES_PLAIN = st.sampled_from([
+    "", "x", "keep-alive", "Keep-Alive", "close", "keep-alive ", "application/json", "Bearer t",
+    "10.0.0.1", "2", "007", "1234567890", "-1"])
+
+
+@st.composite
+def _plain_requests(draw: st.DrawFn) -> bytes:
+    """A request that is mostly what a whole read takes, one detail off now and then."""
+    method, path = draw(st.sampled_from([("GET", "/poll"), ("POST", "/messages"),
+                                         ("POST", "/likes"), ("GET", "/messages")]))
+    room = draw(st.sampled_from(["r1", "a%20b", "x" * 70, "", "r/1"]))
+    query = draw(st.sampled_from(["", "?uid=a&seq=1", "?", "?a=%zz+b"]))
+    body = draw(st.sampled_from([b"", b"{}", b'{"uid":"u","body":"hi"}']))
+    headers = draw(st.lists(st.tuples(_NAMES_PLAIN, _VALUES_PLAIN), max_size=6))
+    if draw(st.booleans()):
+        headers.append(("Content-Length", str(len(body))))
+    space = draw(st.sampled_from([" ", "", "  "]))
+    head = "\r\n".join([f"{method} /v1/rooms/{room}{path}{query} HTTP/1.1",
+                         *(f"{n}:{space}{v}" for n, v in headers)])
+    return (head + "\r\n\r\n").encode() + body
+
+
+@pytest.mark.parametrize("read", _WHOLE_READS, ids=_which)
 @settings(max_examples=400, deadline=None)
-@given(raw=_requests(), proxied=st.booleans())
-def test_a_request_read_whole_is_what_llhttp_would_have_given(raw: bytes,
+@given(raw=st.one_of(_requests(), _plain_requests()), proxied=st.booleans())
+def test_a_request_read_whole_is_what_llhttp_would_have_given(read: WholeRead, raw: bytes,
                                                                proxied: bool) -> None:
-    """The whole-read path (``proxy.front.whole.read_whole``) against llhttp's
-    callbacks, on the same bytes: the same requests with the same fields,
-    the same refusals and hand-overs, the same state after."""
+    """Each whole read of this build (``proxy.front.whole.read_whole``; on
+    the compiled build also the one at C level) against llhttp's callbacks,
+    on the same bytes: the same requests with the same fields, the same
+    refusals and hand-overs, the same state after."""
     whole, llhttp = Answering(), Answering()
+    whole.reader.whole_read = read
     llhttp.reader.whole_reads = False
     whole.reader.proxied = llhttp.reader.proxied = proxied
     assert _outcome(whole, whole.read(raw)) == _outcome(llhttp, llhttp.read(raw))
+
+
+@pytest.mark.parametrize("read", _WHOLE_READS, ids=_which)
+@settings(max_examples=300, deadline=None)
+@given(raw=st.one_of(_requests(), _plain_requests(), st.binary(max_size=300)),
+       proxied=st.booleans())
+def test_the_whole_reads_read_alike(read: WholeRead, raw: bytes, proxied: bool) -> None:
+    """The whole read at C level against the pure one, field by field, on
+    requests and on any bytes (on the pure build, the pure one against
+    itself called twice: nothing to compare but its determinism)."""
+    def fields(req: Request | None) -> object:
+        if req is None:
+            return None
+        return (req.method, req.accept, req.content_type, req.content_length,
+                req.authorization, req.kind, req.room, req.query, req.whole, req.forwarded,
+                req.error, req.body)
+    limits, rules = FrontLimits(), heads()
+    assert fields(read(raw, limits, rules, proxied)) == fields(
+        read_whole(raw, limits, rules, proxied))
 
 
 @pytest.mark.parametrize("raw", [
@@ -329,10 +389,11 @@ def test_a_request_read_whole_is_what_llhttp_would_have_given(raw: bytes,
     b"Accept: application/json\r\nOrigin: http://h\r\nSec-Fetch-Mode: cors\r\nReferer: "
     b"http://h/r1\r\nAccept-Language: en-US,en;q=0.9\r\n\r\n",
 ])
-def test_the_usual_clients_requests_are_read_whole(raw: bytes) -> None:
+@pytest.mark.parametrize("read", _WHOLE_READS, ids=_which)
+def test_the_usual_clients_requests_are_read_whole(read: WholeRead, raw: bytes) -> None:
     """What the differential test above holds to llhttp's reading is the
     path most requests take: each of these is taken whole."""
-    req = read_whole(raw, FrontLimits(), heads(), False)
+    req = read(raw, FrontLimits(), heads(), False)
     assert req is not None
     assert req.error is None
     conn = Answering()

@@ -55,6 +55,12 @@ def test_this_run_imports_the_build_it_names() -> None:
     assert build.kind() == wanted, build.describe()
     compiled = build.compiled_modules()
     assert compiled == (list(build.COMPILED) if wanted == "compiled" else [])
+    # The whole read at C level (Cython) is the compiled build's, and the
+    # reader takes it; the pure build reads with the reference.
+    from proxy.front import reader, whole
+    assert build.cython_modules() == (list(build.CYTHON) if wanted == "compiled" else [])
+    at_c_level = reader.WHOLE_READ is not whole.read_whole
+    assert at_c_level == (wanted == "compiled")
 
 
 def test_the_settings_a_node_hands_its_workers_pickle_on_this_build() -> None:
@@ -84,7 +90,8 @@ def test_serve_says_which_build_it_runs_on_its_start_line_and_in_its_metrics() -
         assert "listening on" in lines[0], lines
         said = ("  build: pure Python build\n" if wanted == "pure" else
                 f"  build: compiled build ({len(build.COMPILED)} of {len(build.COMPILED)} "
-                "modules compiled by mypyc)\n")
+                f"modules compiled by mypyc, {len(build.CYTHON)} of {len(build.CYTHON)} by "
+                "Cython)\n")
         assert lines[1] == said
         request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics",
                                          headers={"Authorization": f"Bearer {ADMIN}"})
