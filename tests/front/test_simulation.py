@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -137,6 +138,8 @@ def test_seed_193_on_redis_gets_every_listener_the_messages_that_took_lost_seqs(
                      "its old seq's message, and the fresh node checked nothing"),
     ("redis", 80919, "the checker's own: a personal recall's addressee taken from a try that "
                      "named a position a restart lost, which another uid's message took"),
+    ("redis", 83792, "the checker's own: a ban answered 503 while Redis was down held its "
+                     "uid's waiting poll to a 403, though it may never have been given"),
 ])
 def test_seeds_that_found_a_broken_promise_of_the_features_on_redis_keep_them(
         engine: str, seed: int, found: str) -> None:
@@ -527,6 +530,12 @@ def test_the_features_checker_allows_what_redis_may_do_and_no_more() -> None:
     assert any("passed notice p2 and did not list personal message 1" in p for p in _fabricated(
         truth={**rewound, "rewound": {"E2": (5, 2)}}, recalls=recall, listeners=[_listener(
             "u0", [*over, (15.0, {"epoch": "E3", "pseq": 2, "reset": True})])]))
+    # A ban answered 503 may not be in force: a poll held then may be answered 200.
+    held = _listener("c0", [], refusals=((4.0, 9.0, 0, 1, 200, ""),))
+    banned = Act(5.0, 5.5, 0, "ban", "c0", 10, _ms(5.0), maybe=True)
+    assert _fabricated(acts=[banned], listeners=[held]) == []
+    assert any("held when it was banned at 5.500, answered 200 only at 9.000" in p
+               for p in _fabricated(acts=[replace(banned, maybe=False)], listeners=[held]))
     muted = Act(5.0, 5.5, 0, "mute", "c0", 10, _ms(5.0), maybe=True)
     assert _fabricated(acts=[muted], sends=[_send(6.0, "c0", 201, seq=4)]) == []
     assert any("since its last write began at 11.500" in p for p in _fabricated(
