@@ -163,7 +163,6 @@ class RequestReader:
         "stopped",
         "waiting",
         "whole_read",
-        "whole_reads",
     )
 
     def __init__(self, limits: FrontLimits, heads: Sequence[HeadRules | None],
@@ -195,13 +194,10 @@ class RequestReader:
         self._inflow = 0
         """Bytes read since the last request was complete."""
         self._feeding = False
-        self.whole_reads = True
-        """Read a plain request that arrives whole in one read without llhttp
-        (:func:`~.whole.read_whole`); False: every request through llhttp (the
-        differential test compares the two)."""
-        self.whole_read: WholeRead = WHOLE_READ
-        """The whole read this reader takes: the build's (:data:`WHOLE_READ`);
-        the differential test gives it each of them."""
+        self.whole_read: WholeRead | None = WHOLE_READ
+        """How a plain request that arrives whole in one read is read without
+        llhttp: the build's whole read (:data:`WHOLE_READ`); None: every
+        request through llhttp (the differential test compares them)."""
 
     # -- what the connection asks ----------------------------------------------
 
@@ -229,9 +225,10 @@ class RequestReader:
         """A read from the socket: keep it for a hand-over if a request begins
         with it, then parse it."""
         if self._between:
-            if self.whole_reads and self._req is None and not self.waiting \
+            whole_read = self.whole_read
+            if whole_read is not None and self._req is None and not self.waiting \
                     and not self.stopped and self.backlog is None:
-                req = self.whole_read(data, self._limits, self._heads, self.proxied)
+                req = whole_read(data, self._limits, self._heads, self.proxied)
                 if req is not None:
                     # As llhttp's callbacks leave a request that arrived whole.
                     self.raw = None

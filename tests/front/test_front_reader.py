@@ -350,7 +350,7 @@ def test_a_request_read_whole_is_what_llhttp_would_have_given(read: WholeRead, r
     refusals and hand-overs, the same state after."""
     whole, llhttp = Answering(), Answering()
     whole.reader.whole_read = read
-    llhttp.reader.whole_reads = False
+    llhttp.reader.whole_read = None
     whole.reader.proxied = llhttp.reader.proxied = proxied
     assert _outcome(whole, whole.read(raw)) == _outcome(llhttp, llhttp.read(raw))
 
