@@ -356,6 +356,20 @@ def test_a_request_read_whole_is_what_llhttp_would_have_given(read: WholeRead, r
 
 
 @pytest.mark.parametrize("read", _WHOLE_READS, ids=_which)
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_the_corpus_reads_alike_whole_and_through_llhttp(read: WholeRead, case: Case) -> None:
+    """The framing corpus through each whole read of this build and through
+    llhttp alone, each as one read and split before its last byte: the
+    same requests, refusals, hand-overs and state after."""
+    for reads in ([case.raw], [case.raw[:-1], case.raw[-1:]]):
+        whole, llhttp = Answering(), Answering()
+        whole.reader.whole_read = read
+        llhttp.reader.whole_read = None
+        pieces = [data for data in reads if data]
+        assert _outcome(whole, whole.read(*pieces)) == _outcome(llhttp, llhttp.read(*pieces))
+
+
+@pytest.mark.parametrize("read", _WHOLE_READS, ids=_which)
 @settings(max_examples=300, deadline=None)
 @given(raw=st.one_of(_requests(), _plain_requests(), st.binary(max_size=300)),
        proxied=st.booleans())
