@@ -1,4 +1,4 @@
-"""setuptools' build backend, asking for mypy only when a build may compile.
+"""setuptools' build backend, asking for mypy and Cython only when a build may compile.
 
 ``pip install .`` builds a wheel: unless ``LIVEROOM_BUILD=pure``, it asks for
 mypy and Cython (mypyc compiles the listener path, Cython its whole read, see
