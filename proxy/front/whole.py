@@ -145,9 +145,16 @@ def read_whole(data: bytes, limits: FrontLimits, heads: Sequence[HeadRules | Non
             return None  # Content-Encoding, Transfer-Encoding, Expect: llhttp's way
     if count > limits.max_headers or size > limits.max_header_bytes:
         return None
-    body_at = head_end + 4
+    return with_body(req, data, head_end + 4, heads[kind], found, method)
+
+
+def with_body(req: Request, data: bytes, body_at: int, rules: HeadRules | None,
+              found: tuple[int, str, str], method: bytes) -> Request | None:
+    """The end of a whole read, at either level (``whole_c.pyx`` calls it
+    too): ``req``, its head read, taken with the rest of ``data`` from
+    ``body_at`` as its body when its route takes one (``rules``: its head
+    rules) and its ``Content-Length`` says exactly that, else None."""
     length = req.content_length
-    rules = heads[kind]
     if rules is None:
         if length or len(data) != body_at:
             return None

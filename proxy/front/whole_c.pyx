@@ -9,8 +9,8 @@ ASCII, the search for its lines, colons and values, and the lookup of the
 usual header names, all over the read's own bytes (no decoded copy of the
 head, no string per header the front does not read). Building the request,
 routing its target and checking its head stay the Python code's
-(:class:`~.request.Request`, :func:`~.routing.route_text`,
-:meth:`~.limits.HeadRules.check_head`).
+(:class:`~.request.Request`, :func:`~.routing.route_text`, and the body's
+part, :func:`~.whole.with_body`).
 
 Built by ``pip install .`` beside the modules mypyc compiles (``setup.py``),
 never by an editable install; :mod:`.reader` takes it when it is there.
@@ -19,8 +19,6 @@ never by an editable install; :mod:`.reader` takes it when it is there.
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeLatin1
 from libc.string cimport memcmp, memchr
-
-from liveroom.errors import LiveroomError
 
 from proxy.front.headers import (
     ACCEPT as _ACCEPT,
@@ -36,6 +34,7 @@ from proxy.front.headers import (
 )
 from proxy.front.request import Request
 from proxy.front.routing import METHODS, route_text
+from proxy.front.whole import with_body
 
 cdef int ACCEPT = _ACCEPT
 cdef int AUTHORIZATION = _AUTHORIZATION
@@ -126,7 +125,7 @@ def read_whole(bytes data, limits, heads, bint proxied):
     cdef const char* p = PyBytes_AS_STRING(data)
     cdef Py_ssize_t n = PyBytes_GET_SIZE(data)
     cdef Py_ssize_t head_end = _find(p, 0, n, b"\r\n\r\n", 4)
-    cdef Py_ssize_t i, line_end, at, version, pos, end, colon, start, count, size, body_at
+    cdef Py_ssize_t i, line_end, at, version, pos, end, colon, start, count, size
     cdef unsigned char c
     cdef int code, seen
     cdef bint found_name
@@ -225,20 +224,4 @@ def read_whole(bytes data, limits, heads, bint proxied):
             return None  # Content-Encoding, Transfer-Encoding, Expect: llhttp's way
     if count > limits.max_headers or size > limits.max_header_bytes:
         return None
-    body_at = head_end + 4
-    length = req.content_length
-    rules = heads[kind]
-    if rules is None:
-        if length or n != body_at:
-            return None
-    else:
-        if length is None or n - body_at != length:
-            return None
-        try:
-            rules.check_head(found[1], None, length)
-        except LiveroomError:
-            return None
-        req.whole = data[body_at:]
-    req.method = method
-    req.kind, req.room, req.query = found
-    return req
+    return with_body(req, data, head_end + 4, heads[kind], found, method)
