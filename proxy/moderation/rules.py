@@ -118,6 +118,11 @@ class Moderation:
         self._acted: dict[str, int] = {}
         """Room -> the tick of the last action through this node (kept
         until a refresh that began after it ends)."""
+        self._went_back: int | None = None
+        """The tick of an action through this node whose version showed the
+        store had lost writes this node applied (None: none since the last
+        refresh that read everything again): the next refresh reads every
+        room again."""
         self._slow_limits: dict[tuple[int, RateLimits], RateLimits] = {}
         self._outage = Outage(logger)
         self._reader = Periodic("proxy-moderation", every, self.refresh, clock, logger)
@@ -189,12 +194,22 @@ class Moderation:
         ``ModerationStore.act``) and here at once; the room's moderation
         after it (None: none left)."""
         now_ms = self._now_ms()
-        await self._store.act(room, entry, now_ms, event=event)
-        self._acted[room] = self._ticks
+        version = await self._store.act(room, entry, now_ms, event=event)
+        tick = self._acted[room] = self._ticks
         self._ticks += 1
         self.count(entry.action)
         state = (await self._store.rooms([room], now_ms)).get(room)
-        self._apply(room, state)
+        # The journal's versions only grow: an action given a version this
+        # node has read already found a store that lost its last writes (a
+        # Redis restart), and what this node applied of them is gone. Its
+        # read is applied whatever its version, and the next refresh reads
+        # every room again (redis seed 86779: a mute through a node that
+        # had applied a lost version was refused there as older, and the
+        # muted uid's taps were acknowledged).
+        went_back = version <= max(self.version, self._seen)
+        if went_back:
+            self._went_back = tick
+        self._apply(room, state, newer=went_back)
         return state
 
     async def record(self, room: str, entry: AuditEntry) -> None:
@@ -210,14 +225,16 @@ class Moderation:
         and read again by the next refresh."""
         began = self._ticks
         self._ticks += 1
+        went_back = self._went_back is not None
         try:
             version, rooms = await self._store.changed(max(self.version, 0))
-            if version == self.version:
+            if version == self.version and not went_back:
                 return
             # Journal versions only grow, and a copy's is never past the
             # journal's: one that went back is a store that restarted
-            # empty, or lost its last writes.
-            reset = version < max(self.version, self._seen)
+            # empty, or lost its last writes (an action through this node
+            # may have seen it first: ``act``).
+            reset = went_back or version < max(self.version, self._seen)
             if reset:  # read everything again
                 version, rooms = await self._store.changed(0)
             states = await self._store.rooms(rooms, self._now_ms()) if rooms else {}
@@ -229,6 +246,8 @@ class Moderation:
         later = {room for room, tick in acted.items() if tick > began}
         if reset:
             self._seen = 0  # the copies' versions are of the store before
+            if self._went_back is not None and self._went_back < began:
+                self._went_back = None  # read everything since
             for room in set(self.rules) - set(states) - later:
                 self._apply(room, None)
         for room in rooms:

@@ -427,6 +427,47 @@ async def test_a_refresh_read_before_a_ban_through_this_node_does_not_lift_it(
         await store.close()
 
 
+async def test_an_action_through_a_node_that_applied_lost_versions_holds_there_at_once(
+        redis_url: str) -> None:
+    """Found by the simulator on Redis (seed 86779): a restart lost the
+    last second, and with it the versions of two actions this node had
+    applied (an unmute among them); a mute through this node then took one
+    of those versions again. The node held the mute's read for older than
+    its copy and kept the copy: the muted uid's taps and sends were taken
+    there until the next refresh. An action given a version the node has
+    read already applies at once, and the next refresh reads every room
+    again (what the store holds, not the lost copies)."""
+    import redis.asyncio
+
+    from liveroom.store import LogPolicy, open_store
+    from liveroom.store.base import AuditEntry
+    from proxy.moderation.rules import Moderation
+
+    clock = FakeClock()
+    store = open_store(redis_url, LogPolicy(), clock)
+    await store.start()
+    try:
+        now_ms = int(clock.time() * 1000)
+        node = Moderation(store.moderation, clock)
+        await node.refresh()
+        await node.act(ROOM, AuditEntry(now_ms, "admin", "mute", "v", 60, ""))
+        async with redis.asyncio.Redis.from_url(redis_url) as client:
+            saved = {key: await client.dump(key) async for key in client.scan_iter("*")}
+            for action, uid, seconds in (("unmute", "v", 0), ("mute", "w", 60)):
+                # applied here, then lost
+                await node.act(ROOM, AuditEntry(now_ms, "admin", action, uid, seconds, ""))
+            assert "v" not in node.rules[ROOM].muted
+            await client.flushall()  # the restart: the data set as it was before them
+            for key, dumped in saved.items():
+                await client.restore(key, 0, dumped)
+        await node.act(ROOM, AuditEntry(now_ms, "admin", "mute", "u", 60, ""))
+        assert "u" in node.rules[ROOM].muted, "the mute waits for a refresh"
+        await node.refresh()
+        assert set(node.rules[ROOM].muted) == {"u", "v"}, "the lost versions' copy kept"
+    finally:
+        await store.close()
+
+
 async def test_after_the_store_lost_its_moderation_a_node_takes_the_newer_actions(
         redis_url: str) -> None:
     """Found by the simulator on Redis (seed 70391, sharded: a restart lost
@@ -434,9 +475,9 @@ async def test_after_the_store_lost_its_moderation_a_node_takes_the_newer_action
     read everything again but kept its rooms' copies, whose versions were
     higher than every new state's, and refused each new state as older,
     a ban through this very node included. After the store restarted
-    empty, what a refresh reads is applied whatever its version. (The
-    action's own read is still held to the copy's version: the node
-    applies the ban at its next refresh, not at once.)"""
+    empty, what a refresh reads is applied whatever its version; and an
+    action whose version shows the store went back applies at once (redis
+    seed 86779)."""
     import redis.asyncio
 
     from liveroom.store import LogPolicy, open_store
@@ -455,6 +496,7 @@ async def test_after_the_store_lost_its_moderation_a_node_takes_the_newer_action
         async with redis.asyncio.Redis.from_url(redis_url) as client:
             await client.flushall()  # a restart that lost every write
         await node.act(ROOM, AuditEntry(now_ms, "admin", "ban", "u", 0, ""))
+        assert node.rules[ROOM].ban_of(ROOM, "u", now_ms) is not None, "not at once"
         await node.refresh()
         assert node.rules[ROOM].ban_of(ROOM, "u", now_ms) is not None
         assert not node.rules[ROOM].muted, "the lost mutes are gone with the store's"

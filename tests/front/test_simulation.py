@@ -145,6 +145,9 @@ def test_seed_193_on_redis_gets_every_listener_the_messages_that_took_lost_seqs(
                      "named a position a restart lost, which another uid's message took"),
     ("redis", 83792, "the checker's own: a ban answered 503 while Redis was down held its "
                      "uid's waiting poll to a 403, though it may never have been given"),
+    ("redis", 86779, "a muted uid's taps acknowledged by the node the mute went through: a "
+                     "lossy restart had lost versions that node applied, and the mute, given "
+                     "one of them again, was refused there as older"),
 ])
 def test_seeds_that_found_a_broken_promise_of_the_features_on_redis_keep_them(
         engine: str, seed: int, found: str) -> None:
