@@ -118,11 +118,13 @@ class Moderation:
         self._acted: dict[str, int] = {}
         """Room -> the tick of the last action through this node (kept
         until a refresh that began after it ends)."""
-        self._went_back: int | None = None
-        """The tick of an action through this node whose version showed the
-        store had lost writes this node applied (None: none since the last
-        refresh that read everything again): the next refresh reads every
-        room again."""
+        self._reread: int | None = None
+        """The tick from which every room must be read again (None: none due):
+        an action through this node whose version showed the store had lost
+        writes this node applied, or a refresh that found the store away (a
+        restart may have lost its last writes, and writes since may have
+        taken the journal past this node's version again). The next refresh
+        that begins after it reads everything."""
         self._slow_limits: dict[tuple[int, RateLimits], RateLimits] = {}
         self._outage = Outage(logger)
         self._reader = Periodic("proxy-moderation", every, self.refresh, clock, logger)
@@ -208,7 +210,7 @@ class Moderation:
         # muted uid's taps were acknowledged).
         went_back = version <= max(self.version, self._seen)
         if went_back:
-            self._went_back = tick
+            self._reread = tick
         self._apply(room, state, newer=went_back)
         return state
 
@@ -225,29 +227,31 @@ class Moderation:
         and read again by the next refresh."""
         began = self._ticks
         self._ticks += 1
-        went_back = self._went_back is not None
+        reread = self._reread is not None
         try:
             version, rooms = await self._store.changed(max(self.version, 0))
-            if version == self.version and not went_back:
+            if version == self.version and not reread:
                 return
             # Journal versions only grow, and a copy's is never past the
             # journal's: one that went back is a store that restarted
             # empty, or lost its last writes (an action through this node
-            # may have seen it first: ``act``).
-            reset = went_back or version < max(self.version, self._seen)
+            # or an outage may have told so first: ``_reread``).
+            reset = reread or version < max(self.version, self._seen)
             if reset:  # read everything again
                 version, rooms = await self._store.changed(0)
             states = await self._store.rooms(rooms, self._now_ms()) if rooms else {}
         except StoreUnavailable:
             self._outage.failed("the store is unavailable: moderation stays as last read")
+            if self._reread is None:
+                self._reread = began
             return
         self._outage.worked("the store is back: moderation is read again")
         acted = self._acted
         later = {room for room, tick in acted.items() if tick > began}
         if reset:
             self._seen = 0  # the copies' versions are of the store before
-            if self._went_back is not None and self._went_back < began:
-                self._went_back = None  # read everything since
+            if self._reread is not None and self._reread < began:
+                self._reread = None  # read everything since
             for room in set(self.rules) - set(states) - later:
                 self._apply(room, None)
         for room in rooms:

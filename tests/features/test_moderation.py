@@ -468,6 +468,48 @@ async def test_an_action_through_a_node_that_applied_lost_versions_holds_there_a
         await store.close()
 
 
+async def test_after_an_outage_a_node_reads_every_room_again(redis_server: Any,
+                                                            redis_url: str) -> None:
+    """A restart that lost its last writes, then other nodes' actions that
+    took the journal past this node's version before it read again: a read
+    of the changes since its version names none of the rooms whose lost
+    versions it had applied, and it kept their lost mutes. A refresh that
+    finds the store away makes the next one read every room again."""
+    import redis.asyncio
+
+    from liveroom.store import LogPolicy, open_store
+    from liveroom.store.base import AuditEntry
+    from proxy.moderation.rules import Moderation
+
+    clock = FakeClock()
+    store = open_store(redis_url, LogPolicy(), clock)
+    await store.start()
+    try:
+        now_ms = int(clock.time() * 1000)
+        node = Moderation(store.moderation, clock)
+        await node.refresh()
+        await node.act("kept", AuditEntry(now_ms, "admin", "mute", "a", 60, ""))
+        async with redis.asyncio.Redis.from_url(redis_url) as client:
+            saved = {key: await client.dump(key) async for key in client.scan_iter("*")}
+        for uid in ("b", "c"):  # versions 2 and 3, applied here, then lost
+            await node.act("lost", AuditEntry(now_ms, "admin", "mute", uid, 60, ""))
+        await node.refresh()
+        redis_server.stop()
+        await node.refresh()  # the store away
+        redis_server.start()
+        async with redis.asyncio.Redis.from_url(redis_url) as client:
+            for key, dumped in saved.items():
+                await client.restore(key, 0, dumped)
+        for uid in ("x", "y", "z"):  # another node's: versions 2 to 4 of room "kept"
+            await store.moderation.act(
+                "kept", AuditEntry(now_ms, "admin", "mute", uid, 60, ""), now_ms)
+        await node.refresh()
+        assert "lost" not in node.rules, "the lost mutes kept"
+        assert set(node.rules["kept"].muted) == {"a", "x", "y", "z"}
+    finally:
+        await store.close()
+
+
 async def test_after_the_store_lost_its_moderation_a_node_takes_the_newer_actions(
         redis_url: str) -> None:
     """Found by the simulator on Redis (seed 70391, sharded: a restart lost
