@@ -194,8 +194,10 @@ class Moderation:
                   event: bytes | None = None) -> RoomModeration | None:
         """Apply ``entry`` through the store (with its webhook ``event``:
         ``ModerationStore.act``) and here at once; the room's moderation
-        after it (None: none left)."""
-        now_ms = self._now_ms()
+        after it (None: none left). It happens at the entry's ``at_ms``: a
+        sanction of ``seconds`` ends ``seconds`` after it, not after a
+        later reading of the clock."""
+        now_ms = entry.at_ms
         version = await self._store.act(room, entry, now_ms, event=event)
         tick = self._acted[room] = self._ticks
         self._ticks += 1

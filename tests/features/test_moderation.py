@@ -468,6 +468,31 @@ async def test_an_action_through_a_node_that_applied_lost_versions_holds_there_a
         await store.close()
 
 
+async def test_a_sanction_lasts_its_seconds_from_the_time_of_its_action() -> None:
+    """The action's own time (its audit entry's ``at_ms``) starts the
+    sanction, not a later reading of the clock: a mute of 600 s given at
+    ``at_ms`` ends 600 000 ms after it, whatever the node did in between
+    (``tests/faces/test_client.py`` saw 600 001 once, under CI's load)."""
+    from liveroom.store import LogPolicy, open_store
+    from liveroom.store.base import AuditEntry
+    from proxy.moderation.rules import Moderation
+
+    clock = FakeClock()
+    store = open_store("memory", LogPolicy(), clock)
+    await store.start()
+    try:
+        node = Moderation(store.moderation, clock)
+        at_ms = int(clock.time() * 1000)
+        entry = AuditEntry(at_ms, "admin", "mute", "v", 600, "")
+        await clock.advance(0.0071)  # the node's own steps between the request and its act
+        state = await node.act(ROOM, entry)
+        assert state is not None
+        (mute,) = state.muted
+        assert (mute.at_ms, mute.until_ms) == (at_ms, at_ms + 600_000)
+    finally:
+        await store.close()
+
+
 async def test_after_an_outage_a_node_reads_every_room_again(redis_server: Any,
                                                             redis_url: str) -> None:
     """A restart that lost its last writes, then other nodes' actions that
