@@ -15,6 +15,7 @@ from typing import Any
 import aiohttp
 import msgpack
 import pytest
+from conftest import RedisServer, opened
 from support import (
     ADMIN_HEADERS,
     PUBLISHER,
@@ -439,14 +440,12 @@ async def test_an_action_through_a_node_that_applied_lost_versions_holds_there_a
     again (what the store holds, not the lost copies)."""
     import redis.asyncio
 
-    from liveroom.store import LogPolicy, open_store
+    from liveroom.store import LogPolicy
     from liveroom.store.base import AuditEntry
     from proxy.moderation.rules import Moderation
 
     clock = FakeClock()
-    store = open_store(redis_url, LogPolicy(), clock)
-    await store.start()
-    try:
+    async with opened(redis_url, LogPolicy(), clock) as store:
         now_ms = int(clock.time() * 1000)
         node = Moderation(store.moderation, clock)
         await node.refresh()
@@ -464,8 +463,6 @@ async def test_an_action_through_a_node_that_applied_lost_versions_holds_there_a
         assert "u" in node.rules[ROOM].muted, "the mute waits for a refresh"
         await node.refresh()
         assert set(node.rules[ROOM].muted) == {"u", "v"}, "the lost versions' copy kept"
-    finally:
-        await store.close()
 
 
 async def test_a_sanction_lasts_its_seconds_from_the_time_of_its_action() -> None:
@@ -473,14 +470,12 @@ async def test_a_sanction_lasts_its_seconds_from_the_time_of_its_action() -> Non
     sanction, not a later reading of the clock: a mute of 600 s given at
     ``at_ms`` ends 600 000 ms after it, whatever the node did in between
     (``tests/faces/test_client.py`` saw 600 001 once, under CI's load)."""
-    from liveroom.store import LogPolicy, open_store
+    from liveroom.store import LogPolicy
     from liveroom.store.base import AuditEntry
     from proxy.moderation.rules import Moderation
 
     clock = FakeClock()
-    store = open_store("memory", LogPolicy(), clock)
-    await store.start()
-    try:
+    async with opened("memory", LogPolicy(), clock) as store:
         node = Moderation(store.moderation, clock)
         at_ms = int(clock.time() * 1000)
         entry = AuditEntry(at_ms, "admin", "mute", "v", 600, "")
@@ -489,11 +484,9 @@ async def test_a_sanction_lasts_its_seconds_from_the_time_of_its_action() -> Non
         assert state is not None
         (mute,) = state.muted
         assert (mute.at_ms, mute.until_ms) == (at_ms, at_ms + 600_000)
-    finally:
-        await store.close()
 
 
-async def test_after_an_outage_a_node_reads_every_room_again(redis_server: Any,
+async def test_after_an_outage_a_node_reads_every_room_again(redis_server: RedisServer,
                                                             redis_url: str) -> None:
     """A restart that lost its last writes, then other nodes' actions that
     took the journal past this node's version before it read again: a read
@@ -502,14 +495,12 @@ async def test_after_an_outage_a_node_reads_every_room_again(redis_server: Any,
     finds the store away makes the next one read every room again."""
     import redis.asyncio
 
-    from liveroom.store import LogPolicy, open_store
+    from liveroom.store import LogPolicy
     from liveroom.store.base import AuditEntry
     from proxy.moderation.rules import Moderation
 
     clock = FakeClock()
-    store = open_store(redis_url, LogPolicy(), clock)
-    await store.start()
-    try:
+    async with opened(redis_url, LogPolicy(), clock) as store:
         now_ms = int(clock.time() * 1000)
         node = Moderation(store.moderation, clock)
         await node.refresh()
@@ -531,8 +522,6 @@ async def test_after_an_outage_a_node_reads_every_room_again(redis_server: Any,
         await node.refresh()
         assert "lost" not in node.rules, "the lost mutes kept"
         assert set(node.rules["kept"].muted) == {"a", "x", "y", "z"}
-    finally:
-        await store.close()
 
 
 async def test_after_the_store_lost_its_moderation_a_node_takes_the_newer_actions(
