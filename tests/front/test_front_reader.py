@@ -290,15 +290,17 @@ def _outcome(conn: Answering, fed: Fed) -> list[object]:
     """What a reader's connection saw: every field a route reads, in order."""
     seen: list[object] = [fed, conn.statuses, conn.closed, conn.reader.arriving(),
                           conn.reader.raw is None, conn.reader.stopped]
-    for req in conn.requests:
-        body = None if req.body is None and req.whole is None else req.content()
-        seen.append((req.method, req.http10, req.accept, req.content_type, req.content_length,
-                     req.content_encoding, req.authorization, req.expect, req.kind, req.room,
-                     req.query, req.keep_alive, req.close_after,
-                     body, req.discarded,
-                     None if req.error is None else (req.error.status, req.error.body),
-                     req.forwarded))
+    seen += [_fields(req) for req in conn.requests]
     return seen
+
+
+def _fields(req: Request) -> tuple[object, ...]:
+    """Every field of ``req`` a route reads (its body however it was read)."""
+    body = None if req.body is None and req.whole is None else req.content()
+    return (req.method, req.http10, req.accept, req.content_type, req.content_length,
+            req.content_encoding, req.authorization, req.expect, req.kind, req.room,
+            req.query, req.keep_alive, req.close_after, body, req.discarded,
+            None if req.error is None else (req.error.status, req.error.body), req.forwarded)
 
 
 _WHOLE_READS: list[WholeRead] = list(dict.fromkeys([read_whole, WHOLE_READ]))
@@ -378,11 +380,8 @@ def test_the_whole_reads_read_alike(read: WholeRead, raw: bytes, proxied: bool) 
     requests and on any bytes (on the pure build, the pure one against
     itself called twice: nothing to compare but its determinism)."""
     def fields(req: Request | None) -> object:
-        if req is None:
-            return None
-        return (req.method, req.accept, req.content_type, req.content_length,
-                req.authorization, req.kind, req.room, req.query, req.whole, req.forwarded,
-                req.error, req.body)
+        # How the body was read too (both reads give it whole, never gathered).
+        return None if req is None else (_fields(req), req.whole, req.body)
     limits, rules = FrontLimits(), heads()
     assert fields(read(raw, limits, rules, proxied)) == fields(
         read_whole(raw, limits, rules, proxied))
