@@ -36,10 +36,18 @@ stopped after it:
   one per send): ``crowd``, 100 000 uids in open mode (``{"uid": "v<i>",
   "body": BODY}``), and ``tickets``, 20 000 tickets in ticket mode (the
   server run with ``--auth ticket --ticket-key``; each request carries one
-  ticket of ``t<i>``, body ``{"body": BODY}``). A uid's rate windows and a
-  ticket's verification are then a new uid's or ticket's most of the time,
-  as in a live room; the sends the windows refuse (429) are not counted as
-  accepted (a note gives their share).
+  ticket of ``t<i>``, body ``{"body": BODY}``). A uid's rate windows are
+  then a new uid's most of the time, as in a live room. A live room's
+  viewer polls before it sends (the player starts before the chat box), so
+  before a ``tickets`` row's warm-up each ticket polls once (another room,
+  ``<room>-player``, so that nobody listens to the sends' room, as in every
+  row): its verification is its first poll's, and its sends find it
+  verified. The sends the windows refuse (429) are not counted as accepted
+  (a note gives their share): at full speed (about 40 000 sends a second
+  here) 20 000 tickets send twice a second each, and their bursts pass the
+  5/s window; ``--pause-ms 1`` paces every row of the run (each connection
+  waits a millisecond after each answer, about 10 000 sends a second at 16
+  connections), as viewers within the default limits send.
 - **nchan**: nginx + Nchan from loadtest/nchan.conf (one worker), ``POST
   /pub/ROOM`` with ``BODY`` as the raw message (Nchan has no envelope, no
   important or personal kind: one ``publish`` row; with ``hooked`` in
@@ -117,6 +125,8 @@ CPU figures of a profiled run are not the benchmark's.
     python loadtest/bench_send.py --servers liveroom,floor,floor-compiled --engines memory
     python loadtest/bench_send.py --servers liveroom --engines memory \\
         --kinds normal --profile /tmp/send-profile
+    python loadtest/bench_send.py --servers compiled,nchan --engines memory \\
+        --kinds normal,crowd,tickets --pause-ms 1     # viewers within the limits
 """
 
 from __future__ import annotations
@@ -125,6 +135,7 @@ import argparse
 import collections
 import contextlib
 import datetime
+import functools
 import importlib.util
 import json
 import os
@@ -141,6 +152,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http.client import HTTPConnection
 from pathlib import Path
 from typing import Any
 
@@ -236,6 +248,39 @@ def ticket(uid: str) -> str:
                       algorithm="HS256")
 
 
+@functools.cache
+def viewer_tickets() -> tuple[str, ...]:
+    """The ``tickets`` rows' tickets, ``t0`` ... (minted once a run: the
+    first polls and wrk's script carry the same strings)."""
+    return tuple(ticket(f"t{i}") for i in range(CROWD_TICKETS))
+
+
+def first_polls(row: Row, port: int) -> str:
+    """A ``tickets`` row's viewers each poll once with their ticket before they
+    send, as a live room's viewers do (the player polls from the start, the
+    chat box comes later): each ticket is verified at its first poll, and a
+    send finds it verified. They poll another room (``<room>-player``: a
+    ticket naming no rooms is good for any, and the node keeps what it
+    verified by ticket), so the sends' room has nobody listening, as in every
+    row (a room listened to on a node costs each send its snapshot's update
+    there, which Nchan's publish row does not pay). A first poll answers at
+    once (no cursor: the room's head). One keep-alive connection, each
+    answer checked (200)."""
+    conn = HTTPConnection("127.0.0.1", port, timeout=10)
+    path = f"/v1/rooms/{row.room}-player/poll"
+    try:
+        for token in viewer_tickets():
+            conn.request("GET", path, headers={"Authorization": f"Bearer {token}"})
+            answer = conn.getresponse()
+            body = answer.read()
+            if answer.status != 200:
+                raise RuntimeError(f"{row.server} answered a viewer's first poll "
+                                   f"{answer.status}: {body[:200]!r}")
+    finally:
+        conn.close()
+    return f"{len(viewer_tickets())} first polls of {row.room}-player, one per ticket, each 200"
+
+
 def requests_of(row: Row) -> tuple[list[tuple[str, bytes]], dict[str, str]]:
     """The (path, body) pairs wrk sends in turn, and its headers (a crowd's
     first viewer's send for ``crowd`` and ``tickets``: :func:`crowd_script`
@@ -327,7 +372,7 @@ def crowd_script(row: Row) -> str:
                 f"local count = {CROWD_UIDS}"]
     else:
         make = ["local tickets = {"]
-        make += [f'    "{ticket(f"t{i}")}",' for i in range(CROWD_TICKETS)]
+        make += [f'    "{t}",' for t in viewer_tickets()]
         make += ["}",
                  f"local body = {lua_string(TICKET_DOC)}",
                  "local function build(i)",
@@ -346,6 +391,16 @@ def crowd_script(row: Row) -> str:
              "    return reqs[math.random(count)]",
              "end"]
     return "\n".join(lines) + "\n" + WRK_DONE
+
+
+def pause_script(pause_ms: int) -> str:
+    """What paces a run's every row: each connection waits ``pause_ms``
+    after each answer before its next send (wrk's ``delay``, whole
+    milliseconds), so ``--connections`` connections send at most
+    ``connections * 1000 / pause_ms`` a second; nothing at 0."""
+    if pause_ms == 0:
+        return ""
+    return f"delay = function()\n    return {pause_ms}\nend\n"
 
 
 @dataclass(frozen=True)
@@ -556,8 +611,8 @@ def measure(row: Row, args: argparse.Namespace,
         tmp = Path(tmp_)
         label = f"{row.server}/{row.engine}"
         script = tmp / "send.lua"
-        script.write_text(crowd_script(row) if row.kind in CROWDS and row.server != "nchan"
-                          else wrk_script(row))
+        script.write_text((crowd_script(row) if row.kind in CROWDS and row.server != "nchan"
+                           else wrk_script(row)) + pause_script(args.pause_ms))
         if row.kind == "filtered":
             words = made_up_words(FILTER_WORDS, random.Random(47))
             status, answer = http("PUT", f"http://127.0.0.1:{server.port}/v1/admin/filters/bench",
@@ -569,6 +624,8 @@ def measure(row: Row, args: argparse.Namespace,
         say(label, row.kind, f"started (pid {server.proc.pid}"
             + (f", redis-server pid {redis.proc.pid}" if redis else "")
             + f"); probe: {probe(row, server.port)}")
+        if row.kind == "tickets" and row.server != "nchan":
+            say(label, row.kind, first_polls(row, server.port))
         if args.warmup > 0:
             run_wrk(server.port, script, args.warmup, args.connections, args.threads)
         wait_quiet(server)
@@ -844,6 +901,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--connections", type=int, default=16,
                    help="wrk's keep-alive connections, each with one send in flight "
                         "(default 16)")
+    p.add_argument("--pause-ms", type=int, default=0, metavar="MS",
+                   help="each connection waits MS milliseconds after each answer before "
+                        "its next send, in every row of the run (Nchan's too): a paced "
+                        "load, at most connections x 1000 / MS sends a second, as many "
+                        "viewers send within the default rate limits (20 000 tickets at "
+                        "16 connections and 1 ms: under one send a second each); default "
+                        "0, as fast as the connections allow")
     p.add_argument("--threads", type=int, default=1,
                    help="wrk's threads (default 1: the other cores stay for the server "
                         "and Redis)")
@@ -871,9 +935,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "the kernel's share of the CPU says (py-spy's stops land in them)")
     p.add_argument("--json", type=Path, help="also write the results to this JSON file")
     args = p.parse_args(argv)
-    if args.duration <= 0 or args.warmup < 0 or args.connections < 1 or args.threads < 1:
-        p.error("--duration, --connections and --threads must be positive, --warmup not "
-                "negative")
+    if args.duration <= 0 or args.warmup < 0 or args.connections < 1 or args.threads < 1 \
+            or args.pause_ms < 0:
+        p.error("--duration, --connections and --threads must be positive, --warmup and "
+                "--pause-ms not negative")
     if args.threads > args.connections:
         p.error("--threads must not exceed --connections (wrk gives each thread some)")
     args.compiled_tree = args.compiled_tree.resolve()
@@ -923,7 +988,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"commit:  {stamp}    date: {started:%Y-%m-%d %H:%M %Z}")
     print(f"machine: {versions()}")
     print(f"load:    wrk, {args.connections} connections, {args.threads} thread(s), "
-          f"{args.duration:g} s a row after {args.warmup:g} s of warm-up; one room, no "
+          + (f"each pausing {args.pause_ms} ms after each answer, " if args.pause_ms else "")
+          + f"{args.duration:g} s a row after {args.warmup:g} s of warm-up; one room, no "
           f"listeners; body {len(BODY)} bytes (liveroom's request {len(liveroom_doc('normal'))})")
     print()
     print(table(results))
