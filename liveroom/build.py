@@ -82,11 +82,14 @@ costs beside Nchan's upstream). Not ``statsvr.table``: it reads batches from
 other nodes, whose entries a compiled loop would check by type and refuse
 with a TypeError where the pure one skips them."""
 
-CYTHON = ("proxy.front.whole_c",)
+CYTHON = {"proxy.front.whole_c": "proxy.front.reader",
+          "liveroom.tally_c": "liveroom.store.memory.log"}
 """Modules a compiled build builds with Cython, from their ``.pyx`` beside
-the pure module they stand for (``proxy.front.whole_c``: the whole read of
-``proxy.front.whole``, which the reader takes when it is built). Loaded by
-the module that takes them, never imported here."""
+the pure code they stand for, each with the module that takes it when it is
+built (``proxy.front.whole_c``: the whole read of ``proxy.front.whole``, for
+the reader; ``liveroom.tally_c``: a sender's rate tally,
+``liveroom.ratelimit.ListTally``, for the memory engine). Loaded by their
+takers, never imported here."""
 
 _EXTENSIONS = tuple(importlib.machinery.EXTENSION_SUFFIXES)
 
@@ -108,21 +111,22 @@ def compiled_modules() -> list[str]:
 
 def cython_modules() -> list[str]:
     """The modules of :data:`CYTHON` this process runs (loaded, from C)."""
-    return [name for name in CYTHON if is_compiled(name)]
+    return [name for name in CYTHON if name in sys.modules and is_compiled(name)]
 
 
 def kind() -> str:
     """``"compiled"`` when every module of the listener path this process has
     loaded is compiled, ``"pure"`` when none is, else ``"mixed"`` (a broken
     install: a compiled tree shadowed in part, or built without Cython). A
-    module of :data:`CYTHON` counts once its taker (``proxy.front.reader``)
-    is loaded."""
+    module of :data:`CYTHON` counts once its taker is loaded."""
     loaded = [name for name in COMPILED
               if name in sys.modules or name.startswith("liveroom.")]
     compiled = sum(is_compiled(name) for name in loaded)
-    if "proxy.front.reader" in sys.modules:
-        loaded += CYTHON
-        compiled += len(cython_modules())
+    at_c_level = cython_modules()
+    for name, taker in CYTHON.items():
+        if taker in sys.modules:
+            loaded.append(name)
+            compiled += name in at_c_level
     if compiled == 0:
         return "pure"
     return "compiled" if compiled == len(loaded) else "mixed"

@@ -26,9 +26,9 @@ follow the same rules:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 from .errors import RateLimited
 
@@ -317,6 +317,66 @@ def tally_counts(tally: Tally) -> dict[tuple[int, int], int]:
             counts[seconds, tally[k]] = tally[k + 1]
         i += 3 + 2 * n
     return counts
+
+
+class SenderTally(Protocol):
+    """A sender's (or a room's) accepted sends as the memory engine counts
+    them: :class:`ListTally`, or its C twin ``liveroom.tally_c.CTally``
+    where the install built it (:func:`sender_tally`)."""
+
+    expires_ms: int
+    """When its owner may forget it (:func:`horizon_ms` after its last count,
+    on the store's clock)."""
+
+    def refused(self, windows: Sequence[Window], now_ms: int,
+                held: int = 0) -> tuple[Window, int] | None:
+        """:func:`tally_refused`."""
+
+    def count(self, windows: Sequence[Window], now_ms: int) -> None:
+        """:func:`tally_count`."""
+
+    def counts(self) -> dict[tuple[int, int], int]:
+        """:func:`tally_counts`."""
+
+
+class ListTally:
+    """A :data:`Tally` list and the functions above as methods: the pure
+    build's :class:`SenderTally`, and the reference of the C one."""
+
+    __slots__ = ("runs",)
+
+    def __init__(self) -> None:
+        self.runs = new_tally()
+
+    @property
+    def expires_ms(self) -> int:
+        return self.runs[0]
+
+    @expires_ms.setter
+    def expires_ms(self, value: int) -> None:
+        self.runs[0] = value
+
+    def refused(self, windows: Sequence[Window], now_ms: int,
+                held: int = 0) -> tuple[Window, int] | None:
+        return tally_refused(self.runs, windows, now_ms, held)
+
+    def count(self, windows: Sequence[Window], now_ms: int) -> None:
+        tally_count(self.runs, windows, now_ms)
+
+    def counts(self) -> dict[tuple[int, int], int]:
+        return tally_counts(self.runs)
+
+
+def sender_tally() -> Callable[[], SenderTally]:
+    """The senders' tally of this build: at C level (``liveroom.tally_c``,
+    Cython) where the install built it (``pip install .``), else
+    :class:`ListTally`: the same counts, held equal by
+    ``tests/hostile/test_rate_limits.py``."""
+    try:
+        from .tally_c import CTally
+    except ImportError:
+        return ListTally
+    return CTally
 
 
 def horizon_ms(windows: Sequence[Window]) -> int:

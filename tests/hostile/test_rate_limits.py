@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
@@ -23,7 +24,9 @@ from liveroom.clock import FakeClock
 from liveroom.errors import RateLimited
 from liveroom.model import NewMessage
 from liveroom.ratelimit import (
+    ListTally,
     RateLimits,
+    SenderTally,
     Window,
     count_send,
     freed_at,
@@ -32,6 +35,7 @@ from liveroom.ratelimit import (
     parse_windows,
     prune,
     refused_until,
+    sender_tally,
     span,
     tally_count,
     tally_counts,
@@ -438,6 +442,41 @@ tally_windows = st.lists(st.sampled_from([Window(2, 1), Window(3, 1), Window(1, 
                          max_size=4).map(lambda ws: tuple(sorted(ws, key=lambda w: w.seconds)))
 tally_ops = st.lists(st.tuples(tally_windows, st.one_of(steps, st.integers(-3_000, -1)),
                                st.integers(0, 3)), max_size=60)
+
+
+def _tally_kinds() -> list[Callable[[], SenderTally]]:
+    """The senders' tallies of this build: the list one, and the C one where
+    the install built it (the compiled run)."""
+    kinds: list[Callable[[], SenderTally]] = [ListTally]
+    if sender_tally() is not ListTally:
+        kinds.append(sender_tally())
+    return kinds
+
+
+@pytest.mark.parametrize("kind", _tally_kinds(), ids=lambda kind: kind.__name__)
+@settings(max_examples=500, deadline=None)
+@given(start=st.sampled_from([0, 1, 50, 99, 59_999]), ops=tally_ops)
+def test_a_senders_tally_answers_as_the_bucket_functions_over_its_counts(
+        kind: Callable[[], SenderTally], start: int,
+        ops: list[tuple[tuple[Window, ...], int, int]]) -> None:
+    """The memory engine's tally of this build (:func:`sender_tally`: the list
+    one, or its C twin) against the reference functions over a plain dict,
+    as the test below holds the list functions: the same refusals and the
+    same counts after each send."""
+    tally, counts = kind(), {}
+    now = T0 + start
+    for its_windows, step, held in ops:
+        now += step
+        prune(counts, its_windows, now)
+        expected = refused_until(counts, its_windows, now, held)
+        assert tally.refused(its_windows, now, held) == expected
+        assert tally.counts() == counts
+        if expected is None and not held:
+            count_send(counts, its_windows, now)
+            tally.count(its_windows, now)
+            assert tally.counts() == counts
+        tally.expires_ms = now + 1
+        assert tally.expires_ms == now + 1
 
 
 @settings(max_examples=500, deadline=None)

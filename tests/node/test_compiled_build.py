@@ -55,12 +55,16 @@ def test_this_run_imports_the_build_it_names() -> None:
     assert build.kind() == wanted, build.describe()
     compiled = build.compiled_modules()
     assert compiled == (list(build.COMPILED) if wanted == "compiled" else [])
-    # The whole read at C level (Cython) is the compiled build's, and the
-    # reader takes it; the pure build reads with the reference.
+    # The whole read and the senders' tallies at C level (Cython) are the
+    # compiled build's, and their takers take them; the pure build runs the
+    # reference.
+    from liveroom import ratelimit
+    from liveroom.store.memory import log
     from proxy.front import reader, whole
     assert build.cython_modules() == (list(build.CYTHON) if wanted == "compiled" else [])
     at_c_level = reader.WHOLE_READ is not whole.read_whole
     assert at_c_level == (wanted == "compiled")
+    assert (log._TALLY is not ratelimit.ListTally) == (wanted == "compiled")
 
 
 def test_the_settings_a_node_hands_its_workers_pickle_on_this_build() -> None:

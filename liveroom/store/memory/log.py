@@ -23,13 +23,11 @@ from ...model import (
 from ...personal import NodeCap, Share
 from ...ratelimit import (
     RateLimits,
-    Tally,
+    SenderTally,
     Window,
     horizon_ms,
-    new_tally,
     refusal,
-    tally_count,
-    tally_refused,
+    sender_tally,
 )
 from ..base import (
     PERSONAL_PULL,
@@ -109,30 +107,34 @@ class _RoomLog:
 
 class _RoomRates:
     """The rate counters of one room: its senders' (by uid) and its cap's,
-    each expiring on the store's clock at its tally's ``expires_ms`` (its
-    first item), apart from the room's log (like Redis's keys of them)."""
+    each expiring on the store's clock at its tally's ``expires_ms``, apart
+    from the room's log (like Redis's keys of them)."""
 
     __slots__ = ("cap", "uids")
 
     def __init__(self) -> None:
-        self.uids: dict[str, Tally] = {}
-        self.cap: Tally | None = None
+        self.uids: dict[str, SenderTally] = {}
+        self.cap: SenderTally | None = None
 
-    def live(self, uid: str, now: int) -> Tally | None:
+    def live(self, uid: str, now: int) -> SenderTally | None:
         """``uid``'s counts, unless they expired at ``now`` (then forgotten)."""
         tally = self.uids.get(uid)
-        if tally is not None and now > tally[0]:
+        if tally is not None and now > tally.expires_ms:
             del self.uids[uid]
             return None
         return tally
 
     def sweep(self, now: int) -> bool:
         """Forget the counts expired at ``now``; whether none is left."""
-        for uid in [u for u, tally in self.uids.items() if now > tally[0]]:
+        for uid in [u for u, tally in self.uids.items() if now > tally.expires_ms]:
             del self.uids[uid]
-        if self.cap is not None and now > self.cap[0]:
+        if self.cap is not None and now > self.cap.expires_ms:
             self.cap = None
         return not self.uids and self.cap is None
+
+
+_TALLY: Final = sender_tally()
+"""A sender's tally: at C level where the install built it (``liveroom.tally_c``)."""
 
 
 class _Kept:
@@ -327,17 +329,17 @@ class MemoryLog:
         if per_uid:
             tally = rates.live(uid, now)
             if tally is None:
-                tally = rates.uids[uid] = new_tally()
-            tally_count(tally, per_uid, ts)
+                tally = rates.uids[uid] = _TALLY()
+            tally.count(per_uid, ts)
             if per_uid is not self._horizon_of:  # the node's windows, as a rule
                 self._horizon_of, self._horizon_ms = per_uid, horizon_ms(per_uid)
-            tally[0] = now + self._horizon_ms
+            tally.expires_ms = now + self._horizon_ms
         if cap:
             tally = rates.cap
-            if tally is None or now > tally[0]:
-                tally = rates.cap = new_tally()
-            tally_count(tally, cap, ts)
-            tally[0] = now + horizon_ms(cap)
+            if tally is None or now > tally.expires_ms:
+                tally = rates.cap = _TALLY()
+            tally.count(cap, ts)
+            tally.expires_ms = now + horizon_ms(cap)
 
     def _check_limits(self, room: str, message: NewMessage, limits: RateLimits,
                       now: int) -> None:
@@ -351,12 +353,12 @@ class MemoryLog:
         per_uid = limits.per_uid
         if per_uid:
             tally = rates.live(message.uid, now)
-            full = None if tally is None else tally_refused(tally, per_uid, ts)
+            full = None if tally is None else tally.refused(per_uid, ts)
             if full is not None:
                 worst = message.uid, full[0], full[1]
         cap = limits.room_windows
-        if cap and rates.cap is not None and now <= rates.cap[0]:
-            full = tally_refused(rates.cap, cap, ts)
+        if cap and rates.cap is not None and now <= rates.cap.expires_ms:
+            full = rates.cap.refused(cap, ts)
             if full is not None and (worst is None or full[1] > worst[2]):
                 worst = None, full[0], full[1]
         if worst is not None:
