@@ -191,7 +191,8 @@ class Proxy:
                                         reader=reader, log=log, vip_list=vip_list,
                                         events=events)
         self.filter_routes = FilterRoutes(self.filters, filters, tokens, clock, settings)
-        self.webhook_routes = WebhookRoutes(outbox, tokens, webhooks)
+        self.webhook_routes = WebhookRoutes(outbox, tokens, webhooks,
+                                            settings.request_timeout)
 
     def renewed(self, room: str, old: str, new: str) -> None:
         """The room's epoch ``old`` was renewed into ``new`` (the same

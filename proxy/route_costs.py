@@ -307,8 +307,9 @@ COSTS: Final = (
     RouteCost("POST /v1/admin/webhooks/replay", _ADMIN,
               "store: the failed events named (every one without ids, at most 100 000 "
               "kept) move back to the outbox, until delivered or given up again after "
-              "--webhook-retry-for",
-              ("webhook_retry_for",),
+              "--webhook-retry-for. Node: its body (up to about 68 KB: 1 000 ids) while it "
+              "is read",
+              ("webhook_retry_for", "request_timeout"),
         sample=Sample(body={"ids": ["ev_0123456789abcdef01234567"]}, token="admin")),
 )
 """Every route of a node, one row each."""

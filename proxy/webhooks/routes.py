@@ -9,7 +9,9 @@ token (401 without, 403 for the publisher's):
   event ids) puts those failed events back in the outbox, each under its
   own id (a receiver that kept one dedupes it); with no body, or ``{}``,
   every failed event. Answers the ids replayed (an id not in the failed
-  list is left out) and wakes this node's delivery.
+  list is left out) and wakes this node's delivery. Its body is read up to
+  :data:`REPLAY_BODY_MAX` bytes, room for 1 000 ids of the longest (a
+  longer body is refused with 413 as soon as it arrives).
 
 Both work with or without ``--webhook`` on this node: the outbox is the
 store's, and whichever node delivers sends what is replayed.
@@ -24,13 +26,20 @@ import orjson
 from aiohttp import web
 
 from liveroom.codec import decode_request, media_type
-from liveroom.errors import BadBody
+from liveroom.errors import BadBody, TooLarge
 from liveroom.model import parse_count
-from liveroom.store.base import FAILED_LIST_MAX, Failed, Outbox, check_event_id
+from liveroom.settings import DEFAULTS
+from liveroom.store.base import EVENT_ID_MAX, FAILED_LIST_MAX, Failed, Outbox, check_event_id
 from liveroom.webhooks import Webhooks
 
 from ..auth import Right, Tokens
+from ..bodies import read_body
 from ..responses import document
+
+REPLAY_BODY_MAX = 64 + FAILED_LIST_MAX * (EVENT_ID_MAX + 4)
+"""Bytes of a replay's body: ``{"ids": [...]}`` with 1 000 ids of 64
+characters, each quoted and followed by a comma and a space (about 68 KB;
+the application's own bound is a send's, far less)."""
 
 logger = logging.getLogger("liveroom.proxy.webhooks")
 
@@ -73,8 +82,11 @@ class WebhookRoutes:
     without a store's outbox answers an empty list and replays nothing)."""
 
     def __init__(self, outbox: Outbox | None, tokens: Tokens,
-                 webhooks: Webhooks | None = None) -> None:
+                 webhooks: Webhooks | None = None,
+                 request_timeout: float = DEFAULTS.request_timeout) -> None:
         self._outbox = outbox
+        self._request_timeout = request_timeout
+        """Seconds a replay's body has to arrive in (``--request-timeout``)."""
         self._tokens = tokens
         self._webhooks = webhooks
 
@@ -97,7 +109,11 @@ class WebhookRoutes:
 
     async def replay(self, request: web.Request) -> web.StreamResponse:
         self._admin(request)
-        raw = await request.read()
+        too_large = TooLarge(f"request body is larger than {REPLAY_BODY_MAX} bytes")
+        if request.content_length is not None and request.content_length > REPLAY_BODY_MAX:
+            raise too_large
+        raw = await read_body(request, REPLAY_BODY_MAX, self._request_timeout,
+                              lambda: too_large)
         # No body replays every failed event; a body must be an object (a
         # JSON or msgpack null is no "none").
         ids = parse_ids(decode_request(media_type(request.headers.get("Content-Type", "")), raw)) \
