@@ -1391,6 +1391,12 @@ def check_recalls(run: FeatureRun, bc: Broadcasts, listeners: list[SimListener],
                 if e.body is None:
                     if target is None:
                         target = targets[key] = _Target(lane, e.seq, bc.current, e.to)
+                    elif not target.done:
+                        # The recall that took it was cut: its tries may have
+                        # named the position while a message a restart lost
+                        # held it, for another addressee than the one the
+                        # tombstone's message had (redis seed 90768).
+                        target.to = e.to
                     target.done = True
                     if e.seq in notices:
                         target.notices.setdefault(notices[e.seq], None)

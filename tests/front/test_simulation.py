@@ -148,6 +148,9 @@ def test_seed_193_on_redis_gets_every_listener_the_messages_that_took_lost_seqs(
     ("redis", 86779, "a muted uid's taps acknowledged by the node the mute went through: a "
                      "lossy restart had lost versions that node applied, and the mute, given "
                      "one of them again, was refused there as older"),
+    ("redis", 90768, "the checker's own: a personal recall cut twice, whose tries had named "
+                     "a position a restart lost, held to the lost message's addressee when "
+                     "the store showed the tombstone of another uid's message there"),
 ])
 def test_seeds_that_found_a_broken_promise_of_the_features_on_redis_keep_them(
         engine: str, seed: int, found: str) -> None:
