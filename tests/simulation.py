@@ -724,6 +724,8 @@ def _check_listener(listener: SimListener, truth: Truth, order: dict[str, int]) 
     # Seqs a Redis restart lost after this listener got them, taken again by
     # later messages: it must leave that epoch (a reset) to get those.
     reused = truth.reused()
+    reused_seqs = {epoch: {seq for kind, _, seq, _ in lost if kind == "room"}
+                   for epoch, lost in reused.items()}
     stranded: dict[str, list[str]] = {}
     for a in listener.answers:
         body, before = a.body, a.before
@@ -759,6 +761,11 @@ def _check_listener(listener: SimListener, truth: Truth, order: dict[str, int]) 
                     f"{where}: seq {m['seq']} of {epoch} named {m['body']!r}, lost by a Redis "
                     f"restart; another message took that seq and this listener never left "
                     f"the epoch to get it")
+                continue
+            if m.get("body") is None and m["seq"] in reused_seqs.get(epoch, ()):
+                # A recall's tombstone at a seq a Redis restart lost and a
+                # later message took: the lost message's or the later one's,
+                # no body tells which, nor its importance (redis seed 93879).
                 continue
             if truth.sent.get(epoch, {}).get(m["seq"]) != m["important"]:
                 problems.append(f"{where}: seq {m['seq']} was not sent so in {epoch}")

@@ -151,6 +151,8 @@ def test_seed_193_on_redis_gets_every_listener_the_messages_that_took_lost_seqs(
     ("redis", 90768, "the checker's own: a personal recall cut twice, whose tries had named "
                      "a position a restart lost, held to the lost message's addressee when "
                      "the store showed the tombstone of another uid's message there"),
+    ("redis", 93879, "the checker's own: the tombstone of a recalled message a restart then "
+                     "lost, held to the importance of the message that took its seq"),
 ])
 def test_seeds_that_found_a_broken_promise_of_the_features_on_redis_keep_them(
         engine: str, seed: int, found: str) -> None:
