@@ -182,7 +182,7 @@ COSTS: Final = (
         "GET /v1/rooms/{room}/online", "anyone (open mode); a ticket for the room or the "
         "admin token (ticket mode)",
         "node: the room's merged online view, kept while it is read", ("online_ttl",), room=ANY,
-        sample=Sample(token="listener")),
+        sample=Sample(token="listener"), keeps=_CACHED),
     RouteCost("GET /v1/rooms/{room}/stats", "anyone",
               "node: the room's merged online view, kept while it is read", room=ANY,
               keeps=_CACHED),
