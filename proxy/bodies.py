@@ -16,9 +16,12 @@ from liveroom.errors import BadRequest, LiveroomError, RequestTimeout
 async def read_body(request: web.Request, limit: int, within: float,
                     too_large: Callable[[], LiveroomError]) -> bytes:
     """The body of ``request``, at most ``limit`` bytes (past them,
-    ``too_large()`` is raised as soon as they arrive), received within
-    ``within`` seconds (else 408); 400 for a body shorter than its
+    ``too_large()`` is raised before any byte is read when its
+    ``Content-Length`` says so, else as soon as they arrive), received
+    within ``within`` seconds (else 408); 400 for a body shorter than its
     ``Content-Length`` said."""
+    if request.content_length is not None and request.content_length > limit:
+        raise too_large()
     # ``read(n)`` returns what has arrived so far, not n bytes: read until
     # the end of the body (a chunked body comes in pieces of any size).
     chunks: list[bytes] = []

@@ -129,11 +129,8 @@ class FilterRoutes:
         if (request.headers.get("Content-Encoding") or "identity").lower() != "identity":
             raise UnsupportedMedia("compressed bodies are not accepted")
         limit = self._body_limit
-        too_large = TooLarge(f"request body is larger than {limit} bytes")
-        if request.content_length is not None and request.content_length > limit:
-            raise too_large
         raw = await read_body(request, limit, self._settings.request_timeout,
-                              lambda: too_large)
+                              lambda: TooLarge(f"request body is larger than {limit} bytes"))
         doc = decode_request(media_type(request.headers.get("Content-Type", "")), raw)
         word_list = parse_list(name, doc, int(self._clock.time() * 1000))
         try:

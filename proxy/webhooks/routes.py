@@ -109,11 +109,9 @@ class WebhookRoutes:
 
     async def replay(self, request: web.Request) -> web.StreamResponse:
         self._admin(request)
-        too_large = TooLarge(f"request body is larger than {REPLAY_BODY_MAX} bytes")
-        if request.content_length is not None and request.content_length > REPLAY_BODY_MAX:
-            raise too_large
-        raw = await read_body(request, REPLAY_BODY_MAX, self._request_timeout,
-                              lambda: too_large)
+        raw = await read_body(
+            request, REPLAY_BODY_MAX, self._request_timeout,
+            lambda: TooLarge(f"request body is larger than {REPLAY_BODY_MAX} bytes"))
         # No body replays every failed event; a body must be an object (a
         # JSON or msgpack null is no "none").
         ids = parse_ids(decode_request(media_type(request.headers.get("Content-Type", "")), raw)) \
