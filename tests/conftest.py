@@ -285,6 +285,23 @@ def raw_client(url: str) -> redis.asyncio.Redis:
     return redis.asyncio.Redis.from_url(url)
 
 
+async def dumped(client: redis.asyncio.Redis, match: str = "*") -> dict[bytes, bytes]:
+    """The keys matching ``match`` as DUMP gives them: what a Redis restart
+    that loses its last writes keeps (see :func:`restored`)."""
+    return {key: await client.dump(key) async for key in client.scan_iter(match)}
+
+
+async def restored(client: redis.asyncio.Redis, saved: dict[bytes, bytes],
+                   match: str = "*") -> None:
+    """The keys matching ``match`` as they were when :func:`dumped` saved
+    them: the writes since are lost, as by such a restart."""
+    gone = [key async for key in client.scan_iter(match)]
+    if gone:
+        await client.delete(*gone)
+    for key, data in saved.items():
+        await client.restore(key, 0, data)
+
+
 @pytest.fixture
 async def raw_redis(engine_url: str) -> AsyncIterator[redis.asyncio.Redis | None]:
     """A plain client of the redis engine's server (None for the memory engine)."""

@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 import msgpack
 import pytest
-from conftest import RedisServer, opened
+from conftest import RedisServer, dumped, opened, restored
 from support import (
     ADMIN_HEADERS,
     PUBLISHER,
@@ -451,14 +451,12 @@ async def test_an_action_through_a_node_that_applied_lost_versions_holds_there_a
         await node.refresh()
         await node.act(ROOM, AuditEntry(now_ms, "admin", "mute", "v", 60, ""))
         async with redis.asyncio.Redis.from_url(redis_url) as client:
-            saved = {key: await client.dump(key) async for key in client.scan_iter("*")}
+            saved = await dumped(client)
             for action, uid, seconds in (("unmute", "v", 0), ("mute", "w", 60)):
                 # applied here, then lost
                 await node.act(ROOM, AuditEntry(now_ms, "admin", action, uid, seconds, ""))
             assert "v" not in node.rules[ROOM].muted
-            await client.flushall()  # the restart: the data set as it was before them
-            for key, dumped in saved.items():
-                await client.restore(key, 0, dumped)
+            await restored(client, saved)  # the restart: the data set as it was before them
         await node.act(ROOM, AuditEntry(now_ms, "admin", "mute", "u", 60, ""))
         assert "u" in node.rules[ROOM].muted, "the mute waits for a refresh"
         await node.refresh()
@@ -506,7 +504,7 @@ async def test_after_an_outage_a_node_reads_every_room_again(redis_server: Redis
         await node.refresh()
         await node.act("kept", AuditEntry(now_ms, "admin", "mute", "a", 60, ""))
         async with redis.asyncio.Redis.from_url(redis_url) as client:
-            saved = {key: await client.dump(key) async for key in client.scan_iter("*")}
+            saved = await dumped(client)
         for uid in ("b", "c"):  # versions 2 and 3, applied here, then lost
             await node.act("lost", AuditEntry(now_ms, "admin", "mute", uid, 60, ""))
         await node.refresh()
@@ -514,8 +512,7 @@ async def test_after_an_outage_a_node_reads_every_room_again(redis_server: Redis
         await node.refresh()  # the store away
         redis_server.start()
         async with redis.asyncio.Redis.from_url(redis_url) as client:
-            for key, dumped in saved.items():
-                await client.restore(key, 0, dumped)
+            await restored(client, saved)
         for uid in ("x", "y", "z"):  # another node's: versions 2 to 4 of room "kept"
             await store.moderation.act(
                 "kept", AuditEntry(now_ms, "admin", "mute", uid, 60, ""), now_ms)

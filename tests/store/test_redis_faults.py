@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
-from conftest import RedisServer
+from conftest import RedisServer, dumped, restored
 from support import Listener, running_node, send
 
 from liveroom.clock import FakeClock
@@ -194,16 +194,13 @@ async def test_a_store_that_lost_its_last_writes_and_refilled_their_seqs_starts_
             await send(session, node.url, "refill", i)
         client = aioredis.from_url(redis_url)
         try:
-            room_keys = [key async for key in client.scan_iter("lr:{refill}:*")]
-            saved = {key: await client.dump(key) for key in room_keys}
+            saved = await dumped(client, "lr:{refill}:*")
             for i in (3, 4):
                 await send(session, node.url, "refill", i)
             await listener.poll_until(node.url, 5)
             assert listener.seq == 5
             # The restart: the data set as it was before the last two sends.
-            await client.delete(*[key async for key in client.scan_iter("lr:{refill}:*")])
-            for key, dumped in saved.items():
-                await client.restore(key, 0, dumped)
+            await restored(client, saved, "lr:{refill}:*")
         finally:
             await client.aclose()
         for ts, body in enumerate(("new-a", "new-b"), 1_000):
@@ -233,14 +230,11 @@ async def test_a_listener_whose_last_messages_the_store_lost_is_reset_by_a_fresh
         async with running_node(redis_url) as node:
             for i in range(3):
                 await send(session, node.url, "lost", i)
-            saved = {key: await client.dump(key)
-                     async for key in client.scan_iter("lr:{lost}:*")}
+            saved = await dumped(client, "lr:{lost}:*")
             for i in (3, 4):
                 await send(session, node.url, "lost", i)
             await listener.poll_until(node.url, 5)
-        await client.delete(*[key async for key in client.scan_iter("lr:{lost}:*")])
-        for key, dumped in saved.items():
-            await client.restore(key, 0, dumped)
+        await restored(client, saved, "lr:{lost}:*")
     finally:
         await client.aclose()
     async with running_node(redis_url) as node:
