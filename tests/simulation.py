@@ -376,7 +376,7 @@ class Truth:
         """``epoch`` exists now; ``carried``: the epoch whose log it kept (a renewal)."""
         if epoch in self.epochs:
             return
-        self.epochs.append(epoch)
+        self.epochs.insert(self._made_at(carried), epoch)
         if carried:
             self.carried[epoch] = carried
         self.sent[epoch] = dict(self.sent.get(carried, {})) if carried else {}
@@ -388,6 +388,26 @@ class Truth:
                           if e == carried}
             if carried in self.rewound:
                 self.rewound[epoch] = self.rewound[carried]
+
+    def _root(self, epoch: str) -> str:
+        while epoch in self.carried:
+            epoch = self.carried[epoch]
+        return epoch
+
+    def _made_at(self, carried: str | None) -> int:
+        """Where in :attr:`epochs` an epoch renewed from ``carried`` goes: a
+        node's renewal may be answered late (its reply held), after an end
+        made a newer broadcast's epoch; the renewal ran while ``carried`` was
+        current, so before any epoch of another broadcast heard of since
+        (redis seed 96784). A Redis restart never brings back an epoch an
+        end replaced (see :func:`strike`)."""
+        if not carried or carried not in self.epochs:
+            return len(self.epochs)
+        root = self._root(carried)
+        for i in range(self.epochs.index(carried) + 1, len(self.epochs)):
+            if self._root(self.epochs[i]) != root:
+                return i
+        return len(self.epochs)
 
     def stored(self, kind: str, epoch: str, seq: int, body: Any) -> None:
         """An append acknowledged at ``seq`` (of the room's or the personal
