@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import asyncio.base_events
+import contextlib
 import heapq
 import json
 import logging
@@ -909,9 +910,23 @@ def run_seed(seed: int, *, seconds: float = 30.0, engine: str = "memory",
         problems = [f"stalled: {exc}"]
     finally:
         memory_log.new_epoch = made_up
+        _unwind(loop)
         asyncio.set_event_loop(None)
         loop.close()
     return Outcome(seed, problems, world, loop.callbacks)
+
+
+def _unwind(loop: SimLoop) -> None:
+    """Cancel what killed nodes left running and let it unwind before the
+    loop closes, as ``asyncio.run`` does (after the checks: nothing of it is
+    judged). Else the collector closes their coroutines later, on a closed
+    loop, and each prints a traceback into a long run's log."""
+    left = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    for task in left:
+        task.cancel()
+    if left:
+        with contextlib.suppress(Exception):  # Stalled: what is left stays left
+            loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
 
 
 def replay_line(seed: int, engine: str = "memory") -> str:
