@@ -81,6 +81,30 @@ def news_mark(likes: int, slow: int, ranking: int = 0) -> int:
         % (_MARKS - 1)
 
 
+class NewsMarks:
+    """:func:`news_mark`, remembering the last figures it marked: the
+    listeners a message wakes in one room are answered one after another
+    with the same figures, so the mark (big-integer arithmetic, about a
+    third of a microsecond compiled) is made once per message, not once per
+    listener. Another room's figures in between only cost the mark again."""
+
+    __slots__ = ("_likes", "_mark", "_ranking", "_slow")
+
+    def __init__(self) -> None:
+        self._likes = -1  # no figures yet: a count is never negative
+        self._slow = 0
+        self._ranking = 0
+        self._mark = 0
+
+    def of(self, likes: int, slow: int, ranking: int = 0) -> int:
+        """``news_mark(likes, slow, ranking)``."""
+        if likes == self._likes and slow == self._slow and ranking == self._ranking:
+            return self._mark
+        mark = news_mark(likes, slow, ranking)
+        self._likes, self._slow, self._ranking, self._mark = likes, slow, ranking, mark
+        return mark
+
+
 class ContextSigner:
     def __init__(self, secret: str) -> None:
         self._keyed = hashlib.blake2s(key=hashlib.sha256(secret.encode()).digest(),

@@ -63,7 +63,7 @@ from ..params import Cursor, PollParams, parse_poll
 from ..reply import Reply, answer_to
 from ..tickets import Tickets
 from . import answer
-from .context import Context, ContextSigner, news_mark
+from .context import Context, ContextSigner, NewsMarks
 from .heartbeats import Heartbeats
 from .hold import HeldPoll, Holds
 from .news import RoomNews
@@ -156,6 +156,8 @@ class Polls:
         self.news = news
         """The node's news of its rooms: a poll held in a room whose news
         changed lately, and that missed it, has the room told (None: never)."""
+        self.marks = NewsMarks()
+        """The news marks of the answers' figures (once per message, not per listener)."""
         rule = settings.vip_rule()
         self.trust_ctx = rule is not None
         """In open mode, a poll's heartbeat is trusted when its ``ctx`` is
@@ -232,7 +234,7 @@ class Polls:
             return False
         ranking = self.ranking
         current = None if ranking is None else ranking.of(room, epoch)
-        return ctx.news != news_mark(likes, self.slow_of(room),
+        return ctx.news != self.marks.of(likes, self.slow_of(room),
                                      _NO_RANKING if current is None else current.version)
 
     def likes_of(self, room: str, epoch: str) -> int:
@@ -800,7 +802,7 @@ class Poll(Held):
         ranking, version = polls.ranking_field(room, params.ranking, use_msgpack, epoch)
         ctx = polls.signer.sign_ascii(room, params.uid, epoch, delivery.seq, delivery.iseq,
                                       delivery.seq_ic, delivery.iseq_ic, now_ms, self.pn_out,
-                                      _anchor(delivery), news_mark(self.likes, slow, version))
+                                      _anchor(delivery), polls.marks.of(self.likes, slow, version))
         self.finish(Reply(200, answer.finish(head, ctx, use_msgpack, self._spread(),
                                              self.pseq_out, delivery.personal, delivery.pgap,
                                              ranking, slow),
@@ -833,7 +835,8 @@ class Poll(Held):
             anchor = self.ctx.anchor
         ctx = polls.signer.sign_ascii(room, params.uid, cursor.epoch, delivery.seq,
                                       delivery.iseq, delivery.seq_ic, delivery.iseq_ic, last_ms,
-                                      self.pn_out, anchor, news_mark(self.likes, slow, version))
+                                      self.pn_out, anchor,
+                                      polls.marks.of(self.likes, slow, version))
         head = answer.head(room, cursor.epoch, delivery, reset=False,
                            online=self.online, interval_ms=pace.interval_ms,
                            use_msgpack=self.use_msgpack, likes=self.likes)

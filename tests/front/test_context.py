@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from proxy.polls.context import Context, ContextSigner, news_mark
+from proxy.polls.context import Context, ContextSigner, NewsMarks, news_mark
 
 names = st.from_regex(r"[A-Za-z0-9_.\-]{1,64}", fullmatch=True)
 counts = st.integers(0, 2**53 - 1)
@@ -65,6 +65,20 @@ def test_a_news_mark_is_never_unknown_and_tells_near_figures_apart(
     # Figures a tap or two apart, or slow mode turned on or off, never share a mark.
     if (likes, slow) != (other_likes, other_slow) and abs(likes - other_likes) < 1000:
         assert news_mark(other_likes, other_slow) != mark
+
+
+figures = st.tuples(st.integers(0, 3), st.integers(0, 2), st.integers(0, 2)) | st.tuples(
+    counts, st.integers(0, 3600), st.integers(0, 2**32 - 1))
+
+
+@given(st.lists(figures, max_size=30))
+def test_the_remembered_news_mark_is_the_mark_of_each_call(calls: list[tuple[int, int, int]]
+                                                           ) -> None:
+    # The same figures again and again (the listeners of one message), then
+    # others, and back: each answer's mark is news_mark's of its own figures.
+    marks = NewsMarks()
+    for likes, slow, ranking in [call for call in calls for _ in range(2)]:
+        assert marks.of(likes, slow, ranking) == news_mark(likes, slow, ranking)
 
 
 @given(anchor=st.integers(0, 2**64 - 1), pn=st.none() | counts, uid=names,
