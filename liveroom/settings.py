@@ -536,11 +536,14 @@ class Settings:
         "for none.", LIKES, parse=parse_windows, show=_windows_text,
         formerly=("like_taps",))
     likes_rooms_max: int = setting(
-        10_000, "Rooms whose taps may wait for the store on this node (while it is "
-        "unavailable): a tap for one more is refused (503).", LIKES, lo=1)
+        10_000, "Rooms whose taps may wait for the store on this node: those tapped "
+        "since the last --likes-flush, and any the store has not taken yet (it was "
+        "unavailable); a tap for one more is refused (503).", LIKES, lo=1)
     likes_uids_max: int = setting(
         200_000, "Uids whose like windows this node keeps at once (those seen in the last "
-        "two of the longest window): one more is refused (503).", LIKES, lo=1)
+        "two of the longest window): one more evicts a uid not seen in this window if "
+        "there is one, else the newest of this window (who then starts its windows "
+        "afresh); nobody is refused.", LIKES, lo=1)
     gift_important: int = setting(
         0, "A gift worth at least this much also goes out as an important message of "
         "its giver ({\"gift\", \"value\"}), ahead of the chat; 0: none.", LIKES, lo=0,
@@ -614,8 +617,9 @@ class Settings:
         FALLBACK_INTERVAL, "Seconds between two fallback pulls of a room that is read "
         "(they cover lost notifies).", CACHE, lo=0.05, hi=60)
     read_window: float = setting(
-        READ_WINDOW, "A room read within this many seconds is pulled at least once per "
-        "fallback interval.", CACHE, lo=1)
+        READ_WINDOW, "Seconds a cached room nobody reads stays in memory (one with held "
+        "polls stays); the fallback pull covers only rooms with held polls or read in the "
+        "last two fallback intervals.", CACHE, lo=1)
     pull_batch: int = setting(PULL_BATCH, "Rooms per store read of the normal sect.",
                               CACHE, lo=1)
     pull_concurrency: int = setting(PULL_CONCURRENCY, "Store reads in flight of the "
@@ -627,7 +631,7 @@ class Settings:
                                         lo=1)
     touch_interval: float = setting(
         TOUCH_INTERVAL, "Seconds between two pushes of the read rooms' expiry to the "
-        "store.", CACHE, lo=1)
+        "store (at most a quarter of --room-ttl).", CACHE, lo=1)
     first_pull_timeout: float = setting(
         FIRST_PULL_TIMEOUT, "Longest a poll waits for the first pull of its room (then "
         "503 with Retry-After).", CACHE, lo=0.1, hi=60)

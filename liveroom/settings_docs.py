@@ -56,7 +56,8 @@ def table() -> str:
 def env_template() -> str:
     """deploy/liveroom.env: every setting, the ones a node over Redis needs first."""
     out = ["""# liveroom's settings, one LIVEROOM_* variable each (each is also a `liveroom
-# serve` flag, the name in lowercase with dashes). Made from liveroom/settings.py
+# serve` flag, the name in lowercase with dashes; LIVEROOM_TICKET_KEYS is
+# --ticket-key, given once per key). Made from liveroom/settings.py
 # by `python -m liveroom.settings_docs`. Copy this file out of the checkout,
 # private (mode 600: it will hold the secrets, which then never show in `ps`),
 # fill in the first block, and load it:

@@ -160,9 +160,9 @@ COSTS: Final = (
     RouteCost(
         "POST /v1/rooms/{room}/likes", "anyone naming its uid (open mode); a ticket",
         "store: the room's likes total and series, --history-ttl after the last write. "
-        "Node: the room's pending taps until the next flush, the uid's windows (the "
-        "oldest uid's evicted past the table's bound), the room kept fresh for a minute "
-        "after it was last asked about",
+        "Node: the room's pending taps until the next flush, the uid's windows (past the "
+        "table's bound a uid not seen in this window is evicted, else the newest), the "
+        "room kept fresh for a minute after it was last asked about",
         ("likes_requests", "likes_taps", "likes_rooms_max", "likes_uids_max",
          "likes_flush", "history_ttl", "rooms_max"), room=EXISTS,
         sample=Sample(body={"uid": "{uid}", "count": 1}, token="listener"), keeps=_CACHED,

@@ -168,9 +168,10 @@ def serve(**given: Any) -> None:
     """Run every role (proxy, recvsvr, statsvr) in this process, or in each of
     --workers processes on one port.
 
-    Every setting is a flag and a LIVEROOM_* environment variable (the flag's
-    name in capitals); deploy/liveroom.env lists them all, docs/operations.md
-    explains them. Problems are reported all at once, the store URL first.
+    Every setting is a flag and a LIVEROOM_* environment variable (the
+    setting's name in capitals: --ticket-key is LIVEROOM_TICKET_KEYS, each
+    other flag its own name); deploy/liveroom.env lists them all,
+    docs/operations.md explains them. Problems are reported all at once, the store URL first.
     """
     from ..store import check_store_url
 
