@@ -191,8 +191,11 @@ class FaultyLog:
         """A node renews an epoch (it found the store behind its copy): the
         ledger learns the new epoch, which kept the stale one's log."""
         epoch: str = await self._log.renew_epoch(room, stale)
-        if self._truth is not None and epoch != stale:
-            self._truth.epoch_seen(epoch, carried=stale)
+        truth = self._truth
+        if truth is not None and epoch != stale:
+            # A room a Redis restart lost whole has no log to keep: the
+            # renewal made a new one.
+            truth.epoch_seen(epoch, carried=None if stale in truth.gone else stale)
         return epoch
 
     def __getattr__(self, name: str) -> Any:
@@ -610,9 +613,13 @@ async def publish(world: World, until: float) -> None:
             appended = await world.store.log.append(ROOM, message)
         except StoreUnavailable:
             continue  # Redis restarting: the call never reached it
-        # An epoch first heard of here with its numbering going on was
-        # renewed by a node (a Redis restart lost writes): it kept the log.
-        carried = truth.epochs[-1] if appended.seq > 1 else None
+        # An epoch first heard of here was renewed by a node (a Redis restart
+        # lost writes), its reply not back yet: it kept the log, unless there
+        # was no log to keep (the room not made yet, or lost whole). Not told
+        # by the seq: a personal message's is its own numbering's, which a
+        # restart may rewind to 0 (redis seed 98678).
+        last = truth.epochs[-1]
+        carried = None if last == ABSENT_EPOCH or last in truth.gone else last
         truth.epoch_seen(appended.epoch, carried=carried)
         if to is None:
             truth.sent[appended.epoch][appended.seq] = important

@@ -157,6 +157,9 @@ def test_seed_193_on_redis_gets_every_listener_the_messages_that_took_lost_seqs(
                      "and read it while held, counted only in the broadcast after its end"),
     ("redis", 96784, "the checker's own: a node's renewal answered after an end, taken for "
                      "the newest epoch, so every listener at the end's head 'never caught up'"),
+    ("redis", 98678, "the checker's own: an epoch a node renewed, first heard of from a "
+                     "personal message at pseq 1 (a restart rewound that numbering), taken "
+                     "for a new log: every message it kept 'not sent so'"),
 ])
 def test_seeds_that_found_a_broken_promise_on_redis_keep_them(
         engine: str, seed: int, found: str) -> None:
