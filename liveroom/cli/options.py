@@ -50,7 +50,7 @@ def ticket_option(command: F) -> F:
         "--ticket", envvar=TICKET_ENV, show_envvar=True,
         help="A ticket your backend signed (servers run with --auth ticket): it names "
              "the uid; see `liveroom ticket`. Given as a flag, it wins over the "
-             f"environment's {UID_ENV} (and, for send, "
+             f"environment's {UID_ENV} (and, for send and gift, "
              f"{env_of('publisher_token')}).")(command)
 
 

@@ -161,9 +161,16 @@ def like(room_name: str, count: int, uid: str | None, ticket: str | None, url: s
 
     Each uid may send a few like requests a second (the server's
     --likes-requests and --likes-taps): past them the node answers 429 and this
-    exits with status 1 and its message."""
+    exits with status 1 and its message. A --ticket given as a flag speaks
+    for the uid it names: LIVEROOM_UID from the environment is not used."""
     from ..client import Client, ClientError
 
+    ctx = click.get_current_context()
+    flags, aside = flags_first(ctx, ("ticket",))
+    if "ticket" in aside:
+        ticket = None
+    if "uid" in aside:
+        uid = None
     if uid is None and ticket is None:
         uid = f"fan-{secrets.token_hex(3)}"
         click.echo(f"-- tapping as {uid} (give --uid to choose)", err=True)
@@ -175,6 +182,8 @@ def like(room_name: str, count: int, uid: str | None, ticket: str | None, url: s
     try:
         total = asyncio.run(run())
     except ClientError as exc:
+        if aside:
+            click.echo(left_aside_note(ctx, flags, aside), err=True)
         raise clear(exc, None if ticket or uid else f"give --ticket or set {TICKET_ENV}") \
             from None
     click.echo(f"{room_name}: {total} {'like' if total == 1 else 'likes'}")
@@ -196,8 +205,16 @@ def gift(room_name: str, uid: str, value: int, name: str, ticket: str | None,
     """Give UID's gift worth VALUE in ROOM and print the giver's rank and score.
 
     The room's ranking is for its current broadcast (`liveroom leaderboard
-    ROOM`); ending the broadcast freezes it."""
+    ROOM`); ending the broadcast freezes it. A --ticket or --token given as a
+    flag speaks: the other from the environment is not used."""
     from ..client import Client, ClientError
+
+    ctx = click.get_current_context()
+    flags, aside = flags_first(ctx, ("ticket", "token"))
+    if "ticket" in aside:
+        ticket = None
+    if "token" in aside:
+        token = None
 
     async def run() -> str:
         async with Client(url, ticket=ticket, token=token) as client:
@@ -208,6 +225,8 @@ def gift(room_name: str, uid: str, value: int, name: str, ticket: str | None,
     try:
         said = asyncio.run(run())
     except ClientError as exc:
+        if aside:
+            click.echo(left_aside_note(ctx, flags, aside), err=True)
         raise clear(exc, None if token or ticket
                     else f"give --token or set {env_of('publisher_token')}") from None
     click.echo(said)

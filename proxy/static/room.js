@@ -292,6 +292,9 @@ function startOver(answer) {
   $("important-box").hidden = true;
   shown.epoch = answer.epoch;
   shown.seq = 0;
+  // The likes never go down within a broadcast; a new one counts from its
+  // own total (the answer's, drawn next), not from the ended one's.
+  likesShown = 0;
 }
 
 /** Called with every answer before it is drawn: an epoch the page has not shown starts over. */

@@ -563,6 +563,36 @@ async def test_a_ticket_flag_that_cannot_publish_says_the_token_was_left_aside()
             "send important messages (it has no publish right) (HTTP 403)")
 
 
+async def test_a_like_with_a_ticket_flag_taps_as_the_tickets_uid(
+        session: aiohttp.ClientSession) -> None:
+    """``like --ticket T`` in a shell that exports another LIVEROOM_UID: the
+    ticket names who taps (the environment's uid beside it was refused, 401)."""
+    async with running_node(auth="ticket", ticket_keys=(KEY,)) as node:
+        await send(session, node.url, "hall", "welcome", important=True)  # the room exists
+        ticket = mint(KEY, "alice", rooms=["hall"])
+        result = await liveroom("like", "hall", "--count", "3", "--ticket", ticket,
+                                env={"LIVEROOM_URL": node.url, "LIVEROOM_UID": "mallory"})
+        assert (result.exit_code, result.stdout) == (0, "hall: 3 likes\n"), result.output
+
+
+async def test_a_gift_with_a_ticket_flag_leaves_the_environments_token_aside(
+        session: aiohttp.ClientSession) -> None:
+    """``gift --ticket T`` in a shell that exports the publisher token: the
+    ticket speaks (one without --publish gives no gift), not the token."""
+    async with running_node(auth="ticket", ticket_keys=(KEY,)) as node:
+        await send(session, node.url, "hall", "welcome", important=True)  # the room exists
+        ticket = mint(KEY, "alice", rooms=["hall"])
+        result = await liveroom("gift", "hall", "--uid", "alice", "--value", "5",
+                                "--ticket", ticket,
+                                env={"LIVEROOM_URL": node.url,
+                                     "LIVEROOM_PUBLISHER_TOKEN": PUBLISHER})
+        assert result.exit_code == 1, result.output
+        assert flat(result.stderr).startswith(
+            "-- LIVEROOM_PUBLISHER_TOKEN from the environment is not used: the --ticket "
+            "given speaks (a flag wins over the environment) Error: "), result.stderr
+        assert "(HTTP 403)" in result.stderr
+
+
 async def test_a_listener_with_a_ticket_flag_is_the_tickets_uid(
         session: aiohttp.ClientSession) -> None:
     """``listen --ticket T`` in a shell that exports another LIVEROOM_UID."""

@@ -307,6 +307,13 @@ def test_taps_on_the_heart_are_batched_and_counted(browser: WebDriver, served: S
     assert status == 201
     WebDriverWait(browser, 5).until(lambda b: text_of(b, "#likes") == "12")
     screenshot(browser, tmp_path, "hearts")
+    # The broadcast ends: the page counts the next one's likes from its own
+    # total, not from the ended one's 12.
+    status, _ = call(f"{served.url}/v1/admin/rooms/hearts/end", "POST", token=ADMIN)
+    assert status == 200
+    send_message(served, "hearts", "next show", uid="frank")
+    WebDriverWait(browser, 5).until(lambda b: "next show" in bodies(b, "#chat"))
+    WebDriverWait(browser, 5).until(lambda b: text_of(b, "#likes") == "0")
 
 
 def top_givers(browser: WebDriver) -> list[tuple[str, str]]:
