@@ -94,7 +94,13 @@ def filters_list(show_words: bool, url: str, admin_token: str | None,
 def _read_words(given: tuple[str, ...], files: tuple[TextIO, ...]) -> list[str]:
     words = list(given)
     for file in files:
-        words += [line.strip() for line in file if line.strip()]
+        try:
+            words += [line.strip() for line in file if line.strip()]
+        except UnicodeDecodeError as exc:
+            raise click.BadParameter(
+                f"{file.name} is not UTF-8 text ({exc.reason} at byte {exc.start}): save "
+                f"the list as UTF-8, or convert it (iconv -f GBK -t UTF-8 ...)",
+                param_hint="--words-file") from None
     return words
 
 

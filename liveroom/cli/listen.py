@@ -89,8 +89,9 @@ def _notes(answer: Answer, first: bool, slow: int = 0, likes: int = 0) -> list[s
               help="Seconds the server holds each poll when nothing happens.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print each message as one JSON object a line (seq, uid, important, "
-                   "ts, body; a recalled one with a null body and \"recalled\": true), "
-                   "and each note on stderr as {\"note\": TEXT}.")
+                   "ts, body; a personal one pseq, n, uid, to, important, ts, body; a "
+                   "recalled one with a null body and \"recalled\": true), and each note "
+                   "on stderr as {\"note\": TEXT}.")
 def listen(room_name: str, uid: str | None, ticket: str | None, url: str,
            recent: int | None, timeout: int, as_json: bool) -> None:
     """Print ROOM's messages as they arrive, until Ctrl-C.

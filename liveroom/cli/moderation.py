@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 @click.option("--uid", callback=check_optional_uid, default=None,
               help="Recall as this sender, one of its own messages, on a server in open "
                    "mode (within the server's --recall-window, 120 s, of sending it); "
-                   "the admin token is not used then.")
+                   "the admin token is not used then, nor a ticket from the environment.")
 @click.option("--personal", is_flag=True,
               help="SEQ is a personal message's pseq (as `liveroom send --to` prints it): "
                    "the backend's call (the admin or publisher token, or a ticket minted "
@@ -80,6 +80,8 @@ def recall(room_name: str, seq: int, uid: str | None, personal: bool, ticket: st
             raise click.UsageError("--uid recalls as that sender, --admin-token as a "
                                    "moderator: give one of them")
         admin_token = None  # the sender speaks, not the environment's token
+        if ctx.get_parameter_source("ticket") is ParameterSource.ENVIRONMENT:
+            ticket = None  # nor the environment's ticket: an open server takes no ticket
     flags, aside = flags_first(ctx, ("ticket", "admin_token"))
     if "ticket" in aside:
         ticket = None

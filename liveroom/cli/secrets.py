@@ -15,7 +15,8 @@ def secrets_command() -> None:
     """Print fresh random values for every secret setting, as env-file lines.
 
     One LIVEROOM_NAME=VALUE line each (the admin and publisher tokens, the
-    context secret, a ticket key, a metrics token and the send hook's secret;
+    context secret, a ticket key, a metrics token, the send hook's and the
+    webhooks' secrets;
     32 random bytes each, URL-safe base64). Append them to a copy of deploy/liveroom.env, whose
     empty lines for them come earlier, so these win:
 

@@ -63,7 +63,8 @@ def send(room_name: str, text: str, uid: str | None, important: bool, to: str | 
     Who speaks, flags first, then the environment: a --ticket or --token given
     as a flag is used, and LIVEROOM_TICKET or LIVEROOM_PUBLISHER_TOKEN from the
     environment is not (with a --ticket flag, nor is LIVEROOM_UID: the ticket
-    names the uid). Given both the same way, the token speaks, for --uid.
+    names the uid). Given both the same way, the token speaks, for --uid
+    (without --uid, a normal message goes as the ticket's uid).
     The environment's token speaks only for --important and --to: a normal
     message for --uid goes as that uid's own, moderated and rate limited
     (give --token as a flag for the backend to speak for it; it says so); a
@@ -80,6 +81,8 @@ def send(room_name: str, text: str, uid: str | None, important: bool, to: str | 
         token = None
     if "uid" in aside:
         uid = None
+    if uid is None and ticket is not None and not (important or to):
+        token = None  # the token speaks for a --uid; without one, the ticket names its own
     fallback = None
     if token is not None and ticket is None and not (important or to) \
             and ctx.get_parameter_source("token") is not ParameterSource.COMMANDLINE:
@@ -184,8 +187,7 @@ def like(room_name: str, count: int, uid: str | None, ticket: str | None, url: s
     except ClientError as exc:
         if aside:
             click.echo(left_aside_note(ctx, flags, aside), err=True)
-        raise clear(exc, None if ticket or uid else f"give --ticket or set {TICKET_ENV}") \
-            from None
+        raise clear(exc, None if ticket else f"give --ticket or set {TICKET_ENV}") from None
     click.echo(f"{room_name}: {total} {'like' if total == 1 else 'likes'}")
 
 

@@ -575,6 +575,30 @@ async def test_a_like_with_a_ticket_flag_taps_as_the_tickets_uid(
         assert (result.exit_code, result.stdout) == (0, "hall: 3 likes\n"), result.output
 
 
+async def test_a_like_without_a_ticket_on_a_ticket_server_says_what_to_give(
+        session: aiohttp.ClientSession) -> None:
+    async with running_node(auth="ticket", ticket_keys=(KEY,)) as node:
+        await send(session, node.url, "hall", "welcome", important=True)  # the room exists
+        result = await liveroom("like", "hall", env={"LIVEROOM_URL": node.url})
+        assert result.exit_code == 1, result.output
+        assert "(give --ticket or set LIVEROOM_TICKET) (HTTP 401)" in flat(result.output)
+
+
+async def test_a_send_with_a_ticket_and_a_token_and_no_uid_goes_as_the_tickets_uid(
+        session: aiohttp.ClientSession) -> None:
+    """Both exported, as the production recipe's shell may: the token speaks
+    for a --uid; with none, the ticket names who sends (it was a 400, "uid is
+    required", the token speaking for nobody)."""
+    async with running_node(auth="ticket", ticket_keys=(KEY,)) as node:
+        ticket = mint(KEY, "alice", rooms=["hall"])
+        result = await liveroom("send", "hall", "hi",
+                                env={"LIVEROOM_URL": node.url, "LIVEROOM_TICKET": ticket,
+                                     "LIVEROOM_PUBLISHER_TOKEN": PUBLISHER})
+        assert (result.exit_code, result.stdout) == (0, "1\n"), result.output
+        assert await messages_of(session, node.url, "hall", ticket) == [
+            ("alice", "hi", False)]
+
+
 async def test_a_gift_with_a_ticket_flag_leaves_the_environments_token_aside(
         session: aiohttp.ClientSession) -> None:
     """``gift --ticket T`` in a shell that exports the publisher token: the
@@ -808,9 +832,11 @@ async def test_moderation_commands_through_a_running_node(
         assert result.exit_code == 1, result.output
         assert result.output.startswith("Error: ")
         assert result.output.endswith("(HTTP 403)\n")
-        result = await liveroom("recall", "stage", "2", "--uid", "fan", env=env)
+        # Nor a ticket a shell left in its environment: an open server takes none.
+        result = await liveroom("recall", "stage", "2", "--uid", "fan",
+                                env={**env, "LIVEROOM_TICKET": "left-over"})
         assert result.stdout == "room stage: message 2 of fan recalled (every listener " \
-                                "is told)\n"
+                                "is told)\n", result.output
         result = await liveroom("recall", "stage", "99", env=env)
         assert result.exit_code == 1
         assert result.output.endswith("(HTTP 404)\n")
@@ -1199,6 +1225,18 @@ def test_bad_filters_input_is_refused_before_any_call(args: list[str], said: str
     result = CliRunner().invoke(main, [*args, "--url", "http://127.0.0.1:1"])
     assert result.exit_code == 2, result.output
     assert said in flat(result.output)
+
+
+def test_a_words_file_that_is_not_utf8_is_refused_with_a_clear_message(
+        tmp_path: Path) -> None:
+    words = tmp_path / "words.txt"
+    words.write_bytes("广告\n".encode("gbk"))
+    result = CliRunner().invoke(main, ["filters", "put", "ads", "--action", "block",
+                                       "--words-file", str(words), "--url",
+                                       "http://127.0.0.1:1", "--admin-token", "t"])
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit), result.exception  # no traceback
+    assert "is not UTF-8 text" in flat(result.output), result.output
 
 
 async def test_filters_commands_through_a_running_node(session: aiohttp.ClientSession,
