@@ -78,6 +78,8 @@ class Client:
         self._session = session
         self._own_session = session is None
         self._closed = False
+        self._closing = asyncio.Event()
+        """Set by :meth:`close`: a send waiting to retry stops waiting."""
         # Weak: a listening its caller dropped (a ``break``) needs no stopping.
         self._listenings: weakref.WeakSet[Listening] = weakref.WeakSet()
 
@@ -102,6 +104,7 @@ class Client:
         opened anew, so a program that waited for it never ended (issue 46).
         """
         self._closed = True
+        self._closing.set()
         for listening in list(self._listenings):
             listening.stop()
         if self._own_session and self._session is not None:
@@ -237,8 +240,20 @@ class Client:
                 wait = Retry(backoff.next(), None, exc.reason)
             if on_retry is not None:
                 on_retry(wait)
-            await asyncio.sleep(wait.delay)
+            await self._pause(wait.delay)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _pause(self, delay: float) -> None:
+        """Wait ``delay`` seconds before a retry, or until the client closes:
+        then :class:`ClientClosed` at once (a call the closing cut short), not
+        after the rest of a Retry-After that may be a slow mode's minutes."""
+        closing = asyncio.ensure_future(self._closing.wait())
+        try:
+            await asyncio.wait((closing,), timeout=delay)
+        finally:
+            closing.cancel()
+        if self._closed:
+            raise ClientClosed(self.url)
 
     async def like(self, room: str, count: int = 1, *, uid: str | None = None) -> int:
         """Tap ``count`` (1-100) likes in ``room`` as ``uid`` (in ``ticket`` mode

@@ -219,6 +219,27 @@ async def test_leaving_the_client_ends_its_listener(route: str, message: bool,
             await next_answer(client.listen("hall", uid="ann"))
 
 
+async def test_closing_the_client_cuts_short_a_send_waiting_out_a_retry_after() -> None:
+    """A send past a room's slow mode waits out its Retry-After (a minute
+    here) to send again; the client closed meanwhile, it raises
+    :class:`ClientClosed` at once, not a minute later."""
+    async with running_node() as node, Client(node.url, token=ADMIN) as admin:
+        await admin.send("hall", "welcome", uid="host", important=True)
+        assert await admin.slow("hall", 60) == 60
+        client = Client(node.url)
+        await client.send("hall", "first", uid="bob")
+        waiting = asyncio.Event()
+        second = asyncio.ensure_future(client.send(
+            "hall", "second", uid="bob", on_retry=lambda retry: waiting.set()))
+        async with asyncio.timeout(10):
+            await waiting.wait()  # refused (429), its retry due in about a minute
+        await client.close()
+        done, _ = await asyncio.wait((second,), timeout=2)
+        assert done, "still waiting 2 s after its client closed"
+        with pytest.raises(ClientClosed):
+            second.result()
+
+
 async def test_a_client_on_a_closed_session_says_it_is_closed() -> None:
     """A client given a session its owner closed raises :class:`ClientClosed`
     (aiohttp's bare ``RuntimeError`` got through; a listener whose next poll
