@@ -263,12 +263,17 @@ function choose(room) {
     state.vip = null;
     destroyPlot();
     $("broadcasts").replaceChildren();
-    for (const id of ["recent", "muted", "banned", "audit"]) {
+    // Every list of the room before goes: a list is drawn again only when its
+    // key changes, and held messages' ids are per room (room B's message 1
+    // must never sit under room A's text, its approve or deny acting on B).
+    for (const id of ["recent", "muted", "banned", "audit", "held", "givers"]) {
       $(id).replaceChildren();
       delete $(id).dataset.key;
     }
+    $("held-count").textContent = "";
     $("slow-now").textContent = "–";
-    for (const id of ["room-online", "room-viewers", "room-tier", "room-seq", "room-vip"]) {
+    for (const id of ["room-online", "room-viewers", "room-tier", "room-seq", "room-vip",
+      "room-likes"]) {
       $(id).textContent = "–";
     }
     note(null);
@@ -551,7 +556,7 @@ function showRecent(messages) {
 /** The messages held for review (a word filter's or the send hook's), oldest
  * first, each with Approve and Deny. Nobody else sees them. */
 function showHeld(queue) {
-  const key = queue.held.map((h) => h.id).join(" ");
+  const key = `${queue.room} ${queue.held.map((h) => h.id).join(" ")}`;
   redraw($("held"), key, () => queue.held.map((h) => {
     const li = document.createElement("li");
     li.dataset.id = h.id;

@@ -751,6 +751,29 @@ def test_a_moderator_approves_and_denies_held_messages_after_a_confirmation(
     WebDriverWait(browser, 10).until(lambda b: b.find_element(By.ID, "held-empty").is_displayed())
     assert held_ids(browser) == []
     assert browser.find_element(By.ID, "held-count").text == ""
+def test_the_held_messages_shown_are_the_chosen_rooms_after_a_switch(
+        browser: WebDriver, served: Served) -> None:
+    """Held ids are per room: room beta's message 1 must not sit under room
+    alpha's text once beta is chosen (a deny would then drop beta's message
+    while the dialog named alpha's)."""
+    from liveroom.model import NewMessage
+
+    for room, uid, body in (("alpha", "troll", "abusive words"),
+                            ("beta", "alice", "kind words")):
+        send_message(served, room, "hello", uid="host")
+        served.run(served.node.review.hold(
+            room, NewMessage(uid, body, False, int(time.time() * 1000)), "hook: unsure"))
+    open_room_panel(browser, served, "alpha")
+    WebDriverWait(browser, 10).until(
+        lambda b: read_list(b, "#held li .text", "textContent") == ["abusive words"])
+    pick = browser.find_element(By.ID, "pick-room")
+    pick.clear()
+    pick.send_keys("beta\n")
+    WebDriverWait(browser, 10).until(
+        lambda b: read_list(b, "#held li .uid", "textContent") == ["alice"])
+    assert read_list(browser, "#held li .text", "textContent") == ["kind words"]
+
+
 def filter_rows(browser: WebDriver) -> list[list[str]]:
     """The word lists' rows, their first four cells' text, read in one go (a
     read of the lists draws the table again)."""
