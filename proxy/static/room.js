@@ -149,7 +149,7 @@ const plural = (n, one, many) => `${n.toLocaleString()} ${n === 1 ? one : many}`
 function markMine() {
   for (const item of document.querySelectorAll(".message[data-uid]")) {
     item.classList.toggle("mine", item.dataset.uid === me());
-    if (!item.classList.contains("personal")) offerRecall(item);
+    if (!item.classList.contains("personal") && item.dataset.seq) offerRecall(item);
   }
 }
 
@@ -290,6 +290,15 @@ function startOver(answer) {
   // one's. Personal messages stay: they are the viewer's own.
   $("important").replaceChildren();
   $("important-box").hidden = true;
+  // The lines kept are of the numbering before: a recall names seqs of the
+  // new one, so they no longer answer to their seq (a recall of the new
+  // message 3 must not mark the old line 3), nor offer a recall (the old
+  // line 5's button would take back the new message 5).
+  for (const item of document.querySelectorAll(".message[data-seq]")) {
+    item.dataset.before = item.dataset.seq;
+    delete item.dataset.seq;
+    item.querySelector("button.recall")?.remove();
+  }
   shown.epoch = answer.epoch;
   shown.seq = 0;
   // The likes never go down within a broadcast; a new one counts from its
@@ -501,8 +510,12 @@ async function sendTaps() {
       ticket: t && isTicket(t) ? t : null,
     }));
   } catch (error) {
-    if (!(error instanceof LiveroomError)) throw error;
-    $("heart").title = `not counted: ${explain(error)}`;
+    // Refused (muted, banned, slow mode, a bad uid): the taps drawn at once
+    // were never counted, so the count shown takes them back.
+    likesShown = Math.max(0, likesShown - count);
+    $("likes").textContent = likesShown.toLocaleString();
+    $("heart").title = `not counted: ${error instanceof LiveroomError ? explain(error)
+      : error.message}`;
   }
 }
 

@@ -316,6 +316,25 @@ def test_taps_on_the_heart_are_batched_and_counted(browser: WebDriver, served: S
     WebDriverWait(browser, 5).until(lambda b: text_of(b, "#likes") == "0")
 
 
+def test_taps_the_node_refuses_are_taken_back_from_the_count(browser: WebDriver,
+                                                            served: Served) -> None:
+    status, _ = call(f"{served.url}/v1/rooms/muted-hearts/messages", "POST",
+                     {"uid": "frank", "body": {"text": "on air"}})
+    assert status == 201
+    status, _ = call(f"{served.url}/v1/admin/rooms/muted-hearts/muted/erin", "PUT",
+                     {"seconds": 600}, token=ADMIN)
+    assert status == 200, status
+    open_room(browser, served, "muted-hearts", uid="erin")
+    browser.execute_script(
+        "const heart = document.getElementById('heart');"
+        "for (let i = 0; i < 3; i++) heart.click();")
+    assert text_of(browser, "#likes") == "3"  # at once, before the node answers
+    # Refused (403 muted): nothing was counted, and the page says so.
+    WebDriverWait(browser, 5).until(lambda b: text_of(b, "#likes") == "0")
+    assert browser.find_element(By.ID, "heart").get_attribute("title").startswith(
+        "not counted: ")
+
+
 def top_givers(browser: WebDriver) -> list[tuple[str, str]]:
     """The page's top givers as (uid, score) shown, best first (none while hidden)."""
     if browser.find_element(By.ID, "givers").get_attribute("hidden") is not None:
@@ -434,6 +453,29 @@ def test_the_viewer_recalls_its_own_message_with_its_button(
     WebDriverWait(browser, 5).until(lambda b: b.find_elements(
         By.CSS_SELECTOR, '#chat .message[data-uid="carol"] button.recall'))
     assert chat_line(browser, seq).find_elements(By.CSS_SELECTOR, "button.recall") == []
+
+
+def test_lines_from_before_a_room_started_over_offer_no_recall(
+        browser: WebDriver, served: Served) -> None:
+    """The lines above the divider are of the numbering before: they answer
+    to no seq of the new one (a recall of a new message of their seq must
+    not mark them) and offer no recall (it would name a new message)."""
+    send_message(served, "anew", "not mine", uid="carol")
+    open_room(browser, served, "anew", uid="dave")
+    browser.find_element(By.ID, "text").send_keys("before the end")
+    browser.find_element(By.CSS_SELECTOR, "#send button[type=submit]").click()
+    WebDriverWait(browser, 5).until(lambda b: b.find_elements(
+        By.CSS_SELECTOR, "#chat .message.mine button.recall"))
+    status, _ = call(f"{served.url}/v1/admin/rooms/anew/end", "POST", token=ADMIN)
+    assert status == 200
+    send_message(served, "anew", "next show", uid="carol")
+    WebDriverWait(browser, 5).until(lambda b: "next show" in bodies(b, "#chat"))
+    old = browser.find_element(By.CSS_SELECTOR, "#chat .message.mine")
+    assert old.get_attribute("data-seq") is None
+    assert old.find_elements(By.CSS_SELECTOR, "button.recall") == []
+    speak_as(browser, "carol")  # the buttons are offered again as another uid
+    speak_as(browser, "dave")
+    assert browser.find_elements(By.CSS_SELECTOR, "#chat .message.mine button.recall") == []
 
 
 def test_an_own_message_past_the_recall_window_has_no_button(
