@@ -205,7 +205,7 @@ export class LiveroomError extends Error {
   constructor(status: number, code: string, message: string, retryAfter?: number | null);
   /** HTTP status; 0 when no answer came. */
   readonly status: number;
-  /** The server's error code ("rate_limited", "unauthorized", ...), or "network", "timeout", "bad_answer". */
+  /** The server's error code ("rate_limited", "unauthorized", ...), or "network", "timeout", "bad_answer", "ticket" (the ticket function failed). */
   readonly code: string;
   /** Seconds from Retry-After, when the server sent it. */
   readonly retryAfter: number | null;

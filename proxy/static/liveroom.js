@@ -56,7 +56,8 @@ const FIRST_HOLD_MS = 10_000; // the longest a first poll may be paced, before i
 export class LiveroomError extends Error {
   /**
    * @param {number} status HTTP status; 0 when no answer came (network, timeout)
-   * @param {string} code the server's error code, or "network" / "timeout" / "bad_answer"
+   * @param {string} code the server's error code, or "network" / "timeout" / "bad_answer" /
+   *   "ticket" (the ticket function failed)
    * @param {string} message
    * @param {number | null} retryAfter seconds from Retry-After, when the server sent it
    */
@@ -90,7 +91,16 @@ function baseOf(options) {
 }
 
 async function bearer(ticket) {
-  const value = typeof ticket === "function" ? await ticket() : ticket;
+  let value = ticket;
+  if (typeof ticket === "function") {
+    try {
+      value = await ticket();
+    } catch (error) {
+      // Asked before each call for a fresh ticket (the page's backend): its
+      // failure is a call that got no answer, which a listener tries again.
+      throw new LiveroomError(0, "ticket", `the ticket function failed: ${error?.message ?? error}`);
+    }
+  }
   return value ? { Authorization: `Bearer ${value}` } : {};
 }
 

@@ -332,6 +332,28 @@ test("a network error is retried after a growing backoff", { timeout: 15_000 }, 
   assert.ok(delays[2] >= 1000 && delays[2] <= 2000, `${delays}`);
 });
 
+test("a ticket function that fails is an error tried again, not the end of the loop", { timeout: 15_000 }, async () => {
+  const room = freshRoom("ticketfn");
+  await send(room, "hello", { base: BASE, uid: "host" });
+  let asked = 0;
+  const errors = [];
+  const answered = signal();
+  const listener = listen(room, {
+    base: BASE, uid: "listener", timeout: 1,
+    // The page's backend away at first: the function throws, then recovers
+    // (an open node takes the poll without a ticket).
+    ticket: () => { asked += 1; if (asked === 1) throw new Error("backend away"); return null; },
+    onError: (error, retryInMs) => errors.push([error.code, retryInMs]),
+    onAnswer: () => answered.resolve(),
+  });
+  await answered.promise;
+  listener.stop();
+  assert.equal(errors.length, 1, JSON.stringify(errors));
+  assert.equal(errors[0][0], "ticket");
+  assert.ok(errors[0][1] > 0, JSON.stringify(errors));
+  assert.equal(await listener.closed, null);
+});
+
 test("names are checked before anything is sent", () => {
   assert.throws(() => new Listener("bad name", { base: BASE }), TypeError);
   assert.throws(() => new Listener("room", { base: BASE, uid: "a/b" }), TypeError);
