@@ -107,14 +107,17 @@ ANCHORS_YOUNG_MS: Final = 60_000
 message their context names at their cursor (:meth:`Poll._rewritten`)."""
 
 
-def _anchor(delivery: Delivery) -> int:
-    """The ``ts`` of the message at ``delivery``'s ``seq``, when it delivers
-    it (0: unknown; the next answer that delivers one names it)."""
+def _anchor(delivery: Delivery, snap: Snapshot | None = None) -> int:
+    """The ``ts`` of the message at ``delivery``'s ``seq``: the one it
+    delivers, else the one ``snap`` holds there (a first poll or a reset
+    brings no old important message, yet its cursor is past it: a store
+    that lost it and gave its seq to another must still be told; simulator,
+    redis seed 101740). 0: unknown (the next answer that delivers one names it)."""
     seq = delivery.seq
     for items in (delivery.messages, delivery.important):
         if items and items[-1].seq == seq:
             return items[-1].ts
-    return 0
+    return 0 if snap is None else ts_at(snap, seq)
 
 
 _NO_RANKING: Final = NO_GIFTS.version
@@ -561,7 +564,7 @@ class Poll(Held):
                 delivery = delivery._replace(personal=mine.items, pgap=mine.pgap)
             decision = step(snap, cursor, pace, now_ms, delivery, held_as=held_as)
             if decision == DELIVER:
-                self._send(snap.epoch, delivery, head, now_ms, _DELIVERED)
+                self._send(snap.epoch, delivery, head, now_ms, _DELIVERED, snap)
                 return
             self.last = delivery
         if decision == HOLD_PLAIN:
@@ -648,7 +651,7 @@ class Poll(Held):
             found = self._keep(memo, key, delivery, answer.head(
                 snap.room, snap.epoch, delivery, reset=reset, online=self.online,
                 interval_ms=pace.interval_ms, use_msgpack=self.use_msgpack, likes=self.likes))
-        self._send(snap.epoch, found[0], found[1], now_ms, outcome)
+        self._send(snap.epoch, found[0], found[1], now_ms, outcome, snap)
 
     @staticmethod
     def _keep(memo: dict[object, tuple[Delivery, bytes]], key: object, delivery: Delivery,
@@ -785,8 +788,9 @@ class Poll(Held):
 
     # -- answering -------------------------------------------------------------
 
-    def _send(self, epoch: str, delivery: Delivery, head: bytes, now_ms: int, outcome: int) -> None:
-        """A non-empty answer (or a first one): a new interval starts now."""
+    def _send(self, epoch: str, delivery: Delivery, head: bytes, now_ms: int, outcome: int,
+              snap: Snapshot) -> None:
+        """A non-empty answer (or a first one) from ``snap``: a new interval starts now."""
         polls, params = self._polls, self.params
         tally = polls.tally
         tally[outcome] += 1
@@ -802,7 +806,8 @@ class Poll(Held):
         ranking, version = polls.ranking_field(room, params.ranking, use_msgpack, epoch)
         ctx = polls.signer.sign_ascii(room, params.uid, epoch, delivery.seq, delivery.iseq,
                                       delivery.seq_ic, delivery.iseq_ic, now_ms, self.pn_out,
-                                      _anchor(delivery), polls.marks.of(self.likes, slow, version))
+                                      _anchor(delivery, snap),
+                                      polls.marks.of(self.likes, slow, version))
         self.finish(Reply(200, answer.finish(head, ctx, use_msgpack, self._spread(),
                                              self.pseq_out, delivery.personal, delivery.pgap,
                                              ranking, slow),

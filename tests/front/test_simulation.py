@@ -160,6 +160,9 @@ def test_seed_193_on_redis_gets_every_listener_the_messages_that_took_lost_seqs(
     ("redis", 98678, "the checker's own: an epoch a node renewed, first heard of from a "
                      "personal message at pseq 1 (a restart rewound that numbering), taken "
                      "for a new log: every message it kept 'not sent so'"),
+    ("redis", 101740, "a reset answer whose head, an important message it does not bring, "
+                      "a restart then lost and another message took: the context named no "
+                      "message there, and the listener skipped the new ones"),
 ])
 def test_seeds_that_found_a_broken_promise_on_redis_keep_them(
         engine: str, seed: int, found: str) -> None:

@@ -246,6 +246,37 @@ async def test_a_listener_whose_last_messages_the_store_lost_is_reset_by_a_fresh
         assert [m["body"] for m in answer["messages"]][-2:] == ["new-a", "new-b"]
 
 
+async def test_a_listener_whose_head_the_store_lost_unseen_is_reset_by_a_fresh_node(
+        redis_url: str, session: Any) -> None:
+    """As above, but the listener's last answer was a first poll, which
+    brings no old important message: the important one at its head was not
+    delivered, yet its cursor is past it. Its context names that message by
+    the node's copy, so a fresh node, holding another message there after
+    the loss, resets it and it gets both new ones (found by the simulator:
+    ``scripts/simulate --engine redis --seed 101740``; before, the context
+    named no message and the listener skipped the one that took the seq)."""
+    listener = Listener(session, "unseen")
+    client = aioredis.from_url(redis_url)
+    try:
+        async with running_node(redis_url) as node:
+            for i in range(3):
+                await send(session, node.url, "unseen", i)
+            saved = await dumped(client, "lr:{unseen}:*")
+            await send(session, node.url, "unseen", "signal", important=True)
+            first = await listener.poll(node.url)
+            assert (first["seq"], first["important"]) == (4, [])  # past it, not shown it
+        await restored(client, saved, "lr:{unseen}:*")
+    finally:
+        await client.aclose()
+    async with running_node(redis_url) as node:
+        for ts, body in enumerate(("new-a", "new-b"), 1_000):
+            await node.node.store.log.append("unseen", NewMessage(
+                uid="u", body=body, important=False, ts=ts))
+        answer = await listener.poll(node.url)
+        assert answer["reset"] is True
+        assert [m["body"] for m in answer["messages"]][-2:] == ["new-a", "new-b"]
+
+
 async def test_a_lagging_node_answers_a_cursor_ahead_of_it_from_a_pull_not_a_reset(
         redis_url: str, session: Any) -> None:
     """Node b gets no notify (its channel is closed) and no fallback pull (its
