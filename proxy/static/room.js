@@ -208,8 +208,9 @@ async function recallOwn(event) {
     await recall(room, Number(item.dataset.seq), asViewer());
     markRecalled(item.dataset.seq); // at once: the listener hears of it too
   } catch (error) {
-    if (!(error instanceof LiveroomError)) throw error;
-    out.textContent = `Not recalled: ${explain(error)}`;
+    // A bad uid in the field (liveroom.js checks names first) says so too.
+    out.textContent = `Not recalled: ${error instanceof LiveroomError ? explain(error)
+      : error.message}`;
     if (error.status === 403 || error.status === 404) button.remove();
     else button.disabled = false;
   }

@@ -455,6 +455,22 @@ def test_the_viewer_recalls_its_own_message_with_its_button(
     assert chat_line(browser, seq).find_elements(By.CSS_SELECTOR, "button.recall") == []
 
 
+def test_a_recall_with_a_bad_uid_in_the_field_says_so(browser: WebDriver,
+                                                       served: Served) -> None:
+    send_message(served, "baduid", "not mine", uid="carol")
+    open_room(browser, served, "baduid", uid="dave")
+    browser.find_element(By.ID, "text").send_keys("mine")
+    browser.find_element(By.CSS_SELECTOR, "#send button[type=submit]").click()
+    WebDriverWait(browser, 5).until(lambda b: b.find_elements(
+        By.CSS_SELECTOR, "#chat .message.mine button.recall"))
+    browser.execute_script("document.getElementById('uid').value = 'not a uid!';")
+    button = browser.find_element(By.CSS_SELECTOR, "#chat .message.mine button.recall")
+    button.click()
+    WebDriverWait(browser, 5).until(
+        lambda b: text_of(b, "#send-error").startswith("Not recalled: uid must match"))
+    assert button.is_enabled()
+
+
 def test_lines_from_before_a_room_started_over_offer_no_recall(
         browser: WebDriver, served: Served) -> None:
     """The lines above the divider are of the numbering before: they answer
