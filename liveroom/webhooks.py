@@ -220,8 +220,16 @@ class Webhooks:
                     await self._wake.wait()
 
     def _next_due(self) -> float:
+        """Seconds until a room's head may go again. Only heads count: the
+        events behind one wait for it, whatever their own ``next_at`` (taken
+        as due, they made the loop read the outbox without pause for as long
+        as a head waited out its backoff)."""
         now = self._clock.time()
-        waits = [p.next_at - now for p in self._pending.values() if not p.busy]
+        waits = []
+        for entries in self._rooms.values():
+            head = self._pending.get(entries[0]) if entries else None
+            if head is not None and not head.busy:
+                waits.append(head.next_at - now)
         return max(0.0, min(waits, default=TURN))
 
     async def _turn(self) -> None:
@@ -238,10 +246,13 @@ class Webhooks:
             if held:
                 self._renewed_at = now
         if held and not self.holding:
+            self._forget_all()
+            # Holding only once the takeover worked: one the store failed is
+            # tried again next turn (set before, it never was, and what the
+            # node before had read stayed its own).
+            taken = await self._outbox.take_over(self.holder, HELD_MAX)
             self.holding = True
             self._swept_at = float("-inf")
-            self._forget_all()
-            taken = await self._outbox.take_over(self.holder, HELD_MAX)
             logger.info("webhooks: this node delivers now (took over %d events)", len(taken))
             self._hold(taken)
         elif not held and self.holding:
@@ -313,7 +324,11 @@ class Webhooks:
             self._finished(pending)
         except StoreUnavailable as exc:
             self._outage.failed("webhooks: cannot reach the outbox: %s", exc.message)
-            pending.next_at = self._clock.time() + TURN * 5
+            # Delivered, its "done" is tried again soon; not delivered (its
+            # give-up failed), the next POST waits its backoff, not a second.
+            pending.next_at = self._clock.time() + (
+                TURN * 5 if pending.delivered
+                else max(TURN * 5, backoff(pending.attempts, random.random())))
         finally:
             pending.busy = False
 

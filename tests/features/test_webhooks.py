@@ -54,7 +54,7 @@ from liveroom.model import NewMessage
 from liveroom.settings import Settings, settings_from
 from liveroom.signature import HEADER, sign, verify
 from liveroom.store.base import EVENT_ID_MAX, FAILED_LIST_MAX
-from liveroom.webhooks import BACKOFF_MAX, backoff
+from liveroom.webhooks import BACKOFF_MAX, TURN, backoff
 from proxy.webhooks.routes import REPLAY_BODY_MAX
 
 SECRET = "webhook-secret-of-the-tests-0123456789"
@@ -106,6 +106,8 @@ class Ledger:
         body = await request.read()
         self.posts += 1
         self.raw.append((request.headers.get(HEADER, ""), body))
+        async with self._changed:  # a POST, taken or not: wait() may count them
+            self._changed.notify_all()
         if not verify(self.secret, request.headers.get(HEADER), body, time.time()):
             self.refused += 1
             return web.json_response({"error": "bad signature"}, status=401)
@@ -307,6 +309,34 @@ async def test_the_receiver_down_then_up_loses_nothing(
     assert uids == list(range(count))  # 0 lost of 40, each id once
 
 
+async def test_events_waiting_behind_a_room_head_in_backoff_do_not_spin_the_loop(
+        session: aiohttp.ClientSession) -> None:
+    """A room's second event waits for its head; while the head waits out
+    its backoff (the receiver failing), the delivering node reads the outbox
+    once a turn (about 5 a second), not without pause: the events behind a
+    head were taken as due at once, and the loop never slept."""
+    ledger = Ledger()
+    ledger.status = 500
+    async with receiving(ledger, free_port()) as hook, \
+            running_node(**hooked(hook)) as node:
+        outbox = node.node.store.outbox
+        reads = 0
+        read = outbox.next
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            nonlocal reads
+            reads += 1
+            return await read(*args, **kwargs)
+
+        outbox.next = counted  # type: ignore[method-assign]
+        await mutes(session, node.url, 2)  # two events of one room
+        await ledger.wait(lambda: ledger.posts >= 1)  # the head refused: in backoff
+        first, started = reads, time.monotonic()
+        await ledger.wait(lambda: ledger.posts >= 2)  # its retry, 0.25 to 0.5 s later
+        took = time.monotonic() - started
+        assert reads - first <= took / TURN + 3, (reads - first, took)
+
+
 async def test_events_whose_move_failed_after_their_actions_are_swept_once(
         session: aiohttp.ClientSession, shared_url: str,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -489,6 +519,40 @@ async def test_the_node_delivering_is_killed_and_another_takes_over(
         assert state["webhooks"]["delivering"]
     uids = sorted(int(e["uid"][1:]) for e in ledger.of("uid.muted"))
     assert uids == list(range(30))  # 0 lost of 30
+
+
+async def test_a_takeover_the_store_failed_is_tried_again(
+        session: aiohttp.ClientSession, redis_url: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The node that gets the lease takes over what the one before had read;
+    when the store fails that, it tries again at its next turn (it counted
+    itself the deliverer at once, never tried again, and those events were
+    never delivered)."""
+    from liveroom.errors import StoreUnavailable
+    from liveroom.store.redis.outbox import RedisOutbox
+
+    ledger, port = Ledger(), free_port()
+    hook = f"http://127.0.0.1:{port}/events"
+    settings = hooked(hook, webhook_lease=1, webhook_retry_for=3600)
+    async with running_node(redis_url, **settings) as one:
+        await mutes(session, one.url, 5)
+        async with asyncio.timeout(WAIT):  # read and held, the receiver down
+            while not (one.node.webhooks and one.node.webhooks.state["held"]):
+                await asyncio.sleep(0.05)
+    take_over = RedisOutbox.take_over
+    failed = 0
+
+    async def once_failing(self: RedisOutbox, holder: str, count: int) -> Any:
+        nonlocal failed
+        if not failed:
+            failed += 1
+            raise StoreUnavailable("the takeover's round trip timed out")
+        return await take_over(self, holder, count)
+
+    monkeypatch.setattr(RedisOutbox, "take_over", once_failing)
+    async with receiving(ledger, port), running_node(redis_url, **settings):
+        await ledger.wait(lambda: len(ledger.events) == 5)
+    assert failed == 1
 
 
 # --- the rules ----------------------------------------------------------------------------
