@@ -391,6 +391,8 @@ class Likes:
         if self._older:
             await self._flush_older()
         if not self._pending:
+            if not self._retries:
+                self.oldest_pending = 0.0  # the retries drained: nothing waits
             return
         batch, self._pending = self._pending, {}
         epochs, self._pending_epoch = self._pending_epoch, {}

@@ -508,3 +508,21 @@ async def test_every_counters_call_reports_redis_down_as_unavailable(
                     await call()
         finally:
             redis_server.start()
+
+
+async def test_the_memory_engines_sweep_forgets_the_epochs_of_ended_broadcasts() -> None:
+    """Which broadcast an epoch ended lives as long as the ended broadcast is
+    kept, as ``p:<epoch>`` does on Redis: one more each ``room end`` that the
+    sweep never dropped (one entry a broadcast, for the process's life)."""
+    from liveroom.store.memory import MemoryStore
+
+    clock = FakeClock()
+    store = MemoryStore(TEST_POLICY, clock)
+    for i in range(20):
+        await store.log.append("ends", NewMessage("u", i, False, int(clock.time() * 1000)))
+        await store.operators.end_broadcast("ends", int(clock.time() * 1000), 1_000)
+    counters = store.counters
+    assert len(counters._ended_epochs) == 20
+    await clock.advance(2)  # past the ended broadcasts' keeping
+    counters.sweep()
+    assert len(counters._ended_epochs) == 0

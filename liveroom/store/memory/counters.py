@@ -60,7 +60,8 @@ class MemoryCounters:
 
     def sweep(self) -> None:
         """Drop whatever expired on the store's clock."""
-        for table in (self._likes, self._series, self._gifts, self._writes):
+        for table in (self._likes, self._series, self._gifts, self._writes,
+                      self._ended_epochs):
             table.sweep()
 
     # -- likes -------------------------------------------------------------------

@@ -23,6 +23,10 @@ class Expiring(Generic[K, V]):
         self._items: dict[K, tuple[V, int]] = {}
         """key -> (value, deadline in clock ms)"""
 
+    def __len__(self) -> int:
+        """Values held, the expired ones included until read or swept."""
+        return len(self._items)
+
     def _now_ms(self) -> int:
         return int(self._clock.time() * 1000)
 
