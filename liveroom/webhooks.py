@@ -25,7 +25,8 @@ delivery; anything else (another status, a redirect, no answer within
 ``--webhook-timeout``) is retried after a backoff of 0.5 s doubling up to 5
 minutes, each drawn between half and all of it (jitter, so that a
 recovering backend is not hit by every event at once). An event still not
-delivered ``--webhook-retry-for`` after its action is given up: kept in the
+delivered ``--webhook-retry-for`` after its action (or after this node took
+it, when later: a replay, a takeover) is given up: kept in the
 store's failed list (``GET /v1/admin/webhooks/failed``, ``liveroom
 webhooks failed``), from where a replay sends it again, under its own id.
 
@@ -101,6 +102,9 @@ class _Pending:
     busy: bool = False
     delivered: bool = False
     """Delivered, not yet marked done in the store (the store failed that)."""
+    read_ms: int = 0
+    """When this node took it (its retries run --webhook-retry-for from its
+    action, or from then when later: a replayed event, one taken over)."""
 
 
 def _room_and_time(data: bytes) -> tuple[str, int]:
@@ -276,7 +280,8 @@ class Webhooks:
             if event.entry in self._pending:
                 continue
             room, at_ms = _room_and_time(event.data)
-            self._pending[event.entry] = _Pending(event, room, at_ms)
+            self._pending[event.entry] = _Pending(event, room, at_ms,
+                                                  read_ms=int(self._clock.time() * 1000))
             self._rooms.setdefault(room, deque()).append(event.entry)
 
     def _forget_all(self) -> None:
@@ -338,7 +343,9 @@ class Webhooks:
             self._metrics.webhook_attempts.labels(
                 "status" if why.isdigit() else why).inc()
         now = self._clock.time()
-        deadline = (pending.at_ms + self._retry_ms) / 1000
+        # From its action, or from when this node took it if later: a replay
+        # (its action long past) is retried anew, not given up at once.
+        deadline = (max(pending.at_ms, pending.read_ms) + self._retry_ms) / 1000
         if now >= deadline:
             await self._outbox.give_up(pending.event, why, int(now * 1000))
             if self._metrics is not None:

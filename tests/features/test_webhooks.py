@@ -472,6 +472,29 @@ async def test_given_up_after_retry_for_then_replayed(session: aiohttp.ClientSes
     assert "liveroom_webhook_delivered_total 2.0" in metrics
 
 
+async def test_a_replayed_event_is_retried_anew_before_it_is_given_up_again(
+        session: aiohttp.ClientSession, redis_url: str) -> None:
+    """Replayed with the receiver still failing, an event gets its retries
+    again (--webhook-retry-for from the replay): it was given up after one
+    attempt, its action's window long past."""
+    ledger = Ledger()
+    ledger.status = 500
+    async with receiving(ledger, free_port()) as hook, \
+            running_node(redis_url, **hooked(hook, webhook_retry_for=0.6)) as node:
+        await mutes(session, node.url, 1)
+        failed_url = f"{node.url}/v1/admin/webhooks/failed"
+        async with asyncio.timeout(WAIT):
+            while (await call(session, "GET", failed_url))["count"] < 1:
+                await asyncio.sleep(0.05)
+        posts = ledger.posts  # given up: the action's window is past
+        replayed = await call(session, "POST", f"{node.url}/v1/admin/webhooks/replay")
+        assert replayed["count"] == 1
+        async with asyncio.timeout(WAIT):
+            while (await call(session, "GET", failed_url))["count"] < 1:
+                await asyncio.sleep(0.05)
+        assert ledger.posts - posts >= 2  # retried after its first refusal
+
+
 async def test_a_replay_reads_the_thousand_ids_its_document_allows(
         session: aiohttp.ClientSession, redis_url: str) -> None:
     """1 000 ids of the longest (what the document allows) are read and
