@@ -163,6 +163,9 @@ def test_seed_193_on_redis_gets_every_listener_the_messages_that_took_lost_seqs(
     ("redis", 101740, "a reset answer whose head, an important message it does not bring, "
                       "a restart then lost and another message took: the context named no "
                       "message there, and the listener skipped the new ones"),
+    ("redis", 104652, "the checker's own: an operator's renewal of a room a restart lost "
+                      "whole, which made a new log, taken for the same broadcast (its "
+                      "likes 'down' from the lost one's)"),
 ])
 def test_seeds_that_found_a_broken_promise_on_redis_keep_them(
         engine: str, seed: int, found: str) -> None:
