@@ -240,6 +240,8 @@ class SendHook:
         one timer a send (an ``asyncio.timeout`` each cost a few µs)."""
         self._late_timer: asyncio.TimerHandle | None = None
         self._calls: set[asyncio.Task[None]] = set()
+        self._carried: dict[asyncio.Task[None], list[_Ask]] = {}
+        """The sends each call in flight carries."""
         self._flush_soon: asyncio.Handle | None = None
         self._session: Origin | None = None
         self._prefix = secrets.token_hex(4)
@@ -286,10 +288,15 @@ class SendHook:
             self._fall_back(self._waiting.popleft(), STOPPED)
         self._asked.clear()  # each is waiting (above) or in a call (below)
         calls = list(self._calls)
+        # A task cancelled before its first step never runs its body (nor the
+        # handler that gives its sends the failure policy): given here.
+        carried = [ask for task in calls for ask in self._carried.get(task, ())]
         for task in calls:
             task.cancel()
         if calls:
             await asyncio.gather(*calls, return_exceptions=True)
+        for ask in carried:
+            self._fall_back(ask, STOPPED)
         session, self._session = self._session, None
         if session is not None:
             session.close()
@@ -397,10 +404,12 @@ class SendHook:
                 return
             task = asyncio.create_task(self._call(batch), name="liveroom-send-hook-call")
             self._calls.add(task)
+            self._carried[task] = batch
             task.add_done_callback(self._ended)
 
     def _ended(self, task: asyncio.Task[None]) -> None:
         self._calls.discard(task)
+        self._carried.pop(task, None)
         if self._waiting and self._session is not None:
             self._flush()
 
@@ -415,8 +424,12 @@ class SendHook:
         problem = ""
         found: dict[str, Screened] = {}
         try:
+            # A verdict's body and extra are bounded by their compact JSON;
+            # the backend's writer may escape more (Python's \u escapes of an
+            # emoji, 12 bytes for 4; Go's of <, > and &, 6 for 1): room for
+            # six times that, so a valid verdict never fails its call.
             status, raw = await session.post(body, headers, body_max=len(batch) * (
-                2 * (self._max_body + self._extra_bytes) + 2048), within=self.timeout)
+                6 * (self._max_body + self._extra_bytes) + 2048), within=self.timeout)
             if status != 200:
                 outcome, problem = "error", f"it answered {status}"
             else:

@@ -247,6 +247,49 @@ async def test_the_example_backend_masks_rejects_and_holds(
         assert figure(text, "liveroom_send_hook_calls_total", '{outcome="ok"}') == 4
 
 
+async def test_a_verdict_whose_writer_escapes_every_emoji_is_taken(
+        example_url: str, session: aiohttp.ClientSession) -> None:
+    """The example backend answers with Python's json.dumps, which writes an
+    emoji as two escapes (12 bytes for 4): a body of a thousand emoji within
+    --max-message-bytes came back three times its size, past what the node
+    read, and the call failed (the send stored unmasked, a failure for the
+    circuit)."""
+    async with running_node(secret=SHARED_SECRET, **hooked(example_url)) as node:
+        body = "darn " + "\U0001F600" * 1018  # 4 077 bytes of compact JSON
+        async with session.post(f"{node.url}/v1/rooms/{ROOM}/messages",
+                                data=orjson.dumps({"uid": "bob", "body": body}),
+                                headers={"Content-Type": "application/json"}) as resp:
+            assert resp.status == 201, await resp.text()
+        fan = Listener(session, ROOM, uid="fan")
+        await fan.poll(node.url)
+        assert [m["body"] for m in fan.received] == ["**** " + "\U0001F600" * 1018]
+        text = await metrics(session, node.url)
+        assert figure(text, "liveroom_send_hook_calls_total", '{outcome="ok"}') == 1
+
+
+async def test_a_hook_that_stops_gives_a_call_not_yet_begun_the_failure_policy() -> None:
+    """A call's task is made, then the node stops before it ran a step: a
+    task cancelled then never runs its body, whose cancellation handler
+    gave its sends the failure policy, and its send was never answered."""
+    from dataclasses import replace
+
+    from support import BASE
+
+    from liveroom.clock import SystemClock
+    from liveroom.metrics import Metrics
+    from liveroom.model import NewMessage
+    from proxy.sends.hook import SendHook
+
+    hook = SendHook(replace(BASE, **hooked("http://127.0.0.1:9/hook", send_hook_batch=1)),
+                    SystemClock(), Metrics())
+    await hook.start()
+    verdicts: list[Any] = []
+    assert hook.ask(ROOM, NewMessage("bob", "hi", False, 0), "192.0.2.7", None,
+                    verdicts.append) is None  # a full batch: its call's task is made
+    await hook.stop()
+    assert [v.fallback for v in verdicts] == ["stopped"]
+
+
 async def test_a_rewritten_message_and_its_extra_reach_a_listener_on_another_node(
         redis_url: str, example_url: str, session: aiohttp.ClientSession) -> None:
     settings = hooked(example_url, secret=SHARED_SECRET, auth="open")
