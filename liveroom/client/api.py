@@ -172,8 +172,8 @@ class Client:
         many normal messages a first poll (or a reset) brings (0-100, the
         server's default 20). ``cursor`` resumes where an earlier listener
         stopped (:attr:`Listening.cursor`). Answers with nothing to report
-        (a hold that timed out) are skipped unless ``empty``; the first
-        answer is always yielded. ``on_retry`` is told before each wait after
+        (a hold that timed out) are skipped unless ``empty``; a first poll's
+        answer (no ``cursor``) is always yielded. ``on_retry`` is told before each wait after
         a network error, a 429 or a 503.
         """
         listening = Listening(self, checked_name("room", room),
