@@ -11,7 +11,7 @@ import click
 
 from ..errors import BadRequest
 from ..model import check_name
-from ..settings import ENV_PREFIX, env_of
+from ..settings import DEFAULTS, ENV_PREFIX, env_of
 
 URL_ENV, TICKET_ENV, UID_ENV = (ENV_PREFIX + name for name in ("URL", "TICKET", "UID"))
 """The clients' own environment variables (``listen``, ``send``, the operators'
@@ -59,8 +59,11 @@ def operators_options(command: F) -> F:
     command = click.option(
         "--store", "store", default=None, metavar="URL",
         help="Change the store directly (redis://HOST:PORT/DB) instead of going "
-             "through a running server; not with the embedded memory store, which "
-             "lives inside the server.")(command)
+             "through a running server, with the default settings (an ended "
+             "broadcast's history kept --history-ttl's default, "
+             f"{DEFAULTS.history_ttl / 86_400:g} days, whatever the servers run "
+             "with); not with the embedded memory store, which lives inside the "
+             "server.")(command)
     command = click.option(
         "--admin-token", envvar=env_of("admin_token"), show_envvar=True,
         help="The server's admin token (not needed with --store).")(command)
