@@ -668,6 +668,41 @@ async def test_a_flush_whose_reply_was_lost_is_written_once(redis_url: str) -> N
         await store.close()
 
 
+async def test_a_total_read_after_a_lost_reply_is_not_shown_with_those_taps_again(
+        redis_url: str) -> None:
+    """Found by the simulator on Redis (seed 105141): a write whose reply
+    was lost waits to be tried again; a refresh then read the store's total,
+    which held those taps already, and the node showed it with them added
+    again, and added them once more when the retry went through (its answers
+    18 likes above every tap taken, and never lower after). Read since, the
+    taps of a failed write are the store's to count."""
+    from liveroom.store import LogPolicy, open_store
+    from proxy.likes.likes import Likes
+    from proxy.recent_rooms import RecentRooms
+
+    clock = FakeClock()
+    store = open_store(redis_url, LogPolicy(), clock)
+    await store.start()
+    try:
+        lost = ReplyLostAfterTheStore(store.counters, lose=1)
+        recent = RecentRooms()
+        likes = Likes(lost, clock, UidWindows((), (), 100), recent, likes_flush=0.25,
+                      likes_rooms_max=10)
+        recent.note(ROOM)  # an answer showed the room: refreshes read it
+        likes.tap(ROOM, "u", 18)
+        with pytest.raises(StoreUnavailable):
+            await likes.flush()  # the store added the 18; the node cannot tell
+        await likes.refresh()  # reads 18
+        assert likes.total(ROOM) == 18
+        await likes.flush()  # the retry: added once by the store, and by the node not again
+        assert likes.total(ROOM) == 18
+        await likes.refresh()
+        assert likes.total(ROOM) == 18
+        assert await store.counters.likes([ROOM]) == {ROOM: 18}
+    finally:
+        await store.close()
+
+
 class ReadLate:
     """The store's counters, whose next ``likes_in`` read waits for the test
     before it reaches Redis (a request held: the store changes meanwhile)."""

@@ -166,6 +166,9 @@ def test_seed_193_on_redis_gets_every_listener_the_messages_that_took_lost_seqs(
     ("redis", 104652, "the checker's own: an operator's renewal of a room a restart lost "
                       "whole, which made a new log, taken for the same broadcast (its "
                       "likes 'down' from the lost one's)"),
+    ("redis", 105141, "a write of taps whose reply a restart lost, its total then read from "
+                      "the store, which held them: shown with them added again (18 above "
+                      "every tap taken)"),
 ])
 def test_seeds_that_found_a_broken_promise_on_redis_keep_them(
         engine: str, seed: int, found: str) -> None:
