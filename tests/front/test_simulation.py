@@ -169,6 +169,8 @@ def test_seed_193_on_redis_gets_every_listener_the_messages_that_took_lost_seqs(
     ("redis", 105141, "a write of taps whose reply a restart lost, its total then read from "
                       "the store, which held them: shown with them added again (18 above "
                       "every tap taken)"),
+    ("redis", 105289, "the checker's own: a tap whose node read the room with a pull begun "
+                      "before an end and held past it, held to the new broadcast"),
 ])
 def test_seeds_that_found_a_broken_promise_on_redis_keep_them(
         engine: str, seed: int, found: str) -> None:
