@@ -455,14 +455,19 @@ def test_the_viewer_recalls_its_own_message_with_its_button(
     assert chat_line(browser, seq).find_elements(By.CSS_SELECTOR, "button.recall") == []
 
 
+def send_own_line(browser: WebDriver, text: str) -> None:
+    """Send ``text`` from the page; wait for its line, with its recall button."""
+    browser.find_element(By.ID, "text").send_keys(text)
+    browser.find_element(By.CSS_SELECTOR, "#send button[type=submit]").click()
+    WebDriverWait(browser, 5).until(lambda b: b.find_elements(
+        By.CSS_SELECTOR, "#chat .message.mine button.recall"))
+
+
 def test_a_recall_with_a_bad_uid_in_the_field_says_so(browser: WebDriver,
                                                        served: Served) -> None:
     send_message(served, "baduid", "not mine", uid="carol")
     open_room(browser, served, "baduid", uid="dave")
-    browser.find_element(By.ID, "text").send_keys("mine")
-    browser.find_element(By.CSS_SELECTOR, "#send button[type=submit]").click()
-    WebDriverWait(browser, 5).until(lambda b: b.find_elements(
-        By.CSS_SELECTOR, "#chat .message.mine button.recall"))
+    send_own_line(browser, "mine")
     browser.execute_script("document.getElementById('uid').value = 'not a uid!';")
     button = browser.find_element(By.CSS_SELECTOR, "#chat .message.mine button.recall")
     button.click()
@@ -478,10 +483,7 @@ def test_lines_from_before_a_room_started_over_offer_no_recall(
     not mark them) and offer no recall (it would name a new message)."""
     send_message(served, "anew", "not mine", uid="carol")
     open_room(browser, served, "anew", uid="dave")
-    browser.find_element(By.ID, "text").send_keys("before the end")
-    browser.find_element(By.CSS_SELECTOR, "#send button[type=submit]").click()
-    WebDriverWait(browser, 5).until(lambda b: b.find_elements(
-        By.CSS_SELECTOR, "#chat .message.mine button.recall"))
+    send_own_line(browser, "before the end")
     status, _ = call(f"{served.url}/v1/admin/rooms/anew/end", "POST", token=ADMIN)
     assert status == 200
     send_message(served, "anew", "next show", uid="carol")

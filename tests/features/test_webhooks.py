@@ -432,6 +432,15 @@ async def test_the_clis_store_actions_keep_their_events_for_the_delivering_node(
     assert (ledger.repeats, ledger.refused) == (0, 0)
 
 
+async def failed_at_least(session: aiohttp.ClientSession, url: str,
+                          count: int) -> dict[str, Any]:
+    """The failed list at ``url`` once it holds ``count`` events or more."""
+    async with asyncio.timeout(WAIT):
+        while (doc := await call(session, "GET", url))["count"] < count:
+            await asyncio.sleep(0.05)
+    return doc
+
+
 async def test_given_up_after_retry_for_then_replayed(session: aiohttp.ClientSession,
                                                       redis_url: str) -> None:
     ledger = Ledger()
@@ -440,9 +449,7 @@ async def test_given_up_after_retry_for_then_replayed(session: aiohttp.ClientSes
             running_node(redis_url, **hooked(hook, webhook_retry_for=0.4)) as node:
         await mutes(session, node.url, 2)
         failed_url = f"{node.url}/v1/admin/webhooks/failed"
-        async with asyncio.timeout(WAIT):
-            while (doc := await call(session, "GET", failed_url))["count"] < 2:
-                await asyncio.sleep(0.05)
+        doc = await failed_at_least(session, failed_url, 2)
         assert ledger.events == {}
         assert [(f["type"], f["room"], f["why"]) for f in doc["failed"]] == \
             [("uid.muted", ROOM, "500")] * 2
@@ -483,15 +490,11 @@ async def test_a_replayed_event_is_retried_anew_before_it_is_given_up_again(
             running_node(redis_url, **hooked(hook, webhook_retry_for=0.6)) as node:
         await mutes(session, node.url, 1)
         failed_url = f"{node.url}/v1/admin/webhooks/failed"
-        async with asyncio.timeout(WAIT):
-            while (await call(session, "GET", failed_url))["count"] < 1:
-                await asyncio.sleep(0.05)
+        await failed_at_least(session, failed_url, 1)
         posts = ledger.posts  # given up: the action's window is past
         replayed = await call(session, "POST", f"{node.url}/v1/admin/webhooks/replay")
         assert replayed["count"] == 1
-        async with asyncio.timeout(WAIT):
-            while (await call(session, "GET", failed_url))["count"] < 1:
-                await asyncio.sleep(0.05)
+        await failed_at_least(session, failed_url, 1)
         assert ledger.posts - posts >= 2  # retried after its first refusal
 
 
