@@ -40,27 +40,77 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import re
+import select
 import socket
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
 from bench_front import rss_settled
-from bench_hostile import ROOM, fill, open_connections, reset, stalled_client
 from kit.builds import add_compiled_tree, server_env
 from kit.machine import raise_nofile
 from kit.progress import say
 from kit.provenance import commit, invocation, versions
-from kit.servers import Server, liveroom_server
+from kit.servers import ADMIN_TOKEN, PUBLISHER_TOKEN, Server, liveroom_server
 
+ROOM = "stalled"
+RCVBUF = 4096
+"""Each client's receive buffer: small, so the node's writes back up at once."""
 SOCKSTAT = Path("/proc/net/sockstat")
 TCP_MEM = Path("/proc/sys/net/ipv4/tcp_mem")
 SAMPLE = 0.1
 """Seconds between two looks at the host's TCP memory during a round."""
 WITHIN = 0.02
 """The RSS figures after each round must be within this of one another."""
+
+
+def fill(port: int, messages: int, size: int) -> None:
+    """``messages`` messages of ``size`` bytes in the room (as the backend: not rate limited)."""
+    for i in range(messages):
+        body = json.dumps({"uid": f"s{i}", "body": "x" * size}).encode()
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v1/rooms/{ROOM}/messages", data=body, method="POST",
+            headers={"Content-Type": "application/json",
+                     "Authorization": f"Bearer {PUBLISHER_TOKEN}"})
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            assert resp.status == 201
+
+
+def open_connections(port: int) -> int:
+    """The node's open connections, as its /metrics says."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics",
+                                     headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            text = resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        raise SystemExit(f"/metrics answered {exc.code}: {exc.read().decode()}") from None
+    found = re.search(r"^liveroom_connections (\S+)$", text, re.M)
+    assert found, "no liveroom_connections in /metrics"
+    return int(float(found.group(1)))
+
+
+def reset(socks: list[socket.socket]) -> int:
+    """Connections the server reset (or closed both ways), seen without reading them."""
+    watch = select.poll()
+    for sock in socks:
+        watch.register(sock, select.POLLERR | select.POLLHUP)
+    return sum(1 for _, events in watch.poll(0) if events & (select.POLLERR | select.POLLHUP))
+
+
+def stalled_client(port: int, polls: int) -> socket.socket:
+    """A connection that asks for ``polls`` answers and will read none."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)  # before connect: the window
+    sock.settimeout(10)
+    sock.connect(("127.0.0.1", port))
+    sock.sendall((f"GET /v1/rooms/{ROOM}/poll?uid=u&recent=100 HTTP/1.1\r\n"
+                  f"Host: bench\r\n\r\n").encode() * polls)
+    return sock
 
 
 def tcp_pages() -> int:
