@@ -766,6 +766,14 @@ def _check_listener(listener: SimListener, truth: Truth, order: dict[str, int]) 
             continue
         if epoch != last_epoch:
             stranded.pop(last_epoch, None)
+            if last_epoch == ABSENT_EPOCH and before is not None \
+                    and before["epoch"] == ABSENT_EPOCH:
+                # A first poll again (a reset into the absent epoch, its room
+                # lost whole, came before): a node whose copy is older than
+                # the loss may bring that epoch's messages again, as a first
+                # poll brings them (redis seed 108242).
+                seen = {key for key in seen if key[0] != epoch}
+                pseen = {key for key in pseen if key[0] != epoch}
         elif body.get("reset"):
             # A reset within its epoch (its cursor was past the node's head:
             # the store lost writes) starts over like a first poll: what it

@@ -171,6 +171,9 @@ def test_seed_193_on_redis_gets_every_listener_the_messages_that_took_lost_seqs(
                       "every tap taken)"),
     ("redis", 105289, "the checker's own: a tap whose node read the room with a pull begun "
                       "before an end and held past it, held to the new broadcast"),
+    ("redis", 108242, "the checker's own: a listener reset into the absent epoch (its room "
+                      "lost whole), then given the lost epoch's messages again by a node "
+                      "whose copy was older than the loss, as a first poll"),
 ])
 def test_seeds_that_found_a_broken_promise_on_redis_keep_them(
         engine: str, seed: int, found: str) -> None:
