@@ -288,8 +288,8 @@ class SendHook:
             self._fall_back(self._waiting.popleft(), STOPPED)
         self._asked.clear()  # each is waiting (above) or in a call (below)
         calls = list(self._calls)
-        # A task cancelled before its first step never runs its body (nor the
-        # handler that gives its sends the failure policy): given here.
+        # Given here, not by the call: a task cancelled before its first step
+        # never runs its body.
         carried = [ask for task in calls for ask in self._carried.get(task, ())]
         for task in calls:
             task.cancel()
@@ -438,10 +438,6 @@ class SendHook:
                     extra_bytes=self._extra_bytes)
                 outcome = "bad_answer" if problems else "ok"
                 problem = "; ".join(problems[:3])
-        except asyncio.CancelledError:
-            for ask in batch:
-                self._fall_back(ask, STOPPED)
-            raise
         except TimeoutError:
             outcome, problem = "timeout", f"no answer within {self.timeout:g} s"
         except (ValueError, OSError) as exc:
