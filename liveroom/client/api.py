@@ -44,7 +44,7 @@ from .answers import (
     WordList,
 )
 from .errors import ApiError, ClientClosed, Unreachable, checked_name, refusal
-from .listening import Backoff, Listening
+from .listening import Backoff, Listening, wait_or_until
 
 CALL_TIMEOUT = 30.0
 """Seconds any call but a poll may take."""
@@ -247,11 +247,7 @@ class Client:
         """Wait ``delay`` seconds before a retry, or until the client closes:
         then :class:`ClientClosed` at once (a call the closing cut short), not
         after the rest of a Retry-After that may be a slow mode's minutes."""
-        closing = asyncio.ensure_future(self._closing.wait())
-        try:
-            await asyncio.wait((closing,), timeout=delay)
-        finally:
-            closing.cancel()
+        await wait_or_until(delay, self._closing)
         if self._closed:
             raise ClientClosed(self.url)
 

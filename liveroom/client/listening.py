@@ -26,6 +26,16 @@ BACKOFF_MAX = 30.0
 is honoured as the server gives it: never sooner)."""
 
 
+async def wait_or_until(delay: float, event: asyncio.Event) -> None:
+    """Wait ``delay`` seconds, or less when ``event`` is set meanwhile (a
+    retry's wait that a stop or a close cuts short)."""
+    setting = asyncio.ensure_future(event.wait())
+    try:
+        await asyncio.wait((setting,), timeout=delay)
+    finally:
+        setting.cancel()
+
+
 class Backoff:
     """Exponential backoff with full jitter: the n-th wait is uniform in
     ``[d/2, d]`` with ``d = min(BACKOFF_MAX, BACKOFF_FIRST * 2**n)``."""
@@ -162,11 +172,7 @@ class Listening:
         the waiting task goes through, as in :meth:`_until_stopped`)."""
         if self.on_retry is not None:
             self.on_retry(retry)
-        stopped = asyncio.ensure_future(self._stopped.wait())
-        try:
-            await asyncio.wait((stopped,), timeout=retry.delay)
-        finally:
-            stopped.cancel()
+        await wait_or_until(retry.delay, self._stopped)
 
     async def _poll(self) -> Answer:
         params: dict[str, str] = {"timeout": str(self.timeout)}
