@@ -51,7 +51,7 @@ import os
 import random
 import secrets
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
@@ -229,12 +229,15 @@ class Webhooks:
         as due, they made the loop read the outbox without pause for as long
         as a head waited out its backoff)."""
         now = self._clock.time()
-        waits = []
+        waits = [head.next_at - now for head in self._heads() if not head.busy]
+        return max(0.0, min(waits, default=TURN))
+
+    def _heads(self) -> Iterator[_Pending]:
+        """Each room's first event held (the one its turn is)."""
         for entries in self._rooms.values():
             head = self._pending.get(entries[0]) if entries else None
-            if head is not None and not head.busy:
-                waits.append(head.next_at - now)
-        return max(0.0, min(waits, default=TURN))
+            if head is not None:
+                yield head
 
     async def _turn(self) -> None:
         now = self._clock.monotonic()
@@ -292,11 +295,10 @@ class Webhooks:
         if not self.holding or self._stopping:
             return
         now = self._clock.time()
-        for entries in self._rooms.values():
+        for head in self._heads():
             if len(self._calls) >= CALLS:
                 return
-            head = self._pending.get(entries[0]) if entries else None
-            if head is None or head.busy or head.next_at > now:
+            if head.busy or head.next_at > now:
                 continue
             head.busy = True
             call = asyncio.create_task(self._attempt(head), name="webhook-post")
