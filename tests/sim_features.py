@@ -933,10 +933,7 @@ class Broadcasts:
         for epoch in truth.epochs:
             if epoch == ABSENT_EPOCH:
                 continue
-            root = epoch
-            while root in truth.carried:
-                root = truth.carried[root]
-            root_of[epoch] = root
+            root_of[epoch] = root = truth.root(epoch)
             if root not in roots:
                 roots.append(root)
         self.current = len(roots) if current is None else current

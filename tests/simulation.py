@@ -393,7 +393,8 @@ class Truth:
             if carried in self.rewound:
                 self.rewound[epoch] = self.rewound[carried]
 
-    def _root(self, epoch: str) -> str:
+    def root(self, epoch: str) -> str:
+        """The first epoch of ``epoch``'s broadcast (renewals followed back)."""
         while epoch in self.carried:
             epoch = self.carried[epoch]
         return epoch
@@ -407,9 +408,9 @@ class Truth:
         end replaced (see :func:`strike`)."""
         if not carried or carried not in self.epochs:
             return len(self.epochs)
-        root = self._root(carried)
+        root = self.root(carried)
         for i in range(self.epochs.index(carried) + 1, len(self.epochs)):
-            if self._root(self.epochs[i]) != root:
+            if self.root(self.epochs[i]) != root:
                 return i
         return len(self.epochs)
 
