@@ -323,8 +323,16 @@ async def test_a_poll_with_a_known_ticket_is_not_verified_again(
             assert (await client.poll(bearer=alice))[0] == 200
             assert (await client.send({"body": "x"}, token=alice))[0] == 201
         assert tickets.decodes == 1
-        # The cached claims still say which rooms: another room is refused.
+        # The cached claims still say which rooms: another room is refused,
+        # to a poll and to a send (found by its header as it came).
         assert (await client.poll(room="other", bearer=alice))[0] == 401
+        assert (await client.send({"body": "x"}, room="other", token=alice))[0] == 401
+        # The same ticket in a header written otherwise is the same ticket.
+        headers = {"Authorization": f"bearer  {alice} "}
+        async with client.session.post(f"{node.url}/v1/rooms/{ROOM}/messages",
+                                       json={"body": "y"}, headers=headers) as resp:
+            assert resp.status == 201
+        assert tickets.decodes == 1
         # Cached, yet expired: refused once its exp (+ leeway) passed.
         await fake_clock.advance(60 + tickets.ticket_leeway + 1)
         status, doc = await client.poll(bearer=alice)
