@@ -122,7 +122,7 @@ class Proxy:
         gate = RoomGate(reader)
         # The rooms asked about lately: the likes keep their totals fresh,
         # the ranking their top givers.
-        recent = RecentRooms()
+        recent = RecentRooms(settings.poll_timeout_max)
         # Renewed epochs (the same broadcast), as the room cache tells them.
         self.renewals = Renewals()
         self.likes = Likes(counters, clock, UidWindows(

@@ -162,7 +162,7 @@ COSTS: Final = (
         "store: the room's likes total and series, --history-ttl after the last write. "
         "Node: the room's pending taps until the next flush, the uid's windows (past the "
         "table's bound a uid not seen in this window is evicted, else the newest), the "
-        "room kept fresh for a minute after it was last asked about",
+        "room kept fresh for a minute (plus --poll-timeout-max) after it was last asked about",
         ("likes_requests", "likes_taps", "likes_rooms_max", "likes_uids_max",
          "likes_flush", "history_ttl", "rooms_max"), room=EXISTS,
         sample=Sample(body={"uid": "{uid}", "count": 1}, token="listener"), keeps=_CACHED,

@@ -21,7 +21,7 @@ the store answers.
 
 **Everyone sees it.** Poll answers carry the room's total as ``likes``: what
 the store held at the last refresh (at most one a second per node, for the
-rooms asked about in the last minute), plus what this node has acknowledged
+rooms asked about in the last minute and ``--poll-timeout-max``), plus what this node has acknowledged
 and not yet seen written. It never goes down within a broadcast: a total
 that went down in the store is a new broadcast (``room end``), which starts
 again from the store's figure. A node that learns of a change (a tap here,
@@ -69,7 +69,7 @@ MAX_COUNT: Final = 100
 REFRESH_EVERY: Final = 1.0
 """Seconds between two reads of the totals of the rooms asked about
 (:class:`~proxy.recent_rooms.RecentRooms`, which forgets a room a minute
-after it was last asked about)."""
+and ``--poll-timeout-max`` after it was last asked about)."""
 
 
 
@@ -263,8 +263,8 @@ class Likes:
             self._epoch[room] = epoch
 
     def knows(self, room: str, epoch: str = "") -> bool:
-        """Whether this node holds the room's stored total (read within the
-        last minute), of broadcast ``epoch`` ("": any): else :meth:`learn`
+        """Whether this node holds the room's stored total (read while it
+        was asked about lately, :mod:`~proxy.recent_rooms`), of broadcast ``epoch`` ("": any): else :meth:`learn`
         it before a tap is answered, so an answer never shows less than one
         before it."""
         if room not in self._stored:

@@ -16,7 +16,7 @@ import pytest
 from conftest import RedisServer
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import ADMIN_HEADERS, Running, poll_once, running_node, send
+from support import ADMIN_HEADERS, Listener, Running, held_polls, poll_once, running_node, send
 
 from liveroom.clock import FakeClock
 from liveroom.errors import RateLimited, StoreUnavailable
@@ -158,6 +158,29 @@ async def test_a_poll_answer_carries_the_rooms_likes(client: tuple[Running, Clie
     async with c.session.get(f"{c.url}/v1/rooms/{ROOM}/poll?uid=watcher",
                              headers={"Accept": "application/msgpack"}) as resp:
         assert msgpack.unpackb(await resp.read())["likes"] == 42
+
+
+async def test_a_listener_holding_the_longest_polls_keeps_seeing_the_rooms_likes(
+        client: tuple[Running, Client]) -> None:
+    """Answers never go down within a broadcast, for a room whose one
+    listener holds each poll as long as ``--poll-timeout-max`` lets it (60 s)
+    and polls again a few seconds after each answer: between two of its
+    answers the node keeps the room's total."""
+    node, c = client
+    await c.like({"uid": "fan", "count": 42})
+    listener = Listener(c.session, ROOM, uid="watcher")
+    assert (await listener.poll(c.url))["likes"] == 42
+    await c.clock.advance(3)  # the client's own pause before it polls again
+    poll = asyncio.ensure_future(listener.poll(c.url, timeout=60))
+    await held_polls(node.node.proxy.holds, 1)
+    for _ in range(62):  # the node's refreshes, once a (fake) second, while it is held
+        await c.clock.advance(1)
+    # Its answer (a message here, the timeout's answer alike) carries the total.
+    async with aiohttp.ClientSession() as sender:  # (the aiohttp row's session has one connection)
+        await send(sender, c.url, ROOM, "still here")
+    answer = await poll
+    assert [m["body"] for m in answer["messages"]] == ["still here"]
+    assert answer["likes"] == 42
 
 
 async def test_bad_likes_are_4xx_with_a_reason(client: tuple[Running, Client]) -> None:
