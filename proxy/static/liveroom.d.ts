@@ -234,7 +234,10 @@ export class Listener {
   readonly running: boolean;
   /** Resolves when the loop ends: null after stop(), else the error that stopped it. */
   readonly closed: Promise<LiveroomError | null>;
+  /** Start polling (again after a stop: from the cursor it had, first running the rest of
+   * the last answer's callbacks when a stop() inside one of them cut it short). */
   start(): this;
+  /** Stop: the poll in flight is aborted; no callback runs after this returns. */
   stop(): void;
 }
 

@@ -215,6 +215,8 @@ export class Listener {
     this.slow = 0;
     this._controller = null;
     this._closed = null;
+    // The callbacks of an answer that stop() cut short, for the next start().
+    this._rest = [];
   }
 
   /** Whether the loop runs. */
@@ -230,7 +232,11 @@ export class Listener {
     return this._closed ?? Promise.resolve(null);
   }
 
-  /** Start polling (again, after a stop: from the cursor it had). Returns this. */
+  /**
+   * Start polling (again, after a stop: from the cursor it had, and first the
+   * callbacks of the last answer that a stop() inside one of them cut short).
+   * Returns this.
+   */
   start() {
     if (this.running) return this;
     const controller = new AbortController();
@@ -274,6 +280,14 @@ export class Listener {
   async _loop(signal) {
     const fetcher = this.options.fetch ?? globalThis.fetch.bind(globalThis);
     let failures = 0;
+    // The answer's callbacks a stop() cut short: its cursor is already this
+    // listener's, so they would never come again.
+    const rest = this._rest;
+    this._rest = [];
+    if (rest.length > 0) {
+      await null; // not inside start(): callbacks run from the loop, as they always do
+      this._run(rest, signal);
+    }
     while (!signal.aborted) {
       // Read for the hold: timeout, plus the pacing the room may add, plus slack.
       const hold = this.timeout * 1000 + (this.intervalMs ?? FIRST_HOLD_MS) + READ_SLACK_MS;
@@ -320,33 +334,36 @@ export class Listener {
     const slow = answer.slow ?? 0;
     const slowChanged = slow !== this.slow;
     this.slow = slow;
-    if (likesChanged) this._call("onLikes", likes, answer);
-    if (signal.aborted) return;
-    if (ranking !== null) this._call("onRanking", ranking, answer);
-    if (signal.aborted) return;
-    if (slowChanged) this._call("onSlow", slow, answer);
-    if (signal.aborted) return;
-    if (answer.reset) this._call("onReset", answer);
-    if (signal.aborted) return;
+    const steps = [];
+    if (likesChanged) steps.push(["onLikes", likes, answer]);
+    if (ranking !== null) steps.push(["onRanking", ranking, answer]);
+    if (slowChanged) steps.push(["onSlow", slow, answer]);
+    if (answer.reset) steps.push(["onReset", answer]);
     const pgap = answer.pgap ?? 0;
     if (answer.gap > 0 || answer.igap > 0 || pgap > 0) {
-      this._call("onGap", { gap: answer.gap, igap: answer.igap, pgap }, answer);
+      steps.push(["onGap", { gap: answer.gap, igap: answer.igap, pgap }, answer]);
     }
-    if (signal.aborted) return;
     const recalled = answer.recalled ?? [];
-    if (recalled.length > 0) this._call("onRecall", recalled, answer);
-    if (signal.aborted) return;
+    if (recalled.length > 0) steps.push(["onRecall", recalled, answer]);
     const precalled = answer.precalled ?? [];
-    if (precalled.length > 0) this._call("onPersonalRecall", precalled, answer);
-    if (signal.aborted) return;
+    if (precalled.length > 0) steps.push(["onPersonalRecall", precalled, answer]);
     const personal = answer.personal ?? [];
-    if (personal.length > 0) this._call("onPersonal", personal, answer);
-    if (signal.aborted) return;
-    if (answer.important.length > 0) this._call("onImportant", answer.important, answer);
-    if (signal.aborted) return;
-    if (answer.messages.length > 0) this._call("onMessages", answer.messages, answer);
-    if (signal.aborted) return;
-    this._call("onAnswer", answer);
+    if (personal.length > 0) steps.push(["onPersonal", personal, answer]);
+    if (answer.important.length > 0) steps.push(["onImportant", answer.important, answer]);
+    if (answer.messages.length > 0) steps.push(["onMessages", answer.messages, answer]);
+    steps.push(["onAnswer", answer]);
+    this._run(steps, signal);
+  }
+
+  /** Call each step's callback in order; those after a stop() wait for the next start(). */
+  _run(steps, signal) {
+    for (let i = 0; i < steps.length; i += 1) {
+      if (signal.aborted) {
+        this._rest = steps.slice(i);
+        return;
+      }
+      this._call(...steps[i]);
+    }
   }
 
   _call(name, ...args) {

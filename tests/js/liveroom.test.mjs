@@ -107,6 +107,42 @@ test("onImportant runs before onMessages, for chat sent earlier in the same answ
   assert.ok(answer.important[0].seq > answer.messages[0].seq);
 });
 
+test("a stop() inside a callback: the next start() runs the rest of that answer first", { timeout: 15_000 }, async () => {
+  const room = freshRoom("cut");
+  await send(room, "opening", { base: BASE, uid: "c1" });
+  const first = signal();
+  const cut = signal();
+  const order = [];
+  let stopHere = false;
+  const listener = new Listener(room, {
+    base: BASE, uid: "listener", timeout: 10,
+    onAnswer: (answer) => { order.push(["answer", answer.seq]); first.resolve(); },
+    onImportant: (messages) => {
+      order.push(["important", messages.map((m) => m.body)]);
+      if (stopHere) { listener.stop(); cut.resolve(); }
+    },
+    onMessages: (messages) => order.push(["messages", messages.map((m) => m.body)]),
+  }).start();
+  await first.promise;
+  listener.stop();  // so that both messages wait for one answer
+  await send(room, "chat", { base: BASE, uid: "c2" });
+  await send(room, { event: "cohost" }, { base: BASE, uid: "host", important: true, ticket: PUBLISHER });
+  order.length = 0;
+  stopHere = true;
+  listener.start();
+  await cut.promise;
+  assert.equal(await listener.closed, null);
+  assert.deepEqual(order, [["important", [{ event: "cohost" }]]]);  // nothing after the stop
+  const { seq } = listener.cursor;
+  stopHere = false;
+  const resumed = signal();
+  listener.options.onAnswer = (answer) => { order.push(["answer", answer.seq]); resumed.resolve(); };
+  listener.start();
+  await resumed.promise;
+  listener.stop();
+  assert.deepEqual(order, [["important", [{ event: "cohost" }]], ["messages", ["chat"]], ["answer", seq]]);
+});
+
 test("a gap is reported when more was sent than the room's cache keeps", { timeout: 15_000 }, async () => {
   const room = freshRoom("gap");
   await send(room, "m0", { base: BASE, ticket: PUBLISHER, uid: "burst" });
