@@ -13,7 +13,9 @@ one ``+n``).
 or its reply lost after the store added it: the node cannot tell) is kept
 as it was, its sums and its name (``write_id``), and the next flush tries
 it again first: the store adds a named write once (``Counters.add_likes``),
-so a lost reply never counts the taps twice. Meanwhile at most
+so a lost reply never counts the taps twice while the store remembers the
+name (``--dedup-ttl``; a reply lost just before an outage longer than that
+counts them twice when the store is back). Meanwhile at most
 ``likes_rooms_max`` rooms wait (a tap for one more is refused, 503). A clean
 stop flushes what is left. A crash loses the taps acknowledged since the
 last write that was answered: at most ``likes_flush`` seconds of them while
