@@ -10,6 +10,9 @@ one holding the outbox's lease delivers, renewing the lease every turn
 node to ask takes it and, first, every event the dead one had read and not
 finished (``Outbox.take_over``): nothing read is lost, some may be
 delivered twice (those the dead node had POSTed and not yet marked done).
+A read of the outbox that fails may have lost its reply after the store
+gave events to the holder: the holder's next turn takes over its own
+events the same way before it reads again.
 
 **The sweep.** The delivering node also moves, every
 :data:`~liveroom.events.SWEEP_EVERY` seconds (and when it takes the lease),
@@ -147,6 +150,11 @@ class Webhooks:
         self._renewed_at = float("-inf")
         self._sweep = sweep
         self._swept_at = float("-inf")
+        self._unsure = False
+        """A read of the outbox failed: its reply may have been lost after the
+        store gave events to this holder, which it would then never read
+        again (a read asks for events never read). The next turn claims
+        back every event the store holds for it."""
         self._pending: dict[str, _Pending] = {}
         self._rooms: dict[str, deque[str]] = {}
         self._calls: set[asyncio.Task[None]] = set()
@@ -273,9 +281,18 @@ class Webhooks:
             swept = await self._sweep()
             if swept:
                 logger.info("webhooks: moved the events left in %d rooms", swept)
+        if self._unsure:
+            # Its own events (those held come back too, and count once).
+            self._hold(await self._outbox.take_over(self.holder, HELD_MAX))
+            self._unsure = False
         room_left = HELD_MAX - len(self._pending)
         if room_left > 0:
-            self._hold(await self._outbox.next(self.holder, room_left))
+            try:
+                read = await self._outbox.next(self.holder, room_left)
+            except StoreUnavailable:
+                self._unsure = True
+                raise
+            self._hold(read)
         self._deliver_due()
 
     def _hold(self, events: list[Outgoing]) -> None:

@@ -390,6 +390,38 @@ async def test_events_whose_move_failed_after_their_actions_are_swept_once(
         (1, 50, [{"uid": "fan", "score": 50}])
 
 
+async def test_events_a_lost_reply_gave_the_delivering_node_are_claimed_back(
+        session: aiohttp.ClientSession, shared_url: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read of the outbox whose reply is lost (the connection drops after
+    Redis gave the events to this node): the events are the node's in the
+    store, yet not held. The next turn claims them back, while the node
+    keeps the lease: each delivered once."""
+    ledger = Ledger()
+    async with receiving(ledger, free_port()) as hook, \
+            running_node(shared_url, **hooked(hook)) as node:
+        outbox = node.node.store.outbox
+        read = outbox.next
+        lost: list[Any] = []
+
+        async def lost_once(holder: str, count: int) -> list[Any]:
+            events = await read(holder, count)
+            if events and not lost:
+                lost.extend(events)
+                raise StoreUnavailable("redis unavailable while reading the outbox: "
+                                       "the connection was lost")
+            return events
+
+        monkeypatch.setattr(outbox, "next", lost_once)
+        await mutes(session, node.url, 3)
+        await ledger.wait(lambda: len(ledger.events) == 3)
+        assert lost
+        webhooks = node.node.webhooks
+        assert webhooks is not None
+        assert webhooks.holding  # the lease stayed this node's
+    assert (ledger.repeats, ledger.refused) == (0, 0)
+
+
 async def test_the_clis_store_actions_keep_their_events_for_the_delivering_node(
         session: aiohttp.ClientSession, shared_url: str) -> None:
     """``liveroom mute|room end|vip pin ... --store`` act in the store with no
