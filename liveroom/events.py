@@ -16,15 +16,16 @@ type (docs/api.md, "Webhooks"). A room action adds its event so::
         await events.settle(ahead)
 
 **When it is written.** In the same step as its action: :meth:`Events.ahead`
-makes the event (and marks the room first: :meth:`Outbox.mark
-<liveroom.store.outbox.Outbox.mark>`), and the action's store call (one
+makes the event (and marks the room first, a mark of the action's own:
+:meth:`Outbox.mark <liveroom.store.outbox.Outbox.mark>`), and the action's store call (one
 script on Redis) keeps it in the room's list of events beside the action's
 own writes, only when the action took effect (a recall repeated, a lift of
 no sanction, a decision made before keep none). The fields only the action
 knows (a recalled message's uid, a gift's rank, a held message's id) are
 added there. :meth:`Events.settle` then moves the room's events into the
-outbox. A node that dies between the two, or a store that fails the move,
-leaves them in their room, marked: the delivering node's
+outbox and lifts the action's mark (only its own: another action's event
+may not be written yet). A node that dies between the two, or a store that
+fails the move, leaves them in their room, marked: the delivering node's
 :meth:`Events.sweep` (every :data:`SWEEP_EVERY` seconds) moves them. A
 ``broadcast.ended`` is kept with its number only; its figures are read from
 the ended broadcast's archive (which the same script wrote) as it moves.
@@ -80,7 +81,8 @@ SWEEP_EVERY: Final = 30.0
 SWEEP_GRACE_MS: Final = 10_000
 """A room marked this recently is left to the node acting on it."""
 SWEEP_ROOMS: Final = 100
-"""Rooms one sweep moves at most (the oldest marks first)."""
+"""Marks one sweep takes at most (the oldest first; a room marked by
+several actions comes once each)."""
 
 Complete = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 """Completes an event kept with only what its action knew: the room, the
@@ -211,14 +213,16 @@ class Events:
     async def sweep(self) -> int:
         """Move the events of the rooms marked before the last
         :data:`SWEEP_GRACE_MS` (their actions' nodes died, or their moves
-        failed), :data:`SWEEP_ROOMS` rooms at most; how many rooms. The
+        failed), :data:`SWEEP_ROOMS` marks at most; how many rooms. The
         delivering node calls it every :data:`SWEEP_EVERY` seconds."""
         outbox = self._outbox
         if outbox is None:
             return 0
         before = int(self._clock.time() * 1000) - SWEEP_GRACE_MS
-        rooms = await outbox.marked(before, SWEEP_ROOMS)
-        for room, mark in rooms:
+        marks = await outbox.marked(before, SWEEP_ROOMS)
+        # A room marked by several actions comes once each: its first move
+        # takes its events, the next ones find none and lift their marks.
+        for room, mark in marks:
             try:
                 await self._move(room, mark)
             except StoreUnavailable:
@@ -226,7 +230,7 @@ class Events:
             except Exception:  # one room's fault must not hold the others' events
                 logger.exception("events of room %s: their move failed; the next sweep "
                                  "tries again", room)
-        return len(rooms)
+        return len({room for room, _ in marks})
 
     async def _move(self, room: str, mark: int) -> None:
         outbox = self._outbox

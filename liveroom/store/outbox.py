@@ -122,8 +122,10 @@ class Outbox(Protocol):
 
     async def mark(self, room: str, at_ms: int) -> int:
         """Note, before an action of ``room`` that has an event, that the
-        room may hold events not yet moved (from ``at_ms``); the mark's
-        number, which :meth:`move` takes to lift it."""
+        room may hold events not yet moved (from ``at_ms``): a mark of this
+        action's own, whose number :meth:`move` takes to lift it (another
+        action's mark stays until its own move or the sweep: its event may
+        not be written yet)."""
 
     async def pending(self, room: str) -> list[bytes]:
         """The events ``room``'s actions wrote and no move took yet, oldest
@@ -132,14 +134,14 @@ class Outbox(Protocol):
     async def move(self, room: str, events: Sequence[Moving], mark: int | None) -> None:
         """Put ``events`` (read by :meth:`pending`) in the outbox, each once
         (an id taken in during the last :data:`MOVED_KEPT_MS` is not added
-        again), then take them out of ``room``, then lift the room's mark
-        if it is still ``mark`` (an action that marked it since has events
-        of its own to move). Safe to repeat, or to run beside another move
-        of the same room."""
+        again), then take them out of ``room``, then lift the action's
+        mark ``mark`` (None: none; the room's other marks stay). Safe to
+        repeat, or to run beside another move of the same room."""
 
     async def marked(self, before_ms: int, count: int) -> list[tuple[str, int]]:
-        """At most ``count`` rooms marked at or before ``before_ms`` and not
-        lifted, oldest first: ``(room, mark)``, for the sweep."""
+        """At most ``count`` marks put at or before ``before_ms`` and not
+        lifted, oldest first: ``(room, mark)`` (a room may come more than
+        once), for the sweep."""
 
     async def lease(self, holder: str, ttl_ms: int) -> bool:
         """Take the lease for ``holder`` when it is free, or renew it when

@@ -194,6 +194,30 @@ async def test_events_of_a_node_that_died_after_its_actions_are_swept_once(
     assert len({e["id"] for e in got}) == 4
 
 
+async def test_an_earlier_actions_event_is_swept_when_a_later_ones_move_came_first(
+        store: Store, fake_clock: FakeClock) -> None:
+    """Two actions of one room mark it; the later one's event is written and
+    moved first, then the earlier one writes its event and its node dies
+    before moving it: the later move lifted its own mark only, and the sweep
+    moves the earlier event (it lifted the room's before: the event stayed
+    in the room, never delivered)."""
+    events = Events(store.outbox, fake_clock)
+    at = int(fake_clock.time() * 1000)
+    earlier = await events.ahead("gift.given", ROOM, uid="fan", gift="g", value=5)
+    later = await events.ahead("gift.given", ROOM, uid="fan", gift="g", value=7)
+    assert earlier is not None
+    assert later is not None
+    await store.counters.add_gift(ROOM, "fan", 7, "g", at, event=later.event)
+    await events.settle(later)
+    await store.counters.add_gift(ROOM, "fan", 5, "g", at, event=earlier.event)
+    assert len(await store.outbox.pending(ROOM)) == 1  # its node died: no settle
+    await fake_clock.advance(SWEEP_GRACE_MS / 1000 + 1)
+    assert await events.sweep() == 1
+    assert await store.outbox.pending(ROOM) == []
+    assert await events.sweep() == 0
+    assert [e["value"] for e in await delivered(store)] == [7, 5]
+
+
 async def test_a_move_repeated_adds_each_event_once(store: Store,
                                                     fake_clock: FakeClock) -> None:
     """Two movers read the room's events before either took them out (or
@@ -201,17 +225,20 @@ async def test_a_move_repeated_adds_each_event_once(store: Store,
     go, and the sweep moves them again): the outbox has each once."""
     events = Events(store.outbox, fake_clock)
     at = int(fake_clock.time() * 1000)
+    aheads = []
     for value in (5, 7):
         ahead = await events.ahead("gift.given", ROOM, uid="fan", gift="g", value=value)
         assert ahead is not None
         await store.counters.add_gift(ROOM, "fan", value, "g", at, event=ahead.event)
+        aheads.append(ahead)
     kept = await store.outbox.pending(ROOM)
     moving = [Moving(k, orjson.loads(k)["id"], k) for k in kept]
     await store.outbox.move(ROOM, moving, None)
     await store.outbox.move(ROOM, moving, None)
     assert await store.outbox.pending(ROOM) == []
     assert await store.outbox.waiting() == 2
-    await events.settle(ahead)  # nothing left to move; the mark lifted
+    for ahead in aheads:  # nothing left to move; each lifts its mark
+        await events.settle(ahead)
     assert await store.outbox.waiting() == 2
     assert await store.outbox.marked(at + 10**9, 10) == []
     assert [e["total"] for e in await delivered(store)] == [5, 12]

@@ -44,8 +44,9 @@ class MemoryOutbox:
         self._failed: OrderedDict[str, Failed] = OrderedDict()
         self._rooms: dict[str, list[bytes]] = {}
         """Each room's events not yet moved, oldest first."""
-        self._marks: dict[str, tuple[int, int]] = {}
-        """Rooms marked: room -> (its mark, when), in the order marked."""
+        self._marks: dict[tuple[str, int], int] = {}
+        """Each action's mark not lifted: (room, its mark) -> when, in the
+        order marked."""
         self._marked = 0
         self._moved: OrderedDict[str, None] = OrderedDict()
         """Ids taken in from rooms, the newest :data:`MOVED_KEPT` of them."""
@@ -63,8 +64,7 @@ class MemoryOutbox:
 
     async def mark(self, room: str, at_ms: int) -> int:
         self._marked += 1
-        self._marks.pop(room, None)
-        self._marks[room] = (self._marked, at_ms)
+        self._marks[room, self._marked] = at_ms
         return self._marked
 
     async def pending(self, room: str) -> list[bytes]:
@@ -83,11 +83,11 @@ class MemoryOutbox:
                 kept.remove(event.kept)
         if not kept:
             self._rooms.pop(room, None)
-        if mark is not None and self._marks.get(room, (None, 0))[0] == mark:
-            del self._marks[room]
+        if mark is not None:
+            self._marks.pop((room, mark), None)
 
     async def marked(self, before_ms: int, count: int) -> list[tuple[str, int]]:
-        found = sorted((at, room, mark) for room, (mark, at) in self._marks.items()
+        found = sorted((at, room, mark) for (room, mark), at in self._marks.items()
                        if at <= before_ms)
         return [(room, mark) for _, room, mark in found[:count]]
 

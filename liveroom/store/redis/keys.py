@@ -115,9 +115,9 @@ lr:{lr}:wh               stream the webhooks' outbox: fields ``e`` (event id),
                                 ``d`` (its JSON); consumer group ``deliver``
 lr:{lr}:whl              string the delivery lease: the holder node's name,
                                 expiring unless renewed
-lr:{lr}:whr              zset   rooms that may hold events not moved: room ->
-                                when it was marked (ms), for the sweep
-lr:{lr}:whrn             hash   room -> the number of its mark (``whrc`` counts)
+lr:{lr}:whr              zset   rooms that may hold events not moved, a mark
+                                per action: ``<room>:<mark>`` -> when it was
+                                marked (ms), for the sweep
 lr:{lr}:whrc             string the marks given (each mark's number)
 lr:{lr}:whm              zset   event ids ``wh`` took in from rooms -> when
                                 (ms), kept an hour: a repeated move adds none
@@ -156,8 +156,8 @@ webhooks' (``wh``, ``whf``, ``whfo``): they are bounded by count (the
 stream trimmed at ``OUTBOX_MAX``, the failed list at ``FAILED_MAX``), and
 the lease ``whl`` expires unless its holder renews it. A room's ``ev``
 never expires either: it empties as its events move (right after their
-actions, or at the sweep), and ``whr``/``whrn`` hold only the rooms marked
-and not yet swept; ``whm`` forgets each id an hour after it was taken in.
+actions, or at the sweep), and ``whr`` holds only the marks of actions not
+yet moved nor swept; ``whm`` forgets each id an hour after it was taken in.
 """
 
 from __future__ import annotations
@@ -328,7 +328,6 @@ def filter_list(name: str) -> str:
 WEBHOOKS = f"{GLOBAL}:wh"
 WEBHOOKS_LEASE = f"{GLOBAL}:whl"
 WEBHOOKS_ROOMS = f"{GLOBAL}:whr"
-WEBHOOKS_ROOM_MARKS = f"{GLOBAL}:whrn"
 WEBHOOKS_MARKS = f"{GLOBAL}:whrc"
 WEBHOOKS_MOVED = f"{GLOBAL}:whm"
 WEBHOOKS_FAILED = f"{GLOBAL}:whf"

@@ -14,10 +14,11 @@ script there:
   gives it up);
 - a room's events not yet moved wait in its list ``ev`` (under the room's
   tag: the room's action scripts write it, ``room_event_fn.lua``); the
-  sorted set ``whr`` (with ``whrn`` and the counter ``whrc``) marks the
-  rooms that may hold some (``lua/outbox_mark.lua``, lifted by
-  ``outbox_unmark.lua``), and ``outbox_take_in.lua`` adds moved events to
-  ``wh``, each id once while ``whm`` remembers it;
+  sorted set ``whr`` (numbered by the counter ``whrc``) marks the rooms
+  that may hold some, one mark per action (``lua/outbox_mark.lua``, lifted
+  by its own move, ``outbox_unmark.lua``, or by the sweep), and
+  ``outbox_take_in.lua`` adds moved events to ``wh``, each id once while
+  ``whm`` remembers it;
 - the hash ``whf`` and the sorted set ``whfo`` keep the events given up
   (``lua/outbox_give_up.lua``), and ``outbox_replay.lua`` puts them back.
 
@@ -97,8 +98,7 @@ class RedisOutbox:
     async def mark(self, room: str, at_ms: int) -> int:
         with unavailable("marking a room's events"):
             (mark,) = await run_scripts(self._client, [(
-                self._mark, [keys.WEBHOOKS_ROOMS, keys.WEBHOOKS_ROOM_MARKS,
-                             keys.WEBHOOKS_MARKS], [room, at_ms])])
+                self._mark, [keys.WEBHOOKS_ROOMS, keys.WEBHOOKS_MARKS], [room, at_ms])])
         return int(mark)
 
     async def pending(self, room: str) -> list[bytes]:
@@ -123,17 +123,18 @@ class RedisOutbox:
         if mark is not None:
             with unavailable("lifting a room's mark"):
                 await run_scripts(self._client, [(
-                    self._unmark, [keys.WEBHOOKS_ROOMS, keys.WEBHOOKS_ROOM_MARKS],
-                    [room, mark])])
+                    self._unmark, [keys.WEBHOOKS_ROOMS], [room, mark])])
 
     async def marked(self, before_ms: int, count: int) -> list[tuple[str, int]]:
         with unavailable("reading the marked rooms"):
-            rooms = [text(room) for room in await self._client.zrangebyscore(
-                keys.WEBHOOKS_ROOMS, "-inf", before_ms, start=0, num=count)]
-            if not rooms:
-                return []
-            marks = await self._client.hmget(keys.WEBHOOKS_ROOM_MARKS, rooms)
-        return [(room, int(mark or 0)) for room, mark in zip(rooms, marks, strict=True)]
+            members = await self._client.zrangebyscore(
+                keys.WEBHOOKS_ROOMS, "-inf", before_ms, start=0, num=count)
+        found = []
+        for member in members:
+            # "<room>:<mark>"; a room's name alone is an older version's mark.
+            room, _, mark = text(member).rpartition(":")
+            found.append((room, int(mark)) if room else (text(member), 0))
+        return found
 
     async def lease(self, holder: str, ttl_ms: int) -> bool:
         with unavailable("taking the webhooks' lease"):

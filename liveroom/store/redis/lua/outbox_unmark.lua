@@ -1,16 +1,12 @@
--- outbox_unmark.lua: lift a room's mark (outbox_mark.lua) once its events
--- are moved, if it is still the mark the mover read; atomic.
+-- outbox_unmark.lua: lift one action's mark of a room (outbox_mark.lua)
+-- once its events are moved; atomic.
 --
--- KEYS[1]  lr:{lr}:whr   KEYS[2]  lr:{lr}:whrn   (as outbox_mark.lua's)
+-- KEYS[1]  lr:{lr}:whr   (as outbox_mark.lua's)
 --
--- ARGV[1]  the room   ARGV[2]  the mark's number
+-- ARGV[1]  the room   ARGV[2]  the mark's number (0: a mark an older
+--          version put, the room's name alone)
 --
--- Returns 1 when lifted, 0 when the room was marked again since (or not
--- marked).
+-- Returns 1 when lifted, 0 when it was lifted before.
 
-if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[2] then
-  return 0
-end
-redis.call('HDEL', KEYS[2], ARGV[1])
-redis.call('ZREM', KEYS[1], ARGV[1])
-return 1
+local member = ARGV[2] == '0' and ARGV[1] or (ARGV[1] .. ':' .. ARGV[2])
+return redis.call('ZREM', KEYS[1], member)
