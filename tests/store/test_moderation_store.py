@@ -399,7 +399,8 @@ async def test_every_call_is_one_round_trip(
         store: Store, fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
     """``rooms`` of many rooms, ``changed`` and ``audit`` are one round trip
     (a cluster's pipeline sends a batch per node, together); ``act`` one on
-    one Redis, three on a cluster (the room's, the journal's, the stamp)."""
+    one Redis, three on a cluster (the room's, the journal's, the stamp; a
+    fourth only when another act came between, see below)."""
     mod, t = store.moderation, now_ms(fake_clock)
     rooms = [f"room{i}" for i in range(50)]
     if store.name == "memory":  # never suspends: done at the first step
@@ -512,6 +513,34 @@ async def test_an_act_on_a_cluster_whose_later_step_failed_is_retried_harmlessly
         assert await mod.act("r", act("unmute", "bob", at_ms=t), t) == 4
         assert (await mod.rooms(["r"], t))["r"] == RoomModeration((), (), 1, 4)
         assert len(await mod.audit("r", 10)) == 3
+
+
+async def test_a_cluster_journal_keeps_the_later_end_when_an_earlier_acts_note_comes_last(
+        cluster_url: str, fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a cluster an act is noted in the journal after its room's step: a
+    mute's step, then a longer ban's whole act, then the mute's note. The
+    journal keeps the ban's end, so the room stays in it (and a node that
+    starts reads it) for as long as the ban lasts, not the mute."""
+    # Kept a short while past their last act: the sanctions' ends rule.
+    policy = replace(TEST_POLICY, history_ttl_ms=30_000)
+    async with opened(cluster_url, policy, fake_clock) as store:
+        mod, t = store.moderation, now_ms(fake_clock)
+        run_scripts = calls.run_scripts
+        ban = act("ban", "mal", 600, at_ms=t)
+
+        async def later_act_first(client: Any, batch: Any) -> list[Any]:
+            if batch[0][0].name == "moderation_journal.lua" and ban is not None:
+                monkeypatch.undo()
+                await mod.act("r", ban, t)  # the later act, whole, before this note
+            return await run_scripts(client, batch)
+
+        monkeypatch.setattr(redis_moderation, "run_scripts", later_act_first)
+        await mod.act("r", act("mute", "bob", 60, at_ms=t), t)
+        await fake_clock.advance(61)
+        t = now_ms(fake_clock)
+        await mod.act("other", act("slow", "", 1, at_ms=t), t)  # an act prunes the journal
+        assert [s.uid for s in (await mod.rooms(["r"], t))["r"].banned] == ["mal"]
+        assert "r" in (await mod.changed(0))[1]
 
 
 async def test_every_moderation_call_reports_redis_down_as_unavailable(

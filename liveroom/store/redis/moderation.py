@@ -12,9 +12,12 @@
   Redis Cluster they are in another slot than the room's, so an act is three
   calls: ``moderation_act.lua`` in the room's slot, ``moderation_journal.lua`` in the
   global one, ``moderation_stamp.lua`` back in the room's (see ``ModerationStore`` for
-  what a failure between them leaves). ``changed`` is one call of
-  ``moderation_changed.lua``; ``rooms`` one ``HGETALL`` per room in one pipeline
-  (on a cluster, a batch per node, sent together); ``audit`` one ``LRANGE``.
+  what a failure between them leaves), and a fourth, ``moderation_journal_end.lua``,
+  when another act's step came between this one's and its note (the stamp
+  reads back the end the room's last step found, and the journal keeps it).
+  ``changed`` is one call of ``moderation_changed.lua``; ``rooms`` one
+  ``HGETALL`` per room in one pipeline (on a cluster, a batch per node, sent
+  together); ``audit`` one ``LRANGE``.
 - **Records** are msgpack arrays: a sanction ``[until_ms, reason, by,
   at_ms]`` (its uid is its field's), an audit entry ``[at_ms, by, action,
   target, seconds, reason]``. One that does not decode is left out of an
@@ -118,6 +121,7 @@ class RedisModeration:
                                                           "room_event_fn.lua"])
         self._journal = Lua("moderation_journal.lua", uses=["moderation_note.lua"])
         self._stamp = Lua("moderation_stamp.lua")
+        self._journal_end = Lua("moderation_journal_end.lua")
         self._changed = Lua("moderation_changed.lua")
 
     async def act(self, room: str, entry: AuditEntry, now_ms: int, *,
@@ -151,7 +155,15 @@ class RedisModeration:
             (version,) = await run_scripts(self._client, [(
                 self._journal, journal, [room, text(ends), now_ms, JOURNAL_PRUNED])])
         with unavailable("stamping a moderation change"):
-            await run_scripts(self._client, [(self._stamp, [keys.moderation(room)], [version])])
+            ((_, found),) = await run_scripts(self._client, [(
+                self._stamp, [keys.moderation(room)], [version])])
+        if found and text(found) != text(ends):
+            # Another act's step came between this one's and its note: the
+            # journal keeps the end the room's last step found.
+            with unavailable("noting when a room's moderation ends"):
+                await run_scripts(self._client, [(
+                    self._journal_end, [keys.MODERATION_JOURNAL, keys.MODERATION_ENDS],
+                    [room, text(found), version])])
         return int(version)
 
     async def rooms(self, rooms: Sequence[str], now_ms: int) -> dict[str, RoomModeration]:

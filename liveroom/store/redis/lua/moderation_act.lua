@@ -5,7 +5,8 @@
 -- caller runs moderation_journal.lua next, then moderation_stamp.lua.
 --
 -- KEYS[1]  lr:{R}:mod    hash: m:<uid>, b:<uid> -> packed sanction; slow;
---                        v (version); nm, nb (mutes and bans held)
+--                        v (version); nm, nb (mutes and bans held); e (when
+--                        the room's moderation ends, as the last act found it)
 -- KEYS[2]  lr:{R}:modt   zset: m:<uid>, b:<uid> -> until_ms ('inf': until lifted)
 -- KEYS[3]  lr:{R}:aud    list: packed audit entries, newest first
 -- KEYS[4]  lr:{R}:ev     list: the room's webhook events not yet moved
@@ -107,6 +108,10 @@ else
   ends = string.format('%d', now + lives)
 end
 
+-- The end as the room's last act found it: a Redis Cluster's journal is noted
+-- after this step, and moderation_stamp.lua reads it back to correct a note
+-- that another act's came before.
+redis.call('HSET', mod, 'e', ends)
 local version = 0
 if #KEYS > 4 then
   version = note(KEYS[5], KEYS[6], KEYS[7], ARGV[10], ends, ARGV[6], ARGV[11])
