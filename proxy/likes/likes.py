@@ -23,8 +23,8 @@ the store answers.
 
 **Everyone sees it.** Poll answers carry the room's total as ``likes``: what
 the store held at the last refresh (at most one a second per node, for the
-rooms asked about in the last minute and ``--poll-timeout-max``), plus what this node has acknowledged
-and not yet seen written. It never goes down within a broadcast: a total
+rooms asked about in the last minute and ``--poll-timeout-max``), plus what
+this node has acknowledged and not yet seen written. It never goes down within a broadcast: a total
 that went down in the store is a new broadcast (``room end``), which starts
 again from the store's figure. A node that learns of a change (a tap here,
 another node's taps at a refresh) tells ``on_change(room)``, which wakes the
@@ -266,9 +266,9 @@ class Likes:
 
     def knows(self, room: str, epoch: str = "") -> bool:
         """Whether this node holds the room's stored total (read while it
-        was asked about lately, :mod:`~proxy.recent_rooms`), of broadcast ``epoch`` ("": any): else :meth:`learn`
-        it before a tap is answered, so an answer never shows less than one
-        before it."""
+        was asked about lately, :mod:`~proxy.recent_rooms`), of broadcast
+        ``epoch`` ("": any): else :meth:`learn` it before a tap is answered,
+        so an answer never shows less than one before it."""
         if room not in self._stored:
             return False
         known = self._epoch.get(room, "")
