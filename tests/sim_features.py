@@ -206,6 +206,10 @@ class RecallTry:
     outcome: str
     """``"done"``, ``"cut"`` (its node died under it) or the error's code."""
     notice: int = 0
+    into: str = ""
+    """Done: the newest epoch that kept ``epoch``'s log when it was (the
+    store's then: after a lossy restart, another message may hold ``seq``
+    there; redis seed 117803)."""
 
 
 @dataclass
@@ -618,6 +622,7 @@ async def _recall(world: World, lane: str, seq: int, epoch: str, by: str,
                 world, sim, rng.uniform(0.0, 2 * world.faults.write_delay)))
         start = loop.time()
         notice = 0
+        into = ""
         try:
             doc = await _on(world, sim, _recall_call(node, lane, seq, authorization, uid))
             outcome, notice = "done", doc["notice"]
@@ -625,6 +630,7 @@ async def _recall(world: World, lane: str, seq: int, epoch: str, by: str,
             # restart may lose, and a later message take again.
             kind = "room" if lane == "room" else "personal"
             truth = world.truth
+            into = _descendants(truth, epoch)[-1]
             for e in _descendants(truth, epoch):
                 held = truth.bodies.get((kind, e), {})
                 # (unless a retry's: the same notice, already there)
@@ -635,7 +641,7 @@ async def _recall(world: World, lane: str, seq: int, epoch: str, by: str,
         except LiveroomError as exc:
             outcome = exc.code
         run.recalls.append(RecallTry(start, loop.time(), sim.index, lane, seq, epoch, by,
-                                     outcome, notice))
+                                     outcome, notice, into))
         world.note(f"recall {lane} {seq} by {by} through node {sim.index}: {outcome}"
                    + (f", notice {notice}" if notice else ""))
         if killing is not None:
@@ -1369,8 +1375,10 @@ def check_recalls(run: FeatureRun, bc: Broadcasts, listeners: list[SimListener],
             if attempt.lane == "personal" and not target.done:
                 # The addressee of the message the recall took: an earlier try
                 # may have named a position a restart lost, which another
-                # addressee's message took since (redis seed 80919).
-                target.to = truth.personal.get(attempt.epoch, {}).get(attempt.seq)
+                # addressee's message took since (redis seed 80919), in the
+                # epoch the store had by then (redis seed 117803).
+                target.to = truth.personal.get(attempt.into or attempt.epoch, {}).get(
+                    attempt.seq)
             target.done = True
             target.notices[attempt.notice] = None
     for key in skipped:

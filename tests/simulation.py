@@ -190,8 +190,16 @@ class FaultyLog:
     async def renew_epoch(self, room: str, stale: str) -> str:
         """A node renews an epoch (it found the store behind its copy): the
         ledger learns the new epoch, which kept the stale one's log."""
-        epoch: str = await self._log.renew_epoch(room, stale)
         truth = self._truth
+        try:
+            epoch: str = await self._log.renew_epoch(room, stale)
+        except StoreUnavailable:
+            if truth is not None:
+                # Its reply may have been lost after the store renewed: the
+                # first pull to find an epoch the ledger does not know takes
+                # it for this renewal (redis seed 118003).
+                truth.renewing[room] = stale
+            raise
         if truth is not None and epoch != stale:
             # A room a Redis restart lost whole has no log to keep: the
             # renewal made a new one.
@@ -210,6 +218,13 @@ class FaultyLog:
         if rng.random() < faults.pull_failed:
             raise StoreUnavailable("simulated pull failure")
         pulled: list[Pulled] = await self._log.pull(requests)
+        truth = self._truth
+        if truth is not None and truth.renewing:
+            for p in pulled:
+                stale = truth.renewing.get(p.room)
+                if stale is not None and p.epoch and p.epoch not in truth.epochs:
+                    del truth.renewing[p.room]
+                    truth.epoch_seen(p.epoch, carried=None if stale in truth.gone else stale)
         await asyncio.sleep(0)
         return pulled
 
@@ -375,6 +390,9 @@ class Truth:
     rewound: dict[str, tuple[int, int]] = field(default_factory=dict)
     """Per epoch: the lowest room and personal heads a lossy Redis restart
     kept of its log (positions past them may have been taken twice)."""
+    renewing: dict[str, str] = field(default_factory=dict)
+    """Per room: the epoch a node's renewal, answered with a failure, would
+    have renewed (the store may have done it)."""
 
     def epoch_seen(self, epoch: str, carried: str | None = None) -> None:
         """``epoch`` exists now; ``carried``: the epoch whose log it kept (a renewal)."""

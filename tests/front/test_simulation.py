@@ -174,6 +174,11 @@ def test_seed_193_on_redis_gets_every_listener_the_messages_that_took_lost_seqs(
     ("redis", 108242, "the checker's own: a listener reset into the absent epoch (its room "
                       "lost whole), then given the lost epoch's messages again by a node "
                       "whose copy was older than the loss, as a first poll"),
+    ("redis", 117803, "the checker's own: a personal recall that named a position a restart "
+                      "lost, taken since in the renewed epoch by another addressee's message, "
+                      "held to the lost message's addressee"),
+    ("redis", 118003, "the checker's own: a node's renewal whose reply was lost after the "
+                      "store made it: its epoch unknown to the ledger"),
 ])
 def test_seeds_that_found_a_broken_promise_on_redis_keep_them(
         engine: str, seed: int, found: str) -> None:
