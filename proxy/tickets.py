@@ -169,11 +169,9 @@ class Tickets:
                 raise Unauthorized("a poll needs a ticket: send Authorization: Bearer "
                                    "<ticket> or the ticket query parameter")
         named = query.get("uid")
-        claims = self._cache.get(authorization if type(authorization) is bytes
-                                 else BEARER + token.encode())
-        if (claims is None or (claims.rooms is not None and room not in claims.rooms)
-                or (named is not None and named != claims.uid)
-                or self._clock.time() > claims.exp + self.ticket_leeway):
+        claims = self.of_header(room, authorization if type(authorization) is bytes
+                                else BEARER + token.encode())
+        if claims is None or (named is not None and named != claims.uid):
             claims = self.good_for(room, token, named)
         uid = claims.uid
         if named is not None:
