@@ -132,8 +132,9 @@ class RedisOutbox:
         found = []
         for member in members:
             # "<room>:<mark>"; a room's name alone is an older version's mark.
-            room, _, mark = text(member).rpartition(":")
-            found.append((room, int(mark)) if room else (text(member), 0))
+            name = text(member)
+            room, _, mark = name.rpartition(":")
+            found.append((room, int(mark)) if room else (name, 0))
         return found
 
     async def lease(self, holder: str, ttl_ms: int) -> bool:
