@@ -630,8 +630,9 @@ async def _recall(world: World, lane: str, seq: int, epoch: str, by: str,
             # restart may lose, and a later message take again.
             kind = "room" if lane == "room" else "personal"
             truth = world.truth
-            into = _descendants(truth, epoch)[-1]
-            for e in _descendants(truth, epoch):
+            descendants = _descendants(truth, epoch)
+            into = descendants[-1]
+            for e in descendants:
                 held = truth.bodies.get((kind, e), {})
                 # (unless a retry's: the same notice, already there)
                 if notice not in held or (kind, e, notice, held[notice]) in truth.lost:

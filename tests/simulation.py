@@ -203,7 +203,7 @@ class FaultyLog:
         if truth is not None and epoch != stale:
             # A room a Redis restart lost whole has no log to keep: the
             # renewal made a new one.
-            truth.epoch_seen(epoch, carried=None if stale in truth.gone else stale)
+            truth.renewed(epoch, stale)
         return epoch
 
     def __getattr__(self, name: str) -> Any:
@@ -224,7 +224,7 @@ class FaultyLog:
                 stale = truth.renewing.get(p.room)
                 if stale is not None and p.epoch and p.epoch not in truth.epochs:
                     del truth.renewing[p.room]
-                    truth.epoch_seen(p.epoch, carried=None if stale in truth.gone else stale)
+                    truth.renewed(p.epoch, stale)
         await asyncio.sleep(0)
         return pulled
 
@@ -410,6 +410,11 @@ class Truth:
                           if e == carried}
             if carried in self.rewound:
                 self.rewound[epoch] = self.rewound[carried]
+
+    def renewed(self, epoch: str, stale: str) -> None:
+        """``epoch`` renewed ``stale``: it kept its log, unless a Redis restart
+        lost that whole (then the renewal made a new one)."""
+        self.epoch_seen(epoch, carried=None if stale in self.gone else stale)
 
     def root(self, epoch: str) -> str:
         """The first epoch of ``epoch``'s broadcast (renewals followed back)."""
@@ -713,7 +718,7 @@ async def strike(world: World, until: float) -> None:
             world.note(f"renew epoch {current} -> {epoch}")
             # A room a Redis restart lost whole has no log to keep: the
             # renewal made a new one (redis seed 104652).
-            truth.epoch_seen(epoch, carried=None if current in truth.gone else current)
+            truth.renewed(epoch, current)
         else:
             try:
                 ended = await world.store.operators.end_broadcast(
