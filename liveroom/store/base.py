@@ -26,6 +26,7 @@ from typing import Protocol
 from .counters import GIFT_VALUE_MAX as GIFT_VALUE_MAX
 from .counters import RANKING_KEPT as RANKING_KEPT
 from .counters import RANKING_MAX as RANKING_MAX
+from .counters import RENEWALS_KEPT as RENEWALS_KEPT
 from .counters import ROOT_MOVED as ROOT_MOVED
 from .counters import SCORE_EXACT as SCORE_EXACT
 from .counters import Counters as Counters

@@ -19,6 +19,12 @@ RANKING_MAX = 100
 """The most givers one :meth:`Counters.ranking` lists."""
 RANKING_KEPT = 100
 """Givers an ended broadcast's archive keeps (``PastBroadcast.ranking``)."""
+RENEWALS_KEPT = 8
+"""A broadcast's renewed epochs (``Log.renew_epoch``, the newest) that its
+end records beside the last: taps acknowledged in one of them and written
+after the end go to the ended broadcast (:meth:`Counters.add_likes`); taps
+of an older one, to the next. Renewals are rare (a store that lost part of a
+log), and taps wait at most a few flushes."""
 SCORE_EXACT = 2**53
 """Scores and totals are exact below this (the redis engine ranks with a
 sorted set, whose scores are doubles); no broadcast comes near it (9 000
@@ -119,9 +125,11 @@ class Counters(Protocol):
         a broadcast of the room ended with (``Operators.end_broadcast``
         records it), the taps go to that ended broadcast's total, as its
         archive keeps it (``PastBroadcast.likes``), not to the current one;
-        where the epoch is the current one, not known (the log was lost and
-        renewed), or the ended broadcast's archive is gone, to the current
-        broadcast. The series takes them all, by time.
+        an epoch the broadcast had before a renewal (``Log.renew_epoch``)
+        counts as the one it ended with, for the newest
+        :data:`RENEWALS_KEPT` renewals; where the epoch is the current one,
+        not known (the log was lost and made anew), or the ended broadcast's
+        archive is gone, to the current broadcast. The series takes them all, by time.
 
         **A write tried again is added once.** ``write_id`` ("": none) names
         this write: a caller that could not tell whether a write was added

@@ -179,6 +179,9 @@ def test_seed_193_on_redis_gets_every_listener_the_messages_that_took_lost_seqs(
                       "held to the lost message's addressee"),
     ("redis", 118003, "the checker's own: a node's renewal whose reply was lost after the "
                       "store made it: its epoch unknown to the ledger"),
+    ("redis", 119648, "taps acknowledged in a broadcast's epoch, a renewal of it, then "
+                      "room end before the node wrote them: the ended broadcast's archive "
+                      "held 0 and the next broadcast took them"),
 ])
 def test_seeds_that_found_a_broken_promise_on_redis_keep_them(
         engine: str, seed: int, found: str) -> None:

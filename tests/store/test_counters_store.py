@@ -28,6 +28,7 @@ from liveroom.store.base import (
     GIFT_VALUE_MAX,
     RANKING_KEPT,
     RANKING_MAX,
+    RENEWALS_KEPT,
     SERIES_RESOLUTIONS,
     GiftRank,
     Ranking,
@@ -412,6 +413,39 @@ async def test_taps_acknowledged_in_an_ended_broadcast_are_its_own(
     assert past.likes == 37
     assert await counters.likes(["r"]) == {"r": 6}
     assert sum(n for _, n in await counters.read_likes("r", 60, *ALL_TIME)) == 43
+
+
+async def test_taps_acknowledged_before_a_renewal_are_the_ended_broadcasts(
+        store: Store, fake_clock: FakeClock) -> None:
+    """Issue 45, seed 119648: taps acknowledged in a broadcast's first
+    epoch, then a renewal of that epoch, then ``room end``, then the node's
+    write: the ended broadcast's archive showed 0 and the next broadcast
+    took the taps. A renewal keeps the broadcast, so its end records every
+    epoch it had (the newest ``RENEWALS_KEPT`` renewals)."""
+    counters, t = store.counters, now_ms(fake_clock)
+    epochs = [await store.log.open_room("r")]
+    for _ in range(RENEWALS_KEPT + 1):
+        epochs.append(await store.log.renew_epoch("r", epochs[-1]))
+    assert len(set(epochs)) == RENEWALS_KEPT + 2
+    second = (await store.operators.end_broadcast("r", t, ARCHIVE_TTL_MS)).epoch
+    # Taps of each epoch of the first broadcast, written after its end: the
+    # last epoch's and the kept renewals' go to it; the oldest's, renewed
+    # too long ago, to the next broadcast, as taps of an unknown epoch do.
+    for i, epoch in enumerate(epochs):
+        await counters.add_likes({"r": 1 + i}, t + 100, {"r": epoch})
+    (past,) = await store.operators.broadcasts("r")
+    assert past.likes == sum(range(2, RENEWALS_KEPT + 3))
+    assert await counters.likes(["r"]) == {"r": 1}
+    # The next broadcast starts with no renewal of the first: its own end
+    # records only its epochs.
+    third = await store.log.renew_epoch("r", second)
+    await store.operators.end_broadcast("r", t + 200, ARCHIVE_TTL_MS)
+    await counters.add_likes({"r": 5}, t + 300, {"r": second})
+    await counters.add_likes({"r": 7}, t + 300, {"r": third})
+    await counters.add_likes({"r": 100}, t + 300, {"r": epochs[-2]})
+    latest, earlier = sorted(await store.operators.broadcasts("r"),
+                             key=lambda b: b.broadcast, reverse=True)
+    assert (latest.likes, earlier.likes) == (13, past.likes + 100)
 
 
 async def test_an_archived_ranking_keeps_ties_in_leaderboard_order(

@@ -31,6 +31,7 @@ from ...ratelimit import (
 )
 from ..base import (
     PERSONAL_PULL,
+    RENEWALS_KEPT,
     Appended,
     LogPolicy,
     Pulled,
@@ -55,6 +56,9 @@ class _RoomLog:
     (reads do not move this then, like ``lua/log_touch.lua``)."""
     root: str = ""
     """The epoch its broadcast began with (a renewal keeps it)."""
+    renewed: list[str] = field(default_factory=list)
+    """The broadcast's renewed epochs, oldest first (the newest
+    ``RENEWALS_KEPT``; ``was`` in the meta hash on Redis)."""
     seq: int = 0
     ic: int = 0
     log: deque[Entry] = field(default_factory=deque)
@@ -496,6 +500,12 @@ class MemoryLog:
         state = self._rooms.get(room)
         return "" if state is None else state.root
 
+    def epochs_of(self, room: str) -> list[str]:
+        """The room's broadcast's epochs: the renewed ones it keeps and the
+        current one, oldest first (none: it has no log)."""
+        state = self._room(room, create=False)
+        return [] if state is None else [*state.renewed, state.epoch]
+
     def epoch_of(self, room: str) -> str | None:
         """The room's epoch now (None: it has no log)."""
         state = self._room(room, create=False)
@@ -508,6 +518,7 @@ class MemoryLog:
         state = self._room(room, create=True)
         assert state is not None
         state.epoch = state.root = new_epoch()
+        state.renewed.clear()
         state.log.clear()
         state.important.clear()
         state.recalled.clear()
@@ -520,6 +531,8 @@ class MemoryLog:
         state = self._room(room, create=True)
         assert state is not None
         if state.epoch == stale:
+            # Still its broadcast's: the end records it (MemoryOperators).
+            state.renewed = [*state.renewed, stale][-RENEWALS_KEPT:]
             state.epoch = new_epoch()
         return state.epoch
 

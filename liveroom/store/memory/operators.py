@@ -62,12 +62,12 @@ class MemoryOperators:
 
     async def end_broadcast(self, room: str, now_ms: int, ttl_ms: int, *,
                             event: bytes | None = None) -> Ended:
-        ended_with = self._log.epoch_of(room)
+        ended_with = self._log.epochs_of(room)
         epoch, head = self._log.start_epoch(room)
         broadcast = self._stats.end_broadcast(room, now_ms, ttl_ms, self._counters.take(room),
                                               self._moderation.take_audit(room))
-        if ended_with is not None:
-            self._counters.ended(room, ended_with, broadcast - 1, ttl_ms)
+        for each in ended_with:
+            self._counters.ended(room, each, broadcast - 1, ttl_ms)
         self._notifier.publish(room, head)
         if self.outbox is not None:
             self.outbox.keep(room, event, broadcast=broadcast - 1)

@@ -11,7 +11,10 @@ any room name, so no room's own tag collides with them).
 key                      type   holds
 =======================  =====  ==============================================
 lr:{R}:meta              hash   ``epoch``, ``seq`` (head), ``ic`` (important count),
-                                ``ps`` (the personal sequence's newest position)
+                                ``ps`` (the personal sequence's newest position),
+                                ``root`` (the broadcast's first epoch), ``was``
+                                (its renewed epochs, space-separated, the
+                                newest ``RENEWALS_KEPT``)
 lr:{R}:log               stream the log: id ``<seq>-0``, fields ``m`` (packed
                                 message) and ``c`` (important count at it)
 lr:{R}:imp               stream important entries kept beyond the log cap
@@ -46,8 +49,9 @@ lr:{R}:vh                hash   field node -> its HyperLogLog registers (16 KiB)
 lr:{R}:bc                hash   the room's broadcasts: ``n`` the current number
                                 (absent: 1); ``e:<n>`` ``"<ended_ms> <until_ms>"``
                                 of ended broadcast n, ``p:<epoch>`` ``"<n>
-                                <until_ms>"`` the epoch it ended with (taps
-                                of that epoch go to its archive); both pruned
+                                <until_ms>"`` the epoch it ended with and
+                                the renewed ones before it (taps of those
+                                epochs go to its archive); both pruned
                                 on the caller's clock by the next end
 lr:{R}:vx:<n>            set    the exact set, vm and vh of ended broadcast n
 lr:{R}:vm:<n>            hash   (renamed aside when it ended; ``vm:<n>`` always

@@ -28,6 +28,7 @@ from ...model import (
 from ...ratelimit import RateLimits, Window, refusal
 from ..base import (
     PERSONAL_PULL,
+    RENEWALS_KEPT,
     Appended,
     LogPolicy,
     Pulled,
@@ -105,7 +106,7 @@ class RedisLog:
             (epoch,) = await run_scripts(self._client, [(
                 self._epoch, _room_keys(room),
                 [new_epoch(), stale, self.policy.room_ttl_ms, extend,
-                 self.policy.empty_room_ttl_ms])])
+                 self.policy.empty_room_ttl_ms, RENEWALS_KEPT])])
         return text(epoch)
 
     async def close(self) -> None:

@@ -7,7 +7,8 @@
 --                                 (Unix s, a multiple of step j)
 -- KEYS[#KEYS-1] lr:{R}:lkw:<id>   string: this write, taken (ARGV[#ARGV-1] names it)
 -- KEYS[#KEYS] lr:{R}:bc           hash: p:<epoch> = '<k> <kept until ms>' for the
---                                 epoch broadcast k ended with (operators_end_broadcast.lua)
+--                                 epoch broadcast k ended with and those it renewed
+--                                 (operators_end_broadcast.lua)
 --
 -- ARGV[1]  n: the taps (an integer >= 1)     ARGV[2]  now_ms (the caller's clock)
 -- ARGV[3]  ms the total lives after this add (the history's ttl)

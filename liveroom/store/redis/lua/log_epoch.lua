@@ -1,7 +1,8 @@
 -- log_epoch.lua: a room's epoch, creating its (empty) log or renewing the epoch.
 -- Serves open_room (ARGV[2] = '', ARGV[4] = 1) and renew_epoch (ARGV[4] = 0).
 --
--- KEYS[1]  lr:{R}:meta   hash: epoch, seq (head), ic (important count)
+-- KEYS[1]  lr:{R}:meta   hash: epoch, seq (head), ic (important count),
+--                        was: the broadcast's renewed epochs, oldest first
 -- KEYS[2]  lr:{R}:log    stream: the log
 -- KEYS[3]  lr:{R}:imp    stream: important entries kept beyond the log cap
 -- KEYS[4]  lr:{R}:pm     stream: personal messages   KEYS[5]  lr:{R}:pn  hash: ordinals
@@ -11,6 +12,7 @@
 -- ARGV[3]  room_ttl_ms
 -- ARGV[4]  1 to push the room's expiry back (a read of the room), else 0
 -- ARGV[5]  empty_room_ttl_ms: the expiry of a log with no message yet
+-- ARGV[6]  renewed epochs 'was' keeps (RENEWALS_KEPT, the newest)
 --
 -- Returns the room's current epoch. Seq and ic continue across a renewal.
 -- A log created here has no message: it lives ARGV[5] from its creation, and
@@ -27,8 +29,19 @@ if not epoch then
   redis.call('PEXPIRE', meta, ARGV[5])
   return epoch
 elseif ARGV[2] ~= '' and epoch == ARGV[2] then
+  -- The renewed epoch stays its broadcast's: the end records it with the
+  -- last (operators_end_broadcast.lua), so taps acknowledged in it and
+  -- written after the end go to the ended broadcast.
+  local was = {}
+  for e in string.gmatch(redis.call('HGET', meta, 'was') or '', '%S+') do
+    table.insert(was, e)
+  end
+  table.insert(was, epoch)
+  while #was > tonumber(ARGV[6]) do
+    table.remove(was, 1)
+  end
   epoch = ARGV[1]
-  redis.call('HSET', meta, 'epoch', epoch)
+  redis.call('HSET', meta, 'epoch', epoch, 'was', table.concat(was, ' '))
 end
 if ARGV[4] == '1' and (redis.call('HGET', meta, 'seq') ~= '0'
                        or redis.call('HGET', meta, 'live')) then

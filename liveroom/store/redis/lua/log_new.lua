@@ -10,6 +10,7 @@ local function new_log(meta, log, imp, pm, pn, epoch)
   redis.call('DEL', log, imp, pm, pn)
   -- 'root': the epoch its broadcast began with (a renewal keeps it).
   redis.call('HSET', meta, 'epoch', epoch, 'seq', 0, 'ic', 0, 'ps', 0, 'root', epoch)
-  redis.call('HDEL', meta, 'by')  -- whose room it is, log_append.lua says
+  -- whose room it is (log_append.lua), the renewed epochs (log_epoch.lua)
+  redis.call('HDEL', meta, 'by', 'was')
 end
 

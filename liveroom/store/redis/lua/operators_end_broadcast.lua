@@ -11,7 +11,8 @@
 -- KEYS[3]  lr:{R}:imp     stream: important entries kept beyond the log cap
 -- KEYS[4]  lr:{R}:bc      hash: n = the current broadcast (absent: 1);
 --                         e:<k> = '<ended_ms> <kept until ms>' of ended ones;
---                         p:<epoch> = '<k> <kept until ms>': the epoch k ended with
+--                         p:<epoch> = '<k> <kept until ms>': the epoch k ended
+--                         with, and those renewed before it (meta's 'was')
 -- KEYS[5]  lr:{R}:vx      KEYS[6]  lr:{R}:vm      KEYS[7]  lr:{R}:vh
 --                         the current broadcast's viewers history
 -- KEYS[8]  lr:{R}:vx:<n>  KEYS[9]  lr:{R}:vm:<n>  KEYS[10] lr:{R}:vh:<n>
@@ -51,10 +52,11 @@ local now, ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
 -- personal sequence and the ordinals go on.
 local epoch = ARGV[2]
 local old_epoch = redis.call('HGET', meta, 'epoch')
+local renewed = redis.call('HGET', meta, 'was')  -- log_epoch.lua
 if old_epoch then
   redis.call('HSET', meta, 'epoch', epoch, 'root', epoch)
   redis.call('DEL', log, imp, KEYS[11])
-  redis.call('HDEL', meta, 'by')
+  redis.call('HDEL', meta, 'by', 'was')
 else
   -- No log: start one at seq 0 (log_new.lua).
   new_log(meta, log, imp, KEYS[11], KEYS[12], epoch)
@@ -102,9 +104,13 @@ end
 redis.call('HSET', bc, string.format('e:%d', ended), string.format('%d %d', now, now + ttl),
            'n', ended + 1)
 if old_epoch then
-  -- The epoch it ended with: taps acknowledged in it and written after
-  -- (counters_likes.lua) go to its archive.
-  redis.call('HSET', bc, 'p:' .. old_epoch, string.format('%d %d', ended, now + ttl))
+  -- The epoch it ended with and those renewed before it: taps acknowledged
+  -- in them and written after (counters_likes.lua) go to its archive.
+  local record = string.format('%d %d', ended, now + ttl)
+  redis.call('HSET', bc, 'p:' .. old_epoch, record)
+  for e in string.gmatch(renewed or '', '%S+') do
+    redis.call('HSET', bc, 'p:' .. e, record)
+  end
 end
 -- bc outlives every viewers history of the room (add_viewers extends it too).
 if redis.call('PTTL', bc) < ttl then
