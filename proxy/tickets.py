@@ -155,24 +155,22 @@ class Tickets:
         ``ticket`` query parameter's. A query naming no uid gets the ticket's.
         """
         # Every poll comes this way: the common case (the front's raw header,
-        # a cached ticket) inlined; anything else takes the checked path.
-        if type(authorization) is bytes and authorization.startswith(b"Bearer "):
-            try:
-                token = authorization[7:].decode().strip()
-            except UnicodeDecodeError:
-                token = bearer(authorization)  # refuses it
-        elif authorization is not None:
-            token = bearer(authorization)
-        else:
-            token = query.get("ticket") or ""
-            if not token:
-                raise Unauthorized("a poll needs a ticket: send Authorization: Bearer "
-                                   "<ticket> or the ticket query parameter")
+        # a cached ticket) is one lookup, as a send's; anything else takes
+        # the checked path.
         named = query.get("uid")
-        claims = self.of_header(room, authorization if type(authorization) is bytes
-                                else BEARER + token.encode())
+        claims = (self.of_header(room, authorization) if type(authorization) is bytes
+                  else None)
         if claims is None or (named is not None and named != claims.uid):
-            claims = self.good_for(room, token, named)
+            if authorization is not None:
+                token = bearer(authorization)
+            else:
+                token = query.get("ticket") or ""
+                if not token:
+                    raise Unauthorized("a poll needs a ticket: send Authorization: Bearer "
+                                       "<ticket> or the ticket query parameter")
+            claims = self.of_header(room, BEARER + token.encode())
+            if claims is None or (named is not None and named != claims.uid):
+                claims = self.good_for(room, token, named)
         uid = claims.uid
         if named is not None:
             return query
