@@ -363,9 +363,16 @@ class Likes:
         answer's :meth:`total` may lag a refresh (a broadcast just ended);
         it notes nothing and changes nothing, so reading it keeps nothing
         fresh. (Taps in a flush under way are left out: the store may or may
-        not hold them yet.)"""
+        not hold them yet; so are taps acknowledged in a broadcast the room
+        cache knows has ended: they go to its archive.)"""
+        # The cache's epoch before the store's total, as a refresh reads them.
+        epoch = self._now(room, self._epoch_of(room))
         stored = (await self._store.likes([room]))[room]
-        return stored + self._pending.get(room, 0)
+        pending = self._pending.get(room, 0)
+        tapped_in = self._now(room, self._pending_epoch.get(room))
+        if pending and epoch and tapped_in and tapped_in != epoch:
+            pending = 0
+        return stored + pending
 
     async def step(self) -> None:
         """A flush, and a refresh if :data:`REFRESH_EVERY` passed since the

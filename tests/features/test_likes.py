@@ -282,7 +282,12 @@ async def test_taps_acknowledged_before_a_room_end_are_the_ended_broadcasts(
     async with asyncio.timeout(5):
         while (await poll_once(c.session, c.url, ROOM, {"uid": "w"}))["epoch"] == first:
             await asyncio.sleep(0.01)
+    # The room's figures read now are the new broadcast's: none of the 37.
+    async with c.session.get(f"{c.url}/v1/rooms/{ROOM}/stats") as resp:
+        assert (await resp.json())["likes"] == 0
     assert (await c.like({"uid": "c", "count": 2}))[:2] == (202, {"likes": 2})
+    async with c.session.get(f"{c.url}/v1/rooms/{ROOM}/stats") as resp:
+        assert (await resp.json())["likes"] == 2
     await likes.flush()
     await likes.flush()
     async with c.session.get(f"{c.url}/v1/rooms/{ROOM}/broadcasts") as resp:
