@@ -506,11 +506,6 @@ class MemoryLog:
         state = self._room(room, create=False)
         return [] if state is None else [*state.renewed, state.epoch]
 
-    def epoch_of(self, room: str) -> str | None:
-        """The room's epoch now (None: it has no log)."""
-        state = self._room(room, create=False)
-        return None if state is None else state.epoch
-
     def start_epoch(self, room: str) -> tuple[str, int]:
         """Give the room a new epoch with an empty log whatever its current one
         (creating its log if it has none; seq goes on) and make it live; return
