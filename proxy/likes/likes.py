@@ -369,8 +369,8 @@ class Likes:
         epoch = self._now(room, self._epoch_of(room))
         stored = (await self._store.likes([room]))[room]
         pending = self._pending.get(room, 0)
-        tapped_in = self._now(room, self._pending_epoch.get(room))
-        if pending and epoch and tapped_in and tapped_in != epoch:
+        # As _taps_in reads them (renewed() keeps _pending_epoch current).
+        if pending and epoch and self._pending_epoch.get(room, epoch) != epoch:
             pending = 0
         return stored + pending
 
