@@ -251,7 +251,13 @@ class Moderation:
         acted = self._acted
         later = {room for room, tick in acted.items() if tick > began}
         if reset:
-            self._seen = 0  # the copies' versions are of the store before
+            # The copies' versions are of the store before, but for the
+            # rooms left to an action: their copies stay, with them their
+            # versions, which an action's read must be able to tell from
+            # its own (redis seed 135536: a ban's read, given a lost
+            # version again, held older than such a copy and dropped).
+            self._seen = max((self.rules[room].version for room in later
+                              if room in self.rules), default=0)
             if self._reread is not None and self._reread < began:
                 self._reread = None  # read everything since
             for room in set(self.rules) - set(states) - later:

@@ -521,6 +521,79 @@ async def test_after_an_outage_a_node_reads_every_room_again(redis_server: Redis
         assert set(node.rules["kept"].muted) == {"a", "x", "y", "z"}
 
 
+class GatedRooms:
+    """The store's moderation, whose ``rooms`` reads, once armed, each run
+    on Redis and then wait for the test (replies held in flight): the
+    k-th read sets ``arrived[k]`` and returns when ``gates[k]`` is set."""
+
+    def __init__(self, moderation: Any, reads: int) -> None:
+        self._moderation = moderation
+        self.armed = False
+        self.arrived = [asyncio.Event() for _ in range(reads)]
+        self.gates = [asyncio.Event() for _ in range(reads)]
+        self._count = 0
+
+    async def rooms(self, *args: Any) -> Any:
+        found = await self._moderation.rooms(*args)
+        if self.armed and self._count < len(self.gates):
+            k = self._count
+            self._count += 1
+            self.arrived[k].set()
+            await self.gates[k].wait()
+        return found
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._moderation, name)
+
+
+async def test_an_action_read_after_a_refresh_that_read_everything_again_holds(
+        redis_server: RedisServer, redis_url: str) -> None:
+    """Found by the simulator on Redis (seed 135536): a restart lost the
+    last versions of a room this node had applied; the refresh after the
+    outage read every room again, and a ban through this node was stored
+    while that read was in flight, so the refresh left the room's copy
+    (from before the loss) to the ban. The refresh forgot the copy's
+    version all the same: the ban's read, given one of the lost versions
+    again, was held older than the copy and dropped, and the banned uid's
+    poll was answered 200 until the next refresh."""
+    import redis.asyncio
+
+    from liveroom.store import LogPolicy
+    from liveroom.store.base import AuditEntry
+    from proxy.moderation.rules import Moderation
+
+    clock = FakeClock()
+    async with opened(redis_url, LogPolicy(), clock) as store:
+        now_ms = int(clock.time() * 1000)
+        gated = GatedRooms(store.moderation, 2)
+        node = Moderation(gated, clock)  # type: ignore[arg-type]
+        await node.refresh()
+        await node.act(ROOM, AuditEntry(now_ms, "admin", "mute", "v", 60, ""))
+        async with redis.asyncio.Redis.from_url(redis_url) as client:
+            saved = await dumped(client)
+        for uid in ("w", "x"):  # versions 2 and 3, applied here, then lost
+            await node.act(ROOM, AuditEntry(now_ms, "admin", "mute", uid, 60, ""))
+        redis_server.stop()
+        await node.refresh()  # the store away: the next refresh reads everything
+        redis_server.start()
+        async with redis.asyncio.Redis.from_url(redis_url) as client:
+            await restored(client, saved)
+        gated.armed = True
+        refreshing = asyncio.create_task(node.refresh())
+        await asyncio.wait_for(gated.arrived[0].wait(), 5)  # its read, held
+        acting = asyncio.create_task(
+            node.act(ROOM, AuditEntry(now_ms, "admin", "ban", "u", 60, "")))
+        await asyncio.wait_for(gated.arrived[1].wait(), 5)  # stored (version 2), read, held
+        gated.gates[0].set()
+        await asyncio.wait_for(refreshing, 5)
+        gated.gates[1].set()
+        await asyncio.wait_for(acting, 5)
+        assert node.rules[ROOM].ban_of(ROOM, "u", now_ms) is not None, "the ban dropped"
+        await node.refresh()
+        assert node.rules[ROOM].ban_of(ROOM, "u", now_ms) is not None
+        assert set(node.rules[ROOM].muted) == {"v"}, "the lost mutes kept"
+
+
 async def test_after_the_store_lost_its_moderation_a_node_takes_the_newer_actions(
         redis_url: str) -> None:
     """Found by the simulator on Redis (seed 70391, sharded: a restart lost
