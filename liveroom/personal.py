@@ -37,7 +37,7 @@ ones). It costs one pointer per held message.
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -267,21 +267,29 @@ class PersonalRead(NamedTuple):
     """Its cursor after this answer."""
     pn: int | None
     """Its ordinal at that cursor, for its context (``None``: unknown)."""
+    pts: int = 0
+    """The ``ts`` of its message of ordinal ``pn`` (0: unknown), for its
+    context: see :func:`retaken`."""
+
+
+PTS_MASK = 0xFFFFFFFF
+"""The bits of a personal message's ``ts`` a context keeps (its low 32: two
+messages a restart could swap are seconds apart, not 49 days)."""
 
 
 def read_personal(personal: Personal | None, phead: int, uid: str, pseq: int,
-                  pn: int | None) -> PersonalRead | None:
-    """What ``uid`` at ``pseq`` (its ordinal there ``pn``, from its context,
-    if known) has of its own up to ``phead``; ``None`` when this node holds
-    no mailbox for it (nothing pending; the cursor moves to ``phead``, its
-    ordinal stays what it was)."""
+                  pn: int | None, pts: int = 0) -> PersonalRead | None:
+    """What ``uid`` at ``pseq`` (its ordinal there ``pn``, and that
+    message's ``pts``, from its context, if known) has of its own up to
+    ``phead``; ``None`` when this node holds no mailbox for it (nothing
+    pending; the cursor moves to ``phead``, its ordinal stays what it was)."""
     box = personal.boxes.get(uid) if personal is not None else None
     if box is None:
         return None
     if pseq > phead:
         # Past what this node pulled (it lags the node the listener came
         # from): nothing to read yet, the cursor and its ordinal stay.
-        return PersonalRead((), 0, pseq, pn)
+        return PersonalRead((), 0, pseq, pn, pts)
     positions, ordinals, start = box.positions, box.ordinals, box.start
     first = bisect_right(positions, pseq, lo=start)
     if first > start:
@@ -289,8 +297,13 @@ def read_personal(personal: Personal | None, phead: int, uid: str, pseq: int,
     end = bisect_right(positions, phead, lo=first)
     if end > start:
         at_head: int | None = ordinals[end - 1]
+        pts = box.items[end - 1].ts
+    elif box.head_pos <= phead:
+        at_head = box.head_n
+        if at_head != pn:
+            pts = 0  # a message no longer held
     else:
-        at_head = box.head_n if box.head_pos <= phead else pn
+        at_head = pn
     if first < end:
         items = tuple(box.items[first:end])
         missed = ordinals[first] - 1 - pn if pn is not None else 0
@@ -298,4 +311,24 @@ def read_personal(personal: Personal | None, phead: int, uid: str, pseq: int,
         # Nothing held after the cursor; whatever came after it was trimmed.
         items = ()
         missed = at_head - pn if pn is not None and at_head is not None else 0
-    return PersonalRead(items, max(0, missed), phead, at_head)
+    return PersonalRead(items, max(0, missed), phead, at_head, pts)
+
+
+def retaken(personal: Personal | None, phead: int, uid: str, pseq: int, pn: int,
+            pts: int) -> bool:
+    """Whether this node holds, at or before ``uid``'s cursor ``pseq`` (and
+    its ``phead``), another message of ordinal ``pn`` for it than the one
+    its context names (``pts``, masked by :data:`PTS_MASK`): the store lost
+    the one the listener got (a Redis restart that lost its last second)
+    and a later one for it took its position and ordinal, which the
+    listener's cursor is past already. Its ordinals are read for what they
+    are (a few bisections); a mailbox that no longer holds that ordinal
+    tells nothing."""
+    box = personal.boxes.get(uid) if personal is not None else None
+    if box is None or not pts:
+        return False
+    start = box.start
+    end = bisect_right(box.positions, min(pseq, phead), lo=start)
+    ordinals = box.ordinals
+    at = bisect_left(ordinals, pn, start, end)
+    return at < end and ordinals[at] == pn and box.items[at].ts & PTS_MASK != pts

@@ -1,16 +1,17 @@
 """The listener's context (``ctx``): what the server tells itself across polls.
 
-A ``ctx`` is 84 characters of base64url: a version byte, five 64-bit
+A ``ctx`` is 84 characters of base64url: a version byte, three 64-bit
 integers (the important counts at the answer's cursors, so ``gap``/``igap``
 stay exact for a listener older than what a node keeps; the time of the
-last non-empty answer, for the adaptive hold; the listener's ordinal among
-its personal messages at its ``pseq`` plus one, 0 when unknown, so ``pgap``
-is exact, see :mod:`liveroom.personal`; the ``ts`` of the message at the
-answer's ``seq``, 0 when unknown, so that a node whose copy of the room
-holds another message there, the store having lost the one the listener
-got, resets it), a 48-bit mark of the figures the answer showed beside its
-messages (its likes, slow mode and top givers, :func:`news_mark`; 0 when
-unknown), so a
+last non-empty answer, for the adaptive hold), two 32-bit ones (the
+listener's ordinal among its personal messages at its ``pseq`` plus one, 0
+when unknown, so ``pgap`` is exact, see :mod:`liveroom.personal`; and the
+low 32 bits of that message's ``ts``, 0 when unknown), one more 64-bit
+integer (the ``ts`` of the message at the answer's ``seq``, 0 when unknown),
+so that a node whose copy of the room holds another message at either
+place, the store having lost the one the listener got, resets it), a
+48-bit mark of the figures the answer showed beside its messages (its
+likes, slow mode and top givers, :func:`news_mark`; 0 when unknown), so a
 poll that missed a change between its answer and its next poll is told it
 (:mod:`.news`), and a 16-byte MAC: keyed
 BLAKE2s over those bytes and what the context is bound to (room, uid, epoch,
@@ -30,8 +31,10 @@ import hmac
 import struct
 from typing import Final, NamedTuple
 
-_VERSION: Final = 5
-_FIELDS: Final = struct.Struct(">BQQQQQHI")
+from liveroom.personal import PTS_MASK
+
+_VERSION: Final = 6
+_FIELDS: Final = struct.Struct(">BQQQIIQHI")
 """The last two (16 and 32 bits) are the news mark's 48: a context of 63
 bytes is a whole number of base64 characters, none with bits a forger
 could flip unseen."""
@@ -40,15 +43,18 @@ _PACK: Final = _FIELDS.pack
 _B2A: Final = binascii.b2a_base64
 _A2B: Final = binascii.a2b_base64
 _MAC: Final = 16
+_PN_MAX: Final = 0xFFFFFFFF
+"""Ordinals from this on are signed as unknown (one plus the ordinal is kept in 32 bits)."""
 _SIZE: Final = _FIELDS.size + _MAC
 _LENGTH: Final = (_SIZE * 4 + 2) // 3
 """Characters of a context (base64url, no padding)."""
 _TO_URL: Final = bytes.maketrans(b"+/", b"-_")
 _FROM_URL: Final = bytes.maketrans(b"-_", b"+/")
 _PAD: Final = "=" * (-_LENGTH % 4)
-_ANCHOR_AT: Final = struct.calcsize(">BQQQQ")
-"""The anchor's first byte: its 8 bytes follow the version and four counts
-(33, a multiple of 3, so a base64 group begins there)."""
+_ANCHOR_AT: Final = struct.calcsize(">BQQQII")
+"""The anchor's first byte: its 8 bytes follow the version, three counts
+and the personal ordinal and ``ts`` (33, a multiple of 3, so a base64 group
+begins there)."""
 _ANCHOR_CHARS: Final = slice(_ANCHOR_AT // 3 * 4, _ANCHOR_AT // 3 * 4 + 12)
 """The characters of the base64 groups holding the anchor (and the news mark's first byte)."""
 
@@ -64,6 +70,9 @@ class Context(NamedTuple):
     """The ``ts`` of the message at its ``seq`` (0: unknown)."""
     news: int = 0
     """The :func:`news_mark` of the figures its answer showed (0: unknown)."""
+    pts: int = 0
+    """The low 32 bits (:data:`~liveroom.personal.PTS_MASK`) of the ``ts``
+    of its personal message of ordinal ``pn`` (0: unknown)."""
 
 
 _MARKS: Final = 1 << 48
@@ -119,17 +128,20 @@ class ContextSigner:
 
     def sign(self, room: str, uid: str, epoch: str, seq: int, iseq: int, seq_ic: int,
              iseq_ic: int, last_ms: int, pn: int | None = None, anchor: int = 0,
-             news: int = 0) -> str:
+             news: int = 0, pts: int = 0) -> str:
         """The context of an answer at ``(seq, iseq)`` of ``epoch`` (see :class:`Context`)."""
         return self.sign_ascii(room, uid, epoch, seq, iseq, seq_ic, iseq_ic, last_ms, pn,
-                               anchor, news).decode()
+                               anchor, news, pts).decode()
 
     def sign_ascii(self, room: str, uid: str, epoch: str, seq: int, iseq: int, seq_ic: int,
                    iseq_ic: int, last_ms: int, pn: int | None = None, anchor: int = 0,
-                   news: int = 0) -> bytes:
+                   news: int = 0, pts: int = 0) -> bytes:
         """:meth:`sign`'s context as ASCII bytes, as a JSON answer splices it in."""
-        fields = _PACK(_VERSION, seq_ic, iseq_ic, last_ms, 0 if pn is None else pn + 1, anchor,
-                       news >> 32, news & 0xFFFFFFFF)
+        # An ordinal past 32 bits (never reached: a uid's personal messages
+        # in one room) is unknown rather than an error.
+        fields = _PACK(_VERSION, seq_ic, iseq_ic, last_ms,
+                       pn + 1 if pn is not None and pn < _PN_MAX else 0, pts & PTS_MASK,
+                       anchor, news >> 32, news & 0xFFFFFFFF)
         raw = fields + self._mac(fields, room, uid, epoch, seq, iseq)
         return _B2A(raw, newline=False)[:_LENGTH].translate(_TO_URL)
 
@@ -164,6 +176,7 @@ class ContextSigner:
         if raw[0] != _VERSION or not hmac.compare_digest(
                 raw[_FIELDS.size:], self._mac(fields, room, uid, epoch, seq, iseq)):
             return None
-        _, seq_ic, iseq_ic, last_ms, pn, anchor, news_high, news_low = _FIELDS.unpack(fields)
+        _, seq_ic, iseq_ic, last_ms, pn, pts, anchor, news_high, news_low = \
+            _FIELDS.unpack(fields)
         return Context(seq_ic, iseq_ic, last_ms, pn - 1 if pn else None, anchor,
-                       news_high << 32 | news_low)
+                       news_high << 32 | news_low, pts)

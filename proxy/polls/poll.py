@@ -50,7 +50,7 @@ from typing import Final
 from liveroom.clock import Clock
 from liveroom.codec import JSON, MSGPACK, wants_msgpack
 from liveroom.metrics import Metrics
-from liveroom.personal import PersonalRead, read_personal
+from liveroom.personal import PersonalRead, read_personal, retaken
 from liveroom.roles import RoomReader, StatsReader
 from liveroom.settings import Settings
 from liveroom.snapshot import ABSENT_EPOCH, Delivery, Snapshot, read, recent, ts_at
@@ -322,6 +322,7 @@ class Poll(Held):
         "pn_out",
         "pseq_in",
         "pseq_out",
+        "pts_out",
         "recent",
         "task",
         "use_msgpack",
@@ -355,7 +356,9 @@ class Poll(Held):
         """The personal cursor read from: the one echoed, else the head when first read."""
         self.pseq_out = 0
         self.pn_out: int | None = None
-        """The personal cursor and its ordinal the answer carries (set by each read)."""
+        self.pts_out = 0
+        """The personal cursor, its ordinal and that message's ``ts`` the
+        answer carries (set by each read)."""
         self.due = 0.0
         self.paced_deadline = 0.0
         """When a paced poll is due and when it times out, on the clock's monotonic time."""
@@ -512,7 +515,8 @@ class Poll(Held):
 
     def _rewritten(self, snap: Snapshot, cursor: Cursor, now_ms: int) -> bool:
         """Whether ``snap`` holds another message at the cursor's ``seq``
-        than the one the listener's context names: the store lost the
+        (or for the listener at its ``pseq``) than the one the listener's
+        context names: the store lost the
         listener's (a Redis restart that lost its last second) and a later
         send took its seq, and this node's copy began after (a node whose
         copy held the lost one starts a new epoch instead, see
@@ -527,6 +531,26 @@ class Poll(Held):
         if cursor.epoch != snap.epoch or (
                 not self.ctx_read and now_ms - snap.born_ms >= ANCHORS_YOUNG_MS):
             return False
+        return self._seq_rewritten(snap, cursor) or self._pseq_rewritten(snap, cursor)
+
+    def _pseq_rewritten(self, snap: Snapshot, cursor: Cursor) -> bool:
+        """The same for the listener's personal cursor: whether ``snap``
+        holds another message for it at the ordinal its context names, at
+        or before its ``pseq`` (:func:`liveroom.personal.retaken`; simulator,
+        redis seed 133716). Only a listener with personal messages held pays
+        (it verifies its context for its read anyway)."""
+        pseq = self.params.pseq
+        personal = snap.personal
+        uid = self.params.uid
+        if pseq is None or personal is None or uid not in personal.boxes:
+            return False
+        ctx = self._context(cursor)
+        if ctx is None or ctx.pn is None:
+            return False
+        return retaken(personal, snap.phead, uid, pseq, ctx.pn, ctx.pts)
+
+    def _seq_rewritten(self, snap: Snapshot, cursor: Cursor) -> bool:
+        """:meth:`_rewritten` at the cursor's ``seq``."""
         if not self.ctx_read:
             # Most contexts name the message the copy holds: their claim,
             # read without the MAC, settles it; only a claim of another
@@ -621,16 +645,19 @@ class Poll(Held):
             pseq = self.pseq_in = params.pseq if params.pseq is not None else snap.phead
         personal = snap.personal
         uid = self.params.uid
+        ctx = self.ctx
         if personal is None or uid not in personal.boxes:
             self.pseq_out = max(pseq, snap.phead)
             self.pn_out = self.hint_pn
+            self.pts_out = 0 if ctx is None else ctx.pts
             return None
         # Its ordinal at its cursor, for what it missed: only listeners with
         # personal messages held pay for reading their context.
-        self._context(cursor)
-        mine = read_personal(personal, snap.phead, uid, pseq, self.hint_pn)
+        ctx = self._context(cursor)
+        mine = read_personal(personal, snap.phead, uid, pseq, self.hint_pn,
+                             0 if ctx is None else ctx.pts)
         assert mine is not None
-        self.pseq_out, self.pn_out = mine.pseq, mine.pn
+        self.pseq_out, self.pn_out, self.pts_out = mine.pseq, mine.pn, mine.pts
         return mine
 
     def _recent(self, snap: Snapshot, outcome: int, count: int, now_ms: int) -> None:
@@ -640,7 +667,8 @@ class Poll(Held):
         pace = self.pace
         assert pace is not None
         mine = read_personal(snap.personal, snap.phead, self.params.uid, snap.phead, None)
-        self.pseq_out, self.pn_out = snap.phead, mine.pn if mine is not None else None
+        self.pseq_out = snap.phead
+        self.pn_out, self.pts_out = (None, 0) if mine is None else (mine.pn, mine.pts)
         reset = outcome == _RESET
         memo = snap.memo
         key = ("recent", count, reset, self.use_msgpack, self.online, self.likes,
@@ -807,7 +835,7 @@ class Poll(Held):
         ctx = polls.signer.sign_ascii(room, params.uid, epoch, delivery.seq, delivery.iseq,
                                       delivery.seq_ic, delivery.iseq_ic, now_ms, self.pn_out,
                                       _anchor(delivery, snap),
-                                      polls.marks.of(self.likes, slow, version))
+                                      polls.marks.of(self.likes, slow, version), self.pts_out)
         self.finish(Reply(200, answer.finish(head, ctx, use_msgpack, self._spread(),
                                              self.pseq_out, delivery.personal, delivery.pgap,
                                              ranking, slow),
@@ -841,7 +869,7 @@ class Poll(Held):
         ctx = polls.signer.sign_ascii(room, params.uid, cursor.epoch, delivery.seq,
                                       delivery.iseq, delivery.seq_ic, delivery.iseq_ic, last_ms,
                                       self.pn_out, anchor,
-                                      polls.marks.of(self.likes, slow, version))
+                                      polls.marks.of(self.likes, slow, version), self.pts_out)
         head = answer.head(room, cursor.epoch, delivery, reset=False,
                            online=self.online, interval_ms=pace.interval_ms,
                            use_msgpack=self.use_msgpack, likes=self.likes)

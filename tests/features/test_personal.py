@@ -14,7 +14,7 @@ from support import PUBLISHER, Listener, running_node, send
 
 from liveroom.codec import encode_message
 from liveroom.model import Entry
-from liveroom.personal import Personal, read_personal
+from liveroom.personal import PTS_MASK, Personal, read_personal, retaken
 from liveroom.snapshot import Item
 
 
@@ -170,14 +170,16 @@ def test_a_listener_gets_its_held_ones_after_its_cursor_and_counts_the_rest(
     entries = []
     for position, uid in enumerate(to, start=1):
         ordinals[uid] = ordinals.get(uid, 0) + 1
-        entries.append(Entry(position, 0, "s", True, 0, position, to=uid, n=ordinals[uid]))
+        entries.append(Entry(position, 0, "s", True, 1_000 + position, position, to=uid,
+                             n=ordinals[uid]))
     personal.add(entries, _item)
     personal.trim(0)
     head = len(to)
     cursor = min(cursor, head)
     mine = [e for e in entries if e.to == "a"]
     pn = sum(1 for e in mine if e.seq <= cursor)
-    got = read_personal(personal, head, "a", cursor, pn if knows else None)
+    pts = mine[pn - 1].ts if knows and pn else 0
+    got = read_personal(personal, head, "a", cursor, pn if knows else None, pts)
     held = {e.seq for e in entries[-cap:]}
     due = [e.seq for e in mine if e.seq > cursor and e.seq in held]
     lost = sum(1 for e in mine if e.seq > cursor and e.seq not in held)
@@ -193,3 +195,59 @@ def test_a_listener_gets_its_held_ones_after_its_cursor_and_counts_the_rest(
     assert got.pn in (len(mine), None)
     if mine and (any(e.seq in held for e in mine) or knows):
         assert got.pn == len(mine)
+    # The ts its context will name is its newest message's, or unknown.
+    assert got.pts in (mine[-1].ts if mine else 0, 0)
+    if mine and mine[-1].seq in held:
+        assert got.pts == mine[-1].ts
+
+
+def _history(to: list[str], ts0: int, start: int = 1,
+             counted: dict[str, int] | None = None) -> list[Entry]:
+    ordinals = dict(counted or {})
+    entries = []
+    for position, uid in enumerate(to, start=start):
+        ordinals[uid] = ordinals.get(uid, 0) + 1
+        entries.append(Entry(position, 0, "s", True, ts0 + position, position, to=uid,
+                             n=ordinals[uid]))
+    return entries
+
+
+@settings(max_examples=300, deadline=None)
+@given(to=st.lists(st.sampled_from("abc"), min_size=1, max_size=30),
+       kept=st.integers(0, 30), again=st.lists(st.sampled_from("abc"), max_size=20),
+       cap=st.integers(1, 40), cursor=st.integers(0, 30), rewrite=st.booleans())
+def test_a_node_tells_a_listener_whose_message_another_took_from_one_whose_stayed(
+        to: list[str], kept: int, again: list[str], cap: int, cursor: int,
+        rewrite: bool) -> None:
+    """"a" read up to ``cursor`` of a history; its context names its ordinal
+    there and that message's ts. A node then holds the newest ``cap`` of
+    the same history (nothing was lost: never "retaken"), or of one whose
+    positions after ``kept`` a restart lost and new messages took (with
+    other ts): "retaken" exactly when the node holds a message for "a" at
+    or before its cursor with its ordinal but not its ts (the linear model
+    here; the rule bisects)."""
+    cursor = min(cursor, len(to))
+    first = _history(to, 1_000)
+    mine = [e for e in first if e.to == "a" and e.seq <= cursor]
+    pn = len(mine)
+    pts = mine[-1].ts & PTS_MASK if mine else 0
+    if rewrite:
+        kept = min(kept, len(to))
+        counted: dict[str, int] = {}
+        for e in first[:kept]:
+            assert e.to is not None
+            counted[e.to] = e.n
+        history = first[:kept] + _history(again, 50_000, kept + 1, counted)
+    else:
+        history = first
+    personal = Personal(keep=1, hard_cap=cap, window_ms=10**9)
+    personal.add(history, _item)
+    personal.trim(0)
+    head = len(history)
+    held = history[-cap:]
+    expected = bool(pts) and any(
+        e.to == "a" and e.seq <= min(cursor, head) and e.n == pn and e.ts & PTS_MASK != pts
+        for e in held)
+    assert retaken(personal, head, "a", cursor, pn, pts) is expected
+    if not rewrite:
+        assert not expected  # the same history: no listener is reset

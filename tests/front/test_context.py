@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from liveroom.personal import PTS_MASK
 from proxy.polls.context import Context, ContextSigner, NewsMarks, news_mark
 
 names = st.from_regex(r"[A-Za-z0-9_.\-]{1,64}", fullmatch=True)
@@ -13,19 +14,22 @@ SIGNER = ContextSigner("secret")
 
 
 @given(room=names, uid=names, epoch=names, seq=counts, iseq=counts, seq_ic=counts,
-       iseq_ic=counts, last_ms=counts, pn=st.none() | counts, anchor=counts,
-       likes=counts, slow=st.integers(0, 3600))
+       iseq_ic=counts, last_ms=counts, pn=st.none() | counts | st.integers(2**32 - 3, 2**32),
+       anchor=counts, likes=counts, slow=st.integers(0, 3600), pts=counts)
 def test_a_context_reads_back_what_was_signed(room: str, uid: str, epoch: str, seq: int,
                                               iseq: int, seq_ic: int, iseq_ic: int,
                                               last_ms: int, pn: int | None, anchor: int,
-                                              likes: int, slow: int) -> None:
+                                              likes: int, slow: int, pts: int) -> None:
     news = news_mark(likes, slow)
-    token = SIGNER.sign(room, uid, epoch, seq, iseq, seq_ic, iseq_ic, last_ms, pn, anchor, news)
+    token = SIGNER.sign(room, uid, epoch, seq, iseq, seq_ic, iseq_ic, last_ms, pn, anchor, news,
+                        pts)
     assert len(token) == 84
     assert set(token) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
                              "0123456789-_")
+    # An ordinal past 32 bits is kept as unknown; of the personal ts, its low 32 bits.
+    kept_pn = pn if pn is not None and pn < 2**32 - 1 else None
     assert SIGNER.verify(token, room, uid, epoch, seq, iseq) == Context(
-        seq_ic, iseq_ic, last_ms, pn, anchor, news)
+        seq_ic, iseq_ic, last_ms, kept_pn, anchor, news, pts & PTS_MASK)
 
 
 @given(bound=st.tuples(names, names, names, counts, counts), which=st.integers(0, 4),
@@ -82,12 +86,13 @@ def test_the_remembered_news_mark_is_the_mark_of_each_call(calls: list[tuple[int
 
 
 @given(anchor=st.integers(0, 2**64 - 1), pn=st.none() | counts, uid=names,
-       news=st.integers(0, 2**48 - 1))
+       news=st.integers(0, 2**48 - 1), pts=counts)
 def test_the_claimed_anchor_is_the_signed_one(anchor: int, pn: int | None, uid: str,
-                                              news: int) -> None:
-    token = SIGNER.sign("r", uid, "e", 5, 4, 1, 0, 7, pn, anchor, news)
+                                              news: int, pts: int) -> None:
+    token = SIGNER.sign("r", uid, "e", 5, 4, 1, 0, 7, pn, anchor, news, pts)
     assert SIGNER.claimed_anchor(token) == anchor
-    assert SIGNER.sign_ascii("r", uid, "e", 5, 4, 1, 0, 7, pn, anchor, news) == token.encode()
+    assert SIGNER.sign_ascii("r", uid, "e", 5, 4, 1, 0, 7, pn, anchor, news,
+                             pts) == token.encode()
     ctx = SIGNER.verify(token, "r", uid, "e", 5, 4)
     assert ctx is not None
     assert ctx.anchor == anchor

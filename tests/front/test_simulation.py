@@ -182,6 +182,9 @@ def test_seed_193_on_redis_gets_every_listener_the_messages_that_took_lost_seqs(
     ("redis", 119648, "taps acknowledged in a broadcast's epoch, a renewal of it, then "
                       "room end before the node wrote them: the ended broadcast's archive "
                       "held 0 and the next broadcast took them"),
+    ("redis", 133716, "a personal message a restart lost after its addressee got it, its "
+                      "position and ordinal then taken by a new one for it: a fresh node "
+                      "held the new one at the listener's pseq and never delivered it"),
     ("redis", 135536, "a banned uid's poll answered 200 on the node the ban went through: "
                       "the refresh after a lossy restart read every room again but left "
                       "this one to the ban, and forgot its copy's lost version, so the "

@@ -277,6 +277,40 @@ async def test_a_listener_whose_head_the_store_lost_unseen_is_reset_by_a_fresh_n
         assert [m["body"] for m in answer["messages"]][-2:] == ["new-a", "new-b"]
 
 
+async def test_a_listener_whose_personal_message_the_store_lost_is_reset_by_a_fresh_node(
+        redis_url: str, session: Any) -> None:
+    """The same for a personal message: the listener got its second one,
+    which the restart lost, and a new one for it then took its position
+    and its ordinal. A fresh node holds that one at the listener's
+    ``pseq`` already; the listener's context names the message it got
+    there (its ``ts``), so the node resets it (found by the simulator:
+    ``scripts/simulate --engine redis --seed 133716``; before, its cursor
+    was past the new message, which it never got nor heard it missed)."""
+    listener = Listener(session, "mine", uid="u1")
+    client = aioredis.from_url(redis_url)
+    try:
+        async with running_node(redis_url) as node:
+            await send(session, node.url, "mine", "hello")
+            await listener.poll(node.url)  # a first poll: its cursors at the heads
+            await send(session, node.url, "mine", "p1", to="u1")
+            saved = await dumped(client, "lr:{mine}:*")
+            await send(session, node.url, "mine", "p2", to="u1")
+            async with asyncio.timeout(20):
+                while len(listener.personal) < 2:
+                    await listener.poll(node.url, timeout=5)
+            assert [m["body"] for m in listener.personal] == ["p1", "p2"]
+            assert listener.pseq == 2
+        await restored(client, saved, "lr:{mine}:*")
+    finally:
+        await client.aclose()
+    async with running_node(redis_url) as node:
+        appended = await node.node.store.log.append("mine", NewMessage(
+            uid="u", body="p-new", important=True, ts=1_000, to="u1"))
+        assert appended.seq == 2  # the lost message's position
+        answer = await listener.poll(node.url, timeout=5)
+        assert answer["reset"] is True
+
+
 async def test_a_lagging_node_answers_a_cursor_ahead_of_it_from_a_pull_not_a_reset(
         redis_url: str, session: Any) -> None:
     """Node b gets no notify (its channel is closed) and no fallback pull (its
