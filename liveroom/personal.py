@@ -42,7 +42,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Final, NamedTuple, Protocol
 
 from .model import Entry, recalled_target, tombstone_of
 
@@ -272,7 +272,7 @@ class PersonalRead(NamedTuple):
     context: see :func:`retaken`."""
 
 
-PTS_MASK = 0xFFFFFFFF
+PTS_MASK: Final = 0xFFFFFFFF
 """The bits of a personal message's ``ts`` a context keeps (its low 32: two
 messages a restart could swap are seconds apart, not 49 days)."""
 
