@@ -368,22 +368,25 @@ async def test_moderation_and_gifts_are_counted_in_the_metrics() -> None:
     assert value("liveroom_gift_value_total") == 520
 
 
-class HeldRooms:
-    """The store's moderation, whose next ``rooms`` read runs on Redis and
-    then waits for the test before it returns (a reply held in flight)."""
+class GatedRooms:
+    """The store's moderation, whose ``rooms`` reads, once armed, each run
+    on Redis and then wait for the test (replies held in flight): the
+    k-th read sets ``arrived[k]`` and returns when ``gates[k]`` is set."""
 
-    def __init__(self, moderation: Any) -> None:
+    def __init__(self, moderation: Any, reads: int) -> None:
         self._moderation = moderation
-        self.holding = False
-        self.ran = asyncio.Event()
-        self.go_on = asyncio.Event()
+        self.armed = False
+        self.arrived = [asyncio.Event() for _ in range(reads)]
+        self.gates = [asyncio.Event() for _ in range(reads)]
+        self._count = 0
 
     async def rooms(self, *args: Any) -> Any:
         found = await self._moderation.rooms(*args)
-        if self.holding:
-            self.holding = False
-            self.ran.set()
-            await self.go_on.wait()
+        if self.armed and self._count < len(self.gates):
+            k = self._count
+            self._count += 1
+            self.arrived[k].set()
+            await self.gates[k].wait()
         return found
 
     def __getattr__(self, name: str) -> Any:
@@ -407,18 +410,18 @@ async def test_a_refresh_read_before_a_ban_through_this_node_does_not_lift_it(
     await store.start()
     try:
         now_ms = int(clock.time() * 1000)
-        held = HeldRooms(store.moderation)
+        held = GatedRooms(store.moderation, 1)
         node = Moderation(held, clock)  # type: ignore[arg-type]
         await node.refresh()
         for action, seconds in (("mute", 60), ("unmute", 0)):  # another node's: none left
             await store.moderation.act(
                 ROOM, AuditEntry(now_ms, "admin", action, "v", seconds, ""), now_ms)
-        held.holding = True
+        held.armed = True
         refreshing = asyncio.create_task(node.refresh())
-        await asyncio.wait_for(held.ran.wait(), 5)  # read: no moderation in the room
+        await asyncio.wait_for(held.arrived[0].wait(), 5)  # read: no moderation in the room
         await node.act(ROOM, AuditEntry(now_ms, "admin", "ban", "u", 0, ""))
         assert node.rules[ROOM].ban_of(ROOM, "u", now_ms) is not None
-        held.go_on.set()
+        held.gates[0].set()
         await asyncio.wait_for(refreshing, 5)
         assert ROOM in node.rules, "the ban was lifted by a read from before it"
         assert node.rules[ROOM].ban_of(ROOM, "u", now_ms) is not None
@@ -519,31 +522,6 @@ async def test_after_an_outage_a_node_reads_every_room_again(redis_server: Redis
         await node.refresh()
         assert "lost" not in node.rules, "the lost mutes kept"
         assert set(node.rules["kept"].muted) == {"a", "x", "y", "z"}
-
-
-class GatedRooms:
-    """The store's moderation, whose ``rooms`` reads, once armed, each run
-    on Redis and then wait for the test (replies held in flight): the
-    k-th read sets ``arrived[k]`` and returns when ``gates[k]`` is set."""
-
-    def __init__(self, moderation: Any, reads: int) -> None:
-        self._moderation = moderation
-        self.armed = False
-        self.arrived = [asyncio.Event() for _ in range(reads)]
-        self.gates = [asyncio.Event() for _ in range(reads)]
-        self._count = 0
-
-    async def rooms(self, *args: Any) -> Any:
-        found = await self._moderation.rooms(*args)
-        if self.armed and self._count < len(self.gates):
-            k = self._count
-            self._count += 1
-            self.arrived[k].set()
-            await self.gates[k].wait()
-        return found
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._moderation, name)
 
 
 async def test_an_action_read_after_a_refresh_that_read_everything_again_holds(
