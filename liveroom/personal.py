@@ -314,18 +314,16 @@ def read_personal(personal: Personal | None, phead: int, uid: str, pseq: int,
     return PersonalRead(items, max(0, missed), phead, at_head, pts)
 
 
-def retaken(personal: Personal | None, phead: int, uid: str, pseq: int, pn: int,
-            pts: int) -> bool:
-    """Whether this node holds, at or before ``uid``'s cursor ``pseq`` (and
-    its ``phead``), another message of ordinal ``pn`` for it than the one
-    its context names (``pts``, masked by :data:`PTS_MASK`): the store lost
-    the one the listener got (a Redis restart that lost its last second)
-    and a later one for it took its position and ordinal, which the
+def retaken(box: Mailbox, phead: int, pseq: int, pn: int, pts: int) -> bool:
+    """Whether ``box`` (a uid's, read up to ``phead``) holds, at or before
+    its uid's cursor ``pseq``, another message of ordinal ``pn`` than the
+    one its context names (``pts``, masked by :data:`PTS_MASK`): the store
+    lost the one the listener got (a Redis restart that lost its last
+    second) and a later one for it took its position and ordinal, which the
     listener's cursor is past already. Its ordinals are read for what they
     are (a few bisections); a mailbox that no longer holds that ordinal
     tells nothing."""
-    box = personal.boxes.get(uid) if personal is not None else None
-    if box is None or not pts:
+    if not pts:
         return False
     start = box.start
     end = bisect_right(box.positions, min(pseq, phead), lo=start)

@@ -541,13 +541,15 @@ class Poll(Held):
         (it verifies its context for its read anyway)."""
         pseq = self.params.pseq
         personal = snap.personal
-        uid = self.params.uid
-        if pseq is None or personal is None or uid not in personal.boxes:
+        if pseq is None or personal is None:
+            return False
+        box = personal.boxes.get(self.params.uid)
+        if box is None:
             return False
         ctx = self._context(cursor)
         if ctx is None or ctx.pn is None:
             return False
-        return retaken(personal, snap.phead, uid, pseq, ctx.pn, ctx.pts)
+        return retaken(box, snap.phead, pseq, ctx.pn, ctx.pts)
 
     def _seq_rewritten(self, snap: Snapshot, cursor: Cursor) -> bool:
         """:meth:`_rewritten` at the cursor's ``seq``."""

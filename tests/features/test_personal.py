@@ -248,6 +248,7 @@ def test_a_node_tells_a_listener_whose_message_another_took_from_one_whose_staye
     expected = bool(pts) and any(
         e.to == "a" and e.seq <= min(cursor, head) and e.n == pn and e.ts & PTS_MASK != pts
         for e in held)
-    assert retaken(personal, head, "a", cursor, pn, pts) is expected
+    box = personal.boxes.get("a")
+    assert (box is not None and retaken(box, head, cursor, pn, pts)) is expected
     if not rewrite:
         assert not expected  # the same history: no listener is reset
