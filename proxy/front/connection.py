@@ -170,8 +170,10 @@ class Connection(asyncio.Protocol):
         self._limits = front.limits
         self._transport: asyncio.Transport | None = None
         self._reader = RequestReader(front.limits, front.heads, self)
-        self._flow: FlowControl[Connection] = FlowControl(
-            front.paused, front.write_deadlines, front.limits.write_timeout)
+        self._flow: FlowControl[Connection] | None = None
+        """Made the first time reading or writing pauses (:meth:`_flow_control`):
+        most connections never pause, and a held poll's connection is most
+        of what holding it costs."""
         self._state = State.READING
         self._current: Request | None = None
         """The request being answered."""
@@ -227,30 +229,45 @@ class Connection(asyncio.Protocol):
     def pause_writing(self) -> None:
         """Past the high-water mark: answer nothing more, read nothing more, and
         the client has ``write_timeout`` to take what was written."""
-        self._flow.writing_paused = True
-        self._flow.arm_write(self)
+        flow = self._flow_control()
+        flow.writing_paused = True
+        flow.arm_write(self)
         self._pause_reading()
 
     def resume_writing(self) -> None:
-        self._flow.writing_paused = False
+        flow = self._flow_control()
+        flow.writing_paused = False
         if self._state is not State.CLOSED and self._state is not State.LINGERING:
-            self._flow.disarm_write(self)  # else what is left must still go within its deadline
+            flow.disarm_write(self)  # else what is left must still go within its deadline
         self._resume_reading()
         self._next()
 
     def _closed(self) -> bool:
         return self._state >= State.LINGERING
 
+    def _flow_control(self) -> FlowControl[Connection]:
+        """The connection's flow control, made the first time it is needed."""
+        flow = self._flow
+        if flow is None:
+            front = self._front
+            flow = self._flow = FlowControl(front.paused, front.write_deadlines,
+                                            self._limits.write_timeout)
+        return flow
+
+    def _writing_paused(self) -> bool:
+        return self._flow is not None and self._flow.writing_paused
+
     def _pause_reading(self) -> None:
         if self._transport is not None and not self._closed():
-            self._flow.pause_reading(self, self._transport)
+            self._flow_control().pause_reading(self, self._transport)
 
     def _resume_reading(self) -> None:
         reader = self._reader
-        if (self._state is State.READING and not self._flow.writing_paused
+        flow = self._flow
+        if (flow is not None and self._state is State.READING and not flow.writing_paused
                 and reader.backlog is None and not reader.full()
                 and self._transport is not None):
-            self._flow.resume_reading(self, self._transport)
+            flow.resume_reading(self, self._transport)
 
     def hung_up(self, reset: bool) -> None:
         """Its client closed while it was not read (seen by the front's
@@ -359,7 +376,7 @@ class Connection(asyncio.Protocol):
         self._dispatching = True
         reader = self._reader
         try:
-            while self._current is None and not self._closed() and not self._flow.writing_paused:
+            while self._current is None and not self._closed() and not self._writing_paused():
                 waiting = reader.waiting
                 if not waiting:
                     if self._state is State.HANDING_OFF:
@@ -370,7 +387,7 @@ class Connection(asyncio.Protocol):
                         self.idle_since = _monotonic()
                     break
                 req = self._current = waiting.pop(0)
-                if self._flow.reading_paused:
+                if self._flow is not None and self._flow.reading_paused:
                     self._resume_reading()
                 self._dispatch(req)
             if self._current is not None:
@@ -396,7 +413,10 @@ class Connection(asyncio.Protocol):
         # one X-Forwarded-For names (one client is one client to the
         # new-room window too, not every client of the proxy); else the
         # peer, read only if the handler needs it.
-        outcome = handler.start(req, self._answer_current, self.address, self._transport)
+        # The connection itself is the ``answer`` a handler keeps (its
+        # ``__call__``): no bound method made for each request and kept by
+        # each held poll.
+        outcome = handler.start(req, self, self.address, self._transport)
         if isinstance(outcome, Reply):
             if self._reader.waiting and front.heads[req.kind] is not None:
                 # A write answered at once (a store that appends at once:
@@ -421,11 +441,13 @@ class Connection(asyncio.Protocol):
         if not task.cancelled():
             self._answer(req, task.result())
 
-    def _answer_current(self, reply: Reply) -> None:
-        """A poll's answer, or a screened send's: the request being answered
-        is its own (requests are answered one at a time, and a poll
-        cancelled never answers; a send's answer after its client left goes
-        nowhere, the connection closed)."""
+    def __call__(self, reply: Reply) -> None:
+        """Answer the request being answered with ``reply``: what a handler
+        calls ``answer`` (:meth:`.handler.Handler.start`), for a poll's
+        answer or a screened send's. That request is the one ``reply`` is
+        for (requests are answered one at a time, and a poll cancelled never
+        answers; a send's answer after its client left goes nowhere, the
+        connection closed)."""
         if self._current is not None:
             self._answer(self._current, reply)
 
@@ -459,7 +481,7 @@ class Connection(asyncio.Protocol):
         transport = self._transport
         if transport is not None and not self._closed():
             transport.write(data)
-            if self._flow.writing_paused \
+            if self._writing_paused() \
                     and transport.get_write_buffer_size() > self._limits.unsent_max:
                 self._front.shed("unsent")
                 self.abort()  # answers pile up on a client that does not read
@@ -500,7 +522,7 @@ class Connection(asyncio.Protocol):
     def write_timed_out(self) -> None:
         """Its answers were not taken within ``write_timeout``: the client does
         not read. Abort it and free what it holds."""
-        self._flow.write_due = -1
+        self._flow_control().write_due = -1
         self._front.shed("write_timeout")
         self.abort()
 
@@ -538,7 +560,7 @@ class Connection(asyncio.Protocol):
             if transport.get_write_buffer_size():
                 # A transport closes once its buffer is sent, which a client that
                 # does not read would put off for ever.
-                self._flow.arm_write(self)
+                self._flow_control().arm_write(self)
             if stopped and not self._eof and transport.can_write_eof():
                 # Refused with bytes perhaps still coming: a lingering close (as
                 # nginx's): the answer and a FIN now, the rest read and dropped
@@ -548,7 +570,8 @@ class Connection(asyncio.Protocol):
                 self._state = State.LINGERING
                 self._lingered = 0
                 self._arm(_Timing.LINGER, LINGER)
-                self._flow.resume_reading(self, transport)
+                if self._flow is not None:
+                    self._flow.resume_reading(self, transport)
                 return
             transport.close()
 
@@ -557,7 +580,8 @@ class Connection(asyncio.Protocol):
         send cancelled, its waiting requests and unparsed bytes dropped."""
         self._state = State.CLOSED
         self._disarm()
-        self._flow.disarm_write(self)
+        if self._flow is not None:
+            self._flow.disarm_write(self)
         self._front.forget(self)
         current, self._current = self._current, None
         if current is not None:
@@ -580,9 +604,11 @@ class Connection(asyncio.Protocol):
         assert transport is not None
         assert reader.raw is not None
         self._disarm()
-        self._flow.disarm_write(self)
+        if self._flow is not None:
+            self._flow.disarm_write(self)
         self._state = State.CLOSED  # for this protocol
         raw, reader.raw = reader.raw, None
         reader.drop()
         # aiohttp's connection stays in the front's books until it closes.
-        front.hand(self, transport, raw, self._flow.reading_paused, self._hangup)
+        front.hand(self, transport, raw, self._flow is not None and self._flow.reading_paused,
+                   self._hangup)
