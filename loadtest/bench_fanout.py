@@ -1,10 +1,10 @@
 """Fan-out benchmark: the whole long-poll cycle in one room, liveroom against nginx + Nchan.
 
 For each server asked (``--against liveroom``, ``compiled``, ``nchan``,
-``floor``, ``floor-compiled``, several separated by commas, ``both`` for
-liveroom,nchan, or ``all`` for liveroom, compiled, nchan, floor, floor-compiled,
-leaving out with a note compiled without a compiled tree, Nchan when not
-installed and floor-compiled without mypyc) it
+``floor``, ``floor-compiled``, ``floor-c``, several separated by commas,
+``both`` for liveroom,nchan, or ``all`` for liveroom, compiled, nchan, floor,
+floor-compiled, leaving out with a note compiled without a compiled tree, Nchan
+when not installed and floor-compiled without mypyc) it
 
 1. starts the server as a child process on a free 127.0.0.1 port:
    ``python -m liveroom serve ... --tiers T [--store URL] [--workers N]``;
@@ -23,8 +23,11 @@ installed and floor-compiled without mypyc) it
    statistics or store, to show what a bare asyncio protocol costs per
    delivery here; for ``floor-compiled`` the floor compiled by ``python -m
    mypyc floor_server.py`` in a temporary directory before the first server,
-   started from there the same way (Nchan and the floors have no tiers:
-   always a plain hold);
+   started from there the same way; for ``floor-c`` ``floor_c.pyx``, the
+   same plain path with the server's own code at C level (Cython) and no
+   hold timeout, built by pip in a temporary directory (Cython fetched for
+   the build): the least a protocol on uvloop costs (Nchan and the floors
+   have no tiers: always a plain hold);
 2. measures the server's RSS (its process and all descendants), then connects
    ``--listeners`` long polls to one room from ``--client-procs`` client
    processes (``kit/clients.py``: uvloop + httptools, one keep-alive
@@ -59,7 +62,8 @@ Measured over the window (first send to last delivery), per server:
 
 Below the table, the ratios of each of these pairs of rows present:
 liveroom / nchan, liveroom / floor, floor / nchan, compiled / nchan,
-compiled / liveroom, compiled / floor-compiled and floor-compiled / nchan.
+compiled / liveroom, compiled / floor-compiled, floor-compiled / nchan,
+floor-c / nchan and compiled / floor-c.
 
 Presets (``--scenario``) match the fan-out targets in docs/performance.md
 ("Benchmarks"); any free flag overrides the preset's value:
@@ -105,7 +109,13 @@ from typing import Any
 
 import numpy as np
 from kit import REPO
-from kit.builds import BUILD_COMPILED, build_floor, check_compiled_tree, compiled_env
+from kit.builds import (
+    BUILD_COMPILED,
+    build_floor,
+    build_floor_c,
+    check_compiled_tree,
+    compiled_env,
+)
 from kit.clients import ROOM, Clients, open_room
 from kit.machine import machine_busy, own_cpu, raise_nofile
 from kit.progress import say
@@ -115,6 +125,7 @@ from kit.servers import (
     NCHAN_MODULE,
     PUBLISHER_TOKEN,
     Server,
+    floor_c_server,
     floor_compiled_server,
     floor_server,
     interrupt_on_signals,
@@ -128,7 +139,7 @@ from kit.servers import (
 
 SPEAKS = {"liveroom": "liveroom", "compiled": "liveroom",
           "liveroom-defaults": "liveroom", "compiled-defaults": "liveroom", "nchan": "nchan",
-          "floor": "liveroom", "floor-compiled": "liveroom"}
+          "floor": "liveroom", "floor-compiled": "liveroom", "floor-c": "liveroom"}
 """The servers --against names, each with the HTTP contract it speaks (the
 listeners' and the publisher's kind)."""
 LIVEROOMS = ("liveroom", "compiled", "liveroom-defaults", "compiled-defaults")
@@ -218,9 +229,11 @@ def room_online(port: int) -> int:
 
 
 def run_one(kind: str, args: argparse.Namespace, listeners: int, client_procs: int,
-            nofile: int, floor_build: Path | None = None) -> dict[str, Any]:
-    """One server measured; ``floor_build``: the directory ``build_floor``
-    compiled the floor in, for floor-compiled."""
+            nofile: int, floor_build: Path | None = None,
+            floor_c_build: Path | None = None) -> dict[str, Any]:
+    """One server measured; ``floor_build``, ``floor_c_build``: the
+    directories ``build_floor`` and ``build_floor_c`` built the floors in,
+    for floor-compiled and floor-c."""
     tiers = args.tiers if kind in LIVEROOMS else "off"
     messages = max(1, round(args.rate * args.seconds))
     connect_timeout = 30 + listeners / 200
@@ -246,6 +259,9 @@ def run_one(kind: str, args: argparse.Namespace, listeners: int, client_procs: i
         elif kind == "floor-compiled":
             assert floor_build is not None
             server = stack.enter_context(floor_compiled_server(tmp, nofile, floor_build))
+        elif kind == "floor-c":
+            assert floor_c_build is not None
+            server = stack.enter_context(floor_c_server(tmp, nofile, floor_c_build))
         else:
             server = stack.enter_context(floor_server(tmp, nofile))
         time.sleep(1.0)
@@ -376,6 +392,8 @@ def label(r: dict[str, Any]) -> str:
         return "floor (uvloop + httptools, no contract)"
     if r["server"] == "floor-compiled":
         return "floor compiled (uvloop + httptools, no contract)"
+    if r["server"] == "floor-c":
+        return "floor at C level (uvloop + Cython, no contract)"
     return (("liveroom compiled" if r["server"] in COMPILED else "liveroom")
             + (" defaults" if r["server"] in DEFAULTS else "")
             + f" (tiers {r['tiers'] or 'default'}"
@@ -410,7 +428,8 @@ RATIOS = [("liveroom", "nchan"), ("liveroom", "floor"), ("floor", "nchan"),
           ("compiled", "nchan"), ("compiled", "liveroom"), ("compiled", "floor-compiled"),
           ("liveroom-defaults", "nchan"), ("compiled-defaults", "nchan"),
           ("compiled-defaults", "compiled"), ("liveroom-defaults", "liveroom"),
-          ("floor-compiled", "nchan")]
+          ("floor-compiled", "nchan"), ("floor-c", "nchan"), ("compiled", "floor-c"),
+          ("compiled-defaults", "floor-c")]
 """The pairs of rows compared below the table, when both rows are there."""
 
 
@@ -532,7 +551,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "with the node's own settings (its log level info, not the bench's "
                         "warning); nchan; floor = floor_server.py, the Python floor "
                         "(uvloop + httptools, just enough of the poll contract, plain hold); "
-                        "floor-compiled = the floor compiled by mypyc for the run; both = "
+                        "floor-compiled = the floor compiled by mypyc for the run; "
+                        "floor-c = floor_c.pyx, the floor at C level (Cython, built by pip "
+                        "for the run); both = "
                         "liveroom,nchan; all = liveroom, compiled, nchan, floor, "
                         "floor-compiled, leaving out (with a note) compiled without a tree, "
                         "nchan when not installed and floor-compiled without mypyc "
@@ -622,13 +643,18 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     try:
         with contextlib.ExitStack() as stack:
-            floor_build = None
+            floor_build = floor_c_build = None
             if "floor-compiled" in kinds:
                 floor_build = Path(stack.enter_context(
                     tempfile.TemporaryDirectory(prefix="fanout-floor-compiled-")))
                 build_floor(floor_build)
+            if "floor-c" in kinds:
+                floor_c_build = Path(stack.enter_context(
+                    tempfile.TemporaryDirectory(prefix="fanout-floor-c-")))
+                build_floor_c(floor_c_build)
             for kind in kinds:
-                r = run_one(kind, args, listeners, client_procs, nofile, floor_build)
+                r = run_one(kind, args, listeners, client_procs, nofile, floor_build,
+                            floor_c_build)
                 r["workers"] = args.workers if kind in LIVEROOMS else 1
                 results.append(r)
     except KeyboardInterrupt:

@@ -6,7 +6,9 @@ from it with ``compiled_env(DIR)``: the tree first on the path, and not the
 checkout's sources. ``check_compiled_tree`` makes sure ``proxy.front.server`` imports
 from there as an extension module before any figure is taken.
 ``build_floor`` compiles the Python floor (loadtest/floor_server.py) with mypyc
-for one run.
+for one run, ``build_floor_c`` the floor at C level (loadtest/floor_c.pyx) with
+Cython, as pip builds liveroom's own Cython modules (Cython fetched into the
+build's own environment).
 """
 
 from __future__ import annotations
@@ -69,6 +71,39 @@ def check_compiled_tree(tree: Path) -> None:
     if (found := compiled_module(tree, "proxy.front.server")) is not None:
         raise RuntimeError(f"{tree} is not a compiled tree (proxy.front.server there is {found}): "
                            f"build one with {BUILD_COMPILED} (or give --compiled-tree DIR)")
+
+
+FLOOR_C_SETUP = """\
+from Cython.Build import cythonize
+from setuptools import setup
+
+setup(name="floor-c", version="0", ext_modules=cythonize(["floor_c.pyx"], quiet=True))
+"""
+FLOOR_C_PYPROJECT = """\
+[build-system]
+requires = ["setuptools>=61", "Cython>=3.0"]
+build-backend = "setuptools.build_meta"
+"""
+
+
+def build_floor_c(into: Path) -> None:
+    """floor_c.pyx built by Cython and installed in ``into`` (``pip install
+    --no-deps --target``: pip fetches Cython into the build's environment,
+    nothing is added to this one)."""
+    source = into / "src"
+    source.mkdir()
+    shutil.copy(LOADTEST / "floor_c.pyx", source)
+    (source / "setup.py").write_text(FLOOR_C_SETUP)
+    (source / "pyproject.toml").write_text(FLOOR_C_PYPROJECT)
+    say("floor-c", "build", f"pip install --target {into} (Cython) of floor_c.pyx")
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                           "--target", str(into), str(source)],
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+        raise RuntimeError(f"Cython could not build floor_c.pyx:\n{tail}")
+    if (found := compiled_module(into, "floor_c")) is not None:
+        raise RuntimeError(f"floor_c does not import from {into} as an extension: {found}")
 
 
 def build_floor(into: Path) -> None:

@@ -211,6 +211,15 @@ def floor_compiled_server(tmp: Path, nofile: int,
                               "--port", str(port)], port, tmp, nofile, compiled_env(build))
 
 
+def floor_c_server(tmp: Path, nofile: int,
+                   build: Path) -> contextlib.AbstractContextManager[Server]:
+    """The floor at C level, built by ``build_floor_c`` into ``build``."""
+    port = free_port()
+    return announcing_server("floor-c", ["-c", "import floor_c; floor_c.main()",
+                                         "--port", str(port)],
+                             port, tmp, nofile, compiled_env(build))
+
+
 def nchan_available() -> bool:
     return shutil.which("nginx") is not None and NCHAN_MODULE.exists()
 
