@@ -5,7 +5,8 @@ What one accepted message costs the server on the send path alone: one room,
 nobody listening, ``wrk`` posting the same chat message (``BODY``, 104 bytes
 of JSON text) as fast as ``--connections`` keep-alive connections allow for
 ``--duration`` seconds. For each engine (``--engines``: memory, redis) and
-server (``--servers``: liveroom, compiled, nchan, floor, floor-compiled) in
+server (``--servers``: liveroom, compiled, nchan, floor, floor-compiled,
+floor-c) in
 turn, each row on a server (and a Redis) of its own, started for it and
 stopped after it:
 
@@ -61,7 +62,11 @@ stopped after it:
   ``asyncio.Protocol`` per connection on uvloop, parsing with httptools,
   orjson, a room's messages in a deque; ``floor-compiled``: the same module
   compiled by mypyc once for the run (loadtest/kit/builds.py's ``build_floor()``),
-  left out with a note when mypyc is missing, unless named in ``--servers``.
+  left out with a note when mypyc is missing, unless named in ``--servers``;
+  ``floor-c``: loadtest/floor_c.pyx, the same send at C level (Cython, a
+  ``cdef class`` protocol scanning the head over the read's bytes), built by
+  pip for the run (``build_floor_c()``): what uvloop and the kernel cost a
+  send when the server's own code costs next to nothing.
   wrk sends them liveroom's normal send, token and all (one ``normal`` row
   each, whatever ``--kinds`` says), on the memory engine only: the floor has
   no store, so no rows on Redis (a note says so). It is not a fair rival: no
@@ -158,7 +163,13 @@ from typing import Any
 
 import jwt
 from kit import REPO
-from kit.builds import BUILD_COMPILED, build_floor, check_compiled_tree, compiled_env
+from kit.builds import (
+    BUILD_COMPILED,
+    build_floor,
+    build_floor_c,
+    check_compiled_tree,
+    compiled_env,
+)
 from kit.machine import machine_busy, raise_nofile
 from kit.progress import say
 from kit.provenance import commit, versions
@@ -168,6 +179,7 @@ from kit.servers import (
     NCHAN_MODULE,
     PUBLISHER_TOKEN,
     Server,
+    floor_c_server,
     floor_compiled_server,
     floor_server,
     hook_backend,
@@ -201,8 +213,8 @@ CROWD_TICKETS = 20_000
 TICKET_KEY = "bench-send-ticket-key-0123456789abcdef"
 """The ``--ticket-key`` of a ``tickets`` row's server, which signs its tickets."""
 TICKET_TTL = 3600
-SERVERS = ("liveroom", "compiled", "nchan", "floor", "floor-compiled")
-FLOORS = ("floor", "floor-compiled")
+SERVERS = ("liveroom", "compiled", "nchan", "floor", "floor-compiled", "floor-c")
+FLOORS = ("floor", "floor-compiled", "floor-c")
 """The Python floor's servers: one normal row each, memory engine only."""
 ENGINES = ("memory", "redis")
 CLIENT_BUSY = 0.9
@@ -568,11 +580,12 @@ def hook_calls(row: Row, port: int) -> int:
 
 @contextlib.contextmanager
 def servers_of(row: Row, tmp: Path, tree: Path, extra: list[str],
-               floor_build: Path | None
+               floor_builds: dict[str, Path]
                ) -> Iterator[tuple[Server, Server | None, Server | None]]:
     """The server of a row, its Redis (None on the memory engine) and its
-    hook backend (None but for ``hooked`` rows); ``floor_build``: the
-    directory ``build_floor`` compiled the floor in, for floor-compiled."""
+    hook backend (None but for ``hooked`` rows); ``floor_builds``: the
+    directory each built floor was built in, by server (floor-compiled,
+    floor-c)."""
     with contextlib.ExitStack() as stack:
         redis = stack.enter_context(redis_server(tmp)) if row.engine == "redis" else None
         url = f"redis://127.0.0.1:{redis.port}" if redis else None
@@ -591,8 +604,10 @@ def servers_of(row: Row, tmp: Path, tree: Path, extra: list[str],
         elif row.server == "floor":
             server = stack.enter_context(floor_server(tmp, NOFILE))
         elif row.server == "floor-compiled":
-            assert floor_build is not None
-            server = stack.enter_context(floor_compiled_server(tmp, NOFILE, floor_build))
+            server = stack.enter_context(
+                floor_compiled_server(tmp, NOFILE, floor_builds[row.server]))
+        elif row.server == "floor-c":
+            server = stack.enter_context(floor_c_server(tmp, NOFILE, floor_builds[row.server]))
         else:
             server = stack.enter_context(liveroom_server(
                 tmp, NOFILE, None, f"{url}/0" if url else None, 1, name=row.server,
@@ -604,10 +619,10 @@ def servers_of(row: Row, tmp: Path, tree: Path, extra: list[str],
 
 
 def measure(row: Row, args: argparse.Namespace,
-            floor_build: Path | None = None) -> dict[str, Any]:
+            floor_builds: dict[str, Path] | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix=f"bench-send-{row.name}-") as tmp_, \
             servers_of(row, Path(tmp_), args.compiled_tree, args.serve_arg,
-                       floor_build) as (server, redis, backend):
+                       floor_builds or {}) as (server, redis, backend):
         tmp = Path(tmp_)
         label = f"{row.server}/{row.engine}"
         script = tmp / "send.lua"
@@ -965,17 +980,20 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.connections} connections, commit {stamp}, {versions()}", flush=True)
     for n in notes:
         print(f"note: {n}", flush=True)
-    notes += load_check(args)
     results = []
     try:
         with contextlib.ExitStack() as stack:
-            floor_build = None
-            if any(row.server == "floor-compiled" for row in rows):
-                floor_build = Path(stack.enter_context(
-                    tempfile.TemporaryDirectory(prefix="bench-send-floor-compiled-")))
-                build_floor(floor_build)
+            floor_builds: dict[str, Path] = {}
+            for name, build in (("floor-compiled", build_floor), ("floor-c", build_floor_c)):
+                if any(row.server == name for row in rows):
+                    floor_builds[name] = Path(stack.enter_context(
+                        tempfile.TemporaryDirectory(prefix=f"bench-send-{name}-")))
+                    build(floor_builds[name])
+            # After the builds: a compiler's run (and the kernel writing its
+            # files back) must not fall in the first rows' windows.
+            notes += load_check(args)
             for row in rows:
-                results.append(measure(row, args, floor_build))
+                results.append(measure(row, args, floor_builds))
     except KeyboardInterrupt:
         print("interrupted: servers stopped", file=sys.stderr)
         return 130
