@@ -96,24 +96,26 @@ def build_floor_c(into: Path) -> None:
     (source / "setup.py").write_text(FLOOR_C_SETUP)
     (source / "pyproject.toml").write_text(FLOOR_C_PYPROJECT)
     say("floor-c", "build", f"pip install --target {into} (Cython) of floor_c.pyx")
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-                           "--target", str(into), str(source)],
-                          capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
-        raise RuntimeError(f"Cython could not build floor_c.pyx:\n{tail}")
-    if (found := compiled_module(into, "floor_c")) is not None:
-        raise RuntimeError(f"floor_c does not import from {into} as an extension: {found}")
+    _build(["-m", "pip", "install", "--quiet", "--no-deps", "--target", str(into), str(source)],
+           into, "floor_c", "Cython could not build floor_c.pyx")
 
 
 def build_floor(into: Path) -> None:
     """floor_server.py compiled by mypyc in ``into``, the .so beside the copy."""
     shutil.copy(LOADTEST / "floor_server.py", into)
     say("floor-compiled", "build", f"python -m mypyc floor_server.py in {into}")
-    done = subprocess.run([sys.executable, "-m", "mypyc", "floor_server.py"], cwd=into,
-                          capture_output=True, text=True, check=False)
+    _build(["-m", "mypyc", "floor_server.py"], into, "floor_server",
+           "mypyc could not compile floor_server.py")
+
+
+def _build(args: list[str], into: Path, module: str, failed: str) -> None:
+    """Run ``python ARGS`` in ``into``; then ``module`` must import from there
+    as an extension module. RuntimeError with the build's last lines if not."""
+    done = subprocess.run([sys.executable, *args], cwd=into, capture_output=True, text=True,
+                          check=False)
     if done.returncode != 0:
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
-        raise RuntimeError(f"mypyc could not compile floor_server.py:\n{tail}")
-    if (found := compiled_module(into, "floor_server")) is not None:
-        raise RuntimeError(f"the compiled floor_server does not import from {into}: {found}")
+        raise RuntimeError(f"{failed}:\n{tail}")
+    if (found := compiled_module(into, module)) is not None:
+        raise RuntimeError(f"{module} does not import from {into} as an extension module: "
+                           f"{found}")
