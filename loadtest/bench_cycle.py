@@ -18,9 +18,23 @@ and the best one (the least disturbed by the machine's other work).
     PYTHONPATH=build/compiled PYTHONSAFEPATH=1 python loadtest/bench_cycle.py
     python loadtest/bench_cycle.py --listeners 2000 --rounds 40 --repeat 5
 
+``--send KIND`` measures a send's path instead: one front connection
+posting ``--sends`` messages to one room nobody listens to, each answered
+before the next is posted (the memory engine appends at once), after a
+quarter as many of warm-up: ``normal``, a chat message with the backend's
+token; ``crowd``, a viewer's, each by one of 100 000 uids at random, with
+the node's default rate limits (their refusals are counted, not measured
+apart); ``tickets``, each by one of 20 000 tickets at random, the node run
+with ``--auth ticket`` (each ticket verified once before the warm-up, by
+one send of each over another connection, as a live room's viewer's first
+poll has it verified before it chats). The process's CPU per send, for
+each run.
+
+    PYTHONPATH=build/compiled PYTHONSAFEPATH=1 python loadtest/bench_cycle.py --send crowd
+
 Run from the checkout it measures the pure build; with the compiled tree first
 on the path, the compiled one (the first line says which). Bounded: rounds x
-listeners deliveries per run.
+listeners deliveries, or ``--sends`` sends, per run.
 """
 
 from __future__ import annotations
@@ -28,6 +42,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import random
 import re
 import sys
 import time
@@ -39,10 +54,14 @@ import uvloop
 from liveroom import build
 from liveroom.node import GC_THRESHOLDS, NODE, build_app, node_runner, node_site
 from liveroom.settings import Settings, parse_tiers
+from proxy.tickets import mint
 
 ROOM = "bench"
 ADMIN = "bench-admin-token-0123456789abcdef"
 PUBLISHER = "bench-publisher-token-0123456789ab"
+TICKET_KEY = "bench-ticket-key-0123456789abcdef0123"
+SENDS = ("normal", "crowd", "tickets")
+"""What ``--send`` may measure."""
 _ANSWER = re.compile(rb'"epoch":"([^"]*)","seq":(\d+),"iseq":(\d+).*"ctx":"([^"]*)","pseq":(\d+)',
                      re.S)
 
@@ -112,6 +131,45 @@ class Publisher(Listener):
         self.bench.published.set()
 
 
+class Sender(Listener):
+    """The connection a send benchmark posts over: counts answers, and the
+    refused ones (a 429 of the rate limits)."""
+
+    def __init__(self, bench: Bench) -> None:
+        super().__init__(bench, "sender")
+        self.refused = 0
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self.bench.stopping:
+            return
+        status = bytes(data[9:12])
+        if status == b"429":
+            self.refused += 1
+        elif status not in (b"200", b"201"):
+            raise RuntimeError(f"refused: {bytes(data)[:300]!r}")
+        self.bench.answers += 1
+
+
+def send_requests(kind: str) -> list[bytes]:
+    """Every sender's request of ``kind``, formatted once."""
+    text = b'{"text":"%s"}' % (b"x" * 90)
+    head = b"POST /v1/rooms/%s/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" \
+        % ROOM.encode()
+    if kind == "tickets":
+        out = []
+        for i in range(20_000):
+            body = b'{"body":%s}' % text
+            out.append(b"%sAuthorization: Bearer %s\r\nContent-Length: %d\r\n\r\n%s" % (
+                head, mint(TICKET_KEY, f"t{i}").encode(), len(body), body))
+        return out
+    auth = b"Authorization: Bearer %s\r\n" % PUBLISHER.encode() if kind == "normal" else b""
+    out = []
+    for i in range(1 if kind == "normal" else 100_000):
+        body = b'{"uid":"v%d","body":%s}' % (i, text)
+        out.append(b"%s%sContent-Length: %d\r\n\r\n%s" % (head, auth, len(body), body))
+    return out
+
+
 class Bench:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -135,6 +193,8 @@ class Bench:
 
     async def run(self) -> list[float]:
         args = self.args
+        if args.send:
+            return await self.run_sends()
         settings = Settings(admin_token=ADMIN, publisher_token=PUBLISHER,
                             tiers=parse_tiers(args.tiers), log_level="warning")
         app = build_app(settings)
@@ -187,6 +247,57 @@ class Bench:
             await runner.cleanup()
 
 
+    async def run_sends(self) -> list[float]:
+        args = self.args
+        ticket_mode = args.send == "tickets"
+        settings = Settings(admin_token=ADMIN, publisher_token=PUBLISHER, log_level="warning",
+                            auth="ticket" if ticket_mode else "open",
+                            ticket_keys=(TICKET_KEY,) if ticket_mode else ())
+        app = build_app(settings)
+        runner = node_runner(app)
+        await runner.setup()
+        try:
+            site = node_site(runner, "127.0.0.1", 0)
+            await site.start()
+            front = app[NODE].proxy.front
+            requests = send_requests(args.send)
+            picks = random.Random(1)
+            if ticket_mode:  # each ticket verified once, as by its first poll
+                verifier = Sender(self)
+                verifier.conn = front.connection()
+                verifier.conn.connection_made(verifier)
+                for request in requests:
+                    verifier.conn.data_received(request)
+                    await asyncio.sleep(0)
+            gc.collect()
+            gc.freeze()
+            gc.set_threshold(*GC_THRESHOLDS)
+            sender = Sender(self)
+            sender.conn = front.connection()
+            sender.conn.connection_made(sender)
+            results = []
+            for _ in range(args.repeat):
+                for measured in (False, True):
+                    count = args.sends if measured else args.sends // 4
+                    chosen = [requests[picks.randrange(len(requests))] for _ in range(count)]
+                    start, cpu = self.answers, time.process_time()
+                    for request in chosen:
+                        sender.conn.data_received(request)
+                        if self.answers & 63 == 0:
+                            await asyncio.sleep(0)  # the loop's own work between reads
+                    await asyncio.sleep(0)
+                    cpu = time.process_time() - cpu
+                    if self.answers - start != count:
+                        raise RuntimeError(f"{self.answers - start} answers to {count} sends")
+                    if measured:
+                        results.append(cpu / count * 1e6)
+            print(f"refused (429): {sender.refused} of {self.answers} answers", flush=True)
+            return results
+        finally:
+            self.stopping = True
+            await runner.cleanup()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -194,6 +305,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=30, help="messages a run")
     p.add_argument("--repeat", type=int, default=5, help="runs")
     p.add_argument("--tiers", default="off", help="the node's --tiers (default off)")
+    p.add_argument("--send", choices=SENDS, default=None,
+                   help="measure a send's path instead of the listeners' (see above)")
+    p.add_argument("--sends", type=int, default=100_000,
+                   help="sends a run with --send (default 100000)")
     args = p.parse_args(argv)
     print(f"build: {build.describe()}", flush=True)
     loop = uvloop.new_event_loop()
@@ -202,8 +317,11 @@ def main(argv: list[str] | None = None) -> int:
         results = loop.run_until_complete(Bench(args).run())
     finally:
         loop.close()
-    print("µs CPU per delivery, each run: " + ", ".join(f"{r:.2f}" for r in results))
-    print(f"best {min(results):.2f} µs ({args.listeners} listeners x {args.rounds} messages)")
+    what = f"{args.send} send" if args.send else "delivery"
+    print(f"µs CPU per {what}, each run: " + ", ".join(f"{r:.2f}" for r in results))
+    load = (f"{args.sends} sends" if args.send
+            else f"{args.listeners} listeners x {args.rounds} messages")
+    print(f"best {min(results):.2f} µs ({load})")
     return 0
 
 
