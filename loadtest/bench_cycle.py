@@ -41,15 +41,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import random
 import re
 import sys
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import uvloop
+from aiohttp import web
 
 from liveroom import build
 from liveroom.node import GC_THRESHOLDS, NODE, build_app, node_runner, node_site
@@ -197,14 +200,9 @@ class Bench:
             return await self.run_sends()
         settings = Settings(admin_token=ADMIN, publisher_token=PUBLISHER,
                             tiers=parse_tiers(args.tiers), log_level="warning")
-        app = build_app(settings)
-        runner = node_runner(app)
-        await runner.setup()
-        try:
-            site = node_site(runner, "127.0.0.1", 0)
-            await site.start()
+        async with self.serving(settings) as (app, port):
             async with aiohttp.ClientSession() as session, session.post(
-                    f"http://127.0.0.1:{site.port}/v1/admin/rooms/{ROOM}/end",
+                    f"http://127.0.0.1:{port}/v1/admin/rooms/{ROOM}/end",
                     headers={"Authorization": f"Bearer {ADMIN}"}) as resp:
                 resp.raise_for_status()
             # The collector as a node's process runs it (liveroom.node.run).
@@ -242,9 +240,6 @@ class Bench:
                 cpu = time.process_time() - cpu
                 results.append(cpu / (self.answers - start) * 1e6)
             return results
-        finally:
-            self.stopping = True
-            await runner.cleanup()
 
 
     async def run_sends(self) -> list[float]:
@@ -253,12 +248,7 @@ class Bench:
         settings = Settings(admin_token=ADMIN, publisher_token=PUBLISHER, log_level="warning",
                             auth="ticket" if ticket_mode else "open",
                             ticket_keys=(TICKET_KEY,) if ticket_mode else ())
-        app = build_app(settings)
-        runner = node_runner(app)
-        await runner.setup()
-        try:
-            site = node_site(runner, "127.0.0.1", 0)
-            await site.start()
+        async with self.serving(settings) as (app, _):
             front = app[NODE].proxy.front
             requests = send_requests(args.send)
             picks = random.Random(1)
@@ -293,6 +283,18 @@ class Bench:
                         results.append(cpu / count * 1e6)
             print(f"refused (429): {sender.refused} of {self.answers} answers", flush=True)
             return results
+
+    @contextlib.asynccontextmanager
+    async def serving(self, settings: Settings) -> AsyncIterator[tuple[web.Application, int]]:
+        """A node as ``liveroom serve`` builds it, serving on a free port
+        (its app and port); stopped on exit, the transports told first."""
+        app = build_app(settings)
+        runner = node_runner(app)
+        await runner.setup()
+        try:
+            site = node_site(runner, "127.0.0.1", 0)
+            await site.start()
+            yield app, site.port
         finally:
             self.stopping = True
             await runner.cleanup()
