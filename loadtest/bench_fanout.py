@@ -109,13 +109,7 @@ from typing import Any
 
 import numpy as np
 from kit import REPO
-from kit.builds import (
-    BUILD_COMPILED,
-    build_floor,
-    build_floor_c,
-    check_compiled_tree,
-    compiled_env,
-)
+from kit.builds import BUILD_COMPILED, build_floors, check_compiled_tree, compiled_env
 from kit.clients import ROOM, Clients, open_room
 from kit.machine import machine_busy, own_cpu, raise_nofile
 from kit.progress import say
@@ -125,8 +119,7 @@ from kit.servers import (
     NCHAN_MODULE,
     PUBLISHER_TOKEN,
     Server,
-    floor_c_server,
-    floor_compiled_server,
+    built_floor_server,
     floor_server,
     interrupt_on_signals,
     liveroom_server,
@@ -229,11 +222,9 @@ def room_online(port: int) -> int:
 
 
 def run_one(kind: str, args: argparse.Namespace, listeners: int, client_procs: int,
-            nofile: int, floor_build: Path | None = None,
-            floor_c_build: Path | None = None) -> dict[str, Any]:
-    """One server measured; ``floor_build``, ``floor_c_build``: the
-    directories ``build_floor`` and ``build_floor_c`` built the floors in,
-    for floor-compiled and floor-c."""
+            nofile: int, floor_builds: dict[str, Path] | None = None) -> dict[str, Any]:
+    """One server measured; ``floor_builds``: the directory each built floor
+    (floor-compiled, floor-c) was built in, by name (``build_floors``)."""
     tiers = args.tiers if kind in LIVEROOMS else "off"
     messages = max(1, round(args.rate * args.seconds))
     connect_timeout = 30 + listeners / 200
@@ -256,12 +247,9 @@ def run_one(kind: str, args: argparse.Namespace, listeners: int, client_procs: i
                                 quiet=kind not in DEFAULTS))
         elif kind == "nchan":
             server = stack.enter_context(nchan_server(tmp, nofile, args.nchan_multipart))
-        elif kind == "floor-compiled":
-            assert floor_build is not None
-            server = stack.enter_context(floor_compiled_server(tmp, nofile, floor_build))
-        elif kind == "floor-c":
-            assert floor_c_build is not None
-            server = stack.enter_context(floor_c_server(tmp, nofile, floor_c_build))
+        elif floor_builds and kind in floor_builds:
+            server = stack.enter_context(
+                built_floor_server(kind, tmp, nofile, floor_builds[kind]))
         else:
             server = stack.enter_context(floor_server(tmp, nofile))
         time.sleep(1.0)
@@ -643,18 +631,9 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     try:
         with contextlib.ExitStack() as stack:
-            floor_build = floor_c_build = None
-            if "floor-compiled" in kinds:
-                floor_build = Path(stack.enter_context(
-                    tempfile.TemporaryDirectory(prefix="fanout-floor-compiled-")))
-                build_floor(floor_build)
-            if "floor-c" in kinds:
-                floor_c_build = Path(stack.enter_context(
-                    tempfile.TemporaryDirectory(prefix="fanout-floor-c-")))
-                build_floor_c(floor_c_build)
+            floor_builds = build_floors(kinds, stack, "fanout")
             for kind in kinds:
-                r = run_one(kind, args, listeners, client_procs, nofile, floor_build,
-                            floor_c_build)
+                r = run_one(kind, args, listeners, client_procs, nofile, floor_builds)
                 r["workers"] = args.workers if kind in LIVEROOMS else 1
                 results.append(r)
     except KeyboardInterrupt:

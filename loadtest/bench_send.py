@@ -163,13 +163,7 @@ from typing import Any
 
 import jwt
 from kit import REPO
-from kit.builds import (
-    BUILD_COMPILED,
-    build_floor,
-    build_floor_c,
-    check_compiled_tree,
-    compiled_env,
-)
+from kit.builds import BUILD_COMPILED, build_floors, check_compiled_tree, compiled_env
 from kit.machine import machine_busy, raise_nofile
 from kit.progress import say
 from kit.provenance import commit, versions
@@ -179,8 +173,7 @@ from kit.servers import (
     NCHAN_MODULE,
     PUBLISHER_TOKEN,
     Server,
-    floor_c_server,
-    floor_compiled_server,
+    built_floor_server,
     floor_server,
     hook_backend,
     interrupt_on_signals,
@@ -603,11 +596,9 @@ def servers_of(row: Row, tmp: Path, tree: Path, extra: list[str],
                 tmp, NOFILE, False, url, backend.port if backend is not None else None))
         elif row.server == "floor":
             server = stack.enter_context(floor_server(tmp, NOFILE))
-        elif row.server == "floor-compiled":
+        elif row.server in floor_builds:
             server = stack.enter_context(
-                floor_compiled_server(tmp, NOFILE, floor_builds[row.server]))
-        elif row.server == "floor-c":
-            server = stack.enter_context(floor_c_server(tmp, NOFILE, floor_builds[row.server]))
+                built_floor_server(row.server, tmp, NOFILE, floor_builds[row.server]))
         else:
             server = stack.enter_context(liveroom_server(
                 tmp, NOFILE, None, f"{url}/0" if url else None, 1, name=row.server,
@@ -983,12 +974,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     try:
         with contextlib.ExitStack() as stack:
-            floor_builds: dict[str, Path] = {}
-            for name, build in (("floor-compiled", build_floor), ("floor-c", build_floor_c)):
-                if any(row.server == name for row in rows):
-                    floor_builds[name] = Path(stack.enter_context(
-                        tempfile.TemporaryDirectory(prefix=f"bench-send-{name}-")))
-                    build(floor_builds[name])
+            floor_builds = build_floors((row.server for row in rows), stack, "bench-send")
             # After the builds: a compiler's run (and the kernel writing its
             # files back) must not fall in the first rows' windows.
             notes += load_check(args)

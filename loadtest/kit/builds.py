@@ -5,20 +5,24 @@ install --no-deps --target DIR .``, its modules built by mypyc); a server runs
 from it with ``compiled_env(DIR)``: the tree first on the path, and not the
 checkout's sources. ``check_compiled_tree`` makes sure ``proxy.front.server`` imports
 from there as an extension module before any figure is taken.
-``build_floor`` compiles the Python floor (loadtest/floor_server.py) with mypyc
-for one run, ``build_floor_c`` the floor at C level (loadtest/floor_c.pyx) with
-Cython, as pip builds liveroom's own Cython modules (Cython fetched into the
-build's own environment).
+``build_floors`` builds the floors a run asks for (:data:`BUILT_FLOORS`), each
+in a temporary directory: the Python floor (loadtest/floor_server.py) with
+mypyc (``build_floor``), the floor at C level (loadtest/floor_c.pyx) with
+Cython, as pip builds liveroom's own Cython modules (``build_floor_c``: Cython
+fetched into the build's own environment).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.machinery
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from kit import LOADTEST, REPO
@@ -119,3 +123,24 @@ def _build(args: list[str], into: Path, module: str, failed: str) -> None:
     if (found := compiled_module(into, module)) is not None:
         raise RuntimeError(f"{module} does not import from {into} as an extension module: "
                            f"{found}")
+
+
+BUILT_FLOORS: dict[str, tuple[Callable[[Path], None], str]] = {
+    "floor-compiled": (build_floor, "floor_server"),
+    "floor-c": (build_floor_c, "floor_c"),
+}
+"""The floors built for a run, by server name: how each is built, and the
+module its server imports from the build (``main()`` starts it)."""
+
+
+def build_floors(servers: Iterable[str], stack: contextlib.ExitStack,
+                 prefix: str) -> dict[str, Path]:
+    """Each built floor among ``servers``, built once in a temporary
+    directory that ``stack`` removes: its directory, by server name."""
+    builds: dict[str, Path] = {}
+    for name in dict.fromkeys(servers):
+        if name in BUILT_FLOORS:
+            builds[name] = Path(stack.enter_context(
+                tempfile.TemporaryDirectory(prefix=f"{prefix}-{name}-")))
+            BUILT_FLOORS[name][0](builds[name])
+    return builds

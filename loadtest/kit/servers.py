@@ -29,7 +29,7 @@ from pathlib import Path
 import psutil
 
 from kit import LOADTEST, REPO
-from kit.builds import compiled_env
+from kit.builds import BUILT_FLOORS, compiled_env
 from kit.machine import cpu_seconds, cpu_times, die_with_parent, raise_nofile
 
 NCHAN_MODULE = Path("/usr/lib/nginx/modules/ngx_nchan_module.so")
@@ -200,24 +200,15 @@ def floor_server(tmp: Path, nofile: int) -> contextlib.AbstractContextManager[Se
                              port, tmp, nofile)
 
 
-def floor_compiled_server(tmp: Path, nofile: int,
-                          build: Path) -> contextlib.AbstractContextManager[Server]:
-    """The floor compiled by ``build_floor`` into ``build``, run in its
-    ``compiled_env``: imported, since a compiled module's ``__main__`` block
-    does not run."""
+def built_floor_server(name: str, tmp: Path, nofile: int,
+                       build: Path) -> contextlib.AbstractContextManager[Server]:
+    """The floor ``name`` of :data:`~kit.builds.BUILT_FLOORS`, built into
+    ``build``, run in its ``compiled_env``: imported, since a compiled
+    module's ``__main__`` block does not run."""
     port = free_port()
-    return announcing_server("floor-compiled",
-                             ["-c", "import floor_server; floor_server.main()",
-                              "--port", str(port)], port, tmp, nofile, compiled_env(build))
-
-
-def floor_c_server(tmp: Path, nofile: int,
-                   build: Path) -> contextlib.AbstractContextManager[Server]:
-    """The floor at C level, built by ``build_floor_c`` into ``build``."""
-    port = free_port()
-    return announcing_server("floor-c", ["-c", "import floor_c; floor_c.main()",
-                                         "--port", str(port)],
-                             port, tmp, nofile, compiled_env(build))
+    module = BUILT_FLOORS[name][1]
+    return announcing_server(name, ["-c", f"import {module}; {module}.main()",
+                                    "--port", str(port)], port, tmp, nofile, compiled_env(build))
 
 
 def nchan_available() -> bool:
