@@ -241,7 +241,6 @@ class Bench:
                 results.append(cpu / (self.answers - start) * 1e6)
             return results
 
-
     async def run_sends(self) -> list[float]:
         args = self.args
         ticket_mode = args.send == "tickets"
@@ -252,7 +251,7 @@ class Bench:
             front = app[NODE].proxy.front
             requests = send_requests(args.send)
             picks = random.Random(1)
-            if ticket_mode:  # each ticket verified once, as by its first poll
+            if ticket_mode:  # each ticket verified once (a viewer's first poll has it)
                 verifier = Sender(self)
                 verifier.conn = front.connection()
                 verifier.conn.connection_made(verifier)

@@ -33,11 +33,11 @@ from libc.string cimport memcmp, memchr
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 
 KEEP = 500
+REASONS = {200: b"OK", 201: b"Created", 404: b"Not Found"}
 
 cdef bytes response(int status, bytes body):
-    reason = {200: b"OK", 201: b"Created", 404: b"Not Found"}[status]
     return b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
-        status, reason, len(body), body)
+        status, REASONS[status], len(body), body)
 
 
 cdef bytes NOT_FOUND = response(404, b'{"error":"not_found"}')
@@ -121,18 +121,16 @@ cdef Py_ssize_t content_length(const char* data, Py_ssize_t size):
 
 
 cdef class Conn:
-    cdef object transport
     cdef object write
+    """The transport's ``write``."""
     cdef bytes rest
     cdef Room room
     """The room holding this connection's poll (None: none held)."""
-    cdef long long seq
 
     def __init__(self):
         self.rest = b""
 
     def connection_made(self, transport):
-        self.transport = transport
         self.write = transport.write
 
     def data_received(self, bytes data):
@@ -162,6 +160,7 @@ cdef class Conn:
     cdef void handle(self, const char* p, Py_ssize_t head, bytes data, Py_ssize_t body_at,
                      Py_ssize_t body_size):
         cdef Py_ssize_t i, room_at, room_end, q, seq_at = -1, epoch_at = -1, epoch_end = -1
+        cdef const char* amp
         cdef bint post = memcmp(p, b"POST /v1/rooms/", 15) == 0
         cdef bint get = memcmp(p, b"GET /v1/rooms/", 14) == 0
         cdef long long seq = 0
@@ -198,8 +197,8 @@ cdef class Conn:
                     epoch_at = i + 6
             i += 1
         if epoch_at >= 0:
-            epoch_end = <Py_ssize_t>(<const char*>memchr(p + epoch_at, b'&', i - epoch_at) - p) \
-                if memchr(p + epoch_at, b'&', i - epoch_at) != NULL else i
+            amp = <const char*>memchr(p + epoch_at, b'&', i - epoch_at)
+            epoch_end = amp - p if amp != NULL else i
         if seq_at < 0 or epoch_at < 0 or epoch_end - epoch_at != len(room.epoch_b) \
                 or memcmp(p + epoch_at, PyBytes_AS_STRING(room.epoch_b), epoch_end - epoch_at):
             self.write(room.answer(room.seq, []))
@@ -213,7 +212,7 @@ cdef class Conn:
             behind = log[max(0, seq + 1 - first):]
             self.write(room.answer(room.seq, behind, gap=max(0, first - seq - 1)))
             return
-        self.room, self.seq = room, seq
+        self.room = room
         room.held.append(self)
 
     cdef void release(self, bytes answer):
@@ -236,7 +235,7 @@ cdef class Conn:
         if self.room is not None:
             self.room.held.remove(self)
             self.room = None
-        self.transport = self.write = None
+        self.write = None
 
 
 async def serve(int port):
